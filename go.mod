@@ -1,0 +1,3 @@
+module github.com/spoolmq/spool
+
+go 1.26
