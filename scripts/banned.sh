@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Conventions that are checks: fail on patterns the project banned.
+set -euo pipefail
+fail=0
+# time.Sleep in tests: await a condition instead (testutil.Eventually). Benchmarks and
+# fault-injection helpers that must sleep say so with a "sleep-ok" comment on the line.
+if git grep -n 'time\.Sleep' -- '*_test.go' | grep -v 'sleep-ok'; then
+  echo "banned: time.Sleep in tests; await the condition instead (or mark a justified one with // sleep-ok: why)"; fail=1
+fi
+# The engine never imports the sidecar, Redis or Prometheus.
+if git grep -n -E '"github.com/spoolmq/spool/sidecar|"github.com/redis/|"github.com/prometheus/' -- 'engine/*.go'; then
+  echo "banned: engine/ must not import sidecar, Redis or Prometheus"; fail=1
+fi
+exit $fail
