@@ -1,0 +1,240 @@
+package groups
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+)
+
+// Position is a group's committed progress on one partition.
+type Position struct {
+	// Next is the lowest offset not yet finished: everything below it is done.
+	Next int64
+	// Done lists finished offsets above Next, ascending.
+	Done []int64
+}
+
+// Equal reports whether two positions are the same.
+func (p Position) Equal(o Position) bool {
+	return p.Next == o.Next && slices.Equal(p.Done, o.Done)
+}
+
+// Limits on what one file may hold, so that a hostile or corrupt file cannot
+// make the node allocate without bound.
+const (
+	MaxPartitions      = 1 << 16
+	MaxDonePerPosition = 1 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrCorrupt reports an offsets file that fails its checks.
+var ErrCorrupt = errors.New("offsets file is corrupt")
+
+// Store keeps committed positions under a directory.
+type Store struct {
+	dir string
+	mu  sync.Mutex // serializes writers of the same file; see engine/LOCKS.md
+}
+
+// Open returns a store rooted at dir, creating it.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("offsets: create %s: %w (check that the data dir is writable)", dir, err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+func (s *Store) path(group, topic string) string {
+	return filepath.Join(s.dir, group, topic+".offsets")
+}
+
+// Load returns the committed positions of group on topic by partition. A
+// group that never committed has none (an empty map, no error).
+func (s *Store) Load(group, topic string) (map[int32]Position, error) {
+	path := s.path(group, topic)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[int32]Position{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("offsets: read %s: %w", path, err)
+	}
+	m, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("offsets: %s: %w (restore it from a peer or delete it to restart the group from the log start)", path, err)
+	}
+	return m, nil
+}
+
+// Commit durably replaces the committed positions of group on topic. It
+// returns only after the new file and its directory entry are on disk.
+func (s *Store) Commit(group, topic string, positions map[int32]Position) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path := s.path(group, topic)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("offsets: create %s: %w", dir, err)
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("offsets: %w", err)
+	}
+	_, werr := f.Write(Encode(nil, positions))
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("offsets: write %s: %w", tmp, werr)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("offsets: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("offsets: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("offsets: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// File format (little endian):
+//
+//	magic "SPOF" | version u8 (1) | crc32c u32 of everything after it |
+//	count uvarint | count × (partition varint | next varint | ndone uvarint | ndone × delta uvarint)
+//
+// Done offsets are stored as deltas from the previous one (the first from Next).
+const (
+	magic   = "SPOF"
+	version = 1
+	hdrLen  = len(magic) + 1 + 4
+)
+
+// Encode appends the file form of positions to dst, partitions ascending.
+func Encode(dst []byte, positions map[int32]Position) []byte {
+	start := len(dst)
+	dst = append(dst, magic...)
+	dst = append(dst, version, 0, 0, 0, 0)
+	parts := make([]int32, 0, len(positions))
+	for p := range positions {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	dst = binary.AppendUvarint(dst, uint64(len(parts)))
+	for _, p := range parts {
+		pos := positions[p]
+		dst = binary.AppendVarint(dst, int64(p))
+		dst = binary.AppendVarint(dst, pos.Next)
+		dst = binary.AppendUvarint(dst, uint64(len(pos.Done)))
+		prev := pos.Next
+		for _, o := range pos.Done {
+			dst = binary.AppendUvarint(dst, uint64(o-prev))
+			prev = o
+		}
+	}
+	body := dst[start+hdrLen:]
+	binary.LittleEndian.PutUint32(dst[start+len(magic)+1:], crc32.Checksum(body, castagnoli))
+	return dst
+}
+
+// Decode parses the file form. Hostile bytes give ErrCorrupt, never a panic.
+func Decode(b []byte) (map[int32]Position, error) {
+	if len(b) < hdrLen || string(b[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: bad magic", ErrCorrupt)
+	}
+	if b[len(magic)] != version {
+		return nil, fmt.Errorf("%w: unknown version %d (written by a newer spoold?)", ErrCorrupt, b[len(magic)])
+	}
+	want := binary.LittleEndian.Uint32(b[len(magic)+1:])
+	body := b[hdrLen:]
+	if got := crc32.Checksum(body, castagnoli); got != want {
+		return nil, fmt.Errorf("%w: checksum %08x, want %08x", ErrCorrupt, got, want)
+	}
+	r := reader{b: body}
+	n := r.uvarint()
+	if n > MaxPartitions {
+		return nil, fmt.Errorf("%w: %d partitions (limit %d)", ErrCorrupt, n, MaxPartitions)
+	}
+	out := make(map[int32]Position, n)
+	for range n {
+		p := r.varint()
+		next := r.varint()
+		nd := r.uvarint()
+		if r.err != nil {
+			break
+		}
+		if p < 0 || p >= MaxPartitions || next < 0 || nd > MaxDonePerPosition || nd > uint64(len(r.b)) {
+			return nil, fmt.Errorf("%w: bad entry (partition %d, next %d, %d done)", ErrCorrupt, p, next, nd)
+		}
+		pos := Position{Next: next}
+		if nd > 0 {
+			pos.Done = make([]int64, 0, nd)
+		}
+		prev := next
+		for range nd {
+			d := r.uvarint()
+			if d == 0 || d > 1<<62 || prev > (1<<62)-int64(d) {
+				r.err = ErrCorrupt
+				break
+			}
+			prev += int64(d)
+			pos.Done = append(pos.Done, prev)
+		}
+		if _, dup := out[int32(p)]; dup {
+			return nil, fmt.Errorf("%w: partition %d twice", ErrCorrupt, p)
+		}
+		out[int32(p)] = pos
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: truncated or malformed entry", ErrCorrupt)
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	}
+	return out, nil
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = ErrCorrupt
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = ErrCorrupt
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
