@@ -63,7 +63,6 @@ func TestCorruptFileIsReportedWithItsPath(t *testing.T) {
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
-
 func TestEncodeDecodeProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := map[int32]Position{}
