@@ -1,0 +1,44 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrUnknownTopic: the topic is not declared. Declare it in the sidecar's config.
+	ErrUnknownTopic = errors.New("unknown topic")
+	// ErrUnknownPartition: the partition number is outside the topic's partitions.
+	ErrUnknownPartition = errors.New("unknown partition")
+	// ErrOutcomeUnknown: an append may or may not have been stored (for example
+	// the leader changed before it answered). Retrying with the same message ids
+	// is safe: consumers dedupe by id.
+	ErrOutcomeUnknown = errors.New("outcome of append unknown")
+	// ErrClosed: the node is shutting down.
+	ErrClosed = errors.New("engine closed")
+)
+
+// NotLeaderError says that another node leads the partition.
+type NotLeaderError struct {
+	Topic     string
+	Partition int32
+	Leader    string // node id of the leader, empty when unknown (election running)
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return fmt.Sprintf("%s/%d: no leader known (election in progress): retry shortly", e.Topic, e.Partition)
+	}
+	return fmt.Sprintf("%s/%d: led by node %s, not this node", e.Topic, e.Partition, e.Leader)
+}
+
+// TopicConflictError says that a declared topic disagrees with what is stored.
+type TopicConflictError struct {
+	Topic            string
+	Stored, Declared int32
+}
+
+func (e *TopicConflictError) Error() string {
+	return fmt.Sprintf("topic %q has %d partitions on disk but the config declares %d: partition counts can only grow (raise it to at least %d)",
+		e.Topic, e.Stored, e.Declared, e.Stored)
+}

@@ -1,0 +1,85 @@
+// Package metrics defines every Prometheus metric spoold exports. Nothing
+// here is package-level state: New registers the collectors on the registry
+// it is given, and components receive the *Metrics they use.
+//
+// docs/metrics.md lists every metric with its labels and meaning; a test
+// checks that the two agree.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics holds spoold's collectors.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	PublishMessages *prometheus.CounterVec   // topic
+	PublishBytes    *prometheus.CounterVec   // topic
+	PublishRejected *prometheus.CounterVec   // topic, reason
+	PublishLatency  *prometheus.HistogramVec // topic
+
+	Deliveries     *prometheus.CounterVec   // group, topic
+	Settlements    *prometheus.CounterVec   // group, topic, outcome
+	Redeliveries   *prometheus.CounterVec   // group, topic
+	LeaseExpiries  *prometheus.CounterVec   // group, topic
+	DeadLettered   *prometheus.CounterVec   // group, topic, reason
+	SettleErrors   *prometheus.CounterVec   // group, reason
+	HandleLatency  *prometheus.HistogramVec // group, topic
+	InFlight       *prometheus.GaugeVec     // group, topic
+	ParkedKeys     *prometheus.GaugeVec     // group, topic
+	WindowMessages *prometheus.GaugeVec     // group, topic
+	LagMessages    *prometheus.GaugeVec     // group, topic, partition
+	LagSeconds     *prometheus.GaugeVec     // group, topic, partition
+	Consumers      *prometheus.GaugeVec     // group
+	ExpiredUnread  *prometheus.CounterVec   // group, topic
+	CommitErrors   *prometheus.CounterVec   // group, topic
+}
+
+// latencyBuckets span 100 µs to ~100 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2.5, 16)
+
+// New creates the collectors and registers them, plus the Go and process
+// collectors, on a new registry.
+func New() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "spool", Name: name, Help: help}, labels)
+		r.MustRegister(c)
+		return c
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "spool", Name: name, Help: help}, labels)
+		r.MustRegister(g)
+		return g
+	}
+	hist := func(name, help string, labels ...string) *prometheus.HistogramVec {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "spool", Name: name, Help: help, Buckets: latencyBuckets}, labels)
+		r.MustRegister(h)
+		return h
+	}
+	return &Metrics{
+		Registry:        r,
+		PublishMessages: counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
+		PublishBytes:    counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
+		PublishRejected: counter("publish_rejected_total", "Published messages refused, by reason (MESSAGE_TOO_LARGE, UNKNOWN_TOPIC, ...).", "topic", "reason"),
+		PublishLatency:  hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
+		Deliveries:      counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
+		Settlements:     counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release, lease_expired, stream_closed.", "group", "topic", "outcome"),
+		Redeliveries:    counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
+		LeaseExpiries:   counter("lease_expiries_total", "Leases (visibility timeouts) that ended without a settlement.", "group", "topic"),
+		DeadLettered:    counter("dead_lettered_total", "Messages moved to the dead-letter topic, by reason.", "group", "topic", "reason"),
+		SettleErrors:    counter("settle_errors_total", "Settlements that changed nothing (stale fencing token, unknown delivery).", "group", "reason"),
+		HandleLatency:   hist("handle_latency_seconds", "Time from delivery to settlement (ack or nack) by the application.", "group", "topic"),
+		InFlight:        gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
+		ParkedKeys:      gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
+		WindowMessages:  gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
+		LagMessages:     gauge("lag_messages", "Messages appended and not yet finished by the group: log end minus committed offset, less those finished out of order.", "group", "topic", "partition"),
+		LagSeconds:      gauge("lag_seconds", "Age of the oldest unfinished message of the group, in seconds (0 when caught up).", "group", "topic", "partition"),
+		Consumers:       gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),
+		ExpiredUnread:   counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
+		CommitErrors:    counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
+	}
+}
