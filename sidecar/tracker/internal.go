@@ -6,13 +6,13 @@ import "time"
 type state uint8
 
 const (
-	stReady      state = iota // waiting for delivery (eligible once it heads its lane)
-	stInFlight                // delivered, lease running (timer = lease deadline)
-	stBackoff                 // failed, waiting for its retry (timer = due time)
-	stDLQueued                // waiting to be taken by TakeDeadLetters
-	stDLTaken                 // taken, waiting for DeadLettered/DeadLetterFailed
-	stDLWait                  // dead-letter publish failed, waiting to be offered again (timer)
-	stDone                    // acked or dead-lettered and confirmed
+	stReady    state = iota // waiting for delivery (eligible once it heads its lane)
+	stInFlight              // delivered, lease running (timer = lease deadline)
+	stBackoff               // failed, waiting for its retry (timer = due time)
+	stDLQueued              // waiting to be taken by TakeDeadLetters
+	stDLTaken               // taken, waiting for DeadLettered/DeadLetterFailed
+	stDLWait                // dead-letter publish failed, waiting to be offered again (timer)
+	stDone                  // acked or dead-lettered and confirmed
 )
 
 const none = -1

@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"testing"
@@ -597,6 +598,12 @@ func drawConfig(t *rapid.T, o Ordering) (Config, float64) {
 }
 
 func TestModel(t *testing.T) {
+	// Long runs reach deep states (attempts used up, dead-letter retries);
+	// -rapid.steps on the command line still wins.
+	if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == f.DefValue && !testing.Short() {
+		_ = f.Value.Set("150")
+		defer f.Value.Set(f.DefValue)
+	}
 	for _, o := range []Ordering{OrderKey, OrderPartition, OrderNone} {
 		t.Run(o.String(), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
