@@ -1,0 +1,298 @@
+// Package config owns the sidecar's configuration: the Config type, its
+// defaults, the YAML file format, the SPOOL_* environment variables, the
+// spoold flags, and validation with errors that name the field, the value and
+// what is allowed.
+//
+// Precedence, lowest first: defaults < file < environment < flags. Resolve
+// does the whole sequence for spoold; Load and Parse read a file alone.
+//
+// It is a leaf: it imports only the standard library, the YAML decoder and
+// sidecar/backoff (whose defaults it shares). It must never import the
+// engine, Redis, gRPC or Prometheus, so that anything may import it.
+//
+// docs/configuration.md describes every field for users; keep it in step.
+package config
+
+import (
+	"os"
+	"time"
+
+	"github.com/spoolmq/spool/sidecar/backoff"
+)
+
+// Config is the whole sidecar configuration. The zero value is not usable:
+// call ApplyDefaults (or start from Default or DevConfig), then Validate.
+type Config struct {
+	Node          NodeConfig           `yaml:"node"`
+	Storage       StorageConfig        `yaml:"storage"`
+	Limits        LimitsConfig         `yaml:"limits"`
+	Topics        []TopicConfig        `yaml:"topics"`
+	Subscriptions []SubscriptionConfig `yaml:"subscriptions"`
+	Redis         RedisConfig          `yaml:"redis"`
+}
+
+// NodeConfig is about this sidecar process.
+type NodeConfig struct {
+	// ID names this node in the cluster. Default: the host name.
+	ID string `yaml:"id"`
+	// DataDir holds the log segments. Required unless Dev.
+	DataDir string `yaml:"data_dir"`
+	// AppListen are the addresses where the app reaches the sidecar: TCP
+	// host:port or unix:///absolute/path. Default ["127.0.0.1:7070"].
+	AppListen []string `yaml:"app_listen"`
+	// AdminListen serves /metrics, /healthz, /readyz, gRPC health and
+	// AdminService. TCP host:port only (kubelet probes and Prometheus
+	// scrape over TCP). Default "127.0.0.1:7071".
+	AdminListen string `yaml:"admin_listen"`
+	// DrainTimeout is the graceful shutdown budget. Default 30s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// Dev: temporary data dir (made by the caller when DataDir is empty),
+	// in-process ledger when Redis has no addresses.
+	Dev bool `yaml:"dev"`
+}
+
+// FsyncMode says when the log is fsynced.
+type FsyncMode string
+
+const (
+	// FsyncAlways: nothing is acknowledged before it is fsynced (default).
+	FsyncAlways FsyncMode = "always"
+	// FsyncInterval: fsync every FsyncInterval; acknowledged messages of the
+	// last interval can be lost on power loss (not on a process crash).
+	FsyncInterval FsyncMode = "interval"
+)
+
+// StorageConfig is about the local log.
+type StorageConfig struct {
+	Fsync              FsyncMode     `yaml:"fsync"`
+	FsyncInterval      time.Duration `yaml:"fsync_interval"`
+	SegmentBytes       int64         `yaml:"segment_bytes"`
+	SegmentAge         time.Duration `yaml:"segment_age"`
+	IndexIntervalBytes int64         `yaml:"index_interval_bytes"`
+}
+
+// LimitsConfig bounds what producers may send. Each limit is checked at
+// Publish and rejected with InvalidArgument naming the limit.
+type LimitsConfig struct {
+	// MaxMessageBytes bounds key + payload + header names and values.
+	MaxMessageBytes int `yaml:"max_message_bytes"`
+	MaxKeyBytes     int `yaml:"max_key_bytes"`
+	MaxHeaders      int `yaml:"max_headers"`
+	// MaxHeaderBytes bounds all header names and values of one message.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxBatchMessages bounds the messages of one Publish call.
+	MaxBatchMessages int `yaml:"max_batch_messages"`
+	// MaxIDBytes bounds a message id (the dedupe key in the ledger).
+	MaxIDBytes int `yaml:"max_id_bytes"`
+}
+
+// TopicConfig declares a topic.
+type TopicConfig struct {
+	Name string `yaml:"name"`
+	// Partitions: 1..1024. Default 4.
+	Partitions int `yaml:"partitions"`
+	// Retention by age; 0 keeps messages forever. Because 0 is meaningful,
+	// ApplyDefaults leaves it alone: the 168h default is filled when a topic
+	// is decoded from YAML without the field, or made by NewTopic.
+	Retention time.Duration `yaml:"retention"`
+	// RetentionBytes per partition; 0 = unlimited.
+	RetentionBytes int64 `yaml:"retention_bytes"`
+}
+
+// Delivery says how messages reach the app.
+type Delivery string
+
+const (
+	// DeliveryStream: the app opens SubscriberService.Subscribe (default).
+	DeliveryStream Delivery = "stream"
+	// DeliveryCallback: the sidecar calls the app's HandlerService.Handle at
+	// AppAddress.
+	DeliveryCallback Delivery = "callback"
+)
+
+// Ordering says which messages of a partition may be in flight together.
+type Ordering string
+
+const (
+	// OrderKey: one in-flight message per key; a failing key is parked
+	// while other keys flow (default).
+	OrderKey Ordering = "key"
+	// OrderPartition: one in-flight message per partition.
+	OrderPartition Ordering = "partition"
+	// OrderNone: no ordering, full parallelism up to MaxInFlight.
+	OrderNone Ordering = "none"
+)
+
+// RedisPolicy says what a subscription does while the ledger is unreachable.
+type RedisPolicy string
+
+const (
+	// RedisPause: deliver nothing, lose nothing (default).
+	RedisPause RedisPolicy = "pause"
+	// RedisDeliver: keep delivering without dedupe (at-least-once; the
+	// deliveries are counted in a metric).
+	RedisDeliver RedisPolicy = "deliver"
+)
+
+// SubscriptionConfig declares a consumer group on a topic.
+type SubscriptionConfig struct {
+	Topic    string   `yaml:"topic"`
+	Group    string   `yaml:"group"`
+	Delivery Delivery `yaml:"delivery"`
+	// AppAddress is where the sidecar calls Handle; required for callback
+	// delivery and refused for stream delivery.
+	AppAddress        string        `yaml:"app_address"`
+	MaxAttempts       int           `yaml:"max_attempts"`
+	Backoff           BackoffConfig `yaml:"backoff"`
+	VisibilityTimeout time.Duration `yaml:"visibility_timeout"`
+	Ordering          Ordering      `yaml:"ordering"`
+	// MaxInFlight bounds deliveries outstanding at the app, per partition.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// WindowMessages bounds fetched-but-unfinished messages per partition;
+	// when full, fetching stops (backpressure).
+	WindowMessages int `yaml:"window_messages"`
+	// MaxParkedKeys bounds the keys parked behind a failing message.
+	MaxParkedKeys int `yaml:"max_parked_keys"`
+	// DeadLetterTopic overrides the DLQ topic; see DLQTopic.
+	DeadLetterTopic  string        `yaml:"dlq_topic"`
+	DedupeTTL        time.Duration `yaml:"dedupe_ttl"`
+	RedisUnavailable RedisPolicy   `yaml:"redis_unavailable"`
+	Breaker          BreakerConfig `yaml:"breaker"`
+}
+
+// BackoffConfig is the retry backoff of a subscription (full jitter).
+type BackoffConfig struct {
+	Base       time.Duration `yaml:"base"`
+	Max        time.Duration `yaml:"max"`
+	Multiplier float64       `yaml:"multiplier"`
+}
+
+// Config returns the backoff package's form of b.
+func (b BackoffConfig) Config() backoff.Config {
+	return backoff.Config{Base: b.Base, Max: b.Max, Multiplier: b.Multiplier}
+}
+
+// BreakerConfig is the circuit breaker of a subscription toward its
+// downstream(s). It trips on ConsecutiveFailures in a row, or when at least
+// MinRequests were seen in Window and FailureRatio of them failed. It stays
+// open OpenTimeout, doubled on every failed probe up to MaxOpenTimeout.
+type BreakerConfig struct {
+	ConsecutiveFailures int           `yaml:"consecutive_failures"`
+	FailureRatio        float64       `yaml:"failure_ratio"`
+	MinRequests         int           `yaml:"min_requests"`
+	Window              time.Duration `yaml:"window"`
+	OpenTimeout         time.Duration `yaml:"open_timeout"`
+	MaxOpenTimeout      time.Duration `yaml:"max_open_timeout"`
+}
+
+// RedisConfig locates the dedupe ledger. No Addrs: no ledger (in --dev, an
+// in-process one). One address: a single server; several: a cluster; with
+// MasterName: sentinels.
+type RedisConfig struct {
+	Addrs      []string `yaml:"addrs"`
+	MasterName string   `yaml:"master_name"`
+	Username   string   `yaml:"username"`
+	// Password; prefer the SPOOL_REDIS_PASSWORD environment variable to
+	// writing it into the file.
+	Password string `yaml:"password"`
+	TLS      bool   `yaml:"tls"`
+	DB       int    `yaml:"db"`
+}
+
+// Topic returns the declared topic with that name.
+func (c *Config) Topic(name string) (*TopicConfig, bool) {
+	for i := range c.Topics {
+		if c.Topics[i].Name == name {
+			return &c.Topics[i], true
+		}
+	}
+	return nil, false
+}
+
+// Subscription returns the declared subscription of group on topic.
+func (c *Config) Subscription(topic, group string) (*SubscriptionConfig, bool) {
+	for i := range c.Subscriptions {
+		if s := &c.Subscriptions[i]; s.Topic == topic && s.Group == group {
+			return s, true
+		}
+	}
+	return nil, false
+}
+
+// DLQTopic is the dead-letter topic of the subscription: dlq_topic when set,
+// else "<topic>.dlq.<group>".
+func (s *SubscriptionConfig) DLQTopic() string {
+	if s.DeadLetterTopic != "" {
+		return s.DeadLetterTopic
+	}
+	return s.Topic + ".dlq." + s.Group
+}
+
+// AllTopics returns the declared topics followed by the dead-letter topics
+// that are not declared and must be created automatically (1 partition,
+// default retention), each once, in subscription order.
+func (c *Config) AllTopics() []TopicConfig {
+	out := append([]TopicConfig(nil), c.Topics...)
+	seen := map[string]bool{}
+	for _, t := range c.Topics {
+		seen[t.Name] = true
+	}
+	for i := range c.Subscriptions {
+		name := c.Subscriptions[i].DLQTopic()
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, TopicConfig{Name: name, Partitions: 1, Retention: DefaultRetention})
+		}
+	}
+	return out
+}
+
+// NewTopic returns a topic with the defaults (retention 168h); partitions 0
+// means the default.
+func NewTopic(name string, partitions int) TopicConfig {
+	t := TopicConfig{Name: name, Partitions: partitions, Retention: DefaultRetention}
+	t.applyDefaults()
+	return t
+}
+
+// NewSubscription returns a stream subscription with every default.
+func NewSubscription(topic, group string) SubscriptionConfig {
+	s := SubscriptionConfig{Topic: topic, Group: group}
+	s.applyDefaults()
+	return s
+}
+
+// Default returns the configuration with every default and no topics. Its
+// data_dir is empty, so it validates only once one is set (or in dev mode).
+func Default() Config {
+	var c Config
+	c.ApplyDefaults()
+	return c
+}
+
+// DevConfig is what `spoold --dev` starts from when no file is given: one
+// node, data_dir left empty (the caller makes a temporary directory), no
+// Redis (the caller uses an in-process ledger), fsync every 50ms (the data is
+// thrown away anyway), topic "demo" with 4 partitions, and a stream
+// subscription demo/demo-app with quick retries (100ms..2s) so a failing
+// handler reaches the DLQ in seconds. Drain budget 5s for quick restarts.
+func DevConfig() Config {
+	c := Default()
+	c.Node.Dev = true
+	c.Node.DrainTimeout = 5 * time.Second
+	c.Storage.Fsync = FsyncInterval
+	c.Storage.FsyncInterval = 50 * time.Millisecond
+	c.Topics = []TopicConfig{NewTopic("demo", 4)}
+	s := NewSubscription("demo", "demo-app")
+	s.Backoff = BackoffConfig{Base: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
+	c.Subscriptions = []SubscriptionConfig{s}
+	return c
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return h
+}

@@ -1,0 +1,147 @@
+package config
+
+import (
+	"time"
+
+	"github.com/spoolmq/spool/sidecar/backoff"
+)
+
+// Defaults. A zero (or empty) field gets its default from ApplyDefaults,
+// except the fields where zero means something: topic retention and
+// retention_bytes (forever, unlimited), redis.db, node.dev, redis.tls.
+const (
+	DefaultAppListen    = "127.0.0.1:7070"
+	DefaultAdminListen  = "127.0.0.1:7071"
+	DefaultDrainTimeout = 30 * time.Second
+
+	DefaultFsync              = FsyncAlways
+	DefaultFsyncInterval      = 50 * time.Millisecond
+	DefaultSegmentBytes       = 64 << 20
+	DefaultSegmentAge         = 24 * time.Hour
+	DefaultIndexIntervalBytes = 4096
+
+	DefaultMaxMessageBytes  = 1 << 20
+	DefaultMaxKeyBytes      = 1024
+	DefaultMaxHeaders       = 64
+	DefaultMaxHeaderBytes   = 16 << 10
+	DefaultMaxBatchMessages = 10_000
+	DefaultMaxIDBytes       = 128
+
+	DefaultPartitions = 4
+	DefaultRetention  = 168 * time.Hour
+
+	DefaultDelivery          = DeliveryStream
+	DefaultMaxAttempts       = 5
+	DefaultVisibilityTimeout = 30 * time.Second
+	DefaultOrdering          = OrderKey
+	DefaultMaxInFlight       = 256
+	DefaultWindowMessages    = 10_000
+	DefaultMaxParkedKeys     = 1000
+	DefaultDedupeTTL         = 168 * time.Hour
+	DefaultRedisUnavailable  = RedisPause
+
+	DefaultBreakerConsecutiveFailures = 5
+	DefaultBreakerFailureRatio        = 0.5
+	DefaultBreakerMinRequests         = 20
+	DefaultBreakerWindow              = 10 * time.Second
+	DefaultBreakerOpenTimeout         = 5 * time.Second
+	DefaultBreakerMaxOpenTimeout      = 60 * time.Second
+)
+
+// ApplyDefaults fills every zero field that has a default; it never
+// overwrites a set field and never fails. Run it before Validate.
+func (c *Config) ApplyDefaults() {
+	n := &c.Node
+	if n.ID == "" {
+		n.ID = hostname()
+	}
+	if len(n.AppListen) == 0 {
+		n.AppListen = []string{DefaultAppListen}
+	}
+	setString(&n.AdminListen, DefaultAdminListen)
+	setDur(&n.DrainTimeout, DefaultDrainTimeout)
+
+	s := &c.Storage
+	if s.Fsync == "" {
+		s.Fsync = DefaultFsync
+	}
+	setDur(&s.FsyncInterval, DefaultFsyncInterval)
+	setInt64(&s.SegmentBytes, DefaultSegmentBytes)
+	setDur(&s.SegmentAge, DefaultSegmentAge)
+	setInt64(&s.IndexIntervalBytes, DefaultIndexIntervalBytes)
+
+	l := &c.Limits
+	setInt(&l.MaxMessageBytes, DefaultMaxMessageBytes)
+	setInt(&l.MaxKeyBytes, DefaultMaxKeyBytes)
+	setInt(&l.MaxHeaders, DefaultMaxHeaders)
+	setInt(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	setInt(&l.MaxBatchMessages, DefaultMaxBatchMessages)
+	setInt(&l.MaxIDBytes, DefaultMaxIDBytes)
+
+	for i := range c.Topics {
+		c.Topics[i].applyDefaults()
+	}
+	for i := range c.Subscriptions {
+		c.Subscriptions[i].applyDefaults()
+	}
+}
+
+func (t *TopicConfig) applyDefaults() {
+	setInt(&t.Partitions, DefaultPartitions)
+}
+
+func (s *SubscriptionConfig) applyDefaults() {
+	if s.Delivery == "" {
+		s.Delivery = DefaultDelivery
+	}
+	setInt(&s.MaxAttempts, DefaultMaxAttempts)
+	setDur(&s.Backoff.Base, backoff.DefaultBase)
+	setDur(&s.Backoff.Max, backoff.DefaultMax)
+	if s.Backoff.Multiplier == 0 {
+		s.Backoff.Multiplier = backoff.DefaultMultiplier
+	}
+	setDur(&s.VisibilityTimeout, DefaultVisibilityTimeout)
+	if s.Ordering == "" {
+		s.Ordering = DefaultOrdering
+	}
+	setInt(&s.MaxInFlight, DefaultMaxInFlight)
+	setInt(&s.WindowMessages, DefaultWindowMessages)
+	setInt(&s.MaxParkedKeys, DefaultMaxParkedKeys)
+	setDur(&s.DedupeTTL, DefaultDedupeTTL)
+	if s.RedisUnavailable == "" {
+		s.RedisUnavailable = DefaultRedisUnavailable
+	}
+	b := &s.Breaker
+	setInt(&b.ConsecutiveFailures, DefaultBreakerConsecutiveFailures)
+	if b.FailureRatio == 0 {
+		b.FailureRatio = DefaultBreakerFailureRatio
+	}
+	setInt(&b.MinRequests, DefaultBreakerMinRequests)
+	setDur(&b.Window, DefaultBreakerWindow)
+	setDur(&b.OpenTimeout, DefaultBreakerOpenTimeout)
+	setDur(&b.MaxOpenTimeout, DefaultBreakerMaxOpenTimeout)
+}
+
+func setString(p *string, d string) {
+	if *p == "" {
+		*p = d
+	}
+}
+
+func setInt(p *int, d int) {
+	if *p == 0 {
+		*p = d
+	}
+}
+
+func setInt64(p *int64, d int64) {
+	if *p == 0 {
+		*p = d
+	}
+}
+
+func setDur(p *time.Duration, d time.Duration) {
+	if *p == 0 {
+		*p = d
+	}
+}

@@ -1,0 +1,339 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FieldError is one problem with one configuration value. Validate and
+// ApplyEnv return them joined (errors.Join); find them with errors.As.
+type FieldError struct {
+	// Field is the path of the value in YAML terms, like
+	// "subscriptions[0].ordering", or the environment variable's name.
+	Field string
+	// Value is the offending value as text.
+	Value string
+	// Allowed says what would be accepted; it reads after "must be".
+	Allowed string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("config: %s = %q: must be %s", e.Field, e.Value, e.Allowed)
+}
+
+// Bounds of the ranges Validate enforces.
+const (
+	MaxNameBytes        = 200
+	MaxPartitions       = 1024
+	MaxMaxAttempts      = 1000
+	MinVisibility       = time.Second
+	MaxVisibility       = 12 * time.Hour
+	MaxMaxInFlight      = 100_000
+	MaxWindowMessages   = 1_000_000
+	MaxMaxParkedKeys    = 1_000_000
+	MinSegmentBytes     = 1 << 20
+	MaxSegmentBytes     = 1 << 30
+	MaxMaxMessageBytes  = 64 << 20
+	MaxMaxBatchMessages = 100_000
+	MaxMaxHeaders       = 1024
+	MaxMaxIDBytes       = 1024
+	MaxUnixPathBytes    = 107 // sun_path is 108 bytes on Linux, NUL included
+)
+
+type validator struct{ errs []error }
+
+func (v *validator) add(field, value, allowed string) {
+	v.errs = append(v.errs, &FieldError{Field: field, Value: value, Allowed: allowed})
+}
+
+func (v *validator) intRange(field string, x, lo, hi int64) {
+	if x < lo || x > hi {
+		v.add(field, strconv.FormatInt(x, 10), fmt.Sprintf("between %d and %d", lo, hi))
+	}
+}
+
+func (v *validator) durRange(field string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		if hi == math.MaxInt64 {
+			v.add(field, d.String(), fmt.Sprintf("at least %v", lo))
+			return
+		}
+		v.add(field, d.String(), fmt.Sprintf("between %v and %v", lo, hi))
+	}
+}
+
+func (v *validator) enum(field, value string, allowed ...string) {
+	for _, a := range allowed {
+		if value == a {
+			return
+		}
+	}
+	v.add(field, value, orList(allowed))
+}
+
+func orList(s []string) string {
+	if len(s) == 1 {
+		return s[0]
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " or " + s[len(s)-1]
+}
+
+// Validate reports every problem at once, joined with errors.Join, each a
+// *FieldError. It does not fill defaults: run ApplyDefaults first (Load,
+// Parse and Resolve do), or zero fields are reported as out of range.
+func (c *Config) Validate() error {
+	var v validator
+	c.validateNode(&v)
+	c.validateStorage(&v)
+	c.validateLimits(&v)
+	c.validateTopics(&v)
+	c.validateSubscriptions(&v)
+	c.validateRedis(&v)
+	return errors.Join(v.errs...)
+}
+
+const (
+	allowedNames  = "1 to 200 bytes of a-z A-Z 0-9 . _ -, not starting with __, not . or .."
+	allowedListen = "host:port (like 127.0.0.1:7070 or :7070) or unix:///absolute/path"
+	allowedTCP    = "host:port (like 127.0.0.1:7071 or :7071)"
+)
+
+func (c *Config) validateNode(v *validator) {
+	n := &c.Node
+	if !validNodeID(n.ID) {
+		v.add("node.id", n.ID, "1 to 253 bytes of a-z A-Z 0-9 . _ - (default: the host name)")
+	}
+	if n.DataDir == "" && !n.Dev {
+		v.add("node.data_dir", n.DataDir, "set (a directory for the log), unless node.dev is true (--dev)")
+	}
+	if len(n.AppListen) == 0 {
+		v.add("node.app_listen", "", "at least one address: "+allowedListen)
+	}
+	seen := map[string]int{}
+	for i, a := range n.AppListen {
+		f := fmt.Sprintf("node.app_listen[%d]", i)
+		if !validListen(a, true) {
+			v.add(f, a, allowedListen+unixHint(a))
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			v.add(f, a, fmt.Sprintf("unique (node.app_listen[%d] is the same)", j))
+		}
+		seen[a] = i
+	}
+	if !validListen(n.AdminListen, false) {
+		v.add("node.admin_listen", n.AdminListen, allowedTCP)
+	} else if _, dup := seen[n.AdminListen]; dup {
+		v.add("node.admin_listen", n.AdminListen, "different from every node.app_listen address")
+	}
+	if n.DrainTimeout <= 0 {
+		v.add("node.drain_timeout", n.DrainTimeout.String(), "a positive duration like 30s")
+	}
+}
+
+func (c *Config) validateStorage(v *validator) {
+	s := &c.Storage
+	v.enum("storage.fsync", string(s.Fsync), string(FsyncAlways), string(FsyncInterval))
+	v.durRange("storage.fsync_interval", s.FsyncInterval, time.Millisecond, 10*time.Second)
+	v.intRange("storage.segment_bytes", s.SegmentBytes, MinSegmentBytes, MaxSegmentBytes)
+	v.durRange("storage.segment_age", s.SegmentAge, time.Minute, math.MaxInt64)
+	v.intRange("storage.index_interval_bytes", s.IndexIntervalBytes, 64, 1<<20)
+	if s.SegmentBytes >= MinSegmentBytes && int64(c.Limits.MaxMessageBytes) > s.SegmentBytes {
+		v.add("storage.segment_bytes", strconv.FormatInt(s.SegmentBytes, 10),
+			fmt.Sprintf("at least limits.max_message_bytes (%d), so that a message fits in a segment", c.Limits.MaxMessageBytes))
+	}
+}
+
+func (c *Config) validateLimits(v *validator) {
+	l := &c.Limits
+	v.intRange("limits.max_message_bytes", int64(l.MaxMessageBytes), 1024, MaxMaxMessageBytes)
+	v.intRange("limits.max_key_bytes", int64(l.MaxKeyBytes), 1, min(int64(l.MaxMessageBytes), 64<<10))
+	v.intRange("limits.max_headers", int64(l.MaxHeaders), 1, MaxMaxHeaders)
+	v.intRange("limits.max_header_bytes", int64(l.MaxHeaderBytes), 1, max(int64(l.MaxMessageBytes), 1))
+	v.intRange("limits.max_batch_messages", int64(l.MaxBatchMessages), 1, MaxMaxBatchMessages)
+	v.intRange("limits.max_id_bytes", int64(l.MaxIDBytes), 1, MaxMaxIDBytes)
+}
+
+func (c *Config) validateTopics(v *validator) {
+	seen := map[string]int{}
+	for i := range c.Topics {
+		t := &c.Topics[i]
+		p := fmt.Sprintf("topics[%d]", i)
+		if !validName(t.Name) {
+			v.add(p+".name", t.Name, allowedNames)
+		} else if j, dup := seen[strings.ToLower(t.Name)]; dup {
+			v.add(p+".name", t.Name, fmt.Sprintf("unique, ignoring case (topics[%d] is %q)", j, c.Topics[j].Name))
+		} else {
+			seen[strings.ToLower(t.Name)] = i
+		}
+		v.intRange(p+".partitions", int64(t.Partitions), 1, MaxPartitions)
+		if t.Retention < 0 {
+			v.add(p+".retention", t.Retention.String(), "0s (forever) or a positive duration like 168h")
+		}
+		if t.RetentionBytes < 0 {
+			v.add(p+".retention_bytes", strconv.FormatInt(t.RetentionBytes, 10), "0 (unlimited) or a positive number of bytes")
+		}
+	}
+}
+
+func (c *Config) validateSubscriptions(v *validator) {
+	declared := make([]string, 0, len(c.Topics))
+	for _, t := range c.Topics {
+		declared = append(declared, t.Name)
+	}
+	// A subscription may read an undeclared DLQ topic: it is created.
+	dlqs := map[string]bool{}
+	for i := range c.Subscriptions {
+		dlqs[c.Subscriptions[i].DLQTopic()] = true
+	}
+	type key struct{ topic, group string }
+	seen := map[key]int{}
+	for i := range c.Subscriptions {
+		s := &c.Subscriptions[i]
+		p := fmt.Sprintf("subscriptions[%d]", i)
+		if _, ok := c.Topic(s.Topic); !ok && !dlqs[s.Topic] {
+			list := "none"
+			if len(declared) > 0 {
+				list = strings.Join(declared, ", ")
+			}
+			v.add(p+".topic", s.Topic, "a topic declared under topics (declared: "+list+") or the dead-letter topic of a subscription")
+		}
+		if !validName(s.Group) {
+			v.add(p+".group", s.Group, allowedNames)
+		}
+		k := key{s.Topic, s.Group}
+		if j, dup := seen[k]; dup {
+			v.add(p+".group", s.Group, fmt.Sprintf("unique per topic (subscriptions[%d] is also %s/%s)", j, s.Topic, s.Group))
+		} else {
+			seen[k] = i
+		}
+		v.enum(p+".delivery", string(s.Delivery), string(DeliveryStream), string(DeliveryCallback))
+		switch {
+		case s.Delivery == DeliveryCallback && s.AppAddress == "":
+			v.add(p+".app_address", "", "set when delivery is callback: "+allowedListen+" where the app serves HandlerService (or pass --app-address)")
+		case s.Delivery == DeliveryCallback && !validListen(s.AppAddress, true):
+			v.add(p+".app_address", s.AppAddress, allowedListen+unixHint(s.AppAddress))
+		case s.Delivery != DeliveryCallback && s.AppAddress != "":
+			v.add(p+".app_address", s.AppAddress, `empty unless delivery is callback (did you mean "delivery: callback"?)`)
+		}
+		v.intRange(p+".max_attempts", int64(s.MaxAttempts), 1, MaxMaxAttempts)
+		b := &s.Backoff
+		if b.Base <= 0 {
+			v.add(p+".backoff.base", b.Base.String(), "a positive duration like 1s")
+		}
+		if b.Max < b.Base || b.Max <= 0 {
+			v.add(p+".backoff.max", b.Max.String(), fmt.Sprintf("a positive duration at least backoff.base (%v)", b.Base))
+		}
+		if math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0) || b.Multiplier < 1 || b.Multiplier > 100 {
+			v.add(p+".backoff.multiplier", strconv.FormatFloat(b.Multiplier, 'g', -1, 64), "a number between 1 and 100")
+		}
+		v.durRange(p+".visibility_timeout", s.VisibilityTimeout, MinVisibility, MaxVisibility)
+		v.enum(p+".ordering", string(s.Ordering), string(OrderKey), string(OrderPartition), string(OrderNone))
+		v.intRange(p+".max_in_flight", int64(s.MaxInFlight), 1, MaxMaxInFlight)
+		v.intRange(p+".window_messages", int64(s.WindowMessages), max(int64(s.MaxInFlight), 1), MaxWindowMessages)
+		v.intRange(p+".max_parked_keys", int64(s.MaxParkedKeys), 1, MaxMaxParkedKeys)
+		dlq := s.DLQTopic()
+		switch {
+		case !validName(dlq):
+			v.add(p+".dlq_topic", dlq, allowedNames+" (the default <topic>.dlq.<group> may be too long: set dlq_topic)")
+		case dlq == s.Topic:
+			v.add(p+".dlq_topic", dlq, "different from the subscription's topic")
+		}
+		v.durRange(p+".dedupe_ttl", s.DedupeTTL, time.Minute, 8760*time.Hour)
+		v.enum(p+".redis_unavailable", string(s.RedisUnavailable), string(RedisPause), string(RedisDeliver))
+		br := &s.Breaker
+		v.intRange(p+".breaker.consecutive_failures", int64(br.ConsecutiveFailures), 1, 1_000_000)
+		if !(br.FailureRatio > 0 && br.FailureRatio <= 1) {
+			v.add(p+".breaker.failure_ratio", strconv.FormatFloat(br.FailureRatio, 'g', -1, 64), "a ratio above 0 and at most 1")
+		}
+		v.intRange(p+".breaker.min_requests", int64(br.MinRequests), 1, 1_000_000)
+		v.durRange(p+".breaker.window", br.Window, 100*time.Millisecond, time.Hour)
+		v.durRange(p+".breaker.open_timeout", br.OpenTimeout, 100*time.Millisecond, time.Hour)
+		if br.MaxOpenTimeout < br.OpenTimeout || br.MaxOpenTimeout > 24*time.Hour {
+			v.add(p+".breaker.max_open_timeout", br.MaxOpenTimeout.String(), fmt.Sprintf("between breaker.open_timeout (%v) and 24h", br.OpenTimeout))
+		}
+	}
+}
+
+func (c *Config) validateRedis(v *validator) {
+	r := &c.Redis
+	seen := map[string]int{}
+	for i, a := range r.Addrs {
+		f := fmt.Sprintf("redis.addrs[%d]", i)
+		if !validListen(a, false) || strings.HasPrefix(a, ":") {
+			v.add(f, a, "host:port (like redis:6379)")
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			v.add(f, a, fmt.Sprintf("unique (redis.addrs[%d] is the same)", j))
+		}
+		seen[a] = i
+	}
+	if r.MasterName != "" && len(r.Addrs) == 0 {
+		v.add("redis.addrs", "", "at least one sentinel address when redis.master_name is set")
+	}
+	if r.DB < 0 {
+		v.add("redis.db", strconv.Itoa(r.DB), "0 or more")
+	} else if r.DB != 0 && len(r.Addrs) > 1 && r.MasterName == "" {
+		v.add("redis.db", strconv.Itoa(r.DB), "0 with a Redis Cluster (several addrs without master_name): a cluster has only database 0")
+	}
+	if r.MasterName == "" && len(r.Addrs) == 0 && (r.Username != "" || r.Password != "" || r.TLS) {
+		// Credentials without a server are almost surely a forgotten address.
+		v.add("redis.addrs", "", "set when redis.username, redis.password or redis.tls is (no address means no ledger)")
+	}
+}
+
+// validName: topic and group names. They become directory names and
+// metric labels, hence the small alphabet.
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > MaxNameBytes || strings.HasPrefix(s, "__") || s == "." || s == ".." {
+		return false
+	}
+	return onlyNameBytes(s)
+}
+
+func validNodeID(s string) bool {
+	return len(s) > 0 && len(s) <= 253 && onlyNameBytes(s)
+}
+
+func onlyNameBytes(s string) bool {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validListen accepts host:port with a numeric port, and unix:///path when
+// unix is allowed.
+func validListen(a string, unix bool) bool {
+	if p, ok := strings.CutPrefix(a, "unix://"); ok {
+		return unix && strings.HasPrefix(p, "/") && len(p) > 1 && len(p) <= MaxUnixPathBytes
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || strings.ContainsAny(host, " /") {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+func unixHint(a string) string {
+	p, ok := strings.CutPrefix(a, "unix://")
+	switch {
+	case !ok:
+		return ""
+	case len(p) > MaxUnixPathBytes:
+		return fmt.Sprintf("; a socket path is at most %d bytes", MaxUnixPathBytes)
+	case !strings.HasPrefix(p, "/"):
+		return "; the path must be absolute: unix:// then /"
+	}
+	return ""
+}
