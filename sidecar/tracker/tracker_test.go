@@ -65,7 +65,7 @@ func TestPoisonKeyParksOnlyItself(t *testing.T) {
 		t.Fatalf("first deliveries %v, want %v (one per key, empty keys unordered)", offsets(got), want)
 	}
 	must(t, tr.Retry(t0, 0, got[0].Token, 0, "downstream 503")) // a fails: parked
-	must(t, tr.Ack(t0, 1, got[1].Token))                         // b succeeds
+	must(t, tr.Ack(t0, 1, got[1].Token))                        // b succeeds
 	if tr.Parked() != 1 {
 		t.Fatalf("Parked = %d, want 1", tr.Parked())
 	}
