@@ -1,0 +1,434 @@
+package log
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// request is one batch waiting for the appender. Requests and their buffers
+// are pooled so that an append costs a constant number of allocations.
+type request struct {
+	p     *Partition
+	buf   *[]byte // the encoded batch; returned to bufPool once written
+	count int
+	done  func(base int64, err error) // AppendAsync; nil for Append
+	ch    chan result                 // Append: cap 1, so the appender never blocks
+	base  int64
+	end   int64
+	err   error
+}
+
+type result struct {
+	base int64
+	err  error
+}
+
+const maxPooledBuf = 8 << 20
+
+var (
+	bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+	reqPool = sync.Pool{New: func() any { return &request{ch: make(chan result, 1)} }}
+)
+
+func putBuf(b *[]byte) {
+	if cap(*b) <= maxPooledBuf {
+		*b = (*b)[:0]
+		bufPool.Put(b)
+	}
+}
+
+func (r *request) free() {
+	ch := r.ch
+	*r = request{ch: ch}
+	reqPool.Put(r)
+}
+
+// prepare encodes recs into one pooled buffer. Timestamps of 0 become now.
+func (p *Partition) prepare(recs []Record) (*request, error) {
+	if len(recs) == 0 {
+		return nil, ErrEmptyBatch
+	}
+	o := &p.s.opts
+	now := o.Now().UnixMilli()
+	if size := encodedBatchSize(recs, now); size > o.MaxBatchBytes {
+		return nil, fmt.Errorf("%w: %d records encode to %d bytes, limit is %d (MaxBatchBytes)", ErrBatchTooLarge, len(recs), size, o.MaxBatchBytes)
+	}
+	bp := bufPool.Get().(*[]byte)
+	*bp = encodeBatch((*bp)[:0], BatchHeader{Type: BatchData}, recs, now)
+	r := reqPool.Get().(*request)
+	r.p, r.buf, r.count = p, bp, len(recs)
+	return r, nil
+}
+
+// Append appends recs as one batch and blocks until it is durable (per the
+// Fsync mode), returning the offset of the first record. If ctx ends first
+// the outcome is unknown: the batch may still be written.
+func (p *Partition) Append(ctx context.Context, recs []Record) (int64, error) {
+	r, err := p.prepare(recs)
+	if err != nil {
+		return -1, err
+	}
+	if err := p.s.enqueue(ctx, r); err != nil {
+		putBuf(r.buf)
+		r.free()
+		return -1, err
+	}
+	select {
+	case res := <-r.ch:
+		r.free()
+		return res.base, res.err
+	case <-ctx.Done():
+		// The appender still owns r; it is left to the garbage collector.
+		return -1, fmt.Errorf("spool log: append to %s: outcome unknown: %w", p.name, ctx.Err())
+	}
+}
+
+// AppendAsync is Append with a callback, called on the appender goroutine in
+// append order; done must not block. AppendAsync itself blocks while the
+// pending queue is full (MaxPendingBytes) and fails at once on a closed store.
+func (p *Partition) AppendAsync(recs []Record, done func(base int64, err error)) {
+	r, err := p.prepare(recs)
+	if err != nil {
+		done(-1, err)
+		return
+	}
+	r.done = done
+	if err := p.s.enqueue(context.Background(), r); err != nil {
+		putBuf(r.buf)
+		r.free()
+		done(-1, err)
+	}
+}
+
+// enqueue adds r to the pending queue, waiting while it is full.
+func (s *Store) enqueue(ctx context.Context, r *request) error {
+	n := len(*r.buf)
+	s.mu.Lock()
+	for !s.closed && s.pendingBytes > 0 && s.pendingBytes+n > s.opts.MaxPendingBytes {
+		space := s.space
+		s.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return fmt.Errorf("spool log: waiting for room in the append queue: %w", ctx.Err())
+		}
+		s.mu.Lock()
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.pending = append(s.pending, r)
+	s.pendingBytes += n
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// dirtySeg is a segment written in this round, waiting for its fdatasync.
+type dirtySeg struct {
+	p   *Partition
+	seg *segment
+	err error
+}
+
+// round is one group commit: write every pending batch, fdatasync every
+// dirty file, complete every waiter. Caller holds roundMu.
+func (s *Store) round() {
+	s.mu.Lock()
+	batch := s.pending
+	s.pending = s.spare[:0]
+	s.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	var dirty []dirtySeg
+	bytes := 0
+	for _, r := range batch {
+		bytes += len(*r.buf)
+		if seg, newly := r.p.write(r); newly {
+			dirty = append(dirty, dirtySeg{p: r.p, seg: seg})
+		}
+		putBuf(r.buf)
+		r.buf = nil
+	}
+	if s.opts.Fsync == FsyncAlways {
+		syncParallel(dirty)
+		for _, d := range dirty {
+			d.p.syncErr = nil
+		}
+		for _, d := range dirty {
+			if d.err != nil {
+				d.p.syncErr = d.p.syncFailed(d.seg, d.err)
+			} else {
+				d.p.synced(d.seg)
+			}
+		}
+	}
+	for _, r := range batch {
+		if r.err == nil && s.opts.Fsync == FsyncAlways && r.end > r.p.durable.Load() {
+			r.err = r.p.syncErr
+			if r.err == nil {
+				r.err = errors.New("spool log: batch not durable after sync") // unreachable by design
+			}
+		}
+		base := r.base
+		if r.err != nil {
+			base = -1
+		}
+		if r.done != nil {
+			r.done(base, r.err)
+			r.free()
+		} else {
+			r.ch <- result{base: base, err: r.err}
+		}
+	}
+	clear(batch)
+	s.mu.Lock()
+	s.spare = batch[:0]
+	s.pendingBytes -= bytes
+	if !s.closed {
+		close(s.space)
+		s.space = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// maxSyncWorkers bounds the goroutines fdatasyncing in parallel in one round.
+const maxSyncWorkers = 8
+
+// syncParallel fdatasyncs every listed segment that is still dirty (rolled
+// segments were synced by the roll), up to maxSyncWorkers at a time; the
+// workers end before it returns.
+func syncParallel(dirty []dirtySeg) {
+	var todo []*dirtySeg
+	for i := range dirty {
+		if d := &dirty[i]; d.seg.dirty {
+			d.seg.dirty = false
+			todo = append(todo, d)
+		}
+	}
+	if len(todo) == 1 {
+		todo[0].err = todo[0].seg.log.Sync()
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(todo), maxSyncWorkers) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(todo); i = int(next.Add(1)) - 1 {
+				todo[i].err = todo[i].seg.log.Sync()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// write appends r's batch to the active segment (rolling first if needed).
+// It returns the segment written and whether it just became dirty; on
+// failure r.err is set.
+func (p *Partition) write(r *request) (*segment, bool) {
+	if p.failed != nil {
+		r.err = p.failed
+		return nil, false
+	}
+	o := &p.s.opts
+	b := *r.buf
+	seg := p.active()
+	now := o.Now()
+	if seg.size > 0 && (seg.size+int64(len(b)) > o.SegmentBytes || now.Sub(seg.created) >= o.SegmentAge) {
+		if err := p.roll(); err != nil {
+			r.err = err
+			return nil, false
+		}
+		seg = p.active()
+	}
+	base := seg.next
+	setBaseOffset(b, base)
+	if _, err := seg.log.WriteAt(b, seg.size); err != nil {
+		r.err = ioError("write", seg.path, err)
+		if terr := seg.log.Truncate(seg.size); terr != nil {
+			p.failed = fmt.Errorf("spool log: partition %s: cannot truncate %s after a failed write (%v); reopen the store: %w", p.name, seg.path, terr, r.err)
+			o.Logger.Error("spool log: partition failed", "partition", p.name, "err", p.failed)
+		}
+		return nil, false
+	}
+	maxTs := int64(binary.LittleEndian.Uint64(b[offMaxTs:]))
+	p.mu.Lock()
+	if seg.size > 0 && seg.sinceIdx >= o.IndexIntervalBytes {
+		seg.entries = append(seg.entries, indexEntry{rel: uint32(base - seg.base), pos: uint32(seg.size), ts: seg.maxTs})
+		seg.sinceIdx = 0
+	}
+	if seg.size == 0 {
+		seg.created = now
+	}
+	seg.size += int64(len(b))
+	seg.next += int64(r.count)
+	seg.maxTs = max(seg.maxTs, maxTs)
+	p.mu.Unlock()
+	seg.sinceIdx += len(b)
+	newly := !seg.dirty
+	seg.dirty = true
+	p.next.Store(seg.next)
+	r.base, r.end = base, seg.next
+	return seg, newly
+}
+
+// synced records a successful fdatasync of seg.
+func (p *Partition) synced(seg *segment) {
+	seg.synced, seg.syncedNext = seg.size, seg.next
+	if seg == p.active() || seg.next > p.durable.Load() {
+		p.durable.Store(max(p.durable.Load(), seg.next))
+	}
+}
+
+// syncFailed handles a failed fdatasync of seg: after such a failure the
+// kernel may have dropped the dirty pages, so the unsynced tail is truncated
+// back to the last synced size and its appends fail.
+func (p *Partition) syncFailed(seg *segment, err error) error {
+	err = ioError("fdatasync", seg.path, err)
+	p.s.opts.Logger.Error("spool log: fdatasync failed; dropping the unsynced tail", "file", seg.path,
+		"position", seg.synced, "bytes_dropped", seg.size-seg.synced, "err", err)
+	if terr := seg.log.Truncate(seg.synced); terr != nil {
+		p.failed = fmt.Errorf("spool log: partition %s: cannot truncate %s after a failed sync (%v); reopen the store: %w", p.name, seg.path, terr, err)
+		return p.failed
+	}
+	p.mu.Lock()
+	seg.size, seg.next, seg.dirty = seg.synced, seg.syncedNext, false
+	for len(seg.entries) > 0 && int64(seg.entries[len(seg.entries)-1].pos) >= seg.size {
+		seg.entries = seg.entries[:len(seg.entries)-1]
+	}
+	seg.sinceIdx = 0
+	p.mu.Unlock()
+	p.next.Store(p.active().next)
+	return err
+}
+
+// syncDirty fdatasyncs the active segment if it has unsynced bytes
+// (FsyncInterval timer, Close).
+func (p *Partition) syncDirty() {
+	if p.failed != nil {
+		return
+	}
+	seg := p.active()
+	if seg.synced == seg.size && p.durable.Load() == seg.next {
+		return
+	}
+	seg.dirty = false
+	if err := seg.log.Sync(); err != nil {
+		p.syncFailed(seg, err)
+		return
+	}
+	p.synced(seg)
+}
+
+// Roll closes the active segment and starts a new one (no-op if it is empty).
+func (p *Partition) Roll() error {
+	p.s.roundMu.Lock()
+	defer p.s.roundMu.Unlock()
+	if p.failed != nil {
+		return p.failed
+	}
+	p.mu.RLock()
+	closed := p.closed
+	p.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	return p.roll()
+}
+
+func (p *Partition) roll() error {
+	old := p.active()
+	if old.size == 0 {
+		return nil
+	}
+	fsys := p.s.opts.FS
+	if old.synced < old.size || old.dirty {
+		old.dirty = false
+		if err := old.log.Sync(); err != nil {
+			return p.syncFailed(old, err)
+		}
+		p.synced(old)
+	}
+	if err := old.writeIndexes(fsys); err != nil {
+		return ioError("index write", old.idxPath(), err)
+	}
+	seg, err := openSegment(fsys, p.dir, old.next, true)
+	if err != nil {
+		return ioError("segment create", p.dir, err)
+	}
+	if err := fsys.SyncDir(p.dir); err != nil {
+		seg.closeFiles()
+		removeSegmentFiles(fsys, p.dir, seg.base)
+		return ioError("directory sync", p.dir, err)
+	}
+	seg.entries = []indexEntry{}
+	p.mu.Lock()
+	old.closed, old.nIdx, old.entries = true, len(old.entries), nil
+	p.segs = append(p.segs, seg)
+	p.mu.Unlock()
+	return nil
+}
+
+// maintain rolls an old active segment and applies retention. Caller holds roundMu.
+func (p *Partition) maintain() error {
+	if p.failed != nil {
+		return nil
+	}
+	o := &p.s.opts
+	now := o.Now()
+	if seg := p.active(); seg.size > 0 && now.Sub(seg.created) >= o.SegmentAge {
+		if err := p.roll(); err != nil {
+			return err
+		}
+	}
+	if o.RetentionAge == 0 && o.RetentionBytes == 0 {
+		return nil
+	}
+	var total int64
+	for _, seg := range p.segs {
+		total += seg.size
+	}
+	cut := now.Add(-o.RetentionAge).UnixMilli()
+	i := 0
+	for ; i < len(p.segs)-1; i++ {
+		seg := p.segs[i]
+		old := o.RetentionAge > 0 && seg.maxTs < cut
+		big := o.RetentionBytes > 0 && total > o.RetentionBytes
+		if !old && !big {
+			break
+		}
+		total -= seg.size
+	}
+	if i == 0 {
+		return nil
+	}
+	newStart := p.segs[i].base
+	if err := writeLogStart(o.FS, p.dir, newStart); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	gone := slices.Clone(p.segs[:i])
+	p.segs = slices.Clone(p.segs[i:])
+	p.start = newStart
+	p.mu.Unlock()
+	p.startA.Store(newStart)
+	for _, seg := range gone {
+		seg.closeFiles()
+		removeSegmentFiles(o.FS, p.dir, seg.base)
+	}
+	if err := o.FS.SyncDir(p.dir); err != nil {
+		o.Logger.Warn("spool log: directory sync after retention", "dir", p.dir, "err", err)
+	}
+	o.Logger.Info("spool log: retention deleted segments", "partition", p.name, "segments", len(gone), "log_start", newStart)
+	return nil
+}

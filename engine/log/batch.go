@@ -1,0 +1,383 @@
+package log
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+)
+
+// Batch framing. The layout is documented byte by byte in docs/storage-format.md;
+// the constants below are the single source of truth for the code.
+const (
+	// BatchHeaderSize is the fixed size of a batch header in bytes.
+	BatchHeaderSize = 70
+	// BatchMagic is the format version byte at offset 8 of every batch.
+	BatchMagic = 1
+
+	offLength     = 0
+	offCRC        = 4
+	offMagic      = 8
+	offType       = 9
+	offFlags      = 10
+	offRaftIndex  = 12
+	offRaftTerm   = 20
+	offBaseOffset = 28
+	offCount      = 36
+	offProducerID = 40
+	offEpoch      = 48
+	offBaseSeq    = 50
+	offFirstTs    = 54
+	offMaxTs      = 62
+
+	// minRecordSize is the smallest possible encoded record: length, timestamp
+	// delta, offset delta, id, key, value and header count, one byte each.
+	minRecordSize = 7
+	// MaxBatchRecords bounds the record count of any batch the decoder accepts.
+	MaxBatchRecords = 1 << 22
+	// maxBatchLength bounds the Length field the decoder accepts (hostile input).
+	maxBatchLength = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// BatchType says whether a batch carries data records (which take offsets) or
+// raft-internal entries (which take none, so data offsets stay contiguous).
+type BatchType uint8
+
+const (
+	// BatchData holds records that are assigned offsets BaseOffset..BaseOffset+Count-1.
+	BatchData BatchType = 0
+	// BatchRaft holds raft-internal entries (empty entries, configuration changes).
+	// Its BaseOffset is the next data offset at the time it was written; it takes no offset.
+	BatchRaft BatchType = 1
+)
+
+// BatchHeader is the fixed-size header in front of every batch on disk.
+type BatchHeader struct {
+	Length         uint32 // total batch size in bytes, header included
+	CRC            uint32 // CRC32C (Castagnoli) of bytes [8, Length)
+	Type           BatchType
+	RaftIndex      uint64
+	RaftTerm       uint64 // 0 until replication
+	BaseOffset     int64
+	Count          uint32
+	ProducerID     int64
+	ProducerEpoch  int16
+	BaseSequence   int32
+	FirstTimestamp int64 // unix ms of the first record
+	MaxTimestamp   int64 // largest record timestamp in the batch
+}
+
+// Offsets returns how many data offsets the batch takes.
+func (h BatchHeader) Offsets() int64 {
+	if h.Type != BatchData {
+		return 0
+	}
+	return int64(h.Count)
+}
+
+// ErrBadBatch is wrapped by every decoding error.
+var ErrBadBatch = errors.New("bad batch")
+
+func badBatch(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadBatch, fmt.Sprintf(format, args...))
+}
+
+// EncodedBatchSize returns the exact size EncodeBatch will produce for recs.
+func EncodedBatchSize(recs []Record) int { return encodedBatchSize(recs, 0) }
+
+func encodedBatchSize(recs []Record, defTs int64) int {
+	n := BatchHeaderSize
+	var first int64
+	if len(recs) > 0 {
+		first = tsOrDefault(recs[0].Timestamp, defTs)
+	}
+	for i := range recs {
+		b := recordBodySize(&recs[i], first, i, defTs)
+		n += uvarintLen(uint64(b)) + b
+	}
+	return n
+}
+
+func tsOrDefault(ts, def int64) int64 {
+	if ts == 0 {
+		return def
+	}
+	return ts
+}
+
+func recordBodySize(r *Record, first int64, i int, defTs int64) int {
+	n := varintLen(tsOrDefault(r.Timestamp, defTs)-first) + uvarintLen(uint64(i))
+	n += uvarintLen(uint64(len(r.ID))) + len(r.ID)
+	n += uvarintLen(uint64(len(r.Key))) + len(r.Key)
+	n += uvarintLen(uint64(len(r.Value))) + len(r.Value)
+	n += uvarintLen(uint64(len(r.Headers)))
+	for _, h := range r.Headers {
+		n += uvarintLen(uint64(len(h.Key))) + len(h.Key)
+		n += uvarintLen(uint64(len(h.Value))) + len(h.Value)
+	}
+	return n
+}
+
+// EncodeBatch appends the encoding of hdr and recs to dst and returns it.
+// Length, CRC, Count, FirstTimestamp and MaxTimestamp are computed from recs;
+// the other header fields are taken from hdr. Record.Offset is ignored: the
+// record at index i gets offset hdr.BaseOffset+i.
+func EncodeBatch(dst []byte, hdr BatchHeader, recs []Record) []byte {
+	return encodeBatch(dst, hdr, recs, 0)
+}
+
+// encodeBatch is EncodeBatch where a record timestamp of 0 is replaced by defTs.
+func encodeBatch(dst []byte, hdr BatchHeader, recs []Record, defTs int64) []byte {
+	start := len(dst)
+	if len(recs) > 0 {
+		hdr.FirstTimestamp = tsOrDefault(recs[0].Timestamp, defTs)
+		hdr.MaxTimestamp = hdr.FirstTimestamp
+		for i := range recs {
+			if ts := tsOrDefault(recs[i].Timestamp, defTs); ts > hdr.MaxTimestamp {
+				hdr.MaxTimestamp = ts
+			}
+		}
+	}
+	hdr.Count = uint32(len(recs))
+	var h [BatchHeaderSize]byte
+	dst = append(dst, h[:]...)
+	for i := range recs {
+		r := &recs[i]
+		dst = binary.AppendUvarint(dst, uint64(recordBodySize(r, hdr.FirstTimestamp, i, defTs)))
+		dst = binary.AppendVarint(dst, tsOrDefault(r.Timestamp, defTs)-hdr.FirstTimestamp)
+		dst = binary.AppendUvarint(dst, uint64(i))
+		dst = appendBytes(dst, r.ID)
+		dst = appendBytes(dst, r.Key)
+		dst = appendBytes(dst, r.Value)
+		dst = binary.AppendUvarint(dst, uint64(len(r.Headers)))
+		for _, hd := range r.Headers {
+			dst = binary.AppendUvarint(dst, uint64(len(hd.Key)))
+			dst = append(dst, hd.Key...)
+			dst = appendBytes(dst, hd.Value)
+		}
+	}
+	b := dst[start:]
+	hdr.Length = uint32(len(b))
+	putHeader(b, hdr)
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offMagic:], castagnoli))
+	return dst
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+func putHeader(b []byte, h BatchHeader) {
+	le := binary.LittleEndian
+	le.PutUint32(b[offLength:], h.Length)
+	le.PutUint32(b[offCRC:], h.CRC)
+	b[offMagic] = BatchMagic
+	b[offType] = byte(h.Type)
+	le.PutUint16(b[offFlags:], 0)
+	le.PutUint64(b[offRaftIndex:], h.RaftIndex)
+	le.PutUint64(b[offRaftTerm:], h.RaftTerm)
+	le.PutUint64(b[offBaseOffset:], uint64(h.BaseOffset))
+	le.PutUint32(b[offCount:], h.Count)
+	le.PutUint64(b[offProducerID:], uint64(h.ProducerID))
+	le.PutUint16(b[offEpoch:], uint16(h.ProducerEpoch))
+	le.PutUint32(b[offBaseSeq:], uint32(h.BaseSequence))
+	le.PutUint64(b[offFirstTs:], uint64(h.FirstTimestamp))
+	le.PutUint64(b[offMaxTs:], uint64(h.MaxTimestamp))
+}
+
+// setBaseOffset rewrites the base offset of an encoded batch and its CRC.
+func setBaseOffset(b []byte, base int64) {
+	binary.LittleEndian.PutUint64(b[offBaseOffset:], uint64(base))
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offMagic:], castagnoli))
+}
+
+// DecodeBatchHeader parses and sanity-checks the fixed header at the start of
+// buf. It does not check the CRC nor that the whole batch is present.
+func DecodeBatchHeader(buf []byte) (BatchHeader, error) {
+	var h BatchHeader
+	if len(buf) < BatchHeaderSize {
+		return h, badBatch("short header: %d bytes", len(buf))
+	}
+	le := binary.LittleEndian
+	h.Length = le.Uint32(buf[offLength:])
+	h.CRC = le.Uint32(buf[offCRC:])
+	if buf[offMagic] != BatchMagic {
+		return h, badBatch("magic %d, want %d", buf[offMagic], BatchMagic)
+	}
+	h.Type = BatchType(buf[offType])
+	if h.Type != BatchData && h.Type != BatchRaft {
+		return h, badBatch("unknown type %d", h.Type)
+	}
+	if f := le.Uint16(buf[offFlags:]); f != 0 {
+		return h, badBatch("unknown flags %#x", f)
+	}
+	h.RaftIndex = le.Uint64(buf[offRaftIndex:])
+	h.RaftTerm = le.Uint64(buf[offRaftTerm:])
+	h.BaseOffset = int64(le.Uint64(buf[offBaseOffset:]))
+	h.Count = le.Uint32(buf[offCount:])
+	h.ProducerID = int64(le.Uint64(buf[offProducerID:]))
+	h.ProducerEpoch = int16(le.Uint16(buf[offEpoch:]))
+	h.BaseSequence = int32(le.Uint32(buf[offBaseSeq:]))
+	h.FirstTimestamp = int64(le.Uint64(buf[offFirstTs:]))
+	h.MaxTimestamp = int64(le.Uint64(buf[offMaxTs:]))
+	if h.Length < BatchHeaderSize || h.Length > maxBatchLength {
+		return h, badBatch("length %d out of range", h.Length)
+	}
+	if h.Count > MaxBatchRecords || uint64(h.Count)*minRecordSize > uint64(h.Length-BatchHeaderSize) {
+		return h, badBatch("record count %d does not fit in %d bytes", h.Count, h.Length)
+	}
+	if h.Type == BatchData && h.Count == 0 {
+		return h, badBatch("data batch without records")
+	}
+	if h.BaseOffset < 0 || h.BaseOffset > 1<<62 {
+		return h, badBatch("base offset %d out of range", h.BaseOffset)
+	}
+	return h, nil
+}
+
+// DecodeBatch decodes the batch at the start of buf, checking its CRC and every
+// length against the buffer. Returned records alias buf (header keys are copied).
+// n is the number of bytes the batch occupies.
+func DecodeBatch(buf []byte) (BatchHeader, []Record, int, error) {
+	h, recs, err := decodeBatchInto(buf, nil, 0, 1<<62)
+	if err != nil {
+		return h, nil, 0, err
+	}
+	return h, recs, int(h.Length), nil
+}
+
+// checkBatch validates header, CRC and the whole batch length at the start of buf.
+func checkBatch(buf []byte) (BatchHeader, error) {
+	h, err := DecodeBatchHeader(buf)
+	if err != nil {
+		return h, err
+	}
+	if uint64(h.Length) > uint64(len(buf)) {
+		return h, badBatch("length %d beyond the %d bytes available", h.Length, len(buf))
+	}
+	if c := crc32.Checksum(buf[offMagic:h.Length], castagnoli); c != h.CRC {
+		return h, badBatch("crc %#08x, want %#08x", c, h.CRC)
+	}
+	return h, nil
+}
+
+// decodeBatchInto checks the batch at the start of buf and appends to dst its
+// records whose offsets lie in [lo, hi). All records are validated either way.
+func decodeBatchInto(buf []byte, dst []Record, lo, hi int64) (BatchHeader, []Record, error) {
+	h, err := checkBatch(buf)
+	if err != nil {
+		return h, dst, err
+	}
+	dst, err = decodeRecords(buf[BatchHeaderSize:h.Length], h, dst, lo, hi)
+	return h, dst, err
+}
+
+func decodeRecords(b []byte, h BatchHeader, dst []Record, lo, hi int64) ([]Record, error) {
+	maxTs := h.FirstTimestamp
+	for i := uint32(0); i < h.Count; i++ {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return dst, badBatch("record %d: bad length", i)
+		}
+		body := b[n : n+int(l)]
+		b = b[n+int(l):]
+		var r Record
+		if err := decodeRecord(body, &r, h, i); err != nil {
+			return dst, err
+		}
+		if r.Timestamp > maxTs {
+			maxTs = r.Timestamp
+		}
+		if h.Type != BatchData || r.Offset < lo || r.Offset >= hi {
+			continue
+		}
+		dst = append(dst, r)
+	}
+	if len(b) != 0 {
+		return dst, badBatch("%d trailing bytes after %d records", len(b), h.Count)
+	}
+	if h.Count > 0 && maxTs != h.MaxTimestamp {
+		return dst, badBatch("max timestamp %d, header says %d", maxTs, h.MaxTimestamp)
+	}
+	return dst, nil
+}
+
+func decodeRecord(b []byte, r *Record, h BatchHeader, i uint32) error {
+	d, n := binary.Varint(b)
+	if n <= 0 {
+		return badBatch("record %d: bad timestamp", i)
+	}
+	b = b[n:]
+	r.Timestamp = h.FirstTimestamp + d
+	od, n := binary.Uvarint(b)
+	if n <= 0 || od != uint64(i) {
+		return badBatch("record %d: offset delta %d", i, od)
+	}
+	b = b[n:]
+	r.Offset = h.BaseOffset + int64(i)
+	var ok bool
+	if r.ID, b, ok = takeBytes(b); !ok {
+		return badBatch("record %d: bad id", i)
+	}
+	if r.Key, b, ok = takeBytes(b); !ok {
+		return badBatch("record %d: bad key", i)
+	}
+	if r.Value, b, ok = takeBytes(b); !ok {
+		return badBatch("record %d: bad value", i)
+	}
+	nh, n := binary.Uvarint(b)
+	if n <= 0 || nh > uint64(len(b)-n)/2 {
+		return badBatch("record %d: bad header count", i)
+	}
+	b = b[n:]
+	if nh > 0 {
+		r.Headers = make([]Header, nh)
+		for j := range r.Headers {
+			var k, v []byte
+			if k, b, ok = takeBytes(b); !ok {
+				return badBatch("record %d: bad header key", i)
+			}
+			if v, b, ok = takeBytes(b); !ok {
+				return badBatch("record %d: bad header value", i)
+			}
+			r.Headers[j] = Header{Key: string(k), Value: v}
+		}
+	}
+	if len(b) != 0 {
+		return badBatch("record %d: %d trailing bytes", i, len(b))
+	}
+	return nil
+}
+
+// takeBytes reads a uvarint length and that many bytes. An empty field is nil.
+func takeBytes(b []byte) (v, rest []byte, ok bool) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l > uint64(len(b)-n) {
+		return nil, b, false
+	}
+	if l == 0 {
+		return nil, b[n:], true
+	}
+	end := n + int(l)
+	return b[n:end:end], b[end:], true
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}

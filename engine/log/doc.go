@@ -1,0 +1,19 @@
+// Package log is Spool's single-node partition log: the on-disk storage of
+// one data directory.
+//
+// It owns segment files and their batch framing (header + CRC32C, see
+// EncodeBatch), the sparse offset and time indexes, recovery on open (torn
+// tails are truncated, corruption before the tail is a *CorruptionError),
+// group commit with fdatasync (Store.Run is the one appender per data
+// directory), segment rolls, retention and the persisted log start offset.
+// The byte-level format, recovery rules, durability modes and limits are in
+// docs/storage-format.md; the lock order is in LOCKS.md.
+//
+// Durability: with FsyncAlways (the default) Append returns only after the
+// batch is fdatasynced; with FsyncInterval it returns after write(2) and
+// acknowledged data can be lost on power loss.
+//
+// This package must never import Redis, Prometheus, gRPC, the sidecar or any
+// other Spool package: it sits at the bottom of engine/, and engine/raft
+// builds its raft.Storage on top of it. Metrics belong in hooks, not here.
+package log

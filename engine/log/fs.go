@@ -1,0 +1,96 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// File is the part of an open file the log uses.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	// Sync makes the file's data durable (fdatasync on the OS).
+	Sync() error
+	Truncate(size int64) error
+	Stat() (os.FileInfo, error)
+	Close() error
+}
+
+// FS is the file-system layer. OSFS is the real one; MemFS is an in-memory
+// twin for fault injection (crashes, ENOSPC, EIO).
+type FS interface {
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	Remove(name string) error
+	Rename(oldname, newname string) error
+	ReadDir(name string) ([]os.DirEntry, error)
+	MkdirAll(name string, perm os.FileMode) error
+	// SyncDir makes creations, renames and removals in directory name durable.
+	SyncDir(name string) error
+	// Lock takes an exclusive advisory lock on file name (created if needed),
+	// failing at once with ErrLocked if someone else holds it.
+	Lock(name string) (io.Closer, error)
+}
+
+// OSFS is the real file system. Sync is fdatasync(2); Lock is flock(2).
+type OSFS struct{}
+
+type osFile struct {
+	*os.File
+	fd int
+}
+
+func (f osFile) Sync() error {
+	for {
+		err := unix.Fdatasync(f.fd)
+		if err != unix.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{File: f, fd: int(f.Fd())}, nil
+}
+
+func (OSFS) Remove(name string) error                     { return os.Remove(name) }
+func (OSFS) Rename(o, n string) error                     { return os.Rename(o, n) }
+func (OSFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
+func (OSFS) MkdirAll(name string, perm os.FileMode) error { return os.MkdirAll(name, perm) }
+
+func (OSFS) SyncDir(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (OSFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, name)
+		}
+		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
+	}
+	return f, nil // closing the file releases the lock
+}

@@ -1,0 +1,156 @@
+package log
+
+import (
+	"fmt"
+	"io"
+	"sort"
+)
+
+// Read returns records with offsets in [offset, upTo), decoded from whole
+// batches totalling about maxBytes (at least one record if any exist, even if
+// it is bigger). Records come from one segment per call; call again from the
+// next offset for more. Returned values alias a buffer allocated for this call
+// and owned by the returned slice only. dst is reused.
+//
+// An offset below StartOffset or above NextOffset is an *OffsetOutOfRangeError;
+// offset == NextOffset (or >= upTo) returns no records and no error.
+func (p *Partition) Read(offset int64, maxBytes int, upTo int64, dst []Record) ([]Record, error) {
+	dst = dst[:0]
+	maxBytes = min(max(maxBytes, 1), p.s.opts.MaxReadBytes)
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return dst, ErrClosed
+	}
+	end := p.active().next
+	if offset < p.start || offset > end {
+		return dst, &OffsetOutOfRangeError{Offset: offset, Start: p.start, End: end}
+	}
+	end = min(end, upTo)
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset }) - 1
+	for ; i >= 0 && i < len(p.segs) && offset < end; i++ {
+		seg := p.segs[i]
+		var err error
+		dst, err = p.readSegment(seg, offset, end, maxBytes, dst)
+		if err != nil || len(dst) > 0 {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, dst []Record) ([]Record, error) {
+	corrupt := func(pos, off int64, err error) error {
+		return &CorruptionError{File: seg.path, Position: pos, Offset: off, Reason: err.Error()}
+	}
+	pos := seg.lookup(offset)
+	var hb [BatchHeaderSize]byte
+	var first BatchHeader
+	// Skip whole batches that end before offset, reading headers only.
+	for {
+		if pos >= seg.size {
+			return dst, nil
+		}
+		if _, err := seg.log.ReadAt(hb[:], pos); err != nil {
+			return dst, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+		}
+		h, err := DecodeBatchHeader(hb[:])
+		if err != nil {
+			return dst, corrupt(pos, offset, err)
+		}
+		if int64(h.Length) > seg.size-pos {
+			return dst, corrupt(pos, offset, fmt.Errorf("batch of %d bytes runs past the segment end", h.Length))
+		}
+		if h.BaseOffset >= end {
+			return dst, nil
+		}
+		if h.Type == BatchData && h.BaseOffset+int64(h.Count) > offset {
+			first = h
+			break
+		}
+		pos += int64(h.Length)
+	}
+	n := min(max(int64(maxBytes), int64(first.Length)), seg.size-pos)
+	buf := make([]byte, n)
+	got, err := seg.log.ReadAt(buf, pos)
+	if int64(got) < n && err != nil && err != io.EOF {
+		return dst, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+	}
+	buf = buf[:got]
+	for len(buf) >= BatchHeaderSize {
+		h, err := DecodeBatchHeader(buf)
+		if err != nil {
+			return dst, corrupt(pos, offset, err)
+		}
+		if int(h.Length) > len(buf) {
+			if len(dst) == 0 {
+				return dst, corrupt(pos, offset, fmt.Errorf("short batch: %d of %d bytes", len(buf), h.Length))
+			}
+			break // the rest is for the next call
+		}
+		if h.BaseOffset >= end {
+			break
+		}
+		before := len(dst)
+		if _, dst, err = decodeBatchInto(buf, dst, offset, end); err != nil {
+			return dst[:before], corrupt(pos, h.BaseOffset, err)
+		}
+		if before == 0 && len(dst) > 0 && dst[0].Offset != offset {
+			return dst[:0], corrupt(pos, offset, fmt.Errorf("first record has offset %d", dst[0].Offset))
+		}
+		pos += int64(h.Length)
+		buf = buf[h.Length:]
+	}
+	return dst, nil
+}
+
+// OffsetForTime returns the first offset whose record timestamp is >= ts, or
+// NextOffset if there is none. Timestamps need not be monotonic.
+func (p *Partition) OffsetForTime(ts int64) (int64, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return 0, ErrClosed
+	}
+	for _, seg := range p.segs {
+		if seg.maxTs < ts || seg.next <= p.start {
+			continue
+		}
+		off, found, err := p.searchTime(seg, ts)
+		if err != nil || found {
+			return max(off, p.start), err
+		}
+	}
+	return p.active().next, nil
+}
+
+func (p *Partition) searchTime(seg *segment, ts int64) (int64, bool, error) {
+	pos := seg.timeLookup(ts)
+	var hb [BatchHeaderSize]byte
+	for pos < seg.size {
+		if _, err := seg.log.ReadAt(hb[:], pos); err != nil {
+			return 0, false, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+		}
+		h, err := DecodeBatchHeader(hb[:])
+		if err != nil || int64(h.Length) > seg.size-pos {
+			return 0, false, &CorruptionError{File: seg.path, Position: pos, Offset: -1, Reason: fmt.Sprint("bad batch header: ", err)}
+		}
+		if h.Type == BatchData && h.MaxTimestamp >= ts && h.BaseOffset+int64(h.Count) > p.start {
+			buf := make([]byte, h.Length)
+			if _, err := seg.log.ReadAt(buf, pos); err != nil {
+				return 0, false, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+			}
+			_, recs, err := decodeBatchInto(buf, nil, p.start, 1<<62)
+			if err != nil {
+				return 0, false, &CorruptionError{File: seg.path, Position: pos, Offset: h.BaseOffset, Reason: err.Error()}
+			}
+			for _, r := range recs {
+				if r.Timestamp >= ts {
+					return r.Offset, true, nil
+				}
+			}
+		}
+		pos += int64(h.Length)
+	}
+	return 0, false, nil
+}

@@ -1,0 +1,232 @@
+package log
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Store owns one data directory: its lock, its partitions and the single
+// appender (Run) that writes and syncs all of them.
+type Store struct {
+	dir  string
+	opts Options
+	lock io.Closer
+
+	// roundMu is held for every mutation of partition files: append rounds,
+	// interval syncs, rolls, retention, Close. See LOCKS.md.
+	roundMu sync.Mutex
+
+	pmu   sync.Mutex // guards parts and order; held while opening a partition
+	parts map[string]*Partition
+	order []*Partition
+
+	mu           sync.Mutex // guards the queue below; a leaf lock
+	pending      []*request
+	spare        []*request
+	pendingBytes int
+	space        chan struct{} // closed and replaced when pendingBytes drops
+	closed       bool
+
+	wake    chan struct{} // cap 1: there is pending work
+	closing chan struct{} // closed by Close
+	running atomic.Bool
+}
+
+// OpenStore locks dir (creating it if needed) and returns a Store. Partitions
+// are opened lazily by Partition. Call Run to start appending.
+func OpenStore(dir string, opts Options) (*Store, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	fsys := opts.FS
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, notWritable(dir, err)
+	}
+	lock, err := fsys.Lock(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		if errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("spool log: data dir %s: %w", dir, err)
+		}
+		return nil, notWritable(dir, err)
+	}
+	// Probe writability now rather than on the first append.
+	probe := filepath.Join(dir, "write-probe.tmp")
+	f, err := fsys.OpenFile(probe, os.O_RDWR|os.O_CREATE, 0o644)
+	if err == nil {
+		_, err = f.WriteAt([]byte{0}, 0)
+		f.Close()
+		fsys.Remove(probe)
+	}
+	if err != nil {
+		lock.Close()
+		return nil, notWritable(dir, err)
+	}
+	return &Store{
+		dir: dir, opts: opts, lock: lock,
+		parts: map[string]*Partition{},
+		space: make(chan struct{}), wake: make(chan struct{}, 1), closing: make(chan struct{}),
+	}, nil
+}
+
+func notWritable(dir string, err error) error {
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+		return fmt.Errorf("spool log: data dir %s is not writable (%w): give the spool user write access to it, or point the data dir at a writable volume", dir, err)
+	}
+	return fmt.Errorf("spool log: cannot use data dir %s: %w", dir, err)
+}
+
+// Partition opens the named partition, creating it if it does not exist.
+// Opening recovers it: a torn tail is truncated, corruption before the tail
+// is a *CorruptionError.
+func (s *Store) Partition(name string) (*Partition, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if p, ok := s.parts[name]; ok {
+		return p, nil
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	p, err := openPartition(s, name)
+	if err != nil {
+		return nil, err
+	}
+	p.id = len(s.order)
+	s.parts[name] = p
+	s.order = append(s.order, p)
+	return p, nil
+}
+
+// Partitions returns the names of the partitions found in the data dir.
+func (s *Store) Partitions() []string {
+	ents, err := s.opts.FS.ReadDir(s.dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && checkName(e.Name()) == nil {
+			out = append(out, e.Name())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (s *Store) partitions() []*Partition {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	return slices.Clone(s.order)
+}
+
+// Run is the one appender goroutine of the data dir. Each round it drains
+// the pending appends of all partitions, writes them, fdatasyncs every dirty
+// file (in parallel) and then completes every waiter. It also syncs on the
+// FsyncInterval timer, rolls old segments and applies retention. It returns
+// when ctx ends or the Store is closed.
+func (s *Store) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer s.running.Store(false)
+	var syncC <-chan time.Time
+	if s.opts.Fsync == FsyncInterval {
+		t := time.NewTicker(s.opts.FsyncInterval)
+		defer t.Stop()
+		syncC = t.C
+	}
+	maint := time.NewTicker(s.opts.MaintenanceInterval)
+	defer maint.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.closing:
+			return nil
+		case <-s.wake:
+			s.roundMu.Lock()
+			s.round()
+			s.roundMu.Unlock()
+		case <-syncC:
+			s.roundMu.Lock()
+			for _, p := range s.partitions() {
+				p.syncDirty()
+			}
+			s.roundMu.Unlock()
+		case <-maint.C:
+			if err := s.Maintain(); err != nil {
+				s.opts.Logger.Error("spool log: maintenance", "dir", s.dir, "err", err)
+			}
+		}
+	}
+}
+
+// Maintain rolls active segments older than SegmentAge and applies retention
+// to every open partition. Run calls it every MaintenanceInterval.
+func (s *Store) Maintain() error {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	var errs []error
+	for _, p := range s.partitions() {
+		errs = append(errs, p.maintain())
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops accepting appends, writes and syncs what was already accepted,
+// persists the indexes, closes every file and releases the directory lock.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.closed = true
+	close(s.closing)
+	close(s.space)
+	s.mu.Unlock()
+
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	s.round()
+	var errs []error
+	for _, p := range s.partitions() {
+		errs = append(errs, p.close())
+	}
+	errs = append(errs, s.lock.Close())
+	return errors.Join(errs...)
+}
+
+func (p *Partition) close() error {
+	var errs []error
+	if p.failed == nil {
+		p.syncDirty()
+		seg := p.active()
+		if err := seg.writeIndexes(p.s.opts.FS); err != nil {
+			errs = append(errs, fmt.Errorf("spool log: write index of %s: %w", seg.path, err))
+		}
+	}
+	p.mu.Lock()
+	p.closed = true
+	for _, seg := range p.segs {
+		seg.closeFiles()
+	}
+	p.mu.Unlock()
+	return errors.Join(errs...)
+}
