@@ -20,7 +20,7 @@ func (t *Tracker[T]) checkInternal() error {
 		prevOff = e.offset
 		if e.timerIdx != none {
 			timed++
-			if int(e.timerIdx) >= len(t.timers) || t.timers[e.timerIdx].seq != s || !t.timers[e.timerIdx].at.Equal(e.deadline) {
+			if int(e.timerIdx) >= len(t.timers) || t.timers[e.timerIdx].seq != s || t.timers[e.timerIdx].at != int64(e.deadline.Sub(t.epoch)) {
 				return fmt.Errorf("offset %d: timer index %d broken", e.offset, e.timerIdx)
 			}
 		}

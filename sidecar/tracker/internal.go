@@ -163,16 +163,26 @@ func (h *readyHeap) pop() int64 {
 	return s
 }
 
+// timerItem is a deadline in nanoseconds since the tracker's epoch (its
+// first deadline), so that comparisons are integer compares; times are
+// subtracted with time.Time.Sub, which uses the monotonic clock reading when
+// the driver's times carry one.
 type timerItem struct {
-	at  time.Time
+	at  int64
 	seq int64
 }
 
 func (a timerItem) less(b timerItem) bool {
-	if a.at.Equal(b.at) {
-		return a.seq < b.seq
+	return a.at < b.at || a.at == b.at && a.seq < b.seq
+}
+
+// since returns the time as nanoseconds since the epoch, setting the epoch
+// on first use.
+func (t *Tracker[T]) since(at time.Time) int64 {
+	if !t.hasEpoch {
+		t.epoch, t.hasEpoch = at, true
 	}
-	return a.at.Before(b.at)
+	return int64(at.Sub(t.epoch))
 }
 
 // Timer heap: a min-heap by time of the entries with a deadline; each entry
@@ -221,7 +231,7 @@ func (t *Tracker[T]) timerPush(seq int64, at time.Time) {
 	e := t.win.at(seq)
 	e.deadline = at
 	e.timerIdx = int32(len(t.timers))
-	t.timers = append(t.timers, timerItem{at, seq})
+	t.timers = append(t.timers, timerItem{t.since(at), seq})
 	t.timerUp(len(t.timers) - 1)
 }
 
@@ -246,7 +256,7 @@ func (t *Tracker[T]) timerMove(seq int64, at time.Time) {
 	e := t.win.at(seq)
 	e.deadline = at
 	i := int(e.timerIdx)
-	t.timers[i].at = at
+	t.timers[i].at = t.since(at)
 	if !t.timerDown(i) {
 		t.timerUp(i)
 	}

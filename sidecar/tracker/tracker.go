@@ -87,10 +87,12 @@ type Tracker[T any] struct {
 	lastToken  uint64
 	paused     bool
 
-	ready  readyHeap   // deliverable now: stReady entries that head their lane (or have none)
-	timers []timerItem // stInFlight, stBackoff, stDLWait entries by deadline
-	lanes  map[string]lane
-	dlq    seqQueue // stDLQueued entries, FIFO
+	ready    readyHeap   // deliverable now: stReady entries that head their lane (or have none)
+	timers   []timerItem // stInFlight, stBackoff, stDLWait entries by deadline
+	epoch    time.Time   // timers count from here
+	hasEpoch bool
+	lanes    map[string]lane
+	dlq      seqQueue // stDLQueued entries, FIFO
 
 	inFlight, pending, parked, dead, done int
 }
@@ -409,7 +411,11 @@ func (t *Tracker[T]) complete(seq int64, e *entry[T]) {
 // appended to dst), due retries become deliverable and failed dead-letter
 // publishes are offered again.
 func (t *Tracker[T]) Tick(now time.Time, dst []Event) []Event {
-	for len(t.timers) > 0 && !t.timers[0].at.After(now) {
+	if len(t.timers) == 0 {
+		return dst
+	}
+	limit := t.since(now)
+	for len(t.timers) > 0 && t.timers[0].at <= limit {
 		seq := t.timers[0].seq
 		t.timerRemove(seq)
 		e := t.win.at(seq)
@@ -518,7 +524,7 @@ func (t *Tracker[T]) NextDeadline() (time.Time, bool) {
 	if len(t.timers) == 0 {
 		return time.Time{}, false
 	}
-	return t.timers[0].at, true
+	return t.win.at(t.timers[0].seq).deadline, true
 }
 
 // Pause stops (true) or resumes (false) handing out deliveries; in-flight
