@@ -17,12 +17,16 @@ import (
 // SyntaxError is a problem found while decoding the YAML file, before any
 // value is checked: an unknown field, a malformed duration. Line is 1-based.
 type SyntaxError struct {
+	File  string // set by Load
 	Line  int
 	Field string // path like "subscriptions[0].backof"
 	Msg   string
 }
 
 func (e *SyntaxError) Error() string {
+	if e.File != "" {
+		return fmt.Sprintf("config: %s: line %d: %s: %s", e.File, e.Line, e.Field, e.Msg)
+	}
 	return fmt.Sprintf("config: line %d: %s: %s", e.Line, e.Field, e.Msg)
 }
 
@@ -40,6 +44,10 @@ func Load(path string) (*Config, error) {
 // Parse is Load for a file already read.
 func Parse(data []byte) (*Config, error) {
 	c, err := decode(data)
+	var se *SyntaxError
+	if err != nil && !errors.As(err, &se) {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -60,24 +68,33 @@ func decodeFile(path string) (*Config, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	c, err := decode(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err == nil {
+		return c, nil
 	}
-	return c, nil
+	var se *SyntaxError
+	if !errors.As(err, &se) { // a single error from yaml.v3
+		return nil, fmt.Errorf("config: %s: %w", path, err)
+	}
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		e.(*SyntaxError).File = path
+	}
+	return nil, err
 }
 
-// decode turns YAML into a Config without defaults or validation, except
+// decode turns YAML into a Config without defaults or validation (errors
+// are []*SyntaxError joined, or one unprefixed error from yaml.v3), except
 // topic retention, whose default (168h) is filled here when the field is
 // absent because 0 means forever. An empty document is an empty Config.
 //
 // Two passes: the first walks the YAML tree against the Config type and
-// reports every unknown field and malformed duration with its line and path
-// (yaml.v3 stops at the first and names Go types, not our paths); the second
-// is yaml.v3's strict decoder (KnownFields), which reports type errors.
+// reports every unknown field, malformed duration and value of the wrong
+// kind with its line and path (yaml.v3 stops at the first and names Go
+// types, not our paths); the second is yaml.v3's strict decoder
+// (KnownFields), which then finds nothing left to reject but overflows.
 func decode(data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	var c Config
 	if root.Kind == 0 { // empty file or only comments
@@ -91,11 +108,11 @@ func decode(data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, err
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err != io.EOF {
-		return nil, errors.New("config: the file holds more than one YAML document (---); put everything in one")
+		return nil, errors.New("the file holds more than one YAML document (---); put everything in one")
 	}
 	for i := range c.Topics {
 		if !w.present[fmt.Sprintf("topics[%d].retention", i)] {
@@ -124,8 +141,12 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	}
 	switch {
 	case t == durationType:
-		if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
-			return // the decoder reports the type error
+		if n.ShortTag() == "!!null" {
+			return
+		}
+		if n.Kind != yaml.ScalarNode {
+			w.typeErr(n, path, "a duration, like 30s")
+			return
 		}
 		// A bare number (even 0) is refused: yaml.v3 will not decode one into
 		// a duration, and "30" is ambiguous anyway.
@@ -133,7 +154,21 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.errs = append(w.errs, &SyntaxError{Line: n.Line, Field: path,
 				Msg: fmt.Sprintf("%s is not a duration: write a number with a unit, like 0s, 50ms, 30s, 1h30m or 168h", n.Value)})
 		}
-	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+	case n.ShortTag() == "!!null":
+		return // leaves the zero value: the default
+	case t.Kind() == reflect.Struct && n.Kind != yaml.MappingNode:
+		w.typeErr(n, path, "a mapping of fields (field: value)")
+	case t.Kind() == reflect.Slice && n.Kind != yaml.SequenceNode:
+		w.typeErr(n, path, "a list, like [a, b] or one \"- item\" per line")
+	case t.Kind() == reflect.String && n.Kind != yaml.ScalarNode:
+		w.typeErr(n, path, "a single value")
+	case t.Kind() == reflect.Bool && (n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool"):
+		w.typeErr(n, path, "true or false")
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64 && (n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int"):
+		w.typeErr(n, path, "a whole number (sizes are in bytes)")
+	case t.Kind() == reflect.Float64 && (n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" && n.ShortTag() != "!!float"):
+		w.typeErr(n, path, "a number")
+	case t.Kind() == reflect.Struct:
 		fields := yamlFields(t)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
@@ -150,11 +185,24 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 			w.present[p] = true
 			w.walk(val, f, p)
 		}
-	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+	case t.Kind() == reflect.Slice:
 		for i, e := range n.Content {
 			w.walk(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
 		}
 	}
+}
+
+func (w *walker) typeErr(n *yaml.Node, path, want string) {
+	v := n.Value
+	switch n.Kind {
+	case yaml.MappingNode:
+		v = "a mapping"
+	case yaml.SequenceNode:
+		v = "a list"
+	default:
+		v = fmt.Sprintf("%q", v)
+	}
+	w.errs = append(w.errs, &SyntaxError{Line: n.Line, Field: path, Msg: fmt.Sprintf("%s: must be %s", v, want)})
 }
 
 func join(path, name string) string {

@@ -143,7 +143,10 @@ func (c *Config) validateStorage(v *validator) {
 	v.intRange("storage.segment_bytes", s.SegmentBytes, MinSegmentBytes, MaxSegmentBytes)
 	v.durRange("storage.segment_age", s.SegmentAge, time.Minute, math.MaxInt64)
 	v.intRange("storage.index_interval_bytes", s.IndexIntervalBytes, 64, 1<<20)
-	if s.SegmentBytes >= MinSegmentBytes && int64(c.Limits.MaxMessageBytes) > s.SegmentBytes {
+	// Cross-field checks only between values that are valid on their own,
+	// so one mistake yields one error.
+	m := int64(c.Limits.MaxMessageBytes)
+	if s.SegmentBytes >= MinSegmentBytes && s.SegmentBytes <= MaxSegmentBytes && m <= MaxMaxMessageBytes && m > s.SegmentBytes {
 		v.add("storage.segment_bytes", strconv.FormatInt(s.SegmentBytes, 10),
 			fmt.Sprintf("at least limits.max_message_bytes (%d), so that a message fits in a segment", c.Limits.MaxMessageBytes))
 	}
@@ -227,7 +230,7 @@ func (c *Config) validateSubscriptions(v *validator) {
 			v.add(p+".backoff.base", b.Base.String(), "a positive duration like 1s")
 		}
 		if b.Max < b.Base || b.Max <= 0 {
-			v.add(p+".backoff.max", b.Max.String(), fmt.Sprintf("a positive duration at least backoff.base (%v)", b.Base))
+			v.add(p+".backoff.max", b.Max.String(), fmt.Sprintf("a positive duration at least backoff.base (%v)", max(b.Base, 0)))
 		}
 		if math.IsNaN(b.Multiplier) || math.IsInf(b.Multiplier, 0) || b.Multiplier < 1 || b.Multiplier > 100 {
 			v.add(p+".backoff.multiplier", strconv.FormatFloat(b.Multiplier, 'g', -1, 64), "a number between 1 and 100")
@@ -235,10 +238,16 @@ func (c *Config) validateSubscriptions(v *validator) {
 		v.durRange(p+".visibility_timeout", s.VisibilityTimeout, MinVisibility, MaxVisibility)
 		v.enum(p+".ordering", string(s.Ordering), string(OrderKey), string(OrderPartition), string(OrderNone))
 		v.intRange(p+".max_in_flight", int64(s.MaxInFlight), 1, MaxMaxInFlight)
-		v.intRange(p+".window_messages", int64(s.WindowMessages), max(int64(s.MaxInFlight), 1), MaxWindowMessages)
+		winLo := int64(1)
+		if s.MaxInFlight >= 1 && s.MaxInFlight <= MaxMaxInFlight {
+			winLo = int64(s.MaxInFlight) // at least max_in_flight, when that is valid
+		}
+		v.intRange(p+".window_messages", int64(s.WindowMessages), winLo, MaxWindowMessages)
 		v.intRange(p+".max_parked_keys", int64(s.MaxParkedKeys), 1, MaxMaxParkedKeys)
 		dlq := s.DLQTopic()
 		switch {
+		case s.DeadLetterTopic == "" && (!validName(s.Topic) || !validName(s.Group)):
+			// reported on the topic or group already
 		case !validName(dlq):
 			v.add(p+".dlq_topic", dlq, allowedNames+" (the default <topic>.dlq.<group> may be too long: set dlq_topic)")
 		case dlq == s.Topic:
@@ -254,8 +263,12 @@ func (c *Config) validateSubscriptions(v *validator) {
 		v.intRange(p+".breaker.min_requests", int64(br.MinRequests), 1, 1_000_000)
 		v.durRange(p+".breaker.window", br.Window, 100*time.Millisecond, time.Hour)
 		v.durRange(p+".breaker.open_timeout", br.OpenTimeout, 100*time.Millisecond, time.Hour)
-		if br.MaxOpenTimeout < br.OpenTimeout || br.MaxOpenTimeout > 24*time.Hour {
-			v.add(p+".breaker.max_open_timeout", br.MaxOpenTimeout.String(), fmt.Sprintf("between breaker.open_timeout (%v) and 24h", br.OpenTimeout))
+		lo := 100 * time.Millisecond
+		if br.OpenTimeout >= lo && br.OpenTimeout <= time.Hour {
+			lo = br.OpenTimeout // at least open_timeout, when that is valid
+		}
+		if br.MaxOpenTimeout < lo || br.MaxOpenTimeout > 24*time.Hour {
+			v.add(p+".breaker.max_open_timeout", br.MaxOpenTimeout.String(), fmt.Sprintf("between breaker.open_timeout (%v) and 24h", lo))
 		}
 	}
 }

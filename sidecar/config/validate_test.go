@@ -1,0 +1,209 @@
+package config
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// valid returns a configuration that validates, to be broken one field at a
+// time.
+func valid() Config {
+	c := Default()
+	c.Node.ID = "node-1"
+	c.Node.DataDir = "/var/lib/spool"
+	c.Topics = []TopicConfig{NewTopic("orders", 8), NewTopic("payments", 0)}
+	c.Subscriptions = []SubscriptionConfig{NewSubscription("orders", "email-workers"), NewSubscription("payments", "ledger")}
+	return c
+}
+
+func fieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(e error) {
+		if fe, ok := e.(*FieldError); ok {
+			out = append(out, fe)
+			return
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+		}
+	}
+	walk(err)
+	return out
+}
+
+func TestValidConfigs(t *testing.T) {
+	for name, c := range map[string]Config{"valid": valid(), "dev": DevConfig()} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Subscribing to an undeclared DLQ topic is fine: it is created.
+	c := valid()
+	c.Subscriptions = append(c.Subscriptions, NewSubscription("orders.dlq.email-workers", "alerts"))
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+	// Listen forms that are accepted.
+	c = valid()
+	c.Node.AppListen = []string{":7070", "[::1]:7070", "localhost:0", "unix:///run/spool/app.sock"}
+	c.Subscriptions[0].Delivery = DeliveryCallback
+	c.Subscriptions[0].AppAddress = "unix:///run/app.sock"
+	c.Redis.Addrs = []string{"redis-0:6379", "redis-1:6379"}
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	long := strings.Repeat("x", 201)
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Config)
+		field   string
+		value   string
+		allowed string // a substring of Allowed
+	}{
+		{"node id", func(c *Config) { c.Node.ID = "node 1" }, "node.id", "node 1", "a-z A-Z 0-9"},
+		{"data dir missing", func(c *Config) { c.Node.DataDir = "" }, "node.data_dir", "", "unless node.dev is true"},
+		{"no app listen", func(c *Config) { c.Node.AppListen = nil }, "node.app_listen", "", "at least one address"},
+		{"app listen no port", func(c *Config) { c.Node.AppListen = []string{"localhost"} }, "node.app_listen[0]", "localhost", "host:port"},
+		{"app listen bad port", func(c *Config) { c.Node.AppListen = []string{"localhost:http"} }, "node.app_listen[0]", "localhost:http", "host:port"},
+		{"app listen port range", func(c *Config) { c.Node.AppListen = []string{":70000"} }, "node.app_listen[0]", ":70000", "host:port"},
+		{"app listen relative unix", func(c *Config) { c.Node.AppListen = []string{"unix://app.sock"} }, "node.app_listen[0]", "unix://app.sock", "must be absolute"},
+		{"app listen long unix", func(c *Config) { c.Node.AppListen = []string{"unix:///" + strings.Repeat("s", 120)} }, "node.app_listen[0]", "unix:///" + strings.Repeat("s", 120), "at most 107 bytes"},
+		{"app listen unix scheme typo", func(c *Config) { c.Node.AppListen = []string{"unix:/run/app.sock"} }, "node.app_listen[0]", "unix:/run/app.sock", "unix:///absolute/path"},
+		{"app listen duplicate", func(c *Config) { c.Node.AppListen = []string{":7070", ":7070"} }, "node.app_listen[1]", ":7070", "unique"},
+		{"admin listen unix", func(c *Config) { c.Node.AdminListen = "unix:///run/admin.sock" }, "node.admin_listen", "unix:///run/admin.sock", "host:port"},
+		{"admin listen clash", func(c *Config) { c.Node.AdminListen = DefaultAppListen }, "node.admin_listen", DefaultAppListen, "different from every node.app_listen"},
+		{"drain timeout", func(c *Config) { c.Node.DrainTimeout = -time.Second }, "node.drain_timeout", "-1s", "positive duration"},
+		{"fsync enum", func(c *Config) { c.Storage.Fsync = "sometimes" }, "storage.fsync", "sometimes", "always or interval"},
+		{"fsync interval", func(c *Config) { c.Storage.FsyncInterval = time.Minute }, "storage.fsync_interval", "1m0s", "between 1ms and 10s"},
+		{"segment bytes", func(c *Config) { c.Storage.SegmentBytes = 1000 }, "storage.segment_bytes", "1000", "between 1048576 and 1073741824"},
+		{"segment below message", func(c *Config) { c.Limits.MaxMessageBytes = 32 << 20; c.Storage.SegmentBytes = 16 << 20 }, "storage.segment_bytes", "16777216", "at least limits.max_message_bytes"},
+		{"segment age", func(c *Config) { c.Storage.SegmentAge = time.Second }, "storage.segment_age", "1s", "at least 1m0s"},
+		{"index interval", func(c *Config) { c.Storage.IndexIntervalBytes = 1 }, "storage.index_interval_bytes", "1", "between 64 and 1048576"},
+		{"max message", func(c *Config) { c.Limits.MaxMessageBytes = 1 << 30 }, "limits.max_message_bytes", "1073741824", "between 1024 and 67108864"},
+		{"max key", func(c *Config) { c.Limits.MaxKeyBytes = -1 }, "limits.max_key_bytes", "-1", "between 1 and"},
+		{"max headers", func(c *Config) { c.Limits.MaxHeaders = 5000 }, "limits.max_headers", "5000", "between 1 and 1024"},
+		{"max header bytes", func(c *Config) { c.Limits.MaxHeaderBytes = 2 << 20 }, "limits.max_header_bytes", "2097152", "between 1 and 1048576"},
+		{"max batch", func(c *Config) { c.Limits.MaxBatchMessages = 1_000_000 }, "limits.max_batch_messages", "1000000", "between 1 and 100000"},
+		{"max id", func(c *Config) { c.Limits.MaxIDBytes = 4096 }, "limits.max_id_bytes", "4096", "between 1 and 1024"},
+		{"topic name chars", func(c *Config) { c.Topics[1].Name = "pay/ments"; c.Subscriptions = c.Subscriptions[:1] }, "topics[1].name", "pay/ments", "a-z A-Z 0-9 . _ -"},
+		{"topic name internal", func(c *Config) { c.Topics[1].Name = "__offsets"; c.Subscriptions = c.Subscriptions[:1] }, "topics[1].name", "__offsets", "not starting with __"},
+		{"topic name dots", func(c *Config) { c.Topics[1].Name = ".."; c.Subscriptions = c.Subscriptions[:1] }, "topics[1].name", "..", "not . or .."},
+		{"topic name long", func(c *Config) { c.Topics[1].Name = long; c.Subscriptions = c.Subscriptions[:1] }, "topics[1].name", long, "1 to 200 bytes"},
+		{"topic name empty", func(c *Config) { c.Topics[1].Name = ""; c.Subscriptions = c.Subscriptions[:1] }, "topics[1].name", "", "1 to 200 bytes"},
+		{"topic duplicate", func(c *Config) { c.Topics[1].Name = "orders"; c.Subscriptions = c.Subscriptions[:1] }, "topics[1].name", "orders", `unique, ignoring case (topics[0] is "orders")`},
+		{"topic duplicate case", func(c *Config) { c.Topics[1].Name = "Orders"; c.Subscriptions = c.Subscriptions[:1] }, "topics[1].name", "Orders", "ignoring case"},
+		{"partitions", func(c *Config) { c.Topics[0].Partitions = 2000 }, "topics[0].partitions", "2000", "between 1 and 1024"},
+		{"retention", func(c *Config) { c.Topics[0].Retention = -time.Hour }, "topics[0].retention", "-1h0m0s", "0s (forever)"},
+		{"retention bytes", func(c *Config) { c.Topics[0].RetentionBytes = -1 }, "topics[0].retention_bytes", "-1", "0 (unlimited)"},
+		{"undeclared topic", func(c *Config) { c.Subscriptions[1].Topic = "refunds" }, "subscriptions[1].topic", "refunds", "declared: orders, payments"},
+		{"group name", func(c *Config) { c.Subscriptions[0].Group = "email workers" }, "subscriptions[0].group", "email workers", "a-z A-Z 0-9"},
+		{"subscription duplicate", func(c *Config) { c.Subscriptions[1] = NewSubscription("orders", "email-workers") }, "subscriptions[1].group", "email-workers", "unique per topic (subscriptions[0]"},
+		{"delivery enum", func(c *Config) { c.Subscriptions[0].Delivery = "push" }, "subscriptions[0].delivery", "push", "stream or callback"},
+		{"callback without address", func(c *Config) { c.Subscriptions[0].Delivery = DeliveryCallback }, "subscriptions[0].app_address", "", "set when delivery is callback"},
+		{"callback bad address", func(c *Config) {
+			c.Subscriptions[0].Delivery = DeliveryCallback
+			c.Subscriptions[0].AppAddress = "http://app:8080"
+		}, "subscriptions[0].app_address", "http://app:8080", "host:port"},
+		{"stream with address", func(c *Config) { c.Subscriptions[0].AppAddress = "app:8080" }, "subscriptions[0].app_address", "app:8080", "empty unless delivery is callback"},
+		{"max attempts", func(c *Config) { c.Subscriptions[0].MaxAttempts = 0 }, "subscriptions[0].max_attempts", "0", "between 1 and 1000"},
+		{"backoff base", func(c *Config) { c.Subscriptions[0].Backoff.Base = -time.Second }, "subscriptions[0].backoff.base", "-1s", "positive duration"},
+		{"backoff max below base", func(c *Config) { c.Subscriptions[0].Backoff.Max = 500 * time.Millisecond }, "subscriptions[0].backoff.max", "500ms", "at least backoff.base (1s)"},
+		{"backoff multiplier", func(c *Config) { c.Subscriptions[0].Backoff.Multiplier = 0.5 }, "subscriptions[0].backoff.multiplier", "0.5", "between 1 and 100"},
+		{"backoff multiplier NaN", func(c *Config) { c.Subscriptions[0].Backoff.Multiplier = math.NaN() }, "subscriptions[0].backoff.multiplier", "NaN", "between 1 and 100"},
+		{"visibility timeout", func(c *Config) { c.Subscriptions[0].VisibilityTimeout = 24 * time.Hour }, "subscriptions[0].visibility_timeout", "24h0m0s", "between 1s and 12h0m0s"},
+		{"ordering enum", func(c *Config) { c.Subscriptions[0].Ordering = "keyy" }, "subscriptions[0].ordering", "keyy", "key, partition or none"},
+		{"max in flight", func(c *Config) { c.Subscriptions[0].MaxInFlight = 200_000 }, "subscriptions[0].max_in_flight", "200000", "between 1 and 100000"},
+		{"window below in flight", func(c *Config) { c.Subscriptions[0].WindowMessages = 100 }, "subscriptions[0].window_messages", "100", "between 256 and 1000000"},
+		{"max parked keys", func(c *Config) { c.Subscriptions[0].MaxParkedKeys = -5 }, "subscriptions[0].max_parked_keys", "-5", "between 1 and 1000000"},
+		{"dlq equals topic", func(c *Config) { c.Subscriptions[0].DeadLetterTopic = "orders" }, "subscriptions[0].dlq_topic", "orders", "different from the subscription's topic"},
+		{"dlq bad name", func(c *Config) { c.Subscriptions[0].DeadLetterTopic = "orders dlq" }, "subscriptions[0].dlq_topic", "orders dlq", "a-z A-Z 0-9"},
+		{"default dlq too long", func(c *Config) {
+			c.Topics[0].Name = strings.Repeat("o", 190)
+			c.Subscriptions[0].Topic = c.Topics[0].Name
+		}, "subscriptions[0].dlq_topic", strings.Repeat("o", 190) + ".dlq.email-workers", "set dlq_topic"},
+		{"dedupe ttl", func(c *Config) { c.Subscriptions[0].DedupeTTL = time.Second }, "subscriptions[0].dedupe_ttl", "1s", "between 1m0s and 8760h0m0s"},
+		{"redis policy enum", func(c *Config) { c.Subscriptions[0].RedisUnavailable = "panic" }, "subscriptions[0].redis_unavailable", "panic", "pause or deliver"},
+		{"breaker failures", func(c *Config) { c.Subscriptions[0].Breaker.ConsecutiveFailures = -1 }, "subscriptions[0].breaker.consecutive_failures", "-1", "between 1 and 1000000"},
+		{"breaker ratio", func(c *Config) { c.Subscriptions[0].Breaker.FailureRatio = 1.5 }, "subscriptions[0].breaker.failure_ratio", "1.5", "above 0 and at most 1"},
+		{"breaker min requests", func(c *Config) { c.Subscriptions[0].Breaker.MinRequests = -1 }, "subscriptions[0].breaker.min_requests", "-1", "between 1 and 1000000"},
+		{"breaker window", func(c *Config) { c.Subscriptions[0].Breaker.Window = time.Millisecond }, "subscriptions[0].breaker.window", "1ms", "between 100ms and 1h0m0s"},
+		{"breaker open timeout", func(c *Config) { c.Subscriptions[0].Breaker.OpenTimeout = 2 * time.Hour }, "subscriptions[0].breaker.open_timeout", "2h0m0s", "between 100ms and 1h0m0s"},
+		{"breaker max open timeout", func(c *Config) { c.Subscriptions[0].Breaker.MaxOpenTimeout = time.Second }, "subscriptions[0].breaker.max_open_timeout", "1s", "between breaker.open_timeout (5s) and 24h"},
+		{"redis addr", func(c *Config) { c.Redis.Addrs = []string{"redis"} }, "redis.addrs[0]", "redis", "host:port"},
+		{"redis addr duplicate", func(c *Config) { c.Redis.Addrs = []string{"redis:6379", "redis:6379"} }, "redis.addrs[1]", "redis:6379", "unique"},
+		{"sentinel without addrs", func(c *Config) { c.Redis.MasterName = "mymaster" }, "redis.addrs", "", "at least one sentinel address"},
+		{"password without addrs", func(c *Config) { c.Redis.Password = "secret" }, "redis.addrs", "", "no address means no ledger"},
+		{"redis db negative", func(c *Config) { c.Redis.DB = -1 }, "redis.db", "-1", "0 or more"},
+		{"redis db in cluster", func(c *Config) { c.Redis.Addrs = []string{"a:6379", "b:6379"}; c.Redis.DB = 3 }, "redis.db", "3", "a cluster has only database 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(&c)
+			err := c.Validate()
+			fes := fieldErrors(err)
+			if len(fes) != 1 {
+				t.Fatalf("Validate = %v, want exactly one *FieldError", err)
+			}
+			fe := fes[0]
+			if fe.Field != tc.field || fe.Value != tc.value || !strings.Contains(fe.Allowed, tc.allowed) {
+				t.Fatalf("got %#v, want field %q value %q allowed ~%q", fe, tc.field, tc.value, tc.allowed)
+			}
+			msg := err.Error()
+			for _, w := range []string{"config: ", tc.field, `"` + tc.value + `"`, "must be " + fe.Allowed} {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q lacks %q", msg, w)
+				}
+			}
+			var as *FieldError
+			if !errors.As(err, &as) {
+				t.Error("errors.As(*FieldError) failed")
+			}
+		})
+	}
+}
+
+func TestValidateReportsEverything(t *testing.T) {
+	c := valid()
+	c.Node.DataDir = ""
+	c.Storage.Fsync = "never"
+	c.Subscriptions[0].Ordering = "keyy"
+	c.Subscriptions[1].Topic = "nope"
+	fes := fieldErrors(c.Validate())
+	var fields []string
+	for _, fe := range fes {
+		fields = append(fields, fe.Field)
+	}
+	want := "node.data_dir storage.fsync subscriptions[0].ordering subscriptions[1].topic"
+	if strings.Join(fields, " ") != want {
+		t.Fatalf("fields = %v, want %s", fields, want)
+	}
+}
+
+func TestFieldErrorText(t *testing.T) {
+	e := &FieldError{Field: "subscriptions[0].ordering", Value: "keyy", Allowed: "key, partition or none"}
+	if got, want := e.Error(), `config: subscriptions[0].ordering = "keyy": must be key, partition or none`; got != want {
+		t.Fatalf("Error() = %s, want %s", got, want)
+	}
+}
+
+func TestDevConfig(t *testing.T) {
+	c := DevConfig()
+	if !c.Node.Dev || c.Node.DataDir != "" || c.Storage.Fsync != FsyncInterval || len(c.Redis.Addrs) != 0 {
+		t.Errorf("dev node/storage/redis = %+v %+v %+v", c.Node, c.Storage, c.Redis)
+	}
+	if d, ok := c.Topic("demo"); !ok || d.Partitions != 4 {
+		t.Errorf("demo topic = %+v %v", d, ok)
+	}
+	if _, ok := c.Subscription("demo", "demo-app"); !ok {
+		t.Error("no demo/demo-app subscription")
+	}
+}
