@@ -76,9 +76,14 @@ type Options struct {
 	MaxPendingBytes     int           // bytes queued for the appender before Append blocks (default 32 MiB)
 	MaxReadBytes        int           // cap on maxBytes of one Read (default 16 MiB)
 	MaintenanceInterval time.Duration // how often Run rolls old segments and applies retention (default 1s)
-	FS                  FS            // file-system layer; nil = the real OS
-	Logger              *slog.Logger  // nil = slog.Default()
-	Now                 func() time.Time
+	// FastOpen makes recovery scan each segment only from its last valid index
+	// entry instead of checking every batch's CRC, trading detection at open
+	// of corruption before that entry for a faster open. Reads still check
+	// every CRC they touch, so corrupt data is never returned.
+	FastOpen bool
+	FS       FS           // file-system layer; nil = the real OS
+	Logger   *slog.Logger // nil = slog.Default()
+	Now      func() time.Time
 }
 
 // validate fills defaults and rejects nonsense once.
@@ -155,7 +160,7 @@ var (
 	ErrBatchTooLarge = errors.New("spool log: batch too large")
 	// ErrEmptyBatch is returned when Append is called without records.
 	ErrEmptyBatch = errors.New("spool log: empty batch")
-	// ErrNotRunning is returned by Run when the store is already running.
+	// ErrAlreadyRunning is returned by Run when Run is already running.
 	ErrAlreadyRunning = errors.New("spool log: Run already running for this store")
 )
 

@@ -160,7 +160,8 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 	entries, indexOK := readIndexes(seg)
 	w := newWindowReader(seg.log, seg.size)
 	st := scanState{next: seg.base, maxTs: noTimestamp}
-	if len(entries) > 0 {
+	verifyAll := !o.FastOpen
+	if len(entries) > 0 && !verifyAll {
 		e := entries[len(entries)-1]
 		st = scanState{pos: int64(e.pos), next: seg.base + int64(e.rel), maxTs: e.ts, entries: entries}
 	}
@@ -190,7 +191,7 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 		seg.size = out.pos
 		indexOK = false
 	}
-	if len(out.entries) != len(entries) {
+	if !slices.Equal(out.entries, entries) {
 		indexOK = false
 	}
 	seg.next, seg.maxTs, seg.sinceIdx = out.next, out.maxTs, out.sinceIdx
