@@ -1,0 +1,260 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/engine/groups"
+	"github.com/spoolmq/spool/engine/log"
+)
+
+// Config configures a Node.
+type Config struct {
+	// DataDir holds the log (DataDir/log) and group positions (DataDir/groups).
+	DataDir string
+	// Log configures the partition log of this node.
+	Log log.Options
+	// Logger receives operational events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// TopicSpec declares a topic.
+type TopicSpec struct {
+	Name           string
+	Partitions     int32
+	RetentionAge   time.Duration // 0 keeps forever
+	RetentionBytes int64         // per partition; 0 is unlimited
+}
+
+// Node is this node's view of the partitioned log.
+type Node struct {
+	cfg    Config
+	store  *log.Store
+	groups *groups.Store
+
+	mu     sync.RWMutex // guards topics; see engine/LOCKS.md
+	topics map[string]*topic
+}
+
+type topic struct {
+	spec  TopicSpec
+	parts []*partition
+
+	mu      sync.Mutex    // guards changed
+	changed chan struct{} // closed and replaced when a partition's durable end moves
+}
+
+type partition struct {
+	topic *topic
+	num   int32
+	log   *log.Partition
+}
+
+// Open opens (or creates) the node's data dir. Call Run to start the
+// appender, and Close when done.
+func Open(cfg Config) (*Node, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("engine: no data dir: set node.data_dir (or run spoold --dev for a temporary one)")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Log.Logger == nil {
+		cfg.Log.Logger = cfg.Logger
+	}
+	st, err := log.OpenStore(filepath.Join(cfg.DataDir, "log"), cfg.Log)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	gs, err := groups.Open(filepath.Join(cfg.DataDir, "groups"))
+	if err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return &Node{cfg: cfg, store: st, groups: gs, topics: map[string]*topic{}}, nil
+}
+
+// Run drives the log's appender until ctx ends.
+func (n *Node) Run(ctx context.Context) error { return n.store.Run(ctx) }
+
+// Close flushes and closes the log. Produce after Close fails with ErrClosed.
+func (n *Node) Close() error { return n.store.Close() }
+
+// PartitionName is the log's name for a topic partition: "<topic>-<n>".
+func PartitionName(topic string, p int32) string {
+	return topic + "-" + strconv.Itoa(int(p))
+}
+
+// storedPartitions counts the partitions of topic found on disk.
+func (n *Node) storedPartitions(name string) int32 {
+	var count int32
+	for _, pn := range n.store.Partitions() {
+		i := strings.LastIndexByte(pn, '-')
+		if i <= 0 || pn[:i] != name {
+			continue
+		}
+		if p, err := strconv.Atoi(pn[i+1:]); err == nil && int32(p) >= count {
+			count = int32(p) + 1
+		}
+	}
+	return count
+}
+
+// EnsureTopic opens or creates the topic's partitions. Declaring fewer
+// partitions than are stored is refused (keys would lose their order).
+func (n *Node) EnsureTopic(spec TopicSpec) error {
+	if spec.Partitions < 1 {
+		return fmt.Errorf("engine: topic %q: %d partitions: need at least 1", spec.Name, spec.Partitions)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if t, ok := n.topics[spec.Name]; ok {
+		if t.spec.Partitions != spec.Partitions {
+			return &TopicConflictError{Topic: spec.Name, Stored: t.spec.Partitions, Declared: spec.Partitions}
+		}
+		t.spec = spec
+		return nil
+	}
+	if stored := n.storedPartitions(spec.Name); stored > spec.Partitions {
+		return &TopicConflictError{Topic: spec.Name, Stored: stored, Declared: spec.Partitions}
+	}
+	t := &topic{spec: spec, changed: make(chan struct{})}
+	for p := range spec.Partitions {
+		lp, err := n.store.Partition(PartitionName(spec.Name, p))
+		if err != nil {
+			return fmt.Errorf("engine: topic %q partition %d: %w", spec.Name, p, err)
+		}
+		t.parts = append(t.parts, &partition{topic: t, num: p, log: lp})
+	}
+	n.topics[spec.Name] = t
+	return nil
+}
+
+// Topics returns the declared topics, sorted by name.
+func (n *Node) Topics() []TopicSpec {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := make([]TopicSpec, 0, len(n.topics))
+	for _, t := range n.topics {
+		out = append(out, t.spec)
+	}
+	slices.SortFunc(out, func(a, b TopicSpec) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Partitions returns the number of partitions of a topic.
+func (n *Node) Partitions(topicName string) (int32, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	t, ok := n.topics[topicName]
+	if !ok {
+		return 0, fmt.Errorf("%w %q: declare it under topics in the sidecar's config", ErrUnknownTopic, topicName)
+	}
+	return t.spec.Partitions, nil
+}
+
+func (n *Node) partition(topicName string, p int32) (*partition, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	t, ok := n.topics[topicName]
+	if !ok {
+		return nil, fmt.Errorf("%w %q: declare it under topics in the sidecar's config", ErrUnknownTopic, topicName)
+	}
+	if p < 0 || int(p) >= len(t.parts) {
+		return nil, fmt.Errorf("%w %d of topic %q: it has partitions 0..%d", ErrUnknownPartition, p, topicName, len(t.parts)-1)
+	}
+	return t.parts[p], nil
+}
+
+// Produce appends recs to one partition and calls done once they are durable
+// (or failed). done runs on the appender's goroutine and must not block.
+func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(base int64, err error)) {
+	part, err := n.partition(topicName, p)
+	if err != nil {
+		done(0, err)
+		return
+	}
+	part.log.AppendAsync(recs, func(base int64, err error) {
+		if err == nil {
+			part.topic.notify()
+		} else if errors.Is(err, log.ErrClosed) {
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		done(base, err)
+	})
+}
+
+func (t *topic) notify() {
+	t.mu.Lock()
+	close(t.changed)
+	t.changed = make(chan struct{})
+	t.mu.Unlock()
+}
+
+// Fetch reads durable records of one partition from offset on, at most about
+// maxBytes (at least one record when any is there). It returns no records
+// and no error at the end of the log. Below the log start it returns a
+// *log.OffsetOutOfRangeError: the records expired (retention).
+func (n *Node) Fetch(topicName string, p int32, offset int64, maxBytes int, dst []log.Record) ([]log.Record, error) {
+	part, err := n.partition(topicName, p)
+	if err != nil {
+		return dst, err
+	}
+	end := part.log.DurableOffset()
+	if offset >= end {
+		return dst, nil
+	}
+	return part.log.Read(offset, maxBytes, end, dst)
+}
+
+// Changed returns a channel that is closed when the durable end of any
+// partition of the topic moves after the call. Take it before fetching, and
+// wait on it when the fetch found nothing new.
+func (n *Node) Changed(topicName string) (<-chan struct{}, error) {
+	n.mu.RLock()
+	t, ok := n.topics[topicName]
+	n.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q: declare it under topics in the sidecar's config", ErrUnknownTopic, topicName)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed, nil
+}
+
+// Offsets returns a partition's log start and durable end.
+func (n *Node) Offsets(topicName string, p int32) (start, end int64, err error) {
+	part, err := n.partition(topicName, p)
+	if err != nil {
+		return 0, 0, err
+	}
+	return part.log.StartOffset(), part.log.DurableOffset(), nil
+}
+
+// OffsetForTime returns the first offset of the partition whose record was
+// appended at or after ts.
+func (n *Node) OffsetForTime(topicName string, p int32, ts time.Time) (int64, error) {
+	part, err := n.partition(topicName, p)
+	if err != nil {
+		return 0, err
+	}
+	return part.log.OffsetForTime(ts.UnixMilli())
+}
+
+// LoadPositions returns a group's committed positions on a topic.
+func (n *Node) LoadPositions(group, topicName string) (map[int32]groups.Position, error) {
+	return n.groups.Load(group, topicName)
+}
+
+// CommitPositions durably records a group's positions on a topic.
+func (n *Node) CommitPositions(group, topicName string, pos map[int32]groups.Position) error {
+	return n.groups.Commit(group, topicName, pos)
+}

@@ -1,0 +1,104 @@
+package deliver
+
+import (
+	"time"
+
+	"github.com/spoolmq/spool/engine/log"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// consumer is one receiver of deliveries: an app's Subscribe stream or the
+// callback dispatcher. Its fields below `out` are owned by the group loop.
+type consumer struct {
+	name        string
+	topics      map[string]bool // nil: every topic of its mode
+	mode        Mode
+	maxInFlight int
+	// out carries frames to the consumer's sender. Its capacity exceeds
+	// maxInFlight, and every delivery frame uses credit, so the loop never
+	// blocks on it; settle-error frames are dropped (and counted) when full.
+	out chan *spoolv1.SubscribeResponse
+
+	credit      int
+	outstanding map[refKey]sent
+	closed      bool
+	rr, rrPart  int
+}
+
+type refKey struct {
+	topic  string
+	part   int32
+	offset int64
+}
+
+type sent struct {
+	token uint64
+	at    time.Time
+}
+
+func newConsumer(name string, mode Mode, topics []string, maxInFlight int) *consumer {
+	c := &consumer{name: name, mode: mode, maxInFlight: maxInFlight,
+		out: make(chan *spoolv1.SubscribeResponse, maxInFlight+16), outstanding: map[refKey]sent{}}
+	if len(topics) > 0 {
+		c.topics = map[string]bool{}
+		for _, t := range topics {
+			c.topics[t] = true
+		}
+	}
+	return c
+}
+
+func (c *consumer) wants(s *sub) bool {
+	if s.cfg.Mode != c.mode {
+		return false
+	}
+	return c.topics == nil || c.topics[s.cfg.Topic]
+}
+
+// free is how many more deliveries the consumer can take now.
+func (c *consumer) free() int {
+	return min(c.credit, c.maxInFlight-len(c.outstanding))
+}
+
+// send queues a frame without blocking.
+func (c *consumer) send(f *spoolv1.SubscribeResponse) bool {
+	select {
+	case c.out <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// track records a delivery as outstanding at c and converts it for the wire.
+func (c *consumer) track(now time.Time, group string, s *sub, p *part, d *tracker.Delivery[log.Record]) *spoolv1.Delivery {
+	c.outstanding[refKey{s.cfg.Topic, p.num, d.Offset}] = sent{token: d.Token, at: now}
+	s.deliveries.Inc()
+	if d.Attempt > 1 {
+		s.redeliveries.Inc()
+	}
+	r := &d.Value
+	out := &spoolv1.Delivery{
+		MessageId:           string(r.ID),
+		Topic:               s.cfg.Topic,
+		Partition:           p.num,
+		Offset:              d.Offset,
+		Key:                 r.Key,
+		Payload:             r.Value,
+		PublishTimeMs:       r.Timestamp,
+		Attempt:             int32(d.Attempt),
+		FirstDeliveryTimeMs: d.FirstDelivered.UnixMilli(),
+		LastError:           d.LastError,
+		LeaseDeadlineMs:     d.Deadline.UnixMilli(),
+		FencingToken:        d.Token,
+		Group:               group,
+	}
+	if len(r.Headers) > 0 {
+		out.Headers = make(map[string]string, len(r.Headers))
+		for _, h := range r.Headers {
+			out.Headers[h.Key] = string(h.Value)
+		}
+	}
+	return out
+}

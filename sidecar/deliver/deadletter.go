@@ -1,0 +1,111 @@
+package deliver
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/log"
+)
+
+// Headers Spool adds to a dead-letter entry (the original headers are kept
+// as they were). docs/semantics.md describes the entry.
+const (
+	HeaderDLQTopic        = "spool-dlq-topic"
+	HeaderDLQPartition    = "spool-dlq-partition"
+	HeaderDLQOffset       = "spool-dlq-offset"
+	HeaderDLQGroup        = "spool-dlq-group"
+	HeaderDLQReason       = "spool-dlq-reason"
+	HeaderDLQLastError    = "spool-dlq-last-error"
+	HeaderDLQAttempts     = "spool-dlq-attempts"
+	HeaderDLQFirstDelivMs = "spool-dlq-first-delivery-ms"
+	HeaderDLQTimeMs       = "spool-dlq-time-ms"
+	HeaderDLQPublishMs    = "spool-dlq-publish-time-ms"
+	HeaderSidecarVersion  = "spool-sidecar-version"
+)
+
+// maxDLQInFlight bounds dead-letter publishes outstanding per group (limit
+// dlq_max_in_flight): beyond it, dead letters wait in their trackers.
+const maxDLQInFlight = 1024
+
+// dlqResult reports the result of one dead-letter publish.
+type dlqResult struct {
+	s      *sub
+	p      *part
+	offset int64
+	reason string
+	err    error
+}
+
+// deadLetters publishes what the trackers handed to the dead-letter output.
+// The publish is asynchronous; its result comes back on g.dlqDone, whose
+// capacity is the in-flight bound, so the engine's callback never blocks.
+func (g *Group) deadLetters(now time.Time) {
+	for _, s := range g.subs {
+		for _, p := range s.parts {
+			if g.dlqInFlight >= maxDLQInFlight {
+				return
+			}
+			g.dlBuf = p.tr.TakeDeadLetters(g.dlBuf[:0])
+			for i := range g.dlBuf {
+				g.publishDeadLetter(now, s, p, i)
+			}
+		}
+	}
+}
+
+func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
+	d := &g.dlBuf[i]
+	orig := d.Value
+	hdrs := make([]log.Header, 0, len(orig.Headers)+11)
+	hdrs = append(hdrs, orig.Headers...)
+	add := func(k, v string) { hdrs = append(hdrs, log.Header{Key: k, Value: []byte(v)}) }
+	add(HeaderDLQTopic, s.cfg.Topic)
+	add(HeaderDLQPartition, strconv.Itoa(int(p.num)))
+	add(HeaderDLQOffset, strconv.FormatInt(d.Offset, 10))
+	add(HeaderDLQGroup, g.cfg.Name)
+	add(HeaderDLQReason, d.Reason)
+	add(HeaderDLQLastError, d.LastError)
+	add(HeaderDLQAttempts, strconv.Itoa(d.Attempts))
+	if !d.FirstDelivered.IsZero() {
+		add(HeaderDLQFirstDelivMs, strconv.FormatInt(d.FirstDelivered.UnixMilli(), 10))
+	}
+	add(HeaderDLQTimeMs, strconv.FormatInt(now.UnixMilli(), 10))
+	add(HeaderDLQPublishMs, strconv.FormatInt(orig.Timestamp, 10))
+	if g.cfg.SidecarVersion != "" {
+		add(HeaderSidecarVersion, g.cfg.SidecarVersion)
+	}
+	rec := log.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}
+	dlqParts, err := g.eng.Partitions(s.cfg.DLQTopic)
+	if err != nil {
+		g.dlqInFlight++
+		g.dlqDone <- dlqResult{s: s, p: p, offset: d.Offset, reason: d.Reason, err: err}
+		return
+	}
+	var dp int32
+	if len(orig.Key) > 0 {
+		dp = engine.PartitionForKey(orig.Key, dlqParts)
+	}
+	g.dlqInFlight++
+	res := dlqResult{s: s, p: p, offset: d.Offset, reason: d.Reason}
+	g.eng.Produce(s.cfg.DLQTopic, dp, []log.Record{rec}, func(_ int64, err error) {
+		res.err = err
+		g.dlqDone <- res
+	})
+}
+
+// applyDLQ applies one dead-letter publish result.
+func (g *Group) applyDLQ(now time.Time, r dlqResult) {
+	g.dlqInFlight--
+	if r.err != nil {
+		g.log.Warn("dead-letter publish failed; will retry after backoff", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "dlq_topic", r.s.cfg.DLQTopic, "err", r.err)
+		_ = r.p.tr.DeadLetterFailed(now, r.offset)
+		return
+	}
+	if err := r.p.tr.DeadLettered(r.offset); err == nil {
+		g.m.DeadLettered.WithLabelValues(g.cfg.Name, r.s.cfg.Topic, r.reason).Inc()
+		g.log.Info("message dead-lettered", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "reason", r.reason, "dlq_topic", r.s.cfg.DLQTopic)
+	}
+}
+
+func (g *Group) dlPending() bool { return g.dlqInFlight > 0 }

@@ -1,0 +1,104 @@
+package deliver
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spoolmq/spool/engine/groups"
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// Engine is what delivery needs from the log. engine.Node implements it.
+type Engine interface {
+	Partitions(topic string) (int32, error)
+	Produce(topic string, p int32, recs []log.Record, done func(base int64, err error))
+	Fetch(topic string, p int32, offset int64, maxBytes int, dst []log.Record) ([]log.Record, error)
+	Changed(topic string) (<-chan struct{}, error)
+	Offsets(topic string, p int32) (start, end int64, err error)
+	LoadPositions(group, topic string) (map[int32]groups.Position, error)
+	CommitPositions(group, topic string, pos map[int32]groups.Position) error
+}
+
+// Mode says how the application receives a subscription's deliveries.
+type Mode int
+
+const (
+	// ModeStream: the app opens a Subscribe stream.
+	ModeStream Mode = iota
+	// ModeCallback: the sidecar calls the app's HandlerService.Handle.
+	ModeCallback
+)
+
+// Subscription is one topic consumed by a group.
+type Subscription struct {
+	Topic    string
+	DLQTopic string
+	Mode     Mode
+	Tracker  tracker.Config
+}
+
+// GroupConfig configures a Group.
+type GroupConfig struct {
+	Name          string
+	Subscriptions []Subscription
+	// CommitInterval is how often changed positions are written (default 200ms).
+	CommitInterval time.Duration
+	// FetchMaxBytes bounds one read from a partition (default 1 MiB).
+	FetchMaxBytes int
+	// DrainTimeout bounds how long Run waits for in-flight deliveries to be
+	// settled after its context ends (default 30s).
+	DrainTimeout time.Duration
+	// InboxSize bounds events queued for the loop (default 1024); senders
+	// block when it is full, which pushes back on the app's stream.
+	InboxSize int
+	// SidecarVersion is recorded in dead-letter entries.
+	SidecarVersion string
+}
+
+// Defaults for GroupConfig.
+const (
+	DefaultCommitInterval = 200 * time.Millisecond
+	DefaultFetchMaxBytes  = 1 << 20
+	DefaultDrainTimeout   = 30 * time.Second
+	DefaultInboxSize      = 1024
+	// lagInterval is how often lag gauges are refreshed.
+	lagInterval = time.Second
+)
+
+func (c *GroupConfig) validate() error {
+	if c.Name == "" {
+		return errors.New("deliver: group name is empty")
+	}
+	if len(c.Subscriptions) == 0 {
+		return fmt.Errorf("deliver: group %q has no subscriptions", c.Name)
+	}
+	seen := map[string]bool{}
+	for i := range c.Subscriptions {
+		s := &c.Subscriptions[i]
+		if s.Topic == "" || s.DLQTopic == "" {
+			return fmt.Errorf("deliver: group %q subscription %d: topic and DLQ topic are required", c.Name, i)
+		}
+		if seen[s.Topic] {
+			return fmt.Errorf("deliver: group %q subscribes to %q twice", c.Name, s.Topic)
+		}
+		seen[s.Topic] = true
+		if err := s.Tracker.Validate(); err != nil {
+			return fmt.Errorf("deliver: group %q topic %q: %w", c.Name, s.Topic, err)
+		}
+	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = DefaultCommitInterval
+	}
+	if c.FetchMaxBytes <= 0 {
+		c.FetchMaxBytes = DefaultFetchMaxBytes
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.InboxSize <= 0 {
+		c.InboxSize = DefaultInboxSize
+	}
+	return nil
+}

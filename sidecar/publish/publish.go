@@ -1,0 +1,229 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/log"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/metrics"
+)
+
+// Engine is what publishing needs from the log. engine.Node implements it.
+type Engine interface {
+	Partitions(topic string) (int32, error)
+	Produce(topic string, p int32, recs []log.Record, done func(base int64, err error))
+}
+
+// chunkBytes caps one append to the log; a request is split into chunks per
+// partition (each a single log batch, appended in order).
+const chunkBytes = 1 << 20
+
+// DefaultMaxStreamInFlight bounds requests outstanding on one PublishStream
+// (limit publish_stream_max_in_flight): the receiver stops reading when it is
+// reached, which pushes back on the producer through gRPC flow control.
+const DefaultMaxStreamInFlight = 256
+
+// Config configures a Server.
+type Config struct {
+	Engine            Engine
+	Limits            Limits
+	MaxStreamInFlight int
+	Metrics           *metrics.Metrics
+	Logger            *slog.Logger
+}
+
+// Server implements spoolv1.PublisherServiceServer.
+type Server struct {
+	spoolv1.UnimplementedPublisherServiceServer
+	cfg    Config
+	spread atomic.Uint32 // rotates keyless requests over partitions
+}
+
+// New returns a publish server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Engine == nil || cfg.Metrics == nil {
+		return nil, errors.New("publish: Engine and Metrics are required")
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.MaxStreamInFlight <= 0 {
+		cfg.MaxStreamInFlight = DefaultMaxStreamInFlight
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{cfg: cfg}, nil
+}
+
+// Publish appends one request's messages and answers once all are durable.
+func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spoolv1.PublishResponse, error) {
+	type answer struct {
+		results []*spoolv1.PublishResult
+		err     error
+	}
+	ch := make(chan answer, 1)
+	s.Submit(req.GetTopic(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) { ch <- answer{r, err} })
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return nil, ToStatus(a.err)
+		}
+		return &spoolv1.PublishResponse{Results: a.results}, nil
+	case <-ctx.Done():
+		// The append goes on; its outcome is unknown to this caller.
+		return nil, ToStatus(fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, ctx.Err()))
+	}
+}
+
+// batch is one request in flight.
+type batch struct {
+	s       *Server
+	topic   string
+	start   time.Time
+	results []*spoolv1.PublishResult
+	bytes   int
+	pending atomic.Int32
+	mu      sync.Mutex // guards err
+	err     error
+	done    func([]*spoolv1.PublishResult, error)
+}
+
+type chunk struct {
+	part    int32
+	recs    []log.Record
+	indexes []int32 // request index of each record
+	size    int
+}
+
+// Submit validates msgs, appends them, and calls done once with a result per
+// message (in request order) or an error. done may run on the engine's
+// appender goroutine and must not block. A validation error writes nothing.
+func (s *Server) Submit(topic string, msgs []*spoolv1.PublishMessage, done func([]*spoolv1.PublishResult, error)) {
+	b := &batch{s: s, topic: topic, start: time.Now(), done: done}
+	chunks, err := s.plan(b, msgs)
+	if err != nil {
+		s.reject(topic, err, len(msgs))
+		done(nil, err)
+		return
+	}
+	b.pending.Store(int32(len(chunks)))
+	for _, c := range chunks {
+		s.cfg.Engine.Produce(topic, c.part, c.recs, func(base int64, err error) { b.complete(c, base, err) })
+	}
+}
+
+func (s *Server) reject(topic string, err error, n int) {
+	reason := "INTERNAL"
+	var le *LimitError
+	switch {
+	case errors.As(err, &le):
+		reason = le.Reason
+	case errors.Is(err, engine.ErrUnknownTopic):
+		reason = ReasonUnknownTopic
+	}
+	s.cfg.Metrics.PublishRejected.WithLabelValues(topic, reason).Add(float64(n))
+}
+
+// plan checks every message and groups them into per-partition chunks.
+func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error) {
+	l := s.cfg.Limits
+	if len(msgs) > l.MaxBatchMessages {
+		return nil, &LimitError{ReasonBatchTooLarge, -1, fmt.Sprintf("%d messages in one request, limit max_batch_messages is %d: split the batch", len(msgs), l.MaxBatchMessages)}
+	}
+	n, err := s.cfg.Engine.Partitions(b.topic)
+	if err != nil {
+		return nil, err
+	}
+	keyless := int32(s.spread.Add(1) % uint32(n))
+	b.results = make([]*spoolv1.PublishResult, len(msgs))
+	open := make(map[int32]*chunk, 1)
+	var chunks []*chunk
+	for i, m := range msgs {
+		size, err := l.check(i, m)
+		if err != nil {
+			return nil, err
+		}
+		var p int32
+		switch {
+		case m.Partition != nil && m.GetPartition() >= 0:
+			if p = m.GetPartition(); p >= n {
+				return nil, &LimitError{ReasonBadPartition, i, fmt.Sprintf("partition %d does not exist: topic %q has partitions 0..%d (leave partition unset to let the key choose)", p, b.topic, n-1)}
+			}
+		case len(m.GetKey()) > 0:
+			p = engine.PartitionForKey(m.GetKey(), n)
+		default:
+			p = keyless
+		}
+		id := m.GetId()
+		if id == "" {
+			u, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("publish: generate message id: %w", err)
+			}
+			id = u.String()
+		}
+		b.results[i] = &spoolv1.PublishResult{Id: id, Partition: p}
+		b.bytes += size
+		c := open[p]
+		if c == nil || c.size+size > chunkBytes {
+			c = &chunk{part: p}
+			open[p] = c
+			chunks = append(chunks, c)
+		}
+		c.recs = append(c.recs, log.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: toHeaders(m.GetHeaders())})
+		c.indexes = append(c.indexes, int32(i))
+		c.size += size
+	}
+	return chunks, nil
+}
+
+func toHeaders(h map[string]string) []log.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]log.Header, 0, len(h))
+	for k, v := range h {
+		out = append(out, log.Header{Key: k, Value: []byte(v)})
+	}
+	return out
+}
+
+func (b *batch) complete(c *chunk, base int64, err error) {
+	if err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = fmt.Errorf("topic %q partition %d: %w", b.topic, c.part, err)
+		}
+		b.mu.Unlock()
+	} else {
+		for j, i := range c.indexes {
+			b.results[i].Offset = base + int64(j)
+		}
+	}
+	if b.pending.Add(-1) != 0 {
+		return
+	}
+	m := b.s.cfg.Metrics
+	b.mu.Lock()
+	err = b.err
+	b.mu.Unlock()
+	if err != nil {
+		b.s.reject(b.topic, err, len(b.results))
+		b.done(nil, err)
+		return
+	}
+	m.PublishMessages.WithLabelValues(b.topic).Add(float64(len(b.results)))
+	m.PublishBytes.WithLabelValues(b.topic).Add(float64(b.bytes))
+	m.PublishLatency.WithLabelValues(b.topic).Observe(time.Since(b.start).Seconds())
+	b.done(b.results, nil)
+}
