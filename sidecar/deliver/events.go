@@ -19,6 +19,8 @@ func (g *Group) post(ctx context.Context, ev event) error {
 	select {
 	case g.inbox <- ev:
 		return nil
+	case <-g.stopped:
+		return errStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -25,9 +25,10 @@ type Group struct {
 	m   *metrics.Metrics
 	log *slog.Logger
 
-	inbox chan event
-	subs  []*sub
-	byTop map[string]*sub
+	inbox   chan event
+	stopped chan struct{} // closed when Run returns
+	subs    []*sub
+	byTop   map[string]*sub
 
 	// Results of asynchronous work, each channel sized so its sender never blocks.
 	dlqDone    chan dlqResult
@@ -82,7 +83,7 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 	}
 	g := &Group{cfg: cfg, eng: eng, m: m, log: logger.With("group", cfg.Name),
 		inbox: make(chan event, cfg.InboxSize), byTop: map[string]*sub{},
-		dlqDone: make(chan dlqResult, maxDLQInFlight)}
+		dlqDone: make(chan dlqResult, maxDLQInFlight), stopped: make(chan struct{})}
 	for _, sc := range cfg.Subscriptions {
 		s, err := g.newSub(sc)
 		if err != nil {
@@ -184,6 +185,7 @@ func (g *Group) Subscription(topic string) (Subscription, bool) {
 // out deliveries, waits up to DrainTimeout for those in flight to be
 // settled, commits, and returns.
 func (g *Group) Run(ctx context.Context) error {
+	defer close(g.stopped)
 	for _, s := range g.subs {
 		ch, err := g.eng.Changed(s.cfg.Topic)
 		if err != nil {
@@ -200,6 +202,16 @@ func (g *Group) Run(ctx context.Context) error {
 	defer func() {
 		stopCommitter()
 		<-committerDone
+	}()
+	stopCallbacks := make(chan struct{})
+	callbacksDone := make(chan struct{})
+	go func() { // owned by Run: stopped and awaited when the loop ends
+		defer close(callbacksDone)
+		g.runCallbacks(stopCallbacks)
+	}()
+	defer func() {
+		close(stopCallbacks)
+		<-callbacksDone
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

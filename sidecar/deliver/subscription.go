@@ -7,6 +7,7 @@ import (
 
 	"github.com/spoolmq/spool/engine/groups"
 	"github.com/spoolmq/spool/engine/log"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -55,6 +56,8 @@ type GroupConfig struct {
 	InboxSize int
 	// SidecarVersion is recorded in dead-letter entries.
 	SidecarVersion string
+	// Handler is the app's HandlerService, for subscriptions in ModeCallback.
+	Handler spoolv1.HandlerServiceClient
 }
 
 // Defaults for GroupConfig.
@@ -75,6 +78,7 @@ func (c *GroupConfig) validate() error {
 		return fmt.Errorf("deliver: group %q has no subscriptions", c.Name)
 	}
 	seen := map[string]bool{}
+	callbacks := false
 	for i := range c.Subscriptions {
 		s := &c.Subscriptions[i]
 		if s.Topic == "" || s.DLQTopic == "" {
@@ -84,9 +88,13 @@ func (c *GroupConfig) validate() error {
 			return fmt.Errorf("deliver: group %q subscribes to %q twice", c.Name, s.Topic)
 		}
 		seen[s.Topic] = true
+		callbacks = callbacks || s.Mode == ModeCallback
 		if err := s.Tracker.Validate(); err != nil {
 			return fmt.Errorf("deliver: group %q topic %q: %w", c.Name, s.Topic, err)
 		}
+	}
+	if callbacks && c.Handler == nil {
+		return fmt.Errorf("deliver: group %q has callback subscriptions but no app address to call: set app_address", c.Name)
 	}
 	if c.CommitInterval <= 0 {
 		c.CommitInterval = DefaultCommitInterval

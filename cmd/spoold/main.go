@@ -1,0 +1,46 @@
+// Command spoold is the Spool sidecar: run one next to each application.
+//
+//	spoold --dev                      # temporary data dir, topic "demo", group "demo-app"
+//	spoold --config /etc/spool/spool.yaml
+//
+// Configuration: docs/configuration.md. Flags override SPOOL_* environment
+// variables, which override the file.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spoolmq/spool/sidecar"
+	"github.com/spoolmq/spool/sidecar/config"
+)
+
+func main() {
+	fs := flag.NewFlagSet("spoold", flag.ContinueOnError)
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	cfg, err := config.Resolve(fs, os.Args[1:], os.LookupEnv)
+	if err == flag.ErrHelp {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "spoold:", err)
+		os.Exit(2)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "spoold: --log-level %q: use debug, info, warn or error\n", *logLevel)
+		os.Exit(2)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := sidecar.Run(ctx, cfg, sidecar.Options{Logger: logger}); err != nil {
+		logger.Error("spoold failed", "err", err)
+		os.Exit(1)
+	}
+}

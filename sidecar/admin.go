@@ -1,0 +1,105 @@
+package sidecar
+
+import (
+	"context"
+	"os"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/spoolmq/spool/engine"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/config"
+	"github.com/spoolmq/spool/sidecar/deliver"
+)
+
+// admin implements spoolv1.AdminService for one node.
+type admin struct {
+	spoolv1.UnimplementedAdminServiceServer
+	cfg    *config.Config
+	eng    *engine.Node
+	groups []*deliver.Group
+}
+
+func newAdmin(cfg *config.Config, eng *engine.Node, groups []*deliver.Group) *admin {
+	return &admin{cfg: cfg, eng: eng, groups: groups}
+}
+
+func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv1.ListTopicsResponse, error) {
+	resp := &spoolv1.ListTopicsResponse{}
+	for _, t := range a.eng.Topics() {
+		ti := &spoolv1.TopicInfo{Name: t.Name, RetentionMs: t.RetentionAge.Milliseconds(), RetentionBytes: t.RetentionBytes}
+		for p := range t.Partitions {
+			start, end, err := a.eng.Offsets(t.Name, p)
+			if err != nil {
+				return nil, status.Error(codes.Internal, err.Error())
+			}
+			ti.Partitions = append(ti.Partitions, &spoolv1.PartitionInfo{Partition: p, StartOffset: start, EndOffset: end, Leader: a.cfg.Node.ID})
+		}
+		resp.Topics = append(resp.Topics, ti)
+	}
+	return resp, nil
+}
+
+func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) (*spoolv1.ListGroupsResponse, error) {
+	resp := &spoolv1.ListGroupsResponse{}
+	found := false
+	for _, g := range a.groups {
+		if req.GetGroup() != "" && g.Name() != req.GetGroup() {
+			continue
+		}
+		found = true
+		snap, err := g.Snapshot(ctx)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "group %q is not running (shutting down?): %v", g.Name(), err)
+		}
+		for _, t := range snap.Topics {
+			gi := &spoolv1.GroupInfo{Group: g.Name(), Topic: t.Topic, Consumers: uint32(snap.Consumers)}
+			for _, p := range t.Partitions {
+				gi.Partitions = append(gi.Partitions, &spoolv1.PartitionLag{
+					Partition: p.Partition, CommittedOffset: p.Committed, EndOffset: p.End,
+					LagMessages: p.LagMessages, LagMs: p.LagMs, InFlight: uint32(p.InFlight),
+				})
+			}
+			resp.Groups = append(resp.Groups, gi)
+		}
+	}
+	if !found && req.GetGroup() != "" {
+		return nil, status.Errorf(codes.NotFound, "no group %q: groups come from the subscriptions in spoold's config", req.GetGroup())
+	}
+	return resp, nil
+}
+
+func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*spoolv1.ClusterStatusResponse, error) {
+	host, _ := os.Hostname()
+	return &spoolv1.ClusterStatusResponse{
+		ClusterId: "single-node",
+		NodeId:    a.cfg.Node.ID,
+		Version:   Version,
+		Nodes:     []*spoolv1.NodeInfo{{Id: a.cfg.Node.ID, Address: host, Alive: true}},
+	}, nil
+}
+
+// PeekDeadLetters reads a subscription's dead-letter topic.
+func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLettersRequest) (*spoolv1.PeekDeadLettersResponse, error) {
+	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no subscription %s/%s: check topic and group against spoold's config", req.GetTopic(), req.GetGroup())
+	}
+	limit := int(req.GetLimit())
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 1000)
+	entries, err := readDeadLetters(a.eng, sc.DLQTopic(), req.GetFilter(), limit)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &spoolv1.PeekDeadLettersResponse{Entries: entries}, nil
+}
+
+func atoi64(s string) int64 {
+	v, _ := strconv.ParseInt(s, 10, 64)
+	return v
+}

@@ -1,0 +1,62 @@
+package deliver
+
+import (
+	"context"
+	"time"
+)
+
+// Snapshot is a group's progress, taken by its loop.
+type Snapshot struct {
+	Consumers int
+	Topics    []TopicSnapshot
+}
+
+// TopicSnapshot is a group's progress on one topic.
+type TopicSnapshot struct {
+	Topic      string
+	Partitions []PartitionSnapshot
+}
+
+// PartitionSnapshot is a group's progress on one partition.
+type PartitionSnapshot struct {
+	Partition      int32
+	Committed, End int64
+	LagMessages    int64
+	LagMs          int64
+	InFlight       int
+}
+
+// Snapshot asks the loop for the group's progress.
+func (g *Group) Snapshot(ctx context.Context) (Snapshot, error) {
+	reply := make(chan Snapshot, 1)
+	err := g.post(ctx, queryEvent{func(g *Group, now time.Time) {
+		var s Snapshot
+		s.Consumers = len(g.consumers)
+		for _, sb := range g.subs {
+			ts := TopicSnapshot{Topic: sb.cfg.Topic}
+			for _, p := range sb.parts {
+				pos := p.position()
+				_, end, _ := g.eng.Offsets(sb.cfg.Topic, p.num)
+				lag := max(end-pos.Next-int64(len(pos.Done)), 0)
+				ps := PartitionSnapshot{Partition: p.num, Committed: pos.Next, End: end, LagMessages: lag, InFlight: p.tr.InFlight()}
+				if lag > 0 {
+					if recs, err := g.eng.Fetch(sb.cfg.Topic, p.num, pos.Next, 1, nil); err == nil && len(recs) > 0 {
+						ps.LagMs = max(now.UnixMilli()-recs[0].Timestamp, 0)
+					}
+				}
+				ts.Partitions = append(ts.Partitions, ps)
+			}
+			s.Topics = append(s.Topics, ts)
+		}
+		reply <- s
+	}})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	select {
+	case s := <-reply:
+		return s, nil
+	case <-ctx.Done():
+		return Snapshot{}, ctx.Err()
+	}
+}

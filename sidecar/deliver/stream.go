@@ -1,0 +1,152 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+)
+
+// Server implements spoolv1.SubscriberServiceServer over the node's groups.
+type Server struct {
+	spoolv1.UnimplementedSubscriberServiceServer
+	groups map[string]*Group
+	log    *slog.Logger
+}
+
+// NewServer returns a Subscribe server for groups.
+func NewServer(groups []*Group, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Server{groups: map[string]*Group{}, log: logger}
+	for _, g := range groups {
+		s.groups[g.Name()] = g
+	}
+	return s
+}
+
+// Subscribe serves one application stream: Start, then deliveries within
+// the credit granted, and settlements back.
+func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse]) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	st := first.GetStart()
+	if st == nil {
+		return status.Error(codes.InvalidArgument, "subscribe: the first frame must carry start{group, topics}: send Start before acks or credit")
+	}
+	g, topics, maxInFlight, err := s.resolve(st)
+	if err != nil {
+		return err
+	}
+	c := newConsumer(st.GetConsumerName(), ModeStream, topics, maxInFlight)
+	started := &spoolv1.Started{Group: g.Name(), Topics: topics, MaxInFlight: uint32(maxInFlight)}
+	if sc, ok := g.Subscription(topics[0]); ok {
+		started.VisibilityTimeoutMs = uint32(sc.Tracker.VisibilityTimeout.Milliseconds())
+	}
+	if err := stream.Send(&spoolv1.SubscribeResponse{Started: started}); err != nil {
+		return err
+	}
+	if err := g.post(ctx, joinEvent{c}); err != nil {
+		return unavailable(err)
+	}
+	// leave must reach the loop even though ctx has ended: it releases the
+	// stream's deliveries at once.
+	defer func() { _ = g.post(context.Background(), leaveEvent{c}) }()
+	s.log.Info("consumer connected", "group", g.Name(), "topics", topics, "consumer", st.GetConsumerName(), "max_in_flight", maxInFlight)
+	defer s.log.Info("consumer disconnected", "group", g.Name(), "consumer", st.GetConsumerName())
+
+	sendCtx, stopSend := context.WithCancel(ctx)
+	sendErr := make(chan error, 1)
+	go func() { // owned by this call: stopped and awaited below
+		sendErr <- sendFrames(sendCtx, stream, c.out)
+	}()
+	defer func() {
+		stopSend()
+		<-sendErr
+	}()
+	if err := g.post(ctx, settleEvent{c, first}); err != nil {
+		return unavailable(err)
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if req.GetStart() != nil {
+			return status.Error(codes.InvalidArgument, "subscribe: start may only be sent in the first frame: open a new stream to change group or topics")
+		}
+		if err := g.post(ctx, settleEvent{c, req}); err != nil {
+			return unavailable(err)
+		}
+	}
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, errStopped) {
+		return status.Error(codes.Unavailable, "subscribe: the sidecar is shutting down: reconnect (the SDK does this with backoff)")
+	}
+	return status.FromContextError(err).Err()
+}
+
+func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse], out <-chan *spoolv1.SubscribeResponse) error {
+	for {
+		select {
+		case f := <-out:
+			if err := stream.Send(f); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// resolve checks Start against the configured subscriptions.
+func (s *Server) resolve(st *spoolv1.Start) (*Group, []string, int, error) {
+	g, ok := s.groups[st.GetGroup()]
+	if !ok {
+		return nil, nil, 0, status.Errorf(codes.NotFound, "subscribe: no subscriptions for group %q: declare one in spoold's config (subscriptions: - topic: ..., group: %s)", st.GetGroup(), st.GetGroup())
+	}
+	topics := slices.Clone(st.GetTopics())
+	if len(topics) == 0 {
+		topics = g.Topics(ModeStream)
+		if len(topics) == 0 {
+			return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "subscribe: group %q has only callback subscriptions: the sidecar calls the app's Handle for them, so no stream is needed", st.GetGroup())
+		}
+	}
+	maxInFlight := 0
+	for _, t := range topics {
+		mode, ok := g.Subscribes(t)
+		if !ok {
+			return nil, nil, 0, status.Errorf(codes.NotFound, "subscribe: group %q does not subscribe to topic %q: add {topic: %s, group: %s} to spoold's subscriptions", st.GetGroup(), t, t, st.GetGroup())
+		}
+		if mode != ModeStream {
+			return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "subscribe: group %q receives topic %q by callback (delivery: callback): set delivery: stream to consume it over Subscribe", st.GetGroup(), t)
+		}
+		sc, _ := g.Subscription(t)
+		maxInFlight = max(maxInFlight, sc.Tracker.MaxInFlight)
+	}
+	if n := int(st.GetMaxInFlight()); n > 0 && n < maxInFlight {
+		maxInFlight = n
+	}
+	return g, topics, maxInFlight, nil
+}
+
+var errStopped = errors.New("group stopped")
+
+func (g *Group) String() string { return fmt.Sprintf("group %q", g.cfg.Name) }

@@ -1,0 +1,95 @@
+package sidecar
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/validator"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/spoolmq/spool/sidecar/metrics"
+)
+
+// MaxRequestBytes bounds one gRPC message from the app (limit
+// max_request_bytes): a Publish of many messages, or a frame of settlements.
+const MaxRequestBytes = 32 << 20
+
+// newGRPCServer returns a server with Spool's interceptors: panic recovery
+// (a panic becomes INTERNAL and a log line, never a crash), structured
+// logging of failed calls with slog, and request validation (the Validate
+// methods of spool/v1). Reflection is on.
+func newGRPCServer(logger *slog.Logger) *grpc.Server {
+	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		logger.Log(ctx, slog.Level(lvl), msg, fields...)
+	})
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(func(c codes.Code) logging.Level {
+			switch c {
+			case codes.OK, codes.Canceled:
+				return logging.LevelDebug
+			case codes.Internal, codes.Unknown, codes.DataLoss:
+				return logging.LevelError
+			}
+			return logging.LevelWarn
+		}),
+	}
+	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+		logger.ErrorContext(ctx, "panic in a gRPC handler (recovered)", "panic", p)
+		return status.Errorf(codes.Internal, "internal error in spoold (logged): %v", p)
+	})
+	s := grpc.NewServer(
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(
+			recovery.UnaryServerInterceptor(recoverOpt),
+			logging.UnaryServerInterceptor(lg, logOpts...),
+			validator.UnaryServerInterceptor(),
+		),
+		grpc.ChainStreamInterceptor(
+			recovery.StreamServerInterceptor(recoverOpt),
+			logging.StreamServerInterceptor(lg, logOpts...),
+			validator.StreamServerInterceptor(),
+		),
+	)
+	reflection.Register(s)
+	return s
+}
+
+// newAdminHTTP serves /metrics, /healthz, /readyz and, on the same port,
+// gRPC (AdminService, health, reflection) over cleartext HTTP/2.
+func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			adminGRPC.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	return srv
+}

@@ -1,0 +1,314 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/sidecar/config"
+	"github.com/spoolmq/spool/sidecar/deliver"
+	"github.com/spoolmq/spool/sidecar/metrics"
+	"github.com/spoolmq/spool/sidecar/publish"
+	"github.com/spoolmq/spool/sidecar/tracker"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+)
+
+// Version of spoold, recorded in dead-letter entries and ClusterStatus.
+const Version = "0.1.0-dev"
+
+// Options are the parts of a sidecar that are not configuration.
+type Options struct {
+	Logger *slog.Logger
+	// Ready, if set, is called once every listener is open, with their
+	// actual addresses (useful with port 0).
+	Ready func(Addrs)
+}
+
+// Addrs are the addresses a running sidecar listens on.
+type Addrs struct {
+	App   []string
+	Admin string
+}
+
+// Run runs a sidecar with cfg until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger = logger.With("node", cfg.Node.ID)
+	dataDir := cfg.Node.DataDir
+	if dataDir == "" && cfg.Node.Dev {
+		dir, err := os.MkdirTemp("", "spoold-dev-")
+		if err != nil {
+			return fmt.Errorf("spoold --dev: temporary data dir: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		dataDir = dir
+		logger.Info("dev mode: temporary data dir, removed on exit", "data_dir", dir)
+	}
+	eng, err := engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger})
+	if err != nil {
+		return err
+	}
+	engCtx, stopEngine := context.WithCancel(context.Background())
+	engDone := make(chan error, 1)
+	go func() { engDone <- eng.Run(engCtx) }() // owned: stopped and awaited at the end of Run
+	defer func() {
+		stopEngine()
+		<-engDone
+		if err := eng.Close(); err != nil {
+			logger.Error("closing the log", "err", err)
+		}
+	}()
+	for _, t := range cfg.AllTopics() {
+		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
+		if err := eng.EnsureTopic(spec); err != nil {
+			return err
+		}
+	}
+
+	m := metrics.New()
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger})
+	if err != nil {
+		return err
+	}
+	groups, closeClients, err := newGroups(cfg, eng, m, logger)
+	if err != nil {
+		return err
+	}
+	defer closeClients()
+
+	healthSrv := health.NewServer()
+	appSrv := newGRPCServer(logger)
+	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
+	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger))
+	healthpb.RegisterHealthServer(appSrv, healthSrv)
+
+	adminGRPC := newGRPCServer(logger)
+	spoolv1.RegisterAdminServiceServer(adminGRPC, newAdmin(cfg, eng, groups))
+	healthpb.RegisterHealthServer(adminGRPC, healthSrv)
+
+	var addrs Addrs
+	var listeners []net.Listener
+	closeListeners := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	for _, a := range cfg.Node.AppListen {
+		l, err := listen(a)
+		if err != nil {
+			closeListeners()
+			return err
+		}
+		listeners = append(listeners, l)
+		addrs.App = append(addrs.App, addrString(l))
+	}
+	adminL, err := listen(cfg.Node.AdminListen)
+	if err != nil {
+		closeListeners()
+		return err
+	}
+	addrs.Admin = addrString(adminL)
+	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC)
+
+	var wg sync.WaitGroup
+	serveErr := make(chan error, len(listeners)+1)
+	for _, l := range listeners {
+		wg.Add(1)
+		go func() { // owned: ends when appSrv stops
+			defer wg.Done()
+			if err := appSrv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				serveErr <- fmt.Errorf("app listener %s: %w", l.Addr(), err)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // owned: ends when adminHTTP shuts down
+		defer wg.Done()
+		if err := adminHTTP.Serve(adminL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("admin listener %s: %w", adminL.Addr(), err)
+		}
+	}()
+
+	groupsCtx, stopGroups := context.WithCancel(context.Background())
+	groupErrs := make(chan error, len(groups))
+	for _, g := range groups {
+		go func() { groupErrs <- g.Run(groupsCtx) }() // owned: awaited below
+	}
+	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
+	if opts.Ready != nil {
+		opts.Ready(addrs)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+	// Graceful shutdown: not ready; groups stop fetching and drain (acks still
+	// flow over the open streams); then the servers stop; then the log flushes.
+	logger.Info("shutting down", "drain_timeout", cfg.Node.DrainTimeout)
+	healthSrv.Shutdown()
+	stopGroups()
+	for range groups {
+		if err := <-groupErrs; err != nil {
+			logger.Error("group stopped with an error", "err", err)
+			runErr = errors.Join(runErr, err)
+		}
+	}
+	stopGRPC(appSrv, 2*time.Second)
+	stopGRPC(adminGRPC, time.Second)
+	shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = adminHTTP.Shutdown(shutCtx)
+	cancel()
+	wg.Wait()
+	logger.Info("spoold stopped")
+	return runErr
+}
+
+// stopGRPC lets unary calls finish for up to grace, then cuts streams.
+func stopGRPC(s *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }() // ends when Stop below interrupts it
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.Stop()
+		<-done
+	}
+}
+
+func logOptions(cfg *config.Config) log.Options {
+	o := log.Options{
+		SegmentBytes:       cfg.Storage.SegmentBytes,
+		SegmentAge:         cfg.Storage.SegmentAge,
+		IndexIntervalBytes: int(cfg.Storage.IndexIntervalBytes),
+		FsyncInterval:      cfg.Storage.FsyncInterval,
+	}
+	if cfg.Storage.Fsync == config.FsyncInterval {
+		o.Fsync = log.FsyncInterval
+	}
+	return o
+}
+
+func limits(cfg *config.Config) publish.Limits {
+	l := cfg.Limits
+	return publish.Limits{
+		MaxMessageBytes:  l.MaxMessageBytes,
+		MaxKeyBytes:      l.MaxKeyBytes,
+		MaxIDBytes:       l.MaxIDBytes,
+		MaxHeaders:       l.MaxHeaders,
+		MaxHeaderBytes:   l.MaxHeaderBytes,
+		MaxBatchMessages: l.MaxBatchMessages,
+	}
+}
+
+// newGroups builds one delivery group per consumer group of the config.
+func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, logger *slog.Logger) ([]*deliver.Group, func(), error) {
+	byGroup := map[string]*deliver.GroupConfig{}
+	var order []string
+	var conns []*grpc.ClientConn
+	closeAll := func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	for i := range cfg.Subscriptions {
+		sc := &cfg.Subscriptions[i]
+		gc, ok := byGroup[sc.Group]
+		if !ok {
+			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, SidecarVersion: Version}
+			byGroup[sc.Group] = gc
+			order = append(order, sc.Group)
+		}
+		ord, err := tracker.ParseOrdering(string(sc.Ordering))
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		sub := deliver.Subscription{Topic: sc.Topic, DLQTopic: sc.DLQTopic(), Tracker: tracker.Config{
+			Ordering:          ord,
+			MaxInFlight:       sc.MaxInFlight,
+			WindowMessages:    sc.WindowMessages,
+			MaxParkedKeys:     sc.MaxParkedKeys,
+			MaxAttempts:       sc.MaxAttempts,
+			VisibilityTimeout: sc.VisibilityTimeout,
+			Backoff:           sc.Backoff.Config(),
+		}}
+		if sc.Delivery == config.DeliveryCallback {
+			sub.Mode = deliver.ModeCallback
+			if gc.Handler == nil {
+				conn, err := grpc.NewClient(dialTarget(sc.AppAddress), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					closeAll()
+					return nil, nil, fmt.Errorf("subscription %s/%s: app_address %q: %w", sc.Topic, sc.Group, sc.AppAddress, err)
+				}
+				conns = append(conns, conn)
+				gc.Handler = spoolv1.NewHandlerServiceClient(conn)
+			}
+		}
+		gc.Subscriptions = append(gc.Subscriptions, sub)
+	}
+	var out []*deliver.Group
+	for _, name := range order {
+		g, err := deliver.NewGroup(*byGroup[name], eng, m, logger)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		out = append(out, g)
+	}
+	return out, closeAll, nil
+}
+
+// listen opens host:port or unix:///path. A stale socket file is removed.
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(path)
+		}
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w (check the directory exists and is writable)", addr, err)
+		}
+		return l, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w (is another spoold or program using the port?)", addr, err)
+	}
+	return l, nil
+}
+
+func addrString(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix://" + l.Addr().String()
+	}
+	return l.Addr().String()
+}
+
+// dialTarget turns a configured address into a gRPC target.
+func dialTarget(addr string) string {
+	if strings.HasPrefix(addr, "unix://") {
+		return addr
+	}
+	return "passthrough:///" + addr
+}
