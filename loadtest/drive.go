@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	spool "github.com/spoolmq/spool/sdk/go"
+)
+
+// Payload layout: bytes 0..7 the sequence number, 8..15 the send time
+// (Unix ns, little endian), the rest filler. The message id is the sequence
+// number in decimal, so the consumers' bookkeeping is one bit per message.
+
+// pubStats is what the producers of one phase did.
+type pubStats struct {
+	acked    *idSet // sequence numbers acknowledged durable
+	ackedN   atomic.Int64
+	failed   atomic.Int64 // messages whose request failed (may or may not be stored)
+	sent     atomic.Int64
+	lat      *histogram // publish → durable ack, per message
+	done     chan struct{}
+	firstErr atomic.Pointer[error]
+}
+
+func (ps *pubStats) fail(n int, err error) {
+	ps.failed.Add(int64(n))
+	ps.firstErr.CompareAndSwap(nil, &err)
+}
+
+// publishAll publishes messages 0..sc.Messages-1 over sc.Producers
+// PublishStreams until done or ctx ends. It returns when every producer has
+// its answers (or gave up on them).
+func publishAll(ctx context.Context, addr string, sc *Scenario, ps *pubStats) {
+	defer close(ps.done)
+	var next atomic.Int64 // next sequence number to hand out, in batches
+	var wg sync.WaitGroup
+	start := time.Now()
+	for p := range sc.Producers {
+		wg.Go(func() {
+			if err := produce(ctx, addr, sc, ps, &next, p, start); err != nil {
+				ps.firstErr.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+type inflight struct {
+	first, n int64
+	sentAt   time.Time
+}
+
+func produce(ctx context.Context, addr string, sc *Scenario, ps *pubStats, next *atomic.Int64, id int, start time.Time) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stream, err := spoolv1.NewPublisherServiceClient(conn).PublishStream(sctx)
+	if err != nil {
+		return fmt.Errorf("producer %d: open PublishStream: %w", id, err)
+	}
+	var (
+		mu      sync.Mutex
+		waiting = map[uint64]inflight{}
+		slots   = make(chan struct{}, sc.PipelineDepth)
+		recvErr = make(chan error, 1)
+	)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			now := time.Now()
+			mu.Lock()
+			f, ok := waiting[resp.GetSequence()]
+			delete(waiting, resp.GetSequence())
+			mu.Unlock()
+			if !ok {
+				continue
+			}
+			if e := resp.GetError(); e != nil || len(resp.GetResults()) != int(f.n) {
+				ps.fail(int(f.n), fmt.Errorf("publish refused: %v (%d results for %d messages)", e, len(resp.GetResults()), f.n))
+			} else {
+				for s := f.first; s < f.first+f.n; s++ {
+					ps.acked.add(uint64(s))
+				}
+				ps.ackedN.Add(f.n)
+				d := now.Sub(f.sentAt)
+				for range f.n {
+					ps.lat.record(d)
+				}
+			}
+			<-slots
+		}
+	}()
+
+	batch := int64(sc.BatchMessages)
+	total := int64(sc.Messages)
+	msgs := make([]*spoolv1.PublishMessage, batch)
+	for i := range msgs {
+		msgs[i] = &spoolv1.PublishMessage{Payload: make([]byte, sc.MessageBytes)}
+		for j := 16; j < sc.MessageBytes; j++ {
+			msgs[i].Payload[j] = byte('a' + j%26)
+		}
+	}
+	req := &spoolv1.PublishStreamRequest{Topic: topicName}
+	var perBatch time.Duration
+	if sc.RatePerS > 0 {
+		perBatch = time.Duration(float64(time.Second) * float64(batch) * float64(sc.Producers) / float64(sc.RatePerS))
+	}
+	due := start.Add(time.Duration(id) * perBatch / time.Duration(sc.Producers))
+	var seq uint64
+	var sendErr error
+send:
+	for {
+		first := next.Add(batch) - batch
+		if first >= total {
+			break
+		}
+		n := min(batch, total-first)
+		if perBatch > 0 {
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+					break send
+				}
+			}
+			due = due.Add(perBatch)
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			break send
+		case err := <-recvErr:
+			sendErr = err
+			break send
+		}
+		now := time.Now()
+		for i := range n {
+			m := msgs[i]
+			s := first + i
+			binary.LittleEndian.PutUint64(m.Payload[0:8], uint64(s))
+			binary.LittleEndian.PutUint64(m.Payload[8:16], uint64(now.UnixNano()))
+			m.Id = strconv.FormatInt(s, 10)
+			if sc.Keys > 0 {
+				m.Key = strconv.AppendInt(m.Key[:0], s%int64(sc.Keys), 10)
+			}
+		}
+		seq++
+		req.Sequence, req.Messages = seq, msgs[:n]
+		mu.Lock()
+		waiting[seq] = inflight{first: first, n: n, sentAt: now}
+		mu.Unlock()
+		ps.sent.Add(n)
+		if err := stream.Send(req); err != nil { // Send encodes req before it returns: msgs may be reused
+			sendErr = err
+			break
+		}
+	}
+	_ = stream.CloseSend()
+	// Wait for the answers still owed (bounded: a stuck sidecar must not hang the run).
+	deadline := time.After(10 * time.Second)
+	for {
+		mu.Lock()
+		left := len(waiting)
+		mu.Unlock()
+		if left == 0 {
+			break
+		}
+		select {
+		case err := <-recvErr:
+			if !errors.Is(err, io.EOF) {
+				sendErr = errors.Join(sendErr, err)
+			}
+			mu.Lock()
+			for _, f := range waiting {
+				ps.fail(int(f.n), fmt.Errorf("producer %d: stream ended before the answer: %w", id, err))
+			}
+			clear(waiting)
+			mu.Unlock()
+			return sendErr
+		case <-deadline:
+			mu.Lock()
+			for _, f := range waiting {
+				ps.fail(int(f.n), fmt.Errorf("producer %d: no answer within 10s", id))
+			}
+			clear(waiting)
+			mu.Unlock()
+			return errors.Join(sendErr, errors.New("publish answers missing after 10s"))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if sendErr != nil {
+		return fmt.Errorf("producer %d: %w", id, sendErr)
+	}
+	return nil
+}
+
+// consStats is what the consumers of one phase saw.
+type consStats struct {
+	seen      *idSet
+	handled   atomic.Int64 // handler calls
+	distinct  atomic.Int64
+	lastNewNs atomic.Int64 // when a new id was last handled
+	badIDs    atomic.Int64
+	lat       *histogram // send time (in the payload) → handler start
+	sdk       []*spool.Stats
+}
+
+// sdkTotals sums what the SDK counted over the consumers.
+func (cs *consStats) sdkTotals() (reconnects, settleErrors, retried int64) {
+	for _, s := range cs.sdk {
+		reconnects += s.Reconnects.Load()
+		settleErrors += s.SettleErrors.Load()
+		retried += s.Retried.Load() + s.Panics.Load()
+	}
+	return
+}
+
+func (cs *consStats) handle(_ context.Context, m *spool.Message) error {
+	now := time.Now()
+	cs.handled.Add(1)
+	seq, err := strconv.ParseUint(m.ID, 10, 64)
+	if err != nil {
+		cs.badIDs.Add(1)
+		return nil
+	}
+	if cs.seen.add(seq) {
+		cs.distinct.Add(1)
+		cs.lastNewNs.Store(now.UnixNano())
+	}
+	if len(m.Payload) >= 16 {
+		sent := int64(binary.LittleEndian.Uint64(m.Payload[8:16]))
+		cs.lat.record(now.Sub(time.Unix(0, sent)))
+	}
+	return nil
+}
+
+// consumeAll runs sc.Consumers SDK subscriptions until ctx ends.
+func consumeAll(ctx context.Context, addr string, sc *Scenario, cs *consStats) (wait func() error) {
+	var wg sync.WaitGroup
+	errs := make([]error, sc.Consumers)
+	cs.sdk = make([]*spool.Stats, sc.Consumers)
+	for i := range cs.sdk {
+		cs.sdk[i] = new(spool.Stats)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	for i := range sc.Consumers {
+		wg.Go(func() {
+			c, err := spool.Dial(ctx, addr)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer c.Close()
+			opts := []spool.SubscribeOption{
+				spool.WithConcurrency(sc.ConsumerConcurrency),
+				spool.WithDrainTimeout(5 * time.Second),
+				spool.WithConsumerName(fmt.Sprintf("loadtest-%d", i)),
+				spool.WithLogger(quiet), // reconnects and settle errors are counted in Stats and reported
+				spool.WithStats(cs.sdk[i]),
+			}
+			if sc.ConsumerPrefetch >= 0 {
+				opts = append(opts, spool.WithPrefetch(sc.ConsumerPrefetch))
+			}
+			errs[i] = c.Subscribe(ctx, groupName, []string{topicName}, cs.handle, opts...)
+		})
+	}
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}

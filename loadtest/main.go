@@ -1,0 +1,108 @@
+// Command loadtest drives a real spoold process with a scenario and prints
+// throughput, latency, lost/duplicated messages and the sidecar's CPU and
+// memory.
+//
+//	go run ./loadtest --scenario publish --json
+//
+// It builds cmd/spoold once into a temp dir, starts it as a separate process
+// with a generated config (fresh data dir, free ports on 127.0.0.1), waits
+// for /readyz, runs publishers and consumers in this process over gRPC,
+// samples /proc/<pid>/{stat,status} of spoold every 100 ms and stops spoold
+// with SIGTERM. Scenarios are loadtest/scenarios/NAME.yaml; results are
+// recorded in docs/benchmarks.md ("Sidecar load tests").
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"text/tabwriter"
+)
+
+func main() {
+	scenario := flag.String("scenario", "", "scenario name (loadtest/scenarios/NAME.yaml) or path to a .yaml file")
+	asJSON := flag.Bool("json", false, "print one line of JSON instead of a table")
+	bin := flag.String("spoold", "", "use this spoold binary instead of building cmd/spoold")
+	pkg := flag.String("spoold-pkg", "./cmd/spoold", "package to build as the sidecar")
+	keep := flag.Bool("keep", false, "keep the temp dir (config, data, spoold log)")
+	flag.Parse()
+	if *scenario == "" {
+		fmt.Fprintln(os.Stderr, "loadtest: --scenario NAME is required (see loadtest/scenarios/)")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if *asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+	} else {
+		printTable(r)
+	}
+	if r.Lost > 0 || r.Duplicates > 0 || len(r.Errors) > 0 {
+		fmt.Fprintln(os.Stderr, errFailed)
+		os.Exit(1)
+	}
+}
+
+func runScenario(ctx context.Context, name, bin, pkg string, keep bool) (*Result, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	sc, err := loadScenario(filepath.Join(root, "loadtest", "scenarios"), name)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "spool-loadtest-")
+	if err != nil {
+		return nil, err
+	}
+	if keep {
+		fmt.Fprintln(os.Stderr, "loadtest: keeping", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	if bin == "" {
+		if bin, err = buildSpoold(root, tmp, pkg); err != nil {
+			return nil, err
+		}
+	}
+	return run(ctx, bin, tmp, sc)
+}
+
+func printTable(r *Result) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
+	row("scenario", r.Scenario+" ("+r.Mode+")")
+	row("messages", r.Messages)
+	row("duration", fmt.Sprintf("%.3f s", r.DurationS))
+	row("throughput", fmt.Sprintf("%.0f msgs/s, %.1f MiB/s", r.MsgsPerS, r.MBPerS))
+	row("latency", fmt.Sprintf("p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms", r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs))
+	if r.Verified {
+		row("lost / duplicates", fmt.Sprintf("%d / %d", r.Lost, r.Duplicates))
+	} else {
+		row("lost / duplicates", "not verified (verify: false)")
+	}
+	row("publish failed", r.PublishFailed)
+	row("sidecar CPU", fmt.Sprintf("%.2f µs/msg (%.2f cores)", r.SidecarCPUUsPerMsg, r.SidecarCPUCores))
+	row("loadtest CPU", fmt.Sprintf("%.2f µs/msg", r.LoadtestCPUUsPerMsg))
+	row("sidecar RSS", fmt.Sprintf("idle %.1f MiB, peak %.1f MiB (VmHWM %.1f MiB)", r.SidecarRSSMBIdle, r.SidecarRSSMBPeak, r.SidecarHWMMB))
+	row("setup", fmt.Sprintf("%d B, %d producers × depth %d × batch %d, %d partitions, fsync %s, ordering %s, %d consumers × %d",
+		r.MessageBytes, r.Producers, r.PipelineDepth, r.BatchMessages, r.Partitions, r.Fsync, r.Ordering, r.Consumers, r.ConsumerConcurrency))
+	row("machine", fmt.Sprintf("%d × %s, Linux %s, %s, %s", r.Nproc, r.CPU, r.Kernel, r.GoVersion, r.Date))
+	for _, e := range r.Errors {
+		row("error", e)
+	}
+	w.Flush()
+}
+

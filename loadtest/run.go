@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Result is the one JSON line a run prints.
+type Result struct {
+	Scenario            string  `json:"scenario"`
+	Mode                string  `json:"mode"`
+	MsgsPerS            float64 `json:"msgs_per_s"`
+	MBPerS              float64 `json:"mb_per_s"` // payload MiB/s
+	P50Ms               float64 `json:"p50_ms"`
+	P99Ms               float64 `json:"p99_ms"`
+	P999Ms              float64 `json:"p999_ms"`
+	MaxMs               float64 `json:"max_ms"`
+	Duplicates          int64   `json:"duplicates"`
+	Lost                int64   `json:"lost"`
+	Verified            bool    `json:"verified"` // duplicates/lost come from consuming every message
+	PublishFailed       int64   `json:"publish_failed"`
+	SidecarRSSMBPeak    float64 `json:"sidecar_rss_mb_peak"`
+	SidecarRSSMBIdle    float64 `json:"sidecar_rss_mb_idle"`
+	SidecarHWMMB        float64 `json:"sidecar_hwm_mb"`
+	SidecarCPUUsPerMsg  float64 `json:"sidecar_cpu_us_per_msg"`
+	SidecarCPUCores     float64 `json:"sidecar_cpu_cores"` // average cores busy in the measured phase
+	LoadtestCPUUsPerMsg float64 `json:"loadtest_cpu_us_per_msg"`
+	Messages            int64   `json:"messages"`
+	DurationS           float64 `json:"duration_s"`
+	MessageBytes        int     `json:"message_bytes"`
+	Producers           int     `json:"producers"`
+	PipelineDepth       int     `json:"pipeline_depth"`
+	BatchMessages       int     `json:"batch_messages"`
+	Partitions          int     `json:"partitions"`
+	Fsync               string  `json:"fsync"`
+	Ordering            string  `json:"ordering"`
+	Consumers           int     `json:"consumers"`
+	ConsumerConcurrency int     `json:"consumer_concurrency"`
+	Reconnects          int64   `json:"reconnects"`
+	SettleErrors        int64   `json:"settle_errors"`
+	GoVersion           string  `json:"go_version"`
+	Nproc               int     `json:"nproc"`
+	CPU                 string  `json:"cpu"`
+	Kernel              string  `json:"kernel"`
+	Date                string  `json:"date"`
+	Errors              []string `json:"errors,omitempty"`
+}
+
+const mib = 1 << 20
+
+// phase marks the bounds of a measured phase: wall time and CPU ticks of
+// spoold and of this process.
+type phase struct {
+	t                time.Time
+	sidecar, harness int64
+}
+
+func mark(pid int) (phase, error) {
+	s, err := procCPU(pid)
+	if err != nil {
+		return phase{}, err
+	}
+	h, err := procCPU(os.Getpid())
+	return phase{t: time.Now(), sidecar: s, harness: h}, err
+}
+
+// run starts spoold from bin, runs sc against it and returns the result.
+func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
+	p, err := startSidecar(ctx, bin, tmp, sc)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		select {
+		case <-p.exited:
+		default:
+			p.kill()
+		}
+	}()
+	pid := p.pid()
+	smp := startSampler(pid, 100*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // let the just-started sidecar settle before calling it idle
+	idleKiB, _, err := procMem(pid)
+	if err != nil {
+		return nil, err
+	}
+
+	r := &Result{
+		Scenario: sc.Name, Mode: sc.Mode, MessageBytes: sc.MessageBytes, Producers: sc.Producers,
+		PipelineDepth: sc.PipelineDepth, BatchMessages: sc.BatchMessages, Partitions: sc.Partitions,
+		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, ConsumerConcurrency: sc.ConsumerConcurrency,
+		SidecarRSSMBIdle: float64(idleKiB) / 1024,
+		GoVersion:        runtime.Version(), Nproc: runtime.NumCPU(), CPU: cpuModel(), Kernel: kernel(),
+		Date: time.Now().UTC().Format(time.RFC3339),
+	}
+	var errs []error
+	ps := &pubStats{acked: newIDSet(sc.Messages), lat: new(histogram), done: make(chan struct{})}
+	cs := &consStats{seen: newIDSet(sc.Messages), lat: new(histogram)}
+	consCtx, stopConsumers := context.WithCancel(ctx)
+	defer stopConsumers()
+	var waitConsumers func() error
+	var start, end phase
+	var lat *histogram
+
+	switch sc.Mode {
+	case "publish":
+		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
+		smp.reset()
+		if start, err = mark(pid); err != nil {
+			cancel()
+			return nil, err
+		}
+		publishAll(mctx, p.appAddr, sc, ps)
+		end, err = mark(pid)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		r.Messages, lat = ps.ackedN.Load(), ps.lat
+		if sc.Verify {
+			waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+			if _, err := waitCovered(ctx, ps, cs, sc.MaxDuration); err != nil {
+				errs = append(errs, fmt.Errorf("verify: %w", err))
+			}
+		}
+	case "drain":
+		bctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		publishAll(bctx, p.appAddr, sc, ps)
+		cancel()
+		if ps.ackedN.Load() == 0 {
+			return nil, fmt.Errorf("loadtest: backlog: nothing published: %v", errOf(ps))
+		}
+		time.Sleep(500 * time.Millisecond) // let group commit and fetch state settle
+		smp.reset()
+		if start, err = mark(pid); err != nil {
+			return nil, err
+		}
+		waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
+		if end, err = markEnd(pid, t1, err, &errs); err != nil {
+			return nil, err
+		}
+		r.Messages, lat = cs.distinct.Load(), cs.lat
+	case "e2e":
+		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
+		smp.reset()
+		if start, err = mark(pid); err != nil {
+			cancel()
+			return nil, err
+		}
+		waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+		go publishAll(mctx, p.appAddr, sc, ps)
+		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
+		cancel()
+		if end, err = markEnd(pid, t1, err, &errs); err != nil {
+			return nil, err
+		}
+		r.Messages, lat = cs.distinct.Load(), cs.lat
+	}
+	<-ps.done
+	if waitConsumers != nil {
+		time.Sleep(200 * time.Millisecond) // a last chance for duplicates to show
+		stopConsumers()
+		if err := waitConsumers(); err != nil {
+			errs = append(errs, fmt.Errorf("consumers: %w", err))
+		}
+		r.Verified = true
+		r.Duplicates = cs.handled.Load() - cs.distinct.Load() + cs.badIDs.Load()
+		r.Lost = int64(cs.seen.missing(ps.acked))
+		r.Reconnects, r.SettleErrors, _ = cs.sdkTotals()
+	} else {
+		r.Lost, r.Duplicates = -1, -1 // not measured: set verify: true
+	}
+	r.PublishFailed = ps.failed.Load()
+	if e := errOf(ps); e != nil {
+		errs = append(errs, fmt.Errorf("publish: %w", e))
+	}
+	if err := p.stop(15 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	smp.close()
+	peak, hwm := smp.peakKiB()
+	r.SidecarRSSMBPeak, r.SidecarHWMMB = float64(peak)/1024, float64(hwm)/1024
+
+	dur := end.t.Sub(start.t).Seconds()
+	r.DurationS = round(dur, 3)
+	if dur > 0 && r.Messages > 0 {
+		r.MsgsPerS = round(float64(r.Messages)/dur, 0)
+		r.MBPerS = round(float64(r.Messages)*float64(sc.MessageBytes)/dur/mib, 1)
+		r.SidecarCPUUsPerMsg = round(float64(end.sidecar-start.sidecar)*1e6/clockTicks/float64(r.Messages), 2)
+		r.LoadtestCPUUsPerMsg = round(float64(end.harness-start.harness)*1e6/clockTicks/float64(r.Messages), 2)
+		r.SidecarCPUCores = round(float64(end.sidecar-start.sidecar)/clockTicks/dur, 2)
+	}
+	r.P50Ms, r.P99Ms = round(lat.quantileMs(0.50), 3), round(lat.quantileMs(0.99), 3)
+	r.P999Ms, r.MaxMs = round(lat.quantileMs(0.999), 3), round(lat.maxMs(), 3)
+	r.SidecarRSSMBIdle, r.SidecarRSSMBPeak, r.SidecarHWMMB = round(r.SidecarRSSMBIdle, 1), round(r.SidecarRSSMBPeak, 1), round(r.SidecarHWMMB, 1)
+	for _, e := range errs {
+		r.Errors = append(r.Errors, e.Error())
+	}
+	return r, nil
+}
+
+// markEnd closes a consume phase at t1 (when the last new message was
+// handled), reading CPU now (at most one poll later).
+func markEnd(pid int, t1 time.Time, waitErr error, errs *[]error) (phase, error) {
+	if waitErr != nil {
+		*errs = append(*errs, waitErr)
+	}
+	m, err := mark(pid)
+	if err != nil {
+		return m, err
+	}
+	if !t1.IsZero() {
+		m.t = t1
+	}
+	return m, nil
+}
+
+// waitCovered waits until the producers are done and every acknowledged
+// message was handled, or within passes. It returns when the last new
+// message was handled.
+func waitCovered(ctx context.Context, ps *pubStats, cs *consStats, within time.Duration) (time.Time, error) {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	last := func() time.Time {
+		if ns := cs.lastNewNs.Load(); ns != 0 {
+			return time.Unix(0, ns)
+		}
+		return time.Time{}
+	}
+	for {
+		select {
+		case <-ps.done:
+			if cs.distinct.Load() >= ps.ackedN.Load() && cs.seen.missing(ps.acked) == 0 {
+				return last(), nil
+			}
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return last(), ctx.Err()
+		case <-deadline.C:
+			return last(), fmt.Errorf("not every acknowledged message was handled within %s: %d of %d", within, cs.distinct.Load(), ps.ackedN.Load())
+		case <-tick.C:
+		}
+	}
+}
+
+func errOf(ps *pubStats) error {
+	if e := ps.firstErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func round(x float64, digits int) float64 {
+	p := 1.0
+	for range digits {
+		p *= 10
+	}
+	return float64(int64(x*p+0.5)) / p
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func kernel() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
+
+var errFailed = errors.New("loadtest: the run lost or duplicated messages or hit errors")

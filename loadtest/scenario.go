@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Scenario is one loadtest/scenarios/NAME.yaml file.
+type Scenario struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Mode: publish (measure publish → durable ack), drain (publish a
+	// backlog unmeasured, then measure consuming it), e2e (publish and
+	// consume together, measured end to end).
+	Mode string `yaml:"mode"`
+
+	MessageBytes int `yaml:"message_bytes"` // payload bytes of each message (≥ 16: seq + send time)
+	Messages     int `yaml:"messages"`      // messages published (the backlog, for drain)
+	// MaxDuration bounds the measured phase; producers stop and consumers
+	// give up when it passes (what was not done by then counts as lost).
+	MaxDuration time.Duration `yaml:"max_duration"`
+	// RatePerS caps the publish rate over all producers (0: as fast as acks allow).
+	RatePerS int `yaml:"rate_per_s"`
+
+	Producers     int `yaml:"producers"`      // PublishStream streams, one gRPC connection each
+	PipelineDepth int `yaml:"pipeline_depth"` // requests awaiting their ack, per stream
+	BatchMessages int `yaml:"batch_messages"` // messages per PublishStreamRequest
+	Keys          int `yaml:"keys"`           // distinct keys (0: keyless, partitions rotate per request)
+
+	Partitions          int    `yaml:"partitions"`
+	Fsync               string `yaml:"fsync"`                // always | interval
+	FsyncInterval       string `yaml:"fsync_interval"`       // with fsync: interval
+	Ordering            string `yaml:"ordering"`             // key | partition | none
+	SubMaxInFlight      int    `yaml:"sub_max_in_flight"`    // subscription max_in_flight (per partition)
+	SubWindowMessages   int    `yaml:"sub_window_messages"`  // subscription window_messages (per partition)
+	Consumers           int    `yaml:"consumers"`            // Subscribe calls (SDK), one connection each
+	ConsumerConcurrency int    `yaml:"consumer_concurrency"` // spool.WithConcurrency per consumer
+	ConsumerPrefetch    int    `yaml:"consumer_prefetch"`    // spool.WithPrefetch per consumer (-1: SDK default)
+
+	// Verify (publish mode): after the measured phase, consume everything
+	// (not measured) to count lost and duplicated messages.
+	Verify bool `yaml:"verify"`
+}
+
+func (s *Scenario) validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch s.Mode {
+	case "publish", "drain", "e2e":
+	default:
+		bad("mode = %q: must be publish, drain or e2e", s.Mode)
+	}
+	if s.MessageBytes == 0 {
+		s.MessageBytes = 1024
+	}
+	if s.MessageBytes < 16 || s.MessageBytes > 1<<20 {
+		bad("message_bytes = %d: must be 16..1048576 (the first 16 bytes carry sequence and send time)", s.MessageBytes)
+	}
+	if s.Messages < 1 || s.Messages > 20_000_000 {
+		bad("messages = %d: must be 1..20000000", s.Messages)
+	}
+	if s.MaxDuration == 0 {
+		s.MaxDuration = 60 * time.Second
+	}
+	if s.MaxDuration < 0 || s.MaxDuration > 5*time.Minute {
+		bad("max_duration = %s: must be up to 5m", s.MaxDuration)
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&s.Producers, 4)
+	def(&s.PipelineDepth, 4)
+	def(&s.BatchMessages, 100)
+	def(&s.Partitions, 4)
+	def(&s.Consumers, 1)
+	def(&s.ConsumerConcurrency, 64)
+	def(&s.SubMaxInFlight, 4096)
+	if s.ConsumerPrefetch == 0 {
+		s.ConsumerPrefetch = -1
+	}
+	if s.Producers < 1 || s.Producers > 64 {
+		bad("producers = %d: must be 1..64", s.Producers)
+	}
+	if s.PipelineDepth < 1 || s.PipelineDepth > 1024 {
+		bad("pipeline_depth = %d: must be 1..1024", s.PipelineDepth)
+	}
+	if s.BatchMessages < 1 || s.BatchMessages > 10000 {
+		bad("batch_messages = %d: must be 1..10000 (the sidecar's max_batch_messages)", s.BatchMessages)
+	}
+	if s.Partitions < 1 || s.Partitions > 1024 {
+		bad("partitions = %d: must be 1..1024", s.Partitions)
+	}
+	if s.Consumers < 1 || s.Consumers > 64 {
+		bad("consumers = %d: must be 1..64", s.Consumers)
+	}
+	if s.Keys < 0 || s.RatePerS < 0 {
+		bad("keys and rate_per_s must not be negative")
+	}
+	if s.Fsync == "" {
+		s.Fsync = "always"
+	}
+	if s.Fsync != "always" && s.Fsync != "interval" {
+		bad("fsync = %q: must be always or interval", s.Fsync)
+	}
+	if s.Ordering == "" {
+		s.Ordering = "none"
+	}
+	if s.Ordering != "key" && s.Ordering != "partition" && s.Ordering != "none" {
+		bad("ordering = %q: must be key, partition or none", s.Ordering)
+	}
+	return errors.Join(errs...)
+}
+
+// loadScenario reads name (a scenario name under dir, or a path to a .yaml file).
+func loadScenario(dir, name string) (*Scenario, error) {
+	path := name
+	if !strings.HasSuffix(name, ".yaml") {
+		path = filepath.Join(dir, name+".yaml")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %q: %w (scenarios live in %s)", name, err, dir)
+	}
+	var s Scenario
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	if s.Name == "" {
+		s.Name = strings.TrimSuffix(filepath.Base(path), ".yaml")
+	}
+	if err := s.validate(); err != nil {
+		return nil, fmt.Errorf("scenario %s:\n%w", path, err)
+	}
+	return &s, nil
+}
