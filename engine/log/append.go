@@ -145,11 +145,14 @@ type dirtySeg struct {
 func (s *Store) round() {
 	s.mu.Lock()
 	batch := s.pending
-	s.pending = s.spare[:0]
-	s.mu.Unlock()
 	if len(batch) == 0 {
+		s.mu.Unlock()
 		return
 	}
+	// Swap buffers. spare is taken (set to nil) so that pending and spare
+	// never share an array: appends during this round must not overwrite batch.
+	s.pending, s.spare = s.spare[:0], nil
+	s.mu.Unlock()
 	var dirty []dirtySeg
 	bytes := 0
 	for _, r := range batch {
