@@ -105,4 +105,3 @@ func printTable(r *Result) {
 	}
 	w.Flush()
 }
-

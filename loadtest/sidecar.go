@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -93,17 +94,26 @@ func startSidecar(ctx context.Context, bin, base string, sc *Scenario, extraArgs
 	}
 	cmd := exec.Command(bin, append([]string{"--config", cfgPath, "--log-level", "warn"}, extraArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("loadtest: start spoold: %w", err)
-	}
+	// Pdeathsig: spoold must never outlive the harness. It fires when the OS
+	// thread that started it exits, so that thread stays locked (see startSidecar).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &sidecarProc{cmd: cmd, dir: dir, appAddr: app, adminAddr: admin, logPath: logPath, exited: make(chan struct{})}
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread() // the starting thread lives until spoold exits: Pdeathsig must not fire early
+		defer runtime.UnlockOSThread()
+		defer close(p.exited)
+		defer logf.Close()
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("loadtest: start spoold: %w", err)
+			return
+		}
+		started <- nil
 		p.waitErr = cmd.Wait()
-		logf.Close()
-		close(p.exited)
 	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
 	if err := p.waitReady(ctx, 20*time.Second); err != nil {
 		p.kill()
 		return nil, err
