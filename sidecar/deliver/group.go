@@ -69,7 +69,9 @@ type part struct {
 	skip   []int64
 	skipAt int
 	// committed is the last position written; dirty when it differs.
-	committed        groups.Position
+	committed groups.Position
+	// avgRecordBytes sizes reads to the room in the window.
+	avgRecordBytes   int
 	lagMsgs, lagSecs prometheus.Gauge
 }
 
@@ -137,7 +139,7 @@ func (g *Group) newSub(sc Subscription) (*sub, error) {
 			return nil, fmt.Errorf("deliver: group %q topic %q: %w", g.cfg.Name, sc.Topic, err)
 		}
 		pl := strconv.Itoa(int(p))
-		pt := &part{num: p, tr: tr, fetchAt: next, committed: committed,
+		pt := &part{num: p, tr: tr, fetchAt: next, committed: committed, avgRecordBytes: 1024,
 			lagMsgs: m.LagMessages.WithLabelValues(gl, tl, pl), lagSecs: m.LagSeconds.WithLabelValues(gl, tl, pl)}
 		for _, o := range committed.Done {
 			if o >= next {
@@ -358,10 +360,17 @@ func (g *Group) fetch(now time.Time) {
 func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 	for {
 		want := p.tr.Wants()
-		if want <= 0 {
+		// Refill in large steps (a quarter of the window), unless the tracker
+		// is running dry: a read returns whole log batches, so reading for a
+		// handful of records would decode a batch to keep a few of its records.
+		if want <= 0 || (want < p.tr.Config().WindowMessages/4 && p.tr.Pending() > 0) {
 			return
 		}
-		recs, err := g.eng.Fetch(s.cfg.Topic, p.num, p.fetchAt, g.cfg.FetchMaxBytes, nil)
+		// Read about as many bytes as the tracker has room for: the records
+		// kept alias the read buffer, so an oversized read would pin memory
+		// well beyond the window.
+		maxBytes := min(g.cfg.FetchMaxBytes, max(want*p.avgRecordBytes, minFetchBytes))
+		recs, err := g.eng.Fetch(s.cfg.Topic, p.num, p.fetchAt, maxBytes, nil)
 		var oor *log.OffsetOutOfRangeError
 		if errors.As(err, &oor) && p.fetchAt < oor.Start {
 			// Retention deleted records the group had not finished.
@@ -379,6 +388,7 @@ func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 		if len(recs) == 0 {
 			return
 		}
+		p.avgRecordBytes = recordBytes(recs)
 		batch := make([]tracker.Record[log.Record], 0, min(len(recs), want))
 		for _, r := range recs {
 			if len(batch) == want {
@@ -397,11 +407,64 @@ func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 			}
 			batch = append(batch, tracker.Record[log.Record]{Offset: r.Offset, Key: string(r.Key), Value: r})
 		}
+		if len(batch) > 0 && len(batch) < len(recs)/2 {
+			compact(batch)
+		}
 		if err := p.tr.Add(now, batch...); err != nil {
 			// Cannot happen: offsets increase and batch ≤ Wants. Stop feeding
 			// this partition loudly rather than deliver out of order.
 			g.log.Error("tracker refused records", "topic", s.cfg.Topic, "partition", p.num, "err", err)
 			return
+		}
+	}
+}
+
+// minFetchBytes is the smallest read: a few records, to amortize the call.
+const minFetchBytes = 16 << 10
+
+// recordBytes estimates the stored size of one record of recs.
+func recordBytes(recs []log.Record) int {
+	total := 0
+	for i := range recs {
+		r := &recs[i]
+		total += len(r.ID) + len(r.Key) + len(r.Value) + 32
+		for _, h := range r.Headers {
+			total += len(h.Key) + len(h.Value) + 4
+		}
+	}
+	return max(total/len(recs), 64)
+}
+
+// compact copies the bytes of the records kept into one buffer of their
+// own, so that the read buffer they alias (mostly records not kept) can be
+// freed: memory held stays proportional to the window, not to the reads.
+func compact(batch []tracker.Record[log.Record]) {
+	n := 0
+	for i := range batch {
+		r := &batch[i].Value
+		n += len(r.ID) + len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Value)
+		}
+	}
+	buf := make([]byte, 0, n)
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(buf)
+		buf = append(buf, b...)
+		return buf[start:len(buf):len(buf)]
+	}
+	for i := range batch {
+		r := &batch[i].Value
+		r.ID, r.Key, r.Value = take(r.ID), take(r.Key), take(r.Value)
+		if len(r.Headers) > 0 {
+			hs := make([]log.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				hs[j] = log.Header{Key: h.Key, Value: take(h.Value)}
+			}
+			r.Headers = hs
 		}
 	}
 }
