@@ -114,6 +114,14 @@ func (s *sampler) reset() {
 	s.mu.Unlock()
 }
 
+// snapshot takes a last sample and returns the peak RSS since reset.
+func (s *sampler) snapshot() int64 {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rssPeakKiB
+}
+
 func (s *sampler) close() {
 	s.sample()
 	close(s.stop)

@@ -26,7 +26,8 @@ type Result struct {
 	PublishFailed       int64    `json:"publish_failed"`
 	SidecarRSSMBPeak    float64  `json:"sidecar_rss_mb_peak"`
 	SidecarRSSMBIdle    float64  `json:"sidecar_rss_mb_idle"`
-	SidecarHWMMB        float64  `json:"sidecar_hwm_mb"`
+	SidecarHWMMB        float64  `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
+	SidecarRSSMBEnd     float64  `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
 	SidecarCPUUsPerMsg  float64  `json:"sidecar_cpu_us_per_msg"`
 	SidecarCPUCores     float64  `json:"sidecar_cpu_cores"` // average cores busy in the measured phase
 	LoadtestCPUUsPerMsg float64  `json:"loadtest_cpu_us_per_msg"`
@@ -57,7 +58,8 @@ const mib = 1 << 20
 // spoold and of this process.
 type phase struct {
 	t                time.Time
-	sidecar, harness int64
+	sidecar, harness int64 // CPU clock ticks
+	rssKiB           int64
 }
 
 func mark(pid int) (phase, error) {
@@ -66,7 +68,8 @@ func mark(pid int) (phase, error) {
 		return phase{}, err
 	}
 	h, err := procCPU(os.Getpid())
-	return phase{t: time.Now(), sidecar: s, harness: h}, err
+	rss, _, _ := procMem(pid)
+	return phase{t: time.Now(), sidecar: s, harness: h, rssKiB: rss}, err
 }
 
 // run starts spoold from bin, runs sc against it and returns the result.
@@ -106,6 +109,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 	var waitConsumers func() error
 	var start, end phase
 	var lat *histogram
+	measuredPeak := int64(-1) // peak RSS of the measured phase, when other phases follow it
 
 	switch sc.Mode {
 	case "publish":
@@ -121,6 +125,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		measuredPeak = smp.snapshot()
 		r.Messages, lat = ps.ackedN.Load(), ps.lat
 		if sc.Verify {
 			waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
@@ -185,7 +190,10 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 	}
 	smp.close()
 	peak, hwm := smp.peakKiB()
-	r.SidecarRSSMBPeak, r.SidecarHWMMB = float64(peak)/1024, float64(hwm)/1024
+	if measuredPeak >= 0 {
+		peak = measuredPeak
+	}
+	r.SidecarRSSMBPeak, r.SidecarHWMMB, r.SidecarRSSMBEnd = float64(peak)/1024, float64(hwm)/1024, float64(end.rssKiB)/1024
 
 	dur := end.t.Sub(start.t).Seconds()
 	r.DurationS = round(dur, 3)
@@ -199,6 +207,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 	r.P50Ms, r.P99Ms = round(lat.quantileMs(0.50), 3), round(lat.quantileMs(0.99), 3)
 	r.P999Ms, r.MaxMs = round(lat.quantileMs(0.999), 3), round(lat.maxMs(), 3)
 	r.SidecarRSSMBIdle, r.SidecarRSSMBPeak, r.SidecarHWMMB = round(r.SidecarRSSMBIdle, 1), round(r.SidecarRSSMBPeak, 1), round(r.SidecarHWMMB, 1)
+	r.SidecarRSSMBEnd = round(r.SidecarRSSMBEnd, 1)
 	for _, e := range errs {
 		r.Errors = append(r.Errors, e.Error())
 	}
