@@ -80,7 +80,6 @@ func startNode(t *testing.T, config string) *node {
 	if err := os.WriteFile(n.cfgPath, []byte(full), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.start()
 	t.Cleanup(func() {
 		n.kill()
 		if t.Failed() {
@@ -88,6 +87,7 @@ func startNode(t *testing.T, config string) *node {
 			t.Logf("spoold log:\n%s", tail(string(b), 60))
 		}
 	})
+	n.start()
 	return n
 }
 
@@ -105,6 +105,11 @@ func (n *node) start() {
 	n.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); logf.Close(); close(done) }(n.cmd, n.exited)
 	eventually(n.t, 20*time.Second, "spoold ready", func() bool {
+		select {
+		case <-n.exited:
+			n.t.Fatalf("spoold exited during start-up with code %d", n.cmd.ProcessState.ExitCode())
+		default:
+		}
 		resp, err := http.Get("http://" + n.admin + "/readyz")
 		if err != nil {
 			return false
