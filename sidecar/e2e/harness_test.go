@@ -243,11 +243,11 @@ func (a *app) waitExit(timeout time.Duration) int {
 
 // event is one line of a record file.
 type event struct {
-	kind     string // start | done
-	id, key  string
-	seq      int
-	attempt  int
-	token    uint64
+	kind    string // start | done
+	id, key string
+	seq     int
+	attempt int
+	token   uint64
 }
 
 func readEvents(t *testing.T, paths ...string) []event {

@@ -3,8 +3,8 @@ package e2e
 import (
 	"bufio"
 	"io"
-	"os"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
