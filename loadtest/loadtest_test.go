@@ -31,7 +31,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r, err := run(ctx, bin, tmp, sc)
+	r, err := run(ctx, bin, tmp, sc, "")
 	if err != nil {
 		t.Fatal(err)
 	}

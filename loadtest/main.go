@@ -30,6 +30,7 @@ func main() {
 	bin := flag.String("spoold", "", "use this spoold binary instead of building cmd/spoold")
 	pkg := flag.String("spoold-pkg", "./cmd/spoold", "package to build as the sidecar")
 	keep := flag.Bool("keep", false, "keep the temp dir (config, data, spoold log)")
+	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (needs --spoold-pkg ./loadtest/cmd/spoold-pprof)")
 	flag.Parse()
 	if *scenario == "" {
 		fmt.Fprintln(os.Stderr, "loadtest: --scenario NAME is required (see loadtest/scenarios/)")
@@ -37,7 +38,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep)
+	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, *profile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -54,7 +55,7 @@ func main() {
 	}
 }
 
-func runScenario(ctx context.Context, name, bin, pkg string, keep bool) (*Result, error) {
+func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileDir string) (*Result, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -77,7 +78,7 @@ func runScenario(ctx context.Context, name, bin, pkg string, keep bool) (*Result
 			return nil, err
 		}
 	}
-	return run(ctx, bin, tmp, sc)
+	return run(ctx, bin, tmp, sc, profileDir)
 }
 
 func printTable(r *Result) {

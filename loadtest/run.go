@@ -73,8 +73,17 @@ func mark(pid int) (phase, error) {
 }
 
 // run starts spoold from bin, runs sc against it and returns the result.
-func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
-	p, err := startSidecar(ctx, bin, tmp, sc)
+// With profileDir set, spoold must be a spoold-pprof build: a CPU profile
+// of the measured phase and a heap profile at its end are written there.
+func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) (*Result, error) {
+	var pprofAddr string
+	if profileDir != "" {
+		var err error
+		if pprofAddr, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	p, err := startSidecar(ctx, bin, tmp, sc, pprofAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -109,12 +118,14 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 	var waitConsumers func() error
 	var start, end phase
 	var lat *histogram
+	prof := newProfiler(pprofAddr, profileDir, sc.Name)
 	measuredPeak := int64(-1) // peak RSS of the measured phase, when other phases follow it
 
 	switch sc.Mode {
 	case "publish":
 		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
 		smp.reset()
+		prof.startCPU()
 		if start, err = mark(pid); err != nil {
 			cancel()
 			return nil, err
@@ -126,6 +137,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 			return nil, err
 		}
 		measuredPeak = smp.snapshot()
+		errs = append(errs, prof.finish()...)
 		r.Messages, lat = ps.ackedN.Load(), ps.lat
 		if sc.Verify {
 			waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
@@ -142,6 +154,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 		}
 		time.Sleep(500 * time.Millisecond) // let group commit and fetch state settle
 		smp.reset()
+		prof.startCPU()
 		if start, err = mark(pid); err != nil {
 			return nil, err
 		}
@@ -150,10 +163,12 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 		if end, err = markEnd(pid, t1, err, &errs); err != nil {
 			return nil, err
 		}
+		errs = append(errs, prof.finish()...)
 		r.Messages, lat = cs.distinct.Load(), cs.lat
 	case "e2e":
 		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
 		smp.reset()
+		prof.startCPU()
 		if start, err = mark(pid); err != nil {
 			cancel()
 			return nil, err
@@ -165,6 +180,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario) (*Result, error) {
 		if end, err = markEnd(pid, t1, err, &errs); err != nil {
 			return nil, err
 		}
+		errs = append(errs, prof.finish()...)
 		r.Messages, lat = cs.distinct.Load(), cs.lat
 	}
 	<-ps.done

@@ -69,7 +69,8 @@ func (p *sidecarProc) pid() int { return p.cmd.Process.Pid }
 
 // startSidecar writes a config for sc into a fresh temp dir under base,
 // starts bin with it and waits for /readyz.
-func startSidecar(ctx context.Context, bin, base string, sc *Scenario, extraArgs ...string) (*sidecarProc, error) {
+// pprofAddr, when set, is passed to a spoold-pprof build as its pprof listener.
+func startSidecar(ctx context.Context, bin, base string, sc *Scenario, pprofAddr string) (*sidecarProc, error) {
 	dir, err := os.MkdirTemp(base, "run-")
 	if err != nil {
 		return nil, err
@@ -92,8 +93,11 @@ func startSidecar(ctx context.Context, bin, base string, sc *Scenario, extraArgs
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, append([]string{"--config", cfgPath, "--log-level", "warn"}, extraArgs...)...)
+	cmd := exec.Command(bin, "--config", cfgPath, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if pprofAddr != "" {
+		cmd.Env = append(os.Environ(), "SPOOL_LOADTEST_PPROF="+pprofAddr)
+	}
 	// Pdeathsig: spoold must never outlive the harness. It fires when the OS
 	// thread that started it exits, so that thread stays locked (see startSidecar).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

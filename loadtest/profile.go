@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// profiler fetches pprof profiles from a spoold-pprof build: a CPU profile
+// of the first cpuSeconds of the measured phase and a heap profile at its end.
+type profiler struct {
+	addr, dir, name string
+	cpuDone         chan error
+}
+
+func newProfiler(addr, dir, name string) *profiler {
+	return &profiler{addr: addr, dir: dir, name: name}
+}
+
+// cpuSeconds is the length of the CPU profile: pprof's endpoint profiles for
+// a fixed time, so it covers the first cpuSeconds of the measured phase.
+const cpuSeconds = 5
+
+func (p *profiler) startCPU() {
+	if p.addr == "" {
+		return
+	}
+	p.cpuDone = make(chan error, 1)
+	go func() {
+		p.cpuDone <- p.fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", cpuSeconds), p.name+".cpu.pprof", cpuSeconds+10)
+	}()
+}
+
+// finish writes the heap profile and waits for the CPU profile.
+func (p *profiler) finish() []error {
+	if p.addr == "" {
+		return nil
+	}
+	var errs []error
+	if err := p.fetch("/debug/pprof/heap", p.name+".heap.pprof", 10); err != nil {
+		errs = append(errs, err)
+	}
+	if p.cpuDone != nil {
+		if err := <-p.cpuDone; err != nil {
+			errs = append(errs, err)
+		}
+		p.cpuDone = nil
+	}
+	return errs
+}
+
+func (p *profiler) fetch(path, file string, timeoutS int) error {
+	c := http.Client{Timeout: time.Duration(timeoutS) * time.Second}
+	resp, err := c.Get("http://" + p.addr + path)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w (is --spoold-pkg ./loadtest/cmd/spoold-pprof?)", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", path, resp.Status)
+	}
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(p.dir, file))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
