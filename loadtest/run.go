@@ -41,6 +41,8 @@ type Result struct {
 	Fsync               string   `json:"fsync"`
 	Ordering            string   `json:"ordering"`
 	Consumers           int      `json:"consumers"`
+	SidecarGOMEMLIMIT   string   `json:"sidecar_gomemlimit,omitempty"`
+	SubWindowMessages   int      `json:"sub_window_messages,omitempty"`
 	ConsumerConcurrency int      `json:"consumer_concurrency"`
 	Reconnects          int64    `json:"reconnects"`
 	SettleErrors        int64    `json:"settle_errors"`
@@ -105,7 +107,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	r := &Result{
 		Scenario: sc.Name, Mode: sc.Mode, MessageBytes: sc.MessageBytes, Producers: sc.Producers,
 		PipelineDepth: sc.PipelineDepth, BatchMessages: sc.BatchMessages, Partitions: sc.Partitions,
-		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, ConsumerConcurrency: sc.ConsumerConcurrency,
+		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, SidecarGOMEMLIMIT: sc.SidecarGOMEMLIMIT, SubWindowMessages: sc.SubWindowMessages, ConsumerConcurrency: sc.ConsumerConcurrency,
 		SidecarRSSMBIdle: float64(idleKiB) / 1024,
 		GoVersion:        runtime.Version(), Nproc: runtime.NumCPU(), CPU: cpuModel(), Kernel: kernel(),
 		Date: time.Now().UTC().Format(time.RFC3339),

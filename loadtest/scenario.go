@@ -44,6 +44,10 @@ type Scenario struct {
 	ConsumerConcurrency int    `yaml:"consumer_concurrency"` // spool.WithConcurrency per consumer
 	ConsumerPrefetch    int    `yaml:"consumer_prefetch"`    // spool.WithPrefetch per consumer (-1: SDK default)
 
+	// SidecarGOMEMLIMIT, when set, is spoold's GOMEMLIMIT (for example
+	// "100MiB"): a deployment setting, not a code change.
+	SidecarGOMEMLIMIT string `yaml:"sidecar_gomemlimit"`
+
 	// Verify (publish mode): after the measured phase, consume everything
 	// (not measured) to count lost and duplicated messages.
 	Verify bool `yaml:"verify"`

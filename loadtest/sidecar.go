@@ -95,8 +95,12 @@ func startSidecar(ctx context.Context, bin, base string, sc *Scenario, pprofAddr
 	}
 	cmd := exec.Command(bin, "--config", cfgPath, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = os.Environ()
 	if pprofAddr != "" {
-		cmd.Env = append(os.Environ(), "SPOOL_LOADTEST_PPROF="+pprofAddr)
+		cmd.Env = append(cmd.Env, "SPOOL_LOADTEST_PPROF="+pprofAddr)
+	}
+	if sc.SidecarGOMEMLIMIT != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+sc.SidecarGOMEMLIMIT)
 	}
 	// Pdeathsig: spoold must never outlive the harness. It fires when the OS
 	// thread that started it exits, so that thread stays locked (see startSidecar).
