@@ -1,0 +1,42 @@
+package spool
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// backoffConfig is an exponential backoff with full jitter: attempt n waits a
+// uniformly random time in [0, min(max, base*2^n)).
+type backoffConfig struct {
+	base time.Duration
+	max  time.Duration
+}
+
+// delay is pure: attempt counts from 0, draw is a uniform number in [0, 1).
+func (b backoffConfig) delay(attempt int, draw float64) time.Duration {
+	ceiling := b.base
+	for i := 0; i < attempt && ceiling < b.max; i++ {
+		ceiling *= 2
+	}
+	if ceiling > b.max {
+		ceiling = b.max
+	}
+	return time.Duration(draw * float64(ceiling))
+}
+
+// next draws the delay for attempt from the global random source.
+func (b backoffConfig) next(attempt int) time.Duration {
+	return b.delay(attempt, rand.Float64())
+}
+
+// sleepCtx waits d or until ctx ends; it reports whether the full d passed.
+func sleepCtx(ctx interface{ Done() <-chan struct{} }, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

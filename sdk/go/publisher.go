@@ -1,0 +1,344 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+)
+
+// Defaults and limits of a Publisher.
+const (
+	DefaultMaxInFlight = 1024    // messages published and not yet answered
+	maxBatchMessages   = 1000    // messages per PublishStream request (sidecar limit: 10,000)
+	maxBatchBytes      = 1 << 20 // key+payload bytes per request, below gRPC's 4 MiB default
+)
+
+// PublisherOption configures a Publisher.
+type PublisherOption func(*publisherConfig)
+
+type publisherConfig struct {
+	maxInFlight int
+}
+
+// WithMaxInFlight bounds the messages published but not yet confirmed
+// durable (default 1024). Publish blocks while the window is full.
+func WithMaxInFlight(n int) PublisherOption {
+	return func(c *publisherConfig) { c.maxInFlight = n }
+}
+
+// Publisher pipelines publishes to one topic over a PublishStream: Publish
+// returns at once with a Future, and messages queued meanwhile are sent
+// together in one request. The number of unconfirmed messages is bounded.
+// A Publisher is safe for concurrent use. Close it when done.
+//
+// If the stream breaks, the unconfirmed messages fail (they may or may not
+// be stored: publish them again with the same WithID) and the next Publish
+// opens a new stream.
+type Publisher struct {
+	client *Client
+	topic  string
+	ctx    context.Context
+	cancel context.CancelFunc
+	slots  chan struct{} // in-flight window: one token per unconfirmed message
+	g      sync.WaitGroup
+
+	mu     sync.Mutex
+	queue  []pubItem
+	wake   chan struct{}
+	closed bool
+	stream *pubStream
+	seq    uint64
+}
+
+type pubItem struct {
+	m *spoolv1.PublishMessage
+	f *Future
+}
+
+// pubStream is one PublishStream with the requests awaiting an answer.
+type pubStream struct {
+	s       grpc.BidiStreamingClient[spoolv1.PublishStreamRequest, spoolv1.PublishStreamResponse]
+	cancel  context.CancelFunc
+	waiting map[uint64][]*Future // guarded by Publisher.mu
+	broken  bool
+}
+
+// Future is the result of a pipelined publish.
+type Future struct {
+	done chan struct{}
+	res  PublishResult
+	err  error
+	cb   func(PublishResult, error)
+}
+
+// Done is closed when the result is known.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Wait returns the result once the message is durable, or the error.
+func (f *Future) Wait(ctx context.Context) (PublishResult, error) {
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		return PublishResult{}, fmt.Errorf("spool: waiting for a publish: %w (the message may still be stored)", ctx.Err())
+	}
+}
+
+// Publisher returns a pipelined publisher to topic. ctx bounds its life:
+// when ctx ends, unconfirmed messages fail.
+func (c *Client) Publisher(ctx context.Context, topic string, opts ...PublisherOption) *Publisher {
+	cfg := publisherConfig{maxInFlight: DefaultMaxInFlight}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.maxInFlight < 1 {
+		cfg.maxInFlight = 1
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	p := &Publisher{
+		client: c, topic: topic, ctx: pctx, cancel: cancel,
+		slots: make(chan struct{}, cfg.maxInFlight),
+		wake:  make(chan struct{}, 1),
+	}
+	p.g.Go(p.sendLoop)
+	return p
+}
+
+// Publish queues a message and returns its Future. It blocks while the
+// in-flight window is full.
+func (p *Publisher) Publish(key, payload []byte, opts ...PublishOption) *Future {
+	f := &Future{done: make(chan struct{})}
+	p.enqueue(buildMessage(key, payload, opts), f)
+	return f
+}
+
+// PublishFunc is Publish with a callback instead of a Future. Callbacks run
+// one at a time on the Publisher's receiving goroutine: keep them short.
+func (p *Publisher) PublishFunc(key, payload []byte, cb func(PublishResult, error), opts ...PublishOption) {
+	f := &Future{done: make(chan struct{}), cb: cb}
+	p.enqueue(buildMessage(key, payload, opts), f)
+}
+
+func (p *Publisher) enqueue(m *spoolv1.PublishMessage, f *Future) {
+	if p.topic == "" {
+		p.complete(f, PublishResult{}, errors.New("spool: publisher: topic is empty: name the topic to publish to"), false)
+		return
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-p.ctx.Done():
+		p.complete(f, PublishResult{}, fmt.Errorf("spool: publish to %q: publisher closed: %w", p.topic, p.ctx.Err()), false)
+		return
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.complete(f, PublishResult{}, fmt.Errorf("spool: publish to %q: publisher closed", p.topic), true)
+		return
+	}
+	p.queue = append(p.queue, pubItem{m: m, f: f})
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// complete settles a future, frees its window slot if it holds one, and
+// runs its callback.
+func (p *Publisher) complete(f *Future, res PublishResult, err error, holdsSlot bool) {
+	f.res, f.err = res, err
+	close(f.done)
+	if holdsSlot {
+		<-p.slots
+	}
+	if f.cb != nil {
+		f.cb(res, err)
+	}
+}
+
+// Close waits for unconfirmed messages (until the Publisher's ctx ends),
+// then closes the stream.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	// Wait for the window to empty: every slot back.
+	for i := 0; i < cap(p.slots); i++ {
+		select {
+		case p.slots <- struct{}{}:
+		case <-p.ctx.Done():
+			i = cap(p.slots)
+		}
+	}
+	p.cancel()
+	p.g.Wait()
+	return nil
+}
+
+// sendLoop sends whatever is queued as one request per topic batch, opening
+// a stream when needed.
+func (p *Publisher) sendLoop() {
+	defer p.failAll(fmt.Errorf("spool: publish to %q: publisher closed before the sidecar answered; the message may or may not be stored", p.topic))
+	for {
+		select {
+		case <-p.wake:
+		case <-p.ctx.Done():
+			return
+		}
+		for {
+			p.mu.Lock()
+			n, size := 0, 0
+			for n < len(p.queue) && n < maxBatchMessages {
+				sz := len(p.queue[n].m.Key) + len(p.queue[n].m.Payload)
+				if n > 0 && size+sz > maxBatchBytes {
+					break
+				}
+				size += sz
+				n++
+			}
+			if n == 0 {
+				p.mu.Unlock()
+				break
+			}
+			batch := make([]pubItem, n)
+			copy(batch, p.queue)
+			p.queue = append(p.queue[:0], p.queue[n:]...)
+			st := p.stream
+			p.mu.Unlock()
+			p.sendBatch(st, batch)
+		}
+	}
+}
+
+func (p *Publisher) sendBatch(st *pubStream, batch []pubItem) {
+	if st == nil {
+		var err error
+		st, err = p.openStream()
+		if err != nil {
+			for _, it := range batch {
+				p.complete(it.f, PublishResult{}, err, true)
+			}
+			return
+		}
+	}
+	msgs := make([]*spoolv1.PublishMessage, len(batch))
+	futs := make([]*Future, len(batch))
+	for i, it := range batch {
+		msgs[i], futs[i] = it.m, it.f
+	}
+	p.mu.Lock()
+	if st.broken {
+		p.mu.Unlock()
+		p.sendBatch(nil, batch)
+		return
+	}
+	p.seq++
+	seq := p.seq
+	st.waiting[seq] = futs
+	p.mu.Unlock()
+	if err := st.s.Send(&spoolv1.PublishStreamRequest{Sequence: seq, Topic: p.topic, Messages: msgs}); err != nil {
+		if errors.Is(err, io.EOF) {
+			_, err = st.s.Recv()
+		}
+		p.breakStream(st, err)
+	}
+}
+
+func (p *Publisher) openStream() (*pubStream, error) {
+	sctx, cancel := context.WithCancel(p.ctx)
+	s, err := p.client.pub.PublishStream(sctx)
+	if err != nil {
+		cancel()
+		return nil, p.client.publishError(p.topic, err)
+	}
+	st := &pubStream{s: s, cancel: cancel, waiting: make(map[uint64][]*Future)}
+	p.mu.Lock()
+	p.stream = st
+	p.mu.Unlock()
+	p.g.Go(func() { p.recvLoop(st) })
+	return st, nil
+}
+
+func (p *Publisher) recvLoop(st *pubStream) {
+	for {
+		resp, err := st.s.Recv()
+		if err != nil {
+			p.breakStream(st, err)
+			return
+		}
+		p.mu.Lock()
+		futs := st.waiting[resp.GetSequence()]
+		delete(st.waiting, resp.GetSequence())
+		p.mu.Unlock()
+		if futs == nil {
+			continue
+		}
+		if e := resp.GetError(); e != nil {
+			err := fmt.Errorf("spool: publish to %q: %s: %s", p.topic, e.GetReason(), e.GetMessage())
+			for _, f := range futs {
+				p.complete(f, PublishResult{}, err, true)
+			}
+			continue
+		}
+		rs := resp.GetResults()
+		for i, f := range futs {
+			if i >= len(rs) {
+				p.complete(f, PublishResult{}, fmt.Errorf("spool: publish to %q: sidecar answered %d results for %d messages: upgrade the sidecar and SDK together", p.topic, len(rs), len(futs)), true)
+				continue
+			}
+			p.complete(f, PublishResult{ID: rs[i].GetId(), Partition: rs[i].GetPartition(), Offset: rs[i].GetOffset()}, nil, true)
+		}
+	}
+}
+
+// breakStream fails every request waiting on st; the next batch opens a new stream.
+func (p *Publisher) breakStream(st *pubStream, err error) {
+	p.mu.Lock()
+	if st.broken {
+		p.mu.Unlock()
+		return
+	}
+	st.broken = true
+	if p.stream == st {
+		p.stream = nil
+	}
+	waiting := st.waiting
+	st.waiting = nil
+	p.mu.Unlock()
+	st.cancel()
+	e := fmt.Errorf("spool: publish to %q: stream to the sidecar broke: %w: the message may or may not be stored; publish it again with the same WithID", p.topic, err)
+	if p.ctx.Err() != nil {
+		e = fmt.Errorf("spool: publish to %q: publisher closed before the sidecar answered; the message may or may not be stored", p.topic)
+	}
+	for _, futs := range waiting {
+		for _, f := range futs {
+			p.complete(f, PublishResult{}, e, true)
+		}
+	}
+}
+
+func (p *Publisher) failAll(err error) {
+	p.mu.Lock()
+	q := p.queue
+	p.queue = nil
+	p.closed = true
+	st := p.stream
+	p.mu.Unlock()
+	for _, it := range q {
+		p.complete(it.f, PublishResult{}, err, true)
+	}
+	if st != nil {
+		p.breakStream(st, err)
+	}
+}

@@ -1,0 +1,337 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+)
+
+// session is one Subscribe stream. Two goroutines: the receiver hands
+// deliveries to the subscriber's workers; the sender coalesces everything
+// queued since its last frame (settlements, extensions, credit) into one
+// frame, so frames batch under load and go out at once when idle.
+//
+// Lock order: leaseKeeper.mu may be held... never: leaseKeeper releases its
+// lock before calling session methods. session.mu is a leaf lock.
+type session struct {
+	sub          *subscriber
+	stream       grpc.BidiStreamingClient[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse]
+	cancelStream context.CancelFunc
+	handlerCtx   context.Context
+	cancelHandle context.CancelFunc
+	g            sync.WaitGroup
+
+	started      atomic.Bool
+	visibilityMs atomic.Int64
+	available    atomic.Int64 // credit granted (queued) minus deliveries received
+
+	wake     chan struct{} // cap 1: something was queued
+	closeReq chan struct{} // closed by finish: flush, CloseSend, exit
+	broken   chan struct{} // closed by fail
+
+	mu       sync.Mutex
+	dead     bool  // stream broke or was finished: drop settlements
+	err      error // why it broke
+	noCredit bool  // draining: settle without returning credit
+	pending  outbox
+}
+
+// outbox is what the sender has yet to send. Values, not protos.
+type outbox struct {
+	settles []settlement
+	extends []deliveryRef
+	credit  uint32
+}
+
+func (o *outbox) empty() bool { return len(o.settles) == 0 && len(o.extends) == 0 && o.credit == 0 }
+
+// open starts a stream and sends Start with the initial credit.
+func (sub *subscriber) open(ctx context.Context) (*session, error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stream, err := sub.client.sub.Subscribe(sctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	credit := sub.cfg.credit()
+	first := &spoolv1.SubscribeRequest{
+		Start: &spoolv1.Start{
+			Group:  sub.group,
+			Topics: sub.topics,
+			// The bound on outstanding deliveries is what runs plus what is
+			// prefetched; the credit below enforces the same number.
+			MaxInFlight:  uint32(credit),
+			ConsumerName: sub.cfg.consumerName,
+			AppVersion:   sub.cfg.appVersion,
+		},
+		Credit: uint32(credit),
+	}
+	if err := stream.Send(first); err != nil {
+		if errors.Is(err, io.EOF) { // the real error is the stream's status
+			_, err = stream.Recv()
+		}
+		cancel()
+		return nil, err
+	}
+	s := &session{
+		sub: sub, stream: stream, cancelStream: cancel,
+		wake: make(chan struct{}, 1), closeReq: make(chan struct{}), broken: make(chan struct{}),
+	}
+	s.handlerCtx, s.cancelHandle = context.WithCancel(sub.handlerBase)
+	s.available.Store(int64(credit))
+	s.g.Go(s.recvLoop)
+	s.g.Go(s.sendLoop)
+	return s, nil
+}
+
+// serve waits until the stream breaks (its error) or ctx ends (nil).
+func (s *session) serve(ctx context.Context) error {
+	select {
+	case <-s.broken:
+		return s.err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// fail marks the stream broken: settlements are dropped from now on, running
+// handlers lose their lease (ctx cancelled) and both goroutines end.
+func (s *session) fail(err error) {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return
+	}
+	s.dead, s.err = true, err
+	s.mu.Unlock()
+	close(s.broken)
+	s.cancelHandle()
+	s.cancelStream()
+}
+
+// close ends a broken session and waits for its goroutines.
+func (s *session) close() {
+	s.fail(errors.New("closed"))
+	s.g.Wait()
+}
+
+// finish flushes what is queued, half-closes the stream, waits (bounded) for
+// the sidecar to end it, then closes.
+func (s *session) finish() {
+	close(s.closeReq)
+	if !waitClosed(s.broken, closeStreamTimeout) {
+		s.sub.log.Warn("spool: the sidecar did not end the stream after the drain; closing it", "timeout", closeStreamTimeout)
+	}
+	s.close()
+}
+
+func (s *session) isDead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dead
+}
+
+func (s *session) stopCredit() {
+	s.mu.Lock()
+	s.noCredit = true
+	s.pending.credit = 0
+	s.mu.Unlock()
+}
+
+// settle queues a handler's outcome and returns its credit.
+func (s *session) settle(st settlement) {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		s.sub.stats.Dropped.Add(1)
+		return
+	}
+	if st.returnCredit && !s.noCredit {
+		s.pending.credit++
+		s.available.Add(1)
+	}
+	s.pending.settles = append(s.pending.settles, st)
+	s.mu.Unlock()
+	s.notify()
+	switch st.outcome {
+	case spoolv1.Outcome_OUTCOME_ACK:
+		s.sub.stats.Acked.Add(1)
+	case spoolv1.Outcome_OUTCOME_RETRY:
+		s.sub.stats.Retried.Add(1)
+	case spoolv1.Outcome_OUTCOME_DEAD_LETTER:
+		s.sub.stats.DeadLettered.Add(1)
+	case spoolv1.Outcome_OUTCOME_RELEASE:
+		s.sub.stats.Released.Add(1)
+	}
+}
+
+// release hands back a delivery that was never started, without credit.
+func (s *session) release(d *spoolv1.Delivery) {
+	s.settle(settlement{ref: refOf(d), outcome: spoolv1.Outcome_OUTCOME_RELEASE})
+}
+
+// extend queues a lease extension (extend_by_ms 0: the visibility timeout).
+func (s *session) extend(ref deliveryRef) {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return
+	}
+	s.pending.extends = append(s.pending.extends, ref)
+	s.mu.Unlock()
+	s.sub.stats.Extended.Add(1)
+	s.notify()
+}
+
+func (s *session) notify() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *session) recvLoop() {
+	for {
+		resp, err := s.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the sidecar ended the stream")
+			}
+			s.fail(err)
+			return
+		}
+		if st := resp.GetStarted(); st != nil {
+			s.visibilityMs.Store(int64(st.GetVisibilityTimeoutMs()))
+			s.started.Store(true)
+		}
+		for _, se := range resp.GetSettleErrors() {
+			s.sub.stats.SettleErrors.Add(1)
+			r := se.GetRef()
+			s.sub.log.Warn("spool: the sidecar rejected a settlement (the message may be redelivered; handlers should be idempotent)",
+				"reason", se.GetReason(), "message", se.GetMessage(),
+				"topic", r.GetTopic(), "partition", r.GetPartition(), "offset", r.GetOffset(), "fencing_token", r.GetFencingToken())
+		}
+		for _, d := range resp.GetDeliveries() {
+			s.sub.stats.Delivered.Add(1)
+			if s.available.Add(-1) < 0 {
+				s.available.Add(1)
+				s.sub.log.Warn("spool: the sidecar sent more deliveries than the credit granted; handing the excess back",
+					"topic", d.GetTopic(), "partition", d.GetPartition(), "offset", d.GetOffset())
+				s.release(d)
+				continue
+			}
+			if s.sub.draining.Load() {
+				s.release(d)
+				continue
+			}
+			select {
+			case s.sub.work <- workItem{s: s, d: d}:
+			case <-s.broken:
+				return
+			}
+		}
+	}
+}
+
+func (s *session) sendLoop() {
+	var cur outbox
+	closing := false
+	for {
+		if !closing {
+			select {
+			case <-s.wake:
+			case <-s.closeReq:
+				closing = true
+			case <-s.broken:
+				return
+			}
+		}
+		for {
+			s.mu.Lock()
+			if s.dead {
+				s.mu.Unlock()
+				return
+			}
+			cur.settles, cur.extends, cur.credit = cur.settles[:0], cur.extends[:0], 0
+			s.pending, cur = cur, s.pending
+			s.mu.Unlock()
+			if cur.empty() {
+				break
+			}
+			if err := s.stream.Send(buildFrame(&cur)); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = fmt.Errorf("send: the stream ended (%w)", err)
+				}
+				s.fail(err)
+				return
+			}
+		}
+		if closing {
+			_ = s.stream.CloseSend()
+			return
+		}
+	}
+}
+
+// buildFrame turns an outbox into one frame. The protos are allocated in
+// slabs per frame, not per message; they are never reused after Send, as
+// stats handlers may read a sent message lazily.
+func buildFrame(o *outbox) *spoolv1.SubscribeRequest {
+	req := &spoolv1.SubscribeRequest{Credit: o.credit}
+	nAck := 0
+	for i := range o.settles {
+		if o.settles[i].outcome == spoolv1.Outcome_OUTCOME_ACK {
+			nAck++
+		}
+	}
+	nRefs := len(o.settles) + len(o.extends)
+	refs := make([]spoolv1.DeliveryRef, nRefs)
+	ri := 0
+	ref := func(r deliveryRef) *spoolv1.DeliveryRef {
+		p := &refs[ri]
+		ri++
+		p.Topic, p.Partition, p.Offset, p.FencingToken = r.topic, r.partition, r.offset, r.token
+		return p
+	}
+	if nAck > 0 {
+		acks := make([]spoolv1.Ack, nAck)
+		req.Acks = make([]*spoolv1.Ack, 0, nAck)
+		for i := range o.settles {
+			if o.settles[i].outcome == spoolv1.Outcome_OUTCOME_ACK {
+				a := &acks[len(req.Acks)]
+				a.Ref = ref(o.settles[i].ref)
+				req.Acks = append(req.Acks, a)
+			}
+		}
+	}
+	if nNack := len(o.settles) - nAck; nNack > 0 {
+		nacks := make([]spoolv1.Nack, nNack)
+		req.Nacks = make([]*spoolv1.Nack, 0, nNack)
+		for i := range o.settles {
+			st := &o.settles[i]
+			if st.outcome == spoolv1.Outcome_OUTCOME_ACK {
+				continue
+			}
+			n := &nacks[len(req.Nacks)]
+			n.Ref, n.Outcome, n.RetryAfterMs = ref(st.ref), st.outcome, st.retryAfter
+			n.Reason, n.Error, n.Downstream = st.reason, st.errText, st.downstream
+			req.Nacks = append(req.Nacks, n)
+		}
+	}
+	if len(o.extends) > 0 {
+		exts := make([]spoolv1.Extend, len(o.extends))
+		req.Extends = make([]*spoolv1.Extend, len(o.extends))
+		for i, r := range o.extends {
+			exts[i].Ref = ref(r)
+			req.Extends[i] = &exts[i]
+		}
+	}
+	return req
+}

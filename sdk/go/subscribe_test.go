@@ -1,0 +1,400 @@
+package spool_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	spool "github.com/spoolmq/spool/sdk/go"
+	"github.com/spoolmq/spool/sdk/go/internal/fakesidecar"
+)
+
+func oneNack(t *testing.T, e *env, h spool.Handler) *spoolv1.Nack {
+	t.Helper()
+	e.side.Enqueue("orders", "m1")
+	e.subscribe(h)
+	r := e.await("one nack", func(r fakesidecar.Record) bool { return len(r.Nacks) == 1 })
+	if len(r.Acks) != 0 {
+		t.Fatalf("acks = %d, want 0", len(r.Acks))
+	}
+	return r.Nacks[0]
+}
+
+func TestStartFrame(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	stop := e.subscribe(func(context.Context, *spool.Message) error { return nil },
+		spool.WithConcurrency(3), spool.WithPrefetch(2), spool.WithConsumerName("pod-1"), spool.WithAppVersion("v1.2.3"))
+	r := e.await("start", func(r fakesidecar.Record) bool { return len(r.Starts) == 1 })
+	s := r.Starts[0]
+	if s.GetGroup() != "billing" || len(s.GetTopics()) != 1 || s.GetTopics()[0] != "orders" ||
+		s.GetConsumerName() != "pod-1" || s.GetAppVersion() != "v1.2.3" || s.GetMaxInFlight() != 5 {
+		t.Fatalf("start = %v", s)
+	}
+	if r.CreditGranted != 5 {
+		t.Fatalf("initial credit = %d, want concurrency+prefetch = 5", r.CreditGranted)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.side.Record().StreamsEnded; got != 1 {
+		t.Fatalf("streams half-closed cleanly = %d, want 1", got)
+	}
+}
+
+func TestAckOnNil(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	e.side.Enqueue("orders", "hello")
+	var got atomic.Pointer[spool.Message]
+	e.subscribe(func(_ context.Context, m *spool.Message) error { got.Store(m); return nil })
+	r := e.await("ack", func(r fakesidecar.Record) bool { return len(r.Acks) == 1 })
+	m := got.Load()
+	if string(m.Payload) != "hello" || m.Topic != "orders" || m.Attempt != 1 || m.Group != "billing" || m.FencingToken == 0 ||
+		m.ID == "" || m.LeaseDeadline.IsZero() || m.PublishTime.IsZero() {
+		t.Fatalf("message = %+v", m)
+	}
+	ref := r.Acks[0].GetRef()
+	if ref.GetTopic() != "orders" || ref.GetOffset() != m.Offset || ref.GetFencingToken() != m.FencingToken {
+		t.Fatalf("ack ref = %v, message %+v", ref, m)
+	}
+	if len(r.Nacks) != 0 || r.SettleErrors != 0 {
+		t.Fatalf("record = %+v", r)
+	}
+}
+
+func TestRetryOnError(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	n := oneNack(t, e, func(context.Context, *spool.Message) error { return errors.New("payment gateway said 502") })
+	if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RETRY || n.GetError() != "payment gateway said 502" || n.GetRetryAfterMs() != 0 {
+		t.Fatalf("nack = %v", n)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	n := oneNack(t, e, func(context.Context, *spool.Message) error {
+		return spool.Retry(1500*time.Millisecond, errors.New("rate limited"))
+	})
+	if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RETRY || n.GetRetryAfterMs() != 1500 || !strings.Contains(n.GetError(), "rate limited") || n.GetDownstream() != "" {
+		t.Fatalf("nack = %v", n)
+	}
+}
+
+func TestRetryDownstreamWrapped(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	n := oneNack(t, e, func(context.Context, *spool.Message) error {
+		return errors.Join(errors.New("sending receipt"), spool.RetryDownstream("email-provider", 2*time.Second, errors.New("timeout")))
+	})
+	if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RETRY || n.GetRetryAfterMs() != 2000 || n.GetDownstream() != "email-provider" {
+		t.Fatalf("nack = %v", n)
+	}
+}
+
+func TestDeadLetter(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	n := oneNack(t, e, func(context.Context, *spool.Message) error { return spool.DeadLetter("unknown schema version 7") })
+	if n.GetOutcome() != spoolv1.Outcome_OUTCOME_DEAD_LETTER || n.GetReason() != "unknown schema version 7" {
+		t.Fatalf("nack = %v", n)
+	}
+}
+
+func TestPanicRetries(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	n := oneNack(t, e, func(context.Context, *spool.Message) error { panic("nil map in handler") })
+	if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RETRY || !strings.Contains(n.GetError(), "panicked: nil map in handler") {
+		t.Fatalf("nack = %v", n)
+	}
+}
+
+func TestInvalidUTF8ErrorTextIsCleaned(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	n := oneNack(t, e, func(context.Context, *spool.Message) error {
+		return errors.New("bad \xff byte " + strings.Repeat("x", 10000))
+	})
+	if !strings.HasPrefix(n.GetError(), "bad \uFFFD byte") || len(n.GetError()) > 4200 {
+		t.Fatalf("error text len %d starts %q", len(n.GetError()), n.GetError()[:12])
+	}
+}
+
+// Concurrency is honoured, credit never exceeds concurrency+prefetch, and
+// every settled delivery returns one credit.
+func TestConcurrencyAndCredit(t *testing.T) {
+	const total, conc, prefetch = 200, 4, 3
+	e := newEnv(t, fakesidecar.Config{MaxBatch: 2})
+	for i := 0; i < total; i++ {
+		e.side.Enqueue("orders", "m")
+	}
+	var running, peak atomic.Int32
+	var handled atomic.Int32
+	e.subscribe(func(context.Context, *spool.Message) error {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond) // let others pile up
+		running.Add(-1)
+		handled.Add(1)
+		return nil
+	}, spool.WithConcurrency(conc), spool.WithPrefetch(prefetch))
+	r := e.await("all acked", func(r fakesidecar.Record) bool { return len(r.Acks) == total })
+	if p := peak.Load(); p > conc || p < 2 {
+		t.Fatalf("peak concurrent handlers = %d, want 2..%d", p, conc)
+	}
+	if r.MaxOutstanding > conc+prefetch {
+		t.Fatalf("outstanding deliveries peaked at %d > credit %d", r.MaxOutstanding, conc+prefetch)
+	}
+	if r.CreditGranted != conc+prefetch+total {
+		t.Fatalf("credit granted = %d, want initial %d + one per settlement %d", r.CreditGranted, conc+prefetch, total)
+	}
+	if r.Frames >= total {
+		t.Logf("settlement frames = %d for %d messages (no coalescing happened)", r.Frames, total)
+	}
+}
+
+func TestExcessDeliveriesAreReleased(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{ExtraDeliveries: 2})
+	for i := 0; i < 5; i++ {
+		e.side.Enqueue("orders", "m")
+	}
+	stats := new(spool.Stats)
+	e.subscribe(func(context.Context, *spool.Message) error { return nil }, spool.WithConcurrency(1), spool.WithPrefetch(0), spool.WithStats(stats))
+	r := e.await("3 acks and 2 releases", func(r fakesidecar.Record) bool { return len(r.Acks) == 3 && len(r.Nacks) == 2 })
+	for _, n := range r.Nacks {
+		if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RELEASE {
+			t.Fatalf("nack = %v, want release", n)
+		}
+	}
+}
+
+func TestLeaseExtension(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{VisibilityMs: 90})
+	e.side.Enqueue("orders", "slow")
+	release := make(chan struct{})
+	e.subscribe(func(ctx context.Context, _ *spool.Message) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	r := e.await("3 extends", func(r fakesidecar.Record) bool { return len(r.Extends) >= 3 })
+	close(release)
+	r = e.await("ack", func(r fakesidecar.Record) bool { return len(r.Acks) == 1 })
+	for _, x := range r.Extends {
+		if x.GetExtendByMs() != 0 || x.GetRef().GetFencingToken() != r.Acks[0].GetRef().GetFencingToken() {
+			t.Fatalf("extend = %v", x)
+		}
+	}
+	if r.SettleErrors != 0 {
+		t.Fatalf("settle errors = %d", r.SettleErrors)
+	}
+	// No extension after the handler returned.
+	n := len(r.Extends)
+	time.Sleep(150 * time.Millisecond)
+	if got := len(e.side.Record().Extends); got != n {
+		t.Fatalf("extends after the handler returned: %d -> %d", n, got)
+	}
+}
+
+func TestReconnectAfterBrokenStream(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	e.side.Enqueue("orders", "before")
+	var lostLease atomic.Bool
+	block := make(chan struct{})
+	stuck := make(chan struct{})
+	stats := new(spool.Stats)
+	e.subscribe(func(ctx context.Context, m *spool.Message) error {
+		if string(m.Payload) == "stuck" && m.Attempt == 1 {
+			close(stuck)
+			<-ctx.Done() // the stream breaks: the lease is gone
+			lostLease.Store(true)
+			close(block)
+			return ctx.Err()
+		}
+		return nil
+	}, spool.WithStats(stats))
+	e.await("first ack", func(r fakesidecar.Record) bool { return len(r.Acks) == 1 })
+	e.side.Enqueue("orders", "stuck")
+	<-stuck
+	e.side.BreakStreams()
+	<-block
+	e.side.Enqueue("orders", "after")
+	r := e.await("reconnect, redelivery and ack", func(r fakesidecar.Record) bool { return len(r.Starts) == 2 && len(r.Acks) == 3 })
+	if !lostLease.Load() {
+		t.Fatal("the handler's ctx was not cancelled when the stream broke")
+	}
+	if r.SettleErrors != 0 || len(r.Nacks) != 0 {
+		t.Fatalf("the settlement of the broken stream was not dropped: %+v", r)
+	}
+	if stats.Reconnects.Load() != 1 || stats.Dropped.Load() != 1 {
+		t.Fatalf("reconnects = %d dropped = %d, want 1 and 1", stats.Reconnects.Load(), stats.Dropped.Load())
+	}
+}
+
+func TestReconnectWhenSidecarStartsLate(t *testing.T) {
+	// The client dials lazily, the sidecar is gone, then comes back on the same port.
+	side, err := fakesidecar.Start(fakesidecar.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := side.Addr()
+	side.Stop()
+	c, err := spool.Dial(ctxT(t), addr, spool.WithConnectTimeout(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Subscribe(ctx, "billing", nil, func(context.Context, *spool.Message) error { return nil },
+			spool.WithLogger(quietLogger()), spool.WithReconnectBackoff(5*time.Millisecond, 20*time.Millisecond))
+	}()
+	time.Sleep(50 * time.Millisecond) // a few failed attempts
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Subscribe = %v, want nil after ctx cancellation", err)
+	}
+}
+
+func TestStaleSettlementIsCounted(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	e.side.Enqueue("orders", "m")
+	stats := new(spool.Stats)
+	first := make(chan struct{})
+	release := make(chan struct{})
+	e.subscribe(func(_ context.Context, m *spool.Message) error {
+		if m.Attempt == 1 {
+			close(first)
+			<-release
+		}
+		return nil
+	}, spool.WithStats(stats))
+	<-first
+	e.side.ExpireLeases() // redelivered with a new token while attempt 1 still runs
+	e.await("redelivery acked", func(r fakesidecar.Record) bool { return len(r.Acks) == 1 })
+	close(release)
+	e.await("stale ack rejected", func(r fakesidecar.Record) bool { return r.SettleErrors == 1 })
+	deadline := time.Now().Add(5 * time.Second)
+	for stats.SettleErrors.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("SettleError not counted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDrainReleasesUnstartedAndWaitsForRunning(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	for i := 0; i < 4; i++ {
+		e.side.Enqueue("orders", "m")
+	}
+	started := make(chan struct{})
+	finish := make(chan struct{})
+	var ctxErr atomic.Value
+	stop := e.subscribe(func(ctx context.Context, m *spool.Message) error {
+		close(started) // only one handler may ever start
+		<-finish
+		if ctx.Err() != nil {
+			ctxErr.Store(ctx.Err())
+		}
+		return nil
+	}, spool.WithConcurrency(1), spool.WithPrefetch(3))
+	<-started
+	e.await("all 4 delivered", func(r fakesidecar.Record) bool { return r.Delivered == 4 })
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	r := e.await("3 releases", func(r fakesidecar.Record) bool { return len(r.Nacks) == 3 })
+	for _, n := range r.Nacks {
+		if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RELEASE {
+			t.Fatalf("nack = %v, want release", n)
+		}
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Subscribe returned (%v) while a handler was running", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(finish)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	r = e.side.Record()
+	if len(r.Acks) != 1 {
+		t.Fatalf("acks = %d, want the running handler's ack sent before closing", len(r.Acks))
+	}
+	if r.CreditAfter != 0 {
+		t.Fatalf("credit granted during drain = %d, want 0", r.CreditAfter)
+	}
+	if r.StreamsEnded != 1 {
+		t.Fatalf("stream not half-closed cleanly")
+	}
+	if ctxErr.Load() != nil {
+		t.Fatal("handler ctx cancelled before the drain timeout")
+	}
+}
+
+func TestDrainTimeoutCancelsHandlers(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	e.side.Enqueue("orders", "m")
+	started := make(chan struct{})
+	stop := e.subscribe(func(ctx context.Context, _ *spool.Message) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	}, spool.WithDrainTimeout(30*time.Millisecond))
+	<-started
+	t0 := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d < 30*time.Millisecond {
+		t.Fatalf("returned after %s, before the drain timeout", d)
+	}
+	r := e.await("retry sent", func(r fakesidecar.Record) bool { return len(r.Nacks) == 1 })
+	if r.Nacks[0].GetOutcome() != spoolv1.Outcome_OUTCOME_RETRY {
+		t.Fatalf("nack = %v", r.Nacks[0])
+	}
+}
+
+func TestUnknownGroupIsPermanent(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{Groups: []string{"shipping"}})
+	err := e.client.Subscribe(ctxT(t), "billing", nil, func(context.Context, *spool.Message) error { return nil }, spool.WithLogger(quietLogger()))
+	if err == nil || !strings.Contains(err.Error(), "not declared") || !strings.Contains(err.Error(), "check the group") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	h := func(context.Context, *spool.Message) error { return nil }
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"concurrency", e.client.Subscribe(ctxT(t), "g", nil, h, spool.WithConcurrency(0))},
+		{"backoff", e.client.Subscribe(ctxT(t), "g", nil, h, spool.WithReconnectBackoff(0, time.Second))},
+		{"group", e.client.Subscribe(ctxT(t), "", nil, h)},
+		{"handler", e.client.Subscribe(ctxT(t), "g", nil, nil)},
+	} {
+		if tc.err == nil || !strings.HasPrefix(tc.err.Error(), "spool: ") {
+			t.Errorf("%s: err = %v", tc.name, tc.err)
+		}
+	}
+}
+
+func TestDialFailureSaysWhatToDo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := spool.Dial(ctx, "127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "spoold --dev") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("err = %v", err)
+	}
+}
