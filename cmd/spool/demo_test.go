@@ -58,7 +58,7 @@ func TestDemo(t *testing.T) {
 	if s.SentTwice != 0 {
 		t.Errorf("%d orders emailed twice, want 0 (the worker dedupes by order id)", s.SentTwice)
 	}
-	for _, want := range []string{"Summary after", "orders published", "lost                     0", "Checkout never waited for email", demo.DLQTopic} {
+	for _, want := range []string{"Summary after", "orders published", "lost                     0", "No order was lost", demo.DLQTopic} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -116,6 +116,9 @@ func (v *liveView) finish() {
 }
 
 func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
 	return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
 }
 
@@ -132,7 +135,8 @@ type Summary struct {
 	ProviderP99   time.Duration
 	ProviderCalls int64
 	ProviderFails int64
-	Outage        time.Duration
+	Outage        time.Duration // as configured
+	OutagePlayed  string        // "" (none), "partly" (the run stopped during it) or "whole"
 
 	Delivered int64 // deliveries to the worker (attempts)
 	Acked     int64
@@ -163,8 +167,9 @@ func summarize(o Options, b *book, shop *checkout, prov *provider, stats *spool.
 		PublishP50: pub[0], PublishP99: pub[1], PublishMax: pub[2],
 		ProviderP50: pl[0], ProviderP99: pl[1], ProviderCalls: prov.calls.Load(), ProviderFails: prov.failures.Load(),
 		Delivered: stats.Delivered.Load(), Acked: stats.Acked.Load(), Retried: stats.Retried.Load(),
-		DLQByReason: map[string]int64{},
-		PeakLag:     v.peakLag, PeakLagAge: v.peakAge,
+		DLQByReason:  map[string]int64{},
+		OutagePlayed: prov.played(time.Now()),
+		PeakLag:      v.peakLag, PeakLagAge: v.peakAge,
 	}
 	b.mu.Lock()
 	var missing int64
@@ -247,8 +252,8 @@ func sentences(s *Summary) []string {
 		p = fmt.Sprintf("In this run a publish was not faster than an email: publish p99 %s against the provider's %s (p99 %s); is the machine overloaded, or --provider-latency very low?",
 			ms(s.PublishP99), ms(s.ProviderP50), ms(s.ProviderP99))
 	}
-	if s.PublishErrors == 0 && s.Outage > 0 {
-		p += fmt.Sprintf(" No checkout failed, not even during the %s outage.", s.Outage)
+	if s.PublishErrors == 0 && s.OutagePlayed != "" {
+		p += " No checkout failed, not even while the provider was down."
 	} else if s.PublishErrors > 0 {
 		p += fmt.Sprintf(" %d checkouts failed to publish.", s.PublishErrors)
 	}
@@ -265,11 +270,16 @@ func sentences(s *Summary) []string {
 	p += fmt.Sprintf(" Delivery is at-least-once, so the worker checks each order id before emailing: %d redeliveries of orders already emailed were skipped, %d orders emailed twice.", s.Duplicates, s.SentTwice)
 	out = append(out, p)
 
-	if s.Outage > 0 {
-		p = fmt.Sprintf("The outage was absorbed by retries (%d in all) and the log: lag peaked at %d messages, the oldest waiting %.1f s, and drained once the provider was back.",
+	if s.OutagePlayed != "" {
+		p = fmt.Sprintf("While the provider was down, retries piled up (%d in all) and waited in the log: lag peaked at %d messages, the oldest waiting %.1f s",
 			s.Retried, s.PeakLag, s.PeakLagAge)
+		if s.OutagePlayed == "whole" && s.Lost == 0 && s.Unfinished == 0 {
+			p += ", and the queue drained once the provider was back."
+		} else {
+			p += "; the demo stopped before the queue had drained."
+		}
 		if n := s.DLQByReason["max_attempts_exceeded"]; n > 0 {
-			p += fmt.Sprintf(" %d orders used up their attempts while it lasted and are in the DLQ as \"max_attempts_exceeded\", to be redriven: kept, but not yet emailed.", n)
+			p += fmt.Sprintf(" But %d orders used up their %d attempts before it came back and are in the DLQ as \"max_attempts_exceeded\": kept, not emailed.", n, maxAttempts)
 		}
 		out = append(out, p)
 	}

@@ -16,6 +16,9 @@ import (
 	"github.com/spoolmq/spool/sidecar/config"
 )
 
+// maxAttempts is the subscription's max_attempts.
+const maxAttempts = 5
+
 // runningSidecar is the in-process sidecar and an admin client to it.
 type runningSidecar struct {
 	app, adminAddr string
@@ -36,7 +39,7 @@ func demoConfig(socket string) *config.Config {
 	cfg.Node.DrainTimeout = 5 * time.Second
 	cfg.Topics = []config.TopicConfig{config.NewTopic(Topic, 4)}
 	sub := config.NewSubscription(Topic, Group)
-	sub.MaxAttempts = 5
+	sub.MaxAttempts = maxAttempts
 	sub.Backoff = config.BackoffConfig{Base: 200 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
 	sub.VisibilityTimeout = 5 * time.Second
 	sub.MaxInFlight = 512

@@ -34,6 +34,17 @@ func newProvider(o Options, start time.Time) *provider {
 	return p
 }
 
+// played says how much of the outage happened by t: "", "partly" or "whole".
+func (p *provider) played(t time.Time) string {
+	switch {
+	case p.downFrom.IsZero() || t.Before(p.downFrom):
+		return ""
+	case t.Before(p.downTo):
+		return "partly"
+	}
+	return "whole"
+}
+
 // down says whether the provider is in its outage at t.
 func (p *provider) down(t time.Time) bool {
 	return !p.downFrom.IsZero() && !t.Before(p.downFrom) && t.Before(p.downTo)
