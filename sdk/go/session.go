@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -253,6 +254,10 @@ func (s *session) sendLoop() {
 				return
 			}
 		}
+		// One yield lets handlers finishing right now join this frame:
+		// under load frames carry many settlements, when idle the frame
+		// still leaves at once.
+		runtime.Gosched()
 		for {
 			s.mu.Lock()
 			if s.dead {
