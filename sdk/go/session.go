@@ -19,8 +19,9 @@ import (
 // queued since its last frame (settlements, extensions, credit) into one
 // frame, so frames batch under load and go out at once when idle.
 //
-// Lock order: leaseKeeper.mu may be held... never: leaseKeeper releases its
-// lock before calling session methods. session.mu is a leaf lock.
+// Locks: session.mu and leaseKeeper.mu are leaves; neither is held while
+// taking the other (leaseKeeper.fire unlocks before calling session.extend),
+// nor during a Send or Recv.
 type session struct {
 	sub          *subscriber
 	stream       grpc.BidiStreamingClient[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse]
@@ -55,7 +56,11 @@ func (o *outbox) empty() bool { return len(o.settles) == 0 && len(o.extends) == 
 
 // open starts a stream and sends Start with the initial credit.
 func (sub *subscriber) open(ctx context.Context) (*session, error) {
+	// The stream outlives ctx (it carries the drain), but opening it must
+	// not: a sidecar that never answers would hold shutdown.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopWatch := context.AfterFunc(ctx, cancel)
+	defer stopWatch()
 	stream, err := sub.client.sub.Subscribe(sctx)
 	if err != nil {
 		cancel()

@@ -281,6 +281,9 @@ func (sub *subscriber) call(ctx context.Context, m *Message) (err error) {
 	return sub.handler(ctx, m)
 }
 
+// minExtendEvery bounds how often one delivery's lease is extended.
+const minExtendEvery = 5 * time.Millisecond
+
 // leaseKeeper extends the lease of the delivery its worker is running: at
 // 2/3 of the lease, then every 2/3 of the visibility timeout, until the
 // handler returns. One timer per worker, reused: no allocation per message.
@@ -310,7 +313,7 @@ func (w *leaseKeeper) begin(s *session, ref deliveryRef, deadlineMs int64) {
 		return // no lease information: nothing to extend
 	}
 	w.mu.Lock()
-	w.active, w.s, w.ref, w.every = true, s, ref, max(vis*2/3, 0)
+	w.active, w.s, w.ref, w.every = true, s, ref, max(vis*2/3, minExtendEvery)
 	w.mu.Unlock()
 	w.timer.Reset(at)
 }

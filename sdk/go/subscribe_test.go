@@ -238,8 +238,9 @@ func TestReconnectAfterBrokenStream(t *testing.T) {
 	}
 }
 
-func TestReconnectWhenSidecarStartsLate(t *testing.T) {
-	// The client dials lazily, the sidecar is gone, then comes back on the same port.
+func TestSubscribeWithoutSidecarRetriesUntilCancelled(t *testing.T) {
+	// The client dials lazily and no sidecar listens: Subscribe keeps
+	// retrying and returns nil once ctx is cancelled.
 	side, err := fakesidecar.Start(fakesidecar.Config{})
 	if err != nil {
 		t.Fatal(err)
