@@ -76,8 +76,12 @@ func (h *harness) start() {
 
 // stop ends Run without closing the store (as a crash would).
 func (h *harness) stop() {
+	if h.done == nil {
+		return
+	}
 	h.cancel()
 	<-h.done
+	h.done = nil
 }
 
 func (h *harness) close() {
