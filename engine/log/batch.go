@@ -291,7 +291,7 @@ func decodeRecords(b []byte, h BatchHeader, dst []Record, lo, hi int64) ([]Recor
 		if r.Timestamp > maxTs {
 			maxTs = r.Timestamp
 		}
-		if h.Type != BatchData || r.Offset < lo || r.Offset >= hi {
+		if r.Offset < lo || r.Offset >= hi {
 			continue
 		}
 		dst = append(dst, r)

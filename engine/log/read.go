@@ -92,7 +92,11 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, d
 			break
 		}
 		before := len(dst)
-		if _, dst, err = decodeBatchInto(buf, dst, offset, end); err != nil {
+		lo, hi := offset, end
+		if h.Type != BatchData {
+			lo, hi = 0, 0 // validate, return nothing: raft-internal entries take no offset
+		}
+		if _, dst, err = decodeBatchInto(buf, dst, lo, hi); err != nil {
 			return dst[:before], corrupt(pos, h.BaseOffset, err)
 		}
 		if before == 0 && len(dst) > 0 && dst[0].Offset != offset {
