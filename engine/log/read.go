@@ -36,6 +36,9 @@ func (p *Partition) Read(offset int64, maxBytes int, upTo int64, dst []Record) (
 			return dst, err
 		}
 	}
+	if offset < end {
+		return dst, &CorruptionError{File: p.dir, Position: -1, Offset: offset, Reason: "no batch holds this offset"}
+	}
 	return dst, nil
 }
 
@@ -61,8 +64,9 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, d
 		if int64(h.Length) > seg.size-pos {
 			return dst, corrupt(pos, offset, fmt.Errorf("batch of %d bytes runs past the segment end", h.Length))
 		}
-		if h.BaseOffset >= end {
-			return dst, nil
+		if h.Type == BatchData && h.BaseOffset > offset {
+			// The index or the segment list led past the offset: never skip records.
+			return dst, corrupt(pos, offset, fmt.Errorf("batch at this position starts at offset %d", h.BaseOffset))
 		}
 		if h.Type == BatchData && h.BaseOffset+int64(h.Count) > offset {
 			first = h
