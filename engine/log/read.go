@@ -28,21 +28,32 @@ func (p *Partition) Read(offset int64, maxBytes int, upTo int64, dst []Record) (
 	}
 	end = min(end, upTo)
 	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset }) - 1
-	for ; i >= 0 && i < len(p.segs) && offset < end; i++ {
-		seg := p.segs[i]
+	for ; i >= 0 && i < len(p.segs) && offset < end && maxBytes > 0; i++ {
 		var err error
-		dst, err = p.readSegment(seg, offset, end, maxBytes, dst)
-		if err != nil || len(dst) > 0 {
+		var used int
+		had := len(dst)
+		dst, used, err = p.readSegment(p.segs[i], offset, end, maxBytes, had == 0, dst)
+		if err != nil {
 			return dst, err
 		}
+		maxBytes -= used
+		if len(dst) > had {
+			offset = dst[len(dst)-1].Offset + 1
+		}
+		if offset < p.segs[i].next {
+			break // stopped inside this segment: the rest is for the next call
+		}
 	}
-	if offset < end {
+	if offset < end && len(dst) == 0 {
 		return dst, &CorruptionError{File: p.dir, Position: -1, Offset: offset, Reason: "no batch holds this offset"}
 	}
 	return dst, nil
 }
 
-func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, dst []Record) ([]Record, error) {
+// readSegment appends records from seg, reading whole batches of at most
+// maxBytes in total (but at least one batch if atLeastOne), and returns the
+// bytes used.
+func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, atLeastOne bool, dst []Record) ([]Record, int, error) {
 	corrupt := func(pos, off int64, err error) error {
 		return &CorruptionError{File: seg.path, Position: pos, Offset: off, Reason: err.Error()}
 	}
@@ -52,21 +63,21 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, d
 	// Skip whole batches that end before offset, reading headers only.
 	for {
 		if pos >= seg.size {
-			return dst, nil
+			return dst, 0, nil
 		}
 		if _, err := seg.log.ReadAt(hb[:], pos); err != nil {
-			return dst, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+			return dst, 0, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
 		}
 		h, err := DecodeBatchHeader(hb[:])
 		if err != nil {
-			return dst, corrupt(pos, offset, err)
+			return dst, 0, corrupt(pos, offset, err)
 		}
 		if int64(h.Length) > seg.size-pos {
-			return dst, corrupt(pos, offset, fmt.Errorf("batch of %d bytes runs past the segment end", h.Length))
+			return dst, 0, corrupt(pos, offset, fmt.Errorf("batch of %d bytes runs past the segment end", h.Length))
 		}
 		if h.Type == BatchData && h.BaseOffset > offset {
 			// The index or the segment list led past the offset: never skip records.
-			return dst, corrupt(pos, offset, fmt.Errorf("batch at this position starts at offset %d", h.BaseOffset))
+			return dst, 0, corrupt(pos, offset, fmt.Errorf("batch at this position starts at offset %d", h.BaseOffset))
 		}
 		if h.Type == BatchData && h.BaseOffset+int64(h.Count) > offset {
 			first = h
@@ -74,21 +85,25 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, d
 		}
 		pos += int64(h.Length)
 	}
+	if !atLeastOne && int(first.Length) > maxBytes {
+		return dst, 0, nil
+	}
 	n := min(max(int64(maxBytes), int64(first.Length)), seg.size-pos)
 	buf := make([]byte, n)
 	got, err := seg.log.ReadAt(buf, pos)
 	if int64(got) < n && err != nil && err != io.EOF {
-		return dst, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+		return dst, 0, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
 	}
 	buf = buf[:got]
+	used := 0
 	for len(buf) >= BatchHeaderSize {
 		h, err := DecodeBatchHeader(buf)
 		if err != nil {
-			return dst, corrupt(pos, offset, err)
+			return dst, 0, corrupt(pos, offset, err)
 		}
 		if int(h.Length) > len(buf) {
 			if len(dst) == 0 {
-				return dst, corrupt(pos, offset, fmt.Errorf("short batch: %d of %d bytes", len(buf), h.Length))
+				return dst, 0, corrupt(pos, offset, fmt.Errorf("short batch: %d of %d bytes", len(buf), h.Length))
 			}
 			break // the rest is for the next call
 		}
@@ -101,15 +116,16 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, d
 			lo, hi = 0, 0 // validate, return nothing: raft-internal entries take no offset
 		}
 		if _, dst, err = decodeBatchInto(buf, dst, lo, hi); err != nil {
-			return dst[:before], corrupt(pos, h.BaseOffset, err)
+			return dst[:before], 0, corrupt(pos, h.BaseOffset, err)
 		}
 		if before == 0 && len(dst) > 0 && dst[0].Offset != offset {
-			return dst[:0], corrupt(pos, offset, fmt.Errorf("first record has offset %d", dst[0].Offset))
+			return dst[:0], 0, corrupt(pos, offset, fmt.Errorf("first record has offset %d", dst[0].Offset))
 		}
 		pos += int64(h.Length)
+		used += int(h.Length)
 		buf = buf[h.Length:]
 	}
-	return dst, nil
+	return dst, used, nil
 }
 
 // OffsetForTime returns the first offset whose record timestamp is >= ts, or

@@ -1,0 +1,215 @@
+package log
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const benchValue = 1 << 10
+
+func benchRecords(n int) []Record {
+	recs := make([]Record, n)
+	v := make([]byte, benchValue)
+	for i := range recs {
+		recs[i] = Record{Timestamp: 1_700_000_000_000, ID: []byte("0123456789abcdef"), Key: []byte("key-1"), Value: v}
+	}
+	return recs
+}
+
+func benchStore(b *testing.B, o Options) (*Store, func()) {
+	s, err := OpenStore(b.TempDir(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	return s, func() { cancel(); <-done; s.Close() }
+}
+
+// BenchmarkAppend: one appender, one partition, FsyncAlways (one fdatasync per batch).
+func BenchmarkAppend(b *testing.B) {
+	for _, n := range []int{1, 64, 1024} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			s, stop := benchStore(b, Options{})
+			defer stop()
+			p, _ := s.Partition("bench-0")
+			recs := benchRecords(n)
+			ctx := context.Background()
+			b.SetBytes(int64(n * benchValue))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := p.Append(ctx, recs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// BenchmarkRawWriteFdatasync is the baseline: the same encoded bytes written
+// with pwrite + fdatasync per batch, no log.
+func BenchmarkRawWriteFdatasync(b *testing.B) {
+	for _, n := range []int{1, 64, 1024} {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+			dir, files := b.TempDir(), 0
+			newFile := func() *os.File {
+				files++
+				f, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(files)), os.O_RDWR|os.O_CREATE, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return f
+			}
+			f := newFile()
+			defer func() { f.Close() }()
+			buf := EncodeBatch(nil, BatchHeader{}, benchRecords(n))
+			fd := int(f.Fd())
+			b.SetBytes(int64(n * benchValue))
+			b.ResetTimer()
+			var off int64
+			for range b.N {
+				if _, err := f.WriteAt(buf, off); err != nil {
+					b.Fatal(err)
+				}
+				if err := unix.Fdatasync(fd); err != nil {
+					b.Fatal(err)
+				}
+				off += int64(len(buf))
+				if off > DefaultSegmentBytes { // a new file per 64 MiB, like segments
+					f.Close()
+					f, off = newFile(), 0
+					fd = int(f.Fd())
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// BenchmarkAppendConcurrent: many appenders over 8 partitions, group commit.
+func BenchmarkAppendConcurrent(b *testing.B) {
+	for _, w := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("appenders=%d/batch=1", w), func(b *testing.B) {
+			s, stop := benchStore(b, Options{})
+			defer stop()
+			parts := make([]*Partition, 8)
+			for i := range parts {
+				parts[i], _ = s.Partition(fmt.Sprintf("bench-%d", i))
+			}
+			recs := benchRecords(1)
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			b.SetBytes(benchValue)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for g := range w {
+				wg.Go(func() {
+					p := parts[g%len(parts)]
+					for left.Add(-1) >= 0 {
+						if _, err := p.Append(context.Background(), recs); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// BenchmarkRead: sequential reads of 1 MiB from the page cache.
+func BenchmarkRead(b *testing.B) {
+	s, stop := benchStore(b, Options{Fsync: FsyncInterval})
+	defer stop()
+	p, _ := s.Partition("bench-0")
+	recs := benchRecords(64)
+	batchLen := len(EncodeBatch(nil, BatchHeader{}, recs))
+	for range 1024 { // 64 Ki records, 64 MiB of values
+		if _, err := p.Append(context.Background(), recs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	maxBytes := 16 * batchLen // exactly 1024 records per Read
+	var dst []Record
+	b.SetBytes(1024 * benchValue)
+	b.ReportAllocs()
+	b.ResetTimer()
+	off := int64(0)
+	for range b.N {
+		var err error
+		dst, err = p.Read(off, maxBytes, p.NextOffset(), dst)
+		if err != nil || len(dst) != 1024 {
+			b.Fatalf("Read(%d): %d records, %v", off, len(dst), err)
+		}
+		off += 1024
+		if off >= p.NextOffset() {
+			off = 0
+		}
+	}
+	b.ReportMetric(float64(b.N*1024)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkAppend100Partitions appends at full speed to 100 partitions (two
+// appenders each, batches of 16 × 1 KiB) and reports the peak RSS of the
+// whole test process (ru_maxrss and VmHWM).
+func BenchmarkAppend100Partitions(b *testing.B) {
+	s, stop := benchStore(b, Options{})
+	defer stop()
+	parts := make([]*Partition, 100)
+	for i := range parts {
+		parts[i], _ = s.Partition(fmt.Sprintf("rss-%d", i))
+	}
+	recs := benchRecords(16)
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	b.SetBytes(16 * benchValue)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g := range 200 {
+		wg.Go(func() {
+			p := parts[g%len(parts)]
+			for left.Add(-1) >= 0 {
+				if _, err := p.Append(context.Background(), recs); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N*16)/b.Elapsed().Seconds(), "records/s")
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	b.ReportMetric(float64(ru.Maxrss)/1024, "maxrss_MiB")
+	b.ReportMetric(vmHWM()/1024, "VmHWM_MiB")
+}
+
+func vmHWM() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb
+		}
+	}
+	return -1
+}
