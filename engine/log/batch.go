@@ -125,10 +125,16 @@ func recordBodySize(r *Record, first int64, i int, defTs int64) int {
 // the other header fields are taken from hdr. Record.Offset is ignored: the
 // record at index i gets offset hdr.BaseOffset+i.
 func EncodeBatch(dst []byte, hdr BatchHeader, recs []Record) []byte {
-	return encodeBatch(dst, hdr, recs, 0)
+	start := len(dst)
+	dst = encodeBatch(dst, hdr, recs, 0)
+	b := dst[start:]
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offMagic:], castagnoli))
+	return dst
 }
 
-// encodeBatch is EncodeBatch where a record timestamp of 0 is replaced by defTs.
+// encodeBatch is EncodeBatch where a record timestamp of 0 is replaced by
+// defTs, and without the CRC: the appender sets the base offset and then the
+// CRC (setBaseOffset), so computing it here would be wasted.
 func encodeBatch(dst []byte, hdr BatchHeader, recs []Record, defTs int64) []byte {
 	start := len(dst)
 	if len(recs) > 0 {
@@ -161,7 +167,6 @@ func encodeBatch(dst []byte, hdr BatchHeader, recs []Record, defTs int64) []byte
 	b := dst[start:]
 	hdr.Length = uint32(len(b))
 	putHeader(b, hdr)
-	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offMagic:], castagnoli))
 	return dst
 }
 
