@@ -70,8 +70,11 @@ func (h *harness) start() {
 		h.t.Fatalf("OpenStore: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h.s, h.cancel, h.done = s, cancel, make(chan error, 1)
-	go func() { h.done <- s.Run(ctx) }()
+	done := make(chan error, 1)
+	h.s, h.cancel, h.done = s, cancel, done
+	// The goroutine sends on its own channel: reading h.done when Run returns
+	// could hand this Run's result to a later start's waiter.
+	go func() { done <- s.Run(ctx) }()
 }
 
 // stop ends Run without closing the store (as a crash would).
