@@ -30,7 +30,7 @@ func main() {
 	bin := flag.String("spoold", "", "use this spoold binary instead of building cmd/spoold")
 	pkg := flag.String("spoold-pkg", "./cmd/spoold", "package to build as the sidecar")
 	keep := flag.Bool("keep", false, "keep the temp dir (config, data, spoold log)")
-	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (needs --spoold-pkg ./loadtest/cmd/spoold-pprof)")
+	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (fetched from its admin port)")
 	flag.Parse()
 	if *scenario == "" {
 		fmt.Fprintln(os.Stderr, "loadtest: --scenario NAME is required (see loadtest/scenarios/)")

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// profiler fetches pprof profiles from a spoold-pprof build: a CPU profile
+// profiler fetches pprof profiles from spoold's admin port: a CPU profile
 // of the first cpuSeconds of the measured phase and a heap profile at its end.
 type profiler struct {
 	addr, dir, name string
@@ -56,7 +56,7 @@ func (p *profiler) fetch(path, file string, timeoutS int) error {
 	c := http.Client{Timeout: time.Duration(timeoutS) * time.Second}
 	resp, err := c.Get("http://" + p.addr + path)
 	if err != nil {
-		return fmt.Errorf("profile %s: %w (is --spoold-pkg ./loadtest/cmd/spoold-pprof?)", path, err)
+		return fmt.Errorf("profile %s: %w ", path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -75,17 +75,10 @@ func mark(pid int) (phase, error) {
 }
 
 // run starts spoold from bin, runs sc against it and returns the result.
-// With profileDir set, spoold must be a spoold-pprof build: a CPU profile
-// of the measured phase and a heap profile at its end are written there.
+// With profileDir set, a CPU profile of the measured phase and a heap
+// profile at its end are fetched from spoold's admin port (/debug/pprof).
 func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) (*Result, error) {
-	var pprofAddr string
-	if profileDir != "" {
-		var err error
-		if pprofAddr, err = freePort(); err != nil {
-			return nil, err
-		}
-	}
-	p, err := startSidecar(ctx, bin, tmp, sc, pprofAddr)
+	p, err := startSidecar(ctx, bin, tmp, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +113,11 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	var waitConsumers func() error
 	var start, end phase
 	var lat *histogram
-	prof := newProfiler(pprofAddr, profileDir, sc.Name)
+	profAddr := "" // no profiles unless asked for
+	if profileDir != "" {
+		profAddr = p.adminAddr
+	}
+	prof := newProfiler(profAddr, profileDir, sc.Name)
 	measuredPeak := int64(-1) // peak RSS of the measured phase, when other phases follow it
 
 	switch sc.Mode {

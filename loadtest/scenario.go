@@ -87,7 +87,7 @@ func (s *Scenario) validate() error {
 	def(&s.Partitions, 4)
 	def(&s.Consumers, 1)
 	def(&s.ConsumerConcurrency, 64)
-	def(&s.SubMaxInFlight, 4096)
+	def(&s.SubMaxInFlight, 256) // spoold's default
 	if s.ConsumerPrefetch == 0 {
 		s.ConsumerPrefetch = -1
 	}

@@ -69,8 +69,7 @@ func (p *sidecarProc) pid() int { return p.cmd.Process.Pid }
 
 // startSidecar writes a config for sc into a fresh temp dir under base,
 // starts bin with it and waits for /readyz.
-// pprofAddr, when set, is passed to a spoold-pprof build as its pprof listener.
-func startSidecar(ctx context.Context, bin, base string, sc *Scenario, pprofAddr string) (*sidecarProc, error) {
+func startSidecar(ctx context.Context, bin, base string, sc *Scenario) (*sidecarProc, error) {
 	dir, err := os.MkdirTemp(base, "run-")
 	if err != nil {
 		return nil, err
@@ -96,9 +95,6 @@ func startSidecar(ctx context.Context, bin, base string, sc *Scenario, pprofAddr
 	cmd := exec.Command(bin, "--config", cfgPath, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
-	if pprofAddr != "" {
-		cmd.Env = append(cmd.Env, "SPOOL_LOADTEST_PPROF="+pprofAddr)
-	}
 	if sc.SidecarGOMEMLIMIT != "" {
 		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+sc.SidecarGOMEMLIMIT)
 	}

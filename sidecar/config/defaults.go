@@ -35,7 +35,7 @@ const (
 	DefaultVisibilityTimeout = 30 * time.Second
 	DefaultOrdering          = OrderKey
 	DefaultMaxInFlight       = 256
-	DefaultWindowMessages    = 10_000
+	DefaultWindowMessages    = 1_000
 	DefaultMaxParkedKeys     = 1000
 	DefaultDedupeTTL         = 168 * time.Hour
 	DefaultRedisUnavailable  = RedisPause

@@ -29,7 +29,7 @@ func (g *Group) runCallbacks(stop <-chan struct{}) {
 	maxInFlight := 0
 	for _, t := range topics {
 		sc, _ := g.Subscription(t)
-		maxInFlight = max(maxInFlight, sc.Tracker.MaxInFlight)
+		maxInFlight += sc.Tracker.MaxInFlight * g.partitions(t)
 	}
 	c := newConsumer("callback", ModeCallback, topics, maxInFlight)
 	ctx, cancel := context.WithCancel(context.Background())

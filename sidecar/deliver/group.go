@@ -163,6 +163,14 @@ func (g *Group) Subscribes(topic string) (Mode, bool) {
 	return s.cfg.Mode, true
 }
 
+// partitions returns the number of partitions of a subscribed topic.
+func (g *Group) partitions(topic string) int {
+	if s, ok := g.byTop[topic]; ok {
+		return len(s.parts)
+	}
+	return 0
+}
+
 // Topics returns the group's topics in the given mode.
 func (g *Group) Topics(mode Mode) []string {
 	var out []string

@@ -138,8 +138,10 @@ func (s *Server) resolve(st *spoolv1.Start) (*Group, []string, int, error) {
 		if mode != ModeStream {
 			return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "subscribe: group %q receives topic %q by callback (delivery: callback): set delivery: stream to consume it over Subscribe", st.GetGroup(), t)
 		}
+		// max_in_flight is per partition: a stream may hold that many from
+		// each partition of each of its topics.
 		sc, _ := g.Subscription(t)
-		maxInFlight = max(maxInFlight, sc.Tracker.MaxInFlight)
+		maxInFlight += sc.Tracker.MaxInFlight * g.partitions(t)
 	}
 	if n := int(st.GetMaxInFlight()); n > 0 && n < maxInFlight {
 		maxInFlight = n

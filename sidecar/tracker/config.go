@@ -50,7 +50,7 @@ func ParseOrdering(s string) (Ordering, error) {
 // Defaults filled in by Validate for zero fields.
 const (
 	DefaultMaxInFlight       = 256
-	DefaultWindowMessages    = 10_000
+	DefaultWindowMessages    = 1_000
 	DefaultMaxParkedKeys     = 1_000
 	DefaultMaxAttempts       = 5
 	DefaultVisibilityTimeout = 30 * time.Second
@@ -67,7 +67,7 @@ type Config struct {
 	// MaxInFlight bounds the deliveries outstanding at the app. Default 256.
 	MaxInFlight int
 	// WindowMessages bounds the records held (fetched but not complete):
-	// when full, Wants returns 0. Default 10,000.
+	// when full, Wants returns 0. Default 1,000.
 	WindowMessages int
 	// MaxParkedKeys bounds the keys parked in a retry backoff: when reached,
 	// Wants returns 0. Default 1,000.

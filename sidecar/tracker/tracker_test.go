@@ -334,7 +334,7 @@ func TestExtend(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	var c Config
 	must(t, c.Validate())
-	if c.MaxInFlight != 256 || c.WindowMessages != 10000 || c.MaxParkedKeys != 1000 || c.MaxAttempts != 5 ||
+	if c.MaxInFlight != 256 || c.WindowMessages != 1000 || c.MaxParkedKeys != 1000 || c.MaxAttempts != 5 ||
 		c.VisibilityTimeout != 30*time.Second || c.MaxLease != 12*time.Hour || c.Backoff.Base != time.Second || c.Rand == nil {
 		t.Fatalf("defaults %+v", c)
 	}
