@@ -137,7 +137,7 @@ func TestConcurrencyAndCredit(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(time.Millisecond) // let others pile up
+		time.Sleep(time.Millisecond) // sleep-ok: the handler's simulated work, so that others pile up
 		running.Add(-1)
 		handled.Add(1)
 		return nil
@@ -197,7 +197,7 @@ func TestLeaseExtension(t *testing.T) {
 	}
 	// No extension after the handler returned.
 	n := len(r.Extends)
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // sleep-ok: an observation window for the absence of extends
 	if got := len(e.side.Record().Extends); got != n {
 		t.Fatalf("extends after the handler returned: %d -> %d", n, got)
 	}
@@ -258,7 +258,7 @@ func TestSubscribeWithoutSidecarRetriesUntilCancelled(t *testing.T) {
 		done <- c.Subscribe(ctx, "billing", nil, func(context.Context, *spool.Message) error { return nil },
 			spool.WithLogger(quietLogger()), spool.WithReconnectBackoff(5*time.Millisecond, 20*time.Millisecond))
 	}()
-	time.Sleep(50 * time.Millisecond) // a few failed attempts
+	time.Sleep(50 * time.Millisecond) // sleep-ok: let a few reconnect attempts fail before cancelling
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Subscribe = %v, want nil after ctx cancellation", err)
@@ -288,7 +288,7 @@ func TestStaleSettlementIsCounted(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("SettleError not counted")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // sleep-ok: polling interval of a condition wait
 	}
 }
 
