@@ -21,15 +21,16 @@ import (
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
-// MaxRequestBytes bounds one gRPC message from the app (limit
-// max_request_bytes): a Publish of many messages, or a frame of settlements.
+// MaxRequestBytes bounds one gRPC message from the app: a Publish of many
+// messages, or a frame of settlements. It grows with limits.max_message_bytes
+// so that one largest message always fits.
 const MaxRequestBytes = 32 << 20
 
 // newGRPCServer returns a server with Spool's interceptors: panic recovery
 // (a panic becomes INTERNAL and a log line, never a crash), structured
 // logging of failed calls with slog, and request validation (the Validate
 // methods of spool/v1). Reflection is on.
-func newGRPCServer(logger *slog.Logger) *grpc.Server {
+func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -50,7 +51,7 @@ func newGRPCServer(logger *slog.Logger) *grpc.Server {
 		return status.Errorf(codes.Internal, "internal error in spoold (logged): %v", p)
 	})
 	s := grpc.NewServer(
-		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
 			logging.UnaryServerInterceptor(lg, logOpts...),

@@ -47,6 +47,9 @@ type Addrs struct {
 
 // Run runs a sidecar with cfg until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -95,12 +98,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	defer closeClients()
 
 	healthSrv := health.NewServer()
-	appSrv := newGRPCServer(logger)
+	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10))
 	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
 	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger))
 	healthpb.RegisterHealthServer(appSrv, healthSrv)
 
-	adminGRPC := newGRPCServer(logger)
+	adminGRPC := newGRPCServer(logger, MaxRequestBytes)
 	spoolv1.RegisterAdminServiceServer(adminGRPC, newAdmin(cfg, eng, groups))
 	healthpb.RegisterHealthServer(adminGRPC, healthSrv)
 

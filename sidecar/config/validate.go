@@ -121,14 +121,14 @@ func (c *Config) validateNode(v *validator) {
 			v.add(f, a, allowedListen+unixHint(a))
 			continue
 		}
-		if j, dup := seen[a]; dup {
+		if j, dup := seen[a]; dup && !anyPort(a) {
 			v.add(f, a, fmt.Sprintf("unique (node.app_listen[%d] is the same)", j))
 		}
 		seen[a] = i
 	}
 	if !validListen(n.AdminListen, false) {
 		v.add("node.admin_listen", n.AdminListen, allowedTCP)
-	} else if _, dup := seen[n.AdminListen]; dup {
+	} else if _, dup := seen[n.AdminListen]; dup && !anyPort(n.AdminListen) {
 		v.add("node.admin_listen", n.AdminListen, "different from every node.app_listen address")
 	}
 	if n.DrainTimeout <= 0 {
@@ -349,4 +349,11 @@ func unixHint(a string) string {
 		return "; the path must be absolute: unix:// then /"
 	}
 	return ""
+}
+
+// anyPort reports whether a TCP address asks for any free port (port 0):
+// two such addresses do not collide.
+func anyPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
 }

@@ -207,3 +207,14 @@ func TestDevConfig(t *testing.T) {
 		t.Error("no demo/demo-app subscription")
 	}
 }
+
+// Port 0 means "any free port": two such addresses do not collide.
+func TestAnyPortAddressesDoNotCollide(t *testing.T) {
+	c := Default()
+	c.Node.DataDir = "/var/lib/spool"
+	c.Node.AppListen = []string{"127.0.0.1:0", "127.0.0.1:0"}
+	c.Node.AdminListen = "127.0.0.1:0"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+}
