@@ -40,9 +40,8 @@ func TestStartFrame(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.side.Record().StreamsEnded; got != 1 {
-		t.Fatalf("streams half-closed cleanly = %d, want 1", got)
-	}
+	// The sidecar sees the half-close after Subscribe returns: await it.
+	e.await("stream half-closed cleanly", func(r fakesidecar.Record) bool { return r.StreamsEnded == 1 })
 }
 
 func TestAckOnNil(t *testing.T) {
@@ -327,15 +326,15 @@ func TestDrainReleasesUnstartedAndWaitsForRunning(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
-	r = e.side.Record()
+	// The sidecar reads the last frames after Subscribe returns: await them.
+	r = e.await("the running handler's ack, then a clean half-close", func(r fakesidecar.Record) bool {
+		return r.StreamsEnded == 1
+	})
 	if len(r.Acks) != 1 {
 		t.Fatalf("acks = %d, want the running handler's ack sent before closing", len(r.Acks))
 	}
 	if r.CreditAfter != 0 {
 		t.Fatalf("credit granted during drain = %d, want 0", r.CreditAfter)
-	}
-	if r.StreamsEnded != 1 {
-		t.Fatalf("stream not half-closed cleanly")
 	}
 	if ctxErr.Load() != nil {
 		t.Fatal("handler ctx cancelled before the drain timeout")
