@@ -471,6 +471,25 @@ func (s *machine) release(t *rapid.T) {
 	x.st = stReady // keeps its attempt number: check compares it
 }
 
+func (s *machine) deferMsg(t *rapid.T) {
+	off := s.pickOffset(t)
+	tok := s.pickToken(t, off)
+	until := s.m.now.Add(time.Duration(rapid.Int64Range(-int64(time.Second), int64(time.Minute)).Draw(t, "deferFor")))
+	x, want := s.m.answer(off, tok, true)
+	checkErr(t, "defer", s.tr.Defer(s.m.now, off, tok, until), want)
+	if want != nil {
+		return
+	}
+	// No attempt counted, whatever the wait.
+	if !until.After(s.m.now) {
+		x.st = stReady
+		return
+	}
+	x.st = stBackoff
+	x.expired = false
+	x.due = until
+}
+
 func (s *machine) advance(t *rapid.T) {
 	switch rapid.IntRange(0, 2).Draw(t, "step") {
 	case 0:
@@ -626,6 +645,7 @@ func TestModel(t *testing.T) {
 					"deadLetter":       s.deadLetter,
 					"extend":           s.extend,
 					"release":          s.release,
+					"defer":            s.deferMsg,
 					"advance":          s.advance,
 					"tick":             s.tick,
 					"takeDeadLetters":  s.takeDeadLetters,

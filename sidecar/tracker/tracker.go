@@ -342,6 +342,32 @@ func (t *Tracker[T]) Release(now time.Time, offset int64, token uint64, countAtt
 }
 
 // fail ends an attempt of an entry that was in flight (lease already ended).
+// Defer gives a delivery back without counting an attempt, to be delivered
+// again no sooner than until: the message is held elsewhere (the ledger says
+// another consumer has it), or the ledger or a downstream is unavailable.
+// An ordered key stays parked until then; an until not after now makes the
+// message ready at once.
+func (t *Tracker[T]) Defer(now time.Time, offset int64, token uint64, until time.Time) error {
+	seq, e, err := t.takeInFlight("defer", offset, token)
+	if err != nil {
+		return err
+	}
+	t.endLease(seq)
+	t.pending++
+	if !until.After(now) {
+		e.state = stReady
+		t.ready.push(seq)
+		return nil
+	}
+	e.state = stBackoff
+	e.expired = false
+	if e.ordered {
+		t.parked++
+	}
+	t.timerPush(seq, until)
+	return nil
+}
+
 func (t *Tracker[T]) fail(now time.Time, seq int64, e *entry[T], after time.Duration, errText string, immediate bool) {
 	e.lastError = errText
 	if int(e.attempt) >= t.cfg.MaxAttempts {

@@ -369,3 +369,50 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("ParseOrdering(fifo) succeeded")
 	}
 }
+
+// Defer hands a delivery back without counting an attempt; it comes back
+// no sooner than the given time, and its key waits (parked) meanwhile.
+func TestDeferKeepsAttemptAndParksKey(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr, err := New[string](Config{MaxAttempts: 2}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Add(now, Record[string]{Offset: 0, Key: "a"}, Record[string]{Offset: 1, Key: "a"}, Record[string]{Offset: 2, Key: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	ds := tr.Next(now, 10, nil)
+	if len(ds) != 2 || ds[0].Offset != 0 || ds[1].Offset != 2 {
+		t.Fatalf("first deliveries = %+v, want offsets 0 and 2", ds)
+	}
+	until := now.Add(5 * time.Second)
+	for i := 0; i < 3; i++ { // deferring any number of times burns no attempt
+		if err := tr.Defer(now, 0, ds[0].Token, until); err != nil {
+			t.Fatal(err)
+		}
+		if tr.Parked() != 1 {
+			t.Fatalf("parked = %d, want key a parked", tr.Parked())
+		}
+		if got := tr.Next(now, 10, nil); len(got) != 0 {
+			t.Fatalf("delivered %+v before the deferral ended", got)
+		}
+		tr.Tick(until, nil)
+		again := tr.Next(until, 10, nil)
+		if len(again) != 1 || again[0].Offset != 0 || again[0].Attempt != 1 {
+			t.Fatalf("after the deferral: %+v, want offset 0 again at attempt 1", again)
+		}
+		ds[0] = again[0]
+		now = until
+		until = now.Add(5 * time.Second)
+	}
+	if err := tr.Defer(now, 0, ds[0].Token-1, until); !errors.Is(err, ErrStaleToken) {
+		t.Fatalf("defer with a stale token: %v, want ErrStaleToken", err)
+	}
+	// A deferral that is already due makes the message ready at once.
+	if err := tr.Defer(now, 0, ds[0].Token, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Next(now, 10, nil); len(got) != 1 || got[0].Offset != 0 {
+		t.Fatalf("due deferral: %+v, want offset 0 at once", got)
+	}
+}
