@@ -1,0 +1,267 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Status is the answer to one claimed message. The zero value is not a
+// status: a ClaimResult that was never filled in is never mistaken for a
+// grant.
+type Status int
+
+const (
+	// Granted: the caller may deliver the message under Token.
+	Granted Status = iota + 1
+	// Done: the message was completed (dedupe hit); do not deliver.
+	Done
+	// Dead: the message was given to the dead-letter topic; do not deliver.
+	Dead
+	// Busy: another owner holds a live lease until BusyUntil.
+	Busy
+)
+
+func (s Status) String() string {
+	switch s {
+	case Granted:
+		return "granted"
+	case Done:
+		return "done"
+	case Dead:
+		return "dead"
+	case Busy:
+		return "busy"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// Claim asks for one message.
+type Claim struct {
+	ID    string
+	Lease time.Time // deadline of this delivery
+}
+
+// ClaimResult answers one Claim.
+type ClaimResult struct {
+	Status Status
+	// Token is the new fencing token when Granted: the previous token + 1
+	// (1 for a new entry). Done/Dead: the last token granted.
+	Token uint64
+	// Attempts: when Granted, attempts including this one (so attempt
+	// numbers survive failover); Done/Dead: attempts made.
+	Attempts int
+	// LastError is the error text of the previous attempt, if any.
+	LastError string
+	// BusyUntil: when Busy, the lease deadline of the live holder.
+	BusyUntil time.Time
+}
+
+// Release hands a message back for a retry. Uncount: the attempt does not
+// count (the breaker was open, or the app handed it back unstarted), so
+// attempts -= 1.
+type Release struct {
+	ID      string
+	Token   uint64
+	Error   string // recorded as the last error; empty keeps the previous one
+	Uncount bool
+}
+
+// Finish completes or dead-letters a message held under Token.
+type Finish struct {
+	ID    string
+	Token uint64
+}
+
+// ResetResult answers one id of a Reset (redrive).
+type ResetResult int
+
+const (
+	// Reset: the entry was dead, released or in progress and starts afresh.
+	Reset ResetResult = iota + 1
+	// AlreadyDone: the message was completed; the entry is untouched.
+	AlreadyDone
+	// Absent: the ledger has no entry for the id (never seen, expired, or
+	// already reset).
+	Absent
+)
+
+func (r ResetResult) String() string {
+	switch r {
+	case Reset:
+		return "reset"
+	case AlreadyDone:
+		return "already_done"
+	case Absent:
+		return "absent"
+	}
+	return fmt.Sprintf("ResetResult(%d)", int(r))
+}
+
+// Ledger is the idempotency ledger. Every call takes a batch of one group's
+// messages and applies it atomically (per MaxBatch chunk; see Redis).
+// Results come back in the order of the items.
+type Ledger interface {
+	// Claim grants each message to owner unless it is done or dead, or held
+	// by ANOTHER owner under a lease that has not expired (Busy). An expired
+	// lease, or one held by the same owner, is taken over with token+1. An
+	// owner string that differs in any way (same node id, other
+	// incarnation) is another owner: it is taken over only when its lease
+	// expires. owner is "<node id>/<incarnation>".
+	Claim(ctx context.Context, group, owner string, now time.Time, ttl time.Duration, claims []Claim) ([]ClaimResult, error)
+	// Complete: in_progress with this token → done. A stale token, or any
+	// other state, changes nothing.
+	Complete(ctx context.Context, group string, ttl time.Duration, items []Finish) error
+	// Release: in_progress with this token → released; the attempt stays
+	// counted unless Uncount; Error recorded as the last error.
+	Release(ctx context.Context, group string, ttl time.Duration, items []Release) error
+	// Dead: in_progress or released with this token → dead (the message was
+	// given to the dead-letter topic). A stale token changes nothing.
+	Dead(ctx context.Context, group string, ttl time.Duration, items []Finish) error
+	// Reset (redrive): dead, released or in_progress → a fresh start
+	// (attempts 0, no error, no state; only the fencing token is kept so
+	// that tokens never repeat): Reset. Done → untouched: AlreadyDone.
+	// Missing → Absent.
+	Reset(ctx context.Context, group string, ids []string) ([]ResetResult, error)
+	Close() error
+}
+
+// Limits and defaults.
+const (
+	// MaxBatch bounds the keys of one script call; larger batches are split
+	// into calls of at most MaxBatch keys (each atomic on its own).
+	MaxBatch = 1000
+	// MaxErrorBytes caps the recorded error text (cut on a UTF-8 boundary).
+	MaxErrorBytes = 1024
+	// DefaultTTL is the dedupe TTL when a call passes ttl == 0.
+	DefaultTTL = 7 * 24 * time.Hour
+	// keyPrefix: keys are keyPrefix + "{" + group + "}:" + id.
+	keyPrefix = "spool:l:"
+)
+
+var (
+	// ErrUnavailable: the ledger could not be reached in time, or its
+	// breaker is open. The delivery loop applies the subscription's
+	// redis_unavailable policy. Returned by Breaker, always wrapped.
+	ErrUnavailable = errors.New("redis ledger unavailable")
+	// ErrInvalid: a call's arguments break the ledger's contract (empty
+	// group, owner or id; braces in a group; negative TTL). A caller bug:
+	// never retried, never counted against Redis.
+	ErrInvalid = errors.New("invalid ledger request")
+	// ErrBadReply: Redis answered something the scripts never return.
+	// Replies are untrusted input: decoding fails with this error, never
+	// panics.
+	ErrBadReply = errors.New("unexpected reply from redis ledger")
+	// ErrClosed: the ledger was closed.
+	ErrClosed = errors.New("ledger closed")
+)
+
+// Key returns the Redis key of (group, id). The hash tag {group} keeps a
+// group's keys on one Cluster slot, so a whole batch is one script call.
+func Key(group, id string) string {
+	return keyPrefix + "{" + group + "}:" + id
+}
+
+// checkGroup rejects groups that would break the hash tag: empty (the tag
+// "{}" hashes the whole key) or containing braces.
+func checkGroup(group string) error {
+	if group == "" {
+		return fmt.Errorf("%w: empty group", ErrInvalid)
+	}
+	if strings.ContainsAny(group, "{}") {
+		return fmt.Errorf("%w: group %q contains a brace (it is the Redis Cluster hash tag)", ErrInvalid, group)
+	}
+	return nil
+}
+
+func checkID(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: empty message id", ErrInvalid)
+	}
+	return nil
+}
+
+// ttlOrDefault: 0 means DefaultTTL; negative is invalid; below 1 ms is
+// rounded up to 1 ms (PEXPIRE's unit).
+func ttlOrDefault(ttl time.Duration) (time.Duration, error) {
+	switch {
+	case ttl == 0:
+		return DefaultTTL, nil
+	case ttl < 0:
+		return 0, fmt.Errorf("%w: negative ttl %v", ErrInvalid, ttl)
+	case ttl < time.Millisecond:
+		return time.Millisecond, nil
+	}
+	return ttl, nil
+}
+
+// capError cuts s to MaxErrorBytes on a rune boundary.
+func capError(s string) string {
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	cut := MaxErrorBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// checkClaimArgs validates a Claim call once for both implementations.
+func checkClaimArgs(group, owner string, ttl time.Duration, claims []Claim) (time.Duration, error) {
+	if err := checkGroup(group); err != nil {
+		return 0, err
+	}
+	if owner == "" {
+		return 0, fmt.Errorf("%w: empty owner", ErrInvalid)
+	}
+	for i := range claims {
+		if err := checkID(claims[i].ID); err != nil {
+			return 0, err
+		}
+	}
+	return ttlOrDefault(ttl)
+}
+
+func checkFinishArgs(group string, ttl time.Duration, items []Finish) (time.Duration, error) {
+	if err := checkGroup(group); err != nil {
+		return 0, err
+	}
+	for i := range items {
+		if err := checkID(items[i].ID); err != nil {
+			return 0, err
+		}
+	}
+	return ttlOrDefault(ttl)
+}
+
+func checkReleaseArgs(group string, ttl time.Duration, items []Release) (time.Duration, error) {
+	if err := checkGroup(group); err != nil {
+		return 0, err
+	}
+	for i := range items {
+		if err := checkID(items[i].ID); err != nil {
+			return 0, err
+		}
+	}
+	return ttlOrDefault(ttl)
+}
+
+func checkResetArgs(group string, ids []string) error {
+	if err := checkGroup(group); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := checkID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unixMs is the lease encoding in both implementations (Redis stores it as
+// decimal milliseconds).
+func unixMs(t time.Time) int64 { return t.UnixMilli() }
