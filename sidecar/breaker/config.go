@@ -115,16 +115,17 @@ func (c Config) OpenWait(reopens int) time.Duration {
 	return min(w, c.MaxOpenTimeout)
 }
 
-// State is the state of one breaker.
+// State is the state of one breaker. Its values are those of the
+// spool_breaker_state metric (docs/metrics.md) and of gobreaker.State.
 type State int
 
 const (
 	// Closed: deliveries flow; failures are counted.
-	Closed State = iota
-	// Open: the subscription is paused until the open time has passed.
-	Open
+	Closed State = 0
 	// HalfOpen: the open time has passed; one probe delivery may go out.
-	HalfOpen
+	HalfOpen State = 1
+	// Open: the subscription is paused until the open time has passed.
+	Open State = 2
 )
 
 func (s State) String() string {
