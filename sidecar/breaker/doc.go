@@ -25,7 +25,9 @@
 // current Config.Window failed and the window saw at least
 // Config.MinRequests. An ack of any delivery of the subscription is a
 // success for every closed breaker; an untagged retry feeds none. Open →
-// HalfOpen when its open time is over (at the first call with a later now).
+// HalfOpen when its open time is over: Allow already counts it as half-open
+// at such a now, and the next call that returns transitions (Advance,
+// ProbeSent, ProbeLost, Success, Failure) makes the change and reports it.
 // HalfOpen lets exactly one delivery through, the probe; the probe's ack
 // closes it, the probe's failure toward it reopens it, anything else about
 // the probe (untagged failure, failure toward another downstream, lease
