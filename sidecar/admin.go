@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"os"
-	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -12,6 +11,9 @@ import (
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
+	"github.com/spoolmq/spool/sidecar/dlq"
+	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
 // admin implements spoolv1.AdminService for one node.
@@ -20,10 +22,12 @@ type admin struct {
 	cfg    *config.Config
 	eng    *engine.Node
 	groups []*deliver.Group
+	ledger ledger.Ledger // nil without one
+	m      *metrics.Metrics
 }
 
-func newAdmin(cfg *config.Config, eng *engine.Node, groups []*deliver.Group) *admin {
-	return &admin{cfg: cfg, eng: eng, groups: groups}
+func newAdmin(cfg *config.Config, eng *engine.Node, groups []*deliver.Group, l ledger.Ledger, m *metrics.Metrics) *admin {
+	return &admin{cfg: cfg, eng: eng, groups: groups, ledger: l, m: m}
 }
 
 func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv1.ListTopicsResponse, error) {
@@ -92,14 +96,30 @@ func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLetter
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	entries, err := readDeadLetters(a.eng, sc.DLQTopic(), req.GetFilter(), limit)
+	entries, err := dlq.Peek(a.eng, req.GetGroup(), sc.DLQTopic(), req.GetFilter(), limit)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	return &spoolv1.PeekDeadLettersResponse{Entries: entries}, nil
 }
 
-func atoi64(s string) int64 {
-	v, _ := strconv.ParseInt(s, 10, 64)
-	return v
+// Redrive moves dead letters of a subscription back to the group that
+// dead-lettered them (see sidecar/dlq).
+func (a *admin) Redrive(ctx context.Context, req *spoolv1.RedriveRequest) (*spoolv1.RedriveResponse, error) {
+	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no subscription %s/%s: check topic and group against spoold's config", req.GetTopic(), req.GetGroup())
+	}
+	g, t := req.GetGroup(), req.GetTopic()
+	res, err := dlq.Redrive(ctx, a.eng, a.ledger, dlq.Request{
+		Group: g, Topic: t, DLQTopic: sc.DLQTopic(), Filter: req.GetFilter(), DryRun: req.GetDryRun(), RatePerS: int(req.GetRatePerS()),
+	}, dlq.Counters{
+		Redriven: func(n int) { a.m.Redriven.WithLabelValues(g, t).Add(float64(n)) },
+		Skipped:  func(reason string, n int) { a.m.RedriveSkipped.WithLabelValues(g, t, reason).Add(float64(n)) },
+	})
+	resp := &spoolv1.RedriveResponse{Matched: res.Matched, Redriven: res.Redriven, Sample: res.Sample, AlreadyDone: res.AlreadyDone}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v (redriven so far: %d of %d)", err, res.Redriven, res.Matched)
+	}
+	return resp, nil
 }

@@ -14,8 +14,10 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
+	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
 	"github.com/spoolmq/spool/sidecar/tracker"
@@ -91,7 +93,18 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	groups, closeClients, err := newGroups(cfg, eng, m, logger)
+	led, err := newLedger(cfg, m, logger)
+	if err != nil {
+		return err
+	}
+	if led != nil {
+		defer led.Close()
+	}
+	// The ledger owner is the node id: a restarted spoold (which holds the
+	// data dir's lock, so its predecessor is gone) takes over its own
+	// leases at once instead of waiting for them to expire.
+	owner := cfg.Node.ID
+	groups, closeClients, err := newGroups(cfg, eng, m, led, owner, logger)
 	if err != nil {
 		return err
 	}
@@ -104,7 +117,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	healthpb.RegisterHealthServer(appSrv, healthSrv)
 
 	adminGRPC := newGRPCServer(logger, MaxRequestBytes)
-	spoolv1.RegisterAdminServiceServer(adminGRPC, newAdmin(cfg, eng, groups))
+	spoolv1.RegisterAdminServiceServer(adminGRPC, newAdmin(cfg, eng, groups, led, m))
 	healthpb.RegisterHealthServer(adminGRPC, healthSrv)
 
 	var addrs Addrs
@@ -225,7 +238,7 @@ func limits(cfg *config.Config) publish.Limits {
 }
 
 // newGroups builds one delivery group per consumer group of the config.
-func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, logger *slog.Logger) ([]*deliver.Group, func(), error) {
+func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led ledger.Ledger, owner string, logger *slog.Logger) ([]*deliver.Group, func(), error) {
 	byGroup := map[string]*deliver.GroupConfig{}
 	var order []string
 	var conns []*grpc.ClientConn
@@ -238,7 +251,8 @@ func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, logger 
 		sc := &cfg.Subscriptions[i]
 		gc, ok := byGroup[sc.Group]
 		if !ok {
-			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, SidecarVersion: Version}
+			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, CommitInterval: cfg.Node.CommitInterval,
+				SidecarVersion: Version, Ledger: led, Owner: owner}
 			byGroup[sc.Group] = gc
 			order = append(order, sc.Group)
 		}
@@ -255,7 +269,20 @@ func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, logger 
 			MaxAttempts:       sc.MaxAttempts,
 			VisibilityTimeout: sc.VisibilityTimeout,
 			Backoff:           sc.Backoff.Config(),
-		}}
+		},
+			DedupeTTL: sc.DedupeTTL,
+			Breaker: &breaker.Config{
+				ConsecutiveFailures: sc.Breaker.ConsecutiveFailures,
+				FailureRatio:        sc.Breaker.FailureRatio,
+				MinRequests:         sc.Breaker.MinRequests,
+				Window:              sc.Breaker.Window,
+				OpenTimeout:         sc.Breaker.OpenTimeout,
+				MaxOpenTimeout:      sc.Breaker.MaxOpenTimeout,
+			},
+		}
+		if sc.RedisUnavailable == config.RedisDeliver {
+			sub.RedisPolicy = deliver.PolicyDeliver
+		}
 		if sc.Delivery == config.DeliveryCallback {
 			sub.Mode = deliver.ModeCallback
 			if gc.Handler == nil {

@@ -46,6 +46,11 @@ type NodeConfig struct {
 	AdminListen string `yaml:"admin_listen"`
 	// DrainTimeout is the graceful shutdown budget. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// CommitInterval is how often each group's committed offsets are
+	// written (and always on shutdown). Default 200ms. Acks newer than the
+	// last commit are redelivered if spoold is killed (the ledger then
+	// dedupes them).
+	CommitInterval time.Duration `yaml:"commit_interval"`
 	// Dev: temporary data dir (made by the caller when DataDir is empty),
 	// in-process ledger when Redis has no addresses.
 	Dev bool `yaml:"dev"`

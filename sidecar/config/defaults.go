@@ -10,9 +10,10 @@ import (
 // except the fields where zero means something: topic retention and
 // retention_bytes (forever, unlimited), redis.db, node.dev, redis.tls.
 const (
-	DefaultAppListen    = "127.0.0.1:7070"
-	DefaultAdminListen  = "127.0.0.1:7071"
-	DefaultDrainTimeout = 30 * time.Second
+	DefaultAppListen      = "127.0.0.1:7070"
+	DefaultAdminListen    = "127.0.0.1:7071"
+	DefaultDrainTimeout   = 30 * time.Second
+	DefaultCommitInterval = 200 * time.Millisecond
 
 	DefaultFsync              = FsyncAlways
 	DefaultFsyncInterval      = 50 * time.Millisecond
@@ -60,6 +61,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	setString(&n.AdminListen, DefaultAdminListen)
 	setDur(&n.DrainTimeout, DefaultDrainTimeout)
+	setDur(&n.CommitInterval, DefaultCommitInterval)
 
 	s := &c.Storage
 	if s.Fsync == "" {

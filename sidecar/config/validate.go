@@ -131,6 +131,9 @@ func (c *Config) validateNode(v *validator) {
 	} else if _, dup := seen[n.AdminListen]; dup && !anyPort(n.AdminListen) {
 		v.add("node.admin_listen", n.AdminListen, "different from every node.app_listen address")
 	}
+	if n.CommitInterval < 10*time.Millisecond || n.CommitInterval > time.Hour {
+		v.add("node.commit_interval", n.CommitInterval.String(), "a duration between 10ms and 1h")
+	}
 	if n.DrainTimeout <= 0 {
 		v.add("node.drain_timeout", n.DrainTimeout.String(), "a positive duration like 30s")
 	}

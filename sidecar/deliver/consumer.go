@@ -3,15 +3,14 @@ package deliver
 import (
 	"time"
 
-	"github.com/spoolmq/spool/engine/log"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
-	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
 // consumer is one receiver of deliveries: an app's Subscribe stream or the
 // callback dispatcher. Its fields below `out` are owned by the group loop.
 type consumer struct {
 	name        string
+	appVersion  string          // from Start, recorded with failed attempts
 	topics      map[string]bool // nil: every topic of its mode
 	mode        Mode
 	maxInFlight int
@@ -22,6 +21,7 @@ type consumer struct {
 
 	credit      int
 	outstanding map[refKey]sent
+	frame       []*spoolv1.Delivery // being built by dispatch
 	closed      bool
 	rr, rrPart  int
 }
@@ -32,9 +32,17 @@ type refKey struct {
 	offset int64
 }
 
+// sent is a delivery outstanding at a consumer. token is the tracker's;
+// wire is the fencing token the app saw (the ledger's, when there is one,
+// so that it grows across failovers), which settlements must echo.
 type sent struct {
-	token uint64
-	at    time.Time
+	token      uint64
+	wire       uint64
+	id         string
+	attempt    int
+	appVersion string
+	probe      bool // the probe of a half-open breaker
+	at         time.Time
 }
 
 func newConsumer(name string, mode Mode, topics []string, maxInFlight int) *consumer {
@@ -72,13 +80,18 @@ func (c *consumer) send(f *spoolv1.SubscribeResponse) bool {
 }
 
 // track records a delivery as outstanding at c and converts it for the wire.
-func (c *consumer) track(now time.Time, group string, s *sub, p *part, d *tracker.Delivery[log.Record]) *spoolv1.Delivery {
-	c.outstanding[refKey{s.cfg.Topic, p.num, d.Offset}] = sent{token: d.Token, at: now}
+func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candidate) *spoolv1.Delivery {
+	d := &cd.d
+	r := &d.Value
+	c.outstanding[refKey{s.cfg.Topic, p.num, d.Offset}] = sent{token: d.Token, wire: cd.wire, id: string(r.ID), attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
 	s.deliveries.Inc()
-	if d.Attempt > 1 {
+	if cd.attempt > 1 {
 		s.redeliveries.Inc()
 	}
-	r := &d.Value
+	lastErr := d.LastError
+	if lastErr == "" {
+		lastErr = cd.lastError
+	}
 	out := &spoolv1.Delivery{
 		MessageId:           string(r.ID),
 		Topic:               s.cfg.Topic,
@@ -87,11 +100,11 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, d *tracke
 		Key:                 r.Key,
 		Payload:             r.Value,
 		PublishTimeMs:       r.Timestamp,
-		Attempt:             int32(d.Attempt),
+		Attempt:             int32(cd.attempt),
 		FirstDeliveryTimeMs: d.FirstDelivered.UnixMilli(),
-		LastError:           d.LastError,
+		LastError:           lastErr,
 		LeaseDeadlineMs:     d.Deadline.UnixMilli(),
-		FencingToken:        d.Token,
+		FencingToken:        cd.wire,
 		Group:               group,
 	}
 	if len(r.Headers) > 0 {

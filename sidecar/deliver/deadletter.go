@@ -1,11 +1,14 @@
 package deliver
 
 import (
+	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/sidecar/ledger"
 )
 
 // Headers Spool adds to a dead-letter entry (the original headers are kept
@@ -22,7 +25,46 @@ const (
 	HeaderDLQTimeMs       = "spool-dlq-time-ms"
 	HeaderDLQPublishMs    = "spool-dlq-publish-time-ms"
 	HeaderSidecarVersion  = "spool-sidecar-version"
+	HeaderDLQAppVersion   = "spool-dlq-app-version"
+	HeaderDLQHistory      = "spool-dlq-history" // JSON list of AttemptRecord
+	// HeaderRedriveGroup marks a message redriven from a dead-letter topic:
+	// only this group delivers it; every other group skips it.
+	HeaderRedriveGroup = "spool-redrive-group"
+	// HeaderRedriveFrom names the dead-letter entry a redriven message came
+	// from ("<dlq topic>/<partition>/<offset>").
+	HeaderRedriveFrom = "spool-redrive-from"
 )
+
+// AttemptRecord is one failed attempt, kept until the message is finished
+// and written into its dead-letter entry.
+type AttemptRecord struct {
+	Attempt    int    `json:"attempt"`
+	TimeMs     int64  `json:"time_ms"`
+	Error      string `json:"error"`
+	AppVersion string `json:"app_version,omitempty"`
+}
+
+// maxHistory bounds the attempts remembered per message (the latest are kept).
+const maxHistory = 32
+
+// recordFailure remembers a failed attempt of the message at offset.
+func (p *part) recordFailure(now time.Time, offset int64, attempt int, errText, appVersion string) {
+	if p.history == nil {
+		p.history = map[int64][]AttemptRecord{}
+	}
+	h := append(p.history[offset], AttemptRecord{Attempt: attempt, TimeMs: now.UnixMilli(), Error: truncate(errText, 1024), AppVersion: appVersion})
+	if len(h) > maxHistory {
+		h = h[len(h)-maxHistory:]
+	}
+	p.history[offset] = h
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
 
 // maxDLQInFlight bounds dead-letter publishes outstanding per group (limit
 // dlq_max_in_flight): beyond it, dead letters wait in their trackers.
@@ -33,6 +75,7 @@ type dlqResult struct {
 	s      *sub
 	p      *part
 	offset int64
+	id     string
 	reason string
 	err    error
 }
@@ -57,8 +100,12 @@ func (g *Group) deadLetters(now time.Time) {
 func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
 	d := &g.dlBuf[i]
 	orig := d.Value
-	hdrs := make([]log.Header, 0, len(orig.Headers)+11)
-	hdrs = append(hdrs, orig.Headers...)
+	hdrs := make([]log.Header, 0, len(orig.Headers)+13)
+	for _, h := range orig.Headers {
+		if !strings.HasPrefix(h.Key, "spool-") { // a redriven message's marks do not carry over
+			hdrs = append(hdrs, h)
+		}
+	}
 	add := func(k, v string) { hdrs = append(hdrs, log.Header{Key: k, Value: []byte(v)}) }
 	add(HeaderDLQTopic, s.cfg.Topic)
 	add(HeaderDLQPartition, strconv.Itoa(int(p.num)))
@@ -75,6 +122,14 @@ func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
 	if g.cfg.SidecarVersion != "" {
 		add(HeaderSidecarVersion, g.cfg.SidecarVersion)
 	}
+	if hist := p.history[d.Offset]; len(hist) > 0 {
+		if b, err := json.Marshal(hist); err == nil {
+			add(HeaderDLQHistory, string(b))
+		}
+		if v := hist[len(hist)-1].AppVersion; v != "" {
+			add(HeaderDLQAppVersion, v)
+		}
+	}
 	rec := log.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}
 	dlqParts, err := g.eng.Partitions(s.cfg.DLQTopic)
 	if err != nil {
@@ -87,7 +142,7 @@ func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
 		dp = engine.PartitionForKey(orig.Key, dlqParts)
 	}
 	g.dlqInFlight++
-	res := dlqResult{s: s, p: p, offset: d.Offset, reason: d.Reason}
+	res := dlqResult{s: s, p: p, offset: d.Offset, id: string(orig.ID), reason: d.Reason}
 	g.eng.Produce(s.cfg.DLQTopic, dp, []log.Record{rec}, func(_ int64, err error) {
 		res.err = err
 		g.dlqDone <- res
@@ -103,6 +158,10 @@ func (g *Group) applyDLQ(now time.Time, r dlqResult) {
 		return
 	}
 	if err := r.p.tr.DeadLettered(r.offset); err == nil {
+		delete(r.p.history, r.offset)
+		if g.cfg.Ledger != nil && r.id != "" {
+			r.s.ledger.dead = append(r.s.ledger.dead, ledger.Finish{ID: r.id, Token: r.p.takeWire(r.offset)})
+		}
 		g.m.DeadLettered.WithLabelValues(g.cfg.Name, r.s.cfg.Topic, r.reason).Inc()
 		g.log.Info("message dead-lettered", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "reason", r.reason, "dlq_topic", r.s.cfg.DLQTopic)
 	}

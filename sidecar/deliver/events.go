@@ -1,11 +1,14 @@
 package deliver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/breaker"
+	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -48,6 +51,9 @@ func (e leaveEvent) apply(g *Group, now time.Time) {
 		}
 		if err := p.tr.Release(now, k.offset, o.token, true); err == nil {
 			s.streamClosed.Inc()
+			g.probeLost(now, s, o)
+			g.ledgerRelease(s, o, tracker.ErrTextReleased, false)
+			p.recordFailure(now, k.offset, o.attempt, tracker.ErrTextReleased, o.appVersion)
 		}
 	}
 	clear(c.outstanding)
@@ -81,10 +87,14 @@ func (e settleEvent) apply(g *Group, now time.Time) {
 		ref := a.GetRef()
 		s, p, o, err := g.settleTarget(c, ref)
 		if err == nil {
-			if err = p.tr.Ack(now, ref.GetOffset(), ref.GetFencingToken()); err == nil {
+			if err = p.tr.Ack(now, ref.GetOffset(), o.token); err == nil {
 				s.acks.Inc()
 				s.handleLatency.Observe(now.Sub(o.at).Seconds())
 				delete(c.outstanding, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()})
+				g.ledgerDone(s, p, ref.GetOffset(), o)
+				if s.brk != nil {
+					g.report(s, s.brk.Success(now, o.probe))
+				}
 			}
 		}
 		if err != nil {
@@ -95,12 +105,29 @@ func (e settleEvent) apply(g *Group, now time.Time) {
 		ref := n.GetRef()
 		s, p, o, err := g.settleTarget(c, ref)
 		if err == nil {
-			off, tok := ref.GetOffset(), ref.GetFencingToken()
+			off, tok := ref.GetOffset(), o.token
 			switch n.GetOutcome() {
 			case spoolv1.Outcome_OUTCOME_RETRY:
+				counted := true
+				if s.brk != nil {
+					var trs []breaker.Transition
+					counted, trs = s.brk.Failure(now, n.GetDownstream(), o.probe)
+					g.report(s, trs)
+				}
+				if !counted {
+					// The downstream's breaker is open: this failure is the
+					// outage's, not the message's. No attempt is counted.
+					if err = p.tr.Defer(now, off, tok, now); err == nil {
+						s.uncounted.Inc()
+						g.ledgerRelease(s, o, n.GetError(), true)
+					}
+					break
+				}
 				after := time.Duration(n.GetRetryAfterMs()) * time.Millisecond
 				if err = p.tr.Retry(now, off, tok, after, n.GetError()); err == nil {
 					s.retries.Inc()
+					p.recordFailure(now, off, o.attempt, n.GetError(), o.appVersion)
+					g.ledgerRelease(s, o, n.GetError(), false)
 				}
 			case spoolv1.Outcome_OUTCOME_DEAD_LETTER:
 				reason := n.GetReason()
@@ -109,10 +136,14 @@ func (e settleEvent) apply(g *Group, now time.Time) {
 				}
 				if err = p.tr.DeadLetter(now, off, tok, reason); err == nil {
 					s.deadLetters.Inc()
+					g.probeLost(now, s, o)
+					p.recordFailure(now, off, o.attempt, cmp.Or(n.GetError(), reason), o.appVersion)
 				}
 			case spoolv1.Outcome_OUTCOME_RELEASE:
 				if err = p.tr.Release(now, off, tok, false); err == nil {
 					s.releases.Inc()
+					g.probeLost(now, s, o)
+					g.ledgerRelease(s, o, "", true)
 				}
 			default:
 				err = errBadOutcome
@@ -130,13 +161,13 @@ func (e settleEvent) apply(g *Group, now time.Time) {
 	}
 	for _, x := range req.GetExtends() {
 		ref := x.GetRef()
-		s, p, _, err := g.settleTarget(c, ref)
+		s, p, o, err := g.settleTarget(c, ref)
 		if err == nil {
 			d := time.Duration(x.GetExtendByMs()) * time.Millisecond
 			if d <= 0 {
 				d = s.cfg.Tracker.VisibilityTimeout
 			}
-			_, err = p.tr.Extend(now, ref.GetOffset(), ref.GetFencingToken(), now.Add(d))
+			_, err = p.tr.Extend(now, ref.GetOffset(), o.token, now.Add(d))
 		}
 		if err != nil {
 			errs = append(errs, g.settleError(ref, err))
@@ -162,17 +193,15 @@ func (g *Group) settleTarget(c *consumer, ref *spoolv1.DeliveryRef) (*sub, *part
 	k := refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()}
 	o, ok := c.outstanding[k]
 	if !ok {
-		for _, other := range g.consumers {
-			if _, theirs := other.outstanding[k]; theirs {
-				return nil, nil, sent{}, errNotYours
-			}
+		// Its lease expired and it waits for a retry: a late ack is still
+		// applied (the work was done); the tracker refuses anything else.
+		if o, late := g.expired[k]; late && o.wire == ref.GetFencingToken() {
+			delete(g.expired, k)
+			return s, p, o, nil
 		}
-		// A late settlement after a lease expiry is still worth applying:
-		// the tracker accepts an ack while the message waits for its retry,
-		// and refuses anything stale.
-		return s, p, sent{at: time.Now()}, nil
+		return nil, nil, sent{}, errNotYours
 	}
-	if o.token != ref.GetFencingToken() {
+	if o.wire != ref.GetFencingToken() {
 		return nil, nil, sent{}, tracker.ErrStaleToken
 	}
 	return s, p, o, nil
@@ -196,3 +225,19 @@ func (g *Group) settleError(ref *spoolv1.DeliveryRef, err error) *spoolv1.Settle
 type queryEvent struct{ f func(g *Group, now time.Time) }
 
 func (e queryEvent) apply(g *Group, now time.Time) { e.f(g, now) }
+
+// ledgerDone queues the ledger write of an ack.
+func (g *Group) ledgerDone(s *sub, p *part, offset int64, o sent) {
+	p.takeWire(offset)
+	delete(p.history, offset)
+	if g.cfg.Ledger != nil && o.id != "" {
+		s.ledger.complete = append(s.ledger.complete, ledger.Finish{ID: o.id, Token: o.wire})
+	}
+}
+
+// ledgerRelease queues the ledger write of a failed or handed-back attempt.
+func (g *Group) ledgerRelease(s *sub, o sent, errText string, uncount bool) {
+	if g.cfg.Ledger != nil && o.id != "" {
+		s.ledger.release = append(s.ledger.release, ledger.Release{ID: o.id, Token: o.wire, Error: errText, Uncount: uncount})
+	}
+}

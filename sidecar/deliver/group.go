@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/spoolmq/spool/engine/groups"
 	"github.com/spoolmq/spool/engine/log"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
@@ -43,7 +45,14 @@ type Group struct {
 	nextCommit  time.Time
 	dlBuf       []tracker.DeadLetter[log.Record]
 	delBuf      []tracker.Delivery[log.Record]
+	candBuf     []candidate
 	evBuf       []tracker.Event
+	// expired holds deliveries whose lease ended (and are not yet
+	// redelivered): a late ack for them is still applied.
+	expired map[refKey]sent
+	// ledgerRetryAt: while the ledger is unavailable under policy pause,
+	// nothing is delivered before this time.
+	ledgerRetryAt time.Time
 }
 
 type sub struct {
@@ -51,12 +60,15 @@ type sub struct {
 	parts   []*part
 	changed <-chan struct{}
 
-	committing bool // a commit of this topic is being written
+	committing bool         // a commit of this topic is being written
+	brk        *breaker.Set // nil: no breakers configured
+	ledger     ledgerOps    // ledger writes waiting for the next flush
 	// Metric children resolved once (no label lookups on the hot path).
 	deliveries, redeliveries, leaseExpiries            prometheus.Counter
 	acks, retries, deadLetters, releases, streamClosed prometheus.Counter
 	handleLatency                                      prometheus.Observer
 	inFlight, parked, window                           prometheus.Gauge
+	dedupeHits, undeduped, uncounted, ledgerDropped    prometheus.Counter
 }
 
 type part struct {
@@ -70,6 +82,10 @@ type part struct {
 	skipAt int
 	// committed is the last position written; dirty when it differs.
 	committed groups.Position
+	// wire maps offsets to the ledger's fencing token of their last grant.
+	wire map[int64]uint64
+	// history holds the failed attempts of unfinished messages.
+	history map[int64][]AttemptRecord
 	// avgRecordBytes sizes reads to the room in the window.
 	avgRecordBytes   int
 	lagMsgs, lagSecs prometheus.Gauge
@@ -84,7 +100,7 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 		logger = slog.Default()
 	}
 	g := &Group{cfg: cfg, eng: eng, m: m, log: logger.With("group", cfg.Name),
-		inbox: make(chan event, cfg.InboxSize), byTop: map[string]*sub{},
+		inbox: make(chan event, cfg.InboxSize), byTop: map[string]*sub{}, expired: map[refKey]sent{},
 		dlqDone: make(chan dlqResult, maxDLQInFlight), stopped: make(chan struct{})}
 	for _, sc := range cfg.Subscriptions {
 		s, err := g.newSub(sc)
@@ -126,6 +142,17 @@ func (g *Group) newSub(sc Subscription) (*sub, error) {
 		inFlight:      m.InFlight.WithLabelValues(gl, tl),
 		parked:        m.ParkedKeys.WithLabelValues(gl, tl),
 		window:        m.WindowMessages.WithLabelValues(gl, tl),
+		dedupeHits:    m.DedupeHits.WithLabelValues(gl, tl),
+		undeduped:     m.UndedupedDeliveries.WithLabelValues(gl, tl),
+		uncounted:     m.UncountedFailures.WithLabelValues(gl, tl),
+		ledgerDropped: m.LedgerDropped.WithLabelValues(gl, tl),
+	}
+	if sc.Breaker != nil {
+		brk, err := breaker.NewSet(*sc.Breaker)
+		if err != nil {
+			return nil, fmt.Errorf("deliver: group %q topic %q: %w", g.cfg.Name, sc.Topic, err)
+		}
+		s.brk = brk
 	}
 	for p := range n {
 		start, _, err := g.eng.Offsets(sc.Topic, p)
@@ -237,6 +264,7 @@ func (g *Group) Run(ctx context.Context) error {
 			g.dispatch(now)
 		}
 		g.deadLetters(now)
+		g.flushLedger()
 		g.maybeCommit(now, false)
 		if !now.Before(g.nextLag) {
 			g.refreshGauges(now)
@@ -346,6 +374,16 @@ func (g *Group) nextWake(now time.Time) time.Time {
 				w = d
 			}
 		}
+		if s.brk != nil {
+			if d, ok := s.brk.NextChange(); ok && d.Before(w) {
+				w = d
+			}
+		}
+		if s.ledger.len() > 0 {
+			if retry := now.Add(ledgerRetryWait); retry.Before(w) {
+				w = retry
+			}
+		}
 	}
 	// With several topics anyChanged watches one; poll the others briefly.
 	if len(g.subs) > 1 && !g.draining {
@@ -359,6 +397,9 @@ func (g *Group) nextWake(now time.Time) time.Time {
 // fetch feeds each partition's tracker with durable records it has room for.
 func (g *Group) fetch(now time.Time) {
 	for _, s := range g.subs {
+		if s.paused(now) {
+			continue
+		}
 		for _, p := range s.parts {
 			g.fetchPart(now, s, p)
 		}
@@ -411,6 +452,10 @@ func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 				continue // finished before the restart
 			}
 			if !g.admit(&r) {
+				// Not for this group (a message redriven to another group):
+				// finished here without delivery.
+				p.skip = slices.Insert(p.skip, p.skipAt, r.Offset)
+				p.skipAt++
 				continue
 			}
 			batch = append(batch, tracker.Record[log.Record]{Offset: r.Offset, Key: string(r.Key), Value: r})
@@ -477,10 +522,17 @@ func compact(batch []tracker.Record[log.Record]) {
 	}
 }
 
-// admit is where a record is checked before it enters the tracker. The
-// Redis idempotency ledger plugs in here: a message already done for this
-// group is acked without reaching the app.
-func (g *Group) admit(*log.Record) bool { return true }
+// admit decides whether a fetched record is for this group: a message
+// redriven from a dead-letter topic is only for the group that dead-lettered
+// it. (The ledger checks each delivery later, in admitDeliveries.)
+func (g *Group) admit(r *log.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == HeaderRedriveGroup {
+			return string(h.Value) == g.cfg.Name
+		}
+	}
+	return true
+}
 
 // tick advances the trackers' clocks: lease expiries and due retries.
 func (g *Group) tick(now time.Time) {
@@ -493,7 +545,9 @@ func (g *Group) tick(now time.Time) {
 			for _, ev := range g.evBuf {
 				if ev.Kind == tracker.EventLeaseExpired {
 					s.leaseExpiries.Inc()
-					g.forget(s, p, ev.Offset, ev.Token)
+					o := g.forget(s, p, ev.Offset, ev.Token)
+					p.recordFailure(now, ev.Offset, o.attempt, tracker.ErrTextLeaseExpired, o.appVersion)
+					g.probeLost(now, s, o)
 					g.log.Debug("lease expired", "topic", s.cfg.Topic, "partition", p.num, "offset", ev.Offset, "attempt", ev.Attempt)
 				}
 			}
@@ -501,25 +555,45 @@ func (g *Group) tick(now time.Time) {
 	}
 }
 
-// forget removes a delivery from whichever consumer holds it.
-func (g *Group) forget(s *sub, p *part, offset int64, token uint64) {
+// forget removes a delivery whose lease expired from whichever consumer
+// holds it, and returns what was known of it.
+func (g *Group) forget(s *sub, p *part, offset int64, token uint64) sent {
 	k := refKey{topic: s.cfg.Topic, part: p.num, offset: offset}
 	for _, c := range g.consumers {
 		if o, ok := c.outstanding[k]; ok && o.token == token {
 			delete(c.outstanding, k)
-			return
+			g.expired[k] = o
+			return o
 		}
 	}
+	return sent{}
 }
 
-// dispatch hands ready deliveries to consumers with free credit.
+// candidate is a delivery taken from a tracker and not yet sent: the
+// ledger may still turn it away.
+type candidate struct {
+	c     *consumer
+	s     *sub
+	p     *part
+	d     tracker.Delivery[log.Record]
+	probe bool // the one delivery let through a half-open breaker
+	// Set by admit: what the app sees.
+	wire      uint64
+	attempt   int
+	lastError string
+}
+
+// dispatch hands ready deliveries to consumers with free credit: it takes
+// candidates from the trackers (round-robin over subscriptions and
+// partitions, within each subscription's breaker allowance), passes them
+// through the ledger in one batch, and sends each consumer one frame.
 func (g *Group) dispatch(now time.Time) {
+	cands := g.candBuf[:0]
 	for _, c := range g.consumers {
 		free := c.free()
 		if free <= 0 || c.closed {
 			continue
 		}
-		var frame []*spoolv1.Delivery
 		for i := range g.subs {
 			if free <= 0 {
 				break
@@ -528,25 +602,44 @@ func (g *Group) dispatch(now time.Time) {
 			if !c.wants(s) {
 				continue
 			}
+			limit, probe := s.allowance(now, free)
 			for j := range s.parts {
-				if free <= 0 {
+				if limit <= 0 {
 					break
 				}
 				p := s.parts[(c.rrPart+j)%len(s.parts)]
-				g.delBuf = p.tr.Next(now, free, g.delBuf[:0])
+				g.delBuf = p.tr.Next(now, limit, g.delBuf[:0])
 				for k := range g.delBuf {
-					frame = append(frame, c.track(now, g.cfg.Name, s, p, &g.delBuf[k]))
+					cands = append(cands, candidate{c: c, s: s, p: p, d: g.delBuf[k], probe: probe})
 				}
+				limit -= len(g.delBuf)
 				free -= len(g.delBuf)
 			}
 		}
 		c.rr++
 		c.rrPart++
-		if len(frame) > 0 {
-			c.credit -= len(frame)
-			c.send(&spoolv1.SubscribeResponse{Deliveries: frame})
+	}
+	if len(cands) == 0 {
+		return
+	}
+	cands = g.admitDeliveries(now, cands)
+	for i := range cands {
+		cd := &cands[i]
+		delete(g.expired, refKey{cd.s.cfg.Topic, cd.p.num, cd.d.Offset})
+		cd.c.frame = append(cd.c.frame, cd.c.track(now, g.cfg.Name, cd.s, cd.p, cd))
+		if cd.probe {
+			g.probeSent(now, cd.s)
 		}
 	}
+	for _, c := range g.consumers {
+		if len(c.frame) > 0 {
+			c.credit -= len(c.frame)
+			c.send(&spoolv1.SubscribeResponse{Deliveries: c.frame})
+			c.frame = nil
+		}
+	}
+	clear(cands)
+	g.candBuf = cands[:0]
 }
 
 func (g *Group) outstanding() int {

@@ -51,6 +51,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 		return err
 	}
 	c := newConsumer(st.GetConsumerName(), ModeStream, topics, maxInFlight)
+	c.appVersion = st.GetAppVersion()
 	started := &spoolv1.Started{Group: g.Name(), Topics: topics, MaxInFlight: uint32(maxInFlight)}
 	if sc, ok := g.Subscription(topics[0]); ok {
 		started.VisibilityTimeoutMs = uint32(sc.Tracker.VisibilityTimeout.Milliseconds())

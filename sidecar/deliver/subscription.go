@@ -8,6 +8,8 @@ import (
 	"github.com/spoolmq/spool/engine/groups"
 	"github.com/spoolmq/spool/engine/log"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/breaker"
+	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -38,6 +40,13 @@ type Subscription struct {
 	DLQTopic string
 	Mode     Mode
 	Tracker  tracker.Config
+	// DedupeTTL is how long the ledger remembers a message (default 7 days).
+	DedupeTTL time.Duration
+	// RedisPolicy applies while the ledger is unavailable.
+	RedisPolicy RedisPolicy
+	// Breaker configures the circuit breakers toward the downstreams the app
+	// names in its retries; nil disables them.
+	Breaker *breaker.Config
 }
 
 // GroupConfig configures a Group.
@@ -58,6 +67,10 @@ type GroupConfig struct {
 	SidecarVersion string
 	// Handler is the app's HandlerService, for subscriptions in ModeCallback.
 	Handler spoolv1.HandlerServiceClient
+	// Ledger dedupes deliveries by message id; nil delivers without dedupe.
+	Ledger ledger.Ledger
+	// Owner names this sidecar in the ledger (its node id).
+	Owner string
 }
 
 // Defaults for GroupConfig.
@@ -66,6 +79,7 @@ const (
 	DefaultFetchMaxBytes  = 1 << 20
 	DefaultDrainTimeout   = 30 * time.Second
 	DefaultInboxSize      = 1024
+	DefaultDedupeTTL      = 7 * 24 * time.Hour
 	// lagInterval is how often lag gauges are refreshed.
 	lagInterval = time.Second
 )
@@ -89,9 +103,15 @@ func (c *GroupConfig) validate() error {
 		}
 		seen[s.Topic] = true
 		callbacks = callbacks || s.Mode == ModeCallback
+		if s.DedupeTTL <= 0 {
+			s.DedupeTTL = DefaultDedupeTTL
+		}
 		if err := s.Tracker.Validate(); err != nil {
 			return fmt.Errorf("deliver: group %q topic %q: %w", c.Name, s.Topic, err)
 		}
+	}
+	if c.Ledger != nil && c.Owner == "" {
+		return fmt.Errorf("deliver: group %q: a ledger needs an owner name", c.Name)
 	}
 	if callbacks && c.Handler == nil {
 		return fmt.Errorf("deliver: group %q has callback subscriptions but no app address to call: set app_address", c.Name)

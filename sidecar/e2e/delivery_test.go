@@ -204,6 +204,15 @@ func TestMaxAttemptsGoesToDeadLetterTopic(t *testing.T) {
 	if string(p.GetMessage().GetPayload()) != "10" || p.GetMessage().GetTopic() != "orders" {
 		t.Fatalf("poison entry lost its original payload or topic: %v", p)
 	}
+	if len(p.GetAttempts()) != 3 || p.GetAppVersion() != "testapp-1.0" || p.GetSidecarVersion() == "" {
+		t.Fatalf("poison entry: attempts %v, app version %q, sidecar version %q; want 3 attempts with errors and both versions",
+			p.GetAttempts(), p.GetAppVersion(), p.GetSidecarVersion())
+	}
+	for i, a := range p.GetAttempts() {
+		if a.GetAttempt() != int32(i+1) || a.GetError() == "" || a.GetTimeMs() == 0 {
+			t.Fatalf("attempt %d recorded as %v: want its number, time and error", i+1, a)
+		}
+	}
 	if b := byKey["bad"]; b == nil || b.GetReason() != "bad payload for bad" || b.GetMessage().GetAttempt() != 1 {
 		t.Fatalf("app-dead-lettered entry = %v; want the app's reason after 1 attempt", b)
 	}

@@ -35,6 +35,18 @@ type Metrics struct {
 	Consumers      *prometheus.GaugeVec     // group
 	ExpiredUnread  *prometheus.CounterVec   // group, topic
 	CommitErrors   *prometheus.CounterVec   // group, topic
+
+	DedupeHits          *prometheus.CounterVec   // group, topic
+	UndedupedDeliveries *prometheus.CounterVec   // group, topic
+	UncountedFailures   *prometheus.CounterVec   // group, topic
+	LedgerDropped       *prometheus.CounterVec   // group, topic
+	LedgerLatency       *prometheus.HistogramVec // op
+	LedgerErrors        *prometheus.CounterVec   // op
+	LedgerAvailable     prometheus.Gauge
+	BreakerState        *prometheus.GaugeVec   // group, topic, downstream
+	BreakerTransitions  *prometheus.CounterVec // group, topic, downstream, to
+	Redriven            *prometheus.CounterVec // group, topic
+	RedriveSkipped      *prometheus.CounterVec // group, topic, reason
 }
 
 // latencyBuckets span 100 µs to ~100 s.
@@ -60,7 +72,7 @@ func New() *Metrics {
 		r.MustRegister(h)
 		return h
 	}
-	return &Metrics{
+	m := &Metrics{
 		Registry:        r,
 		PublishMessages: counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
 		PublishBytes:    counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
@@ -81,5 +93,19 @@ func New() *Metrics {
 		Consumers:       gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),
 		ExpiredUnread:   counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
 		CommitErrors:    counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
+
+		DedupeHits:          counter("dedupe_hits_total", "Deliveries the ledger found already done (or dead-lettered) for the group: acked without reaching the app.", "group", "topic"),
+		UndedupedDeliveries: counter("undeduped_deliveries_total", "Deliveries made without a ledger check because the ledger was unavailable (redis_unavailable: deliver).", "group", "topic"),
+		UncountedFailures:   counter("uncounted_failures_total", "Failed attempts not counted because the named downstream's breaker was open.", "group", "topic"),
+		LedgerDropped:       counter("ledger_dropped_total", "Ledger writes dropped because the backlog limit was reached while the ledger was unavailable (may cause redeliveries).", "group", "topic"),
+		LedgerLatency:       hist("ledger_latency_seconds", "Time of one ledger call (one batch), by operation.", "op"),
+		LedgerErrors:        counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
+		LedgerAvailable:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 while the breaker toward the ledger (Redis) lets calls through, 0 while it is open."}),
+		BreakerState:        gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
+		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
+		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
+		RedriveSkipped:      counter("redrive_skipped_total", "Dead letters matched by a redrive but not redriven, by reason (already_done: the ledger shows the message was handled).", "group", "topic", "reason"),
 	}
+	r.MustRegister(m.LedgerAvailable)
+	return m
 }

@@ -964,7 +964,10 @@ type RedriveResponse struct {
 	// Entries moved.
 	Redriven uint64 `protobuf:"varint,2,opt,name=redriven,proto3" json:"redriven,omitempty"`
 	// The first matching entries (at most 100), for a dry run.
-	Sample        []*DeadLetter `protobuf:"bytes,3,rep,name=sample,proto3" json:"sample,omitempty"`
+	Sample []*DeadLetter `protobuf:"bytes,3,rep,name=sample,proto3" json:"sample,omitempty"`
+	// Entries not redriven because the ledger shows the message was handled
+	// since it was dead-lettered (redriving it would deliver it twice).
+	AlreadyDone   uint64 `protobuf:"varint,4,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,6 +1021,13 @@ func (x *RedriveResponse) GetSample() []*DeadLetter {
 		return x.Sample
 	}
 	return nil
+}
+
+func (x *RedriveResponse) GetAlreadyDone() uint64 {
+	if x != nil {
+		return x.AlreadyDone
+	}
+	return 0
 }
 
 // ResetOffsetsRequest moves a group's committed offsets.
@@ -1447,11 +1457,12 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x06filter\x18\x03 \x01(\v2\x1a.spool.v1.DeadLetterFilterR\x06filter\x12\x17\n" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x1c\n" +
 	"\n" +
-	"rate_per_s\x18\x05 \x01(\rR\bratePerS\"u\n" +
+	"rate_per_s\x18\x05 \x01(\rR\bratePerS\"\x98\x01\n" +
 	"\x0fRedriveResponse\x12\x18\n" +
 	"\amatched\x18\x01 \x01(\x04R\amatched\x12\x1a\n" +
 	"\bredriven\x18\x02 \x01(\x04R\bredriven\x12,\n" +
-	"\x06sample\x18\x03 \x03(\v2\x14.spool.v1.DeadLetterR\x06sample\"\xb3\x01\n" +
+	"\x06sample\x18\x03 \x03(\v2\x14.spool.v1.DeadLetterR\x06sample\x12!\n" +
+	"\falready_done\x18\x04 \x01(\x04R\valreadyDone\"\xb3\x01\n" +
 	"\x13ResetOffsetsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +

@@ -1,32 +1,56 @@
-package sidecar
+package dlq
 
 import (
 	"bytes"
+	"encoding/json"
 	"strconv"
+	"strings"
 
-	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/log"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/deliver"
 )
 
-// readDeadLetters scans a dead-letter topic from its start and returns up to
-// limit entries that match the filter, oldest first.
-func readDeadLetters(eng *engine.Node, dlqTopic string, f *spoolv1.DeadLetterFilter, limit int) ([]*spoolv1.DeadLetter, error) {
+// Engine is what reading and redriving dead letters need from the log.
+type Engine interface {
+	Partitions(topic string) (int32, error)
+	Offsets(topic string, p int32) (start, end int64, err error)
+	Fetch(topic string, p int32, offset int64, maxBytes int, dst []log.Record) ([]log.Record, error)
+	Produce(topic string, p int32, recs []log.Record, done func(base int64, err error))
+}
+
+// entry is one dead letter with its raw record, for redrive.
+type entry struct {
+	dl  *spoolv1.DeadLetter
+	rec log.Record
+}
+
+// Peek returns up to limit dead letters of group in dlqTopic that match the
+// filter, oldest first (partition by partition).
+func Peek(eng Engine, group, dlqTopic string, f *spoolv1.DeadLetterFilter, limit int) ([]*spoolv1.DeadLetter, error) {
+	var out []*spoolv1.DeadLetter
+	err := scan(eng, group, dlqTopic, f, func(e entry) bool {
+		out = append(out, e.dl)
+		return len(out) < limit
+	})
+	return out, err
+}
+
+// scan calls fn for each matching dead letter until fn returns false.
+func scan(eng Engine, group, dlqTopic string, f *spoolv1.DeadLetterFilter, fn func(entry) bool) error {
 	n, err := eng.Partitions(dlqTopic)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []*spoolv1.DeadLetter
 	for p := range n {
 		start, end, err := eng.Offsets(dlqTopic, p)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for off := start; off < end && len(out) < limit; {
+		for off := start; off < end; {
 			recs, err := eng.Fetch(dlqTopic, p, off, 1<<20, nil)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if len(recs) == 0 {
 				break
@@ -34,16 +58,16 @@ func readDeadLetters(eng *engine.Node, dlqTopic string, f *spoolv1.DeadLetterFil
 			for i := range recs {
 				off = recs[i].Offset + 1
 				dl := toDeadLetter(&recs[i], p)
-				if matches(dl, f) {
-					out = append(out, dl)
-					if len(out) == limit {
-						break
-					}
+				if dl.GetMessage().GetGroup() != group || !matches(dl, f) {
+					continue
+				}
+				if !fn(entry{dl: dl, rec: recs[i]}) {
+					return nil
 				}
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func toDeadLetter(r *log.Record, dlqPartition int32) *spoolv1.DeadLetter {
@@ -51,7 +75,7 @@ func toDeadLetter(r *log.Record, dlqPartition int32) *spoolv1.DeadLetter {
 	app := map[string]string{}
 	for _, x := range r.Headers {
 		h[x.Key] = string(x.Value)
-		if len(x.Key) < 6 || x.Key[:6] != "spool-" {
+		if !strings.HasPrefix(x.Key, "spool-") {
 			app[x.Key] = string(x.Value)
 		}
 	}
@@ -77,7 +101,31 @@ func toDeadLetter(r *log.Record, dlqPartition int32) *spoolv1.DeadLetter {
 		DlqOffset:          r.Offset,
 		DlqPartition:       dlqPartition,
 		SidecarVersion:     h[deliver.HeaderSidecarVersion],
+		AppVersion:         h[deliver.HeaderDLQAppVersion],
+		Attempts:           history(h[deliver.HeaderDLQHistory]),
 	}
+}
+
+// history decodes the attempt history header (JSON written by the
+// delivery loop). Hostile or truncated text gives no history, never a panic.
+func history(s string) []*spoolv1.Attempt {
+	if s == "" {
+		return nil
+	}
+	var hist []deliver.AttemptRecord
+	if json.Unmarshal([]byte(s), &hist) != nil {
+		return nil
+	}
+	out := make([]*spoolv1.Attempt, 0, len(hist))
+	for _, a := range hist {
+		out = append(out, &spoolv1.Attempt{Attempt: int32(a.Attempt), TimeMs: a.TimeMs, Error: a.Error})
+	}
+	return out
+}
+
+func atoi64(s string) int64 {
+	v, _ := strconv.ParseInt(s, 10, 64)
+	return v
 }
 
 func matches(dl *spoolv1.DeadLetter, f *spoolv1.DeadLetterFilter) bool {

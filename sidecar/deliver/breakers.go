@@ -1,0 +1,75 @@
+package deliver
+
+import (
+	"time"
+
+	"github.com/spoolmq/spool/sidecar/breaker"
+)
+
+// allowance is how many deliveries the subscription may hand out now, out
+// of free: all of them while its breakers are closed, none while one is
+// open, one probe while one is half-open.
+func (s *sub) allowance(now time.Time, free int) (int, bool) {
+	if s.brk == nil {
+		return free, false
+	}
+	n, probe := s.brk.Allow(now)
+	switch {
+	case n < 0:
+		return free, false
+	case n == 0:
+		return 0, false
+	}
+	return min(n, free), probe
+}
+
+func (g *Group) probeSent(now time.Time, s *sub) {
+	if s.brk != nil {
+		g.report(s, s.brk.ProbeSent(now))
+	}
+}
+
+// probeLost settles a probe whose outcome says nothing about the
+// downstreams (lease expired, released, dead-lettered, stream gone).
+func (g *Group) probeLost(now time.Time, s *sub, o sent) {
+	if s.brk != nil && o.probe {
+		g.report(s, s.brk.ProbeLost(now))
+	}
+}
+
+// stateValue is the breaker state as exported in spool_breaker_state.
+func stateValue(st breaker.State) float64 {
+	switch st {
+	case breaker.HalfOpen:
+		return 1
+	case breaker.Open:
+		return 2
+	}
+	return 0
+}
+
+// paused reports whether a breaker holds the subscription: it then fetches
+// nothing either, so lag grows in the log, not in memory.
+func (s *sub) paused(now time.Time) bool {
+	if s.brk == nil {
+		return false
+	}
+	n, _ := s.brk.Allow(now)
+	return n == 0
+}
+
+// report turns breaker transitions into metrics and log lines.
+func (g *Group) report(s *sub, trs []breaker.Transition) {
+	for _, tr := range trs {
+		g.m.BreakerTransitions.WithLabelValues(g.cfg.Name, s.cfg.Topic, tr.Downstream, tr.To.String()).Inc()
+		g.m.BreakerState.WithLabelValues(g.cfg.Name, s.cfg.Topic, tr.Downstream).Set(stateValue(tr.To))
+		switch tr.To {
+		case breaker.Open:
+			g.log.Warn("circuit breaker open: delivery paused, attempts not counted", "topic", s.cfg.Topic, "downstream", tr.Downstream, "wait", tr.Wait)
+		case breaker.HalfOpen:
+			g.log.Info("circuit breaker half-open: sending one probe", "topic", s.cfg.Topic, "downstream", tr.Downstream)
+		case breaker.Closed:
+			g.log.Info("circuit breaker closed: delivery resumes", "topic", s.cfg.Topic, "downstream", tr.Downstream)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// RedisPolicy says what delivery does while the ledger is unavailable.
+type RedisPolicy int
+
+const (
+	// PolicyPause delivers nothing until the ledger is back: nothing is lost,
+	// nothing is handled twice because of the outage.
+	PolicyPause RedisPolicy = iota
+	// PolicyDeliver goes on without dedupe (at-least-once); every such
+	// delivery is counted in spool_undeduped_deliveries_total.
+	PolicyDeliver
+)
+
+// Ledger call budget and retry pace (the ledger's breaker fails fast while open).
+const (
+	ledgerTimeout   = time.Second
+	ledgerRetryWait = 500 * time.Millisecond
+	// maxLedgerBacklog bounds settlements waiting to be written to the
+	// ledger while it is unavailable (limit ledger_max_backlog); beyond it
+	// the oldest are dropped and counted: a dropped Complete can only cause
+	// a redelivery, never a loss.
+	maxLedgerBacklog = 100_000
+)
+
+// ledgerOps are the ledger writes of one subscription waiting to be flushed.
+type ledgerOps struct {
+	complete []ledger.Finish
+	release  []ledger.Release
+	dead     []ledger.Finish
+}
+
+func (o *ledgerOps) len() int { return len(o.complete) + len(o.release) + len(o.dead) }
+
+// admitDeliveries is where the ledger checks every delivery before it goes
+// out, in one batch per subscription: granted ones get the ledger's fencing
+// token and attempt number; one already done (or dead) is acked without
+// reaching the app (a dedupe hit); one held by a live lease elsewhere waits
+// for that lease; one whose attempts are used up goes to the dead-letter
+// topic. Without a ledger every candidate goes out as the tracker made it.
+func (g *Group) admitDeliveries(now time.Time, cands []candidate) []candidate {
+	if g.cfg.Ledger == nil {
+		for i := range cands {
+			cands[i].wire, cands[i].attempt = cands[i].d.Token, cands[i].d.Attempt
+		}
+		return cands
+	}
+	out := cands[:0]
+	for _, s := range g.subs {
+		var mine []candidate
+		for _, cd := range cands {
+			if cd.s == s {
+				mine = append(mine, cd)
+			}
+		}
+		if len(mine) > 0 {
+			out = append(out, g.admitSub(now, s, mine)...)
+		}
+	}
+	return out
+}
+
+func (g *Group) admitSub(now time.Time, s *sub, cands []candidate) []candidate {
+	if now.Before(g.ledgerRetryAt) && s.cfg.RedisPolicy == PolicyPause {
+		for _, cd := range cands {
+			_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, g.ledgerRetryAt)
+		}
+		return nil
+	}
+	claims := make([]ledger.Claim, len(cands))
+	for i, cd := range cands {
+		claims[i] = ledger.Claim{ID: string(cd.d.Value.ID), Lease: cd.d.Deadline}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
+	res, err := g.cfg.Ledger.Claim(ctx, g.cfg.Name, g.cfg.Owner, now, s.cfg.DedupeTTL, claims)
+	cancel()
+	if err == nil && len(res) != len(cands) {
+		err = errors.New("ledger answered a claim batch with the wrong number of results")
+	}
+	if err != nil {
+		return g.ledgerDown(now, s, cands, err)
+	}
+	out := cands[:0]
+	for i, r := range res {
+		cd := cands[i]
+		off, tok := cd.d.Offset, cd.d.Token
+		switch r.Status {
+		case ledger.Granted:
+			if r.Attempts > s.cfg.Tracker.MaxAttempts {
+				// Attempts made before a restart or failover used it up.
+				_ = cd.p.tr.DeadLetter(now, off, tok, tracker.ReasonMaxAttempts)
+				continue
+			}
+			cd.wire, cd.attempt, cd.lastError = r.Token, max(r.Attempts, 1), r.LastError
+			cd.p.setWire(off, r.Token)
+			out = append(out, cd)
+		case ledger.Done, ledger.Dead:
+			_ = cd.p.tr.Ack(now, off, tok)
+			s.dedupeHits.Inc()
+		case ledger.Busy:
+			_ = cd.p.tr.Defer(now, off, tok, r.BusyUntil)
+		}
+	}
+	return out
+}
+
+// ledgerDown applies the subscription's policy to candidates the ledger
+// could not check.
+func (g *Group) ledgerDown(now time.Time, s *sub, cands []candidate, err error) []candidate {
+	if s.cfg.RedisPolicy == PolicyDeliver {
+		s.undeduped.Add(float64(len(cands)))
+		for i := range cands {
+			cands[i].wire, cands[i].attempt = cands[i].d.Token, cands[i].d.Attempt
+		}
+		return cands
+	}
+	if now.After(g.ledgerRetryAt) {
+		g.log.Warn("ledger unavailable: pausing delivery (redis_unavailable: pause); nothing is lost", "topic", s.cfg.Topic, "err", err)
+	}
+	g.ledgerRetryAt = now.Add(ledgerRetryWait)
+	for _, cd := range cands {
+		_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, g.ledgerRetryAt)
+	}
+	return nil
+}
+
+// flushLedger writes the settlements of every subscription to the ledger,
+// one batch per kind. Failed writes stay queued (bounded) and are retried.
+func (g *Group) flushLedger() {
+	if g.cfg.Ledger == nil {
+		return
+	}
+	for _, s := range g.subs {
+		o := &s.ledger
+		if o.len() == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
+		if len(o.complete) > 0 && g.cfg.Ledger.Complete(ctx, g.cfg.Name, s.cfg.DedupeTTL, o.complete) == nil {
+			o.complete = o.complete[:0]
+		}
+		if len(o.release) > 0 && g.cfg.Ledger.Release(ctx, g.cfg.Name, s.cfg.DedupeTTL, o.release) == nil {
+			o.release = o.release[:0]
+		}
+		if len(o.dead) > 0 && g.cfg.Ledger.Dead(ctx, g.cfg.Name, s.cfg.DedupeTTL, o.dead) == nil {
+			o.dead = o.dead[:0]
+		}
+		cancel()
+		if n := o.len(); n > maxLedgerBacklog {
+			drop := n - maxLedgerBacklog
+			g.log.Warn("ledger backlog full: dropping the oldest settlements (they may be redelivered later)", "topic", s.cfg.Topic, "dropped", drop)
+			s.ledgerDropped.Add(float64(drop))
+			o.complete = trimOldest(o.complete, &drop)
+			o.release = trimOldest(o.release, &drop)
+			o.dead = trimOldest(o.dead, &drop)
+		}
+	}
+}
+
+func trimOldest[T any](a []T, n *int) []T {
+	k := min(*n, len(a))
+	*n -= k
+	return append(a[:0], a[k:]...)
+}
+
+func (g *Group) ledgerPending() bool {
+	for _, s := range g.subs {
+		if s.ledger.len() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// setWire remembers the fencing token the app saw for an offset, for the
+// ledger write that follows a dead letter.
+func (p *part) setWire(offset int64, token uint64) {
+	if p.wire == nil {
+		p.wire = map[int64]uint64{}
+	}
+	p.wire[offset] = token
+}
+
+func (p *part) takeWire(offset int64) uint64 {
+	t := p.wire[offset]
+	delete(p.wire, offset)
+	return t
+}
