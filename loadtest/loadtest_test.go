@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -11,7 +12,25 @@ import (
 // TestSmoke runs the smoke scenario (2,000 messages, publish and consume at
 // once) against a real spoold process and checks that every acknowledged
 // message was handled exactly once.
-func TestSmoke(t *testing.T) {
+func TestSmoke(t *testing.T) { smoke(t, "smoke") }
+
+// TestSmokeLedger is TestSmoke with spoold's Redis ledger on: the harness
+// starts a redis-server, measures its CPU and reads spoold's ledger counters.
+func TestSmokeLedger(t *testing.T) {
+	if _, err := redisBinary(); err != nil && !testing.Short() {
+		t.Fatal(err) // never skipped: scripts/ensure-deps.sh installs redis-server
+	}
+	r := smoke(t, "smoke-ledger")
+	if !r.Redis {
+		t.Error("result does not say the ledger was on")
+	}
+	if r.LedgerErrors != 0 || r.Undeduped != 0 || r.DedupeHits != 0 {
+		t.Errorf("ledger errors %d, undeduped %d, dedupe hits %d: want 0 each (every call answered, no redelivery)", r.LedgerErrors, r.Undeduped, r.DedupeHits)
+	}
+}
+
+func smoke(t *testing.T, name string) *Result {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real spoold: skipped with -short")
 	}
@@ -26,7 +45,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := loadScenario(filepath.Join(root, "loadtest", "scenarios"), "smoke")
+	sc, err := loadScenario(filepath.Join(root, "loadtest", "scenarios"), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +54,8 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("smoke: %d messages in %.3f s (%.0f msgs/s), p99 %.2f ms, sidecar %.1f µs/msg, RSS idle %.1f MiB peak %.1f MiB; run took %s",
-		r.Messages, r.DurationS, r.MsgsPerS, r.P99Ms, r.SidecarCPUUsPerMsg, r.SidecarRSSMBIdle, r.SidecarRSSMBPeak, time.Since(start).Round(time.Millisecond))
+	t.Logf("%s: %d messages in %.3f s (%.0f msgs/s), p99 %.2f ms, sidecar %.1f µs/msg, redis %.1f µs/msg, RSS idle %.1f MiB peak %.1f MiB; run took %s",
+		name, r.Messages, r.DurationS, r.MsgsPerS, r.P99Ms, r.SidecarCPUUsPerMsg, r.RedisCPUUsPerMsg, r.SidecarRSSMBIdle, r.SidecarRSSMBPeak, time.Since(start).Round(time.Millisecond))
 	if len(r.Errors) > 0 {
 		t.Errorf("errors: %q", r.Errors)
 	}
@@ -51,5 +70,30 @@ func TestSmoke(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(tmp); len(entries) == 0 {
 		t.Error("no run dir was created")
+	}
+	return r
+}
+
+func TestSumMetrics(t *testing.T) {
+	const text = `# HELP spool_ledger_errors_total Failed ledger calls.
+# TYPE spool_ledger_errors_total counter
+spool_ledger_errors_total{op="claim"} 3
+spool_ledger_errors_total{op="complete"} 2
+spool_ledger_errors_total_other 100
+spool_dedupe_hits_total{group="g",topic="a b}"} 7 1700000000000
+spool_dedupe_hits_total{group="g",topic="c"} 1e+06
+`
+	got, err := sumMetrics(strings.NewReader(text), "spool_ledger_errors_total", "spool_dedupe_hits_total", "spool_undeduped_deliveries_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"spool_ledger_errors_total": 5, "spool_dedupe_hits_total": 1_000_007, "spool_undeduped_deliveries_total": 0}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	if _, err := sumMetrics(strings.NewReader("spool_dedupe_hits_total{x=\"1\"} nope\n"), "spool_dedupe_hits_total"); err == nil {
+		t.Error("a bad value must be an error")
 	}
 }

@@ -96,6 +96,10 @@ func printTable(r *Result) {
 	}
 	row("publish failed", r.PublishFailed)
 	row("sidecar CPU", fmt.Sprintf("%.2f µs/msg (%.2f cores)", r.SidecarCPUUsPerMsg, r.SidecarCPUCores))
+	if r.Redis {
+		row("redis CPU", fmt.Sprintf("%.2f µs/msg (%.2f cores)", r.RedisCPUUsPerMsg, r.RedisCPUCores))
+		row("ledger", fmt.Sprintf("dedupe hits %d, ledger errors %d, undeduped deliveries %d", r.DedupeHits, r.LedgerErrors, r.Undeduped))
+	}
 	row("loadtest CPU", fmt.Sprintf("%.2f µs/msg", r.LoadtestCPUUsPerMsg))
 	row("sidecar RSS", fmt.Sprintf("idle %.1f MiB, peak %.1f MiB (VmHWM %.1f MiB)", r.SidecarRSSMBIdle, r.SidecarRSSMBPeak, r.SidecarHWMMB))
 	row("setup", fmt.Sprintf("%d B, %d producers × depth %d × batch %d, %d partitions, fsync %s, ordering %s, %d consumers × %d",

@@ -29,7 +29,9 @@ type Result struct {
 	SidecarHWMMB        float64  `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
 	SidecarRSSMBEnd     float64  `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
 	SidecarCPUUsPerMsg  float64  `json:"sidecar_cpu_us_per_msg"`
-	SidecarCPUCores     float64  `json:"sidecar_cpu_cores"` // average cores busy in the measured phase
+	SidecarCPUCores     float64  `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
+	RedisCPUUsPerMsg    float64  `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
+	RedisCPUCores       float64  `json:"redis_cpu_cores,omitempty"`
 	LoadtestCPUUsPerMsg float64  `json:"loadtest_cpu_us_per_msg"`
 	Messages            int64    `json:"messages"`
 	DurationS           float64  `json:"duration_s"`
@@ -43,6 +45,10 @@ type Result struct {
 	Consumers           int      `json:"consumers"`
 	SidecarGOMEMLIMIT   string   `json:"sidecar_gomemlimit,omitempty"`
 	SubWindowMessages   int      `json:"sub_window_messages,omitempty"`
+	Redis               bool     `json:"redis,omitempty"` // spoold's idempotency ledger was on, in a redis-server started for the run
+	DedupeHits          int64    `json:"dedupe_hits"`     // spoold's /metrics at the end of the run (0 without a ledger): spool_dedupe_hits_total
+	LedgerErrors        int64    `json:"ledger_errors"`   // spool_ledger_errors_total, all ops
+	Undeduped           int64    `json:"undeduped"`       // spool_undeduped_deliveries_total
 	ConsumerConcurrency int      `json:"consumer_concurrency"`
 	Reconnects          int64    `json:"reconnects"`
 	SettleErrors        int64    `json:"settle_errors"`
@@ -57,28 +63,55 @@ type Result struct {
 const mib = 1 << 20
 
 // phase marks the bounds of a measured phase: wall time and CPU ticks of
-// spoold and of this process.
+// spoold, of this process and of redis-server (when the run has one).
 type phase struct {
-	t                time.Time
-	sidecar, harness int64 // CPU clock ticks
-	rssKiB           int64
+	t                       time.Time
+	sidecar, harness, redis int64 // CPU clock ticks
+	rssKiB                  int64
 }
 
-func mark(pid int) (phase, error) {
-	s, err := procCPU(pid)
+// procs are the processes whose CPU a phase mark reads.
+type procs struct {
+	sidecar, redis int // redis 0: none
+}
+
+func mark(pp procs) (phase, error) {
+	s, err := procCPU(pp.sidecar)
 	if err != nil {
 		return phase{}, err
 	}
+	var r int64
+	if pp.redis != 0 {
+		if r, err = procCPU(pp.redis); err != nil {
+			return phase{}, fmt.Errorf("loadtest: redis-server: %w", err)
+		}
+	}
 	h, err := procCPU(os.Getpid())
-	rss, _, _ := procMem(pid)
-	return phase{t: time.Now(), sidecar: s, harness: h, rssKiB: rss}, err
+	rss, _, _ := procMem(pp.sidecar)
+	return phase{t: time.Now(), sidecar: s, harness: h, redis: r, rssKiB: rss}, err
 }
 
 // run starts spoold from bin, runs sc against it and returns the result.
 // With profileDir set, a CPU profile of the measured phase and a heap
 // profile at its end are fetched from spoold's admin port (/debug/pprof).
 func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) (*Result, error) {
-	p, err := startSidecar(ctx, bin, tmp, sc)
+	var rds *redisProc
+	redisAddr := ""
+	if sc.Redis {
+		var err error
+		if rds, err = startRedis(ctx, tmp); err != nil {
+			return nil, err
+		}
+		defer func() {
+			select {
+			case <-rds.exited:
+			default:
+				rds.kill()
+			}
+		}()
+		redisAddr = rds.addr
+	}
+	p, err := startSidecar(ctx, bin, tmp, sc, redisAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +123,10 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		}
 	}()
 	pid := p.pid()
+	pp := procs{sidecar: pid}
+	if rds != nil {
+		pp.redis = rds.pid()
+	}
 	smp := startSampler(pid, 100*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // let the just-started sidecar settle before calling it idle
 	idleKiB, _, err := procMem(pid)
@@ -100,7 +137,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	r := &Result{
 		Scenario: sc.Name, Mode: sc.Mode, MessageBytes: sc.MessageBytes, Producers: sc.Producers,
 		PipelineDepth: sc.PipelineDepth, BatchMessages: sc.BatchMessages, Partitions: sc.Partitions,
-		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, SidecarGOMEMLIMIT: sc.SidecarGOMEMLIMIT, SubWindowMessages: sc.SubWindowMessages, ConsumerConcurrency: sc.ConsumerConcurrency,
+		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, Redis: sc.Redis, SidecarGOMEMLIMIT: sc.SidecarGOMEMLIMIT, SubWindowMessages: sc.SubWindowMessages, ConsumerConcurrency: sc.ConsumerConcurrency,
 		SidecarRSSMBIdle: float64(idleKiB) / 1024,
 		GoVersion:        runtime.Version(), Nproc: runtime.NumCPU(), CPU: cpuModel(), Kernel: kernel(),
 		Date: time.Now().UTC().Format(time.RFC3339),
@@ -125,12 +162,12 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
 		smp.reset()
 		prof.startCPU()
-		if start, err = mark(pid); err != nil {
+		if start, err = mark(pp); err != nil {
 			cancel()
 			return nil, err
 		}
 		publishAll(mctx, p.appAddr, sc, ps)
-		end, err = mark(pid)
+		end, err = mark(pp)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -154,12 +191,12 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		time.Sleep(500 * time.Millisecond) // let group commit and fetch state settle
 		smp.reset()
 		prof.startCPU()
-		if start, err = mark(pid); err != nil {
+		if start, err = mark(pp); err != nil {
 			return nil, err
 		}
 		waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
 		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
-		if end, err = markEnd(pid, t1, err, &errs); err != nil {
+		if end, err = markEnd(pp, t1, err, &errs); err != nil {
 			return nil, err
 		}
 		errs = append(errs, prof.finish()...)
@@ -168,7 +205,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
 		smp.reset()
 		prof.startCPU()
-		if start, err = mark(pid); err != nil {
+		if start, err = mark(pp); err != nil {
 			cancel()
 			return nil, err
 		}
@@ -176,7 +213,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		go publishAll(mctx, p.appAddr, sc, ps)
 		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
 		cancel()
-		if end, err = markEnd(pid, t1, err, &errs); err != nil {
+		if end, err = markEnd(pp, t1, err, &errs); err != nil {
 			return nil, err
 		}
 		errs = append(errs, prof.finish()...)
@@ -200,8 +237,18 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	if e := errOf(ps); e != nil {
 		errs = append(errs, fmt.Errorf("publish: %w", e))
 	}
+	if lc, err := scrapeLedgerCounters(p.adminAddr); err != nil {
+		errs = append(errs, err)
+	} else {
+		r.DedupeHits, r.LedgerErrors, r.Undeduped = lc.DedupeHits, lc.LedgerErrors, lc.Undeduped
+	}
 	if err := p.stop(15 * time.Second); err != nil {
 		errs = append(errs, err)
+	}
+	if rds != nil {
+		if err := rds.stop(5 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	smp.close()
 	peak, hwm := smp.peakKiB()
@@ -218,6 +265,10 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.SidecarCPUUsPerMsg = round(float64(end.sidecar-start.sidecar)*1e6/clockTicks/float64(r.Messages), 2)
 		r.LoadtestCPUUsPerMsg = round(float64(end.harness-start.harness)*1e6/clockTicks/float64(r.Messages), 2)
 		r.SidecarCPUCores = round(float64(end.sidecar-start.sidecar)/clockTicks/dur, 2)
+		if rds != nil {
+			r.RedisCPUUsPerMsg = round(float64(end.redis-start.redis)*1e6/clockTicks/float64(r.Messages), 2)
+			r.RedisCPUCores = round(float64(end.redis-start.redis)/clockTicks/dur, 2)
+		}
 	}
 	r.P50Ms, r.P99Ms = round(lat.quantileMs(0.50), 3), round(lat.quantileMs(0.99), 3)
 	r.P999Ms, r.MaxMs = round(lat.quantileMs(0.999), 3), round(lat.maxMs(), 3)
@@ -231,11 +282,11 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 
 // markEnd closes a consume phase at t1 (when the last new message was
 // handled), reading CPU now (at most one poll later).
-func markEnd(pid int, t1 time.Time, waitErr error, errs *[]error) (phase, error) {
+func markEnd(pp procs, t1 time.Time, waitErr error, errs *[]error) (phase, error) {
 	if waitErr != nil {
 		*errs = append(*errs, waitErr)
 	}
-	m, err := mark(pid)
+	m, err := mark(pp)
 	if err != nil {
 		return m, err
 	}

@@ -48,6 +48,12 @@ type Scenario struct {
 	// "100MiB"): a deployment setting, not a code change.
 	SidecarGOMEMLIMIT string `yaml:"sidecar_gomemlimit"`
 
+	// Redis: start a redis-server for the run (free 127.0.0.1 port,
+	// persistence off) and give it to spoold as its idempotency ledger
+	// (`redis: {addrs: [...]}`), so every delivery is claimed in and every
+	// ack completed in Redis. Its CPU is measured next to spoold's.
+	Redis bool `yaml:"redis"`
+
 	// Verify (publish mode): after the measured phase, consume everything
 	// (not measured) to count lost and duplicated messages.
 	Verify bool `yaml:"verify"`

@@ -68,8 +68,9 @@ type sidecarProc struct {
 func (p *sidecarProc) pid() int { return p.cmd.Process.Pid }
 
 // startSidecar writes a config for sc into a fresh temp dir under base,
-// starts bin with it and waits for /readyz.
-func startSidecar(ctx context.Context, bin, base string, sc *Scenario) (*sidecarProc, error) {
+// starts bin with it and waits for /readyz. redisAddr, when set, is the
+// ledger's Redis.
+func startSidecar(ctx context.Context, bin, base string, sc *Scenario, redisAddr string) (*sidecarProc, error) {
 	dir, err := os.MkdirTemp(base, "run-")
 	if err != nil {
 		return nil, err
@@ -82,7 +83,7 @@ func startSidecar(ctx context.Context, bin, base string, sc *Scenario) (*sidecar
 	if err != nil {
 		return nil, err
 	}
-	cfg := sidecarConfig(sc, filepath.Join(dir, "data"), app, admin)
+	cfg := sidecarConfig(sc, filepath.Join(dir, "data"), app, admin, redisAddr)
 	cfgPath := filepath.Join(dir, "spool.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -176,8 +177,10 @@ func (p *sidecarProc) logTail() string {
 }
 
 // sidecarConfig is the spoold config file of a run: one topic "load" and
-// one stream subscription "load-group", everything on 127.0.0.1.
-func sidecarConfig(sc *Scenario, dataDir, app, admin string) string {
+// one stream subscription "load-group", everything on 127.0.0.1; with
+// redisAddr, the idempotency ledger in that Redis (subscription defaults:
+// dedupe_ttl 168h, redis_unavailable pause).
+func sidecarConfig(sc *Scenario, dataDir, app, admin, redisAddr string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node:\n  id: loadtest\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", dataDir, app, admin)
 	fmt.Fprintf(&b, "storage:\n  fsync: %s\n", sc.Fsync)
@@ -190,6 +193,9 @@ func sidecarConfig(sc *Scenario, dataDir, app, admin string) string {
 		topicName, groupName, sc.Ordering, sc.SubMaxInFlight)
 	if sc.SubWindowMessages > 0 {
 		fmt.Fprintf(&b, "    window_messages: %d\n", sc.SubWindowMessages)
+	}
+	if redisAddr != "" {
+		fmt.Fprintf(&b, "redis:\n  addrs: [%q]\n", redisAddr)
 	}
 	return b.String()
 }
