@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -202,7 +203,9 @@ func (b *Breaker) do(ctx context.Context, op string, items int, fn func(ctx cont
 		case ctx.Err() != nil:
 			callerErr = err
 			err = fmt.Errorf("%w: %w", errCallerGone, err)
-		case cctx.Err() != nil:
+		case cctx.Err() != nil || isTimeout(err):
+			// The socket deadline (set from cctx) can fire a moment before
+			// cctx itself reports it: both are this timeout.
 			err = fmt.Errorf("no answer within %v: %w", b.cfg.Timeout, err)
 		}
 		if classify(err) == outcomeFailure {
@@ -272,4 +275,10 @@ func (b *Breaker) Reset(ctx context.Context, group string, ids []string) ([]Rese
 		return nil, err
 	}
 	return res, nil
+}
+
+// isTimeout reports a network timeout (a read or dial deadline passed).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

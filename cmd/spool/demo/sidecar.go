@@ -43,6 +43,10 @@ func demoConfig(socket string) *config.Config {
 	sub.Backoff = config.BackoffConfig{Base: 200 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
 	sub.VisibilityTimeout = 5 * time.Second
 	sub.MaxInFlight = 512
+	// The outage lasts seconds, not minutes: probe the provider every second
+	// (doubling up to 4 s while it stays down) instead of every 5 s.
+	sub.Breaker.OpenTimeout = time.Second
+	sub.Breaker.MaxOpenTimeout = 4 * time.Second
 	cfg.Subscriptions = []config.SubscriptionConfig{sub}
 	return &cfg
 }
