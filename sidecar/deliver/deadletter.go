@@ -159,6 +159,7 @@ func (g *Group) applyDLQ(now time.Time, r dlqResult) {
 	}
 	if err := r.p.tr.DeadLettered(r.offset); err == nil {
 		delete(r.p.history, r.offset)
+		delete(g.expired, refKey{r.s.cfg.Topic, r.p.num, r.offset})
 		if g.cfg.Ledger != nil && r.id != "" {
 			r.s.ledger.dead = append(r.s.ledger.dead, ledger.Finish{ID: r.id, Token: r.p.takeWire(r.offset)})
 		}

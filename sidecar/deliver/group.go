@@ -622,10 +622,14 @@ func (g *Group) dispatch(now time.Time) {
 	if len(cands) == 0 {
 		return
 	}
+	for i := range cands {
+		// Redelivered (or about to be decided by the ledger): an ack for the
+		// expired lease is no longer welcome.
+		delete(g.expired, refKey{cands[i].s.cfg.Topic, cands[i].p.num, cands[i].d.Offset})
+	}
 	cands = g.admitDeliveries(now, cands)
 	for i := range cands {
 		cd := &cands[i]
-		delete(g.expired, refKey{cd.s.cfg.Topic, cd.p.num, cd.d.Offset})
 		cd.c.frame = append(cd.c.frame, cd.c.track(now, g.cfg.Name, cd.s, cd.p, cd))
 		if cd.probe {
 			g.probeSent(now, cd.s)

@@ -105,6 +105,7 @@ func (g *Group) admitSub(now time.Time, s *sub, cands []candidate) []candidate {
 			out = append(out, cd)
 		case ledger.Done, ledger.Dead:
 			_ = cd.p.tr.Ack(now, off, tok)
+			delete(cd.p.history, off)
 			s.dedupeHits.Inc()
 		case ledger.Busy:
 			_ = cd.p.tr.Defer(now, off, tok, r.BusyUntil)
