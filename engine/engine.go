@@ -120,6 +120,11 @@ func (n *Node) EnsureTopic(spec TopicSpec) error {
 		if t.spec.Partitions != spec.Partitions {
 			return &TopicConflictError{Topic: spec.Name, Stored: t.spec.Partitions, Declared: spec.Partitions}
 		}
+		for _, p := range t.parts {
+			if err := p.log.SetRetention(spec.RetentionAge, spec.RetentionBytes); err != nil {
+				return fmt.Errorf("engine: topic %q: %w", spec.Name, err)
+			}
+		}
 		t.spec = spec
 		return nil
 	}
@@ -131,6 +136,9 @@ func (n *Node) EnsureTopic(spec TopicSpec) error {
 		lp, err := n.store.Partition(PartitionName(spec.Name, p))
 		if err != nil {
 			return fmt.Errorf("engine: topic %q partition %d: %w", spec.Name, p, err)
+		}
+		if err := lp.SetRetention(spec.RetentionAge, spec.RetentionBytes); err != nil {
+			return fmt.Errorf("engine: topic %q: %w", spec.Name, err)
 		}
 		t.parts = append(t.parts, &partition{topic: t, num: p, log: lp})
 	}

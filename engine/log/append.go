@@ -394,19 +394,23 @@ func (p *Partition) maintain() error {
 			return err
 		}
 	}
-	if o.RetentionAge == 0 && o.RetentionBytes == 0 {
+	age, maxBytes := o.RetentionAge, o.RetentionBytes
+	if p.retention {
+		age, maxBytes = p.retentionAge, p.retentionMax
+	}
+	if age == 0 && maxBytes == 0 {
 		return nil
 	}
 	var total int64
 	for _, seg := range p.segs {
 		total += seg.size
 	}
-	cut := now.Add(-o.RetentionAge).UnixMilli()
+	cut := now.Add(-age).UnixMilli()
 	i := 0
 	for ; i < len(p.segs)-1; i++ {
 		seg := p.segs[i]
-		old := o.RetentionAge > 0 && seg.maxTs < cut
-		big := o.RetentionBytes > 0 && total > o.RetentionBytes
+		old := age > 0 && seg.maxTs < cut
+		big := maxBytes > 0 && total > maxBytes
 		if !old && !big {
 			break
 		}

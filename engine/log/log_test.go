@@ -423,3 +423,40 @@ func TestBackpressure(t *testing.T) {
 		t.Fatalf("first append: %d", first.Load())
 	}
 }
+
+// A partition's own retention (a topic's) replaces the Store's: one
+// partition keeps everything while its neighbour is trimmed by size, then by age.
+func TestPartitionRetentionOverridesStore(t *testing.T) {
+	clock := newFakeClock()
+	o := Options{SegmentBytes: 2 << 10, IndexIntervalBytes: 128, Now: clock.Now, Logger: quietLogger()}
+	h := openHarness(t, t.TempDir(), o)
+	keep, trim := h.part("keep"), h.part("trim")
+	if err := trim.SetRetention(0, 8<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := trim.SetRetention(-time.Second, 0); err == nil {
+		t.Fatal("negative retention accepted")
+	}
+	appendSome(t, keep, 0, 100, 100)
+	appendSome(t, trim, 0, 100, 100)
+	if err := h.s.Maintain(); err != nil {
+		t.Fatal(err)
+	}
+	if keep.StartOffset() != 0 {
+		t.Fatalf("partition without retention trimmed to %d", keep.StartOffset())
+	}
+	sizeStart := trim.StartOffset()
+	if sizeStart == 0 {
+		t.Fatal("size retention of the partition deleted nothing")
+	}
+	if err := trim.SetRetention(time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	if err := h.s.Maintain(); err != nil {
+		t.Fatal(err)
+	}
+	if trim.StartOffset() <= sizeStart || keep.StartOffset() != 0 {
+		t.Fatalf("age retention: trim start %d (was %d), keep start %d", trim.StartOffset(), sizeStart, keep.StartOffset())
+	}
+}

@@ -38,6 +38,26 @@ type Partition struct {
 	startA  atomic.Int64
 	failed  error // set by the appender when the files are in an unknown state
 	syncErr error // fdatasync failure of the current round
+
+	// Retention of this partition (SetRetention); guarded by Store.roundMu.
+	// Unset, the Store's Options apply.
+	retention    bool
+	retentionAge time.Duration
+	retentionMax int64
+}
+
+// SetRetention gives this partition its own retention (a topic's), in place
+// of the Store's RetentionAge and RetentionBytes: whole closed segments
+// whose newest record is older than age, or beyond a total of maxBytes, are
+// deleted by the next maintenance. Zero means no limit of that kind.
+func (p *Partition) SetRetention(age time.Duration, maxBytes int64) error {
+	if age < 0 || maxBytes < 0 {
+		return fmt.Errorf("spool log: %s: negative retention (%v, %d bytes)", p.name, age, maxBytes)
+	}
+	p.s.roundMu.Lock()
+	defer p.s.roundMu.Unlock()
+	p.retention, p.retentionAge, p.retentionMax = true, age, maxBytes
+	return nil
 }
 
 // StartOffset returns the first offset still in the log.
