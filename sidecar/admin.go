@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"os"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -120,6 +122,45 @@ func (a *admin) Redrive(ctx context.Context, req *spoolv1.RedriveRequest) (*spoo
 	resp := &spoolv1.RedriveResponse{Matched: res.Matched, Redriven: res.Redriven, Sample: res.Sample, AlreadyDone: res.AlreadyDone}
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%v (redriven so far: %d of %d)", err, res.Redriven, res.Matched)
+	}
+	return resp, nil
+}
+
+// ResetOffsets moves a group's committed offsets on a topic: to the log
+// start (replay what is retained), the log end (skip the backlog) or the
+// first offset at or after a time.
+func (a *admin) ResetOffsets(ctx context.Context, req *spoolv1.ResetOffsetsRequest) (*spoolv1.ResetOffsetsResponse, error) {
+	var g *deliver.Group
+	for _, x := range a.groups {
+		if x.Name() == req.GetGroup() {
+			g = x
+		}
+	}
+	if g == nil {
+		return nil, status.Errorf(codes.NotFound, "no group %q: groups come from the subscriptions in spoold's config", req.GetGroup())
+	}
+	var target func(p int32, start, end int64) (int64, error)
+	switch to := req.GetTo().(type) {
+	case *spoolv1.ResetOffsetsRequest_Earliest:
+		target = func(_ int32, start, _ int64) (int64, error) { return start, nil }
+	case *spoolv1.ResetOffsetsRequest_Latest:
+		target = func(_ int32, _, end int64) (int64, error) { return end, nil }
+	case *spoolv1.ResetOffsetsRequest_TimeMs:
+		ts := time.UnixMilli(to.TimeMs)
+		target = func(p int32, _, _ int64) (int64, error) { return a.eng.OffsetForTime(req.GetTopic(), p, ts) }
+	default:
+		return nil, status.Error(codes.InvalidArgument, "reset offsets: say where to: earliest, latest or time_ms")
+	}
+	parts, err := g.ResetOffsets(ctx, req.GetTopic(), target, req.GetDryRun())
+	switch {
+	case errors.Is(err, deliver.ErrConsumersConnected):
+		return nil, status.Error(codes.FailedPrecondition, "reset offsets: "+err.Error())
+	case err != nil:
+		return nil, status.Error(codes.InvalidArgument, "reset offsets: "+err.Error())
+	}
+	resp := &spoolv1.ResetOffsetsResponse{}
+	for _, p := range parts {
+		resp.Partitions = append(resp.Partitions, &spoolv1.PartitionLag{Partition: p.Partition, CommittedOffset: p.Committed, EndOffset: p.End, LagMessages: p.LagMessages})
 	}
 	return resp, nil
 }

@@ -1,0 +1,88 @@
+package deliver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spoolmq/spool/engine/groups"
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// ErrConsumersConnected: offsets of a group can only be moved while no
+// consumer of it is connected (their deliveries would refer to the old
+// positions).
+var ErrConsumersConnected = errors.New("the group has connected consumers")
+
+// ResetOffsets moves the group's position on topic to the offset target
+// gives for each partition (clamped to the partition's stored range), and
+// commits it at once. Nothing in flight may exist: it fails with
+// ErrConsumersConnected while a consumer is connected. With dryRun it only
+// reports the new positions.
+func (g *Group) ResetOffsets(ctx context.Context, topic string, target func(p int32, start, end int64) (int64, error), dryRun bool) ([]PartitionSnapshot, error) {
+	type reply struct {
+		out []PartitionSnapshot
+		err error
+	}
+	ch := make(chan reply, 1)
+	err := g.post(ctx, queryEvent{func(g *Group, now time.Time) {
+		out, err := g.resetOffsets(now, topic, target, dryRun)
+		ch <- reply{out, err}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.out, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, start, end int64) (int64, error), dryRun bool) ([]PartitionSnapshot, error) {
+	s := g.byTop[topic]
+	if s == nil {
+		return nil, fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)
+	}
+	if n := len(g.consumers); n > 0 {
+		return nil, fmt.Errorf("%w (%d; callback subscriptions count as one): stop them, reset, start them again", ErrConsumersConnected, n)
+	}
+	out := make([]PartitionSnapshot, 0, len(s.parts))
+	next := make([]int64, len(s.parts))
+	for i, p := range s.parts {
+		start, end, err := g.eng.Offsets(topic, p.num)
+		if err != nil {
+			return nil, err
+		}
+		off, err := target(p.num, start, end)
+		if err != nil {
+			return nil, err
+		}
+		next[i] = min(max(off, start), end)
+		out = append(out, PartitionSnapshot{Partition: p.num, Committed: next[i], End: end, LagMessages: end - next[i]})
+	}
+	if dryRun {
+		return out, nil
+	}
+	pos := make(map[int32]groups.Position, len(s.parts))
+	for i, p := range s.parts {
+		tr, err := tracker.New[log.Record](s.cfg.Tracker, next[i])
+		if err != nil {
+			return nil, err
+		}
+		p.tr, p.fetchAt, p.skip, p.skipAt = tr, next[i], nil, 0
+		p.wire, p.history = nil, nil
+		pos[p.num] = groups.Position{Next: next[i]}
+	}
+	if err := g.eng.CommitPositions(g.cfg.Name, topic, pos); err != nil {
+		return nil, err
+	}
+	for _, p := range s.parts {
+		p.committed = pos[p.num]
+	}
+	g.log.Info("offsets reset", "topic", topic, "positions", out)
+	return out, nil
+}
