@@ -33,9 +33,10 @@ type Group struct {
 	byTop   map[string]*sub
 
 	// Results of asynchronous work, each channel sized so its sender never blocks.
-	dlqDone    chan dlqResult
-	commits    chan commitJob
-	commitDone chan commitJob
+	dlqDone      chan dlqResult
+	commits      chan commitJob
+	commitDone   chan commitJob
+	ledgerWrites chan ledgerBatch
 
 	// Loop-owned state.
 	consumers   []*consumer
@@ -101,7 +102,8 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 	}
 	g := &Group{cfg: cfg, eng: eng, m: m, log: logger.With("group", cfg.Name),
 		inbox: make(chan event, cfg.InboxSize), byTop: map[string]*sub{}, expired: map[refKey]sent{},
-		dlqDone: make(chan dlqResult, maxDLQInFlight), stopped: make(chan struct{})}
+		dlqDone: make(chan dlqResult, maxDLQInFlight), stopped: make(chan struct{}),
+		ledgerWrites: make(chan ledgerBatch, ledgerWriterQueue)}
 	for _, sc := range cfg.Subscriptions {
 		s, err := g.newSub(sc)
 		if err != nil {
@@ -230,6 +232,15 @@ func (g *Group) Run(ctx context.Context) error {
 		}
 		s.changed = ch
 	}
+	writerCtx, stopWriter := context.WithCancel(context.Background())
+	writerDone := make(chan struct{})
+	go func() { // owned by Run: settlements already handed over get a bounded last chance at the end
+		defer close(writerDone)
+		g.runLedgerWriter(writerCtx)
+	}()
+	defer func() {
+		g.finishLedger(stopWriter, writerDone)
+	}()
 	committerCtx, stopCommitter := context.WithCancel(context.Background())
 	committerDone := make(chan struct{})
 	go func() { // owned by Run: stopped and awaited before the final commit

@@ -134,8 +134,20 @@ func (g *Group) ledgerDown(now time.Time, s *sub, cands []candidate, err error) 
 	return nil
 }
 
-// flushLedger writes the settlements of every subscription to the ledger,
-// one batch per kind. Failed writes stay queued (bounded) and are retried.
+// ledgerBatch is one subscription's settlements handed to the ledger writer.
+type ledgerBatch struct {
+	s   *sub
+	ops ledgerOps
+}
+
+// ledgerWriterQueue bounds batches waiting for the ledger writer; while it
+// is full (Redis slow or down), settlements wait in the loop, bounded by
+// maxLedgerBacklog.
+const ledgerWriterQueue = 8
+
+// flushLedger hands the settlements of every subscription to the ledger
+// writer (runLedgerWriter), so that the loop never waits for Redis to
+// record an ack. When the writer is busy they stay queued here (bounded).
 func (g *Group) flushLedger() {
 	if g.cfg.Ledger == nil {
 		return
@@ -145,17 +157,12 @@ func (g *Group) flushLedger() {
 		if o.len() == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
-		if len(o.complete) > 0 && g.cfg.Ledger.Complete(ctx, g.cfg.Name, s.cfg.DedupeTTL, o.complete) == nil {
-			o.complete = o.complete[:0]
+		select {
+		case g.ledgerWrites <- ledgerBatch{s: s, ops: *o}:
+			s.ledger = ledgerOps{}
+			continue
+		default:
 		}
-		if len(o.release) > 0 && g.cfg.Ledger.Release(ctx, g.cfg.Name, s.cfg.DedupeTTL, o.release) == nil {
-			o.release = o.release[:0]
-		}
-		if len(o.dead) > 0 && g.cfg.Ledger.Dead(ctx, g.cfg.Name, s.cfg.DedupeTTL, o.dead) == nil {
-			o.dead = o.dead[:0]
-		}
-		cancel()
 		if n := o.len(); n > maxLedgerBacklog {
 			drop := n - maxLedgerBacklog
 			g.log.Warn("ledger backlog full: dropping the oldest settlements (they may be redelivered later)", "topic", s.cfg.Topic, "dropped", drop)
@@ -167,20 +174,76 @@ func (g *Group) flushLedger() {
 	}
 }
 
+// runLedgerWriter writes settlement batches to the ledger in the order the
+// loop handed them over. A failed write is retried (Redis down: the
+// breaker fails fast, so this waits ledgerRetryWait between tries) until it
+// succeeds or ctx ends; the loop meanwhile queues new settlements, bounded.
+// It returns when the loop closes g.ledgerWrites (after the last batch) or
+// ctx ends.
+func (g *Group) runLedgerWriter(ctx context.Context) {
+	for b := range g.ledgerWrites {
+		if ctx.Err() != nil {
+			return
+		}
+		g.writeLedger(ctx, b)
+	}
+}
+
+func (g *Group) writeLedger(ctx context.Context, b ledgerBatch) {
+	l, name, ttl := g.cfg.Ledger, g.cfg.Name, b.s.cfg.DedupeTTL
+	steps := []func(context.Context) error{
+		func(c context.Context) error { return l.Complete(c, name, ttl, b.ops.complete) },
+		func(c context.Context) error { return l.Release(c, name, ttl, b.ops.release) },
+		func(c context.Context) error { return l.Dead(c, name, ttl, b.ops.dead) },
+	}
+	sizes := []int{len(b.ops.complete), len(b.ops.release), len(b.ops.dead)}
+	for i, step := range steps {
+		for sizes[i] > 0 {
+			c, cancel := context.WithTimeout(ctx, ledgerTimeout)
+			err := step(c)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-time.After(ledgerRetryWait):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// finishLedger hands the last settlements to the writer and gives it a
+// bounded time to write what it holds, then stops it.
+func (g *Group) finishLedger(stopWriter func(), writerDone <-chan struct{}) {
+	deadline := time.After(2 * ledgerTimeout)
+	for _, s := range g.subs {
+		if s.ledger.len() == 0 || g.cfg.Ledger == nil {
+			continue
+		}
+		select {
+		case g.ledgerWrites <- ledgerBatch{s: s, ops: s.ledger}:
+			s.ledger = ledgerOps{}
+		case <-deadline:
+		}
+	}
+	close(g.ledgerWrites) // the loop has ended: nothing else sends
+	select {
+	case <-writerDone:
+	case <-deadline:
+		g.log.Warn("ledger writes not finished at shutdown; those messages may be redelivered after the restart")
+	}
+	stopWriter()
+	<-writerDone
+}
+
 func trimOldest[T any](a []T, n *int) []T {
 	k := min(*n, len(a))
 	*n -= k
 	return append(a[:0], a[k:]...)
 }
 
-func (g *Group) ledgerPending() bool {
-	for _, s := range g.subs {
-		if s.ledger.len() > 0 {
-			return true
-		}
-	}
-	return false
-}
 
 // setWire remembers the fencing token the app saw for an offset, for the
 // ledger write that follows a dead letter.

@@ -241,17 +241,21 @@ func TestBreakerTimeoutOnSlowLedger(t *testing.T) {
 }
 
 // A real WRONGTYPE from Redis: a key under the ledger's prefix that is not
-// a hash. The batch fails with Redis's error; the breaker stays closed.
+// a ledger entry (a hash here, and a string in no ledger format below). The
+// batch fails with a WRONGTYPE error; the breaker stays closed.
 func TestRedisWrongTypeIsNotAnOutage(t *testing.T) {
 	srv := testredis.Start(t)
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = raw.Close() })
-	if err := raw.Set(ctxT(t), Key("g", "m"), "not a hash", 0).Err(); err != nil {
+	if err := raw.HSet(ctxT(t), Key("g", "m"), "state", "done").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Set(ctxT(t), Key("g", "n"), "not a ledger entry", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	b := NewBreaker(newTestRedis(t, srv.Addr()), BreakerConfig{ConsecutiveFailures: 1, Logger: quietLogger()}, nil)
-	for range 3 {
-		err := claimOne(b, t, "m")
+	for _, id := range []string{"m", "n", "m"} {
+		err := claimOne(b, t, id)
 		if err == nil || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "WRONGTYPE") {
 			t.Fatalf("err = %v", err)
 		}

@@ -108,9 +108,8 @@ type Ledger interface {
 	// Claim grants each message to owner unless it is done or dead, or held
 	// by ANOTHER owner under a lease that has not expired (Busy). An expired
 	// lease, or one held by the same owner, is taken over with token+1. An
-	// owner string that differs in any way (same node id, other
-	// incarnation) is another owner: it is taken over only when its lease
-	// expires. owner is "<node id>/<incarnation>".
+	// owner string that differs in any way is another owner: it is taken
+	// over only when its lease expires. spoold passes its node id.
 	Claim(ctx context.Context, group, owner string, now time.Time, ttl time.Duration, claims []Claim) ([]ClaimResult, error)
 	// Complete: in_progress with this token → done. A stale token, or any
 	// other state, changes nothing.
@@ -215,8 +214,8 @@ func checkClaimArgs(group, owner string, ttl time.Duration, claims []Claim) (tim
 	if err := checkGroup(group); err != nil {
 		return 0, err
 	}
-	if owner == "" {
-		return 0, fmt.Errorf("%w: empty owner", ErrInvalid)
+	if owner == "" || strings.ContainsRune(owner, '\n') {
+		return 0, fmt.Errorf("%w: owner %q: must be non-empty, without newlines", ErrInvalid, owner)
 	}
 	for i := range claims {
 		if err := checkID(claims[i].ID); err != nil {

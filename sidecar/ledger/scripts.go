@@ -3,13 +3,12 @@ package ledger
 import "github.com/redis/go-redis/v9"
 
 // The ledger's Lua scripts. Each runs over every key of a batch (all of one
-// group, so one Cluster slot) and is atomic. Fields of an entry (a hash):
-// state, token, lease (unix ms), owner, attempts, err. Every write refreshes
-// the key's TTL; reads (Busy, Done, Dead answers) do not, so a done entry
-// dedupes for TTL after its completion.
+// group, so one Cluster slot) and is atomic. Every write refreshes the key's
+// TTL; reads (Busy, Done, Dead answers) do not, so a done entry dedupes for
+// TTL after its completion.
 //
-// Numbers written into the hash go through string.format('%d') because
-// redis.call turns a Lua number into "%.14g" text (1e+14 style).
+// Numbers written go through string.format('%d') because Lua would turn a
+// large number into "%.14g" text (1e+14 style).
 // Contracts in docs/ledger.md; the Memory twin in memory.go mirrors them.
 
 // Reply status codes (claimScript) and reset codes (resetScript).
@@ -24,11 +23,35 @@ const (
 	codeAbsent      = 3
 )
 
+// An entry is one string (GET, then SET with PX: two commands per message
+// and operation, where a hash took three), six fields separated by "\n":
+//
+//	state \n token \n lease (unix ms) \n owner \n attempts \n last error
+//
+// The error comes last and may itself hold "\n"; owners may not (the Go
+// side refuses them). A value that does not parse is answered with a
+// WRONGTYPE error, as Redis answers a key of another type.
+const entryLua = `
+local PATTERN = '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$'
+local function load(key)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  local st, tok, lease, own, att, err = string.match(v, PATTERN)
+  if not st then
+    error(redis.error_reply('WRONGTYPE spool ledger entry ' .. key .. ' is not in the ledger format'))
+  end
+  return {state = st, token = tok, lease = lease, owner = own, attempts = att, err = err}
+end
+local function pack(e)
+  return e.state .. '\n' .. e.token .. '\n' .. e.lease .. '\n' .. e.owner .. '\n' .. e.attempts .. '\n' .. e.err
+end
+`
+
 // claimScript: ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] ttl (ms),
 // ARGV[3+i] lease deadline for KEYS[i] (unix ms).
 // Reply: 5 values per key: status, token, attempts, busy_until (unix ms,
 // 0 unless busy), last error.
-var claimScript = redis.NewScript(`
+var claimScript = redis.NewScript(entryLua + `
 local owner = ARGV[1]
 local now = tonumber(ARGV[2])
 local ttl = ARGV[3]
@@ -36,31 +59,29 @@ local out = {}
 local n = 0
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local h = redis.call('HMGET', key, 'state', 'token', 'lease', 'owner', 'attempts', 'err')
-  local state = h[1]
-  local token = tonumber(h[2]) or 0
-  local attempts = tonumber(h[5]) or 0
-  local lease = tonumber(h[3]) or 0
+  local e = load(key) or {state = '', token = '0', lease = '0', owner = '', attempts = '0', err = ''}
+  local token = tonumber(e.token) or 0
+  local attempts = tonumber(e.attempts) or 0
+  local lease = tonumber(e.lease) or 0
   local status, busy = 1, 0
-  if state == 'done' then
+  if e.state == 'done' then
     status = 2
-  elseif state == 'dead' then
+  elseif e.state == 'dead' then
     status = 3
-  elseif state == 'in_progress' and h[4] ~= owner and lease > now then
+  elseif e.state == 'in_progress' and e.owner ~= owner and lease > now then
     status = 4
     busy = lease
   else
     token = token + 1
     attempts = attempts + 1
-    redis.call('HSET', key, 'state', 'in_progress', 'token', string.format('%d', token),
-      'lease', ARGV[3 + i], 'owner', owner, 'attempts', string.format('%d', attempts))
-    redis.call('PEXPIRE', key, ttl)
+    e.state, e.token, e.lease, e.owner, e.attempts = 'in_progress', string.format('%d', token), ARGV[3 + i], owner, string.format('%d', attempts)
+    redis.call('SET', key, pack(e), 'PX', ttl)
   end
   out[n + 1] = status
   out[n + 2] = token
   out[n + 3] = attempts
   out[n + 4] = busy
-  out[n + 5] = h[6] or ''
+  out[n + 5] = e.err
   n = n + 5
 end
 return out
@@ -68,15 +89,15 @@ return out
 
 // completeScript: ARGV[1] ttl (ms), ARGV[1+i] token for KEYS[i].
 // in_progress with that token → done. Reply: 1 applied / 0 not, per key.
-var completeScript = redis.NewScript(`
+var completeScript = redis.NewScript(entryLua + `
 local ttl = ARGV[1]
 local out = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local h = redis.call('HMGET', key, 'state', 'token')
-  if h[1] == 'in_progress' and h[2] == ARGV[1 + i] then
-    redis.call('HSET', key, 'state', 'done')
-    redis.call('PEXPIRE', key, ttl)
+  local e = load(key)
+  if e and e.state == 'in_progress' and e.token == ARGV[1 + i] then
+    e.state = 'done'
+    redis.call('SET', key, pack(e), 'PX', ttl)
     out[i] = 1
   else
     out[i] = 0
@@ -89,24 +110,24 @@ return out
 // ARGV[3i-1..3i+1]: token, error text (empty: keep the previous one),
 // uncount ("1": attempts -= 1, not below 0).
 // in_progress with that token → released. Reply: 1 applied / 0 not.
-var releaseScript = redis.NewScript(`
+var releaseScript = redis.NewScript(entryLua + `
 local ttl = ARGV[1]
 local out = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
   local j = 3 * i - 1
-  local h = redis.call('HMGET', key, 'state', 'token', 'attempts')
-  if h[1] == 'in_progress' and h[2] == ARGV[j] then
-    redis.call('HSET', key, 'state', 'released')
+  local e = load(key)
+  if e and e.state == 'in_progress' and e.token == ARGV[j] then
+    e.state = 'released'
     if ARGV[j + 1] ~= '' then
-      redis.call('HSET', key, 'err', ARGV[j + 1])
+      e.err = ARGV[j + 1]
     end
     if ARGV[j + 2] == '1' then
-      local a = (tonumber(h[3]) or 0) - 1
+      local a = (tonumber(e.attempts) or 0) - 1
       if a < 0 then a = 0 end
-      redis.call('HSET', key, 'attempts', string.format('%d', a))
+      e.attempts = string.format('%d', a)
     end
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('SET', key, pack(e), 'PX', ttl)
     out[i] = 1
   else
     out[i] = 0
@@ -117,15 +138,15 @@ return out
 
 // deadScript: ARGV[1] ttl (ms), ARGV[1+i] token for KEYS[i].
 // in_progress or released with that token → dead. Reply: 1 applied / 0 not.
-var deadScript = redis.NewScript(`
+var deadScript = redis.NewScript(entryLua + `
 local ttl = ARGV[1]
 local out = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local h = redis.call('HMGET', key, 'state', 'token')
-  if (h[1] == 'in_progress' or h[1] == 'released') and h[2] == ARGV[1 + i] then
-    redis.call('HSET', key, 'state', 'dead')
-    redis.call('PEXPIRE', key, ttl)
+  local e = load(key)
+  if e and (e.state == 'in_progress' or e.state == 'released') and e.token == ARGV[1 + i] then
+    e.state = 'dead'
+    redis.call('SET', key, pack(e), 'PX', ttl)
     out[i] = 1
   else
     out[i] = 0
@@ -135,20 +156,20 @@ return out
 `)
 
 // resetScript: no ARGV. done → untouched (2); no state → absent (3);
-// anything else → every field but token deleted (1): the next Claim starts
-// at attempt 1 with token+1, so a fencing token is never handed out twice.
-// The key keeps its TTL.
-var resetScript = redis.NewScript(`
+// anything else → every field but the token cleared (1): the next Claim
+// starts at attempt 1 with token+1, so a fencing token is never handed out
+// twice. The key keeps its TTL.
+var resetScript = redis.NewScript(entryLua + `
 local out = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local state = redis.call('HGET', key, 'state')
-  if state == 'done' then
+  local e = load(key)
+  if e and e.state == 'done' then
     out[i] = 2
-  elseif not state then
+  elseif not e or e.state == '' then
     out[i] = 3
   else
-    redis.call('HDEL', key, 'state', 'lease', 'owner', 'attempts', 'err')
+    redis.call('SET', key, '\n' .. e.token .. '\n0\n\n0\n', 'KEEPTTL')
     out[i] = 1
   end
 end
