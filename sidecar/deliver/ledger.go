@@ -244,7 +244,6 @@ func trimOldest[T any](a []T, n *int) []T {
 	return append(a[:0], a[k:]...)
 }
 
-
 // setWire remembers the fencing token the app saw for an offset, for the
 // ledger write that follows a dead letter.
 func (p *part) setWire(offset int64, token uint64) {
