@@ -13,6 +13,9 @@ func (s *sub) allowance(now time.Time, free int) (int, bool) {
 	if s.brk == nil {
 		return free, false
 	}
+	if s.probePending {
+		return 0, false // the probe waits for the ledger
+	}
 	n, probe := s.brk.Allow(now)
 	switch {
 	case n < 0:

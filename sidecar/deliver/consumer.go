@@ -20,6 +20,7 @@ type consumer struct {
 	out chan *spoolv1.SubscribeResponse
 
 	credit      int
+	reserved    int // deliveries taken for this consumer, waiting for the ledger
 	outstanding map[refKey]sent
 	frame       []*spoolv1.Delivery // being built by dispatch
 	closed      bool
@@ -66,7 +67,7 @@ func (c *consumer) wants(s *sub) bool {
 
 // free is how many more deliveries the consumer can take now.
 func (c *consumer) free() int {
-	return min(c.credit, c.maxInFlight-len(c.outstanding))
+	return min(c.credit, c.maxInFlight-len(c.outstanding)-c.reserved)
 }
 
 // send queues a frame without blocking.

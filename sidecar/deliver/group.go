@@ -37,17 +37,21 @@ type Group struct {
 	commits      chan commitJob
 	commitDone   chan commitJob
 	ledgerWrites chan ledgerBatch
+	claims       chan *claimJob // to the claimer goroutine
+	claimDone    chan *claimJob // answered claims, back to the loop
 
 	// Loop-owned state.
 	consumers   []*consumer
 	draining    bool
 	dlqInFlight int
-	nextLag     time.Time
-	nextCommit  time.Time
-	dlBuf       []tracker.DeadLetter[log.Record]
-	delBuf      []tracker.Delivery[log.Record]
-	candBuf     []candidate
-	evBuf       []tracker.Event
+	// claimsInFlight counts ledger claims sent and not yet applied.
+	claimsInFlight int
+	nextLag        time.Time
+	nextCommit     time.Time
+	dlBuf          []tracker.DeadLetter[log.Record]
+	delBuf         []tracker.Delivery[log.Record]
+	candBuf        []candidate
+	evBuf          []tracker.Event
 	// expired holds deliveries whose lease ended (and are not yet
 	// redelivered): a late ack for them is still applied.
 	expired map[refKey]sent
@@ -63,7 +67,9 @@ type sub struct {
 
 	committing bool         // a commit of this topic is being written
 	brk        *breaker.Set // nil: no breakers configured
-	ledger     ledgerOps    // ledger writes waiting for the next flush
+	// probePending: the probe was taken and waits for the ledger's answer.
+	probePending bool
+	ledger       ledgerOps // ledger writes waiting for the next flush
 	// Metric children resolved once (no label lookups on the hot path).
 	deliveries, redeliveries, leaseExpiries            prometheus.Counter
 	acks, retries, deadLetters, releases, streamClosed prometheus.Counter
@@ -104,6 +110,8 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 		inbox: make(chan event, cfg.InboxSize), byTop: map[string]*sub{}, expired: map[refKey]sent{},
 		dlqDone: make(chan dlqResult, maxDLQInFlight), stopped: make(chan struct{}),
 		ledgerWrites: make(chan ledgerBatch, ledgerWriterQueue)}
+	g.claims = make(chan *claimJob, maxClaimsInFlight+len(cfg.Subscriptions))
+	g.claimDone = make(chan *claimJob, maxClaimsInFlight+len(cfg.Subscriptions))
 	for _, sc := range cfg.Subscriptions {
 		s, err := g.newSub(sc)
 		if err != nil {
@@ -232,6 +240,15 @@ func (g *Group) Run(ctx context.Context) error {
 		}
 		s.changed = ch
 	}
+	claimerDone := make(chan struct{})
+	go func() { // owned by Run: ends when the loop closes g.claims
+		defer close(claimerDone)
+		g.runClaimer()
+	}()
+	defer func() {
+		close(g.claims) // the loop has ended: nothing else sends
+		<-claimerDone
+	}()
 	writerCtx, stopWriter := context.WithCancel(context.Background())
 	writerDone := make(chan struct{})
 	go func() { // owned by Run: settlements already handed over get a bounded last chance at the end
@@ -281,7 +298,7 @@ func (g *Group) Run(ctx context.Context) error {
 			g.refreshGauges(now)
 			g.nextLag = now.Add(lagInterval)
 		}
-		if g.draining && g.outstanding() == 0 && !g.dlPending() {
+		if g.draining && g.outstanding() == 0 && !g.dlPending() && g.claimsInFlight == 0 {
 			break
 		}
 		resetTimer(timer, g.nextWake(now).Sub(now))
@@ -301,6 +318,8 @@ func (g *Group) Run(ctx context.Context) error {
 			g.applyDLQ(now, r)
 		case j := <-g.commitDone:
 			g.applyCommit(j)
+		case j := <-g.claimDone:
+			g.applyClaim(time.Now(), j)
 		case <-g.anyChanged():
 			g.renewChanged()
 		case <-timer.C:
@@ -599,6 +618,9 @@ type candidate struct {
 // partitions, within each subscription's breaker allowance), passes them
 // through the ledger in one batch, and sends each consumer one frame.
 func (g *Group) dispatch(now time.Time) {
+	if g.cfg.Ledger != nil && g.claimsInFlight >= maxClaimsInFlight {
+		return // the next round starts when a claim comes back
+	}
 	cands := g.candBuf[:0]
 	for _, c := range g.consumers {
 		free := c.free()
@@ -638,7 +660,22 @@ func (g *Group) dispatch(now time.Time) {
 		// expired lease is no longer welcome.
 		delete(g.expired, refKey{cands[i].s.cfg.Topic, cands[i].p.num, cands[i].d.Offset})
 	}
-	cands = g.admitDeliveries(now, cands)
+	if g.cfg.Ledger != nil {
+		g.claim(now, cands) // sent when the ledger answers (applyClaim)
+	} else {
+		for i := range cands {
+			cands[i].wire, cands[i].attempt = cands[i].d.Token, cands[i].d.Attempt
+			cands[i].c.credit--
+		}
+		g.send(now, cands)
+	}
+	clear(cands)
+	g.candBuf = cands[:0]
+}
+
+// send hands admitted candidates to their consumers, one frame each. Their
+// credit is already taken.
+func (g *Group) send(now time.Time, cands []candidate) {
 	for i := range cands {
 		cd := &cands[i]
 		cd.c.frame = append(cd.c.frame, cd.c.track(now, g.cfg.Name, cd.s, cd.p, cd))
@@ -648,13 +685,10 @@ func (g *Group) dispatch(now time.Time) {
 	}
 	for _, c := range g.consumers {
 		if len(c.frame) > 0 {
-			c.credit -= len(c.frame)
 			c.send(&spoolv1.SubscribeResponse{Deliveries: c.frame})
 			c.frame = nil
 		}
 	}
-	clear(cands)
-	g.candBuf = cands[:0]
 }
 
 func (g *Group) outstanding() int {

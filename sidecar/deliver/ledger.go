@@ -41,20 +41,28 @@ type ledgerOps struct {
 
 func (o *ledgerOps) len() int { return len(o.complete) + len(o.release) + len(o.dead) }
 
-// admitDeliveries is where the ledger checks every delivery before it goes
-// out, in one batch per subscription: granted ones get the ledger's fencing
-// token and attempt number; one already done (or dead) is acked without
-// reaching the app (a dedupe hit); one held by a live lease elsewhere waits
-// for that lease; one whose attempts are used up goes to the dead-letter
-// topic. Without a ledger every candidate goes out as the tracker made it.
-func (g *Group) admitDeliveries(now time.Time, cands []candidate) []candidate {
-	if g.cfg.Ledger == nil {
-		for i := range cands {
-			cands[i].wire, cands[i].attempt = cands[i].d.Token, cands[i].d.Attempt
-		}
-		return cands
-	}
-	out := cands[:0]
+// maxClaimsInFlight bounds ledger claims outstanding per group: while one
+// batch is at Redis the loop prepares and sends the next, so the loop and
+// Redis work at the same time instead of taking turns.
+const maxClaimsInFlight = 2
+
+// claimJob is one batch of candidates of one subscription at the ledger.
+type claimJob struct {
+	s     *sub
+	cands []candidate
+	now   time.Time
+	res   []ledger.ClaimResult
+	err   error
+}
+
+// claim is where the ledger checks every delivery before it goes out, in
+// one batch per subscription, asynchronously: the candidates' credit is
+// reserved now and they are sent (or not) when the answer comes back
+// (applyClaim). Granted ones get the ledger's fencing token and attempt
+// number; one already done (or dead) is acked without reaching the app (a
+// dedupe hit); one held by a live lease elsewhere waits for that lease; one
+// whose attempts are used up goes to the dead-letter topic.
+func (g *Group) claim(now time.Time, cands []candidate) {
 	for _, s := range g.subs {
 		var mine []candidate
 		for _, cd := range cands {
@@ -62,34 +70,78 @@ func (g *Group) admitDeliveries(now time.Time, cands []candidate) []candidate {
 				mine = append(mine, cd)
 			}
 		}
-		if len(mine) > 0 {
-			out = append(out, g.admitSub(now, s, mine)...)
+		if len(mine) == 0 {
+			continue
 		}
+		if now.Before(g.ledgerRetryAt) && s.cfg.RedisPolicy == PolicyPause {
+			for _, cd := range mine {
+				_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, g.ledgerRetryAt)
+			}
+			continue
+		}
+		for _, cd := range mine {
+			cd.c.credit--
+			cd.c.reserved++
+			if cd.probe {
+				s.probePending = true
+			}
+		}
+		g.claimsInFlight++
+		g.claims <- &claimJob{s: s, cands: mine, now: now} // capacity covers every job in flight
 	}
-	return out
 }
 
-func (g *Group) admitSub(now time.Time, s *sub, cands []candidate) []candidate {
-	if now.Before(g.ledgerRetryAt) && s.cfg.RedisPolicy == PolicyPause {
-		for _, cd := range cands {
-			_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, g.ledgerRetryAt)
+// runClaimer sends claim batches to the ledger, one at a time, in order.
+func (g *Group) runClaimer() {
+	for j := range g.claims {
+		claims := make([]ledger.Claim, len(j.cands))
+		for i, cd := range j.cands {
+			claims[i] = ledger.Claim{ID: string(cd.d.Value.ID), Lease: cd.d.Deadline}
 		}
-		return nil
+		ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
+		j.res, j.err = g.cfg.Ledger.Claim(ctx, g.cfg.Name, g.cfg.Owner, j.now, j.s.cfg.DedupeTTL, claims)
+		cancel()
+		if j.err == nil && len(j.res) != len(j.cands) {
+			j.err = errors.New("ledger answered a claim batch with the wrong number of results")
+		}
+		g.claimDone <- j // capacity covers every job in flight
 	}
-	claims := make([]ledger.Claim, len(cands))
-	for i, cd := range cands {
-		claims[i] = ledger.Claim{ID: string(cd.d.Value.ID), Lease: cd.d.Deadline}
+}
+
+// applyClaim applies the ledger's answer to one batch and sends what it
+// granted; credit of candidates not sent goes back to their consumers.
+func (g *Group) applyClaim(now time.Time, j *claimJob) {
+	g.claimsInFlight--
+	s := j.s
+	s.probePending = false
+	for _, cd := range j.cands {
+		cd.c.reserved--
+		cd.c.credit++ // taken again below for each candidate sent
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
-	res, err := g.cfg.Ledger.Claim(ctx, g.cfg.Name, g.cfg.Owner, now, s.cfg.DedupeTTL, claims)
-	cancel()
-	if err == nil && len(res) != len(cands) {
-		err = errors.New("ledger answered a claim batch with the wrong number of results")
+	var granted []candidate
+	if j.err != nil {
+		granted = g.ledgerDown(now, s, j.cands, j.err)
+	} else {
+		granted = g.admitted(now, s, j.cands, j.res)
 	}
-	if err != nil {
-		return g.ledgerDown(now, s, cands, err)
+	out := granted[:0]
+	for _, cd := range granted {
+		if cd.c.closed {
+			// Its stream ended while the ledger answered: back, uncounted.
+			if cd.p.tr.Release(now, cd.d.Offset, cd.d.Token, false) == nil {
+				g.ledgerRelease(s, sent{id: string(cd.d.Value.ID), wire: cd.wire}, "", true)
+			}
+			continue
+		}
+		cd.c.credit--
+		out = append(out, cd)
 	}
-	out := cands[:0]
+	g.send(now, out)
+}
+
+// admitted applies claim results and returns the granted candidates.
+func (g *Group) admitted(now time.Time, s *sub, cands []candidate, res []ledger.ClaimResult) []candidate {
+	out := make([]candidate, 0, len(cands))
 	for i, r := range res {
 		cd := cands[i]
 		off, tok := cd.d.Offset, cd.d.Token

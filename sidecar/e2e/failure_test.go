@@ -160,10 +160,12 @@ func TestAttemptsSurviveSidecarRestart(t *testing.T) {
 			after = append(after, e.attempt)
 		}
 	}
-	if len(after) == 0 || after[0] != len(before)+1 {
+	// An attempt handed to the app just as it was killed may never show up
+	// in its record, but it counts: numbers go on, never restart.
+	if len(before) == 0 || len(after) == 0 || after[0] <= before[len(before)-1] {
 		t.Fatalf("attempts before the restart %v, after %v: the count must go on across the restart", before, after)
 	}
-	if total := len(before) + len(after); total != 6 || after[len(after)-1] != 6 {
+	if total := len(before) + len(after); total > 6 || after[len(after)-1] != 6 {
 		t.Fatalf("poison message handled %d times (attempts %v then %v); max_attempts is 6", total, before, after)
 	}
 }
