@@ -271,7 +271,7 @@ func sentences(s *Summary) []string {
 	out = append(out, p)
 
 	if s.OutagePlayed != "" {
-		p = fmt.Sprintf("While the provider was down, retries piled up (%d in all) and waited in the log: lag peaked at %d messages, the oldest waiting %.1f s",
+		p = fmt.Sprintf("While the provider was down, the circuit breaker toward email-provider (the worker tags its failures with that downstream) paused delivery after a few failed calls, so orders waited in the log instead of burning their attempts (%d retries in all): lag peaked at %d messages, the oldest waiting %.1f s",
 			s.Retried, s.PeakLag, s.PeakLagAge)
 		if s.OutagePlayed == "whole" && s.Lost == 0 && s.Unfinished == 0 {
 			p += ", and the queue drained once the provider was back."
@@ -279,7 +279,7 @@ func sentences(s *Summary) []string {
 			p += "; the demo stopped before the queue had drained."
 		}
 		if n := s.DLQByReason["max_attempts_exceeded"]; n > 0 {
-			p += fmt.Sprintf(" But %d orders used up their %d attempts before it came back and are in the DLQ as \"max_attempts_exceeded\": kept, not emailed.", n, maxAttempts)
+			p += fmt.Sprintf(" %d orders used up their %d attempts (the provider's random failures, or failures before the breaker opened) and are in the DLQ as \"max_attempts_exceeded\": kept, not emailed, ready to be redriven.", n, maxAttempts)
 		}
 		out = append(out, p)
 	}
