@@ -279,7 +279,11 @@ func sentences(s *Summary) []string {
 			p += "; the demo stopped before the queue had drained."
 		}
 		if n := s.DLQByReason["max_attempts_exceeded"]; n > 0 {
-			p += fmt.Sprintf(" %d orders used up their %d attempts (the provider's random failures, or failures before the breaker opened) and are in the DLQ as \"max_attempts_exceeded\": kept, not emailed, ready to be redriven.", n, maxAttempts)
+			what := fmt.Sprintf("%d orders used up their", n)
+			if n == 1 {
+				what = "1 order used up its"
+			}
+			p += fmt.Sprintf(" %s %d attempts (the provider's random failures, or failures before the breaker opened) and sit in the DLQ as \"max_attempts_exceeded\": kept, not emailed, ready to be redriven.", what, maxAttempts)
 		}
 		out = append(out, p)
 	}
