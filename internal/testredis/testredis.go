@@ -4,18 +4,25 @@
 // slow-Redis tests. Tests never skip for lack of Redis: `make test`
 // installs it (scripts/ensure-deps.sh).
 //
-// It imports no Redis client: readiness is a raw PING.
+// Besides a plain server (Start) it starts a server with ACL users or TLS
+// (StartWith), a Redis Cluster of masters (StartCluster, cluster.go) and a
+// master watched by a sentinel (StartSentinel, sentinel.go).
+//
+// It imports no Redis client: readiness is a raw PING, and the few commands
+// the harness needs go through a minimal RESP exchange (Server.Do).
 package testredis
 
 import (
-	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -25,12 +32,34 @@ import (
 // startTimeout bounds how long a server may take to answer PING.
 const startTimeout = 10 * time.Second
 
+// Options configure a server started with StartWith. The zero value is
+// what Start gives.
+type Options struct {
+	// Users are ACL users, one rule each in ACL SETUSER syntax, e.g.
+	// "spool on >secret ~spool:l:* +evalsha +eval +get +set". They are
+	// written as `user` lines of the server's config file. The default user
+	// stays on without a password (the harness's PING uses it).
+	Users []string
+	// TLS: the server listens on a TLS port only (plaintext port 0), with a
+	// certificate signed by a CA generated for the test (in the server's
+	// temporary directory). Server.TLSConfig is a client config trusting it.
+	TLS bool
+	// Args are extra redis-server arguments, appended last.
+	Args []string
+
+	cluster   bool     // cluster-enabled, with the bus port (port+10000) free too
+	sentinel  bool     // run as a sentinel (--sentinel)
+	confLines []string // extra config file lines (sentinel monitor ...)
+}
+
 // Server is one redis-server process owned by a test.
 type Server struct {
 	t    testing.TB
 	bin  string
 	port int
 	dir  string
+	opts Options
+	tls  *tls.Config // client config when opts.TLS; nil otherwise
 
 	mu     sync.Mutex
 	proc   *os.Process   // nil when not running
@@ -41,32 +70,60 @@ type Server struct {
 }
 
 // Binary finds redis-server on PATH or in /usr/bin.
-func Binary() (string, error) {
-	if p, err := exec.LookPath("redis-server"); err == nil {
+func Binary() (string, error) { return lookBinary("redis-server") }
+
+func lookBinary(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	const fallback = "/usr/bin/redis-server"
+	fallback := "/usr/bin/" + name
 	if _, err := os.Stat(fallback); err == nil {
 		return fallback, nil
 	}
-	return "", errors.New("redis-server not found on PATH or in /usr/bin")
+	return "", fmt.Errorf("%s not found on PATH or in /usr/bin", name)
+}
+
+// mustBinary finds a binary or fails the test saying how to install it.
+func mustBinary(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := lookBinary(name)
+	if err != nil {
+		t.Fatalf("testredis: %v: install it (make test does: scripts/ensure-deps.sh installs redis-server and redis-tools)", err)
+	}
+	return bin
 }
 
 // Start starts a redis-server on a free loopback port and waits until it
 // answers PING. It is killed in t.Cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatalf("%v: install redis-server (make test does: scripts/ensure-deps.sh)", err)
+	return StartWith(t, Options{})
+}
+
+// StartWith starts a redis-server configured by opts on a free loopback
+// port and waits until it answers PING (over TLS with opts.TLS). It is
+// killed in t.Cleanup.
+func StartWith(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: mustBinary(t, "redis-server"), dir: t.TempDir(), opts: opts}
+	if opts.TLS {
+		var err error
+		if s.tls, err = writeCerts(s.dir); err != nil {
+			t.Fatalf("testredis: TLS certificates: %v", err)
+		}
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir()}
 	t.Cleanup(s.stop)
 	// A free port found by listening on :0 can be taken again before
 	// redis-server binds it; try a few ports.
 	var lastErr error
 	for range 5 {
-		if s.port, err = freePort(); err != nil {
+		var err error
+		if opts.cluster {
+			s.port, err = freeClusterPort()
+		} else {
+			s.port, err = freePort()
+		}
+		if err != nil {
 			t.Fatalf("testredis: free port: %v", err)
 		}
 		if lastErr = s.start(); lastErr == nil {
@@ -77,8 +134,22 @@ func Start(t testing.TB) *Server {
 	return nil
 }
 
-// Addr is host:port of the server.
+// Addr is host:port of the server (its TLS port when started with TLS).
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// TLSConfig is a client config that trusts the server's certificate (a
+// fresh copy each call); nil for a plaintext server.
+func (s *Server) TLSConfig() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.Clone()
+}
+
+// Do sends one command over a fresh connection (TLS if the server uses it)
+// as the default user and returns the reply: string (simple or bulk),
+// int64, nil, []any, or an error for an error reply.
+func (s *Server) Do(args ...string) (any, error) { return do(s.Addr(), s.tls, args...) }
 
 // Kill kills the server (SIGKILL) and waits for it to exit. Its data is
 // lost (persistence is off).
@@ -170,16 +241,61 @@ func (s *Server) killLocked() {
 	s.frozen = false
 }
 
-func (s *Server) start() error {
-	out := &syncBuffer{}
-	cmd := exec.Command(s.bin,
-		"--port", strconv.Itoa(s.port),
+// args writes the config file (rewritten at each start: a sentinel rewrites
+// its own) and returns redis-server's arguments.
+func (s *Server) args() ([]string, error) {
+	var conf strings.Builder
+	for _, u := range s.opts.Users {
+		fmt.Fprintf(&conf, "user %s\n", u)
+	}
+	for _, l := range s.opts.confLines {
+		conf.WriteString(l + "\n")
+	}
+	confPath := filepath.Join(s.dir, "redis.conf")
+	if err := os.WriteFile(confPath, []byte(conf.String()), 0o600); err != nil {
+		return nil, err
+	}
+	port := strconv.Itoa(s.port)
+	args := []string{confPath}
+	if s.opts.TLS {
+		args = append(args,
+			"--port", "0",
+			"--tls-port", port,
+			"--tls-cert-file", filepath.Join(s.dir, certFile),
+			"--tls-key-file", filepath.Join(s.dir, keyFile),
+			"--tls-ca-cert-file", filepath.Join(s.dir, caFile),
+			"--tls-auth-clients", "no",
+		)
+	} else {
+		args = append(args, "--port", port)
+	}
+	args = append(args,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.dir,
 		"--protected-mode", "no",
 	)
+	if s.opts.cluster {
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000",
+		)
+	}
+	if s.opts.sentinel {
+		args = append(args, "--sentinel")
+	}
+	return append(args, s.opts.Args...), nil
+}
+
+func (s *Server) start() error {
+	args, err := s.args()
+	if err != nil {
+		return fmt.Errorf("config for port %d: %w", s.port, err)
+	}
+	out := &syncBuffer{}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout = out
 	cmd.Stderr = out
 	setDeathSignal(cmd)
@@ -198,7 +314,7 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server exited on port %d (%v): %s", s.port, waitErr, out.String())
 		default:
 		}
-		if ping(s.Addr()) == nil {
+		if pingTLS(s.Addr(), s.tls) == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -224,23 +340,16 @@ func (s *Server) Log() string {
 	return s.out.String()
 }
 
-// ping sends a raw PING and expects +PONG.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+// ping sends a raw PING and expects PONG.
+func ping(addr string) error { return pingTLS(addr, nil) }
+
+func pingTLS(addr string, tc *tls.Config) error {
+	v, err := do(addr, tc, "PING")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
+	if v != "PONG" {
+		return fmt.Errorf("PING answered %q", v)
 	}
 	return nil
 }
@@ -252,6 +361,27 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeClusterPort is a free port whose cluster bus port (port+10000) is
+// free too.
+func freeClusterPort() (int, error) {
+	for range 50 {
+		p, err := freePort()
+		if err != nil {
+			return 0, err
+		}
+		if p+10000 > 65535 {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p, nil
+	}
+	return 0, errors.New("no free port with a free cluster bus port (port+10000)")
 }
 
 // syncBuffer collects the server's output; written by exec's copier.
