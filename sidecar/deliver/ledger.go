@@ -126,8 +126,9 @@ func (g *Group) applyClaim(now time.Time, j *claimJob) {
 	}
 	out := granted[:0]
 	for _, cd := range granted {
-		if cd.c.closed {
-			// Its stream ended while the ledger answered: back, uncounted.
+		if cd.c.closed || g.draining {
+			// Its stream ended (or spoold began draining) while the ledger
+			// answered: back, uncounted.
 			if cd.p.tr.Release(now, cd.d.Offset, cd.d.Token, false) == nil {
 				g.ledgerRelease(s, sent{id: string(cd.d.Value.ID), wire: cd.wire}, "", true)
 			}
