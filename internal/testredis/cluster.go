@@ -26,13 +26,25 @@ type Cluster struct {
 // t.Cleanup.
 func StartCluster(t testing.TB, masters int) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, masters, Options{})
+}
+
+// StartClusterWith is StartCluster with every node configured by opts
+// (ACL users, extra arguments; TLS is not supported: redis-cli would need
+// the certificates).
+func StartClusterWith(t testing.TB, masters int, opts Options) *Cluster {
+	t.Helper()
+	if opts.TLS {
+		t.Fatalf("testredis: StartClusterWith does not support TLS")
+	}
+	opts.cluster = true
 	if masters < 3 {
 		t.Fatalf("testredis: a Redis Cluster needs at least 3 masters, asked for %d", masters)
 	}
 	cli := mustBinary(t, "redis-cli")
 	c := &Cluster{}
 	for range masters {
-		c.nodes = append(c.nodes, StartWith(t, Options{cluster: true}))
+		c.nodes = append(c.nodes, StartWith(t, opts))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()

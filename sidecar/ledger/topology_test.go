@@ -185,49 +185,38 @@ func TestClusterGroupsSpreadOverMasters(t *testing.T) {
 	}
 }
 
-// docACL is the ACL rule docs/ledger.md gives for the ledger's user.
-func docACL(t *testing.T) string {
+// docACL is the ACL rule docs/ledger.md gives for the ledger's user: the
+// general one, or with cluster the one for a Cluster (+cluster|slots).
+func docACL(t *testing.T, cluster bool) string {
 	t.Helper()
 	doc, err := os.ReadFile("../../docs/ledger.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("`ACL SETUSER ([^`]+)`").FindSubmatch(doc)
-	if m == nil {
-		t.Fatal("docs/ledger.md has no `ACL SETUSER ...` example")
+	for _, m := range regexp.MustCompile("`ACL SETUSER ([^`]+)`").FindAllSubmatch(doc, -1) {
+		rule := string(m[1])
+		if strings.Contains(rule, "+cluster|slots") != cluster {
+			continue
+		}
+		if !strings.HasPrefix(rule, "spool on >secret ") {
+			t.Fatalf("documented rule %q: want user spool with password secret", rule)
+		}
+		return rule
 	}
-	rule := string(m[1])
-	if !strings.HasPrefix(rule, "spool on >secret ") {
-		t.Fatalf("documented rule %q: want user spool with password secret", rule)
-	}
-	return rule
+	t.Fatalf("docs/ledger.md has no `ACL SETUSER ...` example (Cluster: %v)", cluster)
+	return ""
 }
 
-// The ACL rule of docs/ledger.md is enough for every call (including the
-// EVAL fallback after the script cache is lost). A user without +set gets
-// the script's permission error (Redis 7.0 words it "The user executing the
-// script can't run this command", later versions NOPERM), and the server's
-// ACL LOG names the user and the denied command.
-func TestACLUserWithDocumentedPermissions(t *testing.T) {
-	rule := docACL(t)
-	noSet := strings.Replace(strings.Replace(rule, "spool on", "noset on", 1), " +set", "", 1)
-	if noSet == rule || strings.Contains(noSet, "+set") {
-		t.Fatalf("cannot drop +set from %q", rule)
-	}
-	srv := testredis.StartWith(t, testredis.Options{Users: []string{rule, noSet}})
-	r, err := NewRedis(RedisOptions{Addrs: []string{srv.Addr()}, Username: "spool", Password: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	ctx := ctxT(t)
-	x := h{t, subject{l: r, group: "acl"}}
+// aclRoundTrip drives every call of l (logged in as the ACL user) in group;
+// flush empties the servers' script caches midway, so EVAL is exercised
+// too.
+func aclRoundTrip(t *testing.T, l Ledger, group string, flush func()) {
+	t.Helper()
+	x := h{t, subject{l: l, group: group}}
 	want(t, x.one(ownerA, t0, "c"), ClaimResult{Status: Granted, Token: 1, Attempts: 1})
 	x.complete("c", 1)
 	want(t, x.one(ownerA, t0, "c"), ClaimResult{Status: Done, Token: 1, Attempts: 1})
-	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil { // the next calls go through EVAL
-		t.Fatal(err)
-	}
+	flush() // the next calls go through EVAL
 	x.one(ownerA, t0, "r")
 	x.release(Release{ID: "r", Token: 1, Error: "boom"})
 	want(t, x.one(ownerA, t0, "r"), ClaimResult{Status: Granted, Token: 2, Attempts: 2, LastError: "boom"})
@@ -236,9 +225,50 @@ func TestACLUserWithDocumentedPermissions(t *testing.T) {
 	if got := x.reset("r", "c", "absent"); got[0] != Reset || got[1] != AlreadyDone || got[2] != Absent {
 		t.Fatalf("reset = %v", got)
 	}
-	if err := r.Ping(ctx); err != nil {
-		t.Fatalf("Ping: %v", err)
+	if p, ok := l.(interface{ Ping(context.Context) error }); ok {
+		if err := p.Ping(ctxT(t)); err != nil {
+			t.Fatalf("Ping: %v", err)
+		}
 	}
+}
+
+func flushScripts(t *testing.T, nodes ...*testredis.Server) func() {
+	return func() {
+		t.Helper()
+		for _, n := range nodes {
+			if _, err := n.Do("SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func newACLRedis(t *testing.T, opts RedisOptions) *Redis {
+	t.Helper()
+	r, err := NewRedis(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// The ACL rule of docs/ledger.md is enough for every call (including the
+// EVAL fallback after the script cache is lost). A user without +set gets
+// the script's permission error (Redis 7.0 words it "The user executing the
+// script can't run this command", later versions NOPERM), and the server's
+// ACL LOG names the user and the denied command.
+func TestACLUserWithDocumentedPermissions(t *testing.T) {
+	rule := docACL(t, false)
+	noSet := strings.Replace(strings.Replace(rule, "spool on", "noset on", 1), " +set", "", 1)
+	if noSet == rule || strings.Contains(noSet, "+set") {
+		t.Fatalf("cannot drop +set from %q", rule)
+	}
+	srv := testredis.StartWith(t, testredis.Options{Users: []string{rule, noSet}})
+	r := newACLRedis(t, RedisOptions{Addrs: []string{srv.Addr()}, Username: "spool", Password: "secret"})
+	ctx := ctxT(t)
+	x := h{t, subject{l: r, group: "acl"}}
+	aclRoundTrip(t, r, "acl", flushScripts(t, srv))
 
 	// The user may not touch other keys.
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "spool", Password: "secret"})
@@ -248,12 +278,8 @@ func TestACLUserWithDocumentedPermissions(t *testing.T) {
 	}
 
 	// Without +set: a clear error, and nothing written.
-	bad, err := NewRedis(RedisOptions{Addrs: []string{srv.Addr()}, Username: "noset", Password: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bad.Close() })
-	_, err = bad.Claim(ctx, "acl", ownerA, t0, dayTTL, []Claim{{ID: "n", Lease: t0.Add(time.Minute)}})
+	bad := newACLRedis(t, RedisOptions{Addrs: []string{srv.Addr()}, Username: "noset", Password: "secret"})
+	_, err := bad.Claim(ctx, "acl", ownerA, t0, dayTTL, []Claim{{ID: "n", Lease: t0.Add(time.Minute)}})
 	if err == nil || !strings.Contains(err.Error(), "ledger claim") ||
 		!(strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "can't run this command")) {
 		t.Fatalf("claim by a user without +set: %v, want the script's permission error", err)
@@ -277,6 +303,48 @@ func TestACLUserWithDocumentedPermissions(t *testing.T) {
 	}
 	if got := x.reset("n"); got[0] != Absent {
 		t.Fatalf("the refused claim wrote something: reset = %v", got)
+	}
+}
+
+// On a Cluster the client reads the slot map (CLUSTER SLOTS): the general
+// rule is refused for it, the documented Cluster rule serves every call.
+func TestClusterACL(t *testing.T) {
+	general := strings.Replace(docACL(t, false), "spool on", "general on", 1)
+	c := testredis.StartClusterWith(t, 3, testredis.Options{Users: []string{docACL(t, true), general}})
+	g := newACLRedis(t, RedisOptions{Addrs: c.Addrs(), Username: "general", Password: "secret"})
+	_, err := g.Claim(ctxT(t), "acl", ownerA, t0, dayTTL, []Claim{{ID: "m", Lease: t0}})
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "cluster|slots") {
+		t.Fatalf("claim on a Cluster without +cluster|slots: %v, want NOPERM for cluster|slots", err)
+	}
+	r := newACLRedis(t, RedisOptions{Addrs: c.Addrs(), Username: "spool", Password: "secret"})
+	aclRoundTrip(t, r, "acl", flushScripts(t, c.Nodes()...))
+}
+
+// With Sentinel the ACL user is the master's (the sentinel is asked without
+// credentials): the documented rule serves every call.
+func TestSentinelACL(t *testing.T) {
+	s := testredis.StartSentinel(t)
+	if _, err := s.Master().Do(append([]string{"ACL", "SETUSER"}, strings.Fields(docACL(t, false))...)...); err != nil {
+		t.Fatal(err)
+	}
+	r := newACLRedis(t, RedisOptions{Addrs: s.Addrs(), MasterName: s.MasterName(), Username: "spool", Password: "secret"})
+	aclRoundTrip(t, r, "acl", flushScripts(t, s.Master()))
+	// The ledger's connections to the master are logged in as spool.
+	v, err := s.Master().Do("CLIENT", "LIST")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(fmt.Sprint(v), "\n") {
+		if strings.Contains(line, "name=spool-ledger ") {
+			n++
+			if !strings.Contains(line, " user=spool ") {
+				t.Fatalf("ledger connection not logged in as spool: %s", line)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no spool-ledger connection on the master: %v", v)
 	}
 }
 
