@@ -7,9 +7,22 @@ set -euo pipefail
 pkgs=()
 command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
-if [ ${#pkgs[@]} -gt 0 ]; then
-  echo "installing ${pkgs[*]} from Debian's packages (the tests start their own on a free port)"
-  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >/dev/null
+[ ${#pkgs[@]} -eq 0 ] && exit 0
+
+echo "installing ${pkgs[*]} from Debian's packages (the tests start their own servers on free ports)"
+if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
+# Keep the package from starting its own service (there may be no init
+# system, and the tests need none): the usual policy-rc.d for containers.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+  $SUDO chmod +x "$policy"
+  made_policy=1
 fi
+trap '[ "$made_policy" = 1 ] && $SUDO rm -f "$policy"' EXIT
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+for b in redis-server redis-cli; do
+  command -v "$b" >/dev/null 2>&1 || { echo "ensure-deps: $b is still missing after installing ${pkgs[*]}; install it by hand (apt-get install redis-server redis-tools)" >&2; exit 1; }
+done
