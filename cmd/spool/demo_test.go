@@ -26,7 +26,7 @@ func TestDemo(t *testing.T) {
 	o.Outage = time.Second
 	o.PoisonEvery = 50
 	o.DrainTimeout = 25 * time.Second // ends as soon as the queue is empty; generous for a loaded CI machine
-	o.Out = &out // not a terminal: one line per second
+	o.Out = &out                      // not a terminal: one line per second
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	s, err := demo.Run(ctx, o)
