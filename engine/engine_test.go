@@ -52,14 +52,8 @@ func TestTopicPartitionsOnlyGrow(t *testing.T) {
 // The key partitioner is fixed: changing it would move keys between
 // partitions and break per-key order for existing data.
 func TestPartitionForKeyIsStable(t *testing.T) {
-	for key, want := range map[string]int32{"order-1": PartitionForKey([]byte("order-1"), 8)} {
-		for range 3 {
-			if got := PartitionForKey([]byte(key), 8); got != want {
-				t.Fatalf("PartitionForKey(%q) = %d then %d", key, want, got)
-			}
-		}
-	}
-	// Golden values: FNV-1a 64 of the key, modulo the partition count.
+	// Golden values: FNV-1a 64 of the key (a published constant and the
+	// standard library's implementation), modulo the partition count.
 	golden := []struct {
 		key  string
 		n    int32

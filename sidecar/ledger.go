@@ -39,13 +39,13 @@ func newLedger(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (led
 		logger.Warn("redis ledger not reachable at start; delivery follows redis_unavailable until it is", "addrs", r.Addrs, "err", err)
 	}
 	m.LedgerAvailable.Set(1)
-	return ledger.NewBreaker(red, ledger.BreakerConfig{}, ledgerHooks{m: m, log: logger}), nil
+	return ledger.NewBreaker(red, ledger.BreakerConfig{}, ledgerHooks{m: m}), nil
 }
 
-// ledgerHooks turns ledger events into metrics.
+// ledgerHooks turns ledger events into metrics (the Breaker logs its own
+// transitions).
 type ledgerHooks struct {
-	m   *metrics.Metrics
-	log *slog.Logger
+	m *metrics.Metrics
 }
 
 func (h ledgerHooks) LedgerCall(op string, _ int, d time.Duration, err error) {

@@ -554,7 +554,7 @@ func compact(batch []tracker.Record[log.Record]) {
 
 // admit decides whether a fetched record is for this group: a message
 // redriven from a dead-letter topic is only for the group that dead-lettered
-// it. (The ledger checks each delivery later, in admitDeliveries.)
+// it. (The ledger checks each delivery later, in claim.)
 func (g *Group) admit(r *log.Record) bool {
 	for _, h := range r.Headers {
 		if h.Key == HeaderRedriveGroup {

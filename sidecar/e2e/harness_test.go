@@ -58,15 +58,14 @@ func freeAddr(t *testing.T) string {
 
 // node is a running spoold process.
 type node struct {
-	t         *testing.T
-	dataDir   string
-	cfgPath   string
-	app       string
-	admin     string
-	cmd       *exec.Cmd
-	exited    chan struct{}
-	logPath   string
-	startedAt int
+	t       *testing.T
+	dataDir string
+	cfgPath string
+	app     string
+	admin   string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logPath string
 }
 
 // startNode writes config (YAML without the node section) and starts spoold

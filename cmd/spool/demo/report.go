@@ -18,7 +18,6 @@ import (
 // sample is one second of the live view.
 type sample struct {
 	at           time.Duration // since the start
-	producing    bool
 	providerDown bool
 	published    int64
 	perSecond    int64 // published since the previous sample
