@@ -8,6 +8,7 @@ export PATH := $(BIN):$(PATH)
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 BUF_VERSION := 1.75.0
+STATICCHECK_VERSION := v0.8.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout=15m
 
@@ -46,10 +47,11 @@ test: deps
 	$(GO) build ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
 
-## lint: gofmt, go vet, buf lint, stale generated code, banned patterns.
+## lint: gofmt, go vet, staticcheck, buf lint, stale generated code, banned patterns.
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	buf lint
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; \
 	  rm -f proto/spool/v1/*.pb.go; buf generate; \
