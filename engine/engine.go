@@ -48,8 +48,9 @@ type topic struct {
 	spec  TopicSpec
 	parts []*partition
 
-	mu      sync.Mutex    // guards changed
-	changed chan struct{} // closed and replaced when a partition's durable end moves
+	mu       sync.Mutex            // guards changed and watchers
+	changed  chan struct{}         // closed and replaced when a partition's durable end moves
+	watchers map[*watcher]struct{} // signalled (without blocking) when a partition's end moves
 }
 
 type partition struct {
@@ -204,6 +205,12 @@ func (t *topic) notify() {
 	t.mu.Lock()
 	close(t.changed)
 	t.changed = make(chan struct{})
+	for w := range t.watchers {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
 	t.mu.Unlock()
 }
 

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
@@ -212,15 +211,15 @@ func stopGRPC(s *grpc.Server, grace time.Duration) {
 	}
 }
 
-func logOptions(cfg *config.Config) log.Options {
-	o := log.Options{
+func logOptions(cfg *config.Config) engine.LogOptions {
+	o := engine.LogOptions{
 		SegmentBytes:       cfg.Storage.SegmentBytes,
 		SegmentAge:         cfg.Storage.SegmentAge,
 		IndexIntervalBytes: int(cfg.Storage.IndexIntervalBytes),
 		FsyncInterval:      cfg.Storage.FsyncInterval,
 	}
 	if cfg.Storage.Fsync == config.FsyncInterval {
-		o.Fsync = log.FsyncInterval
+		o.Fsync = engine.FsyncInterval
 	}
 	return o
 }

@@ -4,20 +4,20 @@ import (
 	"context"
 	"time"
 
-	"github.com/spoolmq/spool/engine/groups"
+	"github.com/spoolmq/spool/engine"
 )
 
 // commitJob is one topic's positions to write.
 type commitJob struct {
 	s   *sub
-	pos map[int32]groups.Position
+	pos map[int32]engine.Position
 	err error
 }
 
 // position is the partition's committed position now: the tracker's lowest
 // unfinished offset and finished offsets above it, plus offsets restored as
 // finished that were never fetched again.
-func (p *part) position() groups.Position {
+func (p *part) position() engine.Position {
 	next, done := p.tr.Committed(nil)
 	i := 0
 	for i < len(p.skip) && p.skip[i] < next {
@@ -28,7 +28,7 @@ func (p *part) position() groups.Position {
 	if len(p.skip) > 0 {
 		done = mergeSorted(done, p.skip)
 	}
-	return groups.Position{Next: next, Done: done}
+	return engine.Position{Next: next, Done: done}
 }
 
 func mergeSorted(a, b []int64) []int64 {
@@ -80,8 +80,8 @@ func (g *Group) maybeCommit(now time.Time, force bool) {
 	}
 }
 
-func (s *sub) positions() (map[int32]groups.Position, bool) {
-	pos := make(map[int32]groups.Position, len(s.parts))
+func (s *sub) positions() (map[int32]engine.Position, bool) {
+	pos := make(map[int32]engine.Position, len(s.parts))
 	changed := false
 	for _, p := range s.parts {
 		cur := p.position()

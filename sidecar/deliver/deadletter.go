@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/sidecar/ledger"
 )
 
@@ -100,13 +99,13 @@ func (g *Group) deadLetters(now time.Time) {
 func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
 	d := &g.dlBuf[i]
 	orig := d.Value
-	hdrs := make([]log.Header, 0, len(orig.Headers)+13)
+	hdrs := make([]engine.Header, 0, len(orig.Headers)+13)
 	for _, h := range orig.Headers {
 		if !strings.HasPrefix(h.Key, "spool-") { // a redriven message's marks do not carry over
 			hdrs = append(hdrs, h)
 		}
 	}
-	add := func(k, v string) { hdrs = append(hdrs, log.Header{Key: k, Value: []byte(v)}) }
+	add := func(k, v string) { hdrs = append(hdrs, engine.Header{Key: k, Value: []byte(v)}) }
 	add(HeaderDLQTopic, s.cfg.Topic)
 	add(HeaderDLQPartition, strconv.Itoa(int(p.num)))
 	add(HeaderDLQOffset, strconv.FormatInt(d.Offset, 10))
@@ -130,7 +129,7 @@ func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
 			add(HeaderDLQAppVersion, v)
 		}
 	}
-	rec := log.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}
+	rec := engine.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}
 	dlqParts, err := g.eng.Partitions(s.cfg.DLQTopic)
 	if err != nil {
 		g.dlqInFlight++
@@ -143,7 +142,7 @@ func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
 	}
 	g.dlqInFlight++
 	res := dlqResult{s: s, p: p, offset: d.Offset, id: string(orig.ID), reason: d.Reason}
-	g.eng.Produce(s.cfg.DLQTopic, dp, []log.Record{rec}, func(_ int64, err error) {
+	g.eng.Produce(s.cfg.DLQTopic, dp, []engine.Record{rec}, func(_ int64, err error) {
 		res.err = err
 		g.dlqDone <- res
 	})

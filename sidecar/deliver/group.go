@@ -11,8 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/spoolmq/spool/engine/groups"
-	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/metrics"
@@ -48,8 +47,8 @@ type Group struct {
 	claimsInFlight int
 	nextLag        time.Time
 	nextCommit     time.Time
-	dlBuf          []tracker.DeadLetter[log.Record]
-	delBuf         []tracker.Delivery[log.Record]
+	dlBuf          []tracker.DeadLetter[engine.Record]
+	delBuf         []tracker.Delivery[engine.Record]
 	candBuf        []candidate
 	evBuf          []tracker.Event
 	// expired holds deliveries whose lease ended (and are not yet
@@ -80,7 +79,7 @@ type sub struct {
 
 type part struct {
 	num     int32
-	tr      *tracker.Tracker[log.Record]
+	tr      *tracker.Tracker[engine.Record]
 	fetchAt int64 // next offset to fetch
 	// skip holds offsets restored as finished above the committed offset,
 	// ascending; fetch leaves them out, position() keeps reporting them until
@@ -88,7 +87,7 @@ type part struct {
 	skip   []int64
 	skipAt int
 	// committed is the last position written; dirty when it differs.
-	committed groups.Position
+	committed engine.Position
 	// wire maps offsets to the ledger's fencing token of their last grant.
 	wire map[int64]uint64
 	// history holds the failed attempts of unfinished messages.
@@ -171,7 +170,7 @@ func (g *Group) newSub(sc Subscription) (*sub, error) {
 		}
 		committed := pos[p]
 		next := max(committed.Next, start)
-		tr, err := tracker.New[log.Record](sc.Tracker, next)
+		tr, err := tracker.New[engine.Record](sc.Tracker, next)
 		if err != nil {
 			return nil, fmt.Errorf("deliver: group %q topic %q: %w", g.cfg.Name, sc.Topic, err)
 		}
@@ -450,7 +449,7 @@ func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 		// well beyond the window.
 		maxBytes := min(g.cfg.FetchMaxBytes, max(want*p.avgRecordBytes, minFetchBytes))
 		recs, err := g.eng.Fetch(s.cfg.Topic, p.num, p.fetchAt, maxBytes, nil)
-		var oor *log.OffsetOutOfRangeError
+		var oor *engine.OffsetOutOfRangeError
 		if errors.As(err, &oor) && p.fetchAt < oor.Start {
 			// Retention deleted records the group had not finished.
 			lost := oor.Start - p.fetchAt
@@ -468,7 +467,7 @@ func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 			return
 		}
 		p.avgRecordBytes = recordBytes(recs)
-		batch := make([]tracker.Record[log.Record], 0, min(len(recs), want))
+		batch := make([]tracker.Record[engine.Record], 0, min(len(recs), want))
 		for _, r := range recs {
 			if len(batch) == want {
 				break
@@ -488,7 +487,7 @@ func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 				p.skipAt++
 				continue
 			}
-			batch = append(batch, tracker.Record[log.Record]{Offset: r.Offset, Key: string(r.Key), Value: r})
+			batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r})
 		}
 		if len(batch) > 0 && len(batch) < len(recs)/2 {
 			compact(batch)
@@ -506,7 +505,7 @@ func (g *Group) fetchPart(now time.Time, s *sub, p *part) {
 const minFetchBytes = 16 << 10
 
 // recordBytes estimates the stored size of one record of recs.
-func recordBytes(recs []log.Record) int {
+func recordBytes(recs []engine.Record) int {
 	total := 0
 	for i := range recs {
 		r := &recs[i]
@@ -521,7 +520,7 @@ func recordBytes(recs []log.Record) int {
 // compact copies the bytes of the records kept into one buffer of their
 // own, so that the read buffer they alias (mostly records not kept) can be
 // freed: memory held stays proportional to the window, not to the reads.
-func compact(batch []tracker.Record[log.Record]) {
+func compact(batch []tracker.Record[engine.Record]) {
 	n := 0
 	for i := range batch {
 		r := &batch[i].Value
@@ -543,9 +542,9 @@ func compact(batch []tracker.Record[log.Record]) {
 		r := &batch[i].Value
 		r.ID, r.Key, r.Value = take(r.ID), take(r.Key), take(r.Value)
 		if len(r.Headers) > 0 {
-			hs := make([]log.Header, len(r.Headers))
+			hs := make([]engine.Header, len(r.Headers))
 			for j, h := range r.Headers {
-				hs[j] = log.Header{Key: h.Key, Value: take(h.Value)}
+				hs[j] = engine.Header{Key: h.Key, Value: take(h.Value)}
 			}
 			r.Headers = hs
 		}
@@ -555,7 +554,7 @@ func compact(batch []tracker.Record[log.Record]) {
 // admit decides whether a fetched record is for this group: a message
 // redriven from a dead-letter topic is only for the group that dead-lettered
 // it. (The ledger checks each delivery later, in claim.)
-func (g *Group) admit(r *log.Record) bool {
+func (g *Group) admit(r *engine.Record) bool {
 	for _, h := range r.Headers {
 		if h.Key == HeaderRedriveGroup {
 			return string(h.Value) == g.cfg.Name
@@ -605,7 +604,7 @@ type candidate struct {
 	c     *consumer
 	s     *sub
 	p     *part
-	d     tracker.Delivery[log.Record]
+	d     tracker.Delivery[engine.Record]
 	probe bool // the one delivery let through a half-open breaker
 	// Set by admit: what the app sees.
 	wire      uint64

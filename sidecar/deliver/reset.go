@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spoolmq/spool/engine/groups"
-	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -67,15 +66,15 @@ func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, s
 	if dryRun {
 		return out, nil
 	}
-	pos := make(map[int32]groups.Position, len(s.parts))
+	pos := make(map[int32]engine.Position, len(s.parts))
 	for i, p := range s.parts {
-		tr, err := tracker.New[log.Record](s.cfg.Tracker, next[i])
+		tr, err := tracker.New[engine.Record](s.cfg.Tracker, next[i])
 		if err != nil {
 			return nil, err
 		}
 		p.tr, p.fetchAt, p.skip, p.skipAt = tr, next[i], nil, 0
 		p.wire, p.history = nil, nil
-		pos[p.num] = groups.Position{Next: next[i]}
+		pos[p.num] = engine.Position{Next: next[i]}
 	}
 	if err := g.eng.CommitPositions(g.cfg.Name, topic, pos); err != nil {
 		return nil, err

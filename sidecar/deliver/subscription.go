@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/spoolmq/spool/engine/groups"
-	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/ledger"
@@ -16,12 +15,12 @@ import (
 // Engine is what delivery needs from the log. engine.Node implements it.
 type Engine interface {
 	Partitions(topic string) (int32, error)
-	Produce(topic string, p int32, recs []log.Record, done func(base int64, err error))
-	Fetch(topic string, p int32, offset int64, maxBytes int, dst []log.Record) ([]log.Record, error)
+	Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error))
+	Fetch(topic string, p int32, offset int64, maxBytes int, dst []engine.Record) ([]engine.Record, error)
 	Changed(topic string) (<-chan struct{}, error)
 	Offsets(topic string, p int32) (start, end int64, err error)
-	LoadPositions(group, topic string) (map[int32]groups.Position, error)
-	CommitPositions(group, topic string, pos map[int32]groups.Position) error
+	LoadPositions(group, topic string) (map[int32]engine.Position, error)
+	CommitPositions(group, topic string, pos map[int32]engine.Position) error
 }
 
 // Mode says how the application receives a subscription's deliveries.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/deliver"
 )
@@ -15,14 +15,14 @@ import (
 type Engine interface {
 	Partitions(topic string) (int32, error)
 	Offsets(topic string, p int32) (start, end int64, err error)
-	Fetch(topic string, p int32, offset int64, maxBytes int, dst []log.Record) ([]log.Record, error)
-	Produce(topic string, p int32, recs []log.Record, done func(base int64, err error))
+	Fetch(topic string, p int32, offset int64, maxBytes int, dst []engine.Record) ([]engine.Record, error)
+	Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error))
 }
 
 // entry is one dead letter with its raw record, for redrive.
 type entry struct {
 	dl  *spoolv1.DeadLetter
-	rec log.Record
+	rec engine.Record
 }
 
 // Peek returns up to limit dead letters of group in dlqTopic that match the
@@ -70,7 +70,7 @@ func scan(eng Engine, group, dlqTopic string, f *spoolv1.DeadLetterFilter, fn fu
 	return nil
 }
 
-func toDeadLetter(r *log.Record, dlqPartition int32) *spoolv1.DeadLetter {
+func toDeadLetter(r *engine.Record, dlqPartition int32) *spoolv1.DeadLetter {
 	h := map[string]string{}
 	app := map[string]string{}
 	for _, x := range r.Headers {

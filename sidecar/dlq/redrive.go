@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/ledger"
@@ -101,7 +101,7 @@ func Redrive(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Co
 		}
 		rec, part := redriveRecord(e, req)
 		wg.Add(1)
-		eng.Produce(req.Topic, part, []log.Record{rec}, func(_ int64, err error) {
+		eng.Produce(req.Topic, part, []engine.Record{rec}, func(_ int64, err error) {
 			defer wg.Done()
 			if err != nil {
 				mu.Lock()
@@ -120,16 +120,16 @@ func Redrive(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Co
 }
 
 // redriveRecord rebuilds the original message from a dead-letter entry.
-func redriveRecord(e entry, req Request) (log.Record, int32) {
-	hdrs := make([]log.Header, 0, len(e.rec.Headers)+2)
+func redriveRecord(e entry, req Request) (engine.Record, int32) {
+	hdrs := make([]engine.Header, 0, len(e.rec.Headers)+2)
 	for _, h := range e.rec.Headers {
 		if !strings.HasPrefix(h.Key, "spool-") {
 			hdrs = append(hdrs, h)
 		}
 	}
 	hdrs = append(hdrs,
-		log.Header{Key: deliver.HeaderRedriveGroup, Value: []byte(req.Group)},
-		log.Header{Key: deliver.HeaderRedriveFrom, Value: []byte(req.DLQTopic + "/" + strconv.Itoa(int(e.dl.GetDlqPartition())) + "/" + strconv.FormatInt(e.dl.GetDlqOffset(), 10))},
+		engine.Header{Key: deliver.HeaderRedriveGroup, Value: []byte(req.Group)},
+		engine.Header{Key: deliver.HeaderRedriveFrom, Value: []byte(req.DLQTopic + "/" + strconv.Itoa(int(e.dl.GetDlqPartition())) + "/" + strconv.FormatInt(e.dl.GetDlqOffset(), 10))},
 	)
-	return log.Record{ID: e.rec.ID, Key: e.rec.Key, Value: e.rec.Value, Headers: hdrs}, e.dl.GetMessage().GetPartition()
+	return engine.Record{ID: e.rec.ID, Key: e.rec.Key, Value: e.rec.Value, Headers: hdrs}, e.dl.GetMessage().GetPartition()
 }

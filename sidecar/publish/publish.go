@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/engine/log"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
@@ -20,7 +19,7 @@ import (
 // Engine is what publishing needs from the log. engine.Node implements it.
 type Engine interface {
 	Partitions(topic string) (int32, error)
-	Produce(topic string, p int32, recs []log.Record, done func(base int64, err error))
+	Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error))
 }
 
 // chunkBytes caps one append to the log; a request is split into chunks per
@@ -100,7 +99,7 @@ type batch struct {
 
 type chunk struct {
 	part    int32
-	recs    []log.Record
+	recs    []engine.Record
 	indexes []int32 // request index of each record
 	size    int
 }
@@ -180,20 +179,20 @@ func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error
 			open[p] = c
 			chunks = append(chunks, c)
 		}
-		c.recs = append(c.recs, log.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: toHeaders(m.GetHeaders())})
+		c.recs = append(c.recs, engine.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: toHeaders(m.GetHeaders())})
 		c.indexes = append(c.indexes, int32(i))
 		c.size += size
 	}
 	return chunks, nil
 }
 
-func toHeaders(h map[string]string) []log.Header {
+func toHeaders(h map[string]string) []engine.Header {
 	if len(h) == 0 {
 		return nil
 	}
-	out := make([]log.Header, 0, len(h))
+	out := make([]engine.Header, 0, len(h))
 	for k, v := range h {
-		out = append(out, log.Header{Key: k, Value: []byte(v)})
+		out = append(out, engine.Header{Key: k, Value: []byte(v)})
 	}
 	return out
 }

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/engine/log"
 )
 
 // ErrorDomain is the domain of the ErrorInfo detail on every Spool error.
@@ -50,9 +49,9 @@ func ToStatus(err error) error {
 		code, reason = codes.Unknown, "OUTCOME_UNKNOWN"
 	case errors.Is(err, syscall.ENOSPC):
 		code, reason = codes.Unavailable, "DISK_FULL"
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, log.ErrClosed):
+	case errors.Is(err, engine.ErrClosed):
 		code, reason = codes.Unavailable, "SHUTTING_DOWN"
-	case errors.Is(err, log.ErrBatchTooLarge):
+	case errors.Is(err, engine.ErrBatchTooLarge):
 		code, reason = codes.ResourceExhausted, ReasonMessageTooLarge
 	}
 	st, derr := status.New(code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain})

@@ -118,9 +118,13 @@ type Start struct {
 	// Name of this consumer for logs and metrics (for example the pod name).
 	ConsumerName string `protobuf:"bytes,4,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
 	// Version of the application, recorded in dead-letter entries.
-	AppVersion    string `protobuf:"bytes,5,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AppVersion string `protobuf:"bytes,5,opt,name=app_version,json=appVersion,proto3" json:"app_version,omitempty"`
+	// Largest SubscribeResponse frame this client can receive, in bytes (its
+	// gRPC MaxCallRecvMsgSize). 0 means gRPC's default, 4 MiB. The sidecar
+	// bounds every frame it sends on this stream below it.
+	MaxReceiveBytes uint32 `protobuf:"varint,6,opt,name=max_receive_bytes,json=maxReceiveBytes,proto3" json:"max_receive_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Start) Reset() {
@@ -186,6 +190,13 @@ func (x *Start) GetAppVersion() string {
 		return x.AppVersion
 	}
 	return ""
+}
+
+func (x *Start) GetMaxReceiveBytes() uint32 {
+	if x != nil {
+		return x.MaxReceiveBytes
+	}
+	return 0
 }
 
 // Ack settles a delivery as processed.
@@ -456,8 +467,11 @@ type Started struct {
 	MaxInFlight uint32 `protobuf:"varint,3,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	// Effective visibility timeout, milliseconds.
 	VisibilityTimeoutMs uint32 `protobuf:"varint,4,opt,name=visibility_timeout_ms,json=visibilityTimeoutMs,proto3" json:"visibility_timeout_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Effective bound on the size of one SubscribeResponse frame on this
+	// stream, in bytes.
+	MaxFrameBytes uint32 `protobuf:"varint,5,opt,name=max_frame_bytes,json=maxFrameBytes,proto3" json:"max_frame_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Started) Reset() {
@@ -514,6 +528,13 @@ func (x *Started) GetMaxInFlight() uint32 {
 func (x *Started) GetVisibilityTimeoutMs() uint32 {
 	if x != nil {
 		return x.VisibilityTimeoutMs
+	}
+	return 0
+}
+
+func (x *Started) GetMaxFrameBytes() uint32 {
+	if x != nil {
+		return x.MaxFrameBytes
 	}
 	return 0
 }
@@ -592,14 +613,15 @@ const file_spool_v1_subscriber_proto_rawDesc = "" +
 	"\x04acks\x18\x02 \x03(\v2\r.spool.v1.AckR\x04acks\x12$\n" +
 	"\x05nacks\x18\x03 \x03(\v2\x0e.spool.v1.NackR\x05nacks\x12*\n" +
 	"\aextends\x18\x04 \x03(\v2\x10.spool.v1.ExtendR\aextends\x12\x16\n" +
-	"\x06credit\x18\x05 \x01(\rR\x06credit\"\x9f\x01\n" +
+	"\x06credit\x18\x05 \x01(\rR\x06credit\"\xcb\x01\n" +
 	"\x05Start\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06topics\x18\x02 \x03(\tR\x06topics\x12\"\n" +
 	"\rmax_in_flight\x18\x03 \x01(\rR\vmaxInFlight\x12#\n" +
 	"\rconsumer_name\x18\x04 \x01(\tR\fconsumerName\x12\x1f\n" +
 	"\vapp_version\x18\x05 \x01(\tR\n" +
-	"appVersion\".\n" +
+	"appVersion\x12*\n" +
+	"\x11max_receive_bytes\x18\x06 \x01(\rR\x0fmaxReceiveBytes\".\n" +
 	"\x03Ack\x12'\n" +
 	"\x03ref\x18\x01 \x01(\v2\x15.spool.v1.DeliveryRefR\x03ref\"\xd0\x01\n" +
 	"\x04Nack\x12'\n" +
@@ -620,12 +642,13 @@ const file_spool_v1_subscriber_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x02 \x03(\v2\x12.spool.v1.DeliveryR\n" +
 	"deliveries\x12:\n" +
-	"\rsettle_errors\x18\x03 \x03(\v2\x15.spool.v1.SettleErrorR\fsettleErrors\"\x8f\x01\n" +
+	"\rsettle_errors\x18\x03 \x03(\v2\x15.spool.v1.SettleErrorR\fsettleErrors\"\xb7\x01\n" +
 	"\aStarted\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
 	"\x06topics\x18\x02 \x03(\tR\x06topics\x12\"\n" +
 	"\rmax_in_flight\x18\x03 \x01(\rR\vmaxInFlight\x122\n" +
-	"\x15visibility_timeout_ms\x18\x04 \x01(\rR\x13visibilityTimeoutMs\"h\n" +
+	"\x15visibility_timeout_ms\x18\x04 \x01(\rR\x13visibilityTimeoutMs\x12&\n" +
+	"\x0fmax_frame_bytes\x18\x05 \x01(\rR\rmaxFrameBytes\"h\n" +
 	"\vSettleError\x12'\n" +
 	"\x03ref\x18\x01 \x01(\v2\x15.spool.v1.DeliveryRefR\x03ref\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
