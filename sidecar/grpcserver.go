@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/metrics"
@@ -49,7 +48,7 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 	}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in a gRPC handler (recovered)", "panic", p)
-		return status.Errorf(codes.Internal, "internal error in spoold (logged): %v", p)
+		return apierr.ToStatus(apierr.New(apierr.Internal, "internal error in spoold (a panic, logged with its stack): %v: this is a bug, please report it with spoold's log", p))
 	})
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvBytes),
