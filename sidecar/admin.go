@@ -3,14 +3,13 @@ package sidecar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/dlq"
@@ -18,7 +17,10 @@ import (
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
-// admin implements spoolv1.AdminService for one node.
+// admin implements spoolv1.AdminService for one node. Every error it
+// returns goes through apierr.ToStatus: engine errors keep their reasons
+// (a topic deleted meanwhile is UNKNOWN_TOPIC, a closing node
+// SHUTTING_DOWN), only what nothing explains is INTERNAL.
 type admin struct {
 	spoolv1.UnimplementedAdminServiceServer
 	cfg    *config.Config
@@ -39,7 +41,7 @@ func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv
 		for p := range t.Partitions {
 			start, end, err := a.eng.Offsets(t.Name, p)
 			if err != nil {
-				return nil, status.Error(codes.Internal, err.Error())
+				return nil, apierr.ToStatus(fmt.Errorf("list topics: %s/%d: %w", t.Name, p, err))
 			}
 			ti.Partitions = append(ti.Partitions, &spoolv1.PartitionInfo{Partition: p, StartOffset: start, EndOffset: end, Leader: a.cfg.Node.ID})
 		}
@@ -58,7 +60,10 @@ func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) 
 		found = true
 		snap, err := g.Snapshot(ctx)
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "group %q is not running (shutting down?): %v", g.Name(), err)
+			if ctx.Err() != nil {
+				return nil, apierr.ToStatus(ctx.Err())
+			}
+			return nil, apierr.ToStatus(apierr.Wrap(apierr.ShuttingDown, err, "list groups: group %q is not running (spoold is shutting down): retry against the restarted sidecar", g.Name()))
 		}
 		for _, t := range snap.Topics {
 			gi := &spoolv1.GroupInfo{Group: g.Name(), Topic: t.Topic, Consumers: uint32(snap.Consumers)}
@@ -72,7 +77,7 @@ func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) 
 		}
 	}
 	if !found && req.GetGroup() != "" {
-		return nil, status.Errorf(codes.NotFound, "no group %q: groups come from the subscriptions in spoold's config", req.GetGroup())
+		return nil, apierr.ToStatus(unknownGroup(req.GetGroup()))
 	}
 	return resp, nil
 }
@@ -91,7 +96,7 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLettersRequest) (*spoolv1.PeekDeadLettersResponse, error) {
 	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "no subscription %s/%s: check topic and group against spoold's config", req.GetTopic(), req.GetGroup())
+		return nil, apierr.ToStatus(unknownSubscription(req.GetTopic(), req.GetGroup()))
 	}
 	limit := int(req.GetLimit())
 	if limit <= 0 {
@@ -100,7 +105,7 @@ func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLetter
 	limit = min(limit, 1000)
 	entries, err := dlq.Peek(a.eng, req.GetGroup(), sc.DLQTopic(), req.GetFilter(), limit)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, apierr.ToStatus(fmt.Errorf("peek dead letters of %s/%s in %s: %w", req.GetTopic(), req.GetGroup(), sc.DLQTopic(), err))
 	}
 	return &spoolv1.PeekDeadLettersResponse{Entries: entries}, nil
 }
@@ -110,7 +115,7 @@ func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLetter
 func (a *admin) Redrive(ctx context.Context, req *spoolv1.RedriveRequest) (*spoolv1.RedriveResponse, error) {
 	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
 	if !ok {
-		return nil, status.Errorf(codes.NotFound, "no subscription %s/%s: check topic and group against spoold's config", req.GetTopic(), req.GetGroup())
+		return nil, apierr.ToStatus(unknownSubscription(req.GetTopic(), req.GetGroup()))
 	}
 	g, t := req.GetGroup(), req.GetTopic()
 	res, err := dlq.Redrive(ctx, a.eng, a.ledger, dlq.Request{
@@ -121,7 +126,10 @@ func (a *admin) Redrive(ctx context.Context, req *spoolv1.RedriveRequest) (*spoo
 	})
 	resp := &spoolv1.RedriveResponse{Matched: res.Matched, Redriven: res.Redriven, Sample: res.Sample, AlreadyDone: res.AlreadyDone}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "%v (redriven so far: %d of %d)", err, res.Redriven, res.Matched)
+		// The cause decides the code (Redis down, disk full, caller gone);
+		// the message says how far the redrive got. Running it again is
+		// safe: redriven messages are skipped as already done.
+		return nil, apierr.ToStatus(fmt.Errorf("redrive %s/%s (redriven so far: %d of %d; running it again continues): %w", t, g, res.Redriven, res.Matched, err))
 	}
 	return resp, nil
 }
@@ -137,7 +145,10 @@ func (a *admin) ResetOffsets(ctx context.Context, req *spoolv1.ResetOffsetsReque
 		}
 	}
 	if g == nil {
-		return nil, status.Errorf(codes.NotFound, "no group %q: groups come from the subscriptions in spoold's config", req.GetGroup())
+		return nil, apierr.ToStatus(unknownGroup(req.GetGroup()))
+	}
+	if _, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup()); !ok {
+		return nil, apierr.ToStatus(unknownSubscription(req.GetTopic(), req.GetGroup()))
 	}
 	var target func(p int32, start, end int64) (int64, error)
 	switch to := req.GetTo().(type) {
@@ -149,18 +160,26 @@ func (a *admin) ResetOffsets(ctx context.Context, req *spoolv1.ResetOffsetsReque
 		ts := time.UnixMilli(to.TimeMs)
 		target = func(p int32, _, _ int64) (int64, error) { return a.eng.OffsetForTime(req.GetTopic(), p, ts) }
 	default:
-		return nil, status.Error(codes.InvalidArgument, "reset offsets: say where to: earliest, latest or time_ms")
+		return nil, apierr.ToStatus(apierr.New(apierr.ResetTargetRequired, "reset offsets: say where to: earliest, latest or time_ms"))
 	}
 	parts, err := g.ResetOffsets(ctx, req.GetTopic(), target, req.GetDryRun())
 	switch {
 	case errors.Is(err, deliver.ErrConsumersConnected):
-		return nil, status.Error(codes.FailedPrecondition, "reset offsets: "+err.Error())
+		return nil, apierr.ToStatus(apierr.Wrap(apierr.ConsumersConnected, err, "reset offsets of group %q", req.GetGroup()))
 	case err != nil:
-		return nil, status.Error(codes.InvalidArgument, "reset offsets: "+err.Error())
+		return nil, apierr.ToStatus(fmt.Errorf("reset offsets of group %q on topic %q: %w", req.GetGroup(), req.GetTopic(), err))
 	}
 	resp := &spoolv1.ResetOffsetsResponse{}
 	for _, p := range parts {
 		resp.Partitions = append(resp.Partitions, &spoolv1.PartitionLag{Partition: p.Partition, CommittedOffset: p.Committed, EndOffset: p.End, LagMessages: p.LagMessages})
 	}
 	return resp, nil
+}
+
+func unknownGroup(group string) error {
+	return apierr.New(apierr.UnknownGroup, "no group %q: groups come from the subscriptions in spoold's config; check the name or declare a subscription with this group", group)
+}
+
+func unknownSubscription(topic, group string) error {
+	return apierr.New(apierr.UnknownSubscription, "no subscription %s/%s: check topic and group against spoold's subscriptions, or declare {topic: %s, group: %s}", topic, group, topic, group)
 }

@@ -9,15 +9,14 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/validator"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
 
+	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
@@ -29,7 +28,8 @@ const MaxRequestBytes = 32 << 20
 // newGRPCServer returns a server with Spool's interceptors: panic recovery
 // (a panic becomes INTERNAL and a log line, never a crash), structured
 // logging of failed calls with slog, and request validation (the Validate
-// methods of spool/v1). Reflection is on.
+// methods of spool/v1, answered with reason INVALID_REQUEST). Reflection is
+// on.
 func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
@@ -48,19 +48,19 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 	}
 	recoverOpt := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		logger.ErrorContext(ctx, "panic in a gRPC handler (recovered)", "panic", p)
-		return status.Errorf(codes.Internal, "internal error in spoold (logged): %v", p)
+		return apierr.ToStatus(apierr.New(apierr.Internal, "internal error in spoold (a panic, logged with its stack): %v: this is a bug, please report it with spoold's log", p))
 	})
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
 			logging.UnaryServerInterceptor(lg, logOpts...),
-			validator.UnaryServerInterceptor(),
+			validateUnary,
 		),
 		grpc.ChainStreamInterceptor(
 			recovery.StreamServerInterceptor(recoverOpt),
 			logging.StreamServerInterceptor(lg, logOpts...),
-			validator.StreamServerInterceptor(),
+			validateStream,
 		),
 	)
 	reflection.Register(s)
@@ -98,4 +98,49 @@ func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv
+}
+
+// publisherService is validated by the publish package itself: it answers
+// a bad PublishStream request in-band and keeps the stream open, where an
+// interceptor could only end the stream; and it knows the reasons
+// (TOPIC_REQUIRED, NO_MESSAGES) of what the generic Validate refuses.
+const publisherService = "/spool.v1.PublisherService/"
+
+// validate runs the Validate method of a request or stream frame. Its
+// failures are apierr.InvalidRequest: the message names the field.
+func validate(m any) error {
+	v, ok := m.(interface{ Validate() error })
+	if !ok {
+		return nil
+	}
+	if err := v.Validate(); err != nil {
+		return apierr.ToStatus(apierr.New(apierr.InvalidRequest, "%s", err.Error()))
+	}
+	return nil
+}
+
+func validateUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !strings.HasPrefix(info.FullMethod, publisherService) {
+		if err := validate(req); err != nil {
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+func validateStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if strings.HasPrefix(info.FullMethod, publisherService) {
+		return handler(srv, ss)
+	}
+	return handler(srv, validatingStream{ss})
+}
+
+// validatingStream validates every frame it receives.
+type validatingStream struct{ grpc.ServerStream }
+
+func (s validatingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return validate(m)
 }

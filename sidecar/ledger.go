@@ -35,15 +35,22 @@ func newLedger(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (led
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	// The gauge starts from what the ping saw: a Redis that is down at
+	// start reads 0 until a call succeeds, not 1 until the breaker trips.
 	if err := red.Ping(ctx); err != nil {
+		m.LedgerAvailable.Set(0)
 		logger.Warn("redis ledger not reachable at start; delivery follows redis_unavailable until it is", "addrs", r.Addrs, "err", err)
+	} else {
+		m.LedgerAvailable.Set(1)
 	}
-	m.LedgerAvailable.Set(1)
-	return ledger.NewBreaker(red, ledger.BreakerConfig{}, ledgerHooks{m: m}), nil
+	return ledger.NewBreaker(red, ledger.BreakerConfig{Logger: logger}, ledgerHooks{m: m}), nil
 }
 
 // ledgerHooks turns ledger events into metrics (the Breaker logs its own
-// transitions).
+// transitions). spool_ledger_available is 1 once Redis has answered and 0
+// from a failed startup ping or the breaker opening until Redis answers
+// again; a half-open probe changes nothing until its outcome is known, so
+// an outage does not flap the gauge at every probe.
 type ledgerHooks struct {
 	m *metrics.Metrics
 }
@@ -52,13 +59,16 @@ func (h ledgerHooks) LedgerCall(op string, _ int, d time.Duration, err error) {
 	h.m.LedgerLatency.WithLabelValues(op).Observe(d.Seconds())
 	if err != nil {
 		h.m.LedgerErrors.WithLabelValues(op).Inc()
+		return
 	}
+	h.m.LedgerAvailable.Set(1)
 }
 
 func (h ledgerHooks) LedgerBreaker(_, to string) {
-	if to == "open" {
+	switch to {
+	case "open":
 		h.m.LedgerAvailable.Set(0)
-	} else {
+	case "closed":
 		h.m.LedgerAvailable.Set(1)
 	}
 }

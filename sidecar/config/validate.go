@@ -310,14 +310,18 @@ func validName(s string) bool {
 	if len(s) == 0 || len(s) > MaxNameBytes || strings.HasPrefix(s, "__") || s == "." || s == ".." {
 		return false
 	}
-	return onlyNameBytes(s)
+	return ValidNameBytes(s)
 }
 
 func validNodeID(s string) bool {
-	return len(s) > 0 && len(s) <= 253 && onlyNameBytes(s)
+	return len(s) > 0 && len(s) <= 253 && ValidNameBytes(s)
 }
 
-func onlyNameBytes(s string) bool {
+// ValidNameBytes reports whether s uses only the bytes allowed in topic,
+// group and node names: a-z A-Z 0-9 . _ - (publish checks topic names
+// against the same rule, so that a name no config can declare is refused
+// as invalid rather than unknown).
+func ValidNameBytes(s string) bool {
 	for i := 0; i < len(s); i++ {
 		b := s[i]
 		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {

@@ -39,7 +39,7 @@ topics:
 		code   codes.Code
 		reason string
 	}{
-		{"too large", &spoolv1.PublishRequest{Topic: "orders", Messages: []*spoolv1.PublishMessage{ok, {Payload: make([]byte, 5000)}}}, codes.ResourceExhausted, "MESSAGE_TOO_LARGE"},
+		{"too large", &spoolv1.PublishRequest{Topic: "orders", Messages: []*spoolv1.PublishMessage{ok, {Payload: make([]byte, 5000)}}}, codes.InvalidArgument, "MESSAGE_TOO_LARGE"},
 		{"key too large", &spoolv1.PublishRequest{Topic: "orders", Messages: []*spoolv1.PublishMessage{ok, {Key: make([]byte, 65)}}}, codes.InvalidArgument, "KEY_TOO_LARGE"},
 		{"reserved header", &spoolv1.PublishRequest{Topic: "orders", Messages: []*spoolv1.PublishMessage{ok, {Headers: map[string]string{"spool-dlq-reason": "x"}}}}, codes.InvalidArgument, "RESERVED_HEADER"},
 		{"unknown topic", &spoolv1.PublishRequest{Topic: "nope", Messages: []*spoolv1.PublishMessage{ok}}, codes.NotFound, "UNKNOWN_TOPIC"},

@@ -87,8 +87,10 @@ type Breaker struct {
 	hooks Hooks
 	cb    *gobreaker.CircuitBreaker[struct{}]
 
-	mu      sync.Mutex
-	lastErr error // the last failure, for the "opened" log line
+	mu           sync.Mutex
+	lastErr      error     // the last failure, for the "opened" log line
+	outageStart  time.Time // when the breaker last opened from closed
+	failedProbes int       // half-open probes failed since then
 }
 
 var _ Ledger = (*Breaker)(nil)
@@ -126,19 +128,33 @@ func (b *Breaker) State() string { return b.cb.State().String() }
 // Close closes the wrapped ledger.
 func (b *Breaker) Close() error { return b.l.Close() }
 
+// onStateChange logs an outage once when it starts (WARN) and once when it
+// ends (INFO, with its length and the number of failed probes). The probes
+// in between (open → half-open → open every OpenTimeout) are DEBUG: an
+// outage of an hour is two lines at the default level, not one per probe.
 func (b *Breaker) onStateChange(_ string, from, to gobreaker.State) {
-	log := b.cfg.Logger.With("breaker", b.cfg.Name, "from", from.String(), "to", to.String())
-	switch to {
-	case gobreaker.StateOpen:
-		b.mu.Lock()
-		last := b.lastErr
-		b.mu.Unlock()
-		log.Warn("redis ledger breaker open: ledger calls fail at once; deliveries follow redis_unavailable (pause or deliver without dedupe)",
-			"last_error", fmt.Sprint(last), "probe_in", b.cfg.OpenTimeout)
-	case gobreaker.StateHalfOpen:
-		log.Info("redis ledger breaker half-open: probing redis")
-	case gobreaker.StateClosed:
-		log.Info("redis ledger breaker closed: redis answers again")
+	log := b.cfg.Logger.With("breaker", b.cfg.Name)
+	b.mu.Lock()
+	last := b.lastErr
+	switch {
+	case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
+		b.outageStart, b.failedProbes = time.Now(), 0
+	case to == gobreaker.StateOpen:
+		b.failedProbes++
+	}
+	start, probes := b.outageStart, b.failedProbes
+	b.mu.Unlock()
+	switch {
+	case to == gobreaker.StateOpen && from == gobreaker.StateClosed:
+		log.Warn("redis ledger breaker open: ledger calls fail at once; deliveries follow redis_unavailable (pause or deliver without dedupe) until a probe succeeds",
+			"last_error", fmt.Sprint(last), "probe_every", b.cfg.OpenTimeout.String())
+	case to == gobreaker.StateOpen:
+		log.Debug("redis ledger breaker: probe failed, still open", "last_error", fmt.Sprint(last), "failed_probes", probes)
+	case to == gobreaker.StateHalfOpen:
+		log.Debug("redis ledger breaker half-open: probing redis")
+	case to == gobreaker.StateClosed:
+		log.Info("redis ledger breaker closed: redis answers again",
+			"down_for", time.Since(start).Round(time.Millisecond).String(), "failed_probes", probes)
 	}
 	b.hooks.LedgerBreaker(from.String(), to.String())
 }

@@ -270,3 +270,57 @@ type redisError string
 
 func (e redisError) Error() string { return string(e) }
 func (redisError) RedisError()     {}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An outage is logged when it starts and when it ends, in the logger the
+// node gives: not at every failed probe of the half-open breaker.
+func TestBreakerLogsStateChangesNotProbes(t *testing.T) {
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil)).With("node", "n1")
+	f := &faulty{Memory: NewMemory(nil)}
+	b := NewBreaker(f, BreakerConfig{ConsecutiveFailures: 1, OpenTimeout: 10 * time.Millisecond, Logger: logger}, nil)
+	t.Cleanup(func() { _ = b.Close() })
+	down := errors.New("connection refused")
+	f.fail.Store(&down)
+	if err := claimOne(b, t, "m"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v", err)
+	}
+	for range 5 { // five failed probes
+		eventually(t, 5*time.Second, "half-open", b.Available)
+		if err := claimOne(b, t, "m"); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("probe: %v", err)
+		}
+	}
+	f.fail.Store(nil)
+	eventually(t, 5*time.Second, "half-open", b.Available)
+	if err := claimOne(b, t, "m"); err != nil {
+		t.Fatalf("probe after recovery: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"level":"WARN"`) || !strings.Contains(lines[0], "breaker open") ||
+		!strings.Contains(lines[1], `"level":"INFO"`) || !strings.Contains(lines[1], "closed") || !strings.Contains(lines[1], `"failed_probes":5`) {
+		t.Fatalf("want one WARN when the outage starts and one INFO when it ends (with 5 failed probes), got %d lines:\n%s", len(lines), logs.String())
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"node":"n1"`) {
+			t.Fatalf("a line without the node's logger: %s", l)
+		}
+	}
+}

@@ -17,7 +17,7 @@ type Metrics struct {
 
 	PublishMessages *prometheus.CounterVec   // topic
 	PublishBytes    *prometheus.CounterVec   // topic
-	PublishRejected *prometheus.CounterVec   // topic, reason
+	PublishRejected *prometheus.CounterVec   // topic (declared or publish.OtherTopic), reason (apierr)
 	PublishLatency  *prometheus.HistogramVec // topic
 
 	Deliveries     *prometheus.CounterVec   // group, topic
@@ -76,7 +76,7 @@ func New() *Metrics {
 		Registry:        r,
 		PublishMessages: counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
 		PublishBytes:    counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
-		PublishRejected: counter("publish_rejected_total", "Published messages refused, by reason (MESSAGE_TOO_LARGE, UNKNOWN_TOPIC, ...).", "topic", "reason"),
+		PublishRejected: counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
 		PublishLatency:  hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
 		Deliveries:      counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
 		Settlements:     counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release, lease_expired, stream_closed.", "group", "topic", "outcome"),
@@ -100,7 +100,7 @@ func New() *Metrics {
 		LedgerDropped:       counter("ledger_dropped_total", "Ledger writes dropped because the backlog limit was reached while the ledger was unavailable (may cause redeliveries).", "group", "topic"),
 		LedgerLatency:       hist("ledger_latency_seconds", "Time of one ledger call (one batch), by operation.", "op"),
 		LedgerErrors:        counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
-		LedgerAvailable:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 while the breaker toward the ledger (Redis) lets calls through, 0 while it is open."}),
+		LedgerAvailable:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 once Redis has answered; 0 after a failed startup ping or while the breaker toward Redis is open, until Redis answers again."}),
 		BreakerState:        gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
 		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
 		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),

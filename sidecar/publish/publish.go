@@ -13,8 +13,15 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
+
+// OtherTopic is the topic label of rejections for a topic the node does not
+// have (unknown, invalid or empty names). Metric labels never come from
+// requests: 10,000 unknown topic names are one series, not 10,000. The name
+// cannot be a topic's: names starting with "__" are reserved.
+const OtherTopic = "__other"
 
 // Engine is what publishing needs from the log. engine.Node implements it.
 type Engine interface {
@@ -75,12 +82,12 @@ func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spo
 	select {
 	case a := <-ch:
 		if a.err != nil {
-			return nil, ToStatus(a.err)
+			return nil, apierr.ToStatus(a.err)
 		}
 		return &spoolv1.PublishResponse{Results: a.results}, nil
 	case <-ctx.Done():
 		// The append goes on; its outcome is unknown to this caller.
-		return nil, ToStatus(fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, ctx.Err()))
+		return nil, apierr.ToStatus(fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, ctx.Err()))
 	}
 }
 
@@ -88,6 +95,7 @@ func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spo
 type batch struct {
 	s       *Server
 	topic   string
+	known   bool // the engine has the topic: it may be a metric label
 	start   time.Time
 	results []*spoolv1.PublishResult
 	bytes   int
@@ -111,7 +119,7 @@ func (s *Server) Submit(topic string, msgs []*spoolv1.PublishMessage, done func(
 	b := &batch{s: s, topic: topic, start: time.Now(), done: done}
 	chunks, err := s.plan(b, msgs)
 	if err != nil {
-		s.reject(topic, err, len(msgs))
+		b.reject(err, len(msgs))
 		done(nil, err)
 		return
 	}
@@ -121,27 +129,33 @@ func (s *Server) Submit(topic string, msgs []*spoolv1.PublishMessage, done func(
 	}
 }
 
-func (s *Server) reject(topic string, err error, n int) {
-	reason := "INTERNAL"
-	var le *LimitError
-	switch {
-	case errors.As(err, &le):
-		reason = le.Reason
-	case errors.Is(err, engine.ErrUnknownTopic):
-		reason = ReasonUnknownTopic
+// reject counts n refused messages. Both labels come from fixed sets: the
+// topic only once the engine knows it, the reason from apierr's catalogue
+// (the same reason as the status the producer gets).
+func (b *batch) reject(err error, n int) {
+	topic := OtherTopic
+	if b.known {
+		topic = b.topic
 	}
-	s.cfg.Metrics.PublishRejected.WithLabelValues(topic, reason).Add(float64(n))
+	b.s.cfg.Metrics.PublishRejected.WithLabelValues(topic, string(apierr.Classify(err))).Add(float64(n))
 }
 
 // plan checks every message and groups them into per-partition chunks.
 func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error) {
 	l := s.cfg.Limits
-	if len(msgs) > l.MaxBatchMessages {
-		return nil, &LimitError{ReasonBatchTooLarge, -1, fmt.Sprintf("%d messages in one request, limit max_batch_messages is %d: split the batch", len(msgs), l.MaxBatchMessages)}
+	if err := checkTopic(b.topic); err != nil {
+		return nil, err
 	}
 	n, err := s.cfg.Engine.Partitions(b.topic)
 	if err != nil {
 		return nil, err
+	}
+	b.known = true
+	if len(msgs) == 0 {
+		return nil, apierr.New(apierr.NoMessages, "no messages: send at least one message")
+	}
+	if len(msgs) > l.MaxBatchMessages {
+		return nil, limitErr(apierr.BatchTooLarge, -1, "max_batch_messages", "%d messages in one request, limit max_batch_messages is %d: split the batch", len(msgs), l.MaxBatchMessages)
 	}
 	keyless := int32(s.spread.Add(1) % uint32(n))
 	b.results = make([]*spoolv1.PublishResult, len(msgs))
@@ -156,7 +170,7 @@ func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error
 		switch {
 		case m.Partition != nil && m.GetPartition() >= 0:
 			if p = m.GetPartition(); p >= n {
-				return nil, &LimitError{ReasonBadPartition, i, fmt.Sprintf("partition %d does not exist: topic %q has partitions 0..%d (leave partition unset to let the key choose)", p, b.topic, n-1)}
+				return nil, limitErr(apierr.BadPartition, i, "", "partition %d does not exist: topic %q has partitions 0..%d (leave partition unset to let the key choose)", p, b.topic, n-1)
 			}
 		case len(m.GetKey()) > 0:
 			p = engine.PartitionForKey(m.GetKey(), n)
@@ -217,7 +231,7 @@ func (b *batch) complete(c *chunk, base int64, err error) {
 	err = b.err
 	b.mu.Unlock()
 	if err != nil {
-		b.s.reject(b.topic, err, len(b.results))
+		b.reject(err, len(b.results))
 		b.done(nil, err)
 		return
 	}

@@ -6,9 +6,9 @@ import (
 	"io"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/apierr"
 )
 
 // PublishStream pipelines publishes: each request is appended as soon as it
@@ -45,9 +45,9 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[spoolv1.PublishSt
 		s.Submit(req.GetTopic(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
 			resp := &spoolv1.PublishStreamResponse{Sequence: seq, Results: r}
 			if err != nil {
-				st := status.Convert(ToStatus(err))
+				st := apierr.Status(err)
 				resp.Results = nil
-				resp.Error = &spoolv1.Error{Code: int32(st.Code()), Reason: reasonOf(st), Message: st.Message()}
+				resp.Error = &spoolv1.Error{Code: int32(st.Code()), Reason: string(apierr.Classify(err)), Message: st.Message()}
 			}
 			answers <- resp // never blocks: at most MaxStreamInFlight answers exist
 		})

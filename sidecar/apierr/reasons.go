@@ -1,0 +1,162 @@
+package apierr
+
+import "google.golang.org/grpc/codes"
+
+// Reason is a stable, machine-readable cause of a failure: clients may
+// match on it, so a reason is never renamed or given another code. Add new
+// ones to the table in lookup and to docs/errors.md.
+type Reason string
+
+// The catalogue. Codes follow gRPC's guidance (grpc.io/docs/guides/status-codes):
+//   - INVALID_ARGUMENT for a request that will fail the same way however
+//     often it is sent: malformed, or over a configured limit of one
+//     message or one request. Limits are INVALID_ARGUMENT, not
+//     RESOURCE_EXHAUSTED: RESOURCE_EXHAUSTED tells clients and proxies that
+//     a shared resource ran out and that backing off may help (Google's
+//     client libraries retry it), while an oversized message never fits.
+//   - RESOURCE_EXHAUSTED only for a resource of the node that is used up
+//     and can come back: the disk.
+//   - NOT_FOUND for names the configuration does not declare;
+//     FAILED_PRECONDITION for a request that is valid but not in the
+//     current state; UNAVAILABLE for "retry, the same request can succeed".
+const (
+	// INVALID_ARGUMENT: the request's form.
+	InvalidRequest      Reason = "INVALID_REQUEST"
+	TopicRequired       Reason = "TOPIC_REQUIRED"
+	InvalidTopicName    Reason = "INVALID_TOPIC_NAME"
+	NoMessages          Reason = "NO_MESSAGES"
+	BatchTooLarge       Reason = "BATCH_TOO_LARGE"
+	MessageTooLarge     Reason = "MESSAGE_TOO_LARGE"
+	KeyTooLarge         Reason = "KEY_TOO_LARGE"
+	IDTooLarge          Reason = "ID_TOO_LARGE"
+	TooManyHeaders      Reason = "TOO_MANY_HEADERS"
+	HeadersTooLarge     Reason = "HEADERS_TOO_LARGE"
+	InvalidHeaderName   Reason = "INVALID_HEADER_NAME"
+	ReservedHeader      Reason = "RESERVED_HEADER"
+	BadPartition        Reason = "BAD_PARTITION"
+	ResetTargetRequired Reason = "RESET_TARGET_REQUIRED"
+	StartRequired       Reason = "START_REQUIRED"
+	StartRepeated       Reason = "START_REPEATED"
+
+	// NOT_FOUND: names the configuration does not declare.
+	UnknownTopic        Reason = "UNKNOWN_TOPIC"
+	UnknownGroup        Reason = "UNKNOWN_GROUP"
+	UnknownSubscription Reason = "UNKNOWN_SUBSCRIPTION"
+
+	// FAILED_PRECONDITION: valid, but not now or not this way.
+	TopicConflict      Reason = "TOPIC_CONFLICT"
+	ConsumersConnected Reason = "CONSUMERS_CONNECTED"
+	WrongDeliveryMode  Reason = "WRONG_DELIVERY_MODE"
+
+	// OUT_OF_RANGE.
+	OffsetOutOfRange Reason = "OFFSET_OUT_OF_RANGE"
+
+	// RESOURCE_EXHAUSTED.
+	DiskFull Reason = "DISK_FULL"
+
+	// UNAVAILABLE: retry; the same request can succeed.
+	ShuttingDown      Reason = "SHUTTING_DOWN"
+	NotLeader         Reason = "NOT_LEADER"
+	LedgerUnavailable Reason = "LEDGER_UNAVAILABLE"
+
+	// UNKNOWN: a publish that may or may not be stored.
+	OutcomeUnknown Reason = "OUTCOME_UNKNOWN"
+
+	// The caller's own context.
+	Cancelled        Reason = "CANCELLED"
+	DeadlineExceeded Reason = "DEADLINE_EXCEEDED"
+
+	// INTERNAL: a bug or an environment failure; spoold logs it.
+	Internal Reason = "INTERNAL"
+)
+
+// entry is what the catalogue knows of a reason.
+type entry struct {
+	code  codes.Code
+	retry bool   // see Retryable
+	hint  string // what to do, added to engine and ledger errors that lack it
+}
+
+// lookup is the catalogue's table.
+func lookup(r Reason) (entry, bool) {
+	const (
+		fix   = false
+		retry = true
+	)
+	switch r {
+	case InvalidRequest, TopicRequired, InvalidTopicName, NoMessages, BatchTooLarge,
+		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
+		InvalidHeaderName, ReservedHeader, ResetTargetRequired, StartRequired, StartRepeated:
+		return entry{codes.InvalidArgument, fix, ""}, true
+	case BadPartition:
+		return entry{codes.InvalidArgument, fix, "leave partition unset to let the key choose, or use a partition the topic has"}, true
+	case UnknownTopic, UnknownGroup, UnknownSubscription:
+		return entry{codes.NotFound, fix, ""}, true
+	case TopicConflict, ConsumersConnected, WrongDeliveryMode:
+		return entry{codes.FailedPrecondition, fix, ""}, true
+	case OffsetOutOfRange:
+		return entry{codes.OutOfRange, fix, "the offset is outside what the partition retains: start from the log start or end"}, true
+	case DiskFull:
+		return entry{codes.ResourceExhausted, retry, "free disk space on spoold's data_dir (or shorten retention), then retry with the same message ids"}, true
+	case ShuttingDown:
+		return entry{codes.Unavailable, retry, "spoold is shutting down: retry against the restarted sidecar (with the same message ids when publishing)"}, true
+	case NotLeader:
+		return entry{codes.Unavailable, retry, "retry shortly with the same message ids"}, true
+	case LedgerUnavailable:
+		return entry{codes.Unavailable, retry, "retry once Redis answers again (spool_ledger_available is 1)"}, true
+	case OutcomeUnknown:
+		return entry{codes.Unknown, retry, "the messages may or may not be stored: retry with the same message ids (consumers dedupe by id)"}, true
+	case Cancelled:
+		return entry{codes.Canceled, fix, ""}, true
+	case DeadlineExceeded:
+		return entry{codes.DeadlineExceeded, retry, "retry with a longer deadline (with the same message ids when publishing)"}, true
+	case Internal:
+		return entry{codes.Internal, fix, "this is a bug or a failure of spoold's machine: see spoold's log, and report it if it is a bug"}, true
+	}
+	return entry{}, false
+}
+
+func lookupHint(r Reason) string {
+	e, _ := lookup(r)
+	return e.hint
+}
+
+// Code returns the reason's gRPC code (INTERNAL for a reason outside the
+// catalogue).
+func (r Reason) Code() codes.Code {
+	if e, ok := lookup(r); ok {
+		return e.code
+	}
+	return codes.Internal
+}
+
+// Retryable reports whether sending the same request again, unchanged,
+// can succeed. It is true only where the cause is outside the request and
+// passes by itself or by an operator's action that does not involve the
+// client: a full disk freed, a restarted or re-elected node, Redis back,
+// a publish whose outcome is unknown (retried with the same ids, which
+// consumers dedupe), a deadline too short. Everything about the request
+// itself (form, limits, names, state like connected consumers) is not
+// retryable: the client must change something first. INTERNAL is not
+// retryable: retrying a bug hides it.
+func (r Reason) Retryable() bool {
+	e, _ := lookup(r)
+	return e.retry
+}
+
+// All returns every reason of the catalogue, in the order of docs/errors.md.
+func All() []Reason {
+	return []Reason{
+		InvalidRequest, TopicRequired, InvalidTopicName, NoMessages, BatchTooLarge,
+		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
+		InvalidHeaderName, ReservedHeader, BadPartition, ResetTargetRequired, StartRequired, StartRepeated,
+		UnknownTopic, UnknownGroup, UnknownSubscription,
+		TopicConflict, ConsumersConnected, WrongDeliveryMode,
+		OffsetOutOfRange,
+		DiskFull,
+		ShuttingDown, NotLeader, LedgerUnavailable,
+		OutcomeUnknown,
+		Cancelled, DeadlineExceeded,
+		Internal,
+	}
+}

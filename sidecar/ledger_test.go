@@ -1,0 +1,108 @@
+package sidecar
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/spoolmq/spool/internal/testredis"
+	"github.com/spoolmq/spool/sidecar/config"
+	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/metrics"
+)
+
+// Defect 12: spool_ledger_available reads 0 when Redis does not answer the
+// startup ping, and 1 once a ledger call succeeds.
+func TestLedgerAvailableAfterFailedStartupPing(t *testing.T) {
+	srv := testredis.Start(t)
+	srv.Kill()
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil)).With("node", "n1")
+	m := metrics.New()
+	led, err := newLedger(&config.Config{Redis: config.RedisConfig{Addrs: []string{srv.Addr()}}}, m, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	if v := gauge(t, m); v != 0 {
+		t.Fatalf("spool_ledger_available = %v after the startup ping failed, want 0", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Trip the breaker: its log line comes through the node's logger.
+	for range ledger.DefaultConsecutiveFailures {
+		if _, err := led.Reset(ctx, "g", []string{"id"}); err == nil {
+			t.Fatal("a call succeeded with Redis down")
+		}
+	}
+	var opened string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "breaker open") {
+			opened = l
+		}
+	}
+	if !strings.Contains(opened, `"node":"n1"`) {
+		t.Fatalf("the ledger breaker does not log through the node's logger; its log:\n%s", logs.String())
+	}
+	srv.Restart()
+	for {
+		_, err := led.Reset(ctx, "g", []string{"id"})
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redis did not answer after restart: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if v := gauge(t, m); v != 1 {
+		t.Fatalf("spool_ledger_available = %v after a successful call, want 1", v)
+	}
+}
+
+// With Redis up at start the gauge reads 1 at once.
+func TestLedgerAvailableWhenRedisAnswers(t *testing.T) {
+	srv := testredis.Start(t)
+	m := metrics.New()
+	led, err := newLedger(&config.Config{Redis: config.RedisConfig{Addrs: []string{srv.Addr()}}}, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	if v := gauge(t, m); v != 1 {
+		t.Fatalf("spool_ledger_available = %v with Redis up, want 1", v)
+	}
+}
+
+func gauge(t *testing.T, m *metrics.Metrics) float64 {
+	t.Helper()
+	var out dto.Metric
+	if err := m.LedgerAvailable.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.GetGauge().GetValue()
+}
+
+// syncBuffer is a strings.Builder safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
