@@ -10,18 +10,18 @@ import (
 
 // Defaults of the Subscribe options.
 const (
-	DefaultConcurrency      = 64
-	DefaultDrainTimeout     = 30 * time.Second
-	DefaultReconnectBase    = 100 * time.Millisecond
-	DefaultReconnectMax     = 5 * time.Second
+	DefaultConcurrency   = 64
+	DefaultDrainTimeout  = 30 * time.Second
+	DefaultReconnectBase = 100 * time.Millisecond
+	DefaultReconnectMax  = 5 * time.Second
 	// DefaultMaxReceiveBytes is the largest delivery frame a Subscribe
 	// stream accepts by default: 64 MiB, the largest limits.max_message_bytes
 	// spoold allows, plus 1 MiB for the delivery's other fields (id, topic,
 	// last error) and framing. The sidecar bounds its frames below it; gRPC's
 	// own default, 4 MiB, would refuse a message the sidecar accepted.
-	DefaultMaxReceiveBytes = 65 << 20
-	minReceiveBytes        = 64 << 10
-	maxReceiveBytes        = 1 << 30
+	DefaultMaxReceiveBytes  = 65 << 20
+	minReceiveBytes         = 64 << 10
+	maxReceiveBytes         = 1 << 30
 	maxConcurrency          = 1 << 16
 	maxCredit               = 1 << 20
 	abandonAfterCancelGrace = time.Second     // wait for handlers after cancelling their ctx at the drain timeout

@@ -79,7 +79,7 @@ func (sub *subscriber) open(ctx context.Context) (*session, error) {
 			Topics: sub.topics,
 			// The bound on outstanding deliveries is what runs plus what is
 			// prefetched; the credit below enforces the same number.
-			MaxInFlight:  uint32(credit),
+			MaxInFlight:     uint32(credit),
 			ConsumerName:    sub.cfg.consumerName,
 			AppVersion:      sub.cfg.appVersion,
 			MaxReceiveBytes: uint32(sub.cfg.maxReceive),
