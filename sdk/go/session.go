@@ -93,6 +93,14 @@ func (sub *subscriber) open(ctx context.Context) (*session, error) {
 		cancel()
 		return nil, err
 	}
+	// From here the stream outlives ctx: it carries the drain. Stop watching
+	// ctx before the receiver starts, or a ctx cancelled once a handler has
+	// started (a delivery can arrive at once) would cut the stream under the
+	// drain. If ctx has ended already, the stream is being cancelled.
+	if !stopWatch() {
+		cancel()
+		return nil, ctx.Err()
+	}
 	s := &session{
 		sub: sub, stream: stream, cancelStream: cancel,
 		wake: make(chan struct{}, 1), closeReq: make(chan struct{}), broken: make(chan struct{}),
