@@ -2,8 +2,11 @@ package spool_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,4 +82,66 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// logRecorder is a slog.Handler that keeps the messages logged at Warn and
+// above, so tests can await what the SDK reports.
+type logRecorder struct {
+	mu      sync.Mutex
+	msgs    []string
+	changed chan struct{} // closed and replaced on every record
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{changed: make(chan struct{})} }
+
+func (l *logRecorder) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler            { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler                 { return l }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	l.mu.Lock()
+	l.msgs = append(l.msgs, b.String())
+	close(l.changed)
+	l.changed = make(chan struct{})
+	l.mu.Unlock()
+	return nil
+}
+
+// count is how many records contain substr.
+func (l *logRecorder) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.Contains(m, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// await waits until at least n records contain substr.
+func (l *logRecorder) await(t *testing.T, n int, substr string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		l.mu.Lock()
+		ch := l.changed
+		l.mu.Unlock()
+		if l.count(substr) >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Fatalf("waiting for %d log records containing %q; got:\n%s", n, substr, strings.Join(l.msgs, "\n"))
+		}
+	}
 }

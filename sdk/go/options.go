@@ -10,10 +10,18 @@ import (
 
 // Defaults of the Subscribe options.
 const (
-	DefaultConcurrency      = 64
-	DefaultDrainTimeout     = 30 * time.Second
-	DefaultReconnectBase    = 100 * time.Millisecond
-	DefaultReconnectMax     = 5 * time.Second
+	DefaultConcurrency   = 64
+	DefaultDrainTimeout  = 30 * time.Second
+	DefaultReconnectBase = 100 * time.Millisecond
+	DefaultReconnectMax  = 5 * time.Second
+	// DefaultMaxReceiveBytes is the largest delivery frame a Subscribe
+	// stream accepts by default: 64 MiB, the largest limits.max_message_bytes
+	// spoold allows, plus 1 MiB for the delivery's other fields (id, topic,
+	// last error) and framing. The sidecar bounds its frames below it; gRPC's
+	// own default, 4 MiB, would refuse a message the sidecar accepted.
+	DefaultMaxReceiveBytes  = 65 << 20
+	minReceiveBytes         = 64 << 10
+	maxReceiveBytes         = 1 << 30
 	maxConcurrency          = 1 << 16
 	maxCredit               = 1 << 20
 	abandonAfterCancelGrace = time.Second     // wait for handlers after cancelling their ctx at the drain timeout
@@ -30,6 +38,7 @@ type subscribeConfig struct {
 	appVersion   string
 	drainTimeout time.Duration
 	backoff      backoffConfig
+	maxReceive   int
 	logger       *slog.Logger
 	stats        *Stats
 }
@@ -40,6 +49,7 @@ func newSubscribeConfig(opts []SubscribeOption) (subscribeConfig, error) {
 		prefetch:     -1,
 		drainTimeout: DefaultDrainTimeout,
 		backoff:      backoffConfig{base: DefaultReconnectBase, max: DefaultReconnectMax},
+		maxReceive:   DefaultMaxReceiveBytes,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -63,6 +73,9 @@ func (c *subscribeConfig) validate() error {
 	}
 	if c.backoff.base <= 0 || c.backoff.max < c.backoff.base {
 		return fmt.Errorf("spool: WithReconnectBackoff(%s, %s): base must be positive and max at least base", c.backoff.base, c.backoff.max)
+	}
+	if c.maxReceive < minReceiveBytes || c.maxReceive > maxReceiveBytes {
+		return fmt.Errorf("spool: WithMaxReceiveBytes(%d): use %d..%d, at least the sidecar's limits.max_message_bytes plus 1 MiB", c.maxReceive, minReceiveBytes, maxReceiveBytes)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -113,6 +126,17 @@ func WithDrainTimeout(d time.Duration) SubscribeOption {
 // max, with full jitter (default 100 ms, 5 s).
 func WithReconnectBackoff(base, max time.Duration) SubscribeOption {
 	return func(c *subscribeConfig) { c.backoff = backoffConfig{base: base, max: max} }
+}
+
+// WithMaxReceiveBytes sets the largest delivery frame the Subscribe stream
+// accepts (its gRPC MaxCallRecvMsgSize; default DefaultMaxReceiveBytes,
+// 65 MiB). It is stated in Start.max_receive_bytes and the sidecar keeps its
+// frames below it, so it only needs to exceed the largest message the
+// sidecar accepts (limits.max_message_bytes) by 1 MiB. A message too large
+// for it makes Subscribe return an error saying so. Lower it to bound the
+// memory one frame can take when messages are small.
+func WithMaxReceiveBytes(n int) SubscribeOption {
+	return func(c *subscribeConfig) { c.maxReceive = n }
 }
 
 // WithLogger sets the logger (default slog.Default()). Reconnects and

@@ -120,11 +120,16 @@ func (c *Client) publishError(topic string, err error) error {
 	if !ok {
 		return fmt.Errorf("spool: publish to %q: %w", topic, err)
 	}
-	switch st.Code() {
-	case codes.Unavailable:
-		return fmt.Errorf("spool: publish to %q: %w (%s): is spoold running at %s? retry with the same message ids", topic, err, "sidecar unavailable", c.addr)
-	case codes.DeadlineExceeded, codes.Canceled:
+	reason := errorReason(err)
+	switch {
+	case sidecarUnreachable(err):
+		return fmt.Errorf("spool: publish to %q: %w (sidecar unreachable): is spoold running at %s? retry with the same message ids", topic, err, c.addr)
+	case st.Code() == codes.Unavailable:
+		return fmt.Errorf("spool: publish to %q: the sidecar at %s cannot store it now (%s): %w: retry later with the same message ids", topic, c.addr, reason, err)
+	case st.Code() == codes.DeadlineExceeded, st.Code() == codes.Canceled:
 		return fmt.Errorf("spool: publish to %q: %w: the message may or may not be stored; retry with the same message ids", topic, err)
+	case reason != "":
+		return fmt.Errorf("spool: publish to %q: the sidecar refused it (%s): %w", topic, reason, err)
 	default:
 		return fmt.Errorf("spool: publish to %q: %w", topic, err)
 	}

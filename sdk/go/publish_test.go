@@ -2,12 +2,20 @@ package spool_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
 	"github.com/spoolmq/spool/sdk/go/internal/fakesidecar"
 )
@@ -117,5 +125,213 @@ func TestPublisherFailsWhenSidecarGoes(t *testing.T) {
 	_, err := p.Publish(nil, []byte("2")).Wait(wctx)
 	if err == nil || !strings.Contains(err.Error(), "same WithID") && !strings.Contains(err.Error(), "spoold running") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// recvGuard wraps the client end of every PublishStream. It counts RecvMsg
+// calls that overlap (gRPC forbids two goroutines in RecvMsg on one stream:
+// they can race for the stream's status and one then waits forever), and,
+// once armed, makes the next SendMsg see the stream ended by the sidecar
+// while the Publisher's receiver has not yet returned the status: the moment
+// a sidecar restart can hit.
+type recvGuard struct {
+	side *fakesidecar.Sidecar
+
+	mu         sync.Mutex
+	inRecv     int
+	concurrent int // RecvMsg calls that began while another was in progress
+	armed      bool
+	statusSeen chan struct{} // closed when RecvMsg got the status of the armed stream
+	eofSent    chan struct{} // closed when the armed SendMsg returned io.EOF
+}
+
+func newRecvGuard() *recvGuard {
+	return &recvGuard{statusSeen: make(chan struct{}), eofSent: make(chan struct{})}
+}
+
+func (g *recvGuard) arm() {
+	g.mu.Lock()
+	g.armed = true
+	g.mu.Unlock()
+}
+
+func (g *recvGuard) overlaps() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.concurrent
+}
+
+func (g *recvGuard) interceptor(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != spoolv1.PublisherService_PublishStream_FullMethodName {
+		return cs, err
+	}
+	return &guardedStream{ClientStream: cs, g: g}, nil
+}
+
+type guardedStream struct {
+	grpc.ClientStream
+	g *recvGuard
+}
+
+func (s *guardedStream) SendMsg(m any) error {
+	g := s.g
+	g.mu.Lock()
+	armed := g.armed
+	g.armed = false
+	g.mu.Unlock()
+	if !armed {
+		return s.ClientStream.SendMsg(m)
+	}
+	// The sidecar goes away; gRPC reports that to a sender as io.EOF, the
+	// status being for RecvMsg.
+	g.side.EndPublishStreams(status.Error(codes.Unavailable, "sidecar restarting"))
+	select {
+	case <-g.statusSeen:
+	case <-time.After(5 * time.Second):
+		return errors.New("recvGuard: the receiver never got the stream's status")
+	}
+	close(g.eofSent)
+	return io.EOF
+}
+
+func (s *guardedStream) RecvMsg(m any) error {
+	g := s.g
+	g.mu.Lock()
+	g.inRecv++
+	overlap := g.inRecv > 1
+	if overlap {
+		g.concurrent++
+	}
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.inRecv--
+		g.mu.Unlock()
+	}()
+	if overlap {
+		return status.Error(codes.Internal, "recvGuard: RecvMsg called while another goroutine is in RecvMsg on this stream")
+	}
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil && !isClosed(g.statusSeen) {
+		close(g.statusSeen)
+		// Hold the status until the sender has seen its io.EOF and had the
+		// chance to misbehave; a correct Publisher waits for this receiver.
+		select {
+		case <-g.eofSent:
+		case <-time.After(5 * time.Second):
+		}
+		time.Sleep(100 * time.Millisecond) // sleep-ok: the window in which a second RecvMsg would overlap this one (it comes within microseconds); a correct Publisher passes whatever the timing
+	}
+	return err
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// A sidecar that goes away while a request is being sent: the Publisher must
+// take the stream's status from its one receiving goroutine (never a second
+// RecvMsg), fail the request with that status, and still Close promptly.
+func TestPublisherStreamEndsDuringSend(t *testing.T) {
+	side, err := fakesidecar.Start(fakesidecar.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Stop()
+	g := newRecvGuard()
+	g.side = side
+	c, err := spool.Dial(ctxT(t), side.Addr(), spool.WithGRPCDialOptions(grpc.WithStreamInterceptor(g.interceptor)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	p := c.Publisher(ctx, "orders")
+	if _, err := p.Publish(nil, []byte("1")).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.arm()
+	_, err = p.Publish(nil, []byte("2")).Wait(ctx)
+	if err == nil || !strings.Contains(err.Error(), "sidecar restarting") || !strings.Contains(err.Error(), "same WithID") {
+		t.Fatalf("publish while the stream ended: err = %v, want the stream's status and what to do", err)
+	}
+	if n := g.overlaps(); n != 0 {
+		t.Fatalf("%d RecvMsg calls overlapped another on the same stream", n)
+	}
+	// The sidecar is still there: the next publish opens a new stream.
+	if _, err := p.Publish(nil, []byte("3")).Wait(ctx); err != nil {
+		t.Fatalf("publish on a new stream: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publisher.Close did not return within 5 s")
+	}
+}
+
+// A sidecar that answers (here: its disk is full) is running: the error says
+// what it answered and does not ask whether spoold runs.
+func TestDiskFullIsNotAMissingSidecar(t *testing.T) {
+	st, err := status.New(codes.Unavailable, "publish: write orders/0: no space left on device").
+		WithDetails(&errdetails.ErrorInfo{Reason: "DISK_FULL", Domain: "spool.dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, fakesidecar.Config{PublishError: st.Err()})
+	_, err = e.client.Publish(ctxT(t), "orders", nil, []byte("x"))
+	if err == nil || strings.Contains(err.Error(), "spoold running") || !strings.Contains(err.Error(), "DISK_FULL") ||
+		!strings.Contains(err.Error(), "same message ids") {
+		t.Fatalf("err = %v, want the sidecar's reason (DISK_FULL), what to do, and no question whether spoold runs", err)
+	}
+}
+
+// swallowSends makes every PublishStream send vanish: a sidecar that takes
+// requests and never answers.
+func swallowSends(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil || method != spoolv1.PublisherService_PublishStream_FullMethodName {
+		return cs, err
+	}
+	return swallowingStream{cs}, nil
+}
+
+type swallowingStream struct{ grpc.ClientStream }
+
+func (swallowingStream) SendMsg(any) error { return nil }
+
+// Close returns within its timeout when the sidecar never answers, failing
+// what is unconfirmed, even though the Publisher's ctx has no end.
+func TestPublisherCloseIsBounded(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	c, err := spool.Dial(ctxT(t), e.side.Addr(), spool.WithGRPCDialOptions(grpc.WithStreamInterceptor(swallowSends)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := c.Publisher(context.Background(), "orders", spool.WithCloseTimeout(50*time.Millisecond))
+	f := p.Publish(nil, []byte("never answered"))
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil || !strings.Contains(err.Error(), "1 messages unconfirmed") || !strings.Contains(err.Error(), "WithCloseTimeout") {
+			t.Fatalf("Close = %v, want an error counting the unconfirmed message", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publisher.Close did not return within 5 s of a 50 ms close timeout")
+	}
+	if _, err := f.Wait(ctxT(t)); err == nil || !strings.Contains(err.Error(), "may or may not be stored") {
+		t.Fatalf("unconfirmed publish: err = %v", err)
 	}
 }

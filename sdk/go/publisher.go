@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -14,22 +15,31 @@ import (
 
 // Defaults and limits of a Publisher.
 const (
-	DefaultMaxInFlight = 1024    // messages published and not yet answered
-	maxBatchMessages   = 1000    // messages per PublishStream request (sidecar limit: 10,000)
-	maxBatchBytes      = 1 << 20 // key+payload bytes per request, below gRPC's 4 MiB default
+	DefaultMaxInFlight  = 1024             // messages published and not yet answered
+	DefaultCloseTimeout = 30 * time.Second // how long Close waits for unconfirmed messages
+	maxBatchMessages    = 1000             // messages per PublishStream request (sidecar limit: 10,000)
+	maxBatchBytes       = 1 << 20          // key+payload bytes per request, below gRPC's 4 MiB default
 )
 
 // PublisherOption configures a Publisher.
 type PublisherOption func(*publisherConfig)
 
 type publisherConfig struct {
-	maxInFlight int
+	maxInFlight  int
+	closeTimeout time.Duration
 }
 
 // WithMaxInFlight bounds the messages published but not yet confirmed
 // durable (default 1024). Publish blocks while the window is full.
 func WithMaxInFlight(n int) PublisherOption {
 	return func(c *publisherConfig) { c.maxInFlight = n }
+}
+
+// WithCloseTimeout bounds how long Close waits for unconfirmed messages
+// (default 30 s); when it passes, they fail (they may or may not be stored)
+// and Close returns an error saying how many. 0 fails them at once.
+func WithCloseTimeout(d time.Duration) PublisherOption {
+	return func(c *publisherConfig) { c.closeTimeout = max(d, 0) }
 }
 
 // Publisher pipelines publishes to one topic over a PublishStream: Publish
@@ -47,6 +57,7 @@ type Publisher struct {
 	cancel context.CancelFunc
 	slots  chan struct{} // in-flight window: one token per unconfirmed message
 	g      sync.WaitGroup
+	cfg    publisherConfig
 
 	mu     sync.Mutex
 	queue  []pubItem
@@ -62,11 +73,14 @@ type pubItem struct {
 }
 
 // pubStream is one PublishStream with the requests awaiting an answer.
+// Only its recvLoop calls Recv: gRPC forbids two goroutines in Recv on one
+// stream (they race for the final status and one can then wait forever).
 type pubStream struct {
-	s       grpc.BidiStreamingClient[spoolv1.PublishStreamRequest, spoolv1.PublishStreamResponse]
-	cancel  context.CancelFunc
-	waiting map[uint64][]*Future // guarded by Publisher.mu
-	broken  bool
+	s        grpc.BidiStreamingClient[spoolv1.PublishStreamRequest, spoolv1.PublishStreamResponse]
+	cancel   context.CancelFunc
+	recvDone chan struct{}        // closed when recvLoop has returned, the stream broken with its status
+	waiting  map[uint64][]*Future // guarded by Publisher.mu
+	broken   bool
 }
 
 // Future is the result of a pipelined publish.
@@ -93,7 +107,7 @@ func (f *Future) Wait(ctx context.Context) (PublishResult, error) {
 // Publisher returns a pipelined publisher to topic. ctx bounds its life:
 // when ctx ends, unconfirmed messages fail.
 func (c *Client) Publisher(ctx context.Context, topic string, opts ...PublisherOption) *Publisher {
-	cfg := publisherConfig{maxInFlight: DefaultMaxInFlight}
+	cfg := publisherConfig{maxInFlight: DefaultMaxInFlight, closeTimeout: DefaultCloseTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -102,7 +116,7 @@ func (c *Client) Publisher(ctx context.Context, topic string, opts ...PublisherO
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	p := &Publisher{
-		client: c, topic: topic, ctx: pctx, cancel: cancel,
+		client: c, topic: topic, ctx: pctx, cancel: cancel, cfg: cfg,
 		slots: make(chan struct{}, cfg.maxInFlight),
 		wake:  make(chan struct{}, 1),
 	}
@@ -163,8 +177,12 @@ func (p *Publisher) complete(f *Future, res PublishResult, err error, holdsSlot 
 	}
 }
 
-// Close waits for unconfirmed messages (until the Publisher's ctx ends),
-// then closes the stream.
+// Close waits for unconfirmed messages (until the Publisher's ctx ends or
+// the close timeout passes, see WithCloseTimeout), then closes the stream.
+// Messages still unconfirmed then fail; Close returns an error if the
+// timeout cut them off. Close returns within the close timeout plus the time
+// the Publisher's goroutines need to see the stream cancelled (and any
+// PublishFunc callback running then to return).
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	p.closed = true
@@ -174,15 +192,26 @@ func (p *Publisher) Close() error {
 	default:
 	}
 	// Wait for the window to empty: every slot back.
-	for i := 0; i < cap(p.slots); i++ {
+	timeout := time.NewTimer(p.cfg.closeTimeout)
+	defer timeout.Stop()
+	held, timedOut := 0, false
+wait:
+	for held < cap(p.slots) {
 		select {
 		case p.slots <- struct{}{}:
+			held++
 		case <-p.ctx.Done():
-			i = cap(p.slots)
+			break wait
+		case <-timeout.C:
+			timedOut = true
+			break wait
 		}
 	}
 	p.cancel()
 	p.g.Wait()
+	if timedOut {
+		return fmt.Errorf("spool: publisher to %q: %d messages unconfirmed after the close timeout (%s); they failed and may or may not be stored: publish them again with the same WithID, or raise WithCloseTimeout", p.topic, cap(p.slots)-held, p.cfg.closeTimeout)
+	}
 	return nil
 }
 
@@ -249,9 +278,14 @@ func (p *Publisher) sendBatch(st *pubStream, batch []pubItem) {
 	p.mu.Unlock()
 	if err := st.s.Send(&spoolv1.PublishStreamRequest{Sequence: seq, Topic: p.topic, Messages: msgs}); err != nil {
 		if errors.Is(err, io.EOF) {
-			_, err = st.s.Recv()
+			// The stream has ended; its status (why) is for Recv, which only
+			// recvLoop calls. It fails this batch with that status too, as
+			// the batch is registered in st.waiting. Recv returns at once on
+			// an ended stream, so this wait is short.
+			<-st.recvDone
+			return
 		}
-		p.breakStream(st, err)
+		p.breakStream(st, err) // other Send errors abort the stream and are its status
 	}
 }
 
@@ -262,7 +296,7 @@ func (p *Publisher) openStream() (*pubStream, error) {
 		cancel()
 		return nil, p.client.publishError(p.topic, err)
 	}
-	st := &pubStream{s: s, cancel: cancel, waiting: make(map[uint64][]*Future)}
+	st := &pubStream{s: s, cancel: cancel, recvDone: make(chan struct{}), waiting: make(map[uint64][]*Future)}
 	p.mu.Lock()
 	p.stream = st
 	p.mu.Unlock()
@@ -271,6 +305,7 @@ func (p *Publisher) openStream() (*pubStream, error) {
 }
 
 func (p *Publisher) recvLoop(st *pubStream) {
+	defer close(st.recvDone)
 	for {
 		resp, err := st.s.Recv()
 		if err != nil {

@@ -32,7 +32,11 @@ type session struct {
 
 	started      atomic.Bool
 	visibilityMs atomic.Int64
-	available    atomic.Int64 // credit granted (queued) minus deliveries received
+	// available is the credit handed to Send minus the deliveries received.
+	// Credit queued but not yet sent does not count: the sidecar cannot
+	// have used it. It is added just before Send, so a delivery the sidecar
+	// sends against that credit is never seen before it is counted.
+	available atomic.Int64
 
 	wake     chan struct{} // cap 1: something was queued
 	closeReq chan struct{} // closed by finish: flush, CloseSend, exit
@@ -61,7 +65,9 @@ func (sub *subscriber) open(ctx context.Context) (*session, error) {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopWatch := context.AfterFunc(ctx, cancel)
 	defer stopWatch()
-	stream, err := sub.client.sub.Subscribe(sctx)
+	// The receive limit is set on the call (it overrides a dial-wide
+	// default) and stated in Start, so the sidecar sizes frames below it.
+	stream, err := sub.client.sub.Subscribe(sctx, grpc.MaxCallRecvMsgSize(sub.cfg.maxReceive))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -73,9 +79,10 @@ func (sub *subscriber) open(ctx context.Context) (*session, error) {
 			Topics: sub.topics,
 			// The bound on outstanding deliveries is what runs plus what is
 			// prefetched; the credit below enforces the same number.
-			MaxInFlight:  uint32(credit),
-			ConsumerName: sub.cfg.consumerName,
-			AppVersion:   sub.cfg.appVersion,
+			MaxInFlight:     uint32(credit),
+			ConsumerName:    sub.cfg.consumerName,
+			AppVersion:      sub.cfg.appVersion,
+			MaxReceiveBytes: uint32(sub.cfg.maxReceive),
 		},
 		Credit: uint32(credit),
 	}
@@ -85,6 +92,14 @@ func (sub *subscriber) open(ctx context.Context) (*session, error) {
 		}
 		cancel()
 		return nil, err
+	}
+	// From here the stream outlives ctx: it carries the drain. Stop watching
+	// ctx before the receiver starts, or a ctx cancelled once a handler has
+	// started (a delivery can arrive at once) would cut the stream under the
+	// drain. If ctx has ended already, the stream is being cancelled.
+	if !stopWatch() {
+		cancel()
+		return nil, ctx.Err()
 	}
 	s := &session{
 		sub: sub, stream: stream, cancelStream: cancel,
@@ -161,7 +176,6 @@ func (s *session) settle(st settlement) {
 	}
 	if st.returnCredit && !s.noCredit {
 		s.pending.credit++
-		s.available.Add(1)
 	}
 	s.pending.settles = append(s.pending.settles, st)
 	s.mu.Unlock()
@@ -207,8 +221,11 @@ func (s *session) recvLoop() {
 	for {
 		resp, err := s.stream.Recv()
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			switch {
+			case errors.Is(err, io.EOF):
 				err = errors.New("the sidecar ended the stream")
+			case frameTooLarge(err):
+				err = fmt.Errorf("%w: %w", errFrameTooLarge, err)
 			}
 			s.fail(err)
 			return
@@ -224,10 +241,14 @@ func (s *session) recvLoop() {
 				"reason", se.GetReason(), "message", se.GetMessage(),
 				"topic", r.GetTopic(), "partition", r.GetPartition(), "offset", r.GetOffset(), "fencing_token", r.GetFencingToken())
 		}
-		for _, d := range resp.GetDeliveries() {
-			s.sub.stats.Delivered.Add(1)
-			if s.available.Add(-1) < 0 {
-				s.available.Add(1)
+		ds := resp.GetDeliveries()
+		s.sub.stats.Delivered.Add(int64(len(ds)))
+		// The sidecar sent this frame against the credit it had then: take
+		// it for the whole frame before any delivery reaches a worker, whose
+		// settlement would return credit the sidecar had not seen.
+		within := s.takeCredit(len(ds))
+		for i, d := range ds {
+			if i >= within {
 				s.sub.log.Warn("spool: the sidecar sent more deliveries than the credit granted; handing the excess back",
 					"topic", d.GetTopic(), "partition", d.GetPartition(), "offset", d.GetOffset())
 				s.release(d)
@@ -244,6 +265,23 @@ func (s *session) recvLoop() {
 			}
 		}
 	}
+}
+
+// takeCredit takes credit for n deliveries received in one frame and returns
+// how many of them it covers; the rest were sent beyond the credit granted.
+func (s *session) takeCredit(n int) int {
+	for {
+		a := s.available.Load()
+		k := coveredByCredit(a, n)
+		if s.available.CompareAndSwap(a, a-int64(k)) {
+			return k
+		}
+	}
+}
+
+// coveredByCredit is how many of n deliveries an available credit covers.
+func coveredByCredit(available int64, n int) int {
+	return int(min(max(available, 0), int64(n)))
 }
 
 func (s *session) sendLoop() {
@@ -275,6 +313,7 @@ func (s *session) sendLoop() {
 			if cur.empty() {
 				break
 			}
+			s.available.Add(int64(cur.credit)) // before Send: see available
 			if err := s.stream.Send(buildFrame(&cur)); err != nil {
 				if errors.Is(err, io.EOF) {
 					err = fmt.Errorf("send: the stream ended (%w)", err)

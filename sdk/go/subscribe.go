@@ -133,6 +133,11 @@ func (sub *subscriber) run(ctx context.Context) error {
 				attempt = 0
 			}
 		}
+		if errors.Is(err, errFrameTooLarge) {
+			runErr = fmt.Errorf("spool: subscribe group %q: the sidecar at %s sent a delivery frame larger than this client's receive limit of %d bytes (%w): raise WithMaxReceiveBytes above the sidecar's limits.max_message_bytes plus 1 MiB, or upgrade spoold so that it bounds frames by Start.max_receive_bytes; reconnecting would only get the same frame again", sub.group, sub.client.addr, sub.cfg.maxReceive, err)
+			sub.log.Error("spool: subscribe stopped: a delivery frame is larger than this client can receive", "err", runErr)
+			break
+		}
 		if permanent(err) {
 			runErr = fmt.Errorf("spool: subscribe group %q: the sidecar at %s refused the subscription: %w: check the group and topics against the sidecar's subscriptions", sub.group, sub.client.addr, err)
 			break
@@ -142,8 +147,11 @@ func (sub *subscriber) run(ctx context.Context) error {
 		}
 		d := sub.cfg.backoff.next(attempt)
 		attempt++
-		sub.log.Warn("spool: subscribe stream to the sidecar broke; reconnecting (is spoold running? deliveries in progress will be redelivered)",
-			"err", err, "retry_in", d, "attempt", attempt)
+		msg := "spool: subscribe stream to the sidecar broke; reconnecting (deliveries in progress will be redelivered)"
+		if sidecarUnreachable(err) {
+			msg = "spool: no sidecar answering; reconnecting (is spoold running? deliveries in progress will be redelivered)"
+		}
+		sub.log.Warn(msg, "err", err, "retry_in", d, "attempt", attempt)
 		sleepCtx(ctx, d)
 	}
 	return errors.Join(runErr, sub.drain(live))

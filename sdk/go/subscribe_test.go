@@ -3,10 +3,14 @@ package spool_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
@@ -194,12 +198,7 @@ func TestLeaseExtension(t *testing.T) {
 	if r.SettleErrors != 0 {
 		t.Fatalf("settle errors = %d", r.SettleErrors)
 	}
-	// No extension after the handler returned.
-	n := len(r.Extends)
-	time.Sleep(150 * time.Millisecond) // sleep-ok: an observation window for the absence of extends
-	if got := len(e.side.Record().Extends); got != n {
-		t.Fatalf("extends after the handler returned: %d -> %d", n, got)
-	}
+	// That extensions stop when the handler returns is TestLeaseKeeperStopsAtEnd.
 }
 
 func TestReconnectAfterBrokenStream(t *testing.T) {
@@ -238,29 +237,53 @@ func TestReconnectAfterBrokenStream(t *testing.T) {
 }
 
 func TestSubscribeWithoutSidecarRetriesUntilCancelled(t *testing.T) {
-	// The client dials lazily and no sidecar listens: Subscribe keeps
-	// retrying and returns nil once ctx is cancelled.
+	// No sidecar listens at addr yet: Subscribe keeps retrying (each
+	// attempt logged), consumes once a sidecar appears there, and returns
+	// nil when ctx is cancelled.
 	side, err := fakesidecar.Start(fakesidecar.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := side.Addr()
 	side.Stop()
-	c, err := spool.Dial(ctxT(t), addr, spool.WithConnectTimeout(0))
+	// gRPC's own reconnect backoff (1 s base) shortened, so the test does
+	// not wait for it once the sidecar is up.
+	fast := grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1.6, MaxDelay: 50 * time.Millisecond}, MinConnectTimeout: time.Second})
+	c, err := spool.Dial(ctxT(t), addr, spool.WithConnectTimeout(0), spool.WithGRPCDialOptions(fast))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	logs := newLogRecorder()
+	var handled atomic.Int32
 	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Subscribe(ctx, "billing", nil, func(context.Context, *spool.Message) error { return nil },
-			spool.WithLogger(quietLogger()), spool.WithReconnectBackoff(5*time.Millisecond, 20*time.Millisecond))
+		done <- c.Subscribe(ctx, "billing", nil, func(context.Context, *spool.Message) error { handled.Add(1); return nil },
+			spool.WithLogger(slog.New(logs)), spool.WithReconnectBackoff(5*time.Millisecond, 20*time.Millisecond))
 	}()
-	time.Sleep(50 * time.Millisecond) // sleep-ok: let a few reconnect attempts fail before cancelling
+	logs.await(t, 3, "reconnecting")
+	if n := logs.count("is spoold running"); n < 3 {
+		t.Errorf("%d of the failed attempts ask whether spoold runs, want every one: nothing answers at %s", n, addr)
+	}
+	side, err = fakesidecar.Start(fakesidecar.Config{Addr: addr})
+	if err != nil {
+		t.Fatalf("restarting the twin at %s: %v", addr, err)
+	}
+	defer side.Stop()
+	side.Enqueue("orders", "after the sidecar came up")
+	if err := side.Await(ctx, func(r fakesidecar.Record) bool { return len(r.Acks) == 1 }); err != nil {
+		t.Fatalf("no ack once the sidecar came up: %v (handled %d)", err, handled.Load())
+	}
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Subscribe = %v, want nil after ctx cancellation", err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Subscribe = %v, want nil after ctx cancellation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Subscribe did not return 5 s after its ctx was cancelled")
 	}
 }
 
@@ -299,32 +322,36 @@ func TestDrainReleasesUnstartedAndWaitsForRunning(t *testing.T) {
 	started := make(chan struct{})
 	finish := make(chan struct{})
 	var ctxErr atomic.Value
+	var returned, returnedEarly atomic.Bool // Subscribe returned; it had when the handler finished
 	stop := e.subscribe(func(ctx context.Context, m *spool.Message) error {
 		close(started) // only one handler may ever start
 		<-finish
 		if ctx.Err() != nil {
 			ctxErr.Store(ctx.Err())
 		}
+		returnedEarly.Store(returned.Load())
 		return nil
 	}, spool.WithConcurrency(1), spool.WithPrefetch(3))
 	<-started
 	e.await("all 4 delivered", func(r fakesidecar.Record) bool { return r.Delivered == 4 })
 	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
+	go func() {
+		err := stop()
+		returned.Store(true)
+		stopped <- err
+	}()
 	r := e.await("3 releases", func(r fakesidecar.Record) bool { return len(r.Nacks) == 3 })
 	for _, n := range r.Nacks {
 		if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RELEASE {
 			t.Fatalf("nack = %v, want release", n)
 		}
 	}
-	select {
-	case err := <-stopped:
-		t.Fatalf("Subscribe returned (%v) while a handler was running", err)
-	case <-time.After(50 * time.Millisecond):
-	}
 	close(finish)
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
+	}
+	if returnedEarly.Load() {
+		t.Fatal("Subscribe returned while a handler was running")
 	}
 	// The sidecar reads the last frames after Subscribe returns: await them.
 	r = e.await("the running handler's ack, then a clean half-close", func(r fakesidecar.Record) bool {
@@ -381,6 +408,7 @@ func TestInvalidOptions(t *testing.T) {
 	}{
 		{"concurrency", e.client.Subscribe(ctxT(t), "g", nil, h, spool.WithConcurrency(0))},
 		{"backoff", e.client.Subscribe(ctxT(t), "g", nil, h, spool.WithReconnectBackoff(0, time.Second))},
+		{"receive limit", e.client.Subscribe(ctxT(t), "g", nil, h, spool.WithMaxReceiveBytes(1000))},
 		{"group", e.client.Subscribe(ctxT(t), "", nil, h)},
 		{"handler", e.client.Subscribe(ctxT(t), "g", nil, nil)},
 	} {
@@ -396,5 +424,54 @@ func TestDialFailureSaysWhatToDo(t *testing.T) {
 	_, err := spool.Dial(ctx, "127.0.0.1:1")
 	if err == nil || !strings.Contains(err.Error(), "spoold --dev") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A message above gRPC's default 4 MiB receive limit (the sidecar allows up
+// to 64 MiB) reaches the handler with the default options.
+func TestDeliveryAboveGRPCDefaultLimitIsReceived(t *testing.T) {
+	const size = 6 << 20
+	e := newEnv(t, fakesidecar.Config{})
+	e.side.Enqueue("orders", strings.Repeat("x", size))
+	var got atomic.Int64
+	stats := new(spool.Stats)
+	e.subscribe(func(_ context.Context, m *spool.Message) error { got.Store(int64(len(m.Payload))); return nil }, spool.WithStats(stats))
+	r := e.await("the 6 MiB message acked", func(r fakesidecar.Record) bool { return len(r.Acks) == 1 })
+	if mr := r.Starts[0].GetMaxReceiveBytes(); mr != spool.DefaultMaxReceiveBytes {
+		t.Fatalf("Start.max_receive_bytes = %d, want the default %d", mr, spool.DefaultMaxReceiveBytes)
+	}
+	if got.Load() != size {
+		t.Fatalf("payload = %d bytes, want %d", got.Load(), size)
+	}
+	if n := stats.Reconnects.Load(); n != 0 {
+		t.Fatalf("reconnects = %d, want 0", n)
+	}
+}
+
+// A frame larger than the client can receive is an error that says what to
+// raise, not a reconnect loop (each reconnect would get the same frame).
+func TestFrameAboveReceiveLimitStopsWithAClearError(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	e.side.Enqueue("orders", strings.Repeat("x", 2<<20))
+	stats := new(spool.Stats)
+	logs := newLogRecorder()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := e.client.Subscribe(ctx, "billing", []string{"orders"}, func(context.Context, *spool.Message) error { return nil },
+		spool.WithMaxReceiveBytes(1<<20), spool.WithLogger(slog.New(logs)), spool.WithStats(stats), spool.WithReconnectBackoff(time.Millisecond, 20*time.Millisecond))
+	if ctx.Err() != nil {
+		t.Fatalf("Subscribe ran until its ctx ended (%d reconnects) instead of reporting the frame it cannot receive; err = %v", stats.Reconnects.Load(), err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "WithMaxReceiveBytes") || !strings.Contains(err.Error(), "max_message_bytes") {
+		t.Fatalf("err = %v, want one naming WithMaxReceiveBytes and max_message_bytes", err)
+	}
+	if n := stats.Reconnects.Load(); n != 0 {
+		t.Fatalf("reconnects = %d, want 0", n)
+	}
+	if logs.count("WithMaxReceiveBytes") == 0 {
+		t.Fatal("the error was not logged")
+	}
+	if mr := e.side.Record().Starts[0].GetMaxReceiveBytes(); mr != 1<<20 {
+		t.Fatalf("Start.max_receive_bytes = %d, want the limit set, %d", mr, 1<<20)
 	}
 }

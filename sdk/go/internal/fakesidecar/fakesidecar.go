@@ -44,6 +44,13 @@ type Config struct {
 	ExtraDeliveries int
 	// MaxBatch bounds the deliveries per frame (default 256).
 	MaxBatch int
+	// Addr is the loopback address to listen on (default: a fresh port).
+	// Tests that start the twin after the client use it.
+	Addr string
+	// PublishError, when set, is the answer to every Publish (unary) and
+	// ends every PublishStream at its first request, as a sidecar that
+	// cannot store anything would (a full disk).
+	PublishError error
 }
 
 type key struct {
@@ -71,6 +78,7 @@ type Sidecar struct {
 	offsets  map[string]int64 // next offset per topic (one partition per topic)
 	token    uint64
 	streams  map[*stream]struct{}
+	pubEnds  map[chan error]struct{} // one per open PublishStream: send to end it
 	rec      Record
 }
 
@@ -91,12 +99,21 @@ type Record struct {
 	Published      []*spoolv1.PublishMessage
 }
 
+// DefaultClientReceiveBytes is gRPC's default receive limit, assumed for a
+// client whose Start has no max_receive_bytes.
+const DefaultClientReceiveBytes = 4 << 20
+
+// frameOverheadBytes is kept free in every frame for the SubscribeResponse
+// and per-delivery framing.
+const frameOverheadBytes = 1 << 10
+
 type stream struct {
-	credit      int64
-	outstanding int
-	kick        chan struct{}
-	broken      chan error
-	extraSent   bool
+	maxFrameBytes int
+	credit        int64
+	outstanding   int
+	kick          chan struct{}
+	broken        chan error
+	extraSent     bool
 }
 
 type generator struct {
@@ -113,14 +130,17 @@ func Start(cfg Config) (*Sidecar, error) {
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = 256
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("fakesidecar: listen: %w", err)
 	}
 	s := &Sidecar{
 		cfg: cfg, lis: lis, addr: lis.Addr().String(), srv: grpc.NewServer(),
 		changed: make(chan struct{}), inflight: map[key]*spoolv1.Delivery{}, owner: map[key]*stream{},
-		offsets: map[string]int64{}, streams: map[*stream]struct{}{},
+		offsets: map[string]int64{}, streams: map[*stream]struct{}{}, pubEnds: map[chan error]struct{}{},
 	}
 	spoolv1.RegisterPublisherServiceServer(s.srv, s)
 	spoolv1.RegisterSubscriberServiceServer(s.srv, s)
@@ -212,6 +232,19 @@ func (s *Sidecar) BreakStreams() {
 	s.mu.Unlock()
 }
 
+// EndPublishStreams ends every open PublishStream with err (a status), as a
+// sidecar that stops would; requests not yet answered get no answer.
+func (s *Sidecar) EndPublishStreams(err error) {
+	s.mu.Lock()
+	for end := range s.pubEnds {
+		select {
+		case end <- err:
+		default:
+		}
+	}
+	s.mu.Unlock()
+}
+
 // ExpireLeases redelivers every unsettled delivery with a new fencing token,
 // as if its lease had run out; settlements with the old token are rejected.
 func (s *Sidecar) ExpireLeases() {
@@ -254,21 +287,58 @@ func (s *Sidecar) changedLocked() {
 
 // Publish implements PublisherService.Publish.
 func (s *Sidecar) Publish(_ context.Context, req *spoolv1.PublishRequest) (*spoolv1.PublishResponse, error) {
+	if s.cfg.PublishError != nil {
+		return nil, s.cfg.PublishError
+	}
 	if err := req.Validate(); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return &spoolv1.PublishResponse{Results: s.append(req.GetTopic(), req.GetMessages())}, nil
 }
 
-// PublishStream implements PublisherService.PublishStream.
+// PublishStream implements PublisherService.PublishStream. Requests are
+// read on their own goroutine so that EndPublishStreams can end the stream
+// while the client is between requests.
 func (s *Sidecar) PublishStream(srv grpc.BidiStreamingServer[spoolv1.PublishStreamRequest, spoolv1.PublishStreamResponse]) error {
-	for {
-		req, err := srv.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
+	end := make(chan error, 1)
+	s.mu.Lock()
+	s.pubEnds[end] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pubEnds, end)
+		s.mu.Unlock()
+	}()
+	reqs := make(chan *spoolv1.PublishStreamRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := srv.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-srv.Context().Done():
+				return
+			}
 		}
-		if err != nil {
+	}()
+	for {
+		var req *spoolv1.PublishStreamRequest
+		select {
+		case req = <-reqs:
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
 			return err
+		case err := <-end:
+			return err
+		}
+		if s.cfg.PublishError != nil {
+			return s.cfg.PublishError
 		}
 		resp := &spoolv1.PublishStreamResponse{Sequence: req.GetSequence()}
 		if err := req.Validate(); err != nil {
@@ -313,7 +383,14 @@ func (s *Sidecar) Subscribe(srv grpc.BidiStreamingServer[spoolv1.SubscribeReques
 	if len(s.cfg.Groups) > 0 && !contains(s.cfg.Groups, start.GetGroup()) {
 		return status.Errorf(codes.NotFound, "subscribe: group %q is not declared in the sidecar's subscriptions", start.GetGroup())
 	}
-	st := &stream{kick: make(chan struct{}, 1), broken: make(chan error, 1)}
+	// Frames stay within what the client said it can receive (gRPC's default
+	// 4 MiB when it said nothing), as the sidecar does; a single delivery
+	// larger than that is still sent, alone, and the client's gRPC refuses it.
+	maxFrame := int(start.GetMaxReceiveBytes())
+	if maxFrame == 0 {
+		maxFrame = DefaultClientReceiveBytes
+	}
+	st := &stream{kick: make(chan struct{}, 1), broken: make(chan error, 1), maxFrameBytes: maxFrame}
 	s.mu.Lock()
 	s.streams[st] = struct{}{}
 	s.rec.Starts = append(s.rec.Starts, start)
@@ -326,6 +403,7 @@ func (s *Sidecar) Subscribe(srv grpc.BidiStreamingServer[spoolv1.SubscribeReques
 
 	if err := srv.Send(&spoolv1.SubscribeResponse{Started: &spoolv1.Started{
 		Group: start.GetGroup(), Topics: start.GetTopics(), MaxInFlight: start.GetMaxInFlight(), VisibilityTimeoutMs: s.cfg.VisibilityMs,
+		MaxFrameBytes: uint32(maxFrame),
 	}}); err != nil {
 		return err
 	}
@@ -395,11 +473,17 @@ func (s *Sidecar) takeLocked(st *stream, group string) []*spoolv1.Delivery {
 	}
 	n = min(n, s.cfg.MaxBatch)
 	var out []*spoolv1.Delivery
+	size := frameOverheadBytes
 	for len(out) < n {
 		var d *spoolv1.Delivery
 		switch {
 		case len(s.queue) > 0:
 			d = s.queue[0]
+			sz := proto.Size(d) + 16
+			if len(out) > 0 && size+sz > st.maxFrameBytes {
+				return out // the rest goes in the next frame
+			}
+			size += sz
 			s.queue = s.queue[1:]
 		case s.gen != nil && s.gen.left > 0:
 			s.gen.left--
