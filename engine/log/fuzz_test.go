@@ -205,31 +205,65 @@ func lastLogName(files []string) string {
 	return last
 }
 
-// TestWriteFuzzSeeds regenerates testdata/fuzz seed files when
-// SPOOL_WRITE_FUZZ_SEEDS=1; otherwise it only checks they exist.
-func TestWriteFuzzSeeds(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzDecodeBatch")
-	if os.Getenv("SPOOL_WRITE_FUZZ_SEEDS") != "1" {
-		if ents, err := os.ReadDir(dir); err != nil || len(ents) == 0 {
-			t.Fatalf("no committed seed corpus in %s: %v", dir, err)
-		}
-		return
-	}
-	os.MkdirAll(dir, 0o755)
+// fuzzSeedFiles returns the seed corpus committed under testdata/fuzz, by
+// path: the FuzzDecodeBatch seeds encode seedBatches (so a change to the
+// batch format shows up as a stale corpus), the FuzzRecover seeds are
+// damage scenarios. Files found there by the fuzzer itself (named by their
+// hash) are not listed and not checked.
+func fuzzSeedFiles() map[string]string {
+	files := map[string]string{}
 	for i, b := range seedBatches() {
-		body := fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(b)))
-		os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%d", i)), []byte(body), 0o644)
+		files[filepath.Join("testdata", "fuzz", "FuzzDecodeBatch", fmt.Sprintf("seed-%d", i))] =
+			fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(b)))
 	}
-	rdir := filepath.Join("testdata", "fuzz", "FuzzRecover")
-	os.MkdirAll(rdir, 0o755)
-	seeds := []string{
+	damage := []string{
 		"uint8(25)\nuint8(4)\nuint8(0)\nuint32(333)\nuint8(2)\nbool(false)",
 		"uint8(25)\nuint8(4)\nuint8(1)\nuint32(333)\nuint8(2)\nbool(false)",
 		"uint8(47)\nuint8(0)\nuint8(1)\nuint32(71)\nuint8(6)\nbool(true)",
 		"uint8(47)\nuint8(2)\nuint8(1)\nuint32(9)\nuint8(6)\nbool(false)",
 		"uint8(12)\nuint8(200)\nuint8(0)\nuint32(0)\nuint8(0)\nbool(false)",
 	}
-	for i, s := range seeds {
-		os.WriteFile(filepath.Join(rdir, fmt.Sprintf("seed-%d", i)), []byte("go test fuzz v1\n"+s+"\n"), 0o644)
+	for i, s := range damage {
+		files[filepath.Join("testdata", "fuzz", "FuzzRecover", fmt.Sprintf("seed-%d", i))] = "go test fuzz v1\n" + s + "\n"
+	}
+	return files
+}
+
+// TestWriteFuzzSeeds checks that every committed seed file holds exactly
+// what fuzzSeedFiles generates (so a FuzzDecodeBatch seed is the batch it
+// claims to be, in today's format), and that the full seed batch decodes.
+// With SPOOL_WRITE_FUZZ_SEEDS=1 it rewrites them instead.
+func TestWriteFuzzSeeds(t *testing.T) {
+	files := fuzzSeedFiles()
+	if os.Getenv("SPOOL_WRITE_FUZZ_SEEDS") == "1" {
+		for path, body := range files {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+	for path, want := range files {
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("seed %s: %v (regenerate with SPOOL_WRITE_FUZZ_SEEDS=1 go test -run TestWriteFuzzSeeds ./engine/log/)", path, err)
+			continue
+		}
+		if string(got) != want {
+			i := 0
+			for i < min(len(got), len(want)) && got[i] == want[i] {
+				i++
+			}
+			t.Errorf("seed %s differs from what seedBatches and the damage seeds generate, from byte %d: got %.60q, want %.60q (regenerate with SPOOL_WRITE_FUZZ_SEEDS=1 go test -run TestWriteFuzzSeeds ./engine/log/)", path, i, got[i:], want[i:])
+		}
+	}
+	// The first seed is a whole, valid batch: the fuzzer starts from
+	// something the decoder accepts, not only from damage.
+	h, recs, n, err := DecodeBatch(seedBatches()[0])
+	if err != nil || n != len(seedBatches()[0]) || len(recs) != 3 || h.BaseOffset != 42 {
+		t.Fatalf("seed 0 does not decode as the 3-record batch at offset 42: header %+v, %d records, n %d, err %v", h, len(recs), n, err)
 	}
 }

@@ -101,6 +101,25 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// MaxConsecutiveFailures is the largest ConsecutiveFailures that keeps the
+// promise of docs/breaker.md with a subscription's max_attempts: detecting
+// an outage never brings a message to its last attempt. Detection costs at
+// most ConsecutiveFailures-1 counted failures in all (the failure that
+// trips is not counted), so a message that had no failed attempt before the
+// outage is at attempt ConsecutiveFailures at most when delivery pauses:
+// that must stay below maxAttempts. With maxAttempts 1 every message is on
+// its last attempt; 1 is allowed there (detection then costs no attempt).
+func MaxConsecutiveFailures(maxAttempts int) int {
+	return max(1, maxAttempts-1)
+}
+
+// DefaultConsecutiveFailuresFor is the default ConsecutiveFailures of a
+// subscription with this max_attempts: DefaultConsecutiveFailures, lowered
+// to MaxConsecutiveFailures(maxAttempts).
+func DefaultConsecutiveFailuresFor(maxAttempts int) int {
+	return min(DefaultConsecutiveFailures, MaxConsecutiveFailures(maxAttempts))
+}
+
 // OpenWait returns how long a breaker stays open after the given number of
 // consecutive reopens (0 for the open that follows the closed state):
 // min(MaxOpenTimeout, OpenTimeout·2^reopens). It never overflows.

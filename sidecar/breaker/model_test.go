@@ -6,65 +6,150 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"pgregory.net/rapid"
 )
 
-// model is a dumb reimplementation of a Set, with plain counters instead of
-// gobreaker, that the property test checks the Set against.
+// model is the behaviour docs/breaker.md describes, written down as plainly
+// as possible and on purpose not the way Set does it: it keeps every
+// outcome it was told in one history and decides a trip by reading that
+// history back (the run of failures since the last ack, the outcomes of
+// the current fixed window); open times double from the previous one
+// instead of being computed from a count of reopens. Nothing of Set or of
+// gobreaker is used, so a mistake in Set's state switch shows up as a
+// disagreement instead of being copied.
 type model struct {
-	cfg      Config
-	order    []string
-	bs       map[string]*mBreaker
-	named    int
+	cfg Config
+	// history of the outcomes that feed breakers: acks (for every closed
+	// breaker) and failures tagged with a downstream.
+	history []outcome
+	names   []string // breakers in creation order (transitions come in this order)
+	bs      map[string]*mb
+	// The subscription's one probe.
 	probeOut bool
+	probed   map[string]bool // the breakers half-open when the probe was sent
 }
 
-type mBreaker struct {
+type outcome struct {
+	at time.Time
+	ok bool   // an ack of the subscription
+	ds string // for a failure: the breaker it was tagged toward
+}
+
+type mb struct {
 	state     State
-	until     time.Time
-	reopens   int
-	probing   bool
-	winEnd    time.Time
-	req, fail int
-	run       int
+	openUntil time.Time     // Open: when the open time is over
+	openFor   time.Duration // the length of the last open time
+	// since: the breaker counts the outcomes from history[since:] (it was
+	// created or closed then).
+	since int
 }
 
-func (m *model) wait(reopens int) time.Duration {
-	w := m.cfg.OpenTimeout
-	for range reopens {
-		w *= 2
-		if w >= m.cfg.MaxOpenTimeout {
-			return m.cfg.MaxOpenTimeout
+func newModel(cfg Config) *model {
+	return &model{cfg: cfg, bs: map[string]*mb{}, probed: map[string]bool{}}
+}
+
+// breakerFor is the breaker a tagged failure feeds (docs/breaker.md,
+// "Telling Spool which downstream failed"), made closed on first use.
+func (m *model) breakerFor(ds string) string {
+	name := ds
+	if len(ds) > MaxDownstreamNameBytes || !utf8.ValidString(ds) {
+		name = OtherDownstream
+	}
+	if _, known := m.bs[name]; !known && name != OtherDownstream {
+		named := 0
+		for _, n := range m.names {
+			if n != OtherDownstream {
+				named++
+			}
+		}
+		if named >= m.cfg.MaxDownstreams {
+			name = OtherDownstream
 		}
 	}
-	return w
+	if _, known := m.bs[name]; !known {
+		m.bs[name] = &mb{state: Closed, since: len(m.history)}
+		m.names = append(m.names, name)
+	}
+	return name
 }
 
+// trips reads the history back to decide whether a closed breaker opens
+// now: a run of consecutive_failures failures toward it with no ack in
+// between, or in the current window at least min_requests outcomes of
+// which at least failure_ratio failed. Windows are fixed: one starts with
+// the first outcome after the previous one ended.
+func (m *model) trips(name string) bool {
+	var mine []outcome
+	for _, o := range m.history[m.bs[name].since:] {
+		if o.ok || o.ds == name {
+			mine = append(mine, o)
+		}
+	}
+	run := 0
+	for i := len(mine) - 1; i >= 0 && !mine[i].ok; i-- {
+		run++
+	}
+	if run >= m.cfg.ConsecutiveFailures {
+		return true
+	}
+	var windowStart time.Time
+	requests, failures := 0, 0
+	for i, o := range mine {
+		if i == 0 || !o.at.Before(windowStart.Add(m.cfg.Window)) {
+			windowStart, requests, failures = o.at, 0, 0
+		}
+		requests++
+		if !o.ok {
+			failures++
+		}
+	}
+	return requests >= m.cfg.MinRequests && float64(failures) >= m.cfg.FailureRatio*float64(requests)
+}
+
+// halfOpenAt: open, and its open time is over at now (Allow already treats
+// such a breaker as half-open).
+func (b *mb) halfOpenAt(now time.Time) bool {
+	return b.state == HalfOpen || (b.state == Open && !now.Before(b.openUntil))
+}
+
+// advance reports open → half-open for each breaker whose open time is over.
 func (m *model) advance(now time.Time) []Transition {
 	var tr []Transition
-	for _, n := range m.order {
-		if b := m.bs[n]; b.state == Open && !now.Before(b.until) {
-			b.state, b.probing = HalfOpen, false
-			tr = append(tr, Transition{n, Open, HalfOpen, 0})
+	for _, n := range m.names {
+		if b := m.bs[n]; b.state == Open && !now.Before(b.openUntil) {
+			b.state = HalfOpen
+			tr = append(tr, Transition{Downstream: n, From: Open, To: HalfOpen})
 		}
 	}
 	return tr
 }
 
+func (m *model) open(n string, wait time.Duration, now time.Time) Transition {
+	b := m.bs[n]
+	from := b.state
+	b.state, b.openFor, b.openUntil = Open, wait, now.Add(wait)
+	return Transition{Downstream: n, From: from, To: Open, Wait: wait}
+}
+
+func (m *model) settleProbe() {
+	m.probeOut = false
+	m.probed = map[string]bool{}
+}
+
+// allow: nothing while any breaker is open (its time not over); one probe
+// while some breaker is half-open and no probe is out; no limit otherwise.
 func (m *model) allow(now time.Time) (int, bool) {
-	anyOpen, anyHalf := false, false
+	half := false
 	for _, b := range m.bs {
-		if b.state == Open && now.Before(b.until) {
-			anyOpen = true
-		} else if b.state != Closed {
-			anyHalf = true
+		if b.state == Open && now.Before(b.openUntil) {
+			return 0, false
 		}
+		half = half || b.halfOpenAt(now)
 	}
 	switch {
-	case anyOpen:
-		return 0, false
-	case !anyHalf:
+	case !half:
 		return -1, false
 	case m.probeOut:
 		return 0, false
@@ -72,109 +157,71 @@ func (m *model) allow(now time.Time) (int, bool) {
 	return 1, true
 }
 
-func (m *model) settle() {
-	m.probeOut = false
-	for _, b := range m.bs {
-		b.probing = false
-	}
-}
-
-func (m *model) count(b *mBreaker, now time.Time, ok bool) (tripped bool) {
-	if b.winEnd.IsZero() || !now.Before(b.winEnd) {
-		b.req, b.fail, b.winEnd = 0, 0, now.Add(m.cfg.Window)
-	}
-	b.req++
-	if ok {
-		b.run = 0
-		return false
-	}
-	b.fail++
-	b.run++
-	return b.run >= m.cfg.ConsecutiveFailures ||
-		(b.req >= m.cfg.MinRequests && float64(b.fail) >= m.cfg.FailureRatio*float64(b.req))
-}
-
-func (m *model) open(n string, b *mBreaker, now time.Time) Transition {
-	from := b.state
-	w := m.wait(b.reopens)
-	*b = mBreaker{state: Open, until: now.Add(w), reopens: b.reopens}
-	return Transition{n, from, Open, w}
-}
-
-func (m *model) close(n string, b *mBreaker) Transition {
-	*b = mBreaker{}
-	return Transition{n, HalfOpen, Closed, 0}
-}
-
-func (m *model) success(now time.Time, probe bool) []Transition {
-	tr := m.advance(now)
-	closing := probe && m.probeOut
-	for _, n := range m.order {
-		b := m.bs[n]
-		if b.state == Closed {
-			m.count(b, now, true)
-		} else if closing && b.probing {
-			tr = append(tr, m.close(n, b))
-		}
-	}
-	if closing {
-		m.settle()
-	}
-	return tr
-}
-
-func (m *model) failure(now time.Time, ds string, probe bool) (bool, []Transition) {
-	tr := m.advance(now)
-	probe = probe && m.probeOut
-	counted := true
-	if ds != "" {
-		if len(ds) > MaxDownstreamNameBytes {
-			ds = OtherDownstream
-		}
-		if _, ok := m.bs[ds]; !ok && ds != OtherDownstream && m.named >= m.cfg.MaxDownstreams {
-			ds = OtherDownstream
-		}
-		b, ok := m.bs[ds]
-		if !ok {
-			b = &mBreaker{}
-			m.bs[ds] = b
-			m.order = append(m.order, ds)
-			if ds != OtherDownstream {
-				m.named++
-			}
-		}
-		switch b.state {
-		case Closed:
-			if m.count(b, now, false) {
-				tr = append(tr, m.open(ds, b, now))
-				counted = false
-			}
-		case Open:
-			counted = false
-		case HalfOpen:
-			counted = false
-			if probe && b.probing {
-				b.reopens++
-				tr = append(tr, m.open(ds, b, now))
-			}
-		}
-	}
-	if probe {
-		m.settle()
-	}
-	return counted, tr
-}
-
+// sent: the probe goes out and probes every breaker half-open now.
 func (m *model) sent(now time.Time) []Transition {
 	tr := m.advance(now)
-	if !m.probeOut {
-		for _, b := range m.bs {
-			if b.state == HalfOpen {
-				b.probing, m.probeOut = true, true
-			}
+	if m.probeOut {
+		return tr
+	}
+	for n, b := range m.bs {
+		if b.state == HalfOpen {
+			m.probed[n] = true
+			m.probeOut = true
 		}
 	}
 	return tr
+}
+
+func (m *model) lost(now time.Time) []Transition {
+	tr := m.advance(now)
+	m.settleProbe()
+	return tr
+}
+
+// success: an ack counts for every closed breaker; the probe's ack closes
+// the breakers it probed, with fresh counts and the first open time again.
+func (m *model) success(now time.Time, probe bool) []Transition {
+	tr := m.advance(now)
+	m.history = append(m.history, outcome{at: now, ok: true})
+	if !probe || !m.probeOut {
+		return tr
+	}
+	for _, n := range m.names {
+		if m.probed[n] {
+			b := m.bs[n]
+			*b = mb{state: Closed, since: len(m.history)}
+			tr = append(tr, Transition{Downstream: n, From: HalfOpen, To: Closed})
+		}
+	}
+	m.settleProbe()
+	return tr
+}
+
+// failure: docs/breaker.md, the States table and "The guarantee".
+func (m *model) failure(now time.Time, ds string, probe bool) (counted bool, tr []Transition) {
+	tr = m.advance(now)
+	probe = probe && m.probeOut
+	defer func() {
+		if probe {
+			m.settleProbe() // whatever the failure said, this probe is over
+		}
+	}()
+	if ds == "" {
+		return true, tr // untagged: the message's own failure, no breaker
+	}
+	n := m.breakerFor(ds)
+	b := m.bs[n]
+	switch {
+	case b.state == Closed:
+		m.history = append(m.history, outcome{at: now, ds: n})
+		if m.trips(n) {
+			return false, append(tr, m.open(n, m.cfg.OpenTimeout, now)) // the outage is known from here on
+		}
+		return true, tr
+	case b.state == HalfOpen && probe && m.probed[n]:
+		return false, append(tr, m.open(n, min(2*b.openFor, m.cfg.MaxOpenTimeout), now))
+	}
+	return false, tr // open, or half-open and not its probe: changes nothing
 }
 
 func (m *model) states() map[string]State {
@@ -187,7 +234,8 @@ func (m *model) states() map[string]State {
 
 // TestSetAgainstModel drives a Set and the model with the same random calls
 // (a well-behaved delivery loop mostly, sometimes a confused one) and checks
-// that every answer agrees, plus the invariants the delivery loop relies on.
+// that every answer agrees, plus the invariants the delivery loop and
+// docs/breaker.md rely on.
 func TestSetAgainstModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		open := time.Duration(rapid.IntRange(1, 5).Draw(rt, "open_s")) * time.Second
@@ -204,11 +252,16 @@ func TestSetAgainstModel(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		m := &model{cfg: s.Config(), bs: map[string]*mBreaker{}}
+		m := newModel(s.Config())
 		now := t0
 		// The loop's own view: is a probe out, so outcomes carry probe=true?
 		loopProbe := false
-		names := []string{"", "a", "b", "c", "d", OtherDownstream}
+		long := string(make([]byte, MaxDownstreamNameBytes+1))
+		names := []string{"", "a", "b", "c", "d", OtherDownstream, long, "bad\xffname"}
+		// countedRun: per breaker, the counted failures toward it since the
+		// subscription's last ack or since it last closed (guarantee 4 of
+		// docs/breaker.md: it stays below consecutive_failures).
+		countedRun := map[string]int{}
 
 		checkTr := func(what string, got, want []Transition) {
 			if !slices.Equal(got, want) {
@@ -217,6 +270,9 @@ func TestSetAgainstModel(t *testing.T) {
 			for _, x := range got {
 				if x.To == Open && (x.Wait < cfg.OpenTimeout || x.Wait > cfg.MaxOpenTimeout) {
 					rt.Fatalf("%s: %v: wait outside [%v, %v]", what, x, cfg.OpenTimeout, cfg.MaxOpenTimeout)
+				}
+				if x.To == Closed {
+					countedRun[x.Downstream] = 0
 				}
 			}
 		}
@@ -264,6 +320,7 @@ func TestSetAgainstModel(t *testing.T) {
 			"ack": func(rt *rapid.T) {
 				p := outcome(rt)
 				checkTr("Success", s.Success(now, p), m.success(now, p))
+				clear(countedRun)
 			},
 			"retry": func(rt *rapid.T) {
 				ds := rapid.SampledFrom(names).Draw(rt, "downstream")
@@ -274,11 +331,17 @@ func TestSetAgainstModel(t *testing.T) {
 					rt.Fatalf("Failure(%q, %v) counted %v, model %v", ds, p, c, mc)
 				}
 				checkTr("Failure", tr, mtr)
+				if c && ds != "" {
+					b := m.breakerFor(ds)
+					countedRun[b]++
+					if countedRun[b] >= cfg.ConsecutiveFailures {
+						rt.Fatalf("%d counted failures toward %s since the last ack: detection must cost at most consecutive_failures-1 = %d", countedRun[b], b, cfg.ConsecutiveFailures-1)
+					}
+				}
 			},
 			"lost": func(rt *rapid.T) {
 				loopProbe = false
-				checkTr("ProbeLost", s.ProbeLost(now), m.advance(now))
-				m.settle()
+				checkTr("ProbeLost", s.ProbeLost(now), m.lost(now))
 			},
 			"": func(rt *rapid.T) {
 				got, want := s.States(), m.states()
@@ -292,16 +355,13 @@ func TestSetAgainstModel(t *testing.T) {
 				n, probe := s.Allow(now)
 				anyOpen, anyHalf := false, false
 				var next time.Time
-				for _, name := range m.order {
-					b := m.bs[name]
-					if b.state == Open && now.Before(b.until) {
+				for _, b := range m.bs {
+					if b.state == Open && now.Before(b.openUntil) {
 						anyOpen = true
 					}
-					if b.state == HalfOpen || (b.state == Open && !now.Before(b.until)) {
-						anyHalf = true
-					}
-					if b.state == Open && (next.IsZero() || b.until.Before(next)) {
-						next = b.until
+					anyHalf = anyHalf || b.halfOpenAt(now)
+					if b.state == Open && (next.IsZero() || b.openUntil.Before(next)) {
+						next = b.openUntil
 					}
 				}
 				if anyOpen && n != 0 {

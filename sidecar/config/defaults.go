@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/sidecar/backoff"
+	"github.com/spoolmq/spool/sidecar/breaker"
 )
 
 // Defaults. A zero (or empty) field gets its default from ApplyDefaults,
@@ -114,7 +115,9 @@ func (s *SubscriptionConfig) applyDefaults() {
 		s.RedisUnavailable = DefaultRedisUnavailable
 	}
 	b := &s.Breaker
-	setInt(&b.ConsecutiveFailures, DefaultBreakerConsecutiveFailures)
+	// Below max_attempts, so that detecting an outage cannot use a
+	// message's last attempt (validateBreakerTrip).
+	setInt(&b.ConsecutiveFailures, min(DefaultBreakerConsecutiveFailures, breaker.MaxConsecutiveFailures(s.MaxAttempts)))
 	if b.FailureRatio == 0 {
 		b.FailureRatio = DefaultBreakerFailureRatio
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spoolmq/spool/sidecar/breaker"
 )
 
 // FieldError is one problem with one configuration value. Validate and
@@ -263,6 +265,7 @@ func (c *Config) validateSubscriptions(v *validator) {
 		if !(br.FailureRatio > 0 && br.FailureRatio <= 1) {
 			v.add(p+".breaker.failure_ratio", strconv.FormatFloat(br.FailureRatio, 'g', -1, 64), "a ratio above 0 and at most 1")
 		}
+		validateBreakerTrip(v, p, s)
 		v.intRange(p+".breaker.min_requests", int64(br.MinRequests), 1, 1_000_000)
 		v.durRange(p+".breaker.window", br.Window, 100*time.Millisecond, time.Hour)
 		v.durRange(p+".breaker.open_timeout", br.OpenTimeout, 100*time.Millisecond, time.Hour)
@@ -273,6 +276,24 @@ func (c *Config) validateSubscriptions(v *validator) {
 		if br.MaxOpenTimeout < lo || br.MaxOpenTimeout > 24*time.Hour {
 			v.add(p+".breaker.max_open_timeout", br.MaxOpenTimeout.String(), fmt.Sprintf("between breaker.open_timeout (%v) and 24h", lo))
 		}
+	}
+}
+
+// validateBreakerTrip holds breaker.consecutive_failures below max_attempts
+// (breaker.MaxConsecutiveFailures): detecting a downstream outage costs up
+// to consecutive_failures-1 counted attempts, and must not bring a message
+// to its last attempt (docs/breaker.md, "The guarantee").
+func validateBreakerTrip(v *validator, p string, s *SubscriptionConfig) {
+	c, m := s.Breaker.ConsecutiveFailures, s.MaxAttempts
+	if c < 1 || c > 1_000_000 || m < 1 || m > MaxMaxAttempts {
+		return // reported by the range checks
+	}
+	if hi := breaker.MaxConsecutiveFailures(m); c > hi {
+		allowed := fmt.Sprintf("at most %d (below max_attempts, %d, so that detecting a downstream outage cannot use a message's last attempt): lower it or raise max_attempts", hi, m)
+		if m == 1 {
+			allowed = "1 when max_attempts is 1 (detecting a downstream outage must not dead-letter messages): lower it or raise max_attempts"
+		}
+		v.add(p+".breaker.consecutive_failures", strconv.Itoa(c), allowed)
 	}
 }
 

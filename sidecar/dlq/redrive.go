@@ -23,12 +23,23 @@ const (
 	MaxRatePerS = 10_000
 	// MaxSample bounds the entries a redrive reports back.
 	MaxSample = 100
+	// DefaultPageEntries and DefaultPageBytes bound one page of a redrive:
+	// the dead letters it holds in memory at a time (read, then reset and
+	// appended one by one at the rate, then the next page). A single entry
+	// larger than the page is a page on its own. One read from the log asks
+	// for at most min(FetchBytes, page bytes).
+	DefaultPageEntries = 256
+	DefaultPageBytes   = 4 << 20
 )
 
-// Counters a redrive reports to (the sidecar passes its metrics).
+// Counters a redrive reports to (the sidecar passes its metrics). Nil
+// functions are not called.
 type Counters struct {
 	Redriven func(n int)
 	Skipped  func(reason string, n int)
+	// Page, when set, is told the size of each page read (entries and
+	// bytes held at once).
+	Page func(entries, bytes int)
 }
 
 // Request is one redrive.
@@ -37,6 +48,9 @@ type Request struct {
 	Filter                 *spoolv1.DeadLetterFilter
 	DryRun                 bool
 	RatePerS               int
+	// PageEntries and PageBytes bound the dead letters held in memory at a
+	// time; 0 means DefaultPageEntries and DefaultPageBytes.
+	PageEntries, PageBytes int
 }
 
 // Result reports a redrive.
@@ -51,51 +65,88 @@ type Result struct {
 // reset; an entry the ledger shows as done is left alone (the message was
 // handled: redriving it would be a mistake). With DryRun nothing moves and
 // Result says what would. l may be nil (no ledger: nothing is reset).
+//
+// The dead-letter topic is read in pages (Request.PageEntries,
+// PageBytes): memory is bounded by a page, not by the size of the topic.
+// A page's appends are confirmed before the next page is read. Only the
+// entries present when Redrive starts are considered. When it stops early
+// (ctx, Redis, the log), Matched counts the entries seen so far.
 func Redrive(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Counters) (Result, error) {
 	rate := req.RatePerS
 	if rate <= 0 {
 		rate = DefaultRatePerS
 	}
 	rate = min(rate, MaxRatePerS)
-	var matched []entry
-	err := scan(eng, req.Group, req.DLQTopic, req.Filter, func(e entry) bool {
-		if e.dl.GetMessage().GetTopic() == req.Topic {
-			matched = append(matched, e)
-		}
-		return ctx.Err() == nil
-	})
+	pageEntries, pageBytes := req.PageEntries, req.PageBytes
+	if pageEntries <= 0 {
+		pageEntries = DefaultPageEntries
+	}
+	if pageBytes <= 0 {
+		pageBytes = DefaultPageBytes
+	}
+	var res Result
+	r, err := newReader(eng, req.Group, req.DLQTopic, req.Filter, req.Topic, min(FetchBytes, pageBytes))
 	if err != nil {
-		return Result{}, err
-	}
-	res := Result{Matched: uint64(len(matched))}
-	for _, e := range matched[:min(len(matched), MaxSample)] {
-		res.Sample = append(res.Sample, e.dl)
-	}
-	if req.DryRun || len(matched) == 0 {
-		return res, ctx.Err()
+		return res, err
 	}
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
+	for ctx.Err() == nil {
+		page, err := r.next(pageEntries, pageBytes)
+		if err != nil {
+			return res, fmt.Errorf("redrive stopped after %d messages: %w", res.Redriven, err)
+		}
+		if len(page) == 0 {
+			return res, nil
+		}
+		if c.Page != nil {
+			size := 0
+			for _, e := range page {
+				size += e.size()
+			}
+			c.Page(len(page), size)
+		}
+		res.Matched += uint64(len(page))
+		for _, e := range page[:min(len(page), MaxSample-len(res.Sample))] {
+			res.Sample = append(res.Sample, e.dl)
+		}
+		if req.DryRun {
+			continue
+		}
+		if err := redrivePage(ctx, eng, l, req, c, page, tick.C, &res); err != nil {
+			return res, err
+		}
+	}
+	if req.DryRun {
+		return res, ctx.Err()
+	}
+	return res, fmt.Errorf("redrive stopped after %d messages: %w", res.Redriven, ctx.Err())
+}
+
+// redrivePage resets and appends the entries of one page, one per tick,
+// and returns once every append of the page is confirmed.
+func redrivePage(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Counters, page []entry, tick <-chan time.Time, res *Result) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var produceErr error
-	for _, e := range matched {
+	defer wg.Wait() // the page's appends end before the page is let go
+	for _, e := range page {
 		select {
-		case <-tick.C:
+		case <-tick:
 		case <-ctx.Done():
-			wg.Wait()
-			return res, fmt.Errorf("redrive stopped after %d of %d messages: %w", res.Redriven, res.Matched, ctx.Err())
+			return fmt.Errorf("redrive stopped after %d messages: %w", res.Redriven, ctx.Err())
 		}
 		id := string(e.rec.ID)
 		if l != nil {
 			rr, err := l.Reset(ctx, req.Group, []string{id})
 			if err != nil {
-				wg.Wait()
-				return res, fmt.Errorf("redrive: resetting the ledger entry of %s: %w (nothing more was moved; run the redrive again when Redis is back)", id, err)
+				return fmt.Errorf("redrive: resetting the ledger entry of %s: %w (nothing more was moved; run the redrive again when Redis is back)", id, err)
 			}
 			if rr[0] == ledger.AlreadyDone {
 				res.AlreadyDone++
-				c.Skipped("already_done", 1)
+				if c.Skipped != nil {
+					c.Skipped("already_done", 1)
+				}
 				continue
 			}
 		}
@@ -110,13 +161,15 @@ func Redrive(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Co
 			}
 		})
 		res.Redriven++
-		c.Redriven(1)
+		if c.Redriven != nil {
+			c.Redriven(1)
+		}
 	}
 	wg.Wait()
 	if produceErr != nil {
-		return res, fmt.Errorf("redrive: appending to %s: %w", req.Topic, produceErr)
+		return fmt.Errorf("redrive: appending to %s: %w", req.Topic, produceErr)
 	}
-	return res, nil
+	return nil
 }
 
 // redriveRecord rebuilds the original message from a dead-letter entry.

@@ -26,9 +26,12 @@ subscriptions:
 
 func config(visibility, ordering string) string { return fmt.Sprintf(baseConfig, visibility, ordering) }
 
-// Per-key order holds while many keys are handled concurrently: for each
-// key, handler starts and completions follow publish order, and every
-// message completes exactly once.
+// Per-key order holds while many keys are handled concurrently: a key never
+// has two messages at the app at once (the app records "start" when its
+// handler begins and "done" just before it returns and the SDK acks, in one
+// file in the order they happen, so the next message of a key may start
+// only after the previous one's "done"), its messages start in publish
+// order, and every message completes exactly once.
 func TestPerKeyOrderUnderConcurrency(t *testing.T) {
 	n := startNode(t, config("10s", "key"))
 	c := n.client(context.Background())
@@ -40,14 +43,24 @@ func TestPerKeyOrderUnderConcurrency(t *testing.T) {
 
 	events := readEvents(t, rec)
 	lastStart := map[string]int{}
+	atApp := map[string]int{} // key → seq of its message at the app (started, not done)
 	for _, e := range events {
-		if e.kind != "start" {
-			continue
+		switch e.kind {
+		case "start":
+			if other, busy := atApp[e.key]; busy {
+				t.Fatalf("key %s: message %d started while message %d of the same key was still at the app (two in flight)", e.key, e.seq, other)
+			}
+			atApp[e.key] = e.seq
+			if prev, ok := lastStart[e.key]; ok && e.seq <= prev {
+				t.Fatalf("key %s: message %d started after %d (publish order broken)", e.key, e.seq, prev)
+			}
+			lastStart[e.key] = e.seq
+		case "done":
+			if cur, ok := atApp[e.key]; !ok || cur != e.seq {
+				t.Fatalf("key %s: message %d done, but the record shows it was not at the app", e.key, e.seq)
+			}
+			delete(atApp, e.key)
 		}
-		if prev, ok := lastStart[e.key]; ok && e.seq <= prev {
-			t.Fatalf("key %s: message %d started after %d (publish order broken)", e.key, e.seq, prev)
-		}
-		lastStart[e.key] = e.seq
 	}
 	for id, k := range doneCounts(events) {
 		if k != 1 {

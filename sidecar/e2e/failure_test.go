@@ -170,12 +170,13 @@ func TestAttemptsSurviveSidecarRestart(t *testing.T) {
 	}
 }
 
-// A downstream that is down for 10 s burns no attempts beyond the ones in
-// flight when its breaker opened, dead-letters nothing, and delivery
+// A downstream that is down for 10 s costs no more attempts than
+// detecting it (docs/breaker.md, guarantee 4: at most consecutive_failures
+// - 1 = 2 counted failures in all), dead-letters nothing, and delivery
 // resumes when it returns.
 func TestDownstreamOutageBurnsNoAttempts(t *testing.T) {
 	r := testredis.Start(t)
-	n := startNode(t, ledgerConfig(r.Addr(), "pause", 3))
+	n := startNode(t, ledgerConfig(r.Addr(), "pause", 4))
 	c := n.client(context.Background())
 	dir := t.TempDir()
 	down := filepath.Join(dir, "down")
@@ -203,10 +204,20 @@ func TestDownstreamOutageBurnsNoAttempts(t *testing.T) {
 	if len(resp.GetEntries()) != 0 {
 		t.Fatalf("%d messages dead-lettered during a downstream outage, want 0", len(resp.GetEntries()))
 	}
+	// Every failure is tagged, and there is no ack before the outage: the
+	// attempts beyond each message's first add up to at most 2.
+	highest := map[string]int{}
 	for _, e := range readEvents(t, rec) {
-		if e.kind == "start" && e.attempt > 2 {
-			t.Fatalf("message %s reached attempt %d: the outage burned attempts", e.id, e.attempt)
+		if e.kind == "start" {
+			highest[e.id] = max(highest[e.id], e.attempt)
 		}
+	}
+	counted := 0
+	for _, a := range highest {
+		counted += a - 1
+	}
+	if counted > 2 {
+		t.Fatalf("%d attempts counted over all messages (highest attempt per message: %v); detecting the outage may cost at most consecutive_failures-1 = 2", counted, highest)
 	}
 	if u := metricValue(t, n, `spool_uncounted_failures_total{group="workers",topic="orders"}`) + metricValue(t, n, `spool_breaker_transitions_total{downstream="email",group="workers",to="half-open",topic="orders"}`); u == 0 {
 		t.Fatal("no probe and no uncounted failure: the breaker did not work during the outage")
