@@ -168,3 +168,22 @@ func (g *Group) applyDLQ(now time.Time, r dlqResult) {
 }
 
 func (g *Group) dlPending() bool { return g.dlqInFlight > 0 }
+
+// Limits on text the application supplies in a settlement. Longer text is
+// cut (on a UTF-8 boundary) when the settlement arrives, so that what Spool
+// keeps per message, and writes into a dead-letter entry, stays bounded.
+const (
+	// MaxErrorBytes bounds a nack's error text (Nack.error).
+	MaxErrorBytes = 4 << 10
+	// MaxReasonBytes bounds a dead-letter reason (Nack.reason).
+	MaxReasonBytes = 1 << 10
+)
+
+// ReasonApplication is the dead_lettered_total reason label of a message the
+// application dead-lettered (its own reason text goes into the entry's
+// spool-dlq-reason header, never into a label).
+const ReasonApplication = "application"
+
+// ReasonDeliveryTooLarge is the SettleError reason sent to a stream that
+// cannot receive a delivery (larger than its max_receive_bytes).
+const ReasonDeliveryTooLarge = "DELIVERY_TOO_LARGE"
