@@ -30,7 +30,7 @@ type consumer struct {
 	// callback dispatcher, whose deliveries never cross the wire together).
 	maxFrameBytes int
 	closed        bool
-	rr, rrPart  int
+	rr, rrPart    int
 }
 
 type refKey struct {
