@@ -108,9 +108,12 @@ func (m *machine) claimed(now time.Time, j *claimJob) {
 	}
 	out := granted[:0]
 	for _, cd := range granted {
-		if cd.c.closed || m.draining {
-			// Its stream ended (or spoold began draining) while the ledger
-			// answered: back, uncounted.
+		if cd.c.closed || m.draining || !now.Before(cd.d.Deadline) {
+			// Its stream ended (or spoold began draining, or its lease ran
+			// out) while the ledger answered: back, uncounted. If the
+			// tracker already ended the lease, that attempt counted there,
+			// and the ledger's next claim takes the entry over counting it
+			// too: both agree.
 			if cd.p.tr.Release(now, cd.d.Offset, cd.d.Token, false) == nil {
 				m.ledgerRelease(s, sent{id: string(cd.d.Value.ID), wire: cd.wire}, "", true)
 			}
