@@ -173,15 +173,22 @@ func (g *Group) Run(ctx context.Context) error {
 		}()
 	}
 	commits := newMailbox[*commitJob]()
-	stopCommitter := make(chan struct{})
-	goFunc(func() { g.runCommitter(commits, stopCommitter) })
-	defer close(stopCommitter)
+	stopCommitter, committerDone := make(chan struct{}), make(chan struct{})
+	goFunc(func() {
+		defer close(committerDone)
+		g.runCommitter(commits, stopCommitter)
+	})
 	stopCallbacks := make(chan struct{})
 	goFunc(func() { g.runCallbacks(stopCallbacks) })
 	defer close(stopCallbacks)
 
 	d := &driver{g: g, ledger: ledgerOps, commits: commits}
-	return d.loop(ctx, changed)
+	d.loop(ctx, changed)
+	// The committer ends before the final commit, so that no earlier
+	// commit it was writing can land after it.
+	close(stopCommitter)
+	<-committerDone
+	return d.stop()
 }
 
 // driver carries out the machine's actions for Run.
@@ -194,7 +201,8 @@ type driver struct {
 	nextLag time.Time
 }
 
-func (d *driver) loop(ctx context.Context, changed <-chan struct{}) error {
+// loop runs until the drain is complete or its budget is used up.
+func (d *driver) loop(ctx context.Context, changed <-chan struct{}) {
 	g, mc := d.g, d.g.mc
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -241,10 +249,9 @@ func (d *driver) loop(ctx context.Context, changed <-chan struct{}) error {
 			drainDeadline = time.After(g.cfg.DrainTimeout)
 		case <-drainDeadline:
 			g.log.Warn("drain budget used up: unsettled deliveries will be redelivered after restart", "in_flight", mc.outstanding())
-			return d.stop()
+			return
 		}
 	}
-	return d.stop()
 }
 
 // run carries out the actions the machine emitted, feeding synchronous
@@ -305,9 +312,9 @@ func (d *driver) applyResults(now time.Time) {
 	clear(d.res)
 }
 
-// stop applies the answers that arrived and writes the final positions
-// (the committer may still be writing an earlier commit: it is
-// idempotent, and the final one is written last, here).
+// stop applies the answers that arrived, hands the last settlements to
+// the ledger pipeline and writes the final positions (the committer has
+// stopped).
 func (d *driver) stop() error {
 	d.applyResults(time.Now())
 	d.run(time.Now()) // ledger writes of the last answers
