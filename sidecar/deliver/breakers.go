@@ -26,17 +26,17 @@ func (s *sub) allowance(now time.Time, free int) (int, bool) {
 	return min(n, free), probe
 }
 
-func (g *Group) probeSent(now time.Time, s *sub) {
+func (m *machine) probeSent(now time.Time, s *sub) {
 	if s.brk != nil {
-		g.report(s, s.brk.ProbeSent(now))
+		m.report(s, s.brk.ProbeSent(now))
 	}
 }
 
 // probeLost settles a probe whose outcome says nothing about the
 // downstreams (lease expired, released, dead-lettered, stream gone).
-func (g *Group) probeLost(now time.Time, s *sub, o sent) {
+func (m *machine) probeLost(now time.Time, s *sub, o sent) {
 	if s.brk != nil && o.probe {
-		g.report(s, s.brk.ProbeLost(now))
+		m.report(s, s.brk.ProbeLost(now))
 	}
 }
 
@@ -62,17 +62,17 @@ func (s *sub) paused(now time.Time) bool {
 }
 
 // report turns breaker transitions into metrics and log lines.
-func (g *Group) report(s *sub, trs []breaker.Transition) {
+func (m *machine) report(s *sub, trs []breaker.Transition) {
 	for _, tr := range trs {
-		g.m.BreakerTransitions.WithLabelValues(g.cfg.Name, s.cfg.Topic, tr.Downstream, tr.To.String()).Inc()
-		g.m.BreakerState.WithLabelValues(g.cfg.Name, s.cfg.Topic, tr.Downstream).Set(stateValue(tr.To))
+		m.met.BreakerTransitions.WithLabelValues(m.cfg.Name, s.cfg.Topic, tr.Downstream, tr.To.String()).Inc()
+		m.met.BreakerState.WithLabelValues(m.cfg.Name, s.cfg.Topic, tr.Downstream).Set(stateValue(tr.To))
 		switch tr.To {
 		case breaker.Open:
-			g.log.Warn("circuit breaker open: delivery paused, attempts not counted", "topic", s.cfg.Topic, "downstream", tr.Downstream, "wait", tr.Wait)
+			m.log.Warn("circuit breaker open: delivery paused, attempts not counted", "topic", s.cfg.Topic, "downstream", tr.Downstream, "wait", tr.Wait)
 		case breaker.HalfOpen:
-			g.log.Info("circuit breaker half-open: sending one probe", "topic", s.cfg.Topic, "downstream", tr.Downstream)
+			m.log.Info("circuit breaker half-open: sending one probe", "topic", s.cfg.Topic, "downstream", tr.Downstream)
 		case breaker.Closed:
-			g.log.Info("circuit breaker closed: delivery resumes", "topic", s.cfg.Topic, "downstream", tr.Downstream)
+			m.log.Info("circuit breaker closed: delivery resumes", "topic", s.cfg.Topic, "downstream", tr.Downstream)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -86,7 +85,10 @@ func (g *Group) callHandle(ctx context.Context, d *spoolv1.Delivery) *spoolv1.Su
 		case codes.DeadlineExceeded:
 			nack.Error = "handle did not answer before the lease deadline"
 		}
-		if errors.Is(err, context.Canceled) {
+		// A call cut short by the sidecar itself (drain, shutdown) hands
+		// the message back: the app's client answers a status error with
+		// code Canceled, which wraps no context error, so ask ctx.
+		if ctx.Err() != nil || status.Code(err) == codes.Canceled {
 			nack.Outcome = spoolv1.Outcome_OUTCOME_RELEASE
 		}
 		req.Nacks = []*spoolv1.Nack{nack}

@@ -1,18 +1,10 @@
 package deliver
 
 import (
-	"context"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
 )
-
-// commitJob is one topic's positions to write.
-type commitJob struct {
-	s   *sub
-	pos map[int32]engine.Position
-	err error
-}
 
 // position is the partition's committed position now: the tracker's lowest
 // unfinished offset and finished offsets above it, plus offsets restored as
@@ -46,8 +38,8 @@ func mergeSorted(a, b []int64) []int64 {
 	return append(append(out, a...), b...)
 }
 
-func (g *Group) dirty() bool {
-	for _, s := range g.subs {
+func (m *machine) dirty() bool {
+	for _, s := range m.subs {
 		if s.committing {
 			continue
 		}
@@ -61,13 +53,14 @@ func (g *Group) dirty() bool {
 	return false
 }
 
-// maybeCommit hands changed positions to the committer every CommitInterval.
-func (g *Group) maybeCommit(now time.Time, force bool) {
-	if !force && now.Before(g.nextCommit) {
+// maybeCommit emits the changed positions of each topic every
+// CommitInterval, one commit per topic at a time.
+func (m *machine) maybeCommit(now time.Time) {
+	if now.Before(m.nextCommit) {
 		return
 	}
-	g.nextCommit = now.Add(g.cfg.CommitInterval)
-	for _, s := range g.subs {
+	m.nextCommit = now.Add(m.cfg.CommitInterval)
+	for _, s := range m.subs {
 		if s.committing {
 			continue
 		}
@@ -76,7 +69,7 @@ func (g *Group) maybeCommit(now time.Time, force bool) {
 			continue
 		}
 		s.committing = true
-		g.commits <- commitJob{s: s, pos: pos} // capacity len(subs): never blocks
+		m.emit(action{kind: actCommit, s: s, pos: pos})
 	}
 }
 
@@ -93,51 +86,15 @@ func (s *sub) positions() (map[int32]engine.Position, bool) {
 	return pos, changed
 }
 
-// runCommitter writes positions off the loop (an fsync per topic), and
-// reports each result on g.commitDone.
-func (g *Group) runCommitter(ctx context.Context) {
-	for {
-		select {
-		case j := <-g.commits:
-			j.err = g.eng.CommitPositions(g.cfg.Name, j.s.cfg.Topic, j.pos)
-			g.commitDone <- j
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-func (g *Group) applyCommit(j commitJob) {
+// committedPositions applies the answer to an actCommit.
+func (m *machine) committedPositions(j *commitJob) {
 	j.s.committing = false
 	if j.err != nil {
-		g.m.CommitErrors.WithLabelValues(g.cfg.Name, j.s.cfg.Topic).Inc()
-		g.log.Error("committing offsets failed; retrying at the next interval", "topic", j.s.cfg.Topic, "err", j.err)
+		m.met.CommitErrors.WithLabelValues(m.cfg.Name, j.s.cfg.Topic).Inc()
+		m.log.Error("committing offsets failed; retrying at the next interval", "topic", j.s.cfg.Topic, "err", j.err)
 		return
 	}
 	for _, p := range j.s.parts {
 		p.committed = j.pos[p.num]
 	}
-}
-
-// finalCommit writes every topic's positions synchronously (the committer
-// has stopped).
-func (g *Group) finalCommit() error {
-	var first error
-	for _, s := range g.subs {
-		pos, changed := s.positions()
-		if !changed {
-			continue
-		}
-		if err := g.eng.CommitPositions(g.cfg.Name, s.cfg.Topic, pos); err != nil {
-			g.m.CommitErrors.WithLabelValues(g.cfg.Name, s.cfg.Topic).Inc()
-			if first == nil {
-				first = err
-			}
-			continue
-		}
-		for _, p := range s.parts {
-			p.committed = pos[p.num]
-		}
-	}
-	return first
 }

@@ -3,7 +3,9 @@ package deliver
 import (
 	"time"
 
+	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
 // consumer is one receiver of deliveries: an app's Subscribe stream or the
@@ -22,9 +24,13 @@ type consumer struct {
 	credit      int
 	reserved    int // deliveries taken for this consumer, waiting for the ledger
 	outstanding map[refKey]sent
-	frame       []*spoolv1.Delivery // being built by dispatch
-	closed      bool
-	rr, rrPart  int
+	frame       []*spoolv1.Delivery // being built by send
+	frameBytes  int                 // estimated wire size of frame
+	// maxFrameBytes bounds a delivery frame's size (0: unbounded, for the
+	// callback dispatcher, whose deliveries never cross the wire together).
+	maxFrameBytes int
+	closed        bool
+	rr, rrPart    int
 }
 
 type refKey struct {
@@ -70,7 +76,8 @@ func (c *consumer) free() int {
 	return min(c.credit, c.maxInFlight-len(c.outstanding)-c.reserved)
 }
 
-// send queues a frame without blocking.
+// send queues a frame without blocking; false if the consumer's queue is
+// full (the driver then tells the machine: frameUnsent).
 func (c *consumer) send(f *spoolv1.SubscribeResponse) bool {
 	select {
 	case c.out <- f:
@@ -115,4 +122,48 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 		}
 	}
 	return out
+}
+
+// Frame size estimates: an upper bound of a delivery's encoded size (field
+// tags and lengths included), cheap enough for every message.
+const (
+	deliveryOverhead = 128
+	headerOverhead   = 16
+)
+
+// deliveryBytes estimates the wire size of a delivery before it is built.
+func deliveryBytes(d *tracker.Delivery[engine.Record]) int {
+	r := &d.Value
+	n := deliveryOverhead + 2*len(r.ID) + len(r.Key) + len(r.Value) + len(d.LastError)
+	for _, h := range r.Headers {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// wireBytes estimates the wire size of a built delivery.
+func wireBytes(d *spoolv1.Delivery) int {
+	n := deliveryOverhead + len(d.MessageId) + len(d.Topic) + len(d.Key) + len(d.Payload) + len(d.LastError) + len(d.Group)
+	for k, v := range d.Headers {
+		n += headerOverhead + len(k) + len(v)
+	}
+	return n
+}
+
+// Frame limits of a stream: what it can receive (Start.max_receive_bytes,
+// 0 meaning gRPC's default) less room for the frame's own framing.
+const (
+	defaultReceiveBytes = 4 << 20
+	frameHeadroom       = 64 << 10
+	minFrameBytes       = 64 << 10
+)
+
+// frameLimit is the largest delivery frame sent to a stream that can
+// receive maxReceive bytes (0: gRPC's default, 4 MiB).
+func frameLimit(maxReceive uint32) int {
+	limit := int(maxReceive)
+	if limit == 0 {
+		limit = defaultReceiveBytes
+	}
+	return max(limit-frameHeadroom, min(limit, minFrameBytes))
 }

@@ -5,9 +5,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
 // Headers Spool adds to a dead-letter entry (the original headers are kept
@@ -43,61 +45,103 @@ type AttemptRecord struct {
 	AppVersion string `json:"app_version,omitempty"`
 }
 
-// maxHistory bounds the attempts remembered per message (the latest are kept).
-const maxHistory = 32
+// maxHistory bounds the attempts remembered per message (the latest are
+// kept); maxHistoryBytes bounds the spool-dlq-history header (the latest
+// attempts that fit are written), and maxHistoryErrorBytes each attempt's
+// error text in it. With MaxErrorBytes and MaxReasonBytes these bound what
+// a dead-letter entry adds to the original message: MaxDeadLetterHeaderBytes.
+const (
+	maxHistory           = 32
+	maxHistoryBytes      = 8 << 10
+	maxHistoryErrorBytes = 1 << 10
+	// maxAppVersionBytes cuts the app version a stream reports in Start.
+	maxAppVersionBytes = 128
+	// MaxDeadLetterHeaderBytes bounds the headers Spool adds to a
+	// dead-letter entry (texts cut, history bounded, plus names and
+	// numbers): the log must accept max_message_bytes plus this.
+	MaxDeadLetterHeaderBytes = 16 << 10
+)
 
 // recordFailure remembers a failed attempt of the message at offset.
 func (p *part) recordFailure(now time.Time, offset int64, attempt int, errText, appVersion string) {
 	if p.history == nil {
 		p.history = map[int64][]AttemptRecord{}
 	}
-	h := append(p.history[offset], AttemptRecord{Attempt: attempt, TimeMs: now.UnixMilli(), Error: truncate(errText, 1024), AppVersion: appVersion})
+	h := append(p.history[offset], AttemptRecord{Attempt: attempt, TimeMs: now.UnixMilli(), Error: cutText(errText, maxHistoryErrorBytes), AppVersion: appVersion})
 	if len(h) > maxHistory {
 		h = h[len(h)-maxHistory:]
 	}
 	p.history[offset] = h
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// historyJSON encodes the latest attempts that fit in maxHistoryBytes.
+func historyJSON(hist []AttemptRecord) []byte {
+	for len(hist) > 0 {
+		b, err := json.Marshal(hist)
+		if err != nil {
+			return nil
+		}
+		if len(b) <= maxHistoryBytes {
+			return b
+		}
+		hist = hist[1:]
 	}
-	return s[:n]
+	return nil
 }
 
-// maxDLQInFlight bounds dead-letter publishes outstanding per group (limit
-// dlq_max_in_flight): beyond it, dead letters wait in their trackers.
-const maxDLQInFlight = 1024
+// DefaultDLQMaxInFlight bounds dead-letter publishes outstanding per group
+// (GroupConfig.DLQMaxInFlight): beyond it, dead letters wait their turn, so
+// a burst of thousands never floods the log's appender.
+const DefaultDLQMaxInFlight = 64
 
-// dlqResult reports the result of one dead-letter publish.
-type dlqResult struct {
-	s      *sub
-	p      *part
-	offset int64
-	id     string
-	reason string
-	err    error
+// pendingDL is a dead letter taken from a tracker, not yet published.
+type pendingDL struct {
+	s  *sub
+	p  *part
+	dl tracker.DeadLetter[engine.Record]
 }
 
-// deadLetters publishes what the trackers handed to the dead-letter output.
-// The publish is asynchronous; its result comes back on g.dlqDone, whose
-// capacity is the in-flight bound, so the engine's callback never blocks.
-func (g *Group) deadLetters(now time.Time) {
-	for _, s := range g.subs {
+// dlqJob is one dead-letter publish (an actDeadLetter) and its answer.
+type dlqJob struct {
+	s         *sub
+	p         *part
+	offset    int64
+	id        string
+	reason    string
+	partition int32 // of the dead-letter topic
+	rec       engine.Record
+	err       error
+}
+
+// deadLetters takes what the trackers handed to the dead-letter output and
+// publishes up to DLQMaxInFlight at a time.
+func (m *machine) deadLetters(now time.Time) {
+	for _, s := range m.subs {
 		for _, p := range s.parts {
-			if g.dlqInFlight >= maxDLQInFlight {
-				return
+			if p.tr.DeadLetters() == 0 {
+				continue
 			}
-			g.dlBuf = p.tr.TakeDeadLetters(g.dlBuf[:0])
-			for i := range g.dlBuf {
-				g.publishDeadLetter(now, s, p, i)
+			m.dlBuf = p.tr.TakeDeadLetters(m.dlBuf[:0])
+			for i := range m.dlBuf {
+				m.dlWait = append(m.dlWait, pendingDL{s: s, p: p, dl: m.dlBuf[i]})
 			}
+			clear(m.dlBuf)
 		}
 	}
+	n := 0
+	for n < len(m.dlWait) && m.dlqInFlight < m.cfg.DLQMaxInFlight {
+		w := &m.dlWait[n]
+		m.publishDeadLetter(now, w.s, w.p, &w.dl)
+		n++
+	}
+	if n > 0 {
+		k := copy(m.dlWait, m.dlWait[n:])
+		clear(m.dlWait[k:])
+		m.dlWait = m.dlWait[:k]
+	}
 }
 
-func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
-	d := &g.dlBuf[i]
+func (m *machine) publishDeadLetter(now time.Time, s *sub, p *part, d *tracker.DeadLetter[engine.Record]) {
 	orig := d.Value
 	hdrs := make([]engine.Header, 0, len(orig.Headers)+13)
 	for _, h := range orig.Headers {
@@ -109,62 +153,89 @@ func (g *Group) publishDeadLetter(now time.Time, s *sub, p *part, i int) {
 	add(HeaderDLQTopic, s.cfg.Topic)
 	add(HeaderDLQPartition, strconv.Itoa(int(p.num)))
 	add(HeaderDLQOffset, strconv.FormatInt(d.Offset, 10))
-	add(HeaderDLQGroup, g.cfg.Name)
-	add(HeaderDLQReason, d.Reason)
-	add(HeaderDLQLastError, d.LastError)
+	add(HeaderDLQGroup, m.cfg.Name)
+	add(HeaderDLQReason, cutText(d.Reason, MaxReasonBytes))
+	add(HeaderDLQLastError, cutText(d.LastError, MaxErrorBytes))
 	add(HeaderDLQAttempts, strconv.Itoa(d.Attempts))
 	if !d.FirstDelivered.IsZero() {
 		add(HeaderDLQFirstDelivMs, strconv.FormatInt(d.FirstDelivered.UnixMilli(), 10))
 	}
 	add(HeaderDLQTimeMs, strconv.FormatInt(now.UnixMilli(), 10))
 	add(HeaderDLQPublishMs, strconv.FormatInt(orig.Timestamp, 10))
-	if g.cfg.SidecarVersion != "" {
-		add(HeaderSidecarVersion, g.cfg.SidecarVersion)
+	if m.cfg.SidecarVersion != "" {
+		add(HeaderSidecarVersion, m.cfg.SidecarVersion)
 	}
 	if hist := p.history[d.Offset]; len(hist) > 0 {
-		if b, err := json.Marshal(hist); err == nil {
+		if b := historyJSON(hist); b != nil {
 			add(HeaderDLQHistory, string(b))
 		}
 		if v := hist[len(hist)-1].AppVersion; v != "" {
 			add(HeaderDLQAppVersion, v)
 		}
 	}
-	rec := engine.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}
-	dlqParts, err := g.eng.Partitions(s.cfg.DLQTopic)
-	if err != nil {
-		g.dlqInFlight++
-		g.dlqDone <- dlqResult{s: s, p: p, offset: d.Offset, reason: d.Reason, err: err}
-		return
-	}
 	var dp int32
-	if len(orig.Key) > 0 {
-		dp = engine.PartitionForKey(orig.Key, dlqParts)
+	if len(orig.Key) > 0 && s.dlqParts > 0 {
+		dp = engine.PartitionForKey(orig.Key, s.dlqParts)
 	}
-	g.dlqInFlight++
-	res := dlqResult{s: s, p: p, offset: d.Offset, id: string(orig.ID), reason: d.Reason}
-	g.eng.Produce(s.cfg.DLQTopic, dp, []engine.Record{rec}, func(_ int64, err error) {
-		res.err = err
-		g.dlqDone <- res
-	})
+	m.dlqInFlight++
+	m.emit(action{kind: actDeadLetter, dl: &dlqJob{s: s, p: p, offset: d.Offset, id: string(orig.ID), reason: reasonLabel(d.Reason),
+		partition: dp, rec: engine.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}}})
 }
 
-// applyDLQ applies one dead-letter publish result.
-func (g *Group) applyDLQ(now time.Time, r dlqResult) {
-	g.dlqInFlight--
+// reasonLabel maps a dead-letter reason to the fixed set of
+// dead_lettered_total labels.
+func reasonLabel(reason string) string {
+	if reason == tracker.ReasonMaxAttempts {
+		return tracker.ReasonMaxAttempts
+	}
+	return ReasonApplication
+}
+
+// deadLettered applies the answer to an actDeadLetter.
+func (m *machine) deadLettered(now time.Time, r *dlqJob) {
+	m.dlqInFlight--
 	if r.err != nil {
-		g.log.Warn("dead-letter publish failed; will retry after backoff", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "dlq_topic", r.s.cfg.DLQTopic, "err", r.err)
+		m.log.Warn("dead-letter publish failed; will retry after backoff", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "dlq_topic", r.s.cfg.DLQTopic, "err", r.err)
 		_ = r.p.tr.DeadLetterFailed(now, r.offset)
 		return
 	}
 	if err := r.p.tr.DeadLettered(r.offset); err == nil {
 		delete(r.p.history, r.offset)
-		delete(g.expired, refKey{r.s.cfg.Topic, r.p.num, r.offset})
-		if g.cfg.Ledger != nil && r.id != "" {
+		delete(m.expired, refKey{r.s.cfg.Topic, r.p.num, r.offset})
+		if m.cfg.Ledger != nil && r.id != "" {
 			r.s.ledger.dead = append(r.s.ledger.dead, ledger.Finish{ID: r.id, Token: r.p.takeWire(r.offset)})
 		}
-		g.m.DeadLettered.WithLabelValues(g.cfg.Name, r.s.cfg.Topic, r.reason).Inc()
-		g.log.Info("message dead-lettered", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "reason", r.reason, "dlq_topic", r.s.cfg.DLQTopic)
+		m.met.DeadLettered.WithLabelValues(m.cfg.Name, r.s.cfg.Topic, r.reason).Inc()
+		m.log.Info("message dead-lettered", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "reason", r.reason, "dlq_topic", r.s.cfg.DLQTopic)
 	}
 }
 
-func (g *Group) dlPending() bool { return g.dlqInFlight > 0 }
+// Limits on text the application supplies in a settlement. Longer text is
+// cut (on a UTF-8 boundary) when the settlement arrives, so that what Spool
+// keeps per message, and writes into a dead-letter entry, stays bounded.
+const (
+	// MaxErrorBytes bounds a nack's error text (Nack.error).
+	MaxErrorBytes = 4 << 10
+	// MaxReasonBytes bounds a dead-letter reason (Nack.reason).
+	MaxReasonBytes = 1 << 10
+)
+
+// ReasonApplication is the dead_lettered_total reason label of a message the
+// application dead-lettered (its own reason text goes into the entry's
+// spool-dlq-reason header, never into a label).
+const ReasonApplication = "application"
+
+// ReasonDeliveryTooLarge is the SettleError reason sent to a stream that
+// cannot receive a delivery (larger than its max_receive_bytes).
+const ReasonDeliveryTooLarge = "DELIVERY_TOO_LARGE"
+
+// cutText cuts s to at most n bytes on a UTF-8 boundary.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

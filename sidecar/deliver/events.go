@@ -8,7 +8,6 @@ import (
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/breaker"
-	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -31,79 +30,44 @@ func (g *Group) post(ctx context.Context, ev event) error {
 
 type joinEvent struct{ c *consumer }
 
-func (e joinEvent) apply(g *Group, _ time.Time) {
-	g.consumers = append(g.consumers, e.c)
-	g.m.Consumers.WithLabelValues(g.cfg.Name).Set(float64(len(g.consumers)))
-}
+func (e joinEvent) apply(g *Group, _ time.Time) { g.mc.join(e.c) }
 
 type leaveEvent struct{ c *consumer }
 
-// apply releases everything the consumer still holds at once: each counts
-// as an attempt (the app may have started it) and is redelivered without
-// backoff.
-func (e leaveEvent) apply(g *Group, now time.Time) {
-	c := e.c
-	c.closed = true
-	for k, o := range c.outstanding {
-		s, p := g.lookup(k.topic, k.part)
-		if p == nil {
-			continue
-		}
-		if err := p.tr.Release(now, k.offset, o.token, true); err == nil {
-			s.streamClosed.Inc()
-			g.probeLost(now, s, o)
-			g.ledgerRelease(s, o, tracker.ErrTextReleased, false)
-			p.recordFailure(now, k.offset, o.attempt, tracker.ErrTextReleased, o.appVersion)
-		}
-	}
-	clear(c.outstanding)
-	for i, x := range g.consumers {
-		if x == c {
-			g.consumers = append(g.consumers[:i], g.consumers[i+1:]...)
-			break
-		}
-	}
-	g.m.Consumers.WithLabelValues(g.cfg.Name).Set(float64(len(g.consumers)))
-}
+func (e leaveEvent) apply(g *Group, now time.Time) { g.mc.leave(now, e.c) }
 
 type settleEvent struct {
 	c   *consumer
 	req *spoolv1.SubscribeRequest
 }
 
-func (g *Group) lookup(topic string, partition int32) (*sub, *part) {
-	s := g.byTop[topic]
-	if s == nil || partition < 0 || int(partition) >= len(s.parts) {
-		return s, nil
-	}
-	return s, s.parts[partition]
-}
+func (e settleEvent) apply(g *Group, now time.Time) { g.mc.settle(now, e.c, e.req) }
 
-// apply settles every ack, nack and extend of one frame and adds its credit.
-func (e settleEvent) apply(g *Group, now time.Time) {
-	c, req := e.c, e.req
+// settle applies every ack, nack and extend of one frame and adds its
+// credit. Text the app supplies is cut to MaxErrorBytes / MaxReasonBytes.
+func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeRequest) {
 	var errs []*spoolv1.SettleError
 	for _, a := range req.GetAcks() {
 		ref := a.GetRef()
-		s, p, o, err := g.settleTarget(c, ref)
+		s, p, o, err := m.settleTarget(c, ref)
 		if err == nil {
 			if err = p.tr.Ack(now, ref.GetOffset(), o.token); err == nil {
 				s.acks.Inc()
 				s.handleLatency.Observe(now.Sub(o.at).Seconds())
 				delete(c.outstanding, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()})
-				g.ledgerDone(s, p, ref.GetOffset(), o)
+				m.ledgerDone(s, p, ref.GetOffset(), o)
 				if s.brk != nil {
-					g.report(s, s.brk.Success(now, o.probe))
+					m.report(s, s.brk.Success(now, o.probe))
 				}
 			}
 		}
 		if err != nil {
-			errs = append(errs, g.settleError(ref, err))
+			errs = append(errs, m.settleError(ref, err))
 		}
 	}
 	for _, n := range req.GetNacks() {
 		ref := n.GetRef()
-		s, p, o, err := g.settleTarget(c, ref)
+		s, p, o, err := m.settleTarget(c, ref)
 		if err == nil {
 			off, tok := ref.GetOffset(), o.token
 			switch n.GetOutcome() {
@@ -112,38 +76,39 @@ func (e settleEvent) apply(g *Group, now time.Time) {
 				if s.brk != nil {
 					var trs []breaker.Transition
 					counted, trs = s.brk.Failure(now, n.GetDownstream(), o.probe)
-					g.report(s, trs)
+					m.report(s, trs)
 				}
 				if !counted {
 					// The downstream's breaker is open: this failure is the
 					// outage's, not the message's. No attempt is counted.
 					if err = p.tr.Defer(now, off, tok, now); err == nil {
 						s.uncounted.Inc()
-						g.ledgerRelease(s, o, n.GetError(), true)
+						m.ledgerRelease(s, o, cutText(n.GetError(), MaxErrorBytes), true)
 					}
 					break
 				}
 				after := time.Duration(n.GetRetryAfterMs()) * time.Millisecond
-				if err = p.tr.Retry(now, off, tok, after, n.GetError()); err == nil {
+				errText := cutText(n.GetError(), MaxErrorBytes)
+				if err = p.tr.Retry(now, off, tok, after, errText); err == nil {
 					s.retries.Inc()
-					p.recordFailure(now, off, o.attempt, n.GetError(), o.appVersion)
-					g.ledgerRelease(s, o, n.GetError(), false)
+					p.recordFailure(now, off, o.attempt, errText, o.appVersion)
+					m.ledgerRelease(s, o, errText, false)
 				}
 			case spoolv1.Outcome_OUTCOME_DEAD_LETTER:
-				reason := n.GetReason()
+				reason := cutText(n.GetReason(), MaxReasonBytes)
 				if reason == "" {
 					reason = "dead-lettered by the application"
 				}
 				if err = p.tr.DeadLetter(now, off, tok, reason); err == nil {
 					s.deadLetters.Inc()
-					g.probeLost(now, s, o)
-					p.recordFailure(now, off, o.attempt, cmp.Or(n.GetError(), reason), o.appVersion)
+					m.probeLost(now, s, o)
+					p.recordFailure(now, off, o.attempt, cmp.Or(cutText(n.GetError(), MaxErrorBytes), reason), o.appVersion)
 				}
 			case spoolv1.Outcome_OUTCOME_RELEASE:
 				if err = p.tr.Release(now, off, tok, false); err == nil {
 					s.releases.Inc()
-					g.probeLost(now, s, o)
-					g.ledgerRelease(s, o, "", true)
+					m.probeLost(now, s, o)
+					m.ledgerRelease(s, o, "", true)
 				}
 			default:
 				err = errBadOutcome
@@ -156,12 +121,12 @@ func (e settleEvent) apply(g *Group, now time.Time) {
 			}
 		}
 		if err != nil {
-			errs = append(errs, g.settleError(ref, err))
+			errs = append(errs, m.settleError(ref, err))
 		}
 	}
 	for _, x := range req.GetExtends() {
 		ref := x.GetRef()
-		s, p, o, err := g.settleTarget(c, ref)
+		s, p, o, err := m.settleTarget(c, ref)
 		if err == nil {
 			d := time.Duration(x.GetExtendByMs()) * time.Millisecond
 			if d <= 0 {
@@ -170,12 +135,12 @@ func (e settleEvent) apply(g *Group, now time.Time) {
 			_, err = p.tr.Extend(now, ref.GetOffset(), o.token, now.Add(d))
 		}
 		if err != nil {
-			errs = append(errs, g.settleError(ref, err))
+			errs = append(errs, m.settleError(ref, err))
 		}
 	}
 	c.credit += int(req.GetCredit())
-	if len(errs) > 0 && !c.send(&spoolv1.SubscribeResponse{SettleErrors: errs}) {
-		g.log.Warn("settle errors dropped: consumer not reading", "consumer", c.name, "count", len(errs))
+	if len(errs) > 0 {
+		m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{SettleErrors: errs}})
 	}
 }
 
@@ -185,8 +150,8 @@ var (
 	errUnknownPart = errors.New("no such topic or partition in this group's subscriptions")
 )
 
-func (g *Group) settleTarget(c *consumer, ref *spoolv1.DeliveryRef) (*sub, *part, sent, error) {
-	s, p := g.lookup(ref.GetTopic(), ref.GetPartition())
+func (m *machine) settleTarget(c *consumer, ref *spoolv1.DeliveryRef) (*sub, *part, sent, error) {
+	s, p := m.lookup(ref.GetTopic(), ref.GetPartition())
 	if p == nil {
 		return nil, nil, sent{}, errUnknownPart
 	}
@@ -195,8 +160,8 @@ func (g *Group) settleTarget(c *consumer, ref *spoolv1.DeliveryRef) (*sub, *part
 	if !ok {
 		// Its lease expired and it waits for a retry: a late ack is still
 		// applied (the work was done); the tracker refuses anything else.
-		if o, late := g.expired[k]; late && o.wire == ref.GetFencingToken() {
-			delete(g.expired, k)
+		if o, late := m.expired[k]; late && o.wire == ref.GetFencingToken() {
+			delete(m.expired, k)
 			return s, p, o, nil
 		}
 		return nil, nil, sent{}, errNotYours
@@ -207,7 +172,7 @@ func (g *Group) settleTarget(c *consumer, ref *spoolv1.DeliveryRef) (*sub, *part
 	return s, p, o, nil
 }
 
-func (g *Group) settleError(ref *spoolv1.DeliveryRef, err error) *spoolv1.SettleError {
+func (m *machine) settleError(ref *spoolv1.DeliveryRef, err error) *spoolv1.SettleError {
 	reason := "INVALID_SETTLEMENT"
 	switch {
 	case errors.Is(err, tracker.ErrStaleToken):
@@ -217,27 +182,11 @@ func (g *Group) settleError(ref *spoolv1.DeliveryRef, err error) *spoolv1.Settle
 	case errors.Is(err, errUnknownPart):
 		reason = "UNKNOWN_PARTITION"
 	}
-	g.m.SettleErrors.WithLabelValues(g.cfg.Name, reason).Inc()
+	m.met.SettleErrors.WithLabelValues(m.cfg.Name, reason).Inc()
 	return &spoolv1.SettleError{Ref: ref, Reason: reason, Message: err.Error()}
 }
 
-// queryEvent runs f on the loop (for admin snapshots).
+// queryEvent runs f on the loop (for admin snapshots and resets).
 type queryEvent struct{ f func(g *Group, now time.Time) }
 
 func (e queryEvent) apply(g *Group, now time.Time) { e.f(g, now) }
-
-// ledgerDone queues the ledger write of an ack.
-func (g *Group) ledgerDone(s *sub, p *part, offset int64, o sent) {
-	p.takeWire(offset)
-	delete(p.history, offset)
-	if g.cfg.Ledger != nil && o.id != "" {
-		s.ledger.complete = append(s.ledger.complete, ledger.Finish{ID: o.id, Token: o.wire})
-	}
-}
-
-// ledgerRelease queues the ledger write of a failed or handed-back attempt.
-func (g *Group) ledgerRelease(s *sub, o sent, errText string, uncount bool) {
-	if g.cfg.Ledger != nil && o.id != "" {
-		s.ledger.release = append(s.ledger.release, ledger.Release{ID: o.id, Token: o.wire, Error: errText, Uncount: uncount})
-	}
-}

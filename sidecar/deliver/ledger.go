@@ -1,8 +1,6 @@
 package deliver
 
 import (
-	"context"
-	"errors"
 	"time"
 
 	"github.com/spoolmq/spool/sidecar/ledger"
@@ -62,8 +60,8 @@ type claimJob struct {
 // number; one already done (or dead) is acked without reaching the app (a
 // dedupe hit); one held by a live lease elsewhere waits for that lease; one
 // whose attempts are used up goes to the dead-letter topic.
-func (g *Group) claim(now time.Time, cands []candidate) {
-	for _, s := range g.subs {
+func (m *machine) claim(now time.Time, cands []candidate) {
+	for _, s := range m.subs {
 		var mine []candidate
 		for _, cd := range cands {
 			if cd.s == s {
@@ -73,9 +71,9 @@ func (g *Group) claim(now time.Time, cands []candidate) {
 		if len(mine) == 0 {
 			continue
 		}
-		if now.Before(g.ledgerRetryAt) && s.cfg.RedisPolicy == PolicyPause {
+		if now.Before(m.ledgerRetryAt) && s.cfg.RedisPolicy == PolicyPause {
 			for _, cd := range mine {
-				_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, g.ledgerRetryAt)
+				_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, m.ledgerRetryAt)
 			}
 			continue
 		}
@@ -86,32 +84,16 @@ func (g *Group) claim(now time.Time, cands []candidate) {
 				s.probePending = true
 			}
 		}
-		g.claimsInFlight++
-		g.claims <- &claimJob{s: s, cands: mine, now: now} // capacity covers every job in flight
+		m.claimsInFlight++
+		m.emit(action{kind: actClaim, claim: &claimJob{s: s, cands: mine, now: now}})
 	}
 }
 
-// runClaimer sends claim batches to the ledger, one at a time, in order.
-func (g *Group) runClaimer() {
-	for j := range g.claims {
-		claims := make([]ledger.Claim, len(j.cands))
-		for i, cd := range j.cands {
-			claims[i] = ledger.Claim{ID: string(cd.d.Value.ID), Lease: cd.d.Deadline}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
-		j.res, j.err = g.cfg.Ledger.Claim(ctx, g.cfg.Name, g.cfg.Owner, j.now, j.s.cfg.DedupeTTL, claims)
-		cancel()
-		if j.err == nil && len(j.res) != len(j.cands) {
-			j.err = errors.New("ledger answered a claim batch with the wrong number of results")
-		}
-		g.claimDone <- j // capacity covers every job in flight
-	}
-}
-
-// applyClaim applies the ledger's answer to one batch and sends what it
-// granted; credit of candidates not sent goes back to their consumers.
-func (g *Group) applyClaim(now time.Time, j *claimJob) {
-	g.claimsInFlight--
+// claimed applies the ledger's answer to one batch (an actClaim) and sends
+// what it granted; credit of candidates not sent goes back to their
+// consumers.
+func (m *machine) claimed(now time.Time, j *claimJob) {
+	m.claimsInFlight--
 	s := j.s
 	s.probePending = false
 	for _, cd := range j.cands {
@@ -120,28 +102,31 @@ func (g *Group) applyClaim(now time.Time, j *claimJob) {
 	}
 	var granted []candidate
 	if j.err != nil {
-		granted = g.ledgerDown(now, s, j.cands, j.err)
+		granted = m.ledgerDown(now, s, j.cands, j.err)
 	} else {
-		granted = g.admitted(now, s, j.cands, j.res)
+		granted = m.admitted(now, s, j.cands, j.res)
 	}
 	out := granted[:0]
 	for _, cd := range granted {
-		if cd.c.closed || g.draining {
-			// Its stream ended (or spoold began draining) while the ledger
-			// answered: back, uncounted.
+		if cd.c.closed || m.draining || !now.Before(cd.d.Deadline) {
+			// Its stream ended (or spoold began draining, or its lease ran
+			// out) while the ledger answered: back, uncounted. If the
+			// tracker already ended the lease, that attempt counted there,
+			// and the ledger's next claim takes the entry over counting it
+			// too: both agree.
 			if cd.p.tr.Release(now, cd.d.Offset, cd.d.Token, false) == nil {
-				g.ledgerRelease(s, sent{id: string(cd.d.Value.ID), wire: cd.wire}, "", true)
+				m.ledgerRelease(s, sent{id: string(cd.d.Value.ID), wire: cd.wire}, "", true)
 			}
 			continue
 		}
 		cd.c.credit--
 		out = append(out, cd)
 	}
-	g.send(now, out)
+	m.send(now, out)
 }
 
 // admitted applies claim results and returns the granted candidates.
-func (g *Group) admitted(now time.Time, s *sub, cands []candidate, res []ledger.ClaimResult) []candidate {
+func (m *machine) admitted(now time.Time, s *sub, cands []candidate, res []ledger.ClaimResult) []candidate {
 	out := make([]candidate, 0, len(cands))
 	for i, r := range res {
 		cd := cands[i]
@@ -149,7 +134,10 @@ func (g *Group) admitted(now time.Time, s *sub, cands []candidate, res []ledger.
 		switch r.Status {
 		case ledger.Granted:
 			if r.Attempts > s.cfg.Tracker.MaxAttempts {
-				// Attempts made before a restart or failover used it up.
+				// Attempts made before a restart or failover used it up. The
+				// ledger entry is now held under this grant's token: the dead
+				// write must carry it.
+				cd.p.setWire(off, r.Token)
 				_ = cd.p.tr.DeadLetter(now, off, tok, tracker.ReasonMaxAttempts)
 				continue
 			}
@@ -169,7 +157,7 @@ func (g *Group) admitted(now time.Time, s *sub, cands []candidate, res []ledger.
 
 // ledgerDown applies the subscription's policy to candidates the ledger
 // could not check.
-func (g *Group) ledgerDown(now time.Time, s *sub, cands []candidate, err error) []candidate {
+func (m *machine) ledgerDown(now time.Time, s *sub, cands []candidate, err error) []candidate {
 	if s.cfg.RedisPolicy == PolicyDeliver {
 		s.undeduped.Add(float64(len(cands)))
 		for i := range cands {
@@ -177,124 +165,31 @@ func (g *Group) ledgerDown(now time.Time, s *sub, cands []candidate, err error) 
 		}
 		return cands
 	}
-	if now.After(g.ledgerRetryAt) {
-		g.log.Warn("ledger unavailable: pausing delivery (redis_unavailable: pause); nothing is lost", "topic", s.cfg.Topic, "err", err)
+	if now.After(m.ledgerRetryAt) {
+		m.log.Warn("ledger unavailable: pausing delivery (redis_unavailable: pause); nothing is lost", "topic", s.cfg.Topic, "err", err)
 	}
-	g.ledgerRetryAt = now.Add(ledgerRetryWait)
+	m.ledgerRetryAt = now.Add(ledgerRetryWait)
 	for _, cd := range cands {
-		_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, g.ledgerRetryAt)
+		_ = cd.p.tr.Defer(now, cd.d.Offset, cd.d.Token, m.ledgerRetryAt)
 	}
 	return nil
 }
 
-// ledgerBatch is one subscription's settlements handed to the ledger writer.
-type ledgerBatch struct {
-	s   *sub
-	ops ledgerOps
-}
-
-// ledgerWriterQueue bounds batches waiting for the ledger writer; while it
-// is full (Redis slow or down), settlements wait in the loop, bounded by
-// maxLedgerBacklog.
-const ledgerWriterQueue = 8
-
-// flushLedger hands the settlements of every subscription to the ledger
-// writer (runLedgerWriter), so that the loop never waits for Redis to
-// record an ack. When the writer is busy they stay queued here (bounded).
-func (g *Group) flushLedger() {
-	if g.cfg.Ledger == nil {
+// flushLedger hands the settlements queued by every subscription to the
+// ledger pipeline as one actLedgerWrite each. It runs before any claim is
+// emitted, so that a settlement always precedes, in the pipeline, a later
+// claim of the same message.
+func (m *machine) flushLedger() {
+	if m.cfg.Ledger == nil {
 		return
 	}
-	for _, s := range g.subs {
-		o := &s.ledger
-		if o.len() == 0 {
+	for _, s := range m.subs {
+		if s.ledger.len() == 0 {
 			continue
 		}
-		select {
-		case g.ledgerWrites <- ledgerBatch{s: s, ops: *o}:
-			s.ledger = ledgerOps{}
-			continue
-		default:
-		}
-		if n := o.len(); n > maxLedgerBacklog {
-			drop := n - maxLedgerBacklog
-			g.log.Warn("ledger backlog full: dropping the oldest settlements (they may be redelivered later)", "topic", s.cfg.Topic, "dropped", drop)
-			s.ledgerDropped.Add(float64(drop))
-			o.complete = trimOldest(o.complete, &drop)
-			o.release = trimOldest(o.release, &drop)
-			o.dead = trimOldest(o.dead, &drop)
-		}
+		m.emit(action{kind: actLedgerWrite, s: s, writes: s.ledger})
+		s.ledger = ledgerOps{}
 	}
-}
-
-// runLedgerWriter writes settlement batches to the ledger in the order the
-// loop handed them over. A failed write is retried (Redis down: the
-// breaker fails fast, so this waits ledgerRetryWait between tries) until it
-// succeeds or ctx ends; the loop meanwhile queues new settlements, bounded.
-// It returns when the loop closes g.ledgerWrites (after the last batch) or
-// ctx ends.
-func (g *Group) runLedgerWriter(ctx context.Context) {
-	for b := range g.ledgerWrites {
-		if ctx.Err() != nil {
-			return
-		}
-		g.writeLedger(ctx, b)
-	}
-}
-
-func (g *Group) writeLedger(ctx context.Context, b ledgerBatch) {
-	l, name, ttl := g.cfg.Ledger, g.cfg.Name, b.s.cfg.DedupeTTL
-	steps := []func(context.Context) error{
-		func(c context.Context) error { return l.Complete(c, name, ttl, b.ops.complete) },
-		func(c context.Context) error { return l.Release(c, name, ttl, b.ops.release) },
-		func(c context.Context) error { return l.Dead(c, name, ttl, b.ops.dead) },
-	}
-	sizes := []int{len(b.ops.complete), len(b.ops.release), len(b.ops.dead)}
-	for i, step := range steps {
-		for sizes[i] > 0 {
-			c, cancel := context.WithTimeout(ctx, ledgerTimeout)
-			err := step(c)
-			cancel()
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-time.After(ledgerRetryWait):
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
-// finishLedger hands the last settlements to the writer and gives it a
-// bounded time to write what it holds, then stops it.
-func (g *Group) finishLedger(stopWriter func(), writerDone <-chan struct{}) {
-	deadline := time.After(2 * ledgerTimeout)
-	for _, s := range g.subs {
-		if s.ledger.len() == 0 || g.cfg.Ledger == nil {
-			continue
-		}
-		select {
-		case g.ledgerWrites <- ledgerBatch{s: s, ops: s.ledger}:
-			s.ledger = ledgerOps{}
-		case <-deadline:
-		}
-	}
-	close(g.ledgerWrites) // the loop has ended: nothing else sends
-	select {
-	case <-writerDone:
-	case <-deadline:
-		g.log.Warn("ledger writes not finished at shutdown; those messages may be redelivered after the restart")
-	}
-	stopWriter()
-	<-writerDone
-}
-
-func trimOldest[T any](a []T, n *int) []T {
-	k := min(*n, len(a))
-	*n -= k
-	return append(a[:0], a[k:]...)
 }
 
 // setWire remembers the fencing token the app saw for an offset, for the

@@ -42,11 +42,11 @@ func (g *Group) ResetOffsets(ctx context.Context, topic string, target func(p in
 }
 
 func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, start, end int64) (int64, error), dryRun bool) ([]PartitionSnapshot, error) {
-	s := g.byTop[topic]
+	s := g.mc.byTop[topic]
 	if s == nil {
 		return nil, fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)
 	}
-	if n := len(g.consumers); n > 0 {
+	if n := len(g.mc.consumers); n > 0 {
 		return nil, fmt.Errorf("%w (%d; callback subscriptions count as one): stop them, reset, start them again", ErrConsumersConnected, n)
 	}
 	out := make([]PartitionSnapshot, 0, len(s.parts))
@@ -76,6 +76,16 @@ func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, s
 		p.wire, p.history = nil, nil
 		pos[p.num] = engine.Position{Next: next[i]}
 	}
+	// Dead letters of the old trackers waiting their turn are forgotten
+	// with them (the reset decides where the group resumes).
+	kept := g.mc.dlWait[:0]
+	for _, w := range g.mc.dlWait {
+		if w.s != s {
+			kept = append(kept, w)
+		}
+	}
+	clear(g.mc.dlWait[len(kept):])
+	g.mc.dlWait = kept
 	if err := g.eng.CommitPositions(g.cfg.Name, topic, pos); err != nil {
 		return nil, err
 	}

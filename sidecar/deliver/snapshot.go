@@ -31,8 +31,8 @@ func (g *Group) Snapshot(ctx context.Context) (Snapshot, error) {
 	reply := make(chan Snapshot, 1)
 	err := g.post(ctx, queryEvent{func(g *Group, now time.Time) {
 		var s Snapshot
-		s.Consumers = len(g.consumers)
-		for _, sb := range g.subs {
+		s.Consumers = len(g.mc.consumers)
+		for _, sb := range g.mc.subs {
 			ts := TopicSnapshot{Topic: sb.cfg.Topic}
 			for _, p := range sb.parts {
 				pos := p.position()
@@ -40,8 +40,8 @@ func (g *Group) Snapshot(ctx context.Context) (Snapshot, error) {
 				lag := max(end-pos.Next-int64(len(pos.Done)), 0)
 				ps := PartitionSnapshot{Partition: p.num, Committed: pos.Next, End: end, LagMessages: lag, InFlight: p.tr.InFlight()}
 				if lag > 0 {
-					if recs, err := g.eng.Fetch(sb.cfg.Topic, p.num, pos.Next, 1, nil); err == nil && len(recs) > 0 {
-						ps.LagMs = max(now.UnixMilli()-recs[0].Timestamp, 0)
+					if ts, err := g.eng.RecordTime(sb.cfg.Topic, p.num, pos.Next); err == nil {
+						ps.LagMs = max(now.UnixMilli()-ts, 0)
 					}
 				}
 				ts.Partitions = append(ts.Partitions, ps)

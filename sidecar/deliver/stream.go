@@ -51,8 +51,9 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 		return err
 	}
 	c := newConsumer(st.GetConsumerName(), ModeStream, topics, maxInFlight)
-	c.appVersion = st.GetAppVersion()
-	started := &spoolv1.Started{Group: g.Name(), Topics: topics, MaxInFlight: uint32(maxInFlight)}
+	c.appVersion = cutText(st.GetAppVersion(), maxAppVersionBytes)
+	c.maxFrameBytes = frameLimit(st.GetMaxReceiveBytes())
+	started := &spoolv1.Started{Group: g.Name(), Topics: topics, MaxInFlight: uint32(maxInFlight), MaxFrameBytes: uint32(c.maxFrameBytes)}
 	if sc, ok := g.Subscription(topics[0]); ok {
 		started.VisibilityTimeoutMs = uint32(sc.Tracker.VisibilityTimeout.Milliseconds())
 	}

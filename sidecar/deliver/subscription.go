@@ -17,7 +17,11 @@ type Engine interface {
 	Partitions(topic string) (int32, error)
 	Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error))
 	Fetch(topic string, p int32, offset int64, maxBytes int, dst []engine.Record) ([]engine.Record, error)
-	Changed(topic string) (<-chan struct{}, error)
+	// Watch signals ch (capacity 1, without blocking) whenever the
+	// committed end of a partition of topics moves.
+	Watch(topics []string, ch chan<- struct{}) (cancel func(), err error)
+	// RecordTime returns the append time (Unix ms) of the record at offset.
+	RecordTime(topic string, p int32, offset int64) (int64, error)
 	Offsets(topic string, p int32) (start, end int64, err error)
 	LoadPositions(group, topic string) (map[int32]engine.Position, error)
 	CommitPositions(group, topic string, pos map[int32]engine.Position) error
@@ -62,6 +66,9 @@ type GroupConfig struct {
 	// InboxSize bounds events queued for the loop (default 1024); senders
 	// block when it is full, which pushes back on the app's stream.
 	InboxSize int
+	// DLQMaxInFlight bounds dead-letter publishes outstanding (default
+	// DefaultDLQMaxInFlight).
+	DLQMaxInFlight int
 	// SidecarVersion is recorded in dead-letter entries.
 	SidecarVersion string
 	// Handler is the app's HandlerService, for subscriptions in ModeCallback.
@@ -123,6 +130,9 @@ func (c *GroupConfig) validate() error {
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.DLQMaxInFlight <= 0 {
+		c.DLQMaxInFlight = DefaultDLQMaxInFlight
 	}
 	if c.InboxSize <= 0 {
 		c.InboxSize = DefaultInboxSize

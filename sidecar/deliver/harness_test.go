@@ -1,0 +1,155 @@
+package deliver
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/engine"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/metrics"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// harness runs one Group over a fakeEngine, inside a synctest bubble (or
+// not), and lets a test act as a consumer.
+type harness struct {
+	t    *testing.T
+	eng  *fakeEngine
+	g    *Group
+	m    *metrics.Metrics
+	stop func()
+}
+
+const (
+	tTopic = "orders"
+	tDLQ   = "orders.dlq"
+	tGroup = "billing"
+)
+
+func testSub(tc tracker.Config) Subscription {
+	return Subscription{Topic: tTopic, DLQTopic: tDLQ, Tracker: tc}
+}
+
+func newTestEngine() *fakeEngine { return newFakeEngine(map[string]int32{tTopic: 1, tDLQ: 1}) }
+
+func startGroup(t *testing.T, eng *fakeEngine, cfg GroupConfig) *harness {
+	t.Helper()
+	if cfg.Name == "" {
+		cfg.Name = tGroup
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = time.Second
+	}
+	if cfg.Ledger != nil && cfg.Owner == "" {
+		cfg.Owner = "node-1"
+	}
+	m := metrics.New()
+	g, err := NewGroup(cfg, eng, m, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	h := &harness{t: t, eng: eng, g: g, m: m}
+	stopped := false
+	h.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			t.Fatal("group did not stop")
+		}
+	}
+	t.Cleanup(h.stop)
+	return h
+}
+
+type tconsumer struct {
+	h *harness
+	c *consumer
+}
+
+// join connects a stream consumer that may hold maxInFlight deliveries and
+// grants it credit.
+func (h *harness) join(maxInFlight, credit int) *tconsumer {
+	h.t.Helper()
+	c := newConsumer("test", ModeStream, nil, maxInFlight)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.g.post(ctx, joinEvent{c}); err != nil {
+		h.t.Fatal(err)
+	}
+	tc := &tconsumer{h: h, c: c}
+	tc.send(&spoolv1.SubscribeRequest{Credit: uint32(credit)})
+	return tc
+}
+
+func (tc *tconsumer) send(req *spoolv1.SubscribeRequest) {
+	tc.h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tc.h.g.post(ctx, settleEvent{tc.c, req}); err != nil {
+		tc.h.t.Fatal(err)
+	}
+}
+
+// frame waits up to d for the next frame; nil if none came.
+func (tc *tconsumer) frame(d time.Duration) *spoolv1.SubscribeResponse {
+	select {
+	case f := <-tc.c.out:
+		return f
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// deliveries waits up to d for n deliveries (settle errors are skipped).
+func (tc *tconsumer) deliveries(n int, d time.Duration) []*spoolv1.Delivery {
+	tc.h.t.Helper()
+	var out []*spoolv1.Delivery
+	deadline := time.Now().Add(d)
+	for len(out) < n {
+		f := tc.frame(time.Until(deadline))
+		if f == nil {
+			tc.h.t.Fatalf("got %d deliveries in %v, want %d", len(out), d, n)
+		}
+		out = append(out, f.GetDeliveries()...)
+	}
+	return out
+}
+
+func refOf(d *spoolv1.Delivery) *spoolv1.DeliveryRef {
+	return &spoolv1.DeliveryRef{Topic: d.GetTopic(), Partition: d.GetPartition(), Offset: d.GetOffset(), FencingToken: d.GetFencingToken()}
+}
+
+func msg(id string, value []byte) engine.Record {
+	return engine.Record{ID: []byte(id), Value: value}
+}
+
+// await polls cond every 10 ms (fake time in a bubble) for up to d.
+func await(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond) // sleep-ok: polling a condition under fake time
+	}
+}
+
+func header(r engine.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

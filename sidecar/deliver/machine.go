@@ -1,0 +1,669 @@
+package deliver
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolmq/spool/engine"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/breaker"
+	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/metrics"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// machine is the decision logic of one consumer group: a pure state machine
+// in the style of sidecar/tracker. It owns the trackers of every partition
+// the group consumes, the breakers, the consumers' credit and outstanding
+// deliveries, dead letters waiting to be published and the positions to
+// commit. It has no goroutines, no clock, no channels and does no I/O:
+// events come in as method calls (with the current time), and the work to
+// do comes out as actions appended to m.acts, which the driver (Group.Run)
+// carries out, feeding the answers back as events.
+//
+// Metrics and log lines are observations, not decisions: the machine writes
+// them directly (in-memory counters; a logger the tests discard).
+type machine struct {
+	cfg GroupConfig
+	met *metrics.Metrics
+	log *slog.Logger
+
+	subs  []*sub
+	byTop map[string]*sub
+
+	consumers      []*consumer
+	draining       bool
+	dlqInFlight    int
+	claimsInFlight int // claim batches emitted and not yet answered
+	nextCommit     time.Time
+	// dlWait: dead letters taken from trackers and not yet published (at
+	// most DLQMaxInFlight are published at a time).
+	dlWait  []pendingDL
+	delBuf  []tracker.Delivery[engine.Record]
+	candBuf []candidate
+	evBuf   []tracker.Event
+	dlBuf   []tracker.DeadLetter[engine.Record]
+	// expired holds deliveries whose lease ended (and are not yet
+	// redelivered): a late ack for them is still applied.
+	expired map[refKey]sent
+	// ledgerRetryAt: while the ledger is unavailable under policy pause,
+	// nothing is delivered before this time.
+	ledgerRetryAt time.Time
+
+	acts []action // output of the current event
+}
+
+// actionKind says what the driver must do.
+type actionKind uint8
+
+const (
+	// actFetch: read partition p of s from offset, up to maxBytes; answer
+	// with machine.fetched.
+	actFetch actionKind = iota + 1
+	// actSend: queue frame for consumer c; if it cannot be queued, answer
+	// with machine.frameUnsent.
+	actSend
+	// actClaim: send claim to the ledger pipeline; answer with
+	// machine.claimed.
+	actClaim
+	// actLedgerWrite: send writes to the ledger pipeline (no answer: the
+	// pipeline writes them in order and retries).
+	actLedgerWrite
+	// actDeadLetter: produce dl.rec to the dead-letter topic; answer with
+	// machine.deadLettered.
+	actDeadLetter
+	// actCommit: write positions of s; answer with machine.committedPositions.
+	actCommit
+)
+
+// action is one piece of work for the driver. Ledger work (claims and
+// writes) must reach the ledger in the order the actions were emitted.
+type action struct {
+	kind     actionKind
+	s        *sub
+	p        *part
+	offset   int64
+	maxBytes int
+	c        *consumer
+	frame    *spoolv1.SubscribeResponse
+	claim    *claimJob
+	writes   ledgerOps
+	dl       *dlqJob
+	pos      map[int32]engine.Position
+}
+
+func (m *machine) emit(a action) { m.acts = append(m.acts, a) }
+
+// take returns the actions emitted since the last call, reusing dst.
+func (m *machine) take(dst []action) []action {
+	dst = append(dst[:0], m.acts...)
+	clear(m.acts)
+	m.acts = m.acts[:0]
+	return dst
+}
+
+type sub struct {
+	cfg      Subscription
+	parts    []*part
+	dlqParts int32
+
+	committing bool         // a commit of this topic is being written
+	brk        *breaker.Set // nil: no breakers configured
+	// probePending: the probe was taken and waits for the ledger's answer.
+	probePending bool
+	ledger       ledgerOps // ledger writes not yet handed to the pipeline
+	// Metric children resolved once (no label lookups on the hot path).
+	deliveries, redeliveries, leaseExpiries            prometheus.Counter
+	acks, retries, deadLetters, releases, streamClosed prometheus.Counter
+	handleLatency                                      prometheus.Observer
+	inFlight, parked, window                           prometheus.Gauge
+	dedupeHits, undeduped, uncounted, ledgerDropped    prometheus.Counter
+}
+
+type part struct {
+	num     int32
+	tr      *tracker.Tracker[engine.Record]
+	fetchAt int64 // next offset to fetch
+	// skip holds offsets restored as finished above the committed offset,
+	// ascending; fetch leaves them out, position() keeps reporting them until
+	// the committed offset passes them. skipAt is the first not yet fetched past.
+	skip   []int64
+	skipAt int
+	// committed is the last position written.
+	committed engine.Position
+	// wire maps offsets to the ledger's fencing token of their last grant.
+	wire map[int64]uint64
+	// history holds the failed attempts of unfinished messages.
+	history map[int64][]AttemptRecord
+	// avgRecordBytes sizes reads to the room in the window.
+	avgRecordBytes   int
+	lagMsgs, lagSecs prometheus.Gauge
+}
+
+// newSub builds a subscription's state from what the engine reported:
+// partition count, the dead-letter topic's partition count, each
+// partition's log start and the committed positions.
+func (m *machine) newSub(sc Subscription, dlqParts int32, starts []int64, pos map[int32]engine.Position) (*sub, error) {
+	gl, tl := m.cfg.Name, sc.Topic
+	mt := m.met
+	s := &sub{cfg: sc, dlqParts: dlqParts,
+		deliveries:    mt.Deliveries.WithLabelValues(gl, tl),
+		redeliveries:  mt.Redeliveries.WithLabelValues(gl, tl),
+		leaseExpiries: mt.LeaseExpiries.WithLabelValues(gl, tl),
+		acks:          mt.Settlements.WithLabelValues(gl, tl, "ack"),
+		retries:       mt.Settlements.WithLabelValues(gl, tl, "retry"),
+		deadLetters:   mt.Settlements.WithLabelValues(gl, tl, "dead_letter"),
+		releases:      mt.Settlements.WithLabelValues(gl, tl, "release"),
+		streamClosed:  mt.Settlements.WithLabelValues(gl, tl, "stream_closed"),
+		handleLatency: mt.HandleLatency.WithLabelValues(gl, tl),
+		inFlight:      mt.InFlight.WithLabelValues(gl, tl),
+		parked:        mt.ParkedKeys.WithLabelValues(gl, tl),
+		window:        mt.WindowMessages.WithLabelValues(gl, tl),
+		dedupeHits:    mt.DedupeHits.WithLabelValues(gl, tl),
+		undeduped:     mt.UndedupedDeliveries.WithLabelValues(gl, tl),
+		uncounted:     mt.UncountedFailures.WithLabelValues(gl, tl),
+		ledgerDropped: mt.LedgerDropped.WithLabelValues(gl, tl),
+	}
+	if sc.Breaker != nil {
+		brk, err := breaker.NewSet(*sc.Breaker)
+		if err != nil {
+			return nil, err
+		}
+		s.brk = brk
+	}
+	for i, start := range starts {
+		p := int32(i)
+		committed := pos[p]
+		next := max(committed.Next, start)
+		tr, err := tracker.New[engine.Record](sc.Tracker, next)
+		if err != nil {
+			return nil, err
+		}
+		pl := strconv.Itoa(i)
+		pt := &part{num: p, tr: tr, fetchAt: next, committed: committed, avgRecordBytes: 1024,
+			lagMsgs: mt.LagMessages.WithLabelValues(gl, tl, pl), lagSecs: mt.LagSeconds.WithLabelValues(gl, tl, pl)}
+		for _, o := range committed.Done {
+			if o >= next {
+				pt.skip = append(pt.skip, o)
+			}
+		}
+		s.parts = append(s.parts, pt)
+	}
+	return s, nil
+}
+
+func (m *machine) lookup(topic string, partition int32) (*sub, *part) {
+	s := m.byTop[topic]
+	if s == nil || partition < 0 || int(partition) >= len(s.parts) {
+		return s, nil
+	}
+	return s, s.parts[partition]
+}
+
+// fetches emits a read for every partition whose tracker has room.
+func (m *machine) fetches(now time.Time) {
+	if m.draining {
+		return
+	}
+	for _, s := range m.subs {
+		if s.paused(now) {
+			continue
+		}
+		for _, p := range s.parts {
+			m.fetchPart(s, p)
+		}
+	}
+}
+
+func (m *machine) fetchPart(s *sub, p *part) {
+	want := p.tr.Wants()
+	// Refill in large steps (a quarter of the window), unless the tracker is
+	// running dry: a read returns whole log batches, so reading for a
+	// handful of records would decode a batch to keep a few of its records.
+	if want <= 0 || (want < p.tr.Config().WindowMessages/4 && p.tr.Pending() > 0) {
+		return
+	}
+	// Read about as many bytes as the tracker has room for: the records kept
+	// alias the read buffer, so an oversized read would pin memory well
+	// beyond the window.
+	maxBytes := min(m.cfg.FetchMaxBytes, max(want*p.avgRecordBytes, minFetchBytes))
+	m.emit(action{kind: actFetch, s: s, p: p, offset: p.fetchAt, maxBytes: maxBytes})
+}
+
+// wantsData reports whether some partition has room for records: the
+// driver waits for the engine's notification only then.
+func (m *machine) wantsData() bool {
+	if m.draining {
+		return false
+	}
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			if p.tr.Wants() > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// fetched applies the answer to an actFetch: records read from offset (or
+// the error). It may emit the next read of the same partition.
+func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []engine.Record, err error) {
+	if offset != p.fetchAt {
+		return // an answer to a read made before a reset
+	}
+	var oor *engine.OffsetOutOfRangeError
+	if errors.As(err, &oor) && p.fetchAt < oor.Start {
+		// Retention deleted records the group had not finished.
+		lost := oor.Start - p.fetchAt
+		m.met.ExpiredUnread.WithLabelValues(m.cfg.Name, s.cfg.Topic).Add(float64(lost))
+		m.log.Error("records expired before the group finished them (lag exceeded retention)",
+			"topic", s.cfg.Topic, "partition", p.num, "from", p.fetchAt, "to", oor.Start)
+		p.fetchAt = oor.Start
+		m.fetchPart(s, p)
+		return
+	}
+	if err != nil {
+		m.log.Error("fetch failed; retrying at the next wake-up", "topic", s.cfg.Topic, "partition", p.num, "offset", p.fetchAt, "err", err)
+		return
+	}
+	if len(recs) == 0 {
+		return
+	}
+	want := p.tr.Wants()
+	p.avgRecordBytes = recordBytes(recs)
+	batch := make([]tracker.Record[engine.Record], 0, min(len(recs), want))
+	for _, r := range recs {
+		if len(batch) == want {
+			break
+		}
+		p.fetchAt = r.Offset + 1
+		for p.skipAt < len(p.skip) && p.skip[p.skipAt] < r.Offset {
+			p.skipAt++
+		}
+		if p.skipAt < len(p.skip) && p.skip[p.skipAt] == r.Offset {
+			p.skipAt++
+			continue // finished before the restart
+		}
+		if !m.admit(&r) {
+			// Not for this group (a message redriven to another group):
+			// finished here without delivery.
+			p.skip = slices.Insert(p.skip, p.skipAt, r.Offset)
+			p.skipAt++
+			continue
+		}
+		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r})
+	}
+	if len(batch) > 0 && len(batch) < len(recs)/2 {
+		compact(batch)
+	}
+	if err := p.tr.Add(now, batch...); err != nil {
+		// Cannot happen: offsets increase and batch ≤ Wants. Stop feeding
+		// this partition loudly rather than deliver out of order.
+		m.log.Error("tracker refused records", "topic", s.cfg.Topic, "partition", p.num, "err", err)
+		return
+	}
+	m.fetchPart(s, p)
+}
+
+// minFetchBytes is the smallest read: a few records, to amortize the call.
+const minFetchBytes = 16 << 10
+
+// recordBytes estimates the stored size of one record of recs.
+func recordBytes(recs []engine.Record) int {
+	total := 0
+	for i := range recs {
+		r := &recs[i]
+		total += len(r.ID) + len(r.Key) + len(r.Value) + 32
+		for _, h := range r.Headers {
+			total += len(h.Key) + len(h.Value) + 4
+		}
+	}
+	return max(total/len(recs), 64)
+}
+
+// compact copies the bytes of the records kept into one buffer of their
+// own, so that the read buffer they alias (mostly records not kept) can be
+// freed: memory held stays proportional to the window, not to the reads.
+func compact(batch []tracker.Record[engine.Record]) {
+	n := 0
+	for i := range batch {
+		r := &batch[i].Value
+		n += len(r.ID) + len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Value)
+		}
+	}
+	buf := make([]byte, 0, n)
+	take := func(b []byte) []byte {
+		if b == nil {
+			return nil
+		}
+		start := len(buf)
+		buf = append(buf, b...)
+		return buf[start:len(buf):len(buf)]
+	}
+	for i := range batch {
+		r := &batch[i].Value
+		r.ID, r.Key, r.Value = take(r.ID), take(r.Key), take(r.Value)
+		if len(r.Headers) > 0 {
+			hs := make([]engine.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				hs[j] = engine.Header{Key: h.Key, Value: take(h.Value)}
+			}
+			r.Headers = hs
+		}
+	}
+}
+
+// admit decides whether a fetched record is for this group: a message
+// redriven from a dead-letter topic is only for the group that dead-lettered
+// it. (The ledger checks each delivery later, in claim.)
+func (m *machine) admit(r *engine.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == HeaderRedriveGroup {
+			return string(h.Value) == m.cfg.Name
+		}
+	}
+	return true
+}
+
+// work is the machine's round after events and reads: lease expiries and
+// due retries, deliveries to consumers with credit, dead letters, ledger
+// writes and commits.
+func (m *machine) work(now time.Time) {
+	m.tick(now)
+	m.flushLedger() // settlements before any claim that follows (ordered pipeline)
+	if !m.draining {
+		m.dispatch(now)
+	}
+	m.deadLetters(now)
+	m.flushLedger()
+	m.maybeCommit(now)
+}
+
+// tick advances the trackers' clocks: lease expiries and due retries.
+func (m *machine) tick(now time.Time) {
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			if d, ok := p.tr.NextDeadline(); !ok || d.After(now) {
+				continue
+			}
+			m.evBuf = p.tr.Tick(now, m.evBuf[:0])
+			for _, ev := range m.evBuf {
+				if ev.Kind == tracker.EventLeaseExpired {
+					s.leaseExpiries.Inc()
+					o := m.forget(s, p, ev.Offset, ev.Token)
+					p.recordFailure(now, ev.Offset, o.attempt, tracker.ErrTextLeaseExpired, o.appVersion)
+					m.probeLost(now, s, o)
+					m.log.Debug("lease expired", "topic", s.cfg.Topic, "partition", p.num, "offset", ev.Offset, "attempt", ev.Attempt)
+				}
+			}
+		}
+	}
+}
+
+// forget removes a delivery whose lease expired from whichever consumer
+// holds it, and returns what was known of it.
+func (m *machine) forget(s *sub, p *part, offset int64, token uint64) sent {
+	k := refKey{topic: s.cfg.Topic, part: p.num, offset: offset}
+	for _, c := range m.consumers {
+		if o, ok := c.outstanding[k]; ok && o.token == token {
+			delete(c.outstanding, k)
+			m.expired[k] = o
+			return o
+		}
+	}
+	return sent{}
+}
+
+// candidate is a delivery taken from a tracker and not yet sent: the
+// ledger may still turn it away.
+type candidate struct {
+	c     *consumer
+	s     *sub
+	p     *part
+	d     tracker.Delivery[engine.Record]
+	probe bool // the one delivery let through a half-open breaker
+	// Set by admit: what the app sees.
+	wire      uint64
+	attempt   int
+	lastError string
+}
+
+// dispatch hands ready deliveries to consumers with free credit: it takes
+// candidates from the trackers (round-robin over subscriptions and
+// partitions, within each subscription's breaker allowance), passes them
+// through the ledger in one batch, and sends each consumer its frames.
+func (m *machine) dispatch(now time.Time) {
+	if m.cfg.Ledger != nil && m.claimsInFlight >= maxClaimsInFlight {
+		return // the next round starts when a claim comes back
+	}
+	cands := m.candBuf[:0]
+	for _, c := range m.consumers {
+		free := c.free()
+		if free <= 0 || c.closed {
+			continue
+		}
+		for i := range m.subs {
+			if free <= 0 {
+				break
+			}
+			s := m.subs[(c.rr+i)%len(m.subs)]
+			if !c.wants(s) {
+				continue
+			}
+			limit, probe := s.allowance(now, free)
+			for j := range s.parts {
+				if limit <= 0 {
+					break
+				}
+				p := s.parts[(c.rrPart+j)%len(s.parts)]
+				m.delBuf = p.tr.Next(now, limit, m.delBuf[:0])
+				for k := range m.delBuf {
+					d := &m.delBuf[k]
+					if c.maxFrameBytes > 0 {
+						if size := deliveryBytes(d) + len(s.cfg.Topic) + len(m.cfg.Name); size > c.maxFrameBytes {
+							m.tooLarge(now, c, s, p, d, size)
+							continue
+						}
+					}
+					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe})
+					limit--
+					free--
+				}
+			}
+		}
+		c.rr++
+		c.rrPart++
+	}
+	if len(cands) == 0 {
+		return
+	}
+	for i := range cands {
+		// Redelivered (or about to be decided by the ledger): an ack for the
+		// expired lease is no longer welcome.
+		delete(m.expired, refKey{cands[i].s.cfg.Topic, cands[i].p.num, cands[i].d.Offset})
+	}
+	if m.cfg.Ledger != nil {
+		m.claim(now, cands) // sent when the ledger answers (claimed)
+	} else {
+		for i := range cands {
+			cands[i].wire, cands[i].attempt = cands[i].d.Token, cands[i].d.Attempt
+			cands[i].c.credit--
+		}
+		m.send(now, cands)
+	}
+	clear(cands)
+	m.candBuf = cands[:0]
+}
+
+// tooLargeRetry is how long a delivery too large for a stream waits before
+// it is offered again (to any consumer): the notice is not repeated faster.
+const tooLargeRetry = 10 * time.Second
+
+// tooLarge refuses a delivery larger than what the consumer can receive:
+// it goes back uncounted, and the stream is told why (its stream stays up).
+func (m *machine) tooLarge(now time.Time, c *consumer, s *sub, p *part, d *tracker.Delivery[engine.Record], size int) {
+	_ = p.tr.Defer(now, d.Offset, d.Token, now.Add(tooLargeRetry))
+	msg := "delivery of " + strconv.Itoa(size) + " bytes (topic " + s.cfg.Topic + " partition " + strconv.Itoa(int(p.num)) +
+		" offset " + strconv.FormatInt(d.Offset, 10) + ") exceeds this stream's frame limit of " + strconv.Itoa(c.maxFrameBytes) +
+		" bytes: raise the client's receive limit and Start.max_receive_bytes (the Go SDK's MaxReceiveBytes option); it is kept and offered again"
+	m.met.SettleErrors.WithLabelValues(m.cfg.Name, ReasonDeliveryTooLarge).Inc()
+	m.log.Warn("delivery too large for the consumer's receive limit", "consumer", c.name, "topic", s.cfg.Topic, "partition", p.num,
+		"offset", d.Offset, "bytes", size, "frame_limit", c.maxFrameBytes)
+	ref := &spoolv1.DeliveryRef{Topic: s.cfg.Topic, Partition: p.num, Offset: d.Offset}
+	m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{SettleErrors: []*spoolv1.SettleError{{Ref: ref, Reason: ReasonDeliveryTooLarge, Message: msg}}}})
+}
+
+// send hands admitted candidates to their consumers, in frames of at most
+// the consumer's frame bytes. Their credit is already taken.
+func (m *machine) send(now time.Time, cands []candidate) {
+	for i := range cands {
+		cd := &cands[i]
+		c := cd.c
+		d := c.track(now, m.cfg.Name, cd.s, cd.p, cd)
+		size := wireBytes(d)
+		if c.maxFrameBytes > 0 && len(c.frame) > 0 && c.frameBytes+size > c.maxFrameBytes {
+			m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}})
+			c.frame, c.frameBytes = nil, 0
+		}
+		c.frame = append(c.frame, d)
+		c.frameBytes += size
+		if cd.probe {
+			m.probeSent(now, cd.s)
+		}
+	}
+	for _, c := range m.consumers {
+		if len(c.frame) > 0 {
+			m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}})
+			c.frame, c.frameBytes = nil, 0
+		}
+	}
+}
+
+// unsentRetry is how long deliveries of a frame that could not be queued
+// for their stream wait before they are offered again, uncounted.
+const unsentRetry = 200 * time.Millisecond
+
+// frameUnsent answers an actSend the driver could not queue (the stream is
+// not reading): its deliveries go back uncounted and their credit returns,
+// rather than waiting for their leases.
+func (m *machine) frameUnsent(now time.Time, c *consumer, f *spoolv1.SubscribeResponse) {
+	for _, d := range f.GetDeliveries() {
+		k := refKey{d.GetTopic(), d.GetPartition(), d.GetOffset()}
+		o, ok := c.outstanding[k]
+		if !ok {
+			continue
+		}
+		s, p := m.lookup(k.topic, k.part)
+		if p == nil {
+			continue
+		}
+		delete(c.outstanding, k)
+		c.credit++
+		if p.tr.Defer(now, k.offset, o.token, now.Add(unsentRetry)) == nil {
+			s.uncounted.Inc()
+			m.probeLost(now, s, o)
+			m.ledgerRelease(s, o, "", true)
+		}
+	}
+	if n := len(f.GetSettleErrors()); n > 0 {
+		m.log.Warn("settle errors dropped: consumer not reading", "consumer", c.name, "count", n)
+	}
+}
+
+func (m *machine) outstanding() int {
+	n := 0
+	for _, c := range m.consumers {
+		n += len(c.outstanding)
+	}
+	return n
+}
+
+// finished reports whether a drain is complete: nothing outstanding at the
+// app, no dead letter or claim waiting for an answer.
+func (m *machine) finished() bool {
+	return m.draining && m.outstanding() == 0 && m.dlqInFlight == 0 && len(m.dlWait) == 0 && m.claimsInFlight == 0
+}
+
+// nextWake is the earliest time the machine has timed work: a lease or
+// retry deadline, the next commit, or a breaker change.
+func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
+	if m.dirty() && m.nextCommit.Before(w) {
+		w = m.nextCommit
+	}
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			if d, ok := p.tr.NextDeadline(); ok && d.Before(w) {
+				w = d
+			}
+		}
+		if s.brk != nil {
+			if d, ok := s.brk.NextChange(); ok && d.Before(w) {
+				w = d
+			}
+		}
+	}
+	if m.ledgerRetryAt.After(now) && m.ledgerRetryAt.Before(w) {
+		w = m.ledgerRetryAt
+	}
+	return w
+}
+
+// join adds a consumer.
+func (m *machine) join(c *consumer) {
+	m.consumers = append(m.consumers, c)
+	m.met.Consumers.WithLabelValues(m.cfg.Name).Set(float64(len(m.consumers)))
+}
+
+// leave releases everything the consumer still holds at once: each counts
+// as an attempt (the app may have started it) and is redelivered without
+// backoff.
+func (m *machine) leave(now time.Time, c *consumer) {
+	c.closed = true
+	for k, o := range c.outstanding {
+		s, p := m.lookup(k.topic, k.part)
+		if p == nil {
+			continue
+		}
+		if err := p.tr.Release(now, k.offset, o.token, true); err == nil {
+			s.streamClosed.Inc()
+			m.probeLost(now, s, o)
+			m.ledgerRelease(s, o, tracker.ErrTextReleased, false)
+			p.recordFailure(now, k.offset, o.attempt, tracker.ErrTextReleased, o.appVersion)
+		}
+	}
+	clear(c.outstanding)
+	for i, x := range m.consumers {
+		if x == c {
+			m.consumers = append(m.consumers[:i], m.consumers[i+1:]...)
+			break
+		}
+	}
+	m.met.Consumers.WithLabelValues(m.cfg.Name).Set(float64(len(m.consumers)))
+}
+
+// drain stops fetching and handing out deliveries.
+func (m *machine) drain() { m.draining = true }
+
+// ledgerDone queues the ledger write of an ack.
+func (m *machine) ledgerDone(s *sub, p *part, offset int64, o sent) {
+	p.takeWire(offset)
+	delete(p.history, offset)
+	if m.cfg.Ledger != nil && o.id != "" {
+		s.ledger.complete = append(s.ledger.complete, ledger.Finish{ID: o.id, Token: o.wire})
+	}
+}
+
+// ledgerRelease queues the ledger write of a failed or handed-back attempt.
+func (m *machine) ledgerRelease(s *sub, o sent, errText string, uncount bool) {
+	if m.cfg.Ledger != nil && o.id != "" {
+		s.ledger.release = append(s.ledger.release, ledger.Release{ID: o.id, Token: o.wire, Error: errText, Uncount: uncount})
+	}
+}

@@ -1,0 +1,90 @@
+package deliver
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// serve runs the Subscribe server of h's group on an in-memory listener and
+// returns a client connection.
+func serve(t *testing.T, h *harness) *grpc.ClientConn {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	spoolv1.RegisterSubscriberServiceServer(srv, NewServer([]*Group{h.g}, slog.New(slog.DiscardHandler)))
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.Stop()
+	})
+	return conn
+}
+
+// Defect 18: frames are bounded in bytes below what the client said it can
+// receive, and a single delivery larger than that is refused with a notice
+// on a stream that stays up.
+func TestFramesFitTheClientsReceiveLimit(t *testing.T) {
+	const limit = 1 << 20
+	eng := newTestEngine()
+	for range 100 {
+		eng.publish(tTopic, 0, msg("m", make([]byte, 64<<10)))
+	}
+	eng.publish(tTopic, 0, msg("big", make([]byte, 2<<20)))
+	eng.publish(tTopic, 0, msg("after", []byte("small")))
+	h := startGroup(t, eng, GroupConfig{Subscriptions: []Subscription{testSub(tracker.Config{})}})
+	conn := serve(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := spoolv1.NewSubscriberServiceClient(conn).Subscribe(ctx, grpc.MaxCallRecvMsgSize(limit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&spoolv1.SubscribeRequest{Start: &spoolv1.Start{Group: tGroup, MaxReceiveBytes: limit}, Credit: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mf := first.GetStarted().GetMaxFrameBytes(); mf == 0 || mf > limit {
+		t.Fatalf("Started.max_frame_bytes = %d, want in (0, %d]", mf, limit)
+	}
+	got, notice := 0, ""
+	for got < 101 || notice == "" {
+		f, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d deliveries: %v", got, err)
+		}
+		for _, d := range f.GetDeliveries() {
+			if string(d.GetMessageId()) == "big" {
+				t.Fatal("the 2 MiB delivery was sent to a stream that receives 1 MiB")
+			}
+			got++
+		}
+		for _, e := range f.GetSettleErrors() {
+			if e.GetReason() == ReasonDeliveryTooLarge {
+				notice = e.GetMessage()
+			}
+		}
+	}
+	if !strings.Contains(notice, "max_receive_bytes") {
+		t.Fatalf("notice %q does not say what to raise", notice)
+	}
+}
