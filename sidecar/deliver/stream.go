@@ -9,10 +9,9 @@ import (
 	"slices"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/apierr"
 )
 
 // Server implements spoolv1.SubscriberServiceServer over the node's groups.
@@ -44,7 +43,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 	}
 	st := first.GetStart()
 	if st == nil {
-		return status.Error(codes.InvalidArgument, "subscribe: the first frame must carry start{group, topics}: send Start before acks or credit")
+		return apierr.ToStatus(apierr.New(apierr.StartRequired, "subscribe: the first frame must carry start{group, topics}: send Start before acks or credit"))
 	}
 	g, topics, maxInFlight, err := s.resolve(st)
 	if err != nil {
@@ -90,7 +89,7 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 			return err
 		}
 		if req.GetStart() != nil {
-			return status.Error(codes.InvalidArgument, "subscribe: start may only be sent in the first frame: open a new stream to change group or topics")
+			return apierr.ToStatus(apierr.New(apierr.StartRepeated, "subscribe: start may only be sent in the first frame: open a new stream to change group or topics"))
 		}
 		if err := g.post(ctx, settleEvent{c, req}); err != nil {
 			return unavailable(err)
@@ -100,9 +99,9 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 
 func unavailable(err error) error {
 	if errors.Is(err, errStopped) {
-		return status.Error(codes.Unavailable, "subscribe: the sidecar is shutting down: reconnect (the SDK does this with backoff)")
+		return apierr.ToStatus(apierr.Wrap(apierr.ShuttingDown, err, "subscribe: the sidecar is shutting down: reconnect (the SDK does this with backoff)"))
 	}
-	return status.FromContextError(err).Err()
+	return apierr.ToStatus(err)
 }
 
 func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse], out <-chan *spoolv1.SubscribeResponse) error {
@@ -122,23 +121,23 @@ func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.Sub
 func (s *Server) resolve(st *spoolv1.Start) (*Group, []string, int, error) {
 	g, ok := s.groups[st.GetGroup()]
 	if !ok {
-		return nil, nil, 0, status.Errorf(codes.NotFound, "subscribe: no subscriptions for group %q: declare one in spoold's config (subscriptions: - topic: ..., group: %s)", st.GetGroup(), st.GetGroup())
+		return nil, nil, 0, apierr.ToStatus(apierr.New(apierr.UnknownGroup, "subscribe: no subscriptions for group %q: declare one in spoold's config (subscriptions: - topic: ..., group: %s)", st.GetGroup(), st.GetGroup()))
 	}
 	topics := slices.Clone(st.GetTopics())
 	if len(topics) == 0 {
 		topics = g.Topics(ModeStream)
 		if len(topics) == 0 {
-			return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "subscribe: group %q has only callback subscriptions: the sidecar calls the app's Handle for them, so no stream is needed", st.GetGroup())
+			return nil, nil, 0, apierr.ToStatus(apierr.New(apierr.WrongDeliveryMode, "subscribe: group %q has only callback subscriptions: the sidecar calls the app's Handle for them, so no stream is needed", st.GetGroup()))
 		}
 	}
 	maxInFlight := 0
 	for _, t := range topics {
 		mode, ok := g.Subscribes(t)
 		if !ok {
-			return nil, nil, 0, status.Errorf(codes.NotFound, "subscribe: group %q does not subscribe to topic %q: add {topic: %s, group: %s} to spoold's subscriptions", st.GetGroup(), t, t, st.GetGroup())
+			return nil, nil, 0, apierr.ToStatus(apierr.New(apierr.UnknownSubscription, "subscribe: group %q does not subscribe to topic %q: add {topic: %s, group: %s} to spoold's subscriptions", st.GetGroup(), t, t, st.GetGroup()))
 		}
 		if mode != ModeStream {
-			return nil, nil, 0, status.Errorf(codes.FailedPrecondition, "subscribe: group %q receives topic %q by callback (delivery: callback): set delivery: stream to consume it over Subscribe", st.GetGroup(), t)
+			return nil, nil, 0, apierr.ToStatus(apierr.New(apierr.WrongDeliveryMode, "subscribe: group %q receives topic %q by callback (delivery: callback): set delivery: stream to consume it over Subscribe", st.GetGroup(), t))
 		}
 		// max_in_flight is per partition: a stream may hold that many from
 		// each partition of each of its topics.
