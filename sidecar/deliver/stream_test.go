@@ -88,3 +88,35 @@ func TestFramesFitTheClientsReceiveLimit(t *testing.T) {
 		t.Fatalf("notice %q does not say what to raise", notice)
 	}
 }
+
+// Item 15 of the driver review: Started.max_in_flight must be what the
+// stream really gets: the smaller of the client's Start.max_in_flight and
+// the subscription's max_in_flight × partitions, never more than asked.
+func TestStartedReportsTheStreamsBound(t *testing.T) {
+	eng := newTestEngine()
+	h := startGroup(t, eng, GroupConfig{Subscriptions: []Subscription{testSub(tracker.Config{MaxInFlight: 256})}})
+	conn := serve(t, h)
+	parts := int(h.g.partitions(tTopic))
+	for _, c := range []struct{ asked, want int }{
+		{5, 5},
+		{0, 256 * parts},
+		{1_000_000, 256 * parts},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		stream, err := spoolv1.NewSubscriberServiceClient(conn).Subscribe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&spoolv1.SubscribeRequest{Start: &spoolv1.Start{Group: tGroup, MaxInFlight: uint32(c.asked)}}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := int(f.GetStarted().GetMaxInFlight()); got != c.want {
+			t.Errorf("Start.max_in_flight %d: Started.max_in_flight = %d, want %d", c.asked, got, c.want)
+		}
+		cancel()
+	}
+}
