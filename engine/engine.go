@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/engine/groups"
@@ -49,14 +50,37 @@ type topic struct {
 	parts []*partition
 
 	mu       sync.Mutex            // guards changed and watchers
-	changed  chan struct{}         // closed and replaced when a partition's durable end moves
+	changed  chan struct{}         // closed and replaced when a partition's committed end moves
 	watchers map[*watcher]struct{} // signalled (without blocking) when a partition's end moves
 }
 
+// partition is one topic partition. It keeps the two ends of the log that
+// replication tells apart: the durable end (log.Partition.DurableOffset:
+// fsynced on this node) and the committed end (here: what readers may see).
+// On one node the committed end follows the durable end through the log's
+// OnDurable hook; with raft, the commit index will call setCommitted
+// instead, and may lag the local durable end.
 type partition struct {
-	topic *topic
-	num   int32
-	log   *log.Partition
+	topic     *topic
+	num       int32
+	log       *log.Partition
+	committed atomic.Int64 // Fetch, Offsets and notifications use this end
+	compl     completer    // runs Produce callbacks off the appender
+}
+
+// setCommitted moves the committed end up to end (never down) and signals
+// the topic's watchers when it moved.
+func (p *partition) setCommitted(end int64) {
+	for {
+		cur := p.committed.Load()
+		if end <= cur {
+			return
+		}
+		if p.committed.CompareAndSwap(cur, end) {
+			p.topic.notify()
+			return
+		}
+	}
 }
 
 // Open opens (or creates) the node's data dir. Call Run to start the
@@ -141,7 +165,11 @@ func (n *Node) EnsureTopic(spec TopicSpec) error {
 		if err := lp.SetRetention(spec.RetentionAge, spec.RetentionBytes); err != nil {
 			return fmt.Errorf("engine: topic %q: %w", spec.Name, err)
 		}
-		t.parts = append(t.parts, &partition{topic: t, num: p, log: lp})
+		part := &partition{topic: t, num: p, log: lp}
+		// Single node: what is durable here is committed.
+		lp.SetOnDurable(part.setCommitted)
+		part.committed.Store(lp.DurableOffset())
+		t.parts = append(t.parts, part)
 	}
 	n.topics[spec.Name] = t
 	return nil
@@ -184,20 +212,27 @@ func (n *Node) partition(topicName string, p int32) (*partition, error) {
 }
 
 // Produce appends recs to one partition and calls done once they are durable
-// (or failed). done runs on the appender's goroutine and must not block.
+// (or failed) with the offset of the first record. Produce blocks only while
+// the append queue is full (the disk is behind).
+//
+// done is never called on the caller's goroutine nor under an engine lock:
+// callbacks of one partition run in append order on a goroutine of that
+// partition. With FsyncAlways they run after the records are committed (a
+// Fetch from done sees them); with FsyncInterval they run once the records
+// are written, and the records are committed by the next timer fsync.
+// done should not block for long: a blocked done delays the later
+// completions of the same partition (only those).
 func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(base int64, err error)) {
 	part, err := n.partition(topicName, p)
 	if err != nil {
-		done(0, err)
+		go done(0, err) // not on the caller's goroutine, as promised
 		return
 	}
 	part.log.AppendAsync(recs, func(base int64, err error) {
-		if err == nil {
-			part.topic.notify()
-		} else if errors.Is(err, log.ErrClosed) {
+		if err != nil && errors.Is(err, log.ErrClosed) {
 			err = fmt.Errorf("%w: %w", ErrClosed, err)
 		}
-		done(base, err)
+		part.compl.add(done, base, err)
 	})
 }
 
@@ -214,7 +249,7 @@ func (t *topic) notify() {
 	t.mu.Unlock()
 }
 
-// Fetch reads durable records of one partition from offset on, at most about
+// Fetch reads committed records of one partition from offset on, at most about
 // maxBytes (at least one record when any is there). It returns no records
 // and no error at the end of the log. Below the log start it returns a
 // *log.OffsetOutOfRangeError: the records expired (retention).
@@ -223,14 +258,14 @@ func (n *Node) Fetch(topicName string, p int32, offset int64, maxBytes int, dst 
 	if err != nil {
 		return dst, err
 	}
-	end := part.log.DurableOffset()
+	end := part.committed.Load()
 	if offset >= end {
 		return dst, nil
 	}
 	return part.log.Read(offset, maxBytes, end, dst)
 }
 
-// Changed returns a channel that is closed when the durable end of any
+// Changed returns a channel that is closed when the committed end of any
 // partition of the topic moves after the call. Take it before fetching, and
 // wait on it when the fetch found nothing new.
 func (n *Node) Changed(topicName string) (<-chan struct{}, error) {
@@ -245,13 +280,13 @@ func (n *Node) Changed(topicName string) (<-chan struct{}, error) {
 	return t.changed, nil
 }
 
-// Offsets returns a partition's log start and durable end.
+// Offsets returns a partition's log start and committed end.
 func (n *Node) Offsets(topicName string, p int32) (start, end int64, err error) {
 	part, err := n.partition(topicName, p)
 	if err != nil {
 		return 0, 0, err
 	}
-	return part.log.StartOffset(), part.log.DurableOffset(), nil
+	return part.log.StartOffset(), part.committed.Load(), nil
 }
 
 // OffsetForTime returns the first offset of the partition whose record was

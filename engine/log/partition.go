@@ -39,6 +39,9 @@ type Partition struct {
 	failed  error // set by the appender when the files are in an unknown state
 	syncErr error // fdatasync failure of the current round
 
+	// onDurable is told each new durable end (SetOnDurable); guarded by Store.roundMu.
+	onDurable func(end int64)
+
 	// Retention of this partition (SetRetention); guarded by Store.roundMu.
 	// Unset, the Store's Options apply.
 	retention    bool
@@ -58,6 +61,19 @@ func (p *Partition) SetRetention(age time.Duration, maxBytes int64) error {
 	defer p.s.roundMu.Unlock()
 	p.retention, p.retentionAge, p.retentionMax = true, age, maxBytes
 	return nil
+}
+
+// SetOnDurable installs hook, called with the new durable end each time the
+// partition's durable end moves (after a group commit, a timer fsync with
+// FsyncInterval, a roll or Close). It runs on the goroutine that moved the
+// end once it has released every lock of this package, before the appends
+// that became durable are completed; it must not block. Calls for one
+// partition may overlap (an appender round and Close): treat the end as a
+// high-water mark. The owner reads DurableOffset after installing it.
+func (p *Partition) SetOnDurable(hook func(end int64)) {
+	p.s.roundMu.Lock()
+	defer p.s.roundMu.Unlock()
+	p.onDurable = hook
 }
 
 // StartOffset returns the first offset still in the log.
