@@ -10,7 +10,7 @@ import (
 
 // runNode opens a node on dir with the given log options and runs its
 // appender until the test ends.
-func runNode(t *testing.T, dir string, o log.Options, topics ...string) *Node {
+func runNode(t testing.TB, dir string, o log.Options, topics ...string) *Node {
 	t.Helper()
 	if o.MaintenanceInterval == 0 {
 		o.MaintenanceInterval = time.Hour
@@ -36,7 +36,7 @@ func runNode(t *testing.T, dir string, o log.Options, topics ...string) *Node {
 }
 
 // await fails the test if ch does not deliver within d.
-func await[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+func await[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
 	t.Helper()
 	select {
 	case v := <-ch:
@@ -125,5 +125,36 @@ func TestWatchSignalledByIntervalSync(t *testing.T) {
 	recs, err := n.Fetch("t", 1, 0, 1<<20, nil)
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("fetch after the signal: %d records, %v", len(recs), err)
+	}
+}
+
+// RecordTime reads a batch header; it must agree with the records' own
+// append time, and refuse offsets that are not committed.
+func TestRecordTimeMatchesFetch(t *testing.T) {
+	n := runNode(t, t.TempDir(), log.Options{SegmentBytes: 4 << 10}, "t")
+	for i := range 20 {
+		recs := make([]Record, 1+i%7)
+		for j := range recs {
+			recs[j] = Record{Value: make([]byte, 300), Timestamp: int64(1_000_000 + i)}
+		}
+		res := make(chan error, 1)
+		n.Produce("t", 0, recs, func(_ int64, err error) { res <- err })
+		if err := await(t, res, 5*time.Second, "produce"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, end, _ := n.Offsets("t", 0)
+	for off := int64(0); off < end; off++ {
+		recs, err := n.Fetch("t", 0, off, 1, nil)
+		if err != nil || len(recs) == 0 {
+			t.Fatalf("fetch %d: %v", off, err)
+		}
+		got, err := n.RecordTime("t", 0, off)
+		if err != nil || got != recs[0].Timestamp {
+			t.Fatalf("RecordTime(%d) = %d, %v; the record says %d", off, got, err, recs[0].Timestamp)
+		}
+	}
+	if _, err := n.RecordTime("t", 0, end); err == nil {
+		t.Fatalf("RecordTime at the committed end %d: no error", end)
 	}
 }
