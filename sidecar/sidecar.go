@@ -217,6 +217,9 @@ func logOptions(cfg *config.Config) engine.LogOptions {
 		SegmentAge:         cfg.Storage.SegmentAge,
 		IndexIntervalBytes: int(cfg.Storage.IndexIntervalBytes),
 		FsyncInterval:      cfg.Storage.FsyncInterval,
+		// Limits come from the config in one place: every message that
+		// limits.max_message_bytes allows, and its dead letter, fits a batch.
+		MaxBatchBytes: engine.MaxBatchBytesFor(cfg.Limits.MaxMessageBytes, cfg.Limits.MaxIDBytes, cfg.Limits.MaxHeaders),
 	}
 	if cfg.Storage.Fsync == config.FsyncInterval {
 		o.Fsync = engine.FsyncInterval
