@@ -99,7 +99,7 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	gs, err := groups.Open(filepath.Join(cfg.DataDir, "groups"))
+	gs, err := groups.Open(cfg.Log.FS, filepath.Join(cfg.DataDir, "groups"))
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("engine: %w", err)

@@ -53,7 +53,7 @@ func OpenStore(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	fsys := opts.FS
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	if err := MkdirAllSynced(fsys, dir); err != nil {
 		return nil, notWritable(dir, err)
 	}
 	lock, err := fsys.Lock(filepath.Join(dir, "LOCK"))
