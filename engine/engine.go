@@ -23,6 +23,8 @@ type Config struct {
 	DataDir string
 	// Log configures the partition log of this node.
 	Log log.Options
+	// Hooks report events operators need (quarantined partitions).
+	Hooks Hooks
 	// Logger receives operational events; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -66,6 +68,10 @@ type partition struct {
 	log       *log.Partition
 	committed atomic.Int64 // Fetch, Offsets and notifications use this end
 	compl     completer    // runs Produce callbacks off the appender
+	// limit caps committed once the partition is quarantined (noLimit until
+	// then): nothing at or past the damage is served.
+	limit    atomic.Int64
+	reported atomic.Bool // the quarantine was logged and hooked
 }
 
 // setCommitted moves the committed end up to end (never down) and signals
@@ -73,10 +79,11 @@ type partition struct {
 func (p *partition) setCommitted(end int64) {
 	for {
 		cur := p.committed.Load()
-		if end <= cur {
+		lim := min(end, p.limit.Load())
+		if lim <= cur {
 			return
 		}
-		if p.committed.CompareAndSwap(cur, end) {
+		if p.committed.CompareAndSwap(cur, lim) {
 			p.topic.notify()
 			return
 		}
@@ -95,6 +102,8 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Log.Logger == nil {
 		cfg.Log.Logger = cfg.Logger
 	}
+	// A damaged partition is quarantined, not fatal: the rest of the node serves.
+	cfg.Log.QuarantineCorrupt = true
 	st, err := log.OpenStore(filepath.Join(cfg.DataDir, "log"), cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -134,45 +143,60 @@ func (n *Node) storedPartitions(name string) int32 {
 }
 
 // EnsureTopic opens or creates the topic's partitions. Declaring fewer
-// partitions than are stored is refused (keys would lose their order).
+// partitions than are stored is refused (keys would lose their order). A
+// partition whose data is damaged opens quarantined (see Quarantined); that
+// is reported, not returned as an error.
 func (n *Node) EnsureTopic(spec TopicSpec) error {
+	damaged, err := n.ensureTopic(spec)
+	for _, p := range damaged { // reported with no lock held
+		n.quarantine(p, p.log.Quarantined())
+	}
+	return err
+}
+
+func (n *Node) ensureTopic(spec TopicSpec) (damaged []*partition, err error) {
 	if spec.Partitions < 1 {
-		return fmt.Errorf("engine: topic %q: %d partitions: need at least 1", spec.Name, spec.Partitions)
+		return nil, fmt.Errorf("engine: topic %q: %d partitions: need at least 1", spec.Name, spec.Partitions)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if t, ok := n.topics[spec.Name]; ok {
 		if t.spec.Partitions != spec.Partitions {
-			return &TopicConflictError{Topic: spec.Name, Stored: t.spec.Partitions, Declared: spec.Partitions}
+			return nil, &TopicConflictError{Topic: spec.Name, Stored: t.spec.Partitions, Declared: spec.Partitions}
 		}
 		for _, p := range t.parts {
 			if err := p.log.SetRetention(spec.RetentionAge, spec.RetentionBytes); err != nil {
-				return fmt.Errorf("engine: topic %q: %w", spec.Name, err)
+				return nil, fmt.Errorf("engine: topic %q: %w", spec.Name, err)
 			}
 		}
 		t.spec = spec
-		return nil
+		return nil, nil
 	}
 	if stored := n.storedPartitions(spec.Name); stored > spec.Partitions {
-		return &TopicConflictError{Topic: spec.Name, Stored: stored, Declared: spec.Partitions}
+		return nil, &TopicConflictError{Topic: spec.Name, Stored: stored, Declared: spec.Partitions}
 	}
 	t := &topic{spec: spec, changed: make(chan struct{})}
 	for p := range spec.Partitions {
 		lp, err := n.store.Partition(PartitionName(spec.Name, p))
 		if err != nil {
-			return fmt.Errorf("engine: topic %q partition %d: %w", spec.Name, p, err)
+			return nil, fmt.Errorf("engine: topic %q partition %d: %w", spec.Name, p, err)
 		}
 		if err := lp.SetRetention(spec.RetentionAge, spec.RetentionBytes); err != nil {
-			return fmt.Errorf("engine: topic %q: %w", spec.Name, err)
+			return nil, fmt.Errorf("engine: topic %q: %w", spec.Name, err)
 		}
 		part := &partition{topic: t, num: p, log: lp}
+		part.limit.Store(noLimit)
+		if ce := lp.Quarantined(); ce != nil {
+			part.limit.Store(ce.Offset) // the log opened only what precedes the damage
+			damaged = append(damaged, part)
+		}
 		// Single node: what is durable here is committed.
 		lp.SetOnDurable(part.setCommitted)
-		part.committed.Store(lp.DurableOffset())
+		part.committed.Store(min(lp.DurableOffset(), part.limit.Load()))
 		t.parts = append(t.parts, part)
 	}
 	n.topics[spec.Name] = t
-	return nil
+	return damaged, nil
 }
 
 // Topics returns the declared topics, sorted by name.
@@ -228,9 +252,17 @@ func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(b
 		go done(0, err) // not on the caller's goroutine, as promised
 		return
 	}
+	if ce := part.log.Quarantined(); ce != nil {
+		part.compl.add(done, -1, part.quarantinedError(ce))
+		return
+	}
 	part.log.AppendAsync(recs, func(base int64, err error) {
-		if err != nil && errors.Is(err, log.ErrClosed) {
+		switch {
+		case err == nil:
+		case errors.Is(err, log.ErrClosed):
 			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		case errors.Is(err, log.ErrQuarantined):
+			err = fmt.Errorf("%w: %w", ErrQuarantined, err)
 		}
 		part.compl.add(done, base, err)
 	})
@@ -262,7 +294,19 @@ func (n *Node) Fetch(topicName string, p int32, offset int64, maxBytes int, dst 
 	if offset >= end {
 		return dst, nil
 	}
-	return part.log.Read(offset, maxBytes, end, dst)
+	recs, err := part.log.Read(offset, maxBytes, end, dst)
+	var ce *log.CorruptionError
+	if errors.As(err, &ce) {
+		// Damage: quarantine (reported once) and serve what precedes it. The
+		// caller sees the end of what is served, not an error per poll.
+		n.quarantine(part, ce)
+		lim := part.committed.Load()
+		for len(recs) > 0 && recs[len(recs)-1].Offset >= lim {
+			recs = recs[:len(recs)-1]
+		}
+		return recs, nil
+	}
+	return recs, err
 }
 
 // Changed returns a channel that is closed when the committed end of any
@@ -296,7 +340,12 @@ func (n *Node) OffsetForTime(topicName string, p int32, ts time.Time) (int64, er
 	if err != nil {
 		return 0, err
 	}
-	return part.log.OffsetForTime(ts.UnixMilli())
+	off, err := part.log.OffsetForTime(ts.UnixMilli())
+	var ce *log.CorruptionError
+	if errors.As(err, &ce) {
+		n.quarantine(part, ce)
+	}
+	return min(off, part.committed.Load()), err
 }
 
 // LoadPositions returns a group's committed positions on a topic.

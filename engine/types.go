@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spoolmq/spool/engine/groups"
@@ -86,5 +87,10 @@ func (n *Node) RecordTime(topicName string, p int32, offset int64) (int64, error
 	if end := part.committed.Load(); offset >= end {
 		return 0, fmt.Errorf("engine: %s/%d: no record at offset %d (the committed end is %d)", topicName, p, offset, end)
 	}
-	return part.log.BatchTime(offset)
+	ts, err := part.log.BatchTime(offset)
+	var ce *log.CorruptionError
+	if errors.As(err, &ce) {
+		n.quarantine(part, ce)
+	}
+	return ts, err
 }

@@ -277,6 +277,10 @@ func (p *Partition) write(r *request) (*segment, bool) {
 		r.err = p.failed
 		return nil, false
 	}
+	if ce := p.quarantine.Load(); ce != nil {
+		r.err = p.quarantineError(ce)
+		return nil, false
+	}
 	o := &p.s.opts
 	b := *r.buf
 	seg := p.active()
