@@ -87,8 +87,8 @@ type Options struct {
 	// untouched for Store.Repair. Partition.Quarantined reports it.
 	QuarantineCorrupt bool
 	FS                FS           // file-system layer; nil = the real OS
-	Logger   *slog.Logger // nil = slog.Default()
-	Now      func() time.Time
+	Logger            *slog.Logger // nil = slog.Default()
+	Now               func() time.Time
 }
 
 // validate fills defaults and rejects nonsense once.

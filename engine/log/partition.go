@@ -40,7 +40,7 @@ type Partition struct {
 	// quarantine is the first corruption found in this partition (at open
 	// or by a read); once set, appends are refused. See Quarantine.
 	quarantine atomic.Pointer[CorruptionError]
-	syncErr error // fdatasync failure of the current round
+	syncErr    error // fdatasync failure of the current round
 
 	// onDurable is told each new durable end (SetOnDurable); guarded by Store.roundMu.
 	onDurable func(end int64)
