@@ -28,7 +28,7 @@ type Quarantine struct {
 }
 
 func (q Quarantine) String() string {
-	return fmt.Sprintf("%s/%d: corruption in %s at byte %d (serves offsets below %d): %s",
+	return fmt.Sprintf("%s/%d quarantined: corruption in %s at byte %d (serves offsets below %d): %s",
 		q.Topic, q.Partition, q.File, q.Position, q.Offset, q.Reason)
 }
 
