@@ -245,7 +245,9 @@ func (n *Node) partition(topicName string, p int32) (*partition, error) {
 // Fetch from done sees them); with FsyncInterval they run once the records
 // are written, and the records are committed by the next timer fsync.
 // done should not block for long: a blocked done delays the later
-// completions of the same partition (only those).
+// completions of the same partition (only those). An append refused before
+// it is queued (too large, quarantined partition, closed node) may complete
+// before earlier appends of the partition do.
 func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(base int64, err error)) {
 	part, err := n.partition(topicName, p)
 	if err != nil {

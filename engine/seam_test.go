@@ -158,3 +158,34 @@ func TestRecordTimeMatchesFetch(t *testing.T) {
 		t.Fatalf("RecordTime at the committed end %d: no error", end)
 	}
 }
+
+// done is never called on the caller's goroutine, even for an append
+// refused before it is queued: a caller that holds a lock, or blocks on a
+// channel its own goroutine serves, cannot deadlock itself (the
+// batch-too-large path of defect 1).
+func TestProduceNeverCallsDoneOnCallersGoroutine(t *testing.T) {
+	n := runNode(t, t.TempDir(), log.Options{MaxBatchBytes: 64 << 10}, "t")
+	cases := []struct {
+		name  string
+		topic string
+		p     int32
+		recs  []Record
+	}{
+		{"unknown topic", "nope", 0, []Record{{Value: []byte("x")}}},
+		{"unknown partition", "t", 9, []Record{{Value: []byte("x")}}},
+		{"batch too large", "t", 0, []Record{{Value: make([]byte, 100<<10)}}},
+		{"empty batch", "t", 1, nil},
+	}
+	for _, c := range cases {
+		results := make(chan error) // unbuffered: a synchronous done would block Produce forever
+		returned := make(chan struct{})
+		go func() {
+			n.Produce(c.topic, c.p, c.recs, func(_ int64, err error) { results <- err })
+			close(returned)
+		}()
+		await(t, returned, 5*time.Second, c.name+": Produce to return before its done is received")
+		if err := await(t, results, 5*time.Second, c.name+": done"); err == nil {
+			t.Fatalf("%s: done reported success", c.name)
+		}
+	}
+}
