@@ -48,7 +48,8 @@ type Node struct {
 }
 
 type topic struct {
-	spec  TopicSpec
+	name  string    // immutable: read without Node.mu
+	spec  TopicSpec // guarded by Node.mu (EnsureTopic may replace it)
 	parts []*partition
 
 	mu       sync.Mutex            // guards changed and watchers
@@ -175,7 +176,7 @@ func (n *Node) ensureTopic(spec TopicSpec) (damaged []*partition, err error) {
 	if stored := n.storedPartitions(spec.Name); stored > spec.Partitions {
 		return nil, &TopicConflictError{Topic: spec.Name, Stored: stored, Declared: spec.Partitions}
 	}
-	t := &topic{spec: spec, changed: make(chan struct{})}
+	t := &topic{name: spec.Name, spec: spec, changed: make(chan struct{})}
 	for p := range spec.Partitions {
 		lp, err := n.store.Partition(PartitionName(spec.Name, p))
 		if err != nil {

@@ -63,7 +63,7 @@ func (n *Node) Quarantined() []Quarantine {
 }
 
 func (p *partition) describe(ce *log.CorruptionError) Quarantine {
-	return Quarantine{Topic: p.topic.spec.Name, Partition: p.num, File: ce.File, Position: ce.Position, Offset: p.limit.Load(), Reason: ce.Reason}
+	return Quarantine{Topic: p.topic.name, Partition: p.num, File: ce.File, Position: ce.Position, Offset: p.limit.Load(), Reason: ce.Reason}
 }
 
 // quarantine stops serving the partition at the damage ce found by a read
@@ -94,7 +94,7 @@ func (n *Node) quarantine(p *partition, ce *log.CorruptionError) {
 // quarantinedError is what Produce to a quarantined partition fails with.
 func (p *partition) quarantinedError(ce *log.CorruptionError) error {
 	return fmt.Errorf("%w: %s/%d: %s at byte %d of %s; it refuses publishes until an operator repairs it (spoold repair --partition %s, docs/operations.md)",
-		ErrQuarantined, p.topic.spec.Name, p.num, ce.Reason, ce.Position, ce.File, PartitionName(p.topic.spec.Name, p.num))
+		ErrQuarantined, p.topic.name, p.num, ce.Reason, ce.Position, ce.File, PartitionName(p.topic.name, p.num))
 }
 
 // lowerTo sets v to min(v, x).
