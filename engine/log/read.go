@@ -112,10 +112,16 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, a
 // holds offset, reading headers only (from the closest index entry). A zero
 // header and no error means seg has no such batch (offset is past its end).
 func (seg *segment) findBatch(offset int64) (int64, BatchHeader, error) {
-	corrupt := func(pos int64, err error) error {
-		return &CorruptionError{File: seg.path, Position: pos, Offset: offset, Reason: err.Error()}
-	}
 	pos := seg.lookup(offset)
+	// good is where the good data ends if the batch at pos is damaged: the
+	// end of the batch before it when known, else the offset asked for.
+	good := offset
+	if pos == 0 {
+		good = seg.base
+	}
+	corrupt := func(pos int64, err error) error {
+		return &CorruptionError{File: seg.path, Position: pos, Offset: good, Reason: err.Error()}
+	}
 	var hb [BatchHeaderSize]byte
 	for pos < seg.size {
 		if _, err := seg.log.ReadAt(hb[:], pos); err != nil {
@@ -135,6 +141,7 @@ func (seg *segment) findBatch(offset int64) (int64, BatchHeader, error) {
 		if h.Type == BatchData && h.BaseOffset+int64(h.Count) > offset {
 			return pos, h, nil
 		}
+		good = min(h.BaseOffset+h.Offsets(), offset)
 		pos += int64(h.Length)
 	}
 	return 0, BatchHeader{}, nil
