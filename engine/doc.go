@@ -8,6 +8,35 @@
 // same message ids). Today one node stores every partition (engine/log);
 // replication (engine/raft) keeps this API.
 //
+// # Two ends of a partition
+//
+// A partition has a durable end (engine/log's DurableOffset: fsynced on this
+// node) and a committed end (what readers may see). Fetch, Offsets (lag),
+// RecordTime and the notifications of Watch and Changed use the committed
+// end only. On one node the committed end follows the durable end: the log
+// reports every move of the durable end (group commit, a timer fsync with
+// FsyncInterval, a roll, Close) through its OnDurable hook, and the engine
+// partition's setCommitted moves the committed end and signals watchers.
+// With raft, the same setCommitted is called with the commit index instead,
+// which may lag the local durable end; nothing above the engine changes.
+//
+// # Completions
+//
+// Produce callbacks never run on the caller's goroutine, on the log's
+// appender, or under any lock: the appender only queues a result on the
+// partition's completer, whose own goroutine calls done in append order. A
+// done that blocks delays the later completions of its own partition and
+// nothing else (other partitions, publishers, Run and Close carry on).
+//
+// # Damage
+//
+// A partition whose data fails its checks (at open, or when a read finds
+// it) is quarantined rather than failing the node: it serves the records
+// before the damage, never past it, refuses appends with ErrQuarantined, and
+// is reported once (an ERROR log with file, byte position and offset, and
+// Hooks.PartitionQuarantined). Quarantined lists them; RepairPartition
+// truncates one offline to its last good offset (docs/operations.md).
+//
 // The engine imports no Redis, no Prometheus and nothing from the sidecar;
-// it reports what operators need through the Hooks interface.
+// it reports what operators need through Hooks.
 package engine

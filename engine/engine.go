@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/engine/groups"
@@ -22,6 +23,8 @@ type Config struct {
 	DataDir string
 	// Log configures the partition log of this node.
 	Log log.Options
+	// Hooks report events operators need (quarantined partitions).
+	Hooks Hooks
 	// Logger receives operational events; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -45,18 +48,47 @@ type Node struct {
 }
 
 type topic struct {
-	spec  TopicSpec
+	name  string    // immutable: read without Node.mu
+	spec  TopicSpec // guarded by Node.mu (EnsureTopic may replace it)
 	parts []*partition
 
 	mu       sync.Mutex            // guards changed and watchers
-	changed  chan struct{}         // closed and replaced when a partition's durable end moves
+	changed  chan struct{}         // closed and replaced when a partition's committed end moves
 	watchers map[*watcher]struct{} // signalled (without blocking) when a partition's end moves
 }
 
+// partition is one topic partition. It keeps the two ends of the log that
+// replication tells apart: the durable end (log.Partition.DurableOffset:
+// fsynced on this node) and the committed end (here: what readers may see).
+// On one node the committed end follows the durable end through the log's
+// OnDurable hook; with raft, the commit index will call setCommitted
+// instead, and may lag the local durable end.
 type partition struct {
-	topic *topic
-	num   int32
-	log   *log.Partition
+	topic     *topic
+	num       int32
+	log       *log.Partition
+	committed atomic.Int64 // Fetch, Offsets and notifications use this end
+	compl     completer    // runs Produce callbacks off the appender
+	// limit caps committed once the partition is quarantined (noLimit until
+	// then): nothing at or past the damage is served.
+	limit    atomic.Int64
+	reported atomic.Bool // the quarantine was logged and hooked
+}
+
+// setCommitted moves the committed end up to end (never down) and signals
+// the topic's watchers when it moved.
+func (p *partition) setCommitted(end int64) {
+	for {
+		cur := p.committed.Load()
+		lim := min(end, p.limit.Load())
+		if lim <= cur {
+			return
+		}
+		if p.committed.CompareAndSwap(cur, lim) {
+			p.topic.notify()
+			return
+		}
+	}
 }
 
 // Open opens (or creates) the node's data dir. Call Run to start the
@@ -71,11 +103,13 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Log.Logger == nil {
 		cfg.Log.Logger = cfg.Logger
 	}
+	// A damaged partition is quarantined, not fatal: the rest of the node serves.
+	cfg.Log.QuarantineCorrupt = true
 	st, err := log.OpenStore(filepath.Join(cfg.DataDir, "log"), cfg.Log)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	gs, err := groups.Open(filepath.Join(cfg.DataDir, "groups"))
+	gs, err := groups.Open(cfg.Log.FS, filepath.Join(cfg.DataDir, "groups"))
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("engine: %w", err)
@@ -110,41 +144,60 @@ func (n *Node) storedPartitions(name string) int32 {
 }
 
 // EnsureTopic opens or creates the topic's partitions. Declaring fewer
-// partitions than are stored is refused (keys would lose their order).
+// partitions than are stored is refused (keys would lose their order). A
+// partition whose data is damaged opens quarantined (see Quarantined); that
+// is reported, not returned as an error.
 func (n *Node) EnsureTopic(spec TopicSpec) error {
+	damaged, err := n.ensureTopic(spec)
+	for _, p := range damaged { // reported with no lock held
+		n.quarantine(p, p.log.Quarantined())
+	}
+	return err
+}
+
+func (n *Node) ensureTopic(spec TopicSpec) (damaged []*partition, err error) {
 	if spec.Partitions < 1 {
-		return fmt.Errorf("engine: topic %q: %d partitions: need at least 1", spec.Name, spec.Partitions)
+		return nil, fmt.Errorf("engine: topic %q: %d partitions: need at least 1", spec.Name, spec.Partitions)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if t, ok := n.topics[spec.Name]; ok {
 		if t.spec.Partitions != spec.Partitions {
-			return &TopicConflictError{Topic: spec.Name, Stored: t.spec.Partitions, Declared: spec.Partitions}
+			return nil, &TopicConflictError{Topic: spec.Name, Stored: t.spec.Partitions, Declared: spec.Partitions}
 		}
 		for _, p := range t.parts {
 			if err := p.log.SetRetention(spec.RetentionAge, spec.RetentionBytes); err != nil {
-				return fmt.Errorf("engine: topic %q: %w", spec.Name, err)
+				return nil, fmt.Errorf("engine: topic %q: %w", spec.Name, err)
 			}
 		}
 		t.spec = spec
-		return nil
+		return nil, nil
 	}
 	if stored := n.storedPartitions(spec.Name); stored > spec.Partitions {
-		return &TopicConflictError{Topic: spec.Name, Stored: stored, Declared: spec.Partitions}
+		return nil, &TopicConflictError{Topic: spec.Name, Stored: stored, Declared: spec.Partitions}
 	}
-	t := &topic{spec: spec, changed: make(chan struct{})}
+	t := &topic{name: spec.Name, spec: spec, changed: make(chan struct{})}
 	for p := range spec.Partitions {
 		lp, err := n.store.Partition(PartitionName(spec.Name, p))
 		if err != nil {
-			return fmt.Errorf("engine: topic %q partition %d: %w", spec.Name, p, err)
+			return nil, fmt.Errorf("engine: topic %q partition %d: %w", spec.Name, p, err)
 		}
 		if err := lp.SetRetention(spec.RetentionAge, spec.RetentionBytes); err != nil {
-			return fmt.Errorf("engine: topic %q: %w", spec.Name, err)
+			return nil, fmt.Errorf("engine: topic %q: %w", spec.Name, err)
 		}
-		t.parts = append(t.parts, &partition{topic: t, num: p, log: lp})
+		part := &partition{topic: t, num: p, log: lp}
+		part.limit.Store(noLimit)
+		if ce := lp.Quarantined(); ce != nil {
+			part.limit.Store(ce.Offset) // the log opened only what precedes the damage
+			damaged = append(damaged, part)
+		}
+		// Single node: what is durable here is committed.
+		lp.SetOnDurable(part.setCommitted)
+		part.committed.Store(min(lp.DurableOffset(), part.limit.Load()))
+		t.parts = append(t.parts, part)
 	}
 	n.topics[spec.Name] = t
-	return nil
+	return damaged, nil
 }
 
 // Topics returns the declared topics, sorted by name.
@@ -184,20 +237,37 @@ func (n *Node) partition(topicName string, p int32) (*partition, error) {
 }
 
 // Produce appends recs to one partition and calls done once they are durable
-// (or failed). done runs on the appender's goroutine and must not block.
+// (or failed) with the offset of the first record. Produce blocks only while
+// the append queue is full (the disk is behind).
+//
+// done is never called on the caller's goroutine nor under an engine lock:
+// callbacks of one partition run in append order on a goroutine of that
+// partition. With FsyncAlways they run after the records are committed (a
+// Fetch from done sees them); with FsyncInterval they run once the records
+// are written, and the records are committed by the next timer fsync.
+// done should not block for long: a blocked done delays the later
+// completions of the same partition (only those). An append refused before
+// it is queued (too large, quarantined partition, closed node) may complete
+// before earlier appends of the partition do.
 func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(base int64, err error)) {
 	part, err := n.partition(topicName, p)
 	if err != nil {
-		done(0, err)
+		go done(0, err) // not on the caller's goroutine, as promised
+		return
+	}
+	if ce := part.log.Quarantined(); ce != nil {
+		part.compl.add(done, -1, part.quarantinedError(ce))
 		return
 	}
 	part.log.AppendAsync(recs, func(base int64, err error) {
-		if err == nil {
-			part.topic.notify()
-		} else if errors.Is(err, log.ErrClosed) {
+		switch {
+		case err == nil:
+		case errors.Is(err, log.ErrClosed):
 			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		case errors.Is(err, log.ErrQuarantined):
+			err = fmt.Errorf("%w: %w", ErrQuarantined, err)
 		}
-		done(base, err)
+		part.compl.add(done, base, err)
 	})
 }
 
@@ -214,7 +284,7 @@ func (t *topic) notify() {
 	t.mu.Unlock()
 }
 
-// Fetch reads durable records of one partition from offset on, at most about
+// Fetch reads committed records of one partition from offset on, at most about
 // maxBytes (at least one record when any is there). It returns no records
 // and no error at the end of the log. Below the log start it returns a
 // *log.OffsetOutOfRangeError: the records expired (retention).
@@ -223,14 +293,26 @@ func (n *Node) Fetch(topicName string, p int32, offset int64, maxBytes int, dst 
 	if err != nil {
 		return dst, err
 	}
-	end := part.log.DurableOffset()
+	end := part.committed.Load()
 	if offset >= end {
 		return dst, nil
 	}
-	return part.log.Read(offset, maxBytes, end, dst)
+	recs, err := part.log.Read(offset, maxBytes, end, dst)
+	var ce *log.CorruptionError
+	if errors.As(err, &ce) {
+		// Damage: quarantine (reported once) and serve what precedes it. The
+		// caller sees the end of what is served, not an error per poll.
+		n.quarantine(part, ce)
+		lim := part.committed.Load()
+		for len(recs) > 0 && recs[len(recs)-1].Offset >= lim {
+			recs = recs[:len(recs)-1]
+		}
+		return recs, nil
+	}
+	return recs, err
 }
 
-// Changed returns a channel that is closed when the durable end of any
+// Changed returns a channel that is closed when the committed end of any
 // partition of the topic moves after the call. Take it before fetching, and
 // wait on it when the fetch found nothing new.
 func (n *Node) Changed(topicName string) (<-chan struct{}, error) {
@@ -245,13 +327,13 @@ func (n *Node) Changed(topicName string) (<-chan struct{}, error) {
 	return t.changed, nil
 }
 
-// Offsets returns a partition's log start and durable end.
+// Offsets returns a partition's log start and committed end.
 func (n *Node) Offsets(topicName string, p int32) (start, end int64, err error) {
 	part, err := n.partition(topicName, p)
 	if err != nil {
 		return 0, 0, err
 	}
-	return part.log.StartOffset(), part.log.DurableOffset(), nil
+	return part.log.StartOffset(), part.committed.Load(), nil
 }
 
 // OffsetForTime returns the first offset of the partition whose record was
@@ -261,7 +343,12 @@ func (n *Node) OffsetForTime(topicName string, p int32, ts time.Time) (int64, er
 	if err != nil {
 		return 0, err
 	}
-	return part.log.OffsetForTime(ts.UnixMilli())
+	off, err := part.log.OffsetForTime(ts.UnixMilli())
+	var ce *log.CorruptionError
+	if errors.As(err, &ce) {
+		n.quarantine(part, ce)
+	}
+	return min(off, part.committed.Load()), err
 }
 
 // LoadPositions returns a group's committed positions on a topic.

@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	fnv1a "hash/fnv"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -72,3 +74,5 @@ func fnv(s string) uint64 {
 	h.Write([]byte(s))
 	return h.Sum64()
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spoolmq/spool/engine/groups"
@@ -76,14 +77,20 @@ func (n *Node) Watch(topics []string, ch chan<- struct{}) (cancel func(), err er
 type watcher struct{ ch chan<- struct{} }
 
 // RecordTime returns the append time, in Unix milliseconds, of the record at
-// offset (for lag in seconds).
+// offset (for lag in seconds). It reads the header of the batch holding the
+// offset, not the batch: the records of one append share its time.
 func (n *Node) RecordTime(topicName string, p int32, offset int64) (int64, error) {
-	recs, err := n.Fetch(topicName, p, offset, 1, nil)
+	part, err := n.partition(topicName, p)
 	if err != nil {
 		return 0, err
 	}
-	if len(recs) == 0 {
-		return 0, fmt.Errorf("engine: %s/%d: no record at offset %d", topicName, p, offset)
+	if end := part.committed.Load(); offset >= end {
+		return 0, fmt.Errorf("engine: %s/%d: no record at offset %d (the committed end is %d)", topicName, p, offset, end)
 	}
-	return recs[0].Timestamp, nil
+	ts, err := part.log.BatchTime(offset)
+	var ce *log.CorruptionError
+	if errors.As(err, &ce) {
+		n.quarantine(part, ce)
+	}
+	return ts, err
 }

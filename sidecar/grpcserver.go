@@ -68,8 +68,9 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 }
 
 // newAdminHTTP serves /metrics, /healthz, /readyz and, on the same port,
-// gRPC (AdminService, health, reflection) over cleartext HTTP/2.
-func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server) *http.Server {
+// gRPC (AdminService, health, reflection) over cleartext HTTP/2. /readyz
+// adds the lines of detail (a degraded but serving node) after "ready".
+func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server, detail func() []string) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
 	// Profiles for operators chasing CPU or memory (admin port only).
@@ -86,6 +87,9 @@ func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server)
 			return
 		}
 		w.Write([]byte("ready\n"))
+		for _, line := range detail() {
+			w.Write([]byte(line + "\n"))
+		}
 	})
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -66,7 +67,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		dataDir = dir
 		logger.Info("dev mode: temporary data dir, removed on exit", "data_dir", dir)
 	}
-	eng, err := engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger})
+	m := metrics.New()
+	eng, err := engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: engine.Hooks{
+		// The engine logs the damage once; operators see it here and in /readyz.
+		PartitionQuarantined: func(q engine.Quarantine) {
+			m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
+		},
+	}})
 	if err != nil {
 		return err
 	}
@@ -87,7 +94,6 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 	}
 
-	m := metrics.New()
 	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger})
 	if err != nil {
 		return err
@@ -141,7 +147,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	addrs.Admin = addrString(adminL)
-	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC)
+	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC, readyDetail(eng))
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, len(listeners)+1)
@@ -211,12 +217,29 @@ func stopGRPC(s *grpc.Server, grace time.Duration) {
 	}
 }
 
+// readyDetail lists what /readyz reports beyond ready: quarantined
+// partitions. They do not make the node unready: readiness gates the whole
+// pod (the app with it), while the other partitions serve; alert on
+// spool_partition_quarantined instead.
+func readyDetail(eng *engine.Node) func() []string {
+	return func() []string {
+		var out []string
+		for _, q := range eng.Quarantined() {
+			out = append(out, "degraded: partition "+q.String()+"; publishes to it fail until it is repaired (docs/operations.md)")
+		}
+		return out
+	}
+}
+
 func logOptions(cfg *config.Config) engine.LogOptions {
 	o := engine.LogOptions{
 		SegmentBytes:       cfg.Storage.SegmentBytes,
 		SegmentAge:         cfg.Storage.SegmentAge,
 		IndexIntervalBytes: int(cfg.Storage.IndexIntervalBytes),
 		FsyncInterval:      cfg.Storage.FsyncInterval,
+		// Limits come from the config in one place: every message that
+		// limits.max_message_bytes allows, and its dead letter, fits a batch.
+		MaxBatchBytes: engine.MaxBatchBytesFor(cfg.Limits.MaxMessageBytes, cfg.Limits.MaxIDBytes, cfg.Limits.MaxHeaders),
 	}
 	if cfg.Storage.Fsync == config.FsyncInterval {
 		o.Fsync = engine.FsyncInterval

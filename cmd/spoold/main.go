@@ -2,6 +2,7 @@
 //
 //	spoold --dev                      # temporary data dir, topic "demo", group "demo-app"
 //	spoold --config /etc/spool/spool.yaml
+//	spoold repair --data-dir D --partition orders-3   # truncate a quarantined partition (stopped node)
 //
 // Configuration: docs/configuration.md. Flags override SPOOL_* environment
 // variables, which override the file.
@@ -21,6 +22,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "repair" {
+		os.Exit(repair(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	fs := flag.NewFlagSet("spoold", flag.ContinueOnError)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	cfg, err := config.Resolve(fs, os.Args[1:], os.LookupEnv)

@@ -7,6 +7,7 @@
 //
 // This single-node store keeps one small file per (group, topic), replaced
 // atomically (write to a temporary file, fdatasync, rename, fsync the
-// directory). Replication moves these records into an internal offsets topic
+// directory); new directories are fsynced in their parent. All file access
+// goes through engine/log's FS layer, so the in-memory MemFS can crash it. Replication moves these records into an internal offsets topic
 // behind the same Store API. The package imports nothing from the sidecar.
 package groups

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+
+	"github.com/spoolmq/spool/engine/log"
 )
 
 // Position is a group's committed progress on one partition.
@@ -29,6 +32,9 @@ func (p Position) Equal(o Position) bool {
 const (
 	MaxPartitions      = 1 << 16
 	MaxDonePerPosition = 1 << 20
+	// maxFileBytes bounds what one offsets file may make the node read
+	// into memory (a done list is bounded by the group's window in practice).
+	maxFileBytes = 1 << 30
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -38,16 +44,22 @@ var ErrCorrupt = errors.New("offsets file is corrupt")
 
 // Store keeps committed positions under a directory.
 type Store struct {
-	dir string
-	mu  sync.Mutex // serializes writers of the same file; see engine/LOCKS.md
+	fsys  log.FS
+	dir   string
+	mu    sync.Mutex      // serializes writers of the same file; see engine/LOCKS.md
+	known map[string]bool // group directories known to exist durably (under mu)
 }
 
-// Open returns a store rooted at dir, creating it.
-func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// Open returns a store rooted at dir on fsys (nil: the OS), creating dir
+// durably (it and any new parent are fsynced in their parent).
+func Open(fsys log.FS, dir string) (*Store, error) {
+	if fsys == nil {
+		fsys = log.OSFS{}
+	}
+	if err := log.MkdirAllSynced(fsys, dir); err != nil {
 		return nil, fmt.Errorf("offsets: create %s: %w (check that the data dir is writable)", dir, err)
 	}
-	return &Store{dir: dir}, nil
+	return &Store{fsys: fsys, dir: dir, known: map[string]bool{}}, nil
 }
 
 func (s *Store) path(group, topic string) string {
@@ -58,8 +70,8 @@ func (s *Store) path(group, topic string) string {
 // group that never committed has none (an empty map, no error).
 func (s *Store) Load(group, topic string) (map[int32]Position, error) {
 	path := s.path(group, topic)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	b, err := s.readFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return map[int32]Position{}, nil
 	}
 	if err != nil {
@@ -72,22 +84,46 @@ func (s *Store) Load(group, topic string) (map[int32]Position, error) {
 	return m, nil
 }
 
+func (s *Store) readFile(path string) ([]byte, error) {
+	f, err := s.fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > maxFileBytes {
+		return nil, fmt.Errorf("%w: %d bytes (limit %d)", ErrCorrupt, fi.Size(), maxFileBytes)
+	}
+	b := make([]byte, fi.Size())
+	if n, err := f.ReadAt(b, 0); n < len(b) {
+		return nil, err
+	}
+	return b, nil
+}
+
 // Commit durably replaces the committed positions of group on topic. It
-// returns only after the new file and its directory entry are on disk.
+// returns only after the new file and its directory entry (and the group's
+// directory, the first time) are on disk.
 func (s *Store) Commit(group, topic string, positions map[int32]Position) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	path := s.path(group, topic)
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("offsets: create %s: %w", dir, err)
+	if !s.known[dir] {
+		if err := log.MkdirAllSynced(s.fsys, dir); err != nil {
+			return fmt.Errorf("offsets: create %s: %w", dir, err)
+		}
+		s.known[dir] = true
 	}
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := s.fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	if err != nil {
 		return fmt.Errorf("offsets: %w", err)
 	}
-	_, werr := f.Write(Encode(nil, positions))
+	_, werr := f.WriteAt(Encode(nil, positions), 0)
 	if werr == nil {
 		werr = f.Sync()
 	}
@@ -95,18 +131,13 @@ func (s *Store) Commit(group, topic string, positions map[int32]Position) error 
 		werr = cerr
 	}
 	if werr != nil {
-		_ = os.Remove(tmp)
+		_ = s.fsys.Remove(tmp)
 		return fmt.Errorf("offsets: write %s: %w", tmp, werr)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := s.fsys.Rename(tmp, path); err != nil {
 		return fmt.Errorf("offsets: %w", err)
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("offsets: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := s.fsys.SyncDir(dir); err != nil {
 		return fmt.Errorf("offsets: sync %s: %w", dir, err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package groups
 
 import (
 	"errors"
+	"github.com/spoolmq/spool/engine/log"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +12,7 @@ import (
 )
 
 func TestCommitLoadRoundTrip(t *testing.T) {
-	s, err := Open(t.TempDir())
+	s, err := Open(nil, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestCommitLoadRoundTrip(t *testing.T) {
 
 func TestCorruptFileIsReportedWithItsPath(t *testing.T) {
 	dir := t.TempDir()
-	s, _ := Open(dir)
+	s, _ := Open(nil, dir)
 	if err := s.Commit("g", "t", map[int32]Position{1: {Next: 5}}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +120,50 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Committed positions survive a power loss right after Commit returns: the
+// file, its directory entry and the directories of the store and of the
+// group are all durable (defect 8).
+func TestCommitSurvivesCrash(t *testing.T) {
+	fsys := log.NewMemFS()
+	s, err := Open(fsys, "/data/groups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]Position{0: {Next: 7, Done: []int64{9}}, 2: {Next: 3}}
+	if err := s.Commit("workers", "orders", want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit("workers", "payments", map[int32]Position{1: {Next: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Crash()
+	s, err = Open(fsys, "/data/groups")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Load("workers", "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || !got[0].Equal(want[0]) || !got[2].Equal(want[2]) {
+		t.Fatalf("after a crash: %v, want %v (the commit was acknowledged)", got, want)
+	}
+	// A commit that failed to sync is not acknowledged, and the previous
+	// positions stay readable.
+	fsys.SetFault(func(op, name string) error {
+		if op == "sync" {
+			return errors.New("EIO")
+		}
+		return nil
+	})
+	if err := s.Commit("workers", "orders", map[int32]Position{0: {Next: 100}}); err == nil {
+		t.Fatal("commit acknowledged although its fsync failed")
+	}
+	fsys.SetFault(nil)
+	fsys.Crash()
+	if got, err := s.Load("workers", "orders"); err != nil || !got[0].Equal(want[0]) {
+		t.Fatalf("after a failed commit and a crash: %v, %v; want %v", got, err, want)
+	}
 }

@@ -88,8 +88,10 @@ func (p *Partition) Append(ctx context.Context, recs []Record) (int64, error) {
 	}
 }
 
-// AppendAsync is Append with a callback, called on the appender goroutine in
-// append order; done must not block. AppendAsync itself blocks while the
+// AppendAsync is Append with a callback, called in append order on the
+// appender goroutine once the round is over and no lock of this package is
+// held. done must not block: the appender waits for it before its next
+// round (engine.Node.Produce hands callbacks to other goroutines). AppendAsync itself blocks while the
 // pending queue is full (MaxPendingBytes) and fails at once on a closed store.
 func (p *Partition) AppendAsync(recs []Record, done func(base int64, err error)) {
 	r, err := p.prepare(recs)
@@ -140,14 +142,16 @@ type dirtySeg struct {
 	err error
 }
 
-// round is one group commit: write every pending batch, fdatasync every
-// dirty file, complete every waiter. Caller holds roundMu.
-func (s *Store) round() {
+// round is one group commit: write every pending batch and fdatasync every
+// dirty file. It returns the batch with each request's result set; the
+// caller completes it with unlockRound once roundMu is released, so that no
+// waiter's callback runs under a lock of this package. Caller holds roundMu.
+func (s *Store) round() []*request {
 	s.mu.Lock()
 	batch := s.pending
 	if len(batch) == 0 {
 		s.mu.Unlock()
-		return
+		return nil
 	}
 	// Swap buffers. spare is taken (set to nil) so that pending and spare
 	// never share an array: appends during this round must not overwrite batch.
@@ -183,24 +187,54 @@ func (s *Store) round() {
 				r.err = errors.New("spool log: batch not durable after sync") // unreachable by design
 			}
 		}
-		base := r.base
 		if r.err != nil {
-			base = -1
-		}
-		if r.done != nil {
-			r.done(base, r.err)
-			r.free()
-		} else {
-			r.ch <- result{base: base, err: r.err}
+			r.base = -1
 		}
 	}
-	clear(batch)
 	s.mu.Lock()
-	s.spare = batch[:0]
 	s.pendingBytes -= bytes
 	if !s.closed {
 		close(s.space)
 		s.space = make(chan struct{})
+	}
+	s.mu.Unlock()
+	return batch
+}
+
+// durableMove is a partition's durable end having moved, for its OnDurable
+// hook. It is recorded under roundMu and reported after releasing it.
+type durableMove struct {
+	hook func(end int64)
+	end  int64
+}
+
+// unlockRound releases roundMu, then reports durable ends that moved under
+// it and completes batch (from round), in that order: a waiter that reads
+// after its append completes sees its records. Every path that takes roundMu
+// releases it here, so hooks and callbacks never run under a lock of this
+// package (LOCKS.md).
+func (s *Store) unlockRound(batch []*request) {
+	moved := s.moved
+	s.moved = nil
+	s.roundMu.Unlock()
+	for _, m := range moved {
+		m.hook(m.end)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	for _, r := range batch {
+		if r.done != nil {
+			r.done(r.base, r.err)
+			r.free()
+		} else {
+			r.ch <- result{base: r.base, err: r.err} // cap 1: never blocks
+		}
+	}
+	clear(batch)
+	s.mu.Lock()
+	if s.spare == nil {
+		s.spare = batch[:0]
 	}
 	s.mu.Unlock()
 }
@@ -241,6 +275,10 @@ func syncParallel(dirty []dirtySeg) {
 func (p *Partition) write(r *request) (*segment, bool) {
 	if p.failed != nil {
 		r.err = p.failed
+		return nil, false
+	}
+	if ce := p.quarantine.Load(); ce != nil {
+		r.err = p.quarantineError(ce)
 		return nil, false
 	}
 	o := &p.s.opts
@@ -285,11 +323,17 @@ func (p *Partition) write(r *request) (*segment, bool) {
 	return seg, newly
 }
 
-// synced records a successful fdatasync of seg.
+// synced records a successful fdatasync of seg, and the durable end's move
+// for the partition's OnDurable hook.
 func (p *Partition) synced(seg *segment) {
 	seg.synced, seg.syncedNext = seg.size, seg.next
 	if seg == p.active() || seg.next > p.durable.Load() {
-		p.durable.Store(max(p.durable.Load(), seg.next))
+		if end := max(p.durable.Load(), seg.next); end != p.durable.Load() {
+			p.durable.Store(end)
+			if p.onDurable != nil {
+				p.s.moved = append(p.s.moved, durableMove{hook: p.onDurable, end: end})
+			}
+		}
 	}
 }
 
@@ -336,7 +380,7 @@ func (p *Partition) syncDirty() {
 // Roll closes the active segment and starts a new one (no-op if it is empty).
 func (p *Partition) Roll() error {
 	p.s.roundMu.Lock()
-	defer p.s.roundMu.Unlock()
+	defer p.s.unlockRound(nil)
 	if p.failed != nil {
 		return p.failed
 	}

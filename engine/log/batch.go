@@ -107,6 +107,15 @@ func tsOrDefault(ts, def int64) int64 {
 	return ts
 }
 
+// MaxRecordFraming bounds what a batch of one record adds to the record's
+// id, key, value and header names and values: the batch header and every
+// length, delta and count varint, for a record with at most headers headers.
+func MaxRecordFraming(headers int) int {
+	const v = binary.MaxVarintLen64
+	// record length, timestamp delta, index, id/key/value lengths, header count
+	return BatchHeaderSize + 7*v + headers*2*v
+}
+
 func recordBodySize(r *Record, first int64, i int, defTs int64) int {
 	n := varintLen(tsOrDefault(r.Timestamp, defTs)-first) + uvarintLen(uint64(i))
 	n += uvarintLen(uint64(len(r.ID))) + len(r.ID)

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +35,39 @@ type FS interface {
 	// Lock takes an exclusive advisory lock on file name (created if needed),
 	// failing at once with ErrLocked if someone else holds it.
 	Lock(name string) (io.Closer, error)
+}
+
+// MkdirAllSynced creates dir and any missing parents, and makes each new
+// directory durable by syncing its parent (a directory entry, like a file's,
+// is lost on power loss until its parent is fsynced).
+func MkdirAllSynced(fsys FS, dir string) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		_, err := fsys.ReadDir(d)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return fmt.Errorf("sync directory %s after creating %s: %w", filepath.Dir(missing[i]), missing[i], err)
+		}
+	}
+	return nil
 }
 
 // OSFS is the real file system. Sync is fdatasync(2); Lock is flock(2).

@@ -1,10 +1,12 @@
 package log
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -157,6 +159,8 @@ func FuzzRecover(f *testing.F) {
 			if strings.Contains(name, "index") || (lastLog && !flipped) {
 				t.Fatalf("damage to %s (flip %v) failed the open: %v", name, flipped, err)
 			}
+			s.Close()
+			checkQuarantineAndRepair(t, fsys, o, want)
 			return
 		}
 		if p.NextOffset() > int64(len(want)) {
@@ -193,6 +197,87 @@ func FuzzRecover(f *testing.F) {
 			t.Fatalf("damage to %s lost records: next %d of %d", name, p.NextOffset(), len(want))
 		}
 	})
+}
+
+// checkQuarantineAndRepair: a partition that failed to open with a
+// CorruptionError opens quarantined with QuarantineCorrupt, serves only
+// correct records, refuses appends and leaves its files as they were;
+// Repair then cuts it at its end durably (it survives a crash) and it opens
+// healthy.
+func checkQuarantineAndRepair(t *testing.T, fsys *MemFS, o Options, want []Record) {
+	t.Helper()
+	before := snapshotDir(fsys, "/data/p")
+	qo := o
+	qo.QuarantineCorrupt = true
+	s, err := OpenStore("/data", qo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Partition("p")
+	if err != nil {
+		t.Fatalf("quarantined open failed: %v", err)
+	}
+	if p.Quarantined() == nil {
+		t.Fatal("the open failed without QuarantineCorrupt, yet the partition is not quarantined with it")
+	}
+	end := p.NextOffset()
+	for off := p.StartOffset(); off < end; {
+		recs, err := p.Read(off, 1<<20, end, nil)
+		if err != nil || len(recs) == 0 {
+			t.Fatalf("quarantined Read(%d) below its end %d: %d records, %v", off, end, len(recs), err)
+		}
+		for _, r := range recs {
+			if r.Offset != off || !sameRecord(r, want[off]) {
+				t.Fatalf("quarantined partition serves a wrong record at %d", off)
+			}
+			off++
+		}
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+	_, err = p.Append(ctx, []Record{{Value: []byte("x")}})
+	cancel()
+	<-ran
+	if !errors.Is(err, ErrQuarantined) {
+		t.Fatalf("append to a quarantined partition: %v", err)
+	}
+	s.Close()
+	if after := snapshotDir(fsys, "/data/p"); !maps.Equal(before, after) {
+		t.Fatal("opening quarantined changed the partition's files")
+	}
+	s, err = OpenStore("/data", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Repair("p")
+	if err != nil || !res.Repaired || res.End != end {
+		t.Fatalf("Repair: %+v, %v; want the partition cut at %d", res, err, end)
+	}
+	s.Close()
+	fsys.Crash()
+	s, err = OpenStore("/data", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, err = s.Partition("p")
+	if err != nil || p.NextOffset() != end {
+		t.Fatalf("after repair and a crash: next %v, %v; want a healthy partition ending at %d", p, err, end)
+	}
+}
+
+// snapshotDir returns the content of every file of dir.
+func snapshotDir(fsys *MemFS, dir string) map[string]string {
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	out := map[string]string{}
+	for name, n := range fsys.files {
+		if filepath.Dir(name) == dir && !strings.HasSuffix(name, "index") {
+			out[name] = string(n.data)
+		}
+	}
+	return out
 }
 
 func lastLogName(files []string) string {

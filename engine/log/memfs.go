@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,6 +23,7 @@ type MemFS struct {
 	files    map[string]*memNode // current namespace
 	durable  map[string]*memNode // namespace as of the last SyncDir of each dir
 	dirs     map[string]bool
+	dDirs    map[string]bool // directories whose entry in their parent is durable
 	locks    map[string]bool
 	capacity int64 // total bytes allowed across files; 0 = unlimited
 	fault    func(op, name string) error
@@ -34,7 +36,7 @@ type memNode struct {
 
 // NewMemFS returns an empty in-memory file system.
 func NewMemFS() *MemFS {
-	return &MemFS{files: map[string]*memNode{}, durable: map[string]*memNode{}, dirs: map[string]bool{"/": true, ".": true}, locks: map[string]bool{}}
+	return &MemFS{files: map[string]*memNode{}, durable: map[string]*memNode{}, dirs: map[string]bool{"/": true, ".": true}, dDirs: map[string]bool{"/": true, ".": true}, locks: map[string]bool{}}
 }
 
 // SetCapacity limits the total bytes of all files (0 = unlimited). A write
@@ -52,13 +54,36 @@ func (m *MemFS) SetFault(f func(op, name string) error) { m.mu.Lock(); m.fault =
 func (m *MemFS) Crash() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.dirs = map[string]bool{}
+	for d := range m.dDirs {
+		if m.survives(d) {
+			m.dirs[d] = true
+		}
+	}
+	m.dDirs = maps.Clone(m.dirs)
 	m.files = map[string]*memNode{}
 	for name, n := range m.durable {
+		if !m.dirs[filepath.Dir(name)] {
+			delete(m.durable, name) // its directory was lost
+			continue
+		}
 		nn := &memNode{data: slices.Clone(n.synced), synced: slices.Clone(n.synced)}
 		m.files[name] = nn
 		m.durable[name] = nn
 	}
 	m.locks = map[string]bool{}
+}
+
+// survives reports whether directory d and all its ancestors are durable.
+func (m *MemFS) survives(d string) bool {
+	for ; ; d = filepath.Dir(d) {
+		if !m.dDirs[d] {
+			return false
+		}
+		if d == "/" || d == "." {
+			return true
+		}
+	}
 }
 
 // Used returns the total bytes held by all files.
@@ -207,6 +232,11 @@ func (m *MemFS) SyncDir(name string) error {
 	for f, n := range m.files {
 		if filepath.Dir(f) == name {
 			m.durable[f] = n
+		}
+	}
+	for d := range m.dirs {
+		if d != name && filepath.Dir(d) == name {
+			m.dDirs[d] = true
 		}
 	}
 	return nil

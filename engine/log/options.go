@@ -81,9 +81,14 @@ type Options struct {
 	// of corruption before that entry for a faster open. Reads still check
 	// every CRC they touch, so corrupt data is never returned.
 	FastOpen bool
-	FS       FS           // file-system layer; nil = the real OS
-	Logger   *slog.Logger // nil = slog.Default()
-	Now      func() time.Time
+	// QuarantineCorrupt makes a partition whose recovery finds corruption
+	// (not a torn tail) open quarantined instead of failing: it serves the
+	// records before the damage, refuses appends, and leaves its files
+	// untouched for Store.Repair. Partition.Quarantined reports it.
+	QuarantineCorrupt bool
+	FS                FS           // file-system layer; nil = the real OS
+	Logger            *slog.Logger // nil = slog.Default()
+	Now               func() time.Time
 }
 
 // validate fills defaults and rejects nonsense once.
@@ -160,6 +165,9 @@ var (
 	ErrBatchTooLarge = errors.New("spool log: batch too large")
 	// ErrEmptyBatch is returned when Append is called without records.
 	ErrEmptyBatch = errors.New("spool log: empty batch")
+	// ErrQuarantined is returned by appends to a quarantined partition
+	// (Partition.Quarantine), wrapped with the corruption that caused it.
+	ErrQuarantined = errors.New("spool log: partition quarantined")
 	// ErrAlreadyRunning is returned by Run when Run is already running.
 	ErrAlreadyRunning = errors.New("spool log: Run already running for this store")
 )

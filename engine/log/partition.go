@@ -37,7 +37,13 @@ type Partition struct {
 	durable atomic.Int64 // everything below is fsynced
 	startA  atomic.Int64
 	failed  error // set by the appender when the files are in an unknown state
-	syncErr error // fdatasync failure of the current round
+	// quarantine is the first corruption found in this partition (at open
+	// or by a read); once set, appends are refused. See Quarantine.
+	quarantine atomic.Pointer[CorruptionError]
+	syncErr    error // fdatasync failure of the current round
+
+	// onDurable is told each new durable end (SetOnDurable); guarded by Store.roundMu.
+	onDurable func(end int64)
 
 	// Retention of this partition (SetRetention); guarded by Store.roundMu.
 	// Unset, the Store's Options apply.
@@ -58,6 +64,37 @@ func (p *Partition) SetRetention(age time.Duration, maxBytes int64) error {
 	defer p.s.roundMu.Unlock()
 	p.retention, p.retentionAge, p.retentionMax = true, age, maxBytes
 	return nil
+}
+
+// SetOnDurable installs hook, called with the new durable end each time the
+// partition's durable end moves (after a group commit, a timer fsync with
+// FsyncInterval, a roll or Close). It runs on the goroutine that moved the
+// end once it has released every lock of this package, before the appends
+// that became durable are completed; it must not block. Calls for one
+// partition may overlap (an appender round and Close): treat the end as a
+// high-water mark. The owner reads DurableOffset after installing it.
+func (p *Partition) SetOnDurable(hook func(end int64)) {
+	p.s.roundMu.Lock()
+	defer p.s.roundMu.Unlock()
+	p.onDurable = hook
+}
+
+// Quarantine marks the partition as damaged by ce: from now on appends fail
+// with ErrQuarantined (those already written stay). Reads still serve
+// whatever passes its checks; the owner decides how far to serve (the
+// engine stops at the damage). It reports whether ce is the first: only the
+// first corruption is kept and should be reported.
+func (p *Partition) Quarantine(ce *CorruptionError) bool {
+	return p.quarantine.CompareAndSwap(nil, ce)
+}
+
+// Quarantined returns the corruption that quarantined the partition, or nil.
+func (p *Partition) Quarantined() *CorruptionError { return p.quarantine.Load() }
+
+// quarantineError is what appends to a quarantined partition fail with.
+func (p *Partition) quarantineError(ce *CorruptionError) error {
+	return fmt.Errorf("%w: %s: %v; it serves records up to offset %d and refuses appends until repaired (spoold repair, docs/operations.md)",
+		ErrQuarantined, p.name, ce, ce.Offset)
 }
 
 // StartOffset returns the first offset still in the log.
@@ -116,7 +153,11 @@ func (p *Partition) recover() error {
 		}
 	}
 	slices.Sort(bases)
+	var damaged *CorruptionError // with QuarantineCorrupt: the damage found
 	logStart, err := readLogStart(fsys, p.dir)
+	if ce := (*CorruptionError)(nil); errors.As(err, &ce) && o.QuarantineCorrupt {
+		damaged, logStart, err = ce, -1, nil // serve from the first segment
+	}
 	if err != nil {
 		return err
 	}
@@ -148,14 +189,31 @@ func (p *Partition) recover() error {
 			want = bases[i+1]
 		}
 		if err := p.recoverSegment(seg, want); err != nil {
-			return err
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || !o.QuarantineCorrupt {
+				return err
+			}
+			// seg holds its good prefix; later segments stay unopened and untouched.
+			damaged = ce
+			break
 		}
 	}
 	first, last := p.segs[0], p.active()
 	p.start = max(logStart, first.base)
 	if p.start > last.next {
-		return &CorruptionError{File: filepath.Join(p.dir, logStartFile), Offset: logStart,
+		ce := &CorruptionError{File: filepath.Join(p.dir, logStartFile), Position: 0, Offset: last.next,
 			Reason: fmt.Sprintf("log start %d is beyond the end of the log %d", logStart, last.next)}
+		if !o.QuarantineCorrupt {
+			return ce
+		}
+		damaged, p.start = ce, last.next
+	}
+	if damaged != nil {
+		if damaged.Offset < 0 || damaged.Offset > last.next {
+			damaged.Offset = last.next // where what is served ends
+		}
+		p.quarantine.Store(damaged)
+		p.failed = p.quarantineError(damaged) // no appends, syncs or index writes
 	}
 	p.startA.Store(p.start)
 	p.next.Store(last.next)
@@ -175,6 +233,7 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 	}
 	seg.size = fi.Size()
 	if seg.size > MaxSegmentBytes+maxBatchLength {
+		seg.size, seg.entries = 0, []indexEntry{} // serve none of it if quarantined
 		return &CorruptionError{File: seg.path, Offset: seg.base, Reason: "segment file too large"}
 	}
 	entries, indexOK := readIndexes(seg)
@@ -194,13 +253,23 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 	if out.ioErr != nil {
 		return fmt.Errorf("spool log: read %s: %w", seg.path, out.ioErr)
 	}
+	// goodPrefix leaves seg holding what precedes the damage (in memory
+	// only: the file is left as found), for a quarantined open.
+	goodPrefix := func(ce *CorruptionError) error {
+		seg.size, seg.next, seg.maxTs = out.pos, out.next, out.maxTs
+		seg.entries = out.entries
+		if seg.entries == nil {
+			seg.entries = []indexEntry{}
+		}
+		return ce
+	}
 	if out.badPos >= 0 {
 		if !last {
-			return &CorruptionError{File: seg.path, Position: out.badPos, Offset: out.next, Reason: out.reason}
+			return goodPrefix(&CorruptionError{File: seg.path, Position: out.badPos, Offset: out.next, Reason: out.reason})
 		}
 		if v := findValidAfter(w, out.badPos+1, out.next); v >= 0 {
-			return &CorruptionError{File: seg.path, Position: out.badPos, Offset: out.next,
-				Reason: fmt.Sprintf("%s; an intact batch follows at byte %d", out.reason, v)}
+			return goodPrefix(&CorruptionError{File: seg.path, Position: out.badPos, Offset: out.next,
+				Reason: fmt.Sprintf("%s; an intact batch follows at byte %d", out.reason, v)})
 		}
 		dropped := seg.size - out.pos
 		if err := seg.log.Truncate(out.pos); err != nil {
@@ -220,8 +289,8 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 		seg.entries = []indexEntry{}
 	}
 	if !last && seg.next != nextBase {
-		return &CorruptionError{File: seg.path, Position: seg.size, Offset: seg.next,
-			Reason: fmt.Sprintf("segment ends at offset %d but the next segment starts at %d", seg.next, nextBase)}
+		return goodPrefix(&CorruptionError{File: seg.path, Position: seg.size, Offset: seg.next,
+			Reason: fmt.Sprintf("segment ends at offset %d but the next segment starts at %d", seg.next, nextBase)})
 	}
 	if !indexOK {
 		if err := seg.writeIndexes(o.FS); err != nil {

@@ -57,33 +57,9 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, a
 	corrupt := func(pos, off int64, err error) error {
 		return &CorruptionError{File: seg.path, Position: pos, Offset: off, Reason: err.Error()}
 	}
-	pos := seg.lookup(offset)
-	var hb [BatchHeaderSize]byte
-	var first BatchHeader
-	// Skip whole batches that end before offset, reading headers only.
-	for {
-		if pos >= seg.size {
-			return dst, 0, nil
-		}
-		if _, err := seg.log.ReadAt(hb[:], pos); err != nil {
-			return dst, 0, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
-		}
-		h, err := DecodeBatchHeader(hb[:])
-		if err != nil {
-			return dst, 0, corrupt(pos, offset, err)
-		}
-		if int64(h.Length) > seg.size-pos {
-			return dst, 0, corrupt(pos, offset, fmt.Errorf("batch of %d bytes runs past the segment end", h.Length))
-		}
-		if h.Type == BatchData && h.BaseOffset > offset {
-			// The index or the segment list led past the offset: never skip records.
-			return dst, 0, corrupt(pos, offset, fmt.Errorf("batch at this position starts at offset %d", h.BaseOffset))
-		}
-		if h.Type == BatchData && h.BaseOffset+int64(h.Count) > offset {
-			first = h
-			break
-		}
-		pos += int64(h.Length)
+	pos, first, err := seg.findBatch(offset)
+	if err != nil || first.Length == 0 {
+		return dst, 0, err
 	}
 	if !atLeastOne && int(first.Length) > maxBytes {
 		return dst, 0, nil
@@ -96,14 +72,17 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, a
 	}
 	buf = buf[:got]
 	used := 0
+	// next is the offset expected at pos: where the good data ends if the
+	// batch at pos turns out damaged (CorruptionError.Offset).
+	next := min(offset, first.BaseOffset)
 	for len(buf) >= BatchHeaderSize {
 		h, err := DecodeBatchHeader(buf)
 		if err != nil {
-			return dst, 0, corrupt(pos, offset, err)
+			return dst, 0, corrupt(pos, next, err)
 		}
 		if int(h.Length) > len(buf) {
 			if len(dst) == 0 {
-				return dst, 0, corrupt(pos, offset, fmt.Errorf("short batch: %d of %d bytes", len(buf), h.Length))
+				return dst, 0, corrupt(pos, next, fmt.Errorf("short batch: %d of %d bytes", len(buf), h.Length))
 			}
 			break // the rest is for the next call
 		}
@@ -116,16 +95,81 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, a
 			lo, hi = 0, 0 // validate, return nothing: raft-internal entries take no offset
 		}
 		if _, dst, err = decodeBatchInto(buf, dst, lo, hi); err != nil {
-			return dst[:before], 0, corrupt(pos, h.BaseOffset, err)
+			return dst[:before], 0, corrupt(pos, max(min(next, h.BaseOffset), seg.base), err)
 		}
 		if before == 0 && len(dst) > 0 && dst[0].Offset != offset {
-			return dst[:0], 0, corrupt(pos, offset, fmt.Errorf("first record has offset %d", dst[0].Offset))
+			return dst[:0], 0, corrupt(pos, next, fmt.Errorf("first record has offset %d", dst[0].Offset))
 		}
+		next = h.BaseOffset + h.Offsets()
 		pos += int64(h.Length)
 		used += int(h.Length)
 		buf = buf[h.Length:]
 	}
 	return dst, used, nil
+}
+
+// findBatch returns the position and header of the data batch of seg that
+// holds offset, reading headers only (from the closest index entry). A zero
+// header and no error means seg has no such batch (offset is past its end).
+func (seg *segment) findBatch(offset int64) (int64, BatchHeader, error) {
+	pos := seg.lookup(offset)
+	// good is where the good data ends if the batch at pos is damaged: the
+	// end of the batch before it when known, else the offset asked for.
+	good := offset
+	if pos == 0 {
+		good = seg.base
+	}
+	corrupt := func(pos int64, err error) error {
+		return &CorruptionError{File: seg.path, Position: pos, Offset: good, Reason: err.Error()}
+	}
+	var hb [BatchHeaderSize]byte
+	for pos < seg.size {
+		if _, err := seg.log.ReadAt(hb[:], pos); err != nil {
+			return 0, BatchHeader{}, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+		}
+		h, err := DecodeBatchHeader(hb[:])
+		if err != nil {
+			return 0, BatchHeader{}, corrupt(pos, err)
+		}
+		if int64(h.Length) > seg.size-pos {
+			return 0, BatchHeader{}, corrupt(pos, fmt.Errorf("batch of %d bytes runs past the segment end", h.Length))
+		}
+		if h.Type == BatchData && h.BaseOffset > offset {
+			// The index or the segment list led past the offset: never skip records.
+			return 0, BatchHeader{}, corrupt(pos, fmt.Errorf("batch at this position starts at offset %d", h.BaseOffset))
+		}
+		if h.Type == BatchData && h.BaseOffset+int64(h.Count) > offset {
+			return pos, h, nil
+		}
+		good = min(h.BaseOffset+h.Offsets(), offset)
+		pos += int64(h.Length)
+	}
+	return 0, BatchHeader{}, nil
+}
+
+// BatchTime returns the append time (Unix ms, the batch's first timestamp)
+// of the batch holding offset: the records of one append share it. It reads
+// batch headers only, under the read lock for a few small preads, and checks
+// no CRC (Read does, before any record is served); lag gauges use it.
+func (p *Partition) BatchTime(offset int64) (int64, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return 0, ErrClosed
+	}
+	end := p.active().next
+	if offset < p.start || offset >= end {
+		return 0, &OffsetOutOfRangeError{Offset: offset, Start: p.start, End: end}
+	}
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset }) - 1
+	if i < 0 {
+		return 0, &OffsetOutOfRangeError{Offset: offset, Start: p.start, End: end}
+	}
+	_, h, err := p.segs[i].findBatch(offset)
+	if err == nil && h.Length == 0 {
+		err = &CorruptionError{File: p.segs[i].path, Position: -1, Offset: offset, Reason: "no batch holds this offset"}
+	}
+	return h.FirstTimestamp, err
 }
 
 // OffsetForTime returns the first offset whose record timestamp is >= ts, or

@@ -37,6 +37,10 @@ type Store struct {
 	space        chan struct{} // closed and replaced when pendingBytes drops
 	closed       bool
 
+	// moved lists durable ends that moved under roundMu, for the partitions'
+	// OnDurable hooks; unlockRound reports them. Owned by roundMu's holder.
+	moved []durableMove
+
 	wake    chan struct{} // cap 1: there is pending work
 	closing chan struct{} // closed by Close
 	running atomic.Bool
@@ -49,7 +53,7 @@ func OpenStore(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	fsys := opts.FS
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	if err := MkdirAllSynced(fsys, dir); err != nil {
 		return nil, notWritable(dir, err)
 	}
 	lock, err := fsys.Lock(filepath.Join(dir, "LOCK"))
@@ -161,14 +165,13 @@ func (s *Store) Run(ctx context.Context) error {
 			return nil
 		case <-s.wake:
 			s.roundMu.Lock()
-			s.round()
-			s.roundMu.Unlock()
+			s.unlockRound(s.round())
 		case <-syncC:
 			s.roundMu.Lock()
 			for _, p := range s.partitions() {
 				p.syncDirty()
 			}
-			s.roundMu.Unlock()
+			s.unlockRound(nil)
 		case <-maint.C:
 			if err := s.Maintain(); err != nil {
 				s.opts.Logger.Error("spool log: maintenance", "dir", s.dir, "err", err)
@@ -181,7 +184,7 @@ func (s *Store) Run(ctx context.Context) error {
 // to every open partition. Run calls it every MaintenanceInterval.
 func (s *Store) Maintain() error {
 	s.roundMu.Lock()
-	defer s.roundMu.Unlock()
+	defer s.unlockRound(nil)
 	var errs []error
 	for _, p := range s.partitions() {
 		errs = append(errs, p.maintain())
@@ -203,13 +206,13 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 
 	s.roundMu.Lock()
-	defer s.roundMu.Unlock()
-	s.round()
+	batch := s.round()
 	var errs []error
 	for _, p := range s.partitions() {
 		errs = append(errs, p.close())
 	}
 	errs = append(errs, s.lock.Close())
+	s.unlockRound(batch)
 	return errors.Join(errs...)
 }
 

@@ -47,6 +47,8 @@ type Metrics struct {
 	BreakerTransitions  *prometheus.CounterVec // group, topic, downstream, to
 	Redriven            *prometheus.CounterVec // group, topic
 	RedriveSkipped      *prometheus.CounterVec // group, topic, reason
+
+	PartitionQuarantined *prometheus.GaugeVec // topic, partition
 }
 
 // latencyBuckets span 100 µs to ~100 s.
@@ -105,6 +107,8 @@ func New() *Metrics {
 		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
 		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
 		RedriveSkipped:      counter("redrive_skipped_total", "Dead letters matched by a redrive but not redriven, by reason (already_done: the ledger shows the message was handled).", "group", "topic", "reason"),
+
+		PartitionQuarantined: gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),
 	}
 	r.MustRegister(m.LedgerAvailable)
 	return m
