@@ -115,6 +115,8 @@ func Classify(err error) Reason {
 		return NotLeader
 	case errors.As(err, &conflict):
 		return TopicConflict
+	case errors.Is(err, engine.ErrQuarantined):
+		return PartitionQuarantined
 	case errors.As(err, &outOfRange):
 		return OffsetOutOfRange
 	case errors.Is(err, engine.ErrBatchTooLarge):

@@ -41,6 +41,7 @@ func TestStatusMapsEveryError(t *testing.T) {
 		{"caller gone during publish", fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, context.Canceled), codes.Unknown, OutcomeUnknown},
 		{"not leader", &engine.NotLeaderError{Topic: "t", Partition: 1, Leader: "n2"}, codes.Unavailable, NotLeader},
 		{"offset out of range", &engine.OffsetOutOfRangeError{}, codes.OutOfRange, OffsetOutOfRange},
+		{"quarantined", fmt.Errorf("topic %q partition 0: %w", "t", engine.ErrQuarantined), codes.FailedPrecondition, PartitionQuarantined},
 		{"ledger unavailable", fmt.Errorf("redrive: resetting: %w", ledger.ErrUnavailable), codes.Unavailable, LedgerUnavailable},
 		{"cancelled", context.Canceled, codes.Canceled, Cancelled},
 		{"deadline", fmt.Errorf("peek: %w", context.DeadlineExceeded), codes.DeadlineExceeded, DeadlineExceeded},

@@ -47,6 +47,9 @@ const (
 	TopicConflict      Reason = "TOPIC_CONFLICT"
 	ConsumersConnected Reason = "CONSUMERS_CONNECTED"
 	WrongDeliveryMode  Reason = "WRONG_DELIVERY_MODE"
+	// PartitionQuarantined: the partition's log is damaged; it serves what
+	// precedes the damage and takes no appends until repaired.
+	PartitionQuarantined Reason = "PARTITION_QUARANTINED"
 
 	// OUT_OF_RANGE.
 	OffsetOutOfRange Reason = "OFFSET_OUT_OF_RANGE"
@@ -94,6 +97,8 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.NotFound, fix, ""}, true
 	case TopicConflict, ConsumersConnected, WrongDeliveryMode:
 		return entry{codes.FailedPrecondition, fix, ""}, true
+	case PartitionQuarantined:
+		return entry{codes.FailedPrecondition, fix, "the partition's log is damaged: repair it (docs/operations.md), or publish without a key or partition that maps to it"}, true
 	case OffsetOutOfRange:
 		return entry{codes.OutOfRange, fix, "the offset is outside what the partition retains: start from the log start or end"}, true
 	case DiskFull:
@@ -151,7 +156,7 @@ func All() []Reason {
 		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
 		InvalidHeaderName, ReservedHeader, BadPartition, ResetTargetRequired, StartRequired, StartRepeated,
 		UnknownTopic, UnknownGroup, UnknownSubscription,
-		TopicConflict, ConsumersConnected, WrongDeliveryMode,
+		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
 		OffsetOutOfRange,
 		DiskFull,
 		ShuttingDown, NotLeader, LedgerUnavailable,
