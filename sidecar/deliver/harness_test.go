@@ -36,6 +36,12 @@ func newTestEngine() *fakeEngine { return newFakeEngine(map[string]int32{tTopic:
 
 func startGroup(t *testing.T, eng *fakeEngine, cfg GroupConfig) *harness {
 	t.Helper()
+	return startGroupLogging(t, eng, cfg, slog.New(slog.DiscardHandler))
+}
+
+// startGroupLogging is startGroup with the group's logger given.
+func startGroupLogging(t *testing.T, eng *fakeEngine, cfg GroupConfig, logger *slog.Logger) *harness {
+	t.Helper()
 	if cfg.Name == "" {
 		cfg.Name = tGroup
 	}
@@ -46,7 +52,7 @@ func startGroup(t *testing.T, eng *fakeEngine, cfg GroupConfig) *harness {
 		cfg.Owner = "node-1"
 	}
 	m := metrics.New()
-	g, err := NewGroup(cfg, eng, m, slog.New(slog.DiscardHandler))
+	g, err := NewGroup(cfg, eng, m, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,10 @@ func (m *machine) claimed(now time.Time, j *claimJob) {
 	if j.err != nil {
 		granted = m.ledgerDown(now, s, j.cands, j.err)
 	} else {
+		if !s.ledgerDownSince.IsZero() {
+			m.log.Info("ledger available again: delivery with dedupe resumes", "topic", s.cfg.Topic, "down_for", now.Sub(s.ledgerDownSince).Round(time.Millisecond))
+			s.ledgerDownSince = time.Time{}
+		}
 		granted = m.admitted(now, s, j.cands, j.res)
 	}
 	out := granted[:0]
@@ -158,14 +162,23 @@ func (m *machine) admitted(now time.Time, s *sub, cands []candidate, res []ledge
 // ledgerDown applies the subscription's policy to candidates the ledger
 // could not check.
 func (m *machine) ledgerDown(now time.Time, s *sub, cands []candidate, err error) []candidate {
+	// Log the outage once, when it starts (claimed logs its end), not once
+	// per retry.
+	first := s.ledgerDownSince.IsZero()
+	if first {
+		s.ledgerDownSince = now
+	}
 	if s.cfg.RedisPolicy == PolicyDeliver {
+		if first {
+			m.log.Warn("ledger unavailable: delivering without dedupe (redis_unavailable: deliver); duplicates are counted in spool_undeduped_deliveries_total", "topic", s.cfg.Topic, "err", err)
+		}
 		s.undeduped.Add(float64(len(cands)))
 		for i := range cands {
 			cands[i].wire, cands[i].attempt = cands[i].d.Token, cands[i].d.Attempt
 		}
 		return cands
 	}
-	if now.After(m.ledgerRetryAt) {
+	if first {
 		m.log.Warn("ledger unavailable: pausing delivery (redis_unavailable: pause); nothing is lost", "topic", s.cfg.Topic, "err", err)
 	}
 	m.ledgerRetryAt = now.Add(ledgerRetryWait)

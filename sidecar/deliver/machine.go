@@ -117,6 +117,9 @@ type sub struct {
 	// probePending: the probe was taken and waits for the ledger's answer.
 	probePending bool
 	ledger       ledgerOps // ledger writes not yet handed to the pipeline
+	// ledgerDownSince: when claims began failing (zero while the ledger
+	// answers); the outage is logged at its start and end only.
+	ledgerDownSince time.Time
 	// Metric children resolved once (no label lookups on the hot path).
 	deliveries, redeliveries, leaseExpiries            prometheus.Counter
 	acks, retries, deadLetters, releases, streamClosed prometheus.Counter
