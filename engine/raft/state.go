@@ -65,7 +65,7 @@ func encodeStateSlot(seq uint64, st State) ([]byte, error) {
 	if ids := confStateIDs(cs); ids > MaxConfStateIDs {
 		return nil, fmt.Errorf("%w: ConfState has %d node ids, the limit is %d", ErrStateTooLarge, ids, MaxConfStateIDs)
 	}
-	p := make([]byte, statePayloadFixed-1, statePayloadFixed-1+confStateBytes(cs))
+	p := make([]byte, 32, 32+confStateBytes(cs)) // term, vote, commit, applied; then the ConfState
 	binary.LittleEndian.PutUint64(p[0:], st.HardState.Term)
 	binary.LittleEndian.PutUint64(p[8:], st.HardState.Vote)
 	binary.LittleEndian.PutUint64(p[16:], st.HardState.Commit)
