@@ -198,6 +198,10 @@ func (g *Group) Step(m raftpb.Message) error {
 	return g.rn.Step(m)
 }
 
+// Campaign makes this node start an election now (with PreVote, a
+// pre-election first) instead of waiting for its election timeout.
+func (g *Group) Campaign() error { return g.rn.Campaign() }
+
 // Propose appends data as a new entry if this node leads (or forwards it
 // to the leader); raft's ErrProposalDropped says it was not taken.
 func (g *Group) Propose(data []byte) error { return g.rn.Propose(data) }

@@ -120,6 +120,9 @@ func decodeStateSlot(b []byte) (seq uint64, st State, status slotStatus, err err
 	if b[5]|b[6]|b[7] != 0 {
 		return damaged("reserved header bytes are not zero")
 	}
+	if !allZero(b[end+slotTrailerBytes:]) {
+		return damaged("bytes after the record are not zero") // a save writes the whole slot
+	}
 	seq = binary.LittleEndian.Uint64(b[8:])
 	if seq == 0 {
 		return damaged("sequence number 0")

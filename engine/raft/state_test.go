@@ -164,7 +164,9 @@ type pendingWrite struct {
 	data []byte
 }
 
-func newTornFS() *tornFS { return &tornFS{MemFS: slog.NewMemFS(), pending: map[string][]pendingWrite{}} }
+func newTornFS() *tornFS {
+	return &tornFS{MemFS: slog.NewMemFS(), pending: map[string][]pendingWrite{}}
+}
 
 func (t *tornFS) OpenFile(name string, flag int, perm os.FileMode) (slog.File, error) {
 	f, err := t.MemFS.OpenFile(name, flag, perm)
