@@ -43,6 +43,8 @@ type GRPCConfig struct {
 	DisableHeartbeatCoalescing bool
 	// Logger receives connection events; nil means slog.Default().
 	Logger *slog.Logger
+
+	protocolVersion uint32 // ProtocolVersion; tests set another to play a peer of another release
 }
 
 func (c *GRPCConfig) validate() error {
@@ -55,6 +57,9 @@ func (c *GRPCConfig) validate() error {
 		return errors.New("transport: Handler is nil")
 	case c.Listener == nil:
 		return errors.New("transport: Listener is nil")
+	}
+	if c.protocolVersion == 0 {
+		c.protocolVersion = ProtocolVersion
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
@@ -346,7 +351,7 @@ func (t *GRPC) Send(msgs []Message) {
 }
 
 func (t *GRPC) hello(to uint64) *clusterv1.Hello {
-	return &clusterv1.Hello{ClusterId: t.cfg.ClusterID, FromNode: t.cfg.NodeID, ToNode: to, ProtocolVersion: ProtocolVersion}
+	return &clusterv1.Hello{ClusterId: t.cfg.ClusterID, FromNode: t.cfg.NodeID, ToNode: to, ProtocolVersion: t.cfg.protocolVersion}
 }
 
 func (t *GRPC) backoff(attempt int) time.Duration {
@@ -413,7 +418,7 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 		return false, t.handshakeErr(p, err)
 	}
 	h := resp.GetHello()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.NodeID, h, p.id, true); e != nil {
+	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, p.id, true); e != nil {
 		e.Addr = p.addr
 		t.c.handshakesRefused.Add(1)
 		return false, e

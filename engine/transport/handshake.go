@@ -67,12 +67,12 @@ var reasons = map[error]string{ErrWrongCluster: reasonWrongCluster, ErrProtocolV
 // checkHello is what both ends check of the other's Hello: same cluster,
 // same protocol version, and (when expectTo) addressed to this node.
 // peer is the node id the hello claims (or the one dialed).
-func checkHello(clusterID string, local uint64, h *clusterv1.Hello, peer uint64, expectTo bool) *HandshakeError {
+func checkHello(clusterID string, version uint32, local uint64, h *clusterv1.Hello, peer uint64, expectTo bool) *HandshakeError {
 	switch {
 	case h.GetClusterId() != clusterID:
 		return &HandshakeError{Kind: ErrWrongCluster, Local: clusterID, Remote: h.GetClusterId(), Peer: peer}
-	case h.GetProtocolVersion() != ProtocolVersion:
-		return &HandshakeError{Kind: ErrProtocolVersion, Local: strconv.Itoa(ProtocolVersion), Remote: strconv.FormatUint(uint64(h.GetProtocolVersion()), 10), Peer: peer}
+	case h.GetProtocolVersion() != version:
+		return &HandshakeError{Kind: ErrProtocolVersion, Local: strconv.FormatUint(uint64(version), 10), Remote: strconv.FormatUint(uint64(h.GetProtocolVersion()), 10), Peer: peer}
 	case expectTo && h.GetToNode() != local:
 		return &HandshakeError{Kind: ErrWrongNode, Local: strconv.FormatUint(h.GetToNode(), 10), Remote: strconv.FormatUint(local, 10), Peer: peer}
 	}

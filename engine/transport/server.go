@@ -32,7 +32,7 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 		return status.Error(codes.InvalidArgument, "the first frame of a Raft stream must be a Hello")
 	}
 	peer := h.GetFromNode()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.NodeID, h, peer, true); e != nil {
+	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true); e != nil {
 		t.c.handshakesRefused.Add(1)
 		t.cfg.Logger.Error("spool transport: refused an inbound stream: "+e.Error(), "peer", peer)
 		return refusal(e, t.cfg.NodeID)

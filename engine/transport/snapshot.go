@@ -164,7 +164,7 @@ func (s *server) Snapshot(stream clusterv1.PeerService_SnapshotServer) error {
 		return status.Error(codes.InvalidArgument, "the first frame of a Snapshot stream must be a SnapshotHeader")
 	}
 	peer := hdr.GetHello().GetFromNode()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.NodeID, hdr.GetHello(), peer, true); e != nil {
+	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, hdr.GetHello(), peer, true); e != nil {
 		t.c.handshakesRefused.Add(1)
 		return refusal(e, t.cfg.NodeID)
 	}
