@@ -25,21 +25,35 @@ func coalescable(m *raftpb.Message) bool {
 		m.Snapshot == nil && !m.Reject && m.RejectHint == 0 && len(m.Context) == 0 && len(m.Responses) == 0
 }
 
-func heartbeatOf(m *Message) *clusterv1.Heartbeat {
-	return &clusterv1.Heartbeat{
-		GroupId: m.Group, From: m.Msg.From, To: m.Msg.To, Term: m.Msg.Term, Commit: m.Msg.Commit,
-		Response: m.Msg.Type == raftpb.MsgHeartbeatResp,
-	}
+// appendHeartbeat adds m to the columns of hs.
+func appendHeartbeat(hs *clusterv1.Heartbeats, m *Message) {
+	hs.GroupIds = append(hs.GroupIds, m.Group)
+	hs.Froms = append(hs.Froms, m.Msg.From)
+	hs.Tos = append(hs.Tos, m.Msg.To)
+	hs.Terms = append(hs.Terms, m.Msg.Term)
+	hs.Commits = append(hs.Commits, m.Msg.Commit)
+	hs.Responses = append(hs.Responses, m.Msg.Type == raftpb.MsgHeartbeatResp)
 }
 
-func messageOf(h *clusterv1.Heartbeat) Message {
+// heartbeatAt is heartbeat i of hs as a raft message.
+func heartbeatAt(hs *clusterv1.Heartbeats, i int) Message {
 	t := raftpb.MsgHeartbeat
-	if h.GetResponse() {
+	if hs.Responses[i] {
 		t = raftpb.MsgHeartbeatResp
 	}
-	return Message{Group: h.GetGroupId(), Msg: raftpb.Message{
-		Type: t, From: h.GetFrom(), To: h.GetTo(), Term: h.GetTerm(), Commit: h.GetCommit(),
+	return Message{Group: hs.GroupIds[i], Msg: raftpb.Message{
+		Type: t, From: hs.Froms[i], To: hs.Tos[i], Term: hs.Terms[i], Commit: hs.Commits[i],
 	}}
+}
+
+// heartbeatCount is the number of heartbeats in hs, or -1 if its columns
+// differ in length.
+func heartbeatCount(hs *clusterv1.Heartbeats) int {
+	n := len(hs.GetGroupIds())
+	if len(hs.GetFroms()) != n || len(hs.GetTos()) != n || len(hs.GetTerms()) != n || len(hs.GetCommits()) != n || len(hs.GetResponses()) != n {
+		return -1
+	}
+	return n
 }
 
 // Encoded sizes of a frame's parts, for closing a frame at MaxBatchBytes.
@@ -48,7 +62,7 @@ func groupMessageSize(group uint64, n int) int {
 	return protowire.SizeTag(2) + protowire.SizeBytes(inner)
 }
 
-const heartbeatSizeMax = 2 + 6*11 // tag and length, six fields of at most 11 bytes
+const heartbeatSizeMax = 5*10 + 1 // five varints of at most 10 bytes and a bool, packed
 
 // encoder turns queued messages into frames. Reused across flushes by one
 // sender goroutine.
@@ -74,7 +88,7 @@ func (e encoder) encode(msgs []Message) ([]*clusterv1.Batch, frameStats) {
 		st   frameStats
 	)
 	closeFrame := func() {
-		if len(cur.Heartbeats)+len(cur.Messages) > 0 {
+		if cur.Heartbeats != nil || len(cur.Messages) > 0 {
 			out = append(out, cur)
 		}
 		cur, size = &clusterv1.Batch{}, 0
@@ -85,7 +99,10 @@ func (e encoder) encode(msgs []Message) ([]*clusterv1.Batch, frameStats) {
 			if size+heartbeatSizeMax > e.maxBatchBytes && size > 0 {
 				closeFrame()
 			}
-			cur.Heartbeats = append(cur.Heartbeats, heartbeatOf(m))
+			if cur.Heartbeats == nil {
+				cur.Heartbeats = &clusterv1.Heartbeats{}
+			}
+			appendHeartbeat(cur.Heartbeats, m)
 			size += heartbeatSizeMax
 			st.heartbeats++
 			st.messages++
@@ -114,6 +131,7 @@ var (
 	errSender      = errors.New("raft message not from the peer of this stream")
 	errReceiver    = errors.New("raft message not for this node")
 	errLocalType   = errors.New("raft message of a local-only or unknown type")
+	errColumns     = errors.New("heartbeat columns of different lengths (all the frame's heartbeats refused)")
 	errSnapOnRaft  = errors.New("MsgSnap on the Raft stream (snapshots travel on the Snapshot RPC)")
 )
 
@@ -139,13 +157,19 @@ func checkMessage(m *raftpb.Message, peer, local uint64) error {
 // input (FuzzDecodeBatch).
 func decodeBatch(b *clusterv1.Batch, peer, local uint64, maxMessageBytes int, out []Message) (msgs []Message, bad []error) {
 	msgs = out[:0]
-	for _, h := range b.GetHeartbeats() {
-		m := messageOf(h)
-		if err := checkMessage(&m.Msg, peer, local); err != nil {
-			bad = append(bad, fmt.Errorf("heartbeat of group %d: %w", h.GetGroupId(), err))
-			continue
+	if hs := b.GetHeartbeats(); hs != nil {
+		n := heartbeatCount(hs)
+		if n < 0 {
+			bad = append(bad, errColumns)
 		}
-		msgs = append(msgs, m)
+		for i := range n {
+			m := heartbeatAt(hs, i)
+			if err := checkMessage(&m.Msg, peer, local); err != nil {
+				bad = append(bad, fmt.Errorf("heartbeat of group %d: %w", m.Group, err))
+				continue
+			}
+			msgs = append(msgs, m)
+		}
 	}
 	for _, gm := range b.GetMessages() {
 		if len(gm.GetMessage()) > maxMessageBytes {

@@ -50,8 +50,8 @@ func TestCodecRoundTrip(t *testing.T) {
 		var got []Message
 		for _, f := range frames {
 			size := proto.Size(f)
-			if size > maxBatch+heartbeatSizeMax && len(f.Heartbeats)+len(f.Messages) > 1 {
-				t.Fatalf("frame of %d bytes with %d parts, limit %d", size, len(f.Heartbeats)+len(f.Messages), maxBatch)
+			if size > maxBatch+heartbeatSizeMax && max(heartbeatCount(f.GetHeartbeats()), 0)+len(f.Messages) > 1 {
+				t.Fatalf("frame of %d bytes with %d messages, limit %d", size, len(f.Messages), maxBatch)
 			}
 			// The frame survives the wire.
 			b, _ := proto.Marshal(f)
@@ -139,4 +139,18 @@ func TestBackoffDelay(t *testing.T) {
 			t.Fatalf("Delay(%d, %v) = %v, cap %v", attempt, r, d, c)
 		}
 	})
+}
+
+// A frame whose heartbeat columns differ in length is refused whole, and
+// its other messages still go through.
+func TestDecodeRefusesRaggedHeartbeats(t *testing.T) {
+	good, _ := (&raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 1}).Marshal()
+	b := &clusterv1.Batch{
+		Heartbeats: &clusterv1.Heartbeats{GroupIds: []uint64{1, 2}, Froms: []uint64{2, 2}, Tos: []uint64{1}, Terms: []uint64{1, 1}, Commits: []uint64{0, 0}, Responses: []bool{false, false}},
+		Messages:   []*clusterv1.GroupMessage{{GroupId: 1, Message: good}},
+	}
+	msgs, bad := decodeBatch(b, 2, 1, 1<<20, nil)
+	if len(msgs) != 1 || msgs[0].Msg.Type != raftpb.MsgApp || len(bad) != 1 || !errors.Is(bad[0], errColumns) {
+		t.Fatalf("msgs %v, bad %v", msgs, bad)
+	}
 }

@@ -17,7 +17,7 @@ import (
 func FuzzDecodeFrame(f *testing.F) {
 	good, _ := (&raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 1, Entries: []raftpb.Entry{{Data: []byte("x")}}}).Marshal()
 	seed, _ := proto.Marshal(&clusterv1.RaftRequest{Frame: &clusterv1.RaftRequest_Batch{Batch: &clusterv1.Batch{
-		Heartbeats: []*clusterv1.Heartbeat{{GroupId: 3, From: 2, To: 1, Term: 5, Commit: 9}},
+		Heartbeats: &clusterv1.Heartbeats{GroupIds: []uint64{3}, Froms: []uint64{2}, Tos: []uint64{1}, Terms: []uint64{5}, Commits: []uint64{9}, Responses: []bool{false}},
 		Messages:   []*clusterv1.GroupMessage{{GroupId: 3, Message: good}},
 	}}})
 	f.Add(seed)

@@ -297,56 +297,74 @@ func (t *GRPC) Run(ctx context.Context) error {
 
 // Send queues msgs for their peers without blocking.
 func (t *GRPC) Send(msgs []Message) {
-	// Group by (peer, lane) so one call's messages to one peer are queued
-	// together; most calls name one or two peers.
-	type key struct {
-		peer uint64
-		lane int
+	sizes := make([]int, len(msgs))
+	single := true // every message to one (peer, lane), nothing set aside: the common case
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case m.Msg.Type == raftpb.MsgSnap:
+			sizes[i], single = -1, false
+		case coalescable(&m.Msg):
+			sizes[i] = heartbeatSizeMax
+		default:
+			sizes[i] = m.Msg.Size()
+			if sizes[i] > t.cfg.Limits.MaxMessageBytes {
+				sizes[i], single = -1, false
+			}
+		}
+		if single && i > 0 && (m.Msg.To != msgs[0].Msg.To || laneOf(m.Group) != laneOf(msgs[0].Group)) {
+			single = false
+		}
 	}
+	if single && len(msgs) > 0 {
+		t.push(msgs[0].Msg.To, laneOf(msgs[0].Group), msgs, sizes)
+		return
+	}
+	// Group by (peer, lane) so one call's messages to one peer are queued
+	// together; calls name few peers, so a slice beats a map.
 	type batch struct {
+		peer  uint64
+		lane  int
 		msgs  []Message
 		sizes []int
 	}
-	var (
-		keys    []key
-		batches = map[key]*batch{}
-	)
+	var batches []batch
 	for i := range msgs {
 		m := &msgs[i]
 		if m.Msg.Type == raftpb.MsgSnap {
 			t.queueSnapshot(*m)
 			continue
 		}
-		size := m.Msg.Size()
-		if size > t.cfg.Limits.MaxMessageBytes {
+		if sizes[i] < 0 {
 			t.c.droppedTooLarge.Add(1)
 			continue
 		}
-		k := key{m.Msg.To, laneOf(m.Group)}
-		b := batches[k]
-		if b == nil {
-			b = &batch{}
-			batches[k] = b
-			keys = append(keys, k)
+		to, ln := m.Msg.To, laneOf(m.Group)
+		j := 0
+		for j < len(batches) && (batches[j].peer != to || batches[j].lane != ln) {
+			j++
 		}
-		b.msgs = append(b.msgs, *m)
-		b.sizes = append(b.sizes, size)
+		if j == len(batches) {
+			batches = append(batches, batch{peer: to, lane: ln})
+		}
+		batches[j].msgs = append(batches[j].msgs, *m)
+		batches[j].sizes = append(batches[j].sizes, sizes[i])
 	}
-	if len(keys) == 0 {
+	for _, b := range batches {
+		t.push(b.peer, b.lane, b.msgs, b.sizes)
+	}
+}
+
+func (t *GRPC) push(peer uint64, lane int, msgs []Message, sizes []int) {
+	t.mu.Lock()
+	p := t.peers[peer]
+	t.mu.Unlock()
+	if p == nil {
+		t.c.droppedNoPeer.Add(uint64(len(msgs)))
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, k := range keys {
-		b := batches[k]
-		p := t.peers[k.peer]
-		if p == nil {
-			t.c.droppedNoPeer.Add(uint64(len(b.msgs)))
-			continue
-		}
-		if d := p.lanes[k.lane].q.push(b.msgs, b.sizes); d > 0 {
-			t.c.droppedQueueFull.Add(uint64(d))
-		}
+	if d := p.lanes[lane].q.push(msgs, sizes); d > 0 {
+		t.c.droppedQueueFull.Add(uint64(d))
 	}
 }
 
@@ -463,7 +481,7 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 			req := &clusterv1.RaftRequest{Frame: &clusterv1.RaftRequest_Batch{Batch: f}}
 			n := proto.Size(req)
 			if err := stream.Send(req); err != nil {
-				t.c.droppedUnsent.Add(uint64(len(f.Heartbeats) + len(f.Messages)))
+				t.c.droppedUnsent.Add(uint64(len(f.GetHeartbeats().GetGroupIds()) + len(f.Messages)))
 				return true, fmt.Errorf("peer %d at %s: send: %w", p.id, p.addr, err)
 			}
 			t.c.framesSent.Add(1)

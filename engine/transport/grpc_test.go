@@ -266,7 +266,8 @@ func TestGRPCSurvivesHostileFrames(t *testing.T) {
 	enc := func(m raftpb.Message) []byte { b, _ := m.Marshal(); return b }
 	good := enc(raftpb.Message{Type: raftpb.MsgApp, From: 5, To: 1, Index: 7})
 	batch := &clusterv1.Batch{
-		Heartbeats: []*clusterv1.Heartbeat{{GroupId: 1, From: 6, To: 1}, {GroupId: 1, From: 5, To: 1, Term: 2}},
+		Heartbeats: &clusterv1.Heartbeats{ // the first from another node than the stream's
+			GroupIds: []uint64{1, 1}, Froms: []uint64{6, 5}, Tos: []uint64{1, 1}, Terms: []uint64{0, 2}, Commits: []uint64{0, 0}, Responses: []bool{false, false}},
 		Messages: []*clusterv1.GroupMessage{
 			{GroupId: 1, Message: []byte{0xff, 0xff, 0xff}},
 			{GroupId: 1, Message: enc(raftpb.Message{Type: raftpb.MsgApp, From: 6, To: 1})},

@@ -41,15 +41,14 @@ func (q *queue) push(msgs []Message, sizes []int) (dropped int) {
 	return len(msgs) - n
 }
 
-// drain moves every queued message into buf (reused) and empties the queue.
+// drain returns every queued message and empties the queue, which takes
+// buf (emptied by the caller) as its next backing array: no copying.
 func (q *queue) drain(buf []Message) []Message {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	buf = append(buf[:0], q.msgs...)
-	clear(q.msgs)
-	q.msgs = q.msgs[:0]
-	q.bytes = 0
-	return buf
+	out := q.msgs
+	q.msgs, q.bytes = buf[:0], 0
+	return out
 }
 
 // clear drops everything queued and returns how many messages that was.

@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
@@ -57,7 +56,6 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 			return status.Error(codes.InvalidArgument, "a Raft stream carries one Hello, then only Batches")
 		}
 		t.c.framesReceived.Add(1)
-		t.c.bytesReceived.Add(uint64(proto.Size(req)))
 		msgs, bad := decodeBatch(b, peer, t.cfg.NodeID, t.cfg.Limits.MaxMessageBytes, buf)
 		if len(bad) > 0 {
 			t.c.malformed.Add(uint64(len(bad)))

@@ -14,7 +14,6 @@ type Stats struct {
 	DroppedUnsent       uint64 // queued when a connection failed, never sent
 	MessagesReceived    uint64 // handed to the Handler
 	FramesReceived      uint64
-	BytesReceived       uint64
 	Malformed           uint64 // received messages refused: undecodable, wrong sender or receiver, local type
 	UnknownGroup        uint64 // Handler answered ErrUnknownGroup
 	HandlerErrors       uint64 // Handler answered another error
@@ -30,11 +29,11 @@ type Stats struct {
 }
 
 type counters struct {
-	messagesSent, heartbeatsCoalesced, framesSent, bytesSent                                atomic.Uint64
-	droppedQueueFull, droppedTooLarge, droppedNoPeer, droppedUnsent                         atomic.Uint64
-	messagesReceived, framesReceived, bytesReceived, malformed, unknownGroup, handlerErrors atomic.Uint64
-	handshakesRefused, connects, snapshotsSent, snapshotsFailed, snapshotsReceived          atomic.Uint64
-	faultDropped, faultDuplicated, faultCut                                                 atomic.Uint64
+	messagesSent, heartbeatsCoalesced, framesSent, bytesSent                       atomic.Uint64
+	droppedQueueFull, droppedTooLarge, droppedNoPeer, droppedUnsent                atomic.Uint64
+	messagesReceived, framesReceived, malformed, unknownGroup, handlerErrors       atomic.Uint64
+	handshakesRefused, connects, snapshotsSent, snapshotsFailed, snapshotsReceived atomic.Uint64
+	faultDropped, faultDuplicated, faultCut                                        atomic.Uint64
 }
 
 func (c *counters) stats() Stats {
@@ -44,7 +43,7 @@ func (c *counters) stats() Stats {
 		DroppedQueueFull: c.droppedQueueFull.Load(), DroppedTooLarge: c.droppedTooLarge.Load(),
 		DroppedNoPeer: c.droppedNoPeer.Load(), DroppedUnsent: c.droppedUnsent.Load(),
 		MessagesReceived: c.messagesReceived.Load(), FramesReceived: c.framesReceived.Load(),
-		BytesReceived: c.bytesReceived.Load(), Malformed: c.malformed.Load(),
+		Malformed:    c.malformed.Load(),
 		UnknownGroup: c.unknownGroup.Load(), HandlerErrors: c.handlerErrors.Load(),
 		HandshakesRefused: c.handshakesRefused.Load(), Connects: c.connects.Load(),
 		SnapshotsSent: c.snapshotsSent.Load(), SnapshotsFailed: c.snapshotsFailed.Load(),

@@ -152,40 +152,43 @@ func (x *GroupMessage) GetMessage() []byte {
 	return nil
 }
 
-// Heartbeat is the compact form of a raft MsgHeartbeat or MsgHeartbeatResp
-// that carries nothing but these fields (no read-index context).
-type Heartbeat struct {
+// Heartbeats is the compact form of raft MsgHeartbeat and MsgHeartbeatResp
+// messages that carry nothing but these fields (no read-index context), in
+// columns of packed varints: heartbeat i is (group_ids[i], froms[i], tos[i],
+// terms[i], commits[i], responses[i]). Every column has the same length; a
+// frame whose columns differ is refused whole.
+type Heartbeats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// group_id is the raft group.
-	GroupId uint64 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	// from is the sending replica.
-	From uint64 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
-	// to is the receiving replica.
-	To uint64 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
-	// term is the sender's term.
-	Term uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
-	// commit is the leader's commit index sent to this follower (0 in a response).
-	Commit uint64 `protobuf:"varint,5,opt,name=commit,proto3" json:"commit,omitempty"`
-	// response is true for MsgHeartbeatResp, false for MsgHeartbeat.
-	Response      bool `protobuf:"varint,6,opt,name=response,proto3" json:"response,omitempty"`
+	// group_ids are the raft groups.
+	GroupIds []uint64 `protobuf:"varint,1,rep,packed,name=group_ids,json=groupIds,proto3" json:"group_ids,omitempty"`
+	// froms are the sending replicas.
+	Froms []uint64 `protobuf:"varint,2,rep,packed,name=froms,proto3" json:"froms,omitempty"`
+	// tos are the receiving replicas.
+	Tos []uint64 `protobuf:"varint,3,rep,packed,name=tos,proto3" json:"tos,omitempty"`
+	// terms are the senders' terms.
+	Terms []uint64 `protobuf:"varint,4,rep,packed,name=terms,proto3" json:"terms,omitempty"`
+	// commits are the commit indexes sent to the followers (0 in responses).
+	Commits []uint64 `protobuf:"varint,5,rep,packed,name=commits,proto3" json:"commits,omitempty"`
+	// responses are true for MsgHeartbeatResp, false for MsgHeartbeat.
+	Responses     []bool `protobuf:"varint,6,rep,packed,name=responses,proto3" json:"responses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *Heartbeat) Reset() {
-	*x = Heartbeat{}
+func (x *Heartbeats) Reset() {
+	*x = Heartbeats{}
 	mi := &file_spool_cluster_v1_peer_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *Heartbeat) String() string {
+func (x *Heartbeats) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*Heartbeat) ProtoMessage() {}
+func (*Heartbeats) ProtoMessage() {}
 
-func (x *Heartbeat) ProtoReflect() protoreflect.Message {
+func (x *Heartbeats) ProtoReflect() protoreflect.Message {
 	mi := &file_spool_cluster_v1_peer_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -197,51 +200,51 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
-func (*Heartbeat) Descriptor() ([]byte, []int) {
+// Deprecated: Use Heartbeats.ProtoReflect.Descriptor instead.
+func (*Heartbeats) Descriptor() ([]byte, []int) {
 	return file_spool_cluster_v1_peer_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *Heartbeat) GetGroupId() uint64 {
+func (x *Heartbeats) GetGroupIds() []uint64 {
 	if x != nil {
-		return x.GroupId
+		return x.GroupIds
 	}
-	return 0
+	return nil
 }
 
-func (x *Heartbeat) GetFrom() uint64 {
+func (x *Heartbeats) GetFroms() []uint64 {
 	if x != nil {
-		return x.From
+		return x.Froms
 	}
-	return 0
+	return nil
 }
 
-func (x *Heartbeat) GetTo() uint64 {
+func (x *Heartbeats) GetTos() []uint64 {
 	if x != nil {
-		return x.To
+		return x.Tos
 	}
-	return 0
+	return nil
 }
 
-func (x *Heartbeat) GetTerm() uint64 {
+func (x *Heartbeats) GetTerms() []uint64 {
 	if x != nil {
-		return x.Term
+		return x.Terms
 	}
-	return 0
+	return nil
 }
 
-func (x *Heartbeat) GetCommit() uint64 {
+func (x *Heartbeats) GetCommits() []uint64 {
 	if x != nil {
-		return x.Commit
+		return x.Commits
 	}
-	return 0
+	return nil
 }
 
-func (x *Heartbeat) GetResponse() bool {
+func (x *Heartbeats) GetResponses() []bool {
 	if x != nil {
-		return x.Response
+		return x.Responses
 	}
-	return false
+	return nil
 }
 
 // Batch is what one flush of a peer's send queue produced: the coalesced
@@ -250,7 +253,7 @@ func (x *Heartbeat) GetResponse() bool {
 type Batch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// heartbeats are the queued heartbeats and heartbeat responses in compact form.
-	Heartbeats []*Heartbeat `protobuf:"bytes,1,rep,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	Heartbeats *Heartbeats `protobuf:"bytes,1,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
 	// messages are every other message, in send order.
 	Messages      []*GroupMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -287,7 +290,7 @@ func (*Batch) Descriptor() ([]byte, []int) {
 	return file_spool_cluster_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *Batch) GetHeartbeats() []*Heartbeat {
+func (x *Batch) GetHeartbeats() *Heartbeats {
 	if x != nil {
 		return x.Heartbeats
 	}
@@ -644,17 +647,18 @@ const file_spool_cluster_v1_peer_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\"C\n" +
 	"\fGroupMessage\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\fR\amessage\"\x92\x01\n" +
-	"\tHeartbeat\x12\x19\n" +
-	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x12\n" +
-	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x16\n" +
-	"\x06commit\x18\x05 \x01(\x04R\x06commit\x12\x1a\n" +
-	"\bresponse\x18\x06 \x01(\bR\bresponse\"\x80\x01\n" +
-	"\x05Batch\x12;\n" +
+	"\amessage\x18\x02 \x01(\fR\amessage\"\x9f\x01\n" +
 	"\n" +
-	"heartbeats\x18\x01 \x03(\v2\x1b.spool.cluster.v1.HeartbeatR\n" +
+	"Heartbeats\x12\x1b\n" +
+	"\tgroup_ids\x18\x01 \x03(\x04R\bgroupIds\x12\x14\n" +
+	"\x05froms\x18\x02 \x03(\x04R\x05froms\x12\x10\n" +
+	"\x03tos\x18\x03 \x03(\x04R\x03tos\x12\x14\n" +
+	"\x05terms\x18\x04 \x03(\x04R\x05terms\x12\x18\n" +
+	"\acommits\x18\x05 \x03(\x04R\acommits\x12\x1c\n" +
+	"\tresponses\x18\x06 \x03(\bR\tresponses\"\x81\x01\n" +
+	"\x05Batch\x12<\n" +
+	"\n" +
+	"heartbeats\x18\x01 \x01(\v2\x1c.spool.cluster.v1.HeartbeatsR\n" +
 	"heartbeats\x12:\n" +
 	"\bmessages\x18\x02 \x03(\v2\x1e.spool.cluster.v1.GroupMessageR\bmessages\"x\n" +
 	"\vRaftRequest\x12/\n" +
@@ -694,7 +698,7 @@ var file_spool_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_spool_cluster_v1_peer_proto_goTypes = []any{
 	(*Hello)(nil),            // 0: spool.cluster.v1.Hello
 	(*GroupMessage)(nil),     // 1: spool.cluster.v1.GroupMessage
-	(*Heartbeat)(nil),        // 2: spool.cluster.v1.Heartbeat
+	(*Heartbeats)(nil),       // 2: spool.cluster.v1.Heartbeats
 	(*Batch)(nil),            // 3: spool.cluster.v1.Batch
 	(*RaftRequest)(nil),      // 4: spool.cluster.v1.RaftRequest
 	(*RaftResponse)(nil),     // 5: spool.cluster.v1.RaftResponse
@@ -703,7 +707,7 @@ var file_spool_cluster_v1_peer_proto_goTypes = []any{
 	(*SnapshotResponse)(nil), // 8: spool.cluster.v1.SnapshotResponse
 }
 var file_spool_cluster_v1_peer_proto_depIdxs = []int32{
-	2, // 0: spool.cluster.v1.Batch.heartbeats:type_name -> spool.cluster.v1.Heartbeat
+	2, // 0: spool.cluster.v1.Batch.heartbeats:type_name -> spool.cluster.v1.Heartbeats
 	1, // 1: spool.cluster.v1.Batch.messages:type_name -> spool.cluster.v1.GroupMessage
 	0, // 2: spool.cluster.v1.RaftRequest.hello:type_name -> spool.cluster.v1.Hello
 	3, // 3: spool.cluster.v1.RaftRequest.batch:type_name -> spool.cluster.v1.Batch
