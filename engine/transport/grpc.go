@@ -291,6 +291,9 @@ func (t *GRPC) Run(ctx context.Context) error {
 	}
 	cancel()
 	t.server.Stop()
+	t.mu.Lock()
+	t.runCtx = nil // AddPeer after Run only records the peer
+	t.mu.Unlock()
 	t.wg.Wait()
 	return err
 }

@@ -329,4 +329,39 @@ func TestGRPCFullQueueDrops(t *testing.T) {
 	if s.DroppedQueueFull < 15 || s.DroppedNoPeer != 1 {
 		t.Fatalf("stats %+v", s)
 	}
+	// Group 0 has its own queue: a full partition queue does not crowd it out.
+	ln.t.Send([]Message{app(0, 1, 2, 0, "controller")})
+	if s2 := ln.t.Stats(); s2.DroppedQueueFull != s.DroppedQueueFull {
+		t.Fatalf("group 0 dropped behind a full data queue: %+v", s2)
+	}
+}
+
+// A removed peer gets nothing more and its goroutines end (goleak checks
+// at exit); adding it back, at a new address, connects again.
+func TestGRPCRemoveAndReAddPeer(t *testing.T) {
+	nodes := cluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	a.t.RemovePeer(2)
+	if _, ok := a.t.Peer(2); ok {
+		t.Fatal("removed peer still listed")
+	}
+	a.t.Send([]Message{app(1, 1, 2, 1, "")})
+	if s := a.t.Stats(); s.DroppedNoPeer != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	c := startNode(t, 2, "127.0.0.1:0", nil) // node 2 moved to a new address
+	defer c.stop(t)
+	if err := a.t.AddPeer(2, b.addr); err != nil {
+		t.Fatal(err)
+	}
+	waitConnected(t, a, 2)
+	if err := a.t.AddPeer(2, c.addr); err != nil {
+		t.Fatal(err)
+	}
+	waitConnected(t, a, 2)
+	a.t.Send([]Message{app(1, 1, 2, 2, "")})
+	waitFor(t, "delivery at the new address", func() bool { return len(c.h.messages()) == 1 })
+	if len(b.h.messages()) != 0 {
+		t.Fatal("the old address got a message")
+	}
 }
