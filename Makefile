@@ -12,6 +12,9 @@ STATICCHECK_VERSION := v0.8.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout=15m
 
+# Every proto package whose Go code is generated and committed.
+PROTO_GEN_DIRS := proto/spool/v1 proto/spool/cluster/v1
+
 .PHONY: all build test test-go lint gen bench demo tools deps clean
 
 all: build
@@ -35,7 +38,7 @@ $(BIN)/buf:
 
 ## gen: regenerate the committed Go code from proto/.
 gen: tools
-	rm -f proto/spool/v1/*.pb.go
+	rm -f $(addsuffix /*.pb.go,$(PROTO_GEN_DIRS))
 	buf generate
 
 ## deps: what the tests need on a fresh machine (redis-server from Debian's packages).
@@ -54,7 +57,7 @@ lint: tools
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	buf lint
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; \
-	  rm -f proto/spool/v1/*.pb.go; buf generate; \
+	  rm -f $(addsuffix /*.pb.go,$(PROTO_GEN_DIRS)); buf generate; \
 	  if ! diff -r $$tmp/proto proto >/dev/null; then echo "generated code is stale: run 'make gen' and commit"; diff -r $$tmp/proto proto | head -20; rm -rf $$tmp; exit 1; fi; \
 	  rm -rf $$tmp
 	@./scripts/banned.sh

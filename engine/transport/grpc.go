@@ -1,0 +1,504 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
+
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+)
+
+// GRPCConfig configures a GRPC transport. ClusterID, NodeID, Handler and
+// Listener are required; the rest have defaults.
+type GRPCConfig struct {
+	ClusterID string
+	NodeID    uint64
+	Handler   Handler
+	// Listener is where peers reach this node; Run serves on it and closes it.
+	Listener net.Listener
+	Limits   Limits
+	Backoff  Backoff
+	// HandshakeTimeout bounds the wait for a peer's Hello.
+	HandshakeTimeout time.Duration
+	// DialOptions come after the defaults (plaintext, keepalive): pass
+	// grpc.WithTransportCredentials here for mTLS.
+	DialOptions []grpc.DialOption
+	// ServerOptions come after the defaults (message size limits,
+	// keepalive): pass grpc.Creds here for mTLS.
+	ServerOptions []grpc.ServerOption
+	// DisableHeartbeatCoalescing sends heartbeats as full messages (for
+	// benchmarks and as an escape hatch).
+	DisableHeartbeatCoalescing bool
+	// Logger receives connection events; nil means slog.Default().
+	Logger *slog.Logger
+
+	protocolVersion uint32 // ProtocolVersion; tests set another to play a peer of another release
+}
+
+func (c *GRPCConfig) validate() error {
+	switch {
+	case c.ClusterID == "":
+		return errors.New("transport: ClusterID is empty: every node of a cluster must be given the same cluster id")
+	case c.NodeID == 0:
+		return errors.New("transport: NodeID is 0: node ids start at 1 (raft reserves 0)")
+	case c.Handler == nil:
+		return errors.New("transport: Handler is nil")
+	case c.Listener == nil:
+		return errors.New("transport: Listener is nil")
+	}
+	if c.protocolVersion == 0 {
+		c.protocolVersion = ProtocolVersion
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	return c.Backoff.validate()
+}
+
+// Lanes: raft group 0 (the controller) has its own connection and queue
+// per peer, so a busy partition never delays or crowds out the cluster's
+// metadata.
+const (
+	laneSystem = 0
+	laneData   = 1
+	numLanes   = 2
+)
+
+func laneOf(group uint64) int {
+	if group == 0 {
+		return laneSystem
+	}
+	return laneData
+}
+
+// GRPC is the real Transport: one Raft stream per peer and lane, dialed by
+// the sending node, plus the server side for streams dialed to this node.
+type GRPC struct {
+	cfg    GRPCConfig
+	c      counters
+	server *grpc.Server
+	enc    encoder
+
+	started atomic.Bool
+	rndMu   sync.Mutex
+	rnd     *rand.Rand
+
+	mu     sync.Mutex
+	peers  map[uint64]*peer
+	runCtx context.Context // set by Run; nil before
+	wg     sync.WaitGroup  // every goroutine the transport starts
+}
+
+type peer struct {
+	id     uint64
+	addr   string
+	lanes  [numLanes]*lane
+	snaps  *snapQueue
+	conn   [numLanes]*grpc.ClientConn
+	cancel context.CancelFunc // nil until started
+}
+
+type lane struct {
+	q         *queue
+	connected atomic.Bool
+	lastErr   atomic.Pointer[errBox]
+}
+
+type errBox struct{ err error }
+
+var _ Transport = (*GRPC)(nil)
+
+// NewGRPC returns a transport that serves on cfg.Listener once Run starts.
+func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t := &GRPC{
+		cfg:   cfg,
+		peers: make(map[uint64]*peer),
+		enc:   encoder{maxBatchBytes: cfg.Limits.MaxBatchBytes, coalesce: !cfg.DisableHeartbeatCoalescing},
+		rnd:   rand.New(rand.NewPCG(cfg.NodeID, uint64(time.Now().UnixNano()))),
+	}
+	opts := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.Limits.maxFrameBytes()),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WaitForHandlers(true),
+	}, cfg.ServerOptions...)
+	t.server = grpc.NewServer(opts...)
+	clusterv1.RegisterPeerServiceServer(t.server, &server{t: t})
+	return t, nil
+}
+
+// Stats returns the counters so far.
+func (t *GRPC) Stats() Stats { return t.c.stats() }
+
+// PeerStatus is what the transport knows of one peer's connections.
+type PeerStatus struct {
+	ID        uint64
+	Addr      string
+	Connected bool  // both lanes' streams completed the handshake and are up
+	LastErr   error // the last connection failure (a *HandshakeError for a refusal), nil if none
+}
+
+// Peer returns the status of peer id.
+func (t *GRPC) Peer(id uint64) (PeerStatus, bool) {
+	t.mu.Lock()
+	p, ok := t.peers[id]
+	t.mu.Unlock()
+	if !ok {
+		return PeerStatus{}, false
+	}
+	s := PeerStatus{ID: id, Addr: p.addr, Connected: true}
+	for _, l := range p.lanes {
+		s.Connected = s.Connected && l.connected.Load()
+		if b := l.lastErr.Load(); b != nil && s.LastErr == nil {
+			s.LastErr = b.err
+		}
+	}
+	return s, true
+}
+
+// AddPeer makes node id reachable at addr.
+func (t *GRPC) AddPeer(id uint64, addr string) error {
+	if id == 0 || id == t.cfg.NodeID {
+		return fmt.Errorf("transport: AddPeer(%d, %q): a peer id must be non-zero and not this node's own (%d)", id, addr, t.cfg.NodeID)
+	}
+	p := &peer{id: id, addr: addr, snaps: newSnapQueue()}
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(t.cfg.Limits.maxFrameBytes())),
+	}, t.cfg.DialOptions...)
+	for i := range p.lanes {
+		p.lanes[i] = &lane{q: newQueue(t.cfg.Limits)}
+		cc, err := grpc.NewClient(addr, dial...)
+		if err != nil {
+			for _, c := range p.conn[:i] {
+				c.Close()
+			}
+			return fmt.Errorf("transport: AddPeer(%d, %q): %w", id, addr, err)
+		}
+		p.conn[i] = cc
+	}
+	t.mu.Lock()
+	old := t.peers[id]
+	if old != nil && old.addr == addr {
+		t.mu.Unlock()
+		for _, c := range p.conn {
+			c.Close()
+		}
+		return nil
+	}
+	t.peers[id] = p
+	if t.runCtx != nil {
+		t.startPeerLocked(p)
+	}
+	t.mu.Unlock()
+	if old != nil {
+		t.stopPeer(old)
+	}
+	return nil
+}
+
+// RemovePeer forgets peer id and closes its connections.
+func (t *GRPC) RemovePeer(id uint64) {
+	t.mu.Lock()
+	p := t.peers[id]
+	delete(t.peers, id)
+	t.mu.Unlock()
+	if p != nil {
+		t.stopPeer(p)
+	}
+}
+
+func (t *GRPC) stopPeer(p *peer) {
+	if p.cancel != nil {
+		p.cancel() // its goroutines close the connections when they end
+		return
+	}
+	for _, c := range p.conn {
+		c.Close()
+	}
+}
+
+// startPeerLocked starts p's sender goroutines; t.mu is held and Run is on.
+func (t *GRPC) startPeerLocked(p *peer) {
+	ctx, cancel := context.WithCancel(t.runCtx)
+	p.cancel = cancel
+	var pwg sync.WaitGroup
+	for i := range p.lanes {
+		pwg.Add(1)
+		t.goFunc(func() { defer pwg.Done(); t.runLane(ctx, p, i) })
+	}
+	pwg.Add(1)
+	t.goFunc(func() { defer pwg.Done(); t.runSnapshots(ctx, p) })
+	t.goFunc(func() {
+		pwg.Wait()
+		for _, c := range p.conn {
+			c.Close()
+		}
+	})
+}
+
+func (t *GRPC) goFunc(f func()) {
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+}
+
+// Run serves peers on the listener and keeps a stream to every peer until
+// ctx ends. It returns nil then, after every goroutine it started ended.
+func (t *GRPC) Run(ctx context.Context) error {
+	if !t.started.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := make(chan error, 1)
+	t.goFunc(func() { serveErr <- t.server.Serve(t.cfg.Listener) })
+	t.mu.Lock()
+	t.runCtx = ctx
+	for _, p := range t.peers {
+		t.startPeerLocked(p)
+	}
+	t.mu.Unlock()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("transport: serving peers on %v: %w", t.cfg.Listener.Addr(), err)
+	}
+	cancel()
+	t.server.Stop()
+	t.mu.Lock()
+	t.runCtx = nil // AddPeer after Run only records the peer
+	t.mu.Unlock()
+	t.wg.Wait()
+	return err
+}
+
+// Send queues msgs for their peers without blocking.
+func (t *GRPC) Send(msgs []Message) {
+	sizes := make([]int, len(msgs))
+	single := true // every message to one (peer, lane), nothing set aside: the common case
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case m.Msg.Type == raftpb.MsgSnap:
+			sizes[i], single = -1, false
+		case coalescable(&m.Msg):
+			sizes[i] = heartbeatSizeMax
+		default:
+			sizes[i] = m.Msg.Size()
+			if sizes[i] > t.cfg.Limits.MaxMessageBytes {
+				sizes[i], single = -1, false
+			}
+		}
+		if single && i > 0 && (m.Msg.To != msgs[0].Msg.To || laneOf(m.Group) != laneOf(msgs[0].Group)) {
+			single = false
+		}
+	}
+	if single && len(msgs) > 0 {
+		t.push(msgs[0].Msg.To, laneOf(msgs[0].Group), msgs, sizes)
+		return
+	}
+	// Group by (peer, lane) so one call's messages to one peer are queued
+	// together; calls name few peers, so a slice beats a map.
+	type batch struct {
+		peer  uint64
+		lane  int
+		msgs  []Message
+		sizes []int
+	}
+	var batches []batch
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Msg.Type == raftpb.MsgSnap {
+			t.queueSnapshot(*m)
+			continue
+		}
+		if sizes[i] < 0 {
+			t.c.droppedTooLarge.Add(1)
+			continue
+		}
+		to, ln := m.Msg.To, laneOf(m.Group)
+		j := 0
+		for j < len(batches) && (batches[j].peer != to || batches[j].lane != ln) {
+			j++
+		}
+		if j == len(batches) {
+			batches = append(batches, batch{peer: to, lane: ln})
+		}
+		batches[j].msgs = append(batches[j].msgs, *m)
+		batches[j].sizes = append(batches[j].sizes, sizes[i])
+	}
+	for _, b := range batches {
+		t.push(b.peer, b.lane, b.msgs, b.sizes)
+	}
+}
+
+func (t *GRPC) push(peer uint64, lane int, msgs []Message, sizes []int) {
+	t.mu.Lock()
+	p := t.peers[peer]
+	t.mu.Unlock()
+	if p == nil {
+		t.c.droppedNoPeer.Add(uint64(len(msgs)))
+		return
+	}
+	if d := p.lanes[lane].q.push(msgs, sizes); d > 0 {
+		t.c.droppedQueueFull.Add(uint64(d))
+	}
+}
+
+func (t *GRPC) hello(to uint64) *clusterv1.Hello {
+	return &clusterv1.Hello{ClusterId: t.cfg.ClusterID, FromNode: t.cfg.NodeID, ToNode: to, ProtocolVersion: t.cfg.protocolVersion}
+}
+
+func (t *GRPC) backoff(attempt int) time.Duration {
+	t.rndMu.Lock()
+	r := t.rnd.Float64()
+	t.rndMu.Unlock()
+	return t.cfg.Backoff.Delay(attempt, r)
+}
+
+// runLane keeps one stream to p for one lane: connect, send until the
+// stream fails, drop what was queued, tell the handler, back off, again.
+func (t *GRPC) runLane(ctx context.Context, p *peer, li int) {
+	l := p.lanes[li]
+	client := clusterv1.NewPeerServiceClient(p.conn[li])
+	attempt := 0
+	for {
+		established, err := t.session(ctx, client, p, l)
+		l.connected.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		l.lastErr.Store(&errBox{err})
+		t.c.droppedUnsent.Add(uint64(l.q.clear()))
+		if established {
+			attempt = 0
+		}
+		attempt++
+		switch {
+		case IsHandshakeRefusal(err):
+			t.cfg.Logger.Error("spool transport: "+err.Error(), "peer", p.id, "addr", p.addr)
+		case attempt == 1:
+			t.cfg.Logger.Warn("spool transport: lost the stream to a peer; reconnecting with backoff", "peer", p.id, "addr", p.addr, "lane", li, "err", err)
+		}
+		t.cfg.Handler.PeerUnreachable(p.id)
+		timer := time.NewTimer(t.backoff(attempt))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// session runs one stream: handshake, then flushes until it fails.
+// established says whether the handshake completed.
+func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, p *peer, l *lane) (established bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	stream, err := client.Raft(sctx, grpc.WaitForReady(false))
+	if err != nil {
+		return false, fmt.Errorf("peer %d at %s: opening the Raft stream: %w", p.id, p.addr, err)
+	}
+	if err := stream.Send(&clusterv1.RaftRequest{Frame: &clusterv1.RaftRequest_Hello{Hello: t.hello(p.id)}}); err != nil {
+		_, rerr := stream.Recv() // the real reason, when the server refused
+		return false, t.handshakeErr(p, rerr)
+	}
+	timer := time.AfterFunc(t.cfg.HandshakeTimeout, cancel)
+	resp, err := stream.Recv()
+	timer.Stop()
+	if err != nil {
+		return false, t.handshakeErr(p, err)
+	}
+	h := resp.GetHello()
+	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, p.id, true); e != nil {
+		e.Addr = p.addr
+		t.c.handshakesRefused.Add(1)
+		return false, e
+	}
+	if h.GetFromNode() != p.id {
+		t.c.handshakesRefused.Add(1)
+		return false, &HandshakeError{Kind: ErrWrongNode, Local: fmt.Sprint(p.id), Remote: fmt.Sprint(h.GetFromNode()), Peer: p.id, Addr: p.addr}
+	}
+	l.connected.Store(true)
+	l.lastErr.Store(nil)
+	t.c.connects.Add(1)
+
+	// The server sends nothing after its Hello: a Recv that returns means
+	// the stream is gone, which ends the session.
+	recvErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, err := stream.Recv()
+		if err == nil {
+			err = errors.New("peer sent a frame after its hello")
+		}
+		recvErr <- err
+		cancel()
+	}()
+	var buf []Message
+	for {
+		select {
+		case <-sctx.Done():
+			select {
+			case err := <-recvErr:
+				return true, fmt.Errorf("peer %d at %s: stream ended: %w", p.id, p.addr, err)
+			default:
+				return true, sctx.Err()
+			}
+		case <-l.q.signal:
+		}
+		buf = l.q.drain(buf)
+		frames, st := t.enc.encode(buf)
+		clear(buf)
+		for _, f := range frames {
+			req := &clusterv1.RaftRequest{Frame: &clusterv1.RaftRequest_Batch{Batch: f}}
+			n := proto.Size(req)
+			if err := stream.Send(req); err != nil {
+				t.c.droppedUnsent.Add(uint64(len(f.GetHeartbeats().GetGroupIds()) + len(f.Messages)))
+				return true, fmt.Errorf("peer %d at %s: send: %w", p.id, p.addr, err)
+			}
+			t.c.framesSent.Add(1)
+			t.c.bytesSent.Add(uint64(n))
+		}
+		t.c.messagesSent.Add(uint64(st.messages))
+		t.c.heartbeatsCoalesced.Add(uint64(st.heartbeats))
+	}
+}
+
+func (t *GRPC) handshakeErr(p *peer, err error) error {
+	if e := refusedBy(err, p.id, p.addr); e != nil {
+		t.c.handshakesRefused.Add(1)
+		return e
+	}
+	return fmt.Errorf("peer %d at %s: handshake: %w", p.id, p.addr, err)
+}

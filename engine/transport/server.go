@@ -1,0 +1,85 @@
+package transport
+
+import (
+	"errors"
+	"io"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+)
+
+// server is the receiving side of the peer protocol.
+type server struct {
+	clusterv1.UnimplementedPeerServiceServer
+	t *GRPC
+}
+
+// Raft receives one peer's stream: its Hello, then batches, each message
+// checked and handed to the Handler. Nothing a peer sends can crash this
+// node: a frame that is not a batch ends the stream with INVALID_ARGUMENT;
+// a message that fails its checks is dropped and counted (Stats.Malformed).
+func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
+	t := s.t
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	h := first.GetHello()
+	if h == nil {
+		return status.Error(codes.InvalidArgument, "the first frame of a Raft stream must be a Hello")
+	}
+	peer := h.GetFromNode()
+	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true); e != nil {
+		t.c.handshakesRefused.Add(1)
+		t.cfg.Logger.Error("spool transport: refused an inbound stream: "+e.Error(), "peer", peer)
+		return refusal(e, t.cfg.NodeID)
+	}
+	if err := stream.Send(&clusterv1.RaftResponse{Hello: t.hello(peer)}); err != nil {
+		return err
+	}
+	var (
+		buf    []Message
+		warned bool
+	)
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		b := req.GetBatch()
+		if b == nil {
+			return status.Error(codes.InvalidArgument, "a Raft stream carries one Hello, then only Batches")
+		}
+		t.c.framesReceived.Add(1)
+		msgs, bad := decodeBatch(b, peer, t.cfg.NodeID, t.cfg.Limits.MaxMessageBytes, buf)
+		if len(bad) > 0 {
+			t.c.malformed.Add(uint64(len(bad)))
+			if !warned { // once per stream: a broken peer must not flood the log
+				warned = true
+				t.cfg.Logger.Warn("spool transport: dropped malformed messages from a peer", "peer", peer, "count", len(bad), "first", bad[0])
+			}
+		}
+		for i := range msgs {
+			t.deliver(msgs[i])
+		}
+		clear(msgs)
+		buf = msgs
+	}
+}
+
+func (t *GRPC) deliver(m Message) {
+	err := t.cfg.Handler.HandleMessage(m)
+	switch {
+	case err == nil:
+		t.c.messagesReceived.Add(1)
+	case errors.Is(err, ErrUnknownGroup):
+		t.c.unknownGroup.Add(1)
+	default:
+		t.c.handlerErrors.Add(1)
+	}
+}
