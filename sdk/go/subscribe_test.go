@@ -41,6 +41,12 @@ func TestStartFrame(t *testing.T) {
 	if r.CreditGranted != 5 {
 		t.Fatalf("initial credit = %d, want concurrency+prefetch = 5", r.CreditGranted)
 	}
+	// Stop only once the session is live on the client (a delivery handled):
+	// a ctx cancelled while the stream is still being opened cancels that
+	// stream instead of half-closing it, which is correct (nothing was
+	// delivered) but is not what this test checks.
+	e.side.Enqueue("orders", "m1")
+	e.await("ack", func(r fakesidecar.Record) bool { return len(r.Acks) == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
