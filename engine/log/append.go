@@ -24,18 +24,18 @@ const (
 // and their buffers are pooled so that an append costs a constant number of
 // allocations.
 type request struct {
-	p     *Partition
-	kind  reqKind
-	buf   *[]byte // frames back to back; returned to bufPool once written (nil for reqTruncate)
-	count int
-	index uint64                      // reqTruncate: keep entries up to this index
-	done  func(base int64, err error) // AppendAsync
-	doneE func(err error)             // AppendEntries
-	ch    chan result                 // Append, TruncateAfter: cap 1, so the appender never blocks
-	base  int64
-	end   int64  // offset end after the write
+	p      *Partition
+	kind   reqKind
+	buf    *[]byte // frames back to back; returned to bufPool once written (nil for reqTruncate)
+	count  int
+	index  uint64                      // reqTruncate: keep entries up to this index
+	done   func(base int64, err error) // AppendAsync
+	doneE  func(err error)             // AppendEntries
+	ch     chan result                 // Append, TruncateAfter: cap 1, so the appender never blocks
+	base   int64
+	end    int64  // offset end after the write
 	endIdx uint64 // last raft index written
-	err   error
+	err    error
 }
 
 type result struct {
@@ -523,7 +523,6 @@ func (p *Partition) Roll() error {
 	return p.roll()
 }
 
-//
 // A segment that holds no record (only raft entries without records) is not
 // rolled: segments are named by base offset, and the next one would get the
 // same name. Such a segment may grow past SegmentBytes, by as many

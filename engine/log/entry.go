@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"slices"
 	"sort"
 )
@@ -446,6 +447,10 @@ func (p *Partition) truncateAfter(index uint64) error {
 		seg := gone[k]
 		seg.removed, seg.dirty = true, false
 		seg.closeFiles()
+		// The .log first: it is what recovery goes by (index files are derived).
+		if err := fsys.Remove(seg.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fail("remove", seg.path, err)
+		}
 		removeSegmentFiles(fsys, p.dir, seg.base)
 		if err := fsys.SyncDir(p.dir); err != nil {
 			return fail("directory sync", p.dir, err)
@@ -458,7 +463,7 @@ func (p *Partition) truncateAfter(index uint64) error {
 		return fail("fdatasync", keep.path, err)
 	}
 	keep.dirty = false
-	keep.synced, keep.syncedNext, keep.syncedIdx = keep.size, keep.next, keep.nextIndex
+	p.synced(keep) // everything up to index is durable now (FsyncInterval: perhaps newly)
 	if err := keep.writeIndexes(fsys); err != nil {
 		return fail("index write", keep.idxPath(), err)
 	}
