@@ -1,6 +1,7 @@
 package log
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -345,6 +346,10 @@ func fuzzSeedFiles() map[string]string {
 		files[filepath.Join("testdata", "fuzz", "FuzzDecodeBatch", fmt.Sprintf("seed-%d", i))] =
 			fmt.Sprintf("go test fuzz v1\n[]byte(%s)\n", strconv.Quote(string(b)))
 	}
+	for i, d := range seedEntryData() {
+		files[filepath.Join("testdata", "fuzz", "FuzzAppendEntryData", fmt.Sprintf("seed-%d", i))] =
+			fmt.Sprintf("go test fuzz v1\n[]byte(%s)\nbool(false)\n", strconv.Quote(string(d)))
+	}
 	damage := []string{
 		"uint8(25)\nuint8(4)\nuint8(0)\nuint32(333)\nuint8(2)\nbool(false)",
 		"uint8(25)\nuint8(4)\nuint8(1)\nuint32(333)\nuint8(2)\nbool(false)",
@@ -356,6 +361,71 @@ func fuzzSeedFiles() map[string]string {
 		files[filepath.Join("testdata", "fuzz", "FuzzRecover", fmt.Sprintf("seed-%d", i))] = "go test fuzz v1\n" + s + "\n"
 	}
 	return files
+}
+
+// seedEntryData is the FuzzAppendEntryData seed corpus: record payloads as
+// a leader proposes them (EncodeRecords), cut or not.
+func seedEntryData() [][]byte {
+	recs := seedRecords()
+	d := EncodeRecords(nil, BatchHeader{ProducerID: 9, ProducerEpoch: 1, BaseSequence: 100}, recs, 1_700_000_000_000)
+	return [][]byte{d, d[:len(d)-1], d[:BatchHeaderSize-PlacementSize], EncodeRecords(nil, BatchHeader{}, recs[:1], 0), {}}
+}
+
+func seedRecords() []Record {
+	return []Record{
+		{Timestamp: 1_700_000_000_000, ID: []byte("id-1"), Key: []byte("k"), Value: []byte("hello")},
+		{Timestamp: 0, Value: []byte{}, Headers: []Header{{Key: "traceparent", Value: []byte("00-ab")}}},
+	}
+}
+
+// FuzzAppendEntryData feeds hostile Data of an EntryData entry (bytes
+// from the network, on a follower) to AppendEntries' check: it never
+// panics, refuses with ErrBadEntry, and what it accepts is stored and read
+// back by Entries byte for byte, its records by Read.
+func FuzzAppendEntryData(f *testing.F) {
+	for _, d := range seedEntryData() {
+		f.Add(d, false)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, fixCRC bool) {
+		if fixCRC && len(data) >= BatchHeaderSize-PlacementSize {
+			data = slices.Clone(data)
+			binary.LittleEndian.PutUint32(data, crc32.Checksum(data[offBody-PlacementSize:], castagnoli))
+		}
+		fsys := NewMemFS()
+		s, err := OpenStore("/data", Options{FS: fsys, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		p, err := s.Partition("p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got error
+		p.AppendEntries([]Entry{{Index: 1, Term: 1, Type: EntryData, Data: data}}, func(err error) { got = err })
+		s.Close() // writes the queue
+		if got != nil {
+			if !errors.Is(got, ErrBadEntry) && !errors.Is(got, ErrClosed) {
+				t.Fatalf("refused without ErrBadEntry: %v", got)
+			}
+			return
+		}
+		s, err = OpenStore("/data", Options{FS: fsys, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err = s.Partition("p")
+		if err != nil {
+			t.Fatalf("accepted data does not reopen: %v", err)
+		}
+		ents, err := p.Entries(1, 2, 1<<30)
+		if err != nil || len(ents) != 1 || !bytes.Equal(ents[0].Data, data) {
+			t.Fatalf("Entries: %v, %d entries; want the data as appended", err, len(ents))
+		}
+		if _, err := p.Read(0, 1<<20, p.NextOffset(), nil); err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+	})
 }
 
 // TestWriteFuzzSeeds checks that every committed seed file holds exactly
