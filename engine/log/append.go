@@ -184,7 +184,7 @@ func (s *Store) round() []*request {
 	bytes := 0
 	for i, r := range batch {
 		if r.kind == reqTruncate {
-			r.err = r.p.truncateAfter(r.index)
+			r.err = r.p.truncateAfter(r.index, true)
 			if r.err == nil {
 				truncatedInRound(batch[:i], r.p, r.index)
 			}
@@ -361,7 +361,7 @@ func (p *Partition) write(r *request) (*segment, bool) {
 	if r.err != nil {
 		if wrote && p.failed == nil {
 			// Frames of r went to an earlier segment: take them back.
-			if err := p.truncateAfter(before); err != nil {
+			if err := p.truncateAfter(before, false); err != nil {
 				p.failed = fmt.Errorf("spool log: partition %s: cannot take back a partly written append (%v); reopen the store: %w", p.name, err, r.err)
 			}
 		}

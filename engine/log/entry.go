@@ -393,8 +393,9 @@ type cutPoint struct {
 	since   int
 }
 
-// truncateAfter carries out TruncateAfter. Caller holds roundMu.
-func (p *Partition) truncateAfter(index uint64) error {
+// truncateAfter carries out TruncateAfter (or, with floor false, takes
+// back a partly written append, whatever the floor). Caller holds roundMu.
+func (p *Partition) truncateAfter(index uint64, floor bool) error {
 	if p.failed != nil {
 		return p.failed
 	}
@@ -405,7 +406,7 @@ func (p *Partition) truncateAfter(index uint64) error {
 	if index >= last {
 		return nil
 	}
-	if f := p.floor.Load(); index < f {
+	if f := p.floor.Load(); floor && index < f {
 		return fmt.Errorf("%w: %s: truncate after %d, the floor is %d", ErrBelowTruncateFloor, p.name, index, f)
 	}
 	if index < p.prevIndex {

@@ -405,3 +405,117 @@ func TestOldFormatRefused(t *testing.T) {
 		t.Fatalf("format 3: %v", err)
 	}
 }
+
+// TestAppendEntriesFailingHalfWay: a request of entries spanning several
+// segments whose write fails in a later segment leaves nothing of itself
+// in the log (before and after a crash), and the log takes appends again.
+func TestAppendEntriesFailingHalfWay(t *testing.T) {
+	for _, mode := range []FsyncMode{FsyncAlways, FsyncInterval} {
+		t.Run(mode.String(), func(t *testing.T) {
+			fsys := NewMemFS()
+			o := Options{FS: fsys, Fsync: mode, FsyncInterval: time.Hour, SegmentBytes: 2 << 10, IndexIntervalBytes: 200, Logger: quietLogger()}
+			h := openHarness(t, "/data", o)
+			p := h.part("p")
+			first := raftEntries(1, 10, 1, 0)
+			if err := appendEntriesSync(t, p, first); err != nil {
+				t.Fatal(err)
+			}
+			p.Roll()
+			var writes atomic.Int64
+			fsys.SetFault(func(op, name string) error {
+				if op == "write" && strings.HasSuffix(name, ".log") && writes.Add(1) == 3 {
+					return syscall.EIO
+				}
+				return nil
+			})
+			big := raftEntries(11, 40, 2, 0)
+			if err := appendEntriesSync(t, p, big); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("append over a failing write: %v", err)
+			}
+			fsys.SetFault(nil)
+			if writes.Load() < 3 {
+				t.Fatal("the request did not span three writes")
+			}
+			if p.LastIndex() != 10 || !sameEntries(readEntries(t, p), first) {
+				t.Fatalf("after the failed append: last %d, want the first 10 entries only", p.LastIndex())
+			}
+			if err := appendEntriesSync(t, p, big); err != nil {
+				t.Fatalf("append after the failure: %v", err)
+			}
+			h.stop()
+			fsys.Crash()
+			h.s = nil
+			h.start()
+			p = h.part("p")
+			got := readEntries(t, p)
+			if mode == FsyncAlways && !sameEntries(got, append(append([]Entry{}, first...), big...)) {
+				t.Fatalf("after a crash: %d entries, want 50", len(got))
+			}
+			if !sameEntries(got, append(append([]Entry{}, first...), big...)[:len(got)]) || len(got) < 10 {
+				t.Fatalf("after a crash: %d entries, not a prefix of what was appended", len(got))
+			}
+		})
+	}
+}
+
+// TestRecoveryChecksRaftIndexes: an intact frame (both CRCs good) whose
+// raft index skips or repeats, or whose term goes down, is corruption
+// wherever it is, the last frame included (a torn write never makes an
+// intact frame); with QuarantineCorrupt the partition opens quarantined,
+// serving the entries before it.
+func TestRecoveryChecksRaftIndexes(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		frame int // which frame of the segment (-1: the last)
+		edit  func(h BatchHeader) (uint64, uint64)
+	}{
+		{"gap in the middle", 5, func(h BatchHeader) (uint64, uint64) { return h.RaftIndex + 1, h.RaftTerm }},
+		{"repeat in the middle", 5, func(h BatchHeader) (uint64, uint64) { return h.RaftIndex - 1, h.RaftTerm }},
+		{"gap at the tail", -1, func(h BatchHeader) (uint64, uint64) { return h.RaftIndex + 3, h.RaftTerm }},
+		{"term decrease at the tail", -1, func(h BatchHeader) (uint64, uint64) { return h.RaftIndex, 0 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fsys := NewMemFS()
+			o := Options{FS: fsys, Logger: quietLogger()}
+			_, last := buildPartitionEntries(t, fsys, o, 20)
+			var at uint64
+			fsys.Corrupt("/data/p/"+segmentName(0, ".log"), func(b []byte) []byte {
+				var frames []int
+				for pos := 0; pos < len(b); pos += frameLen(b[pos:]) {
+					frames = append(frames, pos)
+				}
+				pos := frames[len(frames)-1]
+				if c.frame >= 0 {
+					pos = frames[c.frame]
+				}
+				h, _ := DecodeBatchHeader(b[pos:])
+				idx, term := c.edit(h)
+				at = h.RaftIndex
+				l := frameLen(b[pos:])
+				setPlacement(b[pos:pos+l], idx, term, h.BaseOffset)
+				return b
+			})
+			s, err := OpenStore("/data", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Partition("p")
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || !strings.Contains(ce.Reason, "raft") {
+				t.Fatalf("open: %v, want a CorruptionError about the raft index or term", err)
+			}
+			s.Close()
+			o.QuarantineCorrupt = true
+			s, err = OpenStore("/data", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			p, err := s.Partition("p")
+			if err != nil || p.Quarantined() == nil || p.LastIndex() != at-1 {
+				t.Fatalf("quarantined open: %v, quarantined %v, last index %d; want the %d entries before the damage (of %d)", err, p.Quarantined(), p.LastIndex(), at-1, last)
+			}
+			checkEntriesReadable(t, p)
+		})
+	}
+}
