@@ -135,7 +135,8 @@ func (p *Partition) trimTerms(next uint64) {
 //
 // A frame is Data plus 36 bytes (records) or 74 bytes (other types), a few
 // bytes more than the entry's protobuf size, so a maxBytes from raft is
-// never exceeded.
+// never exceeded. maxBytes is capped at Options.MaxReadBytes (raft's "no
+// limit" included), which bounds the memory of one call.
 func (p *Partition) Entries(lo, hi, maxBytes uint64) ([]Entry, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -151,6 +152,7 @@ func (p *Partition) Entries(lo, hi, maxBytes uint64) ([]Entry, error) {
 	case lo >= hi:
 		return nil, nil
 	}
+	maxBytes = min(maxBytes, uint64(p.s.opts.MaxReadBytes)) // raft's "no limit" is MaxUint64
 	var out []Entry
 	var used uint64
 	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].firstIndex > lo }) - 1

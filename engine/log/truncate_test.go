@@ -519,3 +519,19 @@ func TestRecoveryChecksRaftIndexes(t *testing.T) {
 		})
 	}
 }
+
+// TestEntriesNoLimit: raft asks for entries with a maxBytes of
+// math.MaxUint64 ("no limit"); Entries then returns entries up to
+// MaxReadBytes, across segments, not one.
+func TestEntriesNoLimit(t *testing.T) {
+	h := openHarness(t, t.TempDir(), Options{SegmentBytes: 4 << 10, Logger: quietLogger()})
+	p := h.part("p")
+	ents := raftEntries(1, 60, 1, 0)
+	if err := appendEntriesSync(t, p, ents); err != nil {
+		t.Fatal(err)
+	}
+	got, err := p.Entries(1, 61, ^uint64(0))
+	if err != nil || !sameEntries(got, ents) {
+		t.Fatalf("Entries(1, 61, no limit): %d entries, %v; want all 60", len(got), err)
+	}
+}
