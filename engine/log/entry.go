@@ -26,6 +26,20 @@ type Entry struct {
 	Data        []byte
 }
 
+// PayloadType tells, for the Data of a raft normal entry, whether it is a
+// record payload (EncodeRecords: EntryData) or anything else (EntryNormal),
+// without checking its CRC: a record payload is at least 38 bytes long and
+// its record count (bytes 4 to 8, little-endian) is not 0. Spool's other
+// normal commands must therefore be shorter than 38 bytes or have bytes 4
+// to 8 zero; the empty entry of a new leader is EntryNormal. AppendEntries
+// still checks a payload it is given as EntryData in full.
+func PayloadType(data []byte) EntryType {
+	if len(data) >= BatchHeaderSize-PlacementSize && binary.LittleEndian.Uint32(data[offCount-PlacementSize:]) != 0 {
+		return EntryData
+	}
+	return EntryNormal
+}
+
 // Errors of the raft view of the log. They are wrapped with details;
 // compare with errors.Is.
 var (

@@ -535,3 +535,23 @@ func TestEntriesNoLimit(t *testing.T) {
 		t.Fatalf("Entries(1, 61, no limit): %d entries, %v; want all 60", len(got), err)
 	}
 }
+
+// TestPayloadType: a record payload is told from other normal entries
+// without a CRC: empty entries and commands with a zero count field are
+// EntryNormal.
+func TestPayloadType(t *testing.T) {
+	for name, c := range map[string]struct {
+		data []byte
+		want EntryType
+	}{
+		"records":        {EncodeRecords(nil, BatchHeader{}, genRecords(1, 1, 0), 0), EntryData},
+		"empty":          {nil, EntryNormal},
+		"short":          {[]byte("set-log-start 42"), EntryNormal},
+		"zero count":     {make([]byte, 64), EntryNormal},
+		"one record min": {EncodeRecords(nil, BatchHeader{}, []Record{{}}, 0), EntryData},
+	} {
+		if got := PayloadType(c.data); got != c.want {
+			t.Errorf("%s: %v, want %v", name, got, c.want)
+		}
+	}
+}
