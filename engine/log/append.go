@@ -6,21 +6,36 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 )
 
-// request is one batch waiting for the appender. Requests and their buffers
-// are pooled so that an append costs a constant number of allocations.
+// reqKind says what a request asks of the appender.
+type reqKind uint8
+
+const (
+	reqRecords  reqKind = iota // AppendAsync/Append: one frame, index and term assigned at write
+	reqEntries                 // AppendEntries: frames with their raft index and term
+	reqTruncate                // TruncateAfter
+)
+
+// request is one append (or truncation) waiting for the appender. Requests
+// and their buffers are pooled so that an append costs a constant number of
+// allocations.
 type request struct {
-	p     *Partition
-	buf   *[]byte // the encoded batch; returned to bufPool once written
-	count int
-	done  func(base int64, err error) // AppendAsync; nil for Append
-	ch    chan result                 // Append: cap 1, so the appender never blocks
-	base  int64
-	end   int64
-	err   error
+	p      *Partition
+	kind   reqKind
+	buf    *[]byte // frames back to back; returned to bufPool once written (nil for reqTruncate)
+	count  int
+	index  uint64                      // reqTruncate: keep entries up to this index
+	done   func(base int64, err error) // AppendAsync
+	doneE  func(err error)             // AppendEntries
+	ch     chan result                 // Append, TruncateAfter: cap 1, so the appender never blocks
+	base   int64
+	end    int64  // offset end after the write
+	endIdx uint64 // last raft index written
+	err    error
 }
 
 type result struct {
@@ -48,7 +63,8 @@ func (r *request) free() {
 	reqPool.Put(r)
 }
 
-// prepare encodes recs into one pooled buffer. Timestamps of 0 become now.
+// prepare encodes recs into one pooled buffer, body CRC included (on the
+// caller's goroutine). Timestamps of 0 become now.
 func (p *Partition) prepare(recs []Record) (*request, error) {
 	if len(recs) == 0 {
 		return nil, ErrEmptyBatch
@@ -59,15 +75,19 @@ func (p *Partition) prepare(recs []Record) (*request, error) {
 		return nil, fmt.Errorf("%w: %d records encode to %d bytes, limit is %d (MaxBatchBytes)", ErrBatchTooLarge, len(recs), size, o.MaxBatchBytes)
 	}
 	bp := bufPool.Get().(*[]byte)
-	*bp = encodeBatch((*bp)[:0], BatchHeader{Type: BatchData}, recs, now)
+	*bp = encodeBatch((*bp)[:0], BatchHeader{Type: EntryData}, recs, now)
 	r := reqPool.Get().(*request)
-	r.p, r.buf, r.count = p, bp, len(recs)
+	r.p, r.buf, r.count, r.kind = p, bp, len(recs), reqRecords
 	return r, nil
 }
 
 // Append appends recs as one batch and blocks until it is durable (per the
 // Fsync mode), returning the offset of the first record. If ctx ends first
 // the outcome is unknown: the batch may still be written.
+//
+// The batch becomes the raft entry LastIndex()+1, with the term of the last
+// entry (1 if the log is empty): the single-node mode. A partition driven by
+// raft appends with AppendEntries only.
 func (p *Partition) Append(ctx context.Context, recs []Record) (int64, error) {
 	r, err := p.prepare(recs)
 	if err != nil {
@@ -109,7 +129,10 @@ func (p *Partition) AppendAsync(recs []Record, done func(base int64, err error))
 
 // enqueue adds r to the pending queue, waiting while it is full.
 func (s *Store) enqueue(ctx context.Context, r *request) error {
-	n := len(*r.buf)
+	n := 0
+	if r.buf != nil {
+		n = len(*r.buf)
+	}
 	s.mu.Lock()
 	for !s.closed && s.pendingBytes > 0 && s.pendingBytes+n > s.opts.MaxPendingBytes {
 		space := s.space
@@ -159,7 +182,14 @@ func (s *Store) round() []*request {
 	s.mu.Unlock()
 	var dirty []dirtySeg
 	bytes := 0
-	for _, r := range batch {
+	for i, r := range batch {
+		if r.kind == reqTruncate {
+			r.err = r.p.truncateAfter(r.index, true)
+			if r.err == nil {
+				truncatedInRound(batch[:i], r.p, r.index)
+			}
+			continue
+		}
 		bytes += len(*r.buf)
 		if seg, newly := r.p.write(r); newly {
 			dirty = append(dirty, dirtySeg{p: r.p, seg: seg})
@@ -173,6 +203,9 @@ func (s *Store) round() []*request {
 			d.p.syncErr = nil
 		}
 		for _, d := range dirty {
+			if d.seg.removed {
+				continue // deleted by a TruncateAfter later in the round
+			}
 			if d.err != nil {
 				d.p.syncErr = d.p.syncFailed(d.seg, d.err)
 			} else {
@@ -181,7 +214,8 @@ func (s *Store) round() []*request {
 		}
 	}
 	for _, r := range batch {
-		if r.err == nil && s.opts.Fsync == FsyncAlways && r.end > r.p.durable.Load() {
+		if r.err == nil && r.kind != reqTruncate && s.opts.Fsync == FsyncAlways &&
+			(r.end > r.p.durable.Load() || r.endIdx > r.p.durIdx.Load()) {
 			r.err = r.p.syncErr
 			if r.err == nil {
 				r.err = errors.New("spool log: batch not durable after sync") // unreachable by design
@@ -224,10 +258,14 @@ func (s *Store) unlockRound(batch []*request) {
 		return
 	}
 	for _, r := range batch {
-		if r.done != nil {
+		switch {
+		case r.done != nil:
 			r.done(r.base, r.err)
 			r.free()
-		} else {
+		case r.doneE != nil:
+			r.doneE(r.err)
+			r.free()
+		default:
 			r.ch <- result{base: r.base, err: r.err} // cap 1: never blocks
 		}
 	}
@@ -248,7 +286,7 @@ const maxSyncWorkers = 8
 func syncParallel(dirty []dirtySeg) {
 	var todo []*dirtySeg
 	for i := range dirty {
-		if d := &dirty[i]; d.seg.dirty {
+		if d := &dirty[i]; d.seg.dirty && !d.seg.removed {
 			d.seg.dirty = false
 			todo = append(todo, d)
 		}
@@ -269,9 +307,10 @@ func syncParallel(dirty []dirtySeg) {
 	wg.Wait()
 }
 
-// write appends r's batch to the active segment (rolling first if needed).
-// It returns the segment written and whether it just became dirty; on
-// failure r.err is set.
+// write appends r's frames to the active segment (rolling first when
+// needed, possibly between frames). It returns the last segment written and
+// whether it just became dirty; on failure r.err is set and nothing of r
+// stays in the log.
 func (p *Partition) write(r *request) (*segment, bool) {
 	if p.failed != nil {
 		r.err = p.failed
@@ -283,50 +322,139 @@ func (p *Partition) write(r *request) (*segment, bool) {
 	}
 	o := &p.s.opts
 	b := *r.buf
-	seg := p.active()
-	now := o.Now()
-	if seg.size > 0 && (seg.size+int64(len(b)) > o.SegmentBytes || now.Sub(seg.created) >= o.SegmentAge) {
-		if err := p.roll(); err != nil {
+	if r.kind == reqEntries {
+		if err := p.continues(b); err != nil {
 			r.err = err
 			return nil, false
 		}
-		seg = p.active()
 	}
-	base := seg.next
-	setBaseOffset(b, base)
-	if _, err := seg.log.WriteAt(b, seg.size); err != nil {
-		r.err = ioError("write", seg.path, err)
-		if terr := seg.log.Truncate(seg.size); terr != nil {
-			p.failed = fmt.Errorf("spool log: partition %s: cannot truncate %s after a failed write (%v); reopen the store: %w", p.name, seg.path, terr, r.err)
-			o.Logger.Error("spool log: partition failed", "partition", p.name, "err", p.failed)
+	before := p.active().nextIndex - 1
+	var seg *segment
+	newly, wrote, first := false, false, true
+	for len(b) > 0 {
+		seg = p.active()
+		if seg.size > 0 && (seg.size+int64(frameLen(b)) > o.SegmentBytes || o.Now().Sub(seg.created) >= o.SegmentAge) {
+			if err := p.roll(); err != nil {
+				r.err = err
+				break
+			}
+			seg = p.active()
+		}
+		n := frameLen(b) // at least one frame, then as many as fit
+		for n < len(b) && seg.size+int64(n+frameLen(b[n:])) <= o.SegmentBytes {
+			n += frameLen(b[n:])
+		}
+		base := seg.next
+		if err := p.writeChunk(seg, b[:n], r.kind == reqRecords); err != nil {
+			r.err = err
+			break
+		}
+		if first {
+			r.base, first = base, false
+		}
+		wrote = true
+		if !seg.dirty {
+			newly, seg.dirty = true, true
+		}
+		b = b[n:]
+	}
+	if r.err != nil {
+		if wrote && p.failed == nil {
+			// Frames of r went to an earlier segment: take them back.
+			if err := p.truncateAfter(before, false); err != nil {
+				p.failed = fmt.Errorf("spool log: partition %s: cannot take back a partly written append (%v); reopen the store: %w", p.name, err, r.err)
+			}
 		}
 		return nil, false
 	}
-	maxTs := int64(binary.LittleEndian.Uint64(b[offMaxTs:]))
-	p.mu.Lock()
-	if seg.size > 0 && seg.sinceIdx >= o.IndexIntervalBytes {
-		seg.entries = append(seg.entries, indexEntry{rel: uint32(base - seg.base), pos: uint32(seg.size), ts: seg.maxTs})
-		seg.sinceIdx = 0
+	r.end, r.endIdx = seg.next, seg.nextIndex-1
+	return seg, newly
+}
+
+// frameLen returns the Length field of the frame at the start of b.
+func frameLen(b []byte) int { return int(binary.LittleEndian.Uint32(b[offLength:])) }
+
+// continues checks that the frames b (from AppendEntries) continue the log:
+// the first raft index is LastIndex()+1 and the term does not go down.
+func (p *Partition) continues(b []byte) error {
+	le := binary.LittleEndian
+	idx, term := le.Uint64(b[offRaftIndex:]), le.Uint64(b[offRaftTerm:])
+	if next := p.active().nextIndex; idx != next {
+		return fmt.Errorf("%w: %s: entries start at index %d, the log ends at %d (TruncateAfter first to replace entries)", ErrNotContiguous, p.name, idx, next-1)
 	}
+	if term < p.lastTerm {
+		return fmt.Errorf("%w: %s: entry %d has term %d, the last entry has term %d", ErrTermDecrease, p.name, idx, term, p.lastTerm)
+	}
+	return nil
+}
+
+// writeChunk writes the whole frames b at the end of seg, which must have
+// room for them, and publishes them. With assign (single-node records) it
+// gives them raft indexes from LastIndex()+1 and the last term (1 in an
+// empty log); otherwise the frames carry theirs. Base offsets are always
+// assigned here, from the partition's end.
+func (p *Partition) writeChunk(seg *segment, b []byte, assign bool) error {
+	o := &p.s.opts
+	le := binary.LittleEndian
+	next, nextIdx, term := seg.next, seg.nextIndex, max(p.lastTerm, 1)
+	for f := b; len(f) > 0; {
+		l := frameLen(f)
+		idx, t := le.Uint64(f[offRaftIndex:]), le.Uint64(f[offRaftTerm:])
+		if assign {
+			idx, t = nextIdx, term
+		}
+		setPlacement(f[:l], idx, t, next)
+		if EntryType(f[offType]) == EntryData {
+			next += int64(le.Uint32(f[offCount:]))
+		}
+		nextIdx++
+		f = f[l:]
+	}
+	if _, err := seg.log.WriteAt(b, seg.size); err != nil {
+		err = ioError("write", seg.path, err)
+		if terr := seg.log.Truncate(seg.size); terr != nil {
+			p.failed = fmt.Errorf("spool log: partition %s: cannot truncate %s after a failed write (%v); reopen the store: %w", p.name, seg.path, terr, err)
+			o.Logger.Error("spool log: partition failed", "partition", p.name, "err", p.failed)
+		}
+		return err
+	}
+	now := o.Now()
+	p.mu.Lock()
 	if seg.size == 0 {
 		seg.created = now
 	}
-	seg.size += int64(len(b))
-	seg.next += int64(r.count)
-	seg.maxTs = max(seg.maxTs, maxTs)
+	for f := b; len(f) > 0; {
+		l := frameLen(f)
+		if seg.size > 0 && seg.sinceIdx >= o.IndexIntervalBytes {
+			seg.entries = append(seg.entries, indexEntry{rel: uint32(seg.next - seg.base), pos: uint32(seg.size),
+				irel: uint32(seg.nextIndex - seg.firstIndex), ts: seg.maxTs})
+			seg.sinceIdx = 0
+		}
+		idx, t := le.Uint64(f[offRaftIndex:]), le.Uint64(f[offRaftTerm:])
+		if EntryType(f[offType]) == EntryData {
+			seg.next += int64(le.Uint32(f[offCount:]))
+			seg.maxTs = max(seg.maxTs, int64(le.Uint64(f[offMaxTs:])))
+		}
+		seg.size += int64(l)
+		seg.sinceIdx += l
+		seg.nextIndex = idx + 1
+		p.terms = addRun(p.terms, idx, t)
+		p.lastTerm = t
+		f = f[l:]
+	}
 	p.mu.Unlock()
-	seg.sinceIdx += len(b)
-	newly := !seg.dirty
-	seg.dirty = true
 	p.next.Store(seg.next)
-	r.base, r.end = base, seg.next
-	return seg, newly
+	p.lastIdx.Store(seg.nextIndex - 1)
+	return nil
 }
 
 // synced records a successful fdatasync of seg, and the durable end's move
 // for the partition's OnDurable hook.
 func (p *Partition) synced(seg *segment) {
-	seg.synced, seg.syncedNext = seg.size, seg.next
+	seg.synced, seg.syncedNext, seg.syncedIdx = seg.size, seg.next, seg.nextIndex
+	if seg.nextIndex-1 > p.durIdx.Load() {
+		p.durIdx.Store(seg.nextIndex - 1)
+	}
 	if seg == p.active() || seg.next > p.durable.Load() {
 		if end := max(p.durable.Load(), seg.next); end != p.durable.Load() {
 			p.durable.Store(end)
@@ -349,13 +477,15 @@ func (p *Partition) syncFailed(seg *segment, err error) error {
 		return p.failed
 	}
 	p.mu.Lock()
-	seg.size, seg.next, seg.dirty = seg.synced, seg.syncedNext, false
+	seg.size, seg.next, seg.nextIndex, seg.dirty = seg.synced, seg.syncedNext, seg.syncedIdx, false
 	for len(seg.entries) > 0 && int64(seg.entries[len(seg.entries)-1].pos) >= seg.size {
 		seg.entries = seg.entries[:len(seg.entries)-1]
 	}
 	seg.sinceIdx = 0
+	p.trimTerms(seg.nextIndex)
 	p.mu.Unlock()
 	p.next.Store(p.active().next)
+	p.lastIdx.Store(p.active().nextIndex - 1)
 	return err
 }
 
@@ -366,7 +496,7 @@ func (p *Partition) syncDirty() {
 		return
 	}
 	seg := p.active()
-	if seg.synced == seg.size && p.durable.Load() == seg.next {
+	if seg.synced == seg.size && p.durable.Load() == seg.next && p.durIdx.Load() == seg.nextIndex-1 {
 		return
 	}
 	seg.dirty = false
@@ -393,9 +523,13 @@ func (p *Partition) Roll() error {
 	return p.roll()
 }
 
+// A segment that holds no record (only raft entries without records) is not
+// rolled: segments are named by base offset, and the next one would get the
+// same name. Such a segment may grow past SegmentBytes, by as many
+// record-less entries as raft writes in a row.
 func (p *Partition) roll() error {
 	old := p.active()
-	if old.size == 0 {
+	if old.size == 0 || old.next == old.base {
 		return nil
 	}
 	fsys := p.s.opts.FS
@@ -413,6 +547,7 @@ func (p *Partition) roll() error {
 	if err != nil {
 		return ioError("segment create", p.dir, err)
 	}
+	seg.firstIndex, seg.nextIndex, seg.syncedIdx = old.nextIndex, old.nextIndex, old.nextIndex
 	if err := fsys.SyncDir(p.dir); err != nil {
 		seg.closeFiles()
 		removeSegmentFiles(fsys, p.dir, seg.base)
@@ -464,15 +599,22 @@ func (p *Partition) maintain() error {
 		return nil
 	}
 	newStart := p.segs[i].base
-	if err := writeLogStart(o.FS, p.dir, newStart); err != nil {
+	prev := p.segs[i].firstIndex - 1
+	prevTerm := p.termAt(prev)
+	if err := writeLogStart(o.FS, p.dir, logStart{offset: newStart, index: prev, term: prevTerm}); err != nil {
 		return err
 	}
 	p.mu.Lock()
 	gone := slices.Clone(p.segs[:i])
 	p.segs = slices.Clone(p.segs[i:])
 	p.start = newStart
+	p.prevIndex, p.prevTerm = prev, prevTerm
+	// Keep the run holding the new first entry (it may start before it) and the later ones.
+	k := max(sort.Search(len(p.terms), func(k int) bool { return p.terms[k].first > prev+1 })-1, 0)
+	p.terms = slices.Clone(p.terms[k:])
 	p.mu.Unlock()
 	p.startA.Store(newStart)
+	p.firstIdx.Store(prev + 1)
 	for _, seg := range gone {
 		seg.closeFiles()
 		removeSegmentFiles(o.FS, p.dir, seg.base)

@@ -7,28 +7,42 @@ import (
 	"hash/crc32"
 )
 
-// Batch framing. The layout is documented byte by byte in docs/storage-format.md;
-// the constants below are the single source of truth for the code.
+// Batch framing (format 2). The layout is documented byte by byte in
+// docs/storage-format.md; the constants below are the single source of truth
+// for the code.
+//
+// A frame is a 36-byte placement prefix (length, header CRC, magic, type,
+// flags, raft index, raft term, base offset) followed by the entry payload
+// (body CRC, count, producer fields, timestamps, records or opaque bytes).
+// The payload is fixed when a raft leader proposes it; the placement is
+// filled where it is appended. The header CRC covers the placement and the
+// body CRC, the body CRC covers the rest, so filling the placement costs a
+// CRC of 32 bytes, never a pass over the records.
 const (
 	// BatchHeaderSize is the fixed size of a batch header in bytes.
-	BatchHeaderSize = 70
+	BatchHeaderSize = 74
 	// BatchMagic is the format version byte at offset 8 of every batch.
-	BatchMagic = 1
+	BatchMagic = 2
+	// PlacementSize is the size of the placement prefix: an EntryData
+	// entry's Data is its frame from this position on.
+	PlacementSize = 36
 
 	offLength     = 0
-	offCRC        = 4
+	offCRC        = 4 // header CRC: CRC32C of [8, 40)
 	offMagic      = 8
 	offType       = 9
 	offFlags      = 10
 	offRaftIndex  = 12
 	offRaftTerm   = 20
 	offBaseOffset = 28
-	offCount      = 36
-	offProducerID = 40
-	offEpoch      = 48
-	offBaseSeq    = 50
-	offFirstTs    = 54
-	offMaxTs      = 62
+	offBodyCRC    = 36 // body CRC: CRC32C of [40, Length)
+	offCount      = 40
+	offProducerID = 44
+	offEpoch      = 52
+	offBaseSeq    = 54
+	offFirstTs    = 58
+	offMaxTs      = 66
+	offBody       = 40 // where the body CRC's coverage starts
 
 	// minRecordSize is the smallest possible encoded record: length, timestamp
 	// delta, offset delta, id, key, value and header count, one byte each.
@@ -41,26 +55,58 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// BatchType says whether a batch carries data records (which take offsets) or
-// raft-internal entries (which take none, so data offsets stay contiguous).
-type BatchType uint8
+// EntryType is the type byte of a frame: whether it carries data records
+// (which take offsets) or a raft entry without records (which takes none,
+// so data offsets stay contiguous).
+type EntryType uint8
 
 const (
-	// BatchData holds records that are assigned offsets BaseOffset..BaseOffset+Count-1.
-	BatchData BatchType = 0
-	// BatchRaft holds raft-internal entries (empty entries, configuration changes).
-	// Its BaseOffset is the next data offset at the time it was written; it takes no offset.
-	BatchRaft BatchType = 1
+	// EntryData holds records that are assigned offsets BaseOffset..BaseOffset+Count-1.
+	EntryData EntryType = 0
+	// EntryNormal is a raft normal entry without records: the empty entry a
+	// new leader appends, or an opaque command. Its Data is opaque (may be empty).
+	EntryNormal EntryType = 1
+	// EntryConfChange is a raft configuration change; Data is opaque (raftpb.ConfChange).
+	EntryConfChange EntryType = 2
+	// EntryConfChangeV2 is a raft configuration change; Data is opaque (raftpb.ConfChangeV2).
+	EntryConfChangeV2 EntryType = 3
+
+	maxEntryType = EntryConfChangeV2
+)
+
+func (t EntryType) String() string {
+	switch t {
+	case EntryData:
+		return "data"
+	case EntryNormal:
+		return "normal"
+	case EntryConfChange:
+		return "confchange"
+	case EntryConfChangeV2:
+		return "confchange-v2"
+	}
+	return fmt.Sprintf("EntryType(%d)", uint8(t))
+}
+
+// BatchType is the former name of EntryType.
+type BatchType = EntryType
+
+const (
+	// BatchData is EntryData.
+	BatchData = EntryData
+	// BatchRaft is EntryNormal: a raft entry without records.
+	BatchRaft = EntryNormal
 )
 
 // BatchHeader is the fixed-size header in front of every batch on disk.
 type BatchHeader struct {
 	Length         uint32 // total batch size in bytes, header included
-	CRC            uint32 // CRC32C (Castagnoli) of bytes [8, Length)
-	Type           BatchType
+	CRC            uint32 // header CRC: CRC32C (Castagnoli) of bytes [8, 40)
+	Type           EntryType
 	RaftIndex      uint64
-	RaftTerm       uint64 // 0 until replication
+	RaftTerm       uint64
 	BaseOffset     int64
+	BodyCRC        uint32 // CRC32C of bytes [40, Length)
 	Count          uint32
 	ProducerID     int64
 	ProducerEpoch  int16
@@ -71,7 +117,7 @@ type BatchHeader struct {
 
 // Offsets returns how many data offsets the batch takes.
 func (h BatchHeader) Offsets() int64 {
-	if h.Type != BatchData {
+	if h.Type != EntryData {
 		return 0
 	}
 	return int64(h.Count)
@@ -130,20 +176,32 @@ func recordBodySize(r *Record, first int64, i int, defTs int64) int {
 }
 
 // EncodeBatch appends the encoding of hdr and recs to dst and returns it.
-// Length, CRC, Count, FirstTimestamp and MaxTimestamp are computed from recs;
-// the other header fields are taken from hdr. Record.Offset is ignored: the
-// record at index i gets offset hdr.BaseOffset+i.
+// Length, both CRCs, Count, FirstTimestamp and MaxTimestamp are computed
+// from recs; the other header fields are taken from hdr. Record.Offset is
+// ignored: the record at index i gets offset hdr.BaseOffset+i.
 func EncodeBatch(dst []byte, hdr BatchHeader, recs []Record) []byte {
 	start := len(dst)
 	dst = encodeBatch(dst, hdr, recs, 0)
-	b := dst[start:]
-	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offMagic:], castagnoli))
+	sealHeader(dst[start:])
 	return dst
 }
 
+// EncodeRecords appends to dst the Data of an EntryData entry holding recs:
+// what a raft leader proposes, and what AppendEntries writes after its
+// placement prefix. Record timestamps of 0 become now (unix ms), so every
+// replica stores the same bytes. Only the producer fields of hdr are used.
+// recs must not be empty.
+func EncodeRecords(dst []byte, hdr BatchHeader, recs []Record, now int64) []byte {
+	start := len(dst)
+	hdr.Type, hdr.RaftIndex, hdr.RaftTerm, hdr.BaseOffset = EntryData, 0, 0, 0
+	dst = encodeBatch(dst, hdr, recs, now)
+	return append(dst[:start], dst[start+PlacementSize:]...)
+}
+
 // encodeBatch is EncodeBatch where a record timestamp of 0 is replaced by
-// defTs, and without the CRC: the appender sets the base offset and then the
-// CRC (setBaseOffset), so computing it here would be wasted.
+// defTs, and without the header CRC: the appender fills the placement (raft
+// index, term, base offset) and then the header CRC (setPlacement). The body
+// CRC is computed here, on the caller's goroutine.
 func encodeBatch(dst []byte, hdr BatchHeader, recs []Record, defTs int64) []byte {
 	start := len(dst)
 	if len(recs) > 0 {
@@ -176,7 +234,43 @@ func encodeBatch(dst []byte, hdr BatchHeader, recs []Record, defTs int64) []byte
 	b := dst[start:]
 	hdr.Length = uint32(len(b))
 	putHeader(b, hdr)
+	sealBody(b)
 	return dst
+}
+
+// encodeOpaque appends a frame of a record-less type holding data, sealed.
+func encodeOpaque(dst []byte, hdr BatchHeader, data []byte) []byte {
+	start := len(dst)
+	var h [BatchHeaderSize]byte
+	dst = append(dst, h[:]...)
+	dst = append(dst, data...)
+	b := dst[start:]
+	hdr.Length, hdr.Count, hdr.FirstTimestamp, hdr.MaxTimestamp = uint32(len(b)), 0, 0, 0
+	hdr.ProducerID, hdr.ProducerEpoch, hdr.BaseSequence = 0, 0, 0
+	putHeader(b, hdr)
+	sealBody(b)
+	sealHeader(b)
+	return dst
+}
+
+// sealBody sets the body CRC of the frame b.
+func sealBody(b []byte) {
+	binary.LittleEndian.PutUint32(b[offBodyCRC:], crc32.Checksum(b[offBody:], castagnoli))
+}
+
+// sealHeader sets the header CRC of the frame b (after its body CRC).
+func sealHeader(b []byte) {
+	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offMagic:offBody], castagnoli))
+}
+
+// setPlacement fills the placement of a frame and seals its header: a CRC
+// of 32 bytes, whatever the size of the records.
+func setPlacement(b []byte, index, term uint64, base int64) {
+	le := binary.LittleEndian
+	le.PutUint64(b[offRaftIndex:], index)
+	le.PutUint64(b[offRaftTerm:], term)
+	le.PutUint64(b[offBaseOffset:], uint64(base))
+	sealHeader(b)
 }
 
 func appendBytes(dst, b []byte) []byte {
@@ -194,6 +288,7 @@ func putHeader(b []byte, h BatchHeader) {
 	le.PutUint64(b[offRaftIndex:], h.RaftIndex)
 	le.PutUint64(b[offRaftTerm:], h.RaftTerm)
 	le.PutUint64(b[offBaseOffset:], uint64(h.BaseOffset))
+	le.PutUint32(b[offBodyCRC:], h.BodyCRC)
 	le.PutUint32(b[offCount:], h.Count)
 	le.PutUint64(b[offProducerID:], uint64(h.ProducerID))
 	le.PutUint16(b[offEpoch:], uint16(h.ProducerEpoch))
@@ -202,14 +297,8 @@ func putHeader(b []byte, h BatchHeader) {
 	le.PutUint64(b[offMaxTs:], uint64(h.MaxTimestamp))
 }
 
-// setBaseOffset rewrites the base offset of an encoded batch and its CRC.
-func setBaseOffset(b []byte, base int64) {
-	binary.LittleEndian.PutUint64(b[offBaseOffset:], uint64(base))
-	binary.LittleEndian.PutUint32(b[offCRC:], crc32.Checksum(b[offMagic:], castagnoli))
-}
-
 // DecodeBatchHeader parses and sanity-checks the fixed header at the start of
-// buf. It does not check the CRC nor that the whole batch is present.
+// buf. It checks neither CRC nor that the whole batch is present.
 func DecodeBatchHeader(buf []byte) (BatchHeader, error) {
 	var h BatchHeader
 	if len(buf) < BatchHeaderSize {
@@ -218,11 +307,14 @@ func DecodeBatchHeader(buf []byte) (BatchHeader, error) {
 	le := binary.LittleEndian
 	h.Length = le.Uint32(buf[offLength:])
 	h.CRC = le.Uint32(buf[offCRC:])
-	if buf[offMagic] != BatchMagic {
-		return h, badBatch("magic %d, want %d", buf[offMagic], BatchMagic)
+	if m := buf[offMagic]; m != BatchMagic {
+		if m == 1 {
+			return h, badBatch("format 1 batch (written by an older Spool; this one reads format %d only)", BatchMagic)
+		}
+		return h, badBatch("magic %d, want %d", m, BatchMagic)
 	}
-	h.Type = BatchType(buf[offType])
-	if h.Type != BatchData && h.Type != BatchRaft {
+	h.Type = EntryType(buf[offType])
+	if h.Type > maxEntryType {
 		return h, badBatch("unknown type %d", h.Type)
 	}
 	if f := le.Uint16(buf[offFlags:]); f != 0 {
@@ -231,6 +323,7 @@ func DecodeBatchHeader(buf []byte) (BatchHeader, error) {
 	h.RaftIndex = le.Uint64(buf[offRaftIndex:])
 	h.RaftTerm = le.Uint64(buf[offRaftTerm:])
 	h.BaseOffset = int64(le.Uint64(buf[offBaseOffset:]))
+	h.BodyCRC = le.Uint32(buf[offBodyCRC:])
 	h.Count = le.Uint32(buf[offCount:])
 	h.ProducerID = int64(le.Uint64(buf[offProducerID:]))
 	h.ProducerEpoch = int16(le.Uint16(buf[offEpoch:]))
@@ -243,8 +336,12 @@ func DecodeBatchHeader(buf []byte) (BatchHeader, error) {
 	if h.Count > MaxBatchRecords || uint64(h.Count)*minRecordSize > uint64(h.Length-BatchHeaderSize) {
 		return h, badBatch("record count %d does not fit in %d bytes", h.Count, h.Length)
 	}
-	if h.Type == BatchData && h.Count == 0 {
+	if h.Type == EntryData && h.Count == 0 {
 		return h, badBatch("data batch without records")
+	}
+	if h.Type != EntryData && (h.Count != 0 || h.ProducerID != 0 || h.ProducerEpoch != 0 || h.BaseSequence != 0 ||
+		h.FirstTimestamp != 0 || h.MaxTimestamp != 0) {
+		return h, badBatch("%s entry with record fields set (count %d)", h.Type, h.Count)
 	}
 	if h.BaseOffset < 0 || h.BaseOffset > 1<<62 {
 		return h, badBatch("base offset %d out of range", h.BaseOffset)
@@ -252,9 +349,15 @@ func DecodeBatchHeader(buf []byte) (BatchHeader, error) {
 	return h, nil
 }
 
-// DecodeBatch decodes the batch at the start of buf, checking its CRC and every
-// length against the buffer. Returned records alias buf (header keys are copied).
-// n is the number of bytes the batch occupies.
+// headerCRCOK reports whether the header CRC of the header hb matches.
+func headerCRCOK(hb []byte) bool {
+	return crc32.Checksum(hb[offMagic:offBody], castagnoli) == binary.LittleEndian.Uint32(hb[offCRC:])
+}
+
+// DecodeBatch decodes the batch at the start of buf, checking both CRCs and
+// every length against the buffer. Returned records alias buf (header keys
+// are copied); a record-less entry returns none. n is the number of bytes
+// the batch occupies.
 func DecodeBatch(buf []byte) (BatchHeader, []Record, int, error) {
 	h, recs, err := decodeBatchInto(buf, nil, 0, 1<<62)
 	if err != nil {
@@ -263,7 +366,8 @@ func DecodeBatch(buf []byte) (BatchHeader, []Record, int, error) {
 	return h, recs, int(h.Length), nil
 }
 
-// checkBatch validates header, CRC and the whole batch length at the start of buf.
+// checkBatch validates header, both CRCs and the whole batch length at the
+// start of buf.
 func checkBatch(buf []byte) (BatchHeader, error) {
 	h, err := DecodeBatchHeader(buf)
 	if err != nil {
@@ -272,8 +376,11 @@ func checkBatch(buf []byte) (BatchHeader, error) {
 	if uint64(h.Length) > uint64(len(buf)) {
 		return h, badBatch("length %d beyond the %d bytes available", h.Length, len(buf))
 	}
-	if c := crc32.Checksum(buf[offMagic:h.Length], castagnoli); c != h.CRC {
-		return h, badBatch("crc %#08x, want %#08x", c, h.CRC)
+	if !headerCRCOK(buf) {
+		return h, badBatch("header crc %#08x, want %#08x", crc32.Checksum(buf[offMagic:offBody], castagnoli), h.CRC)
+	}
+	if c := crc32.Checksum(buf[offBody:h.Length], castagnoli); c != h.BodyCRC {
+		return h, badBatch("body crc %#08x, want %#08x", c, h.BodyCRC)
 	}
 	return h, nil
 }
@@ -289,7 +396,13 @@ func decodeBatchInto(buf []byte, dst []Record, lo, hi int64) (BatchHeader, []Rec
 	return h, dst, err
 }
 
+// decodeRecords validates the records of a batch (b is its body) and
+// appends those with offsets in [lo, hi) to dst. The body of a record-less
+// entry is opaque: nothing to validate or return.
 func decodeRecords(b []byte, h BatchHeader, dst []Record, lo, hi int64) ([]Record, error) {
+	if h.Type != EntryData {
+		return dst, nil
+	}
 	maxTs := h.FirstTimestamp
 	for i := uint32(0); i < h.Count; i++ {
 		l, n := binary.Uvarint(b)
@@ -321,8 +434,8 @@ func decodeRecords(b []byte, h BatchHeader, dst []Record, lo, hi int64) ([]Recor
 
 func decodeRecord(b []byte, r *Record, h BatchHeader, i uint32) error {
 	d, n := binary.Varint(b)
-	if n <= 0 {
-		return badBatch("record %d: bad timestamp", i)
+	if n <= 0 || (i == 0 && d != 0) {
+		return badBatch("record %d: bad timestamp delta", i) // record 0 holds FirstTimestamp
 	}
 	b = b[n:]
 	r.Timestamp = h.FirstTimestamp + d

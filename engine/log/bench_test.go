@@ -213,3 +213,93 @@ func vmHWM() float64 {
 	}
 	return -1
 }
+
+// BenchmarkAppendEntries is the follower path: entries of 64 records of
+// 1 KiB as a leader proposed them (EncodeRecords), n entries per call,
+// FsyncAlways, one call at a time (each waits for its fsync).
+func BenchmarkAppendEntries(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("entries=%d/records=64", n), func(b *testing.B) {
+			s, stop := benchStore(b, Options{})
+			defer stop()
+			p, _ := s.Partition("bench-0")
+			data := EncodeRecords(nil, BatchHeader{}, benchRecords(64), 0)
+			ents := make([]Entry, n)
+			errc := make(chan error, 1)
+			done := func(err error) { errc <- err }
+			b.SetBytes(int64(n * 64 * benchValue))
+			b.ReportAllocs()
+			b.ResetTimer()
+			index := uint64(0)
+			for range b.N {
+				for k := range ents {
+					index++
+					ents[k] = Entry{Index: index, Term: 1, Type: EntryData, Data: data}
+				}
+				p.AppendEntries(ents, done)
+				if err := <-errc; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n*64)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// benchRaftLog is a partition of 4096 entries of 16 records of 1 KiB over
+// 4 MiB segments, with a term change every 100 entries.
+func benchRaftLog(b *testing.B) *Partition {
+	s, stop := benchStore(b, Options{Fsync: FsyncInterval, SegmentBytes: 4 << 20})
+	b.Cleanup(stop)
+	p, _ := s.Partition("bench-0")
+	data := EncodeRecords(nil, BatchHeader{}, benchRecords(16), 0)
+	errc := make(chan error, 1)
+	for i := uint64(1); i <= 4096; i += 64 {
+		ents := make([]Entry, 64)
+		for k := range ents {
+			ents[k] = Entry{Index: i + uint64(k), Term: 1 + (i+uint64(k))/100, Type: EntryData, Data: data}
+		}
+		p.AppendEntries(ents, func(err error) { errc <- err })
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return p
+}
+
+// BenchmarkTerm: Term of the last entry (what raft asks most) and of an
+// entry anywhere in the log.
+func BenchmarkTerm(b *testing.B) {
+	p := benchRaftLog(b)
+	b.Run("last", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := p.Term(4096); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("any", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := range b.N {
+			if _, err := p.Term(1 + uint64(i*7919)%4096); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkEntries: what a leader does to feed a follower, 1 MiB of
+// entries from an index anywhere in the log (page cache).
+func BenchmarkEntries(b *testing.B) {
+	p := benchRaftLog(b)
+	b.ReportAllocs()
+	b.SetBytes(1 << 20)
+	for i := range b.N {
+		lo := 1 + uint64(i*61)%4000
+		ents, err := p.Entries(lo, 4097, 1<<20)
+		if err != nil || len(ents) == 0 {
+			b.Fatalf("Entries(%d): %d, %v", lo, len(ents), err)
+		}
+	}
+}

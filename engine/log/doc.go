@@ -1,8 +1,11 @@
-// Package log is Spool's single-node partition log: the on-disk storage of
-// one data directory.
+// Package log is Spool's partition log: the on-disk storage of one data
+// directory, and the raft log of each partition.
 //
 // It owns segment files and their batch framing (header + CRC32C, see
-// EncodeBatch), the sparse offset and time indexes, recovery on open (torn
+// EncodeBatch), which make the partition's raft log: every batch is one
+// raft entry with its index and term (Entry, AppendEntries, TruncateAfter,
+// Term, Entries), written once; the sparse offset, raft index and time
+// indexes, recovery on open (torn
 // tails are truncated, corruption before the tail is a *CorruptionError),
 // group commit with fdatasync (Store.Run is the one appender per data
 // directory), segment rolls, retention and the persisted log start offset.

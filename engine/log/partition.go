@@ -42,6 +42,20 @@ type Partition struct {
 	quarantine atomic.Pointer[CorruptionError]
 	syncErr    error // fdatasync failure of the current round
 
+	// The raft view of the log (entries, not offsets). terms, prevIndex and
+	// prevTerm are (view) fields: written under mu while holding
+	// Store.roundMu. lastTerm is the term of the last entry (prevTerm when
+	// the log is empty). prevIndex/prevTerm are the index and term of the
+	// entry just before the first one (0, 0 until retention deletes a prefix).
+	terms     []termRun
+	prevIndex uint64
+	prevTerm  uint64
+	lastTerm  uint64
+	lastIdx   atomic.Uint64 // LastIndex: raft index of the last entry written
+	firstIdx  atomic.Uint64 // FirstIndex
+	durIdx    atomic.Uint64 // last raft index known durable
+	floor     atomic.Uint64 // TruncateAfter refuses to go below it (SetTruncateFloor)
+
 	// onDurable is told each new durable end (SetOnDurable); guarded by Store.roundMu.
 	onDurable func(end int64)
 
@@ -154,20 +168,30 @@ func (p *Partition) recover() error {
 	}
 	slices.Sort(bases)
 	var damaged *CorruptionError // with QuarantineCorrupt: the damage found
-	logStart, err := readLogStart(fsys, p.dir)
+	ls, err := readLogStart(fsys, p.dir)
+	lsDamaged := false
 	if ce := (*CorruptionError)(nil); errors.As(err, &ce) && o.QuarantineCorrupt {
-		damaged, logStart, err = ce, -1, nil // serve from the first segment
+		damaged, ls, err, lsDamaged = ce, logStart{offset: -1}, nil, true // serve from the first segment
 	}
 	if err != nil {
 		return err
 	}
+	logStartOff := ls.offset
 	// Segments wholly below the log start are leftovers of an interrupted retention.
-	for len(bases) > 1 && bases[1] <= logStart {
+	for len(bases) > 1 && bases[1] <= logStartOff {
 		removeSegmentFiles(fsys, p.dir, bases[0])
 		bases = bases[1:]
 	}
+	p.prevIndex, p.prevTerm = ls.index, ls.term
+	if lsDamaged && len(bases) > 0 {
+		// The log start's index is unknown: trust the first segment's first entry.
+		if idx, ok := firstRaftIndex(fsys, filepath.Join(p.dir, segmentName(bases[0], ".log"))); ok {
+			p.prevIndex = idx - 1
+		}
+	}
+	p.lastTerm = p.prevTerm
 	if len(bases) == 0 {
-		seg, err := openSegment(fsys, p.dir, max(logStart, 0), true)
+		seg, err := openSegment(fsys, p.dir, max(logStartOff, 0), true)
 		if err != nil {
 			return fmt.Errorf("spool log: create segment: %w", err)
 		}
@@ -176,19 +200,24 @@ func (p *Partition) recover() error {
 			return fmt.Errorf("spool log: create segment: %w", err)
 		}
 		seg.entries = []indexEntry{}
+		seg.firstIndex, seg.nextIndex, seg.syncedIdx = p.prevIndex+1, p.prevIndex+1, p.prevIndex+1
 		p.segs = []*segment{seg}
 	}
+	nextIndex := p.prevIndex + 1
 	for i, base := range bases {
 		seg, err := openSegment(fsys, p.dir, base, false)
 		if err != nil {
 			return fmt.Errorf("spool log: open segment: %w", err)
 		}
+		seg.firstIndex, seg.nextIndex = nextIndex, nextIndex
 		p.segs = append(p.segs, seg)
 		var want int64 = -1
 		if i+1 < len(bases) {
 			want = bases[i+1]
 		}
-		if err := p.recoverSegment(seg, want); err != nil {
+		err = p.recoverSegment(seg, want)
+		nextIndex = seg.nextIndex
+		if err != nil {
 			var ce *CorruptionError
 			if !errors.As(err, &ce) || !o.QuarantineCorrupt {
 				return err
@@ -199,10 +228,10 @@ func (p *Partition) recover() error {
 		}
 	}
 	first, last := p.segs[0], p.active()
-	p.start = max(logStart, first.base)
+	p.start = max(logStartOff, first.base)
 	if p.start > last.next {
 		ce := &CorruptionError{File: filepath.Join(p.dir, logStartFile), Position: 0, Offset: last.next,
-			Reason: fmt.Sprintf("log start %d is beyond the end of the log %d", logStart, last.next)}
+			Reason: fmt.Sprintf("log start %d is beyond the end of the log %d", logStartOff, last.next)}
 		if !o.QuarantineCorrupt {
 			return ce
 		}
@@ -218,7 +247,28 @@ func (p *Partition) recover() error {
 	p.startA.Store(p.start)
 	p.next.Store(last.next)
 	p.durable.Store(last.next)
+	p.firstIdx.Store(p.prevIndex + 1)
+	p.lastIdx.Store(last.nextIndex - 1)
+	p.durIdx.Store(last.nextIndex - 1)
 	return nil
+}
+
+// firstRaftIndex reads the raft index of the first batch of a segment file.
+func firstRaftIndex(fsys FS, path string) (uint64, bool) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var hb [BatchHeaderSize]byte
+	if _, err := f.ReadAt(hb[:], 0); err != nil {
+		return 0, false
+	}
+	h, err := DecodeBatchHeader(hb[:])
+	if err != nil || !headerCRCOK(hb[:]) || h.RaftIndex == 0 {
+		return 0, false
+	}
+	return h.RaftIndex, true
 }
 
 // recoverSegment scans seg (from its last valid index entry) and rebuilds
@@ -238,21 +288,36 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 	}
 	entries, indexOK := readIndexes(seg)
 	w := newWindowReader(seg.log, seg.size)
-	st := scanState{next: seg.base, maxTs: noTimestamp}
-	verifyAll := !o.FastOpen
-	if len(entries) > 0 && !verifyAll {
+	st := scanState{next: seg.base, nextIndex: seg.firstIndex, lastTerm: p.lastTerm, maxTs: noTimestamp}
+	var out scanState
+	scanned := false
+	if len(entries) > 0 && o.FastOpen {
+		// Walk the headers up to the last index entry (for the terms), then
+		// verify everything from there.
 		e := entries[len(entries)-1]
-		st = scanState{pos: int64(e.pos), next: seg.base + int64(e.rel), maxTs: e.ts, entries: entries}
+		pre, ok := walkHeaders(seg, st, int64(e.pos))
+		if ok && pre.next == seg.base+int64(e.rel) && pre.nextIndex == seg.firstIndex+uint64(e.irel) {
+			pre.maxTs, pre.entries = e.ts, entries
+			out = scan(w, seg, pre, o.IndexIntervalBytes)
+			scanned = out.ioErr != nil || out.badPos != int64(e.pos)
+		}
+		if !scanned {
+			// The index does not match the batches: it is stale. Rebuild.
+			indexOK = false
+		}
 	}
-	out := scan(w, seg.base, st, o.IndexIntervalBytes)
-	if out.ioErr == nil && len(entries) > 0 && out.badPos == int64(entries[len(entries)-1].pos) {
-		// The index points at something that is not a batch: it is stale. Rebuild.
-		indexOK = false
-		out = scan(w, seg.base, scanState{next: seg.base, maxTs: noTimestamp}, o.IndexIntervalBytes)
+	if !scanned {
+		out = scan(w, seg, st, o.IndexIntervalBytes)
 	}
 	if out.ioErr != nil {
 		return fmt.Errorf("spool log: read %s: %w", seg.path, out.ioErr)
 	}
+	// The terms of what the scan accepted, good prefix or all.
+	for _, r := range out.runs {
+		p.terms = addRun(p.terms, r.first, r.term)
+	}
+	p.lastTerm = out.lastTerm
+	seg.nextIndex = out.nextIndex
 	// goodPrefix leaves seg holding what precedes the damage (in memory
 	// only: the file is left as found), for a quarantined open.
 	goodPrefix := func(ce *CorruptionError) error {
@@ -264,7 +329,7 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 		return ce
 	}
 	if out.badPos >= 0 {
-		if !last {
+		if !last || out.misplaced {
 			return goodPrefix(&CorruptionError{File: seg.path, Position: out.badPos, Offset: out.next, Reason: out.reason})
 		}
 		if v := findValidAfter(w, out.badPos+1, out.next); v >= 0 {
@@ -305,7 +370,7 @@ func (p *Partition) recoverSegment(seg *segment, nextBase int64) error {
 	if err := seg.log.Sync(); err != nil {
 		return ioError("fdatasync", seg.path, err)
 	}
-	seg.synced, seg.syncedNext = seg.size, seg.next
+	seg.synced, seg.syncedNext, seg.syncedIdx = seg.size, seg.next, seg.nextIndex
 	if seg.size > 0 {
 		if hb, err := w.get(0, BatchHeaderSize); err == nil {
 			if h, err := DecodeBatchHeader(hb); err == nil {
@@ -322,34 +387,47 @@ func removeSegmentFiles(fsys FS, dir string, base int64) {
 	}
 }
 
-// readLogStart returns the persisted log start, or -1 if there is none.
-func readLogStart(fsys FS, dir string) (int64, error) {
+// logStart is the content of the log-start file: the first offset kept,
+// and the raft index and term of the entry just before the first one kept.
+type logStart struct {
+	offset      int64
+	index, term uint64
+}
+
+const logStartSize = 28 // offset i64, index u64, term u64, CRC32C u32
+
+// readLogStart returns the persisted log start, or offset -1 if there is none.
+func readLogStart(fsys FS, dir string) (logStart, error) {
 	name := filepath.Join(dir, logStartFile)
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return -1, nil
+		return logStart{offset: -1}, nil
 	}
 	if err != nil {
-		return 0, err
+		return logStart{}, err
 	}
 	defer f.Close()
-	var b [12]byte
+	var b [logStartSize]byte
 	if n, _ := f.ReadAt(b[:], 0); n != len(b) {
-		return 0, &CorruptionError{File: name, Offset: -1, Reason: fmt.Sprintf("%d bytes, want 12", n)}
+		return logStart{}, &CorruptionError{File: name, Offset: -1, Reason: fmt.Sprintf("%d bytes, want %d", n, logStartSize)}
 	}
-	if crc32.Checksum(b[:8], castagnoli) != binary.LittleEndian.Uint32(b[8:]) {
-		return 0, &CorruptionError{File: name, Offset: -1, Reason: "bad crc"}
+	le := binary.LittleEndian
+	if crc32.Checksum(b[:24], castagnoli) != le.Uint32(b[24:]) {
+		return logStart{}, &CorruptionError{File: name, Offset: -1, Reason: "bad crc"}
 	}
-	return int64(binary.LittleEndian.Uint64(b[:8])), nil
+	return logStart{offset: int64(le.Uint64(b[:8])), index: le.Uint64(b[8:]), term: le.Uint64(b[16:])}, nil
 }
 
 // writeLogStart persists the log start atomically: tmp + fsync + rename + dir fsync.
-func writeLogStart(fsys FS, dir string, off int64) error {
+func writeLogStart(fsys FS, dir string, ls logStart) error {
 	name := filepath.Join(dir, logStartFile)
 	tmp := name + ".tmp"
-	var b [12]byte
-	binary.LittleEndian.PutUint64(b[:8], uint64(off))
-	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[:8], castagnoli))
+	var b [logStartSize]byte
+	le := binary.LittleEndian
+	le.PutUint64(b[:8], uint64(ls.offset))
+	le.PutUint64(b[8:], ls.index)
+	le.PutUint64(b[16:], ls.term)
+	le.PutUint32(b[24:], crc32.Checksum(b[:24], castagnoli))
 	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
@@ -368,7 +446,7 @@ func writeLogStart(fsys FS, dir string, off int64) error {
 		err = fsys.SyncDir(dir)
 	}
 	if err != nil {
-		return fmt.Errorf("spool log: persist log start %d: %w", off, err)
+		return fmt.Errorf("spool log: persist log start %d: %w", ls.offset, err)
 	}
 	return nil
 }

@@ -46,23 +46,45 @@ func (w *windowReader) get(pos int64, n int) ([]byte, error) {
 	return w.buf[:n], nil
 }
 
+// termRun says that the entries from raft index first on have term term
+// (up to the next run's first).
+type termRun struct {
+	first, term uint64
+}
+
+// addRun appends (index, term) to runs if term differs from the last run's.
+func addRun(runs []termRun, index, term uint64) []termRun {
+	if n := len(runs); n > 0 && runs[n-1].term == term {
+		return runs
+	}
+	return append(runs, termRun{first: index, term: term})
+}
+
 // scanState is where a scan of one segment stands.
 type scanState struct {
-	pos      int64 // end of the last good batch
-	next     int64 // offset after the last good batch
-	maxTs    int64
-	firstTs  int64 // timestamp of the first batch of the segment, if scanned from 0
-	sinceIdx int
-	entries  []indexEntry
-	badPos   int64 // -1 if the scan reached the end of the file cleanly
-	reason   string
-	ioErr    error // a read error (not corruption)
+	pos       int64  // end of the last good batch
+	next      int64  // offset after the last good batch
+	nextIndex uint64 // raft index expected next
+	lastTerm  uint64 // term of the last good batch (of the entry before the segment at its start)
+	maxTs     int64
+	firstTs   int64 // timestamp of the first batch of the segment, if scanned from 0
+	sinceIdx  int
+	entries   []indexEntry
+	runs      []termRun
+	badPos    int64 // -1 if the scan reached the end of the file cleanly
+	reason    string
+	// misplaced is true when the batch at badPos is intact (both CRCs and
+	// its records check) but does not continue the log: a gap or a decrease
+	// of offset, raft index or term. That is never a torn write.
+	misplaced bool
+	ioErr     error // a read error (not corruption)
 }
 
 // scan verifies every batch of seg from st.pos to the end of the file:
-// header sanity, CRC, record structure and contiguous base offsets. It adds
-// an index entry every interval bytes.
-func scan(w *windowReader, base int64, st scanState, interval int) scanState {
+// header sanity, both CRCs, record structure, contiguous base offsets and
+// raft indexes, and non-decreasing terms. It adds an index entry every
+// interval bytes. seg.firstIndex must be set.
+func scan(w *windowReader, seg *segment, st scanState, interval int) scanState {
 	st.badPos = -1
 	for st.pos < w.size {
 		bad := func(format string, args ...any) scanState {
@@ -95,27 +117,71 @@ func scan(w *windowReader, base int64, st scanState, interval int) scanState {
 		if _, err := decodeRecords(b[BatchHeaderSize:], h, nil, 0, 0); err != nil {
 			return bad("%v", err)
 		}
-		if h.BaseOffset != st.next {
-			return bad("base offset %d, want %d", h.BaseOffset, st.next)
+		if reason := placementError(h, st.next, st.nextIndex, st.lastTerm); reason != "" {
+			st.misplaced = true
+			return bad("%s", reason)
 		}
-		if st.next+h.Offsets()-base > math.MaxUint32 {
-			return bad("more than 2^32 offsets in one segment")
+		if st.next+h.Offsets()-seg.base > math.MaxUint32 || h.RaftIndex-seg.firstIndex >= math.MaxUint32 {
+			st.misplaced = true
+			return bad("more than 2^32 offsets or entries in one segment")
 		}
 		if st.pos > 0 && st.sinceIdx >= interval {
-			st.entries = append(st.entries, indexEntry{rel: uint32(st.next - base), pos: uint32(st.pos), ts: st.maxTs})
+			st.entries = append(st.entries, indexEntry{rel: uint32(st.next - seg.base), pos: uint32(st.pos), irel: uint32(st.nextIndex - seg.firstIndex), ts: st.maxTs})
 			st.sinceIdx = 0
 		}
 		if st.pos == 0 {
 			st.firstTs = h.FirstTimestamp
 		}
 		st.sinceIdx += int(h.Length)
-		if h.Type == BatchData && h.MaxTimestamp > st.maxTs {
+		if h.Type == EntryData && h.MaxTimestamp > st.maxTs {
 			st.maxTs = h.MaxTimestamp
 		}
+		st.runs = addRun(st.runs, h.RaftIndex, h.RaftTerm)
 		st.next += h.Offsets()
+		st.nextIndex++
+		st.lastTerm = h.RaftTerm
 		st.pos += int64(h.Length)
 	}
 	return st
+}
+
+// placementError says why a batch with header h does not continue a log
+// whose next offset is next, next raft index nextIndex and last term
+// lastTerm, or "" if it does.
+func placementError(h BatchHeader, next int64, nextIndex, lastTerm uint64) string {
+	switch {
+	case h.BaseOffset != next:
+		return fmt.Sprintf("base offset %d, want %d", h.BaseOffset, next)
+	case h.RaftIndex != nextIndex:
+		return fmt.Sprintf("raft index %d, want %d", h.RaftIndex, nextIndex)
+	case h.RaftTerm < max(lastTerm, 1):
+		return fmt.Sprintf("raft term %d after term %d", h.RaftTerm, lastTerm)
+	}
+	return ""
+}
+
+// walkHeaders follows the batch headers of seg from st.pos to to, checking
+// each header CRC and placement (not the bodies): FastOpen's way to learn
+// the terms before the last index entry. ok is false if anything is off;
+// the caller then scans from 0.
+func walkHeaders(seg *segment, st scanState, to int64) (scanState, bool) {
+	var hb [BatchHeaderSize]byte
+	for st.pos < to {
+		if _, err := seg.log.ReadAt(hb[:], st.pos); err != nil {
+			return st, false
+		}
+		h, err := DecodeBatchHeader(hb[:])
+		if err != nil || !headerCRCOK(hb[:]) || int64(h.Length) > to-st.pos ||
+			placementError(h, st.next, st.nextIndex, st.lastTerm) != "" {
+			return st, false
+		}
+		st.runs = addRun(st.runs, h.RaftIndex, h.RaftTerm)
+		st.next += h.Offsets()
+		st.nextIndex++
+		st.lastTerm = h.RaftTerm
+		st.pos += int64(h.Length)
+	}
+	return st, st.pos == to
 }
 
 // findValidAfter looks for any intact batch starting at or after from whose

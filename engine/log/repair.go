@@ -93,8 +93,8 @@ func (s *Store) Repair(name string) (RepairResult, error) {
 			res.SegmentsRemoved = append(res.SegmentsRemoved, filepath.Join(dir, e.Name()))
 		}
 	}
-	if start, err := readLogStart(fsys, dir); err != nil || start > res.End {
-		if err := writeLogStart(fsys, dir, min(p.StartOffset(), res.End)); err != nil {
+	if ls, err := readLogStart(fsys, dir); err != nil || ls.offset > res.End {
+		if err := writeLogStart(fsys, dir, logStart{offset: min(p.StartOffset(), res.End), index: p.prevIndex, term: p.prevTerm}); err != nil {
 			return res, err
 		}
 	}

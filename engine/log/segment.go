@@ -12,17 +12,18 @@ import (
 )
 
 const (
-	indexEntrySize     = 8  // rel offset u32, position u32
+	indexEntrySize     = 12 // rel offset u32, position u32, rel raft index u32
 	timeIndexEntrySize = 16 // prefix max timestamp i64, rel offset u32, position u32
 	noTimestamp        = math.MinInt64
 )
 
 // indexEntry marks a batch boundary: the batch at pos has base offset
-// seg.base+rel, and every record before pos has a timestamp <= ts (the
-// prefix maximum), so a time lookup may start at the last entry with ts < t.
+// seg.base+rel and raft index seg.firstIndex+irel, and every record before
+// pos has a timestamp <= ts (the prefix maximum), so a time lookup may start
+// at the last entry with ts < t.
 type indexEntry struct {
-	rel, pos uint32
-	ts       int64
+	rel, pos, irel uint32
+	ts             int64
 }
 
 // segment is one .log file with its sparse .index and .timeindex.
@@ -37,12 +38,16 @@ type segment struct {
 	idx, tidx  File         // open index files (closed segments are searched through them)
 	size       int64        // (view) bytes of whole batches in the file
 	next       int64        // (view) offset after the last record
+	firstIndex uint64       // (view) raft index of the first entry (of the next one if empty)
+	nextIndex  uint64       // (view) raft index after the last entry
 	maxTs      int64        // (view) largest record timestamp, noTimestamp if empty
 	entries    []indexEntry // (view) in-memory index; nil once the segment is closed
 	nIdx       int          // (view) entries in the index files of a closed segment
 	closed     bool         // (view)
 	synced     int64        // bytes known durable
 	syncedNext int64        // next offset at the synced position
+	syncedIdx  uint64       // next raft index at the synced position
+	removed    bool         // deleted by TruncateAfter (its files are closed)
 	sinceIdx   int          // bytes written since the last index entry
 	created    time.Time    // when the first batch was written, for age rolls
 	dirty      bool         // written in the current round and not yet synced
@@ -90,6 +95,38 @@ func (s *segment) lookup(off int64) int64 {
 	return int64(binary.LittleEndian.Uint32(b[4:]))
 }
 
+// lookupIndex returns the position of the last indexed batch whose raft
+// index is <= index (0 if none). Index read errors fall back to scanning from 0.
+func (s *segment) lookupIndex(index uint64) int64 {
+	if index < s.firstIndex {
+		return 0
+	}
+	rel := index - s.firstIndex
+	if s.entries != nil || s.nIdx == 0 {
+		i := sort.Search(len(s.entries), func(i int) bool { return uint64(s.entries[i].irel) > rel })
+		if i == 0 {
+			return 0
+		}
+		return int64(s.entries[i-1].pos)
+	}
+	var b [indexEntrySize]byte
+	var failed bool
+	i := sort.Search(s.nIdx, func(i int) bool {
+		if _, err := s.idx.ReadAt(b[:], int64(i)*indexEntrySize); err != nil {
+			failed = true
+			return true
+		}
+		return uint64(binary.LittleEndian.Uint32(b[8:])) > rel
+	})
+	if failed || i == 0 {
+		return 0
+	}
+	if _, err := s.idx.ReadAt(b[:], int64(i-1)*indexEntrySize); err != nil {
+		return 0
+	}
+	return int64(binary.LittleEndian.Uint32(b[4:]))
+}
+
 // timeLookup returns the position of the last indexed batch before which
 // every record is older than ts (0 if none).
 func (s *segment) timeLookup(ts int64) int64 {
@@ -126,6 +163,7 @@ func (s *segment) writeIndexes(fsys FS) error {
 	for _, e := range s.entries {
 		ib = binary.LittleEndian.AppendUint32(ib, e.rel)
 		ib = binary.LittleEndian.AppendUint32(ib, e.pos)
+		ib = binary.LittleEndian.AppendUint32(ib, e.irel)
 		tb = binary.LittleEndian.AppendUint64(tb, uint64(e.ts))
 		tb = binary.LittleEndian.AppendUint32(tb, e.rel)
 		tb = binary.LittleEndian.AppendUint32(tb, e.pos)
@@ -161,12 +199,13 @@ func readIndexes(s *segment) (entries []indexEntry, ok bool) {
 	n := min(len(ib)/indexEntrySize, len(tb)/timeIndexEntrySize)
 	le := binary.LittleEndian
 	for i := 0; i < n; i++ {
-		e := indexEntry{rel: le.Uint32(ib[i*8:]), pos: le.Uint32(ib[i*8+4:]), ts: int64(le.Uint64(tb[i*16:]))}
+		ib := ib[i*indexEntrySize:]
+		e := indexEntry{rel: le.Uint32(ib), pos: le.Uint32(ib[4:]), irel: le.Uint32(ib[8:]), ts: int64(le.Uint64(tb[i*16:]))}
 		bad := le.Uint32(tb[i*16+8:]) != e.rel || le.Uint32(tb[i*16+12:]) != e.pos ||
 			int64(e.pos) >= s.size || e.pos == 0
 		if i > 0 {
 			p := entries[i-1]
-			bad = bad || e.rel < p.rel || e.pos <= p.pos || e.ts < p.ts
+			bad = bad || e.rel < p.rel || e.pos <= p.pos || e.irel <= p.irel || e.ts < p.ts
 		}
 		if bad {
 			return entries, false

@@ -75,6 +75,10 @@ func OpenStore(dir string, opts Options) (*Store, error) {
 		lock.Close()
 		return nil, notWritable(dir, err)
 	}
+	if err := checkFormat(fsys, dir); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	return &Store{
 		dir: dir, opts: opts, lock: lock,
 		parts: map[string]*Partition{},
@@ -232,4 +236,70 @@ func (p *Partition) close() error {
 	}
 	p.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// FormatVersion is the on-disk format this package reads and writes. It is
+// recorded in the data dir's FORMAT file and in every batch (BatchMagic).
+const FormatVersion = BatchMagic
+
+const formatFile = "FORMAT"
+
+// ErrFormat is returned by OpenStore for a data dir written in another
+// on-disk format.
+var ErrFormat = errors.New("spool log: data dir in another on-disk format")
+
+// checkFormat refuses a data dir written in another format and records the
+// format of a new one. Format 1 (before raft indexes) had no FORMAT file:
+// a data dir with partition directories and no FORMAT file is format 1.
+func checkFormat(fsys FS, dir string) error {
+	name := filepath.Join(dir, formatFile)
+	want := fmt.Sprintf("spool-log %d\n", FormatVersion)
+	refuse := func(found string) error {
+		return fmt.Errorf("%w: %s holds %s; this spoold reads and writes format %d only (the raft log format). "+
+			"There is no converter: move the data dir aside (or delete it) and start again; docs/storage-format.md, Format versions",
+			ErrFormat, dir, found, FormatVersion)
+	}
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err == nil {
+		var b [64]byte
+		n, _ := f.ReadAt(b[:], 0)
+		f.Close()
+		if got := string(b[:n]); got != want {
+			return refuse(fmt.Sprintf("a FORMAT file saying %q", got))
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return notWritable(dir, err)
+	}
+	ents, err := fsys.ReadDir(dir)
+	if err != nil {
+		return notWritable(dir, err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && checkName(e.Name()) == nil {
+			return refuse(fmt.Sprintf("partitions (%s, ...) without a FORMAT file: format 1", e.Name()))
+		}
+	}
+	tmp := name + ".tmp"
+	f, err = fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err == nil {
+		_, err = f.WriteAt([]byte(want), 0)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = fsys.Rename(tmp, name)
+	}
+	if err == nil {
+		err = fsys.SyncDir(dir)
+	}
+	if err != nil {
+		return notWritable(dir, err)
+	}
+	return nil
 }

@@ -1,0 +1,330 @@
+package log
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// modelEntry is one raft entry of the model, with the records it holds.
+type modelEntry struct {
+	Entry
+	recs []Record
+}
+
+// raftMachine checks the raft view of a Partition on MemFS (AppendEntries,
+// single-node appends, TruncateAfter, Term, Entries, Read, rolls, crashes
+// and reopens) against a plain slice of entries.
+type raftMachine struct {
+	fsys   *MemFS
+	clock  *fakeClock
+	o      Options
+	s      *Store
+	p      *Partition
+	cancel context.CancelFunc
+	done   chan error
+
+	ents  []modelEntry // ents[k] has index k+1
+	floor uint64
+}
+
+func (m *raftMachine) open(t *rapid.T) {
+	s, err := OpenStore("/data", m.o)
+	if err != nil {
+		t.Fatalf("OpenStore: %v", err)
+	}
+	p, err := s.Partition("orders-0")
+	if err != nil {
+		t.Fatalf("Partition: %v", err)
+	}
+	p.SetTruncateFloor(m.floor) // not persisted: the owner sets it again, as raft's adapter would
+	ctx, cancel := context.WithCancel(context.Background())
+	m.s, m.p, m.cancel, m.done = s, p, cancel, make(chan error, 1)
+	go func() { m.done <- s.Run(ctx) }()
+}
+
+func (m *raftMachine) stopRun() {
+	m.cancel()
+	<-m.done
+}
+
+func (m *raftMachine) lastTerm() uint64 {
+	if len(m.ents) == 0 {
+		return 0
+	}
+	return m.ents[len(m.ents)-1].Term
+}
+
+func (m *raftMachine) records() []Record {
+	var out []Record
+	for _, e := range m.ents {
+		out = append(out, e.recs...)
+	}
+	return out
+}
+
+func (m *raftMachine) drawRecords(t *rapid.T) []Record {
+	recs := make([]Record, rapid.IntRange(1, 4).Draw(t, "n"))
+	now := m.clock.Now().UnixMilli()
+	for i := range recs {
+		recs[i] = Record{
+			Timestamp: now + rapid.Int64Range(-1000, 1000).Draw(t, "dts"),
+			Key:       rapid.SliceOfN(rapid.Byte(), 0, 6).Draw(t, "key"),
+			Value:     rapid.SliceOfN(rapid.Byte(), 0, 200).Draw(t, "value"),
+		}
+	}
+	return recs
+}
+
+// AppendEntries appends 1 to 4 entries, sometimes replacing a suffix
+// above the floor first (TruncateAfter, as a follower does on a conflict).
+func (m *raftMachine) AppendEntries(t *rapid.T) {
+	last := uint64(len(m.ents))
+	from := last + 1
+	if rapid.IntRange(0, 3).Draw(t, "conflict") == 0 && last > m.floor {
+		from = rapid.Uint64Range(m.floor+1, last).Draw(t, "from")
+		if err := m.p.TruncateAfter(from - 1); err != nil {
+			t.Fatalf("TruncateAfter(%d): %v", from-1, err)
+		}
+		m.ents = m.ents[:from-1]
+	}
+	term := max(m.lastTerm(), 1) + rapid.Uint64Range(0, 2).Draw(t, "dterm")
+	var ents []Entry
+	var model []modelEntry
+	for k := range rapid.IntRange(1, 4).Draw(t, "entries") {
+		e := modelEntry{Entry: Entry{Index: from + uint64(k), Term: term}}
+		switch rapid.IntRange(0, 5).Draw(t, "type") {
+		case 0:
+			e.Type = EntryNormal
+		case 1:
+			e.Type, e.Data = EntryConfChange, rapid.SliceOfN(rapid.Byte(), 1, 20).Draw(t, "cc")
+		default:
+			e.Type, e.recs = EntryData, m.drawRecords(t)
+			e.Data = EncodeRecords(nil, BatchHeader{}, e.recs, 0)
+		}
+		ents = append(ents, e.Entry)
+		model = append(model, e)
+	}
+	errc := make(chan error, 1)
+	m.p.AppendEntries(ents, func(err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatalf("AppendEntries from %d: %v", from, err)
+	}
+	m.ents = append(m.ents, model...)
+}
+
+// Append is the single-node path: it takes index last+1 and the last term (1 at first).
+func (m *raftMachine) Append(t *rapid.T) {
+	recs := m.drawRecords(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	base, err := m.p.Append(ctx, recs)
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	if want := int64(len(m.records())); base != want {
+		t.Fatalf("Append: base %d, want %d", base, want)
+	}
+	e := modelEntry{Entry: Entry{Index: uint64(len(m.ents)) + 1, Term: max(m.lastTerm(), 1), Type: EntryData}, recs: recs}
+	e.Data = EncodeRecords(nil, BatchHeader{}, recs, 0)
+	m.ents = append(m.ents, e)
+}
+
+// BadAppend: entries that do not continue the log are refused and change nothing.
+func (m *raftMachine) BadAppend(t *rapid.T) {
+	last := uint64(len(m.ents))
+	e := Entry{Index: last + 1, Term: max(m.lastTerm(), 1), Type: EntryNormal}
+	want := ErrNotContiguous
+	switch rapid.IntRange(0, 1).Draw(t, "how") {
+	case 0:
+		e.Index = rapid.Uint64Range(1, last+5).Draw(t, "index")
+		if e.Index == last+1 {
+			e.Index = last + 2
+		}
+	case 1:
+		if m.lastTerm() < 2 {
+			return
+		}
+		e.Term, want = m.lastTerm()-1, ErrTermDecrease
+	}
+	errc := make(chan error, 1)
+	m.p.AppendEntries([]Entry{e}, func(err error) { errc <- err })
+	if err := <-errc; !errors.Is(err, want) {
+		t.Fatalf("AppendEntries(%d, term %d) after %d (term %d): %v, want %v", e.Index, e.Term, last, m.lastTerm(), err, want)
+	}
+}
+
+func (m *raftMachine) TruncateAfter(t *rapid.T) {
+	last := uint64(len(m.ents))
+	i := rapid.Uint64Range(0, last+2).Draw(t, "after")
+	err := m.p.TruncateAfter(i)
+	if i < m.floor {
+		if !errors.Is(err, ErrBelowTruncateFloor) {
+			t.Fatalf("TruncateAfter(%d) below the floor %d: %v", i, m.floor, err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("TruncateAfter(%d): %v", i, err)
+	}
+	m.ents = m.ents[:min(i, last)]
+}
+
+func (m *raftMachine) SetFloor(t *rapid.T) {
+	m.floor = rapid.Uint64Range(m.floor, uint64(len(m.ents))).Draw(t, "floor")
+	m.p.SetTruncateFloor(m.floor)
+}
+
+func (m *raftMachine) Term(t *rapid.T) {
+	last := uint64(len(m.ents))
+	i := rapid.Uint64Range(0, last+2).Draw(t, "i")
+	got, err := m.p.Term(i)
+	switch {
+	case i > last:
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Term(%d) past %d: %d, %v", i, last, got, err)
+		}
+	case i == 0:
+		if err != nil || got != 0 {
+			t.Fatalf("Term(0) = %d, %v", got, err)
+		}
+	default:
+		if err != nil || got != m.ents[i-1].Term {
+			t.Fatalf("Term(%d) = %d, %v; want %d", i, got, err, m.ents[i-1].Term)
+		}
+	}
+}
+
+func (m *raftMachine) Entries(t *rapid.T) {
+	last := uint64(len(m.ents))
+	lo := rapid.Uint64Range(0, last+1).Draw(t, "lo")
+	hi := rapid.Uint64Range(lo, last+2).Draw(t, "hi")
+	maxBytes := rapid.Uint64Range(0, 2000).Draw(t, "maxBytes")
+	got, err := m.p.Entries(lo, hi, maxBytes)
+	switch {
+	case lo == 0:
+		if !errors.Is(err, ErrCompacted) {
+			t.Fatalf("Entries(0, %d): %v", hi, err)
+		}
+		return
+	case hi > last+1:
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("Entries(%d, %d) past %d: %v", lo, hi, last, err)
+		}
+		return
+	case err != nil:
+		t.Fatalf("Entries(%d, %d, %d): %v", lo, hi, maxBytes, err)
+	case lo < hi && len(got) == 0:
+		t.Fatalf("Entries(%d, %d, %d) returned nothing", lo, hi, maxBytes)
+	case uint64(len(got)) > hi-lo:
+		t.Fatalf("Entries(%d, %d) returned %d entries", lo, hi, len(got))
+	}
+	var size uint64
+	for k, e := range got {
+		want := m.ents[lo-1+uint64(k)]
+		if e.Index != want.Index || e.Term != want.Term || e.Type != want.Type || !bytes.Equal(e.Data, want.Data) {
+			t.Fatalf("Entries(%d, %d): entry %d = {%d %d %v %q}, want {%d %d %v %q}", lo, hi, k,
+				e.Index, e.Term, e.Type, e.Data, want.Index, want.Term, want.Type, want.Data)
+		}
+		size += frameSize(e)
+	}
+	if len(got) > 1 && size > maxBytes {
+		t.Fatalf("Entries(%d, %d, %d): %d entries of %d bytes", lo, hi, maxBytes, len(got), size)
+	}
+}
+
+// frameSize is the size of the frame holding e.
+func frameSize(e Entry) uint64 {
+	if e.Type == EntryData {
+		return uint64(PlacementSize + len(e.Data))
+	}
+	return uint64(BatchHeaderSize + len(e.Data))
+}
+
+func (m *raftMachine) Read(t *rapid.T) {
+	all := m.records()
+	next := int64(len(all))
+	off := rapid.Int64Range(0, next).Draw(t, "off")
+	recs, err := m.p.Read(off, rapid.IntRange(1, 3000).Draw(t, "maxBytes"), next, nil)
+	if err != nil {
+		t.Fatalf("Read(%d): %v", off, err)
+	}
+	if off < next && len(recs) == 0 {
+		t.Fatalf("Read(%d) returned nothing below %d", off, next)
+	}
+	for i, r := range recs {
+		if r.Offset != off+int64(i) || !sameRecord(r, all[r.Offset]) {
+			t.Fatalf("Read(%d): record %d at offset %d differs", off, i, r.Offset)
+		}
+	}
+}
+
+func (m *raftMachine) Roll(t *rapid.T) {
+	if err := m.p.Roll(); err != nil {
+		t.Fatalf("Roll: %v", err)
+	}
+}
+
+func (m *raftMachine) Crash(t *rapid.T) {
+	m.stopRun()
+	durable := m.p.DurableIndex()
+	m.fsys.Crash()
+	m.ents = m.ents[:durable]
+	m.floor = min(m.floor, durable)
+	m.open(t) // the crashed store is abandoned, as a dead process would be
+}
+
+func (m *raftMachine) Reopen(t *rapid.T) {
+	m.stopRun()
+	if err := m.s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	m.open(t)
+}
+
+func (m *raftMachine) Check(t *rapid.T) {
+	last := uint64(len(m.ents))
+	if got := m.p.LastIndex(); got != last {
+		t.Fatalf("LastIndex %d, model %d", got, last)
+	}
+	if got := m.p.FirstIndex(); got != 1 {
+		t.Fatalf("FirstIndex %d, want 1", got)
+	}
+	if got, want := m.p.NextOffset(), int64(len(m.records())); got != want {
+		t.Fatalf("NextOffset %d, model %d", got, want)
+	}
+	if d := m.p.DurableIndex(); d > last || (m.o.Fsync == FsyncAlways && d != last) {
+		t.Fatalf("DurableIndex %d, last %d", d, last)
+	}
+}
+
+// TestRaftLogModel: the partition log as a raft log matches a slice of
+// entries through appends, conflicting suffixes replaced, truncations
+// refused below the floor, crashes that lose what was not fsynced, and
+// reopens; over both fsync modes, several segment sizes and index
+// intervals, with and without FastOpen.
+func TestRaftLogModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := &raftMachine{fsys: NewMemFS(), clock: newFakeClock()}
+		m.o = Options{
+			FS:                 m.fsys,
+			Now:                m.clock.Now,
+			Logger:             quietLogger(),
+			Fsync:              FsyncMode(rapid.IntRange(0, 1).Draw(t, "fsync")),
+			FsyncInterval:      time.Hour, // interval syncs happen only at rolls, truncations and Close
+			SegmentBytes:       int64(rapid.SampledFrom([]int{1 << 10, 4 << 10, 1 << 20}).Draw(t, "segBytes")),
+			IndexIntervalBytes: rapid.SampledFrom([]int{1, 100, 1 << 10}).Draw(t, "indexBytes"),
+			FastOpen:           rapid.Bool().Draw(t, "fastOpen"),
+		}
+		m.open(t)
+		defer func() {
+			m.stopRun()
+			m.s.Close()
+		}()
+		t.Repeat(rapid.StateMachineActions(m))
+	})
+}
