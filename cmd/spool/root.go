@@ -145,11 +145,12 @@ func (a *app) adminErr(what string, err error) error {
 func (a *app) render(v any, table func(w io.Writer)) error {
 	switch a.output {
 	case "json":
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // payloads and reasons as written: <, >, & unescaped
+		if err := enc.Encode(v); err != nil {
 			return failed("encoding JSON: %v", err)
 		}
-		fmt.Fprintln(a.stdout, string(b))
 	case "yaml":
 		b, err := yaml.Marshal(v)
 		if err != nil {
