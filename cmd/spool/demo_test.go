@@ -64,13 +64,3 @@ func TestDemo(t *testing.T) {
 		}
 	}
 }
-
-func TestUnknownCommand(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	if code := run(context.Background(), []string{"nope"}, &stdout, &stderr); code != 2 {
-		t.Errorf("exit code %d, want 2", code)
-	}
-	if !strings.Contains(stderr.String(), `unknown command "nope"`) || !strings.Contains(stderr.String(), "demo") {
-		t.Errorf("stderr does not name the command and list demo:\n%s", stderr.String())
-	}
-}

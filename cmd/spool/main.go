@@ -1,49 +1,49 @@
-// Command spool is Spool's command-line tool.
+// Command spool is Spool's command-line tool: it looks at and operates a
+// running sidecar through its AdminService (topics, groups and lag, dead
+// letters, offsets), publishes through PublisherService, sizes a
+// deployment (`spool plan`), and runs a development sidecar (`spool dev`)
+// or the demo (`spool demo`). docs/cli.md describes every command.
 //
-//	spool demo [flags]   a checkout producer and a flaky email worker on an in-process sidecar
+// Exit codes (exitOK ... exitUnreachable below, docs/cli.md): 0 done, 1 the
+// operation failed or was refused, 2 usage error, 3 the sidecar did not
+// answer.
 //
 // The sidecar itself is spoold (cmd/spoold).
 package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/spoolmq/spool/cmd/spool/demo"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, env{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
+		stdinTTY: isTerminal(os.Stdin), getenv: os.LookupEnv,
+	}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
 
-const usage = `usage: spool <command> [flags]
+// env is what a run of spool reads and writes: the process's streams and
+// environment in main, buffers in tests.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// stdinTTY: a person can answer a confirmation prompt on stdin.
+	stdinTTY bool
+	getenv   func(string) (string, bool)
+	// redact replaces what differs between runs (times, lag ages,
+	// generated ids) with fixed text, for the golden tests.
+	redact bool
+}
 
-commands:
-  demo    run a checkout producer and a flaky email worker on an in-process
-          sidecar, and show what the queue buys (spool demo -h for its flags)
-`
-
-// run dispatches a subcommand and returns the process exit code.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	switch args[0] {
-	case "demo":
-		return demo.Command(ctx, args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "spool: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
+// isTerminal says whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
