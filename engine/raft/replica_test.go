@@ -223,7 +223,7 @@ func (n *wnode) HandleMessage(m transport.Message) error {
 func (n *wnode) HandleSnapshot(context.Context, transport.Message) error {
 	return errors.New("snapshots are not supported yet")
 }
-func (n *wnode) PeerUnreachable(uint64)            {}
+func (n *wnode) PeerUnreachable(uint64)             {}
 func (n *wnode) SnapshotDone(uint64, uint64, error) {}
 
 func (n *wnode) send(msgs []raftpb.Message) {
