@@ -39,6 +39,9 @@ type wnode struct {
 	up     bool
 	readTo int64 // committed records read so far
 	faulty bool  // an injected disk fault is armed: a failure is expected
+
+	stopErr     error // what the replica stopped with, if it did while faulty
+	quarantined bool  // whether its partition was quarantined then
 }
 
 var errInjected = errors.New("injected disk fault")
@@ -62,6 +65,7 @@ func (c *wcluster) failed(n *wnode, what string, err error) {
 	if !n.faulty {
 		c.t.Fatalf("node %d: %s: %v", n.id, what, err)
 	}
+	n.stopErr, n.quarantined = err, n.r.Partition().Quarantined() != nil
 	c.crash(n)
 }
 
