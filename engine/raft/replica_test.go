@@ -30,7 +30,9 @@ const (
 type wnode struct {
 	c      *wcluster
 	id     uint64
-	fs     *slog.MemFS
+	fs     *slog.MemFS // nil on a real file system
+	fsys   slog.FS     // fs, or the real one
+	root   string      // prefix of the node's paths
 	store  *slog.Store
 	cancel context.CancelFunc
 	done   chan error
@@ -91,9 +93,19 @@ type wcluster struct {
 const manualElectionTicks = 1000
 
 func newWCluster(t tb, ctx context.Context, seed uint64, opts slog.Options, manual bool) *wcluster {
+	return newWClusterOn(t, ctx, seed, opts, manual, "")
+}
+
+// newWClusterOn is newWCluster on MemFS (root "") or under root on the
+// real file system (no crashes then).
+func newWClusterOn(t tb, ctx context.Context, seed uint64, opts slog.Options, manual bool, root string) *wcluster {
 	c := &wcluster{t: t, ctx: ctx, net: transport.NewNetwork(seed), committed: map[int64]string{}, opts: opts, manual: manual}
 	for i := uint64(1); i <= 3; i++ {
-		n := &wnode{c: c, id: i, fs: slog.NewMemFS()}
+		n := &wnode{c: c, id: i, fsys: slog.OSFS{}, root: fmt.Sprintf("%s/node%d", root, i)}
+		if root == "" {
+			n.fs = slog.NewMemFS()
+			n.fsys, n.root = n.fs, ""
+		}
 		n.ep = c.net.Endpoint(i, n)
 		for j := uint64(1); j <= 3; j++ {
 			if j != i {
@@ -111,10 +123,10 @@ func newWCluster(t tb, ctx context.Context, seed uint64, opts slog.Options, manu
 func (c *wcluster) start(n *wnode) {
 	c.t.Helper()
 	o := c.opts
-	o.FS = n.fs
+	o.FS = n.fsys
 	o.MaintenanceInterval = time.Hour // no background FS operations: fault counts replay by seed
 	o.Logger = stdslog.New(stdslog.DiscardHandler)
-	s, err := slog.OpenStore(wireData, o)
+	s, err := slog.OpenStore(n.root+wireData, o)
 	if err != nil {
 		c.t.Fatalf("node %d: OpenStore: %v", n.id, err)
 	}
@@ -126,7 +138,7 @@ func (c *wcluster) start(n *wnode) {
 	n.store, n.cancel, n.done = s, cancel, make(chan error, 1)
 	go func() { n.done <- s.Run(ctx) }()
 	r, err := OpenReplica(ReplicaConfig{
-		Partition: p, FS: n.fs, Dir: wireRaft, Voters: []uint64{1, 2, 3},
+		Partition: p, FS: n.fsys, Dir: n.root + wireRaft, Voters: []uint64{1, 2, 3},
 		Group: GroupConfig{ID: n.id, ElectionTicks: c.electionTicks()},
 	})
 	if err != nil {
