@@ -12,14 +12,21 @@
 //   - Group: a pure driver of one RawNode with AsyncStorageWrites, which
 //     hands out each Ready as "append these entries and this HardState, then
 //     deliver these responses", so that a node-level scheduler can batch the
-//     appends of every group into one group commit.
+//     appends of every group into one group commit;
+//   - PartitionLog: the EntryLog of a *log.Partition (entry and error
+//     conversion);
+//   - Replica: one partition's group on one node, wired to its partition
+//     log and state file: Process carries out a Ready against the real log
+//     and tracks the committed data offset (CommittedEnd, OnCommitted).
 //
 // Nothing here starts a goroutine or reads a clock: time comes in as Tick,
-// disk and network work goes out as values. The formats, the write order
+// disk and network work goes out as values (a Replica waits for its log
+// store's appender, which the caller runs). The formats, the write order
 // and the invariants are in docs/replication.md ("Raft state and storage
-// adapter").
+// adapter", "Wiring: one partition replicated").
 //
-// This package imports engine/log (for its FS layer) and go.etcd.io/raft/v3,
-// and must never import the sidecar, gRPC, Redis, Prometheus or the engine
-// package above it.
+// This package imports engine/log and go.etcd.io/raft/v3, and must never
+// import the sidecar, gRPC, engine/transport (messages go out through a
+// callback; only its tests use the transport's in-memory twin), Redis,
+// Prometheus or the engine package above it.
 package raft

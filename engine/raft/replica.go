@@ -1,0 +1,375 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	slog "github.com/spoolmq/spool/engine/log"
+)
+
+// ReplicaConfig configures the Replica of one partition on one node.
+type ReplicaConfig struct {
+	// Partition is the partition's log, opened from a store with
+	// FsyncAlways (a replica refuses to acknowledge entries that are not
+	// durable). The replica appends to it with AppendEntries only; the
+	// caller keeps owning the store (Run, Close).
+	Partition *slog.Partition
+	// FS and Dir hold the group's state file (raft.state) and snapshot
+	// metadata (raft.snap).
+	FS  slog.FS
+	Dir string
+	// Voters are the initial members, used only to bootstrap a new group
+	// (no state saved and an empty log).
+	Voters []uint64
+	// Group configures the raft group; its Storage is set by OpenReplica.
+	Group GroupConfig
+	// OnCommitted, if set, is called (on the goroutine calling Process) with
+	// the new committed end whenever it rises: engine/'s setCommitted.
+	OnCommitted func(end int64)
+}
+
+// Replica is one partition's raft group on one node: it owns the group's
+// state store, the storage adapter over the partition log and the Group
+// driver, and carries out each Ready against the real log. It starts no
+// goroutine and is not safe for concurrent use: one driver goroutine calls
+// all its methods (Tick, Step, Propose*, Process, CommittedEnd); others
+// learn of the committed end through OnCommitted.
+//
+// After any error from Process the replica is stopped (Err): its log or
+// state may be ahead of what raft knows. Reopen it from disk.
+type Replica struct {
+	cfg     ReplicaConfig
+	p       *slog.Partition
+	plog    *PartitionLog
+	ss      *StateStore
+	storage *Storage
+	g       *Group
+
+	// ends[k] is the data offset after entry endsBase+k (ends[0]: after
+	// endsBase, the applied index). Offsets are assigned by the log at
+	// append, deterministically from the end of the previous entry, so the
+	// replica tracks them for the entries it has not applied yet.
+	endsBase uint64
+	ends     []int64
+
+	applied   uint64
+	committed int64 // data offset below which every record is committed and applied
+	done      chan error
+	ents      []slog.Entry
+	failed    error
+}
+
+// ErrReplicaStopped wraps the error a replica stopped with.
+var ErrReplicaStopped = errors.New("raft replica stopped")
+
+// OpenReplica opens the replica from what is durable: the state file, the
+// snapshot metadata and the partition log.
+func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
+	if cfg.Partition == nil || cfg.FS == nil || cfg.Dir == "" {
+		return nil, errors.New("raft replica: Partition, FS and Dir are required")
+	}
+	p := cfg.Partition
+	ss, st, err := OpenStateStore(cfg.FS, cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Replica, error) {
+		ss.Close()
+		return nil, err
+	}
+	snap, err := LoadSnapshotMeta(cfg.FS, cfg.Dir)
+	if err != nil {
+		return fail(err)
+	}
+	if snap.Index != 0 {
+		return fail(fmt.Errorf("raft replica %s: a snapshot (index %d) is saved, and installing snapshots is not supported yet", p.Name(), snap.Index))
+	}
+	if isNewState(st) && p.LastIndex() == 0 && len(cfg.Voters) > 0 {
+		st.ConfState = raftpb.ConfState{Voters: append([]uint64(nil), cfg.Voters...)}
+		if err := ss.Save(st); err != nil {
+			return fail(err)
+		}
+	}
+	plog := NewPartitionLog(p)
+	storage, err := NewStorage(plog, st, snap)
+	if err != nil {
+		return fail(fmt.Errorf("raft replica %s: %w", p.Name(), err))
+	}
+	gc := cfg.Group
+	gc.Storage = storage
+	g, err := NewGroup(gc)
+	if err != nil {
+		return fail(err)
+	}
+	hs, _, _ := storage.InitialState()
+	p.SetTruncateFloor(hs.Commit) // not persisted by the log
+	r := &Replica{cfg: cfg, p: p, plog: plog, ss: ss, storage: storage, g: g, done: make(chan error, 1)}
+	// The offsets of the entries after the commit index: count back from
+	// the partition's end.
+	last, end := p.LastIndex(), p.NextOffset()
+	base := min(hs.Commit, last)
+	var counts []int64
+	for lo := base + 1; lo <= last; {
+		ents, err := p.Entries(lo, last+1, DefaultMaxMsgBytes)
+		if err != nil {
+			return fail(r.logFailure("read the uncommitted entries", err))
+		}
+		for _, e := range ents {
+			counts = append(counts, recordCount(e.Type, e.Data))
+		}
+		lo += uint64(len(ents))
+	}
+	r.ends = make([]int64, len(counts)+1)
+	r.ends[len(counts)] = end
+	for k := len(counts) - 1; k >= 0; k-- {
+		r.ends[k] = r.ends[k+1] - counts[k]
+	}
+	r.endsBase, r.applied, r.committed = base, base, r.ends[0]
+	if cfg.OnCommitted != nil {
+		cfg.OnCommitted(r.committed)
+	}
+	return r, nil
+}
+
+func isNewState(st State) bool {
+	return etcdraft.IsEmptyHardState(st.HardState) && st.Applied == 0 && confStateIDs(st.ConfState) == 0
+}
+
+// ID is this node's id in the group.
+func (r *Replica) ID() uint64 { return r.cfg.Group.ID }
+
+// Partition is the replica's partition log.
+func (r *Replica) Partition() *slog.Partition { return r.p }
+
+// Err is the error the replica stopped with, nil while it runs.
+func (r *Replica) Err() error { return r.failed }
+
+// Tick advances the group's clock by one TickInterval.
+func (r *Replica) Tick() {
+	if r.failed == nil {
+		_ = r.guard(func() error { r.g.Tick(); return nil })
+	}
+}
+
+// Step feeds a message from a peer. An error about the message (say, from
+// an unknown peer) leaves the replica running; ErrReplicaStopped does not.
+func (r *Replica) Step(m raftpb.Message) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	return r.guard(func() error { return r.g.Step(m) })
+}
+
+// Campaign starts an election now.
+func (r *Replica) Campaign() error {
+	if r.failed != nil {
+		return r.failed
+	}
+	return r.guard(r.g.Campaign)
+}
+
+// ProposeRecords proposes a record payload (log.EncodeRecords) if this node
+// leads; raft's ErrProposalDropped says it was not taken (no leader, or
+// too much uncommitted). The payload is checked by the log when written.
+func (r *Replica) ProposeRecords(data []byte) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	if slog.PayloadType(data) != slog.EntryData {
+		return fmt.Errorf("raft replica %s: proposal of %d bytes is not a record payload (log.EncodeRecords)", r.p.Name(), len(data))
+	}
+	return r.guard(func() error { return r.g.Propose(data) })
+}
+
+// Status is the group's raft status.
+func (r *Replica) Status() etcdraft.Status { return r.g.Status() }
+
+// HasReady reports whether Process has work.
+func (r *Replica) HasReady() bool { return r.failed == nil && r.g.HasReady() }
+
+// CommitIndex is the last raft index applied: every entry up to it is
+// committed, durable here and visible below CommittedEnd.
+func (r *Replica) CommitIndex() uint64 { return r.applied }
+
+// CommittedEnd is the data offset below which every record is committed
+// (and applied): what engine/ passes to the partition's setCommitted.
+func (r *Replica) CommittedEnd() int64 { return r.committed }
+
+// Process carries out one Ready: the messages for peers go to send at once
+// (a leader replicates before its own fsync); each Append is written to the
+// partition log (a conflicting suffix truncated first) and fsynced through
+// the log's group commit, then its HardState saved, and only then are its
+// responses released (to send, or stepped locally); each Apply advances the
+// committed end. It returns ErrReplicaStopped (wrapping the cause) on any
+// storage failure, after which the replica must be reopened.
+func (r *Replica) Process(ctx context.Context, send func([]raftpb.Message)) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	if !r.HasReady() {
+		return nil
+	}
+	var w Work
+	if err := r.guard(func() error { w = r.g.Ready(); return nil }); err != nil {
+		return err
+	}
+	if len(w.Send) > 0 {
+		send(w.Send)
+	}
+	for _, a := range w.Appends {
+		if err := r.persist(ctx, a); err != nil {
+			return r.stop(err)
+		}
+		var msgs []raftpb.Message
+		if err := r.guard(func() (err error) { msgs, err = r.g.AppendDone(a); return err }); err != nil {
+			return r.stop(err)
+		}
+		if len(msgs) > 0 {
+			send(msgs)
+		}
+	}
+	for _, ap := range w.Applies {
+		if n := len(ap.Entries); n > 0 {
+			if err := r.applyTo(ap.Entries[n-1].Index); err != nil {
+				return r.stop(err)
+			}
+		}
+		var out Applied
+		var msgs []raftpb.Message
+		if err := r.guard(func() (err error) { out, msgs, err = r.g.ApplyDone(ap); return err }); err != nil {
+			return r.stop(err)
+		}
+		if out.ConfState != nil {
+			st := r.ss.State()
+			st.ConfState, st.Applied = *out.ConfState, out.Index
+			if err := r.ss.Save(st); err != nil {
+				return r.stop(err)
+			}
+		}
+		if len(msgs) > 0 {
+			send(msgs)
+		}
+	}
+	return nil
+}
+
+// persist makes a durable: entries first (truncating a conflicting
+// suffix), then the HardState.
+func (r *Replica) persist(ctx context.Context, a Append) error {
+	if a.Snapshot != nil {
+		return fmt.Errorf("raft replica %s: received a snapshot at index %d; installing snapshots is not supported yet", r.p.Name(), a.Snapshot.Metadata.Index)
+	}
+	if n := len(a.Entries); n > 0 {
+		first, last := a.Entries[0].Index, a.Entries[n-1].Index
+		if first <= r.endsBase {
+			return fmt.Errorf("raft replica %s: raft asked to replace entry %d, at or below the applied index %d", r.p.Name(), first, r.endsBase)
+		}
+		if first <= r.p.LastIndex() {
+			if err := r.p.TruncateAfter(first - 1); err != nil {
+				return r.logFailure(fmt.Sprintf("truncate after %d", first-1), err)
+			}
+		}
+		// The offsets the log will assign.
+		r.ends = r.ends[:min(uint64(len(r.ends)), first-r.endsBase)]
+		if uint64(len(r.ends)) != first-r.endsBase {
+			return fmt.Errorf("raft replica %s: entry %d does not follow the log, which ends at %d", r.p.Name(), first, r.endsBase+uint64(len(r.ends))-1)
+		}
+		r.ents = r.ents[:0]
+		for _, e := range a.Entries {
+			le, err := LogEntry(e)
+			if err != nil {
+				return err
+			}
+			r.ents = append(r.ents, le)
+			r.ends = append(r.ends, r.ends[len(r.ends)-1]+recordCount(le.Type, le.Data))
+		}
+		r.p.AppendEntries(r.ents, func(err error) { r.done <- err })
+		select {
+		case err := <-r.done:
+			if err != nil {
+				return r.logFailure(fmt.Sprintf("append entries %d-%d", first, last), err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("raft replica %s: waiting for entries %d-%d to be durable: %w", r.p.Name(), first, last, ctx.Err())
+		}
+		clear(r.ents) // drop the references to raft's data
+		if d := r.p.DurableIndex(); d < last {
+			return fmt.Errorf("raft replica %s: entries up to %d acknowledged by the log but durable only up to %d: replicated partitions need a store with FsyncAlways", r.p.Name(), last, d)
+		}
+		if got, want := r.p.NextOffset(), r.ends[len(r.ends)-1]; r.p.LastIndex() == last && got != want {
+			return fmt.Errorf("%w: raft replica %s: the log's next offset after entry %d is %d, the replica expected %d", ErrInconsistent, r.p.Name(), last, got, want)
+		}
+	}
+	if !etcdraft.IsEmptyHardState(a.HardState) {
+		st := r.ss.State()
+		st.HardState = a.HardState
+		if err := r.ss.Save(st); err != nil {
+			return err
+		}
+		r.p.SetTruncateFloor(a.HardState.Commit)
+	}
+	return nil
+}
+
+// applyTo makes the records of the entries up to index visible.
+func (r *Replica) applyTo(index uint64) error {
+	if index <= r.applied {
+		return nil
+	}
+	k := index - r.endsBase
+	if k >= uint64(len(r.ends)) {
+		return fmt.Errorf("raft replica %s: apply up to %d, but the log the replica wrote ends at %d", r.p.Name(), index, r.endsBase+uint64(len(r.ends))-1)
+	}
+	r.committed = r.ends[k]
+	r.ends = append(r.ends[:0], r.ends[k:]...)
+	r.endsBase, r.applied = index, index
+	if r.cfg.OnCommitted != nil {
+		r.cfg.OnCommitted(r.committed)
+	}
+	return nil
+}
+
+// logFailure turns an error of the partition log into the replica's: a
+// corruption quarantines the partition.
+func (r *Replica) logFailure(what string, err error) error {
+	var ce *slog.CorruptionError
+	if errors.As(err, &ce) {
+		r.p.Quarantine(ce)
+		return fmt.Errorf("%w: partition %s: %s: %w", ErrLogCorrupt, r.p.Name(), what, err)
+	}
+	return fmt.Errorf("raft replica %s: %s: %w", r.p.Name(), what, err)
+}
+
+// guard runs f, turning the panic raft raises on a storage error it does
+// not know into ErrLogCorrupt if the partition log recorded one; any other
+// panic is a bug and goes on.
+func (r *Replica) guard(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			ferr := r.plog.Failure()
+			if ferr == nil {
+				panic(v)
+			}
+			var ce *slog.CorruptionError
+			if errors.As(ferr, &ce) {
+				r.p.Quarantine(ce)
+			}
+			err = r.stop(ferr)
+		}
+	}()
+	return f()
+}
+
+func (r *Replica) stop(err error) error {
+	if r.failed == nil {
+		r.failed = fmt.Errorf("%w: %w", ErrReplicaStopped, err)
+	}
+	return r.failed
+}
+
+// Close closes the state store. The partition's store is the caller's.
+func (r *Replica) Close() error { return r.ss.Close() }
