@@ -238,7 +238,7 @@ func (x *modelTest) pipelineStep() {
 		x.mc.claimed(x.now, op.claim)
 		return
 	}
-	if err := pl.write(ctx, op); err != nil {
+	if err := pl.write(ctx, &op); err != nil {
 		x.t.Fatal(err)
 	}
 }
