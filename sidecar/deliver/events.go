@@ -14,8 +14,6 @@ import (
 // event is something for the loop to apply.
 type event interface{ apply(g *Group, now time.Time) }
 
-func (g *Group) handle(now time.Time, ev event) { ev.apply(g, now) }
-
 // post queues an event for the loop, giving up when ctx ends.
 func (g *Group) post(ctx context.Context, ev event) error {
 	select {

@@ -294,20 +294,15 @@ func (x *modelTest) settle(outcome int) {
 		return
 	}
 	mcn := rapid.SampledFrom(live).Draw(x.t, "settler")
-	var d *spoolv1.Delivery
-	var k refKey
-	for kk, dd := range mcn.outstanding { // map order is random: draw instead
-		_ = dd
-		k = kk
-		break
-	}
+	// Map order is random: draw from the sorted keys instead, so that a
+	// failing run replays.
 	keys := make([]refKey, 0, len(mcn.outstanding))
 	for kk := range mcn.outstanding {
 		keys = append(keys, kk)
 	}
 	sortKeys(keys)
-	k = rapid.SampledFrom(keys).Draw(x.t, "ref")
-	d = mcn.outstanding[k]
+	k := rapid.SampledFrom(keys).Draw(x.t, "ref")
+	d := mcn.outstanding[k]
 	ref := refOf(d)
 	if rapid.IntRange(0, 9).Draw(x.t, "stale") == 0 {
 		ref.FencingToken++ // refused: nothing changes
