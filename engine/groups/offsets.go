@@ -118,27 +118,8 @@ func (s *Store) Commit(group, topic string, positions map[int32]Position) error 
 		}
 		s.known[dir] = true
 	}
-	tmp := path + ".tmp"
-	f, err := s.fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
-	if err != nil {
-		return fmt.Errorf("offsets: %w", err)
-	}
-	_, werr := f.WriteAt(Encode(nil, positions), 0)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		_ = s.fsys.Remove(tmp)
-		return fmt.Errorf("offsets: write %s: %w", tmp, werr)
-	}
-	if err := s.fsys.Rename(tmp, path); err != nil {
-		return fmt.Errorf("offsets: %w", err)
-	}
-	if err := s.fsys.SyncDir(dir); err != nil {
-		return fmt.Errorf("offsets: sync %s: %w", dir, err)
+	if err := log.WriteFileAtomic(s.fsys, path, Encode(nil, positions)); err != nil {
+		return fmt.Errorf("offsets: write %s: %w", path, err)
 	}
 	return nil
 }

@@ -37,6 +37,33 @@ type FS interface {
 	Lock(name string) (io.Closer, error)
 }
 
+// WriteFileAtomic replaces the file at path with data so that a crash
+// leaves either the old file or the new one, never a mix: it writes
+// path+".tmp", fsyncs it, renames it over path and fsyncs the directory.
+// On failure the temporary file is removed (best effort).
+func WriteFileAtomic(fsys FS, path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = fsys.Remove(tmp)
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(path))
+}
+
 // MkdirAllSynced creates dir and any missing parents, and makes each new
 // directory durable by syncing its parent (a directory entry, like a file's,
 // is lost on power loss until its parent is fsynced).

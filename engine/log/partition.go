@@ -421,30 +421,13 @@ func readLogStart(fsys FS, dir string) (logStart, error) {
 // writeLogStart persists the log start atomically: tmp + fsync + rename + dir fsync.
 func writeLogStart(fsys FS, dir string, ls logStart) error {
 	name := filepath.Join(dir, logStartFile)
-	tmp := name + ".tmp"
 	var b [logStartSize]byte
 	le := binary.LittleEndian
 	le.PutUint64(b[:8], uint64(ls.offset))
 	le.PutUint64(b[8:], ls.index)
 	le.PutUint64(b[16:], ls.term)
 	le.PutUint32(b[24:], crc32.Checksum(b[:24], castagnoli))
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteAt(b[:], 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fsys.Rename(tmp, name)
-	}
-	if err == nil {
-		err = fsys.SyncDir(dir)
-	}
+	err := WriteFileAtomic(fsys, name, b[:])
 	if err != nil {
 		return fmt.Errorf("spool log: persist log start %d: %w", ls.offset, err)
 	}

@@ -281,24 +281,7 @@ func checkFormat(fsys FS, dir string) error {
 			return refuse(fmt.Sprintf("partitions (%s, ...) without a FORMAT file: format 1", e.Name()))
 		}
 	}
-	tmp := name + ".tmp"
-	f, err = fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err == nil {
-		_, err = f.WriteAt([]byte(want), 0)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = fsys.Rename(tmp, name)
-	}
-	if err == nil {
-		err = fsys.SyncDir(dir)
-	}
-	if err != nil {
+	if err := WriteFileAtomic(fsys, name, []byte(want)); err != nil {
 		return notWritable(dir, err)
 	}
 	return nil

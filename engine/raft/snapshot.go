@@ -139,26 +139,8 @@ func SaveSnapshotMeta(fsys slog.FS, dir string, m SnapshotMeta) error {
 	if err := slog.MkdirAllSynced(fsys, dir); err != nil {
 		return fmt.Errorf("raft snapshot: create directory %s: %w", dir, err)
 	}
-	tmp := filepath.Join(dir, SnapshotFileName+".tmp")
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("raft snapshot: create %s: %w", tmp, err)
-	}
-	_, err = f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("raft snapshot: write %s: %w", tmp, err)
-	}
-	if err := fsys.Rename(tmp, filepath.Join(dir, SnapshotFileName)); err != nil {
-		return fmt.Errorf("raft snapshot: rename %s: %w", tmp, err)
-	}
-	if err := fsys.SyncDir(dir); err != nil {
-		return fmt.Errorf("raft snapshot: sync directory %s: %w", dir, err)
+	if err := slog.WriteFileAtomic(fsys, filepath.Join(dir, SnapshotFileName), b); err != nil {
+		return fmt.Errorf("raft snapshot: write %s: %w", filepath.Join(dir, SnapshotFileName), err)
 	}
 	return nil
 }
