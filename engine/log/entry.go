@@ -303,6 +303,39 @@ func (p *Partition) AppendEntries(ents []Entry, done func(error)) {
 	}
 }
 
+// CheckRecords checks a record payload (EncodeRecords) as AppendEntries
+// will: its length against maxBatchBytes, its header, body CRC and every
+// record. A raft leader calls it before proposing bytes it received from a
+// peer: a payload the log refuses at append would stop the replica.
+func CheckRecords(data []byte, maxBatchBytes int) error {
+	if len(data) < BatchHeaderSize-PlacementSize || PlacementSize+len(data) > maxBatchBytes {
+		return fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
+	}
+	f := make([]byte, PlacementSize, PlacementSize+len(data))
+	if err := checkRecordsFrame(append(f, data...)); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadEntry, err)
+	}
+	return nil
+}
+
+// checkRecordsFrame checks a record frame whose placement prefix is not
+// filled yet (it sets the length, magic and type): header, body CRC and
+// records. The header CRC is set at write, with the placement.
+func checkRecordsFrame(f []byte) error {
+	le := binary.LittleEndian
+	le.PutUint32(f[offLength:], uint32(len(f)))
+	f[offMagic], f[offType] = BatchMagic, byte(EntryData)
+	h, err := DecodeBatchHeader(f)
+	if err != nil {
+		return err
+	}
+	if c := crc32.Checksum(f[offBody:], castagnoli); c != h.BodyCRC {
+		return badBatch("body crc %#08x, want %#08x", c, h.BodyCRC)
+	}
+	_, err = decodeRecords(f[BatchHeaderSize:], h, nil, 0, 0)
+	return err
+}
+
 // encodeEntries appends the frames of ents to dst, placement filled but
 // for the base offset, and checks them.
 func (p *Partition) encodeEntries(dst []byte, ents []Entry) ([]byte, error) {
@@ -327,20 +360,7 @@ func (p *Partition) encodeEntries(dst []byte, ents []Entry) ([]byte, error) {
 			var prefix [PlacementSize]byte
 			dst = append(dst, prefix[:]...)
 			dst = append(dst, e.Data...)
-			f := dst[start:]
-			le.PutUint32(f[offLength:], uint32(len(f)))
-			f[offMagic], f[offType] = BatchMagic, byte(EntryData)
-			// The header CRC is set at write, with the placement; check the rest.
-			h, err := DecodeBatchHeader(f)
-			if err == nil {
-				if c := crc32.Checksum(f[offBody:], castagnoli); c != h.BodyCRC {
-					err = badBatch("body crc %#08x, want %#08x", c, h.BodyCRC)
-				}
-			}
-			if err == nil {
-				_, err = decodeRecords(f[BatchHeaderSize:], h, nil, 0, 0)
-			}
-			if err != nil {
+			if err := checkRecordsFrame(dst[start:]); err != nil {
 				return dst, fmt.Errorf("%w: %s: entry %d: %v", ErrBadEntry, p.name, e.Index, err)
 			}
 		case e.Type <= maxEntryType:

@@ -381,7 +381,8 @@ func seedRecords() []Record {
 // FuzzAppendEntryData feeds hostile Data of an EntryData entry (bytes
 // from the network, on a follower) to AppendEntries' check: it never
 // panics, refuses with ErrBadEntry, and what it accepts is stored and read
-// back by Entries byte for byte, its records by Read.
+// back by Entries byte for byte, its records by Read. CheckRecords (what a
+// leader runs before proposing) accepts exactly what AppendEntries accepts.
 func FuzzAppendEntryData(f *testing.F) {
 	for _, d := range seedEntryData() {
 		f.Add(d, false)
@@ -402,8 +403,12 @@ func FuzzAppendEntryData(f *testing.F) {
 			t.Fatal(err)
 		}
 		var got error
+		checked := CheckRecords(data, s.opts.MaxBatchBytes)
 		p.AppendEntries([]Entry{{Index: 1, Term: 1, Type: EntryData, Data: data}}, func(err error) { got = err })
 		s.Close() // writes the queue
+		if (checked == nil) != (got == nil) {
+			t.Fatalf("CheckRecords says %v, AppendEntries %v: they must agree", checked, got)
+		}
 		if got != nil {
 			if !errors.Is(got, ErrBadEntry) && !errors.Is(got, ErrClosed) {
 				t.Fatalf("refused without ErrBadEntry: %v", got)

@@ -38,6 +38,9 @@ type GRPCConfig struct {
 	// ServerOptions come after the defaults (message size limits,
 	// keepalive): pass grpc.Creds here for mTLS.
 	ServerOptions []grpc.ServerOption
+	// Register, if set, registers more services on the transport's gRPC
+	// server (engine's NodeService), so that a node has one cluster port.
+	Register func(*grpc.Server)
 	// DisableHeartbeatCoalescing sends heartbeats as full messages (for
 	// benchmarks and as an escape hatch).
 	DisableHeartbeatCoalescing bool
@@ -145,6 +148,9 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 	}, cfg.ServerOptions...)
 	t.server = grpc.NewServer(opts...)
 	clusterv1.RegisterPeerServiceServer(t.server, &server{t: t})
+	if cfg.Register != nil {
+		cfg.Register(t.server)
+	}
 	return t, nil
 }
 
