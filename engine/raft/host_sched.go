@@ -16,6 +16,7 @@ type scheduler struct {
 	idle   *sync.Cond // broadcast when a group stops processing
 	fifo   []*hostGroup
 	head   int
+	busy   int // groups processing
 	closed bool
 }
 
@@ -60,6 +61,7 @@ func (s *scheduler) next() *hostGroup {
 				continue
 			}
 			g.processing = true
+			s.busy++
 			return g
 		}
 		s.work.Wait()
@@ -70,6 +72,7 @@ func (s *scheduler) next() *hostGroup {
 func (s *scheduler) finish(g *hostGroup) {
 	s.mu.Lock()
 	g.processing = false
+	s.busy--
 	if g.queued && !g.dead && !s.closed {
 		s.fifo = append(s.fifo, g)
 		s.work.Signal()
@@ -94,5 +97,16 @@ func (s *scheduler) close() {
 	s.mu.Lock()
 	s.closed = true
 	s.work.Broadcast()
+	s.idle.Broadcast()
+	s.mu.Unlock()
+}
+
+// waitIdle blocks until no group is queued or processing, or the
+// scheduler is closed (tests drive the network between visits with it).
+func (s *scheduler) waitIdle() {
+	s.mu.Lock()
+	for !s.closed && (s.busy > 0 || s.head < len(s.fifo)) {
+		s.idle.Wait()
+	}
 	s.mu.Unlock()
 }
