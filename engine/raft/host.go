@@ -121,6 +121,8 @@ type Host struct {
 	mu     sync.RWMutex
 	groups map[uint64]*hostGroup // nil value: being added
 
+	now func() time.Time // the clock of proposal deadlines (tests: virtual)
+
 	running atomic.Bool
 	stopped atomic.Bool
 	async   sync.WaitGroup // completions of proposals that never reached a worker
@@ -188,7 +190,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}}, nil
+	return &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, now: time.Now}, nil
 }
 
 // Add opens the replica of group (OpenReplica) and starts driving it.
@@ -529,7 +531,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	box := g.box
 	g.box, g.spare = g.spare, mailbox{}
 	g.mu.Unlock()
-	r, now := g.r, time.Now()
+	r, now := g.r, h.now()
 	for range min(box.ticks, maxTicksPerVisit) {
 		r.Tick()
 	}
