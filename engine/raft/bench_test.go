@@ -3,10 +3,16 @@ package raft
 import (
 	"context"
 	"fmt"
+	stdslog "log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	slog "github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // BenchmarkReplicaCommit measures committed proposals per second of one
@@ -56,4 +62,116 @@ func BenchmarkReplicaCommit(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkHostPropose measures proposals through 3 Hosts in one process:
+// 8 groups led by different hosts, each proposal one 1 KiB record,
+// `inflight` proposals outstanding at any time; an op is one proposal
+// acknowledged (committed and applied on its leader). Messages go from
+// host to host directly (copied through their encoding, as the transport
+// twin does) on the sending worker; each host has its own log store on its
+// own MemFS, so the appends of a host's groups share its group commit.
+func BenchmarkHostPropose(b *testing.B) {
+	const groups, inflight = 8, 256
+	var hosts [4]*Host
+	send := func(msgs []transport.Message) {
+		for _, m := range msgs {
+			data, err := m.Msg.Marshal()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			var cp raftpb.Message
+			if err := cp.Unmarshal(data); err != nil {
+				b.Error(err)
+				return
+			}
+			_ = hosts[cp.To].HandleMessage(transport.Message{Group: m.Group, Msg: cp})
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var stores []*slog.Store
+	for id := uint64(1); id <= 3; id++ {
+		fs := slog.NewMemFS()
+		s, err := slog.OpenStore("/data", slog.Options{FS: fs, SegmentBytes: 256 << 10, MaintenanceInterval: time.Hour, Logger: stdslog.New(stdslog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		stores = append(stores, s)
+		wg.Go(func() { _ = s.Run(ctx) })
+		h, err := NewHost(HostConfig{NodeID: id, Send: send, TickInterval: 10 * time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hosts[id] = h
+		for g := uint64(1); g <= groups; g++ {
+			p, err := s.Partition(fmt.Sprintf("p%d", g))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Add(g, ReplicaConfig{Partition: p, FS: fs, Dir: fmt.Sprintf("/raft/p%d", g), Voters: []uint64{1, 2, 3}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	hctx, hcancel := context.WithCancel(context.Background())
+	for _, h := range hosts[1:] {
+		wg.Go(func() { _ = h.Run(hctx) })
+	}
+	defer func() {
+		hcancel()
+		cancel()
+		wg.Wait()
+		for _, h := range hosts[1:] {
+			for _, g := range h.Groups() {
+				_ = h.Remove(g)
+			}
+		}
+		for _, s := range stores {
+			_ = s.Close()
+		}
+	}()
+	leaders := make([]*Host, groups+1)
+	for g := uint64(1); g <= groups; g++ {
+		_ = hosts[1+g%3].Campaign(g)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for g := uint64(1); g <= groups; g++ {
+		for leaders[g] == nil {
+			for _, h := range hosts[1:] {
+				if st, _ := h.Status(g); st.IsLeader {
+					leaders[g] = h
+				}
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("group %d: no leader", g)
+			}
+			time.Sleep(time.Millisecond) // sleep-ok: benchmark setup polls for the elections
+		}
+	}
+	payload := slog.EncodeRecords(nil, slog.BatchHeader{}, []slog.Record{{Value: make([]byte, 1024)}}, 1_700_000_000_000)
+	sem := make(chan struct{}, inflight)
+	var failed atomic.Int64
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		sem <- struct{}{}
+		g := uint64(1 + i%groups)
+		leaders[g].Propose(g, payload, func(_ int64, err error) {
+			if err != nil {
+				failed.Add(1)
+			}
+			<-sem
+		})
+	}
+	for range inflight {
+		sem <- struct{}{}
+	}
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d proposals failed", n)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "proposals/s")
 }

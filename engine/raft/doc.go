@@ -18,15 +18,19 @@
 //   - Replica: one partition's group on one node, wired to its partition
 //     log and state file: Process carries out a Ready against the real log
 //     and tracks the committed data offset (CommittedEnd, OnCommitted).
+//   - Host: every replica of a node, driven by one scheduler (groups with
+//     work only, a fixed worker pool, one ticker), with each proposal
+//     tracked to its outcome by a pure tracker; it is the transport's
+//     Handler.
 //
-// Nothing here starts a goroutine or reads a clock: time comes in as Tick,
-// disk and network work goes out as values (a Replica waits for its log
-// store's appender, which the caller runs). The formats, the write order
+// Only Host starts goroutines (in its Run) and reads a clock; the rest
+// takes time as Tick and hands disk and network work out as values (a
+// Replica waits for its log store's appender, which the caller runs). The formats, the write order
 // and the invariants are in docs/replication.md ("Raft state and storage
 // adapter", "Wiring: one partition replicated").
 //
-// This package imports engine/log and go.etcd.io/raft/v3, and must never
-// import the sidecar, gRPC, engine/transport (messages go out through a
-// callback; only its tests use the transport's in-memory twin), Redis,
+// This package imports engine/log, engine/transport (for its Message and
+// Handler types; messages go out through the Send function it is given)
+// and go.etcd.io/raft/v3, and must never import the sidecar, gRPC, Redis,
 // Prometheus or the engine package above it.
 package raft

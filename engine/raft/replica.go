@@ -30,6 +30,11 @@ type ReplicaConfig struct {
 	// OnCommitted, if set, is called (on the goroutine calling Process) with
 	// the new committed end whenever it rises: engine/'s setCommitted.
 	OnCommitted func(end int64)
+	// MaxBatchBytes is the partition store's Options.MaxBatchBytes (default
+	// log.DefaultMaxBatchBytes): a proposal whose entry would not fit a log
+	// batch is refused before it reaches raft (every replica appending it
+	// would stop).
+	MaxBatchBytes int
 }
 
 // Replica is one partition's raft group on one node: it owns the group's
@@ -61,6 +66,14 @@ type Replica struct {
 	done      chan error
 	ents      []slog.Entry
 	failed    error
+
+	// Hooks of the Host's proposal tracker (nil for a bare Replica), called
+	// on the goroutine calling Process: onReady with each Ready's work
+	// before any of it is carried out, onApply with each entry above the
+	// applied index as it is applied, with the data offset of its first
+	// record.
+	onReady func(w *Work)
+	onApply func(e raftpb.Entry, base int64)
 }
 
 // ErrReplicaStopped wraps the error a replica stopped with.
@@ -71,6 +84,12 @@ var ErrReplicaStopped = errors.New("raft replica stopped")
 func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	if cfg.Partition == nil || cfg.FS == nil || cfg.Dir == "" {
 		return nil, errors.New("raft replica: Partition, FS and Dir are required")
+	}
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = slog.DefaultMaxBatchBytes
+	}
+	if cfg.MaxBatchBytes < slog.BatchHeaderSize {
+		return nil, fmt.Errorf("raft replica: MaxBatchBytes %d is below a batch header (%d bytes)", cfg.MaxBatchBytes, slog.BatchHeaderSize)
 	}
 	p := cfg.Partition
 	ss, st, err := OpenStateStore(cfg.FS, cfg.Dir)
@@ -179,11 +198,72 @@ func (r *Replica) ProposeRecords(data []byte) error {
 	if r.failed != nil {
 		return r.failed
 	}
-	if slog.PayloadType(data) != slog.EntryData {
-		return fmt.Errorf("raft replica %s: proposal of %d bytes is not a record payload (log.EncodeRecords)", r.p.Name(), len(data))
+	if err := r.CheckRecords(data); err != nil {
+		return err
 	}
 	return r.guard(func() error { return r.g.Propose(data) })
 }
+
+// ErrBadProposal is wrapped by the errors refusing a proposal that could
+// never be stored: nothing was proposed, and retrying it will not help.
+var ErrBadProposal = errors.New("raft replica: proposal refused")
+
+// CheckRecords checks, without proposing it, that data is a record payload
+// (log.PayloadType) whose entry fits the log's batch limit (MaxBatchBytes).
+// The payload's CRC and records are checked by the log only when it is
+// appended (engine/log exports no validator yet).
+func (r *Replica) CheckRecords(data []byte) error {
+	if slog.PayloadType(data) != slog.EntryData {
+		return fmt.Errorf("%w: raft replica %s: proposal of %d bytes is not a record payload (log.EncodeRecords)", ErrBadProposal, r.p.Name(), len(data))
+	}
+	if n := slog.PlacementSize + len(data); n > r.cfg.MaxBatchBytes {
+		return fmt.Errorf("%w: raft replica %s: proposal of %d bytes makes a %d-byte log batch, limit %d (MaxBatchBytes): split it", ErrBadProposal, r.p.Name(), len(data), n, r.cfg.MaxBatchBytes)
+	}
+	return nil
+}
+
+// ProposeConfChange proposes a membership change if this node leads. Raft
+// replaces a change it refuses (another one pending, or a joint state to
+// leave first) with an empty entry.
+func (r *Replica) ProposeConfChange(cc raftpb.ConfChangeI) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	return r.guard(func() error { return r.g.ProposeConfChange(cc) })
+}
+
+// TransferLeadership asks the leader to hand leadership to peer to.
+func (r *Replica) TransferLeadership(to uint64) {
+	if r.failed == nil {
+		_ = r.guard(func() error { r.g.rn.TransferLeader(to); return nil })
+	}
+}
+
+// ReportUnreachable says that messages to peer id were lost.
+func (r *Replica) ReportUnreachable(id uint64) {
+	if r.failed == nil {
+		_ = r.guard(func() error { r.g.rn.ReportUnreachable(id); return nil })
+	}
+}
+
+// ReportSnapshot reports the outcome of a snapshot sent to peer id.
+func (r *Replica) ReportSnapshot(id uint64, err error) {
+	if r.failed == nil {
+		st := etcdraft.SnapshotFinish
+		if err != nil {
+			st = etcdraft.SnapshotFailure
+		}
+		_ = r.guard(func() error { r.g.rn.ReportSnapshot(id, st); return nil })
+	}
+}
+
+// BasicStatus is the group's raft status without the progress of peers
+// (no allocation).
+func (r *Replica) BasicStatus() etcdraft.BasicStatus { return r.g.rn.BasicStatus() }
+
+// ConfState is the membership saved with the last applied configuration
+// change (or the bootstrap). The caller must not change its slices.
+func (r *Replica) ConfState() raftpb.ConfState { return r.ss.State().ConfState }
 
 // Status is the group's raft status.
 func (r *Replica) Status() etcdraft.Status { return r.g.Status() }
@@ -217,6 +297,9 @@ func (r *Replica) Process(ctx context.Context, send func([]raftpb.Message)) erro
 	if err := r.guard(func() error { w = r.g.Ready(); return nil }); err != nil {
 		return err
 	}
+	if r.onReady != nil {
+		r.onReady(&w)
+	}
 	if len(w.Send) > 0 {
 		send(w.Send)
 	}
@@ -234,8 +317,17 @@ func (r *Replica) Process(ctx context.Context, send func([]raftpb.Message)) erro
 	}
 	for _, ap := range w.Applies {
 		if n := len(ap.Entries); n > 0 {
+			var bases []int64
+			if r.onApply != nil {
+				bases = r.entryBases(ap.Entries)
+			}
 			if err := r.applyTo(ap.Entries[n-1].Index); err != nil {
 				return r.stop(err)
+			}
+			for i, b := range bases {
+				if b >= 0 {
+					r.onApply(ap.Entries[i], b)
+				}
 			}
 		}
 		var out Applied
@@ -313,6 +405,21 @@ func (r *Replica) persist(ctx context.Context, a Append) error {
 		r.p.SetTruncateFloor(a.HardState.Commit)
 	}
 	return nil
+}
+
+// entryBases returns the data offset of the first record of each entry
+// (where its records start), -1 for an entry at or below the applied index.
+func (r *Replica) entryBases(ents []raftpb.Entry) []int64 {
+	out := make([]int64, len(ents))
+	for i, e := range ents {
+		out[i] = -1
+		if e.Index > r.endsBase {
+			if k := e.Index - 1 - r.endsBase; k < uint64(len(r.ends)) {
+				out[i] = r.ends[k]
+			}
+		}
+	}
+	return out
 }
 
 // applyTo makes the records of the entries up to index visible.

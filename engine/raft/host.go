@@ -1,0 +1,667 @@
+package raft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	stdslog "log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/spoolmq/spool/engine/transport"
+)
+
+// HostConfig configures the Host of one node. Zero fields take the defaults
+// named below.
+type HostConfig struct {
+	// NodeID is this node's id: the replica id of every group it holds.
+	NodeID uint64
+	// Send is the transport's Send: it must not block.
+	Send func([]transport.Message)
+	// TickInterval is the time between two ticks of every group (default
+	// TickInterval); < 0: no internal ticker, the owner calls Tick.
+	TickInterval time.Duration
+	// Workers is the number of goroutines processing groups (default
+	// 2×GOMAXPROCS, at least 2).
+	Workers int
+	// MaxInboxMsgs bounds the received messages waiting for one group
+	// (default DefaultMaxInboxMsgs); more are dropped and counted
+	// (HostStats.InboxDropped): raft sends again.
+	MaxInboxMsgs int
+	// ProposalTimeout: a proposal neither committed nor known lost by then
+	// completes with ErrOutcomeUnknown (default DefaultProposalTimeout).
+	ProposalTimeout time.Duration
+	// Logger receives replica failures (default: discarded).
+	Logger *stdslog.Logger
+}
+
+// Defaults of HostConfig.
+const (
+	DefaultMaxInboxMsgs    = 4096
+	DefaultProposalTimeout = 10 * time.Second
+	// maxTicksPerVisit bounds the ticks a group catches up on in one visit:
+	// a worker that fell behind must not make every group time out at once.
+	maxTicksPerVisit = 3
+)
+
+func (c *HostConfig) validate() error {
+	if c.NodeID == 0 {
+		return errors.New("raft host: NodeID must not be 0")
+	}
+	if c.Send == nil {
+		return errors.New("raft host: Send is required (the transport's Send)")
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = TickInterval
+	}
+	if c.Workers == 0 {
+		c.Workers = 2 * runtime.GOMAXPROCS(0)
+	}
+	c.Workers = max(c.Workers, 2)
+	if c.MaxInboxMsgs == 0 {
+		c.MaxInboxMsgs = DefaultMaxInboxMsgs
+	}
+	if c.ProposalTimeout == 0 {
+		c.ProposalTimeout = DefaultProposalTimeout
+	}
+	if c.MaxInboxMsgs < 0 || c.ProposalTimeout < 0 {
+		return fmt.Errorf("raft host: MaxInboxMsgs %d and ProposalTimeout %v must be positive (0 means the default)", c.MaxInboxMsgs, c.ProposalTimeout)
+	}
+	if c.Logger == nil {
+		c.Logger = stdslog.New(stdslog.DiscardHandler)
+	}
+	return nil
+}
+
+// GroupStatus is a group's state as of the end of its last processing.
+type GroupStatus struct {
+	Leader, Term uint64
+	// CommitIndex is the last raft index applied here: every entry up to it
+	// is committed and its records are below CommittedEnd.
+	CommitIndex  uint64
+	IsLeader     bool
+	CommittedEnd int64
+	// Voters and Learners are the membership of the last applied
+	// configuration (or the bootstrap).
+	Voters, Learners []uint64
+	// Err is what the replica stopped with (ErrReplicaStopped wrapping the
+	// cause); nil while it runs. A stopped replica is not driven any more:
+	// Remove it and Add it again to reopen it from disk.
+	Err error
+}
+
+// HostStats are the Host's counters since NewHost.
+type HostStats struct {
+	Groups             int
+	Readies            uint64 // Readies processed
+	ProposalsOK        uint64
+	ProposalsLost      uint64 // ErrProposalLost
+	ProposalsUnknown   uint64 // ErrOutcomeUnknown
+	ProposalsNotLeader uint64 // *NotLeaderError
+	ProposalsRefused   uint64 // any other error: a bad payload, an unknown group, a refused conf change
+	InboxDropped       uint64 // received messages dropped: a group's inbox held MaxInboxMsgs
+	ReplicasStopped    uint64 // replicas that stopped with an error
+}
+
+// Host drives every raft group (Replica) of one node: no goroutine per
+// group, but a scheduler that visits only the groups with work, a fixed
+// pool of workers and one ticker (docs/replication.md, "The node's
+// replicas: Host"). It is the transport's Handler. Every method is safe for
+// concurrent use; Run owns the goroutines.
+type Host struct {
+	cfg   HostConfig
+	sched *scheduler
+
+	mu     sync.RWMutex
+	groups map[uint64]*hostGroup // nil value: being added
+
+	now func() time.Time // the clock of proposal deadlines (tests: virtual)
+
+	running atomic.Bool
+	stopped atomic.Bool
+	async   sync.WaitGroup // completions of proposals that never reached a worker
+
+	c struct {
+		readies, ok, lost, unknown, notLeader, refused, inboxDropped, stopped atomic.Uint64
+	}
+}
+
+// hostGroup is one group on the host.
+type hostGroup struct {
+	id uint64
+	h  *Host
+	r  *Replica
+
+	// Guarded by Host.sched.mu.
+	queued, processing, dead bool
+
+	mu     sync.Mutex
+	box    mailbox // work for the next visit
+	spare  mailbox // the previous visit's, emptied, reused
+	closed bool    // no more work is taken: removed or host stopped
+
+	// Owned by the worker holding the group (or, once dead, by finalize).
+	track    *tracker
+	stopSeen bool
+
+	finalized bool // guarded by mu
+
+	status atomic.Pointer[GroupStatus]
+}
+
+// mailbox is what arrived for a group since its last visit.
+type mailbox struct {
+	ticks       int
+	msgs        []raftpb.Message
+	props       []*proposal
+	unreachable []uint64
+	snaps       []snapReport
+	campaign    bool
+	transfers   []uint64
+}
+
+type snapReport struct {
+	peer uint64
+	err  error
+}
+
+func (b *mailbox) empty() bool {
+	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0
+}
+
+func (b *mailbox) reset() {
+	clear(b.msgs)
+	clear(b.props)
+	clear(b.snaps)
+	*b = mailbox{msgs: b.msgs[:0], props: b.props[:0], unreachable: b.unreachable[:0], snaps: b.snaps[:0], transfers: b.transfers[:0]}
+}
+
+// ErrHostStopped is returned by Add and Run once Run has returned.
+var ErrHostStopped = errors.New("raft host: stopped")
+
+// NewHost returns a Host holding no group.
+func NewHost(cfg HostConfig) (*Host, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, now: time.Now}, nil
+}
+
+// Add opens the replica of group (OpenReplica) and starts driving it.
+// cfg.Group.ID is the host's NodeID (set if 0). The replica's OnCommitted
+// is called on a worker.
+func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
+	if cfg.Group.ID == 0 {
+		cfg.Group.ID = h.cfg.NodeID
+	}
+	if cfg.Group.ID != h.cfg.NodeID {
+		return fmt.Errorf("raft host: group %d: replica id %d is not this node's id %d (a replica's id is its node's)", group, cfg.Group.ID, h.cfg.NodeID)
+	}
+	if h.stopped.Load() {
+		return fmt.Errorf("raft host: add group %d: %w", group, ErrHostStopped)
+	}
+	h.mu.Lock()
+	if _, ok := h.groups[group]; ok {
+		h.mu.Unlock()
+		return fmt.Errorf("raft host: group %d is already held by this node", group)
+	}
+	h.groups[group] = nil // reserved while opening
+	h.mu.Unlock()
+	r, err := OpenReplica(cfg)
+	if err != nil {
+		h.mu.Lock()
+		delete(h.groups, group)
+		h.mu.Unlock()
+		return fmt.Errorf("raft host: group %d: %w", group, err)
+	}
+	g := &hostGroup{id: group, h: h, r: r, track: newTracker()}
+	r.onReady, r.onApply = g.track.ready, g.track.applied
+	g.refresh()
+	h.mu.Lock()
+	h.groups[group] = g
+	h.mu.Unlock()
+	h.sched.enqueue(g)
+	return nil
+}
+
+// Remove stops driving group: its pending proposals complete
+// (ErrOutcomeUnknown if raft had them, ErrProposalLost if not yet), and
+// its state store is closed (its log is the caller's).
+func (h *Host) Remove(group uint64) error {
+	h.mu.Lock()
+	g := h.groups[group]
+	if g != nil {
+		delete(h.groups, group)
+	}
+	h.mu.Unlock()
+	if g == nil {
+		return fmt.Errorf("raft host: remove group %d: %w", group, transport.ErrUnknownGroup)
+	}
+	h.sched.kill(g)
+	h.finalize(g, "the replica was removed")
+	return g.r.Close()
+}
+
+// finalize completes every proposal of g, once; no worker holds g.
+func (h *Host) finalize(g *hostGroup, why string) {
+	g.mu.Lock()
+	if g.finalized {
+		g.mu.Unlock()
+		return
+	}
+	g.closed, g.finalized = true, true
+	box := g.box
+	g.box = mailbox{}
+	g.mu.Unlock()
+	for _, p := range box.props {
+		g.track.reject(p, fmt.Errorf("%w: %s before it was proposed", ErrProposalLost, why))
+	}
+	g.track.failAll(fmt.Errorf("%w: %s", ErrOutcomeUnknown, why))
+	h.completeAsync(g.track.take())
+}
+
+func (h *Host) group(id uint64) *hostGroup {
+	h.mu.RLock()
+	g := h.groups[id]
+	h.mu.RUnlock()
+	return g
+}
+
+// Propose proposes a record payload (log.EncodeRecords) to group. done is
+// called exactly once, never on the caller's goroutine nor under a lock of
+// the Host, with: (base, nil) once the entry is committed and applied here
+// (base: the data offset of its first record); *NotLeaderError if this
+// node does not lead the group (nothing proposed); ErrProposalLost
+// (wrapped) when it will certainly never commit; ErrOutcomeUnknown
+// (wrapped) when it may or may not. A payload that is not a record payload
+// or does not fit a log batch fails with ErrBadProposal, a group not held
+// here with transport.ErrUnknownGroup (wrapped). done must not block: it
+// runs on a worker.
+func (h *Host) Propose(group uint64, data []byte, done func(base int64, err error)) {
+	h.submit(group, &proposal{kind: kindRecords, data: data, done: done})
+}
+
+// ProposeConfChange proposes a membership change to group; done as for
+// Propose (nil once applied here), and ErrConfChangeRefused when raft
+// refused it (another change pending, or a joint state to leave first).
+func (h *Host) ProposeConfChange(group uint64, cc raftpb.ConfChangeV2, done func(err error)) {
+	h.submit(group, &proposal{kind: kindConfChange, cc: cc, ccDone: done})
+}
+
+func (h *Host) submit(group uint64, p *proposal) {
+	g := h.group(group)
+	if g == nil {
+		p.err = fmt.Errorf("raft host: group %d is not held by this node: %w", group, transport.ErrUnknownGroup)
+		h.completeAsync([]*proposal{p})
+		return
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		p.err = fmt.Errorf("%w: raft host: group %d is no longer driven (removed or host stopped); nothing was proposed", ErrProposalLost, group)
+		h.completeAsync([]*proposal{p})
+		return
+	}
+	g.box.props = append(g.box.props, p)
+	g.mu.Unlock()
+	h.sched.enqueue(g)
+}
+
+// post adds work to group's mailbox and schedules it.
+func (h *Host) post(group uint64, f func(b *mailbox)) error {
+	g := h.group(group)
+	if g == nil {
+		return fmt.Errorf("raft host: group %d: %w", group, transport.ErrUnknownGroup)
+	}
+	if st := g.status.Load(); st.Err != nil {
+		return st.Err
+	}
+	g.mu.Lock()
+	if !g.closed {
+		f(&g.box)
+	}
+	g.mu.Unlock()
+	h.sched.enqueue(g)
+	return nil
+}
+
+// Campaign makes this node start an election in group (on its next visit).
+func (h *Host) Campaign(group uint64) error {
+	return h.post(group, func(b *mailbox) { b.campaign = true })
+}
+
+// TransferLeadership asks this node, if it leads group, to hand leadership
+// to node to (on its next visit).
+func (h *Host) TransferLeadership(group, to uint64) error {
+	return h.post(group, func(b *mailbox) { b.transfers = append(b.transfers, to) })
+}
+
+// Status is group's state as of its last processing, read without waiting
+// for its worker.
+func (h *Host) Status(group uint64) (GroupStatus, bool) {
+	g := h.group(group)
+	if g == nil {
+		return GroupStatus{}, false
+	}
+	st := *g.status.Load()
+	st.Voters, st.Learners = slices.Clone(st.Voters), slices.Clone(st.Learners)
+	return st, true
+}
+
+// Groups lists the groups held, in increasing order.
+func (h *Host) Groups() []uint64 {
+	h.mu.RLock()
+	out := make([]uint64, 0, len(h.groups))
+	for id, g := range h.groups {
+		if g != nil {
+			out = append(out, id)
+		}
+	}
+	h.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// Tick gives every group one tick (the internal ticker calls it every
+// TickInterval).
+func (h *Host) Tick() {
+	h.each(func(b *mailbox) { b.ticks++ })
+}
+
+func (h *Host) each(f func(b *mailbox)) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, g := range h.groups {
+		if g == nil {
+			continue
+		}
+		g.mu.Lock()
+		if !g.closed {
+			f(&g.box)
+		}
+		g.mu.Unlock()
+		h.sched.enqueue(g)
+	}
+}
+
+// Stats returns the counters.
+func (h *Host) Stats() HostStats {
+	h.mu.RLock()
+	n := 0
+	for _, g := range h.groups {
+		if g != nil {
+			n++
+		}
+	}
+	h.mu.RUnlock()
+	return HostStats{
+		Groups: n, Readies: h.c.readies.Load(),
+		ProposalsOK: h.c.ok.Load(), ProposalsLost: h.c.lost.Load(), ProposalsUnknown: h.c.unknown.Load(),
+		ProposalsNotLeader: h.c.notLeader.Load(), ProposalsRefused: h.c.refused.Load(),
+		InboxDropped: h.c.inboxDropped.Load(), ReplicasStopped: h.c.stopped.Load(),
+	}
+}
+
+// HandleMessage queues a received message for its group's next visit
+// (transport.Handler). A full inbox drops it (counted).
+func (h *Host) HandleMessage(m transport.Message) error {
+	g := h.group(m.Group)
+	if g == nil {
+		return fmt.Errorf("raft host: message for group %d: %w", m.Group, transport.ErrUnknownGroup)
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	if len(g.box.msgs) >= h.cfg.MaxInboxMsgs {
+		g.mu.Unlock()
+		h.c.inboxDropped.Add(1)
+		return nil
+	}
+	g.box.msgs = append(g.box.msgs, m.Msg)
+	g.mu.Unlock()
+	h.sched.enqueue(g)
+	return nil
+}
+
+// HandleSnapshot refuses every snapshot (transport.Handler): installing
+// them is not supported yet.
+func (h *Host) HandleSnapshot(_ context.Context, m transport.Message) error {
+	return fmt.Errorf("raft host: node %d refuses the snapshot of group %d at index %d from node %d: installing snapshots is not supported yet, so a follower behind the leader's log start cannot catch up",
+		h.cfg.NodeID, m.Group, snapIndex(m.Msg), m.Msg.From)
+}
+
+func snapIndex(m raftpb.Message) uint64 {
+	if m.Snapshot == nil {
+		return 0
+	}
+	return m.Snapshot.Metadata.Index
+}
+
+// PeerUnreachable reports to every group that messages to peer were lost
+// (transport.Handler).
+func (h *Host) PeerUnreachable(peer uint64) {
+	h.each(func(b *mailbox) {
+		if !slices.Contains(b.unreachable, peer) {
+			b.unreachable = append(b.unreachable, peer)
+		}
+	})
+}
+
+// SnapshotDone reports the outcome of a snapshot sent (transport.Handler).
+func (h *Host) SnapshotDone(group, peer uint64, err error) {
+	_ = h.post(group, func(b *mailbox) { b.snaps = append(b.snaps, snapReport{peer, err}) })
+}
+
+// Run runs the workers and the ticker until ctx ends, then completes every
+// pending proposal (ErrOutcomeUnknown if raft had it, ErrProposalLost if
+// not yet) and returns nil. The replicas stay open: Remove closes them.
+func (h *Host) Run(ctx context.Context) error {
+	if h.stopped.Load() {
+		return ErrHostStopped
+	}
+	if !h.running.CompareAndSwap(false, true) {
+		return errors.New("raft host: Run called twice")
+	}
+	var wg sync.WaitGroup
+	for i := range h.cfg.Workers {
+		wg.Go(func() { h.work(ctx, i) })
+	}
+	if h.cfg.TickInterval > 0 {
+		wg.Go(func() {
+			t := time.NewTicker(h.cfg.TickInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					h.Tick()
+				}
+			}
+		})
+	}
+	<-ctx.Done()
+	h.sched.close()
+	wg.Wait()
+	h.stopped.Store(true)
+	h.mu.RLock()
+	var gs []*hostGroup
+	for _, g := range h.groups {
+		if g != nil {
+			gs = append(gs, g)
+		}
+	}
+	h.mu.RUnlock()
+	for _, g := range gs {
+		h.sched.kill(g)
+		h.finalize(g, "the host stopped")
+	}
+	h.async.Wait()
+	return nil
+}
+
+// work is one worker: it processes the groups the scheduler hands out.
+func (h *Host) work(ctx context.Context, _ int) {
+	for {
+		g := h.sched.next()
+		if g == nil {
+			return
+		}
+		done, more := h.process(ctx, g)
+		if more {
+			h.sched.enqueue(g)
+		}
+		h.sched.finish(g)
+		h.complete(done)
+	}
+}
+
+// process is one visit of g: the mailbox into the replica, then one Ready.
+// It returns the proposals resolved and whether g has more work.
+func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
+	g.mu.Lock()
+	box := g.box
+	g.box, g.spare = g.spare, mailbox{}
+	g.mu.Unlock()
+	r, now := g.r, h.now()
+	for range min(box.ticks, maxTicksPerVisit) {
+		r.Tick()
+	}
+	for _, m := range box.msgs {
+		if err := r.Step(m); err != nil && r.Err() == nil {
+			h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
+		}
+	}
+	for _, id := range box.unreachable {
+		r.ReportUnreachable(id)
+	}
+	for _, s := range box.snaps {
+		r.ReportSnapshot(s.peer, s.err)
+	}
+	if box.campaign {
+		_ = r.Campaign()
+	}
+	for _, to := range box.transfers {
+		r.TransferLeadership(to)
+	}
+	for _, p := range box.props {
+		h.propose(g, p, now)
+	}
+	if r.Err() == nil && r.HasReady() {
+		h.c.readies.Add(1)
+		_ = r.Process(ctx, g.send)
+	}
+	g.track.expire(now)
+	if err := r.Err(); err != nil && !g.stopSeen {
+		g.stopSeen = true
+		h.c.stopped.Add(1)
+		if ctx.Err() == nil {
+			h.cfg.Logger.Error("raft replica stopped; remove and add it again to reopen it from disk", "group", g.id, "err", err)
+		}
+		g.track.failAll(fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
+	}
+	g.refresh()
+	box.reset()
+	g.mu.Lock()
+	g.spare = box
+	more := !g.box.empty()
+	g.mu.Unlock()
+	return g.track.take(), more || (r.Err() == nil && r.HasReady())
+}
+
+// propose hands p to the replica if it leads.
+func (h *Host) propose(g *hostGroup, p *proposal, now time.Time) {
+	r := g.r
+	if r.Err() != nil {
+		g.track.reject(p, &NotLeaderError{Group: g.id})
+		return
+	}
+	bs := r.BasicStatus()
+	if bs.RaftState != etcdraft.StateLeader {
+		g.track.reject(p, &NotLeaderError{Group: g.id, Leader: bs.Lead})
+		return
+	}
+	var err error
+	if p.kind == kindRecords {
+		err = r.ProposeRecords(p.data)
+	} else {
+		err = r.ProposeConfChange(p.cc)
+	}
+	switch {
+	case err == nil:
+		p.term, p.deadline = bs.Term, now.Add(h.cfg.ProposalTimeout)
+		g.track.proposed(p)
+	case errors.Is(err, etcdraft.ErrProposalDropped):
+		g.track.reject(p, fmt.Errorf("%w: raft group %d dropped it (a leadership transfer in progress, or MaxUncommittedBytes reached)", ErrProposalLost, g.id))
+	case r.Err() != nil:
+		g.track.reject(p, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
+	default:
+		g.track.reject(p, err)
+	}
+}
+
+func (g *hostGroup) send(msgs []raftpb.Message) {
+	out := make([]transport.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = transport.Message{Group: g.id, Msg: m}
+	}
+	g.h.cfg.Send(out)
+}
+
+// refresh publishes g's status if it changed.
+func (g *hostGroup) refresh() {
+	r := g.r
+	bs, cs, prev := r.BasicStatus(), r.ConfState(), g.status.Load()
+	st := GroupStatus{Leader: bs.Lead, Term: bs.Term, CommitIndex: r.CommitIndex(), IsLeader: bs.RaftState == etcdraft.StateLeader,
+		CommittedEnd: r.CommittedEnd(), Err: r.Err()}
+	if prev != nil && slices.Equal(prev.Voters, cs.Voters) && slices.Equal(prev.Learners, cs.Learners) {
+		st.Voters, st.Learners = prev.Voters, prev.Learners
+		if st.Leader == prev.Leader && st.Term == prev.Term && st.CommitIndex == prev.CommitIndex && st.IsLeader == prev.IsLeader &&
+			st.CommittedEnd == prev.CommittedEnd && st.Err == prev.Err {
+			return
+		}
+	} else {
+		st.Voters, st.Learners = slices.Clone(cs.Voters), slices.Clone(cs.Learners)
+	}
+	g.status.Store(&st)
+}
+
+// complete calls the callbacks of resolved proposals (on a worker, no lock
+// held) and counts their outcomes.
+func (h *Host) complete(ps []*proposal) {
+	for _, p := range ps {
+		var nl *NotLeaderError
+		switch {
+		case p.err == nil:
+			h.c.ok.Add(1)
+		case errors.Is(p.err, ErrProposalLost):
+			h.c.lost.Add(1)
+		case errors.Is(p.err, ErrOutcomeUnknown):
+			h.c.unknown.Add(1)
+		case errors.As(p.err, &nl):
+			h.c.notLeader.Add(1)
+		default:
+			h.c.refused.Add(1)
+		}
+		p.complete()
+	}
+}
+
+// completeAsync completes ps on a goroutine of their own: the caller may
+// be the proposer.
+func (h *Host) completeAsync(ps []*proposal) {
+	if len(ps) == 0 {
+		return
+	}
+	h.async.Go(func() { h.complete(ps) })
+}
+
+var _ transport.Handler = (*Host)(nil)
