@@ -10,7 +10,10 @@ import (
 	"pgregory.net/rapid"
 )
 
-func mustApply(t testing.TB, s *State, c Command) Result {
+func mustApply(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, s *State, c Command) Result {
 	t.Helper()
 	r := s.Apply(c)
 	if r.Err != nil {
@@ -192,7 +195,11 @@ func TestValidate(t *testing.T) {
 		{AddNode: &AddNode{Addr: "[fe80::1]:1", Token: "x+/="}},
 		{AddNode: &AddNode{Addr: "spool-0.spool.default.svc.cluster.local:65535", Token: "t"}},
 		{SetNodeAddr: &SetNodeAddr{ID: 1, Addr: "h:1"}},
-		spec(func(s *TopicSpec) { s.Name = strings.Repeat("a", MaxNameBytes); s.Partitions = MaxPartitions; s.ReplicationFactor = MaxReplicationFactor }),
+		spec(func(s *TopicSpec) {
+			s.Name = strings.Repeat("a", MaxNameBytes)
+			s.Partitions = MaxPartitions
+			s.ReplicationFactor = MaxReplicationFactor
+		}),
 		{AlterTopic: &AlterTopic{Name: "o", RetentionAgeMs: 1, RetentionBytes: 1}},
 	}
 	for _, c := range ok {

@@ -11,7 +11,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-func stateWithNodes(t rapid.TB, n int) *State {
+func stateWithNodes(t interface{ Fatal(...any) }, n int) *State {
 	s := NewState()
 	if r := s.Apply(Command{Init: &Init{ClusterID: "c"}}); r.Err != nil {
 		t.Fatal(r.Err)
