@@ -167,10 +167,14 @@ func (s *State) applyAddNode(a AddNode) Result {
 	}
 	id := s.addNode(a.Addr, a.Token)
 	// Place the pending topics this node makes placeable, in name order.
+	var reps, leads []int
 	for _, name := range s.names {
 		t := s.topics[name]
 		if t.Pending() && int(t.Spec.ReplicationFactor) <= len(s.nodes) {
-			s.place(t)
+			if reps == nil {
+				reps, leads = s.loads()
+			}
+			s.place(t, reps, leads)
 		}
 	}
 	return Result{NodeID: id}
@@ -195,7 +199,8 @@ func (s *State) applyCreateTopic(spec TopicSpec) Result {
 	t := &Topic{Spec: spec}
 	s.addTopic(t)
 	if int(spec.ReplicationFactor) <= len(s.nodes) {
-		s.place(t)
+		reps, leads := s.loads()
+		s.place(t, reps, leads)
 	}
 	return Result{}
 }

@@ -26,10 +26,13 @@ import (
 // moving existing replicas to it is the controller's rebalancing (not in
 // this package). The same holds for preferred leaders as far as the replica
 // rule leaves a choice (the model test checks both).
-func (s *State) place(t *Topic) {
+//
+// reps and leads are the counts per node (by index in s.nodes, from loads);
+// place updates them, so that one AddNode placing many pending topics counts
+// once.
+func (s *State) place(t *Topic, reps, leads []int) {
 	n := len(s.nodes)
 	rf := int(t.Spec.ReplicationFactor)
-	reps, leads := s.loads()
 	order := make([]int, n)
 	t.Partitions = make([]Partition, t.Spec.Partitions)
 	for p := range t.Partitions {
