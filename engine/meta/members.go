@@ -28,6 +28,9 @@ func ControllerMembers(s *State) (voters, learners []NodeID) {
 // the controller leader proposes it, waits for it to be applied, and asks
 // again. The steps, in this order:
 //
+//  0. A configuration with no voter at all (raft never has one after its
+//     bootstrap) gets the first wanted voter as a voter at once: raft
+//     refuses any change that leaves the group without a voter.
 //  1. Leave a joint configuration (an empty ConfChangeV2). Nothing else can
 //     change while raft is joint, and a joint configuration must not be
 //     left behind (raft refuses the leave if AutoLeave got there first, at
@@ -66,6 +69,13 @@ func NextConfChange(cs raftpb.ConfState, s *State) (raftpb.ConfChangeV2, bool) {
 	isLearner := func(id uint64) bool { return slices.Contains(cs.Learners, id) }
 	step := func(t raftpb.ConfChangeType, id uint64) (raftpb.ConfChangeV2, bool) {
 		return raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: t, NodeID: id}}}, true
+	}
+	if len(cs.Voters) == 0 {
+		// A configuration without voters (not one raft reaches after
+		// bootstrap): raft refuses any change leaving it without one, so
+		// the first wanted voter votes at once; there is no log to catch up
+		// with.
+		return step(raftpb.ConfChangeAddNode, voters[0])
 	}
 	for _, id := range append(slices.Clone(voters), learners...) {
 		if !isVoter(id) && !isLearner(id) {

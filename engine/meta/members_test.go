@@ -25,19 +25,19 @@ func stateWithNodes(t interface{ Fatal(...any) }, n int) *State {
 }
 
 func TestControllerMembers(t *testing.T) {
-	for n, want := range [][2][]NodeID{
-		0: {nil, nil},
-		1: {{1}, nil},
-		2: {{1, 2}, nil},
-		3: {{1, 2, 3}, nil},
-		5: {{1, 2, 3}, {4, 5}},
+	for _, tc := range []struct {
+		nodes            int
+		voters, learners []NodeID
+	}{
+		{0, nil, nil},
+		{1, []NodeID{1}, nil},
+		{2, []NodeID{1, 2}, nil},
+		{3, []NodeID{1, 2, 3}, nil},
+		{5, []NodeID{1, 2, 3}, []NodeID{4, 5}},
 	} {
-		if want[0] == nil && n > 0 {
-			continue
-		}
-		v, l := ControllerMembers(stateWithNodes(t, n))
-		if !slices.Equal(v, want[0]) || !slices.Equal(l, want[1]) {
-			t.Errorf("%d nodes: voters %v learners %v, want %v %v", n, v, l, want[0], want[1])
+		v, l := ControllerMembers(stateWithNodes(t, tc.nodes))
+		if !slices.Equal(v, tc.voters) || !slices.Equal(l, tc.learners) {
+			t.Errorf("%d nodes: voters %v learners %v, want %v %v", tc.nodes, v, l, tc.voters, tc.learners)
 		}
 	}
 }
@@ -64,9 +64,9 @@ func applyConfChange(cs raftpb.ConfState, cc raftpb.ConfChangeV2) (raftpb.ConfSt
 	return chg.Tracker.ConfState(), nil
 }
 
-// drawConfState draws a valid ConfState over node ids 1..12: voters (at
-// least one) and learners, and sometimes a joint configuration entered from
-// there with random changes.
+// drawConfState draws a valid ConfState over node ids 1..12: voters and
+// learners, and sometimes a joint configuration entered from there with
+// random changes.
 func drawConfState(t *rapid.T) raftpb.ConfState {
 	var cs raftpb.ConfState
 	for id := uint64(1); id <= 12; id++ {
@@ -78,8 +78,7 @@ func drawConfState(t *rapid.T) raftpb.ConfState {
 		}
 	}
 	if len(cs.Voters) == 0 {
-		cs.Voters = []uint64{rapid.Uint64Range(1, 12).Draw(t, "voter")}
-		cs.Learners = slices.DeleteFunc(cs.Learners, func(id uint64) bool { return id == cs.Voters[0] })
+		return raftpb.ConfState{} // no voter: the empty config before a bootstrap (raft refuses learners without voters)
 	}
 	if rapid.Bool().Draw(t, "joint") {
 		var ccs []raftpb.ConfChangeSingle
@@ -141,7 +140,7 @@ func TestNextConfChangeReachesMembers(t *testing.T) {
 			t.Fatalf("stopped in a joint config %+v", cs)
 		}
 		if len(voters) == 0 {
-			if !slices.Equal(sorted(cs.Voters), sorted(start.Voters)) && len(start.VotersOutgoing) == 0 {
+			if !slices.Equal(sorted(cs.Voters), sorted(start.Voters)) {
 				t.Fatalf("with no nodes the voters changed from %v to %v", start.Voters, cs.Voters)
 			}
 			return
