@@ -1,0 +1,206 @@
+package meta
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Command is one change to the State, the value of one record of group 0's
+// log. Exactly one field is set.
+type Command struct {
+	Init        *Init
+	AddNode     *AddNode
+	SetNodeAddr *SetNodeAddr
+	CreateTopic *CreateTopic
+	AlterTopic  *AlterTopic
+}
+
+// Init names the cluster: the first command of every cluster (every other
+// command is refused before it); refused once the cluster has an id.
+type Init struct{ ClusterID string }
+
+// AddNode registers a node that asked to join. A new token gets the next
+// node id (1, 2, ...; never reused); a token already known is a retried
+// join and gets the same id again (its address updated if it changed).
+// Pending topics the new node makes placeable are placed.
+type AddNode struct{ Addr, Token string }
+
+// SetNodeAddr changes the address peers dial for a known node.
+type SetNodeAddr struct {
+	ID   NodeID
+	Addr string
+}
+
+// CreateTopic declares a topic and places its partitions if the cluster has
+// at least ReplicationFactor nodes (else the topic is pending). The same
+// name with the same partitions and replication factor again updates the
+// retention only; other partitions or another replication factor, or a
+// name differing only in case, is refused (ErrTopicConflict).
+type CreateTopic struct{ Spec TopicSpec }
+
+// AlterTopic changes a topic's retention.
+type AlterTopic struct {
+	Name                           string
+	RetentionAgeMs, RetentionBytes int64
+}
+
+// Result is what applying a command did.
+type Result struct {
+	// NodeID is the node an AddNode added or found again (0 otherwise).
+	NodeID NodeID
+	// Err is a refusal: the command changed nothing. Refusals depend only
+	// on the state and the command, so every node refuses the same commands
+	// with the same error.
+	Err error
+}
+
+// Refusals. Every error Apply returns matches one of these with errors.Is,
+// and its text says what was wrong and what to do.
+var (
+	// ErrInvalid: a value breaks a rule (name, range, address syntax); an
+	// *InvalidError says which.
+	ErrInvalid = errors.New("meta: invalid command")
+	// ErrNotInitialized: a command other than Init before Init.
+	ErrNotInitialized = errors.New("meta: the cluster has no id yet")
+	// ErrAlreadyInitialized: Init when the cluster has an id.
+	ErrAlreadyInitialized = errors.New("meta: the cluster already has an id")
+	// ErrLimit: the command would pass one of the named limits.
+	ErrLimit = errors.New("meta: limit reached")
+	// ErrUnknownNode: a node id the cluster does not have.
+	ErrUnknownNode = errors.New("meta: unknown node")
+	// ErrUnknownTopic: a topic the cluster does not have.
+	ErrUnknownTopic = errors.New("meta: unknown topic")
+	// ErrTopicConflict: a CreateTopic disagrees with the topic of that name;
+	// a *TopicConflictError says how.
+	ErrTopicConflict = errors.New("meta: topic conflict")
+)
+
+// TopicConflictError says how a CreateTopic disagrees with an existing
+// topic. It matches ErrTopicConflict with errors.Is.
+type TopicConflictError struct {
+	// Existing is the topic as it is.
+	Existing TopicSpec
+	// Requested is what the command asked for.
+	Requested TopicSpec
+}
+
+func (e *TopicConflictError) Error() string {
+	if e.Existing.Name != e.Requested.Name {
+		return fmt.Sprintf("meta: topic %q conflicts with the existing topic %q: names are unique ignoring case; use %q or another name",
+			e.Requested.Name, e.Existing.Name, e.Existing.Name)
+	}
+	return fmt.Sprintf("meta: topic %q exists with %d partitions and replication factor %d, not %d and %d: a topic's partitions and replication factor cannot be changed by creating it again; declare it as it is, or use another name",
+		e.Existing.Name, e.Existing.Partitions, e.Existing.ReplicationFactor, e.Requested.Partitions, e.Requested.ReplicationFactor)
+}
+
+// Is makes errors.Is(err, ErrTopicConflict) true.
+func (e *TopicConflictError) Is(target error) bool { return target == ErrTopicConflict }
+
+// shape checks that exactly one command is set.
+func (c Command) shape() error {
+	n := 0
+	for _, set := range []bool{c.Init != nil, c.AddNode != nil, c.SetNodeAddr != nil, c.CreateTopic != nil, c.AlterTopic != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+	}
+	return nil
+}
+
+// Apply applies one committed command. A refused command (Result.Err)
+// leaves the state unchanged.
+func (s *State) Apply(c Command) Result {
+	if err := c.Validate(); err != nil {
+		return Result{Err: err}
+	}
+	if c.Init != nil {
+		if s.clusterID != "" {
+			return Result{Err: fmt.Errorf("%w %q: Init is the first command of a cluster only; nothing to do", ErrAlreadyInitialized, s.clusterID)}
+		}
+		s.clusterID = c.Init.ClusterID
+		return Result{}
+	}
+	if s.clusterID == "" {
+		return Result{Err: fmt.Errorf("%w: commit Init with the cluster id first", ErrNotInitialized)}
+	}
+	switch {
+	case c.AddNode != nil:
+		return s.applyAddNode(*c.AddNode)
+	case c.SetNodeAddr != nil:
+		i, ok := s.nodeIndex(c.SetNodeAddr.ID)
+		if !ok {
+			return Result{Err: fmt.Errorf("%w %d: the cluster has nodes 1 to %d; check the node id", ErrUnknownNode, c.SetNodeAddr.ID, s.nextNode-1)}
+		}
+		s.nodes[i].Addr = c.SetNodeAddr.Addr
+		return Result{}
+	case c.CreateTopic != nil:
+		return s.applyCreateTopic(c.CreateTopic.Spec)
+	default:
+		a := c.AlterTopic
+		t, ok := s.topics[a.Name]
+		if !ok {
+			return Result{Err: fmt.Errorf("%w %q: create it first (names are case-sensitive)", ErrUnknownTopic, a.Name)}
+		}
+		t.Spec.RetentionAgeMs, t.Spec.RetentionBytes = a.RetentionAgeMs, a.RetentionBytes
+		return Result{}
+	}
+}
+
+func (s *State) nodeIndex(id NodeID) (int, bool) {
+	return slices.BinarySearchFunc(s.nodes, id, func(n Node, id NodeID) int { return cmp.Compare(n.ID, id) })
+}
+
+func (s *State) applyAddNode(a AddNode) Result {
+	if id, ok := s.byToken[a.Token]; ok {
+		i, _ := s.nodeIndex(id)
+		s.nodes[i].Addr = a.Addr
+		return Result{NodeID: id}
+	}
+	if len(s.nodes) >= MaxNodes {
+		return Result{Err: fmt.Errorf("%w: the cluster has %d nodes (MaxNodes): it cannot take node %s; run fewer, larger nodes", ErrLimit, len(s.nodes), a.Addr)}
+	}
+	id := s.addNode(a.Addr, a.Token)
+	// Place the pending topics this node makes placeable, in name order.
+	var reps, leads []int
+	for _, name := range s.names {
+		t := s.topics[name]
+		if t.Pending() && int(t.Spec.ReplicationFactor) <= len(s.nodes) {
+			if reps == nil {
+				reps, leads = s.loads()
+			}
+			s.place(t, reps, leads)
+		}
+	}
+	return Result{NodeID: id}
+}
+
+func (s *State) applyCreateTopic(spec TopicSpec) Result {
+	if name, ok := s.byFold[strings.ToLower(spec.Name)]; ok {
+		t := s.topics[name]
+		if name != spec.Name || t.Spec.Partitions != spec.Partitions || t.Spec.ReplicationFactor != spec.ReplicationFactor {
+			return Result{Err: &TopicConflictError{Existing: t.Spec, Requested: spec}}
+		}
+		t.Spec.RetentionAgeMs, t.Spec.RetentionBytes = spec.RetentionAgeMs, spec.RetentionBytes
+		return Result{}
+	}
+	if len(s.names) >= MaxTopics {
+		return Result{Err: fmt.Errorf("%w: the cluster has %d topics (MaxTopics): it cannot create topic %q; use fewer topics (keys or headers tell messages apart within one)", ErrLimit, len(s.names), spec.Name)}
+	}
+	if s.total+int(spec.Partitions) > MaxTotalPartitions {
+		return Result{Err: fmt.Errorf("%w: the cluster's topics have %d partitions and topic %q asks for %d more, past %d (MaxTotalPartitions); create it with fewer partitions",
+			ErrLimit, s.total, spec.Name, spec.Partitions, MaxTotalPartitions)}
+	}
+	t := &Topic{Spec: spec}
+	s.addTopic(t)
+	if int(spec.ReplicationFactor) <= len(s.nodes) {
+		reps, leads := s.loads()
+		s.place(t, reps, leads)
+	}
+	return Result{}
+}

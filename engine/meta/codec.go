@@ -1,0 +1,201 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Sizes the decoders accept.
+const (
+	// MaxCommandBytes is the largest encoded command (the largest valid one
+	// is well under 1 KiB).
+	MaxCommandBytes = 4 << 10
+	// MaxStateBytes is the largest encoded state. A state at every count
+	// limit encodes to a few MiB; engine/raft carries up to 64 MiB of
+	// snapshot data (MaxSnapshotDataBytes).
+	MaxStateBytes = 32 << 20
+)
+
+// ErrMalformed: bytes that are not a command or a state this release can
+// read (damaged, or written by a newer release).
+var ErrMalformed = errors.New("meta: malformed")
+
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+// EncodeCommand encodes a command as a MetaCommand (meta.proto). It checks
+// only that exactly one command is set, so that whatever DecodeCommand
+// returns encodes again; Validate checks the values.
+func EncodeCommand(c Command) ([]byte, error) {
+	if err := c.shape(); err != nil {
+		return nil, err
+	}
+	m := &clusterv1.MetaCommand{}
+	switch {
+	case c.Init != nil:
+		m.Command = &clusterv1.MetaCommand_Init{Init: &clusterv1.MetaInit{ClusterId: c.Init.ClusterID}}
+	case c.AddNode != nil:
+		m.Command = &clusterv1.MetaCommand_AddNode{AddNode: &clusterv1.MetaAddNode{Addr: c.AddNode.Addr, Token: c.AddNode.Token}}
+	case c.SetNodeAddr != nil:
+		m.Command = &clusterv1.MetaCommand_SetNodeAddr{SetNodeAddr: &clusterv1.MetaSetNodeAddr{NodeId: c.SetNodeAddr.ID, Addr: c.SetNodeAddr.Addr}}
+	case c.CreateTopic != nil:
+		m.Command = &clusterv1.MetaCommand_CreateTopic{CreateTopic: &clusterv1.MetaCreateTopic{Spec: specToProto(c.CreateTopic.Spec)}}
+	default:
+		a := c.AlterTopic
+		m.Command = &clusterv1.MetaCommand_AlterTopic{AlterTopic: &clusterv1.MetaAlterTopic{Name: a.Name, RetentionAgeMs: a.RetentionAgeMs, RetentionBytes: a.RetentionBytes}}
+	}
+	b, err := deterministic.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("meta: encode command: %w", err)
+	}
+	if len(b) > MaxCommandBytes {
+		return nil, fmt.Errorf("%w: the command encodes to %d bytes, more than %d (MaxCommandBytes): shorten its strings", ErrInvalid, len(b), MaxCommandBytes)
+	}
+	return b, nil
+}
+
+// DecodeCommand decodes what EncodeCommand wrote. It refuses (ErrMalformed)
+// bytes that are not a MetaCommand, more than MaxCommandBytes, a command
+// with none or an unknown kind set, and fields this release does not know
+// (applying a newer release's command without them would make this node's
+// state differ from the others'). Values are checked by Apply, which
+// refuses a bad one like every other node does.
+func DecodeCommand(b []byte) (Command, error) {
+	if len(b) > MaxCommandBytes {
+		return Command{}, fmt.Errorf("%w command: %d bytes, more than %d (MaxCommandBytes)", ErrMalformed, len(b), MaxCommandBytes)
+	}
+	m := &clusterv1.MetaCommand{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return Command{}, fmt.Errorf("%w command: %v", ErrMalformed, err)
+	}
+	if err := unknownFields(m.ProtoReflect()); err != nil {
+		return Command{}, fmt.Errorf("%w command: %v", ErrMalformed, err)
+	}
+	switch x := m.Command.(type) {
+	case *clusterv1.MetaCommand_Init:
+		return Command{Init: &Init{ClusterID: x.Init.GetClusterId()}}, nil
+	case *clusterv1.MetaCommand_AddNode:
+		return Command{AddNode: &AddNode{Addr: x.AddNode.GetAddr(), Token: x.AddNode.GetToken()}}, nil
+	case *clusterv1.MetaCommand_SetNodeAddr:
+		return Command{SetNodeAddr: &SetNodeAddr{ID: x.SetNodeAddr.GetNodeId(), Addr: x.SetNodeAddr.GetAddr()}}, nil
+	case *clusterv1.MetaCommand_CreateTopic:
+		if x.CreateTopic.GetSpec() == nil {
+			return Command{}, fmt.Errorf("%w command: create_topic without a spec", ErrMalformed)
+		}
+		return Command{CreateTopic: &CreateTopic{Spec: specFromProto(x.CreateTopic.GetSpec())}}, nil
+	case *clusterv1.MetaCommand_AlterTopic:
+		a := x.AlterTopic
+		return Command{AlterTopic: &AlterTopic{Name: a.GetName(), RetentionAgeMs: a.GetRetentionAgeMs(), RetentionBytes: a.GetRetentionBytes()}}, nil
+	default:
+		return Command{}, fmt.Errorf("%w command: no command set (a command from a newer release this node does not know? upgrade this node)", ErrMalformed)
+	}
+}
+
+// EncodeState encodes the whole state as a MetaState (meta.proto): nodes by
+// id, topics by name. The same state always encodes to the same bytes.
+func EncodeState(s *State) ([]byte, error) {
+	m := &clusterv1.MetaState{ClusterId: s.clusterID, NextNodeId: s.nextNode, NextGroupId: s.nextGroup}
+	for _, n := range s.nodes {
+		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token})
+	}
+	for _, name := range s.names {
+		t := s.topics[name]
+		pt := &clusterv1.MetaTopic{Spec: specToProto(t.Spec)}
+		for _, p := range t.Partitions {
+			pt.Partitions = append(pt.Partitions, &clusterv1.MetaPartition{GroupId: p.Group, Replicas: p.Replicas})
+		}
+		m.Topics = append(m.Topics, pt)
+	}
+	b, err := deterministic.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("meta: encode state: %w", err)
+	}
+	if len(b) > MaxStateBytes {
+		return nil, fmt.Errorf("%w: the state encodes to %d bytes, more than %d (MaxStateBytes)", ErrLimit, len(b), MaxStateBytes)
+	}
+	return b, nil
+}
+
+// DecodeState decodes what EncodeState wrote and checks every invariant a
+// state reached by Apply holds (ErrMalformed naming the first one broken).
+func DecodeState(b []byte) (*State, error) {
+	if len(b) > MaxStateBytes {
+		return nil, fmt.Errorf("%w state: %d bytes, more than %d (MaxStateBytes)", ErrMalformed, len(b), MaxStateBytes)
+	}
+	m := &clusterv1.MetaState{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("%w state: %v", ErrMalformed, err)
+	}
+	if err := unknownFields(m.ProtoReflect()); err != nil {
+		return nil, fmt.Errorf("%w state: %v", ErrMalformed, err)
+	}
+	if len(m.Nodes) > MaxNodes || len(m.Topics) > MaxTopics {
+		return nil, fmt.Errorf("%w state: %d nodes and %d topics, more than %d (MaxNodes) or %d (MaxTopics)", ErrMalformed, len(m.Nodes), len(m.Topics), MaxNodes, MaxTopics)
+	}
+	s := NewState()
+	s.clusterID, s.nextNode, s.nextGroup = m.ClusterId, m.NextNodeId, m.NextGroupId
+	for _, n := range m.Nodes {
+		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken()})
+		s.byToken[n.GetToken()] = n.GetId()
+	}
+	for i, pt := range m.Topics {
+		if pt.GetSpec() == nil {
+			return nil, fmt.Errorf("%w state: topic %d has no spec", ErrMalformed, i)
+		}
+		t := &Topic{Spec: specFromProto(pt.GetSpec())}
+		if _, dup := s.topics[t.Spec.Name]; dup {
+			return nil, fmt.Errorf("%w state: topic %q twice", ErrMalformed, t.Spec.Name)
+		}
+		if len(pt.Partitions) > MaxPartitions {
+			return nil, fmt.Errorf("%w state: topic %q has %d partitions, more than %d (MaxPartitions)", ErrMalformed, t.Spec.Name, len(pt.Partitions), MaxPartitions)
+		}
+		if len(pt.Partitions) > 0 {
+			t.Partitions = make([]Partition, len(pt.Partitions))
+			for j, p := range pt.Partitions {
+				t.Partitions[j] = Partition{Group: p.GetGroupId(), Replicas: p.GetReplicas()}
+			}
+		}
+		s.names = append(s.names, t.Spec.Name)
+		s.topics[t.Spec.Name] = t
+		s.byFold[strings.ToLower(t.Spec.Name)] = t.Spec.Name
+		s.total += max(0, int(t.Spec.Partitions))
+	}
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("%w state: %v", ErrMalformed, err)
+	}
+	return s, nil
+}
+
+func specToProto(s TopicSpec) *clusterv1.MetaTopicSpec {
+	return &clusterv1.MetaTopicSpec{Name: s.Name, Partitions: s.Partitions, ReplicationFactor: s.ReplicationFactor, RetentionAgeMs: s.RetentionAgeMs, RetentionBytes: s.RetentionBytes}
+}
+
+func specFromProto(p *clusterv1.MetaTopicSpec) TopicSpec {
+	return TopicSpec{Name: p.GetName(), Partitions: p.GetPartitions(), ReplicationFactor: p.GetReplicationFactor(), RetentionAgeMs: p.GetRetentionAgeMs(), RetentionBytes: p.GetRetentionBytes()}
+}
+
+// unknownFields refuses a message holding fields this release does not
+// know, at any depth.
+func unknownFields(m protoreflect.Message) error {
+	if len(m.GetUnknown()) > 0 {
+		return errors.New("fields this release does not know (written by a newer release? upgrade this node)")
+	}
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() && fd.Message() != nil:
+			l := v.List()
+			for i := 0; i < l.Len() && err == nil; i++ {
+				err = unknownFields(l.Get(i).Message())
+			}
+		case fd.Message() != nil && !fd.IsMap():
+			err = unknownFields(v.Message())
+		}
+		return err == nil
+	})
+	return err
+}

@@ -1,0 +1,206 @@
+package meta
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// NodeID is a node's id in the cluster, also its replica id in every raft
+// group. Ids start at 1 and are never reused.
+type NodeID = uint64
+
+// Node is one node of the cluster.
+type Node struct {
+	ID NodeID
+	// Addr is host:port, where peers dial the node.
+	Addr string
+	// Token is the id of the join request that added the node.
+	Token string
+}
+
+// TopicSpec is what a topic is declared with.
+type TopicSpec struct {
+	Name              string
+	Partitions        int32
+	ReplicationFactor int32
+	// RetentionAgeMs is how long records are kept (0: forever).
+	RetentionAgeMs int64
+	// RetentionBytes is how many bytes each partition keeps (0: unlimited).
+	RetentionBytes int64
+}
+
+// Partition is one placed partition.
+type Partition struct {
+	// Group is the partition's raft group id (1 up; 0 is the controller).
+	Group uint64
+	// Replicas are the nodes holding it, ReplicationFactor distinct ones;
+	// Replicas[0] is the preferred leader.
+	Replicas []NodeID
+}
+
+// Topic is one topic and, once placed, its partitions.
+type Topic struct {
+	Spec TopicSpec
+	// Partitions has one entry per partition number once placed, and is nil
+	// while the topic is pending: it was created when the cluster had fewer
+	// nodes than its replication factor, and the AddNode that brings enough
+	// places it.
+	Partitions []Partition
+}
+
+// Pending reports whether the topic waits for enough nodes to be placed.
+func (t Topic) Pending() bool { return t.Partitions == nil }
+
+// Assignment is one partition replica a node holds.
+type Assignment struct {
+	Topic     string
+	Partition int32
+	Group     uint64
+	Replicas  []NodeID
+}
+
+// State is the controller's state: what every node holds after applying the
+// same committed commands. Its zero value is not usable: use NewState. A
+// State is not safe for concurrent use; readers on other goroutines take a
+// Clone.
+type State struct {
+	clusterID string
+	nextNode  NodeID // the id the next new node gets
+	nextGroup uint64 // the group the next placed partition gets
+	nodes     []Node // by increasing id
+	byToken   map[string]NodeID
+	topics    map[string]*Topic // by name
+	names     []string          // the topic names, sorted (byte order)
+	byFold    map[string]string // lower-case name → name (unique ignoring case)
+	total     int               // partitions of all topics, pending included
+}
+
+// NewState returns the state of a cluster before its first command.
+func NewState() *State {
+	return &State{
+		nextNode:  1,
+		nextGroup: 1,
+		byToken:   map[string]NodeID{},
+		topics:    map[string]*Topic{},
+		byFold:    map[string]string{},
+	}
+}
+
+// ClusterID is the cluster's id, "" before the Init command.
+func (s *State) ClusterID() string { return s.clusterID }
+
+// NextNodeID is the id the next new node will get.
+func (s *State) NextNodeID() NodeID { return s.nextNode }
+
+// NextGroupID is the raft group id the next placed partition will get.
+func (s *State) NextGroupID() uint64 { return s.nextGroup }
+
+// Nodes returns the nodes, sorted by id.
+func (s *State) Nodes() []Node { return slices.Clone(s.nodes) }
+
+// Node returns the node with the given id.
+func (s *State) Node(id NodeID) (Node, bool) {
+	i, ok := s.nodeIndex(id)
+	if !ok {
+		return Node{}, false
+	}
+	return s.nodes[i], true
+}
+
+// NodeByToken returns the node a join request with this token added.
+func (s *State) NodeByToken(token string) (Node, bool) {
+	id, ok := s.byToken[token]
+	if !ok {
+		return Node{}, false
+	}
+	return s.Node(id)
+}
+
+// Topics returns copies of the topics, sorted by name.
+func (s *State) Topics() []Topic {
+	out := make([]Topic, 0, len(s.names))
+	for _, name := range s.names {
+		out = append(out, copyTopic(s.topics[name]))
+	}
+	return out
+}
+
+// Topic returns a copy of the named topic (exact name).
+func (s *State) Topic(name string) (Topic, bool) {
+	t, ok := s.topics[name]
+	if !ok {
+		return Topic{}, false
+	}
+	return copyTopic(t), true
+}
+
+// PartitionsOf returns the partition replicas a node holds, sorted by group.
+func (s *State) PartitionsOf(node NodeID) []Assignment {
+	var out []Assignment
+	for _, name := range s.names {
+		for p, part := range s.topics[name].Partitions {
+			if slices.Contains(part.Replicas, node) {
+				out = append(out, Assignment{Topic: name, Partition: int32(p), Group: part.Group, Replicas: slices.Clone(part.Replicas)})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Assignment) int { return cmp.Compare(a.Group, b.Group) })
+	return out
+}
+
+// Clone returns a deep copy.
+func (s *State) Clone() *State {
+	c := &State{
+		clusterID: s.clusterID,
+		nextNode:  s.nextNode,
+		nextGroup: s.nextGroup,
+		nodes:     slices.Clone(s.nodes),
+		byToken:   make(map[string]NodeID, len(s.byToken)),
+		topics:    make(map[string]*Topic, len(s.topics)),
+		names:     slices.Clone(s.names),
+		byFold:    make(map[string]string, len(s.byFold)),
+		total:     s.total,
+	}
+	for k, v := range s.byToken {
+		c.byToken[k] = v
+	}
+	for k, v := range s.topics {
+		t := copyTopic(v)
+		c.topics[k] = &t
+	}
+	for k, v := range s.byFold {
+		c.byFold[k] = v
+	}
+	return c
+}
+
+func copyTopic(t *Topic) Topic {
+	c := Topic{Spec: t.Spec}
+	if t.Partitions != nil {
+		c.Partitions = make([]Partition, len(t.Partitions))
+		for i, p := range t.Partitions {
+			c.Partitions[i] = Partition{Group: p.Group, Replicas: slices.Clone(p.Replicas)}
+		}
+	}
+	return c
+}
+
+// addTopic inserts a new topic (its name checked unique by the caller).
+func (s *State) addTopic(t *Topic) {
+	name := t.Spec.Name
+	i, _ := slices.BinarySearch(s.names, name)
+	s.names = slices.Insert(s.names, i, name)
+	s.topics[name] = t
+	s.byFold[strings.ToLower(name)] = name
+	s.total += int(t.Spec.Partitions)
+}
+
+// addNode appends a new node with the next id.
+func (s *State) addNode(addr, token string) NodeID {
+	id := s.nextNode
+	s.nextNode++
+	s.nodes = append(s.nodes, Node{ID: id, Addr: addr, Token: token})
+	s.byToken[token] = id
+	return id
+}
