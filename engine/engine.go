@@ -27,6 +27,9 @@ type Config struct {
 	Hooks Hooks
 	// Logger receives operational events; nil means slog.Default().
 	Logger *slog.Logger
+	// Cluster, if set, makes this node a member of a replicated cluster
+	// (docs/replication.md); nil is a single node holding every partition.
+	Cluster *ClusterConfig
 }
 
 // TopicSpec declares a topic.
@@ -45,6 +48,8 @@ type Node struct {
 
 	mu     sync.RWMutex // guards topics; see engine/LOCKS.md
 	topics map[string]*topic
+
+	cl *cluster // nil on a single node
 }
 
 type topic struct {
@@ -64,9 +69,16 @@ type topic struct {
 // OnDurable hook; with raft, the commit index will call setCommitted
 // instead, and may lag the local durable end.
 type partition struct {
-	topic     *topic
-	num       int32
-	log       *log.Partition
+	topic *topic
+	num   int32
+	// log is the partition's log on this node; nil in a cluster when this
+	// node holds no replica of it (reads and writes go to peers).
+	log *log.Partition
+	// group and replicas place the partition in a cluster (0 and nil on a
+	// single node, and while a topic waits for enough nodes). They never
+	// change: placing a topic replaces its partition values.
+	group     uint64
+	replicas  []uint64
 	committed atomic.Int64 // Fetch, Offsets and notifications use this end
 	compl     completer    // runs Produce callbacks off the appender
 	// limit caps committed once the partition is quarantined (noLimit until
@@ -109,16 +121,35 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	cfg.Log = st.Options()
 	gs, err := groups.Open(cfg.Log.FS, filepath.Join(cfg.DataDir, "groups"))
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	return &Node{cfg: cfg, store: st, groups: gs, topics: map[string]*topic{}}, nil
+	n := &Node{cfg: cfg, store: st, groups: gs, topics: map[string]*topic{}}
+	if cfg.Cluster != nil {
+		if n.cl, err = newCluster(n, *cfg.Cluster); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
+	return n, nil
 }
 
-// Run drives the log's appender until ctx ends.
-func (n *Node) Run(ctx context.Context) error { return n.store.Run(ctx) }
+// Run drives the log's appender (and, in a cluster, the replicas, the
+// transport and the controller) until ctx ends.
+func (n *Node) Run(ctx context.Context) error {
+	if n.cl == nil {
+		return n.store.Run(ctx)
+	}
+	storeErr := make(chan error, 1)
+	storeCtx, stopStore := context.WithCancel(context.Background())
+	go func() { storeErr <- n.store.Run(storeCtx) }() // owned: stopped after the replicas
+	err := n.cl.run(ctx)
+	stopStore()
+	return errors.Join(err, <-storeErr)
+}
 
 // Close flushes and closes the log. Produce after Close fails with ErrClosed.
 func (n *Node) Close() error { return n.store.Close() }
@@ -148,6 +179,12 @@ func (n *Node) storedPartitions(name string) int32 {
 // partition whose data is damaged opens quarantined (see Quarantined); that
 // is reported, not returned as an error.
 func (n *Node) EnsureTopic(spec TopicSpec) error {
+	if n.cl != nil {
+		if spec.Partitions < 1 {
+			return fmt.Errorf("engine: topic %q: %d partitions: need at least 1", spec.Name, spec.Partitions)
+		}
+		return n.cl.ensureTopic(spec)
+	}
 	damaged, err := n.ensureTopic(spec)
 	for _, p := range damaged { // reported with no lock held
 		n.quarantine(p, p.log.Quarantined())
@@ -255,6 +292,10 @@ func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(b
 		go done(0, err) // not on the caller's goroutine, as promised
 		return
 	}
+	if n.cl != nil {
+		n.cl.produce(part, recs, done)
+		return
+	}
 	if ce := part.log.Quarantined(); ce != nil {
 		part.compl.add(done, -1, part.quarantinedError(ce))
 		return
@@ -292,6 +333,9 @@ func (n *Node) Fetch(topicName string, p int32, offset int64, maxBytes int, dst 
 	part, err := n.partition(topicName, p)
 	if err != nil {
 		return dst, err
+	}
+	if part.log == nil {
+		return n.cl.fetchRemote(part, offset, maxBytes, dst)
 	}
 	end := part.committed.Load()
 	if offset >= end {
@@ -333,6 +377,9 @@ func (n *Node) Offsets(topicName string, p int32) (start, end int64, err error) 
 	if err != nil {
 		return 0, 0, err
 	}
+	if part.log == nil {
+		return n.cl.offsetsRemote(part)
+	}
 	return part.log.StartOffset(), part.committed.Load(), nil
 }
 
@@ -342,6 +389,9 @@ func (n *Node) OffsetForTime(topicName string, p int32, ts time.Time) (int64, er
 	part, err := n.partition(topicName, p)
 	if err != nil {
 		return 0, err
+	}
+	if part.log == nil {
+		return 0, fmt.Errorf("engine: %s/%d: this node holds no replica of it; an offset by time is found on a node that does", topicName, p)
 	}
 	off, err := part.log.OffsetForTime(ts.UnixMilli())
 	var ce *log.CorruptionError

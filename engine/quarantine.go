@@ -47,6 +47,9 @@ func (n *Node) Quarantined() []Quarantine {
 	var out []Quarantine
 	for _, t := range n.topics {
 		for _, p := range t.parts {
+			if p.log == nil {
+				continue
+			}
 			if ce := p.log.Quarantined(); ce != nil {
 				out = append(out, p.describe(ce))
 			}

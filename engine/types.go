@@ -87,6 +87,9 @@ func (n *Node) RecordTime(topicName string, p int32, offset int64) (int64, error
 	if end := part.committed.Load(); offset >= end {
 		return 0, fmt.Errorf("engine: %s/%d: no record at offset %d (the committed end is %d)", topicName, p, offset, end)
 	}
+	if part.log == nil {
+		return 0, fmt.Errorf("engine: %s/%d: this node holds no replica of it (lag in seconds is reported by the nodes that do)", topicName, p)
+	}
 	ts, err := part.log.BatchTime(offset)
 	var ce *log.CorruptionError
 	if errors.As(err, &ce) {

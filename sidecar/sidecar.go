@@ -68,7 +68,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		logger.Info("dev mode: temporary data dir, removed on exit", "data_dir", dir)
 	}
 	m := metrics.New()
-	eng, err := engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: engine.Hooks{
+	eng, err := engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: engine.Hooks{
 		// The engine logs the damage once; operators see it here and in /readyz.
 		PartitionQuarantined: func(q engine.Quarantine) {
 			m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
@@ -214,6 +214,22 @@ func stopGRPC(s *grpc.Server, grace time.Duration) {
 	case <-time.After(grace):
 		s.Stop()
 		<-done
+	}
+}
+
+// clusterConfig is the engine's view of the cluster section (nil: a
+// single node).
+func clusterConfig(cfg *config.Config) *engine.ClusterConfig {
+	cl := cfg.Cluster
+	if !cl.Enabled() {
+		return nil
+	}
+	return &engine.ClusterConfig{
+		Listen:            cl.Listen,
+		Advertise:         cl.Advertise,
+		Join:              cl.Join,
+		ReplicationFactor: int32(cl.ReplicationFactor),
+		ProduceTimeout:    cl.ProduceTimeout,
 	}
 }
 

@@ -121,6 +121,9 @@ func (s *Store) Partition(name string) (*Partition, error) {
 	return p, nil
 }
 
+// Options returns the store's options with the defaults filled in.
+func (s *Store) Options() Options { return s.opts }
+
 // Partitions returns the names of the partitions found in the data dir.
 func (s *Store) Partitions() []string {
 	ents, err := s.opts.FS.ReadDir(s.dir)

@@ -3,6 +3,7 @@ package raft
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,9 +137,42 @@ func TestPartitionLogCorruptionIsRecorded(t *testing.T) {
 }
 
 // A replica on a store that acknowledges before fsync (FsyncInterval)
-// refuses to release the responses of its appends.
+// refuses to bootstrap on it, and (bootstrapped on a durable store) to
+// release the responses of its appends.
 func TestReplicaRefusesUndurableAppends(t *testing.T) {
 	fs, _, p := openTestPartition(t, slog.Options{Fsync: slog.FsyncInterval, FsyncInterval: time.Hour})
+	_, err := OpenReplica(ReplicaConfig{Partition: p, FS: fs, Dir: wireRaft, Voters: []uint64{1}, Group: GroupConfig{ID: 1}})
+	if err == nil || !strings.Contains(err.Error(), "FsyncAlways") {
+		t.Fatalf("bootstrap on an FsyncInterval store: %v; want a refusal naming FsyncAlways", err)
+	}
+	// The same group bootstrapped while the store was durable, reopened on
+	// a store that is not.
+	fs = slog.NewMemFS()
+	for i, opts := range []slog.Options{{}, {Fsync: slog.FsyncInterval, FsyncInterval: time.Hour}} {
+		opts.FS = fs
+		s, err := slog.OpenStore(wireData, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		defer func() { cancel(); <-done; s.Close() }()
+		if p, err = s.Partition(wirePart); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			r, err := OpenReplica(ReplicaConfig{Partition: p, FS: fs, Dir: wireRaft, Voters: []uint64{1}, Group: GroupConfig{ID: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close()
+			cancel()
+			<-done
+			s.Close()
+			done <- nil // for the deferred wait
+		}
+	}
 	r, err := OpenReplica(ReplicaConfig{Partition: p, FS: fs, Dir: wireRaft, Voters: []uint64{1}, Group: GroupConfig{ID: 1}})
 	if err != nil {
 		t.Fatal(err)

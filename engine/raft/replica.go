@@ -107,10 +107,9 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	if snap.Index != 0 {
 		return fail(fmt.Errorf("raft replica %s: a snapshot (index %d) is saved, and installing snapshots is not supported yet", p.Name(), snap.Index))
 	}
-	if isNewState(st) && p.LastIndex() == 0 && len(cfg.Voters) > 0 {
-		st.ConfState = raftpb.ConfState{Voters: append([]uint64(nil), cfg.Voters...)}
-		if err := ss.Save(st); err != nil {
-			return fail(err)
+	if isNewState(st) && len(cfg.Voters) > 0 && bootstrapPending(p, len(cfg.Voters)) {
+		if st, err = bootstrap(p, ss, cfg.Voters); err != nil {
+			return fail(fmt.Errorf("raft replica %s: bootstrap: %w", p.Name(), err))
 		}
 	}
 	plog := NewPartitionLog(p)
@@ -152,6 +151,53 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		cfg.OnCommitted(r.committed)
 	}
 	return r, nil
+}
+
+// bootstrapPending: the log is empty, or holds only what an interrupted
+// bootstrap wrote (n entries of term 1) — the state was not saved after it.
+func bootstrapPending(p *slog.Partition, n int) bool {
+	if p.LastIndex() == 0 {
+		return true
+	}
+	t, err := p.Term(uint64(n))
+	return p.FirstIndex() == 1 && p.LastIndex() == uint64(n) && err == nil && t == 1
+}
+
+// bootstrap starts a new group with its first members as etcd's
+// RawNode.Bootstrap does: one committed ConfChange entry (AddNode, term 1)
+// per voter at indexes 1..n, and a state that has applied them. Every
+// replica bootstrapped with the same voters writes the same entries, and a
+// node added later replays them from the leader's log, so it learns the
+// initial membership from the log itself (a membership kept only in the
+// state file would be missing on it: raft would find its first change
+// removing every voter).
+func bootstrap(p *slog.Partition, ss *StateStore, voters []uint64) (State, error) {
+	if p.LastIndex() == 0 {
+		ents := make([]slog.Entry, len(voters))
+		for i, id := range voters {
+			cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: id}
+			data, err := cc.Marshal()
+			if err != nil {
+				return State{}, err
+			}
+			ents[i] = slog.Entry{Index: uint64(i + 1), Term: 1, Type: slog.EntryConfChange, Data: data}
+		}
+		done := make(chan error, 1)
+		p.AppendEntries(ents, func(err error) { done <- err })
+		if err := <-done; err != nil {
+			return State{}, err
+		}
+		if d := p.DurableIndex(); d < uint64(len(voters)) {
+			return State{}, fmt.Errorf("bootstrap entries acknowledged but durable only up to %d: replicated partitions need a store with FsyncAlways", d)
+		}
+	}
+	n := uint64(len(voters))
+	st := State{
+		HardState: raftpb.HardState{Term: 1, Commit: n},
+		ConfState: raftpb.ConfState{Voters: append([]uint64(nil), voters...)},
+		Applied:   n,
+	}
+	return st, ss.Save(st)
 }
 
 func isNewState(st State) bool {

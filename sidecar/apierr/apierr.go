@@ -113,6 +113,10 @@ func Classify(err error) Reason {
 		return BadPartition
 	case errors.As(err, &notLeader):
 		return NotLeader
+	case errors.Is(err, engine.ErrNoLeader):
+		return NoLeader
+	case errors.Is(err, engine.ErrNotPlaced):
+		return TopicNotPlaced
 	case errors.As(err, &conflict):
 		return TopicConflict
 	case errors.Is(err, engine.ErrQuarantined):

@@ -61,6 +61,12 @@ const (
 	ShuttingDown      Reason = "SHUTTING_DOWN"
 	NotLeader         Reason = "NOT_LEADER"
 	LedgerUnavailable Reason = "LEDGER_UNAVAILABLE"
+	// NoLeader: no leader of the partition was found or reached in time
+	// (a majority of its replicas is down or cut off).
+	NoLeader Reason = "NO_LEADER"
+	// TopicNotPlaced: the cluster has fewer nodes than the topic's
+	// replication factor, so its partitions have no replicas yet.
+	TopicNotPlaced Reason = "TOPIC_NOT_PLACED"
 
 	// UNKNOWN: a publish that may or may not be stored.
 	OutcomeUnknown Reason = "OUTCOME_UNKNOWN"
@@ -109,6 +115,10 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.Unavailable, retry, "retry shortly with the same message ids"}, true
 	case LedgerUnavailable:
 		return entry{codes.Unavailable, retry, "retry once Redis answers again (spool_ledger_available is 1)"}, true
+	case NoLeader:
+		return entry{codes.Unavailable, retry, "a majority of the partition's replicas must be running and reachable: start the stopped spoold, then retry with the same message ids"}, true
+	case TopicNotPlaced:
+		return entry{codes.Unavailable, retry, "start more spoold with --join (or lower cluster.replication_factor), then retry"}, true
 	case OutcomeUnknown:
 		return entry{codes.Unknown, retry, "the messages may or may not be stored: retry with the same message ids (consumers dedupe by id)"}, true
 	case Cancelled:
@@ -159,7 +169,7 @@ func All() []Reason {
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
 		OffsetOutOfRange,
 		DiskFull,
-		ShuttingDown, NotLeader, LedgerUnavailable,
+		ShuttingDown, NotLeader, LedgerUnavailable, NoLeader, TopicNotPlaced,
 		OutcomeUnknown,
 		Cancelled, DeadlineExceeded,
 		Internal,

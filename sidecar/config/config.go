@@ -29,7 +29,33 @@ type Config struct {
 	Topics        []TopicConfig        `yaml:"topics"`
 	Subscriptions []SubscriptionConfig `yaml:"subscriptions"`
 	Redis         RedisConfig          `yaml:"redis"`
+	Cluster       ClusterConfig        `yaml:"cluster"`
 }
+
+// ClusterConfig makes the sidecar a member of a replicated cluster
+// (docs/replication.md). Without Listen the sidecar is a single node that
+// holds every partition itself.
+type ClusterConfig struct {
+	// Listen is where peers reach this node (host:port): raft, joins,
+	// forwarded publishes. Setting it turns clustering on.
+	Listen string `yaml:"listen"`
+	// Advertise is the address peers dial; default Listen (set it when
+	// Listen is a wildcard like 0.0.0.0:7072: the pod IP and port).
+	Advertise string `yaml:"advertise"`
+	// Join lists peers of the cluster to join (host:port). Empty: a node
+	// with an empty data dir bootstraps a new cluster. Ignored once the
+	// node has joined (its data dir remembers its cluster).
+	Join []string `yaml:"join"`
+	// ReplicationFactor is the replica count of new topics' partitions.
+	// Default 3.
+	ReplicationFactor int `yaml:"replication_factor"`
+	// ProduceTimeout bounds how long a publish looks for a partition's
+	// leader and waits for the commit. Default 10s.
+	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+}
+
+// Enabled reports whether the sidecar runs as a cluster member.
+func (c ClusterConfig) Enabled() bool { return c.Listen != "" }
 
 // NodeConfig is about this sidecar process.
 type NodeConfig struct {

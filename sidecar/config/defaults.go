@@ -29,6 +29,11 @@ const (
 	DefaultMaxBatchMessages = 10_000
 	DefaultMaxIDBytes       = 128
 
+	DefaultReplicationFactor = 3
+	DefaultProduceTimeout    = 10 * time.Second
+	// MaxReplicationFactor is the most replicas a partition may have.
+	MaxReplicationFactor = 7
+
 	DefaultPartitions = 4
 	DefaultRetention  = 168 * time.Hour
 
@@ -72,6 +77,12 @@ func (c *Config) ApplyDefaults() {
 	setInt64(&s.SegmentBytes, DefaultSegmentBytes)
 	setDur(&s.SegmentAge, DefaultSegmentAge)
 	setInt64(&s.IndexIntervalBytes, DefaultIndexIntervalBytes)
+
+	if c.Cluster.Enabled() {
+		setString(&c.Cluster.Advertise, c.Cluster.Listen)
+		setInt(&c.Cluster.ReplicationFactor, DefaultReplicationFactor)
+		setDur(&c.Cluster.ProduceTimeout, DefaultProduceTimeout)
+	}
 
 	l := &c.Limits
 	setInt(&l.MaxMessageBytes, DefaultMaxMessageBytes)

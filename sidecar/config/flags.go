@@ -13,6 +13,7 @@ import (
 var EnvVars = []string{
 	"SPOOL_DATA_DIR", "SPOOL_APP_LISTEN", "SPOOL_ADMIN_LISTEN", "SPOOL_NODE_ID", "SPOOL_DEV",
 	"SPOOL_FSYNC", "SPOOL_REDIS_ADDRS", "SPOOL_REDIS_PASSWORD", "SPOOL_DRAIN_TIMEOUT",
+	"SPOOL_CLUSTER_LISTEN", "SPOOL_CLUSTER_ADVERTISE", "SPOOL_JOIN",
 }
 
 // ApplyEnv overrides c with the SPOOL_* environment variables that lookup
@@ -52,6 +53,15 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	if v, ok := get("SPOOL_REDIS_ADDRS"); ok {
 		c.Redis.Addrs = splitList(v)
+	}
+	if v, ok := get("SPOOL_CLUSTER_LISTEN"); ok {
+		c.Cluster.Listen = v
+	}
+	if v, ok := get("SPOOL_CLUSTER_ADVERTISE"); ok {
+		c.Cluster.Advertise = v
+	}
+	if v, ok := get("SPOOL_JOIN"); ok {
+		c.Cluster.Join = splitList(v)
 	}
 	if v, ok := get("SPOOL_REDIS_PASSWORD"); ok {
 		c.Redis.Password = v
@@ -161,6 +171,10 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		apply(func(c *Config) { c.Node.Dev = b })
 		return nil
 	})
+	str("cluster-listen", "host:port where peers reach this node; turns clustering on (cluster.listen)", func(c *Config, v string) { c.Cluster.Listen = v })
+	str("cluster-advertise", "host:port peers dial, when cluster.listen is a wildcard (cluster.advertise)", func(c *Config, v string) { c.Cluster.Advertise = v })
+	list("join", "peer host:port of the cluster to join; repeatable or comma-separated (cluster.join)",
+		func(c *Config) *[]string { return &c.Cluster.Join })
 	str("fsync", "always or interval (storage.fsync); interval can lose acknowledged messages on power loss", func(c *Config, v string) { c.Storage.Fsync = FsyncMode(v) })
 	list("redis-addr", "Redis address host:port of the dedupe ledger; repeatable or comma-separated (redis.addrs)",
 		func(c *Config) *[]string { return &c.Redis.Addrs })

@@ -96,6 +96,7 @@ func (c *Config) Validate() error {
 	c.validateTopics(&v)
 	c.validateSubscriptions(&v)
 	c.validateRedis(&v)
+	c.validateCluster(&v)
 	return errors.Join(v.errs...)
 }
 
@@ -384,4 +385,43 @@ func unixHint(a string) string {
 func anyPort(addr string) bool {
 	_, port, err := net.SplitHostPort(addr)
 	return err == nil && port == "0"
+}
+
+func (c *Config) validateCluster(v *validator) {
+	cl := &c.Cluster
+	if !cl.Enabled() {
+		if cl.Advertise != "" || len(cl.Join) > 0 {
+			v.add("cluster.listen", "", "set (host:port peers reach this node at) when cluster.advertise or cluster.join is set")
+		}
+		return
+	}
+	if !validListen(cl.Listen, false) {
+		v.add("cluster.listen", cl.Listen, allowedTCP)
+	}
+	if !validListen(cl.Advertise, false) || anyPort(cl.Advertise) || wildcardHost(cl.Advertise) {
+		v.add("cluster.advertise", cl.Advertise, "host:port that peers can dial (not a wildcard address, not port 0): set it when cluster.listen is like 0.0.0.0:7072")
+	}
+	for i, j := range cl.Join {
+		if !validListen(j, false) || anyPort(j) {
+			v.add(fmt.Sprintf("cluster.join[%d]", i), j, allowedTCP)
+		}
+	}
+	if cl.ReplicationFactor < 1 || cl.ReplicationFactor > MaxReplicationFactor {
+		v.add("cluster.replication_factor", strconv.Itoa(cl.ReplicationFactor), fmt.Sprintf("1 to %d", MaxReplicationFactor))
+	}
+	if cl.ProduceTimeout <= 0 {
+		v.add("cluster.produce_timeout", cl.ProduceTimeout.String(), "a positive duration, like 10s")
+	}
+	if c.Storage.Fsync != FsyncAlways {
+		v.add("storage.fsync", string(c.Storage.Fsync), "always in a cluster (a replica acknowledges only what is on disk)")
+	}
+	if c.Node.Dev && c.Node.DataDir == "" {
+		v.add("node.data_dir", "", "set in a cluster: a node's identity and replicas must outlive the process")
+	}
+}
+
+// wildcardHost: an address whose host is empty or a wildcard.
+func wildcardHost(a string) bool {
+	h, _, err := net.SplitHostPort(a)
+	return err != nil || h == "" || h == "0.0.0.0" || h == "::"
 }

@@ -1,0 +1,676 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/raft"
+	"github.com/spoolmq/spool/engine/transport"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+)
+
+// ClusterConfig makes a Node a member of a Spool cluster: its partitions
+// are raft groups replicated to ReplicationFactor nodes, and group 0 (the
+// controller) keeps the members, the topics and where each partition's
+// replicas are (docs/replication.md).
+type ClusterConfig struct {
+	// Listen is where peers reach this node (host:port): raft messages,
+	// joins, forwarded publishes and remote reads share this port.
+	Listen string
+	// Advertise is the address peers dial; default Listen. Set it when
+	// Listen is a wildcard (0.0.0.0:7072).
+	Advertise string
+	// Join lists peers (host:port) of an existing cluster. A node with no
+	// identity in its data dir asks them to admit it; with Join empty it
+	// bootstraps a new cluster of one. A node that has an identity ignores
+	// Join: it rejoins its own cluster.
+	Join []string
+	// ReplicationFactor is the number of replicas of the partitions of a
+	// topic created by this node. Default 3.
+	ReplicationFactor int32
+	// ProduceTimeout bounds how long Produce looks for a leader and waits
+	// for a commit before failing. Default 10 s.
+	ProduceTimeout time.Duration
+	// JoinTimeout bounds how long a new node tries to be admitted. Default 60 s.
+	JoinTimeout time.Duration
+	// TickInterval is raft's tick (elections after 10 ticks, heartbeats
+	// every tick). Default 100 ms; tests shorten it.
+	TickInterval time.Duration
+}
+
+// Defaults of ClusterConfig.
+const (
+	DefaultReplicationFactor = 3
+	DefaultProduceTimeout    = 10 * time.Second
+	DefaultJoinTimeout       = 60 * time.Second
+	// controllerPartition is group 0's log in the node's store. Topic names
+	// cannot start with "__" (the sidecar refuses them), so it never clashes.
+	controllerPartition = "__controller-0"
+	// controllerGroup is the raft group of the controller.
+	controllerGroup = 0
+	// maxControllerCommandBytes bounds one controller command.
+	maxControllerCommandBytes = 64 << 10
+)
+
+func (c *ClusterConfig) validate() error {
+	if c.Listen == "" {
+		return errors.New("engine: cluster.listen is empty: give the host:port peers reach this node at")
+	}
+	if c.Advertise == "" {
+		c.Advertise = c.Listen
+	}
+	if h, _, err := net.SplitHostPort(c.Advertise); err != nil || h == "" || h == "0.0.0.0" || h == "::" {
+		return fmt.Errorf("engine: cluster advertise address %q: want the host:port peers dial (not a wildcard): set cluster.advertise", c.Advertise)
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = DefaultReplicationFactor
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > meta.MaxReplicationFactor {
+		return fmt.Errorf("engine: cluster.replication_factor %d: want 1 to %d", c.ReplicationFactor, meta.MaxReplicationFactor)
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.JoinTimeout == 0 {
+		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = raft.TickInterval
+	}
+	if c.ProduceTimeout < 0 || c.JoinTimeout < 0 || c.TickInterval < 0 {
+		return errors.New("engine: cluster timeouts must be positive")
+	}
+	return nil
+}
+
+// cluster is a Node's membership of its cluster: identity, transport,
+// replicas (the Host) and the controller's state.
+type cluster struct {
+	n      *Node
+	cfg    ClusterConfig
+	fs     log.FS
+	dir    string // DataDir/cluster
+	logger interface {
+		Info(string, ...any)
+		Warn(string, ...any)
+		Error(string, ...any)
+	}
+
+	id        identity
+	bootstrap bool // this node created the cluster (no identity, no Join)
+
+	host  *raft.Host
+	tr    *transport.GRPC
+	ctrlP *log.Partition // group 0's log
+
+	peers *peerClients
+
+	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
+	ctrlEnd    atomic.Int64  // group 0's committed end, from OnCommitted
+
+	mu       sync.Mutex // guards the fields below; never held while calling out
+	state    *meta.State
+	applied  int64                 // next offset of group 0's log to apply
+	results  map[int64]meta.Result // recent results by offset, for proposers
+	changed  chan struct{}         // closed and replaced after each apply
+	ready    chan struct{}         // closed once this node is a member with a known state
+	readyErr error                 // why the node could not start, set before ready is closed
+	opened   map[uint64]bool       // groups whose replica this node runs
+	ccBusy   bool                  // a controller conf change is in flight
+}
+
+// newCluster prepares the cluster side of a Node; Run starts it.
+func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if n.cfg.Log.Fsync != log.FsyncAlways {
+		return nil, errors.New("engine: a cluster node needs storage.fsync: always (a replica acknowledges only what is on disk)")
+	}
+	c := &cluster{
+		n:          n,
+		cfg:        cfg,
+		fs:         n.cfg.Log.FS,
+		dir:        filepath.Join(n.cfg.DataDir, "cluster"),
+		logger:     n.cfg.Logger,
+		ctrlSignal: make(chan struct{}, 1),
+		state:      meta.NewState(),
+		results:    map[int64]meta.Result{},
+		changed:    make(chan struct{}),
+		ready:      make(chan struct{}),
+		opened:     map[uint64]bool{},
+	}
+	id, ok, err := loadIdentity(c.fs, c.dir)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case ok:
+		c.id = id
+	case len(cfg.Join) == 0:
+		if len(n.store.Partitions()) > 0 {
+			return nil, fmt.Errorf("engine: %s holds partitions written without a cluster: a cluster node starts from an empty data dir (or run without cluster settings)", n.cfg.DataDir)
+		}
+		c.bootstrap = true
+		c.id = identity{ClusterID: randomID(8), NodeID: 1, Token: randomID(16)}
+		if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// run joins (when needed), starts the transport, the replicas and the
+// controller, and serves until ctx ends.
+func (c *cluster) run(ctx context.Context) error {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", c.cfg.Listen)
+	if err != nil {
+		c.fail(fmt.Errorf("engine: cluster listener %s: %w", c.cfg.Listen, err))
+		return c.readyErr
+	}
+	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes)
+	defer c.peers.close()
+	if c.id.NodeID == 0 {
+		nodes, err := c.join(ctx)
+		if err != nil {
+			_ = l.Close()
+			c.fail(err)
+			return err
+		}
+		for _, nd := range nodes {
+			c.peers.set(nd.GetId(), nd.GetAddr())
+		}
+	}
+	c.host, err = raft.NewHost(raft.HostConfig{
+		NodeID:       c.id.NodeID,
+		Send:         func(msgs []transport.Message) { c.tr.Send(msgs) },
+		TickInterval:    c.cfg.TickInterval,
+		ProposalTimeout: c.cfg.ProduceTimeout,
+		Logger:          c.n.cfg.Logger,
+	})
+	if err != nil {
+		_ = l.Close()
+		c.fail(err)
+		return err
+	}
+	c.tr, err = transport.NewGRPC(transport.GRPCConfig{
+		ClusterID: c.id.ClusterID,
+		NodeID:    c.id.NodeID,
+		Handler:   c.host,
+		Listener:  l,
+		Logger:    c.n.cfg.Logger,
+		Register: func(s *grpc.Server) {
+			clusterv1.RegisterNodeServiceServer(s, &nodeService{c: c})
+		},
+	})
+	if err != nil {
+		_ = l.Close()
+		c.fail(err)
+		return err
+	}
+	for id, addr := range c.peers.all() {
+		if id != c.id.NodeID {
+			_ = c.tr.AddPeer(id, addr)
+		}
+	}
+	if c.ctrlP, err = c.n.store.Partition(controllerPartition); err != nil {
+		_ = l.Close()
+		c.fail(fmt.Errorf("engine: open the controller's log: %w", err))
+		return c.readyErr
+	}
+	var voters []uint64
+	if c.bootstrap {
+		voters = []uint64{c.id.NodeID}
+	}
+	if err := c.host.Add(controllerGroup, raft.ReplicaConfig{
+		Partition:   c.ctrlP,
+		FS:          c.fs,
+		Dir:         c.groupDir(controllerGroup),
+		Voters:        voters,
+		Group:         raft.GroupConfig{ID: c.id.NodeID},
+		MaxBatchBytes: c.n.cfg.Log.MaxBatchBytes,
+		OnCommitted: func(end int64) { c.ctrlEnd.Store(end); c.signalController() },
+	}); err != nil {
+		_ = l.Close()
+		c.fail(fmt.Errorf("engine: open the controller's replica: %w", err))
+		return c.readyErr
+	}
+	// What this node already knows of the cluster (its committed controller
+	// log) places its replicas before the first election.
+	c.applyController()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	goRun := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() { // owned: awaited below
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				errs <- fmt.Errorf("engine: %s: %w", name, err)
+			}
+		}()
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctx = runCtx
+	goRun("transport", c.tr.Run)
+	goRun("raft host", c.host.Run)
+	goRun("controller", c.runController)
+	goRun("membership", c.register)
+
+	var err2 error
+	select {
+	case <-ctx.Done():
+	case err2 = <-errs:
+		c.fail(err2)
+		cancel()
+	}
+	wg.Wait()
+	return err2
+}
+
+func (c *cluster) groupDir(group uint64) string {
+	return filepath.Join(c.n.cfg.DataDir, "raft", strconv.FormatUint(group, 10))
+}
+
+// fail records why the node cannot serve and releases everyone waiting for
+// it to be ready.
+func (c *cluster) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.ready:
+		return
+	default:
+	}
+	c.readyErr = err
+	close(c.ready)
+}
+
+// awaitReady waits until this node is a member of the cluster with a known
+// state, or d passes.
+func (c *cluster) awaitReady(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.ready:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.readyErr
+	case <-t.C:
+		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", c.id.NodeID, c.id.ClusterID, d, c.whyNotReady())
+	}
+}
+
+// whyNotReady explains the wait for operators.
+func (c *cluster) whyNotReady() error {
+	st, ok := c.host.Status(controllerGroup)
+	switch {
+	case !ok:
+		return errors.New("the controller's replica is not open")
+	case st.Err != nil:
+		return st.Err
+	case st.Leader == 0:
+		return fmt.Errorf("the controller has no leader (voters %v): a majority of them must be running and reachable at cluster.listen", st.Voters)
+	default:
+		return fmt.Errorf("the controller (led by node %d) has not admitted this node yet", st.Leader)
+	}
+}
+
+// register makes this node a member: a bootstrapping node initialises the
+// cluster and adds itself; every node keeps its advertised address current.
+// Then it does the controller leader's chores while it leads.
+func (c *cluster) register(ctx context.Context) error {
+	if c.bootstrap {
+		_ = c.host.Campaign(controllerGroup)
+		for c.stateClusterID() == "" {
+			_, err := c.proposeMeta(ctx, meta.Command{Init: &meta.Init{ClusterID: c.id.ClusterID}})
+			if err == nil || errors.Is(err, errAlreadyApplied) {
+				break
+			}
+			c.logger.Warn("spool cluster: initialising the cluster failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(c.cfg.TickInterval * 5):
+			}
+		}
+	}
+	for {
+		c.mu.Lock()
+		self, known := c.state.Node(c.id.NodeID)
+		c.mu.Unlock()
+		if known && self.Addr == c.cfg.Advertise {
+			break
+		}
+		var cmd meta.Command
+		switch {
+		case known: // the node came back at another address (a new pod IP)
+			cmd.SetNodeAddr = &meta.SetNodeAddr{ID: c.id.NodeID, Addr: c.cfg.Advertise}
+		case c.bootstrap:
+			cmd.AddNode = &meta.AddNode{Addr: c.cfg.Advertise, Token: c.id.Token}
+		default: // admitted (Join answered) but not applied here yet
+			ctx2, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
+			err := c.awaitState(ctx2, func(s *meta.State) bool { _, ok := s.Node(c.id.NodeID); return ok })
+			cancel()
+			if err != nil {
+				return fmt.Errorf("admitted as node %d but the controller's log has not reached this node: %w", c.id.NodeID, c.whyNotReady())
+			}
+			continue
+		}
+		res, err := c.proposeMeta(ctx, cmd)
+		if err != nil {
+			c.logger.Warn("spool cluster: registering this node failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(c.cfg.TickInterval * 5):
+			}
+			continue
+		}
+		if cmd.AddNode != nil && res.NodeID != c.id.NodeID {
+			return fmt.Errorf("the new cluster gave this node id %d, want %d: remove %s and start again", res.NodeID, c.id.NodeID, c.dir)
+		}
+	}
+	c.mu.Lock()
+	select {
+	case <-c.ready:
+	default:
+		close(c.ready)
+	}
+	c.mu.Unlock()
+	tick := time.NewTicker(max(c.cfg.TickInterval*10, 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		c.leaderChores()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// leaderChores: while this node leads the controller, move group 0's
+// membership one step toward meta.ControllerMembers.
+func (c *cluster) leaderChores() {
+	st, ok := c.host.Status(controllerGroup)
+	if !ok || !st.IsLeader {
+		return
+	}
+	c.mu.Lock()
+	if c.ccBusy {
+		c.mu.Unlock()
+		return
+	}
+	cc, change := meta.NextConfChange(confState(st), c.state)
+	if change {
+		c.ccBusy = true
+	}
+	c.mu.Unlock()
+	if !change {
+		return
+	}
+	c.host.ProposeConfChange(controllerGroup, cc, func(err error) {
+		c.mu.Lock()
+		c.ccBusy = false
+		c.mu.Unlock()
+		if err != nil {
+			c.logger.Warn("spool cluster: controller membership change failed; retrying", "change", cc.String(), "err", err)
+		}
+	})
+}
+
+// signalController wakes the controller loop (group 0's committed end moved).
+func (c *cluster) signalController() {
+	select {
+	case c.ctrlSignal <- struct{}{}:
+	default:
+	}
+}
+
+// runController applies group 0's committed commands as they commit.
+func (c *cluster) runController(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.ctrlSignal:
+			c.applyController()
+		}
+	}
+}
+
+// applyController applies the committed commands not applied yet to a
+// copy of the state, brings this node in line with it (peers, topics,
+// replicas), and only then publishes it: whoever sees a state through
+// c.state finds this node already matching it. Only the controller loop
+// (and run, before it starts) calls it.
+func (c *cluster) applyController() {
+	end := c.ctrlCommitted()
+	c.mu.Lock()
+	from := c.applied
+	st := c.state
+	c.mu.Unlock()
+	if from >= end {
+		return
+	}
+	st = st.Clone()
+	results := map[int64]meta.Result{}
+	var recs []log.Record
+	for from < end {
+		var err error
+		recs, err = c.ctrlP.Read(from, 1<<20, end, recs[:0])
+		if err == nil && len(recs) == 0 {
+			err = errors.New("no records below the committed end")
+		}
+		if err != nil {
+			c.logger.Error("spool cluster: cannot read the controller's log; this node's view of the cluster is stuck until it is restarted", "offset", from, "err", err)
+			break
+		}
+		stuck := false
+		for _, r := range recs {
+			cmd, err := meta.DecodeCommand(r.Value)
+			if err != nil {
+				// Every node must apply the same commands: one this release
+				// cannot read (a newer node wrote it) stops the controller
+				// here rather than letting this node's view drift.
+				c.logger.Error("spool cluster: a controller command this spoold cannot read; upgrade it to the cluster's release", "offset", r.Offset, "err", err)
+				stuck = true
+				break
+			}
+			results[r.Offset] = st.Apply(cmd)
+			from = r.Offset + 1
+		}
+		if stuck {
+			break
+		}
+	}
+	c.reconcile(st)
+	c.mu.Lock()
+	c.state, c.applied = st, from
+	for off, res := range results {
+		c.results[off] = res
+	}
+	for off := range c.results { // keep the recent ones only
+		if off < c.applied-maxRecentResults {
+			delete(c.results, off)
+		}
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// maxRecentResults is how many controller results are kept for proposers
+// waiting on them.
+const maxRecentResults = 4096
+
+// ctrlCommitted is group 0's committed end. It comes from OnCommitted
+// itself: the host's status is refreshed only after the Process that
+// called it, so a wake-up reading the status could miss the last commit.
+func (c *cluster) ctrlCommitted() int64 { return c.ctrlEnd.Load() }
+
+// reconcile makes this node match the controller's state: a connection to
+// every member, every topic known, a replica of every partition placed here.
+func (c *cluster) reconcile(st *meta.State) {
+	for _, nd := range st.Nodes() {
+		if nd.ID == c.id.NodeID {
+			continue
+		}
+		if c.peers.set(nd.ID, nd.Addr) {
+			if err := c.tr.AddPeer(nd.ID, nd.Addr); err != nil {
+				c.logger.Error("spool cluster: cannot add peer", "node", nd.ID, "addr", nd.Addr, "err", err)
+			}
+		}
+	}
+	for _, t := range st.Topics() {
+		c.n.placeTopic(t, c.id.NodeID, c.openReplica)
+	}
+}
+
+// openReplica starts this node's replica of a partition (once).
+func (c *cluster) openReplica(part *partition) error {
+	c.mu.Lock()
+	done := c.opened[part.group]
+	c.opened[part.group] = true
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	err := c.host.Add(part.group, raft.ReplicaConfig{
+		Partition:   part.log,
+		FS:          c.fs,
+		Dir:         c.groupDir(part.group),
+		Voters:        part.replicas,
+		Group:         raft.GroupConfig{ID: c.id.NodeID},
+		MaxBatchBytes: c.n.cfg.Log.MaxBatchBytes,
+		OnCommitted: part.setCommitted,
+	})
+	if err != nil {
+		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+	}
+	return err
+}
+
+// errAlreadyApplied: a command the state refused because it is already in
+// effect (Init of this cluster).
+var errAlreadyApplied = errors.New("already applied")
+
+// proposeMeta puts a command in the controller's log (through its leader)
+// and returns its result once this node has applied it.
+func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Result, error) {
+	b, err := meta.EncodeCommand(cmd)
+	if err != nil {
+		return meta.Result{}, err
+	}
+	data := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: b}}, time.Now().UnixMilli())
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
+	defer cancel()
+	base, err := c.produceWait(ctx, controllerGroup, "", 0, nil, data)
+	if err != nil {
+		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
+	}
+	for {
+		c.mu.Lock()
+		applied, ch := c.applied, c.changed
+		res, have := c.results[base]
+		c.mu.Unlock()
+		if applied > base {
+			if !have {
+				return meta.Result{}, fmt.Errorf("engine: controller command at offset %d applied too long ago to know its result", base)
+			}
+			if cmd.Init != nil && res.Err != nil && c.stateClusterID() == c.id.ClusterID {
+				return res, errAlreadyApplied
+			}
+			if res.Err != nil {
+				return res, res.Err
+			}
+			return res, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return meta.Result{}, fmt.Errorf("engine: controller command committed at offset %d, not applied here yet: %w", base, ctx.Err())
+		}
+	}
+}
+
+func (c *cluster) stateClusterID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.ClusterID()
+}
+
+// awaitState waits until cond holds on the controller's state, or ctx ends.
+func (c *cluster) awaitState(ctx context.Context, cond func(*meta.State) bool) error {
+	for {
+		c.mu.Lock()
+		ok, ch := cond(c.state), c.changed
+		c.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ensureTopic records a topic in the controller (idempotent) and waits
+// until this node knows it.
+func (c *cluster) ensureTopic(spec TopicSpec) error {
+	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.JoinTimeout)
+	defer cancel()
+	ms := meta.TopicSpec{Name: spec.Name, Partitions: spec.Partitions, ReplicationFactor: c.cfg.ReplicationFactor,
+		RetentionAgeMs: spec.RetentionAge.Milliseconds(), RetentionBytes: spec.RetentionBytes}
+	c.mu.Lock()
+	t, known := c.state.Topic(spec.Name)
+	c.mu.Unlock()
+	if known {
+		ms.ReplicationFactor = t.Spec.ReplicationFactor // set at creation; changing it is a replica move
+	}
+	if !known || t.Spec != ms {
+		if _, err := c.proposeMeta(ctx, meta.Command{CreateTopic: &meta.CreateTopic{Spec: ms}}); err != nil {
+			var tc *meta.TopicConflictError
+			if errors.As(err, &tc) {
+				return &TopicConflictError{Topic: spec.Name, Stored: tc.Existing.Partitions, Declared: spec.Partitions}
+			}
+			return err
+		}
+	}
+	if err := c.awaitState(ctx, func(s *meta.State) bool { _, ok := s.Topic(spec.Name); return ok }); err != nil {
+		return fmt.Errorf("engine: topic %q was created but this node has not seen it: %w", spec.Name, err)
+	}
+	c.n.mu.RLock()
+	_, ok := c.n.topics[spec.Name]
+	c.n.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("engine: topic %q is in the controller but not open here: see the log for why", spec.Name)
+	}
+	return nil
+}
+
+// confState is the membership in a group status.
+func confState(st raft.GroupStatus) raftpb.ConfState {
+	return raftpb.ConfState{Voters: slices.Clone(st.Voters), Learners: slices.Clone(st.Learners)}
+}

@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"slices"
+	"time"
+
+	"github.com/spoolmq/spool/engine/meta"
+)
+
+// placeTopic makes a topic of the controller's state known on this node:
+// the topic itself as soon as it is created (so that subscriptions and
+// Partitions work while it waits for nodes), and its partitions once placed,
+// with a log for each partition this node holds a replica of. open starts
+// those replicas; it is called with no engine lock held.
+func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) error) {
+	spec := TopicSpec{
+		Name:           mt.Spec.Name,
+		Partitions:     mt.Spec.Partitions,
+		RetentionAge:   time.Duration(mt.Spec.RetentionAgeMs) * time.Millisecond,
+		RetentionBytes: mt.Spec.RetentionBytes,
+	}
+	var toOpen []*partition
+	n.mu.Lock()
+	t, ok := n.topics[spec.Name]
+	if !ok {
+		t = &topic{name: spec.Name, changed: make(chan struct{})}
+		for p := range spec.Partitions {
+			part := &partition{topic: t, num: p}
+			part.limit.Store(noLimit)
+			t.parts = append(t.parts, part)
+		}
+		n.topics[spec.Name] = t
+	}
+	// Retention of a replicated partition is applied when the leader
+	// proposes the new log start (not yet built): it is kept in the spec
+	// and not given to the log.
+	t.spec = spec
+	if len(mt.Partitions) == len(t.parts) && t.parts[0].group == 0 {
+		for i, mp := range mt.Partitions {
+			part := &partition{topic: t, num: int32(i), group: mp.Group, replicas: slices.Clone(mp.Replicas)}
+			part.limit.Store(noLimit)
+			if slices.Contains(mp.Replicas, self) {
+				lp, err := n.store.Partition(PartitionName(spec.Name, int32(i)))
+				if err != nil { // served from the other replicas meanwhile
+					n.cfg.Logger.Error("spool cluster: cannot open a partition's log", "topic", spec.Name, "partition", i, "err", err)
+				} else {
+					part.log = lp
+					toOpen = append(toOpen, part)
+				}
+			}
+			t.parts[i] = part
+		}
+	}
+	n.mu.Unlock()
+	for _, part := range toOpen {
+		_ = open(part) // logged by open
+	}
+	if len(toOpen) > 0 || !ok {
+		t.notify()
+	}
+}

@@ -1,0 +1,500 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/raft"
+	"github.com/spoolmq/spool/engine/transport"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+)
+
+// produce appends recs to a partition of the cluster: proposed here when
+// this node leads it, forwarded to its leader otherwise. done runs on
+// another goroutine once the records are committed (a quorum has them on
+// disk), or with why not.
+//
+// Order: a proposal made here is taken in call order. A forwarded one
+// travels on its own call, so two Produce calls to a partition led
+// elsewhere, made without waiting for the first, may be stored in either
+// order (docs/semantics.md).
+func (c *cluster) produce(part *partition, recs []log.Record, done func(int64, error)) {
+	if part.group == 0 {
+		go done(0, fmt.Errorf("%w: topic %q waits for %d nodes to place its replicas (the cluster has %d): start more spoold with --join, or lower cluster.replication_factor",
+			ErrNotPlaced, part.topic.name, c.topicRF(part.topic.name), c.nodeCount()))
+		return
+	}
+	data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
+	if st, ok := c.host.Status(part.group); ok && st.IsLeader {
+		// The fast path: proposed on the caller's goroutine, in call order.
+		c.host.Propose(part.group, data, func(base int64, err error) {
+			if err == nil || !retryable(err) {
+				done(base, c.produceError(part, err))
+				return
+			}
+			go c.produceRetry(part, data, done)
+		})
+		return
+	}
+	go c.produceRetry(part, data, done)
+}
+
+// produceRetry looks for the leader until ProduceTimeout.
+func (c *cluster) produceRetry(part *partition, data []byte, done func(int64, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
+	defer cancel()
+	base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.replicas, data)
+	done(base, c.produceError(part, err))
+}
+
+// retryable: the records were certainly not stored, and another attempt
+// (at the leader) may succeed.
+func retryable(err error) bool {
+	var nl *raft.NotLeaderError
+	return errors.As(err, &nl) || errors.Is(err, raft.ErrProposalLost)
+}
+
+// produceError names the partition in an error and maps the raft host's
+// errors to the engine's.
+func (c *cluster) produceError(part *partition, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrOutcomeUnknown):
+		return fmt.Errorf("%w: %s/%d: %w", ErrOutcomeUnknown, part.topic.name, part.num, err)
+	}
+	return fmt.Errorf("%s/%d: %w", part.topic.name, part.num, err)
+}
+
+// ErrNotPlaced: the topic's partitions have no replicas yet (fewer nodes
+// than its replication factor).
+var ErrNotPlaced = errors.New("engine: topic not placed yet")
+
+// ErrNoLeader: no leader of the partition could be found or reached in time.
+var ErrNoLeader = errors.New("engine: no leader")
+
+// produceWait proposes data to a group's leader, here or at a peer,
+// retrying while that is safe (nothing was stored) until ctx ends.
+func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte) (int64, error) {
+	var lastErr error
+	var hint uint64
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			wait := min(time.Duration(attempt)*c.cfg.TickInterval/2, 4*c.cfg.TickInterval)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				if lastErr == nil {
+					lastErr = ctx.Err()
+				}
+				return 0, fmt.Errorf("%w after %v: %w", ErrNoLeader, c.cfg.ProduceTimeout, lastErr)
+			case <-t.C:
+			}
+		}
+		leader := hint
+		hint = 0
+		if st, ok := c.host.Status(group); ok {
+			if st.IsLeader {
+				base, err := c.proposeLocal(ctx, group, data)
+				if err == nil || !retryable(err) {
+					return base, err
+				}
+				lastErr = err
+				continue
+			}
+			if leader == 0 {
+				leader = st.Leader
+			}
+		}
+		if leader == 0 || leader == c.id.NodeID {
+			if len(replicas) == 0 {
+				lastErr = errors.New("no leader known (an election may be running)")
+				continue
+			}
+			leader = replicas[attempt%len(replicas)] // ask one; it names the leader
+			if leader == c.id.NodeID {
+				continue
+			}
+		}
+		base, err := c.forward(ctx, leader, group, topic, num, data)
+		var nl *raft.NotLeaderError
+		switch {
+		case err == nil:
+			return base, nil
+		case errors.As(err, &nl):
+			hint = nl.Leader
+			lastErr = err
+		case errors.Is(err, raft.ErrProposalLost), errors.Is(err, errUnreachable):
+			lastErr = err
+		default:
+			return 0, err
+		}
+	}
+}
+
+// proposeLocal proposes on this node and waits for the outcome.
+func (c *cluster) proposeLocal(ctx context.Context, group uint64, data []byte) (int64, error) {
+	type outcome struct {
+		base int64
+		err  error
+	}
+	ch := make(chan outcome, 1)
+	c.host.Propose(group, data, func(base int64, err error) { ch <- outcome{base, err} })
+	select {
+	case o := <-ch:
+		return o.base, o.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("%w: no answer from raft in time: %w", raft.ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// errUnreachable: a peer could not be asked (nothing was stored there).
+var errUnreachable = errors.New("peer unreachable")
+
+// forward asks node to propose data in group.
+func (c *cluster) forward(ctx context.Context, node, group uint64, topic string, num int32, data []byte) (int64, error) {
+	cl, err := c.peers.client(node)
+	if err != nil {
+		return 0, fmt.Errorf("%w: node %d: %w", errUnreachable, node, err)
+	}
+	resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: c.id.ClusterID, Topic: topic, Partition: num, Group: group, Records: data})
+	if err != nil {
+		if status.Code(err) == codes.Unavailable {
+			return 0, fmt.Errorf("%w: node %d: %w", errUnreachable, node, err)
+		}
+		return 0, fmt.Errorf("%w: forwarded to node %d: %w", raft.ErrOutcomeUnknown, node, err)
+	}
+	switch resp.GetError() {
+	case clusterv1.ProduceError_PRODUCE_ERROR_UNSPECIFIED:
+		return resp.GetBaseOffset(), nil
+	case clusterv1.ProduceError_PRODUCE_ERROR_NOT_LEADER:
+		return 0, &raft.NotLeaderError{Group: group, Leader: resp.GetLeader()}
+	case clusterv1.ProduceError_PRODUCE_ERROR_LOST:
+		return 0, fmt.Errorf("%w: at node %d: %s", raft.ErrProposalLost, node, resp.GetMessage())
+	case clusterv1.ProduceError_PRODUCE_ERROR_OUTCOME_UNKNOWN:
+		return 0, fmt.Errorf("%w: at node %d: %s", raft.ErrOutcomeUnknown, node, resp.GetMessage())
+	case clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE:
+		return 0, fmt.Errorf("%w: node %d: %s", errUnreachable, node, resp.GetMessage())
+	default:
+		return 0, fmt.Errorf("engine: node %d refused the records: %s", node, resp.GetMessage())
+	}
+}
+
+// fetchRemote reads a partition this node holds no replica of from one
+// that does (the leader when known).
+func (c *cluster) fetchRemote(part *partition, offset int64, maxBytes int, dst []log.Record) ([]log.Record, error) {
+	resp, err := c.askReplica(part, func(ctx context.Context, cl clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error) {
+		return cl.Fetch(ctx, &clusterv1.FetchRequest{ClusterId: c.id.ClusterID, Topic: part.topic.name, Partition: part.num, Offset: offset, MaxBytes: int32(min(maxBytes, 1<<30))})
+	})
+	if err != nil {
+		return dst, err
+	}
+	part.setCommitted(resp.GetEnd())
+	if len(resp.GetBatch()) == 0 {
+		if offset < resp.GetStart() {
+			return dst, &log.OffsetOutOfRangeError{Offset: offset, Start: resp.GetStart(), End: resp.GetEnd()}
+		}
+		return dst, nil
+	}
+	_, recs, _, err := log.DecodeBatch(resp.GetBatch())
+	if err != nil {
+		return dst, fmt.Errorf("engine: %s/%d: a peer sent a damaged batch: %w", part.topic.name, part.num, err)
+	}
+	return append(dst, recs...), nil
+}
+
+// offsetsRemote asks a replica for a partition's log start and committed end.
+func (c *cluster) offsetsRemote(part *partition) (int64, int64, error) {
+	resp, err := c.askReplica(part, func(ctx context.Context, cl clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error) {
+		return cl.Fetch(ctx, &clusterv1.FetchRequest{ClusterId: c.id.ClusterID, Topic: part.topic.name, Partition: part.num, Offset: -1})
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	part.setCommitted(resp.GetEnd())
+	return resp.GetStart(), resp.GetEnd(), nil
+}
+
+// askReplica calls the replicas of a partition in turn until one answers.
+func (c *cluster) askReplica(part *partition, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
+	if part.group == 0 { // not placed: nothing to read yet
+		return &clusterv1.FetchResponse{}, nil
+	}
+	var errs []error
+	for _, node := range part.replicas {
+		cl, err := c.peers.client(node)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
+		resp, err := call(ctx, cl)
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		errs = append(errs, fmt.Errorf("node %d: %w", node, err))
+	}
+	return nil, fmt.Errorf("engine: %s/%d: no replica answered (replicas %v): %w", part.topic.name, part.num, part.replicas, errors.Join(errs...))
+}
+
+func (c *cluster) topicRF(name string) int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, _ := c.state.Topic(name)
+	return t.Spec.ReplicationFactor
+}
+
+func (c *cluster) nodeCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.state.Nodes())
+}
+
+// nodeService answers peers: joins, forwarded publishes, remote reads.
+type nodeService struct {
+	clusterv1.UnimplementedNodeServiceServer
+	c *cluster
+}
+
+// Produce proposes a forwarded payload if this node leads the group; it
+// never forwards again (the caller retries at the leader it names).
+func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest) (*clusterv1.ProduceResponse, error) {
+	c := s.c
+	if req.GetClusterId() != c.id.ClusterID {
+		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, req.GetClusterId())
+	}
+	refuse := func(code clusterv1.ProduceError, format string, args ...any) (*clusterv1.ProduceResponse, error) {
+		return &clusterv1.ProduceResponse{Error: code, Message: fmt.Sprintf(format, args...)}, nil
+	}
+	group := req.GetGroup()
+	if group != controllerGroup {
+		part, err := c.n.partition(req.GetTopic(), req.GetPartition())
+		if err != nil {
+			return refuse(clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE, "%v", err)
+		}
+		if part.group != group {
+			return refuse(clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE, "%s/%d is group %d here, not %d: the nodes' views of the cluster differ for now", req.GetTopic(), req.GetPartition(), part.group, group)
+		}
+	}
+	if err := log.CheckRecords(req.GetRecords(), c.n.cfg.Log.MaxBatchBytes); err != nil {
+		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_INVALID, "%v", err)
+	}
+	st, ok := c.host.Status(group)
+	if !ok {
+		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE, "node %d holds no replica of group %d", c.id.NodeID, group)
+	}
+	if !st.IsLeader {
+		return &clusterv1.ProduceResponse{Error: clusterv1.ProduceError_PRODUCE_ERROR_NOT_LEADER, Leader: st.Leader,
+			Message: fmt.Sprintf("node %d does not lead group %d", c.id.NodeID, group)}, nil
+	}
+	base, err := c.proposeLocal(ctx, group, req.GetRecords())
+	var nl *raft.NotLeaderError
+	switch {
+	case err == nil:
+		return &clusterv1.ProduceResponse{BaseOffset: base}, nil
+	case errors.As(err, &nl):
+		return &clusterv1.ProduceResponse{Error: clusterv1.ProduceError_PRODUCE_ERROR_NOT_LEADER, Leader: nl.Leader, Message: err.Error()}, nil
+	case errors.Is(err, raft.ErrProposalLost):
+		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_LOST, "%v", err)
+	case errors.Is(err, raft.ErrOutcomeUnknown):
+		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_OUTCOME_UNKNOWN, "%v", err)
+	default:
+		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_INVALID, "%v", err)
+	}
+}
+
+// Fetch reads committed records of a partition this node holds. Offset -1
+// asks for the offsets only.
+func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*clusterv1.FetchResponse, error) {
+	c := s.c
+	if req.GetClusterId() != c.id.ClusterID {
+		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, req.GetClusterId())
+	}
+	part, err := c.n.partition(req.GetTopic(), req.GetPartition())
+	if err != nil {
+		return nil, status.Error(codes.NotFound, err.Error())
+	}
+	if part.log == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %d holds no replica of %s/%d", c.id.NodeID, req.GetTopic(), req.GetPartition())
+	}
+	resp := &clusterv1.FetchResponse{Start: part.log.StartOffset(), End: part.committed.Load()}
+	if req.GetOffset() < 0 {
+		return resp, nil
+	}
+	maxBytes := int(min(max(req.GetMaxBytes(), 1), maxRemoteFetchBytes))
+	recs, err := c.n.Fetch(req.GetTopic(), req.GetPartition(), req.GetOffset(), maxBytes, nil)
+	if err != nil {
+		var oor *log.OffsetOutOfRangeError
+		if errors.As(err, &oor) {
+			return resp, nil // the caller sees the log start past its offset
+		}
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if len(recs) > 0 {
+		resp.Batch = log.EncodeBatch(nil, log.BatchHeader{BaseOffset: recs[0].Offset}, recs)
+	}
+	return resp, nil
+}
+
+// maxRemoteFetchBytes bounds one remote read's answer.
+const maxRemoteFetchBytes = 4 << 20
+
+// Join admits a new node: at the controller's leader, AddNode; elsewhere,
+// the request is passed to the leader.
+func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*clusterv1.JoinResponse, error) {
+	c := s.c
+	if req.GetProtocolVersion() != transport.ProtocolVersion {
+		return nil, status.Errorf(codes.FailedPrecondition, "this node speaks cluster protocol %d, the joining node %d: run the same Spool release", transport.ProtocolVersion, req.GetProtocolVersion())
+	}
+	if err := c.awaitReady(time.Second); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "node %d cannot admit nodes yet: %v", c.id.NodeID, err)
+	}
+	st, ok := c.host.Status(controllerGroup)
+	if ok && !st.IsLeader {
+		// Passed on once: a node that is asked by a peer answers itself.
+		if md, _ := metadata.FromIncomingContext(ctx); st.Leader != 0 && len(md.Get(forwardedKey)) == 0 {
+			cl, err := c.peers.client(st.Leader)
+			if err != nil {
+				return nil, status.Errorf(codes.Unavailable, "the controller's leader, node %d, is unreachable: %v", st.Leader, err)
+			}
+			return cl.Join(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), req)
+		}
+	}
+	res, err := c.proposeMeta(ctx, meta.Command{AddNode: &meta.AddNode{Addr: req.GetAddr(), Token: req.GetToken()}})
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "admitting %s: %v", req.GetAddr(), err)
+	}
+	resp := &clusterv1.JoinResponse{ClusterId: c.id.ClusterID, NodeId: res.NodeID}
+	c.mu.Lock()
+	for _, nd := range c.state.Nodes() {
+		resp.Nodes = append(resp.Nodes, &clusterv1.NodeAddr{Id: nd.ID, Addr: nd.Addr})
+	}
+	c.mu.Unlock()
+	c.logger.Info("spool cluster: admitted a node", "node", res.NodeID, "addr", req.GetAddr())
+	return resp, nil
+}
+
+// forwardedKey marks a Join passed on by a peer (gRPC metadata).
+const forwardedKey = "spool-forwarded"
+
+// join asks the peers in cfg.Join to admit this node, saves the identity
+// it is given and returns the members it learned of.
+func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
+	token := randomID(16)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
+	defer cancel()
+	var errs []error
+	for attempt := 0; ; attempt++ {
+		for _, addr := range c.cfg.Join {
+			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return nil, fmt.Errorf("engine: --join %s: %w", addr, err)
+			}
+			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion})
+			ccancel()
+			_ = conn.Close()
+			if err == nil {
+				if resp.GetNodeId() == 0 || resp.GetClusterId() == "" {
+					return nil, fmt.Errorf("engine: --join %s answered without a node id or cluster id", addr)
+				}
+				c.id = identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Token: token}
+				if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
+					return nil, err
+				}
+				c.logger.Info("spool cluster: joined", "cluster", c.id.ClusterID, "node", c.id.NodeID, "via", addr)
+				return resp.GetNodes(), nil
+			}
+			if status.Code(err) == codes.FailedPrecondition {
+				return nil, fmt.Errorf("engine: --join %s refused this node: %s", addr, status.Convert(err).Message())
+			}
+			errs = append(errs[:0], fmt.Errorf("%s: %w", addr, err))
+		}
+		t := time.NewTimer(min(time.Duration(attempt+1)*250*time.Millisecond, 2*time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("engine: could not join the cluster through %v within %v (start the peers, or check cluster.join): %w", c.cfg.Join, c.cfg.JoinTimeout, errors.Join(errs...))
+		case <-t.C:
+		}
+	}
+}
+
+// peerClients keeps one NodeService connection per peer, made on first use.
+type peerClients struct {
+	maxSend int // the largest forwarded payload, plus room
+	mu      sync.Mutex
+	addrs map[uint64]string
+	conns map[uint64]*grpc.ClientConn
+}
+
+func newPeerClients(maxBatchBytes int) *peerClients {
+	return &peerClients{maxSend: maxBatchBytes + 1<<20, addrs: map[uint64]string{}, conns: map[uint64]*grpc.ClientConn{}}
+}
+
+// set records a peer's address; it reports whether it changed.
+func (p *peerClients) set(id uint64, addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.addrs[id] == addr {
+		return false
+	}
+	p.addrs[id] = addr
+	if cc, ok := p.conns[id]; ok {
+		_ = cc.Close()
+		delete(p.conns, id)
+	}
+	return true
+}
+
+func (p *peerClients) all() map[uint64]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[uint64]string, len(p.addrs))
+	for k, v := range p.addrs {
+		out[k] = v
+	}
+	return out
+}
+
+func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc, ok := p.conns[id]; ok {
+		return clusterv1.NewNodeServiceClient(cc), nil
+	}
+	addr, ok := p.addrs[id]
+	if !ok {
+		return nil, fmt.Errorf("no address known for node %d", id)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteFetchBytes+1<<20), grpc.MaxCallSendMsgSize(p.maxSend)))
+	if err != nil {
+		return nil, err
+	}
+	p.conns[id] = cc
+	return clusterv1.NewNodeServiceClient(cc), nil
+}
+
+func (p *peerClients) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, cc := range p.conns {
+		_ = cc.Close()
+		delete(p.conns, id)
+	}
+}
+
