@@ -196,8 +196,8 @@ func (c *cluster) run(ctx context.Context) error {
 		}
 	}
 	c.host, err = raft.NewHost(raft.HostConfig{
-		NodeID:       c.id.NodeID,
-		Send:         func(msgs []transport.Message) { c.tr.Send(msgs) },
+		NodeID:          c.id.NodeID,
+		Send:            func(msgs []transport.Message) { c.tr.Send(msgs) },
 		TickInterval:    c.cfg.TickInterval,
 		ProposalTimeout: c.cfg.ProduceTimeout,
 		Logger:          c.n.cfg.Logger,
@@ -237,13 +237,13 @@ func (c *cluster) run(ctx context.Context) error {
 		voters = []uint64{c.id.NodeID}
 	}
 	if err := c.host.Add(controllerGroup, raft.ReplicaConfig{
-		Partition:   c.ctrlP,
-		FS:          c.fs,
-		Dir:         c.groupDir(controllerGroup),
+		Partition:     c.ctrlP,
+		FS:            c.fs,
+		Dir:           c.groupDir(controllerGroup),
 		Voters:        voters,
 		Group:         raft.GroupConfig{ID: c.id.NodeID},
 		MaxBatchBytes: c.n.cfg.Log.MaxBatchBytes,
-		OnCommitted: func(end int64) { c.ctrlEnd.Store(end); c.signalController() },
+		OnCommitted:   func(end int64) { c.ctrlEnd.Store(end); c.signalController() },
 	}); err != nil {
 		_ = l.Close()
 		c.fail(fmt.Errorf("engine: open the controller's replica: %w", err))
@@ -553,13 +553,13 @@ func (c *cluster) openReplica(part *partition) error {
 		return nil
 	}
 	err := c.host.Add(part.group, raft.ReplicaConfig{
-		Partition:   part.log,
-		FS:          c.fs,
-		Dir:         c.groupDir(part.group),
+		Partition:     part.log,
+		FS:            c.fs,
+		Dir:           c.groupDir(part.group),
 		Voters:        part.replicas,
 		Group:         raft.GroupConfig{ID: c.id.NodeID},
 		MaxBatchBytes: c.n.cfg.Log.MaxBatchBytes,
-		OnCommitted: part.setCommitted,
+		OnCommitted:   part.setCommitted,
 	})
 	if err != nil {
 		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)

@@ -437,8 +437,8 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 type peerClients struct {
 	maxSend int // the largest forwarded payload, plus room
 	mu      sync.Mutex
-	addrs map[uint64]string
-	conns map[uint64]*grpc.ClientConn
+	addrs   map[uint64]string
+	conns   map[uint64]*grpc.ClientConn
 }
 
 func newPeerClients(maxBatchBytes int) *peerClients {
@@ -497,4 +497,3 @@ func (p *peerClients) close() {
 		delete(p.conns, id)
 	}
 }
-
