@@ -563,8 +563,15 @@ func (c *cluster) openReplica(part *partition) error {
 	})
 	if err != nil {
 		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+		return err
 	}
-	return err
+	// The preferred leader (placement balances them over the nodes) starts
+	// an election at once: leaders spread over the cluster instead of
+	// going to whichever replica's election timer fires first.
+	if len(part.replicas) > 0 && part.replicas[0] == c.id.NodeID {
+		_ = c.host.Campaign(part.group)
+	}
+	return nil
 }
 
 // errAlreadyApplied: a command the state refused because it is already in

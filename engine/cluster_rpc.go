@@ -35,27 +35,22 @@ func (c *cluster) produce(part *partition, recs []log.Record, done func(int64, e
 			ErrNotPlaced, part.topic.name, c.topicRF(part.topic.name), c.nodeCount()))
 		return
 	}
-	data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
 	if st, ok := c.host.Status(part.group); ok && st.IsLeader {
 		// The fast path: proposed on the caller's goroutine, in call order.
+		// Results go through the partition's completer: done never runs on
+		// a raft worker (a slow done would stall every group of the node),
+		// and results of one partition reach their callers in order.
+		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
 		c.host.Propose(part.group, data, func(base int64, err error) {
 			if err == nil || !retryable(err) {
-				done(base, c.produceError(part, err))
+				part.compl.add(done, base, c.produceError(part, err))
 				return
 			}
-			go c.produceRetry(part, data, done)
+			c.forward(part, recs, done) // not stored: look for the new leader
 		})
 		return
 	}
-	go c.produceRetry(part, data, done)
-}
-
-// produceRetry looks for the leader until ProduceTimeout.
-func (c *cluster) produceRetry(part *partition, data []byte, done func(int64, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
-	defer cancel()
-	base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.replicas, data)
-	done(base, c.produceError(part, err))
+	c.forward(part, recs, done)
 }
 
 // retryable: the records were certainly not stored, and another attempt
@@ -128,7 +123,7 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 				continue
 			}
 		}
-		base, err := c.forward(ctx, leader, group, topic, num, data)
+		base, err := c.forwardTo(ctx, leader, group, topic, num, data)
 		var nl *raft.NotLeaderError
 		switch {
 		case err == nil:
@@ -163,8 +158,8 @@ func (c *cluster) proposeLocal(ctx context.Context, group uint64, data []byte) (
 // errUnreachable: a peer could not be asked (nothing was stored there).
 var errUnreachable = errors.New("peer unreachable")
 
-// forward asks node to propose data in group.
-func (c *cluster) forward(ctx context.Context, node, group uint64, topic string, num int32, data []byte) (int64, error) {
+// forwardTo asks node to propose data in group.
+func (c *cluster) forwardTo(ctx context.Context, node, group uint64, topic string, num int32, data []byte) (int64, error) {
 	cl, err := c.peers.client(node)
 	if err != nil {
 		return 0, fmt.Errorf("%w: node %d: %w", errUnreachable, node, err)

@@ -81,6 +81,8 @@ type partition struct {
 	replicas  []uint64
 	committed atomic.Int64 // Fetch, Offsets and notifications use this end
 	compl     completer    // runs Produce callbacks off the appender
+	fwdMu     sync.Mutex   // a leaf: guards fwd
+	fwd       forwarder    // records on their way to the leader (cluster)
 	// limit caps committed once the partition is quarantined (noLimit until
 	// then): nothing at or past the damage is served.
 	limit    atomic.Int64

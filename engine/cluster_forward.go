@@ -1,0 +1,96 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spoolmq/spool/engine/log"
+)
+
+// maxForwardQueueBytes bounds the records of one partition waiting to be
+// forwarded to its leader (encoded size); a Produce beyond it fails at once
+// with ErrNoLeader rather than piling up while no leader answers.
+const maxForwardQueueBytes = 64 << 20
+
+// forwarder sends the records of one partition that this node does not
+// lead to the partition's leader, in call order: one request in flight at a
+// time, and the calls that arrive meanwhile go together in the next one (a
+// single raft entry). Unary calls made concurrently could reach the leader
+// in any order and reorder a producer's pipelined messages; this keeps them
+// in order while the leadership is stable, and batches them under load.
+type forwarder struct {
+	queue   []fwdCall
+	bytes   int
+	running bool // a drain goroutine runs; it will see queue
+}
+
+type fwdCall struct {
+	recs  []log.Record
+	size  int
+	done  func(int64, error)
+	count int64
+}
+
+// forward queues recs for the partition's leader.
+func (c *cluster) forward(part *partition, recs []log.Record, done func(int64, error)) {
+	size := log.EncodedBatchSize(recs)
+	part.fwdMu.Lock()
+	f := &part.fwd
+	if f.bytes+size > maxForwardQueueBytes && f.bytes > 0 {
+		part.fwdMu.Unlock()
+		part.compl.add(done, 0, fmt.Errorf("%w: %s/%d: %d MiB of records already wait for the partition's leader (maxForwardQueueBytes): retry shortly",
+			ErrNoLeader, part.topic.name, part.num, maxForwardQueueBytes>>20))
+		return
+	}
+	f.queue = append(f.queue, fwdCall{recs: recs, size: size, done: done, count: int64(len(recs))})
+	f.bytes += size
+	if f.running {
+		part.fwdMu.Unlock()
+		return
+	}
+	f.running = true
+	part.fwdMu.Unlock()
+	go c.drainForward(part) // owned by the partition's forwarder: ends when its queue is empty
+}
+
+// drainForward sends queued calls until the queue stays empty.
+func (c *cluster) drainForward(part *partition) {
+	limit := c.n.cfg.Log.MaxBatchBytes - log.BatchHeaderSize
+	var batch []fwdCall
+	var recs []log.Record
+	for {
+		part.fwdMu.Lock()
+		f := &part.fwd
+		n, size := 0, 0
+		for n < len(f.queue) && (n == 0 || size+f.queue[n].size <= limit) {
+			size += f.queue[n].size
+			n++
+		}
+		if n == 0 {
+			f.running = false
+			part.fwdMu.Unlock()
+			return
+		}
+		batch = append(batch[:0], f.queue[:n]...)
+		f.queue = append(f.queue[:0], f.queue[n:]...)
+		f.bytes -= size
+		part.fwdMu.Unlock()
+
+		recs = recs[:0]
+		for _, call := range batch {
+			recs = append(recs, call.recs...)
+		}
+		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
+		base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.replicas, data)
+		cancel()
+		err = c.produceError(part, err)
+		for i, call := range batch {
+			part.compl.add(call.done, base, err)
+			base += call.count
+			batch[i] = fwdCall{}
+		}
+		clear(recs)
+	}
+}
