@@ -288,6 +288,11 @@ func (n *Node) partition(topicName string, p int32) (*partition, error) {
 // completions of the same partition (only those). An append refused before
 // it is queued (too large, quarantined partition, closed node) may complete
 // before earlier appends of the partition do.
+//
+// In a cluster, done runs once the records are committed (a majority of
+// the partition's replicas has them on disk); recs (and the bytes they
+// point to) must not change until done is called, since records for a
+// leader on another node are encoded when they are sent.
 func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(base int64, err error)) {
 	part, err := n.partition(topicName, p)
 	if err != nil {
