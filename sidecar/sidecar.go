@@ -168,6 +168,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 	}()
 
+	metricsCtx, stopMetrics := context.WithCancel(context.Background())
+	metricsDone := make(chan struct{})
+	go func() { defer close(metricsDone); clusterMetrics(metricsCtx, eng, m) }() // owned: stopped below
+	defer func() { stopMetrics(); <-metricsDone }()
+
 	groupsCtx, stopGroups := context.WithCancel(context.Background())
 	groupErrs := make(chan error, len(groups))
 	for _, g := range groups {

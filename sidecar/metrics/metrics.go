@@ -49,6 +49,15 @@ type Metrics struct {
 	RedriveSkipped      *prometheus.CounterVec // group, topic, reason
 
 	PartitionQuarantined *prometheus.GaugeVec // topic, partition
+
+	// A cluster node's replication (docs/replication.md); absent on a single node.
+	ClusterNodes        *prometheus.GaugeVec   // (none)
+	ClusterPeerUp       *prometheus.GaugeVec   // peer
+	PartitionLeader     *prometheus.GaugeVec   // topic, partition
+	ReplicaStopped      *prometheus.GaugeVec   // topic, partition
+	RaftProposals       *prometheus.CounterVec // outcome
+	RaftMessages        *prometheus.CounterVec // direction
+	RaftMessagesDropped *prometheus.CounterVec // reason
 }
 
 // latencyBuckets span 100 µs to ~100 s.
@@ -110,6 +119,13 @@ func New() *Metrics {
 
 		PartitionQuarantined: gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),
 	}
+	m.ClusterNodes = gauge("cluster_nodes", "Members of the cluster known to this node (its controller state).")
+	m.ClusterPeerUp = gauge("cluster_peer_up", "1 while this node's raft streams to the peer are connected, else 0.", "peer")
+	m.PartitionLeader = gauge("partition_leader", "For each partition this node holds a replica of: 1 if it leads the partition's raft group, else 0. Every partition should have exactly one 1 across the cluster.", "topic", "partition")
+	m.ReplicaStopped = gauge("replica_stopped", "1 for a replica stopped by a storage error (it neither votes nor leads until the node restarts it).", "topic", "partition")
+	m.RaftProposals = counter("raft_proposals_total", "Raft proposals made on this node, by outcome: ok (committed), lost (not stored: retried), unknown (may be stored), not_leader, refused.", "outcome")
+	m.RaftMessages = counter("raft_messages_total", "Raft messages exchanged with peers, by direction: sent, received.", "direction")
+	m.RaftMessagesDropped = counter("raft_messages_dropped_total", "Raft messages not sent or not taken, by reason: queue_full, too_large, no_peer, unsent, inbox_full, malformed (raft sends again).", "reason")
 	r.MustRegister(m.LedgerAvailable)
 	return m
 }

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+)
+
+// ClusterStatus is what a cluster node reports to operators (metrics, the
+// admin API): who it is, the members, and its view of every partition it
+// holds a replica of. The counters are totals since the node started.
+type ClusterStatus struct {
+	ClusterID        string
+	NodeID           uint64
+	ControllerLeader uint64 // 0 while unknown
+	Ready            bool   // a member with a known state
+	Members          []ClusterMember
+	Replicas         []ReplicaStatus // sorted by topic and partition
+
+	Proposals        map[string]uint64 // by outcome: ok, lost, unknown, not_leader, refused
+	InboxDropped     uint64            // raft messages dropped: a group's inbox was full
+	ReplicasStopped  uint64            // replicas stopped by a storage error
+	MessagesSent     uint64            // raft messages sent to peers
+	MessagesReceived uint64            // raft messages received from peers
+	Dropped          map[string]uint64 // raft messages not sent, by reason: queue_full, too_large, no_peer, unsent
+	Malformed        uint64            // received messages refused as malformed
+}
+
+// ClusterMember is one node of the cluster.
+type ClusterMember struct {
+	ID        uint64
+	Addr      string
+	Connected bool // this node's streams to it are up (always true for itself)
+}
+
+// ReplicaStatus is this node's replica of one partition.
+type ReplicaStatus struct {
+	Topic        string
+	Partition    int32
+	Group        uint64
+	Replicas     []uint64
+	Leader       uint64 // 0 while unknown
+	IsLeader     bool
+	Term         uint64
+	CommittedEnd int64
+	Err          string // why the replica stopped, empty while it runs
+}
+
+// ClusterStatus returns the node's cluster status; ok is false on a single
+// node (no cluster configured). Before the node is a working member only
+// Ready (false) is filled in.
+func (n *Node) ClusterStatus() (ClusterStatus, bool) {
+	c := n.cl
+	if c == nil {
+		return ClusterStatus{}, false
+	}
+	// Until the node is ready, its identity, host and transport are being
+	// set up by Run (a joining node learns its id then): report only that.
+	select {
+	case <-c.ready:
+	default:
+		return ClusterStatus{}, true
+	}
+	c.mu.Lock()
+	failed := c.readyErr != nil
+	c.mu.Unlock()
+	if failed {
+		return ClusterStatus{}, true
+	}
+	out := ClusterStatus{ClusterID: c.id.ClusterID, NodeID: c.id.NodeID, Ready: true}
+	if st, ok := c.host.Status(controllerGroup); ok {
+		out.ControllerLeader = st.Leader
+	}
+	c.mu.Lock()
+	nodes := c.state.Nodes()
+	c.mu.Unlock()
+	for _, nd := range nodes {
+		m := ClusterMember{ID: nd.ID, Addr: nd.Addr, Connected: nd.ID == c.id.NodeID}
+		if ps, ok := c.tr.Peer(nd.ID); ok && nd.ID != c.id.NodeID {
+			m.Connected = ps.Connected
+		}
+		out.Members = append(out.Members, m)
+	}
+	n.mu.RLock()
+	for _, t := range n.topics {
+		for _, p := range t.parts {
+			if p.log == nil || p.group == 0 {
+				continue
+			}
+			r := ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.group, Replicas: slices.Clone(p.replicas), CommittedEnd: p.committed.Load()}
+			if st, ok := c.host.Status(p.group); ok {
+				r.Leader, r.IsLeader, r.Term = st.Leader, st.IsLeader, st.Term
+				if st.Err != nil {
+					r.Err = st.Err.Error()
+				}
+			}
+			out.Replicas = append(out.Replicas, r)
+		}
+	}
+	n.mu.RUnlock()
+	slices.SortFunc(out.Replicas, func(a, b ReplicaStatus) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
+	hs, ts := c.host.Stats(), c.tr.Stats()
+	out.Proposals = map[string]uint64{"ok": hs.ProposalsOK, "lost": hs.ProposalsLost, "unknown": hs.ProposalsUnknown, "not_leader": hs.ProposalsNotLeader, "refused": hs.ProposalsRefused}
+	out.InboxDropped, out.ReplicasStopped = hs.InboxDropped, hs.ReplicasStopped
+	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed
+	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
+	return out, true
+}

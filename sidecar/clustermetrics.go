@@ -1,0 +1,73 @@
+package sidecar
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/sidecar/metrics"
+)
+
+// clusterMetricsInterval is how often a cluster node's replication metrics
+// are refreshed from the engine.
+const clusterMetricsInterval = 2 * time.Second
+
+// clusterMetrics copies the engine's cluster status into the metrics until
+// ctx ends. Counters advance by the change of the engine's totals.
+func clusterMetrics(ctx context.Context, eng *engine.Node, m *metrics.Metrics) {
+	var prev engine.ClusterStatus
+	t := time.NewTicker(clusterMetricsInterval)
+	defer t.Stop()
+	for {
+		st, ok := eng.ClusterStatus()
+		if !ok {
+			return
+		}
+		if st.Ready {
+			updateClusterMetrics(m, prev, st)
+			prev = st
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
+	m.ClusterNodes.WithLabelValues().Set(float64(len(st.Members)))
+	for _, mb := range st.Members {
+		if mb.ID == st.NodeID {
+			continue
+		}
+		up := 0.0
+		if mb.Connected {
+			up = 1
+		}
+		m.ClusterPeerUp.WithLabelValues(strconv.FormatUint(mb.ID, 10)).Set(up)
+	}
+	for _, r := range st.Replicas {
+		p := strconv.Itoa(int(r.Partition))
+		lead, stopped := 0.0, 0.0
+		if r.IsLeader {
+			lead = 1
+		}
+		if r.Err != "" {
+			stopped = 1
+		}
+		m.PartitionLeader.WithLabelValues(r.Topic, p).Set(lead)
+		m.ReplicaStopped.WithLabelValues(r.Topic, p).Set(stopped)
+	}
+	for outcome, v := range st.Proposals {
+		m.RaftProposals.WithLabelValues(outcome).Add(float64(v - prev.Proposals[outcome]))
+	}
+	m.RaftMessages.WithLabelValues("sent").Add(float64(st.MessagesSent - prev.MessagesSent))
+	m.RaftMessages.WithLabelValues("received").Add(float64(st.MessagesReceived - prev.MessagesReceived))
+	for reason, v := range st.Dropped {
+		m.RaftMessagesDropped.WithLabelValues(reason).Add(float64(v - prev.Dropped[reason]))
+	}
+	m.RaftMessagesDropped.WithLabelValues("inbox_full").Add(float64(st.InboxDropped - prev.InboxDropped))
+	m.RaftMessagesDropped.WithLabelValues("malformed").Add(float64(st.Malformed - prev.Malformed))
+}

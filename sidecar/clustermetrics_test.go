@@ -1,0 +1,53 @@
+package sidecar
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/sidecar/metrics"
+)
+
+// The engine's cluster totals become counters that advance by their
+// change, and the per-partition leadership and peer gauges follow the
+// latest status.
+func TestUpdateClusterMetrics(t *testing.T) {
+	m := metrics.New()
+	st1 := engine.ClusterStatus{
+		NodeID: 1, Ready: true,
+		Members:          []engine.ClusterMember{{ID: 1, Connected: true}, {ID: 2, Connected: true}, {ID: 3}},
+		Replicas:         []engine.ReplicaStatus{{Topic: "orders", Partition: 0, IsLeader: true}, {Topic: "orders", Partition: 1, Err: "disk"}},
+		Proposals:        map[string]uint64{"ok": 10, "lost": 1},
+		MessagesSent:     100,
+		Dropped:          map[string]uint64{"queue_full": 2},
+		InboxDropped:     1,
+		Malformed:        0,
+		MessagesReceived: 50,
+	}
+	updateClusterMetrics(m, engine.ClusterStatus{}, st1)
+	st2 := st1
+	st2.Proposals = map[string]uint64{"ok": 25, "lost": 1}
+	st2.MessagesSent = 130
+	st2.Replicas = []engine.ReplicaStatus{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}}
+	updateClusterMetrics(m, st1, st2)
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"cluster_nodes", testutil.ToFloat64(m.ClusterNodes.WithLabelValues()), 3},
+		{"peer 2 up", testutil.ToFloat64(m.ClusterPeerUp.WithLabelValues("2")), 1},
+		{"peer 3 up", testutil.ToFloat64(m.ClusterPeerUp.WithLabelValues("3")), 0},
+		{"leader orders/0 (lost leadership)", testutil.ToFloat64(m.PartitionLeader.WithLabelValues("orders", "0")), 0},
+		{"stopped orders/1 (restarted)", testutil.ToFloat64(m.ReplicaStopped.WithLabelValues("orders", "1")), 0},
+		{"proposals ok", testutil.ToFloat64(m.RaftProposals.WithLabelValues("ok")), 25},
+		{"proposals lost", testutil.ToFloat64(m.RaftProposals.WithLabelValues("lost")), 1},
+		{"messages sent", testutil.ToFloat64(m.RaftMessages.WithLabelValues("sent")), 130},
+		{"dropped queue_full", testutil.ToFloat64(m.RaftMessagesDropped.WithLabelValues("queue_full")), 2},
+		{"dropped inbox_full", testutil.ToFloat64(m.RaftMessagesDropped.WithLabelValues("inbox_full")), 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
