@@ -14,6 +14,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
@@ -49,6 +51,8 @@ type ClusterConfig struct {
 	// TickInterval is raft's tick (elections after 10 ticks, heartbeats
 	// every tick). Default 100 ms; tests shorten it.
 	TickInterval time.Duration
+	// TLS, when set, is mutual TLS between the nodes (all three files).
+	TLS ClusterTLS
 }
 
 // Defaults of ClusterConfig.
@@ -110,7 +114,8 @@ type cluster struct {
 	}
 
 	id        identity
-	bootstrap bool // this node created the cluster (no identity, no Join)
+	bootstrap bool      // this node created the cluster (no identity, no Join)
+	tls       *tlsFiles // nil: plaintext between nodes
 
 	host  *raft.Host
 	tr    *transport.GRPC
@@ -153,6 +158,12 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 		ready:      make(chan struct{}),
 		opened:     map[uint64]bool{},
 	}
+	if cfg.TLS.Enabled() {
+		var err error
+		if c.tls, err = newTLSFiles(cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
 	id, ok, err := loadIdentity(c.fs, c.dir)
 	if err != nil {
 		return nil, err
@@ -182,7 +193,7 @@ func (c *cluster) run(ctx context.Context) error {
 		c.fail(fmt.Errorf("engine: cluster listener %s: %w", c.cfg.Listen, err))
 		return c.readyErr
 	}
-	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes)
+	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes, c.dialCreds())
 	defer c.peers.close()
 	if c.id.NodeID == 0 {
 		nodes, err := c.join(ctx)
@@ -208,11 +219,13 @@ func (c *cluster) run(ctx context.Context) error {
 		return err
 	}
 	c.tr, err = transport.NewGRPC(transport.GRPCConfig{
-		ClusterID: c.id.ClusterID,
-		NodeID:    c.id.NodeID,
-		Handler:   c.host,
-		Listener:  l,
-		Logger:    c.n.cfg.Logger,
+		ClusterID:     c.id.ClusterID,
+		NodeID:        c.id.NodeID,
+		Handler:       c.host,
+		Listener:      l,
+		Logger:        c.n.cfg.Logger,
+		DialOptions:   []grpc.DialOption{c.dialCreds()},
+		ServerOptions: c.serverCreds(),
 		Register: func(s *grpc.Server) {
 			clusterv1.RegisterNodeServiceServer(s, &nodeService{c: c})
 		},
@@ -285,6 +298,22 @@ func (c *cluster) run(ctx context.Context) error {
 
 func (c *cluster) groupDir(group uint64) string {
 	return filepath.Join(c.n.cfg.DataDir, "raft", strconv.FormatUint(group, 10))
+}
+
+// dialCreds are the credentials of every connection to a peer.
+func (c *cluster) dialCreds() grpc.DialOption {
+	if c.tls == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(c.tls.clientConfig()))
+}
+
+// serverCreds are the cluster listener's.
+func (c *cluster) serverCreds() []grpc.ServerOption {
+	if c.tls == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(c.tls.serverConfig()))}
 }
 
 // fail records why the node cannot serve and releases everyone waiting for

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -394,7 +393,7 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	var errs []error
 	for attempt := 0; ; attempt++ {
 		for _, addr := range c.cfg.Join {
-			conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(addr, c.dialCreds())
 			if err != nil {
 				return nil, fmt.Errorf("engine: --join %s: %w", addr, err)
 			}
@@ -430,14 +429,15 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 
 // peerClients keeps one NodeService connection per peer, made on first use.
 type peerClients struct {
-	maxSend int // the largest forwarded payload, plus room
+	maxSend int             // the largest forwarded payload, plus room
+	creds   grpc.DialOption // plaintext or mutual TLS
 	mu      sync.Mutex
 	addrs   map[uint64]string
 	conns   map[uint64]*grpc.ClientConn
 }
 
-func newPeerClients(maxBatchBytes int) *peerClients {
-	return &peerClients{maxSend: maxBatchBytes + 1<<20, addrs: map[uint64]string{}, conns: map[uint64]*grpc.ClientConn{}}
+func newPeerClients(maxBatchBytes int, creds grpc.DialOption) *peerClients {
+	return &peerClients{maxSend: maxBatchBytes + 1<<20, creds: creds, addrs: map[uint64]string{}, conns: map[uint64]*grpc.ClientConn{}}
 }
 
 // set records a peer's address; it reports whether it changed.
@@ -475,7 +475,7 @@ func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
 	if !ok {
 		return nil, fmt.Errorf("no address known for node %d", id)
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient(addr, p.creds,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteFetchBytes+1<<20), grpc.MaxCallSendMsgSize(p.maxSend)))
 	if err != nil {
 		return nil, err

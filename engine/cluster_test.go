@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ type testCluster struct {
 type clusterNode struct {
 	dir, addr string
 	join      []string
+	tls       ClusterTLS
+	joinWait  time.Duration // JoinTimeout; default 20 s
 	n         *Node
 	cancel    context.CancelFunc
 	done      chan error
@@ -45,7 +48,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour},
 		Logger:  quietLogger(),
-		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: 20 * time.Second},
+		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -69,11 +72,14 @@ func (tc *testCluster) stop(cn *clusterNode) {
 }
 
 // newTestCluster bootstraps a cluster of size nodes: the first creates it,
-// the others join through it.
-func newTestCluster(t *testing.T, size int) *testCluster {
+// the others join through it. tlsFor, if set, gives node i its TLS files.
+func newTestCluster(t *testing.T, size int, tlsFor ...func(i int) ClusterTLS) *testCluster {
 	tc := &testCluster{t: t}
 	for i := range size {
 		cn := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t)}
+		if len(tlsFor) > 0 {
+			cn.tls = tlsFor[0](i)
+		}
 		if i > 0 {
 			cn.join = []string{tc.nodes[0].addr}
 		}

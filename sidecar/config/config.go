@@ -52,6 +52,17 @@ type ClusterConfig struct {
 	// ProduceTimeout bounds how long a publish looks for a partition's
 	// leader and waits for the commit. Default 10s.
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+	// TLS is mutual TLS between the nodes: set all three files or none.
+	TLS ClusterTLSConfig `yaml:"tls"`
+}
+
+// ClusterTLSConfig names the PEM files of mutual TLS between nodes. They
+// are read again when they change, so certificates rotate without a
+// restart.
+type ClusterTLSConfig struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
 }
 
 // Enabled reports whether the sidecar runs as a cluster member.

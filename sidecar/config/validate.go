@@ -409,6 +409,9 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.ReplicationFactor < 1 || cl.ReplicationFactor > MaxReplicationFactor {
 		v.add("cluster.replication_factor", strconv.Itoa(cl.ReplicationFactor), fmt.Sprintf("1 to %d", MaxReplicationFactor))
 	}
+	if t := cl.TLS; (t.CertFile != "" || t.KeyFile != "" || t.CAFile != "") && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == "") {
+		v.add("cluster.tls", fmt.Sprintf("cert_file=%q key_file=%q ca_file=%q", t.CertFile, t.KeyFile, t.CAFile), "all three files set (mutual TLS between nodes), or none")
+	}
 	if cl.ProduceTimeout <= 0 {
 		v.add("cluster.produce_timeout", cl.ProduceTimeout.String(), "a positive duration, like 10s")
 	}
