@@ -293,6 +293,10 @@ func (c *cluster) run(ctx context.Context) error {
 		cancel()
 	}
 	wg.Wait()
+	// The replicas' state files; their logs are the store's, closed by Close.
+	for _, g := range c.host.Groups() {
+		_ = c.host.Remove(g)
+	}
 	return err2
 }
 
