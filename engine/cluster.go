@@ -53,6 +53,12 @@ type ClusterConfig struct {
 	TickInterval time.Duration
 	// TLS, when set, is mutual TLS between the nodes (all three files).
 	TLS ClusterTLS
+	// NoReplicas makes a client node (storage off): it is not a member,
+	// holds no replicas, learns the cluster from the members in Join
+	// (Metadata), publishes through the partitions' leaders and reads from
+	// their replicas. For autoscaled stateless pods next to a few storage
+	// nodes. Listen is not used.
+	NoReplicas bool
 }
 
 // Defaults of ClusterConfig.
@@ -70,6 +76,13 @@ const (
 )
 
 func (c *ClusterConfig) validate() error {
+	if c.NoReplicas {
+		if len(c.Join) == 0 {
+			return errors.New("engine: a node without replicas (storage off) needs cluster.join: the members it learns the cluster from")
+		}
+		c.Listen, c.Advertise = "", ""
+		return c.validateTimes()
+	}
 	if c.Listen == "" {
 		return errors.New("engine: cluster.listen is empty: give the host:port peers reach this node at")
 	}
@@ -79,6 +92,10 @@ func (c *ClusterConfig) validate() error {
 	if h, _, err := net.SplitHostPort(c.Advertise); err != nil || h == "" || h == "0.0.0.0" || h == "::" {
 		return fmt.Errorf("engine: cluster advertise address %q: want the host:port peers dial (not a wildcard): set cluster.advertise", c.Advertise)
 	}
+	return c.validateTimes()
+}
+
+func (c *ClusterConfig) validateTimes() error {
 	if c.ReplicationFactor == 0 {
 		c.ReplicationFactor = DefaultReplicationFactor
 	}
@@ -142,7 +159,7 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if n.cfg.Log.Fsync != log.FsyncAlways {
+	if n.cfg.Log.Fsync != log.FsyncAlways && !cfg.NoReplicas {
 		return nil, errors.New("engine: a cluster node needs storage.fsync: always (a replica acknowledges only what is on disk)")
 	}
 	c := &cluster{
@@ -163,6 +180,9 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 		if c.tls, err = newTLSFiles(cfg.TLS); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.NoReplicas {
+		return c, nil // not a member: no identity
 	}
 	id, ok, err := loadIdentity(c.fs, c.dir)
 	if err != nil {
@@ -187,6 +207,9 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 // run joins (when needed), starts the transport, the replicas and the
 // controller, and serves until ctx ends.
 func (c *cluster) run(ctx context.Context) error {
+	if c.cfg.NoReplicas {
+		return c.runClient(ctx)
+	}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", c.cfg.Listen)
 	if err != nil {
@@ -284,6 +307,7 @@ func (c *cluster) run(ctx context.Context) error {
 	goRun("raft host", c.host.Run)
 	goRun("controller", c.runController)
 	goRun("membership", c.register)
+	goRun("remote reads", c.runRemotePoll)
 
 	var err2 error
 	select {
@@ -351,7 +375,10 @@ func (c *cluster) awaitReady(d time.Duration) error {
 
 // whyNotReady explains the wait for operators.
 func (c *cluster) whyNotReady() error {
-	st, ok := c.host.Status(controllerGroup)
+	if c.cfg.NoReplicas {
+		return fmt.Errorf("no member in cluster.join %v has answered with the cluster's state", c.cfg.Join)
+	}
+	st, ok := c.status(controllerGroup)
 	switch {
 	case !ok:
 		return errors.New("the controller's replica is not open")
@@ -621,9 +648,20 @@ func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Resul
 	data := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: b}}, time.Now().UnixMilli())
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
 	defer cancel()
-	base, err := c.produceWait(ctx, controllerGroup, "", 0, nil, data)
+	var voters []uint64
+	if c.host == nil { // a client node: ask the controller's voters
+		c.mu.Lock()
+		voters, _ = meta.ControllerMembers(c.state)
+		c.mu.Unlock()
+	}
+	base, err := c.produceWait(ctx, controllerGroup, "", 0, voters, data)
 	if err != nil {
 		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
+	}
+	if c.host == nil {
+		// A client node does not apply the controller's log: the command's
+		// effect shows in the state it polls (see ensureTopic).
+		return meta.Result{}, nil
 	}
 	for {
 		c.mu.Lock()
@@ -700,6 +738,12 @@ func (c *cluster) ensureTopic(spec TopicSpec) error {
 	}
 	if err := c.awaitState(ctx, func(s *meta.State) bool { _, ok := s.Topic(spec.Name); return ok }); err != nil {
 		return fmt.Errorf("engine: topic %q was created but this node has not seen it: %w", spec.Name, err)
+	}
+	c.mu.Lock()
+	t, _ = c.state.Topic(spec.Name)
+	c.mu.Unlock()
+	if t.Spec.Partitions != spec.Partitions {
+		return &TopicConflictError{Topic: spec.Name, Stored: t.Spec.Partitions, Declared: spec.Partitions}
 	}
 	c.n.mu.RLock()
 	_, ok := c.n.topics[spec.Name]

@@ -34,7 +34,7 @@ func (c *cluster) produce(part *partition, recs []log.Record, done func(int64, e
 			ErrNotPlaced, part.topic.name, c.topicRF(part.topic.name), c.nodeCount()))
 		return
 	}
-	if st, ok := c.host.Status(part.group); ok && st.IsLeader {
+	if st, ok := c.status(part.group); ok && st.IsLeader {
 		// The fast path: proposed on the caller's goroutine, in call order.
 		// Results go through the partition's completer: done never runs on
 		// a raft worker (a slow done would stall every group of the node),
@@ -99,7 +99,7 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 		}
 		leader := hint
 		hint = 0
-		if st, ok := c.host.Status(group); ok {
+		if st, ok := c.status(group); ok {
 			if st.IsLeader {
 				base, err := c.proposeLocal(ctx, group, data)
 				if err == nil || !retryable(err) {

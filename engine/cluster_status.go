@@ -67,6 +67,14 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 		return ClusterStatus{}, true
 	}
 	out := ClusterStatus{ClusterID: c.id.ClusterID, NodeID: c.id.NodeID, Ready: true}
+	if c.host == nil { // a client node: the members, nothing of raft
+		c.mu.Lock()
+		for _, nd := range c.state.Nodes() {
+			out.Members = append(out.Members, ClusterMember{ID: nd.ID, Addr: nd.Addr})
+		}
+		c.mu.Unlock()
+		return out, true
+	}
 	if st, ok := c.host.Status(controllerGroup); ok {
 		out.ControllerLeader = st.Leader
 	}

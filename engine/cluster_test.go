@@ -24,6 +24,7 @@ type clusterNode struct {
 	dir, addr string
 	join      []string
 	tls       ClusterTLS
+	client    bool          // NoReplicas: storage off
 	joinWait  time.Duration // JoinTimeout; default 20 s
 	n         *Node
 	cancel    context.CancelFunc
@@ -48,7 +49,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour},
 		Logger:  quietLogger(),
-		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls},
+		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -257,4 +258,53 @@ func TestClusterNoQuorumRefuses(t *testing.T) {
 		t.Fatalf("publish with 2 of 3 nodes down: %v, want ErrNoLeader (or ErrOutcomeUnknown)", err)
 	}
 	t.Logf("the error a user sees: %v", err)
+}
+
+// A node with storage off (NoReplicas) holds no replicas and is not a
+// member: it learns the cluster from a member, creates topics through the
+// controller, publishes through the leaders and reads from the replicas,
+// and its watchers hear of records committed elsewhere.
+func TestClusterClientNode(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	client := &clusterNode{dir: t.TempDir(), join: []string{tc.nodes[1].addr}, client: true}
+	tc.nodes = append(tc.nodes, client) // stopped with the others
+	tc.start(client)
+	if err := client.n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := client.n.ClusterStatus(); st.NodeID != 0 || len(st.Replicas) != 0 || len(st.Members) != 3 {
+		t.Fatalf("client status: node %d, %d replicas, %d members; want no id, no replicas, 3 members", st.NodeID, len(st.Replicas), len(st.Members))
+	}
+	watch := make(chan struct{}, 1)
+	cancel, err := client.n.Watch([]string{"orders"}, watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	var base int64
+	awaitCond(t, 20*time.Second, "a publish through the client node", func() (err error) {
+		base, err = produce(client.n, "orders", 1, "from-client")
+		return err
+	})
+	if _, err := produce(tc.nodes[0].n, "orders", 1, "from-member"); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, "both records read through the client node", func() error {
+		recs, err := readAll(client.n, "orders", 1)
+		if err != nil {
+			return err
+		}
+		if len(recs) != 2 || recs[0].Offset != base || string(recs[0].Value) != "from-client" || string(recs[1].Value) != "from-member" {
+			return fmt.Errorf("read %d records", len(recs))
+		}
+		return nil
+	})
+	select {
+	case <-watch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's watcher was never signalled of records committed on the members")
+	}
+	if err := client.n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 3}); !errors.As(err, new(*TopicConflictError)) {
+		t.Fatalf("EnsureTopic with other partitions through the client: %v, want a TopicConflictError", err)
+	}
 }

@@ -39,7 +39,7 @@ func clusterMetrics(ctx context.Context, eng *engine.Node, m *metrics.Metrics) {
 func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	m.ClusterNodes.WithLabelValues().Set(float64(len(st.Members)))
 	for _, mb := range st.Members {
-		if mb.ID == st.NodeID {
+		if mb.ID == st.NodeID || st.NodeID == 0 { // a client node keeps no raft streams
 			continue
 		}
 		up := 0.0

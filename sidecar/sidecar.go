@@ -236,6 +236,7 @@ func clusterConfig(cfg *config.Config) *engine.ClusterConfig {
 		ReplicationFactor: int32(cl.ReplicationFactor),
 		ProduceTimeout:    cl.ProduceTimeout,
 		TLS:               engine.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
+		NoReplicas:        cl.Storage == config.StorageOff,
 	}
 }
 

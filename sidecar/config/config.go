@@ -54,6 +54,10 @@ type ClusterConfig struct {
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
 	TLS ClusterTLSConfig `yaml:"tls"`
+	// Storage "off" makes a sidecar that holds no replicas and is not a
+	// member: it learns the cluster from the nodes in Join and publishes
+	// and reads through them (autoscaled stateless pods). Default "on".
+	Storage string `yaml:"storage"`
 }
 
 // ClusterTLSConfig names the PEM files of mutual TLS between nodes. They
@@ -65,8 +69,15 @@ type ClusterTLSConfig struct {
 	CAFile   string `yaml:"ca_file"`
 }
 
-// Enabled reports whether the sidecar runs as a cluster member.
-func (c ClusterConfig) Enabled() bool { return c.Listen != "" }
+// Storage modes of a cluster node.
+const (
+	StorageOn  = "on"
+	StorageOff = "off"
+)
+
+// Enabled reports whether the sidecar runs in a cluster (as a member, or
+// with storage off as a client of one).
+func (c ClusterConfig) Enabled() bool { return c.Listen != "" || c.Storage == StorageOff }
 
 // NodeConfig is about this sidecar process.
 type NodeConfig struct {

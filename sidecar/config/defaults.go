@@ -79,6 +79,7 @@ func (c *Config) ApplyDefaults() {
 	setInt64(&s.IndexIntervalBytes, DefaultIndexIntervalBytes)
 
 	if c.Cluster.Enabled() {
+		setString(&c.Cluster.Storage, StorageOn)
 		setString(&c.Cluster.Advertise, c.Cluster.Listen)
 		setInt(&c.Cluster.ReplicationFactor, DefaultReplicationFactor)
 		setDur(&c.Cluster.ProduceTimeout, DefaultProduceTimeout)

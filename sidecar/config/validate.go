@@ -390,8 +390,22 @@ func anyPort(addr string) bool {
 func (c *Config) validateCluster(v *validator) {
 	cl := &c.Cluster
 	if !cl.Enabled() {
-		if cl.Advertise != "" || len(cl.Join) > 0 {
-			v.add("cluster.listen", "", "set (host:port peers reach this node at) when cluster.advertise or cluster.join is set")
+		if cl.Advertise != "" || len(cl.Join) > 0 || cl.Storage != "" {
+			v.add("cluster.listen", "", "set (host:port peers reach this node at) when cluster.advertise, cluster.join or cluster.storage is set, unless cluster.storage is off")
+		}
+		return
+	}
+	if cl.Storage != StorageOn && cl.Storage != StorageOff {
+		v.add("cluster.storage", cl.Storage, "on (a member holding replicas) or off (a client of the cluster's members)")
+	}
+	if cl.Storage == StorageOff {
+		if len(cl.Join) == 0 {
+			v.add("cluster.join", "", "at least one member's host:port when cluster.storage is off (the node learns the cluster from them)")
+		}
+		for i, j := range cl.Join {
+			if !validListen(j, false) || anyPort(j) {
+				v.add(fmt.Sprintf("cluster.join[%d]", i), j, allowedTCP)
+			}
 		}
 		return
 	}

@@ -87,6 +87,106 @@ func (ProduceError) EnumDescriptor() ([]byte, []int) {
 	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{0}
 }
 
+// MetadataRequest asks for the controller's state.
+type MetadataRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster_id, when set, must be the called node's cluster.
+	ClusterId     string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataRequest) Reset() {
+	*x = MetadataRequest{}
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataRequest) ProtoMessage() {}
+
+func (x *MetadataRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataRequest.ProtoReflect.Descriptor instead.
+func (*MetadataRequest) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *MetadataRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+// MetadataResponse carries the controller's state.
+type MetadataResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// state is engine/meta's EncodeState of the controller's state.
+	State         []byte `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetadataResponse) Reset() {
+	*x = MetadataResponse{}
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetadataResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetadataResponse) ProtoMessage() {}
+
+func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
+func (*MetadataResponse) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MetadataResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *MetadataResponse) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 // JoinRequest comes from a node starting with --join and no identity yet.
 type JoinRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -103,7 +203,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -115,7 +215,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -128,7 +228,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{0}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *JoinRequest) GetAddr() string {
@@ -163,7 +263,7 @@ type NodeAddr struct {
 
 func (x *NodeAddr) Reset() {
 	*x = NodeAddr{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +275,7 @@ func (x *NodeAddr) String() string {
 func (*NodeAddr) ProtoMessage() {}
 
 func (x *NodeAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +288,7 @@ func (x *NodeAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddr.ProtoReflect.Descriptor instead.
 func (*NodeAddr) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeAddr) GetId() uint64 {
@@ -220,7 +320,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +332,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +345,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -287,7 +387,7 @@ type ProduceRequest struct {
 
 func (x *ProduceRequest) Reset() {
 	*x = ProduceRequest{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +399,7 @@ func (x *ProduceRequest) String() string {
 func (*ProduceRequest) ProtoMessage() {}
 
 func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +412,7 @@ func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceRequest.ProtoReflect.Descriptor instead.
 func (*ProduceRequest) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProduceRequest) GetClusterId() string {
@@ -366,7 +466,7 @@ type ProduceResponse struct {
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +478,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +491,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProduceResponse) GetBaseOffset() int64 {
@@ -438,7 +538,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +550,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +563,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FetchRequest) GetClusterId() string {
@@ -516,7 +616,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +628,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +641,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FetchResponse) GetBatch() []byte {
@@ -569,7 +669,14 @@ var File_spool_cluster_v1_node_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/node.proto\x12\x10spool.cluster.v1\"b\n" +
+	"\x1bspool/cluster/v1/node.proto\x12\x10spool.cluster.v1\"0\n" +
+	"\x0fMetadataRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"G\n" +
+	"\x10MetadataResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\"b\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12)\n" +
@@ -612,11 +719,12 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\x12PRODUCE_ERROR_LOST\x10\x02\x12!\n" +
 	"\x1dPRODUCE_ERROR_OUTCOME_UNKNOWN\x10\x03\x12\x19\n" +
 	"\x15PRODUCE_ERROR_INVALID\x10\x04\x12\x1d\n" +
-	"\x19PRODUCE_ERROR_UNAVAILABLE\x10\x052\xee\x01\n" +
+	"\x19PRODUCE_ERROR_UNAVAILABLE\x10\x052\xc1\x02\n" +
 	"\vNodeService\x12E\n" +
 	"\x04Join\x12\x1d.spool.cluster.v1.JoinRequest\x1a\x1e.spool.cluster.v1.JoinResponse\x12N\n" +
 	"\aProduce\x12 .spool.cluster.v1.ProduceRequest\x1a!.spool.cluster.v1.ProduceResponse\x12H\n" +
-	"\x05Fetch\x12\x1e.spool.cluster.v1.FetchRequest\x1a\x1f.spool.cluster.v1.FetchResponseB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
+	"\x05Fetch\x12\x1e.spool.cluster.v1.FetchRequest\x1a\x1f.spool.cluster.v1.FetchResponse\x12Q\n" +
+	"\bMetadata\x12!.spool.cluster.v1.MetadataRequest\x1a\".spool.cluster.v1.MetadataResponseB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_spool_cluster_v1_node_proto_rawDescOnce sync.Once
@@ -631,28 +739,32 @@ func file_spool_cluster_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_spool_cluster_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spool_cluster_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_spool_cluster_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_spool_cluster_v1_node_proto_goTypes = []any{
-	(ProduceError)(0),       // 0: spool.cluster.v1.ProduceError
-	(*JoinRequest)(nil),     // 1: spool.cluster.v1.JoinRequest
-	(*NodeAddr)(nil),        // 2: spool.cluster.v1.NodeAddr
-	(*JoinResponse)(nil),    // 3: spool.cluster.v1.JoinResponse
-	(*ProduceRequest)(nil),  // 4: spool.cluster.v1.ProduceRequest
-	(*ProduceResponse)(nil), // 5: spool.cluster.v1.ProduceResponse
-	(*FetchRequest)(nil),    // 6: spool.cluster.v1.FetchRequest
-	(*FetchResponse)(nil),   // 7: spool.cluster.v1.FetchResponse
+	(ProduceError)(0),        // 0: spool.cluster.v1.ProduceError
+	(*MetadataRequest)(nil),  // 1: spool.cluster.v1.MetadataRequest
+	(*MetadataResponse)(nil), // 2: spool.cluster.v1.MetadataResponse
+	(*JoinRequest)(nil),      // 3: spool.cluster.v1.JoinRequest
+	(*NodeAddr)(nil),         // 4: spool.cluster.v1.NodeAddr
+	(*JoinResponse)(nil),     // 5: spool.cluster.v1.JoinResponse
+	(*ProduceRequest)(nil),   // 6: spool.cluster.v1.ProduceRequest
+	(*ProduceResponse)(nil),  // 7: spool.cluster.v1.ProduceResponse
+	(*FetchRequest)(nil),     // 8: spool.cluster.v1.FetchRequest
+	(*FetchResponse)(nil),    // 9: spool.cluster.v1.FetchResponse
 }
 var file_spool_cluster_v1_node_proto_depIdxs = []int32{
-	2, // 0: spool.cluster.v1.JoinResponse.nodes:type_name -> spool.cluster.v1.NodeAddr
+	4, // 0: spool.cluster.v1.JoinResponse.nodes:type_name -> spool.cluster.v1.NodeAddr
 	0, // 1: spool.cluster.v1.ProduceResponse.error:type_name -> spool.cluster.v1.ProduceError
-	1, // 2: spool.cluster.v1.NodeService.Join:input_type -> spool.cluster.v1.JoinRequest
-	4, // 3: spool.cluster.v1.NodeService.Produce:input_type -> spool.cluster.v1.ProduceRequest
-	6, // 4: spool.cluster.v1.NodeService.Fetch:input_type -> spool.cluster.v1.FetchRequest
-	3, // 5: spool.cluster.v1.NodeService.Join:output_type -> spool.cluster.v1.JoinResponse
-	5, // 6: spool.cluster.v1.NodeService.Produce:output_type -> spool.cluster.v1.ProduceResponse
-	7, // 7: spool.cluster.v1.NodeService.Fetch:output_type -> spool.cluster.v1.FetchResponse
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
+	3, // 2: spool.cluster.v1.NodeService.Join:input_type -> spool.cluster.v1.JoinRequest
+	6, // 3: spool.cluster.v1.NodeService.Produce:input_type -> spool.cluster.v1.ProduceRequest
+	8, // 4: spool.cluster.v1.NodeService.Fetch:input_type -> spool.cluster.v1.FetchRequest
+	1, // 5: spool.cluster.v1.NodeService.Metadata:input_type -> spool.cluster.v1.MetadataRequest
+	5, // 6: spool.cluster.v1.NodeService.Join:output_type -> spool.cluster.v1.JoinResponse
+	7, // 7: spool.cluster.v1.NodeService.Produce:output_type -> spool.cluster.v1.ProduceResponse
+	9, // 8: spool.cluster.v1.NodeService.Fetch:output_type -> spool.cluster.v1.FetchResponse
+	2, // 9: spool.cluster.v1.NodeService.Metadata:output_type -> spool.cluster.v1.MetadataResponse
+	6, // [6:10] is the sub-list for method output_type
+	2, // [2:6] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -669,7 +781,7 @@ func file_spool_cluster_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_node_proto_rawDesc), len(file_spool_cluster_v1_node_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	NodeService_Join_FullMethodName    = "/spool.cluster.v1.NodeService/Join"
-	NodeService_Produce_FullMethodName = "/spool.cluster.v1.NodeService/Produce"
-	NodeService_Fetch_FullMethodName   = "/spool.cluster.v1.NodeService/Fetch"
+	NodeService_Join_FullMethodName     = "/spool.cluster.v1.NodeService/Join"
+	NodeService_Produce_FullMethodName  = "/spool.cluster.v1.NodeService/Produce"
+	NodeService_Fetch_FullMethodName    = "/spool.cluster.v1.NodeService/Fetch"
+	NodeService_Metadata_FullMethodName = "/spool.cluster.v1.NodeService/Metadata"
 )
 
 // NodeServiceClient is the client API for NodeService service.
@@ -42,6 +43,10 @@ type NodeServiceClient interface {
 	Produce(ctx context.Context, in *ProduceRequest, opts ...grpc.CallOption) (*ProduceResponse, error)
 	// Fetch reads committed records of a partition this node holds.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
+	// Metadata returns the controller's state as this member last applied
+	// it: how a node without replicas (storage off) learns the members,
+	// topics and placement.
+	Metadata(ctx context.Context, in *MetadataRequest, opts ...grpc.CallOption) (*MetadataResponse, error)
 }
 
 type nodeServiceClient struct {
@@ -82,6 +87,16 @@ func (c *nodeServiceClient) Fetch(ctx context.Context, in *FetchRequest, opts ..
 	return out, nil
 }
 
+func (c *nodeServiceClient) Metadata(ctx context.Context, in *MetadataRequest, opts ...grpc.CallOption) (*MetadataResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetadataResponse)
+	err := c.cc.Invoke(ctx, NodeService_Metadata_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServiceServer is the server API for NodeService service.
 // All implementations must embed UnimplementedNodeServiceServer
 // for forward compatibility.
@@ -100,6 +115,10 @@ type NodeServiceServer interface {
 	Produce(context.Context, *ProduceRequest) (*ProduceResponse, error)
 	// Fetch reads committed records of a partition this node holds.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
+	// Metadata returns the controller's state as this member last applied
+	// it: how a node without replicas (storage off) learns the members,
+	// topics and placement.
+	Metadata(context.Context, *MetadataRequest) (*MetadataResponse, error)
 	mustEmbedUnimplementedNodeServiceServer()
 }
 
@@ -118,6 +137,9 @@ func (UnimplementedNodeServiceServer) Produce(context.Context, *ProduceRequest) 
 }
 func (UnimplementedNodeServiceServer) Fetch(context.Context, *FetchRequest) (*FetchResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Fetch not implemented")
+}
+func (UnimplementedNodeServiceServer) Metadata(context.Context, *MetadataRequest) (*MetadataResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Metadata not implemented")
 }
 func (UnimplementedNodeServiceServer) mustEmbedUnimplementedNodeServiceServer() {}
 func (UnimplementedNodeServiceServer) testEmbeddedByValue()                     {}
@@ -194,6 +216,24 @@ func _NodeService_Fetch_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeService_Metadata_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MetadataRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServiceServer).Metadata(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeService_Metadata_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServiceServer).Metadata(ctx, req.(*MetadataRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeService_ServiceDesc is the grpc.ServiceDesc for NodeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -212,6 +252,10 @@ var NodeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fetch",
 			Handler:    _NodeService_Fetch_Handler,
+		},
+		{
+			MethodName: "Metadata",
+			Handler:    _NodeService_Metadata_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
