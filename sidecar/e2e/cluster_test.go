@@ -509,15 +509,15 @@ func TestClusterTwoOfThreeDown(t *testing.T) {
 	survivor := sc.nodes[2]
 	awaitPlaced(t, survivor)
 	pub := survivor.publisherClient()
-	publish := func(id string) (*spoolv1.PublishResponse, error, time.Duration) {
+	publish := func(id string) (*spoolv1.PublishResponse, time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		t0 := time.Now()
 		resp, err := pub.Publish(ctx, &spoolv1.PublishRequest{Topic: "orders", Messages: []*spoolv1.PublishMessage{{Id: id, Key: []byte("k1"), Payload: []byte(id)}}})
-		return resp, err, time.Since(t0)
+		return resp, time.Since(t0), err
 	}
 	var acks []ack
-	if resp, err, _ := publish("before"); err != nil {
+	if resp, _, err := publish("before"); err != nil {
 		t.Fatalf("publish with all nodes up: %v", err)
 	} else {
 		r := resp.GetResults()[0]
@@ -529,7 +529,7 @@ func TestClusterTwoOfThreeDown(t *testing.T) {
 	var refused []string
 	for i := range 2 { // the first meets the leader (if it was here) still in office
 		id := fmt.Sprintf("refused-%d", i)
-		resp, err, took := publish(id)
+		resp, took, err := publish(id)
 		if err == nil {
 			t.Fatalf("publish %s with 2 of 3 nodes down succeeded (%v): a minority acknowledged it", id, resp.GetResults())
 		}
@@ -572,7 +572,7 @@ func TestClusterTwoOfThreeDown(t *testing.T) {
 	var after string
 	eventually(t, 20*time.Second, "a publish succeeds with 2 of 3 nodes up", func() bool {
 		after = fmt.Sprintf("after-%d", time.Now().UnixNano())
-		resp, err, _ := publish(after)
+		resp, _, err := publish(after)
 		if err != nil {
 			return false
 		}
