@@ -289,20 +289,23 @@ func (c *cluster) run(ctx context.Context) error {
 	// log) places its replicas before the first election.
 	c.applyController()
 
+	// The components run on their own context: when ctx ends, this node
+	// first hands the leadership of its groups to other replicas, so that
+	// publishes in flight at it complete instead of being cut.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	const components = 5
+	errs := make(chan error, components)
 	goRun := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() { // owned: awaited below
 			defer wg.Done()
-			if err := f(ctx); err != nil {
+			if err := f(runCtx); err != nil {
 				errs <- fmt.Errorf("engine: %s: %w", name, err)
 			}
 		}()
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ctx = runCtx
 	goRun("transport", c.tr.Run)
 	goRun("raft host", c.host.Run)
 	goRun("controller", c.runController)
@@ -312,16 +315,60 @@ func (c *cluster) run(ctx context.Context) error {
 	var err2 error
 	select {
 	case <-ctx.Done():
+		c.handOff(handOffTimeout)
 	case err2 = <-errs:
 		c.fail(err2)
-		cancel()
 	}
+	cancel()
 	wg.Wait()
 	// The replicas' state files; their logs are the store's, closed by Close.
 	for _, g := range c.host.Groups() {
 		_ = c.host.Remove(g)
 	}
 	return err2
+}
+
+// handOffTimeout bounds how long a stopping node waits for the leadership
+// of its groups to move.
+const handOffTimeout = 3 * time.Second
+
+// handOff transfers the leadership of every group this node leads to
+// another voter and waits (up to d) until it leads none: a stopping leader
+// would otherwise cut the publishes in flight at it (their outcome then
+// unknown to the producers), and its groups would wait an election
+// timeout for a new leader. A transfer to a replica that is down fails
+// after an election timeout; the group then elects as after a crash.
+func (c *cluster) handOff(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for round := 0; time.Now().Before(deadline); round++ {
+		led := 0
+		for _, g := range c.host.Groups() {
+			st, ok := c.host.Status(g)
+			if !ok || !st.IsLeader {
+				continue
+			}
+			var others []uint64
+			for _, v := range st.Voters {
+				if v != c.id.NodeID {
+					others = append(others, v)
+				}
+			}
+			if len(others) == 0 {
+				continue // the only voter: nobody to hand it to
+			}
+			led++
+			if round%10 == 0 { // ask again every 10 rounds (a transfer may have aborted)
+				_ = c.host.TransferLeadership(g, others[(int(g)+round/10)%len(others)])
+			}
+		}
+		if led == 0 {
+			return
+		}
+		select {
+		case <-time.After(c.cfg.TickInterval): // sleep-ok: polling raft status while stopping
+		}
+	}
+	c.logger.Warn("spool cluster: stopping while still leading some groups (their replicas elect a new leader)")
 }
 
 func (c *cluster) groupDir(group uint64) string {

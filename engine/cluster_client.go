@@ -104,7 +104,7 @@ func (c *cluster) refreshMetadata(ctx context.Context) error {
 		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID})
 		cancel()
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
 			continue
 		}
 		st, err := meta.DecodeState(resp.GetState())

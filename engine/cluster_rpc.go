@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,6 +158,20 @@ func (c *cluster) proposeLocal(ctx context.Context, group uint64, data []byte) (
 // errUnreachable: a peer could not be asked (nothing was stored there).
 var errUnreachable = errors.New("peer unreachable")
 
+// neverSent reports whether a failed call certainly never reached the
+// peer: no connection could be made (grpc-go fails such calls with
+// UNAVAILABLE "connection error" or a resolver error before sending
+// anything). Any other UNAVAILABLE ("error reading from server: EOF",
+// "transport is closing") may come after the request left.
+func neverSent(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	msg := st.Message()
+	return strings.HasPrefix(msg, "connection error:") || strings.Contains(msg, "produced zero addresses")
+}
+
 // forwardTo asks node to propose data in group.
 func (c *cluster) forwardTo(ctx context.Context, node, group uint64, topic string, num int32, data []byte) (int64, error) {
 	cl, err := c.peers.client(node)
@@ -165,10 +180,16 @@ func (c *cluster) forwardTo(ctx context.Context, node, group uint64, topic strin
 	}
 	resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: c.id.ClusterID, Topic: topic, Partition: num, Group: group, Records: data})
 	if err != nil {
-		if status.Code(err) == codes.Unavailable {
-			return 0, fmt.Errorf("%w: node %d: %w", errUnreachable, node, err)
+		// A peer's gRPC status is text here (%v), never wrapped: the
+		// sidecar's error mapping must see the engine's error, not a status
+		// of another node's making.
+		if neverSent(err) {
+			return 0, fmt.Errorf("%w: node %d: %v", errUnreachable, node, err)
 		}
-		return 0, fmt.Errorf("%w: forwarded to node %d: %w", raft.ErrOutcomeUnknown, node, err)
+		// The request may have reached the leader, and been replicated
+		// before the connection broke: sending it again could store it
+		// twice.
+		return 0, fmt.Errorf("%w: forwarded to node %d, no answer: %v", raft.ErrOutcomeUnknown, node, err)
 	}
 	switch resp.GetError() {
 	case clusterv1.ProduceError_PRODUCE_ERROR_UNSPECIFIED:
@@ -239,7 +260,7 @@ func (c *cluster) askReplica(part *partition, call func(context.Context, cluster
 		if err == nil {
 			return resp, nil
 		}
-		errs = append(errs, fmt.Errorf("node %d: %w", node, err))
+		errs = append(errs, fmt.Errorf("node %d: %v", node, err))
 	}
 	return nil, fmt.Errorf("engine: %s/%d: no replica answered (replicas %v): %w", part.topic.name, part.num, part.replicas, errors.Join(errs...))
 }
@@ -415,7 +436,7 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 			if status.Code(err) == codes.FailedPrecondition {
 				return nil, fmt.Errorf("engine: --join %s refused this node: %s", addr, status.Convert(err).Message())
 			}
-			errs = append(errs[:0], fmt.Errorf("%s: %w", addr, err))
+			errs = append(errs[:0], fmt.Errorf("%s: %v", addr, err))
 		}
 		t := time.NewTimer(min(time.Duration(attempt+1)*250*time.Millisecond, 2*time.Second))
 		select {
