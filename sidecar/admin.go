@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
@@ -36,6 +37,15 @@ func newAdmin(cfg *config.Config, eng *engine.Node, groups []*deliver.Group, l l
 
 func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv1.ListTopicsResponse, error) {
 	resp := &spoolv1.ListTopicsResponse{}
+	// In a cluster, a partition's leader is the node id raft names (known
+	// for the partitions this node holds a replica of; empty otherwise).
+	cs, clustered := a.eng.ClusterStatus()
+	leaders := map[string]string{}
+	for _, r := range cs.Replicas {
+		if r.Leader != 0 {
+			leaders[r.Topic+"/"+strconv.Itoa(int(r.Partition))] = strconv.FormatUint(r.Leader, 10)
+		}
+	}
 	for _, t := range a.eng.Topics() {
 		ti := &spoolv1.TopicInfo{Name: t.Name, RetentionMs: t.RetentionAge.Milliseconds(), RetentionBytes: t.RetentionBytes}
 		for p := range t.Partitions {
@@ -43,7 +53,11 @@ func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv
 			if err != nil {
 				return nil, apierr.ToStatus(fmt.Errorf("list topics: %s/%d: %w", t.Name, p, err))
 			}
-			ti.Partitions = append(ti.Partitions, &spoolv1.PartitionInfo{Partition: p, StartOffset: start, EndOffset: end, Leader: a.cfg.Node.ID})
+			leader := a.cfg.Node.ID
+			if clustered {
+				leader = leaders[t.Name+"/"+strconv.Itoa(int(p))]
+			}
+			ti.Partitions = append(ti.Partitions, &spoolv1.PartitionInfo{Partition: p, StartOffset: start, EndOffset: end, Leader: leader})
 		}
 		resp.Topics = append(resp.Topics, ti)
 	}
@@ -83,6 +97,16 @@ func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) 
 }
 
 func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*spoolv1.ClusterStatusResponse, error) {
+	if cs, ok := a.eng.ClusterStatus(); ok {
+		resp := &spoolv1.ClusterStatusResponse{ClusterId: cs.ClusterID, NodeId: strconv.FormatUint(cs.NodeID, 10), Version: Version}
+		if cs.NodeID == 0 {
+			resp.NodeId = "" // storage off: not a member
+		}
+		for _, m := range cs.Members {
+			resp.Nodes = append(resp.Nodes, &spoolv1.NodeInfo{Id: strconv.FormatUint(m.ID, 10), Address: m.Addr, Alive: m.Connected})
+		}
+		return resp, nil
+	}
 	host, _ := os.Hostname()
 	return &spoolv1.ClusterStatusResponse{
 		ClusterId: "single-node",

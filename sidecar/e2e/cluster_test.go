@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -591,4 +592,52 @@ func TestClusterTwoOfThreeDown(t *testing.T) {
 		}
 	}
 	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
+}
+
+// The admin API describes the cluster: every node reports the same cluster
+// id and the three members, and ListTopics names the leader of every
+// partition (raft's, the same on every node once elections settle).
+func TestClusterAdminShowsLeaders(t *testing.T) {
+	sc := startCluster(t, 3, "")
+	awaitPlaced(t, sc.nodes[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var clusterID string
+	for _, n := range sc.nodes {
+		st, err := n.adminClient().ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.GetClusterId() == "" || st.GetClusterId() == "single-node" || len(st.GetNodes()) != 3 {
+			t.Fatalf("ClusterStatus: cluster %q, %d nodes; want a cluster id and 3 nodes", st.GetClusterId(), len(st.GetNodes()))
+		}
+		if clusterID != "" && st.GetClusterId() != clusterID {
+			t.Fatalf("nodes report clusters %q and %q", clusterID, st.GetClusterId())
+		}
+		clusterID = st.GetClusterId()
+	}
+	eventually(t, 20*time.Second, "every node names the same leader for every partition", func() bool {
+		var want []string
+		for i, n := range sc.nodes {
+			resp, err := n.adminClient().ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ti := range resp.GetTopics() {
+				for _, p := range ti.GetPartitions() {
+					if p.GetLeader() == "" {
+						return false
+					}
+					got = append(got, ti.GetName()+"/"+p.GetLeader())
+				}
+			}
+			if i == 0 {
+				want = got
+			} else if !slices.Equal(got, want) {
+				return false
+			}
+		}
+		return len(want) > 0
+	})
 }
