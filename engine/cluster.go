@@ -133,6 +133,7 @@ type cluster struct {
 	id        identity
 	bootstrap bool      // this node created the cluster (no identity, no Join)
 	tls       *tlsFiles // nil: plaintext between nodes
+	pid       int64     // this process's producer id (cluster_dedupe.go)
 
 	host  *raft.Host
 	tr    *transport.GRPC
@@ -174,6 +175,7 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 		opened:     map[uint64]bool{},
+		pid:        newProducerID(),
 	}
 	if cfg.TLS.Enabled() {
 		var err error
@@ -667,6 +669,7 @@ func (c *cluster) openReplica(part *partition) error {
 		Group:         raft.GroupConfig{ID: c.id.NodeID},
 		MaxBatchBytes: c.n.cfg.Log.MaxBatchBytes,
 		OnCommitted:   part.setCommitted,
+		OnApply:       part.producers.applied,
 	})
 	if err != nil {
 		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)

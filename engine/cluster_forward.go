@@ -20,6 +20,7 @@ const maxForwardQueueBytes = 64 << 20
 // in any order and reorder a producer's pipelined messages; this keeps them
 // in order while the leadership is stable, and batches them under load.
 type forwarder struct {
+	seq     int32 // the base sequence of the next batch (producer deduplication)
 	queue   []fwdCall
 	bytes   int
 	running bool // a drain goroutine runs; it will see queue
@@ -75,13 +76,17 @@ func (c *cluster) drainForward(part *partition) {
 		batch = append(batch[:0], f.queue[:n]...)
 		f.queue = append(f.queue[:0], f.queue[n:]...)
 		f.bytes -= size
+		seq := f.seq
+		f.seq++
 		part.fwdMu.Unlock()
 
 		recs = recs[:0]
 		for _, call := range batch {
 			recs = append(recs, call.recs...)
 		}
-		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
+		// The producer id and sequence let the leader recognise this batch
+		// when it is sent again (cluster_dedupe.go).
+		data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: c.pid, BaseSequence: seq}, recs, time.Now().UnixMilli())
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
 		base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.replicas, data)
 		cancel()

@@ -82,6 +82,10 @@ var ErrNoLeader = errors.New("engine: no leader")
 // produceWait proposes data to a group's leader, here or at a peer,
 // retrying while that is safe (nothing was stored) until ctx ends.
 func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte) (int64, error) {
+	// A batch with a producer id may be sent again when its outcome is
+	// unknown: the leader recognises it (cluster_dedupe.go).
+	id, _, _, _ := log.RecordsProducer(data)
+	idempotent := id != 0
 	var lastErr error
 	var hint uint64
 	for attempt := 0; ; attempt++ {
@@ -102,12 +106,25 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 		hint = 0
 		if st, ok := c.status(group); ok {
 			if st.IsLeader {
-				base, err := c.proposeLocal(ctx, group, data)
-				if err == nil || !retryable(err) {
-					return base, err
+				var base int64
+				var err error
+				if part, perr := c.n.partition(topic, num); idempotent && perr == nil && group != controllerGroup {
+					if !leaderCaughtUp(part, st) {
+						lastErr = fmt.Errorf("node %d just became the leader and is applying its predecessors' entries", c.id.NodeID)
+						continue
+					}
+					base, err = c.proposeOnce(ctx, part, id, seqOf(data), data)
+				} else {
+					base, err = c.proposeLocal(ctx, group, data)
 				}
-				lastErr = err
-				continue
+				switch {
+				case err == nil:
+					return base, nil
+				case retryable(err), idempotent && errors.Is(err, raft.ErrOutcomeUnknown) && ctx.Err() == nil:
+					lastErr = err
+					continue
+				}
+				return base, err
 			}
 			if leader == 0 {
 				leader = st.Leader
@@ -133,10 +150,21 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 			lastErr = err
 		case errors.Is(err, raft.ErrProposalLost), errors.Is(err, errUnreachable):
 			lastErr = err
+		case idempotent && errors.Is(err, raft.ErrOutcomeUnknown):
+			lastErr = err
+			if ctx.Err() != nil {
+				return 0, err // out of time: the outcome stays unknown
+			}
 		default:
 			return 0, err
 		}
 	}
+}
+
+// seqOf is a record payload's base sequence.
+func seqOf(data []byte) int32 {
+	_, _, seq, _ := log.RecordsProducer(data)
+	return seq
 }
 
 // proposeLocal proposes on this node and waits for the outcome.
@@ -315,7 +343,20 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 		return &clusterv1.ProduceResponse{Error: clusterv1.ProduceError_PRODUCE_ERROR_NOT_LEADER, Leader: st.Leader,
 			Message: fmt.Sprintf("node %d does not lead group %d", c.id.NodeID, group)}, nil
 	}
-	base, err := c.proposeLocal(ctx, group, req.GetRecords())
+	var base int64
+	var err error
+	if id, _, seq, _ := log.RecordsProducer(req.GetRecords()); id != 0 && group != controllerGroup {
+		part, _ := c.n.partition(req.GetTopic(), req.GetPartition()) // checked above
+		if !leaderCaughtUp(part, st) {
+			// Entries of earlier leaders may still hold this batch: answer
+			// once they are applied (the caller tries again shortly).
+			return &clusterv1.ProduceResponse{Error: clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE,
+				Message: fmt.Sprintf("node %d just became the leader of group %d and is applying its predecessors' entries", c.id.NodeID, group)}, nil
+		}
+		base, err = c.proposeOnce(ctx, part, id, seq, req.GetRecords())
+	} else {
+		base, err = c.proposeLocal(ctx, group, req.GetRecords())
+	}
 	var nl *raft.NotLeaderError
 	switch {
 	case err == nil:

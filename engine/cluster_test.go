@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -307,4 +308,114 @@ func TestClusterClientNode(t *testing.T) {
 	if err := client.n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 3}); !errors.As(err, new(*TopicConflictError)) {
 		t.Fatalf("EnsureTopic with other partitions through the client: %v, want a TopicConflictError", err)
 	}
+}
+
+// A batch sent again with the same producer id and sequence (its first
+// answer lost) is stored once: the leader answers it with the first
+// copy's offset — also a new leader, after the one that stored it is
+// stopped, and also when the copies arrive together.
+func TestClusterProducerDedupe(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	if err := tc.nodes[0].n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 20*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
+	awaitCond(t, 20*time.Second, "the topic placed on every node", func() error {
+		for _, cn := range tc.nodes {
+			if part, err := cn.n.partition("orders", 0); err != nil || part.group == 0 {
+				return fmt.Errorf("not on node at %s yet", cn.addr)
+			}
+		}
+		return nil
+	})
+	batch := func(seq int32, v string) []byte {
+		return log.EncodeRecords(nil, log.BatchHeader{ProducerID: 42, BaseSequence: seq}, []log.Record{{ID: []byte(v), Value: []byte(v)}}, time.Now().UnixMilli())
+	}
+	send := func(cn *clusterNode, data []byte) int64 {
+		t.Helper()
+		part, err := cn.n.partition("orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		base, err := cn.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base
+	}
+	count := func(cn *clusterNode, v string) int {
+		t.Helper()
+		recs, err := readAll(cn.n, "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range recs {
+			if string(r.Value) == v {
+				n++
+			}
+		}
+		return n
+	}
+	leaderOf := func() *clusterNode {
+		for _, cn := range tc.nodes {
+			if cn.n == nil {
+				continue
+			}
+			part, _ := cn.n.partition("orders", 0)
+			if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
+				return cn
+			}
+		}
+		return nil
+	}
+
+	b1 := send(tc.nodes[1], batch(7, "seven"))
+	if again := send(tc.nodes[2], batch(7, "seven")); again != b1 {
+		t.Fatalf("the resent batch got offset %d, the first copy %d", again, b1)
+	}
+	// Sent together: one proposal, both answered with it.
+	ch := make(chan int64, 2)
+	for _, cn := range tc.nodes[1:] {
+		go func() { ch <- send(cn, batch(8, "eight")) }()
+	}
+	b8 := <-ch
+	if y := <-ch; b8 != y {
+		t.Fatalf("two copies sent together got offsets %d and %d", b8, y)
+	}
+	// A new leader knows what the old one stored.
+	old := leaderOf()
+	if old == nil {
+		t.Fatal("no leader")
+	}
+	tc.stop(old)
+	var survivor *clusterNode
+	for _, cn := range tc.nodes {
+		if cn.n != nil {
+			survivor = cn
+		}
+	}
+	if again := send(survivor, batch(8, "eight")); again != b8 {
+		t.Fatalf("resent to the new leader: offset %d, the first copy %d", again, b8)
+	}
+	// An older batch than the producer's last is a stray copy: refused.
+	part, _ := survivor.n.partition("orders", 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := survivor.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas, batch(7, "seven")); err == nil || !strings.Contains(err.Error(), "older than its last") {
+		t.Fatalf("a stray copy of an older batch: %v, want it refused", err)
+	}
+	if b9 := send(survivor, batch(9, "nine")); b9 <= b8 {
+		t.Fatalf("a new batch got offset %d, not after %d", b9, b8)
+	}
+	awaitCond(t, 10*time.Second, "each batch stored once", func() error {
+		for v, want := range map[string]int{"seven": 1, "eight": 1, "nine": 1} {
+			if got := count(survivor, v); got != want {
+				return fmt.Errorf("%q stored %d times", v, got)
+			}
+		}
+		return nil
+	})
 }

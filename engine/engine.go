@@ -79,10 +79,11 @@ type partition struct {
 	// change: placing a topic replaces its partition values.
 	group     uint64
 	replicas  []uint64
-	committed atomic.Int64 // Fetch, Offsets and notifications use this end
-	compl     completer    // runs Produce callbacks off the appender
-	fwdMu     sync.Mutex   // a leaf: guards fwd
-	fwd       forwarder    // records on their way to the leader (cluster)
+	committed atomic.Int64  // Fetch, Offsets and notifications use this end
+	compl     completer     // runs Produce callbacks off the appender
+	fwdMu     sync.Mutex    // a leaf: guards fwd
+	fwd       forwarder     // records on their way to the leader (cluster)
+	producers producerTable // the last batch of each producer (cluster; cluster_dedupe.go)
 	// limit caps committed once the partition is quarantined (noLimit until
 	// then): nothing at or past the damage is served.
 	limit    atomic.Int64

@@ -303,6 +303,21 @@ func (p *Partition) AppendEntries(ents []Entry, done func(error)) {
 	}
 }
 
+// RecordsProducer returns the producer fields of a record payload
+// (EncodeRecords): the producer id, epoch and base sequence a leader
+// deduplicates retries by. ok is false when data is not a record payload.
+// The fields are not checked against the body CRC here (CheckRecords does).
+func RecordsProducer(data []byte) (id int64, epoch int16, seq int32, ok bool) {
+	if PayloadType(data) != EntryData {
+		return 0, 0, 0, false
+	}
+	le := binary.LittleEndian
+	id = int64(le.Uint64(data[offProducerID-PlacementSize:]))
+	epoch = int16(le.Uint16(data[offEpoch-PlacementSize:]))
+	seq = int32(le.Uint32(data[offBaseSeq-PlacementSize:]))
+	return id, epoch, seq, true
+}
+
 // CheckRecords checks a record payload (EncodeRecords) as AppendEntries
 // will: its length against maxBatchBytes, its header, body CRC and every
 // record. A raft leader calls it before proposing bytes it received from a

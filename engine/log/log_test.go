@@ -460,3 +460,19 @@ func TestPartitionRetentionOverridesStore(t *testing.T) {
 		t.Fatalf("age retention: trim start %d (was %d), keep start %d", trim.StartOffset(), sizeStart, keep.StartOffset())
 	}
 }
+
+// The producer fields of a record payload read back as EncodeRecords wrote
+// them; anything else is not a record payload.
+func TestRecordsProducer(t *testing.T) {
+	data := EncodeRecords(nil, BatchHeader{ProducerID: -7, ProducerEpoch: 3, BaseSequence: 1 << 30}, []Record{{Value: []byte("v")}}, 1)
+	id, epoch, seq, ok := RecordsProducer(data)
+	if !ok || id != -7 || epoch != 3 || seq != 1<<30 {
+		t.Fatalf("RecordsProducer = %d, %d, %d, %v; want -7, 3, %d, true", id, epoch, seq, ok, 1<<30)
+	}
+	if err := CheckRecords(data, DefaultMaxBatchBytes); err != nil {
+		t.Fatalf("the payload with producer fields: %v", err)
+	}
+	if _, _, _, ok := RecordsProducer([]byte("short")); ok {
+		t.Fatal("a short payload read as records")
+	}
+}

@@ -222,6 +222,9 @@ func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	}
 	g := &hostGroup{id: group, h: h, r: r, track: newTracker()}
 	r.onReady, r.onApply = g.track.ready, g.track.applied
+	if apply := cfg.OnApply; apply != nil {
+		r.onApply = func(e raftpb.Entry, base int64) { g.track.applied(e, base); apply(e, base) }
+	}
 	g.refresh()
 	h.mu.Lock()
 	h.groups[group] = g

@@ -30,6 +30,11 @@ type ReplicaConfig struct {
 	// OnCommitted, if set, is called (on the goroutine calling Process) with
 	// the new committed end whenever it rises: engine/'s setCommitted.
 	OnCommitted func(end int64)
+	// OnApply, if set, is called (on the goroutine calling Process) with
+	// each applied entry, right after OnCommitted moved past it, and the
+	// data offset of its first record (engine/'s producer deduplication reads the
+	// producer fields of record entries). It must not block.
+	OnApply func(e raftpb.Entry, base int64)
 	// MaxBatchBytes is the partition store's Options.MaxBatchBytes (default
 	// log.DefaultMaxBatchBytes): a proposal whose entry would not fit a log
 	// batch is refused before it reaches raft (every replica appending it

@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/raft"
+)
+
+// Producer deduplication (the idempotent producer, between nodes).
+//
+// A node forwarding records to a partition's leader is a producer: it has
+// a producer id (random, drawn when the node starts) and numbers its
+// batches to each partition (the base sequence); both travel in the batch
+// header. The forwarder sends one batch at a time per partition and resends
+// the same bytes when it cannot know the outcome (the connection broke
+// after the request left, the leader changed), so a resent batch is always
+// that producer's latest one. Every replica records, as it applies record
+// entries, the last (sequence, base offset) of each producer id; the
+// leader answers a batch whose sequence is its producer's last applied one
+// with that base offset instead of proposing it again, and attaches a batch
+// already proposed and not yet answered to that proposal. A leader answers
+// such batches only once it has applied an entry of its own term: every
+// entry of earlier leaders is then applied and in the table.
+//
+// The table is not replicated state: each replica builds its own from what
+// it applies, so a replica that restarted knows only what it applied since
+// (a resent batch that reaches it as a new leader within produce_timeout
+// of such a restart can be stored twice).
+
+// maxProducers bounds the producer ids remembered per partition; the
+// oldest entries go first (a producer id lives as long as a node process,
+// and its batches are resent only within produce_timeout).
+const maxProducers = 4096
+
+type producerTable struct {
+	mu      sync.Mutex
+	last    map[int64]producerLast
+	order   []int64 // producer ids in the order first seen, for eviction
+	pending map[int64]*pendingBatch
+}
+
+type producerLast struct {
+	seq  int32
+	base int64
+}
+
+// pendingBatch is a producer's batch proposed by this leader and not yet
+// answered; resends of it wait for the same outcome.
+type pendingBatch struct {
+	seq     int32
+	waiters []chan produceOutcome
+}
+
+type produceOutcome struct {
+	base int64
+	err  error
+}
+
+// applied records a record entry's producer fields (OnApply of the
+// partition's replica).
+func (t *producerTable) applied(e raftpb.Entry, base int64) {
+	id, _, seq, ok := log.RecordsProducer(e.Data)
+	if !ok || id == 0 || e.Type != raftpb.EntryNormal {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = map[int64]producerLast{}
+	}
+	if _, known := t.last[id]; !known {
+		t.order = append(t.order, id)
+		if len(t.order) > maxProducers {
+			delete(t.last, t.order[0])
+			t.order = t.order[1:]
+		}
+	}
+	t.last[id] = producerLast{seq: seq, base: base}
+}
+
+// proposeOnce proposes a producer's batch at this leader unless it is its
+// last applied batch (answered with its base offset) or already proposed
+// (the caller waits for that proposal's outcome).
+func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, seq int32, data []byte) (int64, error) {
+	t := &part.producers
+	t.mu.Lock()
+	if l, ok := t.last[id]; ok {
+		if l.seq == seq {
+			t.mu.Unlock()
+			return l.base, nil
+		}
+		// An older batch than the producer's last (sequences wrap): its
+		// producer has moved on, so this is a stray copy; storing it would
+		// store it twice.
+		if d := seq - l.seq; d < 0 && d > -(1<<30) {
+			t.mu.Unlock()
+			return 0, fmt.Errorf("%w: batch %d of producer %x is older than its last stored batch %d: not stored again", errStaleBatch, seq, uint64(id), l.seq)
+		}
+	}
+	if p := t.pending[id]; p != nil && p.seq == seq {
+		ch := make(chan produceOutcome, 1)
+		p.waiters = append(p.waiters, ch)
+		t.mu.Unlock()
+		select {
+		case o := <-ch:
+			return o.base, o.err
+		case <-ctx.Done():
+			return 0, raft.ErrOutcomeUnknown
+		}
+	}
+	if t.pending == nil {
+		t.pending = map[int64]*pendingBatch{}
+	}
+	p := &pendingBatch{seq: seq}
+	t.pending[id] = p
+	t.mu.Unlock()
+
+	base, err := c.proposeLocal(ctx, part.group, data)
+
+	t.mu.Lock()
+	if t.pending[id] == p {
+		delete(t.pending, id)
+	}
+	waiters := p.waiters
+	t.mu.Unlock()
+	for _, ch := range waiters {
+		ch <- produceOutcome{base, err}
+	}
+	return base, err
+}
+
+// newProducerID draws this process's producer id (never 0: 0 is "no
+// producer", the batches a leader proposes itself).
+func newProducerID() int64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := int64(binary.LittleEndian.Uint64(b[:])); id != 0 {
+			return id
+		}
+	}
+}
+
+// errStaleBatch: a producer's batch older than its last stored one.
+var errStaleBatch = errors.New("stale producer batch")
+
+// leaderCaughtUp reports whether this leader has applied an entry of its
+// own term (and so every entry of earlier terms).
+func leaderCaughtUp(part *partition, st raft.GroupStatus) bool {
+	if part.log == nil || !st.IsLeader {
+		return false
+	}
+	t, err := part.log.Term(st.CommitIndex)
+	return err == nil && t == st.Term
+}
