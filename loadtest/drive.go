@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,16 +41,17 @@ func (ps *pubStats) fail(n int, err error) {
 }
 
 // publishAll publishes messages 0..sc.Messages-1 over sc.Producers
-// PublishStreams until done or ctx ends. It returns when every producer has
-// its answers (or gave up on them).
-func publishAll(ctx context.Context, addr string, sc *Scenario, ps *pubStats) {
+// PublishStreams until done or ctx ends; producer i talks to addrs[i %
+// len(addrs)] (each node's app talks to its own sidecar). It returns when
+// every producer has its answers (or gave up on them).
+func publishAll(ctx context.Context, addrs []string, sc *Scenario, ps *pubStats) {
 	defer close(ps.done)
 	var next atomic.Int64 // next sequence number to hand out, in batches
 	var wg sync.WaitGroup
 	start := time.Now()
 	for p := range sc.Producers {
 		wg.Go(func() {
-			if err := produce(ctx, addr, sc, ps, &next, p, start); err != nil {
+			if err := produce(ctx, addrs[p%len(addrs)], sc, ps, &next, p, start); err != nil {
 				ps.firstErr.CompareAndSwap(nil, &err)
 			}
 		})
@@ -221,6 +223,7 @@ type consStats struct {
 	distinct  atomic.Int64
 	lastNewNs atomic.Int64 // when a new id was last handled
 	badIDs    atomic.Int64
+	probes    atomic.Int64 // messages with probeIDPrefix handled
 	lat       *histogram // send time (in the payload) → handler start
 	sdk       []*spool.Stats
 }
@@ -237,6 +240,10 @@ func (cs *consStats) sdkTotals() (reconnects, settleErrors, retried int64) {
 
 func (cs *consStats) handle(_ context.Context, m *spool.Message) error {
 	now := time.Now()
+	if strings.HasPrefix(m.ID, probeIDPrefix) {
+		cs.probes.Add(1) // warm-up and leader probes of a cluster run: not counted
+		return nil
+	}
 	cs.handled.Add(1)
 	seq, err := strconv.ParseUint(m.ID, 10, 64)
 	if err != nil {
