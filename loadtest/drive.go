@@ -224,8 +224,21 @@ type consStats struct {
 	lastNewNs atomic.Int64 // when a new id was last handled
 	badIDs    atomic.Int64
 	probes    atomic.Int64 // messages with probeIDPrefix handled
+	// where holds, per sequence number, where it was first handled
+	// (partition+1 << 40 | offset), so a duplicate can say whether it was
+	// stored twice (two offsets) or delivered twice (one offset).
+	where   []atomic.Uint64
+	dupMu   sync.Mutex
+	dupSeen []string // the first maxDupSamples duplicates, described
 	lat       *histogram // send time (in the payload) → handler start
 	sdk       []*spool.Stats
+}
+
+// maxDupSamples bounds the duplicates a run describes.
+const maxDupSamples = 10
+
+func newConsStats(n int) *consStats {
+	return &consStats{seen: newIDSet(n), lat: new(histogram), where: make([]atomic.Uint64, n)}
 }
 
 // sdkTotals sums what the SDK counted over the consumers.
@@ -250,9 +263,25 @@ func (cs *consStats) handle(_ context.Context, m *spool.Message) error {
 		cs.badIDs.Add(1)
 		return nil
 	}
+	loc := uint64(m.Partition+1)<<40 | uint64(m.Offset)&(1<<40-1)
 	if cs.seen.add(seq) {
 		cs.distinct.Add(1)
 		cs.lastNewNs.Store(now.UnixNano())
+		if seq < uint64(len(cs.where)) {
+			cs.where[seq].Store(loc)
+		}
+	} else if seq < uint64(len(cs.where)) {
+		first := cs.where[seq].Load()
+		kind := "stored twice"
+		if first == loc {
+			kind = "delivered twice"
+		}
+		cs.dupMu.Lock()
+		if len(cs.dupSeen) < maxDupSamples {
+			cs.dupSeen = append(cs.dupSeen, fmt.Sprintf("id %d %s: first at partition %d offset %d, again at partition %d offset %d (attempt %d)",
+				seq, kind, int64(first>>40)-1, first&(1<<40-1), m.Partition, m.Offset, m.Attempt))
+		}
+		cs.dupMu.Unlock()
 	}
 	if len(m.Payload) >= 16 {
 		sent := int64(binary.LittleEndian.Uint64(m.Payload[8:16]))

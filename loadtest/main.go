@@ -123,6 +123,9 @@ func printTable(r *Result) {
 	row("setup", fmt.Sprintf("%d B, %d producers × depth %d × batch %d, %d partitions, fsync %s, ordering %s, %d consumers × %d",
 		r.MessageBytes, r.Producers, r.PipelineDepth, r.BatchMessages, r.Partitions, r.Fsync, r.Ordering, r.Consumers, r.ConsumerConcurrency))
 	row("machine", fmt.Sprintf("%d × %s, Linux %s, %s, %s", r.Nproc, r.CPU, r.Kernel, r.GoVersion, r.Date))
+	for _, d := range r.DuplicateSamples {
+		row("duplicate", d)
+	}
 	for _, e := range r.Errors {
 		row("error", e)
 	}

@@ -77,6 +77,10 @@ type Result struct {
 	// IdleS (idle mode): seconds of the idle measurement.
 	IdleS float64 `json:"idle_s,omitempty"`
 
+	// DuplicateSamples describes the first duplicates: stored twice (two
+	// offsets) or delivered twice (one offset, attempt > 1).
+	DuplicateSamples []string `json:"duplicate_samples,omitempty"`
+
 	Errors []string `json:"errors,omitempty"`
 }
 
@@ -197,7 +201,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	addrs := appAddrs(nodes)
 	var errs []error
 	ps := &pubStats{acked: newIDSet(sc.Messages), lat: new(histogram), done: make(chan struct{})}
-	cs := &consStats{seen: newIDSet(sc.Messages), lat: new(histogram)}
+	cs := newConsStats(sc.Messages)
 	consCtx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
 	var waitConsumers func() error
@@ -314,6 +318,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.Duplicates = cs.handled.Load() - cs.distinct.Load() + cs.badIDs.Load()
 		r.Lost = int64(cs.seen.missing(ps.acked))
 		r.Reconnects, r.SettleErrors, _ = cs.sdkTotals()
+		r.DuplicateSamples = cs.dupSeen
 	} else {
 		r.Lost, r.Duplicates = -1, -1 // not measured: set verify: true
 	}
