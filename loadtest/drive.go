@@ -229,9 +229,9 @@ type consStats struct {
 	// stored twice (two offsets) or delivered twice (one offset).
 	where   []atomic.Uint64
 	dupMu   sync.Mutex
-	dupSeen []string // the first maxDupSamples duplicates, described
-	lat       *histogram // send time (in the payload) → handler start
-	sdk       []*spool.Stats
+	dupSeen []string   // the first maxDupSamples duplicates, described
+	lat     *histogram // send time (in the payload) → handler start
+	sdk     []*spool.Stats
 }
 
 // maxDupSamples bounds the duplicates a run describes.

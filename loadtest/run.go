@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -14,51 +14,51 @@ import (
 
 // Result is the one JSON line a run prints.
 type Result struct {
-	Scenario            string   `json:"scenario"`
-	Mode                string   `json:"mode"`
-	MsgsPerS            float64  `json:"msgs_per_s"`
-	MBPerS              float64  `json:"mb_per_s"` // payload MiB/s
-	P50Ms               float64  `json:"p50_ms"`
-	P99Ms               float64  `json:"p99_ms"`
-	P999Ms              float64  `json:"p999_ms"`
-	MaxMs               float64  `json:"max_ms"`
-	Duplicates          int64    `json:"duplicates"`
-	Lost                int64    `json:"lost"`
-	Verified            bool     `json:"verified"` // duplicates/lost come from consuming every message
-	PublishFailed       int64    `json:"publish_failed"`
-	SidecarRSSMBPeak    float64  `json:"sidecar_rss_mb_peak"`
-	SidecarRSSMBIdle    float64  `json:"sidecar_rss_mb_idle"`
-	SidecarHWMMB        float64  `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
-	SidecarRSSMBEnd     float64  `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
-	SidecarCPUUsPerMsg  float64  `json:"sidecar_cpu_us_per_msg"`
-	SidecarCPUCores     float64  `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
-	RedisCPUUsPerMsg    float64  `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
-	RedisCPUCores       float64  `json:"redis_cpu_cores,omitempty"`
-	LoadtestCPUUsPerMsg float64  `json:"loadtest_cpu_us_per_msg"`
-	Messages            int64    `json:"messages"`
-	DurationS           float64  `json:"duration_s"`
-	MessageBytes        int      `json:"message_bytes"`
-	Producers           int      `json:"producers"`
-	PipelineDepth       int      `json:"pipeline_depth"`
-	BatchMessages       int      `json:"batch_messages"`
-	Partitions          int      `json:"partitions"`
-	Fsync               string   `json:"fsync"`
-	Ordering            string   `json:"ordering"`
-	Consumers           int      `json:"consumers"`
-	SidecarGOMEMLIMIT   string   `json:"sidecar_gomemlimit,omitempty"`
-	SubWindowMessages   int      `json:"sub_window_messages,omitempty"`
-	Redis               bool     `json:"redis,omitempty"` // spoold's idempotency ledger was on, in a redis-server started for the run
-	DedupeHits          int64    `json:"dedupe_hits"`     // spoold's /metrics at the end of the run (0 without a ledger): spool_dedupe_hits_total
-	LedgerErrors        int64    `json:"ledger_errors"`   // spool_ledger_errors_total, all ops
-	Undeduped           int64    `json:"undeduped"`       // spool_undeduped_deliveries_total
-	ConsumerConcurrency int      `json:"consumer_concurrency"`
-	Reconnects          int64    `json:"reconnects"`
-	SettleErrors        int64    `json:"settle_errors"`
-	GoVersion           string   `json:"go_version"`
-	Nproc               int      `json:"nproc"`
-	CPU                 string   `json:"cpu"`
-	Kernel              string   `json:"kernel"`
-	Date                string   `json:"date"`
+	Scenario            string  `json:"scenario"`
+	Mode                string  `json:"mode"`
+	MsgsPerS            float64 `json:"msgs_per_s"`
+	MBPerS              float64 `json:"mb_per_s"` // payload MiB/s
+	P50Ms               float64 `json:"p50_ms"`
+	P99Ms               float64 `json:"p99_ms"`
+	P999Ms              float64 `json:"p999_ms"`
+	MaxMs               float64 `json:"max_ms"`
+	Duplicates          int64   `json:"duplicates"`
+	Lost                int64   `json:"lost"`
+	Verified            bool    `json:"verified"` // duplicates/lost come from consuming every message
+	PublishFailed       int64   `json:"publish_failed"`
+	SidecarRSSMBPeak    float64 `json:"sidecar_rss_mb_peak"`
+	SidecarRSSMBIdle    float64 `json:"sidecar_rss_mb_idle"`
+	SidecarHWMMB        float64 `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
+	SidecarRSSMBEnd     float64 `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
+	SidecarCPUUsPerMsg  float64 `json:"sidecar_cpu_us_per_msg"`
+	SidecarCPUCores     float64 `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
+	RedisCPUUsPerMsg    float64 `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
+	RedisCPUCores       float64 `json:"redis_cpu_cores,omitempty"`
+	LoadtestCPUUsPerMsg float64 `json:"loadtest_cpu_us_per_msg"`
+	Messages            int64   `json:"messages"`
+	DurationS           float64 `json:"duration_s"`
+	MessageBytes        int     `json:"message_bytes"`
+	Producers           int     `json:"producers"`
+	PipelineDepth       int     `json:"pipeline_depth"`
+	BatchMessages       int     `json:"batch_messages"`
+	Partitions          int     `json:"partitions"`
+	Fsync               string  `json:"fsync"`
+	Ordering            string  `json:"ordering"`
+	Consumers           int     `json:"consumers"`
+	SidecarGOMEMLIMIT   string  `json:"sidecar_gomemlimit,omitempty"`
+	SubWindowMessages   int     `json:"sub_window_messages,omitempty"`
+	Redis               bool    `json:"redis,omitempty"` // spoold's idempotency ledger was on, in a redis-server started for the run
+	DedupeHits          int64   `json:"dedupe_hits"`     // spoold's /metrics at the end of the run (0 without a ledger): spool_dedupe_hits_total
+	LedgerErrors        int64   `json:"ledger_errors"`   // spool_ledger_errors_total, all ops
+	Undeduped           int64   `json:"undeduped"`       // spool_undeduped_deliveries_total
+	ConsumerConcurrency int     `json:"consumer_concurrency"`
+	Reconnects          int64   `json:"reconnects"`
+	SettleErrors        int64   `json:"settle_errors"`
+	GoVersion           string  `json:"go_version"`
+	Nproc               int     `json:"nproc"`
+	CPU                 string  `json:"cpu"`
+	Kernel              string  `json:"kernel"`
+	Date                string  `json:"date"`
 	// Cluster runs (nodes > 1): the sidecar_* CPU and RSS figures are sums
 	// over all spoold processes (SidecarScope says so); NodeCPUCores is each
 	// node's share of sidecar_cpu_cores.
