@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,16 +41,17 @@ func (ps *pubStats) fail(n int, err error) {
 }
 
 // publishAll publishes messages 0..sc.Messages-1 over sc.Producers
-// PublishStreams until done or ctx ends. It returns when every producer has
-// its answers (or gave up on them).
-func publishAll(ctx context.Context, addr string, sc *Scenario, ps *pubStats) {
+// PublishStreams until done or ctx ends; producer i talks to addrs[i %
+// len(addrs)] (each node's app talks to its own sidecar). It returns when
+// every producer has its answers (or gave up on them).
+func publishAll(ctx context.Context, addrs []string, sc *Scenario, ps *pubStats) {
 	defer close(ps.done)
 	var next atomic.Int64 // next sequence number to hand out, in batches
 	var wg sync.WaitGroup
 	start := time.Now()
 	for p := range sc.Producers {
 		wg.Go(func() {
-			if err := produce(ctx, addr, sc, ps, &next, p, start); err != nil {
+			if err := produce(ctx, addrs[p%len(addrs)], sc, ps, &next, p, start); err != nil {
 				ps.firstErr.CompareAndSwap(nil, &err)
 			}
 		})
@@ -221,8 +223,22 @@ type consStats struct {
 	distinct  atomic.Int64
 	lastNewNs atomic.Int64 // when a new id was last handled
 	badIDs    atomic.Int64
-	lat       *histogram // send time (in the payload) → handler start
-	sdk       []*spool.Stats
+	probes    atomic.Int64 // messages with probeIDPrefix handled
+	// where holds, per sequence number, where it was first handled
+	// (partition+1 << 40 | offset), so a duplicate can say whether it was
+	// stored twice (two offsets) or delivered twice (one offset).
+	where   []atomic.Uint64
+	dupMu   sync.Mutex
+	dupSeen []string   // the first maxDupSamples duplicates, described
+	lat     *histogram // send time (in the payload) → handler start
+	sdk     []*spool.Stats
+}
+
+// maxDupSamples bounds the duplicates a run describes.
+const maxDupSamples = 10
+
+func newConsStats(n int) *consStats {
+	return &consStats{seen: newIDSet(n), lat: new(histogram), where: make([]atomic.Uint64, n)}
 }
 
 // sdkTotals sums what the SDK counted over the consumers.
@@ -237,15 +253,35 @@ func (cs *consStats) sdkTotals() (reconnects, settleErrors, retried int64) {
 
 func (cs *consStats) handle(_ context.Context, m *spool.Message) error {
 	now := time.Now()
+	if strings.HasPrefix(m.ID, probeIDPrefix) {
+		cs.probes.Add(1) // warm-up and leader probes of a cluster run: not counted
+		return nil
+	}
 	cs.handled.Add(1)
 	seq, err := strconv.ParseUint(m.ID, 10, 64)
 	if err != nil {
 		cs.badIDs.Add(1)
 		return nil
 	}
+	loc := uint64(m.Partition+1)<<40 | uint64(m.Offset)&(1<<40-1)
 	if cs.seen.add(seq) {
 		cs.distinct.Add(1)
 		cs.lastNewNs.Store(now.UnixNano())
+		if seq < uint64(len(cs.where)) {
+			cs.where[seq].Store(loc)
+		}
+	} else if seq < uint64(len(cs.where)) {
+		first := cs.where[seq].Load()
+		kind := "stored twice"
+		if first == loc {
+			kind = "delivered twice"
+		}
+		cs.dupMu.Lock()
+		if len(cs.dupSeen) < maxDupSamples {
+			cs.dupSeen = append(cs.dupSeen, fmt.Sprintf("id %d %s: first at partition %d offset %d, again at partition %d offset %d (attempt %d)",
+				seq, kind, int64(first>>40)-1, first&(1<<40-1), m.Partition, m.Offset, m.Attempt))
+		}
+		cs.dupMu.Unlock()
 	}
 	if len(m.Payload) >= 16 {
 		sent := int64(binary.LittleEndian.Uint64(m.Payload[8:16]))

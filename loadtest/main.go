@@ -31,6 +31,7 @@ func main() {
 	pkg := flag.String("spoold-pkg", "./cmd/spoold", "package to build as the sidecar")
 	keep := flag.Bool("keep", false, "keep the temp dir (config, data, spoold log)")
 	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (fetched from its admin port)")
+	rounds := flag.Int("rounds", 0, "failover scenarios: kill rounds (0: the scenario's rounds, 20 by default)")
 	flag.Parse()
 	if *scenario == "" {
 		fmt.Fprintln(os.Stderr, "loadtest: --scenario NAME is required (see loadtest/scenarios/)")
@@ -38,7 +39,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, *profile)
+	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, *profile, *rounds)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -55,7 +56,7 @@ func main() {
 	}
 }
 
-func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileDir string) (*Result, error) {
+func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileDir string, rounds int) (*Result, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -63,6 +64,12 @@ func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileD
 	sc, err := loadScenario(filepath.Join(root, "loadtest", "scenarios"), name)
 	if err != nil {
 		return nil, err
+	}
+	if rounds > 0 {
+		if sc.Mode != "failover" {
+			return nil, fmt.Errorf("loadtest: --rounds is for failover scenarios; %s is mode %s", sc.Name, sc.Mode)
+		}
+		sc.Rounds = rounds
 	}
 	tmp, err := os.MkdirTemp("", "spool-loadtest-")
 	if err != nil {
@@ -95,7 +102,18 @@ func printTable(r *Result) {
 		row("lost / duplicates", "not verified (verify: false)")
 	}
 	row("publish failed", r.PublishFailed)
-	row("sidecar CPU", fmt.Sprintf("%.2f µs/msg (%.2f cores)", r.SidecarCPUUsPerMsg, r.SidecarCPUCores))
+	if r.Nodes > 1 {
+		row("cluster", fmt.Sprintf("%d spoold processes, replication factor %d; sidecar CPU and RSS below are the %s (per node: %v cores)", r.Nodes, r.ReplicationFactor, r.SidecarScope, r.NodeCPUCores))
+	}
+	if r.Mode == "failover" {
+		row("failover", fmt.Sprintf("%d rounds (%d timed out): kill -9 → first new ack of every partition the killed node led: p50 %.0f ms, p99 %.0f ms, max %.0f ms", r.FailoverRounds, r.FailoverTimeout, r.P50Ms, r.P99Ms, r.MaxMs))
+		row("per round (ms)", fmt.Sprint(r.FailoverMs))
+		row("partitions led by the killed node", fmt.Sprint(r.LedPartitions))
+	}
+	if r.Mode == "idle" {
+		row("idle", fmt.Sprintf("%.1f s with no traffic", r.IdleS))
+	}
+	row("sidecar CPU", fmt.Sprintf("%.2f µs/msg (%.3f cores)", r.SidecarCPUUsPerMsg, r.SidecarCPUCores))
 	if r.Redis {
 		row("redis CPU", fmt.Sprintf("%.2f µs/msg (%.2f cores)", r.RedisCPUUsPerMsg, r.RedisCPUCores))
 		row("ledger", fmt.Sprintf("dedupe hits %d, ledger errors %d, undeduped deliveries %d", r.DedupeHits, r.LedgerErrors, r.Undeduped))
@@ -105,6 +123,9 @@ func printTable(r *Result) {
 	row("setup", fmt.Sprintf("%d B, %d producers × depth %d × batch %d, %d partitions, fsync %s, ordering %s, %d consumers × %d",
 		r.MessageBytes, r.Producers, r.PipelineDepth, r.BatchMessages, r.Partitions, r.Fsync, r.Ordering, r.Consumers, r.ConsumerConcurrency))
 	row("machine", fmt.Sprintf("%d × %s, Linux %s, %s, %s", r.Nproc, r.CPU, r.Kernel, r.GoVersion, r.Date))
+	for _, d := range r.DuplicateSamples {
+		row("duplicate", d)
+	}
 	for _, e := range r.Errors {
 		row("error", e)
 	}

@@ -64,9 +64,10 @@ func procMem(pid int) (rssKiB, hwmKiB int64, err error) {
 	return rssKiB, hwmKiB, nil
 }
 
-// sampler reads a process's CPU and memory every interval.
+// sampler reads the memory of the spoold processes (one, or every node of
+// a cluster) every interval: RSS and VmHWM summed over them.
 type sampler struct {
-	pid  int
+	pids func() []int // read at each sample: a cluster node may have been restarted
 	stop chan struct{}
 	done chan struct{}
 
@@ -76,8 +77,8 @@ type sampler struct {
 	samples    int
 }
 
-func startSampler(pid int, every time.Duration) *sampler {
-	s := &sampler{pid: pid, stop: make(chan struct{}), done: make(chan struct{})}
+func startSampler(pids func() []int, every time.Duration) *sampler {
+	s := &sampler{pids: pids, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(every)
@@ -95,11 +96,15 @@ func startSampler(pid int, every time.Duration) *sampler {
 }
 
 func (s *sampler) sample() {
-	rss, hwm, err := procMem(s.pid)
-	if err != nil {
-		return
+	var rss, hwm int64
+	for _, pid := range s.pids() {
+		r, h, err := procMem(pid)
+		if err != nil {
+			continue // a node being restarted
+		}
+		_, _ = procCPU(pid) // keep the sampling cost representative; the phase totals are read at its bounds
+		rss, hwm = rss+r, hwm+h
 	}
-	_, _ = procCPU(s.pid) // keep the sampling cost representative; the phase totals are read at its bounds
 	s.mu.Lock()
 	s.rssPeakKiB = max(s.rssPeakKiB, rss)
 	s.hwmKiB = max(s.hwmKiB, hwm)

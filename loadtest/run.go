@@ -4,96 +4,140 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
 
 // Result is the one JSON line a run prints.
 type Result struct {
-	Scenario            string   `json:"scenario"`
-	Mode                string   `json:"mode"`
-	MsgsPerS            float64  `json:"msgs_per_s"`
-	MBPerS              float64  `json:"mb_per_s"` // payload MiB/s
-	P50Ms               float64  `json:"p50_ms"`
-	P99Ms               float64  `json:"p99_ms"`
-	P999Ms              float64  `json:"p999_ms"`
-	MaxMs               float64  `json:"max_ms"`
-	Duplicates          int64    `json:"duplicates"`
-	Lost                int64    `json:"lost"`
-	Verified            bool     `json:"verified"` // duplicates/lost come from consuming every message
-	PublishFailed       int64    `json:"publish_failed"`
-	SidecarRSSMBPeak    float64  `json:"sidecar_rss_mb_peak"`
-	SidecarRSSMBIdle    float64  `json:"sidecar_rss_mb_idle"`
-	SidecarHWMMB        float64  `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
-	SidecarRSSMBEnd     float64  `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
-	SidecarCPUUsPerMsg  float64  `json:"sidecar_cpu_us_per_msg"`
-	SidecarCPUCores     float64  `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
-	RedisCPUUsPerMsg    float64  `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
-	RedisCPUCores       float64  `json:"redis_cpu_cores,omitempty"`
-	LoadtestCPUUsPerMsg float64  `json:"loadtest_cpu_us_per_msg"`
-	Messages            int64    `json:"messages"`
-	DurationS           float64  `json:"duration_s"`
-	MessageBytes        int      `json:"message_bytes"`
-	Producers           int      `json:"producers"`
-	PipelineDepth       int      `json:"pipeline_depth"`
-	BatchMessages       int      `json:"batch_messages"`
-	Partitions          int      `json:"partitions"`
-	Fsync               string   `json:"fsync"`
-	Ordering            string   `json:"ordering"`
-	Consumers           int      `json:"consumers"`
-	SidecarGOMEMLIMIT   string   `json:"sidecar_gomemlimit,omitempty"`
-	SubWindowMessages   int      `json:"sub_window_messages,omitempty"`
-	Redis               bool     `json:"redis,omitempty"` // spoold's idempotency ledger was on, in a redis-server started for the run
-	DedupeHits          int64    `json:"dedupe_hits"`     // spoold's /metrics at the end of the run (0 without a ledger): spool_dedupe_hits_total
-	LedgerErrors        int64    `json:"ledger_errors"`   // spool_ledger_errors_total, all ops
-	Undeduped           int64    `json:"undeduped"`       // spool_undeduped_deliveries_total
-	ConsumerConcurrency int      `json:"consumer_concurrency"`
-	Reconnects          int64    `json:"reconnects"`
-	SettleErrors        int64    `json:"settle_errors"`
-	GoVersion           string   `json:"go_version"`
-	Nproc               int      `json:"nproc"`
-	CPU                 string   `json:"cpu"`
-	Kernel              string   `json:"kernel"`
-	Date                string   `json:"date"`
-	Errors              []string `json:"errors,omitempty"`
+	Scenario            string  `json:"scenario"`
+	Mode                string  `json:"mode"`
+	MsgsPerS            float64 `json:"msgs_per_s"`
+	MBPerS              float64 `json:"mb_per_s"` // payload MiB/s
+	P50Ms               float64 `json:"p50_ms"`
+	P99Ms               float64 `json:"p99_ms"`
+	P999Ms              float64 `json:"p999_ms"`
+	MaxMs               float64 `json:"max_ms"`
+	Duplicates          int64   `json:"duplicates"`
+	Lost                int64   `json:"lost"`
+	Verified            bool    `json:"verified"` // duplicates/lost come from consuming every message
+	PublishFailed       int64   `json:"publish_failed"`
+	SidecarRSSMBPeak    float64 `json:"sidecar_rss_mb_peak"`
+	SidecarRSSMBIdle    float64 `json:"sidecar_rss_mb_idle"`
+	SidecarHWMMB        float64 `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
+	SidecarRSSMBEnd     float64 `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
+	SidecarCPUUsPerMsg  float64 `json:"sidecar_cpu_us_per_msg"`
+	SidecarCPUCores     float64 `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
+	RedisCPUUsPerMsg    float64 `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
+	RedisCPUCores       float64 `json:"redis_cpu_cores,omitempty"`
+	LoadtestCPUUsPerMsg float64 `json:"loadtest_cpu_us_per_msg"`
+	Messages            int64   `json:"messages"`
+	DurationS           float64 `json:"duration_s"`
+	MessageBytes        int     `json:"message_bytes"`
+	Producers           int     `json:"producers"`
+	PipelineDepth       int     `json:"pipeline_depth"`
+	BatchMessages       int     `json:"batch_messages"`
+	Partitions          int     `json:"partitions"`
+	Fsync               string  `json:"fsync"`
+	Ordering            string  `json:"ordering"`
+	Consumers           int     `json:"consumers"`
+	SidecarGOMEMLIMIT   string  `json:"sidecar_gomemlimit,omitempty"`
+	SubWindowMessages   int     `json:"sub_window_messages,omitempty"`
+	Redis               bool    `json:"redis,omitempty"` // spoold's idempotency ledger was on, in a redis-server started for the run
+	DedupeHits          int64   `json:"dedupe_hits"`     // spoold's /metrics at the end of the run (0 without a ledger): spool_dedupe_hits_total
+	LedgerErrors        int64   `json:"ledger_errors"`   // spool_ledger_errors_total, all ops
+	Undeduped           int64   `json:"undeduped"`       // spool_undeduped_deliveries_total
+	ConsumerConcurrency int     `json:"consumer_concurrency"`
+	Reconnects          int64   `json:"reconnects"`
+	SettleErrors        int64   `json:"settle_errors"`
+	GoVersion           string  `json:"go_version"`
+	Nproc               int     `json:"nproc"`
+	CPU                 string  `json:"cpu"`
+	Kernel              string  `json:"kernel"`
+	Date                string  `json:"date"`
+	// Cluster runs (nodes > 1): the sidecar_* CPU and RSS figures are sums
+	// over all spoold processes (SidecarScope says so); NodeCPUCores is each
+	// node's share of sidecar_cpu_cores.
+	Nodes             int       `json:"nodes,omitempty"`
+	ReplicationFactor int       `json:"replication_factor,omitempty"`
+	SidecarScope      string    `json:"sidecar_scope,omitempty"`
+	NodeCPUCores      []float64 `json:"node_cpu_cores,omitempty"`
+	// Failover: one entry per round, kill -9 → every partition the killed
+	// node led has acknowledged a publish sent after the kill (p50_ms,
+	// p99_ms and max_ms are over these).
+	FailoverMs      []float64 `json:"failover_ms,omitempty"`
+	FailoverRounds  int       `json:"failover_rounds,omitempty"`
+	FailoverTimeout int       `json:"failover_timeouts,omitempty"` // rounds with a partition still not writable after failoverWithin
+	// LedPartitions: per round, how many partitions the killed node led.
+	LedPartitions []int `json:"led_partitions,omitempty"`
+	// IdleS (idle mode): seconds of the idle measurement.
+	IdleS float64 `json:"idle_s,omitempty"`
+
+	// DuplicateSamples describes the first duplicates: stored twice (two
+	// offsets) or delivered twice (one offset, attempt > 1).
+	DuplicateSamples []string `json:"duplicate_samples,omitempty"`
+
+	Errors []string `json:"errors,omitempty"`
 }
 
 const mib = 1 << 20
 
 // phase marks the bounds of a measured phase: wall time and CPU ticks of
-// spoold, of this process and of redis-server (when the run has one).
+// spoold (summed over the nodes of a cluster, and per node), of this
+// process and of redis-server (when the run has one).
 type phase struct {
 	t                       time.Time
 	sidecar, harness, redis int64 // CPU clock ticks
-	rssKiB                  int64
+	nodes                   []int64
+	rssKiB                  int64 // summed over the nodes
 }
 
 // procs are the processes whose CPU a phase mark reads.
 type procs struct {
-	sidecar, redis int // redis 0: none
+	sidecars []*sidecarProc
+	redis    int // 0: none
+}
+
+func (pp procs) pids() []int {
+	out := make([]int, len(pp.sidecars))
+	for i, p := range pp.sidecars {
+		out[i] = p.pid()
+	}
+	return out
 }
 
 func mark(pp procs) (phase, error) {
-	s, err := procCPU(pp.sidecar)
-	if err != nil {
-		return phase{}, err
+	ph := phase{nodes: make([]int64, len(pp.sidecars))}
+	for i, pid := range pp.pids() {
+		c, err := procCPU(pid)
+		if err != nil {
+			return phase{}, err
+		}
+		ph.nodes[i] = c
+		ph.sidecar += c
+		rss, _, _ := procMem(pid)
+		ph.rssKiB += rss
 	}
-	var r int64
 	if pp.redis != 0 {
-		if r, err = procCPU(pp.redis); err != nil {
+		r, err := procCPU(pp.redis)
+		if err != nil {
 			return phase{}, fmt.Errorf("loadtest: redis-server: %w", err)
 		}
+		ph.redis = r
 	}
 	h, err := procCPU(os.Getpid())
-	rss, _, _ := procMem(pp.sidecar)
-	return phase{t: time.Now(), sidecar: s, harness: h, redis: r, rssKiB: rss}, err
+	ph.harness, ph.t = h, time.Now()
+	return ph, err
 }
 
-// run starts spoold from bin, runs sc against it and returns the result.
-// With profileDir set, a CPU profile of the measured phase and a heap
-// profile at its end are fetched from spoold's admin port (/debug/pprof).
+// run starts spoold from bin (one process, or sc.Nodes forming a cluster),
+// runs sc against it and returns the result. With profileDir set, a CPU
+// profile of the measured phase and a heap profile at its end are fetched
+// from (the first) spoold's admin port (/debug/pprof).
 func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) (*Result, error) {
 	var rds *redisProc
 	redisAddr := ""
@@ -111,27 +155,35 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		}()
 		redisAddr = rds.addr
 	}
-	p, err := startSidecar(ctx, bin, tmp, sc, redisAddr)
+	nodes, err := startNodes(ctx, bin, tmp, sc, redisAddr)
+	defer func() {
+		for _, p := range nodes {
+			if p.alive() {
+				p.kill()
+			}
+		}
+	}()
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		select {
-		case <-p.exited:
-		default:
-			p.kill()
-		}
-	}()
-	pid := p.pid()
-	pp := procs{sidecar: pid}
+	p := nodes[0]
+	pp := procs{sidecars: nodes}
 	if rds != nil {
 		pp.redis = rds.pid()
 	}
-	smp := startSampler(pid, 100*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // let the just-started sidecar settle before calling it idle
-	idleKiB, _, err := procMem(pid)
+	smp := startSampler(pp.pids, 100*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // sleep-ok: let the just-started sidecars settle before calling them idle
+	idle, err := mark(pp)
 	if err != nil {
 		return nil, err
+	}
+	idleKiB := idle.rssKiB
+	if sc.Nodes > 1 {
+		// Every partition has a leader (and the topic is placed) before
+		// anything is measured: one message per partition, retried.
+		if err := warmup(ctx, appAddrs(nodes), sc, placeWithin); err != nil {
+			return nil, fmt.Errorf("%w; node 1's log:\n%s", err, p.logTail())
+		}
 	}
 
 	r := &Result{
@@ -142,9 +194,14 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		GoVersion:        runtime.Version(), Nproc: runtime.NumCPU(), CPU: cpuModel(), Kernel: kernel(),
 		Date: time.Now().UTC().Format(time.RFC3339),
 	}
+	if sc.Nodes > 1 {
+		r.Nodes, r.ReplicationFactor = sc.Nodes, sc.ReplicationFactor
+		r.SidecarScope = fmt.Sprintf("sum of %d spoold processes", sc.Nodes)
+	}
+	addrs := appAddrs(nodes)
 	var errs []error
 	ps := &pubStats{acked: newIDSet(sc.Messages), lat: new(histogram), done: make(chan struct{})}
-	cs := &consStats{seen: newIDSet(sc.Messages), lat: new(histogram)}
+	cs := newConsStats(sc.Messages)
 	consCtx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
 	var waitConsumers func() error
@@ -166,7 +223,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 			cancel()
 			return nil, err
 		}
-		publishAll(mctx, p.appAddr, sc, ps)
+		publishAll(mctx, addrs, sc, ps)
 		end, err = mark(pp)
 		cancel()
 		if err != nil {
@@ -183,12 +240,12 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		}
 	case "drain":
 		bctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		publishAll(bctx, p.appAddr, sc, ps)
+		publishAll(bctx, addrs, sc, ps)
 		cancel()
 		if ps.ackedN.Load() == 0 {
 			return nil, fmt.Errorf("loadtest: backlog: nothing published: %v", errOf(ps))
 		}
-		time.Sleep(500 * time.Millisecond) // let group commit and fetch state settle
+		time.Sleep(500 * time.Millisecond) // sleep-ok: let group commit and fetch state settle
 		smp.reset()
 		prof.startCPU()
 		if start, err = mark(pp); err != nil {
@@ -210,7 +267,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 			return nil, err
 		}
 		waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
-		go publishAll(mctx, p.appAddr, sc, ps)
+		go publishAll(mctx, addrs, sc, ps)
 		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
 		cancel()
 		if end, err = markEnd(pp, t1, err, &errs); err != nil {
@@ -218,6 +275,37 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		}
 		errs = append(errs, prof.finish()...)
 		r.Messages, lat = cs.distinct.Load(), cs.lat
+	case "idle":
+		close(ps.done)
+		smp.reset()
+		if start, err = mark(pp); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(sc.IdleDuration):
+		}
+		if end, err = mark(pp); err != nil {
+			return nil, err
+		}
+		measuredPeak = smp.snapshot()
+		lat = new(histogram)
+		r.IdleS = round(end.t.Sub(start.t).Seconds(), 3)
+	case "failover":
+		fo := &failover{nodes: nodes, sc: sc, ps: ps, pp: pp}
+		fo.run(ctx)
+		close(ps.done)
+		errs = append(errs, fo.errs...)
+		start, end = fo.start, fo.end
+		r.Messages, lat = ps.ackedN.Load(), fo.times
+		r.FailoverMs, r.LedPartitions, r.FailoverRounds, r.FailoverTimeout = fo.roundsMs, fo.led, len(fo.roundsMs), fo.timeouts
+		if sc.Verify {
+			waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+			if _, err := waitCovered(ctx, ps, cs, 2*time.Minute); err != nil {
+				errs = append(errs, fmt.Errorf("verify: %w", err))
+			}
+		}
 	}
 	<-ps.done
 	if waitConsumers != nil {
@@ -230,6 +318,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.Duplicates = cs.handled.Load() - cs.distinct.Load() + cs.badIDs.Load()
 		r.Lost = int64(cs.seen.missing(ps.acked))
 		r.Reconnects, r.SettleErrors, _ = cs.sdkTotals()
+		r.DuplicateSamples = cs.dupSeen
 	} else {
 		r.Lost, r.Duplicates = -1, -1 // not measured: set verify: true
 	}
@@ -242,9 +331,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	} else {
 		r.DedupeHits, r.LedgerErrors, r.Undeduped = lc.DedupeHits, lc.LedgerErrors, lc.Undeduped
 	}
-	if err := p.stop(15 * time.Second); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, stopAll(nodes, 15*time.Second)...)
 	if rds != nil {
 		if err := rds.stop(5 * time.Second); err != nil {
 			errs = append(errs, err)
@@ -259,12 +346,19 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 
 	dur := end.t.Sub(start.t).Seconds()
 	r.DurationS = round(dur, 3)
+	if dur > 0 && end.sidecar > 0 {
+		r.SidecarCPUCores = round(float64(end.sidecar-start.sidecar)/clockTicks/dur, 3)
+		if sc.Nodes > 1 {
+			for i := range end.nodes {
+				r.NodeCPUCores = append(r.NodeCPUCores, round(float64(end.nodes[i]-start.nodes[i])/clockTicks/dur, 3))
+			}
+		}
+	}
 	if dur > 0 && r.Messages > 0 {
 		r.MsgsPerS = round(float64(r.Messages)/dur, 0)
 		r.MBPerS = round(float64(r.Messages)*float64(sc.MessageBytes)/dur/mib, 1)
 		r.SidecarCPUUsPerMsg = round(float64(end.sidecar-start.sidecar)*1e6/clockTicks/float64(r.Messages), 2)
 		r.LoadtestCPUUsPerMsg = round(float64(end.harness-start.harness)*1e6/clockTicks/float64(r.Messages), 2)
-		r.SidecarCPUCores = round(float64(end.sidecar-start.sidecar)/clockTicks/dur, 2)
 		if rds != nil {
 			r.RedisCPUUsPerMsg = round(float64(end.redis-start.redis)*1e6/clockTicks/float64(r.Messages), 2)
 			r.RedisCPUCores = round(float64(end.redis-start.redis)/clockTicks/dur, 2)
@@ -272,6 +366,10 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	}
 	r.P50Ms, r.P99Ms = round(lat.quantileMs(0.50), 3), round(lat.quantileMs(0.99), 3)
 	r.P999Ms, r.MaxMs = round(lat.quantileMs(0.999), 3), round(lat.maxMs(), 3)
+	if sc.Mode == "failover" { // exact, over the rounds
+		r.P50Ms, r.P99Ms = round(quantile(r.FailoverMs, 0.50), 3), round(quantile(r.FailoverMs, 0.99), 3)
+		r.P999Ms, r.MaxMs = round(quantile(r.FailoverMs, 0.999), 3), round(quantile(r.FailoverMs, 1), 3)
+	}
 	r.SidecarRSSMBIdle, r.SidecarRSSMBPeak, r.SidecarHWMMB = round(r.SidecarRSSMBIdle, 1), round(r.SidecarRSSMBPeak, 1), round(r.SidecarHWMMB, 1)
 	r.SidecarRSSMBEnd = round(r.SidecarRSSMBEnd, 1)
 	for _, e := range errs {
@@ -326,6 +424,17 @@ func waitCovered(ctx context.Context, ps *pubStats, cs *consStats, within time.D
 		case <-tick.C:
 		}
 	}
+}
+
+// quantile is the nearest-rank q-quantile of xs (0 for none).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
 }
 
 func errOf(ps *pubStats) error {

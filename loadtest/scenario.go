@@ -54,7 +54,22 @@ type Scenario struct {
 	// ack completed in Redis. Its CPU is measured next to spoold's.
 	Redis bool `yaml:"redis"`
 
-	// Verify (publish mode): after the measured phase, consume everything
+	// Nodes > 1 runs a cluster of that many spoold processes on 127.0.0.1
+	// (the first bootstraps, the others join it) with ReplicationFactor
+	// (default: Nodes). Producers are spread over the nodes' app ports;
+	// CPU and RSS are summed over all spoold processes.
+	Nodes             int `yaml:"nodes"`
+	ReplicationFactor int `yaml:"replication_factor"`
+	// Rounds (failover mode): kills, each followed by a restart of the
+	// killed node. --rounds overrides it.
+	Rounds int `yaml:"rounds"`
+	// IdleDuration (idle mode): how long the idle CPU is measured.
+	IdleDuration time.Duration `yaml:"idle_duration"`
+	// NoSubscription: the sidecars get no subscription (idle mode: only the
+	// replicas' own cost is measured).
+	NoSubscription bool `yaml:"no_subscription"`
+
+	// Verify (publish and failover modes): after the measured phase, consume everything
 	// (not measured) to count lost and duplicated messages.
 	Verify bool `yaml:"verify"`
 }
@@ -64,8 +79,46 @@ func (s *Scenario) validate() error {
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch s.Mode {
 	case "publish", "drain", "e2e":
+	case "failover", "idle":
+		if s.Nodes < 2 {
+			bad("mode %s needs a cluster: nodes = %d, want 2..%d", s.Mode, s.Nodes, maxNodes)
+		}
 	default:
-		bad("mode = %q: must be publish, drain or e2e", s.Mode)
+		bad("mode = %q: must be publish, drain, e2e, failover or idle", s.Mode)
+	}
+	if s.Nodes == 0 {
+		s.Nodes = 1
+	}
+	if s.Nodes < 1 || s.Nodes > maxNodes {
+		bad("nodes = %d: must be 1..%d", s.Nodes, maxNodes)
+	}
+	if s.ReplicationFactor == 0 && s.Nodes > 1 {
+		s.ReplicationFactor = s.Nodes
+	}
+	if s.Nodes > 1 && (s.ReplicationFactor < 1 || s.ReplicationFactor > s.Nodes) {
+		bad("replication_factor = %d: must be 1..nodes (%d)", s.ReplicationFactor, s.Nodes)
+	}
+	if s.Nodes == 1 && s.ReplicationFactor != 0 {
+		bad("replication_factor = %d without a cluster: set nodes too", s.ReplicationFactor)
+	}
+	if s.Nodes > 1 && s.Redis {
+		bad("redis: true with nodes = %d: the ledger is measured on one node only", s.Nodes)
+	}
+	if s.Mode == "failover" {
+		if s.Rounds == 0 {
+			s.Rounds = 20
+		}
+		if s.Rounds < 1 || s.Rounds > 1000 {
+			bad("rounds = %d: must be 1..1000", s.Rounds)
+		}
+	}
+	if s.Mode == "idle" {
+		if s.IdleDuration == 0 {
+			s.IdleDuration = 30 * time.Second
+		}
+		if s.IdleDuration < time.Second || s.IdleDuration > 5*time.Minute {
+			bad("idle_duration = %s: must be 1s..5m", s.IdleDuration)
+		}
 	}
 	if s.MessageBytes == 0 {
 		s.MessageBytes = 1024
@@ -129,6 +182,9 @@ func (s *Scenario) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// maxNodes bounds a cluster run (each node is a spoold process on this machine).
+const maxNodes = 7
 
 // loadScenario reads name (a scenario name under dir, or a path to a .yaml file).
 func loadScenario(dir, name string) (*Scenario, error) {

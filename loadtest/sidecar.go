@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -54,76 +55,135 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// sidecarProc is one spoold process started for a run.
+// sidecarProc is one spoold process started for a run. In a cluster run it
+// is one node; restart starts it again with the same config and data dir.
 type sidecarProc struct {
-	cmd       *exec.Cmd
-	dir       string
-	appAddr   string
-	adminAddr string
-	logPath   string
-	exited    chan struct{}
-	waitErr   error
+	bin, cfgPath string
+	env          []string
+	dir          string
+	appAddr      string
+	adminAddr    string
+	clusterAddr  string // "" outside a cluster
+	logPath      string
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
+	pidv    atomic.Int64 // of the current process: samplers read it while a node restarts
 }
 
-func (p *sidecarProc) pid() int { return p.cmd.Process.Pid }
+func (p *sidecarProc) pid() int { return int(p.pidv.Load()) }
+
+// node is where one spoold of a run listens; join is the cluster address of
+// the node it joins ("" for a single node or the bootstrapping one).
+type node struct {
+	index       int // 0-based; node.id is loadtest-<index+1>
+	dir         string
+	app, admin  string
+	cluster     string
+	join        string
+	replication int
+}
 
 // startSidecar writes a config for sc into a fresh temp dir under base,
 // starts bin with it and waits for /readyz. redisAddr, when set, is the
 // ledger's Redis.
 func startSidecar(ctx context.Context, bin, base string, sc *Scenario, redisAddr string) (*sidecarProc, error) {
-	dir, err := os.MkdirTemp(base, "run-")
+	nd, err := newNode(base, 0, false, "", 0)
 	if err != nil {
 		return nil, err
 	}
-	app, err := freePort()
-	if err != nil {
-		return nil, err
+	return startNode(ctx, bin, sc, nd, redisAddr)
+}
+
+// newNode picks a fresh run dir under base and free ports for one node.
+func newNode(base string, index int, clustered bool, join string, rf int) (node, error) {
+	nd := node{index: index, join: join, replication: rf}
+	var err error
+	if nd.dir, err = os.MkdirTemp(base, fmt.Sprintf("run-%d-", index+1)); err != nil {
+		return nd, err
 	}
-	admin, err := freePort()
-	if err != nil {
-		return nil, err
+	if nd.app, err = freePort(); err != nil {
+		return nd, err
 	}
-	cfg := sidecarConfig(sc, filepath.Join(dir, "data"), app, admin, redisAddr)
-	cfgPath := filepath.Join(dir, "spool.yaml")
+	if nd.admin, err = freePort(); err != nil {
+		return nd, err
+	}
+	if clustered {
+		if nd.cluster, err = freePort(); err != nil {
+			return nd, err
+		}
+	}
+	return nd, nil
+}
+
+// startNode writes nd's config and starts spoold with it.
+func startNode(ctx context.Context, bin string, sc *Scenario, nd node, redisAddr string) (*sidecarProc, error) {
+	cfg := sidecarConfig(sc, nd, filepath.Join(nd.dir, "data"), redisAddr)
+	cfgPath := filepath.Join(nd.dir, "spool.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, "spoold.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
+	env := os.Environ()
+	if sc.SidecarGOMEMLIMIT != "" {
+		env = append(env, "GOMEMLIMIT="+sc.SidecarGOMEMLIMIT)
+	}
+	p := &sidecarProc{bin: bin, cfgPath: cfgPath, env: env, dir: nd.dir, appAddr: nd.app, adminAddr: nd.admin,
+		clusterAddr: nd.cluster, logPath: filepath.Join(nd.dir, "spoold.log")}
+	if err := p.launch(); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--config", cfgPath, "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = os.Environ()
-	if sc.SidecarGOMEMLIMIT != "" {
-		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+sc.SidecarGOMEMLIMIT)
+	if err := p.waitReady(ctx, readyWithin); err != nil {
+		p.kill()
+		return nil, err
 	}
+	return p, nil
+}
+
+// readyWithin bounds the wait for /readyz (a joining node waits for the
+// controller to admit it).
+const readyWithin = 60 * time.Second
+
+// launch starts spoold (again, after a kill: same config and data dir),
+// appending to its log. It does not wait for /readyz.
+func (p *sidecarProc) launch() error {
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, "--config", p.cfgPath, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = p.env
 	// Pdeathsig: spoold must never outlive the harness. It fires when the OS
-	// thread that started it exits, so that thread stays locked (see startSidecar).
+	// thread that started it exits, so that thread stays locked (below).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &sidecarProc{cmd: cmd, dir: dir, appAddr: app, adminAddr: admin, logPath: logPath, exited: make(chan struct{})}
+	p.cmd, p.exited, p.waitErr = cmd, make(chan struct{}), nil
+	exited := p.exited
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // the starting thread lives until spoold exits: Pdeathsig must not fire early
 		defer runtime.UnlockOSThread()
-		defer close(p.exited)
+		defer close(exited)
 		defer logf.Close()
 		if err := cmd.Start(); err != nil {
 			started <- fmt.Errorf("loadtest: start spoold: %w", err)
 			return
 		}
+		p.pidv.Store(int64(cmd.Process.Pid))
 		started <- nil
 		p.waitErr = cmd.Wait()
 	}()
-	if err := <-started; err != nil {
-		return nil, err
+	return <-started
+}
+
+// alive reports whether the process has not exited.
+func (p *sidecarProc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
 	}
-	if err := p.waitReady(ctx, 20*time.Second); err != nil {
-		p.kill()
-		return nil, err
-	}
-	return p, nil
 }
 
 func (p *sidecarProc) waitReady(ctx context.Context, within time.Duration) error {
@@ -177,25 +237,39 @@ func (p *sidecarProc) logTail() string {
 }
 
 // sidecarConfig is the spoold config file of a run: one topic "load" and
-// one stream subscription "load-group", everything on 127.0.0.1; with
-// redisAddr, the idempotency ledger in that Redis (subscription defaults:
-// dedupe_ttl 168h, redis_unavailable pause).
-func sidecarConfig(sc *Scenario, dataDir, app, admin, redisAddr string) string {
+// one stream subscription "load-group" (none with no_subscription),
+// everything on 127.0.0.1; with redisAddr, the idempotency ledger in that
+// Redis (subscription defaults: dedupe_ttl 168h, redis_unavailable pause);
+// in a cluster run (nd.cluster set), the cluster section: the first node
+// bootstraps, the others join it.
+func sidecarConfig(sc *Scenario, nd node, dataDir, redisAddr string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "node:\n  id: loadtest\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", dataDir, app, admin)
+	id := "loadtest"
+	if nd.cluster != "" {
+		id = fmt.Sprintf("loadtest-%d", nd.index+1)
+	}
+	fmt.Fprintf(&b, "node:\n  id: %s\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", id, dataDir, nd.app, nd.admin)
 	fmt.Fprintf(&b, "storage:\n  fsync: %s\n", sc.Fsync)
 	if sc.FsyncInterval != "" {
 		fmt.Fprintf(&b, "  fsync_interval: %s\n", sc.FsyncInterval)
 	}
 	fmt.Fprintf(&b, "limits:\n  max_batch_messages: 10000\n")
 	fmt.Fprintf(&b, "topics:\n  - name: %s\n    partitions: %d\n    retention: 0s\n", topicName, sc.Partitions)
-	fmt.Fprintf(&b, "subscriptions:\n  - topic: %s\n    group: %s\n    delivery: stream\n    ordering: %s\n    max_in_flight: %d\n",
-		topicName, groupName, sc.Ordering, sc.SubMaxInFlight)
-	if sc.SubWindowMessages > 0 {
-		fmt.Fprintf(&b, "    window_messages: %d\n", sc.SubWindowMessages)
+	if !sc.NoSubscription {
+		fmt.Fprintf(&b, "subscriptions:\n  - topic: %s\n    group: %s\n    delivery: stream\n    ordering: %s\n    max_in_flight: %d\n",
+			topicName, groupName, sc.Ordering, sc.SubMaxInFlight)
+		if sc.SubWindowMessages > 0 {
+			fmt.Fprintf(&b, "    window_messages: %d\n", sc.SubWindowMessages)
+		}
 	}
 	if redisAddr != "" {
 		fmt.Fprintf(&b, "redis:\n  addrs: [%q]\n", redisAddr)
+	}
+	if nd.cluster != "" {
+		fmt.Fprintf(&b, "cluster:\n  listen: %q\n  replication_factor: %d\n", nd.cluster, nd.replication)
+		if nd.join != "" {
+			fmt.Fprintf(&b, "  join: [%q]\n", nd.join)
+		}
 	}
 	return b.String()
 }
