@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
 	"github.com/spoolmq/spool/engine/transport"
@@ -537,7 +538,7 @@ func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
 	if !ok {
 		return nil, fmt.Errorf("no address known for node %d", id)
 	}
-	cc, err := grpc.NewClient(addr, p.creds,
+	cc, err := grpc.NewClient(addr, p.creds, grpcbuf.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteFetchBytes+1<<20), grpc.MaxCallSendMsgSize(p.maxSend)))
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
@@ -52,6 +53,7 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 	})
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvBytes),
+		grpcbuf.ServerOption(),
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
 			logging.UnaryServerInterceptor(lg, logOpts...),

@@ -449,9 +449,19 @@ func (r *Replica) persist(ctx context.Context, a Append) error {
 	}
 	if !etcdraft.IsEmptyHardState(a.HardState) {
 		st := r.ss.State()
-		st.HardState = a.HardState
-		if err := r.ss.Save(st); err != nil {
-			return err
+		// Only the term and the vote must be durable before the responses
+		// go out (a node must never vote twice in a term, nor go back in
+		// terms). The commit index need not be: after a restart a lower one
+		// is learned again from the leader (raft accepts any commit between
+		// the snapshot and the end of the log), and the records it covered
+		// are committed in the group either way. Saving it on every append
+		// cost a second fsync per round; it is saved with the next term or
+		// vote change, or conf change.
+		if st.HardState.Term != a.HardState.Term || st.HardState.Vote != a.HardState.Vote {
+			st.HardState = a.HardState
+			if err := r.ss.Save(st); err != nil {
+				return err
+			}
 		}
 		r.p.SetTruncateFloor(a.HardState.Commit)
 	}

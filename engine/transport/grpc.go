@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spoolmq/spool/internal/grpcbuf"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
@@ -142,6 +143,7 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 	}
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Limits.maxFrameBytes()),
+		grpcbuf.ServerOption(),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
@@ -193,6 +195,7 @@ func (t *GRPC) AddPeer(id uint64, addr string) error {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(t.cfg.Limits.maxFrameBytes())),
+		grpcbuf.DialOption(),
 	}, t.cfg.DialOptions...)
 	for i := range p.lanes {
 		p.lanes[i] = &lane{q: newQueue(t.cfg.Limits)}
