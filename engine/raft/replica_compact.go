@@ -317,4 +317,3 @@ func (r *Replica) checkRetention() {
 		r.cfg.Logger.Warn("raft replica: log-start proposal failed", "partition", r.p.Name(), "err", err)
 	}
 }
-
