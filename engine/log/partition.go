@@ -177,8 +177,13 @@ func (p *Partition) recover() error {
 		return err
 	}
 	logStartOff := ls.offset
-	// Segments wholly below the log start are leftovers of an interrupted retention.
-	for len(bases) > 1 && bases[1] <= logStartOff {
+	// Segments wholly below the log start are leftovers of an interrupted
+	// retention or compaction: those followed by a segment that starts at
+	// or before the log start, both as an offset and (when its first frame
+	// can be read) as a raft index. A replicated partition's log start may
+	// fall inside a segment whose successor starts at that offset with
+	// entries the log still needs (CompactTo keeps it).
+	for len(bases) > 1 && bases[1] <= logStartOff && !needed(fsys, p.dir, bases[1], ls.index) {
 		removeSegmentFiles(fsys, p.dir, bases[0])
 		bases = bases[1:]
 	}
@@ -251,6 +256,13 @@ func (p *Partition) recover() error {
 	p.lastIdx.Store(last.nextIndex - 1)
 	p.durIdx.Store(last.nextIndex - 1)
 	return nil
+}
+
+// needed reports whether the segment before the one at base holds entries
+// after the log start's index: the segment at base starts past index+1.
+func needed(fsys FS, dir string, base int64, index uint64) bool {
+	idx, ok := firstRaftIndex(fsys, filepath.Join(dir, segmentName(base, ".log")))
+	return ok && idx > index+1
 }
 
 // firstRaftIndex reads the raft index of the first batch of a segment file.

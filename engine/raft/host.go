@@ -164,6 +164,12 @@ type mailbox struct {
 	snaps       []snapReport
 	campaign    bool
 	transfers   []uint64
+	retention   *retentionSet // the last SetRetention since the previous visit
+}
+
+type retentionSet struct {
+	age   time.Duration
+	bytes int64
 }
 
 type snapReport struct {
@@ -172,7 +178,7 @@ type snapReport struct {
 }
 
 func (b *mailbox) empty() bool {
-	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0
+	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0 && b.retention == nil
 }
 
 func (b *mailbox) reset() {
@@ -199,6 +205,9 @@ func NewHost(cfg HostConfig) (*Host, error) {
 func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	if cfg.Group.ID == 0 {
 		cfg.Group.ID = h.cfg.NodeID
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = h.cfg.Logger.With("group", group)
 	}
 	if cfg.Group.ID != h.cfg.NodeID {
 		return fmt.Errorf("raft host: group %d: replica id %d is not this node's id %d (a replica's id is its node's)", group, cfg.Group.ID, h.cfg.NodeID)
@@ -434,11 +443,32 @@ func (h *Host) HandleMessage(m transport.Message) error {
 	return nil
 }
 
-// HandleSnapshot refuses every snapshot (transport.Handler): installing
-// them is not supported yet.
+// HandleSnapshot takes a received MsgSnap (transport.Handler): one that
+// could not be installed (checkSnapshot) is refused with the reason, any
+// other is queued for its group's next visit, where the replica steps it in
+// and installs it (Replica.install). Snapshots carry metadata only, so
+// they are small; the inbox limit applies as to any message (a dropped one
+// is sent again by raft).
 func (h *Host) HandleSnapshot(_ context.Context, m transport.Message) error {
-	return fmt.Errorf("raft host: node %d refuses the snapshot of group %d at index %d from node %d: installing snapshots is not supported yet, so a follower behind the leader's log start cannot catch up",
-		h.cfg.NodeID, m.Group, snapIndex(m.Msg), m.Msg.From)
+	if m.Msg.Type != raftpb.MsgSnap {
+		return fmt.Errorf("raft host: node %d: a %s from node %d on the snapshot path of group %d", h.cfg.NodeID, m.Msg.Type, m.Msg.From, m.Group)
+	}
+	if err := checkSnapshot(m.Msg.Snapshot); err != nil {
+		return fmt.Errorf("raft host: node %d refuses the snapshot of group %d at index %d from node %d: %w", h.cfg.NodeID, m.Group, snapIndex(m.Msg), m.Msg.From, err)
+	}
+	return h.HandleMessage(m)
+}
+
+// SetRetention changes the retention of group's partition
+// (ReplicaConfig.RetentionAge and RetentionBytes; 0 keeps forever). It
+// takes effect at the group's next visit; the leader applies it to every
+// replica through the log (docs/replication.md, "Snapshots, compaction and
+// retention").
+func (h *Host) SetRetention(group uint64, age time.Duration, bytes int64) error {
+	if age < 0 || bytes < 0 {
+		return fmt.Errorf("raft host: group %d: negative retention (%v, %d bytes)", group, age, bytes)
+	}
+	return h.post(group, func(b *mailbox) { b.retention = &retentionSet{age: age, bytes: bytes} })
 }
 
 func snapIndex(m raftpb.Message) uint64 {
@@ -554,6 +584,9 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	}
 	for _, to := range box.transfers {
 		r.TransferLeadership(to)
+	}
+	if rs := box.retention; rs != nil {
+		_ = r.SetRetention(rs.age, rs.bytes) // checked by Host.SetRetention
 	}
 	for _, p := range box.props {
 		h.propose(g, p, now)

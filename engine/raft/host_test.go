@@ -43,6 +43,8 @@ type hcluster struct {
 	groups int
 	opts   slog.Options
 	hcfg   HostConfig
+	// tweak, if set, adjusts each replica's config before it is added.
+	tweak func(*ReplicaConfig)
 
 	dbg     []string
 	mu      sync.Mutex
@@ -109,7 +111,11 @@ func (c *hcluster) start(n *hostNode) {
 			c.t.Fatalf("Partition: %v", err)
 		}
 		n.partitions[g] = p
-		if err := h.Add(g, ReplicaConfig{Partition: p, FS: n.fs, Dir: fmt.Sprintf("/raft/p%d", g), Voters: []uint64{1, 2, 3}}); err != nil {
+		rc := ReplicaConfig{Partition: p, FS: n.fs, Dir: fmt.Sprintf("/raft/p%d", g), Voters: []uint64{1, 2, 3}}
+		if c.tweak != nil {
+			c.tweak(&rc)
+		}
+		if err := h.Add(g, rc); err != nil {
 			c.t.Fatalf("node %d: Add(%d): %v", n.id, g, err)
 		}
 	}

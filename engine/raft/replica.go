@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdslog "log/slog"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -40,6 +42,26 @@ type ReplicaConfig struct {
 	// batch is refused before it reaches raft (every replica appending it
 	// would stop).
 	MaxBatchBytes int
+
+	// RetentionAge and RetentionBytes are the partition's retention (its
+	// topic's): while this replica leads, it gives up, for every replica at
+	// once, the closed segments whose newest record is older than
+	// RetentionAge or that are beyond RetentionBytes in total (log-start
+	// command, docs/replication.md "Snapshots, compaction and retention").
+	// 0 keeps forever; SetRetention changes them. The partition itself
+	// must have no retention of its own (SetRetention(0, 0) on it, and
+	// none in its store's Options): it would delete on one replica alone.
+	RetentionAge   time.Duration
+	RetentionBytes int64
+	// RetentionCheckTicks (default RetentionCheckTicks) and
+	// RetentionLagTicks (default RetentionLagTicks) override the constants
+	// of those names, in ticks.
+	RetentionCheckTicks int
+	RetentionLagTicks   int
+	// Now is the clock of RetentionAge (default time.Now).
+	Now func() time.Time
+	// Logger receives what the replica skips and why (default: discarded).
+	Logger *stdslog.Logger
 }
 
 // Replica is one partition's raft group on one node: it owns the group's
@@ -79,6 +101,19 @@ type Replica struct {
 	// record.
 	onReady func(w *Work)
 	onApply func(e raftpb.Entry, base int64)
+
+	// snap is the snapshot saved (raft.snap) and set in the storage.
+	snap SnapshotMeta
+	// confs is the membership as of each configuration change since
+	// confs[0].index (complete from there on); confSeen is the last entry
+	// looked at for it; replay computes it as raft does.
+	confs    []confPoint
+	confSeen uint64
+	replay   *confReplay
+	// Retention (the leader's part): ticks counts Tick calls, lagSince the
+	// tick from which each follower has held compaction back.
+	ticks    int64
+	lagSince map[uint64]int64
 }
 
 // ErrReplicaStopped wraps the error a replica stopped with.
@@ -96,6 +131,21 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	if cfg.MaxBatchBytes < slog.BatchHeaderSize {
 		return nil, fmt.Errorf("raft replica: MaxBatchBytes %d is below a batch header (%d bytes)", cfg.MaxBatchBytes, slog.BatchHeaderSize)
 	}
+	if cfg.RetentionAge < 0 || cfg.RetentionBytes < 0 || cfg.RetentionCheckTicks < 0 || cfg.RetentionLagTicks < 0 {
+		return nil, fmt.Errorf("raft replica: negative retention (%v, %d bytes, %d check ticks, %d lag ticks)", cfg.RetentionAge, cfg.RetentionBytes, cfg.RetentionCheckTicks, cfg.RetentionLagTicks)
+	}
+	if cfg.RetentionCheckTicks == 0 {
+		cfg.RetentionCheckTicks = RetentionCheckTicks
+	}
+	if cfg.RetentionLagTicks == 0 {
+		cfg.RetentionLagTicks = RetentionLagTicks
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = stdslog.New(stdslog.DiscardHandler)
+	}
 	p := cfg.Partition
 	ss, st, err := OpenStateStore(cfg.FS, cfg.Dir)
 	if err != nil {
@@ -110,7 +160,9 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		return fail(err)
 	}
 	if snap.Index != 0 {
-		return fail(fmt.Errorf("raft replica %s: a snapshot (index %d) is saved, and installing snapshots is not supported yet", p.Name(), snap.Index))
+		if err := recoverSnapshot(p, snap); err != nil {
+			return fail(fmt.Errorf("raft replica %s: %w", p.Name(), err))
+		}
 	}
 	if isNewState(st) && len(cfg.Voters) > 0 && bootstrapPending(p, len(cfg.Voters)) {
 		if st, err = bootstrap(p, ss, cfg.Voters); err != nil {
@@ -130,7 +182,12 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	}
 	hs, _, _ := storage.InitialState()
 	p.SetTruncateFloor(hs.Commit) // not persisted by the log
-	r := &Replica{cfg: cfg, p: p, plog: plog, ss: ss, storage: storage, g: g, done: make(chan error, 1)}
+	r := &Replica{cfg: cfg, p: p, plog: plog, ss: ss, storage: storage, g: g, done: make(chan error, 1),
+		snap: snap, lagSince: map[uint64]int64{}}
+	_, cs, _ := storage.InitialState()
+	if err := r.resetConfs(storage.Applied(), cs); err != nil {
+		return fail(fmt.Errorf("raft replica %s: %w", p.Name(), err))
+	}
 	// The offsets of the entries after the commit index: count back from
 	// the partition's end.
 	last, end := p.LastIndex(), p.NextOffset()
@@ -218,18 +275,29 @@ func (r *Replica) Partition() *slog.Partition { return r.p }
 // Err is the error the replica stopped with, nil while it runs.
 func (r *Replica) Err() error { return r.failed }
 
-// Tick advances the group's clock by one TickInterval.
+// Tick advances the group's clock by one TickInterval; every
+// RetentionCheckTicks a leader looks for a new log start (checkRetention).
 func (r *Replica) Tick() {
 	if r.failed == nil {
 		_ = r.guard(func() error { r.g.Tick(); return nil })
+		r.ticks++
+		if r.ticks%int64(r.cfg.RetentionCheckTicks) == 0 {
+			r.checkRetention()
+		}
 	}
 }
 
 // Step feeds a message from a peer. An error about the message (say, from
 // an unknown peer) leaves the replica running; ErrReplicaStopped does not.
+// A MsgSnap whose snapshot this replica could not install is refused.
 func (r *Replica) Step(m raftpb.Message) error {
 	if r.failed != nil {
 		return r.failed
+	}
+	if m.Type == raftpb.MsgSnap {
+		if err := checkSnapshot(m.Snapshot); err != nil {
+			return fmt.Errorf("raft replica %s: snapshot from node %d refused: %w", r.p.Name(), m.From, err)
+		}
 	}
 	return r.guard(func() error { return r.g.Step(m) })
 }
@@ -375,6 +443,9 @@ func (r *Replica) Process(ctx context.Context, send func([]raftpb.Message)) erro
 			if err := r.applyTo(ap.Entries[n-1].Index); err != nil {
 				return r.stop(err)
 			}
+			if err := r.applyCommands(ap.Entries); err != nil {
+				return r.stop(err)
+			}
 			for i, b := range bases {
 				if b >= 0 {
 					r.onApply(ap.Entries[i], b)
@@ -392,6 +463,7 @@ func (r *Replica) Process(ctx context.Context, send func([]raftpb.Message)) erro
 			if err := r.ss.Save(st); err != nil {
 				return r.stop(err)
 			}
+			r.checkConfs(out.Index, *out.ConfState)
 		}
 		if len(msgs) > 0 {
 			send(msgs)
@@ -403,8 +475,10 @@ func (r *Replica) Process(ctx context.Context, send func([]raftpb.Message)) erro
 // persist makes a durable: entries first (truncating a conflicting
 // suffix), then the HardState.
 func (r *Replica) persist(ctx context.Context, a Append) error {
-	if a.Snapshot != nil {
-		return fmt.Errorf("raft replica %s: received a snapshot at index %d; installing snapshots is not supported yet", r.p.Name(), a.Snapshot.Metadata.Index)
+	if a.Snapshot != nil && !etcdraft.IsEmptySnap(*a.Snapshot) {
+		if err := r.install(*a.Snapshot, a.HardState); err != nil {
+			return err
+		}
 	}
 	if n := len(a.Entries); n > 0 {
 		first, last := a.Entries[0].Index, a.Entries[n-1].Index

@@ -87,7 +87,10 @@ type wcluster struct {
 	// which would make runs unreplayable. Election timeouts are then
 	// manualElectionTicks long and rounds tick only leaders (heartbeats,
 	// CheckQuorum), so no follower's random timeout is ever reached.
-	manual bool
+	manual    bool
+	snapshots int // MsgSnap stepped into a replica
+	// tweak, if set, adjusts each replica's config before it opens.
+	tweak func(*ReplicaConfig)
 }
 
 const manualElectionTicks = 1000
@@ -137,10 +140,14 @@ func (c *wcluster) start(n *wnode) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n.store, n.cancel, n.done = s, cancel, make(chan error, 1)
 	go func() { n.done <- s.Run(ctx) }()
-	r, err := OpenReplica(ReplicaConfig{
+	rc := ReplicaConfig{
 		Partition: p, FS: n.fsys, Dir: n.root + wireRaft, Voters: []uint64{1, 2, 3},
 		Group: GroupConfig{ID: n.id, ElectionTicks: c.electionTicks()},
-	})
+	}
+	if c.tweak != nil {
+		c.tweak(&rc)
+	}
+	r, err := OpenReplica(rc)
 	if err != nil {
 		c.t.Fatalf("node %d: OpenReplica: %v", n.id, err)
 	}
@@ -236,11 +243,25 @@ func (n *wnode) HandleMessage(m transport.Message) error {
 	}
 	return nil
 }
-func (n *wnode) HandleSnapshot(context.Context, transport.Message) error {
-	return errors.New("snapshots are not supported yet")
+func (n *wnode) HandleSnapshot(_ context.Context, m transport.Message) error {
+	if !n.up {
+		return errors.New("node down")
+	}
+	if err := n.r.Step(m.Msg); err != nil {
+		if errors.Is(err, ErrReplicaStopped) {
+			n.c.failed(n, "Step snapshot", err)
+		}
+		return err
+	}
+	n.c.snapshots++
+	return nil
 }
-func (n *wnode) PeerUnreachable(uint64)             {}
-func (n *wnode) SnapshotDone(uint64, uint64, error) {}
+func (n *wnode) PeerUnreachable(uint64) {}
+func (n *wnode) SnapshotDone(_, peer uint64, err error) {
+	if n.up {
+		n.r.ReportSnapshot(peer, err)
+	}
+}
 
 func (n *wnode) send(msgs []raftpb.Message) {
 	out := make([]transport.Message, len(msgs))
@@ -342,6 +363,7 @@ func (c *wcluster) observe() {
 			continue
 		}
 		end := n.r.CommittedEnd()
+		n.readTo = max(n.readTo, n.r.Partition().StartOffset())
 		if end <= n.readTo {
 			continue
 		}
@@ -404,39 +426,62 @@ func (c *wcluster) checkIdentical() {
 		}
 	}
 	minIdx, minEnd := uint64(1<<63), int64(1<<62)
+	fromIdx, fromOff := uint64(1), int64(0) // past what retention gave up anywhere
 	for _, n := range up {
 		minIdx, minEnd = min(minIdx, n.r.CommitIndex()), min(minEnd, n.r.CommittedEnd())
+		fromIdx, fromOff = max(fromIdx, n.r.Snapshot().Index+1), max(fromOff, n.r.Partition().StartOffset())
 	}
 	if len(up) == 0 || minIdx == 0 {
 		return
 	}
-	ref := entriesOf(c.t, up[0].r.Partition(), minIdx)
+	if minEnd < fromOff {
+		minEnd = fromOff
+	}
+	ref := entriesFrom(c.t, up[0].r.Partition(), fromIdx, minIdx)
 	for _, n := range up[1:] {
-		got := entriesOf(c.t, n.r.Partition(), minIdx)
+		got := entriesFrom(c.t, n.r.Partition(), fromIdx, minIdx)
 		for i := range ref {
 			if got[i].Index != ref[i].Index || got[i].Term != ref[i].Term || got[i].Type != ref[i].Type || string(got[i].Data) != string(ref[i].Data) {
 				c.t.Fatalf("node %d entry %d (term %d, %v) differs from node %d's (term %d, %v)", n.id, got[i].Index, got[i].Term, got[i].Type, up[0].id, ref[i].Term, ref[i].Type)
 			}
 		}
 	}
-	refRecs := readRecords(c.t, up[0].r.Partition(), 0, minEnd)
+	refRecs := readRecords(c.t, up[0].r.Partition(), fromOff, minEnd)
 	for _, n := range up[1:] {
-		if got := readRecords(c.t, n.r.Partition(), 0, minEnd); !slices.Equal(got, refRecs) {
-			c.t.Fatalf("node %d records differ from node %d's up to offset %d", n.id, up[0].id, minEnd)
+		if got := readRecords(c.t, n.r.Partition(), fromOff, minEnd); !slices.Equal(got, refRecs) {
+			c.t.Fatalf("node %d records differ from node %d's in [%d, %d)", n.id, up[0].id, fromOff, minEnd)
 		}
 	}
 	seen := map[string]int64{}
-	for off, v := range refRecs {
+	for i, v := range refRecs {
+		off := fromOff + int64(i)
 		if prev, dup := seen[v]; dup {
 			c.t.Fatalf("value %q at offsets %d and %d", v, prev, off)
 		}
-		seen[v] = int64(off)
+		seen[v] = off
 	}
 	for off, v := range c.committed {
-		if off < minEnd && refRecs[off] != v {
-			c.t.Fatalf("offset %d was committed as %q, the replicas now hold %q", off, v, refRecs[off])
+		if off >= fromOff && off < minEnd && refRecs[off-fromOff] != v {
+			c.t.Fatalf("offset %d was committed as %q, the replicas now hold %q", off, v, refRecs[off-fromOff])
 		}
 	}
+}
+
+func entriesFrom(t tb, p *slog.Partition, from, upTo uint64) []slog.Entry {
+	t.Helper()
+	var out []slog.Entry
+	for lo := from; lo <= upTo; {
+		ents, err := p.Entries(lo, upTo+1, 1<<20)
+		if err != nil {
+			t.Fatalf("%s: Entries(%d, %d): %v", p.Name(), lo, upTo+1, err)
+		}
+		for _, e := range ents {
+			e.Data = slices.Clone(e.Data)
+			out = append(out, e)
+		}
+		lo += uint64(len(ents))
+	}
+	return out
 }
 
 func entriesOf(t tb, p *slog.Partition, upTo uint64) []slog.Entry {

@@ -1,0 +1,354 @@
+package raft
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	slog "github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/transport"
+)
+
+// retained makes the cluster's replicas keep about keepBytes of log,
+// checking every few ticks.
+func retained(keepBytes int64, lagTicks int) func(*ReplicaConfig) {
+	return func(rc *ReplicaConfig) {
+		rc.RetentionBytes = keepBytes
+		rc.RetentionCheckTicks = 3
+		rc.RetentionLagTicks = lagTicks
+	}
+}
+
+// checkRetained checks what retention promises once the cluster has
+// converged: every replica gave up the same records (one start offset,
+// past 0), and every committed record from there on is readable on every
+// replica at its offset with its value.
+func (c *wcluster) checkRetained() {
+	c.t.Helper()
+	start := c.nodes[0].r.Partition().StartOffset()
+	for _, n := range c.nodes {
+		p := n.r.Partition()
+		if p.StartOffset() != start {
+			c.t.Fatalf("node %d starts at offset %d, node 1 at %d", n.id, p.StartOffset(), start)
+		}
+		if n.r.Snapshot().Index == 0 || p.FirstIndex() > n.r.Snapshot().Index+1 {
+			c.t.Fatalf("node %d: snapshot at %d, log from %d", n.id, n.r.Snapshot().Index, p.FirstIndex())
+		}
+		end := n.r.CommittedEnd()
+		for i, v := range readRecords(c.t, p, start, end) {
+			off := start + int64(i)
+			if want, ok := c.committed[off]; ok && want != v {
+				c.t.Fatalf("node %d: offset %d holds %q, committed as %q", n.id, off, v, want)
+			}
+		}
+		if end != int64(c.nextVal) {
+			c.t.Fatalf("node %d: committed end %d, %d records proposed", n.id, end, c.nextVal)
+		}
+	}
+	if start == 0 {
+		c.t.Fatalf("retention gave up nothing")
+	}
+}
+
+// TestReplicaRetentionSamePrefix: with retention by size, the leader's
+// log-start commands make every replica give up the same records, keep
+// every committed record after them at the same offset, and save a
+// snapshot at the entry before the first one kept; a restart opens with it.
+func TestReplicaRetentionSamePrefix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newWCluster(t, ctx, 3, slog.Options{SegmentBytes: 2 << 10, IndexIntervalBytes: 256}, false)
+	c.tweak = retained(6<<10, 1000)
+	for _, n := range c.nodes { // reopen with retention
+		c.stop(n)
+		c.start(n)
+	}
+	defer c.close()
+	l := c.waitLeader(50)
+	for i := range 150 {
+		if err := c.propose(l, 1+i%4); err != nil {
+			t.Fatalf("propose: %v", err)
+		}
+		if i%5 == 0 {
+			c.round()
+		}
+	}
+	c.converge(100)
+	for range 10 { // the last log-start commands commit and apply
+		c.round()
+	}
+	c.converge(100)
+	c.checkIdentical()
+	c.checkRetained()
+	for _, n := range c.nodes {
+		c.stop(n)
+		c.start(n)
+	}
+	c.converge(100)
+	c.checkRetained()
+	c.checkIdentical()
+}
+
+// TestReplicaSnapshotCatchUp: a follower is stopped while the others
+// compact past its log; restarted, it gets a snapshot (the leader no longer
+// holds the entries it needs), installs it, and then every committed entry
+// after it, so that it serves the same records at the same offsets from
+// the snapshot's offset on.
+func TestReplicaSnapshotCatchUp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := newWCluster(t, ctx, 5, slog.Options{SegmentBytes: 2 << 10, IndexIntervalBytes: 256}, false)
+	c.tweak = retained(6<<10, 1000)
+	for _, n := range c.nodes {
+		c.stop(n)
+		c.start(n)
+	}
+	defer c.close()
+	l := c.waitLeader(50)
+	for range 5 {
+		if err := c.propose(l, 2); err != nil {
+			t.Fatal(err)
+		}
+		c.round()
+	}
+	c.converge(100)
+	var down *wnode
+	for _, n := range c.nodes {
+		if n != l {
+			down = n
+			break
+		}
+	}
+	c.stop(down)
+	downLast := down.r.Partition().LastIndex()
+	for i := 0; l.r.Partition().FirstIndex() <= downLast+1 || i < 200; i++ {
+		if i > 2000 {
+			t.Fatalf("the leader's log still starts at %d, the stopped follower's ends at %d", l.r.Partition().FirstIndex(), downLast)
+		}
+		if err := c.propose(l, 1+i%4); err != nil {
+			t.Fatalf("propose: %v", err)
+		}
+		if i%5 == 0 {
+			c.round()
+		}
+	}
+	for range 20 {
+		c.round()
+	}
+	before := c.snapshots
+	c.start(down)
+	c.converge(200)
+	for range 10 {
+		c.round()
+	}
+	if c.snapshots == before {
+		t.Fatal("the restarted follower caught up without a snapshot")
+	}
+	if down.r.Snapshot().Index <= downLast {
+		t.Fatalf("the follower's snapshot is at %d, its log ended at %d", down.r.Snapshot().Index, downLast)
+	}
+	// More after the install, and a restart of the follower from it.
+	for range 20 {
+		if err := c.propose(l, 3); err != nil {
+			t.Fatal(err)
+		}
+		c.round()
+	}
+	c.stop(down)
+	c.start(down)
+	c.converge(200)
+	for range 10 {
+		c.round()
+	}
+	c.converge(100)
+	c.checkIdentical()
+	c.checkRetained()
+}
+
+// TestReplicaRetentionRandomFaults is TestReplicaRandomFaults with
+// retention on: the replicas compact and lagging ones install snapshots
+// while nodes lose power at random points (disk faults on any of the next
+// file-system operations included, so inside a compaction or an install),
+// messages are lost, duplicated and reordered, and the network partitions.
+// Every record seen committed stays at its offset on every replica that
+// still holds it, the replicas give up the same prefix, and after healing
+// every replica catches up. Replay a failure with -rapid.seed.
+func TestReplicaRetentionRandomFaults(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c := newWCluster(rt, ctx, rapid.Uint64().Draw(rt, "netSeed"), slog.Options{SegmentBytes: 1 << 10, IndexIntervalBytes: 256}, true)
+		c.tweak = retained(2<<10, rapid.IntRange(5, 50).Draw(rt, "lagTicks"))
+		for _, n := range c.nodes {
+			c.stop(n)
+			c.start(n)
+		}
+		defer c.close()
+		c.elect(c.nodes[0])
+		steps := rapid.IntRange(50, 250).Draw(rt, "steps")
+		for range steps {
+			switch a := rapid.IntRange(0, 99).Draw(rt, "action"); {
+			case a < 50:
+				if l := c.leader(); l != nil {
+					for range rapid.IntRange(1, 4).Draw(rt, "batches") {
+						_ = c.propose(l, rapid.IntRange(1, 8).Draw(rt, "records"))
+					}
+				}
+			case a < 55:
+				c.crash(c.nodes[rapid.IntRange(0, 2).Draw(rt, "crash")])
+			case a < 62:
+				n := c.nodes[rapid.IntRange(0, 2).Draw(rt, "faulty")]
+				if n.up {
+					c.armFault(n, rapid.IntRange(1, 40).Draw(rt, "faultAfterOps"))
+				}
+			case a < 70:
+				for _, n := range c.nodes {
+					if !n.up {
+						c.start(n)
+						break
+					}
+				}
+			case a < 75:
+				i := uint64(rapid.IntRange(1, 3).Draw(rt, "isolate"))
+				var others []uint64
+				for _, n := range c.nodes {
+					if n.id != i {
+						others = append(others, n.id)
+					}
+				}
+				c.net.Partition([]uint64{i}, others)
+			case a < 82:
+				c.net.Heal()
+			case a < 86:
+				c.elect(c.nodes[rapid.IntRange(0, 2).Draw(rt, "candidate")])
+			case a < 90:
+				c.net.SetFaults(transport.Faults{
+					Drop:      rapid.Float64Range(0, 0.3).Draw(rt, "drop"),
+					Duplicate: rapid.Float64Range(0, 0.2).Draw(rt, "dup"),
+					Jitter:    time.Duration(rapid.IntRange(0, 30).Draw(rt, "jitterMs")) * time.Millisecond,
+				})
+			}
+			c.round()
+			c.checkIdentical()
+		}
+		c.net.Heal()
+		c.net.SetFaults(transport.Faults{})
+		for _, n := range c.nodes {
+			if n.faulty {
+				c.crash(n)
+			}
+			if !n.up {
+				c.start(n)
+			}
+		}
+		c.converge(400)
+		if err := c.propose(c.leader(), 1); err != nil {
+			rt.Fatalf("propose after healing: %v", err)
+		}
+		c.converge(200)
+		c.checkIdentical()
+		start := c.nodes[0].r.Partition().StartOffset()
+		for _, n := range c.nodes {
+			if n.r.CommittedEnd() != c.nodes[0].r.CommittedEnd() {
+				rt.Fatalf("node %d: committed end %d, node 1's %d", n.id, n.r.CommittedEnd(), c.nodes[0].r.CommittedEnd())
+			}
+			start = max(start, n.r.Partition().StartOffset())
+		}
+		for off := range c.committed {
+			if off >= c.nodes[0].r.CommittedEnd() {
+				rt.Fatalf("offset %d was committed and is past the converged committed end %d", off, c.nodes[0].r.CommittedEnd())
+			}
+		}
+		for off := start; off < c.nodes[0].r.CommittedEnd(); off++ {
+			if _, ok := c.committed[off]; !ok {
+				rt.Fatalf("offset %d is committed on every replica but was never seen committed", off)
+			}
+		}
+	})
+}
+
+// lagBehind builds the cluster of TestReplicaSnapshotCatchUp up to the
+// point where the stopped follower needs a snapshot, and returns it with
+// the follower and the index its log ends at.
+func lagBehind(t *testing.T, ctx context.Context, seed uint64) (*wcluster, *wnode, uint64) {
+	c := newWCluster(t, ctx, seed, slog.Options{SegmentBytes: 2 << 10, IndexIntervalBytes: 256}, false)
+	c.tweak = retained(6<<10, 1000)
+	for _, n := range c.nodes {
+		c.stop(n)
+		c.start(n)
+	}
+	l := c.waitLeader(50)
+	for range 5 {
+		if err := c.propose(l, 2); err != nil {
+			t.Fatal(err)
+		}
+		c.round()
+	}
+	c.converge(100)
+	down := c.nodes[0]
+	if down == l {
+		down = c.nodes[1]
+	}
+	c.stop(down)
+	last := down.r.Partition().LastIndex()
+	for i := 0; l.r.Partition().FirstIndex() <= last+1 || i < 100; i++ {
+		if i > 2000 {
+			t.Fatalf("the leader's log still starts at %d", l.r.Partition().FirstIndex())
+		}
+		if err := c.propose(l, 1+i%4); err != nil {
+			t.Fatalf("propose: %v", err)
+		}
+		if i%5 == 0 {
+			c.round()
+		}
+	}
+	for range 20 {
+		c.round()
+	}
+	return c, down, last
+}
+
+// TestReplicaInstallCrashAtEveryStep: the follower that needs a snapshot
+// loses power at its k-th file-system change after it restarts, for every
+// k until the install and the catch-up complete without the fault firing:
+// restarted again, it recovers (OpenReplica finishes the install or starts
+// over) and converges to the same records at the same offsets.
+func TestReplicaInstallCrashAtEveryStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for k := 1; ; k++ {
+		c, down, last := lagBehind(t, ctx, 7)
+		c.start(down)
+		c.armFault(down, k)
+		for i := 0; i < 60 && down.up; i++ {
+			c.round()
+		}
+		fired := !down.up
+		if down.faulty {
+			c.crash(down)
+		}
+		if !down.up {
+			c.start(down)
+		}
+		c.converge(200)
+		for range 10 {
+			c.round()
+		}
+		c.converge(100)
+		c.checkIdentical()
+		c.checkRetained()
+		if down.r.Snapshot().Index <= last {
+			t.Fatalf("fault after %d changes: the follower's snapshot is at %d, its log ended at %d", k, down.r.Snapshot().Index, last)
+		}
+		c.close()
+		if !fired {
+			if k < 4 {
+				t.Fatalf("the install took only %d file-system changes", k)
+			}
+			t.Logf("the follower's restart, install and catch-up take %d file-system changes", k-1)
+			return
+		}
+	}
+}
