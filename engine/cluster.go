@@ -265,7 +265,10 @@ func (c *cluster) run(ctx context.Context) error {
 			_ = c.tr.AddPeer(id, addr)
 		}
 	}
-	if c.ctrlP, err = c.n.store.Partition(controllerPartition); err != nil {
+	if c.ctrlP, err = c.n.store.Partition(controllerPartition); err == nil {
+		err = c.ctrlP.SetRetention(0, 0) // the controller's log is kept whole
+	}
+	if err != nil {
 		_ = l.Close()
 		c.fail(fmt.Errorf("engine: open the controller's log: %w", err))
 		return c.readyErr
@@ -648,7 +651,17 @@ func (c *cluster) reconcile(st *meta.State) {
 		}
 	}
 	for _, t := range st.Topics() {
-		c.n.placeTopic(t, c.id.NodeID, c.openReplica)
+		c.n.placeTopic(t, c.id.NodeID, c.openReplica, c.retain)
+	}
+}
+
+// retain gives a running replica its topic's current retention.
+func (c *cluster) retain(part *partition) {
+	c.n.mu.RLock()
+	spec := part.topic.spec
+	c.n.mu.RUnlock()
+	if err := c.host.SetRetention(part.group, spec.RetentionAge, spec.RetentionBytes); err != nil {
+		c.logger.Error("spool cluster: cannot change a partition's retention", "topic", part.topic.name, "partition", part.num, "err", err)
 	}
 }
 
@@ -661,15 +674,21 @@ func (c *cluster) openReplica(part *partition) error {
 	if done {
 		return nil
 	}
+	c.n.mu.RLock()
+	spec := part.topic.spec
+	c.n.mu.RUnlock()
 	err := c.host.Add(part.group, raft.ReplicaConfig{
-		Partition:     part.log,
-		FS:            c.fs,
-		Dir:           c.groupDir(part.group),
-		Voters:        part.replicas,
-		Group:         raft.GroupConfig{ID: c.id.NodeID},
-		MaxBatchBytes: c.n.cfg.Log.MaxBatchBytes,
-		OnCommitted:   part.setCommitted,
-		OnApply:       part.producers.applied,
+		Partition:      part.log,
+		RetentionAge:   spec.RetentionAge,
+		RetentionBytes: spec.RetentionBytes,
+		Logger:         c.n.cfg.Logger,
+		FS:             c.fs,
+		Dir:            c.groupDir(part.group),
+		Voters:         part.replicas,
+		Group:          raft.GroupConfig{ID: c.id.NodeID},
+		MaxBatchBytes:  c.n.cfg.Log.MaxBatchBytes,
+		OnCommitted:    part.setCommitted,
+		OnApply:        part.producers.applied,
 	})
 	if err != nil {
 		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)

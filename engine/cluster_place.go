@@ -11,15 +11,16 @@ import (
 // the topic itself as soon as it is created (so that subscriptions and
 // Partitions work while it waits for nodes), and its partitions once placed,
 // with a log for each partition this node holds a replica of. open starts
-// those replicas; it is called with no engine lock held.
-func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) error) {
+// those replicas, retain gives the running ones a changed retention; both
+// are called with no engine lock held.
+func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) error, retain func(*partition)) {
 	spec := TopicSpec{
 		Name:           mt.Spec.Name,
 		Partitions:     mt.Spec.Partitions,
 		RetentionAge:   time.Duration(mt.Spec.RetentionAgeMs) * time.Millisecond,
 		RetentionBytes: mt.Spec.RetentionBytes,
 	}
-	var toOpen []*partition
+	var toOpen, retune []*partition
 	n.mu.Lock()
 	t, ok := n.topics[spec.Name]
 	if !ok {
@@ -31,9 +32,16 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) erro
 		}
 		n.topics[spec.Name] = t
 	}
-	// Retention of a replicated partition is applied when the leader
-	// proposes the new log start (not yet built): it is kept in the spec
-	// and not given to the log.
+	// Retention of a replicated partition is the raft group's (its leader
+	// proposes the new log start, so every replica gives up the same
+	// records), never the log's own.
+	if ok && t.spec != spec && t.parts[0].group != 0 {
+		for _, p := range t.parts {
+			if p.log != nil {
+				retune = append(retune, p)
+			}
+		}
+	}
 	t.spec = spec
 	if len(mt.Partitions) == len(t.parts) && t.parts[0].group == 0 {
 		for i, mp := range mt.Partitions {
@@ -41,6 +49,9 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) erro
 			part.limit.Store(noLimit)
 			if slices.Contains(mp.Replicas, self) {
 				lp, err := n.store.Partition(PartitionName(spec.Name, int32(i)))
+				if err == nil {
+					err = lp.SetRetention(0, 0) // the group's retention, not the log's
+				}
 				if err != nil { // served from the other replicas meanwhile
 					n.cfg.Logger.Error("spool cluster: cannot open a partition's log", "topic", spec.Name, "partition", i, "err", err)
 				} else {
@@ -54,6 +65,9 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) erro
 	n.mu.Unlock()
 	for _, part := range toOpen {
 		_ = open(part) // logged by open
+	}
+	for _, part := range retune {
+		retain(part)
 	}
 	if len(toOpen) > 0 || !ok {
 		t.notify()

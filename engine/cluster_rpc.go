@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine/log"
-	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
 	"github.com/spoolmq/spool/engine/transport"
+	"github.com/spoolmq/spool/internal/grpcbuf"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
