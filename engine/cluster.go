@@ -715,15 +715,20 @@ func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Resul
 		return meta.Result{}, err
 	}
 	data := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: b}}, time.Now().UnixMilli())
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
+	// Committing takes up to ProduceTimeout; applying a command here can
+	// take longer (a topic of thousands of partitions opens as many
+	// replicas), up to JoinTimeout.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
+	pctx, pcancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
+	defer pcancel()
 	var voters []uint64
 	if c.host == nil { // a client node: ask the controller's voters
 		c.mu.Lock()
 		voters, _ = meta.ControllerMembers(c.state)
 		c.mu.Unlock()
 	}
-	base, err := c.produceWait(ctx, controllerGroup, "", 0, voters, data)
+	base, err := c.produceWait(pctx, controllerGroup, "", 0, voters, data)
 	if err != nil {
 		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
 	}

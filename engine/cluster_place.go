@@ -2,10 +2,14 @@ package engine
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/spoolmq/spool/engine/meta"
 )
+
+// maxParallelOpens bounds the replicas opened at once.
+const maxParallelOpens = 64
 
 // placeTopic makes a topic of the controller's state known on this node:
 // the topic itself as soon as it is created (so that subscriptions and
@@ -63,9 +67,20 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) erro
 		}
 	}
 	n.mu.Unlock()
+	// Opening a new replica writes and fsyncs its first entries and state:
+	// a topic of many partitions opens them together, so that their writes
+	// share the store's group commits.
+	sem := make(chan struct{}, maxParallelOpens)
+	var wg sync.WaitGroup
 	for _, part := range toOpen {
-		_ = open(part) // logged by open
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() { // owned: awaited below
+			defer func() { <-sem; wg.Done() }()
+			_ = open(part) // logged by open
+		}()
 	}
+	wg.Wait()
 	for _, part := range retune {
 		retain(part)
 	}
