@@ -326,8 +326,23 @@ func CheckRecords(data []byte, maxBatchBytes int) error {
 	if len(data) < BatchHeaderSize-PlacementSize || PlacementSize+len(data) > maxBatchBytes {
 		return fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
 	}
-	f := make([]byte, PlacementSize, PlacementSize+len(data))
-	if err := checkRecordsFrame(append(f, data...)); err != nil {
+	// The header is checked on a copy with its placement prefix; the body
+	// (CRC and records) in place: no copy of the records.
+	var hb [BatchHeaderSize]byte
+	copy(hb[PlacementSize:], data)
+	le := binary.LittleEndian
+	le.PutUint32(hb[offLength:], uint32(PlacementSize+len(data)))
+	hb[offMagic], hb[offType] = BatchMagic, byte(EntryData)
+	h, err := DecodeBatchHeader(hb[:])
+	if err == nil {
+		if c := crc32.Checksum(data[offBody-PlacementSize:], castagnoli); c != h.BodyCRC {
+			err = badBatch("body crc %#08x, want %#08x", c, h.BodyCRC)
+		}
+	}
+	if err == nil {
+		_, err = decodeRecords(data[BatchHeaderSize-PlacementSize:], h, nil, 0, 0)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadEntry, err)
 	}
 	return nil
