@@ -23,7 +23,7 @@ type GroupConfig struct {
 	ID uint64
 	// Storage is the group's raft.Storage (NewStorage).
 	Storage *Storage
-	// ElectionTicks (default 10) and HeartbeatTicks (default 1) are in
+	// ElectionTicks (default 10) and HeartbeatTicks (default 2) are in
 	// ticks of TickInterval.
 	ElectionTicks  int
 	HeartbeatTicks int
@@ -47,7 +47,7 @@ type GroupConfig struct {
 // Defaults of GroupConfig.
 const (
 	DefaultElectionTicks       = 10
-	DefaultHeartbeatTicks      = 1
+	DefaultHeartbeatTicks      = 2
 	DefaultMaxMsgBytes         = 1 << 20
 	DefaultMaxInflightMsgs     = 256
 	DefaultMaxUncommittedBytes = 64 << 20
