@@ -71,8 +71,6 @@ const (
 	controllerPartition = "__controller-0"
 	// controllerGroup is the raft group of the controller.
 	controllerGroup = 0
-	// maxControllerCommandBytes bounds one controller command.
-	maxControllerCommandBytes = 64 << 10
 )
 
 func (c *ClusterConfig) validate() error {
@@ -369,9 +367,7 @@ func (c *cluster) handOff(d time.Duration) {
 		if led == 0 {
 			return
 		}
-		select {
-		case <-time.After(c.cfg.TickInterval): // sleep-ok: polling raft status while stopping
-		}
+		time.Sleep(c.cfg.TickInterval) // sleep-ok: polling raft status while stopping
 	}
 	c.logger.Warn("spool cluster: stopping while still leading some groups (their replicas elect a new leader)")
 }
