@@ -503,12 +503,42 @@ func (c *cluster) register(ctx context.Context) error {
 	c.mu.Unlock()
 	tick := time.NewTicker(max(c.cfg.TickInterval*10, 100*time.Millisecond))
 	defer tick.Stop()
-	for {
+	for n := 0; ; n++ {
 		c.leaderChores()
+		if n%balanceEveryChores == balanceEveryChores-1 {
+			c.balanceLeaders()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		}
+	}
+}
+
+// balanceEveryChores: leadership is rebalanced every this many chores
+// rounds (every 5 s with the default tick).
+const balanceEveryChores = 5
+
+// balanceLeaders asks each group this node leads, and whose preferred
+// leader (the first replica placement chose) is another node, to hand its
+// leadership back once that node has caught up: after a restart the
+// preferred leader finds its groups led elsewhere, and one node would end
+// up leading everything.
+func (c *cluster) balanceLeaders() {
+	c.n.mu.RLock()
+	var parts []*partition
+	for _, t := range c.n.topics {
+		for _, p := range t.parts {
+			if p.log != nil && len(p.replicas) > 1 && p.replicas[0] != c.id.NodeID {
+				parts = append(parts, p)
+			}
+		}
+	}
+	c.n.mu.RUnlock()
+	for _, p := range parts {
+		if st, ok := c.host.Status(p.group); ok && st.IsLeader {
+			_ = c.host.PreferLeader(p.group, p.replicas[0])
 		}
 	}
 }

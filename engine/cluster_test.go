@@ -513,3 +513,47 @@ func TestClusterRetention(t *testing.T) {
 		return nil
 	})
 }
+
+// Leadership returns to each partition's preferred leader (the first
+// replica placement chose) once it has caught up after a restart, so that
+// a restarted node does not leave another leading everything.
+func TestClusterLeadershipRebalances(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	if err := tc.nodes[0].n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	preferredLead := func() error {
+		for p := range int32(3) {
+			var leaders []uint64
+			var preferred uint64
+			for _, cn := range tc.nodes {
+				part, err := cn.n.partition("orders", p)
+				if err != nil || part.group == 0 {
+					return fmt.Errorf("partition %d not placed on %s", p, cn.addr)
+				}
+				preferred = part.replicas[0]
+				if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
+					leaders = append(leaders, cn.n.cl.id.NodeID)
+				}
+			}
+			if len(leaders) != 1 || leaders[0] != preferred {
+				return fmt.Errorf("partition %d led by %v, preferred %d", p, leaders, preferred)
+			}
+		}
+		return nil
+	}
+	awaitCond(t, 20*time.Second, "every partition led by its preferred leader", preferredLead)
+	for p := range int32(3) {
+		if _, err := produce(tc.nodes[0].n, "orders", p, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The preferred leader of some partition goes away and comes back.
+	victim := tc.nodes[1]
+	tc.stop(victim)
+	for p := range int32(3) {
+		awaitCond(t, 20*time.Second, "publishing with a node down", func() error { _, err := produce(tc.nodes[0].n, "orders", p, "y"); return err })
+	}
+	tc.start(victim)
+	awaitCond(t, 30*time.Second, "leadership back with the preferred leaders", preferredLead)
+}

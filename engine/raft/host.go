@@ -165,6 +165,7 @@ type mailbox struct {
 	campaign    bool
 	transfers   []uint64
 	retention   *retentionSet // the last SetRetention since the previous visit
+	prefer      uint64        // PreferLeader: hand leadership to it if it has caught up
 }
 
 type retentionSet struct {
@@ -178,7 +179,7 @@ type snapReport struct {
 }
 
 func (b *mailbox) empty() bool {
-	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0 && b.retention == nil
+	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0 && b.retention == nil && b.prefer == 0
 }
 
 func (b *mailbox) reset() {
@@ -352,6 +353,15 @@ func (h *Host) Campaign(group uint64) error {
 // to node to (on its next visit).
 func (h *Host) TransferLeadership(group, to uint64) error {
 	return h.post(group, func(b *mailbox) { b.transfers = append(b.transfers, to) })
+}
+
+// PreferLeader asks the group, if this node leads it, to hand leadership
+// to node to — only if to is a voter that raft has heard from recently and
+// that holds every entry of the leader's log (a transfer to a lagging or
+// absent replica would stall the group's writes until it aborts). For
+// leadership balancing: the preferred leader took over after a restart.
+func (h *Host) PreferLeader(group, to uint64) error {
+	return h.post(group, func(b *mailbox) { b.prefer = to })
 }
 
 // Status is group's state as of its last processing, read without waiting
@@ -584,6 +594,9 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	}
 	for _, to := range box.transfers {
 		r.TransferLeadership(to)
+	}
+	if box.prefer != 0 {
+		r.transferIfCaughtUp(box.prefer)
 	}
 	if rs := box.retention; rs != nil {
 		_ = r.SetRetention(rs.age, rs.bytes) // checked by Host.SetRetention

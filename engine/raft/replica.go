@@ -358,6 +358,23 @@ func (r *Replica) TransferLeadership(to uint64) {
 	}
 }
 
+// transferIfCaughtUp hands leadership to voter to when this replica leads
+// and to is recently active with every entry of the log.
+func (r *Replica) transferIfCaughtUp(to uint64) {
+	if r.failed != nil || to == r.ID() {
+		return
+	}
+	st := r.g.Status()
+	if st.RaftState != etcdraft.StateLeader || st.LeadTransferee != 0 {
+		return
+	}
+	pr, ok := st.Progress[to]
+	if !ok || pr.IsLearner || !pr.RecentActive || pr.Match < r.p.LastIndex() {
+		return
+	}
+	r.TransferLeadership(to)
+}
+
 // ReportUnreachable says that messages to peer id were lost.
 func (r *Replica) ReportUnreachable(id uint64) {
 	if r.failed == nil {
