@@ -720,6 +720,11 @@ func (c *cluster) openReplica(part *partition) error {
 		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
 		return err
 	}
+	if st, ok := c.host.Status(part.group); ok {
+		if err := part.producers.rebuild(part.log, st.CommitIndex); err != nil {
+			c.logger.Warn("spool cluster: cannot read the log's tail for producer deduplication; resends of batches stored before this restart may be stored twice", "topic", part.topic.name, "partition", part.num, "err", err)
+		}
+	}
 	// The preferred leader (placement balances them over the nodes) starts
 	// an election at once: leaders spread over the cluster instead of
 	// going to whichever replica's election timer fires first.

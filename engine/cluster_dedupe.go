@@ -86,6 +86,63 @@ func (t *producerTable) applied(e raftpb.Entry, base int64) {
 	t.last[id] = producerLast{seq: seq, base: base}
 }
 
+// rebuildTailEntries is how many of the last committed entries a replica
+// reads at open to learn its producers' last batches again.
+const rebuildTailEntries = 1024
+
+// rebuild fills the table from the committed entries at the tail of the
+// partition's log (up to committed, a raft index): a replica that
+// restarted then still recognises the batches resent to it as a new
+// leader. Entries past the commit index are left out (they may yet be
+// replaced), and what the replica applied since it opened wins.
+func (t *producerTable) rebuild(p *log.Partition, committed uint64) error {
+	first := max(p.FirstIndex(), committed-min(committed, rebuildTailEntries-1))
+	if committed == 0 || first > committed {
+		return nil
+	}
+	base, err := p.OffsetOfIndex(first)
+	if err != nil {
+		return err
+	}
+	found := map[int64]producerLast{}
+	for lo := first; lo <= committed; {
+		ents, err := p.Entries(lo, committed+1, 4<<20)
+		if err != nil {
+			return err
+		}
+		if len(ents) == 0 {
+			break
+		}
+		for _, e := range ents {
+			id, _, seq, ok := log.RecordsProducer(e.Data)
+			if e.Type != log.EntryData || !ok {
+				continue
+			}
+			if id != 0 {
+				found[id] = producerLast{seq: seq, base: base}
+			}
+			base += int64(binary.LittleEndian.Uint32(e.Data[4:8])) // the record count (log.PayloadType)
+		}
+		lo = ents[len(ents)-1].Index + 1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.last == nil {
+		t.last = map[int64]producerLast{}
+	}
+	for id, l := range found {
+		if _, newer := t.last[id]; !newer {
+			t.last[id] = l
+			t.order = append(t.order, id)
+		}
+	}
+	for len(t.order) > maxProducers {
+		delete(t.last, t.order[0])
+		t.order = t.order[1:]
+	}
+	return nil
+}
+
 // proposeOnce proposes a producer's batch at this leader unless it is its
 // last applied batch (answered with its base offset) or already proposed
 // (the caller waits for that proposal's outcome).
