@@ -39,11 +39,24 @@ type HostConfig struct {
 	ProposalTimeout time.Duration
 	// Logger receives replica failures (default: discarded).
 	Logger *stdslog.Logger
+	// IdleTickEvery, when above 1, slows the clock of idle groups: a group
+	// that saw nothing but ticks and heartbeats for IdleAfterTicks ticks
+	// (twice that for a leader, so that its followers slow down first) is
+	// ticked once every IdleTickEvery ticks — its heartbeats and election
+	// timer slow down by as much — until anything else arrives for it: a
+	// proposal, any other message, a call, or a peer's connection failing
+	// (which wakes every group, so that a dead leader's followers elect at
+	// the normal pace). 0 or 1: every group ticks at every tick.
+	IdleTickEvery int
+	// IdleAfterTicks is the idle time, in ticks, before a group slows down
+	// (default DefaultIdleAfterTicks).
+	IdleAfterTicks int
 }
 
 // Defaults of HostConfig.
 const (
 	DefaultMaxInboxMsgs    = 4096
+	DefaultIdleAfterTicks  = 30
 	DefaultProposalTimeout = 10 * time.Second
 	// maxTicksPerVisit bounds the ticks a group catches up on in one visit:
 	// a worker that fell behind must not make every group time out at once.
@@ -64,6 +77,12 @@ func (c *HostConfig) validate() error {
 		c.Workers = 2 * runtime.GOMAXPROCS(0)
 	}
 	c.Workers = max(c.Workers, 2)
+	if c.IdleAfterTicks == 0 {
+		c.IdleAfterTicks = DefaultIdleAfterTicks
+	}
+	if c.IdleTickEvery < 0 || c.IdleAfterTicks < 0 {
+		return fmt.Errorf("raft host: IdleTickEvery %d, IdleAfterTicks %d: must not be negative", c.IdleTickEvery, c.IdleAfterTicks)
+	}
 	if c.MaxInboxMsgs == 0 {
 		c.MaxInboxMsgs = DefaultMaxInboxMsgs
 	}
@@ -145,6 +164,12 @@ type hostGroup struct {
 	box    mailbox // work for the next visit
 	spare  mailbox // the previous visit's, emptied, reused
 	closed bool    // no more work is taken: removed or host stopped
+
+	// Slow ticking of an idle group (HostConfig.IdleTickEvery); guarded by mu.
+	idleTicks  int  // ticks delivered since the group last did anything
+	sinceHeard int  // ticks delivered since its last heartbeat (or response)
+	slow       bool // ticked once every IdleTickEvery ticks
+	skipped    int  // ticks withheld since the last one delivered
 
 	// Owned by the worker holding the group (or, once dead, by finalize).
 	track    *tracker
@@ -338,6 +363,7 @@ func (h *Host) post(group uint64, f func(b *mailbox)) error {
 	g.mu.Lock()
 	if !g.closed {
 		f(&g.box)
+		g.wake()
 	}
 	g.mu.Unlock()
 	h.sched.enqueue(g)
@@ -393,7 +419,37 @@ func (h *Host) Groups() []uint64 {
 // Tick gives every group one tick (the internal ticker calls it every
 // TickInterval).
 func (h *Host) Tick() {
-	h.each(func(b *mailbox) { b.ticks++ })
+	every := h.cfg.IdleTickEvery
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, g := range h.groups {
+		if g == nil {
+			continue
+		}
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			continue
+		}
+		if g.slow {
+			if g.skipped++; g.skipped < every {
+				g.mu.Unlock()
+				continue // no visit at all: the point of slowing down
+			}
+			g.skipped = 0
+		}
+		g.box.ticks++
+		g.mu.Unlock()
+		h.sched.enqueue(g)
+	}
+}
+
+// wake puts a slowed group back on the normal clock; the caller holds g.mu.
+func (g *hostGroup) wake() { g.slow, g.idleTicks, g.skipped = false, 0, 0 }
+
+// idleMessage: what an idle group still exchanges.
+func idleMessage(t raftpb.MessageType) bool {
+	return t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp
 }
 
 func (h *Host) each(f func(b *mailbox)) {
@@ -447,6 +503,9 @@ func (h *Host) HandleMessage(m transport.Message) error {
 		h.c.inboxDropped.Add(1)
 		return nil
 	}
+	if !idleMessage(m.Msg.Type) {
+		g.wake()
+	}
 	g.box.msgs = append(g.box.msgs, m.Msg)
 	g.mu.Unlock()
 	h.sched.enqueue(g)
@@ -491,6 +550,15 @@ func snapIndex(m raftpb.Message) uint64 {
 // PeerUnreachable reports to every group that messages to peer were lost
 // (transport.Handler).
 func (h *Host) PeerUnreachable(peer uint64) {
+	h.mu.RLock()
+	for _, g := range h.groups {
+		if g != nil {
+			g.mu.Lock()
+			g.wake() // a slowed follower of a dead leader must elect at the normal pace
+			g.mu.Unlock()
+		}
+	}
+	h.mu.RUnlock()
 	h.each(func(b *mailbox) {
 		if !slices.Contains(b.unreachable, peer) {
 			b.unreachable = append(b.unreachable, peer)
@@ -575,6 +643,14 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	g.box, g.spare = g.spare, mailbox{}
 	g.mu.Unlock()
 	r, now := g.r, h.now()
+	busy := len(box.props) > 0 || box.campaign || len(box.transfers) > 0 || len(box.snaps) > 0 ||
+		len(box.unreachable) > 0 || box.retention != nil || box.prefer != 0
+	heard := false
+	for _, m := range box.msgs {
+		busy = busy || !idleMessage(m.Type)
+		heard = heard || idleMessage(m.Type)
+	}
+	lastBefore, appliedBefore := r.p.LastIndex(), r.CommitIndex()
 	for range min(box.ticks, maxTicksPerVisit) {
 		r.Tick()
 	}
@@ -618,6 +694,34 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		g.track.failAll(fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
 	}
 	g.refresh()
+	busy = busy || r.p.LastIndex() != lastBefore || r.CommitIndex() != appliedBefore || g.track.pending() > 0
+	g.mu.Lock()
+	if every := h.cfg.IdleTickEvery; every > 1 {
+		if heard {
+			g.sinceHeard = 0
+		} else {
+			g.sinceHeard += box.ticks
+		}
+		st := g.status.Load()
+		switch {
+		case busy, st == nil, st.Leader == 0:
+			g.wake()
+		case g.sinceHeard > 2*DefaultHeartbeatTicks:
+			// A group that stops hearing heartbeats (a leader gone without
+			// its connection failing, or a leader on the normal clock while
+			// this follower is slowed) must not idle: its election timer
+			// runs at the normal pace again.
+			g.wake()
+		case !g.slow:
+			g.idleTicks += box.ticks
+			after := h.cfg.IdleAfterTicks
+			if st.IsLeader {
+				after *= 2 // followers slow down first
+			}
+			g.slow = g.idleTicks >= after
+		}
+	}
+	g.mu.Unlock()
 	box.reset()
 	g.mu.Lock()
 	g.spare = box

@@ -1,0 +1,104 @@
+package raft
+
+import (
+	"testing"
+)
+
+// slowGroups counts the groups of n on the slow clock.
+func slowGroups(n *hostNode) int {
+	n.host.mu.RLock()
+	defer n.host.mu.RUnlock()
+	k := 0
+	for _, g := range n.host.groups {
+		if g == nil {
+			continue
+		}
+		g.mu.Lock()
+		if g.slow {
+			k++
+		}
+		g.mu.Unlock()
+	}
+	return k
+}
+
+// Idle groups go on the slow clock (IdleTickEvery) and cost a fraction of
+// the visits; a proposal wakes its group on every replica and commits as
+// before; when the leader's host stops and its peers hear of it
+// (PeerUnreachable, as the gRPC transport reports a failed connection),
+// the followers elect at the normal pace.
+func TestHostIdleGroupsSlowDown(t *testing.T) {
+	const groups = 6
+	c := newHCluster(t, 7, groups, HostConfig{Workers: 4, IdleTickEvery: 10, IdleAfterTicks: 5})
+	defer c.close()
+	for g := uint64(1); g <= groups; g++ {
+		if err := c.nodes[0].host.Campaign(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.awaitLeaders(100)
+	for g := uint64(1); g <= groups; g++ {
+		c.propose(c.leader(g), g)
+	}
+	c.awaitProposals(100)
+
+	// Idle: every group of every node slows down.
+	for range 40 {
+		c.round()
+	}
+	for _, n := range c.nodes {
+		if k := slowGroups(n); k != groups {
+			t.Fatalf("node %d: %d of %d idle groups on the slow clock", n.id, k, groups)
+		}
+	}
+	before := c.nodes[1].host.Stats().Readies
+	for range 100 {
+		c.round()
+	}
+	slowReadies := c.nodes[1].host.Stats().Readies - before
+	// On the normal clock a follower processes a heartbeat every 2 ticks per
+	// group: 100 rounds × 6 groups / 2 = 300 readies. Slowed tenfold: ~30.
+	if slowReadies > 100 {
+		t.Fatalf("a follower processed %d readies in 100 idle rounds of %d groups: not slowed", slowReadies, groups)
+	}
+	for g := uint64(1); g <= groups; g++ {
+		if l := c.leader(g); l == nil || l.id != 1 {
+			t.Fatalf("group %d lost its leader while slowed", g)
+		}
+	}
+
+	// A proposal wakes its group and commits.
+	c.propose(c.leader(1), 1)
+	c.awaitProposals(20)
+	for _, n := range c.nodes {
+		if k := slowGroups(n); k != groups-1 {
+			t.Fatalf("node %d: %d groups slowed after a proposal to one; want %d", n.id, k, groups-1)
+		}
+	}
+
+	// The leader goes away while its groups are slowed; its peers' failed
+	// connections wake them and they elect within a normal election time.
+	for range 40 {
+		c.round()
+	}
+	c.stop(c.nodes[0], false)
+	for _, n := range c.nodes[1:] {
+		n.host.PeerUnreachable(1)
+	}
+	rounds := 0
+	for ; rounds < 60; rounds++ {
+		all := true
+		for g := uint64(1); g <= groups; g++ {
+			l := c.leader(g)
+			all = all && l != nil && l.id != 1
+		}
+		if all {
+			break
+		}
+		c.round()
+	}
+	if rounds == 60 {
+		t.Fatalf("slowed groups did not elect within 60 rounds of their leader's loss")
+	}
+	t.Logf("idle follower: %d readies in 100 rounds; elected %d rounds after the leader's loss", slowReadies, rounds)
+}
