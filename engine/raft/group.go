@@ -212,6 +212,10 @@ func (g *Group) ProposeConfChange(cc raftpb.ConfChangeI) error { return g.rn.Pro
 // HasReady reports whether Ready has work.
 func (g *Group) HasReady() bool { return g.rn.HasReady() }
 
+// BasicStatus is the group's raft status without the followers' progress
+// (no allocation).
+func (g *Group) BasicStatus() etcdraft.BasicStatus { return g.rn.BasicStatus() }
+
 // Status is the group's raft status.
 func (g *Group) Status() etcdraft.Status { return g.rn.Status() }
 

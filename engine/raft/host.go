@@ -126,6 +126,7 @@ type HostStats struct {
 	ProposalsRefused   uint64 // any other error: a bad payload, an unknown group, a refused conf change
 	InboxDropped       uint64 // received messages dropped: a group's inbox held MaxInboxMsgs
 	ReplicasStopped    uint64 // replicas that stopped with an error
+	ElectionsHastened  uint64 // followers whose election clock jumped: their leader's connection failed
 }
 
 // Host drives every raft group (Replica) of one node: no goroutine per
@@ -147,7 +148,7 @@ type Host struct {
 	async   sync.WaitGroup // completions of proposals that never reached a worker
 
 	c struct {
-		readies, ok, lost, unknown, notLeader, refused, inboxDropped, stopped atomic.Uint64
+		readies, ok, lost, unknown, notLeader, refused, inboxDropped, stopped, hastened atomic.Uint64
 	}
 }
 
@@ -483,6 +484,7 @@ func (h *Host) Stats() HostStats {
 		ProposalsOK: h.c.ok.Load(), ProposalsLost: h.c.lost.Load(), ProposalsUnknown: h.c.unknown.Load(),
 		ProposalsNotLeader: h.c.notLeader.Load(), ProposalsRefused: h.c.refused.Load(),
 		InboxDropped: h.c.inboxDropped.Load(), ReplicasStopped: h.c.stopped.Load(),
+		ElectionsHastened: h.c.hastened.Load(),
 	}
 }
 
@@ -661,6 +663,9 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	}
 	for _, id := range box.unreachable {
 		r.ReportUnreachable(id)
+	}
+	if len(box.unreachable) > 0 && r.leaderUnreachable(box.unreachable) {
+		h.c.hastened.Add(1)
 	}
 	for _, s := range box.snaps {
 		r.ReportSnapshot(s.peer, s.err)

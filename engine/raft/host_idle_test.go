@@ -102,3 +102,56 @@ func TestHostIdleGroupsSlowDown(t *testing.T) {
 	}
 	t.Logf("idle follower: %d readies in 100 rounds; elected %d rounds after the leader's loss", slowReadies, rounds)
 }
+
+// When a follower's connection to its leader fails (PeerUnreachable, as
+// the gRPC transport reports it the moment a killed leader's streams
+// break), its election clock jumps by an election timeout: it elects at
+// its randomized timeout instead of first waiting out the lost leader's
+// lease. Only the groups that peer leads are hastened; a follower peer's
+// failure changes nothing. (What it is worth is measured by the
+// `failover` load scenario.)
+func TestHostLeaderUnreachableHastensElection(t *testing.T) {
+	const groups = 6
+	c := newHCluster(t, 3, groups, HostConfig{Workers: 4})
+	defer c.close()
+	for g := uint64(1); g <= groups; g++ {
+		if err := c.nodes[0].host.Campaign(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.awaitLeaders(100)
+	for range 10 {
+		c.round()
+	}
+	hastened := func(n *hostNode) uint64 { return n.host.Stats().ElectionsHastened }
+	// A follower's connection to another follower fails: nothing jumps.
+	c.nodes[1].host.PeerUnreachable(3)
+	c.round()
+	if h := hastened(c.nodes[1]); h != 0 {
+		t.Fatalf("a follower peer's failure hastened %d elections", h)
+	}
+	c.stop(c.nodes[0], false)
+	for _, n := range c.nodes[1:] {
+		n.host.PeerUnreachable(1)
+	}
+	c.round()
+	for _, n := range c.nodes[1:] {
+		if h := hastened(n); h != groups {
+			t.Fatalf("node %d: %d elections hastened after its leader's connection failed; want %d (one per group)", n.id, h, groups)
+		}
+	}
+	for rounds := 0; ; rounds++ {
+		all := true
+		for g := uint64(1); g <= groups; g++ {
+			l := c.leader(g)
+			all = all && l != nil && l.id != 1
+		}
+		if all {
+			break
+		}
+		if rounds == 60 {
+			t.Fatal("the groups of the lost leader did not elect within 60 rounds")
+		}
+		c.round()
+	}
+}

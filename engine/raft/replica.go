@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	stdslog "log/slog"
+	"slices"
 	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -373,6 +374,34 @@ func (r *Replica) transferIfCaughtUp(to uint64) {
 		return
 	}
 	r.TransferLeadership(to)
+}
+
+// leaderUnreachable: the connection to one of peers failed. If it is this
+// follower's leader, the follower's election clock jumps by an election
+// timeout: it stops deferring to a leader it can no longer reach, and
+// elects at its randomized timeout (within one more election timeout)
+// instead of after a full one — a killed leader's followers both see its
+// connection fail, so both leave its lease together and grant each other's
+// votes. Ticks only pace elections; nothing about safety depends on them.
+// A leader that is alive behind a failed connection keeps its followers
+// that still reach it (their heartbeats reset the clock), so a blip costs
+// at most an early election among those who lost it.
+func (r *Replica) leaderUnreachable(peers []uint64) bool {
+	if r.failed != nil {
+		return false
+	}
+	bs := r.g.BasicStatus()
+	if bs.RaftState != etcdraft.StateFollower || bs.Lead == 0 || !slices.Contains(peers, bs.Lead) {
+		return false
+	}
+	ticks := r.cfg.Group.ElectionTicks
+	if ticks == 0 {
+		ticks = DefaultElectionTicks
+	}
+	for range ticks {
+		r.Tick()
+	}
+	return true
 }
 
 // ReportUnreachable says that messages to peer id were lost.
