@@ -372,3 +372,25 @@ func (l *lockedBuffer) String() string {
 }
 
 var _ io.Writer = (*lockedBuffer)(nil)
+
+// TestClusterStatus: a single sidecar answers `spool cluster status` with
+// itself only, as a table and as JSON (the host name is the machine's, so
+// the fields are checked rather than a golden file).
+func TestClusterStatus(t *testing.T) {
+	s := startSidecar(t)
+	r := s.spool("", false, "cluster", "status", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("spool cluster status: exit %d: %s", r.code, r.stderr)
+	}
+	var v clusterView
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
+		t.Fatalf("spool cluster status -o json: %v\n%s", err, r.stdout)
+	}
+	if v.ClusterID != "single-node" || v.NodeID == "" || v.Version == "" || len(v.Nodes) != 1 || v.Nodes[0].ID != v.NodeID || !v.Nodes[0].Reachable {
+		t.Fatalf("a single sidecar's cluster status: %+v", v)
+	}
+	r = s.spool("", false, "cluster", "status")
+	if r.code != 0 || !strings.Contains(r.stdout, "cluster: single-node") || !strings.Contains(r.stdout, "REACHABLE") {
+		t.Fatalf("spool cluster status (table): exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
