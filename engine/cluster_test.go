@@ -75,13 +75,14 @@ func (tc *testCluster) stop(cn *clusterNode) {
 }
 
 // newTestCluster bootstraps a cluster of size nodes: the first creates it,
-// the others join through it. tlsFor, if set, gives node i its TLS files.
-func newTestCluster(t *testing.T, size int, tlsFor ...func(i int) ClusterTLS) *testCluster {
+// the others join through it. configure, if set, adjusts node i before it
+// starts (TLS files, segment size).
+func newTestCluster(t *testing.T, size int, configure ...func(i int, cn *clusterNode)) *testCluster {
 	tc := &testCluster{t: t}
 	for i := range size {
 		cn := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t)}
-		if len(tlsFor) > 0 {
-			cn.tls = tlsFor[0](i)
+		for _, f := range configure {
+			f(i, cn)
 		}
 		if i > 0 {
 			cn.join = []string{tc.nodes[0].addr}
@@ -469,20 +470,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 // readable at the same offsets; a replica that was down while the others
 // gave up its next entries catches up (from a snapshot) when it returns.
 func TestClusterRetention(t *testing.T) {
-	tc := &testCluster{t: t}
-	for i := range 3 {
-		cn := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), segBytes: 16 << 10}
-		if i > 0 {
-			cn.join = []string{tc.nodes[0].addr}
-		}
-		tc.nodes = append(tc.nodes, cn)
-		tc.start(cn)
-	}
-	t.Cleanup(func() {
-		for _, cn := range tc.nodes {
-			tc.stop(cn)
-		}
-	})
+	tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.segBytes = 16 << 10 })
 	for _, cn := range tc.nodes {
 		if err := cn.n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 1, RetentionBytes: 64 << 10}); err != nil {
 			t.Fatal(err)

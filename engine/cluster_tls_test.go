@@ -81,7 +81,7 @@ func (ca *testCA) issue(t *testing.T, dir, name string, caPEM []byte) ClusterTLS
 func TestClusterMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, "spool-test-ca")
-	tc := newTestCluster(t, 3, func(i int) ClusterTLS { return ca.issue(t, dir, "node"+string(rune('a'+i)), ca.pem) })
+	tc := newTestCluster(t, 3, func(i int, cn *clusterNode) { cn.tls = ca.issue(t, dir, "node"+string(rune('a'+i)), ca.pem) })
 	if err := tc.nodes[1].n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}

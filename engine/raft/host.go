@@ -421,28 +421,16 @@ func (h *Host) Groups() []uint64 {
 // TickInterval).
 func (h *Host) Tick() {
 	every := h.cfg.IdleTickEvery
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	for _, g := range h.groups {
-		if g == nil {
-			continue
-		}
-		g.mu.Lock()
-		if g.closed {
-			g.mu.Unlock()
-			continue
-		}
+	h.each(func(g *hostGroup) bool {
 		if g.slow {
 			if g.skipped++; g.skipped < every {
-				g.mu.Unlock()
-				continue // no visit at all: the point of slowing down
+				return false // no visit at all: the point of slowing down
 			}
 			g.skipped = 0
 		}
 		g.box.ticks++
-		g.mu.Unlock()
-		h.sched.enqueue(g)
-	}
+		return true
+	})
 }
 
 // wake puts a slowed group back on the normal clock; the caller holds g.mu.
@@ -453,7 +441,9 @@ func idleMessage(t raftpb.MessageType) bool {
 	return t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp
 }
 
-func (h *Host) each(f func(b *mailbox)) {
+// each calls f, with g.mu held, for every group still driven, and
+// schedules those for which it returns true.
+func (h *Host) each(f func(g *hostGroup) bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	for _, g := range h.groups {
@@ -461,11 +451,11 @@ func (h *Host) each(f func(b *mailbox)) {
 			continue
 		}
 		g.mu.Lock()
-		if !g.closed {
-			f(&g.box)
-		}
+		visit := !g.closed && f(g)
 		g.mu.Unlock()
-		h.sched.enqueue(g)
+		if visit {
+			h.sched.enqueue(g)
+		}
 	}
 }
 
@@ -552,19 +542,12 @@ func snapIndex(m raftpb.Message) uint64 {
 // PeerUnreachable reports to every group that messages to peer were lost
 // (transport.Handler).
 func (h *Host) PeerUnreachable(peer uint64) {
-	h.mu.RLock()
-	for _, g := range h.groups {
-		if g != nil {
-			g.mu.Lock()
-			g.wake() // a slowed follower of a dead leader must elect at the normal pace
-			g.mu.Unlock()
+	h.each(func(g *hostGroup) bool {
+		g.wake() // a slowed follower of a dead leader must elect at the normal pace
+		if !slices.Contains(g.box.unreachable, peer) {
+			g.box.unreachable = append(g.box.unreachable, peer)
 		}
-	}
-	h.mu.RUnlock()
-	h.each(func(b *mailbox) {
-		if !slices.Contains(b.unreachable, peer) {
-			b.unreachable = append(b.unreachable, peer)
-		}
+		return true
 	})
 }
 

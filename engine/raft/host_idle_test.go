@@ -85,19 +85,8 @@ func TestHostIdleGroupsSlowDown(t *testing.T) {
 	for _, n := range c.nodes[1:] {
 		n.host.PeerUnreachable(1)
 	}
-	rounds := 0
-	for ; rounds < 60; rounds++ {
-		all := true
-		for g := uint64(1); g <= groups; g++ {
-			l := c.leader(g)
-			all = all && l != nil && l.id != 1
-		}
-		if all {
-			break
-		}
-		c.round()
-	}
-	if rounds == 60 {
+	rounds, ok := c.awaitLeadersOtherThan(1, 60)
+	if !ok {
 		t.Fatalf("slowed groups did not elect within 60 rounds of their leader's loss")
 	}
 	t.Logf("idle follower: %d readies in 100 rounds; elected %d rounds after the leader's loss", slowReadies, rounds)
@@ -140,18 +129,24 @@ func TestHostLeaderUnreachableHastensElection(t *testing.T) {
 			t.Fatalf("node %d: %d elections hastened after its leader's connection failed; want %d (one per group)", n.id, h, groups)
 		}
 	}
-	for rounds := 0; ; rounds++ {
+	if _, ok := c.awaitLeadersOtherThan(1, 60); !ok {
+		t.Fatal("the groups of the lost leader did not elect within 60 rounds")
+	}
+}
+
+// awaitLeadersOtherThan runs rounds until every group is led by a node
+// other than lost, at most max of them; it returns how many it ran.
+func (c *hcluster) awaitLeadersOtherThan(lost uint64, max int) (int, bool) {
+	for rounds := 0; rounds <= max; rounds++ {
 		all := true
-		for g := uint64(1); g <= groups; g++ {
+		for g := uint64(1); g <= uint64(c.groups); g++ {
 			l := c.leader(g)
-			all = all && l != nil && l.id != 1
+			all = all && l != nil && l.id != lost
 		}
 		if all {
-			break
-		}
-		if rounds == 60 {
-			t.Fatal("the groups of the lost leader did not elect within 60 rounds")
+			return rounds, true
 		}
 		c.round()
 	}
+	return max, false
 }
