@@ -88,6 +88,7 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 	id, _, _, _ := log.RecordsProducer(data)
 	idempotent := id != 0
 	var lastErr error
+	maybeStored := false // an attempt's outcome was unknown: the records may be stored
 	var hint uint64
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -98,6 +99,9 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 				t.Stop()
 				if lastErr == nil {
 					lastErr = ctx.Err()
+				}
+				if maybeStored { // not "no leader": an earlier attempt may have stored them
+					return 0, fmt.Errorf("%w: no answer after %v: %w", raft.ErrOutcomeUnknown, c.cfg.ProduceTimeout, lastErr)
 				}
 				return 0, fmt.Errorf("%w after %v: %w", ErrNoLeader, c.cfg.ProduceTimeout, lastErr)
 			case <-t.C:
@@ -121,8 +125,11 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 				switch {
 				case err == nil:
 					return base, nil
-				case retryable(err), idempotent && errors.Is(err, raft.ErrOutcomeUnknown) && ctx.Err() == nil:
+				case retryable(err):
 					lastErr = err
+					continue
+				case idempotent && errors.Is(err, raft.ErrOutcomeUnknown) && ctx.Err() == nil:
+					lastErr, maybeStored = err, true
 					continue
 				}
 				return base, err
@@ -152,7 +159,7 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 		case errors.Is(err, raft.ErrProposalLost), errors.Is(err, errUnreachable):
 			lastErr = err
 		case idempotent && errors.Is(err, raft.ErrOutcomeUnknown):
-			lastErr = err
+			lastErr, maybeStored = err, true
 			if ctx.Err() != nil {
 				return 0, err // out of time: the outcome stays unknown
 			}
