@@ -27,10 +27,9 @@ type forwarder struct {
 }
 
 type fwdCall struct {
-	recs  []log.Record
-	size  int
-	done  func(int64, error)
-	count int64
+	recs []log.Record
+	size int
+	done func(int64, error)
 }
 
 // forward queues recs for the partition's leader.
@@ -44,7 +43,7 @@ func (c *cluster) forward(part *partition, recs []log.Record, done func(int64, e
 			ErrNoLeader, part.topic.name, part.num, maxForwardQueueBytes>>20))
 		return
 	}
-	f.queue = append(f.queue, fwdCall{recs: recs, size: size, done: done, count: int64(len(recs))})
+	f.queue = append(f.queue, fwdCall{recs: recs, size: size, done: done})
 	f.bytes += size
 	if f.running {
 		part.fwdMu.Unlock()
@@ -93,7 +92,7 @@ func (c *cluster) drainForward(part *partition) {
 		err = c.produceError(part, err)
 		for i, call := range batch {
 			part.compl.add(call.done, base, err)
-			base += call.count
+			base += int64(len(call.recs))
 			batch[i] = fwdCall{}
 		}
 		clear(recs)
