@@ -11,11 +11,39 @@ import (
 // Command is one change to the State, the value of one record of group 0's
 // log. Exactly one field is set.
 type Command struct {
-	Init        *Init
-	AddNode     *AddNode
-	SetNodeAddr *SetNodeAddr
-	CreateTopic *CreateTopic
-	AlterTopic  *AlterTopic
+	Init         *Init
+	AddNode      *AddNode
+	SetNodeAddr  *SetNodeAddr
+	CreateTopic  *CreateTopic
+	AlterTopic   *AlterTopic
+	MoveReplicas *MoveReplicas
+	FinishMove   *FinishMove
+	SetNodeDown  *SetNodeDown
+}
+
+// MoveReplicas starts a replica move of a partition's group (or redirects
+// the one under way): Replicas becomes its Target, Moved is set. The target
+// is ReplicationFactor distinct nodes of the cluster. A target equal to the
+// current replicas ends a move under way without changing anything else;
+// with no move under way it is a no-op.
+type MoveReplicas struct {
+	Group    uint64
+	Replicas []NodeID
+}
+
+// FinishMove ends a move: the group's membership is its target. Refused
+// (ErrStaleMove) unless Replicas equals the partition's Target: a move
+// redirected after the leader looked must not finish with the old target.
+type FinishMove struct {
+	Group    uint64
+	Replicas []NodeID
+}
+
+// SetNodeDown marks a node down (unreachable for the dead-node timeout) or
+// up again.
+type SetNodeDown struct {
+	ID   NodeID
+	Down bool
 }
 
 // Init names the cluster: the first command of every cluster (every other
@@ -76,6 +104,10 @@ var (
 	// ErrTopicConflict: a CreateTopic disagrees with the topic of that name;
 	// a *TopicConflictError says how.
 	ErrTopicConflict = errors.New("meta: topic conflict")
+	// ErrUnknownGroup: a raft group no partition has.
+	ErrUnknownGroup = errors.New("meta: unknown partition group")
+	// ErrStaleMove: a FinishMove for a target the partition no longer has.
+	ErrStaleMove = errors.New("meta: stale replica move")
 )
 
 // TopicConflictError says how a CreateTopic disagrees with an existing
@@ -102,13 +134,14 @@ func (e *TopicConflictError) Is(target error) bool { return target == ErrTopicCo
 // shape checks that exactly one command is set.
 func (c Command) shape() error {
 	n := 0
-	for _, set := range []bool{c.Init != nil, c.AddNode != nil, c.SetNodeAddr != nil, c.CreateTopic != nil, c.AlterTopic != nil} {
+	for _, set := range []bool{c.Init != nil, c.AddNode != nil, c.SetNodeAddr != nil, c.CreateTopic != nil, c.AlterTopic != nil,
+		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -141,6 +174,17 @@ func (s *State) Apply(c Command) Result {
 		return Result{}
 	case c.CreateTopic != nil:
 		return s.applyCreateTopic(c.CreateTopic.Spec)
+	case c.MoveReplicas != nil:
+		return s.applyMove(*c.MoveReplicas)
+	case c.FinishMove != nil:
+		return s.applyFinishMove(*c.FinishMove)
+	case c.SetNodeDown != nil:
+		i, ok := s.nodeIndex(c.SetNodeDown.ID)
+		if !ok {
+			return Result{Err: fmt.Errorf("%w %d: the cluster has nodes 1 to %d; check the node id", ErrUnknownNode, c.SetNodeDown.ID, s.nextNode-1)}
+		}
+		s.nodes[i].Down = c.SetNodeDown.Down
+		return Result{}
 	default:
 		a := c.AlterTopic
 		t, ok := s.topics[a.Name]
@@ -202,5 +246,44 @@ func (s *State) applyCreateTopic(spec TopicSpec) Result {
 		reps, leads := s.loads()
 		s.place(t, reps, leads)
 	}
+	return Result{}
+}
+
+func (s *State) applyMove(m MoveReplicas) Result {
+	t, i, ok := s.partitionOf(m.Group)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w %d: no placed partition has it; check the group id (spool cluster status lists them)", ErrUnknownGroup, m.Group)}
+	}
+	if len(m.Replicas) != int(t.Spec.ReplicationFactor) {
+		return Result{Err: fmt.Errorf("%w: a move of %s/%d (group %d) names %d replicas, want %d (the topic's replication factor)",
+			ErrInvalid, t.Spec.Name, i, m.Group, len(m.Replicas), t.Spec.ReplicationFactor)}
+	}
+	for j, id := range m.Replicas {
+		if _, ok := s.Node(id); !ok {
+			return Result{Err: fmt.Errorf("%w %d: a move of %s/%d names it; the cluster has nodes 1 to %d", ErrUnknownNode, id, t.Spec.Name, i, s.nextNode-1)}
+		}
+		if slices.Contains(m.Replicas[:j], id) {
+			return Result{Err: fmt.Errorf("%w: a move of %s/%d names node %d twice; name distinct nodes", ErrInvalid, t.Spec.Name, i, id)}
+		}
+	}
+	p := &t.Partitions[i]
+	if slices.Equal(m.Replicas, p.Replicas) {
+		p.Target = nil // back where it is: the move (if any) ends here
+		return Result{}
+	}
+	p.Target, p.Moved = slices.Clone(m.Replicas), true
+	return Result{}
+}
+
+func (s *State) applyFinishMove(m FinishMove) Result {
+	t, i, ok := s.partitionOf(m.Group)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w %d: no placed partition has it", ErrUnknownGroup, m.Group)}
+	}
+	p := &t.Partitions[i]
+	if p.Target == nil || !slices.Equal(p.Target, m.Replicas) {
+		return Result{Err: fmt.Errorf("%w: %s/%d (group %d) is moving to %v, not %v; the group's leader continues toward the current target", ErrStaleMove, t.Spec.Name, i, m.Group, p.Target, m.Replicas)}
+	}
+	p.Replicas, p.Target = p.Target, nil
 	return Result{}
 }

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -77,12 +78,15 @@ func (s *State) check() error {
 			if len(part.Replicas) != int(t.Spec.ReplicationFactor) {
 				return fmt.Errorf("topic %q partition %d has %d replicas, not %d", name, p, len(part.Replicas), t.Spec.ReplicationFactor)
 			}
-			for j, r := range part.Replicas {
-				if _, ok := s.Node(r); !ok {
-					return fmt.Errorf("topic %q partition %d: replica %d is not a node", name, p, r)
-				}
-				for _, q := range part.Replicas[:j] {
-					if q == r {
+			if part.Target != nil && (len(part.Target) != int(t.Spec.ReplicationFactor) || !part.Moved || slices.Equal(part.Target, part.Replicas)) {
+				return fmt.Errorf("topic %q partition %d: move target %v is not %d replicas other than %v, or the partition is not marked moved", name, p, part.Target, t.Spec.ReplicationFactor, part.Replicas)
+			}
+			for _, list := range [][]NodeID{part.Replicas, part.Target} {
+				for j, r := range list {
+					if _, ok := s.Node(r); !ok {
+						return fmt.Errorf("topic %q partition %d: replica %d is not a node", name, p, r)
+					}
+					if slices.Contains(list[:j], r) {
 						return fmt.Errorf("topic %q partition %d: node %d twice", name, p, r)
 					}
 				}

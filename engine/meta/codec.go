@@ -44,6 +44,12 @@ func EncodeCommand(c Command) ([]byte, error) {
 		m.Command = &clusterv1.MetaCommand_SetNodeAddr{SetNodeAddr: &clusterv1.MetaSetNodeAddr{NodeId: c.SetNodeAddr.ID, Addr: c.SetNodeAddr.Addr}}
 	case c.CreateTopic != nil:
 		m.Command = &clusterv1.MetaCommand_CreateTopic{CreateTopic: &clusterv1.MetaCreateTopic{Spec: specToProto(c.CreateTopic.Spec)}}
+	case c.MoveReplicas != nil:
+		m.Command = &clusterv1.MetaCommand_MoveReplicas{MoveReplicas: &clusterv1.MetaMoveReplicas{GroupId: c.MoveReplicas.Group, Replicas: c.MoveReplicas.Replicas}}
+	case c.FinishMove != nil:
+		m.Command = &clusterv1.MetaCommand_FinishMove{FinishMove: &clusterv1.MetaFinishMove{GroupId: c.FinishMove.Group, Replicas: c.FinishMove.Replicas}}
+	case c.SetNodeDown != nil:
+		m.Command = &clusterv1.MetaCommand_SetNodeDown{SetNodeDown: &clusterv1.MetaSetNodeDown{NodeId: c.SetNodeDown.ID, Down: c.SetNodeDown.Down}}
 	default:
 		a := c.AlterTopic
 		m.Command = &clusterv1.MetaCommand_AlterTopic{AlterTopic: &clusterv1.MetaAlterTopic{Name: a.Name, RetentionAgeMs: a.RetentionAgeMs, RetentionBytes: a.RetentionBytes}}
@@ -90,6 +96,12 @@ func DecodeCommand(b []byte) (Command, error) {
 	case *clusterv1.MetaCommand_AlterTopic:
 		a := x.AlterTopic
 		return Command{AlterTopic: &AlterTopic{Name: a.GetName(), RetentionAgeMs: a.GetRetentionAgeMs(), RetentionBytes: a.GetRetentionBytes()}}, nil
+	case *clusterv1.MetaCommand_MoveReplicas:
+		return Command{MoveReplicas: &MoveReplicas{Group: x.MoveReplicas.GetGroupId(), Replicas: x.MoveReplicas.GetReplicas()}}, nil
+	case *clusterv1.MetaCommand_FinishMove:
+		return Command{FinishMove: &FinishMove{Group: x.FinishMove.GetGroupId(), Replicas: x.FinishMove.GetReplicas()}}, nil
+	case *clusterv1.MetaCommand_SetNodeDown:
+		return Command{SetNodeDown: &SetNodeDown{ID: x.SetNodeDown.GetNodeId(), Down: x.SetNodeDown.GetDown()}}, nil
 	default:
 		return Command{}, fmt.Errorf("%w command: no command set (a command from a newer release this node does not know? upgrade this node)", ErrMalformed)
 	}
@@ -100,13 +112,13 @@ func DecodeCommand(b []byte) (Command, error) {
 func EncodeState(s *State) ([]byte, error) {
 	m := &clusterv1.MetaState{ClusterId: s.clusterID, NextNodeId: s.nextNode, NextGroupId: s.nextGroup}
 	for _, n := range s.nodes {
-		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token})
+		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token, Down: n.Down})
 	}
 	for _, name := range s.names {
 		t := s.topics[name]
 		pt := &clusterv1.MetaTopic{Spec: specToProto(t.Spec)}
 		for _, p := range t.Partitions {
-			pt.Partitions = append(pt.Partitions, &clusterv1.MetaPartition{GroupId: p.Group, Replicas: p.Replicas})
+			pt.Partitions = append(pt.Partitions, &clusterv1.MetaPartition{GroupId: p.Group, Replicas: p.Replicas, Target: p.Target, Moved: p.Moved})
 		}
 		m.Topics = append(m.Topics, pt)
 	}
@@ -139,7 +151,7 @@ func DecodeState(b []byte) (*State, error) {
 	s := NewState()
 	s.clusterID, s.nextNode, s.nextGroup = m.ClusterId, m.NextNodeId, m.NextGroupId
 	for _, n := range m.Nodes {
-		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken()})
+		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken(), Down: n.GetDown()})
 		s.byToken[n.GetToken()] = n.GetId()
 	}
 	for i, pt := range m.Topics {
@@ -156,7 +168,10 @@ func DecodeState(b []byte) (*State, error) {
 		if len(pt.Partitions) > 0 {
 			t.Partitions = make([]Partition, len(pt.Partitions))
 			for j, p := range pt.Partitions {
-				t.Partitions[j] = Partition{Group: p.GetGroupId(), Replicas: p.GetReplicas()}
+				t.Partitions[j] = Partition{Group: p.GetGroupId(), Replicas: p.GetReplicas(), Target: p.GetTarget(), Moved: p.GetMoved()}
+				if len(t.Partitions[j].Target) == 0 {
+					t.Partitions[j].Target = nil
+				}
 			}
 		}
 		s.names = append(s.names, t.Spec.Name)

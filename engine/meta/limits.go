@@ -39,6 +39,10 @@ const (
 	// MaxControllerVoters is how many nodes vote in group 0 (the lowest
 	// ids); the others are learners.
 	MaxControllerVoters = 3
+	// MaxMovesInFlight is how many partitions NextMove lets move at once:
+	// each move copies a whole partition log to a new node, so a node that
+	// dies does not start thousands of copies together.
+	MaxMovesInFlight = 8
 	// MaxNameBytes is the longest topic name, as in the sidecar's config.
 	MaxNameBytes = 200
 	// MaxClusterIDBytes is the longest cluster id.
@@ -145,6 +149,24 @@ func (c Command) Validate() error {
 		}
 	case c.CreateTopic != nil:
 		return validateSpec(c.CreateTopic.Spec)
+	case c.MoveReplicas != nil:
+		if c.MoveReplicas.Group == 0 {
+			return invalid("group id", "0", "a partition's group (1 up; 0 is the controller)")
+		}
+		if len(c.MoveReplicas.Replicas) == 0 || len(c.MoveReplicas.Replicas) > MaxReplicationFactor {
+			return invalid("move target", fmt.Sprint(c.MoveReplicas.Replicas), fmt.Sprintf("1 to %d node ids (MaxReplicationFactor)", MaxReplicationFactor))
+		}
+	case c.FinishMove != nil:
+		if c.FinishMove.Group == 0 {
+			return invalid("group id", "0", "a partition's group (1 up; 0 is the controller)")
+		}
+		if len(c.FinishMove.Replicas) == 0 || len(c.FinishMove.Replicas) > MaxReplicationFactor {
+			return invalid("move target", fmt.Sprint(c.FinishMove.Replicas), fmt.Sprintf("1 to %d node ids (MaxReplicationFactor)", MaxReplicationFactor))
+		}
+	case c.SetNodeDown != nil:
+		if c.SetNodeDown.ID == 0 {
+			return invalid("node id", "0", "a node id (1 up)")
+		}
 	case c.AlterTopic != nil:
 		if !validTopicName(c.AlterTopic.Name) {
 			return invalid("topic name", c.AlterTopic.Name, allowedNames)

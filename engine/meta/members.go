@@ -6,19 +6,26 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// ControllerMembers says who should be in group 0: the MaxControllerVoters
-// (3) lowest node ids vote, every other node is a learner (it receives the
-// controller's state but takes no part in elections or commits). With fewer
-// nodes, all vote. Both lists are sorted; both are empty before the first
-// node is added.
+// ControllerMembers says who should be in group 0: MaxControllerVoters (3)
+// nodes vote, the lowest ids of the nodes not down first (then the lowest
+// of the down ones, while fewer are up); every other node is a learner (it
+// receives the controller's state but takes no part in elections or
+// commits). With fewer nodes, all vote. Both lists are sorted; both are
+// empty before the first node is added.
 func ControllerMembers(s *State) (voters, learners []NodeID) {
-	for i, n := range s.nodes {
-		if i < MaxControllerVoters {
-			voters = append(voters, n.ID)
-		} else {
+	for _, down := range []bool{false, true} {
+		for _, n := range s.nodes {
+			if n.Down == down && len(voters) < MaxControllerVoters {
+				voters = append(voters, n.ID)
+			}
+		}
+	}
+	for _, n := range s.nodes {
+		if !slices.Contains(voters, n.ID) {
 			learners = append(learners, n.ID)
 		}
 	}
+	slices.Sort(voters)
 	return voters, learners
 }
 

@@ -17,6 +17,10 @@ type Node struct {
 	Addr string
 	// Token is the id of the join request that added the node.
 	Token string
+	// Down: the controller leader has not reached the node for the
+	// dead-node timeout (SetNodeDown). Its replicas move to other nodes
+	// (NextMove) and it does not vote in the controller.
+	Down bool
 }
 
 // TopicSpec is what a topic is declared with.
@@ -37,6 +41,28 @@ type Partition struct {
 	// Replicas are the nodes holding it, ReplicationFactor distinct ones;
 	// Replicas[0] is the preferred leader.
 	Replicas []NodeID
+	// Target is where a replica move takes the partition (nil: no move):
+	// ReplicationFactor distinct nodes, Target[0] the preferred leader. The
+	// group's leader changes the membership step by step and proposes
+	// FinishMove, which makes Target the Replicas.
+	Target []NodeID
+	// Moved: the membership has changed since placement. A replica of a
+	// partition never moved may bootstrap its group on an empty disk (every
+	// first member writes the same first entries); any other joins it and
+	// copies the leader's log.
+	Moved bool
+}
+
+// Holders are the nodes that hold or are getting a replica: Replicas and
+// Target together, Replicas first.
+func (p Partition) Holders() []NodeID {
+	out := slices.Clone(p.Replicas)
+	for _, id := range p.Target {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Topic is one topic and, once placed, its partitions.
@@ -58,6 +84,8 @@ type Assignment struct {
 	Partition int32
 	Group     uint64
 	Replicas  []NodeID
+	Target    []NodeID
+	Moved     bool
 }
 
 // State is the controller's state: what every node holds after applying the
@@ -135,18 +163,46 @@ func (s *State) Topic(name string) (Topic, bool) {
 	return copyTopic(t), true
 }
 
-// PartitionsOf returns the partition replicas a node holds, sorted by group.
+// PartitionsOf returns the partition replicas a node holds or is getting
+// (in Replicas or Target), sorted by group.
 func (s *State) PartitionsOf(node NodeID) []Assignment {
 	var out []Assignment
 	for _, name := range s.names {
 		for p, part := range s.topics[name].Partitions {
-			if slices.Contains(part.Replicas, node) {
-				out = append(out, Assignment{Topic: name, Partition: int32(p), Group: part.Group, Replicas: slices.Clone(part.Replicas)})
+			if slices.Contains(part.Replicas, node) || slices.Contains(part.Target, node) {
+				out = append(out, Assignment{Topic: name, Partition: int32(p), Group: part.Group, Replicas: slices.Clone(part.Replicas),
+					Target: slices.Clone(part.Target), Moved: part.Moved})
 			}
 		}
 	}
 	slices.SortFunc(out, func(a, b Assignment) int { return cmp.Compare(a.Group, b.Group) })
 	return out
+}
+
+// partitionOf finds the partition of a raft group.
+func (s *State) partitionOf(group uint64) (*Topic, int, bool) {
+	for _, name := range s.names {
+		t := s.topics[name]
+		for i := range t.Partitions {
+			if t.Partitions[i].Group == group {
+				return t, i, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// Moving counts the partitions with a replica move under way.
+func (s *State) Moving() int {
+	n := 0
+	for _, name := range s.names {
+		for _, p := range s.topics[name].Partitions {
+			if p.Target != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Clone returns a deep copy.
@@ -180,7 +236,7 @@ func copyTopic(t *Topic) Topic {
 	if t.Partitions != nil {
 		c.Partitions = make([]Partition, len(t.Partitions))
 		for i, p := range t.Partitions {
-			c.Partitions[i] = Partition{Group: p.Group, Replicas: slices.Clone(p.Replicas)}
+			c.Partitions[i] = Partition{Group: p.Group, Replicas: slices.Clone(p.Replicas), Target: slices.Clone(p.Target), Moved: p.Moved}
 		}
 	}
 	return c

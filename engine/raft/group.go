@@ -179,7 +179,11 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            etcdraft.ReadOnlySafe,
-		Logger:                    cfg.Logger,
+		// A leader that a replica move removes steps down once the change
+		// applies, and the remaining voters elect (moves transfer the
+		// leadership first when they can: reconfigure.go).
+		StepDownOnRemoval: true,
+		Logger:            cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raft group %d: %w", cfg.ID, err)

@@ -107,8 +107,10 @@ type GroupStatus struct {
 	IsLeader     bool
 	CommittedEnd int64
 	// Voters and Learners are the membership of the last applied
-	// configuration (or the bootstrap).
+	// configuration (or the bootstrap); in a joint configuration, Voters
+	// are the incoming voters and Joint is set.
 	Voters, Learners []uint64
+	Joint            bool
 	// Err is what the replica stopped with (ErrReplicaStopped wrapping the
 	// cause); nil while it runs. A stopped replica is not driven any more:
 	// Remove it and Add it again to reopen it from disk.
@@ -176,6 +178,8 @@ type hostGroup struct {
 	track    *tracker
 	stopSeen bool
 
+	moving atomic.Bool // a configuration change of a replica move is in flight
+
 	finalized bool // guarded by mu
 
 	status atomic.Pointer[GroupStatus]
@@ -192,6 +196,7 @@ type mailbox struct {
 	transfers   []uint64
 	retention   *retentionSet // the last SetRetention since the previous visit
 	prefer      uint64        // PreferLeader: hand leadership to it if it has caught up
+	reconfigure []uint64      // Reconfigure: the target voters of a replica move (nil: none)
 }
 
 type retentionSet struct {
@@ -205,7 +210,7 @@ type snapReport struct {
 }
 
 func (b *mailbox) empty() bool {
-	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0 && b.retention == nil && b.prefer == 0
+	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0 && b.retention == nil && b.prefer == 0 && b.reconfigure == nil
 }
 
 func (b *mailbox) reset() {
@@ -389,6 +394,55 @@ func (h *Host) TransferLeadership(group, to uint64) error {
 // leadership balancing: the preferred leader took over after a restart.
 func (h *Host) PreferLeader(group, to uint64) error {
 	return h.post(group, func(b *mailbox) { b.prefer = to })
+}
+
+// Reconfigure asks the group, if this node leads it, to take the next step
+// of moving its membership to target (the voters wanted): add a missing
+// replica as a learner, promote caught-up learners and remove the voters
+// not in target (joint consensus), hand the leadership to a target voter
+// first when this node is not one of them, then remove stray learners
+// (nextMove). One step per call at most, and none while the previous step's
+// change is in flight: the caller asks again (the engine, every second
+// while the move lasts) until Status shows the target's voters, no learners
+// and no joint configuration.
+func (h *Host) Reconfigure(group uint64, target []uint64) error {
+	if len(target) == 0 {
+		return fmt.Errorf("raft host: reconfigure group %d: the target has no voters", group)
+	}
+	t := slices.Clone(target)
+	return h.post(group, func(b *mailbox) { b.reconfigure = t })
+}
+
+// reconfigure takes one step of a replica move (Reconfigure) if g's replica
+// leads and no step is in flight.
+func (h *Host) reconfigure(g *hostGroup, target []uint64, now time.Time) {
+	r := g.r
+	if r.Err() != nil || g.moving.Load() {
+		return
+	}
+	st := r.Status()
+	if st.RaftState != etcdraft.StateLeader || st.LeadTransferee != 0 {
+		return
+	}
+	caughtUp := func(id uint64) bool {
+		pr, ok := st.Progress[id]
+		return ok && pr.RecentActive && pr.Match >= st.Commit
+	}
+	step := nextMove(r.ConfState(), target, r.ID(), caughtUp)
+	switch {
+	case step.transfer != 0:
+		h.cfg.Logger.Info("replica move: handing the leadership to a target voter", "group", g.id, "to", step.transfer, "target", target)
+		r.TransferLeadership(step.transfer)
+	case step.propose:
+		h.cfg.Logger.Info("replica move: proposing a configuration change", "group", g.id, "change", step.cc.String(), "target", target)
+		g.moving.Store(true)
+		h.propose(g, &proposal{kind: kindConfChange, cc: step.cc, ccDone: func(err error) {
+			g.moving.Store(false)
+			if err != nil {
+				h.cfg.Logger.Warn("replica move: configuration change failed; the next Reconfigure tries again", "group", g.id, "change", step.cc.String(), "err", err)
+			}
+		}}, now)
+	}
 }
 
 // Status is group's state as of its last processing, read without waiting
@@ -629,7 +683,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	g.mu.Unlock()
 	r, now := g.r, h.now()
 	busy := len(box.props) > 0 || box.campaign || len(box.transfers) > 0 || len(box.snaps) > 0 ||
-		len(box.unreachable) > 0 || box.retention != nil || box.prefer != 0
+		len(box.unreachable) > 0 || box.retention != nil || box.prefer != 0 || box.reconfigure != nil
 	heard := false
 	for _, m := range box.msgs {
 		busy = busy || !idleMessage(m.Type)
@@ -664,6 +718,9 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	}
 	if rs := box.retention; rs != nil {
 		_ = r.SetRetention(rs.age, rs.bytes) // checked by Host.SetRetention
+	}
+	if box.reconfigure != nil {
+		h.reconfigure(g, box.reconfigure, now)
 	}
 	for _, p := range box.props {
 		h.propose(g, p, now)
@@ -762,8 +819,8 @@ func (g *hostGroup) refresh() {
 	r := g.r
 	bs, cs, prev := r.BasicStatus(), r.ConfState(), g.status.Load()
 	st := GroupStatus{Leader: bs.Lead, Term: bs.Term, CommitIndex: r.CommitIndex(), IsLeader: bs.RaftState == etcdraft.StateLeader,
-		CommittedEnd: r.CommittedEnd(), Err: r.Err()}
-	if prev != nil && slices.Equal(prev.Voters, cs.Voters) && slices.Equal(prev.Learners, cs.Learners) {
+		CommittedEnd: r.CommittedEnd(), Err: r.Err(), Joint: len(cs.VotersOutgoing) > 0 || len(cs.LearnersNext) > 0}
+	if prev != nil && slices.Equal(prev.Voters, cs.Voters) && slices.Equal(prev.Learners, cs.Learners) && prev.Joint == st.Joint {
 		st.Voters, st.Learners = prev.Voters, prev.Learners
 		if st.Leader == prev.Leader && st.Term == prev.Term && st.CommitIndex == prev.CommitIndex && st.IsLeader == prev.IsLeader &&
 			st.CommittedEnd == prev.CommittedEnd && st.Err == prev.Err {

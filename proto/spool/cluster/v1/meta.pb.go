@@ -34,6 +34,9 @@ type MetaCommand struct {
 	//	*MetaCommand_SetNodeAddr
 	//	*MetaCommand_CreateTopic
 	//	*MetaCommand_AlterTopic
+	//	*MetaCommand_MoveReplicas
+	//	*MetaCommand_FinishMove
+	//	*MetaCommand_SetNodeDown
 	Command       isMetaCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -121,6 +124,33 @@ func (x *MetaCommand) GetAlterTopic() *MetaAlterTopic {
 	return nil
 }
 
+func (x *MetaCommand) GetMoveReplicas() *MetaMoveReplicas {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_MoveReplicas); ok {
+			return x.MoveReplicas
+		}
+	}
+	return nil
+}
+
+func (x *MetaCommand) GetFinishMove() *MetaFinishMove {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_FinishMove); ok {
+			return x.FinishMove
+		}
+	}
+	return nil
+}
+
+func (x *MetaCommand) GetSetNodeDown() *MetaSetNodeDown {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_SetNodeDown); ok {
+			return x.SetNodeDown
+		}
+	}
+	return nil
+}
+
 type isMetaCommand_Command interface {
 	isMetaCommand_Command()
 }
@@ -150,6 +180,22 @@ type MetaCommand_AlterTopic struct {
 	AlterTopic *MetaAlterTopic `protobuf:"bytes,5,opt,name=alter_topic,json=alterTopic,proto3,oneof"`
 }
 
+type MetaCommand_MoveReplicas struct {
+	// move_replicas starts (or redirects) a replica move.
+	MoveReplicas *MetaMoveReplicas `protobuf:"bytes,6,opt,name=move_replicas,json=moveReplicas,proto3,oneof"`
+}
+
+type MetaCommand_FinishMove struct {
+	// finish_move ends a replica move whose group reached its target.
+	FinishMove *MetaFinishMove `protobuf:"bytes,7,opt,name=finish_move,json=finishMove,proto3,oneof"`
+}
+
+type MetaCommand_SetNodeDown struct {
+	// set_node_down marks a node down (unreachable past the dead-node
+	// timeout) or up again.
+	SetNodeDown *MetaSetNodeDown `protobuf:"bytes,8,opt,name=set_node_down,json=setNodeDown,proto3,oneof"`
+}
+
 func (*MetaCommand_Init) isMetaCommand_Command() {}
 
 func (*MetaCommand_AddNode) isMetaCommand_Command() {}
@@ -159,6 +205,12 @@ func (*MetaCommand_SetNodeAddr) isMetaCommand_Command() {}
 func (*MetaCommand_CreateTopic) isMetaCommand_Command() {}
 
 func (*MetaCommand_AlterTopic) isMetaCommand_Command() {}
+
+func (*MetaCommand_MoveReplicas) isMetaCommand_Command() {}
+
+func (*MetaCommand_FinishMove) isMetaCommand_Command() {}
+
+func (*MetaCommand_SetNodeDown) isMetaCommand_Command() {}
 
 // MetaInit names the cluster. Refused once the cluster has an id.
 type MetaInit struct {
@@ -510,6 +562,177 @@ func (x *MetaAlterTopic) GetRetentionBytes() int64 {
 	return 0
 }
 
+// MetaMoveReplicas gives a partition's raft group a target set of replicas;
+// its leader walks the group's membership there (learners, catch-up, joint
+// consensus) and then proposes MetaFinishMove.
+type MetaMoveReplicas struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the partition's raft group.
+	GroupId uint64 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// replicas are the target, as many as the topic's replication factor;
+	// the first is the preferred leader.
+	Replicas      []uint64 `protobuf:"varint,2,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaMoveReplicas) Reset() {
+	*x = MetaMoveReplicas{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaMoveReplicas) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaMoveReplicas) ProtoMessage() {}
+
+func (x *MetaMoveReplicas) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaMoveReplicas.ProtoReflect.Descriptor instead.
+func (*MetaMoveReplicas) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *MetaMoveReplicas) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *MetaMoveReplicas) GetReplicas() []uint64 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// MetaFinishMove records that a group's membership is its target: the
+// target becomes the partition's replicas.
+type MetaFinishMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the partition's raft group.
+	GroupId uint64 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// replicas must equal the move's target (else the command is stale and
+	// refused).
+	Replicas      []uint64 `protobuf:"varint,2,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaFinishMove) Reset() {
+	*x = MetaFinishMove{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaFinishMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaFinishMove) ProtoMessage() {}
+
+func (x *MetaFinishMove) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaFinishMove.ProtoReflect.Descriptor instead.
+func (*MetaFinishMove) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MetaFinishMove) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *MetaFinishMove) GetReplicas() []uint64 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+// MetaSetNodeDown marks a node down or up.
+type MetaSetNodeDown struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the node.
+	NodeId uint64 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// down: the controller leader has not reached it for the dead-node
+	// timeout; false: it is back.
+	Down          bool `protobuf:"varint,2,opt,name=down,proto3" json:"down,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaSetNodeDown) Reset() {
+	*x = MetaSetNodeDown{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaSetNodeDown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaSetNodeDown) ProtoMessage() {}
+
+func (x *MetaSetNodeDown) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaSetNodeDown.ProtoReflect.Descriptor instead.
+func (*MetaSetNodeDown) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MetaSetNodeDown) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *MetaSetNodeDown) GetDown() bool {
+	if x != nil {
+		return x.Down
+	}
+	return false
+}
+
 // MetaNode is one node of the cluster.
 type MetaNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -518,14 +741,17 @@ type MetaNode struct {
 	// addr is host:port, where peers dial it.
 	Addr string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
 	// token is the id of the join request that added it.
-	Token         string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
+	// down: unreachable past the dead-node timeout; its replicas are moved to
+	// other nodes and it does not vote in the controller.
+	Down          bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetaNode) Reset() {
 	*x = MetaNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +763,7 @@ func (x *MetaNode) String() string {
 func (*MetaNode) ProtoMessage() {}
 
 func (x *MetaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +776,7 @@ func (x *MetaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaNode.ProtoReflect.Descriptor instead.
 func (*MetaNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MetaNode) GetId() uint64 {
@@ -574,6 +800,13 @@ func (x *MetaNode) GetToken() string {
 	return ""
 }
 
+func (x *MetaNode) GetDown() bool {
+	if x != nil {
+		return x.Down
+	}
+	return false
+}
+
 // MetaPartition is one placed partition: its raft group and replicas.
 type MetaPartition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -582,14 +815,19 @@ type MetaPartition struct {
 	GroupId uint64 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// replicas are the node ids holding it; the first is the preferred
 	// leader.
-	Replicas      []uint64 `protobuf:"varint,2,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []uint64 `protobuf:"varint,2,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	// target is where a replica move takes it (empty: no move).
+	Target []uint64 `protobuf:"varint,3,rep,packed,name=target,proto3" json:"target,omitempty"`
+	// moved: its membership has changed since placement, so a replica
+	// opened on an empty disk joins the group instead of bootstrapping it.
+	Moved         bool `protobuf:"varint,4,opt,name=moved,proto3" json:"moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetaPartition) Reset() {
 	*x = MetaPartition{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +839,7 @@ func (x *MetaPartition) String() string {
 func (*MetaPartition) ProtoMessage() {}
 
 func (x *MetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +852,7 @@ func (x *MetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaPartition.ProtoReflect.Descriptor instead.
 func (*MetaPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MetaPartition) GetGroupId() uint64 {
@@ -629,6 +867,20 @@ func (x *MetaPartition) GetReplicas() []uint64 {
 		return x.Replicas
 	}
 	return nil
+}
+
+func (x *MetaPartition) GetTarget() []uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *MetaPartition) GetMoved() bool {
+	if x != nil {
+		return x.Moved
+	}
+	return false
 }
 
 // MetaTopic is one topic: its spec and, once placed, one entry per
@@ -646,7 +898,7 @@ type MetaTopic struct {
 
 func (x *MetaTopic) Reset() {
 	*x = MetaTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +910,7 @@ func (x *MetaTopic) String() string {
 func (*MetaTopic) ProtoMessage() {}
 
 func (x *MetaTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +923,7 @@ func (x *MetaTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaTopic.ProtoReflect.Descriptor instead.
 func (*MetaTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MetaTopic) GetSpec() *MetaTopicSpec {
@@ -707,7 +959,7 @@ type MetaState struct {
 
 func (x *MetaState) Reset() {
 	*x = MetaState{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +971,7 @@ func (x *MetaState) String() string {
 func (*MetaState) ProtoMessage() {}
 
 func (x *MetaState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +984,7 @@ func (x *MetaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaState.ProtoReflect.Descriptor instead.
 func (*MetaState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MetaState) GetClusterId() string {
@@ -774,14 +1026,18 @@ var File_spool_cluster_v1_meta_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xdc\x02\n" +
+	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xb5\x04\n" +
 	"\vMetaCommand\x120\n" +
 	"\x04init\x18\x01 \x01(\v2\x1a.spool.cluster.v1.MetaInitH\x00R\x04init\x12:\n" +
 	"\badd_node\x18\x02 \x01(\v2\x1d.spool.cluster.v1.MetaAddNodeH\x00R\aaddNode\x12G\n" +
 	"\rset_node_addr\x18\x03 \x01(\v2!.spool.cluster.v1.MetaSetNodeAddrH\x00R\vsetNodeAddr\x12F\n" +
 	"\fcreate_topic\x18\x04 \x01(\v2!.spool.cluster.v1.MetaCreateTopicH\x00R\vcreateTopic\x12C\n" +
 	"\valter_topic\x18\x05 \x01(\v2 .spool.cluster.v1.MetaAlterTopicH\x00R\n" +
-	"alterTopicB\t\n" +
+	"alterTopic\x12I\n" +
+	"\rmove_replicas\x18\x06 \x01(\v2\".spool.cluster.v1.MetaMoveReplicasH\x00R\fmoveReplicas\x12C\n" +
+	"\vfinish_move\x18\a \x01(\v2 .spool.cluster.v1.MetaFinishMoveH\x00R\n" +
+	"finishMove\x12G\n" +
+	"\rset_node_down\x18\b \x01(\v2!.spool.cluster.v1.MetaSetNodeDownH\x00R\vsetNodeDownB\t\n" +
 	"\acommand\")\n" +
 	"\bMetaInit\x12\x1d\n" +
 	"\n" +
@@ -805,14 +1061,26 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\x0eMetaAlterTopic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x10retention_age_ms\x18\x02 \x01(\x03R\x0eretentionAgeMs\x12'\n" +
-	"\x0fretention_bytes\x18\x03 \x01(\x03R\x0eretentionBytes\"D\n" +
+	"\x0fretention_bytes\x18\x03 \x01(\x03R\x0eretentionBytes\"I\n" +
+	"\x10MetaMoveReplicas\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\x04R\breplicas\"G\n" +
+	"\x0eMetaFinishMove\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
+	"\breplicas\x18\x02 \x03(\x04R\breplicas\">\n" +
+	"\x0fMetaSetNodeDown\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
+	"\x04down\x18\x02 \x01(\bR\x04down\"X\n" +
 	"\bMetaNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\tR\x05token\"F\n" +
+	"\x05token\x18\x03 \x01(\tR\x05token\x12\x12\n" +
+	"\x04down\x18\x04 \x01(\bR\x04down\"t\n" +
 	"\rMetaPartition\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
-	"\breplicas\x18\x02 \x03(\x04R\breplicas\"\x81\x01\n" +
+	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12\x16\n" +
+	"\x06target\x18\x03 \x03(\x04R\x06target\x12\x14\n" +
+	"\x05moved\x18\x04 \x01(\bR\x05moved\"\x81\x01\n" +
 	"\tMetaTopic\x123\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1f.spool.cluster.v1.MetaTopicSpecR\x04spec\x12?\n" +
 	"\n" +
@@ -839,19 +1107,22 @@ func file_spool_cluster_v1_meta_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_meta_proto_rawDescData
 }
 
-var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_spool_cluster_v1_meta_proto_goTypes = []any{
-	(*MetaCommand)(nil),     // 0: spool.cluster.v1.MetaCommand
-	(*MetaInit)(nil),        // 1: spool.cluster.v1.MetaInit
-	(*MetaAddNode)(nil),     // 2: spool.cluster.v1.MetaAddNode
-	(*MetaSetNodeAddr)(nil), // 3: spool.cluster.v1.MetaSetNodeAddr
-	(*MetaTopicSpec)(nil),   // 4: spool.cluster.v1.MetaTopicSpec
-	(*MetaCreateTopic)(nil), // 5: spool.cluster.v1.MetaCreateTopic
-	(*MetaAlterTopic)(nil),  // 6: spool.cluster.v1.MetaAlterTopic
-	(*MetaNode)(nil),        // 7: spool.cluster.v1.MetaNode
-	(*MetaPartition)(nil),   // 8: spool.cluster.v1.MetaPartition
-	(*MetaTopic)(nil),       // 9: spool.cluster.v1.MetaTopic
-	(*MetaState)(nil),       // 10: spool.cluster.v1.MetaState
+	(*MetaCommand)(nil),      // 0: spool.cluster.v1.MetaCommand
+	(*MetaInit)(nil),         // 1: spool.cluster.v1.MetaInit
+	(*MetaAddNode)(nil),      // 2: spool.cluster.v1.MetaAddNode
+	(*MetaSetNodeAddr)(nil),  // 3: spool.cluster.v1.MetaSetNodeAddr
+	(*MetaTopicSpec)(nil),    // 4: spool.cluster.v1.MetaTopicSpec
+	(*MetaCreateTopic)(nil),  // 5: spool.cluster.v1.MetaCreateTopic
+	(*MetaAlterTopic)(nil),   // 6: spool.cluster.v1.MetaAlterTopic
+	(*MetaMoveReplicas)(nil), // 7: spool.cluster.v1.MetaMoveReplicas
+	(*MetaFinishMove)(nil),   // 8: spool.cluster.v1.MetaFinishMove
+	(*MetaSetNodeDown)(nil),  // 9: spool.cluster.v1.MetaSetNodeDown
+	(*MetaNode)(nil),         // 10: spool.cluster.v1.MetaNode
+	(*MetaPartition)(nil),    // 11: spool.cluster.v1.MetaPartition
+	(*MetaTopic)(nil),        // 12: spool.cluster.v1.MetaTopic
+	(*MetaState)(nil),        // 13: spool.cluster.v1.MetaState
 }
 var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	1,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
@@ -859,16 +1130,19 @@ var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	3,  // 2: spool.cluster.v1.MetaCommand.set_node_addr:type_name -> spool.cluster.v1.MetaSetNodeAddr
 	5,  // 3: spool.cluster.v1.MetaCommand.create_topic:type_name -> spool.cluster.v1.MetaCreateTopic
 	6,  // 4: spool.cluster.v1.MetaCommand.alter_topic:type_name -> spool.cluster.v1.MetaAlterTopic
-	4,  // 5: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	4,  // 6: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	8,  // 7: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
-	7,  // 8: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
-	9,  // 9: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 5: spool.cluster.v1.MetaCommand.move_replicas:type_name -> spool.cluster.v1.MetaMoveReplicas
+	8,  // 6: spool.cluster.v1.MetaCommand.finish_move:type_name -> spool.cluster.v1.MetaFinishMove
+	9,  // 7: spool.cluster.v1.MetaCommand.set_node_down:type_name -> spool.cluster.v1.MetaSetNodeDown
+	4,  // 8: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	4,  // 9: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	11, // 10: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
+	10, // 11: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
+	12, // 12: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_meta_proto_init() }
@@ -882,6 +1156,9 @@ func file_spool_cluster_v1_meta_proto_init() {
 		(*MetaCommand_SetNodeAddr)(nil),
 		(*MetaCommand_CreateTopic)(nil),
 		(*MetaCommand_AlterTopic)(nil),
+		(*MetaCommand_MoveReplicas)(nil),
+		(*MetaCommand_FinishMove)(nil),
+		(*MetaCommand_SetNodeDown)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -889,7 +1166,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_meta_proto_rawDesc), len(file_spool_cluster_v1_meta_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
