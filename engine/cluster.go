@@ -53,6 +53,13 @@ type ClusterConfig struct {
 	TickInterval time.Duration
 	// TLS, when set, is mutual TLS between the nodes (all three files).
 	TLS ClusterTLS
+	// DeadNodeTimeout is how long the controller's leader goes without
+	// reaching a node before it marks the node down: its replicas are then
+	// re-created on other nodes (replica moves) and it stops voting in the
+	// controller. A node that comes back is marked up again and may be
+	// given replicas anew. Default 5 minutes; long enough that a restart or
+	// a rolling update never moves data.
+	DeadNodeTimeout time.Duration
 	// NoReplicas makes a client node (storage off): it is not a member,
 	// holds no replicas, learns the cluster from the members in Join
 	// (Metadata), publishes through the partitions' leaders and reads from
@@ -66,6 +73,7 @@ const (
 	DefaultReplicationFactor = 3
 	DefaultProduceTimeout    = 10 * time.Second
 	DefaultJoinTimeout       = 60 * time.Second
+	DefaultDeadNodeTimeout   = 5 * time.Minute
 	// controllerPartition is group 0's log in the node's store. Topic names
 	// cannot start with "__" (the sidecar refuses them), so it never clashes.
 	controllerPartition = "__controller-0"
@@ -109,7 +117,10 @@ func (c *ClusterConfig) validateTimes() error {
 	if c.TickInterval == 0 {
 		c.TickInterval = raft.TickInterval
 	}
-	if c.ProduceTimeout < 0 || c.JoinTimeout < 0 || c.TickInterval < 0 {
+	if c.DeadNodeTimeout == 0 {
+		c.DeadNodeTimeout = DefaultDeadNodeTimeout
+	}
+	if c.ProduceTimeout < 0 || c.JoinTimeout < 0 || c.TickInterval < 0 || c.DeadNodeTimeout < 0 {
 		return errors.New("engine: cluster timeouts must be positive")
 	}
 	return nil
@@ -151,6 +162,10 @@ type cluster struct {
 	readyErr error                 // why the node could not start, set before ready is closed
 	opened   map[uint64]bool       // groups whose replica this node runs
 	ccBusy   bool                  // a controller conf change is in flight
+
+	// Owned by the register loop (the chores): since when the controller
+	// leader has not reached each node (reset when it stops leading).
+	unreached map[uint64]time.Time
 }
 
 // newCluster prepares the cluster side of a Node; Run starts it.
@@ -173,6 +188,7 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 		opened:     map[uint64]bool{},
+		unreached:  map[uint64]time.Time{},
 		pid:        newProducerID(),
 	}
 	if cfg.TLS.Enabled() {
@@ -514,6 +530,8 @@ func (c *cluster) register(ctx context.Context) error {
 	defer tick.Stop()
 	for n := 0; ; n++ {
 		c.leaderChores()
+		c.driveMoves(ctx)
+		c.planMoves(ctx)
 		if n%balanceEveryChores == balanceEveryChores-1 {
 			c.balanceLeaders()
 		}
@@ -539,7 +557,7 @@ func (c *cluster) balanceLeaders() {
 	var parts []*partition
 	for _, t := range c.n.topics {
 		for _, p := range t.parts {
-			if p.log != nil && len(p.replicas) > 1 && p.replicas[0] != c.id.NodeID {
+			if reps := p.replicas(); p.log != nil && len(reps) > 1 && reps[0] != c.id.NodeID {
 				parts = append(parts, p)
 			}
 		}
@@ -547,7 +565,7 @@ func (c *cluster) balanceLeaders() {
 	c.n.mu.RUnlock()
 	for _, p := range parts {
 		if st, ok := c.host.Status(p.group); ok && st.IsLeader {
-			_ = c.host.PreferLeader(p.group, p.replicas[0])
+			_ = c.host.PreferLeader(p.group, p.replicas()[0])
 		}
 	}
 }
@@ -685,8 +703,9 @@ func (c *cluster) reconcile(st *meta.State) {
 			}
 		}
 	}
+	ops := replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica}
 	for _, t := range st.Topics() {
-		c.n.placeTopic(t, c.id.NodeID, c.openReplica, c.retain)
+		c.n.placeTopic(t, c.id.NodeID, ops)
 	}
 }
 
@@ -700,8 +719,22 @@ func (c *cluster) retain(part *partition) {
 	}
 }
 
+// dropReplica stops this node's replica of a partition a move took away
+// from it. Its files stay until the next start, which deletes the data of
+// every partition this node no longer holds (removeStrayReplicas).
+func (c *cluster) dropReplica(part *partition) {
+	c.mu.Lock()
+	delete(c.opened, part.group)
+	c.mu.Unlock()
+	if err := c.host.Remove(part.group); err != nil {
+		c.logger.Warn("spool cluster: cannot stop a replica moved away from this node", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+		return
+	}
+	c.logger.Info("spool cluster: a replica moved away from this node; its files are deleted at the next start", "topic", part.topic.name, "partition", part.num, "group", part.group)
+}
+
 // openReplica starts this node's replica of a partition (once).
-func (c *cluster) openReplica(part *partition) error {
+func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 	c.mu.Lock()
 	done := c.opened[part.group]
 	c.opened[part.group] = true
@@ -712,6 +745,10 @@ func (c *cluster) openReplica(part *partition) error {
 	c.n.mu.RLock()
 	spec := part.topic.spec
 	c.n.mu.RUnlock()
+	var voters []uint64
+	if bootstrap {
+		voters = part.replicas()
+	}
 	err := c.host.Add(part.group, raft.ReplicaConfig{
 		Partition:      part.log,
 		RetentionAge:   spec.RetentionAge,
@@ -719,13 +756,16 @@ func (c *cluster) openReplica(part *partition) error {
 		Logger:         c.n.cfg.Logger,
 		FS:             c.fs,
 		Dir:            c.groupDir(part.group),
-		Voters:         part.replicas,
+		Voters:         voters,
 		Group:          raft.GroupConfig{ID: c.id.NodeID},
 		MaxBatchBytes:  c.n.cfg.Log.MaxBatchBytes,
 		OnCommitted:    part.setCommitted,
 		OnApply:        part.producers.applied,
 	})
 	if err != nil {
+		c.mu.Lock()
+		delete(c.opened, part.group) // the next reconcile tries again
+		c.mu.Unlock()
 		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
 		return err
 	}
@@ -737,7 +777,7 @@ func (c *cluster) openReplica(part *partition) error {
 	// The preferred leader (placement balances them over the nodes) starts
 	// an election at once: leaders spread over the cluster instead of
 	// going to whichever replica's election timer fires first.
-	if len(part.replicas) > 0 && part.replicas[0] == c.id.NodeID {
+	if reps := part.replicas(); bootstrap && len(reps) > 0 && reps[0] == c.id.NodeID {
 		_ = c.host.Campaign(part.group)
 	}
 	return nil

@@ -87,7 +87,7 @@ func (c *cluster) drainForward(part *partition) {
 		// when it is sent again (cluster_dedupe.go).
 		data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: c.pid, BaseSequence: seq}, recs, time.Now().UnixMilli())
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
-		base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.replicas, data)
+		base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.holders(), data)
 		cancel()
 		err = c.produceError(part, err)
 		for i, call := range batch {

@@ -11,24 +11,45 @@ import (
 // maxParallelOpens bounds the replicas opened at once.
 const maxParallelOpens = 64
 
+// replicaOps are what placing a topic does with this node's replicas; each
+// is called with no engine lock held. A client node (storage off) has none.
+type replicaOps struct {
+	// open starts this node's replica of a partition; bootstrap: the
+	// partition never moved, so an empty replica writes the group's first
+	// entries (every first member writes the same ones) instead of waiting
+	// for the leader's.
+	open func(part *partition, bootstrap bool) error
+	// retain gives a running replica its topic's changed retention.
+	retain func(*partition)
+	// drop stops this node's replica of a partition moved away from it.
+	drop func(*partition)
+}
+
 // placeTopic makes a topic of the controller's state known on this node:
 // the topic itself as soon as it is created (so that subscriptions and
 // Partitions work while it waits for nodes), and its partitions once placed,
-// with a log for each partition this node holds a replica of. open starts
-// those replicas, retain gives the running ones a changed retention; both
-// are called with no engine lock held.
-func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) error, retain func(*partition)) {
+// with a log for each partition this node holds a replica of. Later states
+// change a partition's membership (replica moves): a replica this node is
+// getting is opened as a learning partition, which replaces the served one
+// when the move finishes; a replica moved away is dropped and the partition
+// is served from the others.
+func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	spec := TopicSpec{
 		Name:           mt.Spec.Name,
 		Partitions:     mt.Spec.Partitions,
 		RetentionAge:   time.Duration(mt.Spec.RetentionAgeMs) * time.Millisecond,
 		RetentionBytes: mt.Spec.RetentionBytes,
 	}
-	var toOpen, retune []*partition
+	type opening struct {
+		part      *partition
+		bootstrap bool
+	}
+	var toOpen []opening
+	var retune, toDrop []*partition
 	n.mu.Lock()
 	t, ok := n.topics[spec.Name]
 	if !ok {
-		t = &topic{name: spec.Name, changed: make(chan struct{})}
+		t = &topic{name: spec.Name, changed: make(chan struct{}), learning: map[int32]*partition{}}
 		for p := range spec.Partitions {
 			part := &partition{topic: t, num: p}
 			part.limit.Store(noLimit)
@@ -45,46 +66,109 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, open func(*partition) erro
 				retune = append(retune, p)
 			}
 		}
+		for _, p := range t.learning {
+			retune = append(retune, p)
+		}
 	}
 	t.spec = spec
-	if len(mt.Partitions) == len(t.parts) && t.parts[0].group == 0 {
+	if t.learning == nil {
+		t.learning = map[int32]*partition{}
+	}
+	// newPart is a partition value of this placement; with a log when this
+	// node holds a replica (nil if its log cannot be opened: the partition
+	// is then served from the other replicas).
+	newPart := func(i int, mp meta.Partition, local bool) *partition {
+		part := &partition{topic: t, num: int32(i), group: mp.Group}
+		part.limit.Store(noLimit)
+		part.mem.Store(&membership{replicas: slices.Clone(mp.Replicas), target: slices.Clone(mp.Target)})
+		if !local {
+			return part
+		}
+		lp, err := n.store.Partition(PartitionName(spec.Name, int32(i)))
+		if err == nil {
+			err = lp.SetRetention(0, 0) // the group's retention, not the log's
+		}
+		if err != nil {
+			n.cfg.Logger.Error("spool cluster: cannot open a partition's log", "topic", spec.Name, "partition", i, "err", err)
+			return part
+		}
+		part.log = lp
+		return part
+	}
+	if len(mt.Partitions) == len(t.parts) {
 		for i, mp := range mt.Partitions {
-			part := &partition{topic: t, num: int32(i), group: mp.Group, replicas: slices.Clone(mp.Replicas)}
-			part.limit.Store(noLimit)
-			if slices.Contains(mp.Replicas, self) {
-				lp, err := n.store.Partition(PartitionName(spec.Name, int32(i)))
-				if err == nil {
-					err = lp.SetRetention(0, 0) // the group's retention, not the log's
-				}
-				if err != nil { // served from the other replicas meanwhile
-					n.cfg.Logger.Error("spool cluster: cannot open a partition's log", "topic", spec.Name, "partition", i, "err", err)
-				} else {
-					part.log = lp
-					toOpen = append(toOpen, part)
+			holds := self != 0 && slices.Contains(mp.Replicas, self)
+			gets := self != 0 && !holds && slices.Contains(mp.Target, self)
+			cur, lp := t.parts[i], t.learning[int32(i)]
+			if cur.group != 0 {
+				cur.mem.Store(&membership{replicas: slices.Clone(mp.Replicas), target: slices.Clone(mp.Target)})
+				if lp != nil {
+					lp.mem.Store(cur.mem.Load())
 				}
 			}
-			t.parts[i] = part
+			switch {
+			case cur.group == 0 || holds && cur.log == nil && lp == nil:
+				// Placed (or held) here for the first time this run.
+				part := newPart(i, mp, holds)
+				if part.log != nil {
+					toOpen = append(toOpen, opening{part, !mp.Moved})
+				}
+				if cur.group != 0 {
+					part.committed.Store(cur.committed.Load())
+				}
+				t.parts[i] = part
+				if gets {
+					if l := newPart(i, mp, true); l.log != nil {
+						t.learning[int32(i)] = l
+						toOpen = append(toOpen, opening{l, false})
+					}
+				}
+			case holds && cur.log == nil:
+				// The move finished: serve from this node's replica.
+				t.parts[i] = lp
+				delete(t.learning, int32(i))
+			case gets && lp == nil && cur.log == nil:
+				if l := newPart(i, mp, true); l.log != nil {
+					t.learning[int32(i)] = l
+					toOpen = append(toOpen, opening{l, false})
+				}
+			case !holds && !gets && (cur.log != nil || lp != nil):
+				// Moved away from this node.
+				if cur.log != nil {
+					toDrop = append(toDrop, cur)
+					part := newPart(i, mp, false)
+					part.committed.Store(cur.committed.Load())
+					t.parts[i] = part
+				}
+				if lp != nil {
+					toDrop = append(toDrop, lp)
+					delete(t.learning, int32(i))
+				}
+			}
 		}
 	}
 	n.mu.Unlock()
+	for _, part := range toDrop {
+		ops.drop(part)
+	}
 	// Opening a new replica writes and fsyncs its first entries and state:
 	// a topic of many partitions opens them together, so that their writes
 	// share the store's group commits.
 	sem := make(chan struct{}, maxParallelOpens)
 	var wg sync.WaitGroup
-	for _, part := range toOpen {
+	for _, o := range toOpen {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() { // owned: awaited below
 			defer func() { <-sem; wg.Done() }()
-			_ = open(part) // logged by open
+			_ = ops.open(o.part, o.bootstrap) // logged by open
 		}()
 	}
 	wg.Wait()
 	for _, part := range retune {
-		retain(part)
+		ops.retain(part)
 	}
-	if len(toOpen) > 0 || !ok {
+	if len(toOpen) > 0 || len(toDrop) > 0 || !ok {
 		t.notify()
 	}
 }

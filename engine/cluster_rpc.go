@@ -284,7 +284,7 @@ func (c *cluster) askReplica(part *partition, call func(context.Context, cluster
 		return &clusterv1.FetchResponse{}, nil
 	}
 	var errs []error
-	for _, node := range part.replicas {
+	for _, node := range part.holders() {
 		cl, err := c.peers.client(node)
 		if err != nil {
 			errs = append(errs, err)
@@ -298,7 +298,7 @@ func (c *cluster) askReplica(part *partition, call func(context.Context, cluster
 		}
 		errs = append(errs, fmt.Errorf("node %d: %v", node, err))
 	}
-	return nil, fmt.Errorf("engine: %s/%d: no replica answered (replicas %v): %w", part.topic.name, part.num, part.replicas, errors.Join(errs...))
+	return nil, fmt.Errorf("engine: %s/%d: no replica answered (replicas %v): %w", part.topic.name, part.num, part.holders(), errors.Join(errs...))
 }
 
 func (c *cluster) topicRF(name string) int32 {

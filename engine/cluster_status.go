@@ -94,7 +94,7 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 			if p.log == nil || p.group == 0 {
 				continue
 			}
-			r := ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.group, Replicas: slices.Clone(p.replicas), CommittedEnd: p.committed.Load()}
+			r := ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.group, Replicas: slices.Clone(p.replicas()), CommittedEnd: p.committed.Load()}
 			if st, ok := c.host.Status(p.group); ok {
 				r.Leader, r.IsLeader, r.Term = st.Leader, st.IsLeader, st.Term
 				if st.Err != nil {

@@ -28,6 +28,7 @@ type clusterNode struct {
 	client    bool          // NoReplicas: storage off
 	segBytes  int64         // log segment size; default the log's
 	joinWait  time.Duration // JoinTimeout; default 20 s
+	deadAfter time.Duration // DeadNodeTimeout; default the engine's
 	n         *Node
 	cancel    context.CancelFunc
 	done      chan error
@@ -51,7 +52,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes},
 		Logger:  quietLogger(),
-		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client},
+		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client, DeadNodeTimeout: cn.deadAfter},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +340,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		base, err := cn.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas, data)
+		base, err := cn.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas(), data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +408,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 	part, _ := survivor.n.partition("orders", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := survivor.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas, batch(7, "seven")); err == nil || !strings.Contains(err.Error(), "older than its last") {
+	if _, err := survivor.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas(), batch(7, "seven")); err == nil || !strings.Contains(err.Error(), "older than its last") {
 		t.Fatalf("a stray copy of an older batch: %v, want it refused", err)
 	}
 	if b9 := send(survivor, batch(9, "nine")); b9 <= b8 {
@@ -564,7 +565,7 @@ func TestClusterLeadershipRebalances(t *testing.T) {
 				if err != nil || part.group == 0 {
 					return fmt.Errorf("partition %d not placed on %s", p, cn.addr)
 				}
-				preferred = part.replicas[0]
+				preferred = part.replicas()[0]
 				if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
 					leaders = append(leaders, cn.n.cl.id.NodeID)
 				}

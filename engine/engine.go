@@ -56,6 +56,12 @@ type topic struct {
 	name  string    // immutable: read without Node.mu
 	spec  TopicSpec // guarded by Node.mu (EnsureTopic may replace it)
 	parts []*partition
+	// learning are this node's replicas of partitions it is getting in a
+	// replica move (in the move's target, not yet in its replicas), by
+	// partition number; guarded by Node.mu. They copy the leader's log
+	// while reads and writes go to the replicas; once the move finishes,
+	// the learning partition replaces the one in parts.
+	learning map[int32]*partition
 
 	mu       sync.Mutex            // guards changed and watchers
 	changed  chan struct{}         // closed and replaced when a partition's committed end moves
@@ -74,11 +80,12 @@ type partition struct {
 	// log is the partition's log on this node; nil in a cluster when this
 	// node holds no replica of it (reads and writes go to peers).
 	log *log.Partition
-	// group and replicas place the partition in a cluster (0 and nil on a
-	// single node, and while a topic waits for enough nodes). They never
-	// change: placing a topic replaces its partition values.
+	// group places the partition in a cluster (0 on a single node, and
+	// while a topic waits for enough nodes); placing a topic replaces its
+	// partition values. mem is its membership, which replica moves change
+	// (nil with group 0).
 	group     uint64
-	replicas  []uint64
+	mem       atomic.Pointer[membership]
 	committed atomic.Int64  // Fetch, Offsets and notifications use this end
 	compl     completer     // runs Produce callbacks off the appender
 	fwdMu     sync.Mutex    // a leaf: guards fwd
@@ -88,6 +95,37 @@ type partition struct {
 	// then): nothing at or past the damage is served.
 	limit    atomic.Int64
 	reported atomic.Bool // the quarantine was logged and hooked
+}
+
+// membership is where a partition's replicas are: replicas (the first is
+// the preferred leader) and, during a replica move, target.
+type membership struct {
+	replicas, target []uint64
+}
+
+// replicas are the nodes holding the partition (nil on a single node).
+func (p *partition) replicas() []uint64 {
+	if m := p.mem.Load(); m != nil {
+		return m.replicas
+	}
+	return nil
+}
+
+// holders are the nodes holding a replica or getting one: the replicas,
+// then the move's target nodes not among them. Any of them can name the
+// leader.
+func (p *partition) holders() []uint64 {
+	m := p.mem.Load()
+	if m == nil {
+		return nil
+	}
+	out := m.replicas
+	for _, id := range m.target {
+		if !slices.Contains(out, id) {
+			out = append(slices.Clip(out), id)
+		}
+	}
+	return out
 }
 
 // setCommitted moves the committed end up to end (never down) and signals

@@ -5,6 +5,7 @@ import (
 	fnv1a "hash/fnv"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -75,4 +76,11 @@ func fnv(s string) uint64 {
 	return h.Sum64()
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+// quietLogger discards, unless SPOOL_TEST_LOG is set (then it writes to
+// stderr, for debugging a test).
+func quietLogger() *slog.Logger {
+	if os.Getenv("SPOOL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}

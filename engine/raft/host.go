@@ -13,6 +13,7 @@ import (
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	raftracker "go.etcd.io/raft/v3/tracker"
 
 	"github.com/spoolmq/spool/engine/transport"
 )
@@ -424,12 +425,19 @@ func (h *Host) reconfigure(g *hostGroup, target []uint64, now time.Time) {
 	if st.RaftState != etcdraft.StateLeader || st.LeadTransferee != 0 {
 		return
 	}
+	// Caught up: it holds every committed entry and the leader replicates
+	// to it steadily (a replica that stopped answering, or whose connection
+	// failed, is probed instead). Not raft's RecentActive: an idle group
+	// hears from its followers only every few heartbeats, and each check
+	// of the quorum clears it.
 	caughtUp := func(id uint64) bool {
 		pr, ok := st.Progress[id]
-		return ok && pr.RecentActive && pr.Match >= st.Commit
+		return ok && pr.State == raftracker.StateReplicate && pr.Match >= st.Commit
 	}
 	step := nextMove(r.ConfState(), target, r.ID(), caughtUp)
 	switch {
+	case !step.propose && step.transfer == 0 && !step.done:
+		h.cfg.Logger.Debug("replica move: waiting for target replicas to catch up", "group", g.id, "target", target, "commit", st.Commit, "progress", st.Progress)
 	case step.transfer != 0:
 		h.cfg.Logger.Info("replica move: handing the leadership to a target voter", "group", g.id, "to", step.transfer, "target", target)
 		r.TransferLeadership(step.transfer)

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/spoolmq/spool/engine/meta"
+)
+
+// Replica moves (docs/replication.md, "Replica moves"). The controller's
+// state gives a partition a target membership (meta.MoveReplicas); the
+// partition group's leader walks the group's configuration there
+// (raft.Host.Reconfigure) and records the end (meta.FinishMove). The
+// controller's leader decides the moves: a node it has not reached for
+// DeadNodeTimeout is marked down and its replicas are re-created elsewhere,
+// and replicas spread over new nodes (meta.NextMove).
+
+// driveMoves: for every moving partition this node leads, take the next
+// step toward the target, or record that the group reached it.
+func (c *cluster) driveMoves(ctx context.Context) {
+	type move struct {
+		group  uint64
+		target []uint64
+	}
+	var moves []move
+	c.n.mu.RLock()
+	for _, t := range c.n.topics {
+		for _, p := range t.parts {
+			if m := p.mem.Load(); p.log != nil && m != nil && m.target != nil {
+				moves = append(moves, move{p.group, m.target})
+			}
+		}
+	}
+	c.n.mu.RUnlock()
+	for _, m := range moves {
+		st, ok := c.host.Status(m.group)
+		if !ok || !st.IsLeader {
+			continue
+		}
+		if st.Joint || len(st.Learners) > 0 || !sameSet(st.Voters, m.target) {
+			_ = c.host.Reconfigure(m.group, m.target)
+			continue
+		}
+		_, err := c.proposeMeta(ctx, meta.Command{FinishMove: &meta.FinishMove{Group: m.group, Replicas: m.target}})
+		if err != nil && !errors.Is(err, meta.ErrStaleMove) {
+			c.logger.Warn("spool cluster: recording the end of a replica move failed; retrying", "group", m.group, "err", err)
+		}
+	}
+}
+
+// planMoves: while this node leads the controller, mark nodes down or up
+// and start the replica moves meta.NextMove gives.
+func (c *cluster) planMoves(ctx context.Context) {
+	st, ok := c.host.Status(controllerGroup)
+	if !ok || !st.IsLeader {
+		clear(c.unreached) // a new leader starts its own clocks
+		return
+	}
+	c.mu.Lock()
+	nodes := c.state.Nodes()
+	c.mu.Unlock()
+	now := time.Now()
+	for _, nd := range nodes {
+		if nd.ID == c.id.NodeID {
+			continue
+		}
+		ps, _ := c.tr.Peer(nd.ID)
+		if ps.Connected {
+			delete(c.unreached, nd.ID)
+			if nd.Down {
+				c.setDown(ctx, nd.ID, false)
+			}
+			continue
+		}
+		since, ok := c.unreached[nd.ID]
+		if !ok {
+			c.unreached[nd.ID] = now
+			continue
+		}
+		if !nd.Down && now.Sub(since) >= c.cfg.DeadNodeTimeout {
+			c.setDown(ctx, nd.ID, true)
+		}
+	}
+	for range meta.MaxMovesInFlight {
+		c.mu.Lock()
+		m, ok := meta.NextMove(c.state)
+		c.mu.Unlock()
+		if !ok {
+			return
+		}
+		c.logger.Info("spool cluster: moving a partition's replicas", "group", m.Group, "to", m.Replicas)
+		if _, err := c.proposeMeta(ctx, meta.Command{MoveReplicas: &m}); err != nil {
+			c.logger.Warn("spool cluster: starting a replica move failed; retrying", "group", m.Group, "err", err)
+			return
+		}
+	}
+}
+
+func (c *cluster) setDown(ctx context.Context, id uint64, down bool) {
+	if down {
+		c.logger.Warn("spool cluster: a node is unreachable past cluster.dead_node_timeout; marking it down and moving its replicas", "node", id, "timeout", c.cfg.DeadNodeTimeout)
+	} else {
+		c.logger.Info("spool cluster: a node marked down is reachable again", "node", id)
+	}
+	if _, err := c.proposeMeta(ctx, meta.Command{SetNodeDown: &meta.SetNodeDown{ID: id, Down: down}}); err != nil {
+		c.logger.Warn("spool cluster: marking a node failed; retrying", "node", id, "down", down, "err", err)
+	}
+}
+
+// sameSet: a and b hold the same ids.
+func sameSet(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, id := range a {
+		if !slices.Contains(b, id) {
+			return false
+		}
+	}
+	return true
+}

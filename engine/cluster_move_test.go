@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
+)
+
+// controllerState is a copy of the controller's state as n applied it.
+func controllerState(n *Node) *meta.State {
+	n.cl.mu.Lock()
+	defer n.cl.mu.Unlock()
+	return n.cl.state.Clone()
+}
+
+// localRecords reads a partition from this node's own replica (not through
+// peers): an error if the node does not serve it from a local log.
+func localRecords(n *Node, topic string, p int32) ([]log.Record, error) {
+	part, err := n.partition(topic, p)
+	if err != nil {
+		return nil, err
+	}
+	if part.log == nil {
+		return nil, fmt.Errorf("node %d serves %s/%d from peers, not a local replica", n.cl.id.NodeID, topic, p)
+	}
+	return readAll(n, topic, p)
+}
+
+// sameRecords checks that got holds want's records at the same offsets.
+func sameRecords(got, want []log.Record) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d records, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Offset != want[i].Offset || string(got[i].Value) != string(want[i].Value) {
+			return fmt.Errorf("record %d: %d %q, want %d %q", i, got[i].Offset, got[i].Value, want[i].Offset, want[i].Value)
+		}
+	}
+	return nil
+}
+
+// Replica moves end to end: a fourth node joins and replicas move to it
+// until the nodes hold 3, 2, 2, 2 of the 9; a node then stops for longer
+// than the dead-node timeout: it is marked down and each of its replicas is
+// re-created on a live node, which copies the whole log; publishing goes
+// on; the node comes back: it is marked up, gets replicas again and copies
+// what it missed. Throughout, every acknowledged record is on every replica
+// of its partition, at the offset its publish returned.
+func TestClusterMovesReplicas(t *testing.T) {
+	tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.deadAfter = time.Second })
+	const parts = 3
+	if err := tc.nodes[0].n.EnsureTopic(TopicSpec{Name: "orders", Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	byID := map[uint64]*clusterNode{} // node ids follow the order joins were admitted in
+	learnIDs := func() {
+		for _, cn := range tc.nodes {
+			if cn.n == nil {
+				continue
+			}
+			if cs, _ := cn.n.ClusterStatus(); cs.Ready {
+				byID[cs.NodeID] = cn
+			}
+		}
+	}
+	acked := map[int32][]log.Record{}
+	publish := func(via *Node, round string) {
+		t.Helper()
+		for p := range int32(parts) {
+			for i := range 10 {
+				v := fmt.Sprintf("%s-%d-%d", round, p, i)
+				off, err := produce(via, "orders", p, v)
+				if err != nil {
+					t.Fatalf("publish %s: %v", v, err)
+				}
+				acked[p] = append(acked[p], log.Record{Offset: off, Value: []byte(v)})
+			}
+		}
+	}
+	// everyReplicaHasAll: every replica (per the controller's state as node
+	// via applied it) of every partition serves every acknowledged record
+	// from its own log, and no move is under way.
+	everyReplicaHasAll := func(via *Node, want func(*meta.State) error) func() error {
+		return func() error {
+			learnIDs()
+			st := controllerState(via)
+			if err := want(st); err != nil {
+				return err
+			}
+			topic, _ := st.Topic("orders")
+			for p, mp := range topic.Partitions {
+				if mp.Target != nil {
+					return fmt.Errorf("partition %d still moving to %v", p, mp.Target)
+				}
+				for _, id := range mp.Replicas {
+					cn := byID[id]
+					if cn == nil || cn.n == nil {
+						return fmt.Errorf("partition %d has a replica on stopped node %d", p, id)
+					}
+					got, err := localRecords(cn.n, "orders", int32(p))
+					if err != nil {
+						return err
+					}
+					if err := sameRecords(got, acked[int32(p)]); err != nil {
+						return fmt.Errorf("node %d, partition %d: %v", id, p, err)
+					}
+				}
+			}
+			return nil
+		}
+	}
+	counts := func(st *meta.State) map[uint64]int {
+		out := map[uint64]int{}
+		topic, _ := st.Topic("orders")
+		for _, mp := range topic.Partitions {
+			for _, id := range mp.Replicas {
+				out[id]++
+			}
+		}
+		return out
+	}
+	balanced := func(nodes ...uint64) func(*meta.State) error {
+		return func(st *meta.State) error {
+			c := counts(st)
+			var got []int
+			for _, id := range nodes {
+				got = append(got, c[id])
+			}
+			if slices.Max(got)-slices.Min(got) > 1 {
+				return fmt.Errorf("replicas per node %v (nodes %v), want counts at most one apart", got, nodes)
+			}
+			return nil
+		}
+	}
+	awaitCond(t, 20*time.Second, "the topic placed", func() error {
+		if topic, _ := controllerState(tc.nodes[0].n).Topic("orders"); topic.Pending() {
+			return fmt.Errorf("pending")
+		}
+		return nil
+	})
+	publish(tc.nodes[0].n, "before")
+
+	// A fourth node joins: replicas spread to it.
+	n4 := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), join: []string{tc.nodes[0].addr}, deadAfter: time.Second}
+	tc.nodes = append(tc.nodes, n4)
+	tc.start(n4)
+	awaitCond(t, 60*time.Second, "replicas spread to node 4", everyReplicaHasAll(tc.nodes[0].n, balanced(1, 2, 3, 4)))
+	publish(n4.n, "joined")
+
+	// A node stops past the dead-node timeout: its replicas go to the others.
+	cs, _ := tc.nodes[1].n.ClusterStatus()
+	gone := cs.NodeID
+	tc.stop(tc.nodes[1])
+	awaitCond(t, 60*time.Second, "the stopped node marked down and its replicas re-created", everyReplicaHasAll(tc.nodes[0].n, func(st *meta.State) error {
+		if nd, _ := st.Node(gone); !nd.Down {
+			return fmt.Errorf("node %d not marked down", gone)
+		}
+		if c := counts(st); c[gone] > 0 {
+			return fmt.Errorf("node %d still holds %d replicas", gone, c[gone])
+		}
+		return nil
+	}))
+	publish(tc.nodes[2].n, "down")
+
+	// It comes back: marked up, given replicas again, copies what it missed.
+	tc.start(tc.nodes[1])
+	awaitCond(t, 60*time.Second, "the node back with replicas", everyReplicaHasAll(tc.nodes[0].n, func(st *meta.State) error {
+		if nd, _ := st.Node(gone); nd.Down {
+			return fmt.Errorf("node %d still marked down", gone)
+		}
+		return balanced(1, 2, 3, 4)(st)
+	}))
+	publish(tc.nodes[1].n, "back")
+	awaitCond(t, 30*time.Second, "every replica has the last records", everyReplicaHasAll(tc.nodes[0].n, func(*meta.State) error { return nil }))
+}
