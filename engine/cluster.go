@@ -308,6 +308,7 @@ func (c *cluster) run(ctx context.Context) error {
 	// What this node already knows of the cluster (its committed controller
 	// log) places its replicas before the first election.
 	c.applyController()
+	c.removeStrayReplicas()
 
 	// The components run on their own context: when ctx ends, this node
 	// first hands the leadership of its groups to other replicas, so that
@@ -720,8 +721,7 @@ func (c *cluster) retain(part *partition) {
 }
 
 // dropReplica stops this node's replica of a partition a move took away
-// from it. Its files stay until the next start, which deletes the data of
-// every partition this node no longer holds (removeStrayReplicas).
+// from it and deletes its data (the log, then the raft state).
 func (c *cluster) dropReplica(part *partition) {
 	c.mu.Lock()
 	delete(c.opened, part.group)
@@ -730,7 +730,12 @@ func (c *cluster) dropReplica(part *partition) {
 		c.logger.Warn("spool cluster: cannot stop a replica moved away from this node", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
 		return
 	}
-	c.logger.Info("spool cluster: a replica moved away from this node; its files are deleted at the next start", "topic", part.topic.name, "partition", part.num, "group", part.group)
+	name := PartitionName(part.topic.name, part.num)
+	if err := errors.Join(c.n.store.Drop(name), removeTree(c.fs, c.groupDir(part.group))); err != nil {
+		c.logger.Warn("spool cluster: cannot delete the data of a replica moved away from this node; the next start tries again", "partition", name, "group", part.group, "err", err)
+		return
+	}
+	c.logger.Info("spool cluster: a replica moved away from this node; its data is deleted", "partition", name, "group", part.group)
 }
 
 // openReplica starts this node's replica of a partition (once).

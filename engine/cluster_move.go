@@ -3,9 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
 )
 
@@ -120,4 +123,64 @@ func sameSet(a, b []uint64) bool {
 		}
 	}
 	return true
+}
+
+// removeStrayReplicas deletes, at start, the data of partitions this node
+// no longer holds and has not opened: replicas a move took away while it
+// was down (and the rest of a deletion a crash cut short). run calls it
+// after placing the replicas this node holds. Replicas taken away later
+// (including those this node's stale view still opened at start) are
+// deleted by dropReplica.
+func (c *cluster) removeStrayReplicas() {
+	c.mu.Lock()
+	st := c.state
+	c.mu.Unlock()
+	stored := map[string]bool{}
+	for _, name := range c.n.store.Partitions() {
+		stored[name] = true
+	}
+	for _, t := range st.Topics() {
+		for i, mp := range t.Partitions {
+			name := PartitionName(t.Spec.Name, int32(i))
+			if !stored[name] || slices.Contains(mp.Holders(), c.id.NodeID) {
+				continue
+			}
+			c.n.mu.RLock()
+			var open bool
+			if lt, ok := c.n.topics[t.Spec.Name]; ok && i < len(lt.parts) {
+				open = lt.parts[i].log != nil || lt.learning[int32(i)] != nil
+			}
+			c.n.mu.RUnlock()
+			if open {
+				continue
+			}
+			err := errors.Join(c.n.store.Drop(name), removeTree(c.fs, c.groupDir(mp.Group)))
+			if err != nil {
+				c.logger.Warn("spool cluster: cannot delete the data of a partition this node no longer holds; the next start tries again", "partition", name, "err", err)
+				continue
+			}
+			c.logger.Info("spool cluster: deleted the data of a partition this node no longer holds", "partition", name, "group", mp.Group)
+		}
+	}
+}
+
+// removeTree deletes a directory of files (one level: partition and raft
+// group directories have no subdirectories) and the directory itself.
+func removeTree(fsys log.FS, dir string) error {
+	ents, err := fsys.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := fsys.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if err := fsys.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(dir))
 }

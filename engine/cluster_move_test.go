@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -176,4 +178,15 @@ func TestClusterMovesReplicas(t *testing.T) {
 	}))
 	publish(tc.nodes[1].n, "back")
 	awaitCond(t, 30*time.Second, "every replica has the last records", everyReplicaHasAll(tc.nodes[0].n, func(*meta.State) error { return nil }))
+
+	// The data of the partitions moved away while it was down was deleted
+	// when it started again: it keeps files only of what it holds now.
+	st := controllerState(tc.nodes[0].n)
+	topic, _ := st.Topic("orders")
+	for p, mp := range topic.Partitions {
+		_, err := os.Stat(filepath.Join(tc.nodes[1].dir, "log", PartitionName("orders", int32(p))))
+		if held := slices.Contains(mp.Replicas, gone); held != (err == nil) {
+			t.Errorf("node %d: partition %d held %v, its directory: %v", gone, p, held, err)
+		}
+	}
 }

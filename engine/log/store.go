@@ -289,3 +289,46 @@ func checkFormat(fsys FS, dir string) error {
 	}
 	return nil
 }
+
+// Drop closes the named partition and deletes its files: the appends
+// already queued (for every partition) are written first, as a round does;
+// later calls on the dropped Partition fail with ErrClosed. A partition
+// not open is only deleted. A crash in the middle leaves some of its files;
+// calling Drop again (or deleting the directory) finishes it.
+func (s *Store) Drop(name string) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	s.pmu.Lock()
+	p, ok := s.parts[name]
+	if ok {
+		delete(s.parts, name)
+		s.order = slices.DeleteFunc(s.order, func(q *Partition) bool { return q == p })
+	}
+	s.pmu.Unlock()
+	var err error
+	if ok {
+		s.roundMu.Lock()
+		batch := s.round()
+		err = p.close()
+		s.unlockRound(batch)
+	}
+	dir := filepath.Join(s.dir, name)
+	fsys := s.opts.FS
+	ents, rerr := fsys.ReadDir(dir)
+	if errors.Is(rerr, fs.ErrNotExist) {
+		return err
+	}
+	if rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	for _, e := range ents {
+		if rerr := fsys.Remove(filepath.Join(dir, e.Name())); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return errors.Join(err, rerr)
+		}
+	}
+	if rerr := fsys.Remove(dir); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		return errors.Join(err, rerr)
+	}
+	return errors.Join(err, fsys.SyncDir(s.dir))
+}
