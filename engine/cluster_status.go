@@ -3,6 +3,8 @@ package engine
 import (
 	"slices"
 	"strings"
+
+	"github.com/spoolmq/spool/engine/meta"
 )
 
 // ClusterStatus is what a cluster node reports to operators (metrics, the
@@ -15,6 +17,10 @@ type ClusterStatus struct {
 	Ready            bool   // a member with a known state
 	Members          []ClusterMember
 	Replicas         []ReplicaStatus // sorted by topic and partition
+	// PartitionsMoving counts the cluster's partitions with a replica move
+	// under way; UnderReplicated those with a replica on a node marked
+	// down that no move replaces (no node to put it on).
+	PartitionsMoving, UnderReplicated int
 
 	Proposals        map[string]uint64 // by outcome: ok, lost, unknown, not_leader, refused
 	InboxDropped     uint64            // raft messages dropped: a group's inbox was full
@@ -30,6 +36,7 @@ type ClusterMember struct {
 	ID        uint64
 	Addr      string
 	Connected bool // this node's streams to it are up (always true for itself)
+	Down      bool // marked down: unreachable past the dead-node timeout
 }
 
 // ReplicaStatus is this node's replica of one partition.
@@ -38,7 +45,8 @@ type ReplicaStatus struct {
 	Partition    int32
 	Group        uint64
 	Replicas     []uint64
-	Leader       uint64 // 0 while unknown
+	Target       []uint64 // where a replica move under way takes it (nil: none)
+	Leader       uint64   // 0 while unknown
 	IsLeader     bool
 	Term         uint64
 	CommittedEnd int64
@@ -80,9 +88,10 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 	}
 	c.mu.Lock()
 	nodes := c.state.Nodes()
+	out.PartitionsMoving, out.UnderReplicated = moveCounts(c.state)
 	c.mu.Unlock()
 	for _, nd := range nodes {
-		m := ClusterMember{ID: nd.ID, Addr: nd.Addr, Connected: nd.ID == c.id.NodeID}
+		m := ClusterMember{ID: nd.ID, Addr: nd.Addr, Connected: nd.ID == c.id.NodeID, Down: nd.Down}
 		if ps, ok := c.tr.Peer(nd.ID); ok && nd.ID != c.id.NodeID {
 			m.Connected = ps.Connected
 		}
@@ -95,6 +104,9 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 				continue
 			}
 			r := ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.group, Replicas: slices.Clone(p.replicas()), CommittedEnd: p.committed.Load()}
+			if m := p.mem.Load(); m != nil {
+				r.Target = slices.Clone(m.target)
+			}
 			if st, ok := c.host.Status(p.group); ok {
 				r.Leader, r.IsLeader, r.Term = st.Leader, st.IsLeader, st.Term
 				if st.Err != nil {
@@ -117,4 +129,26 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed
 	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
 	return out, true
+}
+
+// moveCounts counts the partitions moving and those left under-replicated:
+// a replica on a down node with no move under way.
+func moveCounts(st *meta.State) (moving, under int) {
+	down := map[uint64]bool{}
+	for _, nd := range st.Nodes() {
+		if nd.Down {
+			down[nd.ID] = true
+		}
+	}
+	for _, t := range st.Topics() {
+		for _, p := range t.Partitions {
+			switch {
+			case p.Target != nil:
+				moving++
+			case slices.ContainsFunc(p.Replicas, func(id uint64) bool { return down[id] }):
+				under++
+			}
+		}
+	}
+	return moving, under
 }

@@ -38,6 +38,15 @@ func clusterMetrics(ctx context.Context, eng *engine.Node, m *metrics.Metrics) {
 
 func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	m.ClusterNodes.WithLabelValues().Set(float64(len(st.Members)))
+	down := 0
+	for _, mb := range st.Members {
+		if mb.Down {
+			down++
+		}
+	}
+	m.ClusterNodesDown.WithLabelValues().Set(float64(down))
+	m.PartitionsMoving.WithLabelValues().Set(float64(st.PartitionsMoving))
+	m.UnderReplicated.WithLabelValues().Set(float64(st.UnderReplicated))
 	for _, mb := range st.Members {
 		if mb.ID == st.NodeID || st.NodeID == 0 { // a client node keeps no raft streams
 			continue
@@ -47,6 +56,18 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 			up = 1
 		}
 		m.ClusterPeerUp.WithLabelValues(strconv.FormatUint(mb.ID, 10)).Set(up)
+	}
+	// A replica moved away from this node is no longer reported: its
+	// series go (a stale 1 would count a second leader).
+	held := map[[2]string]bool{}
+	for _, r := range st.Replicas {
+		held[[2]string{r.Topic, strconv.Itoa(int(r.Partition))}] = true
+	}
+	for _, r := range prev.Replicas {
+		if k := [2]string{r.Topic, strconv.Itoa(int(r.Partition))}; !held[k] {
+			m.PartitionLeader.DeleteLabelValues(k[0], k[1])
+			m.ReplicaStopped.DeleteLabelValues(k[0], k[1])
+		}
 	}
 	for _, r := range st.Replicas {
 		p := strconv.Itoa(int(r.Partition))

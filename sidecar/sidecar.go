@@ -235,6 +235,7 @@ func clusterConfig(cfg *config.Config) *engine.ClusterConfig {
 		Join:              cl.Join,
 		ReplicationFactor: int32(cl.ReplicationFactor),
 		ProduceTimeout:    cl.ProduceTimeout,
+		DeadNodeTimeout:   cl.DeadNodeTimeout,
 		TLS:               engine.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
 		NoReplicas:        cl.Storage == config.StorageOff,
 	}

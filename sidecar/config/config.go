@@ -52,6 +52,10 @@ type ClusterConfig struct {
 	// ProduceTimeout bounds how long a publish looks for a partition's
 	// leader and waits for the commit. Default 10s.
 	ProduceTimeout time.Duration `yaml:"produce_timeout"`
+	// DeadNodeTimeout is how long a node may be unreachable before the
+	// cluster marks it down and re-creates its replicas on other nodes.
+	// Default 5m.
+	DeadNodeTimeout time.Duration `yaml:"dead_node_timeout"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
 	TLS ClusterTLSConfig `yaml:"tls"`
 	// Storage "off" makes a sidecar that holds no replicas and is not a

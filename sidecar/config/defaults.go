@@ -31,6 +31,7 @@ const (
 
 	DefaultReplicationFactor = 3
 	DefaultProduceTimeout    = 10 * time.Second
+	DefaultDeadNodeTimeout   = 5 * time.Minute
 	// MaxReplicationFactor is the most replicas a partition may have.
 	MaxReplicationFactor = 7
 
@@ -83,6 +84,7 @@ func (c *Config) ApplyDefaults() {
 		setString(&c.Cluster.Advertise, c.Cluster.Listen)
 		setInt(&c.Cluster.ReplicationFactor, DefaultReplicationFactor)
 		setDur(&c.Cluster.ProduceTimeout, DefaultProduceTimeout)
+		setDur(&c.Cluster.DeadNodeTimeout, DefaultDeadNodeTimeout)
 	}
 
 	l := &c.Limits

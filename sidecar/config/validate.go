@@ -429,6 +429,9 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.ProduceTimeout <= 0 {
 		v.add("cluster.produce_timeout", cl.ProduceTimeout.String(), "a positive duration, like 10s")
 	}
+	if cl.DeadNodeTimeout < 10*time.Second {
+		v.add("cluster.dead_node_timeout", cl.DeadNodeTimeout.String(), "at least 10s (default 5m: longer than a restart or a rolling update, so that they never move data)")
+	}
 	if c.Storage.Fsync != FsyncAlways {
 		v.add("storage.fsync", string(c.Storage.Fsync), "always in a cluster (a replica acknowledges only what is on disk)")
 	}

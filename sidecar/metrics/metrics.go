@@ -53,6 +53,9 @@ type Metrics struct {
 	// A cluster node's replication (docs/replication.md); absent on a single node.
 	ClusterNodes        *prometheus.GaugeVec   // (none)
 	ClusterPeerUp       *prometheus.GaugeVec   // peer
+	ClusterNodesDown    *prometheus.GaugeVec   // (none)
+	PartitionsMoving    *prometheus.GaugeVec   // (none)
+	UnderReplicated     *prometheus.GaugeVec   // (none)
 	PartitionLeader     *prometheus.GaugeVec   // topic, partition
 	ReplicaStopped      *prometheus.GaugeVec   // topic, partition
 	RaftProposals       *prometheus.CounterVec // outcome
@@ -121,6 +124,9 @@ func New() *Metrics {
 	}
 	m.ClusterNodes = gauge("cluster_nodes", "Members of the cluster known to this node (its controller state).")
 	m.ClusterPeerUp = gauge("cluster_peer_up", "1 while this node's raft streams to the peer are connected, else 0.", "peer")
+	m.ClusterNodesDown = gauge("cluster_nodes_down", "Members the cluster marks down: unreachable past cluster.dead_node_timeout (their replicas move to other nodes).")
+	m.PartitionsMoving = gauge("cluster_partitions_moving", "Partitions of the cluster with a replica move under way (at most 8 start at once).")
+	m.UnderReplicated = gauge("cluster_partitions_under_replicated", "Partitions of the cluster with a replica on a node marked down and no move under way that replaces it (no node to put it on).")
 	m.PartitionLeader = gauge("partition_leader", "For each partition this node holds a replica of: 1 if it leads the partition's raft group, else 0. Every partition should have exactly one 1 across the cluster.", "topic", "partition")
 	m.ReplicaStopped = gauge("replica_stopped", "1 for a replica stopped by a storage error (it neither votes nor leads until the node restarts it).", "topic", "partition")
 	m.RaftProposals = counter("raft_proposals_total", "Raft proposals made on this node, by outcome: ok (committed), lost (not stored: retried), unknown (may be stored), not_leader, refused.", "outcome")
