@@ -142,7 +142,6 @@ type cluster struct {
 	id        identity
 	bootstrap bool      // this node created the cluster (no identity, no Join)
 	tls       *tlsFiles // nil: plaintext between nodes
-	pid       int64     // this process's producer id (cluster_dedupe.go)
 
 	host  *raft.Host
 	tr    *transport.GRPC
@@ -151,6 +150,7 @@ type cluster struct {
 	peers *peerClients
 
 	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
+	choresWake chan struct{} // cap 1: run the chores now (a controller membership step applied)
 	ctrlEnd    atomic.Int64  // group 0's committed end, from OnCommitted
 
 	mu       sync.Mutex // guards the fields below; never held while calling out
@@ -183,13 +183,13 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 		dir:        filepath.Join(n.cfg.DataDir, "cluster"),
 		logger:     n.cfg.Logger,
 		ctrlSignal: make(chan struct{}, 1),
+		choresWake: make(chan struct{}, 1),
 		state:      meta.NewState(),
 		results:    map[int64]meta.Result{},
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 		opened:     map[uint64]bool{},
 		unreached:  map[uint64]time.Time{},
-		pid:        newProducerID(),
 	}
 	if cfg.TLS.Enabled() {
 		var err error
@@ -527,19 +527,23 @@ func (c *cluster) register(ctx context.Context) error {
 		close(c.ready)
 	}
 	c.mu.Unlock()
-	tick := time.NewTicker(max(c.cfg.TickInterval*10, 100*time.Millisecond))
+	every := max(c.cfg.TickInterval*10, 100*time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
-	for n := 0; ; n++ {
+	balanced := time.Now()
+	for {
 		c.leaderChores()
 		c.driveMoves(ctx)
 		c.planMoves(ctx)
-		if n%balanceEveryChores == balanceEveryChores-1 {
+		if time.Since(balanced) >= balanceEveryChores*every {
 			c.balanceLeaders()
+			balanced = time.Now()
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-c.choresWake: // a controller membership step applied: take the next at once
 		}
 	}
 }
@@ -595,6 +599,10 @@ func (c *cluster) leaderChores() {
 		c.mu.Lock()
 		c.ccBusy = false
 		c.mu.Unlock()
+		select { // the next step (a promotion after an added learner) goes at once
+		case c.choresWake <- struct{}{}:
+		default:
+		}
 		if err != nil {
 			c.logger.Warn("spool cluster: controller membership change failed; retrying", "change", cc.String(), "err", err)
 		}

@@ -194,7 +194,7 @@ func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, se
 	return base, err
 }
 
-// newProducerID draws this process's producer id (never 0: 0 is "no
+// newProducerID draws a forwarder's producer id (never 0: 0 is "no
 // producer", the batches a leader proposes itself).
 func newProducerID() int64 {
 	var b [8]byte

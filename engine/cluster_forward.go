@@ -20,7 +20,13 @@ const maxForwardQueueBytes = 64 << 20
 // in any order and reorder a producer's pipelined messages; this keeps them
 // in order while the leadership is stable, and batches them under load.
 type forwarder struct {
-	seq     int32 // the base sequence of the next batch (producer deduplication)
+	// pid and seq identify this forwarder's batches to the leader
+	// (producer deduplication): the producer id is drawn at the first batch
+	// and belongs to this partition value only — a replica move replaces
+	// the value, and a new value's batches must not be taken for resends
+	// (or stale copies) of the old one's, which may still be in flight.
+	pid     int64
+	seq     int32 // the base sequence of the next batch
 	queue   []fwdCall
 	bytes   int
 	running bool // a drain goroutine runs; it will see queue
@@ -75,7 +81,10 @@ func (c *cluster) drainForward(part *partition) {
 		batch = append(batch[:0], f.queue[:n]...)
 		f.queue = append(f.queue[:0], f.queue[n:]...)
 		f.bytes -= size
-		seq := f.seq
+		if f.pid == 0 {
+			f.pid = newProducerID()
+		}
+		pid, seq := f.pid, f.seq
 		f.seq++
 		part.fwdMu.Unlock()
 
@@ -85,7 +94,7 @@ func (c *cluster) drainForward(part *partition) {
 		}
 		// The producer id and sequence let the leader recognise this batch
 		// when it is sent again (cluster_dedupe.go).
-		data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: c.pid, BaseSequence: seq}, recs, time.Now().UnixMilli())
+		data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: pid, BaseSequence: seq}, recs, time.Now().UnixMilli())
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
 		base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.holders(), data)
 		cancel()

@@ -70,7 +70,19 @@ func TestClusterMovesReplicas(t *testing.T) {
 		}
 	}
 	acked := map[int32][]log.Record{}
-	publish := func(via *Node, round string) {
+	var publishVia func(*Node, string)
+	// publish publishes through every running node: each forwards the
+	// partitions it does not lead, so each has forwarded before its
+	// partition values are replaced by a move.
+	publish := func(round string) {
+		t.Helper()
+		for i, cn := range tc.nodes {
+			if cn.n != nil {
+				publishVia(cn.n, fmt.Sprintf("%s-via%d", round, i))
+			}
+		}
+	}
+	publishVia = func(via *Node, round string) {
 		t.Helper()
 		for p := range int32(parts) {
 			for i := range 10 {
@@ -144,14 +156,14 @@ func TestClusterMovesReplicas(t *testing.T) {
 		}
 		return nil
 	})
-	publish(tc.nodes[0].n, "before")
+	publish("before")
 
 	// A fourth node joins: replicas spread to it.
 	n4 := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), join: []string{tc.nodes[0].addr}, deadAfter: time.Second}
 	tc.nodes = append(tc.nodes, n4)
 	tc.start(n4)
 	awaitCond(t, 60*time.Second, "replicas spread to node 4", everyReplicaHasAll(tc.nodes[0].n, balanced(1, 2, 3, 4)))
-	publish(n4.n, "joined")
+	publish("joined")
 
 	// A node stops past the dead-node timeout: its replicas go to the others.
 	cs, _ := tc.nodes[1].n.ClusterStatus()
@@ -166,7 +178,7 @@ func TestClusterMovesReplicas(t *testing.T) {
 		}
 		return nil
 	}))
-	publish(tc.nodes[2].n, "down")
+	publish("down")
 
 	// It comes back: marked up, given replicas again, copies what it missed.
 	tc.start(tc.nodes[1])
@@ -176,7 +188,7 @@ func TestClusterMovesReplicas(t *testing.T) {
 		}
 		return balanced(1, 2, 3, 4)(st)
 	}))
-	publish(tc.nodes[1].n, "back")
+	publish("back")
 	awaitCond(t, 30*time.Second, "every replica has the last records", everyReplicaHasAll(tc.nodes[0].n, func(*meta.State) error { return nil }))
 
 	// The data of the partitions moved away while it was down was deleted
