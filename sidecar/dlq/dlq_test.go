@@ -81,9 +81,9 @@ func dlRecordAt(d dl, i int, at time.Time) engine.Record {
 	}
 	return engine.Record{
 		Timestamp: at.UnixMilli(),
-		ID:    []byte(d.id),
-		Key:   []byte(d.key),
-		Value: d.value,
+		ID:        []byte(d.id),
+		Key:       []byte(d.key),
+		Value:     d.value,
 		Headers: []engine.Header{
 			h("app-header", "kept"),
 			h(deliver.HeaderDLQTopic, d.topic),
