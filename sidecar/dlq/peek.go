@@ -389,3 +389,9 @@ func matches(dl *spoolv1.DeadLetter, f *spoolv1.DeadLetterFilter) bool {
 	}
 	return true
 }
+
+// Decode turns a record of a dead-letter topic into the entry it holds
+// (for readers that follow the topic themselves, like the admin's Tail).
+func Decode(r *engine.Record, dlqPartition int32) *spoolv1.DeadLetter {
+	return toDeadLetter(r, dlqPartition)
+}
