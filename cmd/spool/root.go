@@ -32,6 +32,7 @@ type app struct {
 	output  string        // -o
 	timeout time.Duration // --timeout
 	conns   []*grpc.ClientConn
+	drawn   bool // a progress bar is on stderr's current line
 }
 
 // run runs spool with args and returns the exit code. Errors are printed
@@ -97,7 +98,7 @@ Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for the sidecar to answer a call")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 
-	root.AddCommand(a.topicCommand(), a.groupCommand(), a.clusterCommand(), a.dlqCommand(), a.produceCommand(),
+	root.AddCommand(a.topicCommand(), a.groupCommand(), a.clusterCommand(), a.dlqCommand(), a.produceCommand(), a.tailCommand(),
 		a.planCommand(), a.devCommand(), a.demoCommand())
 	return root
 }
