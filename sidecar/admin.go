@@ -112,8 +112,8 @@ func (a *admin) CreateTopic(ctx context.Context, req *spoolv1.CreateTopicRequest
 	defer a.catalog.mu.Unlock()
 	if cur, ok := a.topicSpec(spec.Name); ok {
 		if cur != spec {
-			return nil, apierr.ToStatus(apierr.New(apierr.TopicExists, "topic %s exists with %d partitions and retention %s / %d bytes: change its retention with AlterTopic (spool topic alter); partition counts do not change",
-				spec.Name, cur.Partitions, cur.RetentionAge, cur.RetentionBytes))
+			return nil, apierr.ToStatus(apierr.New(apierr.TopicExists, "topic %s exists with other settings (%d partitions, retention %s, %s per partition): change its retention with AlterTopic (spool topic alter); partition counts do not change",
+				spec.Name, cur.Partitions, ageOrForever(cur.RetentionAge), bytesOrUnlimited(cur.RetentionBytes)))
 		}
 	} else if err := a.eng.EnsureTopic(spec); err != nil {
 		return nil, apierr.ToStatus(fmt.Errorf("create topic %s: %w", spec.Name, err))
@@ -450,6 +450,20 @@ func (a *admin) addBreakersAndParked(gi *spoolv1.GroupInfo) {
 		}
 	}
 	slices.SortFunc(gi.Breakers, func(x, y *spoolv1.BreakerInfo) int { return strings.Compare(x.Downstream, y.Downstream) })
+}
+
+func ageOrForever(d time.Duration) string {
+	if d <= 0 {
+		return "forever"
+	}
+	return d.String()
+}
+
+func bytesOrUnlimited(n int64) string {
+	if n <= 0 {
+		return "unlimited bytes"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
 }
 
 func unknownTopic(topic string) error {

@@ -120,15 +120,15 @@ type purgePartView struct {
 }
 
 func writePurge(w io.Writer, v purgeView) {
-	verb := "purged"
-	if v.DryRun {
-		verb = "would be purged (dry run: nothing purged)"
-	}
 	scope := "every entry present"
 	if v.Before != "" {
-		scope = "entries dead-lettered before " + v.Before
+		scope = "the entries dead-lettered before " + v.Before
 	}
-	fmt.Fprintf(w, "%d dead letters of group %s on %s %s (%s)\n\n", v.Purged, v.Group, v.Topic, verb, scope)
+	if v.DryRun {
+		fmt.Fprintf(w, "dry run: %d dead letters of group %s on %s would be purged (%s); nothing purged\n\n", v.Purged, v.Group, v.Topic, scope)
+	} else {
+		fmt.Fprintf(w, "%d dead letters of group %s on %s purged (%s)\n\n", v.Purged, v.Group, v.Topic, scope)
+	}
 	tw := newTable(w)
 	row(tw, "DLQ PARTITION", "PURGED BEFORE", "PURGED UP TO", "END")
 	for _, p := range v.Partitions {

@@ -227,8 +227,8 @@ func (a *app) planFromMetrics(cmd *cobra.Command, url, topic, group string, wind
 }
 
 func writeMetricsPlan(w io.Writer, mp metricsPlan, in planInput, r planResult) {
-	group := mp.Group
-	if group == "" {
+	group := "group " + mp.Group
+	if mp.Group == "" {
 		group = "every group"
 	}
 	fmt.Fprintf(w, "Measured on %s over %s (topic %s, %s):\n\n", mp.URL, strconv.FormatFloat(mp.WindowS, 'f', 1, 64)+"s", mp.Topic, group)

@@ -167,11 +167,11 @@ func (a *app) writeTailEvent(v tailEventView, headers bool) error {
 	w := a.stdout
 	switch a.output {
 	case "json":
-		b, err := json.Marshal(v)
-		if err != nil {
+		enc := json.NewEncoder(w) // one object per line
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
 			return failed("encoding JSON: %v", err)
 		}
-		fmt.Fprintln(w, string(b))
 		return nil
 	case "yaml":
 		b, err := yaml.Marshal(v)
