@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/apierr"
@@ -189,6 +191,9 @@ func (a *admin) DeleteTopic(ctx context.Context, req *spoolv1.DeleteTopicRequest
 func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) (*spoolv1.ListGroupsResponse, error) {
 	resp := &spoolv1.ListGroupsResponse{}
 	found := false
+	// The parked keys and breaker states come from the delivery loops'
+	// gauges, gathered once for every group listed.
+	mfs, _ := a.m.Registry.Gather() // what was gathered is used even if some collector failed
 	for _, g := range a.groups {
 		if req.GetGroup() != "" && g.Name() != req.GetGroup() {
 			continue
@@ -203,7 +208,7 @@ func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) 
 		}
 		for _, t := range snap.Topics {
 			gi := &spoolv1.GroupInfo{Group: g.Name(), Topic: t.Topic, Consumers: uint32(snap.Consumers)}
-			a.addBreakersAndParked(gi)
+			addBreakersAndParked(gi, mfs)
 			for _, p := range t.Partitions {
 				gi.Partitions = append(gi.Partitions, &spoolv1.PartitionLag{
 					Partition: p.Partition, CommittedOffset: p.Committed, EndOffset: p.End,
@@ -416,11 +421,7 @@ func (a *admin) committed(ctx context.Context, g *deliver.Group, topic string) (
 // addBreakersAndParked fills in the parked keys and breaker states of a
 // subscription from the gauges the delivery loop keeps
 // (spool_parked_keys, spool_breaker_state).
-func (a *admin) addBreakersAndParked(gi *spoolv1.GroupInfo) {
-	mfs, err := a.m.Registry.Gather()
-	if err != nil {
-		return // what was gathered is still used below; partial is fine
-	}
+func addBreakersAndParked(gi *spoolv1.GroupInfo, mfs []*dto.MetricFamily) {
 	for _, mf := range mfs {
 		name := mf.GetName()
 		if name != "spool_parked_keys" && name != "spool_breaker_state" {
