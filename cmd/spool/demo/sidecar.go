@@ -32,10 +32,10 @@ type runningSidecar struct {
 // demoConfig is the dev configuration with the demo's topic and subscription:
 // quick retries so the outage plays out in seconds, a visibility timeout well
 // above the provider's latency, and room for many orders in flight.
-func demoConfig(socket string) *config.Config {
+func demoConfig(socket, adminListen string) *config.Config {
 	cfg := config.DevConfig()
 	cfg.Node.AppListen = []string{"unix://" + socket}
-	cfg.Node.AdminListen = "127.0.0.1:0"
+	cfg.Node.AdminListen = adminListen
 	cfg.Node.DrainTimeout = 5 * time.Second
 	cfg.Topics = []config.TopicConfig{config.NewTopic(Topic, 4)}
 	sub := config.NewSubscription(Topic, Group)
@@ -53,13 +53,13 @@ func demoConfig(socket string) *config.Config {
 
 // startSidecar runs sidecar.Run in a goroutine (owned: stop ends and awaits
 // it) and returns once it listens. The app listens on a unix socket in a
-// temporary directory, the admin port on a free TCP port.
-func startSidecar(logger *slog.Logger) (*runningSidecar, error) {
+// temporary directory, the admin port on adminListen.
+func startSidecar(logger *slog.Logger, adminListen string) (*runningSidecar, error) {
 	dir, err := os.MkdirTemp("", "spool-demo-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory for the sidecar's socket: %w", err)
 	}
-	cfg := demoConfig(filepath.Join(dir, "app.sock"))
+	cfg := demoConfig(filepath.Join(dir, "app.sock"), adminListen)
 	if err := cfg.Validate(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("the demo's sidecar configuration is invalid: %w", err)
