@@ -17,6 +17,7 @@ func (a *app) dlqListCommand() *cobra.Command {
 	var entries bool
 	var limit uint32
 	var topKeys uint32
+	var cur string
 	c := &cobra.Command{
 		Use:   "list --group GROUP --topic TOPIC",
 		Short: "Count dead letters by reason, hour and key, or list them one per line",
@@ -40,7 +41,10 @@ payload. ` + "`spool dlq peek`" + ` shows them in full.`,
 				return err
 			}
 			if entries {
-				return a.dlqListEntries(cmd, f, flt, limit)
+				return a.dlqListEntries(cmd, f, flt, limit, cur)
+			}
+			if cur != "" {
+				return usageErr("--cursor goes with --entries (a count always reads to the end)")
 			}
 			if topKeys < 1 || topKeys > 100 {
 				return usageErr("--top-keys %d: use 1..100", topKeys)
@@ -106,6 +110,7 @@ payload. ` + "`spool dlq peek`" + ` shows them in full.`,
 	c.Flags().BoolVar(&entries, "entries", false, "list the entries one per line instead of counting")
 	c.Flags().Uint32Var(&limit, "limit", 100, "with --entries: at most this many (1..100000)")
 	c.Flags().Uint32Var(&topKeys, "top-keys", 10, "how many of the most frequent keys to show (1..100)")
+	c.Flags().StringVar(&cur, "cursor", "", "with --entries: go on where a previous listing stopped (it prints the cursor)")
 	return c
 }
 
@@ -165,7 +170,7 @@ func writeDLQSummary(w io.Writer, v dlqSummaryView) {
 
 // dlqListEntries pages through PeekDeadLetters and lists the entries one
 // per line.
-func (a *app) dlqListEntries(cmd *cobra.Command, f dlqFlags, flt *spoolv1.DeadLetterFilter, limit uint32) error {
+func (a *app) dlqListEntries(cmd *cobra.Command, f dlqFlags, flt *spoolv1.DeadLetterFilter, limit uint32, cur string) error {
 	if limit < 1 || limit > 100_000 {
 		return usageErr("--limit %d: use 1..100000", limit)
 	}
@@ -174,7 +179,6 @@ func (a *app) dlqListEntries(cmd *cobra.Command, f dlqFlags, flt *spoolv1.DeadLe
 		return err
 	}
 	views := []deadLetterView{}
-	var cur string
 	for {
 		ctx, cancel := a.call(cmd)
 		resp, err := c.PeekDeadLetters(ctx, &spoolv1.PeekDeadLettersRequest{Group: f.group, Topic: f.topic, Filter: flt, Limit: min(limit-uint32(len(views)), 1000), Cursor: cur})
@@ -200,7 +204,7 @@ func (a *app) dlqListEntries(cmd *cobra.Command, f dlqFlags, flt *spoolv1.DeadLe
 		writeDeadLetterRows(w, views)
 	})
 	if cur != "" {
-		fmt.Fprintf(a.stderr, "more may match: raise --limit, or peek on with --cursor %s\n", cur)
+		fmt.Fprintf(a.stderr, "more may match: raise --limit, or add --cursor %s to list on\n", cur)
 	}
 	return err
 }

@@ -1,8 +1,9 @@
 // Command spool is Spool's command-line tool: it looks at and operates a
 // running sidecar through its AdminService (topics, groups and lag, dead
-// letters, offsets), publishes through PublisherService, sizes a
-// deployment (`spool plan`), and runs a development sidecar (`spool dev`)
-// or the demo (`spool demo`). docs/cli.md describes every command.
+// letters, offsets, tail), publishes through PublisherService, sizes a
+// deployment (`spool plan`, also from a sidecar's /metrics), and runs a
+// development sidecar (`spool dev`) or the demo (`spool demo`).
+// docs/cli.md describes every command.
 //
 // Exit codes (exitOK ... exitUnreachable below, docs/cli.md): 0 done, 1 the
 // operation failed or was refused, 2 usage error, 3 the sidecar did not

@@ -70,14 +70,16 @@ func (a *app) rootCommand() *cobra.Command {
 		Use:   "spool",
 		Short: "Look at and operate Spool sidecars",
 		Long: `spool talks to a running spoold: topics, consumer groups and their lag,
-dead letters and redrive, offsets; it publishes test messages, sizes a
-deployment, and runs a development sidecar.
+dead letters (count, read, redrive, purge), offsets; it publishes messages,
+follows a topic live (tail), sizes a deployment (plan, also from a running
+sidecar's metrics), and runs a development sidecar.
 
 Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 3 the sidecar did not answer. docs/cli.md describes every command.`,
 		Example: `  spool dev                          # a development sidecar in the foreground
   spool topic list
   spool group describe demo-app -o json
+  spool tail demo --group demo-app
   SPOOL_ADMIN=10.0.0.5:7071 spool dlq peek --group email-workers --topic order-placed`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

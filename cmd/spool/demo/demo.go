@@ -207,7 +207,6 @@ from another terminal (Ctrl-C here stops it):
   spool --admin %[1]s dlq list --group %[3]s --topic %[2]s
   spool --admin %[1]s dlq peek --group %[3]s --topic %[2]s --limit 3
   spool --admin %[1]s tail %[2]s --from-beginning --limit 5
-  spool plan --from-metrics http://%[1]s/metrics --topic %[2]s --group %[3]s --processing-time 300ms --window 2s
 `, sc.adminAddr, Topic, Group)
 		<-ctx.Done()
 	}
