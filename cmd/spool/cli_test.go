@@ -131,12 +131,19 @@ func TestDeadLetters(t *testing.T) {
 	s.check("dlq_list", 0, "dlq", "list", "--group", workers, "--topic", jobsT)
 	s.check("dlq_list_json", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--key", "user-2", "-o", "json")
 	s.check("dlq_list_entries", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--entries")
+	r := s.check("dlq_list_entries_page1", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--entries", "--limit", "2")
+	m := regexp.MustCompile(`--cursor (\S+)`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("the first listing gives no cursor: %q", r.stderr)
+	}
+	s.check("dlq_list_entries_page2", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--entries", "--limit", "2", "--cursor", m[1])
+	s.check("dlq_list_cursor_without_entries", 2, "dlq", "list", "--group", workers, "--topic", jobsT, "--cursor", m[1])
 	s.check("dlq_peek_min_attempts", 0, "dlq", "peek", "--group", workers, "--topic", jobsT, "--min-attempts", "2")
 	s.check("dlq_peek_bad_attempts", 2, "dlq", "peek", "--group", workers, "--topic", jobsT, "--min-attempts", "3", "--max-attempts", "2")
 
 	// Paging: the first page says how to go on; the cursor goes on.
-	r := s.check("dlq_peek_page1", 0, "dlq", "peek", "--group", workers, "--topic", jobsT, "--limit", "3")
-	m := regexp.MustCompile(`--cursor (\S+)`).FindStringSubmatch(r.stderr)
+	r = s.check("dlq_peek_page1", 0, "dlq", "peek", "--group", workers, "--topic", jobsT, "--limit", "3")
+	m = regexp.MustCompile(`--cursor (\S+)`).FindStringSubmatch(r.stderr)
 	if m == nil {
 		t.Fatalf("the first page gives no cursor: %q", r.stderr)
 	}
