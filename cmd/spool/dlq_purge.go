@@ -63,8 +63,11 @@ terminal).`,
 				if err != nil {
 					return purgeView{}, a.adminErr(what, err)
 				}
-				v := purgeView{Group: group, Topic: topic, DryRun: dry, Purged: resp.GetPurged(), Before: a.timeText(req.BeforeTimeMs), Partitions: []purgePartView{}}
-				if before != "" {
+				v := purgeView{Group: group, Topic: topic, DryRun: dry, Purged: resp.GetPurged(), Partitions: []purgePartView{}}
+				switch {
+				case req.BeforeTimeMs > 0 && olderThan > 0 && a.redact:
+					v.Before = "<time>" // now - --older-than
+				case req.BeforeTimeMs > 0:
 					v.Before = time.UnixMilli(req.BeforeTimeMs).UTC().Format(time.RFC3339)
 				}
 				for _, p := range resp.GetPartitions() {
