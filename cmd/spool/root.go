@@ -49,6 +49,7 @@ func run(ctx context.Context, e env, args []string) int {
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	cmd, err := root.ExecuteContextC(ctx)
+	a.progressDone() // an error goes on its own line, not after a progress bar
 	if err == nil {
 		return exitOK
 	}
