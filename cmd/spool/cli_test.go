@@ -366,6 +366,14 @@ func TestCompletion(t *testing.T) {
 	if !strings.Contains(r.stdout, billing+"\n") || !strings.Contains(r.stdout, workers+"\n") {
 		t.Errorf("completing group describe: %q lacks the groups", r.stdout)
 	}
+	r = s.spool("", false, "__complete", "dlq", "peek", "--group", "")
+	if !strings.Contains(r.stdout, workers+"\n") {
+		t.Errorf("completing dlq peek --group: %q lacks the groups", r.stdout)
+	}
+	r = s.spool("", false, "__complete", "tail", "")
+	if !strings.Contains(r.stdout, ordersT+"\n") {
+		t.Errorf("completing tail: %q lacks the topics", r.stdout)
+	}
 }
 
 // TestEveryCommandHasExamples: --help shows examples on every command of

@@ -19,6 +19,7 @@ import (
 
 // dlqFlags select a subscription's dead letters.
 type dlqFlags struct {
+	app                      *app // completes --group and --topic from the sidecar
 	group, topic             string
 	from, to                 string
 	since                    time.Duration
@@ -26,7 +27,8 @@ type dlqFlags struct {
 	minAttempts, maxAttempts uint32
 }
 
-func (f *dlqFlags) bind(c *cobra.Command) {
+func (f *dlqFlags) bind(a *app, c *cobra.Command) {
+	f.app = a
 	fl := c.Flags()
 	fl.StringVar(&f.group, "group", "", "consumer group that dead-lettered the messages (required)")
 	fl.StringVar(&f.topic, "topic", "", "original topic (required)")
@@ -40,6 +42,8 @@ func (f *dlqFlags) bind(c *cobra.Command) {
 	_ = c.MarkFlagRequired("group")
 	_ = c.MarkFlagRequired("topic")
 	c.MarkFlagsMutuallyExclusive("from", "since")
+	_ = c.RegisterFlagCompletionFunc("group", f.app.completeGroups)
+	_ = c.RegisterFlagCompletionFunc("topic", f.app.completeTopics)
 }
 
 func (f *dlqFlags) filter(now time.Time) (*spoolv1.DeadLetterFilter, error) {
@@ -164,7 +168,7 @@ When more may match, it says on stderr how to go on (--cursor).`,
 			return err
 		},
 	}
-	f.bind(c)
+	f.bind(a, c)
 	c.Flags().Uint32Var(&limit, "limit", 20, "at most this many entries (1..1000)")
 	c.Flags().StringVar(&cur, "cursor", "", "go on where a previous peek stopped (it prints the cursor)")
 	return c
@@ -251,7 +255,7 @@ between two calls' messages and says how far it got.
 			return a.render(v, func(w io.Writer) { writeRedrive(w, v) })
 		},
 	}
-	f.bind(c)
+	f.bind(a, c)
 	c.Flags().Uint32Var(&rate, "rate", 100, "at most this many messages per second (1..10000)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count what would move and show the first entries; move nothing")
 	return c

@@ -106,7 +106,7 @@ payload. ` + "`spool dlq peek`" + ` shows them in full.`,
 			return a.render(v, func(w io.Writer) { writeDLQSummary(w, v) })
 		},
 	}
-	f.bind(c)
+	f.bind(a, c)
 	c.Flags().BoolVar(&entries, "entries", false, "list the entries one per line instead of counting")
 	c.Flags().Uint32Var(&limit, "limit", 100, "with --entries: at most this many (1..100000)")
 	c.Flags().Uint32Var(&topKeys, "top-keys", 10, "how many of the most frequent keys to show (1..100)")

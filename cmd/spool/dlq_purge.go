@@ -102,6 +102,8 @@ terminal).`,
 	_ = c.MarkFlagRequired("group")
 	_ = c.MarkFlagRequired("topic")
 	c.MarkFlagsMutuallyExclusive("before", "older-than")
+	_ = c.RegisterFlagCompletionFunc("group", a.completeGroups)
+	_ = c.RegisterFlagCompletionFunc("topic", a.completeTopics)
 	return c
 }
 

@@ -97,18 +97,22 @@ func TestRedriveDryRunAndRate(t *testing.T) {
 	// The append times of the redriven messages: n messages at most rate
 	// per second span at least (n-1)/rate seconds.
 	times := s.appendTimes(jobsT, 0, before+1, n)
+	// The log stamps a message when its appender writes it, so a stalled
+	// appender (a loaded machine) can bunch a few stamps together: the
+	// bounds leave room for that, and still fail a redrive that is not
+	// paced (it appends all n within milliseconds).
 	span := time.Duration(times[n-1]-times[0]) * time.Millisecond
 	minSpan := time.Duration(n-1) * time.Second / rate
-	if span < minSpan*95/100 {
+	if span < minSpan*8/10 {
 		t.Errorf("%d messages redriven at --rate %d were appended within %v; at that rate they take at least %v", n, rate, span, minSpan)
 	}
-	// And no faster within any second: at most rate+1 appends in any 1 s.
+	// And no burst: at most 1.5 × rate appends stamped within any second.
 	for i := range times {
 		k := 0
 		for j := i; j < len(times) && times[j]-times[i] < 1000; j++ {
 			k++
 		}
-		if k > rate+1 {
+		if k > rate*3/2 {
 			t.Errorf("%d redriven messages appended within one second from #%d, --rate %d", k, i, rate)
 			break
 		}
@@ -182,9 +186,17 @@ func TestTail(t *testing.T) {
 		return spool.DeadLetter("invalid email address")
 	}, spool.WithConcurrency(1))
 	defer stopConsumer()
+	progressed := func() bool { // a progress event past the first message
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var ev tailEventView
+			if json.Unmarshal([]byte(line), &ev) == nil && ev.Event == "progress" && ev.Committed != nil && *ev.Committed >= 1 {
+				return true
+			}
+		}
+		return false
+	}
 	eventually(t, 20*time.Second, "the group tail saw a dead letter and the group's progress", func() bool {
-		o := out.String()
-		if strings.Contains(o, `"event":"dead_letter"`) && strings.Contains(o, `"committed_offset":1`) {
+		if strings.Contains(out.String(), `"event":"dead_letter"`) && progressed() {
 			return true
 		}
 		if r := s.spool("", false, "produce", jobsT, "job", "--key", "user-9"); r.code != 0 {
