@@ -49,8 +49,9 @@ func newAdmin(cfg *config.Config, eng *engine.Node, groups []*deliver.Group, l l
 
 func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv1.ListTopicsResponse, error) {
 	resp := &spoolv1.ListTopicsResponse{}
+	cs, clustered := a.eng.ClusterStatus()
 	for _, t := range a.eng.Topics() {
-		ti, err := a.topicInfo(t)
+		ti, err := a.topicInfoIn(t, cs, clustered)
 		if err != nil {
 			return nil, apierr.ToStatus(fmt.Errorf("list topics: %w", err))
 		}
@@ -65,6 +66,12 @@ func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv
 // (empty otherwise).
 func (a *admin) topicInfo(t engine.TopicSpec) (*spoolv1.TopicInfo, error) {
 	cs, clustered := a.eng.ClusterStatus()
+	return a.topicInfoIn(t, cs, clustered)
+}
+
+// topicInfoIn is topicInfo with the cluster status taken once for many
+// topics.
+func (a *admin) topicInfoIn(t engine.TopicSpec, cs engine.ClusterStatus, clustered bool) (*spoolv1.TopicInfo, error) {
 	ti := &spoolv1.TopicInfo{Name: t.Name, RetentionMs: t.RetentionAge.Milliseconds(), RetentionBytes: t.RetentionBytes}
 	for p := range t.Partitions {
 		start, end, err := a.eng.Offsets(t.Name, p)
