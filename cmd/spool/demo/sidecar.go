@@ -138,32 +138,22 @@ func (sc *runningSidecar) queueState() queueState {
 }
 
 // readDeadLetters reads every entry of the DLQ through AdminService, keyed by
-// order id (the message key). PeekDeadLetters returns at most 1,000 entries
-// oldest first, so it pages by dead-letter time and skips entries seen.
+// order id (the message key), a page of at most 1,000 entries at a time,
+// going on with each page's cursor.
 func readDeadLetters(sc *runningSidecar) (map[string]*spoolv1.DeadLetter, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out := map[string]*spoolv1.DeadLetter{}
-	seen := map[int64]bool{}
-	var from int64
+	var cursor string
 	for {
-		resp, err := sc.admin.PeekDeadLetters(ctx, &spoolv1.PeekDeadLettersRequest{
-			Topic: Topic, Group: Group, Limit: 1000, Filter: &spoolv1.DeadLetterFilter{FromTimeMs: from},
-		})
+		resp, err := sc.admin.PeekDeadLetters(ctx, &spoolv1.PeekDeadLettersRequest{Topic: Topic, Group: Group, Limit: 1000, Cursor: cursor})
 		if err != nil {
 			return out, fmt.Errorf("reading the dead-letter queue %s: %w", DLQTopic, err)
 		}
-		fresh := 0
 		for _, e := range resp.GetEntries() {
-			if seen[e.GetDlqOffset()] {
-				continue
-			}
-			seen[e.GetDlqOffset()] = true
-			fresh++
 			out[string(e.GetMessage().GetKey())] = e
-			from = max(from, e.GetDeadLetteredTimeMs())
 		}
-		if len(resp.GetEntries()) < 1000 || fresh == 0 {
+		if cursor = resp.GetNextCursor(); cursor == "" {
 			return out, nil
 		}
 	}
