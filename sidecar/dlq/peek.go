@@ -177,19 +177,18 @@ func newReader(eng Engine, q Query, fetchBytes, budget int) (*reader, error) {
 			return nil, err
 		}
 		lo, hi := max(start, marks[p].Next), end
+		// The time index only narrows the range: the filter is checked on
+		// every entry read. Where it cannot answer (a node without a
+		// replica of the partition, in a cluster), the range stays whole.
 		if f.GetFromTimeMs() > 0 {
-			off, err := eng.OffsetForTime(q.DLQTopic, p, time.UnixMilli(f.GetFromTimeMs()).Add(-IndexSlack))
-			if err != nil {
-				return nil, fmt.Errorf("looking up %s partition %d by time: %w", q.DLQTopic, p, err)
+			if off, err := eng.OffsetForTime(q.DLQTopic, p, time.UnixMilli(f.GetFromTimeMs()).Add(-IndexSlack)); err == nil {
+				lo = max(lo, off)
 			}
-			lo = max(lo, off)
 		}
 		if f.GetToTimeMs() > 0 {
-			off, err := eng.OffsetForTime(q.DLQTopic, p, time.UnixMilli(f.GetToTimeMs()).Add(IndexSlack))
-			if err != nil {
-				return nil, fmt.Errorf("looking up %s partition %d by time: %w", q.DLQTopic, p, err)
+			if off, err := eng.OffsetForTime(q.DLQTopic, p, time.UnixMilli(f.GetToTimeMs()).Add(IndexSlack)); err == nil {
+				hi = min(hi, off)
 			}
-			hi = min(hi, off)
 		}
 		if q.Cursor != "" {
 			hi = min(hi, c.stop[p]) // the end the first page saw
