@@ -5,8 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -29,44 +34,173 @@ type admin struct {
 	groups []*deliver.Group
 	ledger ledger.Ledger // nil without one
 	m      *metrics.Metrics
+	// catalog keeps the topics CreateTopic made (on a single node); its
+	// mutex serializes topic changes.
+	catalog *topicCatalog
+	purgeMu sync.Mutex // serializes PurgeDeadLetters (read, then move the mark)
+	// tailPoll is how often Tail looks for the group's progress and, in a
+	// cluster, for appends to partitions led elsewhere.
+	tailPoll time.Duration
 }
 
 func newAdmin(cfg *config.Config, eng *engine.Node, groups []*deliver.Group, l ledger.Ledger, m *metrics.Metrics) *admin {
-	return &admin{cfg: cfg, eng: eng, groups: groups, ledger: l, m: m}
+	return &admin{cfg: cfg, eng: eng, groups: groups, ledger: l, m: m, catalog: &topicCatalog{}, tailPoll: DefaultTailPoll}
 }
 
 func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv1.ListTopicsResponse, error) {
 	resp := &spoolv1.ListTopicsResponse{}
-	// In a cluster, a partition's leader is the node id raft names (known
-	// for the partitions this node holds a replica of; empty otherwise).
 	cs, clustered := a.eng.ClusterStatus()
-	leaders := map[string]string{}
-	for _, r := range cs.Replicas {
-		if r.Leader != 0 {
-			leaders[r.Topic+"/"+strconv.Itoa(int(r.Partition))] = strconv.FormatUint(r.Leader, 10)
-		}
-	}
 	for _, t := range a.eng.Topics() {
-		ti := &spoolv1.TopicInfo{Name: t.Name, RetentionMs: t.RetentionAge.Milliseconds(), RetentionBytes: t.RetentionBytes}
-		for p := range t.Partitions {
-			start, end, err := a.eng.Offsets(t.Name, p)
-			if err != nil {
-				return nil, apierr.ToStatus(fmt.Errorf("list topics: %s/%d: %w", t.Name, p, err))
-			}
-			leader := a.cfg.Node.ID
-			if clustered {
-				leader = leaders[t.Name+"/"+strconv.Itoa(int(p))]
-			}
-			ti.Partitions = append(ti.Partitions, &spoolv1.PartitionInfo{Partition: p, StartOffset: start, EndOffset: end, Leader: leader})
+		ti, err := a.topicInfoIn(t, cs, clustered)
+		if err != nil {
+			return nil, apierr.ToStatus(fmt.Errorf("list topics: %w", err))
 		}
 		resp.Topics = append(resp.Topics, ti)
 	}
 	return resp, nil
 }
 
+// topicInfo describes a topic: its settings and each partition's offsets,
+// leader and replicas. In a cluster, leader and replicas are the node ids
+// raft names, known for the partitions this node holds a replica of
+// (empty otherwise).
+func (a *admin) topicInfo(t engine.TopicSpec) (*spoolv1.TopicInfo, error) {
+	cs, clustered := a.eng.ClusterStatus()
+	return a.topicInfoIn(t, cs, clustered)
+}
+
+// topicInfoIn is topicInfo with the cluster status taken once for many
+// topics.
+func (a *admin) topicInfoIn(t engine.TopicSpec, cs engine.ClusterStatus, clustered bool) (*spoolv1.TopicInfo, error) {
+	ti := &spoolv1.TopicInfo{Name: t.Name, RetentionMs: t.RetentionAge.Milliseconds(), RetentionBytes: t.RetentionBytes}
+	for p := range t.Partitions {
+		start, end, err := a.eng.Offsets(t.Name, p)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%d: %w", t.Name, p, err)
+		}
+		pi := &spoolv1.PartitionInfo{Partition: p, StartOffset: start, EndOffset: end, Leader: a.cfg.Node.ID, Replicas: []string{a.cfg.Node.ID}}
+		if clustered {
+			pi.Leader, pi.Replicas = "", nil
+			for _, r := range cs.Replicas {
+				if r.Topic == t.Name && r.Partition == p {
+					if r.Leader != 0 {
+						pi.Leader = strconv.FormatUint(r.Leader, 10)
+					}
+					for _, id := range r.Replicas {
+						pi.Replicas = append(pi.Replicas, strconv.FormatUint(id, 10))
+					}
+				}
+			}
+		}
+		ti.Partitions = append(ti.Partitions, pi)
+	}
+	return ti, nil
+}
+
+// topicSpec is the engine's spec of a topic this node has.
+func (a *admin) topicSpec(name string) (engine.TopicSpec, bool) {
+	for _, t := range a.eng.Topics() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return engine.TopicSpec{}, false
+}
+
+// CreateTopic creates a topic through the engine (in a cluster, a proposal
+// to the controller), and on a single node records it in the catalogue so
+// that the next start opens it again. Creating an existing topic with the
+// same settings succeeds; with other settings it is TOPIC_EXISTS.
+func (a *admin) CreateTopic(ctx context.Context, req *spoolv1.CreateTopicRequest) (*spoolv1.CreateTopicResponse, error) {
+	if err := checkTopicSpec(req.GetName(), req.GetPartitions(), req.GetRetentionMs(), req.GetRetentionBytes()); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	ct := createdTopic{Name: req.GetName(), Partitions: req.GetPartitions(), RetentionMs: req.GetRetentionMs(), RetentionBytes: req.GetRetentionBytes()}
+	spec := ct.spec()
+	a.catalog.mu.Lock()
+	defer a.catalog.mu.Unlock()
+	if cur, ok := a.topicSpec(spec.Name); ok {
+		if cur != spec {
+			return nil, apierr.ToStatus(apierr.New(apierr.TopicExists, "topic %s exists with other settings (%d partitions, retention %s, %s per partition): change its retention with AlterTopic (spool topic alter); partition counts do not change",
+				spec.Name, cur.Partitions, ageOrForever(cur.RetentionAge), bytesOrUnlimited(cur.RetentionBytes)))
+		}
+	} else if err := a.eng.EnsureTopic(spec); err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("create topic %s: %w", spec.Name, err))
+	}
+	if !declaredTopic(a.cfg, spec.Name) {
+		if err := a.catalog.put(ct); err != nil {
+			return nil, apierr.ToStatus(fmt.Errorf("create topic %s: it exists now, but recording it for the next start failed (it will not be reopened then): %w", spec.Name, err))
+		}
+	}
+	ti, err := a.topicInfo(spec)
+	if err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("create topic %s: %w", spec.Name, err))
+	}
+	return &spoolv1.CreateTopicResponse{Topic: ti}, nil
+}
+
+// AlterTopic changes the retention of a topic that the config does not
+// declare.
+func (a *admin) AlterTopic(ctx context.Context, req *spoolv1.AlterTopicRequest) (*spoolv1.AlterTopicResponse, error) {
+	a.catalog.mu.Lock()
+	defer a.catalog.mu.Unlock()
+	cur, ok := a.topicSpec(req.GetName())
+	if !ok {
+		return nil, apierr.ToStatus(unknownTopic(req.GetName()))
+	}
+	if declaredTopic(a.cfg, cur.Name) {
+		return nil, apierr.ToStatus(apierr.New(apierr.TopicDeclared, "topic %s is declared in spoold's config (or is a subscription's dead-letter topic), which would undo the change at the next start: change it there and restart spoold", cur.Name))
+	}
+	ct := createdTopic{Name: cur.Name, Partitions: cur.Partitions, RetentionMs: cur.RetentionAge.Milliseconds(), RetentionBytes: cur.RetentionBytes}
+	if req.RetentionMs != nil {
+		ct.RetentionMs = req.GetRetentionMs()
+	}
+	if req.RetentionBytes != nil {
+		ct.RetentionBytes = req.GetRetentionBytes()
+	}
+	if err := checkTopicSpec(ct.Name, ct.Partitions, ct.RetentionMs, ct.RetentionBytes); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	if err := a.eng.EnsureTopic(ct.spec()); err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("alter topic %s: %w", ct.Name, err))
+	}
+	if err := a.catalog.put(ct); err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("alter topic %s: changed now, but recording it for the next start failed (the old retention returns then): %w", ct.Name, err))
+	}
+	ti, err := a.topicInfo(ct.spec())
+	if err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("alter topic %s: %w", ct.Name, err))
+	}
+	return &spoolv1.AlterTopicResponse{Topic: ti}, nil
+}
+
+// DeleteTopic refuses, saying why: a subscription uses the topic, the
+// config declares it, or (for a topic nothing uses) Spool cannot delete
+// topics yet — the log cannot remove a partition while spoold runs, and a
+// cluster's controller has no topic deletion.
+func (a *admin) DeleteTopic(ctx context.Context, req *spoolv1.DeleteTopicRequest) (*spoolv1.DeleteTopicResponse, error) {
+	name := req.GetName()
+	if _, ok := a.topicSpec(name); !ok {
+		return nil, apierr.ToStatus(unknownTopic(name))
+	}
+	if users := usersOf(a.cfg, name); len(users) > 0 {
+		return nil, apierr.ToStatus(apierr.New(apierr.TopicInUse, "topic %s is used by the subscriptions %s: remove them from spoold's config first", name, strings.Join(users, ", ")))
+	}
+	if declaredTopic(a.cfg, name) {
+		return nil, apierr.ToStatus(apierr.New(apierr.TopicDeclared, "topic %s is declared in spoold's config, which would create it again at the next start: remove it there first", name))
+	}
+	if _, clustered := a.eng.ClusterStatus(); clustered {
+		return nil, apierr.ToStatus(apierr.New(apierr.TopicDeleteUnsupported, "deleting topic %s: topic deletion is not supported on a cluster yet (the controller cannot remove a topic): stop publishing to it and shorten its retention (spool topic alter %s --retention 1h) so that it empties", name, name))
+	}
+	return nil, apierr.ToStatus(apierr.New(apierr.TopicDeleteUnsupported, "deleting topic %s: topic deletion is not supported yet (the log cannot remove a partition while spoold runs): stop publishing to it and shorten its retention (spool topic alter %s --retention 1h) so that it empties", name, name))
+}
+
 func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) (*spoolv1.ListGroupsResponse, error) {
 	resp := &spoolv1.ListGroupsResponse{}
 	found := false
+	// The parked keys and breaker states come from the delivery loops'
+	// gauges, gathered once for every group listed.
+	mfs, _ := a.m.Registry.Gather() // what was gathered is used even if some collector failed
 	for _, g := range a.groups {
 		if req.GetGroup() != "" && g.Name() != req.GetGroup() {
 			continue
@@ -81,6 +215,7 @@ func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) 
 		}
 		for _, t := range snap.Topics {
 			gi := &spoolv1.GroupInfo{Group: g.Name(), Topic: t.Topic, Consumers: uint32(snap.Consumers)}
+			addBreakersAndParked(gi, mfs)
 			for _, p := range t.Partitions {
 				gi.Partitions = append(gi.Partitions, &spoolv1.PartitionLag{
 					Partition: p.Partition, CommittedOffset: p.Committed, EndOffset: p.End,
@@ -116,7 +251,7 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 	}, nil
 }
 
-// PeekDeadLetters reads a subscription's dead-letter topic.
+// PeekDeadLetters reads a page of a subscription's dead-letter topic.
 func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLettersRequest) (*spoolv1.PeekDeadLettersResponse, error) {
 	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
 	if !ok {
@@ -127,15 +262,56 @@ func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLetter
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	entries, err := dlq.Peek(a.eng, req.GetGroup(), sc.DLQTopic(), req.GetFilter(), limit)
+	page, err := dlq.Peek(a.eng, dlq.Query{Group: req.GetGroup(), DLQTopic: sc.DLQTopic(), Filter: req.GetFilter(), Cursor: req.GetCursor()}, limit)
 	if err != nil {
-		return nil, apierr.ToStatus(fmt.Errorf("peek dead letters of %s/%s in %s: %w", req.GetTopic(), req.GetGroup(), sc.DLQTopic(), err))
+		return nil, apierr.ToStatus(dlqErr(fmt.Sprintf("peek dead letters of %s/%s in %s", req.GetTopic(), req.GetGroup(), sc.DLQTopic()), err))
 	}
-	return &spoolv1.PeekDeadLettersResponse{Entries: entries}, nil
+	return &spoolv1.PeekDeadLettersResponse{Entries: page.Entries, NextCursor: page.NextCursor, Progress: page.Progress}, nil
+}
+
+// SummarizeDeadLetters counts a page of a subscription's dead letters.
+func (a *admin) SummarizeDeadLetters(ctx context.Context, req *spoolv1.SummarizeDeadLettersRequest) (*spoolv1.SummarizeDeadLettersResponse, error) {
+	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
+	if !ok {
+		return nil, apierr.ToStatus(unknownSubscription(req.GetTopic(), req.GetGroup()))
+	}
+	resp, err := dlq.Summarize(a.eng, dlq.Query{Group: req.GetGroup(), DLQTopic: sc.DLQTopic(), Filter: req.GetFilter(), Cursor: req.GetCursor()}, int(req.GetTopKeys()))
+	if err != nil {
+		return nil, apierr.ToStatus(dlqErr(fmt.Sprintf("summarize dead letters of %s/%s in %s", req.GetTopic(), req.GetGroup(), sc.DLQTopic()), err))
+	}
+	return resp, nil
+}
+
+// PurgeDeadLetters moves a subscription's purge mark (see dlq.Purge).
+func (a *admin) PurgeDeadLetters(ctx context.Context, req *spoolv1.PurgeDeadLettersRequest) (*spoolv1.PurgeDeadLettersResponse, error) {
+	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
+	if !ok {
+		return nil, apierr.ToStatus(unknownSubscription(req.GetTopic(), req.GetGroup()))
+	}
+	var before time.Time
+	if req.GetBeforeTimeMs() > 0 {
+		before = time.UnixMilli(req.GetBeforeTimeMs())
+	}
+	a.purgeMu.Lock()
+	defer a.purgeMu.Unlock()
+	resp, err := dlq.Purge(a.eng, req.GetGroup(), sc.DLQTopic(), before, req.GetDryRun())
+	if err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("purge dead letters of %s/%s in %s: %w", req.GetTopic(), req.GetGroup(), sc.DLQTopic(), err))
+	}
+	return resp, nil
+}
+
+// dlqErr names the operation; a bad cursor is the caller's INVALID_CURSOR.
+func dlqErr(what string, err error) error {
+	if errors.Is(err, dlq.ErrBadCursor) {
+		return apierr.Wrap(apierr.InvalidCursor, err, "%s", what)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // Redrive moves dead letters of a subscription back to the group that
-// dead-lettered them (see sidecar/dlq).
+// dead-lettered them (see sidecar/dlq): all of them in one call, or, with
+// a limit, a page per call going on from the cursor.
 func (a *admin) Redrive(ctx context.Context, req *spoolv1.RedriveRequest) (*spoolv1.RedriveResponse, error) {
 	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())
 	if !ok {
@@ -144,16 +320,17 @@ func (a *admin) Redrive(ctx context.Context, req *spoolv1.RedriveRequest) (*spoo
 	g, t := req.GetGroup(), req.GetTopic()
 	res, err := dlq.Redrive(ctx, a.eng, a.ledger, dlq.Request{
 		Group: g, Topic: t, DLQTopic: sc.DLQTopic(), Filter: req.GetFilter(), DryRun: req.GetDryRun(), RatePerS: int(req.GetRatePerS()),
+		Cursor: req.GetCursor(), Limit: int(req.GetLimit()),
 	}, dlq.Counters{
 		Redriven: func(n int) { a.m.Redriven.WithLabelValues(g, t).Add(float64(n)) },
 		Skipped:  func(reason string, n int) { a.m.RedriveSkipped.WithLabelValues(g, t, reason).Add(float64(n)) },
 	})
-	resp := &spoolv1.RedriveResponse{Matched: res.Matched, Redriven: res.Redriven, Sample: res.Sample, AlreadyDone: res.AlreadyDone}
+	resp := &spoolv1.RedriveResponse{Matched: res.Matched, Redriven: res.Redriven, Sample: res.Sample, AlreadyDone: res.AlreadyDone, NextCursor: res.NextCursor, Progress: res.Progress}
 	if err != nil {
 		// The cause decides the code (Redis down, disk full, caller gone);
 		// the message says how far the redrive got. Running it again is
 		// safe: redriven messages are skipped as already done.
-		return nil, apierr.ToStatus(fmt.Errorf("redrive %s/%s (redriven so far: %d of %d; running it again continues): %w", t, g, res.Redriven, res.Matched, err))
+		return nil, apierr.ToStatus(dlqErr(fmt.Sprintf("redrive %s/%s (redriven so far: %d of %d; running it again continues)", t, g, res.Redriven, res.Matched), err))
 	}
 	return resp, nil
 }
@@ -183,8 +360,36 @@ func (a *admin) ResetOffsets(ctx context.Context, req *spoolv1.ResetOffsetsReque
 	case *spoolv1.ResetOffsetsRequest_TimeMs:
 		ts := time.UnixMilli(to.TimeMs)
 		target = func(p int32, _, _ int64) (int64, error) { return a.eng.OffsetForTime(req.GetTopic(), p, ts) }
+	case *spoolv1.ResetOffsetsRequest_Offset:
+		target = func(int32, int64, int64) (int64, error) { return to.Offset, nil }
 	default:
-		return nil, apierr.ToStatus(apierr.New(apierr.ResetTargetRequired, "reset offsets: say where to: earliest, latest or time_ms"))
+		return nil, apierr.ToStatus(apierr.New(apierr.ResetTargetRequired, "reset offsets: say where to: earliest, latest, time_ms or offset"))
+	}
+	if len(req.GetPartitions()) > 0 {
+		// The other partitions keep their committed offset (the reset
+		// rebuilds every partition's tracker at its offset).
+		n, err := a.eng.Partitions(req.GetTopic())
+		if err != nil {
+			return nil, apierr.ToStatus(fmt.Errorf("reset offsets of group %q on topic %q: %w", req.GetGroup(), req.GetTopic(), err))
+		}
+		only := map[int32]bool{}
+		for _, p := range req.GetPartitions() {
+			if p < 0 || p >= n {
+				return nil, apierr.ToStatus(apierr.New(apierr.BadPartition, "reset offsets of group %q: topic %s has no partition %d (it has 0..%d)", req.GetGroup(), req.GetTopic(), p, n-1))
+			}
+			only[p] = true
+		}
+		committed, err := a.committed(ctx, g, req.GetTopic())
+		if err != nil {
+			return nil, err
+		}
+		chosen := target
+		target = func(p int32, start, end int64) (int64, error) {
+			if only[p] {
+				return chosen(p, start, end)
+			}
+			return committed[p], nil
+		}
 	}
 	parts, err := g.ResetOffsets(ctx, req.GetTopic(), target, req.GetDryRun())
 	switch {
@@ -198,6 +403,79 @@ func (a *admin) ResetOffsets(ctx context.Context, req *spoolv1.ResetOffsetsReque
 		resp.Partitions = append(resp.Partitions, &spoolv1.PartitionLag{Partition: p.Partition, CommittedOffset: p.Committed, EndOffset: p.End, LagMessages: p.LagMessages})
 	}
 	return resp, nil
+}
+
+// committed are a group's committed offsets on a topic, by partition.
+func (a *admin) committed(ctx context.Context, g *deliver.Group, topic string) (map[int32]int64, error) {
+	snap, err := g.Snapshot(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, apierr.ToStatus(ctx.Err())
+		}
+		return nil, apierr.ToStatus(apierr.Wrap(apierr.ShuttingDown, err, "group %q is not running (spoold is shutting down): retry against the restarted sidecar", g.Name()))
+	}
+	out := map[int32]int64{}
+	for _, t := range snap.Topics {
+		if t.Topic == topic {
+			for _, p := range t.Partitions {
+				out[p.Partition] = p.Committed
+			}
+		}
+	}
+	return out, nil
+}
+
+// addBreakersAndParked fills in the parked keys and breaker states of a
+// subscription from the gauges the delivery loop keeps
+// (spool_parked_keys, spool_breaker_state).
+func addBreakersAndParked(gi *spoolv1.GroupInfo, mfs []*dto.MetricFamily) {
+	for _, mf := range mfs {
+		name := mf.GetName()
+		if name != "spool_parked_keys" && name != "spool_breaker_state" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["group"] != gi.Group || labels["topic"] != gi.Topic {
+				continue
+			}
+			v := m.GetGauge().GetValue()
+			if name == "spool_parked_keys" {
+				gi.ParkedKeys = uint32(v)
+				continue
+			}
+			state := "closed"
+			switch v {
+			case 1:
+				state = "half-open"
+			case 2:
+				state = "open"
+			}
+			gi.Breakers = append(gi.Breakers, &spoolv1.BreakerInfo{Downstream: labels["downstream"], State: state})
+		}
+	}
+	slices.SortFunc(gi.Breakers, func(x, y *spoolv1.BreakerInfo) int { return strings.Compare(x.Downstream, y.Downstream) })
+}
+
+func ageOrForever(d time.Duration) string {
+	if d <= 0 {
+		return "forever"
+	}
+	return d.String()
+}
+
+func bytesOrUnlimited(n int64) string {
+	if n <= 0 {
+		return "unlimited bytes"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}
+
+func unknownTopic(topic string) error {
+	return apierr.New(apierr.UnknownTopic, "no topic %q: `spool topic list` shows the topics; create it with `spool topic create` or declare it under topics in spoold's config", topic)
 }
 
 func unknownGroup(group string) error {

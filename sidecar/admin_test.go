@@ -2,6 +2,8 @@ package sidecar
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +52,108 @@ func TestAdminErrorsHaveReasons(t *testing.T) {
 	check("list an unknown group", err, codes.NotFound, "UNKNOWN_GROUP")
 	_, err = a.ResetOffsets(ctx, &spoolv1.ResetOffsetsRequest{Topic: "orders", Group: "nobody"})
 	check("reset an unknown group", err, codes.NotFound, "UNKNOWN_GROUP")
+}
+
+// openNode opens a single-node engine in dir and runs it until the
+// returned stop is called.
+func openNode(t *testing.T, dir string) (*engine.Node, func()) {
+	t.Helper()
+	eng, err := engine.Open(engine.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	return eng, func() {
+		cancel()
+		<-done
+		if err := eng.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// Topics made with CreateTopic exist at once, can be altered, are opened
+// again at the next start (single node), and those the config declares or
+// subscriptions use are refused with reasons that say why.
+func TestAdminTopics(t *testing.T) {
+	dir := t.TempDir()
+	eng, stop := openNode(t, dir)
+	cfg := &config.Config{Topics: []config.TopicConfig{config.NewTopic("orders", 1)}, Subscriptions: []config.SubscriptionConfig{config.NewSubscription("orders", "mail")}}
+	for _, tc := range cfg.AllTopics() {
+		if err := eng.EnsureTopic(engine.TopicSpec{Name: tc.Name, Partitions: int32(tc.Partitions), RetentionAge: tc.Retention}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := newAdmin(cfg, eng, nil, nil, metrics.New())
+	a.catalog = newTopicCatalog(dir, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	check := func(what string, err error, code codes.Code, reason string) {
+		t.Helper()
+		if status.Code(err) != code || reasonOf(err) != reason {
+			t.Errorf("%s: %v (reason %q), want %s %s", what, err, reasonOf(err), code, reason)
+		}
+	}
+	resp, err := a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "audit", Partitions: 3, RetentionMs: 3_600_000})
+	if err != nil || len(resp.GetTopic().GetPartitions()) != 3 || resp.GetTopic().GetRetentionMs() != 3_600_000 {
+		t.Fatalf("create audit: %v, %v", resp, err)
+	}
+	if _, err := a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "audit", Partitions: 3, RetentionMs: 3_600_000}); err != nil {
+		t.Errorf("creating audit again with the same settings: %v", err)
+	}
+	_, err = a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "audit", Partitions: 4})
+	check("create audit with other settings", err, codes.FailedPrecondition, "TOPIC_EXISTS")
+	_, err = a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "bad/name", Partitions: 1})
+	check("create with a bad name", err, codes.InvalidArgument, "INVALID_TOPIC_NAME")
+	_, err = a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "zero", Partitions: 0})
+	check("create with no partitions", err, codes.InvalidArgument, "INVALID_TOPIC_SPEC")
+	_, err = a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "neg", Partitions: 1, RetentionBytes: -1})
+	check("create with a negative retention", err, codes.InvalidArgument, "INVALID_TOPIC_SPEC")
+
+	bytes := int64(1 << 30)
+	alt, err := a.AlterTopic(ctx, &spoolv1.AlterTopicRequest{Name: "audit", RetentionBytes: &bytes})
+	if err != nil || alt.GetTopic().GetRetentionBytes() != bytes || alt.GetTopic().GetRetentionMs() != 3_600_000 {
+		t.Fatalf("alter audit's retention bytes: %v, %v (retention_ms must stay)", alt, err)
+	}
+	_, err = a.AlterTopic(ctx, &spoolv1.AlterTopicRequest{Name: "orders", RetentionBytes: &bytes})
+	check("alter a declared topic", err, codes.FailedPrecondition, "TOPIC_DECLARED")
+	_, err = a.AlterTopic(ctx, &spoolv1.AlterTopicRequest{Name: "nope"})
+	check("alter an unknown topic", err, codes.NotFound, "UNKNOWN_TOPIC")
+
+	_, err = a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "orders"})
+	check("delete a topic a subscription reads", err, codes.FailedPrecondition, "TOPIC_IN_USE")
+	if st, _ := status.FromError(err); !strings.Contains(st.Message(), "orders/mail") {
+		t.Errorf("the refusal does not name the subscription: %s", st.Message())
+	}
+	_, err = a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "orders.dlq.mail"})
+	check("delete a subscription's dead-letter topic", err, codes.FailedPrecondition, "TOPIC_IN_USE")
+	_, err = a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "audit"})
+	check("delete a topic nothing uses", err, codes.FailedPrecondition, "TOPIC_DELETE_UNSUPPORTED")
+	_, err = a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "nope"})
+	check("delete an unknown topic", err, codes.NotFound, "UNKNOWN_TOPIC")
+
+	// The next start opens audit again, with its altered retention.
+	stop()
+	eng, stop = openNode(t, dir)
+	defer stop()
+	if err := openCreatedTopics(cfg, eng, newTopicCatalog(dir, false)); err != nil {
+		t.Fatal(err)
+	}
+	a = newAdmin(cfg, eng, nil, nil, metrics.New())
+	lt, err := a.ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tp := range lt.GetTopics() {
+		names = append(names, tp.GetName())
+		if tp.GetName() == "audit" && (len(tp.GetPartitions()) != 3 || tp.GetRetentionBytes() != bytes) {
+			t.Errorf("audit after a restart: %v", tp)
+		}
+	}
+	if !slices.Contains(names, "audit") {
+		t.Fatalf("after a restart the node has %v, not audit", names)
+	}
 }

@@ -93,6 +93,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return err
 		}
 	}
+	_, clustered := eng.ClusterStatus()
+	catalog := newTopicCatalog(dataDir, clustered)
+	if err := openCreatedTopics(cfg, eng, catalog); err != nil {
+		return err
+	}
 
 	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger})
 	if err != nil {
@@ -122,7 +127,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	healthpb.RegisterHealthServer(appSrv, healthSrv)
 
 	adminGRPC := newGRPCServer(logger, MaxRequestBytes)
-	spoolv1.RegisterAdminServiceServer(adminGRPC, newAdmin(cfg, eng, groups, led, m))
+	adm := newAdmin(cfg, eng, groups, led, m)
+	adm.catalog = catalog
+	spoolv1.RegisterAdminServiceServer(adminGRPC, adm)
 	healthpb.RegisterHealthServer(adminGRPC, healthSrv)
 
 	var addrs Addrs

@@ -57,6 +57,9 @@ func TestTopicsGroupsAndOffsets(t *testing.T) {
 	s.checkIn("reset_prompt_declined", "n\n", true, 1, "group", "reset-offsets", billing, "--topic", ordersT, "--to-earliest")
 	s.checkIn("reset_prompt_confirmed", "y\n", true, 0, "group", "reset-offsets", billing, "--topic", ordersT, "--to-earliest", "-o", "json")
 	s.check("reset_to_time", 0, "group", "reset-offsets", billing, "--topic", ordersT, "--to-time", "2099-01-01T00:00:00Z", "--dry-run")
+	s.check("reset_to_offset_partition", 0, "group", "reset-offsets", billing, "--topic", ordersT, "--partition", "2", "--to-offset", "1", "--yes")
+	s.check("reset_to_offset_all_dry_run", 0, "group", "reset-offsets", billing, "--topic", ordersT, "--to-offset", "1", "--dry-run", "-o", "json")
+	s.check("reset_bad_partition", 1, "group", "reset-offsets", billing, "--topic", ordersT, "--partition", "7", "--to-offset", "0", "--yes")
 	s.check("reset_unknown_group", 1, "group", "reset-offsets", "nope", "--topic", ordersT, "--to-latest", "--yes")
 	s.check("reset_two_targets", 2, "group", "reset-offsets", billing, "--topic", ordersT, "--to-latest", "--to-earliest")
 	s.check("reset_bad_time", 2, "group", "reset-offsets", billing, "--topic", ordersT, "--to-time", "yesterday")
@@ -123,6 +126,40 @@ func TestDeadLetters(t *testing.T) {
 	s.check("dlq_redrive", 0, "dlq", "redrive", "--group", workers, "--topic", jobsT, "--key", "user-2", "--rate", "1000")
 	s.waitEnd(jobsT, before+3) // the 2 dead letters with key user-2
 	s.check("dlq_redrive_bad_rate", 2, "dlq", "redrive", "--group", workers, "--topic", jobsT, "--rate", "0")
+
+	// Counting and listing.
+	s.check("dlq_list", 0, "dlq", "list", "--group", workers, "--topic", jobsT)
+	s.check("dlq_list_json", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--key", "user-2", "-o", "json")
+	s.check("dlq_list_entries", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--entries")
+	r := s.check("dlq_list_entries_page1", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--entries", "--limit", "2")
+	m := regexp.MustCompile(`--cursor (\S+)`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("the first listing gives no cursor: %q", r.stderr)
+	}
+	s.check("dlq_list_entries_page2", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--entries", "--limit", "2", "--cursor", m[1])
+	s.check("dlq_list_cursor_without_entries", 2, "dlq", "list", "--group", workers, "--topic", jobsT, "--cursor", m[1])
+	s.check("dlq_peek_min_attempts", 0, "dlq", "peek", "--group", workers, "--topic", jobsT, "--min-attempts", "2")
+	s.check("dlq_peek_bad_attempts", 2, "dlq", "peek", "--group", workers, "--topic", jobsT, "--min-attempts", "3", "--max-attempts", "2")
+
+	// Paging: the first page says how to go on; the cursor goes on.
+	r = s.check("dlq_peek_page1", 0, "dlq", "peek", "--group", workers, "--topic", jobsT, "--limit", "3")
+	m = regexp.MustCompile(`--cursor (\S+)`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("the first page gives no cursor: %q", r.stderr)
+	}
+	s.check("dlq_peek_page2", 0, "dlq", "peek", "--group", workers, "--topic", jobsT, "--limit", "3", "--cursor", m[1])
+	s.check("dlq_peek_bad_cursor", 1, "dlq", "peek", "--group", workers, "--topic", jobsT, "--cursor", "c1.nope")
+
+	// Purge: dry run, refusals, an earlier time (nothing), then everything.
+	s.check("dlq_purge_dry_run", 0, "dlq", "purge", "--group", workers, "--topic", jobsT, "--dry-run")
+	s.check("dlq_purge_no_tty", 2, "dlq", "purge", "--group", workers, "--topic", jobsT)
+	s.checkIn("dlq_purge_declined", "n\n", true, 1, "dlq", "purge", "--group", workers, "--topic", jobsT)
+	s.check("dlq_purge_before", 0, "dlq", "purge", "--group", workers, "--topic", jobsT, "--before", "2000-01-01T00:00:00Z", "--yes")
+	s.check("dlq_list_before_purge", 0, "dlq", "list", "--group", workers, "--topic", jobsT, "--entries")
+	s.checkIn("dlq_purge_confirmed", "y\n", true, 0, "dlq", "purge", "--group", workers, "--topic", jobsT, "-o", "json")
+	s.check("dlq_peek_after_purge", 0, "dlq", "peek", "--group", workers, "--topic", jobsT)
+	s.check("dlq_list_after_purge", 0, "dlq", "list", "--group", workers, "--topic", jobsT)
+	s.check("dlq_redrive_after_purge", 0, "dlq", "redrive", "--group", workers, "--topic", jobsT, "--dry-run")
 }
 
 // TestRedriveRate: a redrive of n dead letters at --rate r takes about
@@ -169,6 +206,9 @@ func TestErrors(t *testing.T) {
 	}{
 		{"err_unreachable", 3, []string{"topic", "list"}},
 		{"err_unreachable_produce", 3, []string{"produce", "orders", "x"}},
+		{"err_unreachable_tail", 3, []string{"tail", "orders"}},
+		{"err_unreachable_plan_metrics", 3, []string{"plan", "--from-metrics", "http://127.0.0.1:1/metrics", "--topic", "orders"}},
+		{"err_plan_metrics_no_topic", 2, []string{"plan", "--from-metrics", "http://127.0.0.1:1/metrics"}},
 		{"err_unknown_command", 2, []string{"nope"}},
 		{"err_unknown_flag", 2, []string{"topic", "list", "--colour"}},
 		{"err_bad_output", 2, []string{"topic", "list", "-o", "xml"}},
@@ -325,6 +365,14 @@ func TestCompletion(t *testing.T) {
 	r = s.spool("", false, "__complete", "group", "describe", "")
 	if !strings.Contains(r.stdout, billing+"\n") || !strings.Contains(r.stdout, workers+"\n") {
 		t.Errorf("completing group describe: %q lacks the groups", r.stdout)
+	}
+	r = s.spool("", false, "__complete", "dlq", "peek", "--group", "")
+	if !strings.Contains(r.stdout, workers+"\n") {
+		t.Errorf("completing dlq peek --group: %q lacks the groups", r.stdout)
+	}
+	r = s.spool("", false, "__complete", "tail", "")
+	if !strings.Contains(r.stdout, ordersT+"\n") {
+		t.Errorf("completing tail: %q lacks the topics", r.stdout)
 	}
 }
 

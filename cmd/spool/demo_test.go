@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +64,64 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
+	}
+}
+
+// TestDemoKeep: with Keep, the demo's sidecar stays up after the summary
+// and spool shows what the demo did: the group caught up, dead letters of
+// the poison orders, and the messages in the topic.
+func TestDemoKeep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a sidecar for about 3 s")
+	}
+	o := demo.DefaultOptions()
+	o.Duration = 2 * time.Second
+	o.Rate = 200
+	o.ProviderLatency = 5 * time.Millisecond
+	o.Outage = 0
+	o.PoisonEvery = 20
+	o.DrainTimeout = 25 * time.Second
+	o.Keep = true
+	out := &lockedBuffer{}
+	o.Out = out
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { // owned: awaited below
+		_, err := demo.Run(ctx, o)
+		done <- err
+	}()
+	re := regexp.MustCompile(`spool --admin (\S+) topic describe`)
+	var admin string
+	eventually(t, 40*time.Second, "the demo says its sidecar keeps running", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the demo ended: %v\n%s", err, out.String())
+		default:
+		}
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			admin = m[1]
+			return true
+		}
+		return false
+	})
+	envs := map[string]string{envAdmin: admin}
+	r := runSpool(t, envs, "", false, "group", "describe", demo.Group, "-o", "json")
+	var g []groupView
+	if err := json.Unmarshal([]byte(r.stdout), &g); r.code != 0 || err != nil || len(g) != 1 || g[0].LagMessages != 0 {
+		t.Errorf("spool group describe after the demo: exit %d, %v: %s%s", r.code, err, r.stdout, r.stderr)
+	}
+	r = runSpool(t, envs, "", false, "dlq", "list", "--group", demo.Group, "--topic", demo.Topic, "-o", "json")
+	var sum dlqSummaryView
+	if err := json.Unmarshal([]byte(r.stdout), &sum); r.code != 0 || err != nil || sum.Matched == 0 || len(sum.ByReason) == 0 || sum.ByReason[0].Value != demo.ReasonInvalidEmail {
+		t.Errorf("spool dlq list after the demo: exit %d, %v: %s%s", r.code, err, r.stdout, r.stderr)
+	}
+	r = runSpool(t, envs, "", false, "tail", demo.Topic, "--from-beginning", "--limit", "3")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 3 {
+		t.Errorf("spool tail after the demo: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("demo.Run: %v", err)
 	}
 }

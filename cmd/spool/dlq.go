@@ -19,13 +19,16 @@ import (
 
 // dlqFlags select a subscription's dead letters.
 type dlqFlags struct {
-	group, topic string
-	from, to     string
-	since        time.Duration
-	reason, key  string
+	app                      *app // completes --group and --topic from the sidecar
+	group, topic             string
+	from, to                 string
+	since                    time.Duration
+	reason, key              string
+	minAttempts, maxAttempts uint32
 }
 
-func (f *dlqFlags) bind(c *cobra.Command) {
+func (f *dlqFlags) bind(a *app, c *cobra.Command) {
+	f.app = a
 	fl := c.Flags()
 	fl.StringVar(&f.group, "group", "", "consumer group that dead-lettered the messages (required)")
 	fl.StringVar(&f.topic, "topic", "", "original topic (required)")
@@ -34,13 +37,20 @@ func (f *dlqFlags) bind(c *cobra.Command) {
 	fl.DurationVar(&f.since, "since", 0, "only entries dead-lettered in this last while, like 1h (instead of --from)")
 	fl.StringVar(&f.reason, "reason", "", "only entries with exactly this reason")
 	fl.StringVar(&f.key, "key", "", "only entries with this message key")
+	fl.Uint32Var(&f.minAttempts, "min-attempts", 0, "only entries with at least this many attempts")
+	fl.Uint32Var(&f.maxAttempts, "max-attempts", 0, "only entries with at most this many attempts")
 	_ = c.MarkFlagRequired("group")
 	_ = c.MarkFlagRequired("topic")
 	c.MarkFlagsMutuallyExclusive("from", "since")
+	_ = c.RegisterFlagCompletionFunc("group", f.app.completeGroups)
+	_ = c.RegisterFlagCompletionFunc("topic", f.app.completeTopics)
 }
 
 func (f *dlqFlags) filter(now time.Time) (*spoolv1.DeadLetterFilter, error) {
-	flt := &spoolv1.DeadLetterFilter{Reason: f.reason}
+	flt := &spoolv1.DeadLetterFilter{Reason: f.reason, MinAttempts: f.minAttempts, MaxAttempts: f.maxAttempts}
+	if f.maxAttempts > 0 && f.minAttempts > f.maxAttempts {
+		return nil, usageErr("--min-attempts %d is above --max-attempts %d: nothing could match", f.minAttempts, f.maxAttempts)
+	}
 	if f.key != "" {
 		flt.Key = []byte(f.key)
 	}
@@ -69,33 +79,47 @@ func (f *dlqFlags) filter(now time.Time) (*spoolv1.DeadLetterFilter, error) {
 func (a *app) dlqCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "dlq",
-		Short: "Read dead letters and redrive them",
+		Short: "Count, read, redrive and purge dead letters",
 		Long: `A subscription's dead letters are the messages its group gave up on (too
 many attempts, or the application said so); they wait in the topic
-TOPIC.dlq.GROUP. peek reads them with their history, redrive delivers them
-to the group again.`,
+TOPIC.dlq.GROUP. list counts them (by reason, hour and key) or lists them
+one per line, peek reads them with their history, redrive delivers them to
+the group again, purge hides those you are done with.
+
+The filters (--since/--from/--to, --reason, --key, --min/--max-attempts) are
+the same for list, peek and redrive. A time range is found through the log's
+time index; the other filters are checked on each entry of the range. spoold
+reads a bounded page of the dead-letter topic per call and spool pages
+through, so a dead-letter topic of millions stays usable.`,
 		Example: example(
+			"spool dlq list --group email-workers --topic order-placed --since 24h",
 			"spool dlq peek --group email-workers --topic order-placed --limit 5",
-			"spool dlq redrive --group email-workers --topic order-placed --reason 'invalid email address' --dry-run"),
+			"spool dlq redrive --group email-workers --topic order-placed --reason 'invalid email address' --dry-run",
+			"spool dlq purge --group email-workers --topic order-placed --older-than 7d --yes"),
 	}
-	c.AddCommand(a.dlqPeekCommand(), a.dlqRedriveCommand())
+	c.AddCommand(a.dlqListCommand(), a.dlqPeekCommand(), a.dlqRedriveCommand(), a.dlqPurgeCommand())
 	return c
 }
 
 func (a *app) dlqPeekCommand() *cobra.Command {
 	var f dlqFlags
 	var limit uint32
+	var cur string
 	c := &cobra.Command{
 		Use:   "peek --group GROUP --topic TOPIC",
 		Short: "Show dead letters: payload, headers, reason, attempt history, app version",
 		Long: `Shows dead letters of a subscription, oldest first, without moving them: the
 original message (key, payload as text when printable, else hex; headers),
 why it was dead-lettered, each failed attempt, and the versions of the
-application and of spoold.`,
+application and of spoold.
+
+spool asks for pages until it has --limit entries or has read to the end.
+When more may match, it says on stderr how to go on (--cursor).`,
 		Example: example(
 			"spool dlq peek --group email-workers --topic order-placed",
 			"spool dlq peek --group email-workers --topic order-placed --since 1h --reason 'invalid email address'",
-			"spool dlq peek --group email-workers --topic order-placed --key order-42 -o json"),
+			"spool dlq peek --group email-workers --topic order-placed --key order-42 -o json",
+			"spool dlq peek --group email-workers --topic order-placed --min-attempts 5 --cursor c1.AQQA..."),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			flt, err := f.filter(time.Now())
@@ -109,17 +133,25 @@ application and of spoold.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := a.call(cmd)
-			defer cancel()
-			resp, err := c.PeekDeadLetters(ctx, &spoolv1.PeekDeadLettersRequest{Group: f.group, Topic: f.topic, Filter: flt, Limit: limit})
-			if err != nil {
-				return a.adminErr(fmt.Sprintf("peek dead letters of %s/%s", f.topic, f.group), err)
+			what := fmt.Sprintf("peek dead letters of %s/%s", f.topic, f.group)
+			views := []deadLetterView{}
+			for {
+				ctx, cancel := a.call(cmd)
+				resp, err := c.PeekDeadLetters(ctx, &spoolv1.PeekDeadLettersRequest{Group: f.group, Topic: f.topic, Filter: flt, Limit: limit - uint32(len(views)), Cursor: cur})
+				cancel()
+				if err != nil {
+					return a.adminErr(what, err)
+				}
+				for _, e := range resp.GetEntries() {
+					views = append(views, a.deadLetterView(e))
+				}
+				a.progress("reading", resp.GetProgress())
+				if cur = resp.GetNextCursor(); cur == "" || len(views) >= int(limit) {
+					break
+				}
 			}
-			views := make([]deadLetterView, 0, len(resp.GetEntries()))
-			for _, e := range resp.GetEntries() {
-				views = append(views, a.deadLetterView(e))
-			}
-			return a.render(views, func(w io.Writer) {
+			a.progressDone()
+			err = a.render(views, func(w io.Writer) {
 				if len(views) == 0 {
 					fmt.Fprintf(w, "no dead letters of group %s on topic %s match\n", f.group, f.topic)
 				}
@@ -130,10 +162,15 @@ application and of spoold.`,
 					writeDeadLetter(w, v)
 				}
 			})
+			if cur != "" {
+				fmt.Fprintf(a.stderr, "more may match: add --cursor %s to read on\n", cur)
+			}
+			return err
 		},
 	}
-	f.bind(c)
+	f.bind(a, c)
 	c.Flags().Uint32Var(&limit, "limit", 20, "at most this many entries (1..1000)")
+	c.Flags().StringVar(&cur, "cursor", "", "go on where a previous peek stopped (it prints the cursor)")
 	return c
 }
 
@@ -148,14 +185,19 @@ func (a *app) dlqRedriveCommand() *cobra.Command {
 group that dead-lettered them only (other groups skip them), at most --rate
 per second. A message the dedupe ledger shows as handled since is skipped
 (counted as already done). Running a redrive again is safe. The entries stay
-in the dead-letter topic.
+in the dead-letter topic (purge hides them).
 
---dry-run counts what would move and shows the first entries. The sidecar
-answers once the redrive has ended and reports no progress meanwhile, so
-spool shows no progress bar: at --rate R, N messages take about N/R seconds.`,
+spool redrives in calls of about one second of work each (--rate entries),
+each going on where the previous one stopped, and draws a progress bar on a
+terminal. The entries it considers are those present when it starts: the
+messages it redrives that fail again are for the next redrive. Ctrl-C stops
+between two calls' messages and says how far it got.
+
+--dry-run counts what would move and shows the first entries.`,
 		Example: example(
 			"spool dlq redrive --group email-workers --topic order-placed --dry-run",
-			"spool dlq redrive --group email-workers --topic order-placed --reason 'invalid email address' --rate 50"),
+			"spool dlq redrive --group email-workers --topic order-placed --reason 'invalid email address' --rate 50",
+			"spool dlq redrive --group email-workers --topic order-placed --since 2h --min-attempts 5 -o json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			flt, err := f.filter(time.Now())
@@ -170,28 +212,50 @@ spool shows no progress bar: at --rate R, N messages take about N/R seconds.`,
 				return err
 			}
 			if !dryRun {
-				fmt.Fprintf(a.stderr, "redriving dead letters of group %s on %s at up to %d/s; the sidecar reports when it has finished (Ctrl-C stops it; running it again continues)\n", f.group, f.topic, rate)
+				fmt.Fprintf(a.stderr, "redriving dead letters of group %s on %s at up to %d/s (Ctrl-C stops it; running it again continues)\n", f.group, f.topic, rate)
 			}
-			// No --timeout: a redrive lasts as long as its rate says.
+			v := redriveView{Group: f.group, Topic: f.topic, DryRun: dryRun, RatePerS: rate, Sample: []deadLetterView{}}
+			// One call is about a second of work at the rate; a dry run
+			// moves nothing and takes what one call may read.
+			perCall := rate
+			if dryRun {
+				perCall = 10_000
+			}
 			start := time.Now()
-			resp, err := c.Redrive(cmd.Context(), &spoolv1.RedriveRequest{Group: f.group, Topic: f.topic, Filter: flt, DryRun: dryRun, RatePerS: rate})
-			if err != nil {
-				return a.adminErr(fmt.Sprintf("redrive dead letters of %s/%s", f.topic, f.group), err)
+			var cur string
+			for {
+				// No --timeout: a call lasts as long as its rate says.
+				resp, err := c.Redrive(cmd.Context(), &spoolv1.RedriveRequest{Group: f.group, Topic: f.topic, Filter: flt, DryRun: dryRun, RatePerS: rate, Cursor: cur, Limit: perCall})
+				if err != nil {
+					a.progressDone()
+					what := fmt.Sprintf("redrive dead letters of %s/%s", f.topic, f.group)
+					if v.Redriven > 0 {
+						what += fmt.Sprintf(" (%d redriven before this; running it again skips them as already done)", v.Redriven)
+					}
+					return a.adminErr(what, err)
+				}
+				v.Matched += resp.GetMatched()
+				v.Redriven += resp.GetRedriven()
+				v.AlreadyDone += resp.GetAlreadyDone()
+				for _, e := range resp.GetSample() {
+					if dryRun && len(v.Sample) < 100 {
+						v.Sample = append(v.Sample, a.deadLetterView(e))
+					}
+				}
+				a.progress("redrive", resp.GetProgress(), fmt.Sprintf("%d matched", v.Matched), fmt.Sprintf("%d redriven", v.Redriven))
+				if cur = resp.GetNextCursor(); cur == "" {
+					break
+				}
 			}
-			v := redriveView{Group: f.group, Topic: f.topic, DryRun: dryRun, RatePerS: rate, Matched: resp.GetMatched(),
-				Redriven: resp.GetRedriven(), AlreadyDone: resp.GetAlreadyDone(), TookMs: time.Since(start).Milliseconds(), Sample: []deadLetterView{}}
+			a.progressDone()
+			v.TookMs = time.Since(start).Milliseconds()
 			if a.redact {
 				v.TookMs = -1
-			}
-			if dryRun {
-				for _, e := range resp.GetSample() {
-					v.Sample = append(v.Sample, a.deadLetterView(e))
-				}
 			}
 			return a.render(v, func(w io.Writer) { writeRedrive(w, v) })
 		},
 	}
-	f.bind(c)
+	f.bind(a, c)
 	c.Flags().Uint32Var(&rate, "rate", 100, "at most this many messages per second (1..10000)")
 	c.Flags().BoolVar(&dryRun, "dry-run", false, "count what would move and show the first entries; move nothing")
 	return c
@@ -204,6 +268,7 @@ type deadLetterView struct {
 	DLQOffset      int64             `json:"dlq_offset" yaml:"dlq_offset"`
 	DeadLettered   string            `json:"dead_lettered_time" yaml:"dead_lettered_time"`
 	Reason         string            `json:"reason" yaml:"reason"`
+	AttemptsMade   int32             `json:"attempts_made" yaml:"attempts_made"`
 	MessageID      string            `json:"message_id" yaml:"message_id"`
 	Topic          string            `json:"topic" yaml:"topic"`
 	Partition      int32             `json:"partition" yaml:"partition"`
@@ -230,7 +295,7 @@ func (a *app) deadLetterView(e *spoolv1.DeadLetter) deadLetterView {
 	m := e.GetMessage()
 	v := deadLetterView{
 		DLQPartition: e.GetDlqPartition(), DLQOffset: e.GetDlqOffset(), DeadLettered: a.timeText(e.GetDeadLetteredTimeMs()),
-		Reason: e.GetReason(), MessageID: m.GetMessageId(), Topic: m.GetTopic(), Partition: m.GetPartition(), Offset: m.GetOffset(),
+		Reason: e.GetReason(), AttemptsMade: m.GetAttempt(), MessageID: m.GetMessageId(), Topic: m.GetTopic(), Partition: m.GetPartition(), Offset: m.GetOffset(),
 		Published: a.timeText(m.GetPublishTimeMs()), PayloadBytes: len(m.GetPayload()), Headers: m.GetHeaders(),
 		Attempts: []attemptView{}, AppVersion: e.GetAppVersion(), SidecarVersion: e.GetSidecarVersion(),
 	}
@@ -336,22 +401,7 @@ func writeRedrive(w io.Writer, v redriveView) {
 		fmt.Fprintf(w, "dry run: %d dead letters of group %s on %s would be redriven; nothing moved\n", v.Matched, v.Group, v.Topic)
 		if len(v.Sample) > 0 {
 			fmt.Fprintf(w, "\nfirst %d:\n", len(v.Sample))
-			tw := newTable(w)
-			row(tw, "DLQ OFFSET", "DEAD-LETTERED", "KEY", "REASON", "PAYLOAD")
-			for _, s := range v.Sample {
-				key := ""
-				if s.Key != nil {
-					key = *s.Key
-				} else if s.KeyHex != nil {
-					key = "0x" + *s.KeyHex
-				}
-				payload := fmt.Sprintf("(%d bytes, binary)", s.PayloadBytes)
-				if s.Payload != nil {
-					payload = clip(oneLine(*s.Payload), 40)
-				}
-				row(tw, fmt.Sprintf("%d/%d", s.DLQPartition, s.DLQOffset), s.DeadLettered, key, s.Reason, payload)
-			}
-			tw.Flush()
+			writeDeadLetterRows(w, v.Sample)
 		}
 		return
 	}

@@ -63,6 +63,8 @@ func callError(what, addr, flag string, err error) error {
 	reason := reasonOf(st)
 	msg := oneLine(st.Message())
 	switch {
+	case reason != "" && strings.HasPrefix(msg, what):
+		return failed("%s (%s)", msg, reason) // spoold named the operation already
 	case reason != "":
 		return failed("%s: %s (%s)", what, msg, reason)
 	case st.Code() == codes.Unavailable:

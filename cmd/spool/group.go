@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,7 +25,9 @@ func (a *app) groupCommand() *cobra.Command {
 		Short: "List subscriptions (group and topic) with consumers connected, lag and in flight",
 		Long: `Lists each subscription: a consumer group on a topic, with the consumers
 connected now, the messages not yet processed (lag), the age of the oldest
-of them (the largest of its partitions) and the deliveries in flight.`,
+of them (the largest of its partitions), the deliveries in flight, the keys
+parked behind a retry (ordering: key) and the circuit breakers that are not
+closed (downstream:state).`,
 		Example: example(
 			"spool group list",
 			"spool group list -o json"),
@@ -37,9 +40,9 @@ of them (the largest of its partitions) and the deliveries in flight.`,
 			views := a.groupViews(groups)
 			return a.render(views, func(w io.Writer) {
 				tw := newTable(w)
-				row(tw, "GROUP", "TOPIC", "CONSUMERS", "LAG", "LAG TIME", "IN FLIGHT")
+				row(tw, "GROUP", "TOPIC", "CONSUMERS", "LAG", "LAG TIME", "IN FLIGHT", "PARKED KEYS", "BREAKERS")
 				for _, v := range views {
-					row(tw, v.Group, v.Topic, v.Consumers, v.LagMessages, ageText(v.LagMs), v.InFlight)
+					row(tw, v.Group, v.Topic, v.Consumers, v.LagMessages, ageText(v.LagMs), v.InFlight, v.ParkedKeys, breakersText(v.Breakers, false))
 				}
 				tw.Flush()
 			})
@@ -50,7 +53,9 @@ of them (the largest of its partitions) and the deliveries in flight.`,
 		Long: `Shows, for each topic the group consumes, the consumers connected and per
 partition: the committed offset (the lowest not yet processed), the log end,
 the lag in messages (acknowledged out of order ones are not counted), the age
-of the oldest unprocessed message, and the deliveries outstanding.`,
+of the oldest unprocessed message, and the deliveries outstanding; and for
+the subscription, the keys parked behind a retry and the state of each
+circuit breaker (one per downstream the application named in its retries).`,
 		Example: example(
 			"spool group describe email-workers",
 			"spool group describe email-workers -o yaml"),
@@ -67,8 +72,9 @@ of the oldest unprocessed message, and the deliveries outstanding.`,
 					if i > 0 {
 						fmt.Fprintln(w)
 					}
-					fmt.Fprintf(w, "group %s on topic %s: %d consumers connected, lag %d messages (oldest %s), %d in flight\n\n",
+					fmt.Fprintf(w, "group %s on topic %s: %d consumers connected, lag %d messages (oldest %s), %d in flight\n",
 						v.Group, v.Topic, v.Consumers, v.LagMessages, ageText(v.LagMs), v.InFlight)
+					fmt.Fprintf(w, "parked keys: %d; breakers: %s\n\n", v.ParkedKeys, breakersText(v.Breakers, true))
 					tw := newTable(w)
 					row(tw, "PARTITION", "COMMITTED", "END", "LAG", "LAG TIME", "IN FLIGHT")
 					for _, p := range v.Partitions {
@@ -119,13 +125,38 @@ func (a *app) completeGroups(cmd *cobra.Command, args []string, _ string) ([]str
 
 // groupView is a subscription (a group on a topic) as spool shows it.
 type groupView struct {
-	Group       string    `json:"group" yaml:"group"`
-	Topic       string    `json:"topic" yaml:"topic"`
-	Consumers   uint32    `json:"consumers" yaml:"consumers"`
-	LagMessages int64     `json:"lag_messages" yaml:"lag_messages"`
-	LagMs       int64     `json:"lag_ms" yaml:"lag_ms"` // the oldest of its partitions
-	InFlight    uint32    `json:"in_flight" yaml:"in_flight"`
-	Partitions  []lagView `json:"partitions" yaml:"partitions"`
+	Group       string        `json:"group" yaml:"group"`
+	Topic       string        `json:"topic" yaml:"topic"`
+	Consumers   uint32        `json:"consumers" yaml:"consumers"`
+	LagMessages int64         `json:"lag_messages" yaml:"lag_messages"`
+	LagMs       int64         `json:"lag_ms" yaml:"lag_ms"` // the oldest of its partitions
+	InFlight    uint32        `json:"in_flight" yaml:"in_flight"`
+	ParkedKeys  uint32        `json:"parked_keys" yaml:"parked_keys"`
+	Breakers    []breakerView `json:"breakers" yaml:"breakers"`
+	Partitions  []lagView     `json:"partitions" yaml:"partitions"`
+}
+
+type breakerView struct {
+	Downstream string `json:"downstream" yaml:"downstream"`
+	State      string `json:"state" yaml:"state"`
+}
+
+// breakersText lists breakers as downstream:state: all of them, or only
+// those not closed ("-" when none).
+func breakersText(bs []breakerView, all bool) string {
+	var out []string
+	for _, b := range bs {
+		if all || b.State != "closed" {
+			out = append(out, b.Downstream+":"+b.State)
+		}
+	}
+	if len(out) == 0 {
+		if all {
+			return "none seen"
+		}
+		return "-"
+	}
+	return strings.Join(out, ", ")
 }
 
 type lagView struct {
@@ -140,7 +171,10 @@ type lagView struct {
 func (a *app) groupViews(groups []*spoolv1.GroupInfo) []groupView {
 	views := make([]groupView, 0, len(groups))
 	for _, g := range groups {
-		v := groupView{Group: g.GetGroup(), Topic: g.GetTopic(), Consumers: g.GetConsumers(), Partitions: []lagView{}}
+		v := groupView{Group: g.GetGroup(), Topic: g.GetTopic(), Consumers: g.GetConsumers(), ParkedKeys: g.GetParkedKeys(), Breakers: []breakerView{}, Partitions: []lagView{}}
+		for _, b := range g.GetBreakers() {
+			v.Breakers = append(v.Breakers, breakerView{Downstream: b.GetDownstream(), State: b.GetState()})
+		}
 		for _, p := range g.GetPartitions() {
 			v.LagMessages += p.GetLagMessages()
 			v.LagMs = max(v.LagMs, p.GetLagMs())

@@ -106,15 +106,31 @@ func (s *testSidecar) spool(stdin string, tty bool, args ...string) result {
 
 func runSpool(t *testing.T, envs map[string]string, stdin string, tty bool, args ...string) result {
 	t.Helper()
+	return runSpoolWith(t, envs, stdin, func(e *env) { e.stdinTTY = tty }, args...)
+}
+
+// runSpoolWith runs spool with the environment adjusted by set (a stepped
+// clock, a terminal on stderr).
+func runSpoolWith(t *testing.T, envs map[string]string, stdin string, set func(*env), args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out, errb bytes.Buffer
 	start := time.Now()
-	code := run(ctx, env{
-		stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, stdinTTY: tty, redact: true,
+	e := env{
+		stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, redact: true,
 		getenv: func(k string) (string, bool) { v, ok := envs[k]; return v, ok },
-	}, args)
+	}
+	if set != nil {
+		set(&e)
+	}
+	code := run(ctx, e, args)
 	return result{stdout: out.String(), stderr: errb.String(), code: code, took: time.Since(start)}
+}
+
+// envs is the environment that points spool at the sidecar.
+func (s *testSidecar) envs() map[string]string {
+	return map[string]string{envAdmin: s.admin, envApp: s.app}
 }
 
 // golden compares a run with testdata/name.golden (rewritten with -update):

@@ -89,8 +89,10 @@ func (in planInput) validate() error {
 func (a *app) planCommand() *cobra.Command {
 	in := planInput{Replication: 3, HandlersPerConsumer: 10, HeadroomPct: 20, Groups: 1}
 	size, retention := "1KB", "7d"
+	var fromMetrics, topic, group string
+	var window time.Duration
 	c := &cobra.Command{
-		Use:   "plan --rate MSGS_PER_S --processing-time DURATION",
+		Use:   "plan (--rate MSGS_PER_S --processing-time DURATION | --from-metrics URL --topic TOPIC)",
 		Short: "Size a topic: bandwidth, disk, handlers (Little's law) and partitions, explained",
 		Long: `Sizes a deployment from peak numbers, line by line: the bandwidth in and out,
 the disk that the retention needs with its replicas, the concurrent handlers
@@ -99,10 +101,19 @@ consumers that makes, and the partitions to create with headroom (changing
 the count later moves keys to other partitions).
 
 Sizes take decimal units (1KB = 1000 bytes, as the seed's arithmetic) or
-binary ones (1KiB = 1024); retention takes days (7d) or Go durations (36h).`,
+binary ones (1KiB = 1024); retention takes days (7d) or Go durations (36h).
+
+--from-metrics URL measures instead of asking: it reads a running sidecar's
+/metrics twice, --window apart, and takes the rate arriving in --topic (the
+larger of what was published through this sidecar and what --group
+processed plus its lag growth), the mean message size and the mean handler
+time (unless --size or --processing-time are given). Then it says whether
+the topic has enough partitions, the group enough consumers, and whether the
+lag is heading past --retention. Measure at peak.`,
 		Example: example(
 			"spool plan --rate 20000 --size 1KB --retention 7d --replication 3 --processing-time 50ms",
-			"spool plan --rate 500 --processing-time 300ms --handlers-per-consumer 32 -o json"),
+			"spool plan --rate 500 --processing-time 300ms --handlers-per-consumer 32 -o json",
+			"spool plan --from-metrics http://127.0.0.1:7071/metrics --topic order-placed --group email-workers --window 30s"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -111,6 +122,15 @@ binary ones (1KiB = 1024); retention takes days (7d) or Go durations (36h).`,
 			}
 			if in.Retention, err = parseRetention(retention); err != nil {
 				return usageErr("--retention %q: %v", retention, err)
+			}
+			if fromMetrics != "" {
+				if cmd.Flags().Changed("rate") {
+					return usageErr("--rate and --from-metrics: give one (--from-metrics measures the rate)")
+				}
+				return a.planFromMetrics(cmd, fromMetrics, topic, group, window, in, cmd.Flags().Changed("size"), cmd.Flags().Changed("processing-time"))
+			}
+			if !cmd.Flags().Changed("rate") || !cmd.Flags().Changed("processing-time") {
+				return usageErr("plan needs --rate and --processing-time (or --from-metrics URL --topic TOPIC to measure them)")
 			}
 			if err := in.validate(); err != nil {
 				return err
@@ -131,8 +151,10 @@ binary ones (1KiB = 1024); retention takes days (7d) or Go durations (36h).`,
 	fl.Int64Var(&in.HandlersPerConsumer, "handlers-per-consumer", in.HandlersPerConsumer, "concurrent handlers one consumer process runs (threads, SDK concurrency)")
 	fl.Int64Var(&in.HeadroomPct, "headroom", in.HeadroomPct, "extra partitions beyond the minimum, percent")
 	fl.Int64Var(&in.Groups, "groups", in.Groups, "consumer groups reading the topic (each reads everything)")
-	_ = c.MarkFlagRequired("rate")
-	_ = c.MarkFlagRequired("processing-time")
+	fl.StringVar(&fromMetrics, "from-metrics", "", "measure rate, size and processing time from this sidecar /metrics URL")
+	fl.StringVar(&topic, "topic", "", "with --from-metrics: the topic to size")
+	fl.StringVar(&group, "group", "", "with --from-metrics: the consumer group (default: every group of the topic)")
+	fl.DurationVar(&window, "window", 10*time.Second, "with --from-metrics: time between the two readings")
 	return c
 }
 

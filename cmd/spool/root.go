@@ -32,6 +32,7 @@ type app struct {
 	output  string        // -o
 	timeout time.Duration // --timeout
 	conns   []*grpc.ClientConn
+	drawn   bool // a progress bar is on stderr's current line
 }
 
 // run runs spool with args and returns the exit code. Errors are printed
@@ -48,6 +49,7 @@ func run(ctx context.Context, e env, args []string) int {
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	cmd, err := root.ExecuteContextC(ctx)
+	a.progressDone() // an error goes on its own line, not after a progress bar
 	if err == nil {
 		return exitOK
 	}
@@ -69,14 +71,16 @@ func (a *app) rootCommand() *cobra.Command {
 		Use:   "spool",
 		Short: "Look at and operate Spool sidecars",
 		Long: `spool talks to a running spoold: topics, consumer groups and their lag,
-dead letters and redrive, offsets; it publishes test messages, sizes a
-deployment, and runs a development sidecar.
+dead letters (count, read, redrive, purge), offsets; it publishes messages,
+follows a topic live (tail), sizes a deployment (plan, also from a running
+sidecar's metrics), and runs a development sidecar.
 
 Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 3 the sidecar did not answer. docs/cli.md describes every command.`,
 		Example: `  spool dev                          # a development sidecar in the foreground
   spool topic list
   spool group describe demo-app -o json
+  spool tail demo --group demo-app
   SPOOL_ADMIN=10.0.0.5:7071 spool dlq peek --group email-workers --topic order-placed`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -97,7 +101,7 @@ Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for the sidecar to answer a call")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 
-	root.AddCommand(a.topicCommand(), a.groupCommand(), a.clusterCommand(), a.dlqCommand(), a.produceCommand(),
+	root.AddCommand(a.topicCommand(), a.groupCommand(), a.clusterCommand(), a.dlqCommand(), a.produceCommand(), a.tailCommand(),
 		a.planCommand(), a.devCommand(), a.demoCommand())
 	return root
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,10 +14,11 @@ import (
 func (a *app) topicCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "topic",
-		Short: "List and describe topics",
+		Short: "List, describe, create, alter and delete topics",
 		Example: example(
 			"spool topic list",
-			"spool topic describe order-placed -o json"),
+			"spool topic describe order-placed -o json",
+			"spool topic create audit --partitions 6 --retention 3d"),
 	}
 	c.AddCommand(&cobra.Command{
 		Use:   "list",
@@ -65,17 +67,17 @@ between them and the node leading the partition.`,
 					return a.render(v, func(w io.Writer) {
 						fmt.Fprintf(w, "topic:      %s\npartitions: %d\nmessages:   %d\nretention:  %s\n\n", v.Name, len(v.Partitions), v.Messages, retentionText(v.RetentionMs, v.RetentionBytes))
 						tw := newTable(w)
-						row(tw, "PARTITION", "START", "END", "MESSAGES", "LEADER")
+						row(tw, "PARTITION", "START", "END", "MESSAGES", "LEADER", "REPLICAS")
 						for _, p := range v.Partitions {
-							row(tw, p.Partition, p.StartOffset, p.EndOffset, p.Messages, p.Leader)
+							row(tw, p.Partition, p.StartOffset, p.EndOffset, p.Messages, p.Leader, strings.Join(p.Replicas, ","))
 						}
 						tw.Flush()
 					})
 				}
 			}
-			return failed("no topic %q: `spool topic list` shows the topics the sidecar has; declare topics under topics in spoold's config", args[0])
+			return failed("no topic %q: `spool topic list` shows the topics the sidecar has; create it with `spool topic create` or declare it under topics in spoold's config", args[0])
 		},
-	})
+	}, a.topicCreateCommand(), a.topicAlterCommand(), a.topicDeleteCommand())
 	return c
 }
 
@@ -122,11 +124,12 @@ type topicView struct {
 }
 
 type partitionView struct {
-	Partition   int32  `json:"partition" yaml:"partition"`
-	StartOffset int64  `json:"start_offset" yaml:"start_offset"`
-	EndOffset   int64  `json:"end_offset" yaml:"end_offset"`
-	Messages    int64  `json:"messages" yaml:"messages"`
-	Leader      string `json:"leader" yaml:"leader"`
+	Partition   int32    `json:"partition" yaml:"partition"`
+	StartOffset int64    `json:"start_offset" yaml:"start_offset"`
+	EndOffset   int64    `json:"end_offset" yaml:"end_offset"`
+	Messages    int64    `json:"messages" yaml:"messages"`
+	Leader      string   `json:"leader" yaml:"leader"`
+	Replicas    []string `json:"replicas" yaml:"replicas"`
 }
 
 func newTopicView(t *spoolv1.TopicInfo) topicView {
@@ -134,7 +137,11 @@ func newTopicView(t *spoolv1.TopicInfo) topicView {
 	for _, p := range t.GetPartitions() {
 		n := p.GetEndOffset() - p.GetStartOffset()
 		v.Messages += n
-		v.Partitions = append(v.Partitions, partitionView{Partition: p.GetPartition(), StartOffset: p.GetStartOffset(), EndOffset: p.GetEndOffset(), Messages: n, Leader: p.GetLeader()})
+		replicas := p.GetReplicas()
+		if replicas == nil {
+			replicas = []string{}
+		}
+		v.Partitions = append(v.Partitions, partitionView{Partition: p.GetPartition(), StartOffset: p.GetStartOffset(), EndOffset: p.GetEndOffset(), Messages: n, Leader: p.GetLeader(), Replicas: replicas})
 	}
 	return v
 }
@@ -158,4 +165,177 @@ func durationText(d time.Duration) string {
 		return fmt.Sprintf("%dd", d/day)
 	}
 	return d.String()
+}
+
+// retentionFlags are --retention and --retention-bytes of create and alter.
+type retentionFlags struct {
+	age, bytes string
+}
+
+func (r *retentionFlags) bind(c *cobra.Command, defAge string) {
+	c.Flags().StringVar(&r.age, "retention", defAge, "how long messages are kept: 7d, 36h, or forever")
+	c.Flags().StringVar(&r.bytes, "retention-bytes", "", "most bytes kept per partition: 10GiB, 500MB, or unlimited")
+}
+
+// parse returns the retention in milliseconds and bytes; set says which
+// of the two flags were given.
+func (r *retentionFlags) parse(c *cobra.Command) (ms, bytes int64, msSet, bytesSet bool, err error) {
+	if msSet = c.Flags().Changed("retention") || r.age != ""; msSet {
+		if r.age != "forever" {
+			d, perr := parseRetention(r.age)
+			if perr != nil {
+				return 0, 0, false, false, usageErr("--retention %q: %v, or forever", r.age, perr)
+			}
+			ms = d.Milliseconds()
+		}
+	}
+	if bytesSet = r.bytes != ""; bytesSet && r.bytes != "unlimited" {
+		b, perr := parseSize(r.bytes)
+		if perr != nil {
+			return 0, 0, false, false, usageErr("--retention-bytes %q: %v, or unlimited", r.bytes, perr)
+		}
+		bytes = b
+	}
+	return ms, bytes, msSet, bytesSet, nil
+}
+
+func (a *app) topicCreateCommand() *cobra.Command {
+	var partitions int32
+	var r retentionFlags
+	c := &cobra.Command{
+		Use:   "create TOPIC --partitions N",
+		Short: "Create a topic",
+		Long: `Creates a topic with N partitions and a retention (by age, and optionally by
+size per partition). Creating a topic that exists with the same settings
+succeeds; with other settings it is refused (TOPIC_EXISTS).
+
+On a single sidecar the topic is kept in its data dir (admin-topics.json)
+and opened again at every start; in a cluster the controller keeps it.
+Partition counts do not change later (keys would move): choose with
+` + "`spool plan`" + `. Topics declared in spoold's config are the config's.`,
+		Example: example(
+			"spool topic create audit --partitions 6",
+			"spool topic create clicks --partitions 12 --retention 36h --retention-bytes 50GiB -o json"),
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ms, bytes, _, _, err := r.parse(cmd)
+			if err != nil {
+				return err
+			}
+			if partitions < 1 {
+				return usageErr("--partitions %d: give 1 or more (spool plan helps choose)", partitions)
+			}
+			c, err := a.adminClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd)
+			defer cancel()
+			resp, err := c.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: args[0], Partitions: partitions, RetentionMs: ms, RetentionBytes: bytes})
+			if err != nil {
+				return a.adminErr("create topic "+args[0], err)
+			}
+			v := newTopicView(resp.GetTopic())
+			return a.render(v, func(w io.Writer) {
+				fmt.Fprintf(w, "topic %s: %d partitions, retention %s\n", v.Name, len(v.Partitions), retentionText(v.RetentionMs, v.RetentionBytes))
+			})
+		},
+	}
+	c.Flags().Int32Var(&partitions, "partitions", 0, "number of partitions (required)")
+	_ = c.MarkFlagRequired("partitions")
+	r.bind(c, "7d")
+	return c
+}
+
+func (a *app) topicAlterCommand() *cobra.Command {
+	var r retentionFlags
+	c := &cobra.Command{
+		Use:   "alter TOPIC [--retention AGE] [--retention-bytes SIZE]",
+		Short: "Change a topic's retention",
+		Long: `Changes the retention of a topic made with ` + "`spool topic create`" + `: by age
+(--retention 3d, or forever) and by size per partition (--retention-bytes
+10GiB, or unlimited); what is not given stays. Shorter retention deletes
+whole closed segments at the next maintenance. Topics declared in spoold's
+config are changed there (TOPIC_DECLARED).`,
+		Example: example(
+			"spool topic alter audit --retention 1d",
+			"spool topic alter audit --retention-bytes unlimited -o yaml"),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeTopics,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ms, bytes, msSet, bytesSet, err := r.parse(cmd)
+			if err != nil {
+				return err
+			}
+			if !msSet && !bytesSet {
+				return usageErr("alter topic %s: say what to change: --retention and/or --retention-bytes", args[0])
+			}
+			req := &spoolv1.AlterTopicRequest{Name: args[0]}
+			if msSet {
+				req.RetentionMs = &ms
+			}
+			if bytesSet {
+				req.RetentionBytes = &bytes
+			}
+			c, err := a.adminClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd)
+			defer cancel()
+			resp, err := c.AlterTopic(ctx, req)
+			if err != nil {
+				return a.adminErr("alter topic "+args[0], err)
+			}
+			v := newTopicView(resp.GetTopic())
+			return a.render(v, func(w io.Writer) {
+				fmt.Fprintf(w, "topic %s: retention %s\n", v.Name, retentionText(v.RetentionMs, v.RetentionBytes))
+			})
+		},
+	}
+	r.bind(c, "")
+	return c
+}
+
+func (a *app) topicDeleteCommand() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:   "delete TOPIC",
+		Short: "Delete a topic (refused today: see the message for why and what to do)",
+		Long: `Asks spoold to delete a topic. spoold refuses, saying why: subscriptions use
+it (TOPIC_IN_USE, naming them), spoold's config declares it (TOPIC_DECLARED),
+or, for a topic nothing uses, Spool cannot delete topics yet
+(TOPIC_DELETE_UNSUPPORTED): the log cannot remove a partition while spoold
+runs, and a cluster's controller has no topic deletion. Meanwhile stop
+publishing to it and shorten its retention so that it empties.
+
+On a terminal spool asks first; --yes skips the question.`,
+		Example: example(
+			"spool topic delete audit --yes",
+			"spool topic alter audit --retention 1h    # what to do meanwhile"),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeTopics,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !yes {
+				if !a.stdinTTY {
+					return usageErr("delete topic %s: add --yes to confirm (stdin is not a terminal, so spool cannot ask)", args[0])
+				}
+				if !a.confirm(fmt.Sprintf("Delete topic %s and every message in it? [y/N] ", args[0])) {
+					return failed("nothing deleted: not confirmed")
+				}
+			}
+			c, err := a.adminClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd)
+			defer cancel()
+			if _, err := c.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: args[0]}); err != nil {
+				return a.adminErr("delete topic "+args[0], err)
+			}
+			return a.render(map[string]string{"deleted": args[0]}, func(w io.Writer) { fmt.Fprintf(w, "topic %s deleted\n", args[0]) })
+		},
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	return c
 }

@@ -37,6 +37,12 @@ const (
 	ResetTargetRequired Reason = "RESET_TARGET_REQUIRED"
 	StartRequired       Reason = "START_REQUIRED"
 	StartRepeated       Reason = "START_REPEATED"
+	// InvalidTopicSpec: a topic to create or alter with impossible settings
+	// (no partitions, too many, negative retention).
+	InvalidTopicSpec Reason = "INVALID_TOPIC_SPEC"
+	// InvalidCursor: a dead-letter cursor spoold did not make, or made for
+	// another subscription.
+	InvalidCursor Reason = "INVALID_CURSOR"
 
 	// NOT_FOUND: names the configuration does not declare.
 	UnknownTopic        Reason = "UNKNOWN_TOPIC"
@@ -47,6 +53,16 @@ const (
 	TopicConflict      Reason = "TOPIC_CONFLICT"
 	ConsumersConnected Reason = "CONSUMERS_CONNECTED"
 	WrongDeliveryMode  Reason = "WRONG_DELIVERY_MODE"
+	// TopicExists: CreateTopic of a name that exists with other settings.
+	TopicExists Reason = "TOPIC_EXISTS"
+	// TopicDeclared: AlterTopic or DeleteTopic of a topic spoold's config
+	// declares (the config would undo it at the next start).
+	TopicDeclared Reason = "TOPIC_DECLARED"
+	// TopicInUse: DeleteTopic of a topic a subscription reads or
+	// dead-letters to.
+	TopicInUse Reason = "TOPIC_IN_USE"
+	// TopicDeleteUnsupported: the log cannot delete a topic yet.
+	TopicDeleteUnsupported Reason = "TOPIC_DELETE_UNSUPPORTED"
 	// PartitionQuarantined: the partition's log is damaged; it serves what
 	// precedes the damage and takes no appends until repaired.
 	PartitionQuarantined Reason = "PARTITION_QUARANTINED"
@@ -95,13 +111,15 @@ func lookup(r Reason) (entry, bool) {
 	switch r {
 	case InvalidRequest, TopicRequired, InvalidTopicName, NoMessages, BatchTooLarge,
 		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
-		InvalidHeaderName, ReservedHeader, ResetTargetRequired, StartRequired, StartRepeated:
+		InvalidHeaderName, ReservedHeader, ResetTargetRequired, StartRequired, StartRepeated, InvalidTopicSpec:
 		return entry{codes.InvalidArgument, fix, ""}, true
+	case InvalidCursor:
+		return entry{codes.InvalidArgument, fix, "pass the next_cursor of the previous page unchanged, or none to start over"}, true
 	case BadPartition:
 		return entry{codes.InvalidArgument, fix, "leave partition unset to let the key choose, or use a partition the topic has"}, true
 	case UnknownTopic, UnknownGroup, UnknownSubscription:
 		return entry{codes.NotFound, fix, ""}, true
-	case TopicConflict, ConsumersConnected, WrongDeliveryMode:
+	case TopicConflict, ConsumersConnected, WrongDeliveryMode, TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported:
 		return entry{codes.FailedPrecondition, fix, ""}, true
 	case PartitionQuarantined:
 		return entry{codes.FailedPrecondition, fix, "the partition's log is damaged: repair it (docs/operations.md), or publish without a key or partition that maps to it"}, true
@@ -165,8 +183,10 @@ func All() []Reason {
 		InvalidRequest, TopicRequired, InvalidTopicName, NoMessages, BatchTooLarge,
 		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
 		InvalidHeaderName, ReservedHeader, BadPartition, ResetTargetRequired, StartRequired, StartRepeated,
+		InvalidTopicSpec, InvalidCursor,
 		UnknownTopic, UnknownGroup, UnknownSubscription,
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
+		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported,
 		OffsetOutOfRange,
 		DiskFull,
 		ShuttingDown, NotLeader, LedgerUnavailable, NoLeader, TopicNotPlaced,

@@ -62,16 +62,28 @@ type dl struct {
 	id, group, topic, reason, key string
 	partition                     int32 // original partition
 	value                         []byte
+	attempts                      int // 0 means 3
 }
 
 // dlRecord is the dead-letter record the delivery loop writes for d,
 // dead-lettered at t0 + i seconds.
 func dlRecord(d dl, i int) engine.Record {
+	return dlRecordAt(d, i, t0.Add(time.Duration(i)*time.Second))
+}
+
+// dlRecordAt is the dead-letter record for d dead-lettered at at (and
+// appended then, as the delivery loop does).
+func dlRecordAt(d dl, i int, at time.Time) engine.Record {
 	h := func(k, v string) engine.Header { return engine.Header{Key: k, Value: []byte(v)} }
+	attempts := d.attempts
+	if attempts == 0 {
+		attempts = 3
+	}
 	return engine.Record{
-		ID:    []byte(d.id),
-		Key:   []byte(d.key),
-		Value: d.value,
+		Timestamp: at.UnixMilli(),
+		ID:        []byte(d.id),
+		Key:       []byte(d.key),
+		Value:     d.value,
 		Headers: []engine.Header{
 			h("app-header", "kept"),
 			h(deliver.HeaderDLQTopic, d.topic),
@@ -80,8 +92,8 @@ func dlRecord(d dl, i int) engine.Record {
 			h(deliver.HeaderDLQGroup, d.group),
 			h(deliver.HeaderDLQReason, d.reason),
 			h(deliver.HeaderDLQLastError, "boom"),
-			h(deliver.HeaderDLQAttempts, "3"),
-			h(deliver.HeaderDLQTimeMs, strconv.FormatInt(t0.Add(time.Duration(i)*time.Second).UnixMilli(), 10)),
+			h(deliver.HeaderDLQAttempts, strconv.Itoa(attempts)),
+			h(deliver.HeaderDLQTimeMs, strconv.FormatInt(at.UnixMilli(), 10)),
 		},
 	}
 }
@@ -173,8 +185,8 @@ func header(r engine.Record, key string) (string, bool) {
 // at t0+0s … t0+4s.
 func fiveEntries() []dl {
 	return []dl{
-		{id: "a", key: "k1", reason: "bad"},
-		{id: "b", key: "k2"},
+		{id: "a", key: "k1", reason: "bad", attempts: 1},
+		{id: "b", key: "k2", attempts: 5},
 		{id: "c", key: "k1", group: "audit"},
 		{id: "d", key: "k1", topic: "payments"},
 		{id: "e", key: "k2", reason: "bad", partition: 3},
@@ -200,13 +212,17 @@ func TestPeekFilters(t *testing.T) {
 		// Oldest first, partition by partition: a, (c of audit), e in partition 0, then b.
 		{"limit", nil, 3, []string{"a", "b", "e"}},
 		{"nothing matches", &spoolv1.DeadLetterFilter{Reason: "none"}, 100, nil},
+		{"at least 3 attempts", &spoolv1.DeadLetterFilter{MinAttempts: 3}, 100, []string{"b", "d", "e"}},
+		{"at most 3 attempts", &spoolv1.DeadLetterFilter{MaxAttempts: 3}, 100, []string{"a", "d", "e"}},
+		{"attempts 2..4", &spoolv1.DeadLetterFilter{MinAttempts: 2, MaxAttempts: 4}, 100, []string{"d", "e"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Peek(n, group, dlqTopic, tt.filter, tt.limit)
+			page, err := Peek(n, Query{Group: group, DLQTopic: dlqTopic, Filter: tt.filter}, tt.limit)
 			if err != nil {
 				t.Fatal(err)
 			}
+			got := page.Entries
 			if len(got) > tt.limit {
 				t.Fatalf("%d entries, limit %d", len(got), tt.limit)
 			}
@@ -215,7 +231,8 @@ func TestPeekFilters(t *testing.T) {
 			}
 		})
 	}
-	got, err := Peek(n, group, dlqTopic, &spoolv1.DeadLetterFilter{Reason: "bad", Key: []byte("k2")}, 10)
+	page, err := Peek(n, Query{Group: group, DLQTopic: dlqTopic, Filter: &spoolv1.DeadLetterFilter{Reason: "bad", Key: []byte("k2")}}, 10)
+	got := page.Entries
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Peek(reason bad, key k2) = %v, %v", got, err)
 	}

@@ -8,18 +8,24 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/deliver"
 )
 
-// Engine is what reading and redriving dead letters need from the log.
+// Engine is what reading, redriving and purging dead letters need from
+// the log: offsets, reads, appends, the time index (OffsetForTime) and the
+// group position store, where purge marks live.
 type Engine interface {
 	Partitions(topic string) (int32, error)
 	Offsets(topic string, p int32) (start, end int64, err error)
 	Fetch(topic string, p int32, offset int64, maxBytes int, dst []engine.Record) ([]engine.Record, error)
 	Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error))
+	OffsetForTime(topic string, p int32, ts time.Time) (int64, error)
+	LoadPositions(group, topic string) (map[int32]engine.Position, error)
+	CommitPositions(group, topic string, pos map[int32]engine.Position) error
 }
 
 // FetchBytes is how much of a dead-letter partition one read asks the log
@@ -58,29 +64,79 @@ func own(r *engine.Record) engine.Record {
 	return c
 }
 
-// Peek returns up to limit dead letters of group in dlqTopic that match the
-// filter, oldest first (partition by partition). It holds at most limit
-// entries plus one read of FetchBytes. It has no cursor: every call reads
-// the dead-letter topic from its start until it has limit entries, so a
-// filter that matches little reads the whole topic (in bounded reads).
-func Peek(eng Engine, group, dlqTopic string, f *spoolv1.DeadLetterFilter, limit int) ([]*spoolv1.DeadLetter, error) {
-	r, err := newReader(eng, group, dlqTopic, f, "", FetchBytes)
+// Limits of one call that reads a dead-letter topic.
+const (
+	// ScanRecordsPerCall bounds the records of the dead-letter topic one
+	// Peek or Summarize reads (and one Redrive with a Limit): a filter that
+	// matches little returns a short page, even an empty one, with a
+	// cursor to go on, instead of reading the whole topic in one call.
+	ScanRecordsPerCall = 50_000
+	// IndexSlack widens the time range looked up in the log's time index.
+	// The index knows when a dead letter was appended to its topic; the
+	// filter is on the time the delivery loop recorded just before (on
+	// another node's clock, in a cluster). Entries whose two times differ by
+	// more than this may be missed by a time filter.
+	IndexSlack = time.Minute
+)
+
+// Query selects a subscription's dead letters and where to read them from.
+type Query struct {
+	Group, DLQTopic string
+	// Topic, when set, keeps only entries whose original topic it is.
+	Topic  string
+	Filter *spoolv1.DeadLetterFilter
+	// Cursor is the next_cursor of the previous page; "" starts.
+	Cursor string
+	// ScanRecords bounds the records read in this call; 0 means
+	// ScanRecordsPerCall.
+	ScanRecords int
+}
+
+// Page is what one call read.
+type Page struct {
+	Entries    []*spoolv1.DeadLetter
+	NextCursor string // "" once every partition is read to its stop
+	Progress   *spoolv1.ScanProgress
+}
+
+// Peek returns up to limit dead letters of the query, oldest first
+// (partition by partition), and a cursor to go on. One call reads at most
+// q.ScanRecords records of the dead-letter topic, from where the cursor,
+// the filter's time (through the log's time index) and the purge mark
+// allow, so its cost is bounded by the page, not by the topic's size.
+func Peek(eng Engine, q Query, limit int) (Page, error) {
+	r, err := newReader(eng, q, FetchBytes, scanBudget(q.ScanRecords))
 	if err != nil {
-		return nil, err
+		return Page{}, err
 	}
 	page, err := r.next(limit, math.MaxInt)
-	out := make([]*spoolv1.DeadLetter, len(page))
+	out := Page{Entries: make([]*spoolv1.DeadLetter, len(page)), NextCursor: r.cursor(), Progress: r.progress()}
 	for i, e := range page {
-		out[i] = e.dl
+		out.Entries[i] = e.dl
 	}
 	return out, err
 }
 
+func scanBudget(n int) int {
+	if n <= 0 {
+		return ScanRecordsPerCall
+	}
+	return n
+}
+
+// purgeTopic is where a subscription's purge mark is kept in the group
+// position store: under the group, beside its offsets, as a name no topic
+// can have ('~' is not allowed in topic names).
+func purgeTopic(dlqTopic string) string { return dlqTopic + "~purged" }
+
 // reader reads the matching dead letters of one group in pages, partition
-// by partition, oldest first. It stops at the ends the partitions had when
-// it was made: entries appended later (such as messages of this very
-// redrive that fail again and are dead-lettered anew) are not read, so a
-// redrive always ends and never moves a message twice.
+// by partition, oldest first, between per-partition bounds: from the
+// highest of the log start, the purge mark, the filter's start time (time
+// index) and the cursor, to the stop the first page saw (the end then, or
+// the filter's end time). Entries appended after the first page (such as
+// messages of this very redrive that fail again and are dead-lettered
+// anew) are not read, so a redrive always ends and never moves a message
+// twice.
 type reader struct {
 	eng    Engine
 	group  string
@@ -88,69 +144,126 @@ type reader struct {
 	filter *spoolv1.DeadLetterFilter
 	topic  string // only entries whose original topic this is; "" any
 
-	fetchBytes int     // one read from the log asks for this much
-	ends       []int64 // per partition, when the reader was made
-	part       int32   // partition being read
-	off        int64   // next offset to read in part; -1: from its start
-	recs       []engine.Record
+	fetchBytes int // one read from the log asks for this much
+	// Per partition: where the range starts (for progress), the next
+	// offset to read, and the offset to stop before.
+	from, pos, stop []int64
+	part            int32 // partition being read
+	recs            []engine.Record
+	scanned, budget int // records read in this call, and the bound
 }
 
-func newReader(eng Engine, group, dlqTopic string, f *spoolv1.DeadLetterFilter, topic string, fetchBytes int) (*reader, error) {
-	n, err := eng.Partitions(dlqTopic)
+func newReader(eng Engine, q Query, fetchBytes, budget int) (*reader, error) {
+	n, err := eng.Partitions(q.DLQTopic)
 	if err != nil {
 		return nil, err
 	}
-	r := &reader{eng: eng, group: group, dlq: dlqTopic, filter: f, topic: topic, fetchBytes: fetchBytes, ends: make([]int64, n), off: -1}
-	for p := range n {
-		if _, r.ends[p], err = eng.Offsets(dlqTopic, p); err != nil {
+	var c cursor
+	if q.Cursor != "" {
+		if c, err = parseCursor(q.Cursor, n); err != nil {
 			return nil, err
+		}
+	}
+	marks, err := eng.LoadPositions(q.Group, purgeTopic(q.DLQTopic))
+	if err != nil {
+		return nil, fmt.Errorf("reading the purge mark of %s: %w", q.DLQTopic, err)
+	}
+	r := &reader{eng: eng, group: q.Group, dlq: q.DLQTopic, filter: q.Filter, topic: q.Topic, fetchBytes: fetchBytes, budget: budget,
+		from: make([]int64, n), pos: make([]int64, n), stop: make([]int64, n)}
+	f := q.Filter
+	for p := range n {
+		start, end, err := eng.Offsets(q.DLQTopic, p)
+		if err != nil {
+			return nil, err
+		}
+		lo, hi := max(start, marks[p].Next), end
+		// The time index only narrows the range: the filter is checked on
+		// every entry read. Where it cannot answer (a node without a
+		// replica of the partition, in a cluster), the range stays whole.
+		if f.GetFromTimeMs() > 0 {
+			if off, err := eng.OffsetForTime(q.DLQTopic, p, time.UnixMilli(f.GetFromTimeMs()).Add(-IndexSlack)); err == nil {
+				lo = max(lo, off)
+			}
+		}
+		if f.GetToTimeMs() > 0 {
+			if off, err := eng.OffsetForTime(q.DLQTopic, p, time.UnixMilli(f.GetToTimeMs()).Add(IndexSlack)); err == nil {
+				hi = min(hi, off)
+			}
+		}
+		if q.Cursor != "" {
+			hi = min(hi, c.stop[p]) // the end the first page saw
+		}
+		lo = min(lo, hi)
+		r.from[p], r.pos[p], r.stop[p] = lo, lo, hi
+		if q.Cursor != "" {
+			r.pos[p] = min(max(c.next[p], lo), hi)
 		}
 	}
 	return r, nil
 }
 
-// current returns the record at the reader's position, reading from the
-// log when the last read is used up; nil when the reader is done.
-func (r *reader) current() (*engine.Record, error) {
-	for int(r.part) < len(r.ends) {
-		end := r.ends[r.part]
-		if r.off < 0 {
-			start, _, err := r.eng.Offsets(r.dlq, r.part)
-			if err != nil {
-				return nil, err
-			}
-			r.off, r.recs = start, nil
+// cursor says where the next call goes on; "" when every partition is read.
+func (r *reader) cursor() string {
+	for p := range r.pos {
+		if r.pos[p] < r.stop[p] {
+			return cursor{next: r.pos, stop: r.stop}.String()
 		}
-		if len(r.recs) == 0 && r.off < end {
-			recs, err := r.eng.Fetch(r.dlq, r.part, r.off, r.fetchBytes, r.recs[:0])
+	}
+	return ""
+}
+
+// progress counts the records of the range read so far, over every call.
+func (r *reader) progress() *spoolv1.ScanProgress {
+	pr := &spoolv1.ScanProgress{}
+	for p := range r.pos {
+		pr.Read += r.pos[p] - r.from[p]
+		pr.Total += r.stop[p] - r.from[p]
+	}
+	return pr
+}
+
+// current returns the record at the reader's position, reading from the
+// log when the last read is used up; nil when the reader is done (or its
+// budget spent).
+func (r *reader) current() (*engine.Record, error) {
+	for int(r.part) < len(r.stop) {
+		if r.scanned >= r.budget {
+			return nil, nil
+		}
+		p := r.part
+		if len(r.recs) == 0 && r.pos[p] < r.stop[p] {
+			recs, err := r.eng.Fetch(r.dlq, p, r.pos[p], r.fetchBytes, r.recs[:0])
 			var gone *engine.OffsetOutOfRangeError
-			if errors.As(err, &gone) && r.off < gone.Start {
-				r.off = -1 // retention removed them meanwhile: go on from the new start
+			if errors.As(err, &gone) && r.pos[p] < gone.Start {
+				// Retention removed them meanwhile: go on from the new start.
+				r.pos[p] = min(gone.Start, r.stop[p])
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("reading dead letters of %s partition %d at offset %d: %w", r.dlq, r.part, r.off, err)
+				return nil, fmt.Errorf("reading dead letters of %s partition %d at offset %d: %w", r.dlq, p, r.pos[p], err)
 			}
 			r.recs = recs
 		}
-		if len(r.recs) > 0 && r.recs[0].Offset < end {
+		if len(r.recs) > 0 && r.recs[0].Offset < r.stop[p] {
 			return &r.recs[0], nil
 		}
-		r.part, r.off, r.recs = r.part+1, -1, nil
+		r.pos[p] = r.stop[p]
+		r.part, r.recs = p+1, nil
 	}
 	return nil, nil
 }
 
 // advance moves past the current record.
 func (r *reader) advance() {
-	r.off = r.recs[0].Offset + 1
+	r.pos[r.part] = r.recs[0].Offset + 1
 	r.recs = r.recs[1:]
+	r.scanned++
 }
 
 // next returns the next page of matching dead letters: at most maxEntries
 // and, beyond the first, at most maxBytes in all (entry.size). Records
 // that do not match are skipped as they are read. An empty page means the
-// reader is done.
+// reader is done or its budget is spent (cursor tells which).
 func (r *reader) next(maxEntries, maxBytes int) ([]entry, error) {
 	var page []entry
 	size := 0
@@ -160,7 +273,7 @@ func (r *reader) next(maxEntries, maxBytes int) ([]entry, error) {
 			return page, err
 		}
 		dl := toDeadLetter(rec, r.part)
-		if dl.GetMessage().GetGroup() != r.group || !matches(dl, r.filter) || (r.topic != "" && dl.GetMessage().GetTopic() != r.topic) {
+		if !r.matches(dl) {
 			r.advance()
 			continue
 		}
@@ -174,6 +287,26 @@ func (r *reader) next(maxEntries, maxBytes int) ([]entry, error) {
 		size += e.size()
 	}
 	return page, nil
+}
+
+// each calls fn with every matching dead letter (which it must not keep:
+// key and payload point into the read buffer) until the budget is spent
+// or the reader is done.
+func (r *reader) each(fn func(*spoolv1.DeadLetter)) error {
+	for {
+		rec, err := r.current()
+		if rec == nil || err != nil {
+			return err
+		}
+		if dl := toDeadLetter(rec, r.part); r.matches(dl) {
+			fn(dl)
+		}
+		r.advance()
+	}
+}
+
+func (r *reader) matches(dl *spoolv1.DeadLetter) bool {
+	return dl.GetMessage().GetGroup() == r.group && matches(dl, r.filter) && (r.topic == "" || dl.GetMessage().GetTopic() == r.topic)
 }
 
 func toDeadLetter(r *engine.Record, dlqPartition int32) *spoolv1.DeadLetter {
@@ -248,6 +381,16 @@ func matches(dl *spoolv1.DeadLetter, f *spoolv1.DeadLetterFilter) bool {
 		return false
 	case len(f.GetKey()) > 0 && !bytes.Equal(dl.GetMessage().GetKey(), f.GetKey()):
 		return false
+	case f.GetMinAttempts() > 0 && int64(dl.GetMessage().GetAttempt()) < int64(f.GetMinAttempts()):
+		return false
+	case f.GetMaxAttempts() > 0 && int64(dl.GetMessage().GetAttempt()) > int64(f.GetMaxAttempts()):
+		return false
 	}
 	return true
+}
+
+// Decode turns a record of a dead-letter topic into the entry it holds
+// (for readers that follow the topic themselves, like the admin's Tail).
+func Decode(r *engine.Record, dlqPartition int32) *spoolv1.DeadLetter {
+	return toDeadLetter(r, dlqPartition)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,12 +52,23 @@ type Request struct {
 	// PageEntries and PageBytes bound the dead letters held in memory at a
 	// time; 0 means DefaultPageEntries and DefaultPageBytes.
 	PageEntries, PageBytes int
+	// Cursor goes on from where the previous call stopped ("" starts).
+	Cursor string
+	// Limit, when positive, ends the call after this many matching entries
+	// or ScanRecords records read (0: ScanRecordsPerCall), with a cursor to
+	// go on; 0 redrives every entry in one call.
+	Limit       int
+	ScanRecords int
 }
 
 // Result reports a redrive.
 type Result struct {
 	Matched, Redriven, AlreadyDone uint64
 	Sample                         []*spoolv1.DeadLetter
+	// NextCursor goes on where this call stopped; "" once every entry was
+	// handled. Progress says how far the redrive is over all its calls.
+	NextCursor string
+	Progress   *spoolv1.ScanProgress
 }
 
 // Redrive moves the matching dead letters of req.Group back to their
@@ -71,7 +83,7 @@ type Result struct {
 // A page's appends are confirmed before the next page is read. Only the
 // entries present when Redrive starts are considered. When it stops early
 // (ctx, Redis, the log), Matched counts the entries seen so far.
-func Redrive(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Counters) (Result, error) {
+func Redrive(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Counters) (res Result, err error) {
 	rate := req.RatePerS
 	if rate <= 0 {
 		rate = DefaultRatePerS
@@ -84,15 +96,27 @@ func Redrive(ctx context.Context, eng Engine, l ledger.Ledger, req Request, c Co
 	if pageBytes <= 0 {
 		pageBytes = DefaultPageBytes
 	}
-	var res Result
-	r, err := newReader(eng, req.Group, req.DLQTopic, req.Filter, req.Topic, min(FetchBytes, pageBytes))
+	budget := math.MaxInt
+	if req.Limit > 0 {
+		budget = scanBudget(req.ScanRecords)
+	}
+	q := Query{Group: req.Group, DLQTopic: req.DLQTopic, Topic: req.Topic, Filter: req.Filter, Cursor: req.Cursor}
+	r, err := newReader(eng, q, min(FetchBytes, pageBytes), budget)
 	if err != nil {
 		return res, err
 	}
+	defer func() { res.NextCursor, res.Progress = r.cursor(), r.progress() }()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		page, err := r.next(pageEntries, pageBytes)
+		want := pageEntries
+		if req.Limit > 0 {
+			want = min(want, req.Limit-int(res.Matched))
+		}
+		if want <= 0 {
+			return res, nil
+		}
+		page, err := r.next(want, pageBytes)
 		if err != nil {
 			return res, fmt.Errorf("redrive stopped after %d messages: %w", res.Redriven, err)
 		}

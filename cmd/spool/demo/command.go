@@ -21,6 +21,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.FailRate, "fail-rate", o.FailRate, "share of email provider calls that fail outside the outage (0..1)")
 	fs.DurationVar(&o.ProviderLatency, "provider-latency", o.ProviderLatency, "mean email provider latency (each call takes 0.5x to 1.5x of it)")
 	fs.DurationVar(&o.Outage, "outage", o.Outage, "length of the email provider outage, starting at 1/3 of the run (0: none)")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the sidecar running after the summary, to look at it with spool (Ctrl-C stops it)")
+	fs.StringVar(&o.AdminListen, "admin-listen", "", "the sidecar's admin address (default: 127.0.0.1:7071 with --keep, so that spool finds it; else a free port)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: spool demo [flags]
 
@@ -43,6 +45,12 @@ flags:
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "spool demo: unexpected argument %q (flags only; see spool demo -h)\n", fs.Arg(0))
 		return 2
+	}
+	if o.AdminListen == "" {
+		o.AdminListen = "127.0.0.1:0"
+		if o.Keep {
+			o.AdminListen = "127.0.0.1:7071" // spool's default --admin
+		}
 	}
 	o.Out = stdout
 	o.Live = isTerminal(stdout)

@@ -44,6 +44,12 @@ type Options struct {
 	DrainTimeout    time.Duration // after Duration, wait at most this long for the queue to empty
 	Live            bool          // redraw the live view in place (a terminal)
 	Out             io.Writer     // live view and summary
+	// AdminListen is the sidecar's admin address (AdminService and
+	// /metrics); "127.0.0.1:0" picks a free port.
+	AdminListen string
+	// Keep leaves the sidecar running after the summary, with what the
+	// demo did in it, until ctx ends: look at it with spool.
+	Keep bool
 }
 
 // DefaultOptions are the defaults of `spool demo`.
@@ -56,6 +62,7 @@ func DefaultOptions() Options {
 		Outage:          5 * time.Second,
 		PoisonEvery:     150,
 		DrainTimeout:    30 * time.Second,
+		AdminListen:     "127.0.0.1:0",
 	}
 }
 
@@ -82,6 +89,9 @@ func (o *Options) validate() error {
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
+	if o.AdminListen == "" {
+		o.AdminListen = "127.0.0.1:0"
+	}
 	return nil
 }
 
@@ -97,7 +107,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	logs := newLogBuffer()
 	logger := logs.logger()
 
-	sc, err := startSidecar(logger)
+	sc, err := startSidecar(logger, o.AdminListen)
 	if err != nil {
 		return nil, err
 	}
@@ -187,5 +197,18 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	stopShop()
 	stopWorker()
 	wg.Wait()
+	if o.Keep && !interrupted {
+		fmt.Fprintf(o.Out, `
+The sidecar keeps running with what the demo did in it; look at it with spool
+from another terminal (Ctrl-C here stops it):
+
+  spool --admin %[1]s topic describe %[2]s
+  spool --admin %[1]s group describe %[3]s
+  spool --admin %[1]s dlq list --group %[3]s --topic %[2]s
+  spool --admin %[1]s dlq peek --group %[3]s --topic %[2]s --limit 3
+  spool --admin %[1]s tail %[2]s --from-beginning --limit 5
+`, sc.adminAddr, Topic, Group)
+		<-ctx.Done()
+	}
 	return s, errors.Join(dlqErr, workerErr)
 }

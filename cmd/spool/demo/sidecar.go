@@ -32,10 +32,10 @@ type runningSidecar struct {
 // demoConfig is the dev configuration with the demo's topic and subscription:
 // quick retries so the outage plays out in seconds, a visibility timeout well
 // above the provider's latency, and room for many orders in flight.
-func demoConfig(socket string) *config.Config {
+func demoConfig(socket, adminListen string) *config.Config {
 	cfg := config.DevConfig()
 	cfg.Node.AppListen = []string{"unix://" + socket}
-	cfg.Node.AdminListen = "127.0.0.1:0"
+	cfg.Node.AdminListen = adminListen
 	cfg.Node.DrainTimeout = 5 * time.Second
 	cfg.Topics = []config.TopicConfig{config.NewTopic(Topic, 4)}
 	sub := config.NewSubscription(Topic, Group)
@@ -53,13 +53,13 @@ func demoConfig(socket string) *config.Config {
 
 // startSidecar runs sidecar.Run in a goroutine (owned: stop ends and awaits
 // it) and returns once it listens. The app listens on a unix socket in a
-// temporary directory, the admin port on a free TCP port.
-func startSidecar(logger *slog.Logger) (*runningSidecar, error) {
+// temporary directory, the admin port on adminListen.
+func startSidecar(logger *slog.Logger, adminListen string) (*runningSidecar, error) {
 	dir, err := os.MkdirTemp("", "spool-demo-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory for the sidecar's socket: %w", err)
 	}
-	cfg := demoConfig(filepath.Join(dir, "app.sock"))
+	cfg := demoConfig(filepath.Join(dir, "app.sock"), adminListen)
 	if err := cfg.Validate(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("the demo's sidecar configuration is invalid: %w", err)
@@ -138,32 +138,22 @@ func (sc *runningSidecar) queueState() queueState {
 }
 
 // readDeadLetters reads every entry of the DLQ through AdminService, keyed by
-// order id (the message key). PeekDeadLetters returns at most 1,000 entries
-// oldest first, so it pages by dead-letter time and skips entries seen.
+// order id (the message key), a page of at most 1,000 entries at a time,
+// going on with each page's cursor.
 func readDeadLetters(sc *runningSidecar) (map[string]*spoolv1.DeadLetter, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out := map[string]*spoolv1.DeadLetter{}
-	seen := map[int64]bool{}
-	var from int64
+	var cursor string
 	for {
-		resp, err := sc.admin.PeekDeadLetters(ctx, &spoolv1.PeekDeadLettersRequest{
-			Topic: Topic, Group: Group, Limit: 1000, Filter: &spoolv1.DeadLetterFilter{FromTimeMs: from},
-		})
+		resp, err := sc.admin.PeekDeadLetters(ctx, &spoolv1.PeekDeadLettersRequest{Topic: Topic, Group: Group, Limit: 1000, Cursor: cursor})
 		if err != nil {
 			return out, fmt.Errorf("reading the dead-letter queue %s: %w", DLQTopic, err)
 		}
-		fresh := 0
 		for _, e := range resp.GetEntries() {
-			if seen[e.GetDlqOffset()] {
-				continue
-			}
-			seen[e.GetDlqOffset()] = true
-			fresh++
 			out[string(e.GetMessage().GetKey())] = e
-			from = max(from, e.GetDeadLetteredTimeMs())
 		}
-		if len(resp.GetEntries()) < 1000 || fresh == 0 {
+		if cursor = resp.GetNextCursor(); cursor == "" {
 			return out, nil
 		}
 	}

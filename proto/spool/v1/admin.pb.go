@@ -187,7 +187,10 @@ type PartitionInfo struct {
 	// Next offset to be written (log end).
 	EndOffset int64 `protobuf:"varint,3,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
 	// Node currently leading the partition.
-	Leader        string `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	Leader string `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	// Nodes holding a replica (in a cluster, for partitions this node holds a
+	// replica of; empty otherwise).
+	Replicas      []string `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -248,6 +251,13 @@ func (x *PartitionInfo) GetLeader() string {
 		return x.Leader
 	}
 	return ""
+}
+
+func (x *PartitionInfo) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
 }
 
 // ListGroupsRequest filters groups.
@@ -352,7 +362,12 @@ type GroupInfo struct {
 	// Lag per partition.
 	Partitions []*PartitionLag `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// Consumers connected now.
-	Consumers     uint32 `protobuf:"varint,4,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	Consumers uint32 `protobuf:"varint,4,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	// Keys whose next message waits for a retry of an earlier one
+	// (ordering = key).
+	ParkedKeys uint32 `protobuf:"varint,5,opt,name=parked_keys,json=parkedKeys,proto3" json:"parked_keys,omitempty"`
+	// Circuit breakers of the subscription, one per downstream seen.
+	Breakers      []*BreakerInfo `protobuf:"bytes,6,rep,name=breakers,proto3" json:"breakers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +430,75 @@ func (x *GroupInfo) GetConsumers() uint32 {
 	return 0
 }
 
+func (x *GroupInfo) GetParkedKeys() uint32 {
+	if x != nil {
+		return x.ParkedKeys
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetBreakers() []*BreakerInfo {
+	if x != nil {
+		return x.Breakers
+	}
+	return nil
+}
+
+// BreakerInfo is the state of one circuit breaker.
+type BreakerInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Downstream the breaker guards (named by the application's retries).
+	Downstream string `protobuf:"bytes,1,opt,name=downstream,proto3" json:"downstream,omitempty"`
+	// "closed", "half-open" or "open".
+	State         string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BreakerInfo) Reset() {
+	*x = BreakerInfo{}
+	mi := &file_spool_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakerInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakerInfo) ProtoMessage() {}
+
+func (x *BreakerInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakerInfo.ProtoReflect.Descriptor instead.
+func (*BreakerInfo) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BreakerInfo) GetDownstream() string {
+	if x != nil {
+		return x.Downstream
+	}
+	return ""
+}
+
+func (x *BreakerInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // PartitionLag is a group's progress on one partition.
 type PartitionLag struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -437,7 +521,7 @@ type PartitionLag struct {
 
 func (x *PartitionLag) Reset() {
 	*x = PartitionLag{}
-	mi := &file_spool_v1_admin_proto_msgTypes[7]
+	mi := &file_spool_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +533,7 @@ func (x *PartitionLag) String() string {
 func (*PartitionLag) ProtoMessage() {}
 
 func (x *PartitionLag) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[7]
+	mi := &file_spool_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +546,7 @@ func (x *PartitionLag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLag.ProtoReflect.Descriptor instead.
 func (*PartitionLag) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PartitionLag) GetPartition() int32 {
@@ -517,14 +601,16 @@ type PeekDeadLettersRequest struct {
 	// Which entries.
 	Filter *DeadLetterFilter `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
 	// At most this many entries (default 100, at most 1,000).
-	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Where to go on: the next_cursor of the previous page; empty to start.
+	Cursor        string `protobuf:"bytes,5,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PeekDeadLettersRequest) Reset() {
 	*x = PeekDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[8]
+	mi := &file_spool_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +622,7 @@ func (x *PeekDeadLettersRequest) String() string {
 func (*PeekDeadLettersRequest) ProtoMessage() {}
 
 func (x *PeekDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[8]
+	mi := &file_spool_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +635,7 @@ func (x *PeekDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PeekDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PeekDeadLettersRequest) GetGroup() string {
@@ -580,6 +666,13 @@ func (x *PeekDeadLettersRequest) GetLimit() uint32 {
 	return 0
 }
 
+func (x *PeekDeadLettersRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
 // DeadLetterFilter narrows dead-letter entries; empty fields match everything.
 type DeadLetterFilter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -590,14 +683,18 @@ type DeadLetterFilter struct {
 	// Only entries whose reason equals this.
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Only entries with this key.
-	Key           []byte `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Key []byte `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// Only entries with at least this many attempts; 0 means no bound.
+	MinAttempts uint32 `protobuf:"varint,5,opt,name=min_attempts,json=minAttempts,proto3" json:"min_attempts,omitempty"`
+	// Only entries with at most this many attempts; 0 means no bound.
+	MaxAttempts   uint32 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadLetterFilter) Reset() {
 	*x = DeadLetterFilter{}
-	mi := &file_spool_v1_admin_proto_msgTypes[9]
+	mi := &file_spool_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +706,7 @@ func (x *DeadLetterFilter) String() string {
 func (*DeadLetterFilter) ProtoMessage() {}
 
 func (x *DeadLetterFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[9]
+	mi := &file_spool_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +719,7 @@ func (x *DeadLetterFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterFilter.ProtoReflect.Descriptor instead.
 func (*DeadLetterFilter) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeadLetterFilter) GetFromTimeMs() int64 {
@@ -653,18 +750,95 @@ func (x *DeadLetterFilter) GetKey() []byte {
 	return nil
 }
 
+func (x *DeadLetterFilter) GetMinAttempts() uint32 {
+	if x != nil {
+		return x.MinAttempts
+	}
+	return 0
+}
+
+func (x *DeadLetterFilter) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+// ScanProgress says how far a paged read of a dead-letter topic is: the
+// records of the range it covers (from the start the filter's time and the
+// purge mark allow, to the end the first page saw) read so far, and in all.
+type ScanProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Records of the range read so far, over every page.
+	Read int64 `protobuf:"varint,1,opt,name=read,proto3" json:"read,omitempty"`
+	// Records in the range.
+	Total         int64 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanProgress) Reset() {
+	*x = ScanProgress{}
+	mi := &file_spool_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanProgress) ProtoMessage() {}
+
+func (x *ScanProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanProgress.ProtoReflect.Descriptor instead.
+func (*ScanProgress) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ScanProgress) GetRead() int64 {
+	if x != nil {
+		return x.Read
+	}
+	return 0
+}
+
+func (x *ScanProgress) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 // PeekDeadLettersResponse lists entries, oldest first.
 type PeekDeadLettersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Dead-letter entries.
-	Entries       []*DeadLetter `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	Entries []*DeadLetter `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Pass it as cursor to read on; empty when the end is reached. A page may
+	// hold fewer than limit entries (even none) and still have a next cursor:
+	// one call reads a bounded part of the dead-letter topic.
+	NextCursor string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// How far the read is.
+	Progress      *ScanProgress `protobuf:"bytes,3,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PeekDeadLettersResponse) Reset() {
 	*x = PeekDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[10]
+	mi := &file_spool_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +850,7 @@ func (x *PeekDeadLettersResponse) String() string {
 func (*PeekDeadLettersResponse) ProtoMessage() {}
 
 func (x *PeekDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[10]
+	mi := &file_spool_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,12 +863,26 @@ func (x *PeekDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PeekDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PeekDeadLettersResponse) GetEntries() []*DeadLetter {
 	if x != nil {
 		return x.Entries
+	}
+	return nil
+}
+
+func (x *PeekDeadLettersResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *PeekDeadLettersResponse) GetProgress() *ScanProgress {
+	if x != nil {
+		return x.Progress
 	}
 	return nil
 }
@@ -726,7 +914,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_spool_v1_admin_proto_msgTypes[11]
+	mi := &file_spool_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +926,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[11]
+	mi := &file_spool_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +939,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeadLetter) GetMessage() *Delivery {
@@ -825,7 +1013,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_spool_v1_admin_proto_msgTypes[12]
+	mi := &file_spool_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +1025,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[12]
+	mi := &file_spool_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +1038,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Attempt) GetAttempt() int32 {
@@ -886,14 +1074,19 @@ type RedriveRequest struct {
 	// Only report what would move.
 	DryRun bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// At most this many messages per second; 0 means 100.
-	RatePerS      uint32 `protobuf:"varint,5,opt,name=rate_per_s,json=ratePerS,proto3" json:"rate_per_s,omitempty"`
+	RatePerS uint32 `protobuf:"varint,5,opt,name=rate_per_s,json=ratePerS,proto3" json:"rate_per_s,omitempty"`
+	// Where to go on: the next_cursor of the previous call; empty to start.
+	Cursor string `protobuf:"bytes,6,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// At most this many matching entries in this call (then next_cursor says
+	// where to go on); 0 means every entry.
+	Limit         uint32 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[13]
+	mi := &file_spool_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1098,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[13]
+	mi := &file_spool_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1111,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RedriveRequest) GetGroup() string {
@@ -956,6 +1149,20 @@ func (x *RedriveRequest) GetRatePerS() uint32 {
 	return 0
 }
 
+func (x *RedriveRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *RedriveRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 // RedriveResponse reports a redrive.
 type RedriveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -967,14 +1174,18 @@ type RedriveResponse struct {
 	Sample []*DeadLetter `protobuf:"bytes,3,rep,name=sample,proto3" json:"sample,omitempty"`
 	// Entries not redriven because the ledger shows the message was handled
 	// since it was dead-lettered (redriving it would deliver it twice).
-	AlreadyDone   uint64 `protobuf:"varint,4,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
+	AlreadyDone uint64 `protobuf:"varint,4,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
+	// Pass it as cursor to go on; empty when every entry was handled.
+	NextCursor string `protobuf:"bytes,5,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// How far the redrive is.
+	Progress      *ScanProgress `protobuf:"bytes,6,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[14]
+	mi := &file_spool_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1197,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[14]
+	mi := &file_spool_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1210,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RedriveResponse) GetMatched() uint64 {
@@ -1030,6 +1241,20 @@ func (x *RedriveResponse) GetAlreadyDone() uint64 {
 	return 0
 }
 
+func (x *RedriveResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *RedriveResponse) GetProgress() *ScanProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // ResetOffsetsRequest moves a group's committed offsets.
 type ResetOffsetsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1044,16 +1269,20 @@ type ResetOffsetsRequest struct {
 	//	*ResetOffsetsRequest_Earliest
 	//	*ResetOffsetsRequest_Latest
 	//	*ResetOffsetsRequest_TimeMs
+	//	*ResetOffsetsRequest_Offset
 	To isResetOffsetsRequest_To `protobuf_oneof:"to"`
 	// Only report the new offsets.
-	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Only these partitions; empty means all. The others keep their
+	// committed offset.
+	Partitions    []int32 `protobuf:"varint,8,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResetOffsetsRequest) Reset() {
 	*x = ResetOffsetsRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[15]
+	mi := &file_spool_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1294,7 @@ func (x *ResetOffsetsRequest) String() string {
 func (*ResetOffsetsRequest) ProtoMessage() {}
 
 func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[15]
+	mi := &file_spool_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1307,7 @@ func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResetOffsetsRequest) GetGroup() string {
@@ -1129,11 +1358,27 @@ func (x *ResetOffsetsRequest) GetTimeMs() int64 {
 	return 0
 }
 
+func (x *ResetOffsetsRequest) GetOffset() int64 {
+	if x != nil {
+		if x, ok := x.To.(*ResetOffsetsRequest_Offset); ok {
+			return x.Offset
+		}
+	}
+	return 0
+}
+
 func (x *ResetOffsetsRequest) GetDryRun() bool {
 	if x != nil {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *ResetOffsetsRequest) GetPartitions() []int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
 }
 
 type isResetOffsetsRequest_To interface {
@@ -1155,11 +1400,18 @@ type ResetOffsetsRequest_TimeMs struct {
 	TimeMs int64 `protobuf:"varint,5,opt,name=time_ms,json=timeMs,proto3,oneof"`
 }
 
+type ResetOffsetsRequest_Offset struct {
+	// This offset (clamped to what the partition stores).
+	Offset int64 `protobuf:"varint,7,opt,name=offset,proto3,oneof"`
+}
+
 func (*ResetOffsetsRequest_Earliest) isResetOffsetsRequest_To() {}
 
 func (*ResetOffsetsRequest_Latest) isResetOffsetsRequest_To() {}
 
 func (*ResetOffsetsRequest_TimeMs) isResetOffsetsRequest_To() {}
+
+func (*ResetOffsetsRequest_Offset) isResetOffsetsRequest_To() {}
 
 // ResetOffsetsResponse gives the new committed offsets.
 type ResetOffsetsResponse struct {
@@ -1172,7 +1424,7 @@ type ResetOffsetsResponse struct {
 
 func (x *ResetOffsetsResponse) Reset() {
 	*x = ResetOffsetsResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[16]
+	mi := &file_spool_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1436,7 @@ func (x *ResetOffsetsResponse) String() string {
 func (*ResetOffsetsResponse) ProtoMessage() {}
 
 func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[16]
+	mi := &file_spool_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1449,7 @@ func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResetOffsetsResponse) GetPartitions() []*PartitionLag {
@@ -1216,7 +1468,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[17]
+	mi := &file_spool_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1480,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[17]
+	mi := &file_spool_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1493,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 // ClusterStatusResponse describes the cluster.
@@ -1261,7 +1513,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[18]
+	mi := &file_spool_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1525,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[18]
+	mi := &file_spool_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1538,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClusterStatusResponse) GetClusterId() string {
@@ -1332,7 +1584,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[19]
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1596,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[19]
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1609,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -1381,6 +1633,1241 @@ func (x *NodeInfo) GetAlive() bool {
 	return false
 }
 
+// CreateTopicRequest declares a new topic.
+type CreateTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic name: a-z A-Z 0-9 . _ -, at most 200 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Number of partitions, at least 1.
+	Partitions int32 `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// Retention by age, milliseconds; 0 keeps forever.
+	RetentionMs int64 `protobuf:"varint,3,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	// Retention by size per partition, bytes; 0 is unlimited.
+	RetentionBytes int64 `protobuf:"varint,4,opt,name=retention_bytes,json=retentionBytes,proto3" json:"retention_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *CreateTopicRequest) Reset() {
+	*x = CreateTopicRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTopicRequest) ProtoMessage() {}
+
+func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
+func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CreateTopicRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateTopicRequest) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *CreateTopicRequest) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+func (x *CreateTopicRequest) GetRetentionBytes() int64 {
+	if x != nil {
+		return x.RetentionBytes
+	}
+	return 0
+}
+
+// CreateTopicResponse describes the topic created.
+type CreateTopicResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic.
+	Topic         *TopicInfo `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTopicResponse) Reset() {
+	*x = CreateTopicResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTopicResponse) ProtoMessage() {}
+
+func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
+func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CreateTopicResponse) GetTopic() *TopicInfo {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+// AlterTopicRequest changes a topic's retention; unset fields keep theirs.
+type AlterTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// New retention by age, milliseconds; 0 keeps forever.
+	RetentionMs *int64 `protobuf:"varint,2,opt,name=retention_ms,json=retentionMs,proto3,oneof" json:"retention_ms,omitempty"`
+	// New retention by size per partition, bytes; 0 is unlimited.
+	RetentionBytes *int64 `protobuf:"varint,3,opt,name=retention_bytes,json=retentionBytes,proto3,oneof" json:"retention_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AlterTopicRequest) Reset() {
+	*x = AlterTopicRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterTopicRequest) ProtoMessage() {}
+
+func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterTopicRequest.ProtoReflect.Descriptor instead.
+func (*AlterTopicRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AlterTopicRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AlterTopicRequest) GetRetentionMs() int64 {
+	if x != nil && x.RetentionMs != nil {
+		return *x.RetentionMs
+	}
+	return 0
+}
+
+func (x *AlterTopicRequest) GetRetentionBytes() int64 {
+	if x != nil && x.RetentionBytes != nil {
+		return *x.RetentionBytes
+	}
+	return 0
+}
+
+// AlterTopicResponse describes the topic after the change.
+type AlterTopicResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic.
+	Topic         *TopicInfo `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterTopicResponse) Reset() {
+	*x = AlterTopicResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterTopicResponse) ProtoMessage() {}
+
+func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterTopicResponse.ProtoReflect.Descriptor instead.
+func (*AlterTopicResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AlterTopicResponse) GetTopic() *TopicInfo {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+// DeleteTopicRequest names the topic to delete.
+type DeleteTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTopicRequest) Reset() {
+	*x = DeleteTopicRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTopicRequest) ProtoMessage() {}
+
+func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DeleteTopicRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteTopicResponse is empty.
+type DeleteTopicResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTopicResponse) Reset() {
+	*x = DeleteTopicResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTopicResponse) ProtoMessage() {}
+
+func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+// SummarizeDeadLettersRequest selects the dead letters to count.
+type SummarizeDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Consumer group of the subscription.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Topic of the subscription.
+	Topic string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Which entries.
+	Filter *DeadLetterFilter `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	// Where to go on: the next_cursor of the previous call; empty to start.
+	Cursor string `protobuf:"bytes,4,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// How many of the most frequent keys to return (default 10, at most 100).
+	TopKeys       uint32 `protobuf:"varint,5,opt,name=top_keys,json=topKeys,proto3" json:"top_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummarizeDeadLettersRequest) Reset() {
+	*x = SummarizeDeadLettersRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummarizeDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummarizeDeadLettersRequest) ProtoMessage() {}
+
+func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummarizeDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*SummarizeDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SummarizeDeadLettersRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SummarizeDeadLettersRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SummarizeDeadLettersRequest) GetFilter() *DeadLetterFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *SummarizeDeadLettersRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *SummarizeDeadLettersRequest) GetTopKeys() uint32 {
+	if x != nil {
+		return x.TopKeys
+	}
+	return 0
+}
+
+// SummarizeDeadLettersResponse counts the entries of one page of the
+// dead-letter topic. Counts of several pages add up; by_key holds the
+// most frequent keys of this page only.
+type SummarizeDeadLettersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entries that match.
+	Matched uint64 `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	// Matching entries by reason, most frequent first.
+	ByReason []*ReasonCount `protobuf:"bytes,2,rep,name=by_reason,json=byReason,proto3" json:"by_reason,omitempty"`
+	// The most frequent keys of the matching entries of this page.
+	ByKey []*KeyCount `protobuf:"bytes,3,rep,name=by_key,json=byKey,proto3" json:"by_key,omitempty"`
+	// Matching entries by the hour they were dead-lettered, oldest first.
+	ByHour []*HourCount `protobuf:"bytes,4,rep,name=by_hour,json=byHour,proto3" json:"by_hour,omitempty"`
+	// Oldest and newest dead-letter time of the matching entries, Unix ms.
+	OldestMs int64 `protobuf:"varint,5,opt,name=oldest_ms,json=oldestMs,proto3" json:"oldest_ms,omitempty"`
+	// Newest dead-letter time of the matching entries, Unix ms.
+	NewestMs int64 `protobuf:"varint,6,opt,name=newest_ms,json=newestMs,proto3" json:"newest_ms,omitempty"`
+	// Pass it as cursor to count on; empty when the end is reached.
+	NextCursor string `protobuf:"bytes,7,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	// How far the count is.
+	Progress *ScanProgress `protobuf:"bytes,8,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Distinct keys seen in this page beyond what by_key holds.
+	OtherKeys     uint64 `protobuf:"varint,9,opt,name=other_keys,json=otherKeys,proto3" json:"other_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummarizeDeadLettersResponse) Reset() {
+	*x = SummarizeDeadLettersResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummarizeDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummarizeDeadLettersResponse) ProtoMessage() {}
+
+func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummarizeDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*SummarizeDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SummarizeDeadLettersResponse) GetMatched() uint64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *SummarizeDeadLettersResponse) GetByReason() []*ReasonCount {
+	if x != nil {
+		return x.ByReason
+	}
+	return nil
+}
+
+func (x *SummarizeDeadLettersResponse) GetByKey() []*KeyCount {
+	if x != nil {
+		return x.ByKey
+	}
+	return nil
+}
+
+func (x *SummarizeDeadLettersResponse) GetByHour() []*HourCount {
+	if x != nil {
+		return x.ByHour
+	}
+	return nil
+}
+
+func (x *SummarizeDeadLettersResponse) GetOldestMs() int64 {
+	if x != nil {
+		return x.OldestMs
+	}
+	return 0
+}
+
+func (x *SummarizeDeadLettersResponse) GetNewestMs() int64 {
+	if x != nil {
+		return x.NewestMs
+	}
+	return 0
+}
+
+func (x *SummarizeDeadLettersResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+func (x *SummarizeDeadLettersResponse) GetProgress() *ScanProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
+func (x *SummarizeDeadLettersResponse) GetOtherKeys() uint64 {
+	if x != nil {
+		return x.OtherKeys
+	}
+	return 0
+}
+
+// ReasonCount counts entries with one reason.
+type ReasonCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reason.
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Entries.
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReasonCount) Reset() {
+	*x = ReasonCount{}
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReasonCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReasonCount) ProtoMessage() {}
+
+func (x *ReasonCount) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
+func (*ReasonCount) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ReasonCount) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReasonCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// KeyCount counts entries with one key.
+type KeyCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Message key.
+	Key []byte `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Entries.
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyCount) Reset() {
+	*x = KeyCount{}
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyCount) ProtoMessage() {}
+
+func (x *KeyCount) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyCount.ProtoReflect.Descriptor instead.
+func (*KeyCount) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *KeyCount) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *KeyCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// HourCount counts entries dead-lettered in one hour.
+type HourCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Start of the hour, Unix milliseconds.
+	HourStartMs int64 `protobuf:"varint,1,opt,name=hour_start_ms,json=hourStartMs,proto3" json:"hour_start_ms,omitempty"`
+	// Entries.
+	Count         uint64 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HourCount) Reset() {
+	*x = HourCount{}
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HourCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HourCount) ProtoMessage() {}
+
+func (x *HourCount) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HourCount.ProtoReflect.Descriptor instead.
+func (*HourCount) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *HourCount) GetHourStartMs() int64 {
+	if x != nil {
+		return x.HourStartMs
+	}
+	return 0
+}
+
+func (x *HourCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// PurgeDeadLettersRequest selects what to purge: everything dead-lettered
+// before a time, or everything there is now.
+type PurgeDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Consumer group of the subscription.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Topic of the subscription.
+	Topic string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Purge the entries appended before this time, Unix milliseconds; 0
+	// purges every entry present now.
+	BeforeTimeMs int64 `protobuf:"varint,3,opt,name=before_time_ms,json=beforeTimeMs,proto3" json:"before_time_ms,omitempty"`
+	// Only report what would be purged.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeDeadLettersRequest) Reset() {
+	*x = PurgeDeadLettersRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeDeadLettersRequest) ProtoMessage() {}
+
+func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PurgeDeadLettersRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *PurgeDeadLettersRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PurgeDeadLettersRequest) GetBeforeTimeMs() int64 {
+	if x != nil {
+		return x.BeforeTimeMs
+	}
+	return 0
+}
+
+func (x *PurgeDeadLettersRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// PurgeDeadLettersResponse reports a purge.
+type PurgeDeadLettersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entries purged by this call (not purged before).
+	Purged uint64 `protobuf:"varint,1,opt,name=purged,proto3" json:"purged,omitempty"`
+	// The purge mark per partition of the dead-letter topic.
+	Partitions    []*PurgedPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeDeadLettersResponse) Reset() {
+	*x = PurgeDeadLettersResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeDeadLettersResponse) ProtoMessage() {}
+
+func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PurgeDeadLettersResponse) GetPurged() uint64 {
+	if x != nil {
+		return x.Purged
+	}
+	return 0
+}
+
+func (x *PurgeDeadLettersResponse) GetPartitions() []*PurgedPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// PurgedPartition is the purge mark of one dead-letter partition.
+type PurgedPartition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Partition of the dead-letter topic.
+	Partition int32 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Mark before the call: entries below it were already purged.
+	PurgedBefore int64 `protobuf:"varint,2,opt,name=purged_before,json=purgedBefore,proto3" json:"purged_before,omitempty"`
+	// Mark after the call (what it would be, on a dry run).
+	PurgedUpTo int64 `protobuf:"varint,3,opt,name=purged_up_to,json=purgedUpTo,proto3" json:"purged_up_to,omitempty"`
+	// Log end of the partition.
+	EndOffset     int64 `protobuf:"varint,4,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgedPartition) Reset() {
+	*x = PurgedPartition{}
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgedPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgedPartition) ProtoMessage() {}
+
+func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgedPartition.ProtoReflect.Descriptor instead.
+func (*PurgedPartition) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PurgedPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PurgedPartition) GetPurgedBefore() int64 {
+	if x != nil {
+		return x.PurgedBefore
+	}
+	return 0
+}
+
+func (x *PurgedPartition) GetPurgedUpTo() int64 {
+	if x != nil {
+		return x.PurgedUpTo
+	}
+	return 0
+}
+
+func (x *PurgedPartition) GetEndOffset() int64 {
+	if x != nil {
+		return x.EndOffset
+	}
+	return 0
+}
+
+// TailRequest selects what to follow.
+type TailRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic to follow.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Only these partitions; empty means all.
+	Partitions []int32 `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	// Where to start in each partition.
+	//
+	// Types that are valid to be assigned to From:
+	//
+	//	*TailRequest_Latest
+	//	*TailRequest_Earliest
+	//	*TailRequest_Offset
+	//	*TailRequest_TimeMs
+	From isTailRequest_From `protobuf_oneof:"from"`
+	// Also report this group's progress on the topic (committed offset moves)
+	// and its dead letters, as they happen.
+	Group         string `protobuf:"bytes,7,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TailRequest) Reset() {
+	*x = TailRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TailRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TailRequest) ProtoMessage() {}
+
+func (x *TailRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TailRequest.ProtoReflect.Descriptor instead.
+func (*TailRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *TailRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TailRequest) GetPartitions() []int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *TailRequest) GetFrom() isTailRequest_From {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *TailRequest) GetLatest() bool {
+	if x != nil {
+		if x, ok := x.From.(*TailRequest_Latest); ok {
+			return x.Latest
+		}
+	}
+	return false
+}
+
+func (x *TailRequest) GetEarliest() bool {
+	if x != nil {
+		if x, ok := x.From.(*TailRequest_Earliest); ok {
+			return x.Earliest
+		}
+	}
+	return false
+}
+
+func (x *TailRequest) GetOffset() int64 {
+	if x != nil {
+		if x, ok := x.From.(*TailRequest_Offset); ok {
+			return x.Offset
+		}
+	}
+	return 0
+}
+
+func (x *TailRequest) GetTimeMs() int64 {
+	if x != nil {
+		if x, ok := x.From.(*TailRequest_TimeMs); ok {
+			return x.TimeMs
+		}
+	}
+	return 0
+}
+
+func (x *TailRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+type isTailRequest_From interface {
+	isTailRequest_From()
+}
+
+type TailRequest_Latest struct {
+	// The log end: only what is appended from now on (the default).
+	Latest bool `protobuf:"varint,3,opt,name=latest,proto3,oneof"`
+}
+
+type TailRequest_Earliest struct {
+	// The oldest stored offset.
+	Earliest bool `protobuf:"varint,4,opt,name=earliest,proto3,oneof"`
+}
+
+type TailRequest_Offset struct {
+	// This offset in every partition followed (clamped to what is stored).
+	Offset int64 `protobuf:"varint,5,opt,name=offset,proto3,oneof"`
+}
+
+type TailRequest_TimeMs struct {
+	// The first offset at or after this time, Unix milliseconds.
+	TimeMs int64 `protobuf:"varint,6,opt,name=time_ms,json=timeMs,proto3,oneof"`
+}
+
+func (*TailRequest_Latest) isTailRequest_From() {}
+
+func (*TailRequest_Earliest) isTailRequest_From() {}
+
+func (*TailRequest_Offset) isTailRequest_From() {}
+
+func (*TailRequest_TimeMs) isTailRequest_From() {}
+
+// TailResponse is one event.
+type TailResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*TailResponse_Record
+	//	*TailResponse_Progress
+	//	*TailResponse_DeadLetter
+	Event         isTailResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TailResponse) Reset() {
+	*x = TailResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TailResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TailResponse) ProtoMessage() {}
+
+func (x *TailResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TailResponse.ProtoReflect.Descriptor instead.
+func (*TailResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TailResponse) GetEvent() isTailResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *TailResponse) GetRecord() *TailRecord {
+	if x != nil {
+		if x, ok := x.Event.(*TailResponse_Record); ok {
+			return x.Record
+		}
+	}
+	return nil
+}
+
+func (x *TailResponse) GetProgress() *PartitionLag {
+	if x != nil {
+		if x, ok := x.Event.(*TailResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *TailResponse) GetDeadLetter() *DeadLetter {
+	if x != nil {
+		if x, ok := x.Event.(*TailResponse_DeadLetter); ok {
+			return x.DeadLetter
+		}
+	}
+	return nil
+}
+
+type isTailResponse_Event interface {
+	isTailResponse_Event()
+}
+
+type TailResponse_Record struct {
+	// A message appended to the topic.
+	Record *TailRecord `protobuf:"bytes,1,opt,name=record,proto3,oneof"`
+}
+
+type TailResponse_Progress struct {
+	// The group's progress on a partition moved.
+	Progress *PartitionLag `protobuf:"bytes,2,opt,name=progress,proto3,oneof"`
+}
+
+type TailResponse_DeadLetter struct {
+	// The group dead-lettered a message.
+	DeadLetter *DeadLetter `protobuf:"bytes,3,opt,name=dead_letter,json=deadLetter,proto3,oneof"`
+}
+
+func (*TailResponse_Record) isTailResponse_Event() {}
+
+func (*TailResponse_Progress) isTailResponse_Event() {}
+
+func (*TailResponse_DeadLetter) isTailResponse_Event() {}
+
+// TailRecord is one stored message.
+type TailRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Partition.
+	Partition int32 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Offset.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Message id.
+	Id string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	// Key.
+	Key []byte `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// Payload.
+	Payload []byte `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Headers (spool's own included).
+	Headers map[string]string `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Append time, Unix milliseconds.
+	TimeMs        int64 `protobuf:"varint,7,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TailRecord) Reset() {
+	*x = TailRecord{}
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TailRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TailRecord) ProtoMessage() {}
+
+func (x *TailRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TailRecord.ProtoReflect.Descriptor instead.
+func (*TailRecord) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *TailRecord) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TailRecord) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *TailRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TailRecord) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *TailRecord) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TailRecord) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *TailRecord) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
+
 var File_spool_v1_admin_proto protoreflect.FileDescriptor
 
 const file_spool_v1_admin_proto_rawDesc = "" +
@@ -1395,24 +2882,33 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"partitions\x18\x02 \x03(\v2\x17.spool.v1.PartitionInfoR\n" +
 	"partitions\x12!\n" +
 	"\fretention_ms\x18\x03 \x01(\x03R\vretentionMs\x12'\n" +
-	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\"\x87\x01\n" +
+	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\"\xa3\x01\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12!\n" +
 	"\fstart_offset\x18\x02 \x01(\x03R\vstartOffset\x12\x1d\n" +
 	"\n" +
 	"end_offset\x18\x03 \x01(\x03R\tendOffset\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\tR\x06leader\")\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x1a\n" +
+	"\breplicas\x18\x05 \x03(\tR\breplicas\")\n" +
 	"\x11ListGroupsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"A\n" +
 	"\x12ListGroupsResponse\x12+\n" +
-	"\x06groups\x18\x01 \x03(\v2\x13.spool.v1.GroupInfoR\x06groups\"\x8d\x01\n" +
+	"\x06groups\x18\x01 \x03(\v2\x13.spool.v1.GroupInfoR\x06groups\"\xe1\x01\n" +
 	"\tGroupInfo\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x126\n" +
 	"\n" +
 	"partitions\x18\x03 \x03(\v2\x16.spool.v1.PartitionLagR\n" +
 	"partitions\x12\x1c\n" +
-	"\tconsumers\x18\x04 \x01(\rR\tconsumers\"\xcd\x01\n" +
+	"\tconsumers\x18\x04 \x01(\rR\tconsumers\x12\x1f\n" +
+	"\vparked_keys\x18\x05 \x01(\rR\n" +
+	"parkedKeys\x121\n" +
+	"\bbreakers\x18\x06 \x03(\v2\x15.spool.v1.BreakerInfoR\bbreakers\"C\n" +
+	"\vBreakerInfo\x12\x1e\n" +
+	"\n" +
+	"downstream\x18\x01 \x01(\tR\n" +
+	"downstream\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\xcd\x01\n" +
 	"\fPartitionLag\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12)\n" +
 	"\x10committed_offset\x18\x02 \x01(\x03R\x0fcommittedOffset\x12\x1d\n" +
@@ -1420,21 +2916,30 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"end_offset\x18\x03 \x01(\x03R\tendOffset\x12!\n" +
 	"\flag_messages\x18\x04 \x01(\x03R\vlagMessages\x12\x15\n" +
 	"\x06lag_ms\x18\x05 \x01(\x03R\x05lagMs\x12\x1b\n" +
-	"\tin_flight\x18\x06 \x01(\rR\binFlight\"\x8e\x01\n" +
+	"\tin_flight\x18\x06 \x01(\rR\binFlight\"\xa6\x01\n" +
 	"\x16PeekDeadLettersRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x122\n" +
 	"\x06filter\x18\x03 \x01(\v2\x1a.spool.v1.DeadLetterFilterR\x06filter\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\rR\x05limit\"|\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06cursor\x18\x05 \x01(\tR\x06cursor\"\xc2\x01\n" +
 	"\x10DeadLetterFilter\x12 \n" +
 	"\ffrom_time_ms\x18\x01 \x01(\x03R\n" +
 	"fromTimeMs\x12\x1c\n" +
 	"\n" +
 	"to_time_ms\x18\x02 \x01(\x03R\btoTimeMs\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x10\n" +
-	"\x03key\x18\x04 \x01(\fR\x03key\"I\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12!\n" +
+	"\fmin_attempts\x18\x05 \x01(\rR\vminAttempts\x12!\n" +
+	"\fmax_attempts\x18\x06 \x01(\rR\vmaxAttempts\"8\n" +
+	"\fScanProgress\x12\x12\n" +
+	"\x04read\x18\x01 \x01(\x03R\x04read\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\"\x9e\x01\n" +
 	"\x17PeekDeadLettersResponse\x12.\n" +
-	"\aentries\x18\x01 \x03(\v2\x14.spool.v1.DeadLetterR\aentries\"\xc2\x02\n" +
+	"\aentries\x18\x01 \x03(\v2\x14.spool.v1.DeadLetterR\aentries\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\x122\n" +
+	"\bprogress\x18\x03 \x01(\v2\x16.spool.v1.ScanProgressR\bprogress\"\xc2\x02\n" +
 	"\n" +
 	"DeadLetter\x12,\n" +
 	"\amessage\x18\x01 \x01(\v2\x12.spool.v1.DeliveryR\amessage\x12\x16\n" +
@@ -1450,26 +2955,35 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\aAttempt\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x17\n" +
 	"\atime_ms\x18\x02 \x01(\x03R\x06timeMs\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xa7\x01\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\xd5\x01\n" +
 	"\x0eRedriveRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x122\n" +
 	"\x06filter\x18\x03 \x01(\v2\x1a.spool.v1.DeadLetterFilterR\x06filter\x12\x17\n" +
 	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12\x1c\n" +
 	"\n" +
-	"rate_per_s\x18\x05 \x01(\rR\bratePerS\"\x98\x01\n" +
+	"rate_per_s\x18\x05 \x01(\rR\bratePerS\x12\x16\n" +
+	"\x06cursor\x18\x06 \x01(\tR\x06cursor\x12\x14\n" +
+	"\x05limit\x18\a \x01(\rR\x05limit\"\xed\x01\n" +
 	"\x0fRedriveResponse\x12\x18\n" +
 	"\amatched\x18\x01 \x01(\x04R\amatched\x12\x1a\n" +
 	"\bredriven\x18\x02 \x01(\x04R\bredriven\x12,\n" +
 	"\x06sample\x18\x03 \x03(\v2\x14.spool.v1.DeadLetterR\x06sample\x12!\n" +
-	"\falready_done\x18\x04 \x01(\x04R\valreadyDone\"\xb3\x01\n" +
+	"\falready_done\x18\x04 \x01(\x04R\valreadyDone\x12\x1f\n" +
+	"\vnext_cursor\x18\x05 \x01(\tR\n" +
+	"nextCursor\x122\n" +
+	"\bprogress\x18\x06 \x01(\v2\x16.spool.v1.ScanProgressR\bprogress\"\xed\x01\n" +
 	"\x13ResetOffsetsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
 	"\bearliest\x18\x03 \x01(\bH\x00R\bearliest\x12\x18\n" +
 	"\x06latest\x18\x04 \x01(\bH\x00R\x06latest\x12\x19\n" +
-	"\atime_ms\x18\x05 \x01(\x03H\x00R\x06timeMs\x12\x17\n" +
-	"\adry_run\x18\x06 \x01(\bR\x06dryRunB\x04\n" +
+	"\atime_ms\x18\x05 \x01(\x03H\x00R\x06timeMs\x12\x18\n" +
+	"\x06offset\x18\a \x01(\x03H\x00R\x06offset\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\b \x03(\x05R\n" +
+	"partitionsB\x04\n" +
 	"\x02to\"N\n" +
 	"\x14ResetOffsetsResponse\x126\n" +
 	"\n" +
@@ -1485,7 +2999,100 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
-	"\x05alive\x18\x03 \x01(\bR\x05alive2\xd9\x03\n" +
+	"\x05alive\x18\x03 \x01(\bR\x05alive\"\x94\x01\n" +
+	"\x12CreateTopicRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\x05R\n" +
+	"partitions\x12!\n" +
+	"\fretention_ms\x18\x03 \x01(\x03R\vretentionMs\x12'\n" +
+	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\"@\n" +
+	"\x13CreateTopicResponse\x12)\n" +
+	"\x05topic\x18\x01 \x01(\v2\x13.spool.v1.TopicInfoR\x05topic\"\xa2\x01\n" +
+	"\x11AlterTopicRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\fretention_ms\x18\x02 \x01(\x03H\x00R\vretentionMs\x88\x01\x01\x12,\n" +
+	"\x0fretention_bytes\x18\x03 \x01(\x03H\x01R\x0eretentionBytes\x88\x01\x01B\x0f\n" +
+	"\r_retention_msB\x12\n" +
+	"\x10_retention_bytes\"?\n" +
+	"\x12AlterTopicResponse\x12)\n" +
+	"\x05topic\x18\x01 \x01(\v2\x13.spool.v1.TopicInfoR\x05topic\"(\n" +
+	"\x12DeleteTopicRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13DeleteTopicResponse\"\xb0\x01\n" +
+	"\x1bSummarizeDeadLettersRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x122\n" +
+	"\x06filter\x18\x03 \x01(\v2\x1a.spool.v1.DeadLetterFilterR\x06filter\x12\x16\n" +
+	"\x06cursor\x18\x04 \x01(\tR\x06cursor\x12\x19\n" +
+	"\btop_keys\x18\x05 \x01(\rR\atopKeys\"\xf3\x02\n" +
+	"\x1cSummarizeDeadLettersResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x04R\amatched\x122\n" +
+	"\tby_reason\x18\x02 \x03(\v2\x15.spool.v1.ReasonCountR\bbyReason\x12)\n" +
+	"\x06by_key\x18\x03 \x03(\v2\x12.spool.v1.KeyCountR\x05byKey\x12,\n" +
+	"\aby_hour\x18\x04 \x03(\v2\x13.spool.v1.HourCountR\x06byHour\x12\x1b\n" +
+	"\toldest_ms\x18\x05 \x01(\x03R\boldestMs\x12\x1b\n" +
+	"\tnewest_ms\x18\x06 \x01(\x03R\bnewestMs\x12\x1f\n" +
+	"\vnext_cursor\x18\a \x01(\tR\n" +
+	"nextCursor\x122\n" +
+	"\bprogress\x18\b \x01(\v2\x16.spool.v1.ScanProgressR\bprogress\x12\x1d\n" +
+	"\n" +
+	"other_keys\x18\t \x01(\x04R\totherKeys\";\n" +
+	"\vReasonCount\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"2\n" +
+	"\bKeyCount\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"E\n" +
+	"\tHourCount\x12\"\n" +
+	"\rhour_start_ms\x18\x01 \x01(\x03R\vhourStartMs\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\x84\x01\n" +
+	"\x17PurgeDeadLettersRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12$\n" +
+	"\x0ebefore_time_ms\x18\x03 \x01(\x03R\fbeforeTimeMs\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"m\n" +
+	"\x18PurgeDeadLettersResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x01(\x04R\x06purged\x129\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2\x19.spool.v1.PurgedPartitionR\n" +
+	"partitions\"\x95\x01\n" +
+	"\x0fPurgedPartition\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12#\n" +
+	"\rpurged_before\x18\x02 \x01(\x03R\fpurgedBefore\x12 \n" +
+	"\fpurged_up_to\x18\x03 \x01(\x03R\n" +
+	"purgedUpTo\x12\x1d\n" +
+	"\n" +
+	"end_offset\x18\x04 \x01(\x03R\tendOffset\"\xce\x01\n" +
+	"\vTailRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\x05R\n" +
+	"partitions\x12\x18\n" +
+	"\x06latest\x18\x03 \x01(\bH\x00R\x06latest\x12\x1c\n" +
+	"\bearliest\x18\x04 \x01(\bH\x00R\bearliest\x12\x18\n" +
+	"\x06offset\x18\x05 \x01(\x03H\x00R\x06offset\x12\x19\n" +
+	"\atime_ms\x18\x06 \x01(\x03H\x00R\x06timeMs\x12\x14\n" +
+	"\x05group\x18\a \x01(\tR\x05groupB\x06\n" +
+	"\x04from\"\xb6\x01\n" +
+	"\fTailResponse\x12.\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.spool.v1.TailRecordH\x00R\x06record\x124\n" +
+	"\bprogress\x18\x02 \x01(\v2\x16.spool.v1.PartitionLagH\x00R\bprogress\x127\n" +
+	"\vdead_letter\x18\x03 \x01(\v2\x14.spool.v1.DeadLetterH\x00R\n" +
+	"deadLetterB\a\n" +
+	"\x05event\"\x90\x02\n" +
+	"\n" +
+	"TailRecord\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12\x18\n" +
+	"\apayload\x18\x05 \x01(\fR\apayload\x12;\n" +
+	"\aheaders\x18\x06 \x03(\v2!.spool.v1.TailRecord.HeadersEntryR\aheaders\x12\x17\n" +
+	"\atime_ms\x18\a \x01(\x03R\x06timeMs\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xb5\a\n" +
 	"\fAdminService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.spool.v1.ListTopicsRequest\x1a\x1c.spool.v1.ListTopicsResponse\x12G\n" +
@@ -1494,7 +3101,14 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x0fPeekDeadLetters\x12 .spool.v1.PeekDeadLettersRequest\x1a!.spool.v1.PeekDeadLettersResponse\x12>\n" +
 	"\aRedrive\x12\x18.spool.v1.RedriveRequest\x1a\x19.spool.v1.RedriveResponse\x12M\n" +
 	"\fResetOffsets\x12\x1d.spool.v1.ResetOffsetsRequest\x1a\x1e.spool.v1.ResetOffsetsResponse\x12P\n" +
-	"\rClusterStatus\x12\x1e.spool.v1.ClusterStatusRequest\x1a\x1f.spool.v1.ClusterStatusResponseB1Z/github.com/spoolmq/spool/proto/spool/v1;spoolv1b\x06proto3"
+	"\rClusterStatus\x12\x1e.spool.v1.ClusterStatusRequest\x1a\x1f.spool.v1.ClusterStatusResponse\x12J\n" +
+	"\vCreateTopic\x12\x1c.spool.v1.CreateTopicRequest\x1a\x1d.spool.v1.CreateTopicResponse\x12G\n" +
+	"\n" +
+	"AlterTopic\x12\x1b.spool.v1.AlterTopicRequest\x1a\x1c.spool.v1.AlterTopicResponse\x12J\n" +
+	"\vDeleteTopic\x12\x1c.spool.v1.DeleteTopicRequest\x1a\x1d.spool.v1.DeleteTopicResponse\x12e\n" +
+	"\x14SummarizeDeadLetters\x12%.spool.v1.SummarizeDeadLettersRequest\x1a&.spool.v1.SummarizeDeadLettersResponse\x12Y\n" +
+	"\x10PurgeDeadLetters\x12!.spool.v1.PurgeDeadLettersRequest\x1a\".spool.v1.PurgeDeadLettersResponse\x127\n" +
+	"\x04Tail\x12\x15.spool.v1.TailRequest\x1a\x16.spool.v1.TailResponse0\x01B1Z/github.com/spoolmq/spool/proto/spool/v1;spoolv1b\x06proto3"
 
 var (
 	file_spool_v1_admin_proto_rawDescOnce sync.Once
@@ -1508,60 +3122,107 @@ func file_spool_v1_admin_proto_rawDescGZIP() []byte {
 	return file_spool_v1_admin_proto_rawDescData
 }
 
-var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_spool_v1_admin_proto_goTypes = []any{
-	(*ListTopicsRequest)(nil),       // 0: spool.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),      // 1: spool.v1.ListTopicsResponse
-	(*TopicInfo)(nil),               // 2: spool.v1.TopicInfo
-	(*PartitionInfo)(nil),           // 3: spool.v1.PartitionInfo
-	(*ListGroupsRequest)(nil),       // 4: spool.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),      // 5: spool.v1.ListGroupsResponse
-	(*GroupInfo)(nil),               // 6: spool.v1.GroupInfo
-	(*PartitionLag)(nil),            // 7: spool.v1.PartitionLag
-	(*PeekDeadLettersRequest)(nil),  // 8: spool.v1.PeekDeadLettersRequest
-	(*DeadLetterFilter)(nil),        // 9: spool.v1.DeadLetterFilter
-	(*PeekDeadLettersResponse)(nil), // 10: spool.v1.PeekDeadLettersResponse
-	(*DeadLetter)(nil),              // 11: spool.v1.DeadLetter
-	(*Attempt)(nil),                 // 12: spool.v1.Attempt
-	(*RedriveRequest)(nil),          // 13: spool.v1.RedriveRequest
-	(*RedriveResponse)(nil),         // 14: spool.v1.RedriveResponse
-	(*ResetOffsetsRequest)(nil),     // 15: spool.v1.ResetOffsetsRequest
-	(*ResetOffsetsResponse)(nil),    // 16: spool.v1.ResetOffsetsResponse
-	(*ClusterStatusRequest)(nil),    // 17: spool.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),   // 18: spool.v1.ClusterStatusResponse
-	(*NodeInfo)(nil),                // 19: spool.v1.NodeInfo
-	(*Delivery)(nil),                // 20: spool.v1.Delivery
+	(*ListTopicsRequest)(nil),            // 0: spool.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),           // 1: spool.v1.ListTopicsResponse
+	(*TopicInfo)(nil),                    // 2: spool.v1.TopicInfo
+	(*PartitionInfo)(nil),                // 3: spool.v1.PartitionInfo
+	(*ListGroupsRequest)(nil),            // 4: spool.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),           // 5: spool.v1.ListGroupsResponse
+	(*GroupInfo)(nil),                    // 6: spool.v1.GroupInfo
+	(*BreakerInfo)(nil),                  // 7: spool.v1.BreakerInfo
+	(*PartitionLag)(nil),                 // 8: spool.v1.PartitionLag
+	(*PeekDeadLettersRequest)(nil),       // 9: spool.v1.PeekDeadLettersRequest
+	(*DeadLetterFilter)(nil),             // 10: spool.v1.DeadLetterFilter
+	(*ScanProgress)(nil),                 // 11: spool.v1.ScanProgress
+	(*PeekDeadLettersResponse)(nil),      // 12: spool.v1.PeekDeadLettersResponse
+	(*DeadLetter)(nil),                   // 13: spool.v1.DeadLetter
+	(*Attempt)(nil),                      // 14: spool.v1.Attempt
+	(*RedriveRequest)(nil),               // 15: spool.v1.RedriveRequest
+	(*RedriveResponse)(nil),              // 16: spool.v1.RedriveResponse
+	(*ResetOffsetsRequest)(nil),          // 17: spool.v1.ResetOffsetsRequest
+	(*ResetOffsetsResponse)(nil),         // 18: spool.v1.ResetOffsetsResponse
+	(*ClusterStatusRequest)(nil),         // 19: spool.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),        // 20: spool.v1.ClusterStatusResponse
+	(*NodeInfo)(nil),                     // 21: spool.v1.NodeInfo
+	(*CreateTopicRequest)(nil),           // 22: spool.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),          // 23: spool.v1.CreateTopicResponse
+	(*AlterTopicRequest)(nil),            // 24: spool.v1.AlterTopicRequest
+	(*AlterTopicResponse)(nil),           // 25: spool.v1.AlterTopicResponse
+	(*DeleteTopicRequest)(nil),           // 26: spool.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),          // 27: spool.v1.DeleteTopicResponse
+	(*SummarizeDeadLettersRequest)(nil),  // 28: spool.v1.SummarizeDeadLettersRequest
+	(*SummarizeDeadLettersResponse)(nil), // 29: spool.v1.SummarizeDeadLettersResponse
+	(*ReasonCount)(nil),                  // 30: spool.v1.ReasonCount
+	(*KeyCount)(nil),                     // 31: spool.v1.KeyCount
+	(*HourCount)(nil),                    // 32: spool.v1.HourCount
+	(*PurgeDeadLettersRequest)(nil),      // 33: spool.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),     // 34: spool.v1.PurgeDeadLettersResponse
+	(*PurgedPartition)(nil),              // 35: spool.v1.PurgedPartition
+	(*TailRequest)(nil),                  // 36: spool.v1.TailRequest
+	(*TailResponse)(nil),                 // 37: spool.v1.TailResponse
+	(*TailRecord)(nil),                   // 38: spool.v1.TailRecord
+	nil,                                  // 39: spool.v1.TailRecord.HeadersEntry
+	(*Delivery)(nil),                     // 40: spool.v1.Delivery
 }
 var file_spool_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
 	3,  // 1: spool.v1.TopicInfo.partitions:type_name -> spool.v1.PartitionInfo
 	6,  // 2: spool.v1.ListGroupsResponse.groups:type_name -> spool.v1.GroupInfo
-	7,  // 3: spool.v1.GroupInfo.partitions:type_name -> spool.v1.PartitionLag
-	9,  // 4: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	11, // 5: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
-	20, // 6: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
-	12, // 7: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
-	9,  // 8: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	11, // 9: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
-	7,  // 10: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
-	19, // 11: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
-	0,  // 12: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
-	4,  // 13: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
-	8,  // 14: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
-	13, // 15: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
-	15, // 16: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
-	17, // 17: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
-	1,  // 18: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
-	5,  // 19: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
-	10, // 20: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
-	14, // 21: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
-	16, // 22: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
-	18, // 23: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
-	18, // [18:24] is the sub-list for method output_type
-	12, // [12:18] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	8,  // 3: spool.v1.GroupInfo.partitions:type_name -> spool.v1.PartitionLag
+	7,  // 4: spool.v1.GroupInfo.breakers:type_name -> spool.v1.BreakerInfo
+	10, // 5: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	13, // 6: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
+	11, // 7: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
+	40, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
+	14, // 9: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
+	10, // 10: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	13, // 11: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
+	11, // 12: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
+	8,  // 13: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
+	21, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
+	2,  // 15: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
+	2,  // 16: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
+	10, // 17: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	30, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
+	31, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
+	32, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
+	11, // 21: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
+	35, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
+	38, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
+	8,  // 24: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
+	13, // 25: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
+	39, // 26: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
+	0,  // 27: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
+	4,  // 28: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
+	9,  // 29: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
+	15, // 30: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
+	17, // 31: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
+	19, // 32: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
+	22, // 33: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
+	24, // 34: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
+	26, // 35: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
+	28, // 36: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
+	33, // 37: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
+	36, // 38: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
+	1,  // 39: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
+	5,  // 40: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
+	12, // 41: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
+	16, // 42: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
+	18, // 43: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
+	20, // 44: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
+	23, // 45: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
+	25, // 46: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
+	27, // 47: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
+	29, // 48: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
+	34, // 49: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
+	37, // 50: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
+	39, // [39:51] is the sub-list for method output_type
+	27, // [27:39] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_spool_v1_admin_proto_init() }
@@ -1570,10 +3231,23 @@ func file_spool_v1_admin_proto_init() {
 		return
 	}
 	file_spool_v1_message_proto_init()
-	file_spool_v1_admin_proto_msgTypes[15].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[17].OneofWrappers = []any{
 		(*ResetOffsetsRequest_Earliest)(nil),
 		(*ResetOffsetsRequest_Latest)(nil),
 		(*ResetOffsetsRequest_TimeMs)(nil),
+		(*ResetOffsetsRequest_Offset)(nil),
+	}
+	file_spool_v1_admin_proto_msgTypes[24].OneofWrappers = []any{}
+	file_spool_v1_admin_proto_msgTypes[36].OneofWrappers = []any{
+		(*TailRequest_Latest)(nil),
+		(*TailRequest_Earliest)(nil),
+		(*TailRequest_Offset)(nil),
+		(*TailRequest_TimeMs)(nil),
+	}
+	file_spool_v1_admin_proto_msgTypes[37].OneofWrappers = []any{
+		(*TailResponse_Record)(nil),
+		(*TailResponse_Progress)(nil),
+		(*TailResponse_DeadLetter)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1581,7 +3255,7 @@ func file_spool_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_admin_proto_rawDesc), len(file_spool_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

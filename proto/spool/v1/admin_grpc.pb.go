@@ -19,12 +19,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListTopics_FullMethodName      = "/spool.v1.AdminService/ListTopics"
-	AdminService_ListGroups_FullMethodName      = "/spool.v1.AdminService/ListGroups"
-	AdminService_PeekDeadLetters_FullMethodName = "/spool.v1.AdminService/PeekDeadLetters"
-	AdminService_Redrive_FullMethodName         = "/spool.v1.AdminService/Redrive"
-	AdminService_ResetOffsets_FullMethodName    = "/spool.v1.AdminService/ResetOffsets"
-	AdminService_ClusterStatus_FullMethodName   = "/spool.v1.AdminService/ClusterStatus"
+	AdminService_ListTopics_FullMethodName           = "/spool.v1.AdminService/ListTopics"
+	AdminService_ListGroups_FullMethodName           = "/spool.v1.AdminService/ListGroups"
+	AdminService_PeekDeadLetters_FullMethodName      = "/spool.v1.AdminService/PeekDeadLetters"
+	AdminService_Redrive_FullMethodName              = "/spool.v1.AdminService/Redrive"
+	AdminService_ResetOffsets_FullMethodName         = "/spool.v1.AdminService/ResetOffsets"
+	AdminService_ClusterStatus_FullMethodName        = "/spool.v1.AdminService/ClusterStatus"
+	AdminService_CreateTopic_FullMethodName          = "/spool.v1.AdminService/CreateTopic"
+	AdminService_AlterTopic_FullMethodName           = "/spool.v1.AdminService/AlterTopic"
+	AdminService_DeleteTopic_FullMethodName          = "/spool.v1.AdminService/DeleteTopic"
+	AdminService_SummarizeDeadLetters_FullMethodName = "/spool.v1.AdminService/SummarizeDeadLetters"
+	AdminService_PurgeDeadLetters_FullMethodName     = "/spool.v1.AdminService/PurgeDeadLetters"
+	AdminService_Tail_FullMethodName                 = "/spool.v1.AdminService/Tail"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -46,6 +52,21 @@ type AdminServiceClient interface {
 	ResetOffsets(ctx context.Context, in *ResetOffsetsRequest, opts ...grpc.CallOption) (*ResetOffsetsResponse, error)
 	// ClusterStatus describes the nodes and the partitions' replicas.
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
+	// CreateTopic creates a topic (idempotent for the same settings).
+	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error)
+	// AlterTopic changes a topic's retention.
+	AlterTopic(ctx context.Context, in *AlterTopicRequest, opts ...grpc.CallOption) (*AlterTopicResponse, error)
+	// DeleteTopic deletes a topic that no subscription uses (see its errors).
+	DeleteTopic(ctx context.Context, in *DeleteTopicRequest, opts ...grpc.CallOption) (*DeleteTopicResponse, error)
+	// SummarizeDeadLetters counts a subscription's dead letters by reason,
+	// key and hour, a page of the dead-letter topic per call.
+	SummarizeDeadLetters(ctx context.Context, in *SummarizeDeadLettersRequest, opts ...grpc.CallOption) (*SummarizeDeadLettersResponse, error)
+	// PurgeDeadLetters hides a subscription's dead letters up to a point from
+	// peek, summaries and redrive (the log keeps them until retention).
+	PurgeDeadLetters(ctx context.Context, in *PurgeDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error)
+	// Tail streams the messages appended to a topic and, for a group, its
+	// progress and dead letters, as they happen.
+	Tail(ctx context.Context, in *TailRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TailResponse], error)
 }
 
 type adminServiceClient struct {
@@ -116,6 +137,75 @@ func (c *adminServiceClient) ClusterStatus(ctx context.Context, in *ClusterStatu
 	return out, nil
 }
 
+func (c *adminServiceClient) CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTopicResponse)
+	err := c.cc.Invoke(ctx, AdminService_CreateTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AlterTopic(ctx context.Context, in *AlterTopicRequest, opts ...grpc.CallOption) (*AlterTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterTopicResponse)
+	err := c.cc.Invoke(ctx, AdminService_AlterTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DeleteTopic(ctx context.Context, in *DeleteTopicRequest, opts ...grpc.CallOption) (*DeleteTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTopicResponse)
+	err := c.cc.Invoke(ctx, AdminService_DeleteTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) SummarizeDeadLetters(ctx context.Context, in *SummarizeDeadLettersRequest, opts ...grpc.CallOption) (*SummarizeDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SummarizeDeadLettersResponse)
+	err := c.cc.Invoke(ctx, AdminService_SummarizeDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PurgeDeadLetters(ctx context.Context, in *PurgeDeadLettersRequest, opts ...grpc.CallOption) (*PurgeDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeDeadLettersResponse)
+	err := c.cc.Invoke(ctx, AdminService_PurgeDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) Tail(ctx context.Context, in *TailRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TailResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &AdminService_ServiceDesc.Streams[0], AdminService_Tail_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TailRequest, TailResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_TailClient = grpc.ServerStreamingClient[TailResponse]
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -135,6 +225,21 @@ type AdminServiceServer interface {
 	ResetOffsets(context.Context, *ResetOffsetsRequest) (*ResetOffsetsResponse, error)
 	// ClusterStatus describes the nodes and the partitions' replicas.
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
+	// CreateTopic creates a topic (idempotent for the same settings).
+	CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error)
+	// AlterTopic changes a topic's retention.
+	AlterTopic(context.Context, *AlterTopicRequest) (*AlterTopicResponse, error)
+	// DeleteTopic deletes a topic that no subscription uses (see its errors).
+	DeleteTopic(context.Context, *DeleteTopicRequest) (*DeleteTopicResponse, error)
+	// SummarizeDeadLetters counts a subscription's dead letters by reason,
+	// key and hour, a page of the dead-letter topic per call.
+	SummarizeDeadLetters(context.Context, *SummarizeDeadLettersRequest) (*SummarizeDeadLettersResponse, error)
+	// PurgeDeadLetters hides a subscription's dead letters up to a point from
+	// peek, summaries and redrive (the log keeps them until retention).
+	PurgeDeadLetters(context.Context, *PurgeDeadLettersRequest) (*PurgeDeadLettersResponse, error)
+	// Tail streams the messages appended to a topic and, for a group, its
+	// progress and dead letters, as they happen.
+	Tail(*TailRequest, grpc.ServerStreamingServer[TailResponse]) error
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -162,6 +267,24 @@ func (UnimplementedAdminServiceServer) ResetOffsets(context.Context, *ResetOffse
 }
 func (UnimplementedAdminServiceServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ClusterStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CreateTopic not implemented")
+}
+func (UnimplementedAdminServiceServer) AlterTopic(context.Context, *AlterTopicRequest) (*AlterTopicResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AlterTopic not implemented")
+}
+func (UnimplementedAdminServiceServer) DeleteTopic(context.Context, *DeleteTopicRequest) (*DeleteTopicResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteTopic not implemented")
+}
+func (UnimplementedAdminServiceServer) SummarizeDeadLetters(context.Context, *SummarizeDeadLettersRequest) (*SummarizeDeadLettersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SummarizeDeadLetters not implemented")
+}
+func (UnimplementedAdminServiceServer) PurgeDeadLetters(context.Context, *PurgeDeadLettersRequest) (*PurgeDeadLettersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PurgeDeadLetters not implemented")
+}
+func (UnimplementedAdminServiceServer) Tail(*TailRequest, grpc.ServerStreamingServer[TailResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Tail not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -292,6 +415,107 @@ func _AdminService_ClusterStatus_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_CreateTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).CreateTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_CreateTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).CreateTopic(ctx, req.(*CreateTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AlterTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AlterTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AlterTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AlterTopic(ctx, req.(*AlterTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DeleteTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DeleteTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DeleteTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DeleteTopic(ctx, req.(*DeleteTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_SummarizeDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SummarizeDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).SummarizeDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_SummarizeDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).SummarizeDeadLetters(ctx, req.(*SummarizeDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PurgeDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PurgeDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PurgeDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PurgeDeadLetters(ctx, req.(*PurgeDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_Tail_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(TailRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServiceServer).Tail(m, &grpc.GenericServerStream[TailRequest, TailResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type AdminService_TailServer = grpc.ServerStreamingServer[TailResponse]
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -323,7 +547,33 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ClusterStatus",
 			Handler:    _AdminService_ClusterStatus_Handler,
 		},
+		{
+			MethodName: "CreateTopic",
+			Handler:    _AdminService_CreateTopic_Handler,
+		},
+		{
+			MethodName: "AlterTopic",
+			Handler:    _AdminService_AlterTopic_Handler,
+		},
+		{
+			MethodName: "DeleteTopic",
+			Handler:    _AdminService_DeleteTopic_Handler,
+		},
+		{
+			MethodName: "SummarizeDeadLetters",
+			Handler:    _AdminService_SummarizeDeadLetters_Handler,
+		},
+		{
+			MethodName: "PurgeDeadLetters",
+			Handler:    _AdminService_PurgeDeadLetters_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Tail",
+			Handler:       _AdminService_Tail_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "spool/v1/admin.proto",
 }
