@@ -210,12 +210,6 @@ func seqOf(data []byte) int32 {
 	return seq
 }
 
-// proposeLocal proposes on this node and waits for the commit.
-func (c *cluster) proposeLocal(ctx context.Context, group uint64, data []byte) (int64, error) {
-	res, err := c.proposeLocalWith(ctx, group, data, AcksAll)
-	return res.Base, err
-}
-
 // proposeLocalWith proposes on this node and waits for the outcome acks
 // asks for.
 func (c *cluster) proposeLocalWith(ctx context.Context, group uint64, data []byte, acks Acks) (raft.Proposed, error) {
