@@ -30,6 +30,22 @@ import (
 // such batches only once it has applied an entry of its own term: every
 // entry of earlier leaders is then applied and in the table.
 //
+// With acks=leader (AcksLeader) a batch is answered once its entry is on
+// the leader's disk, before it commits, so a resend can arrive between the
+// answer and the commit, when the table does not have it yet. The leader
+// keeps the answered batch as pending, marked durable with its entry's
+// index and term, until the entry applies (or the producer's next batch
+// replaces it). A resend of it then gets:
+//   - acks=leader: the same answer (the base offset) at once, as long as
+//     the leader's log still holds the entry (the same term at its index,
+//     so the same entry); if a new leader replaced it, the batch is
+//     proposed again — it was lost, and storing it now is not a duplicate;
+//   - acks=all: the answer at the entry's commit (or, if it never commits,
+//     ErrOutcomeUnknown when the resend's time runs out, and the producer
+//     sends again).
+// A resend of a batch whose first copy is not yet durable waits for that
+// copy's outcome, as before.
+//
 // The table is not replicated state: each replica builds its own from what
 // it applies, so a replica that restarted knows only what it applied since
 // (a resent batch that reaches it as a new leader within produce_timeout
@@ -53,10 +69,23 @@ type producerLast struct {
 }
 
 // pendingBatch is a producer's batch proposed by this leader and not yet
-// answered; resends of it wait for the same outcome.
+// committed; resends of it wait for the same outcome. durable: its first
+// copy was proposed with AcksLeader and its entry (index, term) is on this
+// leader's disk, at base.
 type pendingBatch struct {
 	seq     int32
-	waiters []chan produceOutcome
+	waiters []waiter
+
+	durable     bool
+	base        int64
+	index, term uint64
+}
+
+// waiter is a resend waiting for a pending batch: acks says which outcome
+// answers it (AcksLeader: durable on the leader; AcksAll: committed).
+type waiter struct {
+	ch   chan produceOutcome
+	acks Acks
 }
 
 type produceOutcome struct {
@@ -84,6 +113,14 @@ func (t *producerTable) applied(e raftpb.Entry, base int64) {
 		}
 	}
 	t.last[id] = producerLast{seq: seq, base: base}
+	// A pending batch committed: its waiters have their answer.
+	if p := t.pending[id]; p != nil && p.seq == seq {
+		delete(t.pending, id)
+		for _, w := range p.waiters {
+			w.ch <- produceOutcome{base: base} // buffered: one answer per waiter
+		}
+		p.waiters = nil
+	}
 }
 
 // rebuildTailEntries is how many of the last committed entries a replica
@@ -145,8 +182,8 @@ func (t *producerTable) rebuild(p *log.Partition, committed uint64) error {
 
 // proposeOnce proposes a producer's batch at this leader unless it is its
 // last applied batch (answered with its base offset) or already proposed
-// (the caller waits for that proposal's outcome).
-func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, seq int32, data []byte) (int64, error) {
+// (the caller waits for that proposal's outcome; see above for acks=leader).
+func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, seq int32, data []byte, acks Acks) (int64, error) {
 	t := &part.producers
 	t.mu.Lock()
 	if l, ok := t.last[id]; ok {
@@ -163,14 +200,22 @@ func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, se
 		}
 	}
 	if p := t.pending[id]; p != nil && p.seq == seq {
-		ch := make(chan produceOutcome, 1)
-		p.waiters = append(p.waiters, ch)
-		t.mu.Unlock()
-		select {
-		case o := <-ch:
-			return o.base, o.err
-		case <-ctx.Done():
-			return 0, raft.ErrOutcomeUnknown
+		if p.durable && !stillLogged(part, p.index, p.term) {
+			delete(t.pending, id) // replaced by a new leader's entry: lost, store it again
+		} else {
+			if p.durable && acks == AcksLeader {
+				t.mu.Unlock()
+				return p.base, nil
+			}
+			ch := make(chan produceOutcome, 1)
+			p.waiters = append(p.waiters, waiter{ch: ch, acks: acks})
+			t.mu.Unlock()
+			select {
+			case o := <-ch:
+				return o.base, o.err
+			case <-ctx.Done():
+				return 0, raft.ErrOutcomeUnknown
+			}
 		}
 	}
 	if t.pending == nil {
@@ -180,18 +225,44 @@ func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, se
 	t.pending[id] = p
 	t.mu.Unlock()
 
-	base, err := c.proposeLocal(ctx, part.group, data)
+	res, err := c.proposeLocalWith(ctx, part.group, data, acks)
 
 	t.mu.Lock()
-	if t.pending[id] == p {
-		delete(t.pending, id)
+	var answer []waiter
+	if err == nil && acks == AcksLeader && t.pending[id] == p {
+		// Durable, not committed: answer the resends asking for as much,
+		// keep the others for the commit (applied).
+		p.durable, p.base, p.index, p.term = true, res.Base, res.Index, res.Term
+		keep := p.waiters[:0]
+		for _, w := range p.waiters {
+			if w.acks == AcksLeader {
+				answer = append(answer, w)
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		p.waiters = keep
+	} else {
+		if t.pending[id] == p {
+			delete(t.pending, id)
+		}
+		answer, p.waiters = p.waiters, nil
 	}
-	waiters := p.waiters
 	t.mu.Unlock()
-	for _, ch := range waiters {
-		ch <- produceOutcome{base, err}
+	for _, w := range answer {
+		w.ch <- produceOutcome{res.Base, err}
 	}
-	return base, err
+	return res.Base, err
+}
+
+// stillLogged: the partition's log (here, at the leader) holds the entry
+// of term at index — log matching makes it the same entry.
+func stillLogged(part *partition, index, term uint64) bool {
+	if part.log == nil {
+		return false
+	}
+	t, err := part.log.Term(index)
+	return err == nil && t == term
 }
 
 // newProducerID draws a forwarder's producer id (never 0: 0 is "no

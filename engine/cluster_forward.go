@@ -35,11 +35,13 @@ type forwarder struct {
 type fwdCall struct {
 	recs []log.Record
 	size int
+	acks Acks
 	done func(int64, error)
 }
 
-// forward queues recs for the partition's leader.
-func (c *cluster) forward(part *partition, recs []log.Record, done func(int64, error)) {
+// forward queues recs for the partition's leader. Calls with different
+// acks go in different batches (one answer per batch), in call order.
+func (c *cluster) forward(part *partition, recs []log.Record, acks Acks, done func(int64, error)) {
 	size := log.EncodedBatchSize(recs)
 	part.fwdMu.Lock()
 	f := &part.fwd
@@ -49,7 +51,7 @@ func (c *cluster) forward(part *partition, recs []log.Record, done func(int64, e
 			ErrNoLeader, part.topic.name, part.num, maxForwardQueueBytes>>20))
 		return
 	}
-	f.queue = append(f.queue, fwdCall{recs: recs, size: size, done: done})
+	f.queue = append(f.queue, fwdCall{recs: recs, size: size, acks: acks, done: done})
 	f.bytes += size
 	if f.running {
 		part.fwdMu.Unlock()
@@ -69,7 +71,7 @@ func (c *cluster) drainForward(part *partition) {
 		part.fwdMu.Lock()
 		f := &part.fwd
 		n, size := 0, 0
-		for n < len(f.queue) && (n == 0 || size+f.queue[n].size <= limit) {
+		for n < len(f.queue) && (n == 0 || size+f.queue[n].size <= limit && f.queue[n].acks == f.queue[0].acks) {
 			size += f.queue[n].size
 			n++
 		}
@@ -84,7 +86,7 @@ func (c *cluster) drainForward(part *partition) {
 		if f.pid == 0 {
 			f.pid = newProducerID()
 		}
-		pid, seq := f.pid, f.seq
+		pid, seq, acks := f.pid, f.seq, batch[0].acks
 		f.seq++
 		part.fwdMu.Unlock()
 
@@ -96,7 +98,7 @@ func (c *cluster) drainForward(part *partition) {
 		// when it is sent again (cluster_dedupe.go).
 		data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: pid, BaseSequence: seq}, recs, time.Now().UnixMilli())
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
-		base, err := c.produceWait(ctx, part.group, part.topic.name, part.num, part.holders(), data)
+		base, err := c.produceWaitAcks(ctx, part.group, part.topic.name, part.num, part.holders(), data, acks)
 		cancel()
 		err = c.produceError(part, err)
 		for i, call := range batch {

@@ -19,18 +19,20 @@ import (
 	"github.com/spoolmq/spool/engine/transport"
 	"github.com/spoolmq/spool/internal/grpcbuf"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 
 // produce appends recs to a partition of the cluster: proposed here when
 // this node leads it, forwarded to its leader otherwise. done runs on
 // another goroutine once the records are committed (a quorum has them on
-// disk), or with why not.
+// disk) — with AcksLeader, once they are on the leader's disk — or with
+// why not.
 //
 // Order: a proposal made here is taken in call order. A forwarded one
 // travels on its own call, so two Produce calls to a partition led
 // elsewhere, made without waiting for the first, may be stored in either
 // order (docs/semantics.md).
-func (c *cluster) produce(part *partition, recs []log.Record, done func(int64, error)) {
+func (c *cluster) produce(part *partition, recs []log.Record, acks Acks, done func(int64, error)) {
 	if part.group == 0 {
 		go done(0, fmt.Errorf("%w: topic %q waits for %d nodes to place its replicas (the cluster has %d): start more spoold with --join, or lower cluster.replication_factor",
 			ErrNotPlaced, part.topic.name, c.topicRF(part.topic.name), c.nodeCount()))
@@ -42,16 +44,38 @@ func (c *cluster) produce(part *partition, recs []log.Record, done func(int64, e
 		// a raft worker (a slow done would stall every group of the node),
 		// and results of one partition reach their callers in order.
 		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
-		c.host.Propose(part.group, data, func(base int64, err error) {
+		c.host.ProposeWith(part.group, data, proposeOptions(acks), func(res raft.Proposed, err error) {
 			if err == nil || !retryable(err) {
-				part.compl.add(done, base, c.produceError(part, err))
+				part.compl.add(done, res.Base, c.produceError(part, err))
 				return
 			}
-			c.forward(part, recs, done) // not stored: look for the new leader
+			c.forward(part, recs, acks, done) // not stored: look for the new leader
 		})
 		return
 	}
-	c.forward(part, recs, done)
+	c.forward(part, recs, acks, done)
+}
+
+// proposeOptions: AcksLeader completes at the leader's fsync.
+func proposeOptions(acks Acks) raft.ProposeOptions {
+	return raft.ProposeOptions{AtLeaderDurable: acks == AcksLeader}
+}
+
+// acksOf is the acks a forwarded request asks for; a request from a node
+// that does not know the field asks for nothing, which is AcksAll.
+func acksOf(a spoolv1.Acks) Acks {
+	if a == spoolv1.Acks_ACKS_LEADER {
+		return AcksLeader
+	}
+	return AcksAll
+}
+
+// acksProto is acks on the wire.
+func acksProto(acks Acks) spoolv1.Acks {
+	if acks == AcksLeader {
+		return spoolv1.Acks_ACKS_LEADER
+	}
+	return spoolv1.Acks_ACKS_ALL
 }
 
 // retryable: the records were certainly not stored, and another attempt
@@ -83,6 +107,15 @@ var ErrNoLeader = errors.New("engine: no leader")
 // produceWait proposes data to a group's leader, here or at a peer,
 // retrying while that is safe (nothing was stored) until ctx ends.
 func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte) (int64, error) {
+	return c.produceWaitAcks(ctx, group, topic, num, replicas, data, AcksAll)
+}
+
+// produceWaitAcks is produceWait answering as acks asks (AcksLeader: once
+// the leader has the entry on disk).
+func (c *cluster) produceWaitAcks(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte, acks Acks) (int64, error) {
+	if group == controllerGroup {
+		acks = AcksAll // the controller's commands are never acknowledged early
+	}
 	// A batch with a producer id may be sent again when its outcome is
 	// unknown: the leader recognises it (cluster_dedupe.go).
 	id, _, _, _ := log.RecordsProducer(data)
@@ -118,9 +151,11 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 						lastErr = fmt.Errorf("node %d just became the leader and is applying its predecessors' entries", c.id.NodeID)
 						continue
 					}
-					base, err = c.proposeOnce(ctx, part, id, seqOf(data), data)
+					base, err = c.proposeOnce(ctx, part, id, seqOf(data), data, acks)
 				} else {
-					base, err = c.proposeLocal(ctx, group, data)
+					var res raft.Proposed
+					res, err = c.proposeLocalWith(ctx, group, data, acks)
+					base = res.Base
 				}
 				switch {
 				case err == nil:
@@ -148,7 +183,7 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 				continue
 			}
 		}
-		base, err := c.forwardTo(ctx, leader, group, topic, num, data)
+		base, err := c.forwardTo(ctx, leader, group, topic, num, data, acks)
 		var nl *raft.NotLeaderError
 		switch {
 		case err == nil:
@@ -175,19 +210,20 @@ func seqOf(data []byte) int32 {
 	return seq
 }
 
-// proposeLocal proposes on this node and waits for the outcome.
-func (c *cluster) proposeLocal(ctx context.Context, group uint64, data []byte) (int64, error) {
+// proposeLocalWith proposes on this node and waits for the outcome acks
+// asks for.
+func (c *cluster) proposeLocalWith(ctx context.Context, group uint64, data []byte, acks Acks) (raft.Proposed, error) {
 	type outcome struct {
-		base int64
-		err  error
+		res raft.Proposed
+		err error
 	}
 	ch := make(chan outcome, 1)
-	c.host.Propose(group, data, func(base int64, err error) { ch <- outcome{base, err} })
+	c.host.ProposeWith(group, data, proposeOptions(acks), func(res raft.Proposed, err error) { ch <- outcome{res, err} })
 	select {
 	case o := <-ch:
-		return o.base, o.err
+		return o.res, o.err
 	case <-ctx.Done():
-		return 0, fmt.Errorf("%w: no answer from raft in time: %w", raft.ErrOutcomeUnknown, ctx.Err())
+		return raft.Proposed{}, fmt.Errorf("%w: no answer from raft in time: %w", raft.ErrOutcomeUnknown, ctx.Err())
 	}
 }
 
@@ -209,12 +245,12 @@ func neverSent(err error) bool {
 }
 
 // forwardTo asks node to propose data in group.
-func (c *cluster) forwardTo(ctx context.Context, node, group uint64, topic string, num int32, data []byte) (int64, error) {
+func (c *cluster) forwardTo(ctx context.Context, node, group uint64, topic string, num int32, data []byte, acks Acks) (int64, error) {
 	cl, err := c.peers.client(node)
 	if err != nil {
 		return 0, fmt.Errorf("%w: node %d: %w", errUnreachable, node, err)
 	}
-	resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: c.id.ClusterID, Topic: topic, Partition: num, Group: group, Records: data})
+	resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: c.id.ClusterID, Topic: topic, Partition: num, Group: group, Records: data, Acks: acksProto(acks)})
 	if err != nil {
 		// A peer's gRPC status is text here (%v), never wrapped: the
 		// sidecar's error mapping must see the engine's error, not a status
@@ -321,7 +357,9 @@ type nodeService struct {
 }
 
 // Produce proposes a forwarded payload if this node leads the group; it
-// never forwards again (the caller retries at the leader it names).
+// never forwards again (the caller retries at the leader it names). It
+// answers at commit, or once the entry is on this leader's disk when the
+// request asks for ACKS_LEADER.
 func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest) (*clusterv1.ProduceResponse, error) {
 	c := s.c
 	if req.GetClusterId() != c.id.ClusterID {
@@ -351,6 +389,10 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 		return &clusterv1.ProduceResponse{Error: clusterv1.ProduceError_PRODUCE_ERROR_NOT_LEADER, Leader: st.Leader,
 			Message: fmt.Sprintf("node %d does not lead group %d", c.id.NodeID, group)}, nil
 	}
+	acks := acksOf(req.GetAcks())
+	if group == controllerGroup {
+		acks = AcksAll
+	}
 	var base int64
 	var err error
 	if id, _, seq, _ := log.RecordsProducer(req.GetRecords()); id != 0 && group != controllerGroup {
@@ -361,9 +403,11 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 			return &clusterv1.ProduceResponse{Error: clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE,
 				Message: fmt.Sprintf("node %d just became the leader of group %d and is applying its predecessors' entries", c.id.NodeID, group)}, nil
 		}
-		base, err = c.proposeOnce(ctx, part, id, seq, req.GetRecords())
+		base, err = c.proposeOnce(ctx, part, id, seq, req.GetRecords(), acks)
 	} else {
-		base, err = c.proposeLocal(ctx, group, req.GetRecords())
+		var res raft.Proposed
+		res, err = c.proposeLocalWith(ctx, group, req.GetRecords(), acks)
+		base = res.Base
 	}
 	var nl *raft.NotLeaderError
 	switch {

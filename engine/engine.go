@@ -314,6 +314,34 @@ func (n *Node) partition(topicName string, p int32) (*partition, error) {
 	return t.parts[p], nil
 }
 
+// Acks chooses when a produce completes in a cluster (docs/semantics.md,
+// "Replication").
+type Acks uint8
+
+const (
+	// AcksAll (the default) completes once the records are committed: on
+	// disk on a quorum of the partition's replicas.
+	AcksAll Acks = iota
+	// AcksLeader completes once the records are on disk on the partition's
+	// leader, before its followers have them: faster, and lossy — the
+	// records are lost if the leader fails or is cut off before a follower
+	// has them and a new leader is elected without them. Readers still see
+	// the records only once committed. On a single node it is AcksAll.
+	AcksLeader
+)
+
+func (a Acks) String() string {
+	if a == AcksLeader {
+		return "leader"
+	}
+	return "all"
+}
+
+// ProduceOptions are the choices of one ProduceWith.
+type ProduceOptions struct {
+	Acks Acks
+}
+
 // Produce appends recs to one partition and calls done once they are durable
 // (or failed) with the offset of the first record. Produce blocks only while
 // the append queue is full (the disk is behind).
@@ -333,13 +361,22 @@ func (n *Node) partition(topicName string, p int32) (*partition, error) {
 // point to) must not change until done is called, since records for a
 // leader on another node are encoded when they are sent.
 func (n *Node) Produce(topicName string, p int32, recs []log.Record, done func(base int64, err error)) {
+	n.ProduceWith(topicName, p, recs, ProduceOptions{}, done)
+}
+
+// ProduceWith is Produce with options. With opts.Acks AcksLeader, in a
+// cluster, done runs once the records are durable on the partition's
+// leader (this node or the one they are forwarded to), with the offset
+// they were given there; they become visible to Fetch only once committed,
+// and may be lost before (AcksLeader). On a single node it is Produce.
+func (n *Node) ProduceWith(topicName string, p int32, recs []log.Record, opts ProduceOptions, done func(base int64, err error)) {
 	part, err := n.partition(topicName, p)
 	if err != nil {
 		go done(0, err) // not on the caller's goroutine, as promised
 		return
 	}
 	if n.cl != nil {
-		n.cl.produce(part, recs, done)
+		n.cl.produce(part, recs, opts.Acks, done)
 		return
 	}
 	if ce := part.log.Quarantined(); ce != nil {

@@ -15,7 +15,7 @@ func TestClusterScenariosLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "loadtest", "scenarios")
-	for name, mode := range map[string]string{"publish-rf3": "publish", "publish-rf3-sync": "publish", "failover": "failover", "idle-partitions": "idle"} {
+	for name, mode := range map[string]string{"publish-rf3": "publish", "publish-rf3-sync": "publish", "publish-rf3-sync-leader": "publish", "failover": "failover", "idle-partitions": "idle"} {
 		sc, err := loadScenario(dir, name)
 		if err != nil {
 			t.Fatal(err)
@@ -23,6 +23,9 @@ func TestClusterScenariosLoad(t *testing.T) {
 		if sc.Mode != mode || sc.Nodes != 3 || sc.ReplicationFactor != 3 || sc.Fsync != "always" {
 			t.Errorf("%s: mode %s, nodes %d, rf %d, fsync %s; want %s, 3, 3, always", name, sc.Mode, sc.Nodes, sc.ReplicationFactor, sc.Fsync, mode)
 		}
+	}
+	if sc, err := loadScenario(dir, "publish-rf3-sync-leader"); err != nil || sc.Acks != "leader" || sc.PipelineDepth != 1 {
+		t.Errorf("publish-rf3-sync-leader: %v, acks %q, pipeline depth %d; want leader, 1", err, sc.Acks, sc.PipelineDepth)
 	}
 	sc, err := loadScenario(dir, "failover")
 	if err != nil {
@@ -45,6 +48,7 @@ func TestClusterScenarioValidation(t *testing.T) {
 		"too many nodes":             "mode: publish\nnodes: 8\nmessages: 10\n",
 		"ledger in a cluster":        "mode: e2e\nnodes: 3\nredis: true\nmessages: 10\n",
 		"zero rounds after default":  "mode: failover\nnodes: 3\nrounds: -1\nmessages: 10\n",
+		"unknown acks":               "mode: publish\nnodes: 3\nacks: none\nmessages: 10\n",
 	}
 	dir := t.TempDir()
 	for name, body := range bad {

@@ -123,6 +123,9 @@ func produce(ctx context.Context, addr string, sc *Scenario, ps *pubStats, next 
 		}
 	}
 	req := &spoolv1.PublishStreamRequest{Topic: topicName}
+	if sc.Acks == "leader" {
+		req.Acks = spoolv1.Acks_ACKS_LEADER
+	}
 	var perBatch time.Duration
 	if sc.RatePerS > 0 {
 		perBatch = time.Duration(float64(time.Second) * float64(batch) * float64(sc.Producers) / float64(sc.RatePerS))

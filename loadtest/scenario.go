@@ -33,6 +33,9 @@ type Scenario struct {
 	PipelineDepth int `yaml:"pipeline_depth"` // requests awaiting their ack, per stream
 	BatchMessages int `yaml:"batch_messages"` // messages per PublishStreamRequest
 	Keys          int `yaml:"keys"`           // distinct keys (0: keyless, partitions rotate per request)
+	// Acks of every publish request: all (default: at commit) or leader
+	// (once on the partition leader's disk; lossy, docs/semantics.md).
+	Acks string `yaml:"acks"`
 
 	Partitions          int    `yaml:"partitions"`
 	Fsync               string `yaml:"fsync"`                // always | interval
@@ -85,6 +88,9 @@ func (s *Scenario) validate() error {
 		}
 	default:
 		bad("mode = %q: must be publish, drain, e2e, failover or idle", s.Mode)
+	}
+	if s.Acks != "" && s.Acks != "all" && s.Acks != "leader" {
+		bad("acks = %q: must be all (the default) or leader", s.Acks)
 	}
 	if s.Nodes == 0 {
 		s.Nodes = 1

@@ -264,6 +264,7 @@ func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	}
 	g := &hostGroup{id: group, h: h, r: r, track: newTracker()}
 	r.onReady, r.onApply = g.track.ready, g.track.applied
+	r.onDurable = func(ents []raftpb.Entry) { g.track.durable(ents, r.entryBase) }
 	if apply := cfg.OnApply; apply != nil {
 		r.onApply = func(e raftpb.Entry, base int64) { g.track.applied(e, base); apply(e, base) }
 	}
@@ -329,7 +330,33 @@ func (h *Host) group(id uint64) *hostGroup {
 // here with transport.ErrUnknownGroup (wrapped). done must not block: it
 // runs on a worker.
 func (h *Host) Propose(group uint64, data []byte, done func(base int64, err error)) {
-	h.submit(group, &proposal{kind: kindRecords, data: data, done: done})
+	h.submit(group, &proposal{kind: kindRecords, data: data, done: func(res Proposed, err error) { done(res.Base, err) }})
+}
+
+// ProposeOptions chooses when a record proposal completes.
+type ProposeOptions struct {
+	// AtLeaderDurable completes the proposal once its entry is durable on
+	// this node — the leader's own append fsynced by the log's group
+	// commit — instead of once it is committed (acks=leader). Until then
+	// the outcomes are Propose's; after it, success is final even if a new
+	// leader later replaces the entry and it never commits: the records
+	// are acknowledged but lost (docs/semantics.md, "Replication"). The
+	// records become visible to readers only at commit, as always.
+	AtLeaderDurable bool
+}
+
+// Proposed is where a record proposal's entry went.
+type Proposed struct {
+	// Base is the data offset of the entry's first record.
+	Base int64
+	// Index and Term are the entry's: while the log holds an entry of Term
+	// at Index (log matching), it is this one.
+	Index, Term uint64
+}
+
+// ProposeWith is Propose with options; done gets the entry's place.
+func (h *Host) ProposeWith(group uint64, data []byte, opts ProposeOptions, done func(res Proposed, err error)) {
+	h.submit(group, &proposal{kind: kindRecords, data: data, atDurable: opts.AtLeaderDurable, done: done})
 }
 
 // ProposeConfChange proposes a membership change to group; done as for

@@ -67,6 +67,16 @@ func (e *NotLeaderError) Error() string {
 // when its index is applied: the same term is the entry (committed, its
 // records visible), another term proves it lost (a committed entry is
 // final). If neither happens before its deadline, the outcome is unknown.
+//
+// A proposal made with ProposeOptions.AtLeaderDurable (acks=leader)
+// resolves earlier: as soon as the append that carries its entry is
+// durable on this node (Replica.Process, after the leader's own fsync),
+// when that append holds the entry at its index with its term. The leader
+// matched it from that same append, so this comes right after the match;
+// until then it is resolved as any other (unknown when never matched,
+// unknown or lost when the replica stops). Once resolved it is not
+// resolved again: the entry may still be replaced by a new leader's and
+// never commit, which is what acks=leader accepts.
 type tracker struct {
 	unmatched []*proposal            // proposed since the last Ready, in call order
 	byIndex   map[uint64][]*proposal // matched, by index (several terms may share one)
@@ -74,6 +84,7 @@ type tracker struct {
 	seenTerm  uint64                 // highest term of any entry seen in an append
 	out       []*proposal            // resolved, not yet taken
 	live      int                    // proposals neither resolved nor dropped
+	early     int                    // matched AtLeaderDurable proposals not resolved yet
 }
 
 type propKind uint8
@@ -92,10 +103,14 @@ type proposal struct {
 	data     []byte // records: checked and proposed by the worker
 	cc       raftpb.ConfChangeV2
 
+	// atDurable: resolve once the entry is durable here (acks=leader),
+	// not at commit.
+	atDurable bool
+
 	resolved bool
 	base     int64
 	err      error
-	done     func(base int64, err error)
+	done     func(res Proposed, err error)
 	ccDone   func(err error)
 }
 
@@ -108,7 +123,11 @@ func (p *proposal) complete() {
 		return
 	}
 	if p.done != nil {
-		p.done(p.base, p.err)
+		res := Proposed{Base: p.base, Index: p.index, Term: p.term}
+		if p.err != nil {
+			res = Proposed{}
+		}
+		p.done(res, p.err)
 	}
 }
 
@@ -118,6 +137,9 @@ func newTracker() *tracker { return &tracker{byIndex: map[uint64][]*proposal{}} 
 func (t *tracker) resolve(p *proposal, base int64, err error) {
 	if p.resolved {
 		return
+	}
+	if p.atDurable && p.index != 0 {
+		t.early--
 	}
 	p.resolved, p.base, p.err = true, base, err
 	p.data = nil
@@ -188,6 +210,39 @@ func (t *tracker) match(p *proposal, index uint64) {
 	p.index = index
 	t.byIndex[index] = append(t.byIndex[index], p)
 	t.queue = append(t.queue, p)
+	if p.atDurable {
+		t.early++
+	}
+}
+
+// durable resolves the AtLeaderDurable proposals matched at the indexes of
+// ents, which are now durable on this node (the append carrying them
+// fsynced): one whose entry is there with its term succeeds, with the data
+// offset of its first record (baseOf: ok false if unknown, and then the
+// proposal waits for its commit like any other). Another term at its index
+// proves nothing yet (that entry may be replaced in turn): the proposal is
+// left to apply or its deadline.
+func (t *tracker) durable(ents []raftpb.Entry, baseOf func(index uint64) (int64, bool)) {
+	if t.early == 0 {
+		return
+	}
+	for _, e := range ents {
+		var done []*proposal
+		for _, p := range t.byIndex[e.Index] {
+			if !p.atDurable || p.resolved || p.term != e.Term {
+				continue
+			}
+			base, ok := baseOf(e.Index)
+			if !ok {
+				continue
+			}
+			t.resolve(p, base, nil)
+			done = append(done, p)
+		}
+		for _, p := range done {
+			t.unindex(p) // applying the index later finds nothing to resolve
+		}
+	}
 }
 
 // applied resolves the proposals matched at e.Index: base is the data
@@ -250,6 +305,7 @@ func (t *tracker) failAll(err error) {
 	}
 	t.queue = nil
 	clear(t.byIndex)
+	t.early = 0
 }
 
 // take returns the resolved proposals (to complete outside any lock).

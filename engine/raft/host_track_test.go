@@ -12,13 +12,25 @@ import (
 
 // outcome records what a proposal's done was called with.
 type outcome struct {
-	calls int
-	base  int64
-	err   error
+	calls       int
+	base        int64
+	err         error
+	index, term uint64
 }
 
 func trackRecords(t *tracker, term uint64, now time.Time, o *outcome) *proposal {
-	p := &proposal{kind: kindRecords, term: term, deadline: now.Add(time.Second), done: func(b int64, err error) { o.calls++; o.base, o.err = b, err }}
+	p := &proposal{kind: kindRecords, term: term, deadline: now.Add(time.Second), done: func(r Proposed, err error) { o.calls++; o.base, o.err = r.Base, err }}
+	t.proposed(p)
+	return p
+}
+
+// trackDurable is trackRecords with AtLeaderDurable (acks=leader); o.index
+// gets the entry's index.
+func trackDurable(t *tracker, term uint64, now time.Time, o *outcome) *proposal {
+	p := &proposal{kind: kindRecords, term: term, atDurable: true, deadline: now.Add(time.Second), done: func(r Proposed, err error) {
+		o.calls++
+		o.base, o.err, o.index, o.term = r.Base, err, r.Index, r.Term
+	}}
 	t.proposed(p)
 	return p
 }
@@ -108,7 +120,7 @@ func TestTrackerLeadershipChangeBeforeReady(t *testing.T) {
 	trackRecords(tr, 5, now, &a)
 	trackRecords(tr, 5, now, &b)
 	tr.ready(readyOf([]raftpb.Entry{recEntry(10, 6), recEntry(11, 6)}))
-	tr.reject(&proposal{kind: kindRecords, done: func(int64, error) {}}, ErrProposalLost)
+	tr.reject(&proposal{kind: kindRecords, done: func(Proposed, error) {}}, ErrProposalLost)
 	completeAll(tr)
 	for _, o := range []outcome{a, b} {
 		if o.calls != 1 || !errors.Is(o.err, ErrOutcomeUnknown) {
@@ -184,5 +196,135 @@ func TestTrackerTwoTermsSameIndex(t *testing.T) {
 	completeAll(tr)
 	if a.calls != 1 || !errors.Is(a.err, ErrProposalLost) || b.calls != 1 || b.err != nil || b.base != 40 {
 		t.Fatalf("a %+v b %+v", a, b)
+	}
+}
+
+// bases gives the data offset of entry i as 10*i (the log's, in the
+// replica: Replica.entryBase).
+func bases(i uint64) (int64, bool) { return int64(10 * i), true }
+
+// TestTrackerAtDurable: an AtLeaderDurable proposal completes when the
+// append carrying its entry is durable — not at the match (the Ready,
+// before the fsync), and never again at the commit; a commit-mode
+// proposal beside it still waits for the commit.
+func TestTrackerAtDurable(t *testing.T) {
+	now := time.Unix(0, 0)
+	tr := newTracker()
+	var a, b outcome
+	trackDurable(tr, 5, now, &a)
+	trackRecords(tr, 5, now, &b)
+	appended := []raftpb.Entry{emptyEntry(10, 5), recEntry(11, 5), recEntry(12, 5)}
+	tr.ready(readyOf(appended))
+	completeAll(tr)
+	if a.calls != 0 || b.calls != 0 {
+		t.Fatalf("completed at the match, before the entry is durable: a %+v b %+v", a, b)
+	}
+	tr.durable(appended, bases)
+	completeAll(tr)
+	if a.calls != 1 || a.err != nil || a.base != 110 || a.index != 11 || a.term != 5 {
+		t.Fatalf("acks=leader at durability: %+v", a)
+	}
+	if b.calls != 0 {
+		t.Fatalf("acks=all completed at durability: %+v", b)
+	}
+	tr.durable(appended, bases) // the same entries again (a conflicting rewrite): nothing twice
+	tr.applied(emptyEntry(10, 5), 110)
+	tr.applied(recEntry(11, 5), 110)
+	tr.applied(recEntry(12, 5), 111)
+	tr.expire(now.Add(time.Hour))
+	completeAll(tr)
+	if a.calls != 1 || b.calls != 1 || b.err != nil || b.base != 111 {
+		t.Fatalf("after the commit: a %+v b %+v", a, b)
+	}
+	if tr.pending() != 0 || tr.early != 0 {
+		t.Fatalf("pending %d, early %d", tr.pending(), tr.early)
+	}
+}
+
+// TestTrackerAtDurableLaterLost: once an acks=leader proposal succeeded,
+// a new leader's entry committed at its index does not complete it again
+// (the lossy part of acks=leader: docs/semantics.md).
+func TestTrackerAtDurableLaterLost(t *testing.T) {
+	now := time.Unix(0, 0)
+	tr := newTracker()
+	var a outcome
+	trackDurable(tr, 3, now, &a)
+	ents := []raftpb.Entry{emptyEntry(4, 3), recEntry(5, 3)}
+	tr.ready(readyOf(ents))
+	tr.durable(ents, bases)
+	tr.applied(emptyEntry(4, 4), 40)
+	tr.applied(recEntry(5, 4), 40) // term 4's entry committed at 5
+	completeAll(tr)
+	if a.calls != 1 || a.err != nil || a.base != 50 {
+		t.Fatalf("%+v", a)
+	}
+}
+
+// TestTrackerAtDurableMismatch: durability of an entry of another term at
+// the proposal's index is no success (the proposal then resolves as any
+// other: lost when the other entry commits); nor is a durable append that
+// does not hold its index; a proposal never matched is unknown, and one
+// whose replica stopped is unknown too, never a success.
+func TestTrackerAtDurableMismatch(t *testing.T) {
+	now := time.Unix(0, 0)
+	tr := newTracker()
+	var a, b, c outcome
+	trackDurable(tr, 2, now, &a)
+	tr.ready(readyOf([]raftpb.Entry{emptyEntry(7, 2), recEntry(8, 2)}))
+	tr.durable([]raftpb.Entry{recEntry(8, 3)}, bases)                   // term 3 at index 8
+	tr.durable([]raftpb.Entry{emptyEntry(7, 2), recEntry(9, 2)}, bases) // not index 8
+	completeAll(tr)
+	if a.calls != 0 {
+		t.Fatalf("success on another entry's durability: %+v", a)
+	}
+	tr.applied(emptyEntry(7, 2), 70)
+	tr.applied(recEntry(8, 3), 70)
+	completeAll(tr)
+	if a.calls != 1 || !errors.Is(a.err, ErrProposalLost) {
+		t.Fatalf("index 8 committed with term 3: %+v", a)
+	}
+
+	trackDurable(tr, 4, now, &b) // its entry never comes: truncated before the Ready
+	tr.ready(readyOf([]raftpb.Entry{recEntry(9, 5)}))
+	completeAll(tr)
+	if b.calls != 1 || !errors.Is(b.err, ErrOutcomeUnknown) {
+		t.Fatalf("never handed to storage: %+v", b)
+	}
+
+	trackDurable(tr, 6, now, &c) // matched, then the replica stops before the fsync
+	tr.ready(readyOf([]raftpb.Entry{emptyEntry(10, 6), recEntry(11, 6)}))
+	tr.failAll(ErrOutcomeUnknown)
+	tr.durable([]raftpb.Entry{recEntry(11, 6)}, bases)
+	completeAll(tr)
+	if c.calls != 1 || !errors.Is(c.err, ErrOutcomeUnknown) {
+		t.Fatalf("replica stopped before durability: %+v", c)
+	}
+	if tr.pending() != 0 || tr.early != 0 {
+		t.Fatalf("pending %d, early %d", tr.pending(), tr.early)
+	}
+}
+
+// TestTrackerAtDurableUnknownBase: without the entry's base (not written
+// by this replica) an AtLeaderDurable proposal is not answered at
+// durability; it completes at its commit like any other.
+func TestTrackerAtDurableUnknownBase(t *testing.T) {
+	now := time.Unix(0, 0)
+	tr := newTracker()
+	var a outcome
+	trackDurable(tr, 2, now, &a)
+	ents := []raftpb.Entry{emptyEntry(1, 2), recEntry(2, 2)}
+	tr.ready(readyOf(ents))
+	tr.durable(ents, func(uint64) (int64, bool) { return 0, false })
+	completeAll(tr)
+	if a.calls != 0 {
+		t.Fatalf("%+v", a)
+	}
+	tr.applied(recEntry(2, 2), 20)
+	completeAll(tr)
+	if a.calls != 1 || a.err != nil || a.base != 20 {
+		t.Fatalf("%+v", a)
+	}
+	if tr.early != 0 {
+		t.Fatalf("early %d", tr.early)
 	}
 }

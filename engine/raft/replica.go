@@ -102,6 +102,9 @@ type Replica struct {
 	// record.
 	onReady func(w *Work)
 	onApply func(e raftpb.Entry, base int64)
+	// onDurable, with the entries of each Append once they are durable
+	// here (fsynced, before the responses are released).
+	onDurable func(ents []raftpb.Entry)
 
 	// snap is the snapshot saved (raft.snap) and set in the storage.
 	snap SnapshotMeta
@@ -472,6 +475,9 @@ func (r *Replica) Process(ctx context.Context, send func([]raftpb.Message)) erro
 		if err := r.persist(ctx, a); err != nil {
 			return r.stop(err)
 		}
+		if r.onDurable != nil && len(a.Entries) > 0 {
+			r.onDurable(a.Entries)
+		}
 		var msgs []raftpb.Message
 		if err := r.guard(func() (err error) { msgs, err = r.g.AppendDone(a); return err }); err != nil {
 			return r.stop(err)
@@ -601,6 +607,19 @@ func (r *Replica) entryBases(ents []raftpb.Entry) []int64 {
 		}
 	}
 	return out
+}
+
+// entryBase is the data offset of the first record of the entry at index,
+// written by this replica and not applied yet (ok false otherwise).
+func (r *Replica) entryBase(index uint64) (int64, bool) {
+	if index <= r.endsBase {
+		return 0, false
+	}
+	k := index - 1 - r.endsBase
+	if k >= uint64(len(r.ends)) {
+		return 0, false
+	}
+	return r.ends[k], true
 }
 
 // applyTo makes the records of the entries up to index visible.

@@ -29,51 +29,90 @@ type OutMessage struct {
 	Headers map[string]string
 }
 
-// PublishOption sets optional fields of a published message.
-type PublishOption func(*spoolv1.PublishMessage)
+// PublishOption sets optional fields of a published message, or how it is
+// published (WithAcks).
+type PublishOption func(*outgoing)
+
+// outgoing is one message being built, and its publish settings.
+type outgoing struct {
+	m    *spoolv1.PublishMessage
+	acks Acks
+}
+
+// Acks chooses when a publish returns (docs/semantics.md, "Replication").
+type Acks int
+
+const (
+	// AcksAll (the default): once the message is committed — on disk on
+	// a quorum of its partition's replicas. An acknowledged message is not
+	// lost while a quorum survives.
+	AcksAll Acks = iota
+	// AcksLeader: once the message is on disk on its partition's leader,
+	// before the other replicas have it. Faster, and lossy: an
+	// acknowledged message is lost if that leader fails or is cut off
+	// before a follower has it and a new leader is elected without it.
+	// Consumers still see it only once committed. On a single sidecar it
+	// is the same as AcksAll.
+	AcksLeader
+)
+
+func (a Acks) proto() spoolv1.Acks {
+	if a == AcksLeader {
+		return spoolv1.Acks_ACKS_LEADER
+	}
+	return spoolv1.Acks_ACKS_UNSPECIFIED // ALL; also what a sidecar that predates acks does
+}
+
+// WithAcks chooses when the publish returns (default AcksAll). With a
+// Publisher, messages of different acks go in different requests.
+func WithAcks(a Acks) PublishOption {
+	return func(o *outgoing) { o.acks = a }
+}
 
 // WithID sets the message id (at most 128 bytes). Consumers dedupe on it, so
 // retrying a publish with the same id is safe.
 func WithID(id string) PublishOption {
-	return func(m *spoolv1.PublishMessage) { m.Id = id }
+	return func(o *outgoing) { o.m.Id = id }
 }
 
 // WithHeaders adds application headers (names starting with "spool-" are
 // reserved). The map is copied.
 func WithHeaders(h map[string]string) PublishOption {
-	return func(m *spoolv1.PublishMessage) {
-		if m.Headers == nil {
-			m.Headers = make(map[string]string, len(h))
+	return func(o *outgoing) {
+		if o.m.Headers == nil {
+			o.m.Headers = make(map[string]string, len(h))
 		}
 		for k, v := range h {
-			m.Headers[k] = v
+			o.m.Headers[k] = v
 		}
 	}
 }
 
 // WithHeader adds one application header.
 func WithHeader(key, value string) PublishOption {
-	return func(m *spoolv1.PublishMessage) {
-		if m.Headers == nil {
-			m.Headers = make(map[string]string, 1)
+	return func(o *outgoing) {
+		if o.m.Headers == nil {
+			o.m.Headers = make(map[string]string, 1)
 		}
-		m.Headers[key] = value
+		o.m.Headers[key] = value
 	}
 }
 
-func buildMessage(key, payload []byte, opts []PublishOption) *spoolv1.PublishMessage {
-	m := &spoolv1.PublishMessage{Key: key, Payload: payload}
-	for _, o := range opts {
-		o(m)
+func buildMessage(key, payload []byte, opts []PublishOption) outgoing {
+	o := outgoing{m: &spoolv1.PublishMessage{Key: key, Payload: payload}}
+	for _, f := range opts {
+		f(&o)
 	}
-	return m
+	return o
 }
 
-// Publish appends one message to topic and returns once it is durable.
+// Publish appends one message to topic and returns once it is durable
+// (WithAcks: on a quorum, the default, or on its partition's leader).
 // On an error the message may or may not be stored: retry with the same
 // WithID to stay idempotent.
 func (c *Client) Publish(ctx context.Context, topic string, key, payload []byte, opts ...PublishOption) (PublishResult, error) {
-	res, err := c.publish(ctx, topic, []*spoolv1.PublishMessage{buildMessage(key, payload, opts)})
+	o := buildMessage(key, payload, opts)
+	res, err := c.publish(ctx, topic, o.acks, []*spoolv1.PublishMessage{o.m})
 	if err != nil {
 		return PublishResult{}, err
 	}
@@ -92,14 +131,14 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []OutMessa
 	for i := range msgs {
 		pms[i] = &spoolv1.PublishMessage{Id: msgs[i].ID, Key: msgs[i].Key, Payload: msgs[i].Payload, Headers: msgs[i].Headers}
 	}
-	return c.publish(ctx, topic, pms)
+	return c.publish(ctx, topic, AcksAll, pms)
 }
 
-func (c *Client) publish(ctx context.Context, topic string, msgs []*spoolv1.PublishMessage) ([]PublishResult, error) {
+func (c *Client) publish(ctx context.Context, topic string, acks Acks, msgs []*spoolv1.PublishMessage) ([]PublishResult, error) {
 	if topic == "" {
 		return nil, errors.New("spool: publish: topic is empty: name the topic to publish to")
 	}
-	resp, err := c.pub.Publish(ctx, &spoolv1.PublishRequest{Topic: topic, Messages: msgs})
+	resp, err := c.pub.Publish(ctx, &spoolv1.PublishRequest{Topic: topic, Messages: msgs, Acks: acks.proto()})
 	if err != nil {
 		return nil, c.publishError(topic, err)
 	}

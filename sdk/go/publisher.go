@@ -68,8 +68,9 @@ type Publisher struct {
 }
 
 type pubItem struct {
-	m *spoolv1.PublishMessage
-	f *Future
+	m    *spoolv1.PublishMessage
+	acks Acks
+	f    *Future
 }
 
 // pubStream is one PublishStream with the requests awaiting an answer.
@@ -139,7 +140,7 @@ func (p *Publisher) PublishFunc(key, payload []byte, cb func(PublishResult, erro
 	p.enqueue(buildMessage(key, payload, opts), f)
 }
 
-func (p *Publisher) enqueue(m *spoolv1.PublishMessage, f *Future) {
+func (p *Publisher) enqueue(o outgoing, f *Future) {
 	if p.topic == "" {
 		p.complete(f, PublishResult{}, errors.New("spool: publisher: topic is empty: name the topic to publish to"), false)
 		return
@@ -156,7 +157,7 @@ func (p *Publisher) enqueue(m *spoolv1.PublishMessage, f *Future) {
 		p.complete(f, PublishResult{}, fmt.Errorf("spool: publish to %q: publisher closed", p.topic), true)
 		return
 	}
-	p.queue = append(p.queue, pubItem{m: m, f: f})
+	p.queue = append(p.queue, pubItem{m: o.m, acks: o.acks, f: f})
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -230,8 +231,8 @@ func (p *Publisher) sendLoop() {
 			n, size := 0, 0
 			for n < len(p.queue) && n < maxBatchMessages {
 				sz := len(p.queue[n].m.Key) + len(p.queue[n].m.Payload)
-				if n > 0 && size+sz > maxBatchBytes {
-					break
+				if n > 0 && (size+sz > maxBatchBytes || p.queue[n].acks != p.queue[0].acks) {
+					break // one acks per request
 				}
 				size += sz
 				n++
@@ -276,7 +277,7 @@ func (p *Publisher) sendBatch(st *pubStream, batch []pubItem) {
 	seq := p.seq
 	st.waiting[seq] = futs
 	p.mu.Unlock()
-	if err := st.s.Send(&spoolv1.PublishStreamRequest{Sequence: seq, Topic: p.topic, Messages: msgs}); err != nil {
+	if err := st.s.Send(&spoolv1.PublishStreamRequest{Sequence: seq, Topic: p.topic, Messages: msgs, Acks: batch[0].acks.proto()}); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The stream has ended; its status (why) is for Recv, which only
 			// recvLoop calls. It fails this batch with that status too, as

@@ -26,7 +26,7 @@ const OtherTopic = "__other"
 // Engine is what publishing needs from the log. engine.Node implements it.
 type Engine interface {
 	Partitions(topic string) (int32, error)
-	Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error))
+	ProduceWith(topic string, p int32, recs []engine.Record, opts engine.ProduceOptions, done func(base int64, err error))
 }
 
 // chunkBytes caps one append to the log; a request is split into chunks per
@@ -71,14 +71,15 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg}, nil
 }
 
-// Publish appends one request's messages and answers once all are durable.
+// Publish appends one request's messages and answers once all are durable
+// (as the request's acks asks).
 func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spoolv1.PublishResponse, error) {
 	type answer struct {
 		results []*spoolv1.PublishResult
 		err     error
 	}
 	ch := make(chan answer, 1)
-	s.Submit(req.GetTopic(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) { ch <- answer{r, err} })
+	s.Submit(req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) { ch <- answer{r, err} })
 	select {
 	case a := <-ch:
 		if a.err != nil {
@@ -113,11 +114,17 @@ type chunk struct {
 }
 
 // Submit validates msgs, appends them, and calls done once with a result per
-// message (in request order) or an error. done may run on the engine's
-// appender goroutine and must not block. A validation error writes nothing.
-func (s *Server) Submit(topic string, msgs []*spoolv1.PublishMessage, done func([]*spoolv1.PublishResult, error)) {
+// message (in request order) or an error. acks says when: ACKS_UNSPECIFIED
+// and ACKS_ALL once committed, ACKS_LEADER once on the partition leader's
+// disk (engine.AcksLeader). done may run on the engine's appender goroutine
+// and must not block. A validation error writes nothing.
+func (s *Server) Submit(topic string, acks spoolv1.Acks, msgs []*spoolv1.PublishMessage, done func([]*spoolv1.PublishResult, error)) {
 	b := &batch{s: s, topic: topic, start: time.Now(), done: done}
-	chunks, err := s.plan(b, msgs)
+	opts, err := produceOptions(acks)
+	var chunks []*chunk
+	if err == nil {
+		chunks, err = s.plan(b, msgs)
+	}
 	if err != nil {
 		b.reject(err, len(msgs))
 		done(nil, err)
@@ -125,8 +132,19 @@ func (s *Server) Submit(topic string, msgs []*spoolv1.PublishMessage, done func(
 	}
 	b.pending.Store(int32(len(chunks)))
 	for _, c := range chunks {
-		s.cfg.Engine.Produce(topic, c.part, c.recs, func(base int64, err error) { b.complete(c, base, err) })
+		s.cfg.Engine.ProduceWith(topic, c.part, c.recs, opts, func(base int64, err error) { b.complete(c, base, err) })
 	}
+}
+
+// produceOptions maps a request's acks to the engine's.
+func produceOptions(acks spoolv1.Acks) (engine.ProduceOptions, error) {
+	switch acks {
+	case spoolv1.Acks_ACKS_UNSPECIFIED, spoolv1.Acks_ACKS_ALL:
+		return engine.ProduceOptions{Acks: engine.AcksAll}, nil
+	case spoolv1.Acks_ACKS_LEADER:
+		return engine.ProduceOptions{Acks: engine.AcksLeader}, nil
+	}
+	return engine.ProduceOptions{}, apierr.New(apierr.InvalidRequest, "acks %d is not known to this sidecar: use ACKS_ALL (the default) or ACKS_LEADER, or upgrade the sidecar", int32(acks))
 }
 
 // reject counts n refused messages. Both labels come from fixed sets: the

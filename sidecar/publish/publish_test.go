@@ -272,7 +272,7 @@ func TestUnknownTopicsDoNotGrowMetrics(t *testing.T) {
 type failing struct{ err error }
 
 func (failing) Partitions(string) (int32, error) { return 2, nil }
-func (f failing) Produce(_ string, _ int32, _ []engine.Record, done func(int64, error)) {
+func (f failing) ProduceWith(_ string, _ int32, _ []engine.Record, _ engine.ProduceOptions, done func(int64, error)) {
 	done(0, f.err)
 }
 

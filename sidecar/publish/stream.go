@@ -42,7 +42,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[spoolv1.PublishSt
 			break
 		}
 		seq := req.GetSequence()
-		s.Submit(req.GetTopic(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
+		s.Submit(req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
 			resp := &spoolv1.PublishStreamResponse{Sequence: seq, Results: r}
 			if err != nil {
 				st := apierr.Status(err)

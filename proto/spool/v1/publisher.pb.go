@@ -21,13 +21,74 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Acks chooses when a publish is answered (docs/semantics.md, "Replication").
+type Acks int32
+
+const (
+	// ACKS_UNSPECIFIED is ACKS_ALL: what a producer that does not choose gets.
+	Acks_ACKS_UNSPECIFIED Acks = 0
+	// ACKS_ALL: once the messages are committed, on disk on a quorum of the
+	// partition's replicas. No acknowledged message is lost while a quorum
+	// survives.
+	Acks_ACKS_ALL Acks = 1
+	// ACKS_LEADER: once the messages are on disk on the partition's leader,
+	// before the followers have them. Faster, and lossy: an acknowledged
+	// message is lost if the leader fails (or is cut off) before a follower
+	// has it and a new leader is elected without it. Consumers still see the
+	// messages only once they are committed. On a single node it is ACKS_ALL.
+	Acks_ACKS_LEADER Acks = 2
+)
+
+// Enum value maps for Acks.
+var (
+	Acks_name = map[int32]string{
+		0: "ACKS_UNSPECIFIED",
+		1: "ACKS_ALL",
+		2: "ACKS_LEADER",
+	}
+	Acks_value = map[string]int32{
+		"ACKS_UNSPECIFIED": 0,
+		"ACKS_ALL":         1,
+		"ACKS_LEADER":      2,
+	}
+)
+
+func (x Acks) Enum() *Acks {
+	p := new(Acks)
+	*p = x
+	return p
+}
+
+func (x Acks) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Acks) Descriptor() protoreflect.EnumDescriptor {
+	return file_spool_v1_publisher_proto_enumTypes[0].Descriptor()
+}
+
+func (Acks) Type() protoreflect.EnumType {
+	return &file_spool_v1_publisher_proto_enumTypes[0]
+}
+
+func (x Acks) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Acks.Descriptor instead.
+func (Acks) EnumDescriptor() ([]byte, []int) {
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{0}
+}
+
 // PublishRequest carries messages for one topic.
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Topic to append to. Must exist in the sidecar's configuration.
 	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
 	// Messages to append, at least one, at most 10,000 (limit max_batch_messages).
-	Messages      []*PublishMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages []*PublishMessage `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
+	// When the call is answered: ACKS_UNSPECIFIED (the default) is ACKS_ALL.
+	Acks          Acks `protobuf:"varint,3,opt,name=acks,proto3,enum=spool.v1.Acks" json:"acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -74,6 +135,13 @@ func (x *PublishRequest) GetMessages() []*PublishMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *PublishRequest) GetAcks() Acks {
+	if x != nil {
+		return x.Acks
+	}
+	return Acks_ACKS_UNSPECIFIED
 }
 
 // PublishResponse says where each message was stored, in request order.
@@ -130,7 +198,9 @@ type PublishStreamRequest struct {
 	// Topic to append to.
 	Topic string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
 	// Messages to append, at least one.
-	Messages      []*PublishMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages []*PublishMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	// When this request is answered (see PublishRequest.acks).
+	Acks          Acks `protobuf:"varint,4,opt,name=acks,proto3,enum=spool.v1.Acks" json:"acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -184,6 +254,13 @@ func (x *PublishStreamRequest) GetMessages() []*PublishMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *PublishStreamRequest) GetAcks() Acks {
+	if x != nil {
+		return x.Acks
+	}
+	return Acks_ACKS_UNSPECIFIED
 }
 
 // PublishStreamResponse answers one PublishStreamRequest.
@@ -318,16 +395,18 @@ var File_spool_v1_publisher_proto protoreflect.FileDescriptor
 
 const file_spool_v1_publisher_proto_rawDesc = "" +
 	"\n" +
-	"\x18spool/v1/publisher.proto\x12\bspool.v1\x1a\x16spool/v1/message.proto\"\\\n" +
+	"\x18spool/v1/publisher.proto\x12\bspool.v1\x1a\x16spool/v1/message.proto\"\x80\x01\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x124\n" +
-	"\bmessages\x18\x02 \x03(\v2\x18.spool.v1.PublishMessageR\bmessages\"D\n" +
+	"\bmessages\x18\x02 \x03(\v2\x18.spool.v1.PublishMessageR\bmessages\x12\"\n" +
+	"\x04acks\x18\x03 \x01(\x0e2\x0e.spool.v1.AcksR\x04acks\"D\n" +
 	"\x0fPublishResponse\x121\n" +
-	"\aresults\x18\x01 \x03(\v2\x17.spool.v1.PublishResultR\aresults\"~\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.spool.v1.PublishResultR\aresults\"\xa2\x01\n" +
 	"\x14PublishStreamRequest\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x124\n" +
-	"\bmessages\x18\x03 \x03(\v2\x18.spool.v1.PublishMessageR\bmessages\"\x8d\x01\n" +
+	"\bmessages\x18\x03 \x03(\v2\x18.spool.v1.PublishMessageR\bmessages\x12\"\n" +
+	"\x04acks\x18\x04 \x01(\x0e2\x0e.spool.v1.AcksR\x04acks\"\x8d\x01\n" +
 	"\x15PublishStreamResponse\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x121\n" +
 	"\aresults\x18\x02 \x03(\v2\x17.spool.v1.PublishResultR\aresults\x12%\n" +
@@ -335,7 +414,11 @@ const file_spool_v1_publisher_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage2\xa8\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage*;\n" +
+	"\x04Acks\x12\x14\n" +
+	"\x10ACKS_UNSPECIFIED\x10\x00\x12\f\n" +
+	"\bACKS_ALL\x10\x01\x12\x0f\n" +
+	"\vACKS_LEADER\x10\x022\xa8\x01\n" +
 	"\x10PublisherService\x12>\n" +
 	"\aPublish\x12\x18.spool.v1.PublishRequest\x1a\x19.spool.v1.PublishResponse\x12T\n" +
 	"\rPublishStream\x12\x1e.spool.v1.PublishStreamRequest\x1a\x1f.spool.v1.PublishStreamResponse(\x010\x01B1Z/github.com/spoolmq/spool/proto/spool/v1;spoolv1b\x06proto3"
@@ -352,31 +435,35 @@ func file_spool_v1_publisher_proto_rawDescGZIP() []byte {
 	return file_spool_v1_publisher_proto_rawDescData
 }
 
+var file_spool_v1_publisher_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_spool_v1_publisher_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_spool_v1_publisher_proto_goTypes = []any{
-	(*PublishRequest)(nil),        // 0: spool.v1.PublishRequest
-	(*PublishResponse)(nil),       // 1: spool.v1.PublishResponse
-	(*PublishStreamRequest)(nil),  // 2: spool.v1.PublishStreamRequest
-	(*PublishStreamResponse)(nil), // 3: spool.v1.PublishStreamResponse
-	(*Error)(nil),                 // 4: spool.v1.Error
-	(*PublishMessage)(nil),        // 5: spool.v1.PublishMessage
-	(*PublishResult)(nil),         // 6: spool.v1.PublishResult
+	(Acks)(0),                     // 0: spool.v1.Acks
+	(*PublishRequest)(nil),        // 1: spool.v1.PublishRequest
+	(*PublishResponse)(nil),       // 2: spool.v1.PublishResponse
+	(*PublishStreamRequest)(nil),  // 3: spool.v1.PublishStreamRequest
+	(*PublishStreamResponse)(nil), // 4: spool.v1.PublishStreamResponse
+	(*Error)(nil),                 // 5: spool.v1.Error
+	(*PublishMessage)(nil),        // 6: spool.v1.PublishMessage
+	(*PublishResult)(nil),         // 7: spool.v1.PublishResult
 }
 var file_spool_v1_publisher_proto_depIdxs = []int32{
-	5, // 0: spool.v1.PublishRequest.messages:type_name -> spool.v1.PublishMessage
-	6, // 1: spool.v1.PublishResponse.results:type_name -> spool.v1.PublishResult
-	5, // 2: spool.v1.PublishStreamRequest.messages:type_name -> spool.v1.PublishMessage
-	6, // 3: spool.v1.PublishStreamResponse.results:type_name -> spool.v1.PublishResult
-	4, // 4: spool.v1.PublishStreamResponse.error:type_name -> spool.v1.Error
-	0, // 5: spool.v1.PublisherService.Publish:input_type -> spool.v1.PublishRequest
-	2, // 6: spool.v1.PublisherService.PublishStream:input_type -> spool.v1.PublishStreamRequest
-	1, // 7: spool.v1.PublisherService.Publish:output_type -> spool.v1.PublishResponse
-	3, // 8: spool.v1.PublisherService.PublishStream:output_type -> spool.v1.PublishStreamResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 0: spool.v1.PublishRequest.messages:type_name -> spool.v1.PublishMessage
+	0, // 1: spool.v1.PublishRequest.acks:type_name -> spool.v1.Acks
+	7, // 2: spool.v1.PublishResponse.results:type_name -> spool.v1.PublishResult
+	6, // 3: spool.v1.PublishStreamRequest.messages:type_name -> spool.v1.PublishMessage
+	0, // 4: spool.v1.PublishStreamRequest.acks:type_name -> spool.v1.Acks
+	7, // 5: spool.v1.PublishStreamResponse.results:type_name -> spool.v1.PublishResult
+	5, // 6: spool.v1.PublishStreamResponse.error:type_name -> spool.v1.Error
+	1, // 7: spool.v1.PublisherService.Publish:input_type -> spool.v1.PublishRequest
+	3, // 8: spool.v1.PublisherService.PublishStream:input_type -> spool.v1.PublishStreamRequest
+	2, // 9: spool.v1.PublisherService.Publish:output_type -> spool.v1.PublishResponse
+	4, // 10: spool.v1.PublisherService.PublishStream:output_type -> spool.v1.PublishStreamResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_spool_v1_publisher_proto_init() }
@@ -390,13 +477,14 @@ func file_spool_v1_publisher_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_publisher_proto_rawDesc), len(file_spool_v1_publisher_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_spool_v1_publisher_proto_goTypes,
 		DependencyIndexes: file_spool_v1_publisher_proto_depIdxs,
+		EnumInfos:         file_spool_v1_publisher_proto_enumTypes,
 		MessageInfos:      file_spool_v1_publisher_proto_msgTypes,
 	}.Build()
 	File_spool_v1_publisher_proto = out.File

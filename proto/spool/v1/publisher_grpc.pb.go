@@ -28,7 +28,8 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // PublisherService appends messages to topics. A call returns once every
-// message in it is durable (fsynced; with replication, on a quorum).
+// message in it is durable (fsynced; with replication, on a quorum, unless
+// the request asks for ACKS_LEADER).
 type PublisherServiceClient interface {
 	// Publish appends one or more messages to one topic. Either every message is
 	// validated and appended, or the call fails; a failure after validation
@@ -77,7 +78,8 @@ type PublisherService_PublishStreamClient = grpc.BidiStreamingClient[PublishStre
 // for forward compatibility.
 //
 // PublisherService appends messages to topics. A call returns once every
-// message in it is durable (fsynced; with replication, on a quorum).
+// message in it is durable (fsynced; with replication, on a quorum, unless
+// the request asks for ACKS_LEADER).
 type PublisherServiceServer interface {
 	// Publish appends one or more messages to one topic. Either every message is
 	// validated and appended, or the call fails; a failure after validation

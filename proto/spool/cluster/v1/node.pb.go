@@ -7,6 +7,7 @@
 package clusterv1
 
 import (
+	v1 "github.com/spoolmq/spool/proto/spool/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -380,7 +381,11 @@ type ProduceRequest struct {
 	Partition int32  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
 	Group     uint64 `protobuf:"varint,4,opt,name=group,proto3" json:"group,omitempty"`
 	// records is the payload the leader proposes unchanged.
-	Records       []byte `protobuf:"bytes,5,opt,name=records,proto3" json:"records,omitempty"`
+	Records []byte `protobuf:"bytes,5,opt,name=records,proto3" json:"records,omitempty"`
+	// acks says when to answer: ACKS_UNSPECIFIED and ACKS_ALL at commit,
+	// ACKS_LEADER once the entry is durable on the leader. A node that does
+	// not know the field answers at commit, which is always safe.
+	Acks          v1.Acks `protobuf:"varint,6,opt,name=acks,proto3,enum=spool.v1.Acks" json:"acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -448,6 +453,13 @@ func (x *ProduceRequest) GetRecords() []byte {
 		return x.Records
 	}
 	return nil
+}
+
+func (x *ProduceRequest) GetAcks() v1.Acks {
+	if x != nil {
+		return x.Acks
+	}
+	return v1.Acks(0)
 }
 
 // ProduceResponse is the outcome.
@@ -669,7 +681,7 @@ var File_spool_cluster_v1_node_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/node.proto\x12\x10spool.cluster.v1\"0\n" +
+	"\x1bspool/cluster/v1/node.proto\x12\x10spool.cluster.v1\x1a\x18spool/v1/publisher.proto\"0\n" +
 	"\x0fMetadataRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\"G\n" +
@@ -688,14 +700,15 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x120\n" +
-	"\x05nodes\x18\x03 \x03(\v2\x1a.spool.cluster.v1.NodeAddrR\x05nodes\"\x93\x01\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x1a.spool.cluster.v1.NodeAddrR\x05nodes\"\xb7\x01\n" +
 	"\x0eProduceRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05group\x18\x04 \x01(\x04R\x05group\x12\x18\n" +
-	"\arecords\x18\x05 \x01(\fR\arecords\"\x9a\x01\n" +
+	"\arecords\x18\x05 \x01(\fR\arecords\x12\"\n" +
+	"\x04acks\x18\x06 \x01(\x0e2\x0e.spool.v1.AcksR\x04acks\"\x9a\x01\n" +
 	"\x0fProduceResponse\x12\x1f\n" +
 	"\vbase_offset\x18\x01 \x01(\x03R\n" +
 	"baseOffset\x124\n" +
@@ -751,23 +764,25 @@ var file_spool_cluster_v1_node_proto_goTypes = []any{
 	(*ProduceResponse)(nil),  // 7: spool.cluster.v1.ProduceResponse
 	(*FetchRequest)(nil),     // 8: spool.cluster.v1.FetchRequest
 	(*FetchResponse)(nil),    // 9: spool.cluster.v1.FetchResponse
+	(v1.Acks)(0),             // 10: spool.v1.Acks
 }
 var file_spool_cluster_v1_node_proto_depIdxs = []int32{
-	4, // 0: spool.cluster.v1.JoinResponse.nodes:type_name -> spool.cluster.v1.NodeAddr
-	0, // 1: spool.cluster.v1.ProduceResponse.error:type_name -> spool.cluster.v1.ProduceError
-	3, // 2: spool.cluster.v1.NodeService.Join:input_type -> spool.cluster.v1.JoinRequest
-	6, // 3: spool.cluster.v1.NodeService.Produce:input_type -> spool.cluster.v1.ProduceRequest
-	8, // 4: spool.cluster.v1.NodeService.Fetch:input_type -> spool.cluster.v1.FetchRequest
-	1, // 5: spool.cluster.v1.NodeService.Metadata:input_type -> spool.cluster.v1.MetadataRequest
-	5, // 6: spool.cluster.v1.NodeService.Join:output_type -> spool.cluster.v1.JoinResponse
-	7, // 7: spool.cluster.v1.NodeService.Produce:output_type -> spool.cluster.v1.ProduceResponse
-	9, // 8: spool.cluster.v1.NodeService.Fetch:output_type -> spool.cluster.v1.FetchResponse
-	2, // 9: spool.cluster.v1.NodeService.Metadata:output_type -> spool.cluster.v1.MetadataResponse
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	4,  // 0: spool.cluster.v1.JoinResponse.nodes:type_name -> spool.cluster.v1.NodeAddr
+	10, // 1: spool.cluster.v1.ProduceRequest.acks:type_name -> spool.v1.Acks
+	0,  // 2: spool.cluster.v1.ProduceResponse.error:type_name -> spool.cluster.v1.ProduceError
+	3,  // 3: spool.cluster.v1.NodeService.Join:input_type -> spool.cluster.v1.JoinRequest
+	6,  // 4: spool.cluster.v1.NodeService.Produce:input_type -> spool.cluster.v1.ProduceRequest
+	8,  // 5: spool.cluster.v1.NodeService.Fetch:input_type -> spool.cluster.v1.FetchRequest
+	1,  // 6: spool.cluster.v1.NodeService.Metadata:input_type -> spool.cluster.v1.MetadataRequest
+	5,  // 7: spool.cluster.v1.NodeService.Join:output_type -> spool.cluster.v1.JoinResponse
+	7,  // 8: spool.cluster.v1.NodeService.Produce:output_type -> spool.cluster.v1.ProduceResponse
+	9,  // 9: spool.cluster.v1.NodeService.Fetch:output_type -> spool.cluster.v1.FetchResponse
+	2,  // 10: spool.cluster.v1.NodeService.Metadata:output_type -> spool.cluster.v1.MetadataResponse
+	7,  // [7:11] is the sub-list for method output_type
+	3,  // [3:7] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_node_proto_init() }

@@ -39,7 +39,8 @@ type NodeServiceClient interface {
 	// does not lead the controller forwards the request to the one that does.
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	// Produce appends a record payload to a partition this node leads. It
-	// answers once the records are committed (acks=all) or with why not.
+	// answers once the records are committed (acks=all), or on the leader's
+	// disk when the request asks for ACKS_LEADER, or with why not.
 	Produce(ctx context.Context, in *ProduceRequest, opts ...grpc.CallOption) (*ProduceResponse, error)
 	// Fetch reads committed records of a partition this node holds.
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
@@ -111,7 +112,8 @@ type NodeServiceServer interface {
 	// does not lead the controller forwards the request to the one that does.
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	// Produce appends a record payload to a partition this node leads. It
-	// answers once the records are committed (acks=all) or with why not.
+	// answers once the records are committed (acks=all), or on the leader's
+	// disk when the request asks for ACKS_LEADER, or with why not.
 	Produce(context.Context, *ProduceRequest) (*ProduceResponse, error)
 	// Fetch reads committed records of a partition this node holds.
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)

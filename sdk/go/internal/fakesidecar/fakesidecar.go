@@ -97,6 +97,9 @@ type Record struct {
 	MaxOutstanding int
 	StreamsEnded   int // streams the client half-closed cleanly
 	Published      []*spoolv1.PublishMessage
+	// PublishAcks is the acks of the request that carried each message of
+	// Published.
+	PublishAcks []spoolv1.Acks
 }
 
 // DefaultClientReceiveBytes is gRPC's default receive limit, assumed for a
@@ -198,6 +201,7 @@ func (s *Sidecar) Record() Record {
 	r.Nacks = append([]*spoolv1.Nack(nil), r.Nacks...)
 	r.Extends = append([]*spoolv1.Extend(nil), r.Extends...)
 	r.Published = append([]*spoolv1.PublishMessage(nil), r.Published...)
+	r.PublishAcks = append([]spoolv1.Acks(nil), r.PublishAcks...)
 	return r
 }
 
@@ -293,7 +297,7 @@ func (s *Sidecar) Publish(_ context.Context, req *spoolv1.PublishRequest) (*spoo
 	if err := req.Validate(); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &spoolv1.PublishResponse{Results: s.append(req.GetTopic(), req.GetMessages())}, nil
+	return &spoolv1.PublishResponse{Results: s.append(req.GetTopic(), req.GetAcks(), req.GetMessages())}, nil
 }
 
 // PublishStream implements PublisherService.PublishStream. Requests are
@@ -344,7 +348,7 @@ func (s *Sidecar) PublishStream(srv grpc.BidiStreamingServer[spoolv1.PublishStre
 		if err := req.Validate(); err != nil {
 			resp.Error = &spoolv1.Error{Code: int32(codes.InvalidArgument), Reason: "INVALID_ARGUMENT", Message: err.Error()}
 		} else {
-			resp.Results = s.append(req.GetTopic(), req.GetMessages())
+			resp.Results = s.append(req.GetTopic(), req.GetAcks(), req.GetMessages())
 		}
 		if err := srv.Send(resp); err != nil {
 			return err
@@ -352,7 +356,7 @@ func (s *Sidecar) PublishStream(srv grpc.BidiStreamingServer[spoolv1.PublishStre
 	}
 }
 
-func (s *Sidecar) append(topic string, msgs []*spoolv1.PublishMessage) []*spoolv1.PublishResult {
+func (s *Sidecar) append(topic string, acks spoolv1.Acks, msgs []*spoolv1.PublishMessage) []*spoolv1.PublishResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*spoolv1.PublishResult, len(msgs))
@@ -361,6 +365,7 @@ func (s *Sidecar) append(topic string, msgs []*spoolv1.PublishMessage) []*spoolv
 		d.Headers = m.GetHeaders()
 		s.queue = append(s.queue, d)
 		s.rec.Published = append(s.rec.Published, m)
+		s.rec.PublishAcks = append(s.rec.PublishAcks, acks)
 		out[i] = &spoolv1.PublishResult{Id: d.GetMessageId(), Partition: 0, Offset: d.GetOffset()}
 	}
 	s.signalLocked()
