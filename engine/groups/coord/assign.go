@@ -180,7 +180,7 @@ func tieBreak(topic, member string) uint64 {
 }
 
 // rebalance applies the assignment rule at time at. When it changes
-// anything, or force is set, the generation grows by one first and the
+// anything, or force is set, the group gets the next generation first and the
 // grants and revocations carry the new generation. It reports whether the
 // generation grew.
 func (g *group) rebalance(at int64, force bool) bool {
@@ -188,7 +188,8 @@ func (g *group) rebalance(at int64, force bool) bool {
 	if len(changes) == 0 && !force {
 		return false
 	}
-	g.generation++
+	*g.lastGen++
+	g.generation = *g.lastGen
 	for _, ch := range changes {
 		m, _, _ := g.member(ch.member)
 		switch ch.kind {

@@ -19,6 +19,9 @@ func (s *State) check() error {
 		if !ok || g.name != name {
 			return fmt.Errorf("group %q indexed under another name", name)
 		}
+		if g.generation > s.lastGen || g.lastGen != &s.lastGen {
+			return fmt.Errorf("group %q: generation %d above the last generation %d, or not drawn from the state's counter", name, g.generation, s.lastGen)
+		}
 		if err := g.check(); err != nil {
 			return fmt.Errorf("group %q: %v", name, err)
 		}

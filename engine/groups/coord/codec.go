@@ -127,7 +127,7 @@ func DecodeCommand(b []byte) (Command, error) {
 // groups by name, members by id, topics by name, positions by topic and
 // partition. The same state always encodes to the same bytes.
 func EncodeState(s *State) ([]byte, error) {
-	m := &clusterv1.GroupsState{}
+	m := &clusterv1.GroupsState{LastGeneration: s.lastGen}
 	for _, name := range s.names {
 		g := s.groups[name]
 		pg := &clusterv1.GroupsGroup{Name: name, Generation: g.generation}
@@ -175,6 +175,7 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w state: %d groups, more than %d (MaxGroups)", ErrMalformed, len(m.Groups), MaxGroups)
 	}
 	s := NewState()
+	s.lastGen = m.GetLastGeneration()
 	for _, pg := range m.Groups {
 		if _, dup := s.groups[pg.GetName()]; dup {
 			return nil, fmt.Errorf("%w state: group %q twice", ErrMalformed, pg.GetName())
@@ -183,7 +184,7 @@ func DecodeState(b []byte) (*State, error) {
 			return nil, fmt.Errorf("%w state: group %q has %d members, %d topics and %d positions, past MaxMembersPerGroup, MaxTopicsPerGroup or MaxPositionsPerGroup",
 				ErrMalformed, pg.GetName(), len(pg.Members), len(pg.Topics), len(pg.Positions))
 		}
-		g := &group{name: pg.GetName(), generation: pg.GetGeneration(), positions: make(map[TopicPartition]Position, len(pg.Positions))}
+		g := &group{name: pg.GetName(), generation: pg.GetGeneration(), lastGen: &s.lastGen, positions: make(map[TopicPartition]Position, len(pg.Positions))}
 		for _, pm := range pg.Members {
 			mb := &Member{ID: pm.GetMemberId(), Session: pm.GetSession(), Node: pm.GetNodeId(), Topics: pm.GetTopics(), LastHeartbeatMs: pm.GetLastHeartbeatMs(),
 				SessionTimeoutMs: pm.GetSessionTimeoutMs(), RevokeTimeoutMs: pm.GetRevokeTimeoutMs(), Yield: pm.GetYield()}

@@ -188,8 +188,11 @@ func cloneTopic(t Topic) Topic {
 
 // group is one consumer group's state.
 type group struct {
-	name       string
+	name string
+	// generation is the group's generation; lastGen points at the State's
+	// last generation, which every group's generations are drawn from.
 	generation uint64
+	lastGen    *uint64
 	members    []*Member // by id
 	topics     []Topic   // by name: those a member subscribes to or owns a partition of
 	positions  map[TopicPartition]Position
@@ -223,8 +226,8 @@ func (g *group) owner(tp TopicPartition) (*Member, *Owned, bool) {
 
 func (g *group) empty() bool { return len(g.members) == 0 && len(g.positions) == 0 }
 
-func (g *group) clone() *group {
-	c := &group{name: g.name, generation: g.generation, positions: make(map[TopicPartition]Position, len(g.positions))}
+func (g *group) clone(lastGen *uint64) *group {
+	c := &group{name: g.name, generation: g.generation, lastGen: lastGen, positions: make(map[TopicPartition]Position, len(g.positions))}
 	for _, m := range g.members {
 		c.members = append(c.members, m.clone())
 	}
@@ -244,6 +247,11 @@ func (g *group) clone() *group {
 type State struct {
 	groups map[string]*group
 	names  []string // the group names, sorted
+	// lastGen is the last generation any group got. Generations are drawn
+	// from one counter so that a group deleted (no members, no positions)
+	// and created again starts above every generation it had before: what
+	// a member of its earlier life still sends stays fenced.
+	lastGen uint64
 }
 
 // NewState returns the state before the first command.
@@ -251,9 +259,9 @@ func NewState() *State { return &State{groups: map[string]*group{}} }
 
 // Clone returns a deep copy.
 func (s *State) Clone() *State {
-	c := &State{groups: make(map[string]*group, len(s.groups)), names: slices.Clone(s.names)}
+	c := &State{groups: make(map[string]*group, len(s.groups)), names: slices.Clone(s.names), lastGen: s.lastGen}
 	for k, g := range s.groups {
-		c.groups[k] = g.clone()
+		c.groups[k] = g.clone(&c.lastGen)
 	}
 	return c
 }
@@ -262,8 +270,9 @@ func (s *State) Clone() *State {
 // committed positions.
 func (s *State) Groups() []string { return slices.Clone(s.names) }
 
-// Generation returns a group's generation: 0 for a group never assigned
-// anything; it grows by one with every change of the group's assignment.
+// Generation returns a group's generation (0 for no such group). It grows
+// with every change of the group's assignment, and a group created again
+// after it was dropped starts above every generation it had.
 func (s *State) Generation(group string) uint64 {
 	if g, ok := s.groups[group]; ok {
 		return g.generation
@@ -397,7 +406,7 @@ func (s *State) LagInputs(group string) []PartitionState {
 
 // addGroup inserts an empty group.
 func (s *State) addGroup(name string) *group {
-	g := &group{name: name, positions: map[TopicPartition]Position{}}
+	g := &group{name: name, generation: s.lastGen, lastGen: &s.lastGen, positions: map[TopicPartition]Position{}}
 	i, _ := slices.BinarySearch(s.names, name)
 	s.names = slices.Insert(s.names, i, name)
 	s.groups[name] = g

@@ -1155,9 +1155,13 @@ func (x *GroupsGroup) GetPositions() []*GroupsCommitted {
 type GroupsState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// groups are the groups, by name.
-	Groups        []*GroupsGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Groups []*GroupsGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// last_generation is the last generation any group got (generations of
+	// all groups come from one counter, so a group created again starts above
+	// its earlier life).
+	LastGeneration uint64 `protobuf:"varint,2,opt,name=last_generation,json=lastGeneration,proto3" json:"last_generation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GroupsState) Reset() {
@@ -1195,6 +1199,13 @@ func (x *GroupsState) GetGroups() []*GroupsGroup {
 		return x.Groups
 	}
 	return nil
+}
+
+func (x *GroupsState) GetLastGeneration() uint64 {
+	if x != nil {
+		return x.LastGeneration
+	}
+	return 0
 }
 
 var File_spool_cluster_v1_groups_proto protoreflect.FileDescriptor
@@ -1285,9 +1296,10 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"generation\x128\n" +
 	"\amembers\x18\x03 \x03(\v2\x1e.spool.cluster.v1.GroupsMemberR\amembers\x125\n" +
 	"\x06topics\x18\x04 \x03(\v2\x1d.spool.cluster.v1.GroupsTopicR\x06topics\x12?\n" +
-	"\tpositions\x18\x05 \x03(\v2!.spool.cluster.v1.GroupsCommittedR\tpositions\"D\n" +
+	"\tpositions\x18\x05 \x03(\v2!.spool.cluster.v1.GroupsCommittedR\tpositions\"m\n" +
 	"\vGroupsState\x125\n" +
-	"\x06groups\x18\x01 \x03(\v2\x1d.spool.cluster.v1.GroupsGroupR\x06groupsB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
+	"\x06groups\x18\x01 \x03(\v2\x1d.spool.cluster.v1.GroupsGroupR\x06groups\x12'\n" +
+	"\x0flast_generation\x18\x02 \x01(\x04R\x0elastGenerationB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_spool_cluster_v1_groups_proto_rawDescOnce sync.Once
