@@ -324,3 +324,51 @@ func TestFlowRevocationWaitsThenTimesOut(t *testing.T) {
 		t.Fatalf("m2 owns %v after m1 expired, want all 12", b.Owned)
 	}
 }
+
+// Members join while others still give partitions up: whoever finishes
+// first, no RevokeDone starts another revocation (the larger quota does
+// not change hands halfway), and the group ends balanced with each
+// partition moved at most once.
+func TestFlowJoinsDuringRevocations(t *testing.T) {
+	for _, order := range [][]string{{"m1", "m2"}, {"m2", "m1"}} {
+		for p := int32(2); p <= 12; p++ {
+			f := newFlow(t)
+			join := func(id string, node NodeID) {
+				f.apply(Command{Join: &Join{Member: id, Session: "s0", Node: node, Topics: []Topic{{Name: "orders", Partitions: p}}}})
+			}
+			join("m1", 1)
+			join("m2", 2)
+			f.settle()
+			f.mark()
+			join("m3", 3)
+			join("m4", 4)
+			for _, id := range order {
+				a, _ := f.s.Assignment(f.group, id)
+				if len(a.Revoking) == 0 {
+					continue
+				}
+				before := f.revokingCount()
+				f.apply(Command{RevokeDone: &RevokeDone{Member: id, Generation: a.Generation, Partitions: a.Revoking}})
+				if after := f.revokingCount(); after > before-len(a.Revoking) {
+					t.Fatalf("%d partitions, %s gave up %d: revocations went from %d to %d", p, id, len(a.Revoking), before, after)
+				}
+			}
+			f.settle()
+			if n := f.moved(); n > int(p)/2+1 {
+				t.Fatalf("%d partitions, 2 → 4 members: %d moved", p, n)
+			}
+		}
+	}
+}
+
+func (f *flow) revokingCount() int {
+	n := 0
+	for _, m := range f.s.Members(f.group) {
+		for _, o := range m.Owned {
+			if o.Revoking {
+				n++
+			}
+		}
+	}
+	return n
+}
