@@ -440,6 +440,19 @@ func checkStep(t *rapid.T, i int, c Command, r Result, before, after *State) {
 			t.Fatalf("command %d %s: %s/%d left %s (revoking %v) for %q without RevokeDone", i, describe(c), tp.Topic, tp.Partition, was.owner, was.revoking, now.owner)
 		}
 	}
+	// No churn: a member does not have one revocation cancelled while
+	// another of the same topic starts.
+	for _, tp := range slices.SortedFunc(maps.Keys(ob), compareTP) {
+		was, now := ob[tp], oa[tp]
+		if !was.revoking || now.revoking || now.owner != was.owner {
+			continue
+		}
+		for _, other := range slices.SortedFunc(maps.Keys(oa), compareTP) {
+			if other.Topic == tp.Topic && oa[other].owner == was.owner && oa[other].revoking && !ob[other].revoking {
+				t.Fatalf("command %d %s: %s's revocation of %s/%d cancelled while %s/%d starts", i, describe(c), was.owner, tp.Topic, tp.Partition, other.Topic, other.Partition)
+			}
+		}
+	}
 	if c.RevokeDone != nil {
 		if len(newRevocations) > 0 {
 			t.Fatalf("command %d %s: a RevokeDone started revocations %v", i, describe(c), newRevocations)
