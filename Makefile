@@ -45,10 +45,21 @@ gen: tools
 deps:
 	@./scripts/ensure-deps.sh
 
-## test: every test, Go with -race. Installs what a fresh machine lacks.
+## test: every test, Go with -race, then each SDK's. Installs what a fresh machine lacks.
 test: deps
 	$(GO) build ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory test-sdks
+
+# Each SDK in another language has sdk/<lang>/sdk.mk: it defines a
+# test-sdk-<lang> target (installing its toolchain's packages under the build
+# tree) and adds it to SDK_TESTS.
+SDK_TESTS :=
+-include sdk/*/sdk.mk
+
+## test-sdks: the tests of the SDKs in other languages.
+.PHONY: test-sdks
+test-sdks: $(SDK_TESTS)
 
 ## lint: gofmt, go vet, staticcheck, buf lint, stale generated code, banned patterns.
 lint: tools
