@@ -89,6 +89,9 @@ func (a *admin) topicInfoIn(t engine.TopicSpec, cs engine.ClusterStatus, cluster
 					for _, id := range r.Replicas {
 						pi.Replicas = append(pi.Replicas, strconv.FormatUint(id, 10))
 					}
+					for _, id := range r.Target {
+						pi.Target = append(pi.Target, strconv.FormatUint(id, 10))
+					}
 				}
 			}
 		}
@@ -238,8 +241,9 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 			resp.NodeId = "" // storage off: not a member
 		}
 		for _, m := range cs.Members {
-			resp.Nodes = append(resp.Nodes, &spoolv1.NodeInfo{Id: strconv.FormatUint(m.ID, 10), Address: m.Addr, Alive: m.Connected})
+			resp.Nodes = append(resp.Nodes, &spoolv1.NodeInfo{Id: strconv.FormatUint(m.ID, 10), Address: m.Addr, Alive: m.Connected, Down: m.Down})
 		}
+		resp.PartitionsMoving, resp.PartitionsUnderReplicated = int32(cs.PartitionsMoving), int32(cs.UnderReplicated)
 		return resp, nil
 	}
 	host, _ := os.Hostname()

@@ -22,7 +22,10 @@ func (a *app) clusterCommand() *cobra.Command {
 		Short: "Show the cluster id, this node and every member with whether this node reaches it",
 		Long: `Shows the cluster id, the id of the node answering (empty for a sidecar with
 storage off, which is not a member), the spoold version, and every member with
-its peer address and whether this node's raft streams to it are up. A single
+its peer address, whether this node's raft streams to it are up, and whether
+the cluster marked it down (unreachable past cluster.dead_node_timeout: its
+replicas are being re-created on other nodes); and how many partitions are
+moving or under-replicated. A single
 sidecar (no cluster settings) answers with itself only. Each partition's
 leader is in ` + "`spool topic describe`" + `.`,
 		Example: example(
@@ -40,16 +43,18 @@ leader is in ` + "`spool topic describe`" + `.`,
 			if err != nil {
 				return a.adminErr("cluster status", err)
 			}
-			v := clusterView{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Version: resp.GetVersion()}
+			v := clusterView{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Version: resp.GetVersion(),
+				PartitionsMoving: resp.GetPartitionsMoving(), UnderReplicated: resp.GetPartitionsUnderReplicated()}
 			for _, n := range resp.GetNodes() {
-				v.Nodes = append(v.Nodes, nodeView{ID: n.GetId(), Address: n.GetAddress(), Reachable: n.GetAlive()})
+				v.Nodes = append(v.Nodes, nodeView{ID: n.GetId(), Address: n.GetAddress(), Reachable: n.GetAlive(), Down: n.GetDown()})
 			}
 			return a.render(v, func(w io.Writer) {
-				fmt.Fprintf(w, "cluster: %s\nnode:    %s\nversion: %s\n\n", v.ClusterID, v.NodeID, v.Version)
+				fmt.Fprintf(w, "cluster: %s\nnode:    %s\nversion: %s\n", v.ClusterID, v.NodeID, v.Version)
+				fmt.Fprintf(w, "partitions moving: %d, under-replicated: %d\n\n", v.PartitionsMoving, v.UnderReplicated)
 				tw := newTable(w)
-				row(tw, "NODE", "ADDRESS", "REACHABLE")
+				row(tw, "NODE", "ADDRESS", "REACHABLE", "DOWN")
 				for _, n := range v.Nodes {
-					row(tw, n.ID, n.Address, n.Reachable)
+					row(tw, n.ID, n.Address, n.Reachable, n.Down)
 				}
 				tw.Flush()
 			})
@@ -63,10 +68,16 @@ type clusterView struct {
 	NodeID    string     `json:"node_id" yaml:"node_id"`
 	Version   string     `json:"version" yaml:"version"`
 	Nodes     []nodeView `json:"nodes" yaml:"nodes"`
+	// PartitionsMoving and UnderReplicated count the cluster's partitions
+	// with a replica move under way, and with a copy on a down node that no
+	// move replaces.
+	PartitionsMoving int32 `json:"partitions_moving" yaml:"partitions_moving"`
+	UnderReplicated  int32 `json:"partitions_under_replicated" yaml:"partitions_under_replicated"`
 }
 
 type nodeView struct {
 	ID        string `json:"id" yaml:"id"`
 	Address   string `json:"address" yaml:"address"`
 	Reachable bool   `json:"reachable" yaml:"reachable"`
+	Down      bool   `json:"down" yaml:"down"`
 }

@@ -69,7 +69,11 @@ between them and the node leading the partition.`,
 						tw := newTable(w)
 						row(tw, "PARTITION", "START", "END", "MESSAGES", "LEADER", "REPLICAS")
 						for _, p := range v.Partitions {
-							row(tw, p.Partition, p.StartOffset, p.EndOffset, p.Messages, p.Leader, strings.Join(p.Replicas, ","))
+							reps := strings.Join(p.Replicas, ",")
+							if len(p.MovingTo) > 0 { // a replica move under way
+								reps += " → " + strings.Join(p.MovingTo, ",")
+							}
+							row(tw, p.Partition, p.StartOffset, p.EndOffset, p.Messages, p.Leader, reps)
 						}
 						tw.Flush()
 					})
@@ -130,6 +134,8 @@ type partitionView struct {
 	Messages    int64    `json:"messages" yaml:"messages"`
 	Leader      string   `json:"leader" yaml:"leader"`
 	Replicas    []string `json:"replicas" yaml:"replicas"`
+	// MovingTo is where a replica move under way takes the partition.
+	MovingTo []string `json:"moving_to,omitempty" yaml:"moving_to,omitempty"`
 }
 
 func newTopicView(t *spoolv1.TopicInfo) topicView {
@@ -141,7 +147,7 @@ func newTopicView(t *spoolv1.TopicInfo) topicView {
 		if replicas == nil {
 			replicas = []string{}
 		}
-		v.Partitions = append(v.Partitions, partitionView{Partition: p.GetPartition(), StartOffset: p.GetStartOffset(), EndOffset: p.GetEndOffset(), Messages: n, Leader: p.GetLeader(), Replicas: replicas})
+		v.Partitions = append(v.Partitions, partitionView{Partition: p.GetPartition(), StartOffset: p.GetStartOffset(), EndOffset: p.GetEndOffset(), Messages: n, Leader: p.GetLeader(), Replicas: replicas, MovingTo: p.GetTarget()})
 	}
 	return v
 }

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 
 // seriesCount counts the series of spoold's /metrics whose line starts
@@ -93,6 +96,21 @@ func TestClusterNodeLostForGood(t *testing.T) {
 		return metricValue(t, sc.nodes[3], "spool_cluster_partitions_moving") == 0
 	})
 	t.Logf("node 1's replicas re-created %v after the kill", time.Since(killedAt).Round(time.Millisecond))
+	// Operators see it through the admin API (spool cluster status).
+	eventually(t, 10*time.Second, "the admin API reporting node 1 down and nothing moving", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := sc.nodes[3].adminClient().ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+		if err != nil || st.GetPartitionsMoving() != 0 || st.GetPartitionsUnderReplicated() != 0 {
+			return false
+		}
+		for _, nd := range st.GetNodes() {
+			if nd.GetDown() != (nd.GetId() == "1") {
+				return false
+			}
+		}
+		return len(st.GetNodes()) == 4
+	})
 	l.awaitMore(2, 20, 30*time.Second, "20 more acknowledged publishes per producer after the moves")
 
 	sc.nodes[1].kill() // a second loss

@@ -190,7 +190,9 @@ type PartitionInfo struct {
 	Leader string `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
 	// Nodes holding a replica (in a cluster, for partitions this node holds a
 	// replica of; empty otherwise).
-	Replicas      []string `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []string `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// Where a replica move under way takes the partition (empty: none).
+	Target        []string `protobuf:"bytes,6,rep,name=target,proto3" json:"target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,6 +258,13 @@ func (x *PartitionInfo) GetLeader() string {
 func (x *PartitionInfo) GetReplicas() []string {
 	if x != nil {
 		return x.Replicas
+	}
+	return nil
+}
+
+func (x *PartitionInfo) GetTarget() []string {
+	if x != nil {
+		return x.Target
 	}
 	return nil
 }
@@ -1506,9 +1515,13 @@ type ClusterStatusResponse struct {
 	// Every node known.
 	Nodes []*NodeInfo `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	// Version of spoold answering.
-	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// Partitions of the cluster with a replica move under way.
+	PartitionsMoving int32 `protobuf:"varint,5,opt,name=partitions_moving,json=partitionsMoving,proto3" json:"partitions_moving,omitempty"`
+	// Partitions with a replica on a node marked down that no move replaces.
+	PartitionsUnderReplicated int32 `protobuf:"varint,6,opt,name=partitions_under_replicated,json=partitionsUnderReplicated,proto3" json:"partitions_under_replicated,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -1569,6 +1582,20 @@ func (x *ClusterStatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *ClusterStatusResponse) GetPartitionsMoving() int32 {
+	if x != nil {
+		return x.PartitionsMoving
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetPartitionsUnderReplicated() int32 {
+	if x != nil {
+		return x.PartitionsUnderReplicated
+	}
+	return 0
+}
+
 // NodeInfo describes one node.
 type NodeInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1577,7 +1604,10 @@ type NodeInfo struct {
 	// Peer address.
 	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	// Whether the node is reachable now.
-	Alive         bool `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`
+	Alive bool `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`
+	// Whether the cluster marked it down: unreachable past
+	// cluster.dead_node_timeout; its replicas move to other nodes.
+	Down          bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1629,6 +1659,13 @@ func (x *NodeInfo) GetAddress() string {
 func (x *NodeInfo) GetAlive() bool {
 	if x != nil {
 		return x.Alive
+	}
+	return false
+}
+
+func (x *NodeInfo) GetDown() bool {
+	if x != nil {
+		return x.Down
 	}
 	return false
 }
@@ -2882,14 +2919,15 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"partitions\x18\x02 \x03(\v2\x17.spool.v1.PartitionInfoR\n" +
 	"partitions\x12!\n" +
 	"\fretention_ms\x18\x03 \x01(\x03R\vretentionMs\x12'\n" +
-	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\"\xa3\x01\n" +
+	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\"\xbb\x01\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12!\n" +
 	"\fstart_offset\x18\x02 \x01(\x03R\vstartOffset\x12\x1d\n" +
 	"\n" +
 	"end_offset\x18\x03 \x01(\x03R\tendOffset\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x1a\n" +
-	"\breplicas\x18\x05 \x03(\tR\breplicas\")\n" +
+	"\breplicas\x18\x05 \x03(\tR\breplicas\x12\x16\n" +
+	"\x06target\x18\x06 \x03(\tR\x06target\")\n" +
 	"\x11ListGroupsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"A\n" +
 	"\x12ListGroupsResponse\x12+\n" +
@@ -2989,17 +3027,20 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2\x16.spool.v1.PartitionLagR\n" +
 	"partitions\"\x16\n" +
-	"\x14ClusterStatusRequest\"\x93\x01\n" +
+	"\x14ClusterStatusRequest\"\x80\x02\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12(\n" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.spool.v1.NodeInfoR\x05nodes\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\tR\aversion\"J\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12+\n" +
+	"\x11partitions_moving\x18\x05 \x01(\x05R\x10partitionsMoving\x12>\n" +
+	"\x1bpartitions_under_replicated\x18\x06 \x01(\x05R\x19partitionsUnderReplicated\"^\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
-	"\x05alive\x18\x03 \x01(\bR\x05alive\"\x94\x01\n" +
+	"\x05alive\x18\x03 \x01(\bR\x05alive\x12\x12\n" +
+	"\x04down\x18\x04 \x01(\bR\x04down\"\x94\x01\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
