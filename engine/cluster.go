@@ -166,6 +166,8 @@ type cluster struct {
 	// Owned by the register loop (the chores): since when the controller
 	// leader has not reached each node (reset when it stops leading).
 	unreached map[uint64]time.Time
+
+	removedSeen bool // owned by the controller loop: this node's removal was logged
 }
 
 // newCluster prepares the cluster side of a Node; Run starts it.
@@ -484,6 +486,11 @@ func (c *cluster) register(ctx context.Context) error {
 			}
 		}
 	}
+	// A node's own log may not show its removal (the entry committed after
+	// it left group 0): its peers' state says.
+	if !c.bootstrap && c.removedByPeers(ctx) {
+		return fmt.Errorf("node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", c.id.NodeID, c.id.ClusterID, c.n.cfg.DataDir)
+	}
 	for {
 		c.mu.Lock()
 		self, known := c.state.Node(c.id.NodeID)
@@ -497,6 +504,8 @@ func (c *cluster) register(ctx context.Context) error {
 			cmd.SetNodeAddr = &meta.SetNodeAddr{ID: c.id.NodeID, Addr: c.cfg.Advertise}
 		case c.bootstrap:
 			cmd.AddNode = &meta.AddNode{Addr: c.cfg.Advertise, Token: c.id.Token}
+		case c.id.NodeID < c.stateNextNodeID():
+			return fmt.Errorf("node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", c.id.NodeID, c.id.ClusterID, c.n.cfg.DataDir)
 		default: // admitted (Join answered) but not applied here yet
 			ctx2, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 			err := c.awaitState(ctx2, func(s *meta.State) bool { _, ok := s.Node(c.id.NodeID); return ok })
@@ -702,6 +711,16 @@ func (c *cluster) ctrlCommitted() int64 { return c.ctrlEnd.Load() }
 // reconcile makes this node match the controller's state: a connection to
 // every member, every topic known, a replica of every partition placed here.
 func (c *cluster) reconcile(st *meta.State) {
+	for id := range c.peers.all() {
+		if _, ok := st.Node(id); !ok && id < st.NextNodeID() { // removed
+			c.peers.remove(id)
+			c.tr.RemovePeer(id)
+		}
+	}
+	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID < st.NextNodeID() && !c.removedSeen {
+		c.removedSeen = true
+		c.logger.Error("spool cluster: this node was removed from the cluster (decommissioned); it holds no replicas and takes no part in it any more: stop it, and wipe its data dir to join again as a new node", "node", c.id.NodeID)
+	}
 	for _, nd := range st.Nodes() {
 		if nd.ID == c.id.NodeID {
 			continue
@@ -853,6 +872,12 @@ func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Resul
 			return meta.Result{}, fmt.Errorf("engine: controller command committed at offset %d, not applied here yet: %w", base, ctx.Err())
 		}
 	}
+}
+
+func (c *cluster) stateNextNodeID() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.NextNodeID()
 }
 
 func (c *cluster) stateClusterID() string {

@@ -182,3 +182,32 @@ func (s *nodeService) Metadata(_ context.Context, req *clusterv1.MetadataRequest
 	}
 	return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, State: b}, nil
 }
+
+// removedByPeers asks the peers for the cluster's state (the first that
+// answers decides) and reports whether it no longer has this node: a node
+// id below the next one that is not a member was removed. Best effort: no
+// answer (peers down) is not a removal.
+func (c *cluster) removedByPeers(ctx context.Context) bool {
+	for id := range c.peers.all() {
+		if id == c.id.NodeID {
+			continue
+		}
+		cl, err := c.peers.client(id)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID})
+		cancel()
+		if err != nil {
+			continue
+		}
+		st, err := meta.DecodeState(resp.GetState())
+		if err != nil || st.ClusterID() != c.id.ClusterID {
+			continue
+		}
+		_, known := st.Node(c.id.NodeID)
+		return !known && c.id.NodeID < st.NextNodeID()
+	}
+	return false
+}

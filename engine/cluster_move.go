@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -84,6 +85,18 @@ func (c *cluster) planMoves(ctx context.Context) {
 		}
 		if !nd.Down && now.Sub(since) >= c.cfg.DeadNodeTimeout {
 			c.setDown(ctx, nd.ID, true)
+		}
+	}
+	// A leaving node whose replicas all moved away is removed.
+	for _, nd := range nodes {
+		c.mu.Lock()
+		done := nd.Leaving && !c.state.Holds(nd.ID)
+		c.mu.Unlock()
+		if done {
+			c.logger.Info("spool cluster: a decommissioned node holds no replica any more; removing it from the cluster", "node", nd.ID)
+			if _, err := c.proposeMeta(ctx, meta.Command{RemoveNode: &meta.RemoveNode{ID: nd.ID}}); err != nil {
+				c.logger.Warn("spool cluster: removing a decommissioned node failed; retrying", "node", nd.ID, "err", err)
+			}
 		}
 	}
 	for range meta.MaxMovesInFlight {
@@ -183,4 +196,31 @@ func removeTree(fsys log.FS, dir string) error {
 		return err
 	}
 	return fsys.SyncDir(filepath.Dir(dir))
+}
+
+// DecommissionNode makes a node leave the cluster: its replicas move to
+// the other nodes (learners that catch up, then one membership change
+// each), it stops voting in the controller, and once it holds none it is
+// removed (its id is never given again). It returns once the controller
+// has recorded the decision, not when the node is gone: ClusterStatus
+// shows the progress. Refused (an error saying why) for an unknown node or
+// when the others would be fewer than a topic's replication factor.
+func (n *Node) DecommissionNode(ctx context.Context, id uint64) error {
+	c := n.cl
+	if c == nil || c.host == nil {
+		return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", ErrDecommissionRefused)
+	}
+	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {
+		return err
+	}
+	_, err := c.proposeMeta(ctx, meta.Command{DecommissionNode: &meta.DecommissionNode{ID: id}})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, meta.ErrUnknownNode):
+		return fmt.Errorf("%w: %v", ErrUnknownNode, err)
+	case errors.Is(err, meta.ErrLimit):
+		return fmt.Errorf("%w: %v", ErrDecommissionRefused, err)
+	}
+	return fmt.Errorf("engine: decommission node %d: %w", id, err)
 }

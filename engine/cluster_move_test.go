@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,6 +192,41 @@ func TestClusterMovesReplicas(t *testing.T) {
 		return balanced(1, 2, 3, 4)(st)
 	}))
 	publish("back")
+	awaitCond(t, 30*time.Second, "every replica has the last records", everyReplicaHasAll(tc.nodes[0].n, func(*meta.State) error { return nil }))
+
+	// Node 4 is decommissioned: its replicas move to the three others, then
+	// it is removed; every replica still has every record. With three
+	// nodes left for replication factor 3, another decommission is refused.
+	cs4, _ := n4.n.ClusterStatus()
+	if err := tc.nodes[0].n.DecommissionNode(context.Background(), cs4.NodeID); err != nil {
+		t.Fatalf("decommission node %d: %v", cs4.NodeID, err)
+	}
+	awaitCond(t, 60*time.Second, "node 4 removed after its replicas moved", everyReplicaHasAll(tc.nodes[0].n, func(st *meta.State) error {
+		if _, ok := st.Node(cs4.NodeID); ok {
+			return fmt.Errorf("node %d still a member (holds %d replicas)", cs4.NodeID, counts(st)[cs4.NodeID])
+		}
+		return nil
+	}))
+	if err := tc.nodes[0].n.DecommissionNode(context.Background(), gone); !errors.Is(err, ErrDecommissionRefused) {
+		t.Fatalf("decommission with 3 nodes left for replication factor 3: %v, want ErrDecommissionRefused", err)
+	}
+	if err := tc.nodes[0].n.DecommissionNode(context.Background(), 99); !errors.Is(err, ErrUnknownNode) {
+		t.Fatalf("decommission of node 99: %v, want ErrUnknownNode", err)
+	}
+	// Restarted with its identity, the removed node stops, saying why.
+	tc.stop(n4)
+	tc.start(n4)
+	select {
+	case err := <-n4.done:
+		if err == nil || !strings.Contains(err.Error(), "was removed") {
+			t.Fatalf("a removed node restarted: Run returned %v, want an error saying it was removed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a removed node restarted and kept running")
+	}
+	_ = n4.n.Close()
+	n4.n = nil
+	publish("after-decommission")
 	awaitCond(t, 30*time.Second, "every replica has the last records", everyReplicaHasAll(tc.nodes[0].n, func(*meta.State) error { return nil }))
 
 	// The data of the partitions moved away while it was down was deleted

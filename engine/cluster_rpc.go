@@ -569,6 +569,17 @@ func (p *peerClients) set(id uint64, addr string) bool {
 	return true
 }
 
+// remove forgets a node (removed from the cluster).
+func (p *peerClients) remove(id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.addrs, id)
+	if cc, ok := p.conns[id]; ok {
+		_ = cc.Close()
+		delete(p.conns, id)
+	}
+}
+
 func (p *peerClients) all() map[uint64]string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -37,6 +37,7 @@ type ClusterMember struct {
 	Addr      string
 	Connected bool // this node's streams to it are up (always true for itself)
 	Down      bool // marked down: unreachable past the dead-node timeout
+	Leaving   bool // decommissioned: its replicas move away, then it is removed
 }
 
 // ReplicaStatus is this node's replica of one partition.
@@ -91,7 +92,7 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 	out.PartitionsMoving, out.UnderReplicated = moveCounts(c.state)
 	c.mu.Unlock()
 	for _, nd := range nodes {
-		m := ClusterMember{ID: nd.ID, Addr: nd.Addr, Connected: nd.ID == c.id.NodeID, Down: nd.Down}
+		m := ClusterMember{ID: nd.ID, Addr: nd.Addr, Connected: nd.ID == c.id.NodeID, Down: nd.Down, Leaving: nd.Leaving}
 		if ps, ok := c.tr.Peer(nd.ID); ok && nd.ID != c.id.NodeID {
 			m.Connected = ps.Connected
 		}

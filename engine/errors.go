@@ -16,6 +16,12 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome of append unknown")
 	// ErrClosed: the node is shutting down.
 	ErrClosed = errors.New("engine closed")
+	// ErrUnknownNode: a node id the cluster does not have.
+	ErrUnknownNode = errors.New("unknown node")
+	// ErrDecommissionRefused: the node cannot leave (the others would be
+	// too few for a topic's replication factor, or this node is not a
+	// cluster member to ask).
+	ErrDecommissionRefused = errors.New("decommission refused")
 )
 
 // NotLeaderError says that another node leads the partition.

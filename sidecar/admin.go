@@ -241,7 +241,7 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 			resp.NodeId = "" // storage off: not a member
 		}
 		for _, m := range cs.Members {
-			resp.Nodes = append(resp.Nodes, &spoolv1.NodeInfo{Id: strconv.FormatUint(m.ID, 10), Address: m.Addr, Alive: m.Connected, Down: m.Down})
+			resp.Nodes = append(resp.Nodes, &spoolv1.NodeInfo{Id: strconv.FormatUint(m.ID, 10), Address: m.Addr, Alive: m.Connected, Down: m.Down, Leaving: m.Leaving})
 		}
 		resp.PartitionsMoving, resp.PartitionsUnderReplicated = int32(cs.PartitionsMoving), int32(cs.UnderReplicated)
 		return resp, nil
@@ -253,6 +253,19 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 		Version:   Version,
 		Nodes:     []*spoolv1.NodeInfo{{Id: a.cfg.Node.ID, Address: host, Alive: true}},
 	}, nil
+}
+
+// DecommissionNode asks the cluster to take a node out (its replicas move
+// away first).
+func (a *admin) DecommissionNode(ctx context.Context, req *spoolv1.DecommissionNodeRequest) (*spoolv1.DecommissionNodeResponse, error) {
+	id, err := strconv.ParseUint(req.GetNodeId(), 10, 64)
+	if err != nil || id == 0 {
+		return nil, apierr.ToStatus(apierr.New(apierr.InvalidRequest, "node id %q: want a node id as spool cluster status lists it (1, 2, ...)", req.GetNodeId()))
+	}
+	if err := a.eng.DecommissionNode(ctx, id); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return &spoolv1.DecommissionNodeResponse{}, nil
 }
 
 // PeekDeadLetters reads a page of a subscription's dead-letter topic.

@@ -11,15 +11,28 @@ import (
 // Command is one change to the State, the value of one record of group 0's
 // log. Exactly one field is set.
 type Command struct {
-	Init         *Init
-	AddNode      *AddNode
-	SetNodeAddr  *SetNodeAddr
-	CreateTopic  *CreateTopic
-	AlterTopic   *AlterTopic
-	MoveReplicas *MoveReplicas
-	FinishMove   *FinishMove
-	SetNodeDown  *SetNodeDown
+	Init             *Init
+	AddNode          *AddNode
+	SetNodeAddr      *SetNodeAddr
+	CreateTopic      *CreateTopic
+	AlterTopic       *AlterTopic
+	MoveReplicas     *MoveReplicas
+	FinishMove       *FinishMove
+	SetNodeDown      *SetNodeDown
+	DecommissionNode *DecommissionNode
+	RemoveNode       *RemoveNode
 }
+
+// DecommissionNode marks a node leaving: NextMove moves its replicas to
+// other nodes and it stops voting in the controller. Refused when the
+// other nodes (not leaving) would be fewer than a topic's replication
+// factor: its replicas would have nowhere to go.
+type DecommissionNode struct{ ID NodeID }
+
+// RemoveNode takes a leaving node that holds no replica (nor is getting
+// one) out of the cluster. Its id is never given again; the node, if it
+// runs, stops with an error saying so.
+type RemoveNode struct{ ID NodeID }
 
 // MoveReplicas starts a replica move of a partition's group (or redirects
 // the one under way): Replicas becomes its Target, Moved is set. The target
@@ -108,6 +121,9 @@ var (
 	ErrUnknownGroup = errors.New("meta: unknown partition group")
 	// ErrStaleMove: a FinishMove for a target the partition no longer has.
 	ErrStaleMove = errors.New("meta: stale replica move")
+	// ErrNodeInUse: RemoveNode of a node not leaving or still holding
+	// replicas.
+	ErrNodeInUse = errors.New("meta: node still in use")
 )
 
 // TopicConflictError says how a CreateTopic disagrees with an existing
@@ -135,13 +151,13 @@ func (e *TopicConflictError) Is(target error) bool { return target == ErrTopicCo
 func (c Command) shape() error {
 	n := 0
 	for _, set := range []bool{c.Init != nil, c.AddNode != nil, c.SetNodeAddr != nil, c.CreateTopic != nil, c.AlterTopic != nil,
-		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil} {
+		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil, c.DecommissionNode != nil, c.RemoveNode != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown, DecommissionNode, RemoveNode; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -184,6 +200,21 @@ func (s *State) Apply(c Command) Result {
 			return Result{Err: fmt.Errorf("%w %d: the cluster has nodes 1 to %d; check the node id", ErrUnknownNode, c.SetNodeDown.ID, s.nextNode-1)}
 		}
 		s.nodes[i].Down = c.SetNodeDown.Down
+		return Result{}
+	case c.DecommissionNode != nil:
+		return s.applyDecommission(c.DecommissionNode.ID)
+	case c.RemoveNode != nil:
+		id := c.RemoveNode.ID
+		n, ok := s.Node(id)
+		switch {
+		case !ok:
+			return Result{Err: fmt.Errorf("%w %d: the cluster has nodes %v; check the node id", ErrUnknownNode, id, s.nodeIDs())}
+		case !n.Leaving:
+			return Result{Err: fmt.Errorf("%w: node %d is not leaving: decommission it first (its replicas move away), then remove it", ErrNodeInUse, id)}
+		case s.Holds(id):
+			return Result{Err: fmt.Errorf("%w: node %d still holds replicas: wait until they moved away (spool cluster status)", ErrNodeInUse, id)}
+		}
+		s.removeNode(id)
 		return Result{}
 	default:
 		a := c.AlterTopic
@@ -286,4 +317,36 @@ func (s *State) applyFinishMove(m FinishMove) Result {
 	}
 	p.Replicas, p.Target = p.Target, nil
 	return Result{}
+}
+
+func (s *State) applyDecommission(id NodeID) Result {
+	i, ok := s.nodeIndex(id)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w %d: the cluster has nodes %v; check the node id", ErrUnknownNode, id, s.nodeIDs())}
+	}
+	if s.nodes[i].Leaving {
+		return Result{}
+	}
+	staying := 0
+	for _, n := range s.nodes {
+		if !n.Leaving && n.ID != id {
+			staying++
+		}
+	}
+	for _, name := range s.names {
+		if rf := int(s.topics[name].Spec.ReplicationFactor); rf > staying {
+			return Result{Err: fmt.Errorf("%w: without node %d the cluster keeps %d nodes, fewer than topic %q's replication factor %d: add a node first", ErrLimit, id, staying, name, rf)}
+		}
+	}
+	s.nodes[i].Leaving = true
+	return Result{}
+}
+
+// nodeIDs lists the node ids, for errors.
+func (s *State) nodeIDs() []NodeID {
+	out := make([]NodeID, len(s.nodes))
+	for i, n := range s.nodes {
+		out[i] = n.ID
+	}
+	return out
 }

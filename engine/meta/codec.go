@@ -50,6 +50,10 @@ func EncodeCommand(c Command) ([]byte, error) {
 		m.Command = &clusterv1.MetaCommand_FinishMove{FinishMove: &clusterv1.MetaFinishMove{GroupId: c.FinishMove.Group, Replicas: c.FinishMove.Replicas}}
 	case c.SetNodeDown != nil:
 		m.Command = &clusterv1.MetaCommand_SetNodeDown{SetNodeDown: &clusterv1.MetaSetNodeDown{NodeId: c.SetNodeDown.ID, Down: c.SetNodeDown.Down}}
+	case c.DecommissionNode != nil:
+		m.Command = &clusterv1.MetaCommand_DecommissionNode{DecommissionNode: &clusterv1.MetaDecommissionNode{NodeId: c.DecommissionNode.ID}}
+	case c.RemoveNode != nil:
+		m.Command = &clusterv1.MetaCommand_RemoveNode{RemoveNode: &clusterv1.MetaRemoveNode{NodeId: c.RemoveNode.ID}}
 	default:
 		a := c.AlterTopic
 		m.Command = &clusterv1.MetaCommand_AlterTopic{AlterTopic: &clusterv1.MetaAlterTopic{Name: a.Name, RetentionAgeMs: a.RetentionAgeMs, RetentionBytes: a.RetentionBytes}}
@@ -102,6 +106,10 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{FinishMove: &FinishMove{Group: x.FinishMove.GetGroupId(), Replicas: x.FinishMove.GetReplicas()}}, nil
 	case *clusterv1.MetaCommand_SetNodeDown:
 		return Command{SetNodeDown: &SetNodeDown{ID: x.SetNodeDown.GetNodeId(), Down: x.SetNodeDown.GetDown()}}, nil
+	case *clusterv1.MetaCommand_DecommissionNode:
+		return Command{DecommissionNode: &DecommissionNode{ID: x.DecommissionNode.GetNodeId()}}, nil
+	case *clusterv1.MetaCommand_RemoveNode:
+		return Command{RemoveNode: &RemoveNode{ID: x.RemoveNode.GetNodeId()}}, nil
 	default:
 		return Command{}, fmt.Errorf("%w command: no command set (a command from a newer release this node does not know? upgrade this node)", ErrMalformed)
 	}
@@ -112,7 +120,7 @@ func DecodeCommand(b []byte) (Command, error) {
 func EncodeState(s *State) ([]byte, error) {
 	m := &clusterv1.MetaState{ClusterId: s.clusterID, NextNodeId: s.nextNode, NextGroupId: s.nextGroup}
 	for _, n := range s.nodes {
-		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token, Down: n.Down})
+		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token, Down: n.Down, Leaving: n.Leaving})
 	}
 	for _, name := range s.names {
 		t := s.topics[name]
@@ -151,7 +159,7 @@ func DecodeState(b []byte) (*State, error) {
 	s := NewState()
 	s.clusterID, s.nextNode, s.nextGroup = m.ClusterId, m.NextNodeId, m.NextGroupId
 	for _, n := range m.Nodes {
-		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken(), Down: n.GetDown()})
+		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken(), Down: n.GetDown(), Leaving: n.GetLeaving()})
 		s.byToken[n.GetToken()] = n.GetId()
 	}
 	for i, pt := range m.Topics {

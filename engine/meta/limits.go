@@ -167,6 +167,14 @@ func (c Command) Validate() error {
 		if c.SetNodeDown.ID == 0 {
 			return invalid("node id", "0", "a node id (1 up)")
 		}
+	case c.DecommissionNode != nil:
+		if c.DecommissionNode.ID == 0 {
+			return invalid("node id", "0", "a node id (1 up)")
+		}
+	case c.RemoveNode != nil:
+		if c.RemoveNode.ID == 0 {
+			return invalid("node id", "0", "a node id (1 up)")
+		}
 	case c.AlterTopic != nil:
 		if !validTopicName(c.AlterTopic.Name) {
 			return invalid("topic name", c.AlterTopic.Name, allowedNames)

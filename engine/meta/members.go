@@ -7,15 +7,15 @@ import (
 )
 
 // ControllerMembers says who should be in group 0: MaxControllerVoters (3)
-// nodes vote, the lowest ids of the nodes not down first (then the lowest
-// of the down ones, while fewer are up); every other node is a learner (it
+// nodes vote, the lowest ids of the nodes neither down nor leaving first
+// (then the lowest of the others, while fewer are left); every other node is a learner (it
 // receives the controller's state but takes no part in elections or
 // commits). With fewer nodes, all vote. Both lists are sorted; both are
 // empty before the first node is added.
 func ControllerMembers(s *State) (voters, learners []NodeID) {
-	for _, down := range []bool{false, true} {
+	for _, gone := range []bool{false, true} {
 		for _, n := range s.nodes {
-			if n.Down == down && len(voters) < MaxControllerVoters {
+			if n.gone() == gone && len(voters) < MaxControllerVoters {
 				voters = append(voters, n.ID)
 			}
 		}

@@ -11,9 +11,10 @@ import (
 //
 //  1. Repair. The first partition (by topic name, then number) whose
 //     replicas — its move's target when it is moving — include a node that
-//     is down gets that node replaced by the up node with the fewest
+//     is down or leaving (decommissioned) gets that node replaced by the up node with the fewest
 //     replicas (targets counted), then the fewest preferred leaderships,
-//     then the lowest id, among those not holding it already. A moving
+//     then the lowest id, among those not holding it already (and neither
+//     down nor leaving). A moving
 //     partition is redirected this way too (its target would never be
 //     reached). The surviving replicas keep their order, so the preferred
 //     leader stays unless it is the one down; the new node comes last.
@@ -32,7 +33,7 @@ func NextMove(s *State) (MoveReplicas, bool) {
 	moving := s.Moving()
 	down := map[NodeID]bool{}
 	for _, n := range s.nodes {
-		if n.Down {
+		if n.gone() {
 			down[n.ID] = true
 		}
 	}
@@ -40,7 +41,7 @@ func NextMove(s *State) (MoveReplicas, bool) {
 	least := func(exclude []NodeID) (NodeID, bool) {
 		best := -1
 		for i, n := range s.nodes {
-			if n.Down || slices.Contains(exclude, n.ID) {
+			if n.gone() || slices.Contains(exclude, n.ID) {
 				continue
 			}
 			if best < 0 || cmp.Or(cmp.Compare(reps[i], reps[best]), cmp.Compare(leads[i], leads[best])) < 0 {
@@ -88,7 +89,7 @@ func NextMove(s *State) (MoveReplicas, bool) {
 	}
 	from, to := -1, -1
 	for i, n := range s.nodes {
-		if n.Down {
+		if n.gone() {
 			continue
 		}
 		if from < 0 || reps[i] > reps[from] {

@@ -63,13 +63,16 @@ func TestNextMoveModel(t *testing.T) {
 			}
 		}
 		for range rapid.IntRange(1, 8).Draw(t, "events") {
-			switch rapid.IntRange(0, 3).Draw(t, "event") {
+			switch rapid.IntRange(0, 4).Draw(t, "event") {
 			case 0, 1: // a node goes down or comes back
 				n := rapid.SampledFrom(s.Nodes()).Draw(t, "node")
 				apply(Command{SetNodeDown: &SetNodeDown{ID: n.ID, Down: !n.Down}})
 			case 2: // a node joins
 				id := s.NextNodeID()
 				apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", id), Token: fmt.Sprintf("t%d", id)}})
+			case 3: // a node is decommissioned (refused when the rest is too small)
+				n := rapid.SampledFrom(s.Nodes()).Draw(t, "leaving")
+				apply(Command{DecommissionNode: &DecommissionNode{ID: n.ID}})
 			}
 			// Some moves finish, some new ones start, before the next event.
 			for range rapid.IntRange(0, 5).Draw(t, "steps") {
@@ -85,8 +88,22 @@ func TestNextMoveModel(t *testing.T) {
 		settle()
 		up := 0
 		for _, n := range s.Nodes() {
-			if !n.Down {
+			if !n.Down && !n.Leaving {
 				up++
+			}
+		}
+		// Leaving nodes hold nothing once settled (when the rest can take
+		// their replicas) and are then removed; a node holding replicas
+		// never is.
+		for _, n := range s.Nodes() {
+			r := apply(Command{RemoveNode: &RemoveNode{ID: n.ID}})
+			switch {
+			case r.Err == nil && (!n.Leaving || s.Holds(n.ID)):
+				t.Fatalf("node %d removed while not leaving or holding replicas", n.ID)
+			case r.Err != nil && n.Leaving && allFit(s, up) && !s.Holds(n.ID):
+				t.Fatalf("leaving node %d holding nothing not removed: %v", n.ID, r.Err)
+			case n.Leaving && allFit(s, up) && s.Holds(n.ID):
+				t.Fatalf("leaving node %d still holds replicas once settled", n.ID)
 			}
 		}
 		for _, topic := range s.Topics() {
@@ -113,7 +130,7 @@ func checkMove(t *rapid.T, s *State, m MoveReplicas) {
 		if !ok {
 			t.Fatalf("move %+v names unknown node %d", m, id)
 		}
-		if n.Down {
+		if n.Down || n.Leaving {
 			t.Fatalf("move %+v targets node %d, which is down", m, id)
 		}
 	}
@@ -135,7 +152,7 @@ func upSpread(s *State) int {
 	reps, _ := s.targetLoads()
 	lo, hi := -1, -1
 	for i, n := range s.Nodes() {
-		if n.Down {
+		if n.Down || n.Leaving {
 			continue
 		}
 		if lo < 0 || reps[i] < lo {
@@ -174,3 +191,4 @@ func TestNextMoveNowhereToGo(t *testing.T) {
 		t.Fatalf("controller voters %v with node 2 down, want [1 3 4]", v)
 	}
 }
+

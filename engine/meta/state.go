@@ -21,7 +21,14 @@ type Node struct {
 	// dead-node timeout (SetNodeDown). Its replicas move to other nodes
 	// (NextMove) and it does not vote in the controller.
 	Down bool
+	// Leaving: decommissioned (DecommissionNode). Like a down node its
+	// replicas move away and it does not vote in the controller; once it
+	// holds none, RemoveNode takes it out.
+	Leaving bool
 }
+
+// gone: the node's replicas are to move away (down or leaving).
+func (n Node) gone() bool { return n.Down || n.Leaving }
 
 // TopicSpec is what a topic is declared with.
 type TopicSpec struct {
@@ -192,6 +199,19 @@ func (s *State) partitionOf(group uint64) (*Topic, int, bool) {
 	return nil, 0, false
 }
 
+// Holds reports whether a node holds or is getting a replica of any
+// partition.
+func (s *State) Holds(id NodeID) bool {
+	for _, name := range s.names {
+		for _, p := range s.topics[name].Partitions {
+			if slices.Contains(p.Replicas, id) || slices.Contains(p.Target, id) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Moving counts the partitions with a replica move under way.
 func (s *State) Moving() int {
 	n := 0
@@ -250,6 +270,16 @@ func (s *State) addTopic(t *Topic) {
 	s.topics[name] = t
 	s.byFold[strings.ToLower(name)] = name
 	s.total += int(t.Spec.Partitions)
+}
+
+// removeNode deletes a node (its id is never given again: nextNode stays).
+func (s *State) removeNode(id NodeID) {
+	i, ok := s.nodeIndex(id)
+	if !ok {
+		return
+	}
+	delete(s.byToken, s.nodes[i].Token)
+	s.nodes = slices.Delete(s.nodes, i, i+1)
 }
 
 // addNode appends a new node with the next id.

@@ -109,6 +109,10 @@ func Classify(err error) Reason {
 		return DiskFull
 	case errors.Is(err, engine.ErrUnknownTopic):
 		return UnknownTopic
+	case errors.Is(err, engine.ErrUnknownNode):
+		return UnknownNode
+	case errors.Is(err, engine.ErrDecommissionRefused):
+		return DecommissionRefused
 	case errors.Is(err, engine.ErrUnknownPartition):
 		return BadPartition
 	case errors.As(err, &notLeader):

@@ -63,6 +63,12 @@ const (
 	TopicInUse Reason = "TOPIC_IN_USE"
 	// TopicDeleteUnsupported: the log cannot delete a topic yet.
 	TopicDeleteUnsupported Reason = "TOPIC_DELETE_UNSUPPORTED"
+	// UnknownNode: a node id the cluster does not have.
+	UnknownNode Reason = "UNKNOWN_NODE"
+	// DecommissionRefused: the node cannot leave (the rest would be too
+	// few for a topic's replication factor), or the sidecar asked is not a
+	// cluster member.
+	DecommissionRefused Reason = "DECOMMISSION_REFUSED"
 	// PartitionQuarantined: the partition's log is damaged; it serves what
 	// precedes the damage and takes no appends until repaired.
 	PartitionQuarantined Reason = "PARTITION_QUARANTINED"
@@ -119,6 +125,10 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.InvalidArgument, fix, "leave partition unset to let the key choose, or use a partition the topic has"}, true
 	case UnknownTopic, UnknownGroup, UnknownSubscription:
 		return entry{codes.NotFound, fix, ""}, true
+	case UnknownNode:
+		return entry{codes.NotFound, fix, "spool cluster status lists the nodes and their ids"}, true
+	case DecommissionRefused:
+		return entry{codes.FailedPrecondition, fix, ""}, true
 	case TopicConflict, ConsumersConnected, WrongDeliveryMode, TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported:
 		return entry{codes.FailedPrecondition, fix, ""}, true
 	case PartitionQuarantined:
@@ -186,7 +196,7 @@ func All() []Reason {
 		InvalidTopicSpec, InvalidCursor,
 		UnknownTopic, UnknownGroup, UnknownSubscription,
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
-		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported,
+		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused,
 		OffsetOutOfRange,
 		DiskFull,
 		ShuttingDown, NotLeader, LedgerUnavailable, NoLeader, TopicNotPlaced,

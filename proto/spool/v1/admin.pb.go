@@ -1596,6 +1596,89 @@ func (x *ClusterStatusResponse) GetPartitionsUnderReplicated() int32 {
 	return 0
 }
 
+// DecommissionNodeRequest names the node to take out of the cluster.
+type DecommissionNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Node id (as ClusterStatus lists it).
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeRequest) Reset() {
+	*x = DecommissionNodeRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeRequest) ProtoMessage() {}
+
+func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DecommissionNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// DecommissionNodeResponse is empty: ClusterStatus shows the progress.
+type DecommissionNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecommissionNodeResponse) Reset() {
+	*x = DecommissionNodeResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecommissionNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecommissionNodeResponse) ProtoMessage() {}
+
+func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
+func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
 // NodeInfo describes one node.
 type NodeInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1607,14 +1690,17 @@ type NodeInfo struct {
 	Alive bool `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`
 	// Whether the cluster marked it down: unreachable past
 	// cluster.dead_node_timeout; its replicas move to other nodes.
-	Down          bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
+	Down bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
+	// Whether it is leaving (decommissioned): its replicas move away, then it
+	// is removed.
+	Leaving       bool `protobuf:"varint,5,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1712,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1725,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -1670,6 +1756,13 @@ func (x *NodeInfo) GetDown() bool {
 	return false
 }
 
+func (x *NodeInfo) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
 // CreateTopicRequest declares a new topic.
 type CreateTopicRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1687,7 +1780,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1792,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1805,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -1754,7 +1847,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1859,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1872,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateTopicResponse) GetTopic() *TopicInfo {
@@ -1804,7 +1897,7 @@ type AlterTopicRequest struct {
 
 func (x *AlterTopicRequest) Reset() {
 	*x = AlterTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1909,7 @@ func (x *AlterTopicRequest) String() string {
 func (*AlterTopicRequest) ProtoMessage() {}
 
 func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1922,7 @@ func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AlterTopicRequest) GetName() string {
@@ -1864,7 +1957,7 @@ type AlterTopicResponse struct {
 
 func (x *AlterTopicResponse) Reset() {
 	*x = AlterTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1969,7 @@ func (x *AlterTopicResponse) String() string {
 func (*AlterTopicResponse) ProtoMessage() {}
 
 func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1982,7 @@ func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AlterTopicResponse) GetTopic() *TopicInfo {
@@ -1910,7 +2003,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2015,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2028,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -1954,7 +2047,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2059,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2072,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 // SummarizeDeadLettersRequest selects the dead letters to count.
@@ -2001,7 +2094,7 @@ type SummarizeDeadLettersRequest struct {
 
 func (x *SummarizeDeadLettersRequest) Reset() {
 	*x = SummarizeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2106,7 @@ func (x *SummarizeDeadLettersRequest) String() string {
 func (*SummarizeDeadLettersRequest) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2119,7 @@ func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SummarizeDeadLettersRequest) GetGroup() string {
@@ -2093,7 +2186,7 @@ type SummarizeDeadLettersResponse struct {
 
 func (x *SummarizeDeadLettersResponse) Reset() {
 	*x = SummarizeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2198,7 @@ func (x *SummarizeDeadLettersResponse) String() string {
 func (*SummarizeDeadLettersResponse) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2211,7 @@ func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SummarizeDeadLettersResponse) GetMatched() uint64 {
@@ -2197,7 +2290,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2302,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2315,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReasonCount) GetReason() string {
@@ -2252,7 +2345,7 @@ type KeyCount struct {
 
 func (x *KeyCount) Reset() {
 	*x = KeyCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2357,7 @@ func (x *KeyCount) String() string {
 func (*KeyCount) ProtoMessage() {}
 
 func (x *KeyCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2370,7 @@ func (x *KeyCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyCount.ProtoReflect.Descriptor instead.
 func (*KeyCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KeyCount) GetKey() []byte {
@@ -2307,7 +2400,7 @@ type HourCount struct {
 
 func (x *HourCount) Reset() {
 	*x = HourCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2412,7 @@ func (x *HourCount) String() string {
 func (*HourCount) ProtoMessage() {}
 
 func (x *HourCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2425,7 @@ func (x *HourCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HourCount.ProtoReflect.Descriptor instead.
 func (*HourCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HourCount) GetHourStartMs() int64 {
@@ -2368,7 +2461,7 @@ type PurgeDeadLettersRequest struct {
 
 func (x *PurgeDeadLettersRequest) Reset() {
 	*x = PurgeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2473,7 @@ func (x *PurgeDeadLettersRequest) String() string {
 func (*PurgeDeadLettersRequest) ProtoMessage() {}
 
 func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2486,7 @@ func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PurgeDeadLettersRequest) GetGroup() string {
@@ -2437,7 +2530,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2542,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2555,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PurgeDeadLettersResponse) GetPurged() uint64 {
@@ -2496,7 +2589,7 @@ type PurgedPartition struct {
 
 func (x *PurgedPartition) Reset() {
 	*x = PurgedPartition{}
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2601,7 @@ func (x *PurgedPartition) String() string {
 func (*PurgedPartition) ProtoMessage() {}
 
 func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2614,7 @@ func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgedPartition.ProtoReflect.Descriptor instead.
 func (*PurgedPartition) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PurgedPartition) GetPartition() int32 {
@@ -2577,7 +2670,7 @@ type TailRequest struct {
 
 func (x *TailRequest) Reset() {
 	*x = TailRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2682,7 @@ func (x *TailRequest) String() string {
 func (*TailRequest) ProtoMessage() {}
 
 func (x *TailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2695,7 @@ func (x *TailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRequest.ProtoReflect.Descriptor instead.
 func (*TailRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TailRequest) GetTopic() string {
@@ -2718,7 +2811,7 @@ type TailResponse struct {
 
 func (x *TailResponse) Reset() {
 	*x = TailResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2823,7 @@ func (x *TailResponse) String() string {
 func (*TailResponse) ProtoMessage() {}
 
 func (x *TailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2836,7 @@ func (x *TailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailResponse.ProtoReflect.Descriptor instead.
 func (*TailResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TailResponse) GetEvent() isTailResponse_Event {
@@ -2828,7 +2921,7 @@ type TailRecord struct {
 
 func (x *TailRecord) Reset() {
 	*x = TailRecord{}
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2933,7 @@ func (x *TailRecord) String() string {
 func (*TailRecord) ProtoMessage() {}
 
 func (x *TailRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2946,7 @@ func (x *TailRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRecord.ProtoReflect.Descriptor instead.
 func (*TailRecord) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TailRecord) GetPartition() int32 {
@@ -3035,12 +3128,16 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.spool.v1.NodeInfoR\x05nodes\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12+\n" +
 	"\x11partitions_moving\x18\x05 \x01(\x05R\x10partitionsMoving\x12>\n" +
-	"\x1bpartitions_under_replicated\x18\x06 \x01(\x05R\x19partitionsUnderReplicated\"^\n" +
+	"\x1bpartitions_under_replicated\x18\x06 \x01(\x05R\x19partitionsUnderReplicated\"2\n" +
+	"\x17DecommissionNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x1a\n" +
+	"\x18DecommissionNodeResponse\"x\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05alive\x18\x03 \x01(\bR\x05alive\x12\x12\n" +
-	"\x04down\x18\x04 \x01(\bR\x04down\"\x94\x01\n" +
+	"\x04down\x18\x04 \x01(\bR\x04down\x12\x18\n" +
+	"\aleaving\x18\x05 \x01(\bR\aleaving\"\x94\x01\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -3133,7 +3230,7 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\atime_ms\x18\a \x01(\x03R\x06timeMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xb5\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x90\b\n" +
 	"\fAdminService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.spool.v1.ListTopicsRequest\x1a\x1c.spool.v1.ListTopicsResponse\x12G\n" +
@@ -3142,7 +3239,8 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x0fPeekDeadLetters\x12 .spool.v1.PeekDeadLettersRequest\x1a!.spool.v1.PeekDeadLettersResponse\x12>\n" +
 	"\aRedrive\x12\x18.spool.v1.RedriveRequest\x1a\x19.spool.v1.RedriveResponse\x12M\n" +
 	"\fResetOffsets\x12\x1d.spool.v1.ResetOffsetsRequest\x1a\x1e.spool.v1.ResetOffsetsResponse\x12P\n" +
-	"\rClusterStatus\x12\x1e.spool.v1.ClusterStatusRequest\x1a\x1f.spool.v1.ClusterStatusResponse\x12J\n" +
+	"\rClusterStatus\x12\x1e.spool.v1.ClusterStatusRequest\x1a\x1f.spool.v1.ClusterStatusResponse\x12Y\n" +
+	"\x10DecommissionNode\x12!.spool.v1.DecommissionNodeRequest\x1a\".spool.v1.DecommissionNodeResponse\x12J\n" +
 	"\vCreateTopic\x12\x1c.spool.v1.CreateTopicRequest\x1a\x1d.spool.v1.CreateTopicResponse\x12G\n" +
 	"\n" +
 	"AlterTopic\x12\x1b.spool.v1.AlterTopicRequest\x1a\x1c.spool.v1.AlterTopicResponse\x12J\n" +
@@ -3163,7 +3261,7 @@ func file_spool_v1_admin_proto_rawDescGZIP() []byte {
 	return file_spool_v1_admin_proto_rawDescData
 }
 
-var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_spool_v1_admin_proto_goTypes = []any{
 	(*ListTopicsRequest)(nil),            // 0: spool.v1.ListTopicsRequest
 	(*ListTopicsResponse)(nil),           // 1: spool.v1.ListTopicsResponse
@@ -3186,26 +3284,28 @@ var file_spool_v1_admin_proto_goTypes = []any{
 	(*ResetOffsetsResponse)(nil),         // 18: spool.v1.ResetOffsetsResponse
 	(*ClusterStatusRequest)(nil),         // 19: spool.v1.ClusterStatusRequest
 	(*ClusterStatusResponse)(nil),        // 20: spool.v1.ClusterStatusResponse
-	(*NodeInfo)(nil),                     // 21: spool.v1.NodeInfo
-	(*CreateTopicRequest)(nil),           // 22: spool.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),          // 23: spool.v1.CreateTopicResponse
-	(*AlterTopicRequest)(nil),            // 24: spool.v1.AlterTopicRequest
-	(*AlterTopicResponse)(nil),           // 25: spool.v1.AlterTopicResponse
-	(*DeleteTopicRequest)(nil),           // 26: spool.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),          // 27: spool.v1.DeleteTopicResponse
-	(*SummarizeDeadLettersRequest)(nil),  // 28: spool.v1.SummarizeDeadLettersRequest
-	(*SummarizeDeadLettersResponse)(nil), // 29: spool.v1.SummarizeDeadLettersResponse
-	(*ReasonCount)(nil),                  // 30: spool.v1.ReasonCount
-	(*KeyCount)(nil),                     // 31: spool.v1.KeyCount
-	(*HourCount)(nil),                    // 32: spool.v1.HourCount
-	(*PurgeDeadLettersRequest)(nil),      // 33: spool.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),     // 34: spool.v1.PurgeDeadLettersResponse
-	(*PurgedPartition)(nil),              // 35: spool.v1.PurgedPartition
-	(*TailRequest)(nil),                  // 36: spool.v1.TailRequest
-	(*TailResponse)(nil),                 // 37: spool.v1.TailResponse
-	(*TailRecord)(nil),                   // 38: spool.v1.TailRecord
-	nil,                                  // 39: spool.v1.TailRecord.HeadersEntry
-	(*Delivery)(nil),                     // 40: spool.v1.Delivery
+	(*DecommissionNodeRequest)(nil),      // 21: spool.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),     // 22: spool.v1.DecommissionNodeResponse
+	(*NodeInfo)(nil),                     // 23: spool.v1.NodeInfo
+	(*CreateTopicRequest)(nil),           // 24: spool.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),          // 25: spool.v1.CreateTopicResponse
+	(*AlterTopicRequest)(nil),            // 26: spool.v1.AlterTopicRequest
+	(*AlterTopicResponse)(nil),           // 27: spool.v1.AlterTopicResponse
+	(*DeleteTopicRequest)(nil),           // 28: spool.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),          // 29: spool.v1.DeleteTopicResponse
+	(*SummarizeDeadLettersRequest)(nil),  // 30: spool.v1.SummarizeDeadLettersRequest
+	(*SummarizeDeadLettersResponse)(nil), // 31: spool.v1.SummarizeDeadLettersResponse
+	(*ReasonCount)(nil),                  // 32: spool.v1.ReasonCount
+	(*KeyCount)(nil),                     // 33: spool.v1.KeyCount
+	(*HourCount)(nil),                    // 34: spool.v1.HourCount
+	(*PurgeDeadLettersRequest)(nil),      // 35: spool.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),     // 36: spool.v1.PurgeDeadLettersResponse
+	(*PurgedPartition)(nil),              // 37: spool.v1.PurgedPartition
+	(*TailRequest)(nil),                  // 38: spool.v1.TailRequest
+	(*TailResponse)(nil),                 // 39: spool.v1.TailResponse
+	(*TailRecord)(nil),                   // 40: spool.v1.TailRecord
+	nil,                                  // 41: spool.v1.TailRecord.HeadersEntry
+	(*Delivery)(nil),                     // 42: spool.v1.Delivery
 }
 var file_spool_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
@@ -3216,51 +3316,53 @@ var file_spool_v1_admin_proto_depIdxs = []int32{
 	10, // 5: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
 	13, // 6: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
 	11, // 7: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	40, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
+	42, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
 	14, // 9: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
 	10, // 10: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
 	13, // 11: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
 	11, // 12: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
 	8,  // 13: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
-	21, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
+	23, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
 	2,  // 15: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
 	2,  // 16: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
 	10, // 17: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	30, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
-	31, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
-	32, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
+	32, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
+	33, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
+	34, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
 	11, // 21: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	35, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
-	38, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
+	37, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
+	40, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
 	8,  // 24: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
 	13, // 25: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
-	39, // 26: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
+	41, // 26: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
 	0,  // 27: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
 	4,  // 28: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
 	9,  // 29: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
 	15, // 30: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
 	17, // 31: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
 	19, // 32: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
-	22, // 33: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
-	24, // 34: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
-	26, // 35: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
-	28, // 36: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
-	33, // 37: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
-	36, // 38: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
-	1,  // 39: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
-	5,  // 40: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
-	12, // 41: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
-	16, // 42: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
-	18, // 43: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
-	20, // 44: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
-	23, // 45: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
-	25, // 46: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
-	27, // 47: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
-	29, // 48: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
-	34, // 49: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
-	37, // 50: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
-	39, // [39:51] is the sub-list for method output_type
-	27, // [27:39] is the sub-list for method input_type
+	21, // 33: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
+	24, // 34: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
+	26, // 35: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
+	28, // 36: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
+	30, // 37: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
+	35, // 38: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
+	38, // 39: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
+	1,  // 40: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
+	5,  // 41: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
+	12, // 42: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
+	16, // 43: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
+	18, // 44: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
+	20, // 45: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
+	22, // 46: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
+	25, // 47: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
+	27, // 48: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
+	29, // 49: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
+	31, // 50: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
+	36, // 51: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
+	39, // 52: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
+	40, // [40:53] is the sub-list for method output_type
+	27, // [27:40] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
 	27, // [27:27] is the sub-list for extension extendee
 	0,  // [0:27] is the sub-list for field type_name
@@ -3278,14 +3380,14 @@ func file_spool_v1_admin_proto_init() {
 		(*ResetOffsetsRequest_TimeMs)(nil),
 		(*ResetOffsetsRequest_Offset)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[24].OneofWrappers = []any{}
-	file_spool_v1_admin_proto_msgTypes[36].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[26].OneofWrappers = []any{}
+	file_spool_v1_admin_proto_msgTypes[38].OneofWrappers = []any{
 		(*TailRequest_Latest)(nil),
 		(*TailRequest_Earliest)(nil),
 		(*TailRequest_Offset)(nil),
 		(*TailRequest_TimeMs)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[37].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[39].OneofWrappers = []any{
 		(*TailResponse_Record)(nil),
 		(*TailResponse_Progress)(nil),
 		(*TailResponse_DeadLetter)(nil),
@@ -3296,7 +3398,7 @@ func file_spool_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_admin_proto_rawDesc), len(file_spool_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	AdminService_Redrive_FullMethodName              = "/spool.v1.AdminService/Redrive"
 	AdminService_ResetOffsets_FullMethodName         = "/spool.v1.AdminService/ResetOffsets"
 	AdminService_ClusterStatus_FullMethodName        = "/spool.v1.AdminService/ClusterStatus"
+	AdminService_DecommissionNode_FullMethodName     = "/spool.v1.AdminService/DecommissionNode"
 	AdminService_CreateTopic_FullMethodName          = "/spool.v1.AdminService/CreateTopic"
 	AdminService_AlterTopic_FullMethodName           = "/spool.v1.AdminService/AlterTopic"
 	AdminService_DeleteTopic_FullMethodName          = "/spool.v1.AdminService/DeleteTopic"
@@ -52,6 +53,9 @@ type AdminServiceClient interface {
 	ResetOffsets(ctx context.Context, in *ResetOffsetsRequest, opts ...grpc.CallOption) (*ResetOffsetsResponse, error)
 	// ClusterStatus describes the nodes and the partitions' replicas.
 	ClusterStatus(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatusResponse, error)
+	// DecommissionNode makes a cluster node leave: its replicas move to the
+	// other nodes, then it is removed. Returns once the decision is recorded.
+	DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error)
 	// CreateTopic creates a topic (idempotent for the same settings).
 	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error)
 	// AlterTopic changes a topic's retention.
@@ -131,6 +135,16 @@ func (c *adminServiceClient) ClusterStatus(ctx context.Context, in *ClusterStatu
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClusterStatusResponse)
 	err := c.cc.Invoke(ctx, AdminService_ClusterStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecommissionNodeResponse)
+	err := c.cc.Invoke(ctx, AdminService_DecommissionNode_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -225,6 +239,9 @@ type AdminServiceServer interface {
 	ResetOffsets(context.Context, *ResetOffsetsRequest) (*ResetOffsetsResponse, error)
 	// ClusterStatus describes the nodes and the partitions' replicas.
 	ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error)
+	// DecommissionNode makes a cluster node leave: its replicas move to the
+	// other nodes, then it is removed. Returns once the decision is recorded.
+	DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error)
 	// CreateTopic creates a topic (idempotent for the same settings).
 	CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error)
 	// AlterTopic changes a topic's retention.
@@ -267,6 +284,9 @@ func (UnimplementedAdminServiceServer) ResetOffsets(context.Context, *ResetOffse
 }
 func (UnimplementedAdminServiceServer) ClusterStatus(context.Context, *ClusterStatusRequest) (*ClusterStatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ClusterStatus not implemented")
+}
+func (UnimplementedAdminServiceServer) DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DecommissionNode not implemented")
 }
 func (UnimplementedAdminServiceServer) CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CreateTopic not implemented")
@@ -415,6 +435,24 @@ func _AdminService_ClusterStatus_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_DecommissionNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecommissionNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DecommissionNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DecommissionNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DecommissionNode(ctx, req.(*DecommissionNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_CreateTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateTopicRequest)
 	if err := dec(in); err != nil {
@@ -546,6 +584,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClusterStatus",
 			Handler:    _AdminService_ClusterStatus_Handler,
+		},
+		{
+			MethodName: "DecommissionNode",
+			Handler:    _AdminService_DecommissionNode_Handler,
 		},
 		{
 			MethodName: "CreateTopic",

@@ -37,6 +37,8 @@ type MetaCommand struct {
 	//	*MetaCommand_MoveReplicas
 	//	*MetaCommand_FinishMove
 	//	*MetaCommand_SetNodeDown
+	//	*MetaCommand_DecommissionNode
+	//	*MetaCommand_RemoveNode
 	Command       isMetaCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -151,6 +153,24 @@ func (x *MetaCommand) GetSetNodeDown() *MetaSetNodeDown {
 	return nil
 }
 
+func (x *MetaCommand) GetDecommissionNode() *MetaDecommissionNode {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_DecommissionNode); ok {
+			return x.DecommissionNode
+		}
+	}
+	return nil
+}
+
+func (x *MetaCommand) GetRemoveNode() *MetaRemoveNode {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_RemoveNode); ok {
+			return x.RemoveNode
+		}
+	}
+	return nil
+}
+
 type isMetaCommand_Command interface {
 	isMetaCommand_Command()
 }
@@ -196,6 +216,17 @@ type MetaCommand_SetNodeDown struct {
 	SetNodeDown *MetaSetNodeDown `protobuf:"bytes,8,opt,name=set_node_down,json=setNodeDown,proto3,oneof"`
 }
 
+type MetaCommand_DecommissionNode struct {
+	// decommission_node starts moving every replica off a node.
+	DecommissionNode *MetaDecommissionNode `protobuf:"bytes,9,opt,name=decommission_node,json=decommissionNode,proto3,oneof"`
+}
+
+type MetaCommand_RemoveNode struct {
+	// remove_node takes a decommissioned node that holds nothing out of
+	// the cluster.
+	RemoveNode *MetaRemoveNode `protobuf:"bytes,10,opt,name=remove_node,json=removeNode,proto3,oneof"`
+}
+
 func (*MetaCommand_Init) isMetaCommand_Command() {}
 
 func (*MetaCommand_AddNode) isMetaCommand_Command() {}
@@ -211,6 +242,10 @@ func (*MetaCommand_MoveReplicas) isMetaCommand_Command() {}
 func (*MetaCommand_FinishMove) isMetaCommand_Command() {}
 
 func (*MetaCommand_SetNodeDown) isMetaCommand_Command() {}
+
+func (*MetaCommand_DecommissionNode) isMetaCommand_Command() {}
+
+func (*MetaCommand_RemoveNode) isMetaCommand_Command() {}
 
 // MetaInit names the cluster. Refused once the cluster has an id.
 type MetaInit struct {
@@ -733,6 +768,100 @@ func (x *MetaSetNodeDown) GetDown() bool {
 	return false
 }
 
+// MetaDecommissionNode marks a node leaving: its replicas move to other
+// nodes and it stops voting in the controller.
+type MetaDecommissionNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the node.
+	NodeId        uint64 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaDecommissionNode) Reset() {
+	*x = MetaDecommissionNode{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaDecommissionNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaDecommissionNode) ProtoMessage() {}
+
+func (x *MetaDecommissionNode) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaDecommissionNode.ProtoReflect.Descriptor instead.
+func (*MetaDecommissionNode) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MetaDecommissionNode) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+// MetaRemoveNode removes a leaving node that holds no replica; its id is
+// never given again.
+type MetaRemoveNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the node.
+	NodeId        uint64 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaRemoveNode) Reset() {
+	*x = MetaRemoveNode{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaRemoveNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaRemoveNode) ProtoMessage() {}
+
+func (x *MetaRemoveNode) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaRemoveNode.ProtoReflect.Descriptor instead.
+func (*MetaRemoveNode) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *MetaRemoveNode) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
 // MetaNode is one node of the cluster.
 type MetaNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -744,14 +873,16 @@ type MetaNode struct {
 	Token string `protobuf:"bytes,3,opt,name=token,proto3" json:"token,omitempty"`
 	// down: unreachable past the dead-node timeout; its replicas are moved to
 	// other nodes and it does not vote in the controller.
-	Down          bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
+	Down bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
+	// leaving: decommissioned; its replicas move away, then it is removed.
+	Leaving       bool `protobuf:"varint,5,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetaNode) Reset() {
 	*x = MetaNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +894,7 @@ func (x *MetaNode) String() string {
 func (*MetaNode) ProtoMessage() {}
 
 func (x *MetaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +907,7 @@ func (x *MetaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaNode.ProtoReflect.Descriptor instead.
 func (*MetaNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MetaNode) GetId() uint64 {
@@ -807,6 +938,13 @@ func (x *MetaNode) GetDown() bool {
 	return false
 }
 
+func (x *MetaNode) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
 // MetaPartition is one placed partition: its raft group and replicas.
 type MetaPartition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -827,7 +965,7 @@ type MetaPartition struct {
 
 func (x *MetaPartition) Reset() {
 	*x = MetaPartition{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +977,7 @@ func (x *MetaPartition) String() string {
 func (*MetaPartition) ProtoMessage() {}
 
 func (x *MetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +990,7 @@ func (x *MetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaPartition.ProtoReflect.Descriptor instead.
 func (*MetaPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{11}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MetaPartition) GetGroupId() uint64 {
@@ -898,7 +1036,7 @@ type MetaTopic struct {
 
 func (x *MetaTopic) Reset() {
 	*x = MetaTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1048,7 @@ func (x *MetaTopic) String() string {
 func (*MetaTopic) ProtoMessage() {}
 
 func (x *MetaTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1061,7 @@ func (x *MetaTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaTopic.ProtoReflect.Descriptor instead.
 func (*MetaTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MetaTopic) GetSpec() *MetaTopicSpec {
@@ -959,7 +1097,7 @@ type MetaState struct {
 
 func (x *MetaState) Reset() {
 	*x = MetaState{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1109,7 @@ func (x *MetaState) String() string {
 func (*MetaState) ProtoMessage() {}
 
 func (x *MetaState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1122,7 @@ func (x *MetaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaState.ProtoReflect.Descriptor instead.
 func (*MetaState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MetaState) GetClusterId() string {
@@ -1026,7 +1164,7 @@ var File_spool_cluster_v1_meta_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xb5\x04\n" +
+	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xd1\x05\n" +
 	"\vMetaCommand\x120\n" +
 	"\x04init\x18\x01 \x01(\v2\x1a.spool.cluster.v1.MetaInitH\x00R\x04init\x12:\n" +
 	"\badd_node\x18\x02 \x01(\v2\x1d.spool.cluster.v1.MetaAddNodeH\x00R\aaddNode\x12G\n" +
@@ -1037,7 +1175,11 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\rmove_replicas\x18\x06 \x01(\v2\".spool.cluster.v1.MetaMoveReplicasH\x00R\fmoveReplicas\x12C\n" +
 	"\vfinish_move\x18\a \x01(\v2 .spool.cluster.v1.MetaFinishMoveH\x00R\n" +
 	"finishMove\x12G\n" +
-	"\rset_node_down\x18\b \x01(\v2!.spool.cluster.v1.MetaSetNodeDownH\x00R\vsetNodeDownB\t\n" +
+	"\rset_node_down\x18\b \x01(\v2!.spool.cluster.v1.MetaSetNodeDownH\x00R\vsetNodeDown\x12U\n" +
+	"\x11decommission_node\x18\t \x01(\v2&.spool.cluster.v1.MetaDecommissionNodeH\x00R\x10decommissionNode\x12C\n" +
+	"\vremove_node\x18\n" +
+	" \x01(\v2 .spool.cluster.v1.MetaRemoveNodeH\x00R\n" +
+	"removeNodeB\t\n" +
 	"\acommand\")\n" +
 	"\bMetaInit\x12\x1d\n" +
 	"\n" +
@@ -1070,12 +1212,17 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\breplicas\x18\x02 \x03(\x04R\breplicas\">\n" +
 	"\x0fMetaSetNodeDown\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
-	"\x04down\x18\x02 \x01(\bR\x04down\"X\n" +
+	"\x04down\x18\x02 \x01(\bR\x04down\"/\n" +
+	"\x14MetaDecommissionNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\")\n" +
+	"\x0eMetaRemoveNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"r\n" +
 	"\bMetaNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x12\x12\n" +
-	"\x04down\x18\x04 \x01(\bR\x04down\"t\n" +
+	"\x04down\x18\x04 \x01(\bR\x04down\x12\x18\n" +
+	"\aleaving\x18\x05 \x01(\bR\aleaving\"t\n" +
 	"\rMetaPartition\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12\x16\n" +
@@ -1107,22 +1254,24 @@ func file_spool_cluster_v1_meta_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_meta_proto_rawDescData
 }
 
-var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_spool_cluster_v1_meta_proto_goTypes = []any{
-	(*MetaCommand)(nil),      // 0: spool.cluster.v1.MetaCommand
-	(*MetaInit)(nil),         // 1: spool.cluster.v1.MetaInit
-	(*MetaAddNode)(nil),      // 2: spool.cluster.v1.MetaAddNode
-	(*MetaSetNodeAddr)(nil),  // 3: spool.cluster.v1.MetaSetNodeAddr
-	(*MetaTopicSpec)(nil),    // 4: spool.cluster.v1.MetaTopicSpec
-	(*MetaCreateTopic)(nil),  // 5: spool.cluster.v1.MetaCreateTopic
-	(*MetaAlterTopic)(nil),   // 6: spool.cluster.v1.MetaAlterTopic
-	(*MetaMoveReplicas)(nil), // 7: spool.cluster.v1.MetaMoveReplicas
-	(*MetaFinishMove)(nil),   // 8: spool.cluster.v1.MetaFinishMove
-	(*MetaSetNodeDown)(nil),  // 9: spool.cluster.v1.MetaSetNodeDown
-	(*MetaNode)(nil),         // 10: spool.cluster.v1.MetaNode
-	(*MetaPartition)(nil),    // 11: spool.cluster.v1.MetaPartition
-	(*MetaTopic)(nil),        // 12: spool.cluster.v1.MetaTopic
-	(*MetaState)(nil),        // 13: spool.cluster.v1.MetaState
+	(*MetaCommand)(nil),          // 0: spool.cluster.v1.MetaCommand
+	(*MetaInit)(nil),             // 1: spool.cluster.v1.MetaInit
+	(*MetaAddNode)(nil),          // 2: spool.cluster.v1.MetaAddNode
+	(*MetaSetNodeAddr)(nil),      // 3: spool.cluster.v1.MetaSetNodeAddr
+	(*MetaTopicSpec)(nil),        // 4: spool.cluster.v1.MetaTopicSpec
+	(*MetaCreateTopic)(nil),      // 5: spool.cluster.v1.MetaCreateTopic
+	(*MetaAlterTopic)(nil),       // 6: spool.cluster.v1.MetaAlterTopic
+	(*MetaMoveReplicas)(nil),     // 7: spool.cluster.v1.MetaMoveReplicas
+	(*MetaFinishMove)(nil),       // 8: spool.cluster.v1.MetaFinishMove
+	(*MetaSetNodeDown)(nil),      // 9: spool.cluster.v1.MetaSetNodeDown
+	(*MetaDecommissionNode)(nil), // 10: spool.cluster.v1.MetaDecommissionNode
+	(*MetaRemoveNode)(nil),       // 11: spool.cluster.v1.MetaRemoveNode
+	(*MetaNode)(nil),             // 12: spool.cluster.v1.MetaNode
+	(*MetaPartition)(nil),        // 13: spool.cluster.v1.MetaPartition
+	(*MetaTopic)(nil),            // 14: spool.cluster.v1.MetaTopic
+	(*MetaState)(nil),            // 15: spool.cluster.v1.MetaState
 }
 var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	1,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
@@ -1133,16 +1282,18 @@ var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	7,  // 5: spool.cluster.v1.MetaCommand.move_replicas:type_name -> spool.cluster.v1.MetaMoveReplicas
 	8,  // 6: spool.cluster.v1.MetaCommand.finish_move:type_name -> spool.cluster.v1.MetaFinishMove
 	9,  // 7: spool.cluster.v1.MetaCommand.set_node_down:type_name -> spool.cluster.v1.MetaSetNodeDown
-	4,  // 8: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	4,  // 9: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	11, // 10: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
-	10, // 11: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
-	12, // 12: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 8: spool.cluster.v1.MetaCommand.decommission_node:type_name -> spool.cluster.v1.MetaDecommissionNode
+	11, // 9: spool.cluster.v1.MetaCommand.remove_node:type_name -> spool.cluster.v1.MetaRemoveNode
+	4,  // 10: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	4,  // 11: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	13, // 12: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
+	12, // 13: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
+	14, // 14: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_meta_proto_init() }
@@ -1159,6 +1310,8 @@ func file_spool_cluster_v1_meta_proto_init() {
 		(*MetaCommand_MoveReplicas)(nil),
 		(*MetaCommand_FinishMove)(nil),
 		(*MetaCommand_SetNodeDown)(nil),
+		(*MetaCommand_DecommissionNode)(nil),
+		(*MetaCommand_RemoveNode)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1166,7 +1319,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_meta_proto_rawDesc), len(file_spool_cluster_v1_meta_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
