@@ -191,4 +191,3 @@ func TestNextMoveNowhereToGo(t *testing.T) {
 		t.Fatalf("controller voters %v with node 2 down, want [1 3 4]", v)
 	}
 }
-
