@@ -78,7 +78,7 @@ class OutMessage:
         )
 
 
-def acks_proto(acks: Acks) -> int:
+def acks_proto(acks: Acks) -> Any:
     # ALL goes as UNSPECIFIED: the same, and what a sidecar older than the field expects.
     return publisher_pb2.ACKS_LEADER if acks == Acks.LEADER else publisher_pb2.ACKS_UNSPECIFIED
 
