@@ -23,7 +23,7 @@ def start_spoold(spoold_bin: str, tmp_path: Path) -> Iterator[Callable[..., Spoo
         d.mkdir()
         s = Spoold(spoold_bin, d, config, extra_args)
         started.append(s)
-        s.start()
+        s.start_fresh()
         return s
 
     yield start

@@ -60,14 +60,33 @@ class Spoold:
         self.log_path = workdir / "spoold.log"
         self.cfg_path = workdir / "spool.yaml"
         self.extra_args = extra_args or []
-        if config is not None:
-            node = (
-                f"node:\n  id: pytest\n  data_dir: {workdir / 'data'}\n  app_listen: [\"{self.addr}\"]\n"
-                f"  admin_listen: \"{self.admin}\"\n  drain_timeout: 5s\n"
-            )
-            self.cfg_path.write_text(node + config)
+        self.config = config
+        self._write_config()
         self.proc: subprocess.Popen[bytes] | None = None
         self._admin_channel: grpc.aio.Channel | None = None
+
+    def _write_config(self) -> None:
+        if self.config is not None:
+            node = (
+                f"node:\n  id: pytest\n  data_dir: {self.workdir / 'data'}\n  app_listen: [\"{self.addr}\"]\n"
+                f"  admin_listen: \"{self.admin}\"\n  drain_timeout: 5s\n"
+            )
+            self.cfg_path.write_text(node + self.config)
+
+    def start_fresh(self) -> None:
+        """start, on other free ports if another process took ours meanwhile
+        (other test suites on the machine pick free ports too)."""
+        for _ in range(3):
+            try:
+                self.start()
+                return
+            except AssertionError as e:
+                if "address already in use" not in str(e):
+                    raise
+            self.app_port, self.admin_port = free_port(), free_port()
+            self.addr, self.admin = f"127.0.0.1:{self.app_port}", f"127.0.0.1:{self.admin_port}"
+            self._write_config()
+        self.start()
 
     def args(self) -> list[str]:
         return [self.binary, "--config", str(self.cfg_path), *self.extra_args]

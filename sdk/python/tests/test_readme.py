@@ -23,7 +23,7 @@ def test_readme_example_runs_against_spoold_dev(spoold_bin: str, tmp_path: Path)
 
     s = Spoold(spoold_bin, tmp_path, None, [])
     s.args = lambda: [spoold_bin, "--dev", "--app-listen", s.addr, "--admin-listen", s.admin]  # type: ignore[method-assign]
-    s.start()
+    s.start_fresh()
     out = tmp_path / "out.txt"
     try:
         with open(out, "wb") as f:
