@@ -1,0 +1,219 @@
+"""The connection to the local sidecar, and publishing."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import grpc
+import grpc.aio
+
+from spool._errors import SidecarUnreachableError, SpoolError, from_rpc_error
+from spool.v1 import message_pb2, publisher_pb2, publisher_pb2_grpc, subscriber_pb2_grpc
+
+if TYPE_CHECKING:
+    from spool._publisher import Publisher
+    from spool._subscribe import Handler
+
+__all__ = ["Client", "connect", "Acks", "PublishResult", "OutMessage", "DEFAULT_ADDR", "DEFAULT_MAX_RECEIVE_BYTES"]
+
+DEFAULT_ADDR = "127.0.0.1:7070"
+#: The largest delivery frame a client accepts by default: 64 MiB (the largest
+#: limits.max_message_bytes spoold allows) plus 1 MiB for the other fields.
+DEFAULT_MAX_RECEIVE_BYTES = 65 << 20
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+
+def resolve_addr(addr: str | None) -> str:
+    """An empty address means $SPOOL_ADDR, else 127.0.0.1:7070."""
+    return addr or os.environ.get("SPOOL_ADDR") or DEFAULT_ADDR
+
+
+class Acks(enum.IntEnum):
+    """When a publish returns (docs/semantics.md, "Replication")."""
+
+    #: Once committed on a quorum of the partition's replicas (the default).
+    ALL = publisher_pb2.ACKS_ALL
+    #: Once on the partition leader's disk: faster, and lossy in a cluster.
+    LEADER = publisher_pb2.ACKS_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where a published message was stored (it is durable)."""
+
+    id: str
+    partition: int
+    offset: int
+
+
+Bytes = bytes | bytearray | memoryview | str
+
+
+def to_bytes(b: Bytes | None) -> bytes:
+    if b is None:
+        return b""
+    if isinstance(b, str):
+        return b.encode("utf-8")
+    return bytes(b)
+
+
+@dataclass(slots=True)
+class OutMessage:
+    """One message of a batch. ``id`` is optional (the sidecar generates one);
+    set it to make a retried publish deduplicable."""
+
+    payload: Bytes
+    key: Bytes | None = None
+    id: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def proto(self) -> message_pb2.PublishMessage:
+        return message_pb2.PublishMessage(
+            id=self.id, key=to_bytes(self.key), payload=to_bytes(self.payload), headers=dict(self.headers)
+        )
+
+
+def acks_proto(acks: Acks) -> Any:
+    # ALL goes as UNSPECIFIED: the same, and what a sidecar older than the field expects.
+    return publisher_pb2.ACKS_LEADER if acks == Acks.LEADER else publisher_pb2.ACKS_UNSPECIFIED
+
+
+class Client:
+    """A connection to the local sidecar; one per process is enough.
+
+    ``addr`` is ``host:port`` or ``unix:///path``; None means $SPOOL_ADDR,
+    else 127.0.0.1:7070. Create it inside a running event loop, or use
+    :func:`connect`, which also waits until the sidecar answers.
+    """
+
+    def __init__(
+        self,
+        addr: str | None = None,
+        *,
+        max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        if not 64 << 10 <= max_receive_bytes <= 1 << 30:
+            raise ValueError(
+                f"spool: max_receive_bytes={max_receive_bytes}: use {64 << 10}..{1 << 30}, at least the "
+                "sidecar's limits.max_message_bytes plus 1 MiB"
+            )
+        self.addr = resolve_addr(addr)
+        self.max_receive_bytes = max_receive_bytes
+        # gRPC Python has no per-call receive limit: it is the channel's, and
+        # Subscribe states it to the sidecar in Start.max_receive_bytes.
+        opts = [("grpc.max_receive_message_length", max_receive_bytes), *channel_options]
+        self._channel = grpc.aio.insecure_channel(self.addr, options=opts)
+        self._pub = publisher_pb2_grpc.PublisherServiceStub(self._channel)
+        self._sub = subscriber_pb2_grpc.SubscriberServiceStub(self._channel)
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        return self._channel
+
+    async def wait_ready(self, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+        """Waits until the sidecar answers, so a missing sidecar shows at startup."""
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), timeout)
+        except asyncio.TimeoutError:
+            raise SidecarUnreachableError(
+                f"spool: no sidecar answering at {self.addr} (nothing answered within {timeout:g}s): is "
+                "spoold running there? start it with `spoold --dev`, or point SPOOL_ADDR at it",
+                code=grpc.StatusCode.UNAVAILABLE,
+            ) from None
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def publish(
+        self,
+        topic: str,
+        payload: Bytes,
+        *,
+        key: Bytes | None = None,
+        id: str = "",
+        headers: Mapping[str, str] | None = None,
+        acks: Acks = Acks.ALL,
+        timeout: float | None = None,
+    ) -> PublishResult:
+        """Appends one message and returns once it is durable.
+
+        On an error the message may or may not be stored: publish it again
+        with the same ``id``.
+        """
+        m = OutMessage(payload=payload, key=key, id=id, headers=headers or {})
+        return (await self._publish(topic, [m.proto()], acks, timeout))[0]
+
+    async def publish_batch(
+        self,
+        topic: str,
+        messages: Iterable[OutMessage],
+        *,
+        acks: Acks = Acks.ALL,
+        timeout: float | None = None,
+    ) -> list[PublishResult]:
+        """Appends messages in one call (at most 10,000 by default); one result
+        per message, in order, once all are durable. It fails or succeeds as a
+        whole; after a failure some may be stored, so retry with the same ids."""
+        pms = [m.proto() for m in messages]
+        if not pms:
+            return []
+        return await self._publish(topic, pms, acks, timeout)
+
+    async def _publish(
+        self, topic: str, msgs: list[message_pb2.PublishMessage], acks: Acks, timeout: float | None
+    ) -> list[PublishResult]:
+        if not topic:
+            raise SpoolError("spool: publish: topic is empty: name the topic to publish to", reason="TOPIC_REQUIRED")
+        req = publisher_pb2.PublishRequest(topic=topic, messages=msgs, acks=acks_proto(acks))
+        try:
+            resp = await self._pub.Publish(req, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e, f"publish to {topic!r}", self.addr) from None
+        if len(resp.results) != len(msgs):
+            raise SpoolError(
+                f"spool: publish to {topic!r}: sidecar answered {len(resp.results)} results for {len(msgs)} "
+                "messages: the sidecar and SDK disagree on the protocol; upgrade them together"
+            )
+        return [PublishResult(r.id, r.partition, r.offset) for r in resp.results]
+
+    def publisher(self, topic: str, *, max_in_flight: int = 1024, close_timeout: float = 30.0) -> Publisher:
+        """A pipelined publisher to ``topic`` over one PublishStream."""
+        from spool._publisher import Publisher
+
+        return Publisher(self, topic, max_in_flight=max_in_flight, close_timeout=close_timeout)
+
+    async def subscribe(self, group: str, topics: Sequence[str], handler: Handler, **options: Any) -> None:
+        """Consumes ``topics`` as ``group`` until stopped; see :func:`spool.subscribe`."""
+        from spool._subscribe import run_subscription
+
+        await run_subscription(self, group, topics, handler, **options)
+
+
+async def connect(
+    addr: str | None = None,
+    *,
+    timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
+) -> Client:
+    """Opens a Client and waits (up to ``timeout`` seconds) until the sidecar answers."""
+    c = Client(addr, max_receive_bytes=max_receive_bytes)
+    try:
+        await c.wait_ready(timeout)
+    except BaseException:
+        await c.close()
+        raise
+    return c

@@ -1,0 +1,1 @@
+"""Stubs generated from proto/spool/v1 at build time (see setup.py)."""
