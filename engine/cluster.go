@@ -547,7 +547,6 @@ func (c *cluster) register(ctx context.Context) error {
 	balanced := time.Now()
 	for {
 		c.leaderChores()
-		c.ensureGroupsTopic(ctx) // groups_cluster.go
 		c.driveMoves(ctx)
 		c.planMoves(ctx)
 		if time.Since(balanced) >= balanceEveryChores*every {

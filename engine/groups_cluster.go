@@ -456,23 +456,37 @@ func (g *coordinators) drive(ctx context.Context, part *partition, now time.Time
 	}
 }
 
-// ensureGroupsTopic creates the groups topic (idempotent), from the
-// controller leader's chores, once the cluster has as many nodes as the
-// replication factor. Its retention is off: the coordinators' state is
-// rebuilt from the whole log.
-func (c *cluster) ensureGroupsTopic(ctx context.Context) {
-	if st, ok := c.host.Status(controllerGroup); !ok || !st.IsLeader {
-		return
-	}
+// ensureGroupsTopic asks the controller to create the groups topic
+// (idempotent, like a topic from the config) and waits until this node
+// knows it. It is created on first use — the first Coordinate or
+// DescribeGroup of the cluster — once the cluster has as many nodes as the
+// replication factor, so a cluster whose sidecars keep their groups local
+// runs no coordinator replicas. Its retention is off: the coordinators'
+// state is rebuilt from the whole log.
+func (c *cluster) ensureGroupsTopic(ctx context.Context) error {
 	c.mu.Lock()
 	_, exists := c.state.Topic(meta.GroupsTopic)
-	ready := c.state.ClusterID() != "" && len(c.state.Nodes()) >= int(c.cfg.ReplicationFactor)
+	nodes := len(c.state.Nodes())
 	c.mu.Unlock()
-	if exists || !ready {
-		return
+	if !exists {
+		if nodes < int(c.cfg.ReplicationFactor) {
+			return fmt.Errorf("%w: the consumer groups' topic %s is created once the cluster has %d nodes (cluster.replication_factor; it has %d): start more spoold with --join",
+				ErrNotPlaced, meta.GroupsTopic, c.cfg.ReplicationFactor, nodes)
+		}
+		spec := meta.TopicSpec{Name: meta.GroupsTopic, Partitions: c.cfg.GroupsPartitions, ReplicationFactor: c.cfg.ReplicationFactor}
+		if _, err := c.proposeMeta(ctx, meta.Command{CreateTopic: &meta.CreateTopic{Spec: spec}}); err != nil {
+			var tc *meta.TopicConflictError
+			if !errors.As(err, &tc) { // created meanwhile by another node, with its settings: use it
+				return fmt.Errorf("engine: creating the consumer groups' topic %s: %w", meta.GroupsTopic, err)
+			}
+		}
+		c.logger.Info("spool groups: the consumer groups' topic exists", "topic", meta.GroupsTopic)
 	}
-	spec := meta.TopicSpec{Name: meta.GroupsTopic, Partitions: c.cfg.GroupsPartitions, ReplicationFactor: c.cfg.ReplicationFactor}
-	if _, err := c.proposeMeta(ctx, meta.Command{CreateTopic: &meta.CreateTopic{Spec: spec}}); err != nil {
-		c.logger.Warn("spool groups: creating the consumer groups' topic failed; the next round tries again", "topic", meta.GroupsTopic, "err", err)
+	if c.host == nil { // a client node learns it from its next metadata poll
+		return fmt.Errorf("%w: the consumer groups' topic %s is being created; try again in a second", ErrNotPlaced, meta.GroupsTopic)
 	}
+	if err := c.awaitState(ctx, func(s *meta.State) bool { _, ok := s.Topic(meta.GroupsTopic); return ok }); err != nil {
+		return fmt.Errorf("%w: the consumer groups' topic %s was created but this node has not seen it yet: %w", ErrNotPlaced, meta.GroupsTopic, err)
+	}
+	return nil
 }

@@ -39,12 +39,12 @@ func (n *Node) Coordinate(ctx context.Context, cmd coord.Command) (coord.Result,
 		return coord.Result{Err: err}, err
 	}
 	g := n.cl.coord
-	part, err := g.partitionOf(cmd.Group)
+	ctx, cancel := context.WithTimeout(ctx, n.cl.cfg.ProduceTimeout)
+	defer cancel()
+	part, err := g.partitionOf(ctx, cmd.Group)
 	if err != nil {
 		return coord.Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cl.cfg.ProduceTimeout)
-	defer cancel()
 	b, err := coord.EncodeCommand(cmd)
 	if err != nil {
 		return coord.Result{Err: err}, err
@@ -94,12 +94,12 @@ func (n *Node) DescribeGroup(ctx context.Context, group string) (*coord.State, e
 		return nil, fmt.Errorf("%w: consumer groups across sidecars need a cluster (cluster: in the sidecar's config); this node's groups are its own", ErrNotClustered)
 	}
 	g := n.cl.coord
-	part, err := g.partitionOf(group)
+	ctx, cancel := context.WithTimeout(ctx, n.cl.cfg.ProduceTimeout)
+	defer cancel()
+	part, err := g.partitionOf(ctx, group)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cl.cfg.ProduceTimeout)
-	defer cancel()
 	var st *clusterv1.GroupsState
 	err = g.atLeader(ctx, part, func(ctx context.Context) error {
 		var err error
@@ -157,13 +157,18 @@ func (n *Node) GroupLagInputs(ctx context.Context, group string) ([]coord.Partit
 	return s.LagInputs(group), nil
 }
 
-// partitionOf is the partition of the groups topic coordinating group.
-func (g *coordinators) partitionOf(group string) (*partition, error) {
+// partitionOf is the partition of the groups topic coordinating group;
+// the topic is created on first use (ensureGroupsTopic).
+func (g *coordinators) partitionOf(ctx context.Context, group string) (*partition, error) {
 	c := g.c
 	parts := c.n.internalParts(meta.GroupsTopic)
 	if len(parts) == 0 {
-		return nil, fmt.Errorf("%w: the consumer groups' topic %s is not created yet: the controller creates it once the cluster has %d nodes (cluster.replication_factor; it has %d): start more spoold with --join",
-			ErrNotPlaced, meta.GroupsTopic, c.cfg.ReplicationFactor, c.nodeCount())
+		if err := c.ensureGroupsTopic(ctx); err != nil {
+			return nil, err
+		}
+		if parts = c.n.internalParts(meta.GroupsTopic); len(parts) == 0 {
+			return nil, fmt.Errorf("%w: the consumer groups' topic %s is known to the controller but not open here: see the log for why", ErrNotPlaced, meta.GroupsTopic)
+		}
 	}
 	part := parts[CoordinatorPartition(group, int32(len(parts)))]
 	if part.group == 0 {

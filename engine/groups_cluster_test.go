@@ -160,7 +160,7 @@ func awaitCoordinators(t *testing.T, nodes []*clusterNode, group string) {
 func coordLeader(t *testing.T, nodes []*clusterNode, group string) (*clusterNode, *partition) {
 	t.Helper()
 	for _, cn := range nodes {
-		part, err := cn.n.cl.coord.partitionOf(group)
+		part, err := cn.n.cl.coord.partitionOf(context.Background(), group)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,13 +193,18 @@ func TestClusterGroupsCoordinate(t *testing.T) {
 		if err := cn.n.EnsureTopic(TopicSpec{Name: topic, Partitions: parts}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	awaitCoordinators(t, tc.nodes, group) // creates the groups topic
+	for _, cn := range tc.nodes {
+		if _, err := cn.n.partition(meta.GroupsTopic, 0); err != nil {
+			t.Fatalf("the groups topic is not known on %s: %v", cn.addr, err)
+		}
 		for _, ts := range cn.n.Topics() {
 			if ts.Name == meta.GroupsTopic {
 				t.Fatalf("Topics lists the internal topic %s", meta.GroupsTopic)
 			}
 		}
 	}
-	awaitCoordinators(t, tc.nodes, group)
 	orders := coord.Topic{Name: topic, Partitions: parts}
 	var members []*testMember
 	for i, cn := range tc.nodes {
@@ -411,7 +416,7 @@ func TestClusterGroupsFailover(t *testing.T) {
 	tc.start(leader)
 	awaitCond(t, 20*time.Second, "the restarted node's coordinator state", func() error {
 		want := groupBytes(t, mustDescribe(t, live[0], group), group)
-		part, err := leader.n.cl.coord.partitionOf(group) // the restarted node's
+		part, err := leader.n.cl.coord.partitionOf(context.Background(), group) // the restarted node's
 		if err != nil {
 			return err
 		}
