@@ -479,3 +479,72 @@ func TestClusterGroupsExpiry(t *testing.T) {
 		t.Fatalf("a heartbeat of the expired member: %v, want ErrUnknownMember", err)
 	}
 }
+
+// A new coordinator leader counts every member as heard from when it took
+// over: a member silent since before the failover is expired only one
+// session timeout after it, not when its session would have ended at the
+// old leader.
+func TestClusterGroupsGraceAfterFailover(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	const group, topic, parts = "g-0", "orders", int32(2)
+	for _, cn := range tc.nodes {
+		if err := cn.n.EnsureTopic(TopicSpec{Name: topic, Partitions: parts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitCoordinators(t, tc.nodes, group)
+	leader, _ := coordLeader(t, tc.nodes, group)
+	var live []*clusterNode
+	for _, cn := range tc.nodes {
+		if cn != leader {
+			live = append(live, cn)
+		}
+	}
+	orders := coord.Topic{Name: topic, Partitions: parts}
+	alive := &testMember{group: group, id: "alive", session: "s1", via: live[0], sessionTimeoutMs: coord.MinSessionTimeoutMs}
+	quiet := &testMember{group: group, id: "quiet", session: "s1", via: live[1], sessionTimeoutMs: coord.MinSessionTimeoutMs}
+	for _, m := range []*testMember{alive, quiet} {
+		if _, err := m.join(t, orders); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(t, group, topic, parts, []*testMember{alive, quiet})
+	heard := time.Now() // quiet's last heartbeat was before this
+	// Two thirds of quiet's session pass (alive keeps heartbeating), then
+	// the coordinator's leader stops.
+	awaitCond(t, 10*time.Second, "two thirds of a session timeout", func() error {
+		if err := alive.tend(); err != nil {
+			return err
+		}
+		if since := time.Since(heard); since < 2*coord.MinSessionTimeoutMs*time.Millisecond/3 {
+			return fmt.Errorf("%v passed", since)
+		}
+		return nil
+	})
+	if now, _ := coordLeader(t, tc.nodes, group); now != leader {
+		leader = now
+		for _, cn := range tc.nodes {
+			if cn != leader {
+				alive.via = cn
+			}
+		}
+	}
+	stopped := time.Now()
+	tc.stop(leader)
+	awaitCond(t, 20*time.Second, "quiet expired by the new leader", func() error {
+		if err := alive.tend(); err != nil {
+			return err
+		}
+		s, err := alive.via.n.DescribeGroup(context.Background(), group)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.Assignment(group, "quiet"); ok {
+			return errors.New("quiet is still a member")
+		}
+		return nil
+	})
+	if since := time.Since(stopped); since < coord.MinSessionTimeoutMs*time.Millisecond {
+		t.Fatalf("quiet expired %v after the failover, within the new leader's grace period (%d ms)", since, coord.MinSessionTimeoutMs)
+	}
+}
