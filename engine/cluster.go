@@ -66,6 +66,11 @@ type ClusterConfig struct {
 	// their replicas. For autoscaled stateless pods next to a few storage
 	// nodes. Listen is not used.
 	NoReplicas bool
+	// GroupsPartitions is the number of partitions of the consumer groups'
+	// internal topic (coordinators) when this node's controller leader
+	// creates it; fixed from then on (docs/groups.md, "Running on the
+	// cluster"). Default DefaultGroupsPartitions.
+	GroupsPartitions int32
 }
 
 // Defaults of ClusterConfig.
@@ -120,6 +125,12 @@ func (c *ClusterConfig) validateTimes() error {
 	if c.DeadNodeTimeout == 0 {
 		c.DeadNodeTimeout = DefaultDeadNodeTimeout
 	}
+	if c.GroupsPartitions == 0 {
+		c.GroupsPartitions = DefaultGroupsPartitions
+	}
+	if c.GroupsPartitions < 1 || c.GroupsPartitions > meta.MaxPartitions {
+		return fmt.Errorf("engine: cluster groups partitions %d: want 1 to %d", c.GroupsPartitions, meta.MaxPartitions)
+	}
 	if c.ProduceTimeout < 0 || c.JoinTimeout < 0 || c.TickInterval < 0 || c.DeadNodeTimeout < 0 {
 		return errors.New("engine: cluster timeouts must be positive")
 	}
@@ -148,6 +159,7 @@ type cluster struct {
 	ctrlP *log.Partition // group 0's log
 
 	peers *peerClients
+	coord *coordinators // consumer-group coordinators (groups_cluster.go)
 
 	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
 	choresWake chan struct{} // cap 1: run the chores now (a controller membership step applied)
@@ -193,6 +205,7 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 		opened:     map[uint64]bool{},
 		unreached:  map[uint64]time.Time{},
 	}
+	c.coord = newCoordinators(c)
 	if cfg.TLS.Enabled() {
 		var err error
 		if c.tls, err = newTLSFiles(cfg.TLS); err != nil {
@@ -318,7 +331,7 @@ func (c *cluster) run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var wg sync.WaitGroup
-	const components = 5
+	const components = 6
 	errs := make(chan error, components)
 	goRun := func(name string, f func(context.Context) error) {
 		wg.Add(1)
@@ -334,6 +347,7 @@ func (c *cluster) run(ctx context.Context) error {
 	goRun("controller", c.runController)
 	goRun("membership", c.register)
 	goRun("remote reads", c.runRemotePoll)
+	goRun("groups coordinators", c.coord.Run) // groups_cluster.go
 
 	var err2 error
 	select {

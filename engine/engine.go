@@ -220,6 +220,10 @@ func (n *Node) storedPartitions(name string) int32 {
 // partition whose data is damaged opens quarantined (see Quarantined); that
 // is reported, not returned as an error.
 func (n *Node) EnsureTopic(spec TopicSpec) error {
+	if strings.HasPrefix(spec.Name, "__") {
+		// The engine's internal topics (meta.GroupsTopic) are its own.
+		return fmt.Errorf("engine: topic %q: names starting with __ are reserved for internal topics; choose another name", spec.Name)
+	}
 	if n.cl != nil {
 		if spec.Partitions < 1 {
 			return fmt.Errorf("engine: topic %q: %d partitions: need at least 1", spec.Name, spec.Partitions)
@@ -278,13 +282,16 @@ func (n *Node) ensureTopic(spec TopicSpec) (damaged []*partition, err error) {
 	return damaged, nil
 }
 
-// Topics returns the declared topics, sorted by name.
+// Topics returns the declared topics, sorted by name (not the engine's
+// internal ones).
 func (n *Node) Topics() []TopicSpec {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	out := make([]TopicSpec, 0, len(n.topics))
 	for _, t := range n.topics {
-		out = append(out, t.spec)
+		if !strings.HasPrefix(t.name, "__") { // internal topics (meta.GroupsTopic) are not the user's
+			out = append(out, t.spec)
+		}
 	}
 	slices.SortFunc(out, func(a, b TopicSpec) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -232,6 +232,8 @@ func TestValidate(t *testing.T) {
 		{spec(func(s *TopicSpec) { s.Name = "" }), "topic name"},
 		{spec(func(s *TopicSpec) { s.Name = long }), "1 to 200 bytes"},
 		{spec(func(s *TopicSpec) { s.Name = "__offsets" }), "not starting with __"},
+		{spec(func(s *TopicSpec) { s.Name = GroupsTopic + "x" }), "not starting with __"},
+		{spec(func(s *TopicSpec) { s.Name = "__Groups" }), "not starting with __"},
 		{spec(func(s *TopicSpec) { s.Name = ".." }), "not . or .."},
 		{spec(func(s *TopicSpec) { s.Name = "pay/ments" }), "a-z A-Z 0-9 . _ -"},
 		{spec(func(s *TopicSpec) { s.Partitions = 0 }), "between 1 and 4096"},
@@ -248,6 +250,21 @@ func TestValidate(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%+v: %v, want ErrInvalid saying %q", tc.c, err, tc.says)
 		}
+	}
+}
+
+// The internal topics are the only "__" names the controller accepts.
+func TestInternalTopicAccepted(t *testing.T) {
+	s := stateWithNodes(t, 3)
+	r := s.Apply(Command{CreateTopic: &CreateTopic{Spec: TopicSpec{Name: GroupsTopic, Partitions: 8, ReplicationFactor: 3}}})
+	if r.Err != nil {
+		t.Fatalf("create %s: %v", GroupsTopic, r.Err)
+	}
+	if tp, ok := s.Topic(GroupsTopic); !ok || tp.Pending() {
+		t.Fatalf("%s not placed: %+v", GroupsTopic, tp)
+	}
+	if !IsInternalTopic(GroupsTopic) || IsInternalTopic("__offsets") || IsInternalTopic("groups") {
+		t.Fatal("IsInternalTopic names exactly the internal topics")
 	}
 }
 

@@ -62,11 +62,25 @@ const (
 	allowedToken     = "1 to 128 printable ASCII bytes without spaces"
 )
 
+// GroupsTopic is the internal topic holding the consumer groups'
+// coordinators (docs/groups.md, "Running on the cluster"). Only the engine
+// creates it: engine.EnsureTopic and the sidecar refuse names starting
+// with "__" from users, and this package accepts exactly the internal
+// names.
+const GroupsTopic = "__groups"
+
+// IsInternalTopic reports whether name is one of the engine's internal
+// topics, the only names starting with "__" the controller accepts.
+func IsInternalTopic(name string) bool { return name == GroupsTopic }
+
 // validTopicName is the sidecar's rule for topic names (sidecar/config
 // validName and ValidNameBytes), copied because engine must not import the
 // sidecar; keep the two the same. Names must also be unique ignoring case
 // (checked by Apply against the topics that exist).
 func validTopicName(s string) bool {
+	if IsInternalTopic(s) {
+		return true
+	}
 	if len(s) == 0 || len(s) > MaxNameBytes || strings.HasPrefix(s, "__") || s == "." || s == ".." {
 		return false
 	}

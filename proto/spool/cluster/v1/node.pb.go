@@ -22,6 +22,150 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// CoordinateError says why a Coordinate has no result.
+type CoordinateError int32
+
+const (
+	CoordinateError_COORDINATE_ERROR_UNSPECIFIED CoordinateError = 0
+	// NOT_LEADER: this node does not lead the partition; nothing was
+	// proposed. leader names the leader when known.
+	CoordinateError_COORDINATE_ERROR_NOT_LEADER CoordinateError = 1
+	// LOST: the command was proposed and will never commit: safe to retry.
+	CoordinateError_COORDINATE_ERROR_LOST CoordinateError = 2
+	// OUTCOME_UNKNOWN: the command may or may not be applied.
+	CoordinateError_COORDINATE_ERROR_OUTCOME_UNKNOWN CoordinateError = 3
+	// INVALID: the request was refused before it was proposed.
+	CoordinateError_COORDINATE_ERROR_INVALID CoordinateError = 4
+	// UNAVAILABLE: the coordinator cannot take commands now (no replica
+	// here, its log stopped, a new leader still applying its predecessors'
+	// entries); nothing was proposed.
+	CoordinateError_COORDINATE_ERROR_UNAVAILABLE CoordinateError = 5
+	// REFUSED: the command was applied and refused by the state machine
+	// (changed nothing); refusal says which rule.
+	CoordinateError_COORDINATE_ERROR_REFUSED CoordinateError = 6
+)
+
+// Enum value maps for CoordinateError.
+var (
+	CoordinateError_name = map[int32]string{
+		0: "COORDINATE_ERROR_UNSPECIFIED",
+		1: "COORDINATE_ERROR_NOT_LEADER",
+		2: "COORDINATE_ERROR_LOST",
+		3: "COORDINATE_ERROR_OUTCOME_UNKNOWN",
+		4: "COORDINATE_ERROR_INVALID",
+		5: "COORDINATE_ERROR_UNAVAILABLE",
+		6: "COORDINATE_ERROR_REFUSED",
+	}
+	CoordinateError_value = map[string]int32{
+		"COORDINATE_ERROR_UNSPECIFIED":     0,
+		"COORDINATE_ERROR_NOT_LEADER":      1,
+		"COORDINATE_ERROR_LOST":            2,
+		"COORDINATE_ERROR_OUTCOME_UNKNOWN": 3,
+		"COORDINATE_ERROR_INVALID":         4,
+		"COORDINATE_ERROR_UNAVAILABLE":     5,
+		"COORDINATE_ERROR_REFUSED":         6,
+	}
+)
+
+func (x CoordinateError) Enum() *CoordinateError {
+	p := new(CoordinateError)
+	*p = x
+	return p
+}
+
+func (x CoordinateError) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CoordinateError) Descriptor() protoreflect.EnumDescriptor {
+	return file_spool_cluster_v1_node_proto_enumTypes[0].Descriptor()
+}
+
+func (CoordinateError) Type() protoreflect.EnumType {
+	return &file_spool_cluster_v1_node_proto_enumTypes[0]
+}
+
+func (x CoordinateError) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CoordinateError.Descriptor instead.
+func (CoordinateError) EnumDescriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
+// GroupsRefusal names the coordinator's refusal (engine/groups/coord's
+// sentinel errors), so errors.Is works across a forward.
+type GroupsRefusal int32
+
+const (
+	GroupsRefusal_GROUPS_REFUSAL_UNSPECIFIED    GroupsRefusal = 0
+	GroupsRefusal_GROUPS_REFUSAL_INVALID        GroupsRefusal = 1
+	GroupsRefusal_GROUPS_REFUSAL_LIMIT          GroupsRefusal = 2
+	GroupsRefusal_GROUPS_REFUSAL_UNKNOWN_GROUP  GroupsRefusal = 3
+	GroupsRefusal_GROUPS_REFUSAL_UNKNOWN_MEMBER GroupsRefusal = 4
+	GroupsRefusal_GROUPS_REFUSAL_STALE_SESSION  GroupsRefusal = 5
+	GroupsRefusal_GROUPS_REFUSAL_TOPIC_CONFLICT GroupsRefusal = 6
+	GroupsRefusal_GROUPS_REFUSAL_NOT_EXPIRED    GroupsRefusal = 7
+	GroupsRefusal_GROUPS_REFUSAL_NOT_REVOKING   GroupsRefusal = 8
+	GroupsRefusal_GROUPS_REFUSAL_FENCED         GroupsRefusal = 9
+)
+
+// Enum value maps for GroupsRefusal.
+var (
+	GroupsRefusal_name = map[int32]string{
+		0: "GROUPS_REFUSAL_UNSPECIFIED",
+		1: "GROUPS_REFUSAL_INVALID",
+		2: "GROUPS_REFUSAL_LIMIT",
+		3: "GROUPS_REFUSAL_UNKNOWN_GROUP",
+		4: "GROUPS_REFUSAL_UNKNOWN_MEMBER",
+		5: "GROUPS_REFUSAL_STALE_SESSION",
+		6: "GROUPS_REFUSAL_TOPIC_CONFLICT",
+		7: "GROUPS_REFUSAL_NOT_EXPIRED",
+		8: "GROUPS_REFUSAL_NOT_REVOKING",
+		9: "GROUPS_REFUSAL_FENCED",
+	}
+	GroupsRefusal_value = map[string]int32{
+		"GROUPS_REFUSAL_UNSPECIFIED":    0,
+		"GROUPS_REFUSAL_INVALID":        1,
+		"GROUPS_REFUSAL_LIMIT":          2,
+		"GROUPS_REFUSAL_UNKNOWN_GROUP":  3,
+		"GROUPS_REFUSAL_UNKNOWN_MEMBER": 4,
+		"GROUPS_REFUSAL_STALE_SESSION":  5,
+		"GROUPS_REFUSAL_TOPIC_CONFLICT": 6,
+		"GROUPS_REFUSAL_NOT_EXPIRED":    7,
+		"GROUPS_REFUSAL_NOT_REVOKING":   8,
+		"GROUPS_REFUSAL_FENCED":         9,
+	}
+)
+
+func (x GroupsRefusal) Enum() *GroupsRefusal {
+	p := new(GroupsRefusal)
+	*p = x
+	return p
+}
+
+func (x GroupsRefusal) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GroupsRefusal) Descriptor() protoreflect.EnumDescriptor {
+	return file_spool_cluster_v1_node_proto_enumTypes[1].Descriptor()
+}
+
+func (GroupsRefusal) Type() protoreflect.EnumType {
+	return &file_spool_cluster_v1_node_proto_enumTypes[1]
+}
+
+func (x GroupsRefusal) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GroupsRefusal.Descriptor instead.
+func (GroupsRefusal) EnumDescriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
 // ProduceError says why a Produce did not commit.
 type ProduceError int32
 
@@ -72,11 +216,11 @@ func (x ProduceError) String() string {
 }
 
 func (ProduceError) Descriptor() protoreflect.EnumDescriptor {
-	return file_spool_cluster_v1_node_proto_enumTypes[0].Descriptor()
+	return file_spool_cluster_v1_node_proto_enumTypes[2].Descriptor()
 }
 
 func (ProduceError) Type() protoreflect.EnumType {
-	return &file_spool_cluster_v1_node_proto_enumTypes[0]
+	return &file_spool_cluster_v1_node_proto_enumTypes[2]
 }
 
 func (x ProduceError) Number() protoreflect.EnumNumber {
@@ -85,7 +229,320 @@ func (x ProduceError) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProduceError.Descriptor instead.
 func (ProduceError) EnumDescriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{2}
+}
+
+// CoordinateRequest carries one coordinator command.
+type CoordinateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cluster_id must be the called node's cluster.
+	ClusterId string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// partition is the partition of the groups topic coordinating the
+	// command's group; group is its raft group (both nodes must agree).
+	Partition int32  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Group     uint64 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	// command is the command (at_ms unset: the leader stamps it).
+	Command       *GroupsCommand `protobuf:"bytes,4,opt,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoordinateRequest) Reset() {
+	*x = CoordinateRequest{}
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinateRequest) ProtoMessage() {}
+
+func (x *CoordinateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinateRequest.ProtoReflect.Descriptor instead.
+func (*CoordinateRequest) Descriptor() ([]byte, []int) {
 	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CoordinateRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *CoordinateRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *CoordinateRequest) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *CoordinateRequest) GetCommand() *GroupsCommand {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+// CoordinateResponse is the command's result as the leader applied it.
+type CoordinateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Error CoordinateError        `protobuf:"varint,1,opt,name=error,proto3,enum=spool.cluster.v1.CoordinateError" json:"error,omitempty"`
+	// leader is the partition's leader when error is NOT_LEADER (0: unknown).
+	Leader uint64 `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// message explains the error (the refusal's text for REFUSED).
+	Message string        `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Refusal GroupsRefusal `protobuf:"varint,4,opt,name=refusal,proto3,enum=spool.cluster.v1.GroupsRefusal" json:"refusal,omitempty"`
+	// The result (coord.Result) when error is unspecified or REFUSED.
+	Generation uint64 `protobuf:"varint,5,opt,name=generation,proto3" json:"generation,omitempty"`
+	Rebalanced bool   `protobuf:"varint,6,opt,name=rebalanced,proto3" json:"rebalanced,omitempty"`
+	// expired is coord.ExpireReason: 0 none, 1 session ended, 2 revocation
+	// timed out.
+	Expired       int32 `protobuf:"varint,7,opt,name=expired,proto3" json:"expired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoordinateResponse) Reset() {
+	*x = CoordinateResponse{}
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinateResponse) ProtoMessage() {}
+
+func (x *CoordinateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinateResponse.ProtoReflect.Descriptor instead.
+func (*CoordinateResponse) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CoordinateResponse) GetError() CoordinateError {
+	if x != nil {
+		return x.Error
+	}
+	return CoordinateError_COORDINATE_ERROR_UNSPECIFIED
+}
+
+func (x *CoordinateResponse) GetLeader() uint64 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+func (x *CoordinateResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CoordinateResponse) GetRefusal() GroupsRefusal {
+	if x != nil {
+		return x.Refusal
+	}
+	return GroupsRefusal_GROUPS_REFUSAL_UNSPECIFIED
+}
+
+func (x *CoordinateResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *CoordinateResponse) GetRebalanced() bool {
+	if x != nil {
+		return x.Rebalanced
+	}
+	return false
+}
+
+func (x *CoordinateResponse) GetExpired() int32 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+// DescribeGroupRequest asks for one group.
+type DescribeGroupRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Group     uint64                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	// name is the consumer group's name.
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeGroupRequest) Reset() {
+	*x = DescribeGroupRequest{}
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeGroupRequest) ProtoMessage() {}
+
+func (x *DescribeGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeGroupRequest.ProtoReflect.Descriptor instead.
+func (*DescribeGroupRequest) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DescribeGroupRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *DescribeGroupRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *DescribeGroupRequest) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *DescribeGroupRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DescribeGroupResponse carries the group as the leader applied it.
+type DescribeGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// error is UNSPECIFIED, NOT_LEADER or UNAVAILABLE.
+	Error   CoordinateError `protobuf:"varint,1,opt,name=error,proto3,enum=spool.cluster.v1.CoordinateError" json:"error,omitempty"`
+	Leader  uint64          `protobuf:"varint,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Message string          `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// state holds the group alone (no group when it has no members and no
+	// committed positions); last_generation is the group's generation.
+	State         *GroupsState `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeGroupResponse) Reset() {
+	*x = DescribeGroupResponse{}
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeGroupResponse) ProtoMessage() {}
+
+func (x *DescribeGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeGroupResponse.ProtoReflect.Descriptor instead.
+func (*DescribeGroupResponse) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DescribeGroupResponse) GetError() CoordinateError {
+	if x != nil {
+		return x.Error
+	}
+	return CoordinateError_COORDINATE_ERROR_UNSPECIFIED
+}
+
+func (x *DescribeGroupResponse) GetLeader() uint64 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+func (x *DescribeGroupResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DescribeGroupResponse) GetState() *GroupsState {
+	if x != nil {
+		return x.State
+	}
+	return nil
 }
 
 // MetadataRequest asks for the controller's state.
@@ -99,7 +556,7 @@ type MetadataRequest struct {
 
 func (x *MetadataRequest) Reset() {
 	*x = MetadataRequest{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -111,7 +568,7 @@ func (x *MetadataRequest) String() string {
 func (*MetadataRequest) ProtoMessage() {}
 
 func (x *MetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[0]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -124,7 +581,7 @@ func (x *MetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataRequest.ProtoReflect.Descriptor instead.
 func (*MetadataRequest) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{0}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MetadataRequest) GetClusterId() string {
@@ -146,7 +603,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -158,7 +615,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -171,7 +628,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MetadataResponse) GetClusterId() string {
@@ -204,7 +661,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +673,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +686,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{2}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinRequest) GetAddr() string {
@@ -264,7 +721,7 @@ type NodeAddr struct {
 
 func (x *NodeAddr) Reset() {
 	*x = NodeAddr{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +733,7 @@ func (x *NodeAddr) String() string {
 func (*NodeAddr) ProtoMessage() {}
 
 func (x *NodeAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +746,7 @@ func (x *NodeAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeAddr.ProtoReflect.Descriptor instead.
 func (*NodeAddr) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{3}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeAddr) GetId() uint64 {
@@ -321,7 +778,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +790,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +803,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -392,7 +849,7 @@ type ProduceRequest struct {
 
 func (x *ProduceRequest) Reset() {
 	*x = ProduceRequest{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +861,7 @@ func (x *ProduceRequest) String() string {
 func (*ProduceRequest) ProtoMessage() {}
 
 func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +874,7 @@ func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceRequest.ProtoReflect.Descriptor instead.
 func (*ProduceRequest) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProduceRequest) GetClusterId() string {
@@ -478,7 +935,7 @@ type ProduceResponse struct {
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +947,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +960,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProduceResponse) GetBaseOffset() int64 {
@@ -550,7 +1007,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +1019,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +1032,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FetchRequest) GetClusterId() string {
@@ -628,7 +1085,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +1097,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_node_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +1110,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_spool_cluster_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FetchResponse) GetBatch() []byte {
@@ -681,7 +1138,36 @@ var File_spool_cluster_v1_node_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/node.proto\x12\x10spool.cluster.v1\x1a\x18spool/v1/publisher.proto\"0\n" +
+	"\x1bspool/cluster/v1/node.proto\x12\x10spool.cluster.v1\x1a\x1dspool/cluster/v1/groups.proto\x1a\x18spool/v1/publisher.proto\"\xa1\x01\n" +
+	"\x11CoordinateRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\x04R\x05group\x129\n" +
+	"\acommand\x18\x04 \x01(\v2\x1f.spool.cluster.v1.GroupsCommandR\acommand\"\x94\x02\n" +
+	"\x12CoordinateResponse\x127\n" +
+	"\x05error\x18\x01 \x01(\x0e2!.spool.cluster.v1.CoordinateErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x129\n" +
+	"\arefusal\x18\x04 \x01(\x0e2\x1f.spool.cluster.v1.GroupsRefusalR\arefusal\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x05 \x01(\x04R\n" +
+	"generation\x12\x1e\n" +
+	"\n" +
+	"rebalanced\x18\x06 \x01(\bR\n" +
+	"rebalanced\x12\x18\n" +
+	"\aexpired\x18\a \x01(\x05R\aexpired\"}\n" +
+	"\x14DescribeGroupRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\x04R\x05group\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"\xb7\x01\n" +
+	"\x15DescribeGroupResponse\x127\n" +
+	"\x05error\x18\x01 \x01(\x0e2!.spool.cluster.v1.CoordinateErrorR\x05error\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x123\n" +
+	"\x05state\x18\x04 \x01(\v2\x1d.spool.cluster.v1.GroupsStateR\x05state\"0\n" +
 	"\x0fMetadataRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\"G\n" +
@@ -725,19 +1211,41 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\x03R\x03end*\xc0\x01\n" +
+	"\x03end\x18\x03 \x01(\x03R\x03end*\xf3\x01\n" +
+	"\x0fCoordinateError\x12 \n" +
+	"\x1cCOORDINATE_ERROR_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bCOORDINATE_ERROR_NOT_LEADER\x10\x01\x12\x19\n" +
+	"\x15COORDINATE_ERROR_LOST\x10\x02\x12$\n" +
+	" COORDINATE_ERROR_OUTCOME_UNKNOWN\x10\x03\x12\x1c\n" +
+	"\x18COORDINATE_ERROR_INVALID\x10\x04\x12 \n" +
+	"\x1cCOORDINATE_ERROR_UNAVAILABLE\x10\x05\x12\x1c\n" +
+	"\x18COORDINATE_ERROR_REFUSED\x10\x06*\xcb\x02\n" +
+	"\rGroupsRefusal\x12\x1e\n" +
+	"\x1aGROUPS_REFUSAL_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16GROUPS_REFUSAL_INVALID\x10\x01\x12\x18\n" +
+	"\x14GROUPS_REFUSAL_LIMIT\x10\x02\x12 \n" +
+	"\x1cGROUPS_REFUSAL_UNKNOWN_GROUP\x10\x03\x12!\n" +
+	"\x1dGROUPS_REFUSAL_UNKNOWN_MEMBER\x10\x04\x12 \n" +
+	"\x1cGROUPS_REFUSAL_STALE_SESSION\x10\x05\x12!\n" +
+	"\x1dGROUPS_REFUSAL_TOPIC_CONFLICT\x10\x06\x12\x1e\n" +
+	"\x1aGROUPS_REFUSAL_NOT_EXPIRED\x10\a\x12\x1f\n" +
+	"\x1bGROUPS_REFUSAL_NOT_REVOKING\x10\b\x12\x19\n" +
+	"\x15GROUPS_REFUSAL_FENCED\x10\t*\xc0\x01\n" +
 	"\fProduceError\x12\x1d\n" +
 	"\x19PRODUCE_ERROR_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PRODUCE_ERROR_NOT_LEADER\x10\x01\x12\x16\n" +
 	"\x12PRODUCE_ERROR_LOST\x10\x02\x12!\n" +
 	"\x1dPRODUCE_ERROR_OUTCOME_UNKNOWN\x10\x03\x12\x19\n" +
 	"\x15PRODUCE_ERROR_INVALID\x10\x04\x12\x1d\n" +
-	"\x19PRODUCE_ERROR_UNAVAILABLE\x10\x052\xc1\x02\n" +
+	"\x19PRODUCE_ERROR_UNAVAILABLE\x10\x052\xfc\x03\n" +
 	"\vNodeService\x12E\n" +
 	"\x04Join\x12\x1d.spool.cluster.v1.JoinRequest\x1a\x1e.spool.cluster.v1.JoinResponse\x12N\n" +
 	"\aProduce\x12 .spool.cluster.v1.ProduceRequest\x1a!.spool.cluster.v1.ProduceResponse\x12H\n" +
 	"\x05Fetch\x12\x1e.spool.cluster.v1.FetchRequest\x1a\x1f.spool.cluster.v1.FetchResponse\x12Q\n" +
-	"\bMetadata\x12!.spool.cluster.v1.MetadataRequest\x1a\".spool.cluster.v1.MetadataResponseB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
+	"\bMetadata\x12!.spool.cluster.v1.MetadataRequest\x1a\".spool.cluster.v1.MetadataResponse\x12W\n" +
+	"\n" +
+	"Coordinate\x12#.spool.cluster.v1.CoordinateRequest\x1a$.spool.cluster.v1.CoordinateResponse\x12`\n" +
+	"\rDescribeGroup\x12&.spool.cluster.v1.DescribeGroupRequest\x1a'.spool.cluster.v1.DescribeGroupResponseB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_spool_cluster_v1_node_proto_rawDescOnce sync.Once
@@ -751,38 +1259,55 @@ func file_spool_cluster_v1_node_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_node_proto_rawDescData
 }
 
-var file_spool_cluster_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spool_cluster_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_spool_cluster_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_spool_cluster_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_spool_cluster_v1_node_proto_goTypes = []any{
-	(ProduceError)(0),        // 0: spool.cluster.v1.ProduceError
-	(*MetadataRequest)(nil),  // 1: spool.cluster.v1.MetadataRequest
-	(*MetadataResponse)(nil), // 2: spool.cluster.v1.MetadataResponse
-	(*JoinRequest)(nil),      // 3: spool.cluster.v1.JoinRequest
-	(*NodeAddr)(nil),         // 4: spool.cluster.v1.NodeAddr
-	(*JoinResponse)(nil),     // 5: spool.cluster.v1.JoinResponse
-	(*ProduceRequest)(nil),   // 6: spool.cluster.v1.ProduceRequest
-	(*ProduceResponse)(nil),  // 7: spool.cluster.v1.ProduceResponse
-	(*FetchRequest)(nil),     // 8: spool.cluster.v1.FetchRequest
-	(*FetchResponse)(nil),    // 9: spool.cluster.v1.FetchResponse
-	(v1.Acks)(0),             // 10: spool.v1.Acks
+	(CoordinateError)(0),          // 0: spool.cluster.v1.CoordinateError
+	(GroupsRefusal)(0),            // 1: spool.cluster.v1.GroupsRefusal
+	(ProduceError)(0),             // 2: spool.cluster.v1.ProduceError
+	(*CoordinateRequest)(nil),     // 3: spool.cluster.v1.CoordinateRequest
+	(*CoordinateResponse)(nil),    // 4: spool.cluster.v1.CoordinateResponse
+	(*DescribeGroupRequest)(nil),  // 5: spool.cluster.v1.DescribeGroupRequest
+	(*DescribeGroupResponse)(nil), // 6: spool.cluster.v1.DescribeGroupResponse
+	(*MetadataRequest)(nil),       // 7: spool.cluster.v1.MetadataRequest
+	(*MetadataResponse)(nil),      // 8: spool.cluster.v1.MetadataResponse
+	(*JoinRequest)(nil),           // 9: spool.cluster.v1.JoinRequest
+	(*NodeAddr)(nil),              // 10: spool.cluster.v1.NodeAddr
+	(*JoinResponse)(nil),          // 11: spool.cluster.v1.JoinResponse
+	(*ProduceRequest)(nil),        // 12: spool.cluster.v1.ProduceRequest
+	(*ProduceResponse)(nil),       // 13: spool.cluster.v1.ProduceResponse
+	(*FetchRequest)(nil),          // 14: spool.cluster.v1.FetchRequest
+	(*FetchResponse)(nil),         // 15: spool.cluster.v1.FetchResponse
+	(*GroupsCommand)(nil),         // 16: spool.cluster.v1.GroupsCommand
+	(*GroupsState)(nil),           // 17: spool.cluster.v1.GroupsState
+	(v1.Acks)(0),                  // 18: spool.v1.Acks
 }
 var file_spool_cluster_v1_node_proto_depIdxs = []int32{
-	4,  // 0: spool.cluster.v1.JoinResponse.nodes:type_name -> spool.cluster.v1.NodeAddr
-	10, // 1: spool.cluster.v1.ProduceRequest.acks:type_name -> spool.v1.Acks
-	0,  // 2: spool.cluster.v1.ProduceResponse.error:type_name -> spool.cluster.v1.ProduceError
-	3,  // 3: spool.cluster.v1.NodeService.Join:input_type -> spool.cluster.v1.JoinRequest
-	6,  // 4: spool.cluster.v1.NodeService.Produce:input_type -> spool.cluster.v1.ProduceRequest
-	8,  // 5: spool.cluster.v1.NodeService.Fetch:input_type -> spool.cluster.v1.FetchRequest
-	1,  // 6: spool.cluster.v1.NodeService.Metadata:input_type -> spool.cluster.v1.MetadataRequest
-	5,  // 7: spool.cluster.v1.NodeService.Join:output_type -> spool.cluster.v1.JoinResponse
-	7,  // 8: spool.cluster.v1.NodeService.Produce:output_type -> spool.cluster.v1.ProduceResponse
-	9,  // 9: spool.cluster.v1.NodeService.Fetch:output_type -> spool.cluster.v1.FetchResponse
-	2,  // 10: spool.cluster.v1.NodeService.Metadata:output_type -> spool.cluster.v1.MetadataResponse
-	7,  // [7:11] is the sub-list for method output_type
-	3,  // [3:7] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	16, // 0: spool.cluster.v1.CoordinateRequest.command:type_name -> spool.cluster.v1.GroupsCommand
+	0,  // 1: spool.cluster.v1.CoordinateResponse.error:type_name -> spool.cluster.v1.CoordinateError
+	1,  // 2: spool.cluster.v1.CoordinateResponse.refusal:type_name -> spool.cluster.v1.GroupsRefusal
+	0,  // 3: spool.cluster.v1.DescribeGroupResponse.error:type_name -> spool.cluster.v1.CoordinateError
+	17, // 4: spool.cluster.v1.DescribeGroupResponse.state:type_name -> spool.cluster.v1.GroupsState
+	10, // 5: spool.cluster.v1.JoinResponse.nodes:type_name -> spool.cluster.v1.NodeAddr
+	18, // 6: spool.cluster.v1.ProduceRequest.acks:type_name -> spool.v1.Acks
+	2,  // 7: spool.cluster.v1.ProduceResponse.error:type_name -> spool.cluster.v1.ProduceError
+	9,  // 8: spool.cluster.v1.NodeService.Join:input_type -> spool.cluster.v1.JoinRequest
+	12, // 9: spool.cluster.v1.NodeService.Produce:input_type -> spool.cluster.v1.ProduceRequest
+	14, // 10: spool.cluster.v1.NodeService.Fetch:input_type -> spool.cluster.v1.FetchRequest
+	7,  // 11: spool.cluster.v1.NodeService.Metadata:input_type -> spool.cluster.v1.MetadataRequest
+	3,  // 12: spool.cluster.v1.NodeService.Coordinate:input_type -> spool.cluster.v1.CoordinateRequest
+	5,  // 13: spool.cluster.v1.NodeService.DescribeGroup:input_type -> spool.cluster.v1.DescribeGroupRequest
+	11, // 14: spool.cluster.v1.NodeService.Join:output_type -> spool.cluster.v1.JoinResponse
+	13, // 15: spool.cluster.v1.NodeService.Produce:output_type -> spool.cluster.v1.ProduceResponse
+	15, // 16: spool.cluster.v1.NodeService.Fetch:output_type -> spool.cluster.v1.FetchResponse
+	8,  // 17: spool.cluster.v1.NodeService.Metadata:output_type -> spool.cluster.v1.MetadataResponse
+	4,  // 18: spool.cluster.v1.NodeService.Coordinate:output_type -> spool.cluster.v1.CoordinateResponse
+	6,  // 19: spool.cluster.v1.NodeService.DescribeGroup:output_type -> spool.cluster.v1.DescribeGroupResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_node_proto_init() }
@@ -790,13 +1315,14 @@ func file_spool_cluster_v1_node_proto_init() {
 	if File_spool_cluster_v1_node_proto != nil {
 		return
 	}
+	file_spool_cluster_v1_groups_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_node_proto_rawDesc), len(file_spool_cluster_v1_node_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      3,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,10 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	NodeService_Join_FullMethodName     = "/spool.cluster.v1.NodeService/Join"
-	NodeService_Produce_FullMethodName  = "/spool.cluster.v1.NodeService/Produce"
-	NodeService_Fetch_FullMethodName    = "/spool.cluster.v1.NodeService/Fetch"
-	NodeService_Metadata_FullMethodName = "/spool.cluster.v1.NodeService/Metadata"
+	NodeService_Join_FullMethodName          = "/spool.cluster.v1.NodeService/Join"
+	NodeService_Produce_FullMethodName       = "/spool.cluster.v1.NodeService/Produce"
+	NodeService_Fetch_FullMethodName         = "/spool.cluster.v1.NodeService/Fetch"
+	NodeService_Metadata_FullMethodName      = "/spool.cluster.v1.NodeService/Metadata"
+	NodeService_Coordinate_FullMethodName    = "/spool.cluster.v1.NodeService/Coordinate"
+	NodeService_DescribeGroup_FullMethodName = "/spool.cluster.v1.NodeService/DescribeGroup"
 )
 
 // NodeServiceClient is the client API for NodeService service.
@@ -48,6 +50,15 @@ type NodeServiceClient interface {
 	// it: how a node without replicas (storage off) learns the members,
 	// topics and placement.
 	Metadata(ctx context.Context, in *MetadataRequest, opts ...grpc.CallOption) (*MetadataResponse, error)
+	// Coordinate applies one consumer-group coordinator command at the
+	// leader of the group's partition of the internal groups topic
+	// (docs/groups.md, "Running on the cluster"): the leader stamps it with
+	// its clock, proposes it, and answers once it has applied it. It never
+	// forwards again: the caller retries at the leader it names.
+	Coordinate(ctx context.Context, in *CoordinateRequest, opts ...grpc.CallOption) (*CoordinateResponse, error)
+	// DescribeGroup returns one group as the leader of its coordinator
+	// partition has applied it.
+	DescribeGroup(ctx context.Context, in *DescribeGroupRequest, opts ...grpc.CallOption) (*DescribeGroupResponse, error)
 }
 
 type nodeServiceClient struct {
@@ -98,6 +109,26 @@ func (c *nodeServiceClient) Metadata(ctx context.Context, in *MetadataRequest, o
 	return out, nil
 }
 
+func (c *nodeServiceClient) Coordinate(ctx context.Context, in *CoordinateRequest, opts ...grpc.CallOption) (*CoordinateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoordinateResponse)
+	err := c.cc.Invoke(ctx, NodeService_Coordinate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nodeServiceClient) DescribeGroup(ctx context.Context, in *DescribeGroupRequest, opts ...grpc.CallOption) (*DescribeGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeGroupResponse)
+	err := c.cc.Invoke(ctx, NodeService_DescribeGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeServiceServer is the server API for NodeService service.
 // All implementations must embed UnimplementedNodeServiceServer
 // for forward compatibility.
@@ -121,6 +152,15 @@ type NodeServiceServer interface {
 	// it: how a node without replicas (storage off) learns the members,
 	// topics and placement.
 	Metadata(context.Context, *MetadataRequest) (*MetadataResponse, error)
+	// Coordinate applies one consumer-group coordinator command at the
+	// leader of the group's partition of the internal groups topic
+	// (docs/groups.md, "Running on the cluster"): the leader stamps it with
+	// its clock, proposes it, and answers once it has applied it. It never
+	// forwards again: the caller retries at the leader it names.
+	Coordinate(context.Context, *CoordinateRequest) (*CoordinateResponse, error)
+	// DescribeGroup returns one group as the leader of its coordinator
+	// partition has applied it.
+	DescribeGroup(context.Context, *DescribeGroupRequest) (*DescribeGroupResponse, error)
 	mustEmbedUnimplementedNodeServiceServer()
 }
 
@@ -142,6 +182,12 @@ func (UnimplementedNodeServiceServer) Fetch(context.Context, *FetchRequest) (*Fe
 }
 func (UnimplementedNodeServiceServer) Metadata(context.Context, *MetadataRequest) (*MetadataResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Metadata not implemented")
+}
+func (UnimplementedNodeServiceServer) Coordinate(context.Context, *CoordinateRequest) (*CoordinateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Coordinate not implemented")
+}
+func (UnimplementedNodeServiceServer) DescribeGroup(context.Context, *DescribeGroupRequest) (*DescribeGroupResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DescribeGroup not implemented")
 }
 func (UnimplementedNodeServiceServer) mustEmbedUnimplementedNodeServiceServer() {}
 func (UnimplementedNodeServiceServer) testEmbeddedByValue()                     {}
@@ -236,6 +282,42 @@ func _NodeService_Metadata_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeService_Coordinate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoordinateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServiceServer).Coordinate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeService_Coordinate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServiceServer).Coordinate(ctx, req.(*CoordinateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NodeService_DescribeGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeServiceServer).DescribeGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeService_DescribeGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeServiceServer).DescribeGroup(ctx, req.(*DescribeGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeService_ServiceDesc is the grpc.ServiceDesc for NodeService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -258,6 +340,14 @@ var NodeService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Metadata",
 			Handler:    _NodeService_Metadata_Handler,
+		},
+		{
+			MethodName: "Coordinate",
+			Handler:    _NodeService_Coordinate_Handler,
+		},
+		{
+			MethodName: "DescribeGroup",
+			Handler:    _NodeService_DescribeGroup_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
