@@ -195,6 +195,44 @@ func (n *Node) Run(ctx context.Context) error {
 // Close flushes and closes the log. Produce after Close fails with ErrClosed.
 func (n *Node) Close() error { return n.store.Close() }
 
+// ErrDeleteUnsupported: topic deletion is not available here (a cluster's
+// controller cannot remove a topic yet).
+var ErrDeleteUnsupported = errors.New("topic deletion not supported")
+
+// DeleteTopic removes a topic from a single node: its partitions' files
+// and every group's committed positions on it. Appends already queued are
+// written first (and then deleted); later calls for the topic fail with
+// ErrUnknownTopic, and a topic created again under the name starts empty
+// at offset 0. The caller checks that nothing uses it (subscriptions).
+// A crash in the middle leaves some files, which a later DeleteTopic (or
+// the topic created again) finds; nothing half-deleted is served, since
+// the topic is not reopened unless declared. On a cluster:
+// ErrDeleteUnsupported.
+func (n *Node) DeleteTopic(name string) error {
+	if n.cl != nil {
+		return fmt.Errorf("%w: deleting topic %q: a cluster's controller cannot remove a topic yet", ErrDeleteUnsupported, name)
+	}
+	n.mu.Lock()
+	t, ok := n.topics[name]
+	if ok {
+		delete(n.topics, name)
+	}
+	n.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownTopic, name)
+	}
+	t.notify() // watchers look again and find it gone
+	var errs []error
+	for _, p := range t.parts {
+		errs = append(errs, n.store.Drop(PartitionName(name, p.num)))
+	}
+	errs = append(errs, n.groups.Forget(name))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("engine: delete topic %q: %w (its files may be left in the data dir; deleting it again finishes)", name, err)
+	}
+	return nil
+}
+
 // PartitionName is the log's name for a topic partition: "<topic>-<n>".
 func PartitionName(topic string, p int32) string {
 	return topic + "-" + strconv.Itoa(int(p))

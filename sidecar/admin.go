@@ -177,10 +177,12 @@ func (a *admin) AlterTopic(ctx context.Context, req *spoolv1.AlterTopicRequest) 
 	return &spoolv1.AlterTopicResponse{Topic: ti}, nil
 }
 
-// DeleteTopic refuses, saying why: a subscription uses the topic, the
-// config declares it, or (for a topic nothing uses) Spool cannot delete
-// topics yet — the log cannot remove a partition while spoold runs, and a
-// cluster's controller has no topic deletion.
+// DeleteTopic deletes a topic created through spool that no subscription
+// uses: its partitions' data and every group's positions on it, then its
+// catalogue entry (a crash between the two brings the topic back empty at
+// the next start; deleting it again finishes). Refused, saying why, when a
+// subscription uses it, the config declares it, or the sidecar is in a
+// cluster (the controller cannot remove a topic yet).
 func (a *admin) DeleteTopic(ctx context.Context, req *spoolv1.DeleteTopicRequest) (*spoolv1.DeleteTopicResponse, error) {
 	name := req.GetName()
 	if _, ok := a.topicSpec(name); !ok {
@@ -195,7 +197,15 @@ func (a *admin) DeleteTopic(ctx context.Context, req *spoolv1.DeleteTopicRequest
 	if _, clustered := a.eng.ClusterStatus(); clustered {
 		return nil, apierr.ToStatus(apierr.New(apierr.TopicDeleteUnsupported, "deleting topic %s: topic deletion is not supported on a cluster yet (the controller cannot remove a topic): stop publishing to it and shorten its retention (spool topic alter %s --retention 1h) so that it empties", name, name))
 	}
-	return nil, apierr.ToStatus(apierr.New(apierr.TopicDeleteUnsupported, "deleting topic %s: topic deletion is not supported yet (the log cannot remove a partition while spoold runs): stop publishing to it and shorten its retention (spool topic alter %s --retention 1h) so that it empties", name, name))
+	a.catalog.mu.Lock()
+	defer a.catalog.mu.Unlock()
+	if err := a.eng.DeleteTopic(name); err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	if err := a.catalog.remove(name); err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("delete topic %s: its data is deleted, but removing it from the topics created through spool failed (it comes back empty at the next start; delete it again then): %w", name, err))
+	}
+	return &spoolv1.DeleteTopicResponse{}, nil
 }
 
 func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) (*spoolv1.ListGroupsResponse, error) {

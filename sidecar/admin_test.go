@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -129,10 +130,40 @@ func TestAdminTopics(t *testing.T) {
 	}
 	_, err = a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "orders.dlq.mail"})
 	check("delete a subscription's dead-letter topic", err, codes.FailedPrecondition, "TOPIC_IN_USE")
-	_, err = a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "audit"})
-	check("delete a topic nothing uses", err, codes.FailedPrecondition, "TOPIC_DELETE_UNSUPPORTED")
 	_, err = a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "nope"})
 	check("delete an unknown topic", err, codes.NotFound, "UNKNOWN_TOPIC")
+
+	// A topic nothing uses is deleted: its records and a group's positions
+	// on it go; created again under its name it starts empty.
+	if _, err := a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "scratch", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	appended := make(chan error, 1)
+	eng.Produce("scratch", 0, []engine.Record{{Value: []byte("old")}, {Value: []byte("old")}}, func(_ int64, err error) { appended <- err })
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.CommitPositions("mail", "scratch", map[int32]engine.Position{0: {Next: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "scratch"}); err != nil {
+		t.Fatalf("delete a topic nothing uses: %v", err)
+	}
+	if _, _, err := eng.Offsets("scratch", 0); !errors.Is(err, engine.ErrUnknownTopic) {
+		t.Fatalf("offsets of a deleted topic: %v, want ErrUnknownTopic", err)
+	}
+	if _, err := a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "scratch", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if start, end, err := eng.Offsets("scratch", 0); err != nil || start != 0 || end != 0 {
+		t.Fatalf("scratch created again: offsets %d..%d, %v; want an empty log", start, end, err)
+	}
+	if pos, err := eng.LoadPositions("mail", "scratch"); err != nil || len(pos) != 0 {
+		t.Fatalf("a group's positions on scratch created again: %v, %v; want none", pos, err)
+	}
+	if _, err := a.DeleteTopic(ctx, &spoolv1.DeleteTopicRequest{Name: "scratch"}); err != nil {
+		t.Fatalf("delete scratch again: %v", err)
+	}
 
 	// The next start opens audit again, with its altered retention.
 	stop()
@@ -153,7 +184,7 @@ func TestAdminTopics(t *testing.T) {
 			t.Errorf("audit after a restart: %v", tp)
 		}
 	}
-	if !slices.Contains(names, "audit") {
-		t.Fatalf("after a restart the node has %v, not audit", names)
+	if !slices.Contains(names, "audit") || slices.Contains(names, "scratch") {
+		t.Fatalf("after a restart the node has %v: want audit and not the deleted scratch", names)
 	}
 }

@@ -80,6 +80,16 @@ func (c *topicCatalog) load() ([]createdTopic, error) {
 // put adds or replaces t and writes the catalogue durably (a temporary
 // file, fsynced, renamed, and the directory fsynced).
 func (c *topicCatalog) put(t createdTopic) error {
+	return c.update(t.Name, &t)
+}
+
+// remove deletes the entry of a topic (none: nothing changes).
+func (c *topicCatalog) remove(name string) error {
+	return c.update(name, nil)
+}
+
+// update replaces the entry named name by t (nil: removes it).
+func (c *topicCatalog) update(name string, t *createdTopic) error {
 	if c.path == "" {
 		return nil
 	}
@@ -87,8 +97,10 @@ func (c *topicCatalog) put(t createdTopic) error {
 	if err != nil {
 		return err
 	}
-	ts = slices.DeleteFunc(ts, func(x createdTopic) bool { return x.Name == t.Name })
-	ts = append(ts, t)
+	ts = slices.DeleteFunc(ts, func(x createdTopic) bool { return x.Name == name })
+	if t != nil {
+		ts = append(ts, *t)
+	}
 	slices.SortFunc(ts, func(a, b createdTopic) int { return strings.Compare(a.Name, b.Name) })
 	b, err := json.MarshalIndent(ts, "", "  ")
 	if err != nil {

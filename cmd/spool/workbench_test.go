@@ -36,7 +36,7 @@ func TestTopicAdmin(t *testing.T) {
 	s.check("topic_alter_unknown", 1, "topic", "alter", "nope", "--retention", "1d")
 	s.check("topic_delete_no_tty", 2, "topic", "delete", "audit")
 	s.checkIn("topic_delete_declined", "n\n", true, 1, "topic", "delete", "audit")
-	s.check("topic_delete_unsupported", 1, "topic", "delete", "audit", "--yes")
+	s.check("topic_delete", 0, "topic", "delete", "clicks", "--yes")
 	s.check("topic_delete_in_use", 1, "topic", "delete", jobsT, "--yes")
 	// A created topic takes messages at once.
 	s.check("produce_created_topic", 0, "produce", "audit", "hello", "--key", "k", "--id", "audit-1")

@@ -124,6 +124,32 @@ func (s *Store) Commit(group, topic string, positions map[int32]Position) error 
 	return nil
 }
 
+// Forget deletes every group's committed positions on topic (a deleted
+// topic: a topic created again under its name starts at offset 0, and old
+// positions would skip its first messages).
+func (s *Store) Forget(topic string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	groups, err := s.fsys.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("offsets: list %s: %w", s.dir, err)
+	}
+	for _, g := range groups {
+		if !g.IsDir() {
+			continue
+		}
+		path := s.path(g.Name(), topic)
+		if err := s.fsys.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("offsets: delete %s: %w", path, err)
+		} else if err == nil {
+			if err := s.fsys.SyncDir(filepath.Dir(path)); err != nil {
+				return fmt.Errorf("offsets: sync %s: %w", filepath.Dir(path), err)
+			}
+		}
+	}
+	return nil
+}
+
 // File format (little endian):
 //
 //	magic "SPOF" | version u8 (1) | crc32c u32 of everything after it |

@@ -109,6 +109,8 @@ func Classify(err error) Reason {
 		return DiskFull
 	case errors.Is(err, engine.ErrUnknownTopic):
 		return UnknownTopic
+	case errors.Is(err, engine.ErrDeleteUnsupported):
+		return TopicDeleteUnsupported
 	case errors.Is(err, engine.ErrUnknownNode):
 		return UnknownNode
 	case errors.Is(err, engine.ErrDecommissionRefused):
