@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -41,6 +42,8 @@ type session struct {
 	wake     chan struct{} // cap 1: something was queued
 	closeReq chan struct{} // closed by finish: flush, CloseSend, exit
 	broken   chan struct{} // closed by fail
+
+	waiting waitingLeases // deliveries received, not yet started by a worker
 
 	mu       sync.Mutex
 	dead     bool  // stream broke or was finished: drop settlements
@@ -132,6 +135,7 @@ func (s *session) fail(err error) {
 	}
 	s.dead, s.err = true, err
 	s.mu.Unlock()
+	s.waiting.stop()
 	close(s.broken)
 	s.cancelHandle()
 	s.cancelStream()
@@ -194,7 +198,9 @@ func (s *session) settle(st settlement) {
 
 // release hands back a delivery that was never started, without credit.
 func (s *session) release(d *spoolv1.Delivery) {
-	s.settle(settlement{ref: refOf(d), outcome: spoolv1.Outcome_OUTCOME_RELEASE})
+	ref := refOf(d)
+	s.waiting.remove(ref)
+	s.settle(settlement{ref: ref, outcome: spoolv1.Outcome_OUTCOME_RELEASE})
 }
 
 // extend queues a lease extension (extend_by_ms 0: the visibility timeout).
@@ -258,6 +264,8 @@ func (s *session) recvLoop() {
 				s.release(d)
 				continue
 			}
+			// Its lease runs from now: keep it while it waits for a worker.
+			s.waiting.add(s, refOf(d), d.GetLeaseDeadlineMs())
 			select {
 			case s.sub.work <- workItem{s: s, d: d}:
 			case <-s.broken:
@@ -383,4 +391,92 @@ func buildFrame(o *outbox) *spoolv1.SubscribeRequest {
 		}
 	}
 	return req
+}
+
+// waitingLeases extends the leases of deliveries received ahead (prefetch)
+// while they wait for a worker: at 2/3 of the lease, then every 2/3 of the
+// visibility timeout, like a running delivery's leaseKeeper. One timer for
+// all of them, armed for the earliest. A worker takes a delivery out
+// (remove) before its own keeper starts.
+type waitingLeases struct {
+	mu    sync.Mutex // a leaf: not held while calling session.extend
+	due   map[deliveryRef]time.Time
+	every time.Duration
+	s     *session
+	timer *time.Timer
+}
+
+func (w *waitingLeases) add(s *session, ref deliveryRef, deadlineMs int64) {
+	vis := time.Duration(s.visibilityMs.Load()) * time.Millisecond
+	var at time.Duration
+	switch {
+	case deadlineMs > 0:
+		lease := time.Until(time.UnixMilli(deadlineMs))
+		at = max(lease*2/3, 0)
+		if vis <= 0 {
+			vis = lease
+		}
+	case vis > 0:
+		at = vis * 2 / 3
+	default:
+		return // no lease information: nothing to extend
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.due == nil {
+		w.due = map[deliveryRef]time.Time{}
+		w.s = s
+		w.timer = time.AfterFunc(time.Hour, w.fire)
+	}
+	w.every = max(vis*2/3, minExtendEvery)
+	w.due[ref] = time.Now().Add(at)
+	w.armLocked()
+}
+
+func (w *waitingLeases) remove(ref deliveryRef) {
+	w.mu.Lock()
+	delete(w.due, ref)
+	w.mu.Unlock()
+}
+
+// stop ends the timer (the session is closing).
+func (w *waitingLeases) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.due = nil
+}
+
+// armLocked sets the timer for the earliest extension due.
+func (w *waitingLeases) armLocked() {
+	if w.timer == nil || len(w.due) == 0 {
+		return
+	}
+	var next time.Time
+	for _, t := range w.due {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	w.timer.Reset(max(time.Until(next), 0))
+}
+
+func (w *waitingLeases) fire() {
+	w.mu.Lock()
+	now := time.Now()
+	var refs []deliveryRef
+	for ref, t := range w.due {
+		if !t.After(now) {
+			refs = append(refs, ref)
+			w.due[ref] = now.Add(w.every)
+		}
+	}
+	s := w.s
+	w.armLocked()
+	w.mu.Unlock()
+	for _, ref := range refs {
+		s.extend(ref)
+	}
 }

@@ -269,6 +269,7 @@ func (sub *subscriber) process(w *leaseKeeper, it workItem) {
 		return
 	}
 	ref := refOf(d)
+	s.waiting.remove(ref) // this worker's keeper takes over the lease
 	w.begin(s, ref, d.GetLeaseDeadlineMs())
 	err := sub.call(s.handlerCtx, newMessage(d))
 	w.end()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,6 +206,44 @@ func TestLeaseExtension(t *testing.T) {
 		t.Fatalf("settle errors = %d", r.SettleErrors)
 	}
 	// That extensions stop when the handler returns is TestLeaseKeeperStopsAtEnd.
+}
+
+// A delivery received ahead (prefetched) while the handler is busy keeps
+// its lease: it is extended while it waits, not only once a handler runs
+// it (with a handler slower than the visibility timeout, a waiting
+// delivery's lease would otherwise expire and its settlement be refused).
+func TestPrefetchedLeaseExtended(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{VisibilityMs: 90})
+	e.side.Enqueue("orders", "first")
+	e.side.Enqueue("orders", "second")
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) }) // a failed await must not leave the handler blocked
+	var first atomic.Uint64
+	e.subscribe(func(ctx context.Context, m *spool.Message) error {
+		if string(m.Payload) == "first" {
+			first.Store(m.FencingToken)
+			<-release
+		}
+		return nil
+	}, spool.WithConcurrency(1), spool.WithPrefetch(1))
+	// The second delivery waits behind the first: its lease must be
+	// extended meanwhile (extensions of another token than the running
+	// first's).
+	e.await("the waiting delivery's lease extended twice", func(r fakesidecar.Record) bool {
+		n := 0
+		for _, x := range r.Extends {
+			if tok := x.GetRef().GetFencingToken(); first.Load() != 0 && tok != first.Load() {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	once.Do(func() { close(release) })
+	r := e.await("both acked", func(r fakesidecar.Record) bool { return len(r.Acks) == 2 })
+	if r.SettleErrors != 0 || len(r.Nacks) != 0 {
+		t.Fatalf("settle errors %d, nacks %v", r.SettleErrors, r.Nacks)
+	}
 }
 
 func TestReconnectAfterBrokenStream(t *testing.T) {
