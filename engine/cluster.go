@@ -323,7 +323,6 @@ func (c *cluster) run(ctx context.Context) error {
 	// What this node already knows of the cluster (its committed controller
 	// log) places its replicas before the first election.
 	c.applyController()
-	c.removeStrayReplicas()
 
 	// The components run on their own context: when ctx ends, this node
 	// first hands the leadership of its groups to other replicas, so that
@@ -554,7 +553,11 @@ func (c *cluster) register(ctx context.Context) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	balanced := time.Now()
+	strays := false // the data of partitions no longer held was deleted
 	for {
+		if !strays {
+			strays = c.removeStrayReplicas(ctx)
+		}
 		c.leaderChores()
 		c.driveMoves(ctx)
 		c.planMoves(ctx)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
 // Replica moves (docs/replication.md, "Replica moves"). The controller's
@@ -138,43 +139,88 @@ func sameSet(a, b []uint64) bool {
 	return true
 }
 
-// removeStrayReplicas deletes, at start, the data of partitions this node
-// no longer holds and has not opened: replicas a move took away while it
-// was down (and the rest of a deletion a crash cut short). run calls it
-// after placing the replicas this node holds. Replicas taken away later
-// (including those this node's stale view still opened at start) are
-// deleted by dropReplica.
-func (c *cluster) removeStrayReplicas() {
-	c.mu.Lock()
-	st := c.state
-	c.mu.Unlock()
+// removeStrayReplicas deletes the data of partitions this node no longer
+// holds and has not opened: replicas a move took away while it was down
+// (and the rest of a deletion a crash cut short). The chores call it until
+// it returns true, once per start. A node's own view may be behind after a
+// power loss (the commit index is not fsynced on every change), and a
+// replica given to it after that point must not be taken for a stray: a
+// partition is deleted only when the controller leader's state says so
+// too (asked through Metadata; its applied state holds every committed
+// command). No leader known or reachable: nothing is deleted, try again.
+func (c *cluster) removeStrayReplicas(ctx context.Context) bool {
+	st, ok := c.host.Status(controllerGroup)
+	if !ok || st.Leader == 0 {
+		return false
+	}
+	var lead *meta.State
+	if st.Leader == c.id.NodeID {
+		c.mu.Lock()
+		lead = c.state
+		c.mu.Unlock()
+	} else {
+		cl, err := c.peers.client(st.Leader)
+		if err != nil {
+			return false
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID})
+		cancel()
+		if err != nil {
+			return false
+		}
+		if lead, err = meta.DecodeState(resp.GetState()); err != nil {
+			return false
+		}
+	}
 	stored := map[string]bool{}
 	for _, name := range c.n.store.Partitions() {
 		stored[name] = true
 	}
-	for _, t := range st.Topics() {
-		for i, mp := range t.Partitions {
+	c.mu.Lock()
+	local := c.state
+	c.mu.Unlock()
+	holds := func(s *meta.State, topic string, i int) (uint64, bool, bool) {
+		t, ok := s.Topic(topic)
+		if !ok || i >= len(t.Partitions) {
+			return 0, false, false
+		}
+		return t.Partitions[i].Group, slices.Contains(t.Partitions[i].Holders(), c.id.NodeID), true
+	}
+	for _, t := range lead.Topics() {
+		for i := range t.Partitions {
 			name := PartitionName(t.Spec.Name, int32(i))
-			if !stored[name] || slices.Contains(mp.Holders(), c.id.NodeID) {
+			if !stored[name] {
 				continue
 			}
-			c.n.mu.RLock()
+			group, leadHolds, _ := holds(lead, t.Spec.Name, i)
+			lgroup, localHolds, known := holds(local, t.Spec.Name, i)
+			if leadHolds || localHolds || !known || lgroup != group {
+				continue
+			}
+			// Checked and deleted under the engine's lock: placing a topic
+			// opens partition logs under it, so nothing opens this one
+			// meanwhile.
+			c.n.mu.Lock()
 			var open bool
 			if lt, ok := c.n.topics[t.Spec.Name]; ok && i < len(lt.parts) {
 				open = lt.parts[i].log != nil || lt.learning[int32(i)] != nil
 			}
-			c.n.mu.RUnlock()
-			if open {
-				continue
+			var err error
+			if !open {
+				err = errors.Join(c.n.store.Drop(name), removeTree(c.fs, c.groupDir(group)))
 			}
-			err := errors.Join(c.n.store.Drop(name), removeTree(c.fs, c.groupDir(mp.Group)))
-			if err != nil {
+			c.n.mu.Unlock()
+			switch {
+			case open:
+			case err != nil:
 				c.logger.Warn("spool cluster: cannot delete the data of a partition this node no longer holds; the next start tries again", "partition", name, "err", err)
-				continue
+			default:
+				c.logger.Info("spool cluster: deleted the data of a partition this node no longer holds", "partition", name, "group", group)
 			}
-			c.logger.Info("spool cluster: deleted the data of a partition this node no longer holds", "partition", name, "group", mp.Group)
 		}
 	}
+	return true
 }
 
 // removeTree deletes a directory of files (one level: partition and raft
