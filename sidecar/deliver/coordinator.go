@@ -170,7 +170,6 @@ func (ms *membership) run(ctx context.Context) {
 func (ms *membership) round(ctx context.Context) {
 	now := time.Now()
 	beatEvery := ms.cfg.SessionTimeout / 3
-	anyJoined := false
 	for _, x := range ms.subs {
 		if x.stale {
 			continue
@@ -182,11 +181,10 @@ func (ms *membership) round(ctx context.Context) {
 		case x.joined && (x.yielding == want || !now.Before(x.lastBeat.Add(beatEvery))):
 			ms.heartbeat(ctx, x, !want)
 		}
-		anyJoined = anyJoined || x.joined
 	}
-	if anyJoined {
-		ms.poll(ctx)
-	}
+	// Read even when no member is joined: lag and the admin API show the
+	// group's committed positions on every sidecar.
+	ms.poll(ctx)
 }
 
 func (ms *membership) join(ctx context.Context, x *memberSub) {
