@@ -11,6 +11,7 @@ type (
 	GroupJoin           = coord.Join
 	GroupHeartbeat      = coord.Heartbeat
 	GroupLeave          = coord.Leave
+	GroupExpire         = coord.Expire
 	GroupRevokeDone     = coord.RevokeDone
 	GroupCommit         = coord.Commit
 	GroupTopic          = coord.Topic
@@ -41,3 +42,7 @@ const (
 	GroupMinRevokeTimeoutMs      = coord.MinRevokeTimeoutMs
 	GroupMaxRevokeTimeoutMs      = coord.MaxRevokeTimeoutMs
 )
+
+// NewGroupState returns an empty coordinator state: for tests that run the
+// coordinator's state machine in process (GroupState.Apply).
+func NewGroupState() *GroupState { return coord.NewState() }
