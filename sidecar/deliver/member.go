@@ -50,9 +50,6 @@ type assignView struct {
 // delivering reports whether the partition's records are fetched and handed out.
 func (m *machine) delivering(p *part) bool { return !m.cluster || p.own == ownActive }
 
-// owns reports whether the member owns the partition (its positions are committed).
-func (m *machine) owns(p *part) bool { return !m.cluster || p.own != ownNone }
-
 // assigned applies the coordinator's view of one subscription.
 func (m *machine) assigned(now time.Time, v *assignView) {
 	s := v.s
