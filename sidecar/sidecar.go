@@ -2,6 +2,8 @@ package sidecar
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -292,6 +294,17 @@ func limits(cfg *config.Config) publish.Limits {
 
 // newGroups builds one delivery group per consumer group of the config.
 func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led ledger.Ledger, owner string, logger *slog.Logger) ([]*deliver.Group, func(), error) {
+	// In a cluster, the sidecars whose apps consume a group share its
+	// partitions through the group's coordinator (docs/groups.md).
+	var co deliver.Coordinator
+	var session string
+	if _, clustered := eng.ClusterStatus(); clustered {
+		co = clusterCoordinator{eng: eng}
+		var err error
+		if session, err = newSession(); err != nil {
+			return nil, nil, err
+		}
+	}
 	byGroup := map[string]*deliver.GroupConfig{}
 	var order []string
 	var conns []*grpc.ClientConn
@@ -306,6 +319,11 @@ func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led led
 		if !ok {
 			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, CommitInterval: cfg.Node.CommitInterval,
 				SidecarVersion: Version, Ledger: led, Owner: owner}
+			if co != nil {
+				gc.Coordinator = co
+				gc.Membership = deliver.Membership{MemberPrefix: owner, Session: session,
+					SessionTimeout: cfg.Cluster.GroupSessionTimeout, RevokeTimeout: cfg.Cluster.GroupRevokeTimeout}
+			}
 			byGroup[sc.Group] = gc
 			order = append(order, sc.Group)
 		}
@@ -394,4 +412,59 @@ func dialTarget(addr string) string {
 		return addr
 	}
 	return "passthrough:///" + addr
+}
+
+// clusterCoordinator is the engine's group coordinator as delivery needs it.
+type clusterCoordinator struct{ eng *engine.Node }
+
+// Coordinate applies one coordinator command (engine.Node.Coordinate).
+func (c clusterCoordinator) Coordinate(ctx context.Context, cmd engine.GroupCommand) (engine.GroupResult, error) {
+	return c.eng.Coordinate(ctx, cmd)
+}
+
+// DescribeGroup reads a group at its coordinator (engine.Node.DescribeGroup).
+func (c clusterCoordinator) DescribeGroup(ctx context.Context, group string) (*engine.GroupState, error) {
+	return c.eng.DescribeGroup(ctx, group)
+}
+
+// Node is this node's id once it is a working member of the cluster.
+func (c clusterCoordinator) Node() (uint64, bool) {
+	st, ok := c.eng.ClusterStatus()
+	return st.NodeID, ok && st.Ready && st.NodeID != 0
+}
+
+// Replicas lists the replica nodes of every partition of topic when this
+// node holds a replica of each (with the usual replication factor 3 on 3
+// nodes, always); otherwise none, and the coordinator assigns without the
+// preference for local reads.
+func (c clusterCoordinator) Replicas(topic string) [][]uint64 {
+	n, err := c.eng.Partitions(topic)
+	if err != nil || n <= 0 {
+		return nil
+	}
+	st, ok := c.eng.ClusterStatus()
+	if !ok {
+		return nil
+	}
+	out := make([][]uint64, n)
+	known := 0
+	for _, r := range st.Replicas {
+		if r.Topic == topic && r.Partition >= 0 && r.Partition < n && out[r.Partition] == nil {
+			out[r.Partition] = r.Replicas
+			known++
+		}
+	}
+	if known != int(n) {
+		return nil
+	}
+	return out
+}
+
+// newSession names this spoold process among the members of its groups.
+func newSession() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("consumer groups: drawing a session id: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }

@@ -62,6 +62,15 @@ type ClusterConfig struct {
 	// member: it learns the cluster from the nodes in Join and publishes
 	// and reads through them (autoscaled stateless pods). Default "on".
 	Storage string `yaml:"storage"`
+	// GroupSessionTimeout: a sidecar's consumer-group member that the
+	// group's coordinator has not heard from for this long (it heartbeats
+	// every third of it) loses its partitions to the other members.
+	// Default 10s, 3s to 5m.
+	GroupSessionTimeout time.Duration `yaml:"group_session_timeout"`
+	// GroupRevokeTimeout bounds how long a member may take to hand over a
+	// partition it is asked to give up (drain, commit); past it the member
+	// is expired. Default 15s, 1s to 5m.
+	GroupRevokeTimeout time.Duration `yaml:"group_revoke_timeout"`
 }
 
 // ClusterTLSConfig names the PEM files of mutual TLS between nodes. They

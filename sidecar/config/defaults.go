@@ -11,10 +11,15 @@ import (
 // except the fields where zero means something: topic retention and
 // retention_bytes (forever, unlimited), redis.db, node.dev, redis.tls.
 const (
-	DefaultAppListen      = "127.0.0.1:7070"
-	DefaultAdminListen    = "127.0.0.1:7071"
-	DefaultDrainTimeout   = 30 * time.Second
-	DefaultCommitInterval = 200 * time.Millisecond
+	DefaultAppListen    = "127.0.0.1:7070"
+	DefaultAdminListen  = "127.0.0.1:7071"
+	DefaultDrainTimeout = 30 * time.Second
+	// DefaultGroupSessionTimeout and DefaultGroupRevokeTimeout are the
+	// group coordinator's defaults (docs/groups.md says why they fit
+	// Kubernetes).
+	DefaultGroupSessionTimeout = 10 * time.Second
+	DefaultGroupRevokeTimeout  = 15 * time.Second
+	DefaultCommitInterval      = 200 * time.Millisecond
 
 	DefaultFsync              = FsyncAlways
 	DefaultFsyncInterval      = 50 * time.Millisecond
@@ -85,6 +90,8 @@ func (c *Config) ApplyDefaults() {
 		setInt(&c.Cluster.ReplicationFactor, DefaultReplicationFactor)
 		setDur(&c.Cluster.ProduceTimeout, DefaultProduceTimeout)
 		setDur(&c.Cluster.DeadNodeTimeout, DefaultDeadNodeTimeout)
+		setDur(&c.Cluster.GroupSessionTimeout, DefaultGroupSessionTimeout)
+		setDur(&c.Cluster.GroupRevokeTimeout, DefaultGroupRevokeTimeout)
 	}
 
 	l := &c.Limits

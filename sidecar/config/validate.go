@@ -429,6 +429,12 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.ProduceTimeout <= 0 {
 		v.add("cluster.produce_timeout", cl.ProduceTimeout.String(), "a positive duration, like 10s")
 	}
+	if cl.GroupSessionTimeout < 3*time.Second || cl.GroupSessionTimeout > 5*time.Minute {
+		v.add("cluster.group_session_timeout", cl.GroupSessionTimeout.String(), "between 3s and 5m (default 10s)")
+	}
+	if cl.GroupRevokeTimeout < time.Second || cl.GroupRevokeTimeout > 5*time.Minute {
+		v.add("cluster.group_revoke_timeout", cl.GroupRevokeTimeout.String(), "between 1s and 5m (default 15s)")
+	}
 	if cl.DeadNodeTimeout < 10*time.Second {
 		v.add("cluster.dead_node_timeout", cl.DeadNodeTimeout.String(), "at least 10s (default 5m: longer than a restart or a rolling update, so that they never move data)")
 	}

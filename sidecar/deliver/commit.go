@@ -44,6 +44,9 @@ func (m *machine) dirty() bool {
 			continue
 		}
 		for _, p := range s.parts {
+			if !m.committable(p) {
+				continue
+			}
 			next, _ := p.tr.Committed(nil)
 			if next != p.committed.Next || p.tr.InFlight() > 0 {
 				return true
@@ -59,24 +62,52 @@ func (m *machine) maybeCommit(now time.Time) {
 	if now.Before(m.nextCommit) {
 		return
 	}
-	m.nextCommit = now.Add(m.cfg.CommitInterval)
+	m.nextCommit = now.Add(m.commitInterval())
 	for _, s := range m.subs {
 		if s.committing {
 			continue
 		}
-		pos, changed := s.positions()
+		pos, changed := m.positions(s)
 		if !changed {
 			continue
 		}
 		s.committing = true
-		m.emit(action{kind: actCommit, s: s, pos: pos})
+		a := action{kind: actCommit, s: s, pos: pos}
+		if m.cluster {
+			// Only the changed ones: each is one record of the groups topic.
+			a.gens = map[int32]uint64{}
+			for num, x := range pos {
+				if x.Equal(s.parts[num].committed) {
+					delete(pos, num)
+				} else {
+					a.gens[num] = s.parts[num].gen
+				}
+			}
+		}
+		m.emit(a)
 	}
 }
 
-func (s *sub) positions() (map[int32]engine.Position, bool) {
+func (m *machine) commitInterval() time.Duration {
+	if m.cluster {
+		return m.cfg.Membership.CommitInterval
+	}
+	return m.cfg.CommitInterval
+}
+
+// committable: the member owns the partition and is not handing it over
+// (every partition on a single node).
+func (m *machine) committable(p *part) bool { return !m.cluster || (p.own != ownNone && !p.handing) }
+
+// positions returns the positions of the partitions the member commits,
+// and whether one changed.
+func (m *machine) positions(s *sub) (map[int32]engine.Position, bool) {
 	pos := make(map[int32]engine.Position, len(s.parts))
 	changed := false
 	for _, p := range s.parts {
+		if !m.committable(p) {
+			continue
+		}
 		cur := p.position()
 		pos[p.num] = cur
 		if !cur.Equal(p.committed) {

@@ -105,6 +105,7 @@ type pendingDL struct {
 type dlqJob struct {
 	s         *sub
 	p         *part
+	inc       uint64 // the partition's incarnation
 	offset    int64
 	id        string
 	reason    string
@@ -124,6 +125,7 @@ func (m *machine) deadLetters(now time.Time) {
 			m.dlBuf = p.tr.TakeDeadLetters(m.dlBuf[:0])
 			for i := range m.dlBuf {
 				m.dlWait = append(m.dlWait, pendingDL{s: s, p: p, dl: m.dlBuf[i]})
+				p.dlPending++
 			}
 			clear(m.dlBuf)
 		}
@@ -178,7 +180,7 @@ func (m *machine) publishDeadLetter(now time.Time, s *sub, p *part, d *tracker.D
 		dp = engine.PartitionForKey(orig.Key, s.dlqParts)
 	}
 	m.dlqInFlight++
-	m.emit(action{kind: actDeadLetter, dl: &dlqJob{s: s, p: p, offset: d.Offset, id: string(orig.ID), reason: reasonLabel(d.Reason),
+	m.emit(action{kind: actDeadLetter, dl: &dlqJob{s: s, p: p, inc: p.inc, offset: d.Offset, id: string(orig.ID), reason: reasonLabel(d.Reason),
 		partition: dp, rec: engine.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}}})
 }
 
@@ -194,6 +196,10 @@ func reasonLabel(reason string) string {
 // deadLettered applies the answer to an actDeadLetter.
 func (m *machine) deadLettered(now time.Time, r *dlqJob) {
 	m.dlqInFlight--
+	if r.inc != r.p.inc {
+		return // its partition stopped since: the new tracker knows nothing of it
+	}
+	r.p.dlPending--
 	if r.err != nil {
 		m.log.Warn("dead-letter publish failed; will retry after backoff", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "dlq_topic", r.s.cfg.DLQTopic, "err", r.err)
 		_ = r.p.tr.DeadLetterFailed(now, r.offset)

@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -34,6 +35,7 @@ type result struct {
 	claim  *claimJob
 	dl     *dlqJob
 	commit *commitJob
+	assign *assignView
 }
 
 // NewGroup restores the group's committed positions and returns it ready to Run.
@@ -47,7 +49,7 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 	log := logger.With("group", cfg.Name)
 	g := &Group{cfg: cfg, eng: eng, met: m, log: log,
 		inbox: make(chan event, cfg.InboxSize), stopped: make(chan struct{}), results: newMailbox[result]()}
-	g.mc = &machine{cfg: cfg, met: m, log: log, byTop: map[string]*sub{}, expired: map[refKey]sent{}}
+	g.mc = &machine{cfg: cfg, met: m, log: log, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: cfg.Coordinator != nil}
 	for _, sc := range cfg.Subscriptions {
 		s, err := g.newSub(sc)
 		if err != nil {
@@ -68,9 +70,11 @@ func (g *Group) newSub(sc Subscription) (*sub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deliver: group %q dead-letter topic: %w", g.cfg.Name, err)
 	}
-	pos, err := g.eng.LoadPositions(g.cfg.Name, sc.Topic)
-	if err != nil {
-		return nil, fmt.Errorf("deliver: group %q: %w", g.cfg.Name, err)
+	var pos map[int32]engine.Position
+	if g.cfg.Coordinator == nil { // in a cluster the coordinator keeps them
+		if pos, err = g.eng.LoadPositions(g.cfg.Name, sc.Topic); err != nil {
+			return nil, fmt.Errorf("deliver: group %q: %w", g.cfg.Name, err)
+		}
 	}
 	starts := make([]int64, n)
 	for p := range n {
@@ -178,11 +182,32 @@ func (g *Group) Run(ctx context.Context) error {
 		defer close(committerDone)
 		g.runCommitter(commits, stopCommitter)
 	})
+	// Membership (a cluster): it outlives the loop, heartbeating through
+	// the drain, and leaves after the final commit.
+	var ms *membership
+	if g.cfg.Coordinator != nil {
+		ms = newMembership(g)
+		msCtx, stopMembership := context.WithCancel(context.Background())
+		msDone := make(chan struct{})
+		goFunc(func() {
+			defer close(msDone)
+			ms.run(msCtx)
+		})
+		defer func() {
+			close(ms.leave)
+			select {
+			case <-msDone:
+			case <-time.After(2 * coordCallTimeout * time.Duration(max(len(ms.subs), 1))):
+			}
+			stopMembership()
+			<-msDone
+		}()
+	}
 	stopCallbacks := make(chan struct{})
 	goFunc(func() { g.runCallbacks(stopCallbacks) })
 	defer close(stopCallbacks)
 
-	d := &driver{g: g, ledger: ledgerOps, commits: commits}
+	d := &driver{g: g, ledger: ledgerOps, commits: commits, ms: ms}
 	d.loop(ctx, changed)
 	// The committer ends before the final commit, so that no earlier
 	// commit it was writing can land after it.
@@ -196,6 +221,7 @@ type driver struct {
 	g       *Group
 	ledger  *mailbox[ledgerOp]
 	commits *mailbox[*commitJob]
+	ms      *membership // nil: a single node
 	acts    []action
 	res     []result
 	nextLag time.Time
@@ -290,7 +316,18 @@ func (d *driver) do(now time.Time, a *action) {
 			g.results.put(result{dl: j})
 		})
 	case actCommit:
-		d.commits.put(&commitJob{s: a.s, pos: a.pos})
+		j := &commitJob{s: a.s, pos: a.pos, gens: a.gens, handover: a.handover}
+		if mc.cluster {
+			j.inc = make(map[int32]uint64, len(a.pos))
+			for num := range a.pos {
+				j.inc[num] = a.s.parts[num].inc
+			}
+		}
+		d.commits.put(j)
+	case actConnected:
+		if d.ms != nil {
+			d.ms.consumersChanged(mc)
+		}
 	}
 }
 
@@ -305,8 +342,12 @@ func (d *driver) applyResults(now time.Time) {
 			mc.claimed(now, r.claim)
 		case r.dl != nil:
 			mc.deadLettered(now, r.dl)
+		case r.commit != nil && mc.cluster:
+			mc.committedCluster(now, r.commit)
 		case r.commit != nil:
 			mc.committedPositions(r.commit)
+		case r.assign != nil:
+			mc.assigned(now, r.assign)
 		}
 	}
 	clear(d.res)
@@ -334,6 +375,12 @@ type commitJob struct {
 	s   *sub
 	pos map[int32]engine.Position
 	err error
+	// In a cluster: each partition's generation and incarnation, the
+	// answer per partition, and a revoked partition to hand over.
+	gens     map[int32]uint64
+	inc      map[int32]uint64
+	errs     map[int32]error
+	handover *handover
 }
 
 // runCommitter writes positions off the loop (an fsync per topic) and
@@ -348,7 +395,11 @@ func (g *Group) runCommitter(jobs *mailbox[*commitJob], stop <-chan struct{}) {
 		}
 		batch = jobs.take(batch[:0])
 		for _, j := range batch {
-			j.err = g.eng.CommitPositions(g.cfg.Name, j.s.cfg.Topic, j.pos)
+			if g.cfg.Coordinator != nil {
+				g.commitCluster(context.Background(), j)
+			} else {
+				j.err = g.eng.CommitPositions(g.cfg.Name, j.s.cfg.Topic, j.pos)
+			}
 			g.results.put(result{commit: j})
 		}
 		clear(batch)
@@ -357,9 +408,12 @@ func (g *Group) runCommitter(jobs *mailbox[*commitJob], stop <-chan struct{}) {
 
 // finalCommit writes every topic's positions synchronously.
 func (g *Group) finalCommit() error {
+	if g.mc.cluster {
+		return g.finalClusterCommit()
+	}
 	var first error
 	for _, s := range g.mc.subs {
-		pos, changed := s.positions()
+		pos, changed := g.mc.positions(s)
 		if !changed {
 			continue
 		}
@@ -375,6 +429,43 @@ func (g *Group) finalCommit() error {
 		}
 	}
 	return first
+}
+
+// finalClusterCommit is finalCommit's part in a cluster: each owned
+// partition's position through the coordinator (a refused one is lost to
+// the next owner, which redelivers what this member finished after it).
+func (g *Group) finalClusterCommit() error {
+	var errs []error
+	for _, s := range g.mc.subs {
+		pos, changed := g.mc.positions(s)
+		if !changed {
+			continue
+		}
+		for num, x := range pos {
+			if x.Equal(s.parts[num].committed) {
+				delete(pos, num)
+			}
+		}
+		j := &commitJob{s: s, pos: pos, gens: gensOf(s, pos)}
+		g.commitCluster(context.Background(), j)
+		for num, err := range j.errs {
+			if err != nil {
+				g.met.CommitErrors.WithLabelValues(g.cfg.Name, s.cfg.Topic).Inc()
+				errs = append(errs, fmt.Errorf("final commit of %s/%d through the group's coordinator: %w", s.cfg.Topic, num, err))
+				continue
+			}
+			s.parts[num].committed = pos[num]
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func gensOf(s *sub, pos map[int32]engine.Position) map[int32]uint64 {
+	gens := make(map[int32]uint64, len(pos))
+	for num := range pos {
+		gens[num] = s.parts[num].gen
+	}
+	return gens
 }
 
 // refreshGauges sets in-flight, parked, window and lag gauges.
@@ -401,9 +492,9 @@ func (g *Group) refreshLag(now time.Time, s *sub, p *part) {
 	if err != nil {
 		return
 	}
-	pos := p.position()
-	lag := end - pos.Next - int64(len(pos.Done))
-	p.lagMsgs.Set(float64(max(lag, 0)))
+	pos := g.mc.lagPosition(p)
+	lag := lagMessages(pos, end)
+	p.lagMsgs.Set(float64(lag))
 	if lag <= 0 {
 		p.lagSecs.Set(0)
 		return

@@ -112,7 +112,13 @@ func (m *machine) claimed(now time.Time, j *claimJob) {
 	}
 	out := granted[:0]
 	for _, cd := range granted {
-		if cd.c.closed || m.draining || !now.Before(cd.d.Deadline) {
+		if m.cluster && cd.inc != cd.p.inc {
+			// Its partition stopped while the ledger answered: hand the
+			// lease back; the old tracker is gone.
+			m.ledgerRelease(s, sent{id: string(cd.d.Value.ID), wire: cd.wire}, "", true)
+			continue
+		}
+		if cd.c.closed || m.draining || !now.Before(cd.d.Deadline) || !m.delivering(cd.p) {
 			// Its stream ended (or spoold began draining, or its lease ran
 			// out) while the ledger answered: back, uncounted. If the
 			// tracker already ended the lease, that attempt counted there,

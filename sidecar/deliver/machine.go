@@ -35,6 +35,9 @@ type machine struct {
 
 	subs  []*sub
 	byTop map[string]*sub
+	// cluster: a coordinator shares the partitions among the group's
+	// members (member.go); false: every partition is this sidecar's.
+	cluster bool
 
 	consumers      []*consumer
 	draining       bool
@@ -77,8 +80,13 @@ const (
 	// actDeadLetter: produce dl.rec to the dead-letter topic; answer with
 	// machine.deadLettered.
 	actDeadLetter
-	// actCommit: write positions of s; answer with machine.committedPositions.
+	// actCommit: write positions of s; answer with machine.committedPositions
+	// (machine.committedCluster in a cluster).
 	actCommit
+	// actConnected: the consumers changed; the membership driver reads
+	// which subscriptions have one (machine.connected) and yields the
+	// others' partitions. No answer.
+	actConnected
 )
 
 // action is one piece of work for the driver. Ledger work (claims and
@@ -95,6 +103,10 @@ type action struct {
 	writes   ledgerOps
 	dl       *dlqJob
 	pos      map[int32]engine.Position
+	// In a cluster, an actCommit carries each partition's generation, and
+	// may carry a revoked partition to hand over after the commit.
+	gens     map[int32]uint64
+	handover *handover
 }
 
 func (m *machine) emit(a action) { m.acts = append(m.acts, a) }
@@ -112,8 +124,11 @@ type sub struct {
 	parts    []*part
 	dlqParts int32
 
-	committing bool         // a commit of this topic is being written
-	brk        *breaker.Set // nil: no breakers configured
+	committing bool // a commit of this topic is being written
+	// joinedGen is the newest generation of the coordinator's views
+	// applied (0: not a member).
+	joinedGen uint64
+	brk       *breaker.Set // nil: no breakers configured
 	// probePending: the probe was taken and waits for the ledger's answer.
 	probePending bool
 	ledger       ledgerOps // ledger writes not yet handed to the pipeline
@@ -146,6 +161,21 @@ type part struct {
 	// avgRecordBytes sizes reads to the room in the window.
 	avgRecordBytes   int
 	lagMsgs, lagSecs prometheus.Gauge
+
+	// In a cluster (member.go): whether this member owns the partition,
+	// the generation to stamp its commits with, when a revocation's drain
+	// ends, whether its handover is under way, and its incarnation (grows
+	// with every new tracker, so that late answers about an earlier one
+	// are recognised). coordPos is the group's committed position as the
+	// coordinator last showed it (lag, the admin API). dlPending counts
+	// its dead letters taken from the tracker and not yet answered.
+	own       ownState
+	gen       uint64
+	revokeBy  time.Time
+	handing   bool
+	inc       uint64
+	coordPos  engine.Position
+	dlPending int
 }
 
 // newSub builds a subscription's state from what the engine reported:
@@ -218,7 +248,9 @@ func (m *machine) fetches(now time.Time) {
 			continue
 		}
 		for _, p := range s.parts {
-			m.fetchPart(s, p)
+			if m.delivering(p) {
+				m.fetchPart(s, p)
+			}
 		}
 	}
 }
@@ -246,7 +278,7 @@ func (m *machine) wantsData() bool {
 	}
 	for _, s := range m.subs {
 		for _, p := range s.parts {
-			if p.tr.Wants() > 0 {
+			if m.delivering(p) && p.tr.Wants() > 0 {
 				return true
 			}
 		}
@@ -386,6 +418,7 @@ func (m *machine) work(now time.Time) {
 		m.dispatch(now)
 	}
 	m.deadLetters(now)
+	m.revocations(now)
 	m.flushLedger()
 	m.maybeCommit(now)
 }
@@ -432,7 +465,8 @@ type candidate struct {
 	s     *sub
 	p     *part
 	d     tracker.Delivery[engine.Record]
-	probe bool // the one delivery let through a half-open breaker
+	probe bool   // the one delivery let through a half-open breaker
+	inc   uint64 // the partition's incarnation when it was taken
 	// Set by admit: what the app sees.
 	wire      uint64
 	attempt   int
@@ -467,6 +501,9 @@ func (m *machine) dispatch(now time.Time) {
 					break
 				}
 				p := s.parts[(c.rrPart+j)%len(s.parts)]
+				if !m.delivering(p) {
+					continue
+				}
 				m.delBuf = p.tr.Next(now, limit, m.delBuf[:0])
 				for k := range m.delBuf {
 					d := &m.delBuf[k]
@@ -476,7 +513,7 @@ func (m *machine) dispatch(now time.Time) {
 							continue
 						}
 					}
-					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe})
+					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe, inc: p.inc})
 					limit--
 					free--
 				}
@@ -606,6 +643,9 @@ func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
 			if d, ok := p.tr.NextDeadline(); ok && d.Before(w) {
 				w = d
 			}
+			if p.own == ownRevoking && !p.handing && p.revokeBy.Before(w) {
+				w = p.revokeBy
+			}
 		}
 		if s.brk != nil {
 			if d, ok := s.brk.NextChange(); ok && d.Before(w) {
@@ -622,6 +662,7 @@ func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
 // join adds a consumer.
 func (m *machine) join(c *consumer) {
 	m.consumers = append(m.consumers, c)
+	m.emit(action{kind: actConnected})
 	m.met.Consumers.WithLabelValues(m.cfg.Name).Set(float64(len(m.consumers)))
 }
 
@@ -650,6 +691,7 @@ func (m *machine) leave(now time.Time, c *consumer) {
 		}
 	}
 	m.met.Consumers.WithLabelValues(m.cfg.Name).Set(float64(len(m.consumers)))
+	m.emit(action{kind: actConnected})
 }
 
 // drain stops fetching and handing out deliveries.

@@ -15,6 +15,10 @@ import (
 // positions).
 var ErrConsumersConnected = errors.New("the group has connected consumers")
 
+// ErrResetInCluster: offsets of a group shared across a cluster's sidecars
+// cannot be reset yet (the coordinator has no reset command).
+var ErrResetInCluster = errors.New("offset reset is not supported for consumer groups across a cluster yet")
+
 // ResetOffsets moves the group's position on topic to the offset target
 // gives for each partition (clamped to the partition's stored range), and
 // commits it at once. Nothing in flight may exist: it fails with
@@ -45,6 +49,9 @@ func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, s
 	s := g.mc.byTop[topic]
 	if s == nil {
 		return nil, fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)
+	}
+	if g.mc.cluster {
+		return nil, fmt.Errorf("%w: group %q shares its partitions with other sidecars through the cluster's coordinator, which has no offset reset yet: stop the group's apps on every sidecar and consume to the wanted position, or use a new group name", ErrResetInCluster, g.cfg.Name)
 	}
 	if n := len(g.mc.consumers); n > 0 {
 		return nil, fmt.Errorf("%w (%d; callback subscriptions count as one): stop them, reset, start them again", ErrConsumersConnected, n)

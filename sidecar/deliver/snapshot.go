@@ -3,6 +3,8 @@ package deliver
 import (
 	"context"
 	"time"
+
+	"github.com/spoolmq/spool/engine"
 )
 
 // Snapshot is a group's progress, taken by its loop.
@@ -35,9 +37,9 @@ func (g *Group) Snapshot(ctx context.Context) (Snapshot, error) {
 		for _, sb := range g.mc.subs {
 			ts := TopicSnapshot{Topic: sb.cfg.Topic}
 			for _, p := range sb.parts {
-				pos := p.position()
+				pos := g.mc.lagPosition(p)
 				_, end, _ := g.eng.Offsets(sb.cfg.Topic, p.num)
-				lag := max(end-pos.Next-int64(len(pos.Done)), 0)
+				lag := lagMessages(pos, end)
 				ps := PartitionSnapshot{Partition: p.num, Committed: pos.Next, End: end, LagMessages: lag, InFlight: p.tr.InFlight()}
 				if lag > 0 {
 					if ts, err := g.eng.RecordTime(sb.cfg.Topic, p.num, pos.Next); err == nil {
@@ -59,4 +61,25 @@ func (g *Group) Snapshot(ctx context.Context) (Snapshot, error) {
 	case <-ctx.Done():
 		return Snapshot{}, ctx.Err()
 	}
+}
+
+// lagPosition is the position lag is measured from: the group's committed
+// position as its coordinator holds it in a cluster (every member reports
+// the same, whichever owns the partition), this sidecar's own otherwise.
+func (m *machine) lagPosition(p *part) engine.Position {
+	if m.cluster {
+		return p.coordPos
+	}
+	return p.position()
+}
+
+// lagMessages counts the messages below end not finished at pos.
+func lagMessages(pos engine.Position, end int64) int64 {
+	done := 0
+	for _, o := range pos.Done {
+		if o < end {
+			done++
+		}
+	}
+	return max(end-pos.Next-int64(done), 0)
 }

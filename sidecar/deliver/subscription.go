@@ -77,6 +77,13 @@ type GroupConfig struct {
 	Ledger ledger.Ledger
 	// Owner names this sidecar in the ledger (its node id).
 	Owner string
+	// Coordinator, in a cluster, shares the group's partitions with the
+	// other sidecars whose apps consume it, and keeps its committed
+	// positions (docs/groups.md, "In the sidecar"); nil: this sidecar
+	// delivers every partition and keeps positions with the engine.
+	Coordinator Coordinator
+	// Membership configures the member (with a Coordinator only).
+	Membership Membership
 }
 
 // Defaults for GroupConfig.
@@ -133,6 +140,11 @@ func (c *GroupConfig) validate() error {
 	}
 	if c.DLQMaxInFlight <= 0 {
 		c.DLQMaxInFlight = DefaultDLQMaxInFlight
+	}
+	if c.Coordinator != nil {
+		if err := c.Membership.validate(c.Name); err != nil {
+			return err
+		}
 	}
 	if c.InboxSize <= 0 {
 		c.InboxSize = DefaultInboxSize

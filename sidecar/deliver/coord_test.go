@@ -1,0 +1,206 @@
+package deliver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/spoolmq/spool/engine"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// inProcCoord runs the real coordinator state machine in process, stamped
+// with the (fake, under synctest) clock, and records every command.
+type inProcCoord struct {
+	mu   sync.Mutex
+	st   *engine.GroupState
+	log  []string // "member cmd topic/partition", in apply order
+	skew time.Duration
+}
+
+func newInProcCoord() *inProcCoord { return &inProcCoord{st: engine.NewGroupState()} }
+
+func (c *inProcCoord) Coordinate(_ context.Context, cmd engine.GroupCommand) (engine.GroupResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cmd.AtMs = time.Now().Add(c.skew).UnixMilli()
+	res := c.st.Apply(cmd)
+	switch {
+	case cmd.Commit != nil:
+		c.log = append(c.log, fmt.Sprintf("%s commit %s/%d@%d err=%v", cmd.Commit.Member, cmd.Commit.Topic, cmd.Commit.Partition, cmd.Commit.Position.Next, res.Err != nil))
+	case cmd.RevokeDone != nil:
+		for _, tp := range cmd.RevokeDone.Partitions {
+			c.log = append(c.log, fmt.Sprintf("%s revokedone %s/%d err=%v", cmd.RevokeDone.Member, tp.Topic, tp.Partition, res.Err != nil))
+		}
+	}
+	return res, res.Err
+}
+
+func (c *inProcCoord) DescribeGroup(context.Context, string) (*engine.GroupState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st.Clone(), nil
+}
+
+func (c *inProcCoord) Node() (uint64, bool)             { return 1, true }
+func (c *inProcCoord) Replicas(topic string) [][]uint64 { return nil }
+
+func (c *inProcCoord) events() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.log...)
+}
+
+func (c *inProcCoord) assignment(member string) engine.GroupAssignmentOf {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, _ := c.st.Assignment(tGroup, member)
+	return a
+}
+
+// apply runs a command of another member (or the driver's Expire).
+func (c *inProcCoord) apply(t *testing.T, cmd engine.GroupCommand) {
+	t.Helper()
+	cmd.Group = tGroup
+	if _, err := c.Coordinate(context.Background(), cmd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func clusterGroup(co *inProcCoord, poll time.Duration) GroupConfig {
+	return GroupConfig{Subscriptions: []Subscription{testSub(tracker.Config{MaxInFlight: 16, VisibilityTimeout: time.Minute})},
+		Coordinator: co, Membership: Membership{MemberPrefix: "a", Session: "s1", SessionTimeout: 5 * time.Minute,
+			RevokeTimeout: 30 * time.Second, PollInterval: poll, CommitInterval: 100 * time.Millisecond}}
+}
+
+const memberA = "a/" + tTopic
+
+// A revoked partition is handed over only after its in-flight delivery is
+// settled, and in this order: the commit of its position (past the
+// settled message), then RevokeDone. Meanwhile nothing new of it is
+// delivered, and the partition that stays keeps flowing.
+func TestRevokeDrainsThenCommitsThenRevokeDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 2, tDLQ: 1})
+		co := newInProcCoord()
+		h := startGroup(t, eng, clusterGroup(co, 50*time.Millisecond))
+		c := h.join(16, 2)
+		await(t, 10*time.Second, "member a owns both partitions", func() bool { return len(co.assignment(memberA).Owned) == 2 })
+		eng.publish(tTopic, 0, msg("p0-0", nil))
+		eng.publish(tTopic, 1, msg("p1-0", nil))
+		ds := c.deliveries(2, 10*time.Second) // one in flight of each partition
+
+		// Member b joins: one partition is revoked from a.
+		co.apply(t, engine.GroupCommand{Join: &engine.GroupJoin{Member: "b/" + tTopic, Session: "sb", Node: 2,
+			Topics: []engine.GroupTopic{{Name: tTopic, Partitions: 2}}, SessionTimeoutMs: 300_000}})
+		rev := co.assignment(memberA).Revoking
+		if len(rev) != 1 {
+			t.Fatalf("revoking %v, want one partition", rev)
+		}
+		revoked := rev[0].Partition
+		d, dk := ds[0], ds[1]
+		if d.GetPartition() != revoked {
+			d, dk = dk, d
+		}
+		time.Sleep(5 * time.Second) // sleep-ok: fake time; many polls and commit intervals pass
+		for _, e := range co.events() {
+			if e == fmt.Sprintf("%s revokedone %s/%d err=false", memberA, tTopic, revoked) {
+				t.Fatalf("RevokeDone before the in-flight delivery of the partition was settled: %v", co.events())
+			}
+		}
+		// Settle, give credit: the partition is handed over; the other one
+		// still delivers.
+		c.send(&spoolv1.SubscribeRequest{Acks: []*spoolv1.Ack{{Ref: refOf(d)}}, Credit: 4})
+		await(t, 10*time.Second, "the revoked partition handed over", func() bool { return len(co.assignment(memberA).Revoking) == 0 })
+		ev := co.events()
+		var commitAt, doneAt = -1, -1
+		for i, e := range ev {
+			if e == fmt.Sprintf("%s revokedone %s/%d err=false", memberA, tTopic, revoked) {
+				doneAt = i
+			}
+			var next int64
+			if _, err := fmt.Sscanf(e, memberA+" commit "+tTopic+"/%d@%d err=false", new(int32), &next); err == nil && doneAt < 0 {
+				if e == fmt.Sprintf("%s commit %s/%d@%d err=false", memberA, tTopic, revoked, next) && next == 1 {
+					commitAt = i
+				}
+			}
+		}
+		if commitAt < 0 || doneAt < 0 || commitAt > doneAt {
+			t.Fatalf("want a commit of %s/%d at 1, then RevokeDone; got %v", tTopic, revoked, ev)
+		}
+		if pos, ok := co.st.Position(tGroup, tTopic, revoked); !ok || pos.Next != 1 {
+			t.Fatalf("committed position of the revoked partition: %+v, want next 1", pos)
+		}
+		kept := 1 - revoked
+		c.send(&spoolv1.SubscribeRequest{Acks: []*spoolv1.Ack{{Ref: refOf(dk)}}})
+		eng.publish(tTopic, revoked, msg("moved", nil))
+		eng.publish(tTopic, kept, msg("stays", nil))
+		got := c.deliveries(1, 10*time.Second)
+		for _, x := range got {
+			if x.GetPartition() == revoked {
+				t.Fatalf("delivered %s of the revoked partition after it was handed over", x.GetMessageId())
+			}
+		}
+	})
+}
+
+// A commit refused as fenced (the partition moved while this member was
+// not looking: its session was expired) stops the partition at once: the
+// delivery outstanding is no longer accepted, nothing more of it is
+// delivered, and nothing more of it is committed.
+func TestFencedCommitStopsThePartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 1, tDLQ: 1})
+		co := newInProcCoord()
+		// A poll interval longer than the test: only the commit can tell.
+		h := startGroup(t, eng, clusterGroup(co, time.Hour))
+		c := h.join(16, 4)
+		await(t, 10*time.Second, "member a owns the partition", func() bool { return len(co.assignment(memberA).Owned) == 1 })
+		eng.publish(tTopic, 0, msg("m0", nil), msg("m1", nil))
+		ds := c.deliveries(2, 10*time.Second)
+
+		// a's session is expired; b takes the partition.
+		co.mu.Lock()
+		co.skew = 6 * time.Minute
+		co.mu.Unlock()
+		co.apply(t, engine.GroupCommand{Expire: &engine.GroupExpire{Member: memberA}})
+		co.apply(t, engine.GroupCommand{Join: &engine.GroupJoin{Member: "b/" + tTopic, Session: "sb", Node: 2,
+			Topics: []engine.GroupTopic{{Name: tTopic, Partitions: 1}}, SessionTimeoutMs: 300_000}})
+
+		// a's next commit (after an ack) is fenced.
+		c.send(&spoolv1.SubscribeRequest{Acks: []*spoolv1.Ack{{Ref: refOf(ds[0])}}})
+		await(t, 10*time.Second, "a fenced commit", func() bool {
+			for _, e := range co.events() {
+				if e == fmt.Sprintf("%s commit %s/0@1 err=true", memberA, tTopic) {
+					return true
+				}
+			}
+			return false
+		})
+		n := len(co.events())
+		// The other outstanding delivery is refused, nothing more comes.
+		c.send(&spoolv1.SubscribeRequest{Acks: []*spoolv1.Ack{{Ref: refOf(ds[1])}}, Credit: 4})
+		var f *spoolv1.SubscribeResponse
+		await(t, 10*time.Second, "the late ack refused", func() bool {
+			f = c.frame(100 * time.Millisecond)
+			return f != nil && len(f.GetSettleErrors()) > 0
+		})
+		if r := f.GetSettleErrors()[0].GetReason(); r != "NOT_IN_FLIGHT" {
+			t.Fatalf("late ack: %s, want NOT_IN_FLIGHT", r)
+		}
+		eng.publish(tTopic, 0, msg("m2", nil))
+		if f := c.frame(5 * time.Second); f != nil && len(f.GetDeliveries()) > 0 {
+			t.Fatalf("delivered %v after the fenced commit", f.GetDeliveries())
+		}
+		for _, e := range co.events()[n:] {
+			if strings.HasPrefix(e, memberA+" ") {
+				t.Fatalf("member a sent %q after it was fenced", e)
+			}
+		}
+	})
+}

@@ -1,0 +1,280 @@
+package deliver
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// Ownership of partitions in a cluster (GroupConfig.Coordinator set).
+//
+// The group's coordinator decides which member delivers which partition;
+// the machine follows what it is told (assigned) and decides, purely, when
+// a partition starts, when a revoked one is drained and may be handed
+// over, and when it must stop at once:
+//
+//	none ──owned──► active ──revoking──► revoking ──drained or deadline──► (commit, RevokeDone) ──► none
+//	  ▲               │                                                                              │
+//	  └──not owned / fenced commit / member unknown (at once, nothing committed)─────────────────────┘
+//
+// Without a coordinator every partition is active from the start and
+// never changes (a single node).
+type ownState uint8
+
+const (
+	ownNone     ownState = iota // not this member's: neither fetched nor delivered
+	ownActive                   // fetched and delivered
+	ownRevoking                 // asked to give it up: nothing new is delivered, in-flight deliveries finish
+)
+
+// assignView is one subscription's assignment as the coordinator holds
+// it, with what starting a partition needs. The membership driver builds
+// it from one DescribeGroup.
+type assignView struct {
+	s *sub
+	// member: false when the coordinator does not know the member (it was
+	// expired or never joined): every partition stops at once.
+	member     bool
+	generation uint64
+	owned      []int32 // Revoking ones included
+	revoking   []int32
+	// committed is the group's committed position on every partition of
+	// the topic it has one for; starts the log start of every partition.
+	committed map[int32]engine.Position
+	starts    map[int32]int64
+}
+
+// delivering reports whether the partition's records are fetched and handed out.
+func (m *machine) delivering(p *part) bool { return !m.cluster || p.own == ownActive }
+
+// assigned applies the coordinator's view of one subscription.
+func (m *machine) assigned(now time.Time, v *assignView) {
+	s := v.s
+	for num, pos := range v.committed {
+		if num >= 0 && int(num) < len(s.parts) {
+			s.parts[num].coordPos = pos
+		}
+	}
+	if !v.member {
+		if s.joinedGen != 0 {
+			m.log.Warn("the group's coordinator does not know this member (expired?): stopping its partitions; joining again", "topic", s.cfg.Topic)
+		}
+		for _, p := range s.parts {
+			if p.own != ownNone {
+				m.stopPart(now, s, p, "member unknown to the coordinator")
+			}
+		}
+		s.joinedGen = 0
+		return
+	}
+	if v.generation < s.joinedGen {
+		return // an older read than one already applied
+	}
+	s.joinedGen = v.generation
+	for _, p := range s.parts {
+		owned, revoking := slices.Contains(v.owned, p.num), slices.Contains(v.revoking, p.num)
+		switch {
+		case !owned:
+			if p.own != ownNone {
+				m.stopPart(now, s, p, "no longer assigned")
+			}
+		case revoking:
+			switch p.own {
+			case ownActive:
+				p.own, p.gen = ownRevoking, v.generation
+				p.revokeBy = now.Add(m.cfg.Membership.RevokeDrain)
+				m.log.Info("partition revoked: draining it", "topic", s.cfg.Topic, "partition", p.num, "in_flight", p.tr.InFlight(), "generation", v.generation)
+			case ownNone:
+				// Never started here (a new process): nothing to drain or commit.
+				if !p.handing {
+					p.handing = true
+					m.emit(action{kind: actCommit, s: s, handover: &handover{p: p, inc: p.inc, gen: v.generation}})
+				}
+			}
+		default:
+			switch p.own {
+			case ownNone:
+				if !p.handing {
+					m.startPart(s, p, v.committed[p.num], v.starts[p.num], v.generation)
+				}
+			case ownRevoking:
+				if !p.handing { // the revocation was withdrawn
+					p.own = ownActive
+				}
+				p.gen = v.generation
+			case ownActive:
+				p.gen = v.generation
+			}
+		}
+	}
+}
+
+// startPart starts delivering a partition from the group's committed position.
+func (m *machine) startPart(s *sub, p *part, committed engine.Position, start int64, gen uint64) {
+	next := max(committed.Next, start)
+	tr, err := tracker.New[engine.Record](s.cfg.Tracker, next)
+	if err != nil {
+		m.log.Error("cannot start a partition", "topic", s.cfg.Topic, "partition", p.num, "err", err)
+		return
+	}
+	p.resetTo(tr, next, committed)
+	p.own, p.gen = ownActive, gen
+	m.log.Info("partition assigned: delivering it", "topic", s.cfg.Topic, "partition", p.num, "from", next, "generation", gen)
+}
+
+// resetTo gives the partition a new tracker starting at next.
+func (p *part) resetTo(tr *tracker.Tracker[engine.Record], next int64, committed engine.Position) {
+	p.inc++
+	p.tr, p.fetchAt, p.skip, p.skipAt = tr, next, nil, 0
+	p.wire, p.history = nil, nil
+	p.committed = committed
+	for _, o := range committed.Done {
+		if o >= next {
+			p.skip = append(p.skip, o)
+		}
+	}
+	p.handing, p.dlPending = false, 0
+}
+
+// stopPart stops a partition at once: its deliveries outstanding at the
+// app are forgotten (their settlements are refused as not in flight), its
+// dead letters waiting are dropped, nothing of it is committed.
+func (m *machine) stopPart(now time.Time, s *sub, p *part, why string) {
+	m.log.Warn("partition stopped", "topic", s.cfg.Topic, "partition", p.num, "reason", why, "in_flight", p.tr.InFlight())
+	m.handBack(now, s, p, false)
+	kept := m.dlWait[:0]
+	for _, w := range m.dlWait {
+		if w.p != p {
+			kept = append(kept, w)
+		}
+	}
+	clear(m.dlWait[len(kept):])
+	m.dlWait = kept
+	for k := range m.expired {
+		if k.topic == s.cfg.Topic && k.part == p.num {
+			delete(m.expired, k)
+		}
+	}
+	tr, _ := tracker.New[engine.Record](s.cfg.Tracker, 0)
+	p.resetTo(tr, 0, engine.Position{})
+	p.own, p.gen = ownNone, 0
+}
+
+// handBack takes the partition's deliveries back from the consumers
+// holding them, uncounted (the ledger forgets their leases, so the next
+// owner need not wait for them). With release the tracker takes them back
+// too (a revocation past its bound: the position stays below them).
+func (m *machine) handBack(now time.Time, s *sub, p *part, release bool) int {
+	n := 0
+	for _, c := range m.consumers {
+		for k, o := range c.outstanding {
+			if k.topic != s.cfg.Topic || k.part != p.num {
+				continue
+			}
+			delete(c.outstanding, k)
+			n++
+			if release {
+				_ = p.tr.Release(now, k.offset, o.token, false)
+			}
+			m.probeLost(now, s, o)
+			m.ledgerRelease(s, o, "", true)
+		}
+	}
+	return n
+}
+
+// revocations hands over the revoked partitions that are drained (nothing
+// in flight, no dead letter waiting) or whose drain bound has passed (what
+// is in flight is handed back): their position is committed, then
+// RevokeDone is said (actCommit with a handover).
+func (m *machine) revocations(now time.Time) {
+	if !m.cluster {
+		return
+	}
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			if p.own != ownRevoking || p.handing || s.committing {
+				continue
+			}
+			busy := p.tr.InFlight() > 0 || p.tr.DeadLetters() > 0 || p.dlPending > 0
+			if busy && now.Before(p.revokeBy) {
+				continue
+			}
+			if busy {
+				n := m.handBack(now, s, p, true)
+				m.log.Warn("revoked partition not drained within its bound: handing its deliveries back", "topic", s.cfg.Topic, "partition", p.num, "handed_back", n)
+			}
+			p.handing = true
+			s.committing = true
+			m.emit(action{kind: actCommit, s: s, pos: map[int32]engine.Position{p.num: p.position()},
+				gens: map[int32]uint64{p.num: p.gen}, handover: &handover{p: p, inc: p.inc, gen: p.gen}})
+		}
+	}
+}
+
+// handover is a revoked partition to commit and give up (RevokeDone).
+type handover struct {
+	p   *part
+	inc uint64 // the partition's incarnation when it was decided
+	gen uint64
+	err error // of the RevokeDone
+}
+
+// committedCluster applies the answer to a commit through the coordinator.
+func (m *machine) committedCluster(now time.Time, j *commitJob) {
+	s := j.s
+	if j.handover == nil || len(j.pos) > 0 {
+		s.committing = false
+	}
+	for num, pos := range j.pos {
+		p := s.parts[num]
+		if p.inc != j.inc[num] {
+			continue // stopped since
+		}
+		err := j.errs[num]
+		switch {
+		case err == nil:
+			p.committed = pos
+		case errors.Is(err, engine.ErrGroupFenced):
+			m.met.CommitErrors.WithLabelValues(m.cfg.Name, s.cfg.Topic).Inc()
+			m.stopPart(now, s, p, "commit fenced: the partition moved to another member")
+		default:
+			m.met.CommitErrors.WithLabelValues(m.cfg.Name, s.cfg.Topic).Inc()
+			m.log.Error("committing offsets through the group's coordinator failed; retrying at the next interval", "topic", s.cfg.Topic, "partition", num, "err", err)
+		}
+	}
+	h := j.handover
+	if h == nil || h.p.inc != h.inc {
+		return
+	}
+	p := h.p
+	switch {
+	case h.err == nil, errors.Is(h.err, engine.ErrGroupNotRevoking) && p.own == ownNone:
+		m.log.Info("revoked partition handed over", "topic", s.cfg.Topic, "partition", p.num, "committed", p.committed.Next)
+		tr, _ := tracker.New[engine.Record](s.cfg.Tracker, 0)
+		p.resetTo(tr, 0, engine.Position{})
+		p.own, p.gen = ownNone, 0
+	case errors.Is(h.err, engine.ErrGroupNotRevoking):
+		// The revocation was withdrawn (or already done): follow the next view.
+		p.handing = false
+	default:
+		// Not known to be done: try again (a retried RevokeDone that was
+		// applied is refused as not revoking, handled above).
+		p.handing = false
+		m.log.Error("handing a revoked partition over failed; retrying", "topic", s.cfg.Topic, "partition", p.num, "err", h.err)
+	}
+}
+
+// connected reports whether some consumer receives the subscription's
+// deliveries (the member yields its partitions otherwise).
+func (m *machine) connected(s *sub) bool {
+	for _, c := range m.consumers {
+		if !c.closed && c.wants(s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	spool "github.com/spoolmq/spool/sdk/go"
+)
+
+// groupDelivery is one delivery to one sidecar's app.
+type groupDelivery struct {
+	delivery
+	node int
+	at   time.Time
+}
+
+// groupApps is one app per sidecar, all consuming the verify group.
+type groupApps struct {
+	mu   sync.Mutex
+	got  []groupDelivery
+	stop []func()
+}
+
+func startGroupApps(t *testing.T, nodes []*node) *groupApps {
+	t.Helper()
+	ga := &groupApps{}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i, n := range nodes {
+		c := n.client(context.Background())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Subscribe(ctx, "verify", []string{"orders"}, func(_ context.Context, m *spool.Message) error {
+				ga.mu.Lock()
+				ga.got = append(ga.got, groupDelivery{delivery: delivery{id: m.ID, partition: m.Partition, offset: m.Offset}, node: i, at: time.Now()})
+				ga.mu.Unlock()
+				return nil
+			}, spool.WithConcurrency(8), spool.WithLogger(quiet))
+		}()
+		ga.stop = append(ga.stop, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("app of node %d: subscribe: %v", i+1, err)
+			}
+		})
+	}
+	t.Cleanup(func() {
+		for _, s := range ga.stop {
+			s()
+		}
+	})
+	return ga
+}
+
+func (ga *groupApps) deliveries() []groupDelivery {
+	ga.mu.Lock()
+	defer ga.mu.Unlock()
+	return append([]groupDelivery(nil), ga.got...)
+}
+
+// committedPositions reads the group's committed offsets through n's admin API.
+func committedPositions(t *testing.T, n *node) (map[int32]int64, map[int32]int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := n.adminClient().ListGroups(ctx, &spoolv1.ListGroupsRequest{Group: "verify"})
+	if err != nil {
+		t.Fatalf("list groups: %v", err)
+	}
+	committed, end := map[int32]int64{}, map[int32]int64{}
+	for _, g := range resp.GetGroups() {
+		for _, p := range g.GetPartitions() {
+			committed[p.GetPartition()], end[p.GetPartition()] = p.GetCommittedOffset(), p.GetEndOffset()
+		}
+	}
+	return committed, end
+}
+
+// Three sidecars of a cluster, each with its own app, all in one group:
+// the partitions are shared (each delivered by one sidecar at a time in
+// steady state, without duplicates), a rolling restart (SIGTERM, start) of
+// every sidecar under load loses nothing, and the committed positions
+// never go backwards.
+func TestClusterGroupSharedAcrossSidecars(t *testing.T) {
+	start := time.Now()
+	sc := startCluster(t, 3, "  produce_timeout: 3s\n")
+	awaitPlaced(t, sc.nodes[0])
+	ga := startGroupApps(t, sc.nodes)
+
+	// Every sidecar gets a share: 4 partitions over 3 members.
+	l := startLoad(t, sc.nodes)
+	eventually(t, 60*time.Second, "every sidecar's app receiving deliveries", func() bool {
+		seen := map[int]bool{}
+		for _, d := range ga.deliveries() {
+			seen[d.node] = true
+		}
+		return len(seen) == 3
+	})
+	l.awaitMore(3, 20, 30*time.Second, "20 acknowledged publishes per producer once the group settled")
+	steadyFrom := time.Now()
+	l.awaitMore(3, 60, 60*time.Second, "60 more acknowledged publishes per producer in steady state")
+	steadyTo := time.Now()
+
+	var samples []map[int32]int64
+	sample := func() {
+		c, _ := committedPositions(t, sc.nodes[0])
+		samples = append(samples, c)
+	}
+	sample()
+	for i, n := range sc.nodes {
+		stopped := time.Now()
+		n.stop()
+		n.start()
+		t.Logf("node %d restarted in %v", i+1, time.Since(stopped).Round(time.Millisecond))
+		l.awaitMore(3, 30, 60*time.Second, fmt.Sprintf("30 more acknowledged publishes per producer after node %d restarted", i+1))
+		sample()
+	}
+	acks, failures := l.finish()
+	want := map[string]bool{}
+	for _, a := range acks {
+		want[a.id] = true
+	}
+	eventually(t, 90*time.Second, "every acknowledged id delivered and the group committed up to the end of every partition", func() bool {
+		seen := map[string]bool{}
+		for _, d := range ga.deliveries() {
+			seen[d.id] = true
+		}
+		for id := range want {
+			if !seen[id] {
+				return false
+			}
+		}
+		c, end := committedPositions(t, sc.nodes[1])
+		for p, e := range end {
+			if c[p] < e {
+				return false
+			}
+		}
+		return len(end) > 0
+	})
+	sample()
+
+	got := ga.deliveries()
+	var all []delivery
+	for _, d := range got {
+		all = append(all, d.delivery)
+	}
+	verifyNothingLost(t, acks, failures, all)
+
+	// Steady state: one sidecar per partition, no id delivered twice.
+	owners := map[int32]map[int]bool{}
+	count := map[string]int{}
+	steadyDup := 0
+	for _, d := range got {
+		count[d.id]++
+	}
+	for _, d := range got {
+		if d.at.Before(steadyFrom) || d.at.After(steadyTo) {
+			continue
+		}
+		if owners[d.partition] == nil {
+			owners[d.partition] = map[int]bool{}
+		}
+		owners[d.partition][d.node] = true
+		if count[d.id] > 1 {
+			steadyDup++
+		}
+	}
+	for p, ns := range owners {
+		if len(ns) != 1 {
+			t.Errorf("partition %d delivered by %d sidecars at once in steady state: %v", p, len(ns), ns)
+		}
+	}
+	if steadyDup > 0 {
+		t.Errorf("%d deliveries in steady state were of ids delivered more than once", steadyDup)
+	}
+	dups := 0
+	for _, n := range count {
+		dups += n - 1
+	}
+	t.Logf("%d deliveries of %d ids; %d redeliveries in all (rebalances without the ledger redeliver unfinished messages)", len(got), len(count), dups)
+
+	// Committed positions never go backwards.
+	for i := 1; i < len(samples); i++ {
+		for p, prev := range samples[i-1] {
+			if cur := samples[i][p]; cur < prev {
+				t.Errorf("partition %d: committed offset went back from %d to %d (sample %d)", p, prev, cur, i)
+			}
+		}
+	}
+	t.Logf("committed positions after each restart: %v", samples)
+	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
+}
