@@ -1,7 +1,6 @@
 // idempotent: effectively-once work in the application's own PostgreSQL,
 // like the Go SDK's spool.Idempotent. The SDK imports no driver: anything
 // shaped like a node-postgres Pool works (pg.Pool, a pg-pool wrapper).
-import type { Handler } from "./subscribe";
 import type { Message } from "./message";
 
 /** A connection checked out of the pool (node-postgres' PoolClient). */
@@ -15,6 +14,14 @@ export interface PgClientLike {
 export interface PgPoolLike<C extends PgClientLike = PgClientLike> {
   connect(): Promise<C>;
 }
+
+/**
+ * The connection type of a pool: node-postgres' Pool overloads connect()
+ * (promise and callback), from which TypeScript infers only the last.
+ */
+export type PgClientOf<P> = P extends { connect(): Promise<infer C>; connect(cb: never): void }
+  ? C extends PgClientLike ? C : PgClientLike
+  : P extends { connect(): Promise<infer C> } ? C extends PgClientLike ? C : PgClientLike : PgClientLike;
 
 /**
  * Does the application's work for one message inside the transaction that
@@ -85,7 +92,8 @@ function insertSQL(table: string): string {
  * Throws at once (a programming error) on a missing pool or handler, or a
  * table name that is not an identifier.
  */
-export function idempotent<C extends PgClientLike>(pool: PgPoolLike<C>, h: TxHandler<C>, opts: IdempotentOptions = {}): Handler {
+export function idempotent<P extends PgPoolLike<PgClientLike>>(pool: P, h: TxHandler<PgClientOf<P>>, opts: IdempotentOptions = {}): (m: Message, signal: AbortSignal) => Promise<void> {
+  type C = PgClientOf<P>;
   if (!pool || typeof pool.connect !== "function" || typeof h !== "function") {
     throw new TypeError("spool.idempotent: pass a pg Pool (anything with connect()) and an async (tx, message, signal) => { ... } handler");
   }
@@ -131,7 +139,7 @@ export function idempotent<C extends PgClientLike>(pool: PgPoolLike<C>, h: TxHan
     }
     let tx: C;
     try {
-      tx = await pool.connect();
+      tx = (await pool.connect()) as C;
     } catch (e) {
       stats.failed++;
       throw new Error(`spool.idempotent: connecting: ${e instanceof Error ? e.message : String(e)}`, { cause: e });

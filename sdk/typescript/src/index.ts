@@ -13,7 +13,7 @@ export type { Logger } from "./log";
 export { Publisher } from "./publisher";
 export type { PublisherOptions } from "./publisher";
 export { idempotent, IdempotentStats, DEFAULT_IDEMPOTENT_TABLE, createTableSQL } from "./idempotent";
-export type { IdempotentOptions, TxHandler, PgPoolLike, PgClientLike } from "./idempotent";
+export type { IdempotentOptions, TxHandler, PgPoolLike, PgClientLike, PgClientOf } from "./idempotent";
 export { serveHandler, HandlerServer } from "./callback";
 export type { ServeHandlerOptions } from "./callback";
 export { PROTO_DIR } from "./proto";
