@@ -19,7 +19,7 @@ export function findPgBin(): string | undefined {
 }
 
 export class Postgres {
-  private constructor(readonly url: string, private readonly proc: ChildProcess, readonly dir: string) {}
+  private constructor(readonly url: string, private readonly proc: ChildProcess, readonly dir: string, private readonly data: string) {}
 
   static async start(bin: string): Promise<Postgres> {
     const dir = tmpDir("pg");
@@ -32,7 +32,7 @@ export class Postgres {
     const port = await freePort();
     const [c2, a2] = run(path.join(bin, "postgres"), ["-D", data, "-p", String(port), "-k", dir, "-h", "127.0.0.1", "-c", "fsync=off"]);
     const proc = spawn(c2, [...a2], { stdio: "ignore" });
-    const pg = new Postgres(`postgres://spool@127.0.0.1:${port}/postgres`, proc, dir);
+    const pg = new Postgres(`postgres://spool@127.0.0.1:${port}/postgres`, proc, dir, data);
     const { Client } = await import("pg");
     await eventually("postgres accepting connections", async () => {
       const c = new Client({ connectionString: pg.url });
@@ -48,8 +48,11 @@ export class Postgres {
   }
 
   async stop(): Promise<void> {
+    if (this.proc.exitCode !== null) return;
     const exited = new Promise((r) => this.proc.once("exit", r));
-    this.proc.kill("SIGINT"); // fast shutdown
+    // Signal the postmaster itself (runuser does not pass signals on): SIGINT is a fast shutdown.
+    const pid = Number(fs.readFileSync(path.join(this.data, "postmaster.pid"), "utf8").split("\n")[0]);
+    process.kill(pid, "SIGINT");
     await exited;
   }
 }
