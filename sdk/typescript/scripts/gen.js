@@ -10,6 +10,9 @@ const root = path.resolve(__dirname, "..");
 const repoProto = path.resolve(root, "../../proto/spool/v1");
 const pkgProto = path.join(root, "proto/spool/v1");
 
+// A clean dist: nothing left from an earlier build goes into the package.
+fs.rmSync(path.join(root, "dist"), { recursive: true, force: true });
+
 if (fs.existsSync(repoProto)) {
   fs.rmSync(pkgProto, { recursive: true, force: true });
   fs.mkdirSync(pkgProto, { recursive: true });
