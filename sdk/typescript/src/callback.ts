@@ -1,0 +1,124 @@
+// Callback mode: the application serves HandlerService and the sidecar
+// calls Handle once per delivery (subscriptions with `delivery: callback`).
+import * as grpc from "@grpc/grpc-js";
+
+import { consoleLogger, type Logger } from "./log";
+import { messageOf } from "./message";
+import { settlementFor } from "./outcome";
+import { spoolv1, type HandleResponse } from "./proto";
+import type { Handler } from "./subscribe";
+import type { HandleRequest__Output } from "./gen/spool/v1/HandleRequest";
+
+export interface ServeHandlerOptions {
+  /** host:port (or unix:///path) to listen on: the subscription's app_address. Port 0 picks a free one. */
+  address: string;
+  handler: Handler;
+  /** Stops the server: it stops taking calls, lets running ones finish (up to drainTimeoutMs), then closes. */
+  signal?: AbortSignal;
+  /** Process signals that stop the server (default ["SIGTERM", "SIGINT"]); [] leaves them to the application. */
+  shutdownSignals?: NodeJS.Signals[];
+  /** How long the drain waits for running handlers (default 30 s); then their signal aborts and calls are cut. */
+  drainTimeoutMs?: number;
+  logger?: Logger;
+}
+
+/**
+ * A running HandlerService. The handler's result maps to HandleResponse as in
+ * subscribe: return = OUTCOME_ACK; Retry/RetryDownstream = OUTCOME_RETRY with
+ * retry_after_ms and downstream; DeadLetter = OUTCOME_DEAD_LETTER with its
+ * reason; any other throw = OUTCOME_RETRY with its message. Release is
+ * answered with status CANCELLED, which the sidecar takes as a RELEASE (no
+ * attempt counted). The handler's signal aborts when the sidecar cancels the
+ * call or its deadline (the lease deadline) passes.
+ */
+export class HandlerServer {
+  /** The port listened on (useful with port 0). */
+  readonly port: number;
+  /** Resolves when the server has stopped. */
+  readonly closed: Promise<void>;
+  private stopped = false;
+  private onClosed!: () => void;
+  private readonly calls = new Set<AbortController>();
+
+  /** @internal */
+  constructor(private readonly server: grpc.Server, port: number, private readonly drainTimeoutMs: number, private readonly cleanup: () => void) {
+    this.port = port;
+    this.closed = new Promise((r) => (this.onClosed = r));
+  }
+
+  /** @internal */
+  track(ac: AbortController): () => void {
+    this.calls.add(ac);
+    return () => this.calls.delete(ac);
+  }
+
+  /** Stops taking calls, waits for running ones (up to the drain timeout), then closes. */
+  async close(): Promise<void> {
+    if (this.stopped) return this.closed;
+    this.stopped = true;
+    this.cleanup();
+    let t: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      t = setTimeout(() => {
+        for (const ac of this.calls) ac.abort(new Error("spool: the drain timeout passed"));
+        this.server.forceShutdown();
+        resolve();
+      }, this.drainTimeoutMs);
+      this.server.tryShutdown(() => resolve());
+    });
+    clearTimeout(t);
+    this.onClosed();
+  }
+}
+
+/** Serves HandlerService at opts.address until stopped; resolves once listening. */
+export async function serveHandler(opts: ServeHandlerOptions): Promise<HandlerServer> {
+  if (typeof opts.handler !== "function") throw new TypeError("spool: serveHandler: handler is not a function: pass async (message, signal) => { ... }");
+  const log = opts.logger ?? consoleLogger;
+  const server = new grpc.Server();
+  let hs: HandlerServer | undefined;
+  const impl = {
+    handle(call: grpc.ServerUnaryCall<HandleRequest__Output, HandleResponse>, callback: grpc.sendUnaryData<HandleResponse>) {
+      const d = call.request.delivery;
+      if (!d) {
+        callback({ code: grpc.status.INVALID_ARGUMENT, details: "HandleRequest without a delivery" });
+        return;
+      }
+      const ac = new AbortController();
+      const untrack = hs?.track(ac);
+      call.on("cancelled", () => ac.abort(new Error("the sidecar cancelled the call (lease deadline or shutdown)")));
+      void (async () => {
+        let ok = true;
+        let thrown: unknown;
+        try {
+          await opts.handler(messageOf(d), ac.signal);
+        } catch (e) {
+          ok = false;
+          thrown = e;
+        }
+        untrack?.();
+        const st = settlementFor(thrown, ok);
+        if (st.outcome === "OUTCOME_RELEASE") {
+          callback({ code: grpc.status.CANCELLED, details: "released by the handler" });
+          return;
+        }
+        callback(null, { outcome: st.outcome, retryAfterMs: st.retryAfterMs, reason: st.reason, error: st.error, downstream: st.downstream });
+      })().catch((e: unknown) => log.error("spool: callback handler failed to answer", { err: String(e) }));
+    },
+  };
+  server.addService(spoolv1().HandlerService.service, impl);
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(opts.address, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(new Error(`spool: serveHandler: listening on ${opts.address}: ${err.message}`, { cause: err })) : resolve(p)));
+  });
+  const signals = opts.shutdownSignals ?? ["SIGTERM", "SIGINT"];
+  const onStop = () => void hs?.close();
+  const cleanup = () => {
+    opts.signal?.removeEventListener("abort", onStop);
+    for (const s of signals) process.off(s, onStop);
+  };
+  hs = new HandlerServer(server, port, opts.drainTimeoutMs ?? 30_000, cleanup);
+  opts.signal?.addEventListener("abort", onStop, { once: true });
+  for (const s of signals) process.on(s, onStop);
+  if (opts.signal?.aborted) onStop();
+  return hs;
+}

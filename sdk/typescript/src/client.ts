@@ -1,0 +1,223 @@
+import * as grpc from "@grpc/grpc-js";
+
+import { SidecarUnreachableError, wrapError } from "./errors";
+import { spoolv1, type AdminServiceClient, type PublishMessage } from "./proto";
+import type { PublisherServiceClient } from "./gen/spool/v1/PublisherService";
+import type { SubscriberServiceClient } from "./gen/spool/v1/SubscriberService";
+import type { PublishResult__Output } from "./gen/spool/v1/PublishResult";
+import { Publisher, type PublisherOptions } from "./publisher";
+import { subscribeWith, type SubscribeOptions } from "./subscribe";
+
+/** The sidecar address used when none is given and SPOOL_ADDR is unset. */
+export const DEFAULT_ADDR = "127.0.0.1:7070";
+/** The environment variable holding the sidecar address. */
+export const ENV_ADDR = "SPOOL_ADDR";
+/**
+ * The largest frame the client accepts by default: 64 MiB, the largest
+ * limits.max_message_bytes spoold allows, plus 1 MiB for a delivery's other
+ * fields. Stated to the sidecar in Start.max_receive_bytes.
+ */
+export const DEFAULT_MAX_RECEIVE_BYTES = 65 * 1024 * 1024;
+
+/** When a publish returns (docs/semantics.md, "Replication"). */
+export type Acks = "all" | "leader";
+
+/** Bytes as Buffer, Uint8Array or a string (encoded as UTF-8). */
+export type Bytes = Buffer | Uint8Array | string;
+
+/** One message to publish. */
+export interface OutMessage {
+  /** Optional; the sidecar generates a UUIDv7 when empty. Set it to make a retried publish deduplicable. At most 128 bytes. */
+  id?: string;
+  /** Partitioning key: same key, same partition, publish order. Empty spreads messages over the partitions. */
+  key?: Bytes;
+  /** Message body. */
+  payload?: Bytes;
+  /** Application headers (names starting with "spool-" are reserved). */
+  headers?: Record<string, string>;
+}
+
+/** Where a published message was stored, once it is durable. */
+export interface PublishResult {
+  id: string;
+  partition: number;
+  offset: bigint;
+}
+
+export interface PublishOptions {
+  /** "all" (default): once committed on a quorum of replicas. "leader": once on the leader's disk (lossy, faster). */
+  acks?: Acks;
+  /** Gives up after this many milliseconds (the message may or may not be stored then). */
+  timeoutMs?: number;
+  /** Aborts the call (the message may or may not be stored then). */
+  signal?: AbortSignal;
+}
+
+export interface ClientOptions {
+  /** Largest message the client accepts from the sidecar (default 65 MiB); at least limits.max_message_bytes + 1 MiB. */
+  maxReceiveBytes?: number;
+  /** Extra gRPC channel options. */
+  channelOptions?: grpc.ChannelOptions;
+}
+
+export interface ConnectOptions extends ClientOptions {
+  /** How long connect waits for the sidecar to answer (default 10 s). */
+  connectTimeoutMs?: number;
+}
+
+export function acksProto(a: Acks | undefined): "ACKS_UNSPECIFIED" | "ACKS_LEADER" {
+  // ACKS_UNSPECIFIED is ACKS_ALL, also for a sidecar that predates the field.
+  return a === "leader" ? "ACKS_LEADER" : "ACKS_UNSPECIFIED";
+}
+
+function bytes(b: Bytes | undefined): Buffer {
+  if (b === undefined) return Buffer.alloc(0);
+  if (typeof b === "string") return Buffer.from(b, "utf8");
+  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
+}
+
+export function toPublishMessage(m: OutMessage): PublishMessage & { key: Buffer; payload: Buffer } {
+  return { id: m.id ?? "", key: bytes(m.key), payload: bytes(m.payload), headers: m.headers ?? {} };
+}
+
+export function resultOf(r: PublishResult__Output): PublishResult {
+  return { id: r.id, partition: r.partition, offset: BigInt(r.offset) };
+}
+
+/** Resolves the address: the argument, else $SPOOL_ADDR, else 127.0.0.1:7070. */
+export function resolveAddr(addr?: string): string {
+  return addr || process.env[ENV_ADDR] || DEFAULT_ADDR;
+}
+
+/**
+ * A connection to the local Spool sidecar (`spoold`). One per process is
+ * enough; close it when done. The transport is insecure: the sidecar is local.
+ * `addr` is "host:port" or "unix:///path/to.sock"; empty means $SPOOL_ADDR,
+ * else 127.0.0.1:7070.
+ */
+export class Client {
+  readonly addr: string;
+  readonly maxReceiveBytes: number;
+  /** @internal */ readonly channel: grpc.Channel;
+  /** @internal */ readonly pub: PublisherServiceClient;
+  /** @internal */ readonly sub: SubscriberServiceClient;
+
+  constructor(addr?: string, opts: ClientOptions = {}) {
+    this.addr = resolveAddr(addr);
+    this.maxReceiveBytes = opts.maxReceiveBytes ?? DEFAULT_MAX_RECEIVE_BYTES;
+    if (!(this.maxReceiveBytes >= 64 * 1024 && this.maxReceiveBytes <= 1024 * 1024 * 1024)) {
+      throw new RangeError(`spool: maxReceiveBytes ${this.maxReceiveBytes}: use 65536..1073741824, at least the sidecar's limits.max_message_bytes plus 1 MiB`);
+    }
+    const target = this.addr.startsWith("unix:") ? this.addr : `dns:${this.addr}`;
+    this.channel = new grpc.Channel(target, grpc.credentials.createInsecure(), {
+      "grpc.max_receive_message_length": this.maxReceiveBytes,
+      "grpc.max_send_message_length": -1,
+      ...opts.channelOptions,
+    });
+    const v1 = spoolv1();
+    const o = { channelOverride: this.channel };
+    this.pub = new v1.PublisherService(this.addr, grpc.credentials.createInsecure(), o);
+    this.sub = new v1.SubscriberService(this.addr, grpc.credentials.createInsecure(), o);
+  }
+
+  /**
+   * Connects and waits until the sidecar answers (connectTimeoutMs, default
+   * 10 s), so that a missing sidecar shows at startup.
+   */
+  static async connect(addr?: string, opts: ConnectOptions = {}): Promise<Client> {
+    const c = new Client(addr, opts);
+    try {
+      await c.waitReady(opts.connectTimeoutMs ?? 10_000);
+    } catch (e) {
+      c.close();
+      throw e;
+    }
+    return c;
+  }
+
+  /** Waits until the connection is ready, riding out a sidecar that starts a moment later. */
+  waitReady(timeoutMs: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.pub.waitForReady(Date.now() + timeoutMs, (err) => {
+        if (!err) return resolve();
+        reject(new SidecarUnreachableError(
+          `spool: no sidecar answering at ${this.addr} (${err.message}): is spoold running there? start it with \`spoold --dev\`, or point ${ENV_ADDR} at it`,
+          { code: grpc.status.UNAVAILABLE, cause: err }));
+      });
+    });
+  }
+
+  /** Closes the connection. Calls in progress fail; subscriptions should have ended first. */
+  close(): void {
+    this.pub.close();
+    this.sub.close();
+    this.channel.close();
+  }
+
+  /**
+   * Appends one message to topic; resolves once it is durable. On an error the
+   * message may or may not be stored: publish it again with the same id.
+   */
+  async publish(topic: string, msg: OutMessage, opts: PublishOptions = {}): Promise<PublishResult> {
+    const rs = await this.publishBatch(topic, [msg], opts);
+    return rs[0]!;
+  }
+
+  /**
+   * Appends messages to topic in one call (at most limits.max_batch_messages,
+   * 10,000 by default); resolves to one result per message, in order, once all
+   * are durable. It fails or succeeds as a whole; after a failure some may be
+   * stored, so retry with the same ids.
+   */
+  async publishBatch(topic: string, msgs: OutMessage[], opts: PublishOptions = {}): Promise<PublishResult[]> {
+    if (!topic) throw new TypeError("spool: publish: topic is empty: name the topic to publish to");
+    if (msgs.length === 0) return [];
+    const req = { topic, messages: msgs.map(toPublishMessage), acks: acksProto(opts.acks) };
+    const callOpts: grpc.CallOptions = {};
+    if (opts.timeoutMs !== undefined) callOpts.deadline = Date.now() + opts.timeoutMs;
+    const res = await new Promise<PublishResult__Output[]>((resolve, reject) => {
+      const call = this.pub.publish(req, callOpts, (err, resp) => (err ? reject(err) : resolve(resp?.results ?? [])));
+      if (opts.signal) {
+        if (opts.signal.aborted) call.cancel();
+        else opts.signal.addEventListener("abort", () => call.cancel(), { once: true });
+      }
+    }).catch((err: unknown) => {
+      throw wrapError(`spool: publish to "${topic}"`, err, this.addr, "publish");
+    });
+    if (res.length !== msgs.length) {
+      throw new Error(`spool: publish to "${topic}": the sidecar answered ${res.length} results for ${msgs.length} messages: the sidecar and SDK disagree on the protocol; upgrade them together`);
+    }
+    return res.map(resultOf);
+  }
+
+  /** A pipelined publisher to topic over one PublishStream. Close it when done. */
+  publisher(topic: string, opts: PublisherOptions = {}): Publisher {
+    return new Publisher(this, topic, opts);
+  }
+
+  /**
+   * Consumes topics as a consumer group until stopped (opts.signal, or SIGTERM /
+   * SIGINT by default), then drains and resolves. See SubscribeOptions.
+   */
+  subscribe(opts: SubscribeOptions): Promise<void> {
+    return subscribeWith(this, opts);
+  }
+}
+
+/**
+ * A client of AdminService at spoold's admin address (node.admin_listen, not
+ * the app address): topics, groups, dead letters. The raw generated client.
+ */
+export function adminClient(adminAddr: string): AdminServiceClient {
+  return new (spoolv1().AdminService)(adminAddr, grpc.credentials.createInsecure());
+}
+
+/** Connects to the sidecar, runs Client.subscribe and closes the connection when it ends. */
+export async function subscribe(opts: SubscribeOptions & { addr?: string }): Promise<void> {
+  const c = await Client.connect(opts.addr);
+  try {
+    await c.subscribe(opts);
+  } finally {
+    c.close();
+  }
+}
