@@ -7,6 +7,8 @@ set -euo pipefail
 pkgs=()
 command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
+# The TypeScript SDK's idempotent() tests start a throwaway PostgreSQL server.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pkgs+=(postgresql)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 
 echo "installing ${pkgs[*]} from Debian's packages (the tests start their own servers on free ports)"
@@ -23,6 +25,7 @@ fi
 trap '[ "$made_policy" = 1 ] && $SUDO rm -f "$policy"' EXIT
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "ensure-deps: PostgreSQL is still missing after installing ${pkgs[*]}; install it by hand (apt-get install postgresql)" >&2; exit 1; }
 for b in redis-server redis-cli; do
   command -v "$b" >/dev/null 2>&1 || { echo "ensure-deps: $b is still missing after installing ${pkgs[*]}; install it by hand (apt-get install redis-server redis-tools)" >&2; exit 1; }
 done

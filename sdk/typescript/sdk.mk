@@ -1,8 +1,8 @@
 # TypeScript SDK (sdk/typescript): included by the top Makefile.
 # Needs Node 20+ and npm; packages go to sdk/typescript/node_modules (npm ci,
 # from the committed lockfile). The tests run a spoold built from this
-# repository, redis-server (make deps), and PostgreSQL when Debian's
-# postgresql package is installed (else the idempotent tests are skipped).
+# repository, redis-server and PostgreSQL (Debian's packages, installed by
+# make deps).
 TS_SDK := $(CURDIR)/sdk/typescript
 
 .PHONY: test-sdk-typescript
@@ -11,6 +11,6 @@ test-sdk-typescript:
 	cd $(TS_SDK) && npm ci --no-audit --no-fund --loglevel=error
 	cd $(TS_SDK) && npm run --silent build && npm run --silent build:test
 	$(GO) build -o $(TS_SDK)/build/spoold ./cmd/spoold
-	cd $(TS_SDK) && SPOOLD=$(TS_SDK)/build/spoold node --test --test-concurrency=1 build/test/*.test.js
+	cd $(TS_SDK) && SPOOL_TEST_REQUIRE_PG=1 SPOOLD=$(TS_SDK)/build/spoold node --test --test-concurrency=1 build/test/*.test.js
 
 SDK_TESTS += test-sdk-typescript
