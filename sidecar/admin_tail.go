@@ -24,13 +24,11 @@ const tailFetchBytes = 256 << 10
 // Tail streams the records appended to a topic from a starting point on,
 // until the caller goes away. With a group, it also streams the group's
 // progress on each partition followed (committed offset, end, lag, in
-// flight) whenever it changes, and the group's dead letters of the topic
-// as they are written.
-//
-// It sees what the log and the group loop show: a message's publication,
-// the group's committed offset passing it, and its dead letter. Single
-// deliveries, retries and acks are not visible here (the delivery loop
-// reports them as metrics only).
+// flight) whenever it changes, the group's dead letters of the topic as
+// they are written, and each step of this sidecar's deliveries of the
+// topic to its app (handed to a consumer, acked, retried, dead-lettered,
+// released) as it happens — a stream that falls MaxTraceBacklog steps
+// behind loses steps, never slows the delivery loop.
 func (a *admin) Tail(req *spoolv1.TailRequest, stream spoolv1.AdminService_TailServer) error {
 	ctx := stream.Context()
 	topic := req.GetTopic()
@@ -91,6 +89,18 @@ func (a *admin) Tail(req *spoolv1.TailRequest, stream spoolv1.AdminService_TailS
 			}
 		}
 		watched = append(watched, dlqTopic)
+	}
+	var steps <-chan *spoolv1.TailDelivery
+	if g != nil {
+		tr, err := g.TraceDeliveries(ctx, topic)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return apierr.ToStatus(apierr.Wrap(apierr.ShuttingDown, err, "tail %s: group %q is not running (spoold is shutting down): retry against the restarted sidecar", topic, g.Name()))
+		}
+		defer tr.Stop()
+		steps = tr.C
 	}
 	changed := make(chan struct{}, 1)
 	unwatch, err := a.eng.Watch(watched, changed)
@@ -157,6 +167,20 @@ func (a *admin) Tail(req *spoolv1.TailRequest, stream spoolv1.AdminService_TailS
 			return nil
 		case <-changed:
 		case <-tick.C:
+		case st := <-steps:
+			// This sidecar's deliveries of the group, as they happen.
+			for st != nil {
+				if followed[st.GetPartition()] {
+					if err := stream.Send(&spoolv1.TailResponse{Event: &spoolv1.TailResponse_Delivery{Delivery: st}}); err != nil {
+						return err
+					}
+				}
+				select {
+				case st = <-steps:
+				default:
+					st = nil
+				}
+			}
 		}
 	}
 }

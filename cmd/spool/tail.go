@@ -27,19 +27,22 @@ func (a *app) tailCommand() *cobra.Command {
 	var limit int
 	c := &cobra.Command{
 		Use:   "tail TOPIC",
-		Short: "Follow a topic live: messages as they are stored, and a group's progress and dead letters",
+		Short: "Follow a topic live: messages as they are stored, and a group's deliveries, progress and dead letters",
 		Long: `Prints the messages appended to TOPIC as they become durable, from now on
 (default), from an offset in every partition followed (--from-offset), from a
 time (--from-time) or from the oldest stored (--from-beginning), until Ctrl-C
 or --limit messages.
 
---group G also shows, as they happen, the group's progress on each partition
-(its committed offset moving past the messages: they were processed) and the
-messages it dead-letters, with the reason. Single attempts and retries are
-not shown (spoold reports them as metrics: spool_settlements_total).
+--group G also shows, as they happen, each step of this sidecar's deliveries
+to its app (delivered to a consumer, acked, retry with the app's error,
+dead_letter with the reason, released), the group's progress on each
+partition (its committed offset moving past the messages: they were
+processed) and the messages it dead-letters. Steps a slow reader cannot take
+are dropped (at most 1,024 wait), never slowing the deliveries.
 
 Tables print one line per event; -o json prints one JSON object per line
-(event: message, progress or dead_letter), -o yaml one document per event.`,
+(event: message, delivery, progress or dead_letter), -o yaml one document per
+event.`,
 		Example: example(
 			"spool tail order-placed",
 			"spool tail order-placed --from-offset 0 --partition 2 --limit 10",
@@ -105,7 +108,7 @@ Tables print one line per event; -o json prints one JSON object per line
 	fl.StringVar(&fromTime, "from-time", "", "start at the first message stored at or after this RFC 3339 time")
 	fl.BoolVar(&fromBeginning, "from-beginning", false, "start at the oldest stored message")
 	fl.Int32SliceVar(&partitions, "partition", nil, "only this partition (repeatable); default all")
-	fl.StringVar(&group, "group", "", "also show this group's progress and dead letters on the topic")
+	fl.StringVar(&group, "group", "", "also show this group's progress, deliveries (this sidecar's) and dead letters on the topic")
 	fl.IntVar(&limit, "limit", 0, "stop after this many messages (0: until Ctrl-C)")
 	fl.BoolVar(&showHeaders, "headers", false, "tables: show each message's headers too")
 	c.MarkFlagsMutuallyExclusive("from-offset", "from-time", "from-beginning")
@@ -134,6 +137,12 @@ type tailEventView struct {
 	InFlight    *int64 `json:"in_flight,omitempty" yaml:"in_flight,omitempty"`
 	// dead_letter
 	DeadLetter *deadLetterView `json:"dead_letter,omitempty" yaml:"dead_letter,omitempty"`
+	// delivery: a step of a delivery to the group's app
+	Step     string `json:"step,omitempty" yaml:"step,omitempty"` // delivered, acked, retry, dead_letter, released
+	Attempt  int32  `json:"attempt,omitempty" yaml:"attempt,omitempty"`
+	Consumer string `json:"consumer,omitempty" yaml:"consumer,omitempty"`
+	Error    string `json:"error,omitempty" yaml:"error,omitempty"`
+	Reason   string `json:"reason,omitempty" yaml:"reason,omitempty"`
 }
 
 func (a *app) tailEventView(topic, group string, ev *spoolv1.TailResponse) tailEventView {
@@ -155,6 +164,16 @@ func (a *app) tailEventView(topic, group string, ev *spoolv1.TailResponse) tailE
 		c, end, lag, inf := p.GetCommittedOffset(), p.GetEndOffset(), p.GetLagMessages(), int64(p.GetInFlight())
 		return tailEventView{Event: "progress", Topic: topic, Partition: p.GetPartition(), Time: a.timeText(time.Now().UnixMilli()), Group: group,
 			Committed: &c, EndOffset: &end, LagMessages: &lag, InFlight: &inf}
+	case *spoolv1.TailResponse_Delivery:
+		d := e.Delivery
+		off := d.GetOffset()
+		step := strings.ToLower(strings.TrimPrefix(d.GetKind().String(), "TAIL_DELIVERY_KIND_"))
+		v := tailEventView{Event: "delivery", Topic: topic, Partition: d.GetPartition(), Offset: &off, Time: a.timeText(d.GetTimeMs()), Group: group,
+			ID: d.GetId(), Step: step, Attempt: d.GetAttempt(), Consumer: d.GetConsumer(), Error: d.GetError(), Reason: d.GetReason()}
+		if a.redact && generatedID.MatchString(v.ID) {
+			v.ID = "<id>"
+		}
+		return v
 	case *spoolv1.TailResponse_DeadLetter:
 		dl := a.deadLetterView(e.DeadLetter)
 		off := dl.Offset
@@ -204,6 +223,17 @@ func (a *app) writeTailEvent(v tailEventView, headers bool) error {
 		}
 	case "progress":
 		fmt.Fprintf(w, "%s  %s/%d  group %s: committed %d of %d (lag %d, %d in flight)\n", v.Time, v.Topic, v.Partition, v.Group, *v.Committed, *v.EndOffset, *v.LagMessages, *v.InFlight)
+	case "delivery":
+		what := v.Step
+		switch {
+		case v.Step == "delivered" && v.Consumer != "":
+			what = "delivered to " + v.Consumer
+		case v.Error != "" && v.Reason != "":
+			what += ": " + oneLine(v.Reason) + ": " + oneLine(v.Error)
+		case v.Error != "" || v.Reason != "":
+			what += ": " + oneLine(v.Error+v.Reason)
+		}
+		fmt.Fprintf(w, "%s  %s/%d@%d  group %s  id %s  attempt %d  %s\n", v.Time, v.Topic, v.Partition, *v.Offset, v.Group, v.ID, v.Attempt, what)
 	case "dead_letter":
 		d := v.DeadLetter
 		fmt.Fprintf(w, "%s  %s/%d@%d  group %s dead-lettered %s after %d attempts: %s\n", v.Time, v.Topic, v.Partition, *v.Offset, v.Group, d.MessageID, d.AttemptsMade, strings.TrimSpace(d.Reason))

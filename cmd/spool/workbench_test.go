@@ -178,13 +178,14 @@ func TestTail(t *testing.T) {
 		t.Fatalf("live tail printed:\n%s", out.String())
 	}
 
-	// With a group: its progress (the committed offset passing the
-	// message) and its dead letters, as they happen.
+	// With a group: each step of its deliveries, its progress (the
+	// committed offset passing the message) and its dead letters, as they
+	// happen.
 	out, _, stop2 := s.spoolBackground("tail", jobsT, "--group", workers, "-o", "json")
 	defer stop2()
 	stopConsumer := s.subscribe(workers, jobsT, func(context.Context, *spool.Message) error {
 		return spool.DeadLetter("invalid email address")
-	}, spool.WithConcurrency(1))
+	}, spool.WithConcurrency(1), spool.WithConsumerName("worker-1"))
 	defer stopConsumer()
 	progressed := func() bool { // a progress event past the first message
 		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
@@ -196,7 +197,8 @@ func TestTail(t *testing.T) {
 		return false
 	}
 	eventually(t, 20*time.Second, "the group tail saw a dead letter and the group's progress", func() bool {
-		if strings.Contains(out.String(), `"event":"dead_letter"`) && progressed() {
+		if strings.Contains(out.String(), `"event":"dead_letter"`) && progressed() &&
+			strings.Contains(out.String(), `"step":"delivered"`) && strings.Contains(out.String(), `"step":"dead_letter"`) {
 			return true
 		}
 		if r := s.spool("", false, "produce", jobsT, "job", "--key", "user-9"); r.code != 0 {
@@ -216,6 +218,17 @@ func TestTail(t *testing.T) {
 		case "dead_letter":
 			if ev.DeadLetter == nil || ev.DeadLetter.Reason != "invalid email address" || ev.Group != workers {
 				t.Errorf("dead letter event: %+v", ev)
+			}
+		case "delivery":
+			switch {
+			case ev.ID == "" || ev.Offset == nil || ev.Attempt != 1 || ev.Group != workers:
+				t.Errorf("delivery step without its message, attempt or group: %+v", ev)
+			case ev.Step == "delivered" && ev.Consumer != "worker-1":
+				t.Errorf("delivered step without the consumer's name: %+v", ev)
+			case ev.Step == "dead_letter" && ev.Reason != "invalid email address":
+				t.Errorf("dead_letter step without the app's reason: %+v", ev)
+			case ev.Step != "delivered" && ev.Step != "dead_letter":
+				t.Errorf("unexpected delivery step %q: %+v", ev.Step, ev)
 			}
 		}
 	}

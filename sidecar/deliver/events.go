@@ -51,6 +51,9 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 		if err == nil {
 			if err = p.tr.Ack(now, ref.GetOffset(), o.token); err == nil {
 				s.acks.Inc()
+				if s.traced > 0 {
+					m.trace(now, s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_ACKED, p.num, ref.GetOffset(), o.id, int32(o.attempt), c, "", "")
+				}
 				s.handleLatency.Observe(now.Sub(o.at).Seconds())
 				delete(c.outstanding, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()})
 				m.ledgerDone(s, p, ref.GetOffset(), o)
@@ -110,6 +113,9 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 				}
 			default:
 				err = errBadOutcome
+			}
+			if err == nil && s.traced > 0 {
+				m.trace(now, s, traceKind(n.GetOutcome()), p.num, off, o.id, int32(o.attempt), c, cutText(n.GetError(), MaxErrorBytes), cmp.Or(cutText(n.GetReason(), MaxReasonBytes), n.GetDownstream()))
 			}
 			if err == nil {
 				if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RELEASE {

@@ -28,6 +28,7 @@ type Group struct {
 	mc      *machine      // owned by Run's goroutine
 
 	results *mailbox[result]
+	taps    []*tap // the Tail streams following deliveries; owned by Run's goroutine
 }
 
 // result is the answer to an asynchronous action.
@@ -324,6 +325,8 @@ func (d *driver) do(now time.Time, a *action) {
 			}
 		}
 		d.commits.put(j)
+	case actTrace:
+		g.traced(a.s.cfg.Topic, a.trace)
 	case actConnected:
 		if d.ms != nil {
 			d.ms.consumersChanged(mc)

@@ -87,6 +87,9 @@ const (
 	// which subscriptions have one (machine.connected) and yields the
 	// others' partitions. No answer.
 	actConnected
+	// actTrace: hand trace to the Tail streams following s's topic
+	// (dropped for one that is not reading). No answer.
+	actTrace
 )
 
 // action is one piece of work for the driver. Ledger work (claims and
@@ -107,6 +110,7 @@ type action struct {
 	// may carry a revoked partition to hand over after the commit.
 	gens     map[int32]uint64
 	handover *handover
+	trace    *spoolv1.TailDelivery
 }
 
 func (m *machine) emit(a action) { m.acts = append(m.acts, a) }
@@ -123,6 +127,9 @@ type sub struct {
 	cfg      Subscription
 	parts    []*part
 	dlqParts int32
+	// traced counts the admin Tail streams following this topic's
+	// deliveries (trace.go): while above 0, each step is emitted.
+	traced int
 
 	committing bool // a commit of this topic is being written
 	// joinedGen is the newest generation of the coordinator's views
@@ -568,6 +575,9 @@ func (m *machine) send(now time.Time, cands []candidate) {
 		cd := &cands[i]
 		c := cd.c
 		d := c.track(now, m.cfg.Name, cd.s, cd.p, cd)
+		if cd.s.traced > 0 {
+			m.trace(now, cd.s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_DELIVERED, cd.p.num, d.GetOffset(), d.GetMessageId(), d.GetAttempt(), c, "", "")
+		}
 		size := wireBytes(d)
 		if c.maxFrameBytes > 0 && len(c.frame) > 0 && c.frameBytes+size > c.maxFrameBytes {
 			m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}})

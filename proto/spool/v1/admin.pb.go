@@ -21,6 +21,71 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// TailDeliveryKind says what happened to a delivery.
+type TailDeliveryKind int32
+
+const (
+	// Not set.
+	TailDeliveryKind_TAIL_DELIVERY_KIND_UNSPECIFIED TailDeliveryKind = 0
+	// Handed to a consumer of the app.
+	TailDeliveryKind_TAIL_DELIVERY_KIND_DELIVERED TailDeliveryKind = 1
+	// Acknowledged by the app.
+	TailDeliveryKind_TAIL_DELIVERY_KIND_ACKED TailDeliveryKind = 2
+	// The app asked for a retry (error says why).
+	TailDeliveryKind_TAIL_DELIVERY_KIND_RETRY TailDeliveryKind = 3
+	// The app dead-lettered it (reason says why).
+	TailDeliveryKind_TAIL_DELIVERY_KIND_DEAD_LETTER TailDeliveryKind = 4
+	// The app handed it back without an attempt counted.
+	TailDeliveryKind_TAIL_DELIVERY_KIND_RELEASED TailDeliveryKind = 5
+)
+
+// Enum value maps for TailDeliveryKind.
+var (
+	TailDeliveryKind_name = map[int32]string{
+		0: "TAIL_DELIVERY_KIND_UNSPECIFIED",
+		1: "TAIL_DELIVERY_KIND_DELIVERED",
+		2: "TAIL_DELIVERY_KIND_ACKED",
+		3: "TAIL_DELIVERY_KIND_RETRY",
+		4: "TAIL_DELIVERY_KIND_DEAD_LETTER",
+		5: "TAIL_DELIVERY_KIND_RELEASED",
+	}
+	TailDeliveryKind_value = map[string]int32{
+		"TAIL_DELIVERY_KIND_UNSPECIFIED": 0,
+		"TAIL_DELIVERY_KIND_DELIVERED":   1,
+		"TAIL_DELIVERY_KIND_ACKED":       2,
+		"TAIL_DELIVERY_KIND_RETRY":       3,
+		"TAIL_DELIVERY_KIND_DEAD_LETTER": 4,
+		"TAIL_DELIVERY_KIND_RELEASED":    5,
+	}
+)
+
+func (x TailDeliveryKind) Enum() *TailDeliveryKind {
+	p := new(TailDeliveryKind)
+	*p = x
+	return p
+}
+
+func (x TailDeliveryKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TailDeliveryKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_spool_v1_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (TailDeliveryKind) Type() protoreflect.EnumType {
+	return &file_spool_v1_admin_proto_enumTypes[0]
+}
+
+func (x TailDeliveryKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TailDeliveryKind.Descriptor instead.
+func (TailDeliveryKind) EnumDescriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
 // ListTopicsRequest has no parameters.
 type ListTopicsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2804,6 +2869,7 @@ type TailResponse struct {
 	//	*TailResponse_Record
 	//	*TailResponse_Progress
 	//	*TailResponse_DeadLetter
+	//	*TailResponse_Delivery
 	Event         isTailResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2873,6 +2939,15 @@ func (x *TailResponse) GetDeadLetter() *DeadLetter {
 	return nil
 }
 
+func (x *TailResponse) GetDelivery() *TailDelivery {
+	if x != nil {
+		if x, ok := x.Event.(*TailResponse_Delivery); ok {
+			return x.Delivery
+		}
+	}
+	return nil
+}
+
 type isTailResponse_Event interface {
 	isTailResponse_Event()
 }
@@ -2892,11 +2967,137 @@ type TailResponse_DeadLetter struct {
 	DeadLetter *DeadLetter `protobuf:"bytes,3,opt,name=dead_letter,json=deadLetter,proto3,oneof"`
 }
 
+type TailResponse_Delivery struct {
+	// The group handed a message to its app or the app settled it (this
+	// sidecar's deliveries only).
+	Delivery *TailDelivery `protobuf:"bytes,4,opt,name=delivery,proto3,oneof"`
+}
+
 func (*TailResponse_Record) isTailResponse_Event() {}
 
 func (*TailResponse_Progress) isTailResponse_Event() {}
 
 func (*TailResponse_DeadLetter) isTailResponse_Event() {}
+
+func (*TailResponse_Delivery) isTailResponse_Event() {}
+
+// TailDelivery is one step of a message's delivery to the group's app.
+type TailDelivery struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Kind TailDeliveryKind `protobuf:"varint,1,opt,name=kind,proto3,enum=spool.v1.TailDeliveryKind" json:"kind,omitempty"`
+	// Partition.
+	Partition int32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Offset.
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Message id.
+	Id string `protobuf:"bytes,4,opt,name=id,proto3" json:"id,omitempty"`
+	// Attempt number (1 on the first delivery).
+	Attempt int32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The consumer's name (Start.consumer_name; empty when the app gave none).
+	Consumer string `protobuf:"bytes,6,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// The app's error text (retry, dead letter).
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// The dead-letter reason, or the downstream a retry names.
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When, Unix milliseconds.
+	TimeMs        int64 `protobuf:"varint,9,opt,name=time_ms,json=timeMs,proto3" json:"time_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TailDelivery) Reset() {
+	*x = TailDelivery{}
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TailDelivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TailDelivery) ProtoMessage() {}
+
+func (x *TailDelivery) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TailDelivery.ProtoReflect.Descriptor instead.
+func (*TailDelivery) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TailDelivery) GetKind() TailDeliveryKind {
+	if x != nil {
+		return x.Kind
+	}
+	return TailDeliveryKind_TAIL_DELIVERY_KIND_UNSPECIFIED
+}
+
+func (x *TailDelivery) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TailDelivery) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *TailDelivery) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *TailDelivery) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *TailDelivery) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *TailDelivery) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *TailDelivery) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TailDelivery) GetTimeMs() int64 {
+	if x != nil {
+		return x.TimeMs
+	}
+	return 0
+}
 
 // TailRecord is one stored message.
 type TailRecord struct {
@@ -2921,7 +3122,7 @@ type TailRecord struct {
 
 func (x *TailRecord) Reset() {
 	*x = TailRecord{}
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3134,7 @@ func (x *TailRecord) String() string {
 func (*TailRecord) ProtoMessage() {}
 
 func (x *TailRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3147,7 @@ func (x *TailRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRecord.ProtoReflect.Descriptor instead.
 func (*TailRecord) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TailRecord) GetPartition() int32 {
@@ -3212,13 +3413,24 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x06offset\x18\x05 \x01(\x03H\x00R\x06offset\x12\x19\n" +
 	"\atime_ms\x18\x06 \x01(\x03H\x00R\x06timeMs\x12\x14\n" +
 	"\x05group\x18\a \x01(\tR\x05groupB\x06\n" +
-	"\x04from\"\xb6\x01\n" +
+	"\x04from\"\xec\x01\n" +
 	"\fTailResponse\x12.\n" +
 	"\x06record\x18\x01 \x01(\v2\x14.spool.v1.TailRecordH\x00R\x06record\x124\n" +
 	"\bprogress\x18\x02 \x01(\v2\x16.spool.v1.PartitionLagH\x00R\bprogress\x127\n" +
 	"\vdead_letter\x18\x03 \x01(\v2\x14.spool.v1.DeadLetterH\x00R\n" +
-	"deadLetterB\a\n" +
-	"\x05event\"\x90\x02\n" +
+	"deadLetter\x124\n" +
+	"\bdelivery\x18\x04 \x01(\v2\x16.spool.v1.TailDeliveryH\x00R\bdeliveryB\a\n" +
+	"\x05event\"\x81\x02\n" +
+	"\fTailDelivery\x12.\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1a.spool.v1.TailDeliveryKindR\x04kind\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\tR\x02id\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x1a\n" +
+	"\bconsumer\x18\x06 \x01(\tR\bconsumer\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x17\n" +
+	"\atime_ms\x18\t \x01(\x03R\x06timeMs\"\x90\x02\n" +
 	"\n" +
 	"TailRecord\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
@@ -3230,7 +3442,14 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\atime_ms\x18\a \x01(\x03R\x06timeMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x90\b\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\xd9\x01\n" +
+	"\x10TailDeliveryKind\x12\"\n" +
+	"\x1eTAIL_DELIVERY_KIND_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cTAIL_DELIVERY_KIND_DELIVERED\x10\x01\x12\x1c\n" +
+	"\x18TAIL_DELIVERY_KIND_ACKED\x10\x02\x12\x1c\n" +
+	"\x18TAIL_DELIVERY_KIND_RETRY\x10\x03\x12\"\n" +
+	"\x1eTAIL_DELIVERY_KIND_DEAD_LETTER\x10\x04\x12\x1f\n" +
+	"\x1bTAIL_DELIVERY_KIND_RELEASED\x10\x052\x90\b\n" +
 	"\fAdminService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.spool.v1.ListTopicsRequest\x1a\x1c.spool.v1.ListTopicsResponse\x12G\n" +
@@ -3261,111 +3480,116 @@ func file_spool_v1_admin_proto_rawDescGZIP() []byte {
 	return file_spool_v1_admin_proto_rawDescData
 }
 
-var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_spool_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_spool_v1_admin_proto_goTypes = []any{
-	(*ListTopicsRequest)(nil),            // 0: spool.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),           // 1: spool.v1.ListTopicsResponse
-	(*TopicInfo)(nil),                    // 2: spool.v1.TopicInfo
-	(*PartitionInfo)(nil),                // 3: spool.v1.PartitionInfo
-	(*ListGroupsRequest)(nil),            // 4: spool.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),           // 5: spool.v1.ListGroupsResponse
-	(*GroupInfo)(nil),                    // 6: spool.v1.GroupInfo
-	(*BreakerInfo)(nil),                  // 7: spool.v1.BreakerInfo
-	(*PartitionLag)(nil),                 // 8: spool.v1.PartitionLag
-	(*PeekDeadLettersRequest)(nil),       // 9: spool.v1.PeekDeadLettersRequest
-	(*DeadLetterFilter)(nil),             // 10: spool.v1.DeadLetterFilter
-	(*ScanProgress)(nil),                 // 11: spool.v1.ScanProgress
-	(*PeekDeadLettersResponse)(nil),      // 12: spool.v1.PeekDeadLettersResponse
-	(*DeadLetter)(nil),                   // 13: spool.v1.DeadLetter
-	(*Attempt)(nil),                      // 14: spool.v1.Attempt
-	(*RedriveRequest)(nil),               // 15: spool.v1.RedriveRequest
-	(*RedriveResponse)(nil),              // 16: spool.v1.RedriveResponse
-	(*ResetOffsetsRequest)(nil),          // 17: spool.v1.ResetOffsetsRequest
-	(*ResetOffsetsResponse)(nil),         // 18: spool.v1.ResetOffsetsResponse
-	(*ClusterStatusRequest)(nil),         // 19: spool.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),        // 20: spool.v1.ClusterStatusResponse
-	(*DecommissionNodeRequest)(nil),      // 21: spool.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),     // 22: spool.v1.DecommissionNodeResponse
-	(*NodeInfo)(nil),                     // 23: spool.v1.NodeInfo
-	(*CreateTopicRequest)(nil),           // 24: spool.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),          // 25: spool.v1.CreateTopicResponse
-	(*AlterTopicRequest)(nil),            // 26: spool.v1.AlterTopicRequest
-	(*AlterTopicResponse)(nil),           // 27: spool.v1.AlterTopicResponse
-	(*DeleteTopicRequest)(nil),           // 28: spool.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),          // 29: spool.v1.DeleteTopicResponse
-	(*SummarizeDeadLettersRequest)(nil),  // 30: spool.v1.SummarizeDeadLettersRequest
-	(*SummarizeDeadLettersResponse)(nil), // 31: spool.v1.SummarizeDeadLettersResponse
-	(*ReasonCount)(nil),                  // 32: spool.v1.ReasonCount
-	(*KeyCount)(nil),                     // 33: spool.v1.KeyCount
-	(*HourCount)(nil),                    // 34: spool.v1.HourCount
-	(*PurgeDeadLettersRequest)(nil),      // 35: spool.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),     // 36: spool.v1.PurgeDeadLettersResponse
-	(*PurgedPartition)(nil),              // 37: spool.v1.PurgedPartition
-	(*TailRequest)(nil),                  // 38: spool.v1.TailRequest
-	(*TailResponse)(nil),                 // 39: spool.v1.TailResponse
-	(*TailRecord)(nil),                   // 40: spool.v1.TailRecord
-	nil,                                  // 41: spool.v1.TailRecord.HeadersEntry
-	(*Delivery)(nil),                     // 42: spool.v1.Delivery
+	(TailDeliveryKind)(0),                // 0: spool.v1.TailDeliveryKind
+	(*ListTopicsRequest)(nil),            // 1: spool.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),           // 2: spool.v1.ListTopicsResponse
+	(*TopicInfo)(nil),                    // 3: spool.v1.TopicInfo
+	(*PartitionInfo)(nil),                // 4: spool.v1.PartitionInfo
+	(*ListGroupsRequest)(nil),            // 5: spool.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),           // 6: spool.v1.ListGroupsResponse
+	(*GroupInfo)(nil),                    // 7: spool.v1.GroupInfo
+	(*BreakerInfo)(nil),                  // 8: spool.v1.BreakerInfo
+	(*PartitionLag)(nil),                 // 9: spool.v1.PartitionLag
+	(*PeekDeadLettersRequest)(nil),       // 10: spool.v1.PeekDeadLettersRequest
+	(*DeadLetterFilter)(nil),             // 11: spool.v1.DeadLetterFilter
+	(*ScanProgress)(nil),                 // 12: spool.v1.ScanProgress
+	(*PeekDeadLettersResponse)(nil),      // 13: spool.v1.PeekDeadLettersResponse
+	(*DeadLetter)(nil),                   // 14: spool.v1.DeadLetter
+	(*Attempt)(nil),                      // 15: spool.v1.Attempt
+	(*RedriveRequest)(nil),               // 16: spool.v1.RedriveRequest
+	(*RedriveResponse)(nil),              // 17: spool.v1.RedriveResponse
+	(*ResetOffsetsRequest)(nil),          // 18: spool.v1.ResetOffsetsRequest
+	(*ResetOffsetsResponse)(nil),         // 19: spool.v1.ResetOffsetsResponse
+	(*ClusterStatusRequest)(nil),         // 20: spool.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),        // 21: spool.v1.ClusterStatusResponse
+	(*DecommissionNodeRequest)(nil),      // 22: spool.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),     // 23: spool.v1.DecommissionNodeResponse
+	(*NodeInfo)(nil),                     // 24: spool.v1.NodeInfo
+	(*CreateTopicRequest)(nil),           // 25: spool.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),          // 26: spool.v1.CreateTopicResponse
+	(*AlterTopicRequest)(nil),            // 27: spool.v1.AlterTopicRequest
+	(*AlterTopicResponse)(nil),           // 28: spool.v1.AlterTopicResponse
+	(*DeleteTopicRequest)(nil),           // 29: spool.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),          // 30: spool.v1.DeleteTopicResponse
+	(*SummarizeDeadLettersRequest)(nil),  // 31: spool.v1.SummarizeDeadLettersRequest
+	(*SummarizeDeadLettersResponse)(nil), // 32: spool.v1.SummarizeDeadLettersResponse
+	(*ReasonCount)(nil),                  // 33: spool.v1.ReasonCount
+	(*KeyCount)(nil),                     // 34: spool.v1.KeyCount
+	(*HourCount)(nil),                    // 35: spool.v1.HourCount
+	(*PurgeDeadLettersRequest)(nil),      // 36: spool.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),     // 37: spool.v1.PurgeDeadLettersResponse
+	(*PurgedPartition)(nil),              // 38: spool.v1.PurgedPartition
+	(*TailRequest)(nil),                  // 39: spool.v1.TailRequest
+	(*TailResponse)(nil),                 // 40: spool.v1.TailResponse
+	(*TailDelivery)(nil),                 // 41: spool.v1.TailDelivery
+	(*TailRecord)(nil),                   // 42: spool.v1.TailRecord
+	nil,                                  // 43: spool.v1.TailRecord.HeadersEntry
+	(*Delivery)(nil),                     // 44: spool.v1.Delivery
 }
 var file_spool_v1_admin_proto_depIdxs = []int32{
-	2,  // 0: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
-	3,  // 1: spool.v1.TopicInfo.partitions:type_name -> spool.v1.PartitionInfo
-	6,  // 2: spool.v1.ListGroupsResponse.groups:type_name -> spool.v1.GroupInfo
-	8,  // 3: spool.v1.GroupInfo.partitions:type_name -> spool.v1.PartitionLag
-	7,  // 4: spool.v1.GroupInfo.breakers:type_name -> spool.v1.BreakerInfo
-	10, // 5: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	13, // 6: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
-	11, // 7: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	42, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
-	14, // 9: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
-	10, // 10: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	13, // 11: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
-	11, // 12: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
-	8,  // 13: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
-	23, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
-	2,  // 15: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
-	2,  // 16: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
-	10, // 17: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	32, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
-	33, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
-	34, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
-	11, // 21: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	37, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
-	40, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
-	8,  // 24: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
-	13, // 25: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
-	41, // 26: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
-	0,  // 27: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
-	4,  // 28: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
-	9,  // 29: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
-	15, // 30: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
-	17, // 31: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
-	19, // 32: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
-	21, // 33: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
-	24, // 34: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
-	26, // 35: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
-	28, // 36: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
-	30, // 37: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
-	35, // 38: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
-	38, // 39: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
-	1,  // 40: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
-	5,  // 41: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
-	12, // 42: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
-	16, // 43: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
-	18, // 44: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
-	20, // 45: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
-	22, // 46: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
-	25, // 47: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
-	27, // 48: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
-	29, // 49: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
-	31, // 50: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
-	36, // 51: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
-	39, // 52: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
-	40, // [40:53] is the sub-list for method output_type
-	27, // [27:40] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	3,  // 0: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
+	4,  // 1: spool.v1.TopicInfo.partitions:type_name -> spool.v1.PartitionInfo
+	7,  // 2: spool.v1.ListGroupsResponse.groups:type_name -> spool.v1.GroupInfo
+	9,  // 3: spool.v1.GroupInfo.partitions:type_name -> spool.v1.PartitionLag
+	8,  // 4: spool.v1.GroupInfo.breakers:type_name -> spool.v1.BreakerInfo
+	11, // 5: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	14, // 6: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
+	12, // 7: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
+	44, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
+	15, // 9: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
+	11, // 10: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	14, // 11: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
+	12, // 12: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
+	9,  // 13: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
+	24, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
+	3,  // 15: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
+	3,  // 16: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
+	11, // 17: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	33, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
+	34, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
+	35, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
+	12, // 21: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
+	38, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
+	42, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
+	9,  // 24: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
+	14, // 25: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
+	41, // 26: spool.v1.TailResponse.delivery:type_name -> spool.v1.TailDelivery
+	0,  // 27: spool.v1.TailDelivery.kind:type_name -> spool.v1.TailDeliveryKind
+	43, // 28: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
+	1,  // 29: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
+	5,  // 30: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
+	10, // 31: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
+	16, // 32: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
+	18, // 33: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
+	20, // 34: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
+	22, // 35: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
+	25, // 36: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
+	27, // 37: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
+	29, // 38: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
+	31, // 39: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
+	36, // 40: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
+	39, // 41: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
+	2,  // 42: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
+	6,  // 43: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
+	13, // 44: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
+	17, // 45: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
+	19, // 46: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
+	21, // 47: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
+	23, // 48: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
+	26, // 49: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
+	28, // 50: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
+	30, // 51: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
+	32, // 52: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
+	37, // 53: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
+	40, // 54: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_spool_v1_admin_proto_init() }
@@ -3391,19 +3615,21 @@ func file_spool_v1_admin_proto_init() {
 		(*TailResponse_Record)(nil),
 		(*TailResponse_Progress)(nil),
 		(*TailResponse_DeadLetter)(nil),
+		(*TailResponse_Delivery)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_admin_proto_rawDesc), len(file_spool_v1_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   42,
+			NumEnums:      1,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_spool_v1_admin_proto_goTypes,
 		DependencyIndexes: file_spool_v1_admin_proto_depIdxs,
+		EnumInfos:         file_spool_v1_admin_proto_enumTypes,
 		MessageInfos:      file_spool_v1_admin_proto_msgTypes,
 	}.Build()
 	File_spool_v1_admin_proto = out.File
