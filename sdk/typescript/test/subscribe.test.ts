@@ -93,7 +93,10 @@ describe("subscribe", () => {
     assert.equal(m.partition, r.partition);
     assert.equal(m.offset, r.offset);
 
-    const dl = await deadLetters(n);
+    // The app's DEAD_LETTER is settled before the sidecar has written the
+    // entry to the dead-letter topic: wait for it there.
+    let dl = await deadLetters(n);
+    await eventually("the dead letter stored", async () => (dl = await deadLetters(n)).length > 0);
     assert.equal(dl.length, 1);
     assert.equal(dl[0]!.reason, "malformed order");
     assert.equal(dl[0]!.message?.messageId, "m-poison");
