@@ -19,7 +19,7 @@
 // The commands, the placement rule, the limits and the tests proving them
 // are in docs/replication.md ("The controller's state (group 0)").
 //
-// This package imports go.etcd.io/raft/v3/raftpb and the generated protocol
-// (proto/spool/cluster/v1) only; it must never import the rest of engine,
-// the sidecar, gRPC, Redis or Prometheus.
+// This package imports go.etcd.io/raft/v3/raftpb, the generated protocol
+// (proto/spool/cluster/v1) and engine/internal/protocheck only; it must
+// never import the rest of engine, the sidecar, gRPC, Redis or Prometheus.
 package meta

@@ -6,9 +6,9 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/spoolmq/spool/engine/internal/protocheck"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Sizes the decoders accept.
@@ -88,7 +88,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	if err := proto.Unmarshal(b, m); err != nil {
 		return Command{}, fmt.Errorf("%w command: %v", ErrMalformed, err)
 	}
-	if err := unknownFields(m.ProtoReflect()); err != nil {
+	if err := protocheck.UnknownFields(m.ProtoReflect()); err != nil {
 		return Command{}, fmt.Errorf("%w command: %v", ErrMalformed, err)
 	}
 	c := Command{Group: m.GetGroup(), AtMs: m.GetAtMs()}
@@ -168,7 +168,7 @@ func DecodeState(b []byte) (*State, error) {
 	if err := proto.Unmarshal(b, m); err != nil {
 		return nil, fmt.Errorf("%w state: %v", ErrMalformed, err)
 	}
-	if err := unknownFields(m.ProtoReflect()); err != nil {
+	if err := protocheck.UnknownFields(m.ProtoReflect()); err != nil {
 		return nil, fmt.Errorf("%w state: %v", ErrMalformed, err)
 	}
 	if len(m.Groups) > MaxGroups {
@@ -250,26 +250,4 @@ func positionFromProto(p *clusterv1.GroupsPosition) Position {
 		pos.Done = nil
 	}
 	return pos
-}
-
-// unknownFields refuses a message holding fields this release does not
-// know, at any depth.
-func unknownFields(m protoreflect.Message) error {
-	if len(m.GetUnknown()) > 0 {
-		return errors.New("fields this release does not know (written by a newer release? upgrade this node)")
-	}
-	var err error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		switch {
-		case fd.IsList() && fd.Message() != nil:
-			l := v.List()
-			for i := 0; i < l.Len() && err == nil; i++ {
-				err = unknownFields(l.Get(i).Message())
-			}
-		case fd.Message() != nil && !fd.IsMap():
-			err = unknownFields(v.Message())
-		}
-		return err == nil
-	})
-	return err
 }

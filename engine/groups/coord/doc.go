@@ -27,6 +27,6 @@
 // the tests that prove them.
 //
 // This package imports the generated protocol (proto/spool/cluster/v1)
-// only; it must never import the rest of engine, the sidecar, gRPC, Redis
-// or Prometheus.
+// and engine/internal/protocheck only; it must never import the rest of
+// engine, the sidecar, gRPC, Redis or Prometheus.
 package coord
