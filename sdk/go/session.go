@@ -22,7 +22,8 @@ import (
 //
 // Locks: session.mu and leaseKeeper.mu are leaves; neither is held while
 // taking the other (leaseKeeper.fire unlocks before calling session.extend),
-// nor during a Send or Recv.
+// nor during a Send or Recv. waitingLeases.mu is taken before session.mu
+// (its fire queues extensions with it held), never while holding it.
 type session struct {
 	sub          *subscriber
 	stream       grpc.BidiStreamingClient[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse]
@@ -399,7 +400,7 @@ func buildFrame(o *outbox) *spoolv1.SubscribeRequest {
 // all of them, armed for the earliest. A worker takes a delivery out
 // (remove) before its own keeper starts.
 type waitingLeases struct {
-	mu    sync.Mutex // a leaf: not held while calling session.extend
+	mu    sync.Mutex // taken before session.mu (fire calls session.extend with it held), never after
 	due   map[deliveryRef]time.Time
 	every time.Duration
 	s     *session
@@ -463,20 +464,20 @@ func (w *waitingLeases) armLocked() {
 	w.timer.Reset(max(time.Until(next), 0))
 }
 
+// fire queues the extensions due. It queues them with w.mu held: a worker
+// taking a delivery (remove) then either finds its extension already
+// queued, ahead of the delivery's settlement in the stream, or removes it
+// before it is queued — never an extension sent after the settlement (the
+// sidecar would answer it with a settle error).
 func (w *waitingLeases) fire() {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	now := time.Now()
-	var refs []deliveryRef
 	for ref, t := range w.due {
 		if !t.After(now) {
-			refs = append(refs, ref)
 			w.due[ref] = now.Add(w.every)
+			w.s.extend(ref)
 		}
 	}
-	s := w.s
 	w.armLocked()
-	w.mu.Unlock()
-	for _, ref := range refs {
-		s.extend(ref)
-	}
 }
