@@ -196,6 +196,7 @@ type mailbox struct {
 	campaign    bool
 	transfers   []uint64
 	retention   *retentionSet // the last SetRetention since the previous visit
+	retainFrom  int64         // the highest SetRetainFrom since the previous visit
 	prefer      uint64        // PreferLeader: hand leadership to it if it has caught up
 	reconfigure []uint64      // Reconfigure: the target voters of a replica move (nil: none)
 }
@@ -211,7 +212,7 @@ type snapReport struct {
 }
 
 func (b *mailbox) empty() bool {
-	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0 && b.retention == nil && b.prefer == 0 && b.reconfigure == nil
+	return b.ticks == 0 && len(b.msgs) == 0 && len(b.props) == 0 && len(b.unreachable) == 0 && len(b.snaps) == 0 && !b.campaign && len(b.transfers) == 0 && b.retention == nil && b.retainFrom == 0 && b.prefer == 0 && b.reconfigure == nil
 }
 
 func (b *mailbox) reset() {
@@ -621,6 +622,16 @@ func (h *Host) SetRetention(group uint64, age time.Duration, bytes int64) error 
 	return h.post(group, func(b *mailbox) { b.retention = &retentionSet{age: age, bytes: bytes} })
 }
 
+// SetRetainFrom lets group's partition give up the records before offset
+// off (Replica.SetRetainFrom), at the group's next visit; the leader
+// applies it to every replica through the log.
+func (h *Host) SetRetainFrom(group uint64, off int64) error {
+	if off <= 0 {
+		return fmt.Errorf("raft host: group %d: retain-from offset %d, want one above 0", group, off)
+	}
+	return h.post(group, func(b *mailbox) { b.retainFrom = max(b.retainFrom, off) })
+}
+
 func snapIndex(m raftpb.Message) uint64 {
 	if m.Snapshot == nil {
 		return 0
@@ -718,7 +729,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	g.mu.Unlock()
 	r, now := g.r, h.now()
 	busy := len(box.props) > 0 || box.campaign || len(box.transfers) > 0 || len(box.snaps) > 0 ||
-		len(box.unreachable) > 0 || box.retention != nil || box.prefer != 0 || box.reconfigure != nil
+		len(box.unreachable) > 0 || box.retention != nil || box.retainFrom != 0 || box.prefer != 0 || box.reconfigure != nil
 	heard := false
 	for _, m := range box.msgs {
 		busy = busy || !idleMessage(m.Type)
@@ -753,6 +764,9 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	}
 	if rs := box.retention; rs != nil {
 		_ = r.SetRetention(rs.age, rs.bytes) // checked by Host.SetRetention
+	}
+	if box.retainFrom != 0 {
+		r.SetRetainFrom(box.retainFrom)
 	}
 	if box.reconfigure != nil {
 		h.reconfigure(g, box.reconfigure, now)

@@ -118,6 +118,9 @@ type Replica struct {
 	// tick from which each follower has held compaction back.
 	ticks    int64
 	lagSince map[uint64]int64
+	// retainFrom is the offset SetRetainFrom allows giving up the records
+	// before (0: none).
+	retainFrom int64
 }
 
 // ErrReplicaStopped wraps the error a replica stopped with.

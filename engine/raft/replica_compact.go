@@ -25,6 +25,17 @@ func (r *Replica) SetRetention(age time.Duration, bytes int64) error {
 	return nil
 }
 
+// SetRetainFrom lets the partition give up every record before offset off
+// while this replica leads, whatever its retention by age and size: the
+// partition's owner no longer needs them (the coordinators of consumer
+// groups keep a checkpoint of their state at off and rebuild from it,
+// docs/groups.md "Checkpoints"). The log then starts at the entry whose
+// records start at off (an entry boundary, never inside one). A smaller off
+// than before is ignored; 0 sets no floor.
+func (r *Replica) SetRetainFrom(off int64) {
+	r.retainFrom = max(r.retainFrom, off)
+}
+
 // Snapshot is the snapshot metadata saved last (Index 0: none).
 func (r *Replica) Snapshot() SnapshotMeta { return r.snap }
 
@@ -297,16 +308,21 @@ func (r *Replica) checkRetention() {
 		clear(r.lagSince)
 		return
 	}
-	if age == 0 && bytes == 0 {
+	if age == 0 && bytes == 0 && r.retainFrom == 0 {
 		return
 	}
 	now := r.cfg.Now()
 	off, idx, ok := r.p.RetentionPoint(age, bytes, now, r.committed, r.applied)
+	if fo, fi, fok := r.retainFromPoint(); fok && (!ok || fi > idx) {
+		off, idx, ok = fo, fi, true
+	}
 	if !ok || idx <= r.snap.Index+1 {
 		return
 	}
 	keep := retentionLimit(idx, r.ID(), r.g.Status().Progress, r.lagSince, r.ticks, int64(r.cfg.RetentionLagTicks))
 	if keep < idx {
+		// Held back for a follower: as far as age and size allow below it
+		// (a retain-from floor is an exact point, never moved down).
 		if off, idx, ok = r.p.RetentionPoint(age, bytes, now, r.committed, keep); !ok || idx <= r.snap.Index+1 {
 			return
 		}
@@ -316,4 +332,33 @@ func (r *Replica) checkRetention() {
 	if err != nil && !errors.Is(err, etcdraft.ErrProposalDropped) && r.failed == nil {
 		r.cfg.Logger.Warn("raft replica: log-start proposal failed", "partition", r.p.Name(), "err", err)
 	}
+}
+
+// retainFromPoint is the log start SetRetainFrom asks for: the first entry
+// whose records start at the retain-from offset, if that offset is
+// committed, the entry applied here, and past the current log start. A
+// binary search over OffsetOfIndex (non-decreasing in the index), one frame
+// header read per step.
+func (r *Replica) retainFromPoint() (offset int64, index uint64, ok bool) {
+	off := r.retainFrom
+	if off <= r.p.StartOffset() || off > r.committed {
+		return 0, 0, false
+	}
+	lo, hi := r.p.FirstIndex(), min(r.p.LastIndex(), r.applied)
+	for lo < hi { // the first index whose records start at or after off
+		mid := lo + (hi-lo)/2
+		at, err := r.p.OffsetOfIndex(mid)
+		if err != nil {
+			return 0, 0, false
+		}
+		if at < off {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if at, err := r.p.OffsetOfIndex(lo); err != nil || at != off {
+		return 0, 0, false // inside an entry, or not applied yet
+	}
+	return off, lo, true
 }

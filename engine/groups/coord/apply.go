@@ -25,6 +25,9 @@ type Command struct {
 	Expire     *Expire
 	RevokeDone *RevokeDone
 	Commit     *Commit
+	// Checkpoint is a chunk of the whole state (Group is empty); applying
+	// it changes nothing (checkpoint.go).
+	Checkpoint *Checkpoint
 }
 
 // Join adds a member to the group or updates one. A new member id is a new
@@ -174,13 +177,13 @@ var (
 // shape checks that exactly one command is set.
 func (c Command) shape() error {
 	n := 0
-	for _, set := range []bool{c.Join != nil, c.Heartbeat != nil, c.Leave != nil, c.Expire != nil, c.RevokeDone != nil, c.Commit != nil} {
+	for _, set := range []bool{c.Join != nil, c.Heartbeat != nil, c.Leave != nil, c.Expire != nil, c.RevokeDone != nil, c.Commit != nil, c.Checkpoint != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Join, Heartbeat, Leave, Expire, RevokeDone, Commit; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Join, Heartbeat, Leave, Expire, RevokeDone, Commit, Checkpoint; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -190,6 +193,9 @@ func (c Command) shape() error {
 func (s *State) Apply(c Command) Result {
 	if err := c.Validate(); err != nil {
 		return Result{Err: err}
+	}
+	if c.Checkpoint != nil {
+		return Result{}
 	}
 	if c.Join != nil {
 		return s.applyJoin(c.Group, c.AtMs, *c.Join)

@@ -59,6 +59,9 @@ func EncodeCommand(c Command) ([]byte, error) {
 			pr.Partitions = append(pr.Partitions, tpToProto(tp))
 		}
 		m.Command = &clusterv1.GroupsCommand_RevokeDone{RevokeDone: pr}
+	case c.Checkpoint != nil:
+		k := c.Checkpoint
+		m.Command = &clusterv1.GroupsCommand_Checkpoint{Checkpoint: &clusterv1.GroupsCheckpoint{AsOf: k.AsOf, Chunk: k.Chunk, Chunks: k.Chunks, StateSha256: k.Sum, Data: k.Data}}
 	default:
 		cm := c.Commit
 		m.Command = &clusterv1.GroupsCommand_Commit{Commit: &clusterv1.GroupsCommit{MemberId: cm.Member, Generation: cm.Generation,
@@ -117,6 +120,9 @@ func DecodeCommand(b []byte) (Command, error) {
 	case *clusterv1.GroupsCommand_Commit:
 		cm := x.Commit
 		c.Commit = &Commit{Member: cm.GetMemberId(), Generation: cm.GetGeneration(), TopicPartition: tpFromProto(cm.GetPartition()), Position: positionFromProto(cm.GetPosition())}
+	case *clusterv1.GroupsCommand_Checkpoint:
+		k := x.Checkpoint
+		c.Checkpoint = &Checkpoint{AsOf: k.GetAsOf(), Chunk: k.GetChunk(), Chunks: k.GetChunks(), Sum: k.GetStateSha256(), Data: k.GetData()}
 	default:
 		return Command{}, fmt.Errorf("%w command: no command set (a command from a newer release this node does not know? upgrade this node)", ErrMalformed)
 	}

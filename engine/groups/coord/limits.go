@@ -116,6 +116,12 @@ func (c Command) Validate() error {
 	if err := c.shape(); err != nil {
 		return err
 	}
+	if c.Checkpoint != nil {
+		if c.Group != "" {
+			return invalid("group name", c.Group, "empty in a checkpoint (it holds every group)")
+		}
+		return c.Checkpoint.validate()
+	}
 	if !validName(c.Group) {
 		return invalid("group name", c.Group, allowedNames)
 	}

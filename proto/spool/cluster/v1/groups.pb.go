@@ -38,6 +38,7 @@ type GroupsCommand struct {
 	//	*GroupsCommand_Expire
 	//	*GroupsCommand_RevokeDone
 	//	*GroupsCommand_Commit
+	//	*GroupsCommand_Checkpoint
 	Command       isGroupsCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -148,6 +149,15 @@ func (x *GroupsCommand) GetCommit() *GroupsCommit {
 	return nil
 }
 
+func (x *GroupsCommand) GetCheckpoint() *GroupsCheckpoint {
+	if x != nil {
+		if x, ok := x.Command.(*GroupsCommand_Checkpoint); ok {
+			return x.Checkpoint
+		}
+	}
+	return nil
+}
+
 type isGroupsCommand_Command interface {
 	isGroupsCommand_Command()
 }
@@ -183,6 +193,12 @@ type GroupsCommand_Commit struct {
 	Commit *GroupsCommit `protobuf:"bytes,8,opt,name=commit,proto3,oneof"`
 }
 
+type GroupsCommand_Checkpoint struct {
+	// checkpoint is one chunk of the coordinator's whole state; group is
+	// empty. Applying it changes nothing.
+	Checkpoint *GroupsCheckpoint `protobuf:"bytes,9,opt,name=checkpoint,proto3,oneof"`
+}
+
 func (*GroupsCommand_Join) isGroupsCommand_Command() {}
 
 func (*GroupsCommand_Heartbeat) isGroupsCommand_Command() {}
@@ -194,6 +210,97 @@ func (*GroupsCommand_Expire) isGroupsCommand_Command() {}
 func (*GroupsCommand_RevokeDone) isGroupsCommand_Command() {}
 
 func (*GroupsCommand_Commit) isGroupsCommand_Command() {}
+
+func (*GroupsCommand_Checkpoint) isGroupsCommand_Command() {}
+
+// GroupsCheckpoint is one of the records that together hold a
+// coordinator's whole state (docs/groups.md, "Checkpoints"): the data of
+// chunks 0 to chunks-1, in that order, is a GroupsState. A checkpoint is
+// valid when its chunks take consecutive offsets and the first is the record
+// right after as_of: then it is the state as of that first offset, and the
+// log may start there.
+type GroupsCheckpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// as_of is the offset of the last record the state holds.
+	AsOf int64 `protobuf:"varint,1,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	// chunk is this record's place in the checkpoint, from 0.
+	Chunk uint32 `protobuf:"varint,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// chunks is the number of records of the checkpoint.
+	Chunks uint32 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// state_sha256 is the SHA-256 of the whole encoded state (every chunk
+	// carries it): a replica checks its own state against it, and a state
+	// rebuilt from the chunks is checked with it.
+	StateSha256 []byte `protobuf:"bytes,4,opt,name=state_sha256,json=stateSha256,proto3" json:"state_sha256,omitempty"`
+	// data is this chunk's part of the encoded GroupsState.
+	Data          []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupsCheckpoint) Reset() {
+	*x = GroupsCheckpoint{}
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupsCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupsCheckpoint) ProtoMessage() {}
+
+func (x *GroupsCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupsCheckpoint.ProtoReflect.Descriptor instead.
+func (*GroupsCheckpoint) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupsCheckpoint) GetAsOf() int64 {
+	if x != nil {
+		return x.AsOf
+	}
+	return 0
+}
+
+func (x *GroupsCheckpoint) GetChunk() uint32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *GroupsCheckpoint) GetChunks() uint32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *GroupsCheckpoint) GetStateSha256() []byte {
+	if x != nil {
+		return x.StateSha256
+	}
+	return nil
+}
+
+func (x *GroupsCheckpoint) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
 
 // GroupsTopic is what a group knows of a topic.
 type GroupsTopic struct {
@@ -211,7 +318,7 @@ type GroupsTopic struct {
 
 func (x *GroupsTopic) Reset() {
 	*x = GroupsTopic{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +330,7 @@ func (x *GroupsTopic) String() string {
 func (*GroupsTopic) ProtoMessage() {}
 
 func (x *GroupsTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +343,7 @@ func (x *GroupsTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsTopic.ProtoReflect.Descriptor instead.
 func (*GroupsTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{1}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GroupsTopic) GetName() string {
@@ -271,7 +378,7 @@ type GroupsReplicas struct {
 
 func (x *GroupsReplicas) Reset() {
 	*x = GroupsReplicas{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +390,7 @@ func (x *GroupsReplicas) String() string {
 func (*GroupsReplicas) ProtoMessage() {}
 
 func (x *GroupsReplicas) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +403,7 @@ func (x *GroupsReplicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsReplicas.ProtoReflect.Descriptor instead.
 func (*GroupsReplicas) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{2}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupsReplicas) GetNodeIds() []uint64 {
@@ -328,7 +435,7 @@ type GroupsJoin struct {
 
 func (x *GroupsJoin) Reset() {
 	*x = GroupsJoin{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +447,7 @@ func (x *GroupsJoin) String() string {
 func (*GroupsJoin) ProtoMessage() {}
 
 func (x *GroupsJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +460,7 @@ func (x *GroupsJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsJoin.ProtoReflect.Descriptor instead.
 func (*GroupsJoin) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{3}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupsJoin) GetMemberId() string {
@@ -413,7 +520,7 @@ type GroupsHeartbeat struct {
 
 func (x *GroupsHeartbeat) Reset() {
 	*x = GroupsHeartbeat{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +532,7 @@ func (x *GroupsHeartbeat) String() string {
 func (*GroupsHeartbeat) ProtoMessage() {}
 
 func (x *GroupsHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +545,7 @@ func (x *GroupsHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsHeartbeat.ProtoReflect.Descriptor instead.
 func (*GroupsHeartbeat) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{4}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GroupsHeartbeat) GetMemberId() string {
@@ -475,7 +582,7 @@ type GroupsLeave struct {
 
 func (x *GroupsLeave) Reset() {
 	*x = GroupsLeave{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +594,7 @@ func (x *GroupsLeave) String() string {
 func (*GroupsLeave) ProtoMessage() {}
 
 func (x *GroupsLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +607,7 @@ func (x *GroupsLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsLeave.ProtoReflect.Descriptor instead.
 func (*GroupsLeave) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{5}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GroupsLeave) GetMemberId() string {
@@ -529,7 +636,7 @@ type GroupsExpire struct {
 
 func (x *GroupsExpire) Reset() {
 	*x = GroupsExpire{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +648,7 @@ func (x *GroupsExpire) String() string {
 func (*GroupsExpire) ProtoMessage() {}
 
 func (x *GroupsExpire) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +661,7 @@ func (x *GroupsExpire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsExpire.ProtoReflect.Descriptor instead.
 func (*GroupsExpire) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{6}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GroupsExpire) GetMemberId() string {
@@ -577,7 +684,7 @@ type GroupsPartition struct {
 
 func (x *GroupsPartition) Reset() {
 	*x = GroupsPartition{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +696,7 @@ func (x *GroupsPartition) String() string {
 func (*GroupsPartition) ProtoMessage() {}
 
 func (x *GroupsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +709,7 @@ func (x *GroupsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsPartition.ProtoReflect.Descriptor instead.
 func (*GroupsPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{7}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GroupsPartition) GetTopic() string {
@@ -635,7 +742,7 @@ type GroupsRevokeDone struct {
 
 func (x *GroupsRevokeDone) Reset() {
 	*x = GroupsRevokeDone{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +754,7 @@ func (x *GroupsRevokeDone) String() string {
 func (*GroupsRevokeDone) ProtoMessage() {}
 
 func (x *GroupsRevokeDone) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +767,7 @@ func (x *GroupsRevokeDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsRevokeDone.ProtoReflect.Descriptor instead.
 func (*GroupsRevokeDone) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{8}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GroupsRevokeDone) GetMemberId() string {
@@ -698,7 +805,7 @@ type GroupsPosition struct {
 
 func (x *GroupsPosition) Reset() {
 	*x = GroupsPosition{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +817,7 @@ func (x *GroupsPosition) String() string {
 func (*GroupsPosition) ProtoMessage() {}
 
 func (x *GroupsPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +830,7 @@ func (x *GroupsPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsPosition.ProtoReflect.Descriptor instead.
 func (*GroupsPosition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{9}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupsPosition) GetNext() int64 {
@@ -757,7 +864,7 @@ type GroupsCommit struct {
 
 func (x *GroupsCommit) Reset() {
 	*x = GroupsCommit{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -769,7 +876,7 @@ func (x *GroupsCommit) String() string {
 func (*GroupsCommit) ProtoMessage() {}
 
 func (x *GroupsCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -782,7 +889,7 @@ func (x *GroupsCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCommit.ProtoReflect.Descriptor instead.
 func (*GroupsCommit) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{10}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupsCommit) GetMemberId() string {
@@ -832,7 +939,7 @@ type GroupsOwned struct {
 
 func (x *GroupsOwned) Reset() {
 	*x = GroupsOwned{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +951,7 @@ func (x *GroupsOwned) String() string {
 func (*GroupsOwned) ProtoMessage() {}
 
 func (x *GroupsOwned) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +964,7 @@ func (x *GroupsOwned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsOwned.ProtoReflect.Descriptor instead.
 func (*GroupsOwned) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{11}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupsOwned) GetPartition() *GroupsPartition {
@@ -922,7 +1029,7 @@ type GroupsMember struct {
 
 func (x *GroupsMember) Reset() {
 	*x = GroupsMember{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1041,7 @@ func (x *GroupsMember) String() string {
 func (*GroupsMember) ProtoMessage() {}
 
 func (x *GroupsMember) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1054,7 @@ func (x *GroupsMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsMember.ProtoReflect.Descriptor instead.
 func (*GroupsMember) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{12}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GroupsMember) GetMemberId() string {
@@ -1026,7 +1133,7 @@ type GroupsCommitted struct {
 
 func (x *GroupsCommitted) Reset() {
 	*x = GroupsCommitted{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1145,7 @@ func (x *GroupsCommitted) String() string {
 func (*GroupsCommitted) ProtoMessage() {}
 
 func (x *GroupsCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1158,7 @@ func (x *GroupsCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCommitted.ProtoReflect.Descriptor instead.
 func (*GroupsCommitted) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{13}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupsCommitted) GetPartition() *GroupsPartition {
@@ -1088,7 +1195,7 @@ type GroupsGroup struct {
 
 func (x *GroupsGroup) Reset() {
 	*x = GroupsGroup{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1207,7 @@ func (x *GroupsGroup) String() string {
 func (*GroupsGroup) ProtoMessage() {}
 
 func (x *GroupsGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1220,7 @@ func (x *GroupsGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsGroup.ProtoReflect.Descriptor instead.
 func (*GroupsGroup) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{14}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GroupsGroup) GetName() string {
@@ -1166,7 +1273,7 @@ type GroupsState struct {
 
 func (x *GroupsState) Reset() {
 	*x = GroupsState{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1285,7 @@ func (x *GroupsState) String() string {
 func (*GroupsState) ProtoMessage() {}
 
 func (x *GroupsState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1298,7 @@ func (x *GroupsState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsState.ProtoReflect.Descriptor instead.
 func (*GroupsState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{15}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GroupsState) GetGroups() []*GroupsGroup {
@@ -1212,7 +1319,7 @@ var File_spool_cluster_v1_groups_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\n" +
-	"\x1dspool/cluster/v1/groups.proto\x12\x10spool.cluster.v1\"\xae\x03\n" +
+	"\x1dspool/cluster/v1/groups.proto\x12\x10spool.cluster.v1\"\xf4\x03\n" +
 	"\rGroupsCommand\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x122\n" +
@@ -1222,8 +1329,17 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\x06expire\x18\x06 \x01(\v2\x1e.spool.cluster.v1.GroupsExpireH\x00R\x06expire\x12E\n" +
 	"\vrevoke_done\x18\a \x01(\v2\".spool.cluster.v1.GroupsRevokeDoneH\x00R\n" +
 	"revokeDone\x128\n" +
-	"\x06commit\x18\b \x01(\v2\x1e.spool.cluster.v1.GroupsCommitH\x00R\x06commitB\t\n" +
-	"\acommand\"\x7f\n" +
+	"\x06commit\x18\b \x01(\v2\x1e.spool.cluster.v1.GroupsCommitH\x00R\x06commit\x12D\n" +
+	"\n" +
+	"checkpoint\x18\t \x01(\v2\".spool.cluster.v1.GroupsCheckpointH\x00R\n" +
+	"checkpointB\t\n" +
+	"\acommand\"\x8c\x01\n" +
+	"\x10GroupsCheckpoint\x12\x13\n" +
+	"\x05as_of\x18\x01 \x01(\x03R\x04asOf\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\rR\x05chunk\x12\x16\n" +
+	"\x06chunks\x18\x03 \x01(\rR\x06chunks\x12!\n" +
+	"\fstate_sha256\x18\x04 \x01(\fR\vstateSha256\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\"\x7f\n" +
 	"\vGroupsTopic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -1313,50 +1429,52 @@ func file_spool_cluster_v1_groups_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_groups_proto_rawDescData
 }
 
-var file_spool_cluster_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_spool_cluster_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_spool_cluster_v1_groups_proto_goTypes = []any{
 	(*GroupsCommand)(nil),    // 0: spool.cluster.v1.GroupsCommand
-	(*GroupsTopic)(nil),      // 1: spool.cluster.v1.GroupsTopic
-	(*GroupsReplicas)(nil),   // 2: spool.cluster.v1.GroupsReplicas
-	(*GroupsJoin)(nil),       // 3: spool.cluster.v1.GroupsJoin
-	(*GroupsHeartbeat)(nil),  // 4: spool.cluster.v1.GroupsHeartbeat
-	(*GroupsLeave)(nil),      // 5: spool.cluster.v1.GroupsLeave
-	(*GroupsExpire)(nil),     // 6: spool.cluster.v1.GroupsExpire
-	(*GroupsPartition)(nil),  // 7: spool.cluster.v1.GroupsPartition
-	(*GroupsRevokeDone)(nil), // 8: spool.cluster.v1.GroupsRevokeDone
-	(*GroupsPosition)(nil),   // 9: spool.cluster.v1.GroupsPosition
-	(*GroupsCommit)(nil),     // 10: spool.cluster.v1.GroupsCommit
-	(*GroupsOwned)(nil),      // 11: spool.cluster.v1.GroupsOwned
-	(*GroupsMember)(nil),     // 12: spool.cluster.v1.GroupsMember
-	(*GroupsCommitted)(nil),  // 13: spool.cluster.v1.GroupsCommitted
-	(*GroupsGroup)(nil),      // 14: spool.cluster.v1.GroupsGroup
-	(*GroupsState)(nil),      // 15: spool.cluster.v1.GroupsState
+	(*GroupsCheckpoint)(nil), // 1: spool.cluster.v1.GroupsCheckpoint
+	(*GroupsTopic)(nil),      // 2: spool.cluster.v1.GroupsTopic
+	(*GroupsReplicas)(nil),   // 3: spool.cluster.v1.GroupsReplicas
+	(*GroupsJoin)(nil),       // 4: spool.cluster.v1.GroupsJoin
+	(*GroupsHeartbeat)(nil),  // 5: spool.cluster.v1.GroupsHeartbeat
+	(*GroupsLeave)(nil),      // 6: spool.cluster.v1.GroupsLeave
+	(*GroupsExpire)(nil),     // 7: spool.cluster.v1.GroupsExpire
+	(*GroupsPartition)(nil),  // 8: spool.cluster.v1.GroupsPartition
+	(*GroupsRevokeDone)(nil), // 9: spool.cluster.v1.GroupsRevokeDone
+	(*GroupsPosition)(nil),   // 10: spool.cluster.v1.GroupsPosition
+	(*GroupsCommit)(nil),     // 11: spool.cluster.v1.GroupsCommit
+	(*GroupsOwned)(nil),      // 12: spool.cluster.v1.GroupsOwned
+	(*GroupsMember)(nil),     // 13: spool.cluster.v1.GroupsMember
+	(*GroupsCommitted)(nil),  // 14: spool.cluster.v1.GroupsCommitted
+	(*GroupsGroup)(nil),      // 15: spool.cluster.v1.GroupsGroup
+	(*GroupsState)(nil),      // 16: spool.cluster.v1.GroupsState
 }
 var file_spool_cluster_v1_groups_proto_depIdxs = []int32{
-	3,  // 0: spool.cluster.v1.GroupsCommand.join:type_name -> spool.cluster.v1.GroupsJoin
-	4,  // 1: spool.cluster.v1.GroupsCommand.heartbeat:type_name -> spool.cluster.v1.GroupsHeartbeat
-	5,  // 2: spool.cluster.v1.GroupsCommand.leave:type_name -> spool.cluster.v1.GroupsLeave
-	6,  // 3: spool.cluster.v1.GroupsCommand.expire:type_name -> spool.cluster.v1.GroupsExpire
-	8,  // 4: spool.cluster.v1.GroupsCommand.revoke_done:type_name -> spool.cluster.v1.GroupsRevokeDone
-	10, // 5: spool.cluster.v1.GroupsCommand.commit:type_name -> spool.cluster.v1.GroupsCommit
-	2,  // 6: spool.cluster.v1.GroupsTopic.replicas:type_name -> spool.cluster.v1.GroupsReplicas
-	1,  // 7: spool.cluster.v1.GroupsJoin.topics:type_name -> spool.cluster.v1.GroupsTopic
-	7,  // 8: spool.cluster.v1.GroupsRevokeDone.partitions:type_name -> spool.cluster.v1.GroupsPartition
-	7,  // 9: spool.cluster.v1.GroupsCommit.partition:type_name -> spool.cluster.v1.GroupsPartition
-	9,  // 10: spool.cluster.v1.GroupsCommit.position:type_name -> spool.cluster.v1.GroupsPosition
-	7,  // 11: spool.cluster.v1.GroupsOwned.partition:type_name -> spool.cluster.v1.GroupsPartition
-	11, // 12: spool.cluster.v1.GroupsMember.owned:type_name -> spool.cluster.v1.GroupsOwned
-	7,  // 13: spool.cluster.v1.GroupsCommitted.partition:type_name -> spool.cluster.v1.GroupsPartition
-	9,  // 14: spool.cluster.v1.GroupsCommitted.position:type_name -> spool.cluster.v1.GroupsPosition
-	12, // 15: spool.cluster.v1.GroupsGroup.members:type_name -> spool.cluster.v1.GroupsMember
-	1,  // 16: spool.cluster.v1.GroupsGroup.topics:type_name -> spool.cluster.v1.GroupsTopic
-	13, // 17: spool.cluster.v1.GroupsGroup.positions:type_name -> spool.cluster.v1.GroupsCommitted
-	14, // 18: spool.cluster.v1.GroupsState.groups:type_name -> spool.cluster.v1.GroupsGroup
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 0: spool.cluster.v1.GroupsCommand.join:type_name -> spool.cluster.v1.GroupsJoin
+	5,  // 1: spool.cluster.v1.GroupsCommand.heartbeat:type_name -> spool.cluster.v1.GroupsHeartbeat
+	6,  // 2: spool.cluster.v1.GroupsCommand.leave:type_name -> spool.cluster.v1.GroupsLeave
+	7,  // 3: spool.cluster.v1.GroupsCommand.expire:type_name -> spool.cluster.v1.GroupsExpire
+	9,  // 4: spool.cluster.v1.GroupsCommand.revoke_done:type_name -> spool.cluster.v1.GroupsRevokeDone
+	11, // 5: spool.cluster.v1.GroupsCommand.commit:type_name -> spool.cluster.v1.GroupsCommit
+	1,  // 6: spool.cluster.v1.GroupsCommand.checkpoint:type_name -> spool.cluster.v1.GroupsCheckpoint
+	3,  // 7: spool.cluster.v1.GroupsTopic.replicas:type_name -> spool.cluster.v1.GroupsReplicas
+	2,  // 8: spool.cluster.v1.GroupsJoin.topics:type_name -> spool.cluster.v1.GroupsTopic
+	8,  // 9: spool.cluster.v1.GroupsRevokeDone.partitions:type_name -> spool.cluster.v1.GroupsPartition
+	8,  // 10: spool.cluster.v1.GroupsCommit.partition:type_name -> spool.cluster.v1.GroupsPartition
+	10, // 11: spool.cluster.v1.GroupsCommit.position:type_name -> spool.cluster.v1.GroupsPosition
+	8,  // 12: spool.cluster.v1.GroupsOwned.partition:type_name -> spool.cluster.v1.GroupsPartition
+	12, // 13: spool.cluster.v1.GroupsMember.owned:type_name -> spool.cluster.v1.GroupsOwned
+	8,  // 14: spool.cluster.v1.GroupsCommitted.partition:type_name -> spool.cluster.v1.GroupsPartition
+	10, // 15: spool.cluster.v1.GroupsCommitted.position:type_name -> spool.cluster.v1.GroupsPosition
+	13, // 16: spool.cluster.v1.GroupsGroup.members:type_name -> spool.cluster.v1.GroupsMember
+	2,  // 17: spool.cluster.v1.GroupsGroup.topics:type_name -> spool.cluster.v1.GroupsTopic
+	14, // 18: spool.cluster.v1.GroupsGroup.positions:type_name -> spool.cluster.v1.GroupsCommitted
+	15, // 19: spool.cluster.v1.GroupsState.groups:type_name -> spool.cluster.v1.GroupsGroup
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_groups_proto_init() }
@@ -1371,6 +1489,7 @@ func file_spool_cluster_v1_groups_proto_init() {
 		(*GroupsCommand_Expire)(nil),
 		(*GroupsCommand_RevokeDone)(nil),
 		(*GroupsCommand_Commit)(nil),
+		(*GroupsCommand_Checkpoint)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1378,7 +1497,7 @@ func file_spool_cluster_v1_groups_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_groups_proto_rawDesc), len(file_spool_cluster_v1_groups_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
