@@ -71,6 +71,11 @@ type ClusterConfig struct {
 	// creates it; fixed from then on (docs/groups.md, "Running on the
 	// cluster"). Default DefaultGroupsPartitions.
 	GroupsPartitions int32
+	// GroupsCheckpointRecords is how many records a coordinator's log
+	// takes after its last checkpoint before its leader writes the next one
+	// (docs/groups.md, "Checkpoints"); the log then starts at the newest
+	// checkpoint. Default DefaultGroupsCheckpointRecords.
+	GroupsCheckpointRecords int
 }
 
 // Defaults of ClusterConfig.
@@ -127,6 +132,12 @@ func (c *ClusterConfig) validateTimes() error {
 	}
 	if c.GroupsPartitions == 0 {
 		c.GroupsPartitions = DefaultGroupsPartitions
+	}
+	if c.GroupsCheckpointRecords == 0 {
+		c.GroupsCheckpointRecords = DefaultGroupsCheckpointRecords
+	}
+	if c.GroupsCheckpointRecords < 1 {
+		return fmt.Errorf("engine: cluster groups checkpoint records %d: want 1 or more", c.GroupsCheckpointRecords)
 	}
 	if c.GroupsPartitions < 1 || c.GroupsPartitions > meta.MaxPartitions {
 		return fmt.Errorf("engine: cluster groups partitions %d: want 1 to %d", c.GroupsPartitions, meta.MaxPartitions)

@@ -51,6 +51,7 @@ type ReplicaStatus struct {
 	IsLeader     bool
 	Term         uint64
 	CommittedEnd int64
+	StartOffset  int64  // the first record this replica's log holds
 	Err          string // why the replica stopped, empty while it runs
 }
 
@@ -104,7 +105,7 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 			if p.log == nil || p.group == 0 {
 				continue
 			}
-			r := ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.group, Replicas: slices.Clone(p.replicas()), CommittedEnd: p.committed.Load()}
+			r := ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.group, Replicas: slices.Clone(p.replicas()), CommittedEnd: p.committed.Load(), StartOffset: p.log.StartOffset()}
 			if m := p.mem.Load(); m != nil {
 				r.Target = slices.Clone(m.target)
 			}

@@ -29,6 +29,7 @@ type clusterNode struct {
 	segBytes  int64         // log segment size; default the log's
 	joinWait  time.Duration // JoinTimeout; default 20 s
 	deadAfter time.Duration // DeadNodeTimeout; default the engine's
+	ckEvery   int           // GroupsCheckpointRecords; default the engine's
 	n         *Node
 	cancel    context.CancelFunc
 	done      chan error
@@ -52,7 +53,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes},
 		Logger:  quietLogger(),
-		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client, DeadNodeTimeout: cn.deadAfter},
+		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,17 @@ import (
 // it (CoordinatorPartition): it stamps commands with its clock, proposes
 // them, answers once it has applied them, and proposes the expirations
 // coord.Next says are due.
+
+// DefaultGroupsCheckpointRecords is the default of
+// ClusterConfig.GroupsCheckpointRecords: a coordinator's log holds about
+// this many records past its newest checkpoint (heartbeats and commits of
+// a few hundred bytes each), and a replica that starts replays at most
+// these after rebuilding the state from the checkpoint.
+const DefaultGroupsCheckpointRecords = 10_000
+
+// checkpointRetry is how long a leader waits before trying a checkpoint
+// again after one failed (a leader change, a full disk).
+const checkpointRetry = 10 * time.Second
 
 // DefaultGroupsPartitions is the default number of partitions of the
 // groups topic (ClusterConfig.GroupsPartitions): the number of
@@ -66,17 +78,32 @@ type coordPart struct {
 	num int32
 	log *log.Partition // the log the state is built from
 
+	// propose is held shared by each proposal of this coordinator and
+	// exclusively while a checkpoint is written, so that nothing this node
+	// proposes lands between the state a checkpoint holds and its chunks.
+	propose sync.RWMutex
+
 	mu      sync.Mutex // guards the fields below; a leaf
 	state   *coord.State
 	applied int64                  // next offset of the log to apply
 	results map[int64]coord.Result // recent results by offset, for proposers
 	changed chan struct{}          // closed and replaced after each apply
 	err     error                  // why the applier stopped (nil: running)
+	// sinceCheckpoint counts the commands applied since the newest valid
+	// checkpoint (or the start of the log); checkpointAt is that
+	// checkpoint's offset (-1: none applied here).
+	sinceCheckpoint int
+	checkpointAt    int64
+
+	// Owned by the applier goroutine: the checkpoint chunks it follows.
+	run coord.CheckpointRun
 
 	// Owned by the driver goroutine: the term this node leads the
-	// partition in (0: it does not) and since when.
-	term  uint64
-	since time.Time
+	// partition in (0: it does not) and since when; when a failed
+	// checkpoint may be tried again.
+	term      uint64
+	since     time.Time
+	nextCkTry time.Time
 }
 
 func newCoordinators(c *cluster) *coordinators {
@@ -166,13 +193,9 @@ func (g *coordinators) partFor(part *partition) *coordPart {
 	if part.log == nil {
 		return nil
 	}
-	cp = &coordPart{num: part.num, log: part.log, state: coord.NewState(), results: map[int64]coord.Result{}, changed: make(chan struct{})}
-	if start := part.log.StartOffset(); start > 0 {
-		// Rebuilding needs the whole log: the topic has no retention, and
-		// snapshots of the coordinator's state are not written yet.
-		cp.err = fmt.Errorf("%w: %s/%d's log starts at offset %d on this node, and the coordinator's state is rebuilt from offset 0 (no snapshots of it yet)", errCoordUnavailable, meta.GroupsTopic, part.num, start)
-		g.c.logger.Error("spool groups: cannot rebuild a coordinator's state; this node will not coordinate its groups", "partition", part.num, "err", cp.err)
-	}
+	// The applier builds the state from the start of the log: from offset 0,
+	// or from the checkpoint a compacted log starts with (restore).
+	cp = &coordPart{num: part.num, log: part.log, state: coord.NewState(), results: map[int64]coord.Result{}, changed: make(chan struct{}), checkpointAt: -1}
 	g.parts[part.num] = cp
 	return cp
 }
@@ -210,7 +233,11 @@ func (cp *coordPart) stop(err error) {
 // apply applies the committed commands of part not applied yet, in log
 // order. A record that does not decode stops the applier: every replica
 // must apply the same commands, and one this release cannot read (a newer
-// node wrote it) is never skipped.
+// node wrote it) is never skipped. Checkpoint chunks change nothing; a
+// complete, valid checkpoint is checked against this replica's state and
+// lets the log start there (SetRetainFrom). When the log starts past what
+// this replica applied (it starts anew, or a snapshot replaced its log),
+// the state is rebuilt from the checkpoint the log starts with.
 func (g *coordinators) apply(cp *coordPart, part *partition) {
 	end := part.committed.Load()
 	cp.mu.Lock()
@@ -218,10 +245,26 @@ func (g *coordinators) apply(cp *coordPart, part *partition) {
 	cp.mu.Unlock()
 	var recs []log.Record
 	for !stopped && from < end {
+		if start := part.log.StartOffset(); from < start {
+			next, err := g.restore(cp, part, start, end)
+			if err != nil {
+				g.c.logger.Error("spool groups: cannot rebuild a coordinator's state from its checkpoint; this node stops applying the partition", "partition", part.num, "err", err)
+				cp.stop(err)
+				return
+			}
+			if next < 0 {
+				return // the checkpoint's chunks are not all committed yet
+			}
+			from = next
+			continue
+		}
 		var err error
 		recs, err = part.log.Read(from, 1<<20, end, recs[:0])
 		if err == nil && len(recs) == 0 {
 			err = errors.New("no records below the committed end")
+		}
+		if err != nil && from < part.log.StartOffset() {
+			continue // compacted meanwhile: rebuild from the checkpoint
 		}
 		if err != nil {
 			err = fmt.Errorf("%w: cannot read %s/%d at offset %d: %w; restart the node once the log is repaired", errCoordUnavailable, meta.GroupsTopic, part.num, from, err)
@@ -239,23 +282,111 @@ func (g *coordinators) apply(cp *coordPart, part *partition) {
 			}
 			cmds = append(cmds, cmd)
 		}
+		var retain int64
+		var diverged error
 		cp.mu.Lock()
 		for i, cmd := range cmds {
 			off := recs[i].Offset
-			cp.results[off] = cp.state.Apply(cmd)
+			complete := cp.run.Add(off, cmd)
+			switch {
+			case cmd.Checkpoint == nil:
+				cp.results[off] = cp.state.Apply(cmd)
+				cp.sinceCheckpoint++
+			case complete:
+				cp.results[off] = coord.Result{}
+				if err := checkAgainst(cp.state, cp.run.Sum()); err != nil {
+					diverged = fmt.Errorf("%w: %s/%d: this replica's state differs from the checkpoint at offset %d (%w); restart the node: it rebuilds the state from the newest checkpoint", errCoordUnavailable, meta.GroupsTopic, part.num, cp.run.Start(), err)
+				}
+				cp.sinceCheckpoint, cp.checkpointAt, retain = 0, cp.run.Start(), cp.run.Start()
+			default:
+				cp.results[off] = coord.Result{}
+			}
 			delete(cp.results, off-maxCoordResults)
 			cp.applied = off + 1
+			if diverged != nil {
+				bad = diverged // apply nothing more
+				break
+			}
 		}
 		from = cp.applied
 		close(cp.changed)
 		cp.changed = make(chan struct{})
 		cp.mu.Unlock()
 		if bad != nil {
-			g.c.logger.Error("spool groups: a coordinator command this spoold cannot read; this node stops applying the partition: upgrade it", "partition", part.num, "err", bad)
+			g.c.logger.Error("spool groups: this node stops applying a coordinator's partition", "partition", part.num, "err", bad)
 			cp.stop(bad)
 			return
 		}
+		if retain > 0 {
+			if err := g.c.host.SetRetainFrom(part.group, retain); err != nil {
+				g.c.logger.Warn("spool groups: cannot let a coordinator's log start at its checkpoint", "partition", part.num, "offset", retain, "err", err)
+			}
+		}
 	}
+}
+
+// checkAgainst checks that s encodes to the state a checkpoint's sum says.
+func checkAgainst(s *coord.State, sum []byte) error {
+	own, err := coord.Sum(s)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(own, sum) {
+		return fmt.Errorf("its state's SHA-256 is %x, the checkpoint's %x", own, sum)
+	}
+	return nil
+}
+
+// restore rebuilds cp's state from the checkpoint part's log starts with
+// (at start, the log's first offset): every record from start on is the
+// next chunk of it, the first one right after the offset it is as of. It
+// returns the offset after the checkpoint, or -1 while its chunks are not
+// all committed.
+func (g *coordinators) restore(cp *coordPart, part *partition, start, end int64) (int64, error) {
+	run := coord.CheckpointRun{Keep: true}
+	var recs []log.Record
+	for from := start; from < end; {
+		var err error
+		recs, err = part.log.Read(from, 1<<20, end, recs[:0])
+		if err == nil && len(recs) == 0 {
+			err = errors.New("no records below the committed end")
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%w: cannot read %s/%d's checkpoint at offset %d: %w; restart the node once the log is repaired", errCoordUnavailable, meta.GroupsTopic, part.num, from, err)
+		}
+		for _, r := range recs {
+			cmd, err := coord.DecodeCommand(r.Value)
+			k := cmd.Checkpoint
+			if err == nil && (k == nil || k.Chunk != uint32(r.Offset-start) || k.AsOf != start-1) {
+				err = errors.New("not the next chunk of a checkpoint of the state as of the offset before the log start")
+			}
+			if err != nil {
+				return 0, fmt.Errorf("%w: %s/%d's log starts at offset %d, and its record at offset %d cannot be read as the checkpoint it must start with (%w); remove this replica so that it is re-created from its peers",
+					errCoordUnavailable, meta.GroupsTopic, part.num, start, r.Offset, err)
+			}
+			if !run.Add(r.Offset, cmd) {
+				if k.Chunk+1 == k.Chunks {
+					return 0, fmt.Errorf("%w: %s/%d's log starts with a checkpoint whose chunks do not match (offsets %d to %d); remove this replica so that it is re-created from its peers", errCoordUnavailable, meta.GroupsTopic, part.num, start, r.Offset)
+				}
+				continue
+			}
+			st, err := run.State()
+			if err != nil {
+				return 0, fmt.Errorf("%w: %s/%d's checkpoint at offset %d: %w; remove this replica so that it is re-created from its peers", errCoordUnavailable, meta.GroupsTopic, part.num, start, err)
+			}
+			cp.mu.Lock()
+			cp.state, cp.applied, cp.sinceCheckpoint, cp.checkpointAt = st, r.Offset+1, 0, start
+			clear(cp.results)
+			close(cp.changed)
+			cp.changed = make(chan struct{})
+			cp.mu.Unlock()
+			cp.run = coord.CheckpointRun{}
+			g.c.logger.Info("spool groups: rebuilt a coordinator's state from its checkpoint", "partition", part.num, "offset", start, "chunks", k.Chunks)
+			return r.Offset + 1, nil
+		}
+		from = recs[len(recs)-1].Offset + 1
+	}
+	return -1, nil
 }
 
 // waitApplied waits until cp has applied the command at offset off and
@@ -320,6 +451,8 @@ func (g *coordinators) proposeLocal(ctx context.Context, part *partition, cmd co
 	if err != nil {
 		return coord.Result{}, err
 	}
+	cp.propose.RLock()
+	defer cp.propose.RUnlock()
 	cmd.AtMs = time.Now().UnixMilli()
 	if err := cmd.Validate(); err != nil {
 		return coord.Result{Err: err}, nil
@@ -434,6 +567,7 @@ func (g *coordinators) drive(ctx context.Context, part *partition, now time.Time
 		return
 	}
 	due, _ := coord.Next(cp.state, nowMs)
+	checkpoint := cp.sinceCheckpoint >= g.c.cfg.GroupsCheckpointRecords
 	due = slices.DeleteFunc(due, func(cmd coord.Command) bool {
 		for _, m := range cp.state.Members(cmd.Group) {
 			if m.ID == cmd.Expire.Member {
@@ -454,6 +588,75 @@ func (g *coordinators) drive(ctx context.Context, part *partition, now time.Time
 			g.c.logger.Info("spool groups: member expired", "group", cmd.Group, "member", cmd.Expire.Member, "reason", res.Expired.String(), "generation", res.Generation)
 		}
 	}
+	if checkpoint && !now.Before(cp.nextCkTry) {
+		pctx, cancel := context.WithTimeout(ctx, g.c.cfg.ProduceTimeout)
+		err := g.checkpoint(pctx, part, cp)
+		cancel()
+		if err != nil {
+			cp.nextCkTry = now.Add(checkpointRetry)
+			g.c.logger.Warn("spool groups: writing a checkpoint of a coordinator's state failed; trying again later", "partition", part.num, "retry_in", checkpointRetry, "err", err)
+		}
+	}
+}
+
+// checkpoint writes the whole state of a partition this node leads into
+// its log (docs/groups.md, "Checkpoints"): with every other proposal of
+// the coordinator held back, once the state holds every committed record,
+// its chunks are proposed in order right after the last record it holds,
+// in as few log batches as fit. It returns once this node has applied
+// them; the applier then lets the log start at the first chunk.
+func (g *coordinators) checkpoint(ctx context.Context, part *partition, cp *coordPart) error {
+	cp.propose.Lock()
+	defer cp.propose.Unlock()
+	if err := g.awaitCaughtUp(ctx, part, cp); err != nil {
+		return err
+	}
+	cp.mu.Lock()
+	asOf := cp.applied - 1
+	cmds, err := coord.CheckpointOf(cp.state, asOf)
+	cp.mu.Unlock()
+	if err != nil || asOf < 0 {
+		return err
+	}
+	at := time.Now().UnixMilli()
+	limit := g.c.n.cfg.Log.MaxBatchBytes / 2 // room for the records' framing
+	var recs []log.Record
+	size, last, total := 0, int64(-1), 0
+	flush := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		res, err := g.c.proposeLocalWith(ctx, part.group, log.EncodeRecords(nil, log.BatchHeader{}, recs, at), AcksAll)
+		if err != nil {
+			return err
+		}
+		last = res.Base + int64(len(recs)) - 1
+		recs, size = recs[:0], 0
+		return nil
+	}
+	for _, cmd := range cmds {
+		cmd.AtMs = at
+		b, err := coord.EncodeCommand(cmd)
+		if err != nil {
+			return err
+		}
+		if size+len(b) > limit {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		recs = append(recs, log.Record{Value: b})
+		size += len(b)
+		total += len(b)
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if _, err := cp.waitApplied(ctx, last); err != nil {
+		return err
+	}
+	g.c.logger.Info("spool groups: checkpoint of a coordinator's state written", "partition", part.num, "as_of", asOf, "chunks", len(cmds), "bytes", total)
+	return nil
 }
 
 // ensureGroupsTopic asks the controller to create the groups topic
@@ -461,8 +664,8 @@ func (g *coordinators) drive(ctx context.Context, part *partition, now time.Time
 // knows it. It is created on first use — the first Coordinate or
 // DescribeGroup of the cluster — once the cluster has as many nodes as the
 // replication factor, so a cluster whose sidecars keep their groups local
-// runs no coordinator replicas. Its retention is off: the coordinators'
-// state is rebuilt from the whole log.
+// runs no coordinator replicas. Its retention by age and size is off: the
+// log starts at the newest checkpoint of the coordinators' state.
 func (c *cluster) ensureGroupsTopic(ctx context.Context) error {
 	c.mu.Lock()
 	_, exists := c.state.Topic(meta.GroupsTopic)

@@ -548,3 +548,174 @@ func TestClusterGroupsGraceAfterFailover(t *testing.T) {
 		t.Fatalf("quiet expired %v after the failover, within the new leader's grace period (%d ms)", since, coord.MinSessionTimeoutMs)
 	}
 }
+
+// coordLog is a node's replica of the coordinator partition of group and
+// its coordinator state.
+func coordLog(t *testing.T, cn *clusterNode, group string) (*partition, *coordPart, error) {
+	t.Helper()
+	part, err := cn.n.cl.coord.partitionOf(context.Background(), group)
+	if err != nil {
+		return nil, nil, err
+	}
+	cp, err := cn.n.cl.coord.lookup(part)
+	return part, cp, err
+}
+
+// The offsets topic's log does not grow forever: the coordinator's leader
+// writes checkpoints of its state, every replica's log then starts at the
+// newest one, a node started again rebuilds the same state from the
+// checkpoint its log starts with, and a node that was down while the others
+// compacted past its log catches up from a snapshot and rebuilds the same
+// state too.
+func TestClusterGroupsCheckpoint(t *testing.T) {
+	const every = 40
+	tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.ckEvery = every })
+	const group, topic, parts = "ledger-app", "orders", int32(4)
+	for _, cn := range tc.nodes {
+		if err := cn.n.EnsureTopic(TopicSpec{Name: topic, Partitions: parts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitCoordinators(t, tc.nodes, group)
+	orders := coord.Topic{Name: topic, Partitions: parts}
+	members := []*testMember{
+		{group: group, id: "a", session: "s1", via: tc.nodes[0]},
+		{group: group, id: "b", session: "s1", via: tc.nodes[1]},
+	}
+	for _, m := range members {
+		if _, err := m.join(t, orders); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := int64(0)
+	// work heartbeats and commits rounds times: every member commits each
+	// partition it owns one further.
+	work := func(rounds int) {
+		t.Helper()
+		for range rounds {
+			next++
+			for _, m := range members {
+				if err := m.tend(); err != nil {
+					t.Fatal(err)
+				}
+				a, err := m.via.n.GroupAssignment(context.Background(), group, m.id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tp := range a.Owned {
+					cmd := coord.Command{Group: group, Commit: &coord.Commit{Member: m.id, Generation: a.Generation, TopicPartition: tp, Position: coord.Position{Next: next}}}
+					if _, err := m.via.n.Coordinate(context.Background(), cmd); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	settle(t, group, topic, parts, members)
+	work(30)
+	// Every replica's log starts at a checkpoint past the first records,
+	// and holds about a checkpoint period of records.
+	awaitCompacted := func(nodes []*clusterNode, past int64) {
+		t.Helper()
+		awaitCond(t, 30*time.Second, "every replica's coordinator log starting at a checkpoint", func() error {
+			for _, cn := range nodes {
+				part, cp, err := coordLog(t, cn, group)
+				if err != nil {
+					return err
+				}
+				start := part.log.StartOffset()
+				cp.mu.Lock()
+				at, applied := cp.checkpointAt, cp.applied
+				cp.mu.Unlock()
+				switch {
+				case start <= past:
+					return fmt.Errorf("node %s: log starts at %d, want past %d", cn.addr, start, past)
+				case at < start:
+					return fmt.Errorf("node %s: log starts at %d, newest checkpoint applied at %d", cn.addr, start, at)
+				case applied-start > 3*every:
+					return fmt.Errorf("node %s: the log holds %d records from %d, more than 3 checkpoint periods (%d)", cn.addr, applied-start, start, every)
+				}
+			}
+			return nil
+		})
+	}
+	awaitCompacted(tc.nodes, 0)
+	want := groupBytes(t, mustDescribe(t, tc.nodes[2], group), group)
+	if p, _ := mustDescribe(t, tc.nodes[2], group).Position(group, topic, 0); p.Next != next {
+		t.Fatalf("position of partition 0: %d, want %d", p.Next, next)
+	}
+
+	// Every node started again rebuilds the state from its checkpoint.
+	for _, cn := range tc.nodes {
+		tc.stop(cn)
+	}
+	for _, cn := range tc.nodes {
+		tc.start(cn)
+	}
+	awaitCoordinators(t, tc.nodes, group)
+	for _, cn := range tc.nodes {
+		if got := groupBytes(t, mustDescribe(t, cn, group), group); !bytes.Equal(got, want) {
+			t.Fatalf("after a restart node %s describes another state", cn.addr)
+		}
+		awaitCond(t, 20*time.Second, "node "+cn.addr+"'s own state rebuilt from the checkpoint", func() error {
+			part, cp, err := coordLog(t, cn, group)
+			if err != nil {
+				return err
+			}
+			cp.mu.Lock()
+			defer cp.mu.Unlock()
+			if cp.checkpointAt != part.log.StartOffset() || cp.checkpointAt <= 0 {
+				return fmt.Errorf("checkpoint at %d, log start %d", cp.checkpointAt, part.log.StartOffset())
+			}
+			if !bytes.Equal(groupBytes(t, cp.state, group), want) {
+				return errors.New("its state differs")
+			}
+			return nil
+		})
+	}
+
+	// A node down while the others compact past its log catches up from a
+	// snapshot and rebuilds the state from the checkpoint.
+	down := tc.nodes[2]
+	part, _, err := coordLog(t, down, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	downEnd := part.log.NextOffset()
+	tc.stop(down)
+	members[0].via, members[1].via = tc.nodes[0], tc.nodes[1]
+	for i := 0; ; i++ {
+		work(10)
+		leaderPart, _, err := coordLog(t, tc.nodes[0], group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leaderPart.log.StartOffset() > downEnd {
+			break
+		}
+		if i > 100 {
+			t.Fatalf("the live nodes' log still starts at %d, the stopped node's ends at %d", leaderPart.log.StartOffset(), downEnd)
+		}
+	}
+	tc.start(down)
+	want = groupBytes(t, mustDescribe(t, tc.nodes[0], group), group)
+	awaitCond(t, 30*time.Second, "the restarted node's state rebuilt after a snapshot", func() error {
+		part, cp, err := coordLog(t, down, group)
+		if err != nil {
+			return err
+		}
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		if cp.checkpointAt <= downEnd {
+			return fmt.Errorf("newest checkpoint applied at %d, before the end %d the node had", cp.checkpointAt, downEnd)
+		}
+		if part.log.StartOffset() <= downEnd {
+			return fmt.Errorf("log starts at %d", part.log.StartOffset())
+		}
+		if !bytes.Equal(groupBytes(t, cp.state, group), want) {
+			return errors.New("its state differs from the leader's")
+		}
+		return nil
+	})
+	awaitCompacted(tc.nodes, downEnd)
+}

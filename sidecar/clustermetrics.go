@@ -66,6 +66,7 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	for _, r := range prev.Replicas {
 		if k := [2]string{r.Topic, strconv.Itoa(int(r.Partition))}; !held[k] {
 			m.PartitionLeader.DeleteLabelValues(k[0], k[1])
+			m.ReplicaLogRecords.DeleteLabelValues(k[0], k[1])
 			m.ReplicaStopped.DeleteLabelValues(k[0], k[1])
 		}
 	}
@@ -79,6 +80,7 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 			stopped = 1
 		}
 		m.PartitionLeader.WithLabelValues(r.Topic, p).Set(lead)
+		m.ReplicaLogRecords.WithLabelValues(r.Topic, p).Set(float64(max(0, r.CommittedEnd-r.StartOffset)))
 		m.ReplicaStopped.WithLabelValues(r.Topic, p).Set(stopped)
 	}
 	for outcome, v := range st.Proposals {

@@ -17,7 +17,7 @@ func TestUpdateClusterMetrics(t *testing.T) {
 	st1 := engine.ClusterStatus{
 		NodeID: 1, Ready: true,
 		Members:          []engine.ClusterMember{{ID: 1, Connected: true}, {ID: 2, Connected: true}, {ID: 3}},
-		Replicas:         []engine.ReplicaStatus{{Topic: "orders", Partition: 0, IsLeader: true}, {Topic: "orders", Partition: 1, Err: "disk"}},
+		Replicas:         []engine.ReplicaStatus{{Topic: "orders", Partition: 0, IsLeader: true, StartOffset: 40, CommittedEnd: 100}, {Topic: "orders", Partition: 1, Err: "disk"}},
 		Proposals:        map[string]uint64{"ok": 10, "lost": 1},
 		MessagesSent:     100,
 		Dropped:          map[string]uint64{"queue_full": 2},
@@ -29,7 +29,7 @@ func TestUpdateClusterMetrics(t *testing.T) {
 	st2 := st1
 	st2.Proposals = map[string]uint64{"ok": 25, "lost": 1}
 	st2.MessagesSent = 130
-	st2.Replicas = []engine.ReplicaStatus{{Topic: "orders", Partition: 0}, {Topic: "orders", Partition: 1}}
+	st2.Replicas = []engine.ReplicaStatus{{Topic: "orders", Partition: 0, StartOffset: 90, CommittedEnd: 120}, {Topic: "orders", Partition: 1}}
 	updateClusterMetrics(m, st1, st2)
 	for _, c := range []struct {
 		name      string
@@ -39,6 +39,7 @@ func TestUpdateClusterMetrics(t *testing.T) {
 		{"peer 2 up", testutil.ToFloat64(m.ClusterPeerUp.WithLabelValues("2")), 1},
 		{"peer 3 up", testutil.ToFloat64(m.ClusterPeerUp.WithLabelValues("3")), 0},
 		{"leader orders/0 (lost leadership)", testutil.ToFloat64(m.PartitionLeader.WithLabelValues("orders", "0")), 0},
+		{"log records orders/0 (compacted)", testutil.ToFloat64(m.ReplicaLogRecords.WithLabelValues("orders", "0")), 30},
 		{"stopped orders/1 (restarted)", testutil.ToFloat64(m.ReplicaStopped.WithLabelValues("orders", "1")), 0},
 		{"proposals ok", testutil.ToFloat64(m.RaftProposals.WithLabelValues("ok")), 25},
 		{"proposals lost", testutil.ToFloat64(m.RaftProposals.WithLabelValues("lost")), 1},

@@ -57,6 +57,7 @@ type Metrics struct {
 	PartitionsMoving    *prometheus.GaugeVec   // (none)
 	UnderReplicated     *prometheus.GaugeVec   // (none)
 	PartitionLeader     *prometheus.GaugeVec   // topic, partition
+	ReplicaLogRecords   *prometheus.GaugeVec   // topic, partition
 	ReplicaStopped      *prometheus.GaugeVec   // topic, partition
 	RaftProposals       *prometheus.CounterVec // outcome
 	RaftMessages        *prometheus.CounterVec // direction
@@ -128,6 +129,7 @@ func New() *Metrics {
 	m.PartitionsMoving = gauge("cluster_partitions_moving", "Partitions of the cluster with a replica move under way (at most 8 start at once).")
 	m.UnderReplicated = gauge("cluster_partitions_under_replicated", "Partitions of the cluster with a replica on a node marked down and no move under way that replaces it (no node to put it on).")
 	m.PartitionLeader = gauge("partition_leader", "For each partition this node holds a replica of: 1 if it leads the partition's raft group, else 0. Every partition should have exactly one 1 across the cluster.", "topic", "partition")
+	m.ReplicaLogRecords = gauge("replica_log_records", "For each partition this node holds a replica of: the committed records its log holds (committed end minus log start). Retention bounds it for topics; for the consumer groups' topic __groups, checkpoints do (about cluster groups checkpoint records per partition).", "topic", "partition")
 	m.ReplicaStopped = gauge("replica_stopped", "1 for a replica stopped by a storage error (it neither votes nor leads until the node restarts it).", "topic", "partition")
 	m.RaftProposals = counter("raft_proposals_total", "Raft proposals made on this node, by outcome: ok (committed), lost (not stored: retried), unknown (may be stored), not_leader, refused.", "outcome")
 	m.RaftMessages = counter("raft_messages_total", "Raft messages exchanged with peers, by direction: sent, received.", "direction")
