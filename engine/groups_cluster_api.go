@@ -275,6 +275,7 @@ var refusals = []struct {
 	{coord.ErrNotExpired, clusterv1.GroupsRefusal_GROUPS_REFUSAL_NOT_EXPIRED},
 	{coord.ErrNotRevoking, clusterv1.GroupsRefusal_GROUPS_REFUSAL_NOT_REVOKING},
 	{coord.ErrFenced, clusterv1.GroupsRefusal_GROUPS_REFUSAL_FENCED},
+	{coord.ErrGroupActive, clusterv1.GroupsRefusal_GROUPS_REFUSAL_GROUP_ACTIVE},
 }
 
 func refusalToProto(err error) clusterv1.GroupsRefusal {

@@ -13,7 +13,31 @@ import (
 
 	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/meta"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
+
+// Every refusal the coordinator can answer with has a reason on the wire,
+// so that errors.Is matches it across a forward.
+func TestRefusalsOnTheWire(t *testing.T) {
+	for v, name := range clusterv1.GroupsRefusal_name {
+		if v == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(refusals, func(r struct {
+			err    error
+			reason clusterv1.GroupsRefusal
+		}) bool {
+			return r.reason == clusterv1.GroupsRefusal(v)
+		}) {
+			t.Errorf("%s has no sentinel in refusals", name)
+		}
+	}
+	for _, r := range refusals {
+		if got := refusalToProto(fmt.Errorf("wrapped: %w", r.err)); got != r.reason {
+			t.Errorf("%v: reason %v, want %v", r.err, got, r.reason)
+		}
+	}
+}
 
 // The group → coordinator partition mapping never changes: a group's state
 // lives in that partition's log.
@@ -299,6 +323,10 @@ func TestClusterGroupsCoordinate(t *testing.T) {
 	}
 	if p, ok := mustDescribe(t, follower, group).Position(group, topic, a0.Owned[0].Partition); !ok || p.Next != int64(100+a0.Owned[0].Partition) {
 		t.Fatalf("the fenced commits moved the position: %+v", p)
+	}
+	reset := coord.Command{Group: group, Reset: &coord.ResetPositions{Topic: topic, Next: []coord.PartitionNext{{Partition: a0.Owned[0].Partition, Next: 0}}}}
+	if _, err := follower.n.Coordinate(context.Background(), reset); !errors.Is(err, coord.ErrGroupActive) {
+		t.Fatalf("an offset reset while members own the partitions, through a forward: %v, want ErrGroupActive", err)
 	}
 
 	// A second group on another coordinator partition.

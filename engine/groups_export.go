@@ -14,6 +14,8 @@ type (
 	GroupExpire         = coord.Expire
 	GroupRevokeDone     = coord.RevokeDone
 	GroupCommit         = coord.Commit
+	GroupReset          = coord.ResetPositions
+	GroupPartitionNext  = coord.PartitionNext
 	GroupTopic          = coord.Topic
 	GroupTopicPartition = coord.TopicPartition
 	GroupPosition       = coord.Position
@@ -30,6 +32,7 @@ var (
 	ErrGroupStaleSession  = coord.ErrStaleSession
 	ErrGroupNotRevoking   = coord.ErrNotRevoking
 	ErrGroupTopicConflict = coord.ErrTopicConflict
+	ErrGroupActive        = coord.ErrGroupActive
 )
 
 // Coordinator limits and timeouts the sidecar must respect.

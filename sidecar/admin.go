@@ -12,8 +12,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -422,8 +420,6 @@ func (a *admin) ResetOffsets(ctx context.Context, req *spoolv1.ResetOffsetsReque
 	}
 	parts, err := g.ResetOffsets(ctx, req.GetTopic(), target, req.GetDryRun())
 	switch {
-	case errors.Is(err, deliver.ErrResetInCluster):
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, deliver.ErrConsumersConnected):
 		return nil, apierr.ToStatus(apierr.Wrap(apierr.ConsumersConnected, err, "reset offsets of group %q", req.GetGroup()))
 	case err != nil:

@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -201,6 +202,73 @@ func TestFencedCommitStopsThePartition(t *testing.T) {
 			if strings.HasPrefix(e, memberA+" ") {
 				t.Fatalf("member a sent %q after it was fenced", e)
 			}
+		}
+	})
+}
+
+// In a cluster an offset reset goes through the group's coordinator: it is
+// refused while this sidecar's app is connected (its member owns the
+// partitions), a dry run changes nothing, and once the app has gone (the
+// member yields and hands the partitions back) the positions move back to
+// the start; the app connecting again is delivered everything from there.
+func TestResetThroughCoordinator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 2, tDLQ: 1})
+		co := newInProcCoord()
+		h := startGroup(t, eng, clusterGroup(co, 50*time.Millisecond))
+		c := h.join(16, 8)
+		await(t, 10*time.Second, "member a owns both partitions", func() bool { return len(co.assignment(memberA).Owned) == 2 })
+		for p := range int32(2) {
+			for i := range 3 {
+				eng.publish(tTopic, p, msg(fmt.Sprintf("p%d-%d", p, i), nil))
+			}
+		}
+		var acks []*spoolv1.Ack
+		for _, d := range c.deliveries(6, 10*time.Second) {
+			acks = append(acks, &spoolv1.Ack{Ref: refOf(d)})
+		}
+		c.send(&spoolv1.SubscribeRequest{Acks: acks})
+		positions := func() [2]int64 {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			var out [2]int64
+			for p := range int32(2) {
+				pos, _ := co.st.Position(tGroup, tTopic, p)
+				out[p] = pos.Next
+			}
+			return out
+		}
+		await(t, 10*time.Second, "both positions committed at 3", func() bool { return positions() == [2]int64{3, 3} })
+		earliest := func(_ int32, start, _ int64) (int64, error) { return start, nil }
+		ctx := context.Background()
+
+		if _, err := h.g.ResetOffsets(ctx, tTopic, earliest, false); !errors.Is(err, ErrConsumersConnected) || !strings.Contains(err.Error(), "stop the group's apps on every sidecar") {
+			t.Fatalf("reset with the app connected: %v, want ErrConsumersConnected saying what to do", err)
+		}
+		if err := h.g.post(ctx, leaveEvent{c.c}); err != nil {
+			t.Fatal(err)
+		}
+		await(t, 30*time.Second, "the partitions handed back", func() bool { return len(co.assignment(memberA).Owned) == 0 })
+		out, err := h.g.ResetOffsets(ctx, tTopic, earliest, true)
+		if err != nil || len(out) != 2 || out[0].Committed != 0 || out[0].LagMessages != 3 {
+			t.Fatalf("dry run: %+v, %v", out, err)
+		}
+		if got := positions(); got != [2]int64{3, 3} {
+			t.Fatalf("a dry run moved the positions to %v", got)
+		}
+		if _, err := h.g.ResetOffsets(ctx, tTopic, earliest, false); err != nil {
+			t.Fatalf("reset with no app connected: %v", err)
+		}
+		if got := positions(); got != [2]int64{0, 0} {
+			t.Fatalf("positions after the reset: %v, want 0 and 0", got)
+		}
+		c2 := h.join(16, 8)
+		ids := map[string]bool{}
+		for _, d := range c2.deliveries(6, 30*time.Second) {
+			ids[d.GetMessageId()] = true
+		}
+		if len(ids) != 6 {
+			t.Fatalf("after the reset the app got %d distinct messages, want all 6: %v", len(ids), ids)
 		}
 	})
 }

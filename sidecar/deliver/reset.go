@@ -15,16 +15,19 @@ import (
 // positions).
 var ErrConsumersConnected = errors.New("the group has connected consumers")
 
-// ErrResetInCluster: offsets of a group shared across a cluster's sidecars
-// cannot be reset yet (the coordinator has no reset command).
-var ErrResetInCluster = errors.New("offset reset is not supported for consumer groups across a cluster yet")
-
 // ResetOffsets moves the group's position on topic to the offset target
 // gives for each partition (clamped to the partition's stored range), and
 // commits it at once. Nothing in flight may exist: it fails with
 // ErrConsumersConnected while a consumer is connected. With dryRun it only
 // reports the new positions.
+//
+// In a cluster the positions are the coordinator's: the reset is one
+// command to it (resetCluster), refused while a member on any sidecar owns
+// a partition of the topic — every sidecar whose app is connected does.
 func (g *Group) ResetOffsets(ctx context.Context, topic string, target func(p int32, start, end int64) (int64, error), dryRun bool) ([]PartitionSnapshot, error) {
+	if g.cfg.Coordinator != nil {
+		return g.resetCluster(ctx, topic, target, dryRun)
+	}
 	type reply struct {
 		out []PartitionSnapshot
 		err error
@@ -49,9 +52,6 @@ func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, s
 	s := g.mc.byTop[topic]
 	if s == nil {
 		return nil, fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)
-	}
-	if g.mc.cluster {
-		return nil, fmt.Errorf("%w: group %q shares its partitions with other sidecars through the cluster's coordinator, which has no offset reset yet: stop the group's apps on every sidecar and consume to the wanted position, or use a new group name", ErrResetInCluster, g.cfg.Name)
 	}
 	if n := len(g.mc.consumers); n > 0 {
 		return nil, fmt.Errorf("%w (%d; callback subscriptions count as one): stop them, reset, start them again", ErrConsumersConnected, n)
@@ -100,5 +100,68 @@ func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, s
 		p.committed = pos[p.num]
 	}
 	g.log.Info("offsets reset", "topic", topic, "positions", out)
+	return out, nil
+}
+
+// resetCluster resets the group's positions on topic through the
+// cluster's coordinator (docs/groups.md, "Offset reset"): the targets are
+// taken from every partition's stored range, then set in one ResetPositions
+// command. The coordinator refuses it while a member owns a partition of
+// the topic; the members that start the partitions afterwards start from
+// the new positions.
+func (g *Group) resetCluster(ctx context.Context, topic string, target func(p int32, start, end int64) (int64, error), dryRun bool) ([]PartitionSnapshot, error) {
+	type reply struct {
+		parts int32
+		err   error
+	}
+	ch := make(chan reply, 1)
+	err := g.post(ctx, queryEvent{func(g *Group, _ time.Time) {
+		s := g.mc.byTop[topic]
+		if s == nil {
+			ch <- reply{err: fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)}
+			return
+		}
+		ch <- reply{parts: int32(len(s.parts))}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	var r reply
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := make([]PartitionSnapshot, 0, r.parts)
+	cmd := &engine.GroupReset{Topic: topic}
+	for p := range r.parts {
+		start, end, err := g.eng.Offsets(topic, p)
+		if err != nil {
+			return nil, err
+		}
+		off, err := target(p, start, end)
+		if err != nil {
+			return nil, err
+		}
+		next := min(max(off, start), end)
+		out = append(out, PartitionSnapshot{Partition: p, Committed: next, End: end, LagMessages: end - next})
+		cmd.Next = append(cmd.Next, engine.GroupPartitionNext{Partition: p, Next: next})
+	}
+	if dryRun {
+		return out, nil
+	}
+	c, cancel := context.WithTimeout(ctx, coordCallTimeout)
+	defer cancel()
+	_, err = g.cfg.Coordinator.Coordinate(c, engine.GroupCommand{Group: g.cfg.Name, Reset: cmd})
+	switch {
+	case errors.Is(err, engine.ErrGroupActive):
+		return nil, fmt.Errorf("%w on some sidecar of the cluster: %w", ErrConsumersConnected, err)
+	case err != nil:
+		return nil, fmt.Errorf("the group's coordinator: %w", err)
+	}
+	g.log.Info("offsets reset through the group's coordinator", "topic", topic, "positions", out)
 	return out, nil
 }

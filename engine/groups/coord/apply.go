@@ -25,6 +25,7 @@ type Command struct {
 	Expire     *Expire
 	RevokeDone *RevokeDone
 	Commit     *Commit
+	Reset      *ResetPositions
 	// Checkpoint is a chunk of the whole state (Group is empty); applying
 	// it changes nothing (checkpoint.go).
 	Checkpoint *Checkpoint
@@ -108,6 +109,27 @@ type Commit struct {
 	Position Position
 }
 
+// ResetPositions sets the group's committed positions on partitions of one
+// topic to exactly the offsets given, forwards or backwards: an operator's
+// offset reset, the one command that moves a position back. Refused
+// (ErrGroupActive) while a member owns a partition of the topic (one being
+// revoked included): the group's apps must be stopped on every sidecar
+// first, so that their sidecars yield the partitions and nothing commits
+// past the reset. A group the coordinator does not know is created with
+// these positions (a group prepared before its apps start).
+type ResetPositions struct {
+	Topic string
+	// Next is where each partition starts, by partition; nothing above it
+	// counts as finished.
+	Next []PartitionNext
+}
+
+// PartitionNext is one partition's new position.
+type PartitionNext struct {
+	Partition int32
+	Next      int64
+}
+
 // ExpireReason says why an Expire was accepted.
 type ExpireReason int
 
@@ -172,18 +194,21 @@ var (
 	// ErrFenced: a Commit from a member that does not own the partition in
 	// that generation.
 	ErrFenced = errors.New("coord: fenced")
+	// ErrGroupActive: a ResetPositions while members own partitions of the
+	// topic.
+	ErrGroupActive = errors.New("coord: group active")
 )
 
 // shape checks that exactly one command is set.
 func (c Command) shape() error {
 	n := 0
-	for _, set := range []bool{c.Join != nil, c.Heartbeat != nil, c.Leave != nil, c.Expire != nil, c.RevokeDone != nil, c.Commit != nil, c.Checkpoint != nil} {
+	for _, set := range []bool{c.Join != nil, c.Heartbeat != nil, c.Leave != nil, c.Expire != nil, c.RevokeDone != nil, c.Commit != nil, c.Reset != nil, c.Checkpoint != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Join, Heartbeat, Leave, Expire, RevokeDone, Commit, Checkpoint; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Join, Heartbeat, Leave, Expire, RevokeDone, Commit, Reset, Checkpoint; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -199,6 +224,9 @@ func (s *State) Apply(c Command) Result {
 	}
 	if c.Join != nil {
 		return s.applyJoin(c.Group, c.AtMs, *c.Join)
+	}
+	if c.Reset != nil {
+		return s.applyReset(c.Group, *c.Reset)
 	}
 	g, ok := s.groups[c.Group]
 	if !ok {
@@ -223,6 +251,45 @@ func (s *State) Apply(c Command) Result {
 	}
 	r.Generation = g.generation
 	return r
+}
+
+func (s *State) applyReset(name string, r ResetPositions) Result {
+	g, ok := s.groups[name]
+	if !ok && len(s.names) >= MaxGroups {
+		return Result{Err: fmt.Errorf("%w: this coordinator holds %d groups (MaxGroups): it cannot take group %q; give the offsets topic more partitions, or delete groups no longer used", ErrLimit, len(s.names), name)}
+	}
+	if ok {
+		for _, m := range g.members {
+			for _, o := range m.Owned {
+				if o.Topic == r.Topic {
+					return Result{Err: fmt.Errorf("%w: member %q of group %q owns %s/%d (generation %d): stop the group's apps on every sidecar (their sidecars then give the partitions up), then reset",
+						ErrGroupActive, m.ID, name, o.Topic, o.Partition, g.generation)}
+				}
+			}
+		}
+		if t, known := g.topic(r.Topic); known {
+			for _, pn := range r.Next {
+				if pn.Partition >= t.Partitions {
+					return Result{Err: fmt.Errorf("%w: group %q knows topic %q with %d partitions, so it has no partition %d", ErrTopicConflict, name, r.Topic, t.Partitions, pn.Partition)}
+				}
+			}
+		}
+		added := 0
+		for _, pn := range r.Next {
+			if _, had := g.positions[TopicPartition{r.Topic, pn.Partition}]; !had {
+				added++
+			}
+		}
+		if len(g.positions)+added > MaxPositionsPerGroup {
+			return Result{Err: fmt.Errorf("%w: group %q would keep committed positions on %d partitions, more than %d (MaxPositionsPerGroup)", ErrLimit, name, len(g.positions)+added, MaxPositionsPerGroup)}
+		}
+	} else {
+		g = s.addGroup(name)
+	}
+	for _, pn := range r.Next {
+		g.positions[TopicPartition{r.Topic, pn.Partition}] = Position{Next: pn.Next}
+	}
+	return Result{Generation: g.generation}
 }
 
 func (s *State) applyJoin(name string, at int64, j Join) Result {

@@ -59,6 +59,12 @@ func EncodeCommand(c Command) ([]byte, error) {
 			pr.Partitions = append(pr.Partitions, tpToProto(tp))
 		}
 		m.Command = &clusterv1.GroupsCommand_RevokeDone{RevokeDone: pr}
+	case c.Reset != nil:
+		pr := &clusterv1.GroupsReset{Topic: c.Reset.Topic}
+		for _, pn := range c.Reset.Next {
+			pr.Positions = append(pr.Positions, &clusterv1.GroupsPartitionNext{Partition: pn.Partition, Next: pn.Next})
+		}
+		m.Command = &clusterv1.GroupsCommand_ResetPositions{ResetPositions: pr}
 	case c.Checkpoint != nil:
 		k := c.Checkpoint
 		m.Command = &clusterv1.GroupsCommand_Checkpoint{Checkpoint: &clusterv1.GroupsCheckpoint{AsOf: k.AsOf, Chunk: k.Chunk, Chunks: k.Chunks, StateSha256: k.Sum, Data: k.Data}}
@@ -120,6 +126,12 @@ func DecodeCommand(b []byte) (Command, error) {
 	case *clusterv1.GroupsCommand_Commit:
 		cm := x.Commit
 		c.Commit = &Commit{Member: cm.GetMemberId(), Generation: cm.GetGeneration(), TopicPartition: tpFromProto(cm.GetPartition()), Position: positionFromProto(cm.GetPosition())}
+	case *clusterv1.GroupsCommand_ResetPositions:
+		cr := &ResetPositions{Topic: x.ResetPositions.GetTopic()}
+		for _, pn := range x.ResetPositions.GetPositions() {
+			cr.Next = append(cr.Next, PartitionNext{Partition: pn.GetPartition(), Next: pn.GetNext()})
+		}
+		c.Reset = cr
 	case *clusterv1.GroupsCommand_Checkpoint:
 		k := x.Checkpoint
 		c.Checkpoint = &Checkpoint{AsOf: k.GetAsOf(), Chunk: k.GetChunk(), Chunks: k.GetChunks(), Sum: k.GetStateSha256(), Data: k.GetData()}

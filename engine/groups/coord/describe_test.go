@@ -25,6 +25,10 @@ func describe(c Command) string {
 		return head + fmt.Sprintf("RevokeDone%+v", *c.RevokeDone)
 	case c.Commit != nil:
 		return head + fmt.Sprintf("Commit%+v", *c.Commit)
+	case c.Reset != nil:
+		return head + fmt.Sprintf("Reset%+v", *c.Reset)
+	case c.Checkpoint != nil:
+		return head + fmt.Sprintf("Checkpoint{chunk %d of %d as of %d}", c.Checkpoint.Chunk, c.Checkpoint.Chunks, c.Checkpoint.AsOf)
 	default:
 		return head + "(no command)"
 	}

@@ -191,6 +191,25 @@ func (c Command) Validate() error {
 				return invalid("partitions", fmt.Sprintf("%s/%d", tp.Topic, tp.Partition), "distinct partitions (this one is named twice)")
 			}
 		}
+	case c.Reset != nil:
+		r := c.Reset
+		if !validName(r.Topic) {
+			return invalid("topic name", r.Topic, allowedNames)
+		}
+		if len(r.Next) == 0 || len(r.Next) > MaxPartitions {
+			return invalid("positions", strconv.Itoa(len(r.Next)), fmt.Sprintf("1 to %d partitions (MaxPartitions)", MaxPartitions))
+		}
+		for i, pn := range r.Next {
+			if err := validateTP(TopicPartition{r.Topic, pn.Partition}); err != nil {
+				return err
+			}
+			if pn.Next < 0 {
+				return invalid("position", strconv.FormatInt(pn.Next, 10), "an offset (0 or more)")
+			}
+			if i > 0 && pn.Partition <= r.Next[i-1].Partition {
+				return invalid("positions", fmt.Sprintf("partition %d after %d", pn.Partition, r.Next[i-1].Partition), "partitions in ascending order, each once")
+			}
+		}
 	case c.Commit != nil:
 		m := c.Commit
 		if err := member(m.Member); err != nil {

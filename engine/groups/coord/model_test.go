@@ -58,6 +58,28 @@ func (m *model) predict(s *State, c Command) error {
 	}
 	_, groupExists := s.groups[c.Group]
 	switch {
+	case c.Reset != nil:
+		for _, mb := range s.Members(c.Group) {
+			for _, o := range mb.Owned {
+				if o.Topic == c.Reset.Topic {
+					return ErrGroupActive
+				}
+			}
+		}
+		for _, known := range s.Topics(c.Group) {
+			for _, pn := range c.Reset.Next {
+				if known.Name == c.Reset.Topic && pn.Partition >= known.Partitions {
+					return ErrTopicConflict
+				}
+			}
+		}
+		if m.finished[c.Group] == nil {
+			m.finished[c.Group] = map[TopicPartition]uint64{}
+		}
+		for _, pn := range c.Reset.Next {
+			m.finished[c.Group][TopicPartition{c.Reset.Topic, pn.Partition}] = finishedMask(Position{Next: pn.Next})
+		}
+		return nil
 	case c.Join != nil:
 		for _, t := range c.Join.Topics {
 			for _, known := range s.Topics(c.Group) {
@@ -189,7 +211,18 @@ func drawCommand(t *rapid.T, s *State, m *model, now int64) Command {
 		g := s.Generation(group)
 		return rapid.Uint64Range(max(g, 3)-3, g+1).Draw(t, "generation")
 	}
-	switch rapid.IntRange(0, 9).Draw(t, "kind") {
+	switch rapid.IntRange(0, 10).Draw(t, "kind") {
+	case 10:
+		r := &ResetPositions{Topic: rapid.SampledFrom(modelTopics).Draw(t, "topic")}
+		for p := range int32(8) {
+			if rapid.IntRange(0, 2).Draw(t, "reset partition") == 0 {
+				r.Next = append(r.Next, PartitionNext{Partition: p, Next: int64(rapid.IntRange(0, 30).Draw(t, "reset to"))})
+			}
+		}
+		if len(r.Next) == 0 {
+			r.Next = []PartitionNext{{Partition: 0}}
+		}
+		c.Reset = r
 	case 0, 1:
 		id := memberID()
 		j := &Join{Member: id, Session: session(id), Node: NodeID(id[0]-'a') + 1}
@@ -368,8 +401,9 @@ func step(t *rapid.T, i int, a, b *State, m *model, c Command) {
 	}
 }
 
-// checkPositions: no committed position moved backwards, and each is the
-// union of the commits the model accepted.
+// checkPositions: no committed position moved backwards but through an
+// accepted reset of it, and each is the union of the commits the model
+// accepted since the last reset.
 func checkPositions(t *rapid.T, i int, c Command, before, after *State, m *model) {
 	for _, g := range modelGroups {
 		for _, tp := range slices.SortedFunc(maps.Keys(m.finished[g]), compareTP) {
@@ -377,7 +411,9 @@ func checkPositions(t *rapid.T, i int, c Command, before, after *State, m *model
 			if got, want := finishedMask(p), m.finished[g][tp]; got != want {
 				t.Fatalf("command %d %s: %s %s/%d finished %b, the model has %b", i, describe(c), g, tp.Topic, tp.Partition, got, want)
 			}
-			if old, ok := before.Position(g, tp.Topic, tp.Partition); ok && !p.Covers(old) {
+			reset := c.Reset != nil && c.Group == g && c.Reset.Topic == tp.Topic &&
+				slices.ContainsFunc(c.Reset.Next, func(pn PartitionNext) bool { return pn.Partition == tp.Partition })
+			if old, ok := before.Position(g, tp.Topic, tp.Partition); ok && !p.Covers(old) && !reset {
 				t.Fatalf("command %d %s: %s %s/%d went back from %+v to %+v", i, describe(c), g, tp.Topic, tp.Partition, old, p)
 			}
 		}

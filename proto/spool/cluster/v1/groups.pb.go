@@ -38,6 +38,7 @@ type GroupsCommand struct {
 	//	*GroupsCommand_Expire
 	//	*GroupsCommand_RevokeDone
 	//	*GroupsCommand_Commit
+	//	*GroupsCommand_ResetPositions
 	//	*GroupsCommand_Checkpoint
 	Command       isGroupsCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
@@ -149,6 +150,15 @@ func (x *GroupsCommand) GetCommit() *GroupsCommit {
 	return nil
 }
 
+func (x *GroupsCommand) GetResetPositions() *GroupsReset {
+	if x != nil {
+		if x, ok := x.Command.(*GroupsCommand_ResetPositions); ok {
+			return x.ResetPositions
+		}
+	}
+	return nil
+}
+
 func (x *GroupsCommand) GetCheckpoint() *GroupsCheckpoint {
 	if x != nil {
 		if x, ok := x.Command.(*GroupsCommand_Checkpoint); ok {
@@ -193,6 +203,11 @@ type GroupsCommand_Commit struct {
 	Commit *GroupsCommit `protobuf:"bytes,8,opt,name=commit,proto3,oneof"`
 }
 
+type GroupsCommand_ResetPositions struct {
+	// reset sets committed positions (an operator's offset reset).
+	ResetPositions *GroupsReset `protobuf:"bytes,10,opt,name=reset_positions,json=resetPositions,proto3,oneof"`
+}
+
 type GroupsCommand_Checkpoint struct {
 	// checkpoint is one chunk of the coordinator's whole state; group is
 	// empty. Applying it changes nothing.
@@ -211,7 +226,121 @@ func (*GroupsCommand_RevokeDone) isGroupsCommand_Command() {}
 
 func (*GroupsCommand_Commit) isGroupsCommand_Command() {}
 
+func (*GroupsCommand_ResetPositions) isGroupsCommand_Command() {}
+
 func (*GroupsCommand_Checkpoint) isGroupsCommand_Command() {}
+
+// GroupsReset sets the group's committed positions on partitions of one
+// topic to exactly next, forwards or backwards; refused while a member owns
+// a partition of the topic.
+type GroupsReset struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is the topic whose positions are set.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// positions are the new positions, by ascending partition.
+	Positions     []*GroupsPartitionNext `protobuf:"bytes,2,rep,name=positions,proto3" json:"positions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupsReset) Reset() {
+	*x = GroupsReset{}
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupsReset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupsReset) ProtoMessage() {}
+
+func (x *GroupsReset) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupsReset.ProtoReflect.Descriptor instead.
+func (*GroupsReset) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupsReset) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *GroupsReset) GetPositions() []*GroupsPartitionNext {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+// GroupsPartitionNext is one partition's new position.
+type GroupsPartitionNext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// partition is the partition.
+	Partition int32 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// next is the lowest offset not finished.
+	Next          int64 `protobuf:"varint,2,opt,name=next,proto3" json:"next,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupsPartitionNext) Reset() {
+	*x = GroupsPartitionNext{}
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupsPartitionNext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupsPartitionNext) ProtoMessage() {}
+
+func (x *GroupsPartitionNext) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupsPartitionNext.ProtoReflect.Descriptor instead.
+func (*GroupsPartitionNext) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GroupsPartitionNext) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *GroupsPartitionNext) GetNext() int64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
 
 // GroupsCheckpoint is one of the records that together hold a
 // coordinator's whole state (docs/groups.md, "Checkpoints"): the data of
@@ -239,7 +368,7 @@ type GroupsCheckpoint struct {
 
 func (x *GroupsCheckpoint) Reset() {
 	*x = GroupsCheckpoint{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +380,7 @@ func (x *GroupsCheckpoint) String() string {
 func (*GroupsCheckpoint) ProtoMessage() {}
 
 func (x *GroupsCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +393,7 @@ func (x *GroupsCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCheckpoint.ProtoReflect.Descriptor instead.
 func (*GroupsCheckpoint) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{1}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupsCheckpoint) GetAsOf() int64 {
@@ -318,7 +447,7 @@ type GroupsTopic struct {
 
 func (x *GroupsTopic) Reset() {
 	*x = GroupsTopic{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +459,7 @@ func (x *GroupsTopic) String() string {
 func (*GroupsTopic) ProtoMessage() {}
 
 func (x *GroupsTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +472,7 @@ func (x *GroupsTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsTopic.ProtoReflect.Descriptor instead.
 func (*GroupsTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{2}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupsTopic) GetName() string {
@@ -378,7 +507,7 @@ type GroupsReplicas struct {
 
 func (x *GroupsReplicas) Reset() {
 	*x = GroupsReplicas{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +519,7 @@ func (x *GroupsReplicas) String() string {
 func (*GroupsReplicas) ProtoMessage() {}
 
 func (x *GroupsReplicas) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +532,7 @@ func (x *GroupsReplicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsReplicas.ProtoReflect.Descriptor instead.
 func (*GroupsReplicas) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{3}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GroupsReplicas) GetNodeIds() []uint64 {
@@ -435,7 +564,7 @@ type GroupsJoin struct {
 
 func (x *GroupsJoin) Reset() {
 	*x = GroupsJoin{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +576,7 @@ func (x *GroupsJoin) String() string {
 func (*GroupsJoin) ProtoMessage() {}
 
 func (x *GroupsJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +589,7 @@ func (x *GroupsJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsJoin.ProtoReflect.Descriptor instead.
 func (*GroupsJoin) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{4}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GroupsJoin) GetMemberId() string {
@@ -520,7 +649,7 @@ type GroupsHeartbeat struct {
 
 func (x *GroupsHeartbeat) Reset() {
 	*x = GroupsHeartbeat{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +661,7 @@ func (x *GroupsHeartbeat) String() string {
 func (*GroupsHeartbeat) ProtoMessage() {}
 
 func (x *GroupsHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +674,7 @@ func (x *GroupsHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsHeartbeat.ProtoReflect.Descriptor instead.
 func (*GroupsHeartbeat) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{5}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GroupsHeartbeat) GetMemberId() string {
@@ -582,7 +711,7 @@ type GroupsLeave struct {
 
 func (x *GroupsLeave) Reset() {
 	*x = GroupsLeave{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +723,7 @@ func (x *GroupsLeave) String() string {
 func (*GroupsLeave) ProtoMessage() {}
 
 func (x *GroupsLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +736,7 @@ func (x *GroupsLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsLeave.ProtoReflect.Descriptor instead.
 func (*GroupsLeave) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{6}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GroupsLeave) GetMemberId() string {
@@ -636,7 +765,7 @@ type GroupsExpire struct {
 
 func (x *GroupsExpire) Reset() {
 	*x = GroupsExpire{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +777,7 @@ func (x *GroupsExpire) String() string {
 func (*GroupsExpire) ProtoMessage() {}
 
 func (x *GroupsExpire) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +790,7 @@ func (x *GroupsExpire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsExpire.ProtoReflect.Descriptor instead.
 func (*GroupsExpire) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{7}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GroupsExpire) GetMemberId() string {
@@ -684,7 +813,7 @@ type GroupsPartition struct {
 
 func (x *GroupsPartition) Reset() {
 	*x = GroupsPartition{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +825,7 @@ func (x *GroupsPartition) String() string {
 func (*GroupsPartition) ProtoMessage() {}
 
 func (x *GroupsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +838,7 @@ func (x *GroupsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsPartition.ProtoReflect.Descriptor instead.
 func (*GroupsPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{8}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupsPartition) GetTopic() string {
@@ -742,7 +871,7 @@ type GroupsRevokeDone struct {
 
 func (x *GroupsRevokeDone) Reset() {
 	*x = GroupsRevokeDone{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +883,7 @@ func (x *GroupsRevokeDone) String() string {
 func (*GroupsRevokeDone) ProtoMessage() {}
 
 func (x *GroupsRevokeDone) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +896,7 @@ func (x *GroupsRevokeDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsRevokeDone.ProtoReflect.Descriptor instead.
 func (*GroupsRevokeDone) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{9}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupsRevokeDone) GetMemberId() string {
@@ -805,7 +934,7 @@ type GroupsPosition struct {
 
 func (x *GroupsPosition) Reset() {
 	*x = GroupsPosition{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +946,7 @@ func (x *GroupsPosition) String() string {
 func (*GroupsPosition) ProtoMessage() {}
 
 func (x *GroupsPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +959,7 @@ func (x *GroupsPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsPosition.ProtoReflect.Descriptor instead.
 func (*GroupsPosition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{10}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupsPosition) GetNext() int64 {
@@ -864,7 +993,7 @@ type GroupsCommit struct {
 
 func (x *GroupsCommit) Reset() {
 	*x = GroupsCommit{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1005,7 @@ func (x *GroupsCommit) String() string {
 func (*GroupsCommit) ProtoMessage() {}
 
 func (x *GroupsCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1018,7 @@ func (x *GroupsCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCommit.ProtoReflect.Descriptor instead.
 func (*GroupsCommit) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{11}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GroupsCommit) GetMemberId() string {
@@ -939,7 +1068,7 @@ type GroupsOwned struct {
 
 func (x *GroupsOwned) Reset() {
 	*x = GroupsOwned{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1080,7 @@ func (x *GroupsOwned) String() string {
 func (*GroupsOwned) ProtoMessage() {}
 
 func (x *GroupsOwned) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1093,7 @@ func (x *GroupsOwned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsOwned.ProtoReflect.Descriptor instead.
 func (*GroupsOwned) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{12}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupsOwned) GetPartition() *GroupsPartition {
@@ -1029,7 +1158,7 @@ type GroupsMember struct {
 
 func (x *GroupsMember) Reset() {
 	*x = GroupsMember{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1170,7 @@ func (x *GroupsMember) String() string {
 func (*GroupsMember) ProtoMessage() {}
 
 func (x *GroupsMember) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1183,7 @@ func (x *GroupsMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsMember.ProtoReflect.Descriptor instead.
 func (*GroupsMember) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{13}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GroupsMember) GetMemberId() string {
@@ -1133,7 +1262,7 @@ type GroupsCommitted struct {
 
 func (x *GroupsCommitted) Reset() {
 	*x = GroupsCommitted{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1274,7 @@ func (x *GroupsCommitted) String() string {
 func (*GroupsCommitted) ProtoMessage() {}
 
 func (x *GroupsCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1287,7 @@ func (x *GroupsCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCommitted.ProtoReflect.Descriptor instead.
 func (*GroupsCommitted) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{14}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GroupsCommitted) GetPartition() *GroupsPartition {
@@ -1195,7 +1324,7 @@ type GroupsGroup struct {
 
 func (x *GroupsGroup) Reset() {
 	*x = GroupsGroup{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1336,7 @@ func (x *GroupsGroup) String() string {
 func (*GroupsGroup) ProtoMessage() {}
 
 func (x *GroupsGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1349,7 @@ func (x *GroupsGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsGroup.ProtoReflect.Descriptor instead.
 func (*GroupsGroup) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{15}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GroupsGroup) GetName() string {
@@ -1273,7 +1402,7 @@ type GroupsState struct {
 
 func (x *GroupsState) Reset() {
 	*x = GroupsState{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1414,7 @@ func (x *GroupsState) String() string {
 func (*GroupsState) ProtoMessage() {}
 
 func (x *GroupsState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1427,7 @@ func (x *GroupsState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsState.ProtoReflect.Descriptor instead.
 func (*GroupsState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{16}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GroupsState) GetGroups() []*GroupsGroup {
@@ -1319,7 +1448,7 @@ var File_spool_cluster_v1_groups_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\n" +
-	"\x1dspool/cluster/v1/groups.proto\x12\x10spool.cluster.v1\"\xf4\x03\n" +
+	"\x1dspool/cluster/v1/groups.proto\x12\x10spool.cluster.v1\"\xbe\x04\n" +
 	"\rGroupsCommand\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x122\n" +
@@ -1329,11 +1458,19 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\x06expire\x18\x06 \x01(\v2\x1e.spool.cluster.v1.GroupsExpireH\x00R\x06expire\x12E\n" +
 	"\vrevoke_done\x18\a \x01(\v2\".spool.cluster.v1.GroupsRevokeDoneH\x00R\n" +
 	"revokeDone\x128\n" +
-	"\x06commit\x18\b \x01(\v2\x1e.spool.cluster.v1.GroupsCommitH\x00R\x06commit\x12D\n" +
+	"\x06commit\x18\b \x01(\v2\x1e.spool.cluster.v1.GroupsCommitH\x00R\x06commit\x12H\n" +
+	"\x0freset_positions\x18\n" +
+	" \x01(\v2\x1d.spool.cluster.v1.GroupsResetH\x00R\x0eresetPositions\x12D\n" +
 	"\n" +
 	"checkpoint\x18\t \x01(\v2\".spool.cluster.v1.GroupsCheckpointH\x00R\n" +
 	"checkpointB\t\n" +
-	"\acommand\"\x8c\x01\n" +
+	"\acommand\"h\n" +
+	"\vGroupsReset\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12C\n" +
+	"\tpositions\x18\x02 \x03(\v2%.spool.cluster.v1.GroupsPartitionNextR\tpositions\"G\n" +
+	"\x13GroupsPartitionNext\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\x03R\x04next\"\x8c\x01\n" +
 	"\x10GroupsCheckpoint\x12\x13\n" +
 	"\x05as_of\x18\x01 \x01(\x03R\x04asOf\x12\x14\n" +
 	"\x05chunk\x18\x02 \x01(\rR\x05chunk\x12\x16\n" +
@@ -1429,52 +1566,56 @@ func file_spool_cluster_v1_groups_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_groups_proto_rawDescData
 }
 
-var file_spool_cluster_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_spool_cluster_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_spool_cluster_v1_groups_proto_goTypes = []any{
-	(*GroupsCommand)(nil),    // 0: spool.cluster.v1.GroupsCommand
-	(*GroupsCheckpoint)(nil), // 1: spool.cluster.v1.GroupsCheckpoint
-	(*GroupsTopic)(nil),      // 2: spool.cluster.v1.GroupsTopic
-	(*GroupsReplicas)(nil),   // 3: spool.cluster.v1.GroupsReplicas
-	(*GroupsJoin)(nil),       // 4: spool.cluster.v1.GroupsJoin
-	(*GroupsHeartbeat)(nil),  // 5: spool.cluster.v1.GroupsHeartbeat
-	(*GroupsLeave)(nil),      // 6: spool.cluster.v1.GroupsLeave
-	(*GroupsExpire)(nil),     // 7: spool.cluster.v1.GroupsExpire
-	(*GroupsPartition)(nil),  // 8: spool.cluster.v1.GroupsPartition
-	(*GroupsRevokeDone)(nil), // 9: spool.cluster.v1.GroupsRevokeDone
-	(*GroupsPosition)(nil),   // 10: spool.cluster.v1.GroupsPosition
-	(*GroupsCommit)(nil),     // 11: spool.cluster.v1.GroupsCommit
-	(*GroupsOwned)(nil),      // 12: spool.cluster.v1.GroupsOwned
-	(*GroupsMember)(nil),     // 13: spool.cluster.v1.GroupsMember
-	(*GroupsCommitted)(nil),  // 14: spool.cluster.v1.GroupsCommitted
-	(*GroupsGroup)(nil),      // 15: spool.cluster.v1.GroupsGroup
-	(*GroupsState)(nil),      // 16: spool.cluster.v1.GroupsState
+	(*GroupsCommand)(nil),       // 0: spool.cluster.v1.GroupsCommand
+	(*GroupsReset)(nil),         // 1: spool.cluster.v1.GroupsReset
+	(*GroupsPartitionNext)(nil), // 2: spool.cluster.v1.GroupsPartitionNext
+	(*GroupsCheckpoint)(nil),    // 3: spool.cluster.v1.GroupsCheckpoint
+	(*GroupsTopic)(nil),         // 4: spool.cluster.v1.GroupsTopic
+	(*GroupsReplicas)(nil),      // 5: spool.cluster.v1.GroupsReplicas
+	(*GroupsJoin)(nil),          // 6: spool.cluster.v1.GroupsJoin
+	(*GroupsHeartbeat)(nil),     // 7: spool.cluster.v1.GroupsHeartbeat
+	(*GroupsLeave)(nil),         // 8: spool.cluster.v1.GroupsLeave
+	(*GroupsExpire)(nil),        // 9: spool.cluster.v1.GroupsExpire
+	(*GroupsPartition)(nil),     // 10: spool.cluster.v1.GroupsPartition
+	(*GroupsRevokeDone)(nil),    // 11: spool.cluster.v1.GroupsRevokeDone
+	(*GroupsPosition)(nil),      // 12: spool.cluster.v1.GroupsPosition
+	(*GroupsCommit)(nil),        // 13: spool.cluster.v1.GroupsCommit
+	(*GroupsOwned)(nil),         // 14: spool.cluster.v1.GroupsOwned
+	(*GroupsMember)(nil),        // 15: spool.cluster.v1.GroupsMember
+	(*GroupsCommitted)(nil),     // 16: spool.cluster.v1.GroupsCommitted
+	(*GroupsGroup)(nil),         // 17: spool.cluster.v1.GroupsGroup
+	(*GroupsState)(nil),         // 18: spool.cluster.v1.GroupsState
 }
 var file_spool_cluster_v1_groups_proto_depIdxs = []int32{
-	4,  // 0: spool.cluster.v1.GroupsCommand.join:type_name -> spool.cluster.v1.GroupsJoin
-	5,  // 1: spool.cluster.v1.GroupsCommand.heartbeat:type_name -> spool.cluster.v1.GroupsHeartbeat
-	6,  // 2: spool.cluster.v1.GroupsCommand.leave:type_name -> spool.cluster.v1.GroupsLeave
-	7,  // 3: spool.cluster.v1.GroupsCommand.expire:type_name -> spool.cluster.v1.GroupsExpire
-	9,  // 4: spool.cluster.v1.GroupsCommand.revoke_done:type_name -> spool.cluster.v1.GroupsRevokeDone
-	11, // 5: spool.cluster.v1.GroupsCommand.commit:type_name -> spool.cluster.v1.GroupsCommit
-	1,  // 6: spool.cluster.v1.GroupsCommand.checkpoint:type_name -> spool.cluster.v1.GroupsCheckpoint
-	3,  // 7: spool.cluster.v1.GroupsTopic.replicas:type_name -> spool.cluster.v1.GroupsReplicas
-	2,  // 8: spool.cluster.v1.GroupsJoin.topics:type_name -> spool.cluster.v1.GroupsTopic
-	8,  // 9: spool.cluster.v1.GroupsRevokeDone.partitions:type_name -> spool.cluster.v1.GroupsPartition
-	8,  // 10: spool.cluster.v1.GroupsCommit.partition:type_name -> spool.cluster.v1.GroupsPartition
-	10, // 11: spool.cluster.v1.GroupsCommit.position:type_name -> spool.cluster.v1.GroupsPosition
-	8,  // 12: spool.cluster.v1.GroupsOwned.partition:type_name -> spool.cluster.v1.GroupsPartition
-	12, // 13: spool.cluster.v1.GroupsMember.owned:type_name -> spool.cluster.v1.GroupsOwned
-	8,  // 14: spool.cluster.v1.GroupsCommitted.partition:type_name -> spool.cluster.v1.GroupsPartition
-	10, // 15: spool.cluster.v1.GroupsCommitted.position:type_name -> spool.cluster.v1.GroupsPosition
-	13, // 16: spool.cluster.v1.GroupsGroup.members:type_name -> spool.cluster.v1.GroupsMember
-	2,  // 17: spool.cluster.v1.GroupsGroup.topics:type_name -> spool.cluster.v1.GroupsTopic
-	14, // 18: spool.cluster.v1.GroupsGroup.positions:type_name -> spool.cluster.v1.GroupsCommitted
-	15, // 19: spool.cluster.v1.GroupsState.groups:type_name -> spool.cluster.v1.GroupsGroup
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 0: spool.cluster.v1.GroupsCommand.join:type_name -> spool.cluster.v1.GroupsJoin
+	7,  // 1: spool.cluster.v1.GroupsCommand.heartbeat:type_name -> spool.cluster.v1.GroupsHeartbeat
+	8,  // 2: spool.cluster.v1.GroupsCommand.leave:type_name -> spool.cluster.v1.GroupsLeave
+	9,  // 3: spool.cluster.v1.GroupsCommand.expire:type_name -> spool.cluster.v1.GroupsExpire
+	11, // 4: spool.cluster.v1.GroupsCommand.revoke_done:type_name -> spool.cluster.v1.GroupsRevokeDone
+	13, // 5: spool.cluster.v1.GroupsCommand.commit:type_name -> spool.cluster.v1.GroupsCommit
+	1,  // 6: spool.cluster.v1.GroupsCommand.reset_positions:type_name -> spool.cluster.v1.GroupsReset
+	3,  // 7: spool.cluster.v1.GroupsCommand.checkpoint:type_name -> spool.cluster.v1.GroupsCheckpoint
+	2,  // 8: spool.cluster.v1.GroupsReset.positions:type_name -> spool.cluster.v1.GroupsPartitionNext
+	5,  // 9: spool.cluster.v1.GroupsTopic.replicas:type_name -> spool.cluster.v1.GroupsReplicas
+	4,  // 10: spool.cluster.v1.GroupsJoin.topics:type_name -> spool.cluster.v1.GroupsTopic
+	10, // 11: spool.cluster.v1.GroupsRevokeDone.partitions:type_name -> spool.cluster.v1.GroupsPartition
+	10, // 12: spool.cluster.v1.GroupsCommit.partition:type_name -> spool.cluster.v1.GroupsPartition
+	12, // 13: spool.cluster.v1.GroupsCommit.position:type_name -> spool.cluster.v1.GroupsPosition
+	10, // 14: spool.cluster.v1.GroupsOwned.partition:type_name -> spool.cluster.v1.GroupsPartition
+	14, // 15: spool.cluster.v1.GroupsMember.owned:type_name -> spool.cluster.v1.GroupsOwned
+	10, // 16: spool.cluster.v1.GroupsCommitted.partition:type_name -> spool.cluster.v1.GroupsPartition
+	12, // 17: spool.cluster.v1.GroupsCommitted.position:type_name -> spool.cluster.v1.GroupsPosition
+	15, // 18: spool.cluster.v1.GroupsGroup.members:type_name -> spool.cluster.v1.GroupsMember
+	4,  // 19: spool.cluster.v1.GroupsGroup.topics:type_name -> spool.cluster.v1.GroupsTopic
+	16, // 20: spool.cluster.v1.GroupsGroup.positions:type_name -> spool.cluster.v1.GroupsCommitted
+	17, // 21: spool.cluster.v1.GroupsState.groups:type_name -> spool.cluster.v1.GroupsGroup
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_groups_proto_init() }
@@ -1489,6 +1630,7 @@ func file_spool_cluster_v1_groups_proto_init() {
 		(*GroupsCommand_Expire)(nil),
 		(*GroupsCommand_RevokeDone)(nil),
 		(*GroupsCommand_Commit)(nil),
+		(*GroupsCommand_ResetPositions)(nil),
 		(*GroupsCommand_Checkpoint)(nil),
 	}
 	type x struct{}
@@ -1497,7 +1639,7 @@ func file_spool_cluster_v1_groups_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_groups_proto_rawDesc), len(file_spool_cluster_v1_groups_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
