@@ -341,7 +341,6 @@ func (d *driver) applyResults(now time.Time) {
 	for _, r := range d.res {
 		switch {
 		case r.claim != nil:
-			mc.claimsInFlight--
 			mc.claimed(now, r.claim)
 		case r.dl != nil:
 			mc.deadLettered(now, r.dl)

@@ -234,8 +234,10 @@ func (x *modelTest) pipelineStep() {
 		if op.claim.err != nil {
 			x.t.Fatal(op.claim.err)
 		}
-		x.mc.claimsInFlight--
 		x.mc.claimed(x.now, op.claim)
+		if x.mc.claimsInFlight < 0 {
+			x.t.Fatalf("claims in flight %d after an answer: an answer counted twice", x.mc.claimsInFlight)
+		}
 		return
 	}
 	if err := pl.write(ctx, &op); err != nil {
