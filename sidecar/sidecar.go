@@ -322,7 +322,7 @@ func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led led
 			if co != nil {
 				gc.Coordinator = co
 				gc.Membership = deliver.Membership{MemberPrefix: owner, Session: session,
-					SessionTimeout: cfg.Cluster.GroupSessionTimeout, RevokeTimeout: cfg.Cluster.GroupRevokeTimeout}
+					SessionTimeout: cfg.Cluster.GroupSessionTimeout, RevokeTimeout: cfg.Cluster.GroupRevokeTimeout, DegradeAfter: cfg.Cluster.GroupDegradeAfter}
 			}
 			byGroup[sc.Group] = gc
 			order = append(order, sc.Group)

@@ -71,6 +71,11 @@ type ClusterConfig struct {
 	// partition it is asked to give up (drain, commit); past it the member
 	// is expired. Default 15s, 1s to 5m.
 	GroupRevokeTimeout time.Duration `yaml:"group_revoke_timeout"`
+	// GroupDegradeAfter: a sidecar whose breakers have held a subscription's
+	// deliveries this long tells the group's coordinator, which gives its
+	// partitions to sidecars whose breakers are closed (none moves when
+	// every sidecar's breakers are open). Default 2m, 10s to 24h.
+	GroupDegradeAfter time.Duration `yaml:"group_degrade_after"`
 }
 
 // ClusterTLSConfig names the PEM files of mutual TLS between nodes. They

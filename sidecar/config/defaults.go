@@ -19,7 +19,10 @@ const (
 	// Kubernetes).
 	DefaultGroupSessionTimeout = 10 * time.Second
 	DefaultGroupRevokeTimeout  = 15 * time.Second
-	DefaultCommitInterval      = 200 * time.Millisecond
+	// DefaultGroupDegradeAfter: breakers holding deliveries this long make a
+	// member degraded (docs/groups.md, "Degraded members").
+	DefaultGroupDegradeAfter = 2 * time.Minute
+	DefaultCommitInterval    = 200 * time.Millisecond
 
 	DefaultFsync              = FsyncAlways
 	DefaultFsyncInterval      = 50 * time.Millisecond
@@ -92,6 +95,7 @@ func (c *Config) ApplyDefaults() {
 		setDur(&c.Cluster.DeadNodeTimeout, DefaultDeadNodeTimeout)
 		setDur(&c.Cluster.GroupSessionTimeout, DefaultGroupSessionTimeout)
 		setDur(&c.Cluster.GroupRevokeTimeout, DefaultGroupRevokeTimeout)
+		setDur(&c.Cluster.GroupDegradeAfter, DefaultGroupDegradeAfter)
 	}
 
 	l := &c.Limits

@@ -435,6 +435,9 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.GroupRevokeTimeout < time.Second || cl.GroupRevokeTimeout > 5*time.Minute {
 		v.add("cluster.group_revoke_timeout", cl.GroupRevokeTimeout.String(), "between 1s and 5m (default 15s)")
 	}
+	if cl.GroupDegradeAfter < 10*time.Second || cl.GroupDegradeAfter > 24*time.Hour {
+		v.add("cluster.group_degrade_after", cl.GroupDegradeAfter.String(), "between 10s and 24h (default 2m)")
+	}
 	if cl.DeadNodeTimeout < 10*time.Second {
 		v.add("cluster.dead_node_timeout", cl.DeadNodeTimeout.String(), "at least 10s (default 5m: longer than a restart or a rolling update, so that they never move data)")
 	}

@@ -40,6 +40,19 @@ func (m *machine) probeLost(now time.Time, s *sub, o sent) {
 	}
 }
 
+// advanceBreakers half-opens the breakers whose open time is over. Sending
+// a probe does it too, but a subscription may have nothing to probe with (a
+// member that owns none of its partitions, every message waiting for its
+// retry): without this, the breaker's past half-open time stays the loop's
+// next wake-up and the loop spins.
+func (m *machine) advanceBreakers(now time.Time) {
+	for _, s := range m.subs {
+		if s.brk != nil {
+			m.report(s, s.brk.Advance(now))
+		}
+	}
+}
+
 // stateValue is the breaker state as exported in spool_breaker_state.
 func stateValue(st breaker.State) float64 {
 	switch st {

@@ -10,8 +10,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -269,6 +272,80 @@ func TestResetThroughCoordinator(t *testing.T) {
 		}
 		if len(ids) != 6 {
 			t.Fatalf("after the reset the app got %d distinct messages, want all 6: %v", len(ids), ids)
+		}
+	})
+}
+
+// A member whose breakers hold its deliveries past DegradeAfter says it is
+// degraded, and the coordinator moves its partitions to the healthy member;
+// left with none, it forgets its breakers' state after DegradeAfter more,
+// says it is healthy and takes its share back.
+func TestDegradedMemberGivesItsPartitionsUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 2, tDLQ: 1})
+		co := newInProcCoord()
+		cfg := clusterGroup(co, 50*time.Millisecond)
+		cfg.Subscriptions[0].Breaker = &breaker.Config{ConsecutiveFailures: 2, OpenTimeout: 5 * time.Second, MaxOpenTimeout: 5 * time.Second}
+		cfg.Membership.DegradeAfter = 30 * time.Second
+		h := startGroup(t, eng, cfg)
+		c := h.join(16, 64)
+		await(t, 10*time.Second, "member a owns both partitions", func() bool { return len(co.assignment(memberA).Owned) == 2 })
+		const memberB = "b/" + tTopic
+		co.apply(t, engine.GroupCommand{Join: &engine.GroupJoin{Member: memberB, Session: "sb", Node: 2,
+			Topics: []engine.GroupTopic{{Name: tTopic, Partitions: 2}}, SessionTimeoutMs: 300_000}})
+		await(t, 10*time.Second, "one partition handed to b", func() bool {
+			return len(co.assignment(memberA).Owned) == 1 && len(co.assignment(memberA).Revoking) == 0
+		})
+		mine := co.assignment(memberA).Owned[0].Partition
+		for i := range 4 {
+			eng.publish(tTopic, mine, msg(fmt.Sprintf("m%d", i), nil))
+		}
+		degraded := func() float64 {
+			return testutil.ToFloat64(h.m.MemberDegraded.WithLabelValues(tGroup, tTopic))
+		}
+		// The app fails every delivery toward one downstream: the breaker
+		// opens, probes fail, and it keeps holding the deliveries.
+		fail := func(d time.Duration) {
+			if f := c.frame(d); f != nil {
+				var nacks []*spoolv1.Nack
+				for _, x := range f.GetDeliveries() {
+					nacks = append(nacks, &spoolv1.Nack{Ref: refOf(x), Outcome: spoolv1.Outcome_OUTCOME_RETRY, Error: "503", Downstream: "email"})
+				}
+				c.send(&spoolv1.SubscribeRequest{Nacks: nacks, Credit: uint32(len(nacks))})
+			}
+		}
+		start := time.Now()
+		for len(co.assignment(memberA).Owned) > 0 {
+			if time.Since(start) > 2*time.Minute {
+				t.Fatalf("member a still owns %v two minutes into the outage", co.assignment(memberA).Owned)
+			}
+			fail(time.Second)
+		}
+		if held := time.Since(start); held < 30*time.Second {
+			t.Fatalf("a gave its partition up %v into the outage, before DegradeAfter (30s)", held)
+		}
+		if degraded() != 1 {
+			t.Fatalf("spool_group_member_degraded = %v, want 1", degraded())
+		}
+		if got := co.assignment(memberB).Owned; len(got) != 2 {
+			t.Fatalf("b owns %v, want both partitions", got)
+		}
+		// Idle and degraded for DegradeAfter: a tries again and takes its
+		// share back from b (b answers the revocation).
+		idle := time.Now()
+		await(t, time.Minute, "a taking a partition again", func() bool {
+			if rev := co.assignment(memberB).Revoking; len(rev) > 0 {
+				co.apply(t, engine.GroupCommand{RevokeDone: &engine.GroupRevokeDone{Member: memberB, Generation: co.assignment(memberB).Generation, Partitions: rev}})
+			}
+			return len(co.assignment(memberA).Owned) == 1
+		})
+		// a counts its idle time from when its own view lost the partition,
+		// a little before the coordinator's state showed it.
+		if back := time.Since(idle); back < 25*time.Second {
+			t.Fatalf("a took a partition back %v after losing its last, well before DegradeAfter (30s)", back)
+		}
+		if degraded() != 0 {
+			t.Fatalf("spool_group_member_degraded = %v after a forgot its breakers, want 0", degraded())
 		}
 	})
 }

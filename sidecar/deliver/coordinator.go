@@ -50,6 +50,11 @@ type Membership struct {
 	// the coordinator (default 1 s): each partition's commit is one record
 	// of the groups topic.
 	CommitInterval time.Duration
+	// DegradeAfter: a subscription whose breakers have held its deliveries
+	// this long says its member is degraded, so the coordinator gives its
+	// partitions to members that are not (default 2 min; member.go,
+	// "Degradation").
+	DegradeAfter time.Duration
 }
 
 // Defaults of Membership.
@@ -58,6 +63,7 @@ const (
 	DefaultRevokeTimeout         = engine.GroupDefaultRevokeTimeoutMs * time.Millisecond
 	DefaultPollInterval          = 500 * time.Millisecond
 	DefaultClusterCommitInterval = time.Second
+	DefaultDegradeAfter          = 2 * time.Minute
 	// coordCallTimeout bounds one call to the coordinator.
 	coordCallTimeout = 5 * time.Second
 )
@@ -71,6 +77,12 @@ func (c *Membership) validate(group string) error {
 	}
 	if c.RevokeTimeout == 0 {
 		c.RevokeTimeout = DefaultRevokeTimeout
+	}
+	if c.DegradeAfter == 0 {
+		c.DegradeAfter = DefaultDegradeAfter
+	}
+	if c.DegradeAfter < 0 {
+		return fmt.Errorf("deliver: group %q: negative degrade-after %v", group, c.DegradeAfter)
 	}
 	if c.SessionTimeout < engine.GroupMinSessionTimeoutMs*time.Millisecond || c.SessionTimeout > engine.GroupMaxSessionTimeoutMs*time.Millisecond {
 		return fmt.Errorf("deliver: group %q: session timeout %v must be between %v and %v", group, c.SessionTimeout,
@@ -116,8 +128,10 @@ type memberSub struct {
 	id        string
 	partitons int32
 	connected atomic.Bool // written by the loop (actConnected)
+	degraded  atomic.Bool // written by the loop (actConnected)
 	joined    bool
 	yielding  bool
+	degrades  bool // the degraded flag the coordinator last took
 	lastBeat  time.Time
 	stale     bool // another process took the member over: give up
 }
@@ -136,6 +150,9 @@ func (ms *membership) consumersChanged(mc *machine) {
 	changed := false
 	for _, x := range ms.subs {
 		if c := mc.connected(x.s); x.connected.Swap(c) != c {
+			changed = true
+		}
+		if d := x.s.degraded; x.degraded.Swap(d) != d {
 			changed = true
 		}
 	}
@@ -178,8 +195,8 @@ func (ms *membership) round(ctx context.Context) {
 		switch {
 		case !x.joined && want:
 			ms.join(ctx, x)
-		case x.joined && (x.yielding == want || !now.Before(x.lastBeat.Add(beatEvery))):
-			ms.heartbeat(ctx, x, !want)
+		case x.joined && (x.yielding == want || x.degrades != x.degraded.Load() || !now.Before(x.lastBeat.Add(beatEvery))):
+			ms.heartbeat(ctx, x, !want, x.degraded.Load())
 		}
 	}
 	// Read even when no member is joined: lag and the admin API show the
@@ -199,16 +216,16 @@ func (ms *membership) join(ctx context.Context, x *memberSub) {
 		ms.log.Warn("joining the group's coordinator failed; retrying", "topic", x.s.cfg.Topic, "member", x.id, "err", err)
 		return
 	}
-	x.joined, x.yielding, x.lastBeat = true, false, time.Now()
+	x.joined, x.yielding, x.degrades, x.lastBeat = true, false, false, time.Now()
 	ms.log.Info("joined the group", "topic", x.s.cfg.Topic, "member", x.id, "session", ms.cfg.Session)
 }
 
-func (ms *membership) heartbeat(ctx context.Context, x *memberSub, yield bool) {
+func (ms *membership) heartbeat(ctx context.Context, x *memberSub, yield, degraded bool) {
 	sentAt := time.Now()
-	_, err := ms.call(ctx, engine.GroupCommand{Heartbeat: &engine.GroupHeartbeat{Member: x.id, Session: ms.cfg.Session, Yield: yield}})
+	_, err := ms.call(ctx, engine.GroupCommand{Heartbeat: &engine.GroupHeartbeat{Member: x.id, Session: ms.cfg.Session, Yield: yield, Degraded: degraded}})
 	switch {
 	case err == nil:
-		x.lastBeat, x.yielding = sentAt, yield
+		x.lastBeat, x.yielding, x.degrades = sentAt, yield, degraded
 	case errors.Is(err, engine.ErrGroupUnknownMember):
 		ms.log.Warn("the group's coordinator no longer knows this member (expired): joining again", "member", x.id, "err", err)
 		x.joined = false

@@ -136,6 +136,11 @@ type sub struct {
 	// applied (0: not a member).
 	joinedGen uint64
 	brk       *breaker.Set // nil: no breakers configured
+	// Degradation (cluster, member.go): since when the breakers have held
+	// the deliveries (zero: they do not), whether the member says it is
+	// degraded, and since when it has owned no partition while degraded.
+	heldSince, idleSince time.Time
+	degraded             bool
 	// probePending: the probe was taken and waits for the ledger's answer.
 	probePending bool
 	ledger       ledgerOps // ledger writes not yet handed to the pipeline
@@ -426,6 +431,8 @@ func (m *machine) work(now time.Time) {
 	}
 	m.deadLetters(now)
 	m.revocations(now)
+	m.advanceBreakers(now)
+	m.health(now)
 	m.flushLedger()
 	m.maybeCommit(now)
 }
@@ -661,6 +668,9 @@ func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
 			if d, ok := s.brk.NextChange(); ok && d.Before(w) {
 				w = d
 			}
+		}
+		if d, ok := m.healthWake(s); ok && d.Before(w) {
+			w = d
 		}
 	}
 	if m.ledgerRetryAt.After(now) && m.ledgerRetryAt.Before(w) {

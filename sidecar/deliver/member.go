@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -277,4 +278,99 @@ func (m *machine) connected(s *sub) bool {
 		}
 	}
 	return false
+}
+
+// Degradation (docs/groups.md, "Degraded members"). A subscription whose
+// breakers have held its deliveries (some breaker not closed) for
+// Membership.DegradeAfter says its member is degraded; the coordinator then
+// gives its partitions to members that are not, or leaves the assignment
+// alone when every member is degraded (a downstream down for all). A
+// degraded member that owns none of the topic's partitions has nothing to
+// probe its downstream with, so after DegradeAfter more it forgets its
+// breakers' state and says it is healthy again: it takes its share back
+// and finds out (one rebalance per 2×DegradeAfter at most while a
+// downstream is down for this sidecar alone).
+func (m *machine) health(now time.Time) {
+	if !m.cluster {
+		return
+	}
+	after := m.cfg.Membership.DegradeAfter
+	changed := false
+	for _, s := range m.subs {
+		if s.brk == nil {
+			continue
+		}
+		n, _ := s.brk.Allow(now)
+		held := n != -1
+		switch {
+		case !held:
+			s.heldSince = time.Time{}
+		case s.heldSince.IsZero():
+			s.heldSince = now
+		}
+		deg := held && now.Sub(s.heldSince) >= after
+		if deg && s.degraded && !m.owns(s) {
+			if s.idleSince.IsZero() {
+				s.idleSince = now
+			}
+			if now.Sub(s.idleSince) >= after {
+				m.resetBreakers(s)
+				s.heldSince, deg = time.Time{}, false
+				m.log.Info("degraded member idle long enough: forgetting its breakers' state and taking its share again to probe the downstream", "topic", s.cfg.Topic)
+			}
+		}
+		if !deg || m.owns(s) {
+			s.idleSince = time.Time{}
+		}
+		if deg != s.degraded {
+			s.degraded, changed = deg, true
+			v := 0.0
+			if deg {
+				v = 1
+				m.log.Warn("breakers have held deliveries too long: telling the coordinator this member is degraded (its partitions go to healthy members)", "topic", s.cfg.Topic, "held_for", now.Sub(s.heldSince).Round(time.Second))
+			} else {
+				m.log.Info("member healthy again", "topic", s.cfg.Topic)
+			}
+			m.met.MemberDegraded.WithLabelValues(m.cfg.Name, s.cfg.Topic).Set(v)
+		}
+	}
+	if changed {
+		m.emit(action{kind: actConnected})
+	}
+}
+
+// healthWake is when health must look at s again.
+func (m *machine) healthWake(s *sub) (time.Time, bool) {
+	after := m.cfg.Membership.DegradeAfter
+	switch {
+	case !m.cluster || s.brk == nil:
+		return time.Time{}, false
+	case !s.idleSince.IsZero():
+		return s.idleSince.Add(after), true
+	case !s.heldSince.IsZero() && !s.degraded:
+		return s.heldSince.Add(after), true
+	}
+	return time.Time{}, false
+}
+
+// owns reports whether this member owns a partition of s.
+func (m *machine) owns(s *sub) bool {
+	for _, p := range s.parts {
+		if p.own != ownNone {
+			return true
+		}
+	}
+	return false
+}
+
+// resetBreakers gives s a fresh breaker set (every downstream closed).
+func (m *machine) resetBreakers(s *sub) {
+	fresh, err := breaker.NewSet(s.brk.Config())
+	if err != nil {
+		return // the config was validated when the set was made
+	}
+	for name := range s.brk.States() {
+		m.met.BreakerState.WithLabelValues(m.cfg.Name, s.cfg.Topic, name).Set(stateValue(breaker.Closed))
+	}
+	s.brk, s.probePending = fresh, false
 }

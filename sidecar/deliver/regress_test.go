@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/testredis"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
@@ -194,4 +195,64 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A member whose breaker is open when it loses its partitions (here its
+// app went away, so it yields them) has nothing to probe with; when the
+// open time ends the loop must still sleep. It used to take the breaker's
+// past half-open time as its next wake-up again and again — spinning at
+// 100% CPU until a partition came back — because only a probe moved the
+// breaker on; under synctest the spin kept the fake clock still and this
+// test hung.
+func TestOpenBreakerWithoutPartitionsDoesNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 1, tDLQ: 1})
+		co := newInProcCoord()
+		cfg := clusterGroup(co, 50*time.Millisecond)
+		cfg.Subscriptions[0].Breaker = &breaker.Config{ConsecutiveFailures: 1, OpenTimeout: time.Second, MaxOpenTimeout: time.Second}
+		h := startGroup(t, eng, cfg)
+		c := h.join(10, 1)
+		await(t, 10*time.Second, "member a owns the partition", func() bool { return len(co.assignment(memberA).Owned) == 1 })
+		eng.publish(tTopic, 0, msg("m-1", nil))
+		d := c.deliveries(1, time.Minute)[0]
+		c.send(&spoolv1.SubscribeRequest{Nacks: []*spoolv1.Nack{{Ref: refOf(d), Outcome: spoolv1.Outcome_OUTCOME_RETRY, Error: "503", Downstream: "email"}}})
+		if err := h.g.post(context.Background(), leaveEvent{c.c}); err != nil {
+			t.Fatal(err)
+		}
+		await(t, 30*time.Second, "the partition handed back", func() bool { return len(co.assignment(memberA).Owned) == 0 })
+		time.Sleep(10 * time.Second) // sleep-ok: fake time; the breaker's open time (1 s) ends with no partition to probe
+		c2 := h.join(10, 1)
+		if d := c2.deliveries(1, time.Minute)[0]; d.GetMessageId() != "m-1" {
+			t.Fatalf("delivered %s after the app came back, want m-1", d.GetMessageId())
+		}
+	})
+}
+
+// With the ledger on, a group whose deliveries are all settled drains at
+// once when it stops. Each claim's answer used to be counted twice (once
+// by the driver, once by the machine), so the count of claims in flight
+// went below zero, the drain never saw it at zero, and every graceful stop
+// with the ledger waited out the whole drain budget (found by the
+// rebalance load test: 7 s from SIGTERM to exit with nothing in flight).
+func TestDrainWithLedgerEndsWhenNothingIsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newTestEngine()
+		for i := range 5 {
+			eng.publish(tTopic, 0, msg(fmt.Sprintf("m-%d", i), nil))
+		}
+		h := startGroup(t, eng, GroupConfig{Ledger: ledger.NewMemory(nil), DrainTimeout: time.Minute,
+			Subscriptions: []Subscription{testSub(tracker.Config{MaxInFlight: 16})}})
+		c := h.join(16, 16)
+		var acks []*spoolv1.Ack
+		for _, d := range c.deliveries(5, time.Minute) {
+			acks = append(acks, &spoolv1.Ack{Ref: refOf(d)})
+		}
+		c.send(&spoolv1.SubscribeRequest{Acks: acks})
+		synctest.Wait()
+		start := time.Now()
+		h.stop()
+		if took := time.Since(start); took >= time.Minute {
+			t.Fatalf("stopping with nothing in flight took %v: the whole drain budget", took)
+		}
+	})
 }

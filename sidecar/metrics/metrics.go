@@ -33,6 +33,7 @@ type Metrics struct {
 	LagMessages    *prometheus.GaugeVec     // group, topic, partition
 	LagSeconds     *prometheus.GaugeVec     // group, topic, partition
 	Consumers      *prometheus.GaugeVec     // group
+	MemberDegraded *prometheus.GaugeVec     // group, topic
 	ExpiredUnread  *prometheus.CounterVec   // group, topic
 	CommitErrors   *prometheus.CounterVec   // group, topic
 
@@ -106,6 +107,7 @@ func New() *Metrics {
 		LagMessages:     gauge("lag_messages", "Messages appended and not yet finished by the group: log end minus committed offset, less those finished out of order.", "group", "topic", "partition"),
 		LagSeconds:      gauge("lag_seconds", "Age of the oldest unfinished message of the group, in seconds (0 when caught up).", "group", "topic", "partition"),
 		Consumers:       gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),
+		MemberDegraded:  gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
 		ExpiredUnread:   counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
 		CommitErrors:    counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
 

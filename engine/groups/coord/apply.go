@@ -57,13 +57,17 @@ type Join struct {
 }
 
 // Heartbeat says the member is alive at AtMs, and whether it yields: gives
-// its partitions up (its app is not connected, or its breakers have been
-// open past their threshold) and takes none until a Heartbeat or Join
-// without Yield.
+// its partitions up (its app is not connected) and takes none until a
+// Heartbeat or Join without Yield; and whether it is degraded: its
+// breakers have held its deliveries past their threshold, so it gives its
+// partitions to members that are not, and takes partitions only when every
+// member that could take them is degraded too (a downstream down for
+// everyone leaves the assignment as it is).
 type Heartbeat struct {
-	Member  string
-	Session string
-	Yield   bool
+	Member   string
+	Session  string
+	Yield    bool
+	Degraded bool
 }
 
 // Leave removes a member (a sidecar stopping: it has drained and committed
@@ -348,7 +352,7 @@ func (s *State) applyJoin(name string, at int64, j Join) Result {
 		m = &Member{ID: j.Member}
 		g.members = slices.Insert(g.members, at0, m)
 	}
-	m.Session, m.Node, m.Topics, m.Yield = j.Session, j.Node, topics, false
+	m.Session, m.Node, m.Topics, m.Yield, m.Degraded = j.Session, j.Node, topics, false, false
 	m.LastHeartbeatMs = max(m.LastHeartbeatMs, at)
 	m.SessionTimeoutMs = cmpOr(j.SessionTimeoutMs, DefaultSessionTimeoutMs)
 	m.RevokeTimeoutMs = cmpOr(j.RevokeTimeoutMs, DefaultRevokeTimeoutMs)
@@ -402,10 +406,10 @@ func (g *group) applyHeartbeat(at int64, h Heartbeat) Result {
 		return Result{Err: err}
 	}
 	m.LastHeartbeatMs = max(m.LastHeartbeatMs, at)
-	if m.Yield == h.Yield {
+	if m.Yield == h.Yield && m.Degraded == h.Degraded {
 		return Result{}
 	}
-	m.Yield = h.Yield
+	m.Yield, m.Degraded = h.Yield, h.Degraded
 	return Result{Rebalanced: g.rebalance(at, false)}
 }
 

@@ -8,9 +8,11 @@ import (
 
 // The assignment rule, per topic of a group (topics in name order):
 //
-//   - The eligible members are those subscribing to the topic that do not
-//     yield, in id order. With none, every owned partition of the topic is
-//     revoked and none is granted.
+//   - The eligible members are those subscribing to the topic that neither
+//     yield nor are degraded, in id order; when every member subscribing
+//     and not yielding is degraded, those (so a downstream down for every
+//     member changes nothing). With none, every owned partition of the
+//     topic is revoked and none is granted.
 //   - With P partitions and n eligible members, each gets a quota of P/n or
 //     P/n+1 partitions; the P%n larger quotas go to the members ranked
 //     first by min(owned, P/n+1) descending (partitions being revoked count
@@ -63,13 +65,27 @@ func (g *group) plan() []change {
 	return out
 }
 
-func (g *group) planTopic(t Topic, owners map[TopicPartition]*Member, out []change) []change {
-	var eligible []*Member
+// eligible returns the members that may own partitions of topic, in id
+// order: those taking it that are not degraded, or, when all of them are,
+// all of them.
+func (g *group) eligible(topic string) []*Member {
+	var taking, healthy []*Member
 	for _, m := range g.members {
-		if !m.Yield && m.subscribes(t.Name) {
-			eligible = append(eligible, m)
+		if !m.Yield && m.subscribes(topic) {
+			taking = append(taking, m)
+			if !m.Degraded {
+				healthy = append(healthy, m)
+			}
 		}
 	}
+	if len(healthy) > 0 {
+		return healthy
+	}
+	return taking
+}
+
+func (g *group) planTopic(t Topic, owners map[TopicPartition]*Member, out []change) []change {
+	eligible := g.eligible(t.Name)
 	owned := func(m *Member) []Owned {
 		lo, _ := slices.BinarySearchFunc(m.Owned, t.Name, func(o Owned, name string) int { return cmp.Compare(o.Topic, name) })
 		hi := lo
@@ -78,7 +94,7 @@ func (g *group) planTopic(t Topic, owners map[TopicPartition]*Member, out []chan
 		}
 		return m.Owned[lo:hi]
 	}
-	isEligible := func(m *Member) bool { return !m.Yield && m.subscribes(t.Name) }
+	isEligible := func(m *Member) bool { return slices.Contains(eligible, m) }
 	// Members owning partitions of the topic they may not keep.
 	for _, m := range g.members {
 		if isEligible(m) {

@@ -372,3 +372,51 @@ func (f *flow) revokingCount() int {
 	}
 	return n
 }
+
+// A member whose breakers have held its deliveries too long (degraded)
+// hands its partitions to the healthy members, and only its partitions
+// move; when every member is degraded (a downstream down for all of them)
+// the flag counts for nothing and the group is shared as if none were; a
+// member that recovers takes the partitions of the degraded ones.
+func TestFlowDegradedMember(t *testing.T) {
+	f := newFlow(t)
+	for i := range 3 {
+		f.join(fmt.Sprintf("m%d", i+1), NodeID(i+1))
+		f.settle()
+	}
+	beat := func(id string, degraded bool) {
+		f.t.Helper()
+		f.apply(Command{Heartbeat: &Heartbeat{Member: id, Session: f.sessions[id], Degraded: degraded}})
+	}
+	f.mark()
+	beat("m3", true)
+	f.settle()
+	if n := f.moved(); n != 4 {
+		t.Fatalf("%d partitions moved, want the 4 of the degraded member", n)
+	}
+	wantCounts(t, f.counts(), map[string]int{"m1": 6, "m2": 6, "m3": 0})
+	beat("m1", true)
+	f.settle()
+	wantCounts(t, f.counts(), map[string]int{"m1": 0, "m2": 12, "m3": 0})
+	beat("m2", true) // every member degraded: shared as if none were
+	f.settle()
+	wantCounts(t, f.counts(), map[string]int{"m1": 4, "m2": 4, "m3": 4})
+	f.mark()
+	beat("m1", true) // a degraded member saying so again changes nothing
+	if n := f.moved(); n != 0 || !f.s.groups[f.group].settled() {
+		t.Fatalf("a repeated heartbeat moved %d partitions", n)
+	}
+	beat("m1", false) // recovers: the only healthy member takes everything
+	f.settle()
+	wantCounts(t, f.counts(), map[string]int{"m1": 12, "m2": 0, "m3": 0})
+	beat("m2", false)
+	beat("m3", false)
+	f.settle()
+	wantCounts(t, f.counts(), map[string]int{"m1": 4, "m2": 4, "m3": 4})
+	// A Join (a restart) clears the flag.
+	beat("m3", true)
+	f.settle()
+	f.restart("m3", 3)
+	f.settle()
+	wantCounts(t, f.counts(), map[string]int{"m1": 4, "m2": 4, "m3": 4})
+}

@@ -249,7 +249,7 @@ func drawCommand(t *rapid.T, s *State, m *model, now int64) Command {
 		c.Join = j
 	case 2:
 		id := memberID()
-		c.Heartbeat = &Heartbeat{Member: id, Session: session(id), Yield: rapid.IntRange(0, 4).Draw(t, "yield") == 0}
+		c.Heartbeat = &Heartbeat{Member: id, Session: session(id), Yield: rapid.IntRange(0, 4).Draw(t, "yield") == 0, Degraded: rapid.IntRange(0, 3).Draw(t, "degraded") == 0}
 	case 3:
 		id := memberID()
 		c.Leave = &Leave{Member: id, Session: session(id)}
@@ -513,12 +513,7 @@ func checkStep(t *rapid.T, i int, c Command, r Result, before, after *State) {
 			return
 		}
 		for _, topic := range after.Topics(g) {
-			n := 0
-			for _, mb := range after.Members(g) {
-				if !mb.Yield && mb.subscribes(topic.Name) {
-					n++
-				}
-			}
+			n := len(modelEligible(after, g, topic.Name))
 			if n > 0 && newRevocations[topic.Name] > ceilDiv(int(topic.Partitions), n) {
 				t.Fatalf("command %d %s: a new member revoked %d partitions of %s, more than ceil(%d/%d)", i, describe(c), newRevocations[topic.Name], topic.Name, topic.Partitions, n)
 			}
@@ -537,10 +532,8 @@ func checkSettled(t *rapid.T, i int, c Command, s *State, g string) {
 	own := ownershipOf(s, g)
 	for _, topic := range s.Topics(g) {
 		counts := map[string]int{}
-		for _, mb := range s.Members(g) {
-			if !mb.Yield && mb.subscribes(topic.Name) {
-				counts[mb.ID] = 0
-			}
+		for _, id := range modelEligible(s, g, topic.Name) {
+			counts[id] = 0
 		}
 		for p := range topic.Partitions {
 			o, ok := own[TopicPartition{topic.Name, p}]
@@ -575,4 +568,24 @@ func TestModelHelpers(t *testing.T) {
 		t.Fatalf("merge = %+v", p)
 	}
 	_ = fmt.Sprint
+}
+
+// modelEligible is the rule for who may own a topic's partitions, read
+// plainly: the members taking the topic (subscribing, not yielding) that
+// are not degraded, or all of them when every one is degraded.
+func modelEligible(s *State, group, topic string) []string {
+	var taking, healthy []string
+	for _, mb := range s.Members(group) {
+		if mb.Yield || !mb.subscribes(topic) {
+			continue
+		}
+		taking = append(taking, mb.ID)
+		if !mb.Degraded {
+			healthy = append(healthy, mb.ID)
+		}
+	}
+	if len(healthy) > 0 {
+		return healthy
+	}
+	return taking
 }

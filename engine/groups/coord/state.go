@@ -123,9 +123,13 @@ type Member struct {
 	// RevokeTimeoutMs: the member is expired when it has not answered a
 	// revocation for this long.
 	RevokeTimeoutMs int64
-	// Yield: the member gives its partitions up (its app is not connected,
-	// or its breakers have been open too long) and is given none.
+	// Yield: the member gives its partitions up (its app is not connected)
+	// and is given none.
 	Yield bool
+	// Degraded: its breakers have held its deliveries too long; it is given
+	// partitions of a topic only when every member taking the topic is
+	// degraded.
+	Degraded bool
 	// Owned are the partitions it owns, sorted by topic and partition.
 	Owned []Owned
 }

@@ -642,7 +642,10 @@ type GroupsHeartbeat struct {
 	// session is its incarnation.
 	Session string `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
 	// yield: the member gives its partitions up and takes none.
-	Yield         bool `protobuf:"varint,3,opt,name=yield,proto3" json:"yield,omitempty"`
+	Yield bool `protobuf:"varint,3,opt,name=yield,proto3" json:"yield,omitempty"`
+	// degraded: its breakers have held its deliveries past their threshold;
+	// it takes partitions only when every member taking them is degraded.
+	Degraded      bool `protobuf:"varint,4,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,6 +697,13 @@ func (x *GroupsHeartbeat) GetSession() string {
 func (x *GroupsHeartbeat) GetYield() bool {
 	if x != nil {
 		return x.Yield
+	}
+	return false
+}
+
+func (x *GroupsHeartbeat) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
 	}
 	return false
 }
@@ -1151,7 +1161,9 @@ type GroupsMember struct {
 	// yield: it gives its partitions up.
 	Yield bool `protobuf:"varint,8,opt,name=yield,proto3" json:"yield,omitempty"`
 	// owned are the partitions it owns, sorted.
-	Owned         []*GroupsOwned `protobuf:"bytes,9,rep,name=owned,proto3" json:"owned,omitempty"`
+	Owned []*GroupsOwned `protobuf:"bytes,9,rep,name=owned,proto3" json:"owned,omitempty"`
+	// degraded: its breakers have held its deliveries too long.
+	Degraded      bool `protobuf:"varint,10,opt,name=degraded,proto3" json:"degraded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1247,6 +1259,13 @@ func (x *GroupsMember) GetOwned() []*GroupsOwned {
 		return x.Owned
 	}
 	return nil
+}
+
+func (x *GroupsMember) GetDegraded() bool {
+	if x != nil {
+		return x.Degraded
+	}
+	return false
 }
 
 // GroupsCommitted is a group's committed position on one partition.
@@ -1492,11 +1511,12 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\x04R\x06nodeId\x125\n" +
 	"\x06topics\x18\x04 \x03(\v2\x1d.spool.cluster.v1.GroupsTopicR\x06topics\x12,\n" +
 	"\x12session_timeout_ms\x18\x05 \x01(\x03R\x10sessionTimeoutMs\x12*\n" +
-	"\x11revoke_timeout_ms\x18\x06 \x01(\x03R\x0frevokeTimeoutMs\"^\n" +
+	"\x11revoke_timeout_ms\x18\x06 \x01(\x03R\x0frevokeTimeoutMs\"z\n" +
 	"\x0fGroupsHeartbeat\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x14\n" +
-	"\x05yield\x18\x03 \x01(\bR\x05yield\"D\n" +
+	"\x05yield\x18\x03 \x01(\bR\x05yield\x12\x1a\n" +
+	"\bdegraded\x18\x04 \x01(\bR\bdegraded\"D\n" +
 	"\vGroupsLeave\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\"+\n" +
@@ -1528,7 +1548,7 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\x12granted_generation\x18\x02 \x01(\x04R\x11grantedGeneration\x12\x1a\n" +
 	"\brevoking\x18\x03 \x01(\bR\brevoking\x12+\n" +
 	"\x11revoke_generation\x18\x04 \x01(\x04R\x10revokeGeneration\x12,\n" +
-	"\x12revoke_deadline_ms\x18\x05 \x01(\x03R\x10revokeDeadlineMs\"\xc7\x02\n" +
+	"\x12revoke_deadline_ms\x18\x05 \x01(\x03R\x10revokeDeadlineMs\"\xe3\x02\n" +
 	"\fGroupsMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x17\n" +
@@ -1538,7 +1558,9 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\x12session_timeout_ms\x18\x06 \x01(\x03R\x10sessionTimeoutMs\x12*\n" +
 	"\x11revoke_timeout_ms\x18\a \x01(\x03R\x0frevokeTimeoutMs\x12\x14\n" +
 	"\x05yield\x18\b \x01(\bR\x05yield\x123\n" +
-	"\x05owned\x18\t \x03(\v2\x1d.spool.cluster.v1.GroupsOwnedR\x05owned\"\x90\x01\n" +
+	"\x05owned\x18\t \x03(\v2\x1d.spool.cluster.v1.GroupsOwnedR\x05owned\x12\x1a\n" +
+	"\bdegraded\x18\n" +
+	" \x01(\bR\bdegraded\"\x90\x01\n" +
 	"\x0fGroupsCommitted\x12?\n" +
 	"\tpartition\x18\x01 \x01(\v2!.spool.cluster.v1.GroupsPartitionR\tpartition\x12<\n" +
 	"\bposition\x18\x02 \x01(\v2 .spool.cluster.v1.GroupsPositionR\bposition\"\xf3\x01\n" +
