@@ -30,19 +30,20 @@ import (
 //     waiting to the gap's end. No delivery of p happens inside a gap, so a
 //     message waiting at some point of it waits until its end; a gap with
 //     nothing waiting has no pause (an idle partition is not paused).
-//   - A gap belongs to a window [from, to) when its pause overlaps it:
-//     pause start < to and gap end > from. The pause of p in a window is
-//     the longest pause of its gaps there (0 if none).
-//   - p **moved** in a restart window when, among its deliveries in the
-//     window, the last one before it and — when the pause that ends at it
-//     started before the window's end — the first one after it, some came
+//   - A pause belongs to the window [from, to) in which it ends: from ≤
+//     end < to (a stuck partition's pause ends at the end of the
+//     observation). The pause of p in a window is the longest of its
+//     pauses there (0 if none). Each pause belongs to one window: the
+//     pause of a partition the SIGTERM'd sidecar stopped delivering
+//     usually starts a little before the SIGTERM (messages acknowledged
+//     but not yet delivered then) and is its restart's, not the window's
+//     before.
+//   - p **moved** in a restart window when, among its deliveries from the
+//     last one before the window through the last one in it, some came
 //     from the restarted node or from two different nodes. A partition
 //     that kept being delivered by one surviving node did not move.
 //
-// Times are offsets from one origin (monotonic); windows tile the run, so a
-// pause across a boundary is counted in both windows, and the deliveries
-// around it in both move decisions (a pause is never counted as unmoved in
-// one window and moved in the next).
+// Times are offsets from one origin (monotonic).
 
 // ackEvent is one message acknowledged to its producer.
 type ackEvent struct {
@@ -60,9 +61,10 @@ type deliveryEvent struct {
 }
 
 // pauseWindow is a stretch of the run to account pauses in: a restart of
-// node (from: its SIGTERM, to: the next restart's SIGTERM or the end of the
-// load), or the steady state before the first restart (node -1: no node was
-// restarted, so only a change of node makes a move).
+// node (from: its SIGTERM, to: the next restart's SIGTERM, or for the last
+// one past the end of the observation), or the steady state before the
+// first restart (node -1: no node was restarted, so only a change of node
+// makes a move).
 type pauseWindow struct {
 	node     int
 	from, to time.Duration
@@ -112,30 +114,22 @@ func accountPauses(parts int, acks []ackEvent, dels []deliveryEvent, windows []p
 		wp := windowPauses{window: w, maxUnmoved: partitionPause{part: -1}, maxMoved: partitionPause{part: -1}}
 		for p := range parts {
 			part := int32(p)
-			ds := byPart[p]
-			after := sort.Search(len(ds), func(i int) bool { return ds[i].at >= w.to }) // the first at or after to
 			pp := partitionPause{part: part}
-			withAfter := false
+			stuck := false
 			for _, g := range gaps[p] {
-				if g.from >= w.to || g.to <= w.from {
+				if g.to < w.from || g.to >= w.to {
 					continue
 				}
-				if g.next == after {
-					withAfter = true
-				}
+				stuck = stuck || g.stuck
 				if g.to-g.from > pp.pause {
-					pp.pause, pp.stuck = g.to-g.from, g.next < 0
+					pp.pause, pp.stuck = g.to-g.from, g.stuck
 				}
 			}
-			if pp.stuck {
+			if stuck {
 				wp.stuck = append(wp.stuck, part)
 			}
-			last := after - 1
-			if withAfter {
-				last = after
-			}
 			best := &wp.maxUnmoved
-			if movedIn(ds, w, last) {
+			if movedIn(byPart[p], w) {
 				wp.moved = append(wp.moved, part)
 				best = &wp.maxMoved
 			}
@@ -148,11 +142,10 @@ func accountPauses(parts int, acks []ackEvent, dels []deliveryEvent, windows []p
 	return out
 }
 
-// gap is the paused part of one gap of a partition, [from, to), and the
-// index of the delivery that ended it (-1: none, the partition is stuck).
+// gap is the paused part of one gap of a partition: [from, to).
 type gap struct {
 	from, to time.Duration
-	next     int
+	stuck    bool
 }
 
 // waiting answers, for one partition, when the oldest message not yet
@@ -205,25 +198,26 @@ func (w waiting) stillWaiting(end time.Duration) bool {
 func gapsOf(w waiting, ds []deliveryEvent, end time.Duration) []gap {
 	var out []gap
 	prev := time.Duration(math.MinInt64)
-	for i, d := range ds {
+	for _, d := range ds {
 		if start := max(prev, w.oldestAfter(prev)); start < d.at {
-			out = append(out, gap{from: start, to: d.at, next: i})
+			out = append(out, gap{from: start, to: d.at})
 		}
 		prev = d.at
 	}
 	if w.stillWaiting(end) {
 		if start := max(prev, w.oldestAfter(prev)); start < end {
-			out = append(out, gap{from: start, to: end, next: -1})
+			out = append(out, gap{from: start, to: end, stuck: true})
 		}
 	}
 	return out
 }
 
 // movedIn applies the move rule to one partition's deliveries (sorted by
-// time) in window w: those from the last one before w.from through ds[last].
-func movedIn(ds []deliveryEvent, w pauseWindow, last int) bool {
-	lo := max(sort.Search(len(ds), func(i int) bool { return ds[i].at >= w.from })-1, 0)
-	for i := lo; i <= min(last, len(ds)-1); i++ {
+// time) in window w.
+func movedIn(ds []deliveryEvent, w pauseWindow) bool {
+	lo := max(sort.Search(len(ds), func(i int) bool { return ds[i].at >= w.from })-1, 0) // the last before from
+	hi := sort.Search(len(ds), func(i int) bool { return ds[i].at >= w.to }) - 1         // the last before to
+	for i := lo; i <= hi; i++ {
 		if ds[i].node == w.node || ds[i].node != ds[lo].node {
 			return true
 		}

@@ -121,37 +121,41 @@ func TestPausesMoveRule(t *testing.T) {
 	w := pauseWindow{node: 0, from: ms(1000), to: ms(2000)}
 	cases := []struct {
 		name  string
-		nodes []int // deliveries at 500, 1500, 2500
-		ack   int   // of the message delivered at 2500
+		nodes []int // deliveries at 500 (before the window), 1300, 1700 (in it)
 		moved bool
 	}{
-		{"one surviving node", []int{1, 1, 1}, 2499, false},
-		{"the restarted node before and after (interrupted)", []int{0, 0, 0}, 2499, true},
-		{"away from the restarted node", []int{0, 1, 1}, 2499, true},
-		{"back to the restarted node", []int{1, 1, 0}, 1900, true},
-		{"between two survivors", []int{1, 2, 2}, 2499, true},
-		{"to another node, paused across the window's end", []int{1, 1, 2}, 1900, true},
-		{"to another node after the window, nothing waiting across its end", []int{1, 1, 2}, 2100, false},
+		{"one surviving node", []int{1, 1, 1}, false},
+		{"the restarted node before and after (interrupted)", []int{0, 0, 0}, true},
+		{"away from the restarted node", []int{0, 1, 1}, true},
+		{"back to the restarted node", []int{1, 1, 0}, true},
+		{"between two survivors", []int{1, 2, 2}, true},
+		{"to another node late in the window", []int{1, 1, 2}, true},
 	}
 	for _, c := range cases {
 		var e events
 		e.msg(0, 499, 500, c.nodes[0])
-		e.msg(0, 1499, 1500, c.nodes[1])
-		e.msg(0, c.ack, 2500, c.nodes[2])
+		e.msg(0, 1299, 1300, c.nodes[1])
+		e.msg(0, 1699, 1700, c.nodes[2])
 		got := accountPauses(1, e.acks, e.dels, []pauseWindow{w}, ms(3000))[0]
 		if moved := len(got.moved) == 1; moved != c.moved {
 			t.Errorf("%s (%v): moved %v, want %v", c.name, c.nodes, moved, c.moved)
 		}
 	}
-	// Deliveries outside [last before from, first at or after to] do not count.
+	// Deliveries before the last one before the window, and from its end
+	// on, do not count — also when the pause that the first of them ends
+	// began in the window (it is the next window's).
 	var e events
 	e.msg(0, 0, 1, 2)
 	e.msg(0, 499, 500, 1)
 	e.msg(0, 1499, 1500, 1)
-	e.msg(0, 2499, 2500, 1)
+	e.msg(0, 1900, 2500, 2)
 	e.msg(0, 2999, 3000, 2)
-	if got := accountPauses(1, e.acks, e.dels, []pauseWindow{w}, ms(4000))[0]; len(got.moved) != 0 {
-		t.Errorf("moved %v, want none: node 2's deliveries are outside the window's span", got.moved)
+	got := accountPauses(1, e.acks, e.dels, []pauseWindow{w, {node: 1, from: ms(2000), to: ms(4000)}}, ms(4000))
+	if len(got[0].moved) != 0 || got[0].maxUnmoved.pause != ms(1) {
+		t.Errorf("window 1: moved %v, max unmoved %+v; want none moved, 1 ms", got[0].moved, got[0].maxUnmoved)
+	}
+	if !slices.Equal(got[1].moved, []int32{0}) || got[1].maxMoved.pause != ms(600) {
+		t.Errorf("window 2: moved %v, max moved %+v; want partition 0 moved, paused 600 ms (1900 → 2500)", got[1].moved, got[1].maxMoved)
 	}
 	// The steady window (node -1) moves only on a change of node.
 	if got := accountPauses(1, e.acks, e.dels, []pauseWindow{{node: -1, from: ms(1000), to: ms(2000)}}, ms(4000))[0]; len(got.moved) != 0 {
@@ -176,7 +180,14 @@ func TestPausesStuckPartition(t *testing.T) {
 	e.msg(0, 1000, -1, 0) // never delivered
 	e.msg(0, 1010, -1, 0)
 	e.stream(1, 0, 3000, 10, 1, 2)
-	got := accountPauses(2, e.acks, e.dels, []pauseWindow{{node: 1, from: ms(1500), to: ms(2000)}}, ms(5000))[0]
+	// A stuck pause ends at the end of the observation: in the last window,
+	// which runs past it.
+	w := []pauseWindow{{node: 0, from: ms(0), to: ms(1500)}, {node: 1, from: ms(1500), to: maxDur}}
+	all := accountPauses(2, e.acks, e.dels, w, ms(5000))
+	if len(all[0].stuck) != 0 {
+		t.Errorf("window 1: stuck %v, want none", all[0].stuck)
+	}
+	got := all[1]
 	if !slices.Equal(got.stuck, []int32{0}) {
 		t.Errorf("stuck %v, want [0]", got.stuck)
 	}
@@ -186,17 +197,18 @@ func TestPausesStuckPartition(t *testing.T) {
 	}
 }
 
-func TestPausesWindowOverlap(t *testing.T) {
+func TestPausesBelongWhereTheyEnd(t *testing.T) {
 	var e events
 	e.msg(0, 0, 1, 1)
 	e.msg(0, 100, 600, 1)  // paused 100..600: before the window
-	e.msg(0, 900, 1300, 1) // paused 900..1300: across its start
+	e.msg(0, 900, 1300, 1) // paused 900..1300: ends in it
 	e.msg(0, 1400, 1401, 1)
-	e.msg(0, 2500, 2800, 1) // after it
+	e.msg(0, 1500, 2200, 1) // paused 1500..2200: ends after it
+	e.msg(0, 2500, 2800, 1)
 	e.msg(0, 3000, 3001, 1)
 	got := accountPauses(1, e.acks, e.dels, []pauseWindow{{node: 0, from: ms(1000), to: ms(2000)}}, ms(4000))[0]
 	if got.maxUnmoved.pause != ms(400) {
-		t.Errorf("max pause %+v, want 400 ms (the pause across the window's start only)", got.maxUnmoved)
+		t.Errorf("max pause %+v, want 400 ms (the pause that ends in the window)", got.maxUnmoved)
 	}
 }
 
@@ -221,5 +233,22 @@ func TestPausesRedeliveryAndOrder(t *testing.T) {
 		if got[0].maxMoved != want[0].maxMoved || !slices.Equal(got[0].moved, want[0].moved) {
 			t.Fatalf("events in another order: %+v, want %+v", got[0], want[0])
 		}
+	}
+}
+
+// The SIGTERM'd sidecar stops delivering with messages acknowledged but not
+// delivered: the pause starts before the SIGTERM and is the restart's.
+func TestPausesStartingBeforeTheSIGTERM(t *testing.T) {
+	var e events
+	e.stream(0, 0, 990, 10, 2, 0)
+	e.msg(0, 995, 1800, 1)
+	e.stream(0, 1810, 2500, 10, 2, 1)
+	w := []pauseWindow{{node: -1, from: 0, to: ms(1000)}, {node: 0, from: ms(1000), to: maxDur}}
+	got := accountPauses(1, e.acks, e.dels, w, ms(3000))
+	if got[0].maxUnmoved.pause != ms(2) || len(got[0].moved) != 0 {
+		t.Errorf("steady window: max unmoved %+v, moved %v; want 2 ms, none", got[0].maxUnmoved, got[0].moved)
+	}
+	if got[1].maxMoved.pause != ms(805) || !slices.Equal(got[1].moved, []int32{0}) {
+		t.Errorf("restart window: max moved %+v, moved %v; want 805 ms (995 → 1800), [0]", got[1].maxMoved, got[1].moved)
 	}
 }

@@ -277,20 +277,20 @@ func (rb *rebalance) restart(ctx context.Context, k int) error {
 
 // pauseFigures applies the pause accounting to the run: the steady window
 // (the load's start to the first SIGTERM), then one window per restart
-// (its SIGTERM to the next one's, the last to loadEnd); end is when the
-// observation ended. It fills the restarts' figures and returns the
+// (its SIGTERM to the next one's; the last one's runs past the end of the
+// observation, end). It fills the restarts' figures and returns the
 // maxima: steady, unmoved and moved (over the restarts).
-func (rb *rebalance) pauseFigures(tl *timeline, loadStart, loadEnd, end time.Time) (steady, unmoved, moved float64, errs []error) {
+func (rb *rebalance) pauseFigures(tl *timeline, loadStart, end time.Time) (steady, unmoved, moved float64, errs []error) {
 	if len(rb.stops) == 0 {
 		return 0, 0, 0, []error{errors.New("no restart was made: no pause figures")}
 	}
 	windows := []pauseWindow{{node: -1, from: tl.at(loadStart), to: tl.at(rb.stops[0])}}
 	for i, s := range rb.stops {
-		to := loadEnd
+		to := maxDur
 		if i+1 < len(rb.stops) {
-			to = rb.stops[i+1]
+			to = tl.at(rb.stops[i+1])
 		}
-		windows = append(windows, pauseWindow{node: i, from: tl.at(s), to: tl.at(to)})
+		windows = append(windows, pauseWindow{node: i, from: tl.at(s), to: to})
 	}
 	acks, dels := tl.events()
 	wps := accountPauses(rb.sc.Partitions, acks, dels, windows, tl.at(end))

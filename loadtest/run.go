@@ -317,7 +317,6 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		go publishAll(loadCtx, addrs, sc, ps)
 		rb := &rebalance{nodes: nodes, sc: sc, cs: cs}
 		rb.run(ctx)
-		loadEnd := time.Now()
 		stopLoad()
 		<-ps.done
 		errs = append(errs, rb.errs...)
@@ -328,7 +327,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		if end, err = markEnd(pp, t1, err, &errs); err != nil {
 			return nil, err
 		}
-		steady, unmoved, moved, perrs := rb.pauseFigures(tl, start.t, loadEnd, time.Now())
+		steady, unmoved, moved, perrs := rb.pauseFigures(tl, start.t, time.Now())
 		errs = append(errs, perrs...)
 		r.MaxPauseSteadyMs, r.MaxPauseUnmovedMs, r.MaxPauseMovedMs = &steady, &unmoved, &moved
 		r.Restarts, r.PublishReopened = rb.restarts, ps.reopened.Load()
