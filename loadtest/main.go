@@ -8,8 +8,11 @@
 // with a generated config (fresh data dir, free ports on 127.0.0.1), waits
 // for /readyz, runs publishers and consumers in this process over gRPC,
 // samples /proc/<pid>/{stat,status} of spoold every 100 ms and stops spoold
-// with SIGTERM. Scenarios are loadtest/scenarios/NAME.yaml; results are
-// recorded in docs/benchmarks.md ("Sidecar load tests").
+// with SIGTERM. A scenario with nodes > 1 runs a cluster of spoold
+// processes (cluster.go); mode rebalance restarts them one after another
+// under load and measures the partitions' pauses (rebalance.go, pause.go).
+// Scenarios are loadtest/scenarios/NAME.yaml; results are recorded in
+// docs/benchmarks.md ("Sidecar load tests").
 package main
 
 import (

@@ -105,13 +105,12 @@ func awaitShares(ctx context.Context, cs *consStats, parts int, within time.Dura
 	nodes := consumerNodes(cs)
 	share := parts / len(nodes)
 	deadline := time.Now().Add(within)
-	found := "no check finished"
+	var found string
+	var probeErr error // the last round's, if its probes failed
 	for round := 0; ; round++ {
 		began := time.Now()
 		if probe != nil {
-			if err := probe(ctx, round); err != nil {
-				found = fmt.Sprintf("probes: %v", err)
-			}
+			probeErr = probe(ctx, round)
 		}
 		fresh := func() (stale []int) {
 			for p := range parts {
@@ -145,6 +144,9 @@ func awaitShares(ctx context.Context, cs *consStats, parts int, within time.Dura
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
+			if probeErr != nil {
+				found += fmt.Sprintf("; probes: %v", probeErr)
+			}
 			return fmt.Errorf("loadtest: the group did not settle within %s: %s", within, found)
 		}
 		time.Sleep(200 * time.Millisecond) // sleep-ok: between checks
