@@ -148,6 +148,13 @@ func publishOne(ctx context.Context, c spoolv1.PublisherServiceClient, part int3
 // within passes: afterwards the topic is placed and every partition has a
 // leader that the sidecars found.
 func warmup(ctx context.Context, addrs []string, sc *Scenario, within time.Duration) error {
+	return probeAll(ctx, addrs, sc, within, "warm")
+}
+
+// probeAll publishes one probe message to every partition as warmup
+// describes; tag makes the ids of one round of probes differ from
+// another's (the ledger would take a probe id seen before for a redelivery).
+func probeAll(ctx context.Context, addrs []string, sc *Scenario, within time.Duration, tag string) error {
 	clients, closeAll, err := dialAll(addrs)
 	if err != nil {
 		return err
@@ -175,7 +182,7 @@ func warmup(ctx context.Context, addrs []string, sc *Scenario, within time.Durat
 				var last error
 				for attempt := 0; ; attempt++ {
 					actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-					last = publishOne(actx, clients[int(p)%len(clients)], p, fmt.Sprintf("%swarm-%d-%d", probeIDPrefix, p, attempt), payload)
+					last = publishOne(actx, clients[int(p)%len(clients)], p, fmt.Sprintf("%s%s-%d-%d", probeIDPrefix, tag, p, attempt), payload)
 					acancel()
 					if last == nil {
 						break

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestClusterScenariosLoad checks that the cluster scenarios parse, get
@@ -15,7 +16,7 @@ func TestClusterScenariosLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "loadtest", "scenarios")
-	for name, mode := range map[string]string{"publish-rf3": "publish", "publish-rf3-sync": "publish", "publish-rf3-sync-leader": "publish", "failover": "failover", "idle-partitions": "idle"} {
+	for name, mode := range map[string]string{"publish-rf3": "publish", "publish-rf3-sync": "publish", "publish-rf3-sync-leader": "publish", "failover": "failover", "idle-partitions": "idle", "e2e-rf3": "e2e", "rebalance": "rebalance"} {
 		sc, err := loadScenario(dir, name)
 		if err != nil {
 			t.Fatal(err)
@@ -34,6 +35,20 @@ func TestClusterScenariosLoad(t *testing.T) {
 	if sc.Rounds != 20 || !sc.Verify {
 		t.Errorf("failover: rounds %d, verify %v; want 20 rounds, verified", sc.Rounds, sc.Verify)
 	}
+	// Issue 9: one app per sidecar in one group, 24 partitions; the rolling
+	// restart with the ledger, all three sidecars.
+	for _, name := range []string{"e2e-rf3", "rebalance"} {
+		sc, err := loadScenario(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Consumers != 3 || sc.Partitions != 24 {
+			t.Errorf("%s: consumers %d, partitions %d; want 3 (one per node), 24", name, sc.Consumers, sc.Partitions)
+		}
+	}
+	if sc, err := loadScenario(dir, "rebalance"); err != nil || !sc.Redis || sc.Restarts != 3 || sc.RatePerS == 0 || sc.RestartGap != 3*time.Second {
+		t.Errorf("rebalance: %v, redis %v, restarts %d, rate %d, gap %s; want the ledger, 3 restarts, a rate, 3s", err, sc.Redis, sc.Restarts, sc.RatePerS, sc.RestartGap)
+	}
 	if sc, err := loadScenario(dir, "publish"); err != nil || sc.Nodes != 1 || sc.ReplicationFactor != 0 {
 		t.Errorf("publish: %v, nodes %d, rf %d: a scenario without nodes is one spoold", err, sc.Nodes, sc.ReplicationFactor)
 	}
@@ -41,14 +56,17 @@ func TestClusterScenariosLoad(t *testing.T) {
 
 func TestClusterScenarioValidation(t *testing.T) {
 	bad := map[string]string{
-		"failover without a cluster": "mode: failover\nmessages: 10\n",
-		"idle with one node":         "mode: idle\nnodes: 1\nmessages: 10\n",
-		"rf above nodes":             "mode: publish\nnodes: 3\nreplication_factor: 4\nmessages: 10\n",
-		"rf without nodes":           "mode: publish\nreplication_factor: 3\nmessages: 10\n",
-		"too many nodes":             "mode: publish\nnodes: 8\nmessages: 10\n",
-		"ledger in a cluster":        "mode: e2e\nnodes: 3\nredis: true\nmessages: 10\n",
-		"zero rounds after default":  "mode: failover\nnodes: 3\nrounds: -1\nmessages: 10\n",
-		"unknown acks":               "mode: publish\nnodes: 3\nacks: none\nmessages: 10\n",
+		"failover without a cluster":   "mode: failover\nmessages: 10\n",
+		"idle with one node":           "mode: idle\nnodes: 1\nmessages: 10\n",
+		"rf above nodes":               "mode: publish\nnodes: 3\nreplication_factor: 4\nmessages: 10\n",
+		"rf without nodes":             "mode: publish\nreplication_factor: 3\nmessages: 10\n",
+		"too many nodes":               "mode: publish\nnodes: 8\nmessages: 10\n",
+		"rebalance with one node":      "mode: rebalance\nconsumers: 1\nrate_per_s: 10\nmessages: 10\n",
+		"rebalance without a rate":     "mode: rebalance\nnodes: 3\nconsumers: 3\nmessages: 10\n",
+		"rebalance, one app":           "mode: rebalance\nnodes: 3\nconsumers: 1\nrate_per_s: 10\nmessages: 10\n",
+		"rebalance, too many restarts": "mode: rebalance\nnodes: 3\nconsumers: 3\nrate_per_s: 10\nrestarts: 4\nmessages: 10\n",
+		"zero rounds after default":    "mode: failover\nnodes: 3\nrounds: -1\nmessages: 10\n",
+		"unknown acks":                 "mode: publish\nnodes: 3\nacks: none\nmessages: 10\n",
 	}
 	dir := t.TempDir()
 	for name, body := range bad {

@@ -33,11 +33,25 @@ type pubStats struct {
 	lat      *histogram // publish → durable ack, per message
 	done     chan struct{}
 	firstErr atomic.Pointer[error]
+
+	// reopen (rebalance): a producer whose stream breaks (its sidecar is
+	// restarting) opens a new one after reopenAfter, and failed requests
+	// are counted in failed, not reported as errors.
+	reopen   bool
+	reopened atomic.Int64 // streams opened again after a failure
+	// tl, when set, records each acknowledgement (rebalance).
+	tl *timeline
 }
+
+// reopenAfter is how long a producer waits before opening a new stream
+// after one broke.
+const reopenAfter = 100 * time.Millisecond
 
 func (ps *pubStats) fail(n int, err error) {
 	ps.failed.Add(int64(n))
-	ps.firstErr.CompareAndSwap(nil, &err)
+	if !ps.reopen {
+		ps.firstErr.CompareAndSwap(nil, &err)
+	}
 }
 
 // publishAll publishes messages 0..sc.Messages-1 over sc.Producers
@@ -64,29 +78,58 @@ type inflight struct {
 	sentAt   time.Time
 }
 
+// produce runs producer id's streams: one, or with ps.reopen a new one
+// after each that broke, until the ids run out or ctx ends.
 func produce(ctx context.Context, addr string, sc *Scenario, ps *pubStats, next *atomic.Int64, id int, start time.Time) error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	client := spoolv1.NewPublisherServiceClient(conn)
+	var perBatch time.Duration
+	if sc.RatePerS > 0 {
+		perBatch = time.Duration(float64(time.Second) * float64(sc.BatchMessages) * float64(sc.Producers) / float64(sc.RatePerS))
+	}
+	due := start.Add(time.Duration(id) * perBatch / time.Duration(sc.Producers))
+	for {
+		err := produceStream(ctx, client, sc, ps, next, id, perBatch, &due)
+		if err == nil || !ps.reopen || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(reopenAfter):
+		}
+		ps.reopened.Add(1)
+		due = time.Now() // no burst to catch up: the rate resumes from now
+	}
+}
+
+// produceStream publishes over one PublishStream until the ids run out or
+// ctx ends (nil), or the stream breaks. Every request it sent is answered
+// or counted as failed when it returns.
+func produceStream(ctx context.Context, client spoolv1.PublisherServiceClient, sc *Scenario, ps *pubStats, next *atomic.Int64, id int, perBatch time.Duration, due *time.Time) error {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	stream, err := spoolv1.NewPublisherServiceClient(conn).PublishStream(sctx)
+	stream, err := client.PublishStream(sctx)
 	if err != nil {
 		return fmt.Errorf("producer %d: open PublishStream: %w", id, err)
 	}
 	var (
-		mu      sync.Mutex
-		waiting = map[uint64]inflight{}
-		slots   = make(chan struct{}, sc.PipelineDepth)
-		recvErr = make(chan error, 1)
+		mu       sync.Mutex
+		waiting  = map[uint64]inflight{}
+		slots    = make(chan struct{}, sc.PipelineDepth)
+		recvDone = make(chan struct{}) // closed when Recv failed; recvErr is then set
+		recvErr  error
 	)
 	go func() {
+		defer close(recvDone)
 		for {
 			resp, err := stream.Recv()
 			if err != nil {
-				recvErr <- err
+				recvErr = err
 				return
 			}
 			now := time.Now()
@@ -108,6 +151,9 @@ func produce(ctx context.Context, addr string, sc *Scenario, ps *pubStats, next 
 				for range f.n {
 					ps.lat.record(d)
 				}
+				if ps.tl != nil {
+					ps.tl.acked(f.first, resp.GetResults(), now)
+				}
 			}
 			<-slots
 		}
@@ -126,38 +172,34 @@ func produce(ctx context.Context, addr string, sc *Scenario, ps *pubStats, next 
 	if sc.Acks == "leader" {
 		req.Acks = spoolv1.Acks_ACKS_LEADER
 	}
-	var perBatch time.Duration
-	if sc.RatePerS > 0 {
-		perBatch = time.Duration(float64(time.Second) * float64(batch) * float64(sc.Producers) / float64(sc.RatePerS))
-	}
-	due := start.Add(time.Duration(id) * perBatch / time.Duration(sc.Producers))
 	var seq uint64
 	var sendErr error
 send:
 	for {
-		first := next.Add(batch) - batch
-		if first >= total {
-			break
-		}
-		n := min(batch, total-first)
 		if perBatch > 0 {
-			if d := time.Until(due); d > 0 {
+			if d := time.Until(*due); d > 0 {
 				select {
 				case <-time.After(d):
 				case <-ctx.Done():
 					break send
 				}
 			}
-			due = due.Add(perBatch)
 		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			break send
-		case err := <-recvErr:
-			sendErr = err
+		case <-recvDone:
+			sendErr = recvErr
 			break send
 		}
+		first := next.Add(batch) - batch
+		if first >= total {
+			<-slots
+			break
+		}
+		n := min(batch, total-first)
+		*due = due.Add(perBatch)
 		now := time.Now()
 		for i := range n {
 			m := msgs[i]
@@ -182,6 +224,14 @@ send:
 	}
 	_ = stream.CloseSend()
 	// Wait for the answers still owed (bounded: a stuck sidecar must not hang the run).
+	failWaiting := func(err error) {
+		mu.Lock()
+		for _, f := range waiting {
+			ps.fail(int(f.n), err)
+		}
+		clear(waiting)
+		mu.Unlock()
+	}
 	deadline := time.After(10 * time.Second)
 	for {
 		mu.Lock()
@@ -191,24 +241,18 @@ send:
 			break
 		}
 		select {
-		case err := <-recvErr:
+		case <-recvDone:
+			err := recvErr
+			failWaiting(fmt.Errorf("producer %d: stream ended before the answer: %w", id, err))
 			if !errors.Is(err, io.EOF) {
 				sendErr = errors.Join(sendErr, err)
 			}
-			mu.Lock()
-			for _, f := range waiting {
-				ps.fail(int(f.n), fmt.Errorf("producer %d: stream ended before the answer: %w", id, err))
+			if sendErr == nil {
+				return nil
 			}
-			clear(waiting)
-			mu.Unlock()
-			return sendErr
+			return fmt.Errorf("producer %d: %w", id, sendErr)
 		case <-deadline:
-			mu.Lock()
-			for _, f := range waiting {
-				ps.fail(int(f.n), fmt.Errorf("producer %d: no answer within 10s", id))
-			}
-			clear(waiting)
-			mu.Unlock()
+			failWaiting(fmt.Errorf("producer %d: no answer within 10s", id))
 			return errors.Join(sendErr, errors.New("publish answers missing after 10s"))
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -235,13 +279,34 @@ type consStats struct {
 	dupSeen []string   // the first maxDupSamples duplicates, described
 	lat     *histogram // send time (in the payload) → handler start
 	sdk     []*spool.Stats
+	// node[i] is the index of the sidecar consumer i talks to; byNode[n]
+	// counts the messages (not probes) the apps of node n handled.
+	node   []int
+	byNode []atomic.Int64
+	// last holds, per partition, the latest delivery of it (probes
+	// included): ns since origin << 8 | the node whose app got it.
+	origin time.Time
+	last   []atomic.Uint64
+	// tl, when set, records every delivery (rebalance).
+	tl *timeline
 }
 
 // maxDupSamples bounds the duplicates a run describes.
 const maxDupSamples = 10
 
-func newConsStats(n int) *consStats {
-	return &consStats{seen: newIDSet(n), lat: new(histogram), where: make([]atomic.Uint64, n)}
+// newConsStats is for n message ids over parts partitions.
+func newConsStats(n, parts int) *consStats {
+	return &consStats{seen: newIDSet(n), lat: new(histogram), where: make([]atomic.Uint64, n), origin: time.Now(), last: make([]atomic.Uint64, parts)}
+}
+
+// lastDelivery is when partition part was last delivered and by which node
+// (ok false: never).
+func (cs *consStats) lastDelivery(part int) (at time.Time, node int, ok bool) {
+	v := cs.last[part].Load()
+	if v == 0 {
+		return time.Time{}, 0, false
+	}
+	return cs.origin.Add(time.Duration(v >> 8)), int(v & 0xff), true
 }
 
 // sdkTotals sums what the SDK counted over the consumers.
@@ -254,13 +319,21 @@ func (cs *consStats) sdkTotals() (reconnects, settleErrors, retried int64) {
 	return
 }
 
-func (cs *consStats) handle(_ context.Context, m *spool.Message) error {
+// handle is the handler of the apps: node is the index of the sidecar the
+// consumer talks to. It never fails: returning is completing the message.
+func (cs *consStats) handle(node int, m *spool.Message) error {
 	now := time.Now()
+	if p := int(m.Partition); p >= 0 && p < len(cs.last) {
+		cs.last[p].Store(uint64(now.Sub(cs.origin))<<8 | uint64(node&0xff))
+	}
 	if strings.HasPrefix(m.ID, probeIDPrefix) {
 		cs.probes.Add(1) // warm-up and leader probes of a cluster run: not counted
 		return nil
 	}
 	cs.handled.Add(1)
+	if node < len(cs.byNode) {
+		cs.byNode[node].Add(1)
+	}
 	seq, err := strconv.ParseUint(m.ID, 10, 64)
 	if err != nil {
 		cs.badIDs.Add(1)
@@ -286,6 +359,9 @@ func (cs *consStats) handle(_ context.Context, m *spool.Message) error {
 		}
 		cs.dupMu.Unlock()
 	}
+	if cs.tl != nil {
+		cs.tl.delivered(seq, m.Partition, node, now)
+	}
 	if len(m.Payload) >= 16 {
 		sent := int64(binary.LittleEndian.Uint64(m.Payload[8:16]))
 		cs.lat.record(now.Sub(time.Unix(0, sent)))
@@ -293,18 +369,24 @@ func (cs *consStats) handle(_ context.Context, m *spool.Message) error {
 	return nil
 }
 
-// consumeAll runs sc.Consumers SDK subscriptions until ctx ends.
-func consumeAll(ctx context.Context, addr string, sc *Scenario, cs *consStats) (wait func() error) {
+// consumeAll runs sc.Consumers SDK subscriptions until ctx ends; consumer
+// i talks to addrs[i % len(addrs)] (in a cluster, each node's app consumes
+// through its own sidecar).
+func consumeAll(ctx context.Context, addrs []string, sc *Scenario, cs *consStats) (wait func() error) {
 	var wg sync.WaitGroup
 	errs := make([]error, sc.Consumers)
 	cs.sdk = make([]*spool.Stats, sc.Consumers)
+	cs.node = make([]int, sc.Consumers)
+	cs.byNode = make([]atomic.Int64, len(addrs))
 	for i := range cs.sdk {
 		cs.sdk[i] = new(spool.Stats)
+		cs.node[i] = i % len(addrs)
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	for i := range sc.Consumers {
+		node := cs.node[i]
 		wg.Go(func() {
-			c, err := spool.Dial(ctx, addr)
+			c, err := spool.Dial(ctx, addrs[node])
 			if err != nil {
 				errs[i] = err
 				return
@@ -320,7 +402,8 @@ func consumeAll(ctx context.Context, addr string, sc *Scenario, cs *consStats) (
 			if sc.ConsumerPrefetch >= 0 {
 				opts = append(opts, spool.WithPrefetch(sc.ConsumerPrefetch))
 			}
-			errs[i] = c.Subscribe(ctx, groupName, []string{topicName}, cs.handle, opts...)
+			h := func(_ context.Context, m *spool.Message) error { return cs.handle(node, m) }
+			errs[i] = c.Subscribe(ctx, groupName, []string{topicName}, h, opts...)
 		})
 	}
 	return func() error {

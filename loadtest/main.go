@@ -8,8 +8,11 @@
 // with a generated config (fresh data dir, free ports on 127.0.0.1), waits
 // for /readyz, runs publishers and consumers in this process over gRPC,
 // samples /proc/<pid>/{stat,status} of spoold every 100 ms and stops spoold
-// with SIGTERM. Scenarios are loadtest/scenarios/NAME.yaml; results are
-// recorded in docs/benchmarks.md ("Sidecar load tests").
+// with SIGTERM. A scenario with nodes > 1 runs a cluster of spoold
+// processes (cluster.go); mode rebalance restarts them one after another
+// under load and measures the partitions' pauses (rebalance.go, pause.go).
+// Scenarios are loadtest/scenarios/NAME.yaml; results are recorded in
+// docs/benchmarks.md ("Sidecar load tests").
 package main
 
 import (
@@ -104,11 +107,23 @@ func printTable(r *Result) {
 	row("publish failed", r.PublishFailed)
 	if r.Nodes > 1 {
 		row("cluster", fmt.Sprintf("%d spoold processes, replication factor %d; sidecar CPU and RSS below are the %s (per node: %v cores)", r.Nodes, r.ReplicationFactor, r.SidecarScope, r.NodeCPUCores))
+		if len(r.NodeMessages) > 0 {
+			row("handled per node", fmt.Sprint(r.NodeMessages))
+		}
 	}
 	if r.Mode == "failover" {
 		row("failover", fmt.Sprintf("%d rounds (%d timed out): kill -9 → first new ack of every partition the killed node led: p50 %.0f ms, p99 %.0f ms, max %.0f ms", r.FailoverRounds, r.FailoverTimeout, r.P50Ms, r.P99Ms, r.MaxMs))
 		row("per round (ms)", fmt.Sprint(r.FailoverMs))
 		row("partitions led by the killed node", fmt.Sprint(r.LedPartitions))
+	}
+	if r.Mode == "rebalance" && r.MaxPauseMovedMs != nil {
+		row("pauses", fmt.Sprintf("longest pause of a partition that did not move %.1f ms, of one that moved %.1f ms (steady load before the restarts: %.1f ms)",
+			*r.MaxPauseUnmovedMs, *r.MaxPauseMovedMs, *r.MaxPauseSteadyMs))
+		for _, x := range r.Restarts {
+			row(fmt.Sprintf("restart of node %d", x.Node), fmt.Sprintf("stop %.0f ms, ready %.0f ms, app connected %.0f ms, settled %.0f ms; %d partitions moved; longest pause unmoved %.1f ms (partition %d), moved %.1f ms (partition %d)",
+				x.StopMs, x.ReadyMs, x.ReconnectMs, x.SettleMs, x.Moved, x.MaxPauseUnmovedMs, x.UnmovedPartition, x.MaxPauseMovedMs, x.MovedPartition))
+		}
+		row("producer streams opened again", r.PublishReopened)
 	}
 	if r.Mode == "idle" {
 		row("idle", fmt.Sprintf("%.1f s with no traffic", r.IdleS))

@@ -19,6 +19,12 @@ type ledgerCounters struct {
 	Undeduped    int64 // spool_undeduped_deliveries_total: deliveries made without a ledger check
 }
 
+func (lc *ledgerCounters) add(o ledgerCounters) {
+	lc.DedupeHits += o.DedupeHits
+	lc.LedgerErrors += o.LedgerErrors
+	lc.Undeduped += o.Undeduped
+}
+
 // scrapeLedgerCounters reads spoold's /metrics on its admin port.
 func scrapeLedgerCounters(adminAddr string) (ledgerCounters, error) {
 	c := http.Client{Timeout: 5 * time.Second}

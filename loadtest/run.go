@@ -66,6 +66,9 @@ type Result struct {
 	ReplicationFactor int       `json:"replication_factor,omitempty"`
 	SidecarScope      string    `json:"sidecar_scope,omitempty"`
 	NodeCPUCores      []float64 `json:"node_cpu_cores,omitempty"`
+	// NodeMessages: with apps on several nodes, the messages each node's
+	// apps handled (the group's share of each member).
+	NodeMessages []int64 `json:"node_messages,omitempty"`
 	// Failover: one entry per round, kill -9 → every partition the killed
 	// node led has acknowledged a publish sent after the kill (p50_ms,
 	// p99_ms and max_ms are over these).
@@ -76,6 +79,16 @@ type Result struct {
 	LedPartitions []int `json:"led_partitions,omitempty"`
 	// IdleS (idle mode): seconds of the idle measurement.
 	IdleS float64 `json:"idle_s,omitempty"`
+	// Rebalance: the longest pause (docs/benchmarks.md, pause.go) of a
+	// partition that did not move and of one that moved, over the
+	// restarts, and of any partition in the steady load before the first
+	// restart; each restart's figures; producer streams opened again after
+	// their sidecar went away.
+	MaxPauseUnmovedMs *float64        `json:"max_pause_unmoved_ms,omitempty"`
+	MaxPauseMovedMs   *float64        `json:"max_pause_moved_ms,omitempty"`
+	MaxPauseSteadyMs  *float64        `json:"max_pause_steady_ms,omitempty"`
+	Restarts          []RestartResult `json:"restarts,omitempty"`
+	PublishReopened   int64           `json:"publish_reopened,omitempty"`
 
 	// DuplicateSamples describes the first duplicates: stored twice (two
 	// offsets) or delivered twice (one offset, attempt > 1).
@@ -112,15 +125,17 @@ func (pp procs) pids() []int {
 
 func mark(pp procs) (phase, error) {
 	ph := phase{nodes: make([]int64, len(pp.sidecars))}
-	for i, pid := range pp.pids() {
-		c, err := procCPU(pid)
+	for i, p := range pp.sidecars {
+		c, err := p.cpuTicks()
 		if err != nil {
 			return phase{}, err
 		}
 		ph.nodes[i] = c
 		ph.sidecar += c
-		rss, _, _ := procMem(pid)
-		ph.rssKiB += rss
+		if p.alive() {
+			rss, _, _ := procMem(p.pid())
+			ph.rssKiB += rss
+		}
 	}
 	if pp.redis != 0 {
 		r, err := procCPU(pp.redis)
@@ -201,7 +216,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	addrs := appAddrs(nodes)
 	var errs []error
 	ps := &pubStats{acked: newIDSet(sc.Messages), lat: new(histogram), done: make(chan struct{})}
-	cs := newConsStats(sc.Messages)
+	cs := newConsStats(sc.Messages, sc.Partitions)
 	consCtx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
 	var waitConsumers func() error
@@ -212,7 +227,8 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		profAddr = p.adminAddr
 	}
 	prof := newProfiler(profAddr, profileDir, sc.Name)
-	measuredPeak := int64(-1) // peak RSS of the measured phase, when other phases follow it
+	measuredPeak := int64(-1)       // peak RSS of the measured phase, when other phases follow it
+	var ledgerBefore ledgerCounters // counted by processes stopped before the end (rebalance)
 
 	switch sc.Mode {
 	case "publish":
@@ -233,7 +249,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		errs = append(errs, prof.finish()...)
 		r.Messages, lat = ps.ackedN.Load(), ps.lat
 		if sc.Verify {
-			waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+			waitConsumers = consumeAll(consCtx, addrs, sc, cs)
 			if _, err := waitCovered(ctx, ps, cs, sc.MaxDuration); err != nil {
 				errs = append(errs, fmt.Errorf("verify: %w", err))
 			}
@@ -251,7 +267,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		if start, err = mark(pp); err != nil {
 			return nil, err
 		}
-		waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+		waitConsumers = consumeAll(consCtx, addrs, sc, cs)
 		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
 		if end, err = markEnd(pp, t1, err, &errs); err != nil {
 			return nil, err
@@ -259,6 +275,15 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		errs = append(errs, prof.finish()...)
 		r.Messages, lat = cs.distinct.Load(), cs.lat
 	case "e2e":
+		if sc.Nodes > 1 {
+			// The apps join the group and share the partitions before
+			// anything is measured (with one node, consumers start inside
+			// the measured phase, as they always did).
+			waitConsumers = consumeAll(consCtx, addrs, sc, cs)
+			if err := settleGroup(ctx, addrs, sc, cs); err != nil {
+				return nil, err
+			}
+		}
 		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
 		smp.reset()
 		prof.startCPU()
@@ -266,7 +291,9 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 			cancel()
 			return nil, err
 		}
-		waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+		if waitConsumers == nil {
+			waitConsumers = consumeAll(consCtx, addrs, sc, cs)
+		}
 		go publishAll(mctx, addrs, sc, ps)
 		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
 		cancel()
@@ -275,6 +302,37 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		}
 		errs = append(errs, prof.finish()...)
 		r.Messages, lat = cs.distinct.Load(), cs.lat
+	case "rebalance":
+		tl := newTimeline()
+		ps.tl, cs.tl, ps.reopen = tl, tl, true
+		waitConsumers = consumeAll(consCtx, addrs, sc, cs)
+		if err := settleGroup(ctx, addrs, sc, cs); err != nil {
+			return nil, err
+		}
+		smp.reset()
+		if start, err = mark(pp); err != nil {
+			return nil, err
+		}
+		loadCtx, stopLoad := context.WithCancel(ctx)
+		go publishAll(loadCtx, addrs, sc, ps)
+		rb := &rebalance{nodes: nodes, sc: sc, cs: cs}
+		rb.run(ctx)
+		stopLoad()
+		<-ps.done
+		errs = append(errs, rb.errs...)
+		if ps.sent.Load() >= int64(sc.Messages) {
+			errs = append(errs, fmt.Errorf("the load ran out of message ids (messages = %d) before the restarts ended: raise messages", sc.Messages))
+		}
+		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
+		if end, err = markEnd(pp, t1, err, &errs); err != nil {
+			return nil, err
+		}
+		steady, unmoved, moved, perrs := rb.pauseFigures(tl, start.t, time.Now())
+		errs = append(errs, perrs...)
+		r.MaxPauseSteadyMs, r.MaxPauseUnmovedMs, r.MaxPauseMovedMs = &steady, &unmoved, &moved
+		r.Restarts, r.PublishReopened = rb.restarts, ps.reopened.Load()
+		r.Messages, lat = cs.distinct.Load(), cs.lat
+		ledgerBefore = rb.ledger
 	case "idle":
 		close(ps.done)
 		smp.reset()
@@ -301,7 +359,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.Messages, lat = ps.ackedN.Load(), fo.times
 		r.FailoverMs, r.LedPartitions, r.FailoverRounds, r.FailoverTimeout = fo.roundsMs, fo.led, len(fo.roundsMs), fo.timeouts
 		if sc.Verify {
-			waitConsumers = consumeAll(consCtx, p.appAddr, sc, cs)
+			waitConsumers = consumeAll(consCtx, addrs, sc, cs)
 			if _, err := waitCovered(ctx, ps, cs, 2*time.Minute); err != nil {
 				errs = append(errs, fmt.Errorf("verify: %w", err))
 			}
@@ -318,6 +376,11 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.Duplicates = cs.handled.Load() - cs.distinct.Load() + cs.badIDs.Load()
 		r.Lost = int64(cs.seen.missing(ps.acked))
 		r.Reconnects, r.SettleErrors, _ = cs.sdkTotals()
+		if sc.Nodes > 1 && len(consumerNodes(cs)) > 1 {
+			for i := range cs.byNode {
+				r.NodeMessages = append(r.NodeMessages, cs.byNode[i].Load())
+			}
+		}
 		r.DuplicateSamples = cs.dupSeen
 	} else {
 		r.Lost, r.Duplicates = -1, -1 // not measured: set verify: true
@@ -326,11 +389,18 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	if e := errOf(ps); e != nil {
 		errs = append(errs, fmt.Errorf("publish: %w", e))
 	}
-	if lc, err := scrapeLedgerCounters(p.adminAddr); err != nil {
-		errs = append(errs, err)
-	} else {
-		r.DedupeHits, r.LedgerErrors, r.Undeduped = lc.DedupeHits, lc.LedgerErrors, lc.Undeduped
+	lc := ledgerBefore // summed over the nodes (and over the processes of a restarted node)
+	for i, n := range nodes {
+		if !n.alive() {
+			continue
+		}
+		if c, err := scrapeLedgerCounters(n.adminAddr); err != nil {
+			errs = append(errs, fmt.Errorf("node %d: %w", i+1, err))
+		} else {
+			lc.add(c)
+		}
 	}
+	r.DedupeHits, r.LedgerErrors, r.Undeduped = lc.DedupeHits, lc.LedgerErrors, lc.Undeduped
 	errs = append(errs, stopAll(nodes, 15*time.Second)...)
 	if rds != nil {
 		if err := rds.stop(5 * time.Second); err != nil {

@@ -18,13 +18,17 @@ type Scenario struct {
 	Description string `yaml:"description"`
 	// Mode: publish (measure publish → durable ack), drain (publish a
 	// backlog unmeasured, then measure consuming it), e2e (publish and
-	// consume together, measured end to end).
+	// consume together, measured end to end), failover (kill -9 of a
+	// leader, per round), idle (CPU with no traffic), rebalance (a rolling
+	// restart of the sidecars under load; pauses of the partitions).
 	Mode string `yaml:"mode"`
 
 	MessageBytes int `yaml:"message_bytes"` // payload bytes of each message (≥ 16: seq + send time)
 	Messages     int `yaml:"messages"`      // messages published (the backlog, for drain)
 	// MaxDuration bounds the measured phase; producers stop and consumers
 	// give up when it passes (what was not done by then counts as lost).
+	// In rebalance mode it bounds the wait, after the load stopped, until
+	// every acknowledged message was handled.
 	MaxDuration time.Duration `yaml:"max_duration"`
 	// RatePerS caps the publish rate over all producers (0: as fast as acks allow).
 	RatePerS int `yaml:"rate_per_s"`
@@ -43,7 +47,7 @@ type Scenario struct {
 	Ordering            string `yaml:"ordering"`             // key | partition | none
 	SubMaxInFlight      int    `yaml:"sub_max_in_flight"`    // subscription max_in_flight (per partition)
 	SubWindowMessages   int    `yaml:"sub_window_messages"`  // subscription window_messages (per partition)
-	Consumers           int    `yaml:"consumers"`            // Subscribe calls (SDK), one connection each
+	Consumers           int    `yaml:"consumers"`            // Subscribe calls (SDK), one connection each; in a cluster consumer i talks to node i % nodes
 	ConsumerConcurrency int    `yaml:"consumer_concurrency"` // spool.WithConcurrency per consumer
 	ConsumerPrefetch    int    `yaml:"consumer_prefetch"`    // spool.WithPrefetch per consumer (-1: SDK default)
 
@@ -66,6 +70,12 @@ type Scenario struct {
 	// Rounds (failover mode): kills, each followed by a restart of the
 	// killed node. --rounds overrides it.
 	Rounds int `yaml:"rounds"`
+	// Restarts (rebalance mode): how many sidecars are restarted, one
+	// after another (node 1 first); default: all of them.
+	Restarts int `yaml:"restarts"`
+	// RestartGap (rebalance mode): steady load before the first restart
+	// and after the group settled from each one (default 3s).
+	RestartGap time.Duration `yaml:"restart_gap"`
 	// IdleDuration (idle mode): how long the idle CPU is measured.
 	IdleDuration time.Duration `yaml:"idle_duration"`
 	// NoSubscription: the sidecars get no subscription (idle mode: only the
@@ -82,12 +92,12 @@ func (s *Scenario) validate() error {
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch s.Mode {
 	case "publish", "drain", "e2e":
-	case "failover", "idle":
+	case "failover", "idle", "rebalance":
 		if s.Nodes < 2 {
 			bad("mode %s needs a cluster: nodes = %d, want 2..%d", s.Mode, s.Nodes, maxNodes)
 		}
 	default:
-		bad("mode = %q: must be publish, drain, e2e, failover or idle", s.Mode)
+		bad("mode = %q: must be publish, drain, e2e, failover, idle or rebalance", s.Mode)
 	}
 	if s.Acks != "" && s.Acks != "all" && s.Acks != "leader" {
 		bad("acks = %q: must be all (the default) or leader", s.Acks)
@@ -107,15 +117,35 @@ func (s *Scenario) validate() error {
 	if s.Nodes == 1 && s.ReplicationFactor != 0 {
 		bad("replication_factor = %d without a cluster: set nodes too", s.ReplicationFactor)
 	}
-	if s.Nodes > 1 && s.Redis {
-		bad("redis: true with nodes = %d: the ledger is measured on one node only", s.Nodes)
-	}
 	if s.Mode == "failover" {
 		if s.Rounds == 0 {
 			s.Rounds = 20
 		}
 		if s.Rounds < 1 || s.Rounds > 1000 {
 			bad("rounds = %d: must be 1..1000", s.Rounds)
+		}
+	}
+	if s.Mode == "rebalance" {
+		if s.Restarts == 0 {
+			s.Restarts = s.Nodes
+		}
+		if s.Restarts < 1 || s.Restarts > s.Nodes {
+			bad("restarts = %d: must be 1..nodes (%d)", s.Restarts, s.Nodes)
+		}
+		if s.RestartGap == 0 {
+			s.RestartGap = 3 * time.Second
+		}
+		if s.RestartGap < 0 || s.RestartGap > time.Minute {
+			bad("restart_gap = %s: must be up to 1m", s.RestartGap)
+		}
+		if s.RatePerS <= 0 {
+			bad("rate_per_s = %d: rebalance needs a steady load (a pause counts only while messages wait): set it", s.RatePerS)
+		}
+		if s.Consumers != s.Nodes {
+			bad("consumers = %d: rebalance runs one app per sidecar: set it to nodes (%d)", s.Consumers, s.Nodes)
+		}
+		if s.NoSubscription {
+			bad("no_subscription with mode rebalance: the apps consume the subscription")
 		}
 	}
 	if s.Mode == "idle" {

@@ -70,9 +70,34 @@ type sidecarProc struct {
 	exited  chan struct{}
 	waitErr error
 	pidv    atomic.Int64 // of the current process: samplers read it while a node restarts
+	// earlierTicks is the CPU (utime+stime, clock ticks) of this node's
+	// processes that have exited, from their rusage: added by the waiter
+	// before it closes exited.
+	earlierTicks atomic.Int64
 }
 
 func (p *sidecarProc) pid() int { return int(p.pidv.Load()) }
+
+// cpuTicks is the CPU this node used so far, over all its processes (a
+// restarted node counts the processes before the restart through their
+// rusage, the current one through /proc). Call it from the goroutine that
+// launches the node.
+func (p *sidecarProc) cpuTicks() (int64, error) {
+	if !p.alive() {
+		return p.earlierTicks.Load(), nil
+	}
+	earlier := p.earlierTicks.Load() // without the current process: it is added when it exits
+	c, err := procCPU(p.pid())
+	if err == nil {
+		return earlier + c, nil
+	}
+	select { // it exited between the two reads: its waiter adds its total
+	case <-p.exited:
+		return p.earlierTicks.Load(), nil
+	case <-time.After(5 * time.Second):
+		return 0, err
+	}
+}
 
 // node is where one spoold of a run listens; join is the cluster address of
 // the node it joins ("" for a single node or the bootstrapping one).
@@ -172,6 +197,9 @@ func (p *sidecarProc) launch() error {
 		p.pidv.Store(int64(cmd.Process.Pid))
 		started <- nil
 		p.waitErr = cmd.Wait()
+		if st := cmd.ProcessState; st != nil {
+			p.earlierTicks.Add(int64((st.UserTime() + st.SystemTime()) * clockTicks / time.Second))
+		}
 	}()
 	return <-started
 }
