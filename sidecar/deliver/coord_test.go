@@ -330,6 +330,19 @@ func TestDegradedMemberGivesItsPartitionsUp(t *testing.T) {
 		if got := co.assignment(memberB).Owned; len(got) != 2 {
 			t.Fatalf("b owns %v, want both partitions", got)
 		}
+		for _, c := range []struct {
+			name      string
+			got, want float64
+		}{
+			{"moves in", testutil.ToFloat64(h.m.GroupPartitionMoves.WithLabelValues(tGroup, tTopic, "in")), 2},
+			{"moves out", testutil.ToFloat64(h.m.GroupPartitionMoves.WithLabelValues(tGroup, tTopic, "out")), 2},
+			{"owned", testutil.ToFloat64(h.m.GroupPartitionsOwned.WithLabelValues(tGroup, tTopic)), 0},
+			{"members", testutil.ToFloat64(h.m.GroupMembers.WithLabelValues(tGroup, tTopic)), 2},
+		} {
+			if c.got != c.want {
+				t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+			}
+		}
 		// Idle and degraded for DegradeAfter: a tries again and takes its
 		// share back from b (b answers the revocation).
 		idle := time.Now()

@@ -254,6 +254,11 @@ func (ms *membership) poll(ctx context.Context) {
 				v.committed[ps.Partition] = engine.Position{Next: ps.Position.Next, Done: ps.Position.Done}
 			}
 		}
+		for _, mb := range st.Members(ms.g.cfg.Name) {
+			if !mb.Yield && slices.Contains(mb.Topics, x.s.cfg.Topic) {
+				v.members++
+			}
+		}
 		a, ok := st.Assignment(ms.g.cfg.Name, x.id)
 		if x.joined && ok {
 			v.member, v.generation = true, a.Generation

@@ -46,6 +46,9 @@ type assignView struct {
 	// the topic it has one for; starts the log start of every partition.
 	committed map[int32]engine.Position
 	starts    map[int32]int64
+	// members counts the group's members taking the topic (subscribing,
+	// not yielding).
+	members int
 }
 
 // delivering reports whether the partition's records are fetched and handed out.
@@ -75,6 +78,8 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 		return // an older read than one already applied
 	}
 	s.joinedGen = v.generation
+	m.met.GroupGeneration.WithLabelValues(m.cfg.Name).Set(float64(v.generation))
+	m.met.GroupMembers.WithLabelValues(m.cfg.Name, s.cfg.Topic).Set(float64(v.members))
 	for _, p := range s.parts {
 		owned, revoking := slices.Contains(v.owned, p.num), slices.Contains(v.revoking, p.num)
 		switch {
@@ -123,6 +128,8 @@ func (m *machine) startPart(s *sub, p *part, committed engine.Position, start in
 	}
 	p.resetTo(tr, next, committed)
 	p.own, p.gen = ownActive, gen
+	m.met.GroupPartitionMoves.WithLabelValues(m.cfg.Name, s.cfg.Topic, "in").Inc()
+	m.countOwned(s)
 	m.log.Info("partition assigned: delivering it", "topic", s.cfg.Topic, "partition", p.num, "from", next, "generation", gen)
 }
 
@@ -145,6 +152,9 @@ func (p *part) resetTo(tr *tracker.Tracker[engine.Record], next int64, committed
 // dead letters waiting are dropped, nothing of it is committed.
 func (m *machine) stopPart(now time.Time, s *sub, p *part, why string) {
 	m.log.Warn("partition stopped", "topic", s.cfg.Topic, "partition", p.num, "reason", why, "in_flight", p.tr.InFlight())
+	if p.own != ownNone {
+		m.met.GroupPartitionMoves.WithLabelValues(m.cfg.Name, s.cfg.Topic, "out").Inc()
+	}
 	m.handBack(now, s, p, false)
 	kept := m.dlWait[:0]
 	for _, w := range m.dlWait {
@@ -162,6 +172,18 @@ func (m *machine) stopPart(now time.Time, s *sub, p *part, why string) {
 	tr, _ := tracker.New[engine.Record](s.cfg.Tracker, 0)
 	p.resetTo(tr, 0, engine.Position{})
 	p.own, p.gen = ownNone, 0
+	m.countOwned(s)
+}
+
+// countOwned sets spool_group_partitions_owned for s.
+func (m *machine) countOwned(s *sub) {
+	n := 0
+	for _, p := range s.parts {
+		if p.own != ownNone {
+			n++
+		}
+	}
+	m.met.GroupPartitionsOwned.WithLabelValues(m.cfg.Name, s.cfg.Topic).Set(float64(n))
 }
 
 // handBack takes the partition's deliveries back from the consumers
@@ -255,9 +277,13 @@ func (m *machine) committedCluster(now time.Time, j *commitJob) {
 	switch {
 	case h.err == nil, errors.Is(h.err, engine.ErrGroupNotRevoking) && p.own == ownNone:
 		m.log.Info("revoked partition handed over", "topic", s.cfg.Topic, "partition", p.num, "committed", p.committed.Next)
+		if p.own != ownNone {
+			m.met.GroupPartitionMoves.WithLabelValues(m.cfg.Name, s.cfg.Topic, "out").Inc()
+		}
 		tr, _ := tracker.New[engine.Record](s.cfg.Tracker, 0)
 		p.resetTo(tr, 0, engine.Position{})
 		p.own, p.gen = ownNone, 0
+		m.countOwned(s)
 	case errors.Is(h.err, engine.ErrGroupNotRevoking):
 		// The revocation was withdrawn (or already done): follow the next view.
 		p.handing = false

@@ -34,8 +34,13 @@ type Metrics struct {
 	LagSeconds     *prometheus.GaugeVec     // group, topic, partition
 	Consumers      *prometheus.GaugeVec     // group
 	MemberDegraded *prometheus.GaugeVec     // group, topic
-	ExpiredUnread  *prometheus.CounterVec   // group, topic
-	CommitErrors   *prometheus.CounterVec   // group, topic
+	// Consumer groups across a cluster's sidecars (docs/groups.md).
+	GroupGeneration      *prometheus.GaugeVec   // group
+	GroupMembers         *prometheus.GaugeVec   // group, topic
+	GroupPartitionsOwned *prometheus.GaugeVec   // group, topic
+	GroupPartitionMoves  *prometheus.CounterVec // group, topic, direction
+	ExpiredUnread        *prometheus.CounterVec // group, topic
+	CommitErrors         *prometheus.CounterVec // group, topic
 
 	DedupeHits          *prometheus.CounterVec   // group, topic
 	UndedupedDeliveries *prometheus.CounterVec   // group, topic
@@ -89,27 +94,31 @@ func New() *Metrics {
 		return h
 	}
 	m := &Metrics{
-		Registry:        r,
-		PublishMessages: counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
-		PublishBytes:    counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
-		PublishRejected: counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
-		PublishLatency:  hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
-		Deliveries:      counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
-		Settlements:     counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release, lease_expired, stream_closed.", "group", "topic", "outcome"),
-		Redeliveries:    counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
-		LeaseExpiries:   counter("lease_expiries_total", "Leases (visibility timeouts) that ended without a settlement.", "group", "topic"),
-		DeadLettered:    counter("dead_lettered_total", "Messages moved to the dead-letter topic, by reason.", "group", "topic", "reason"),
-		SettleErrors:    counter("settle_errors_total", "Settlements that changed nothing (stale fencing token, unknown delivery).", "group", "reason"),
-		HandleLatency:   hist("handle_latency_seconds", "Time from delivery to settlement (ack or nack) by the application.", "group", "topic"),
-		InFlight:        gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
-		ParkedKeys:      gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
-		WindowMessages:  gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
-		LagMessages:     gauge("lag_messages", "Messages appended and not yet finished by the group: log end minus committed offset, less those finished out of order.", "group", "topic", "partition"),
-		LagSeconds:      gauge("lag_seconds", "Age of the oldest unfinished message of the group, in seconds (0 when caught up).", "group", "topic", "partition"),
-		Consumers:       gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),
-		MemberDegraded:  gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
-		ExpiredUnread:   counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
-		CommitErrors:    counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
+		Registry:             r,
+		PublishMessages:      counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
+		PublishBytes:         counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
+		PublishRejected:      counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
+		PublishLatency:       hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
+		Deliveries:           counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
+		Settlements:          counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release, lease_expired, stream_closed.", "group", "topic", "outcome"),
+		Redeliveries:         counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
+		LeaseExpiries:        counter("lease_expiries_total", "Leases (visibility timeouts) that ended without a settlement.", "group", "topic"),
+		DeadLettered:         counter("dead_lettered_total", "Messages moved to the dead-letter topic, by reason.", "group", "topic", "reason"),
+		SettleErrors:         counter("settle_errors_total", "Settlements that changed nothing (stale fencing token, unknown delivery).", "group", "reason"),
+		HandleLatency:        hist("handle_latency_seconds", "Time from delivery to settlement (ack or nack) by the application.", "group", "topic"),
+		InFlight:             gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
+		ParkedKeys:           gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
+		WindowMessages:       gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
+		LagMessages:          gauge("lag_messages", "Messages appended and not yet finished by the group: log end minus committed offset, less those finished out of order.", "group", "topic", "partition"),
+		LagSeconds:           gauge("lag_seconds", "Age of the oldest unfinished message of the group, in seconds (0 when caught up).", "group", "topic", "partition"),
+		Consumers:            gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),
+		GroupGeneration:      gauge("group_generation", "In a cluster: the generation of the group's assignment this sidecar last applied (it grows with every rebalance).", "group"),
+		GroupMembers:         gauge("group_members", "In a cluster: the group's members taking the topic (sidecars whose app consumes it), as the coordinator holds them.", "group", "topic"),
+		GroupPartitionsOwned: gauge("group_partitions_owned", "In a cluster: the topic's partitions this sidecar's member owns (being revoked included). Summed over the sidecars it is the partition count once the group is settled.", "group", "topic"),
+		GroupPartitionMoves:  counter("group_partition_moves_total", "In a cluster: partitions this sidecar started delivering (direction in) or gave up (out: handed over after a revocation, or stopped at once when fenced).", "group", "topic", "direction"),
+		MemberDegraded:       gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
+		ExpiredUnread:        counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
+		CommitErrors:         counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
 
 		DedupeHits:          counter("dedupe_hits_total", "Deliveries the ledger found already done (or dead-lettered) for the group: acked without reaching the app.", "group", "topic"),
 		UndedupedDeliveries: counter("undeduped_deliveries_total", "Deliveries made without a ledger check because the ledger was unavailable (redis_unavailable: deliver).", "group", "topic"),
