@@ -14,6 +14,15 @@ import (
 // frame above the receive limit) carry none. That is how the SDK tells "the
 // sidecar answered no" from "nothing answered".
 
+// ErrOutcomeUnknown matches (errors.Is) a publish whose outcome the sidecar
+// could not learn: the partition's leader was lost before the message
+// committed, and the sidecar's own resends of it — with the same producer
+// id and sequence, so that a copy already stored is not stored again — did
+// not get an answer within its produce_timeout. The message may or may not
+// be stored: publish it again with the same message id; consumers dedupe on
+// the id.
+var ErrOutcomeUnknown = errors.New("outcome unknown")
+
 // errorReason is the ErrorInfo reason of a gRPC status error, or "".
 func errorReason(err error) string {
 	st, ok := status.FromError(err)

@@ -335,3 +335,24 @@ func TestPublisherCloseIsBounded(t *testing.T) {
 		t.Fatalf("unconfirmed publish: err = %v", err)
 	}
 }
+
+// A publish whose outcome the sidecar could not learn (the partition's
+// leader was lost before the commit, and its own resends with the same
+// producer sequence ran out of time) is not called a refusal: the error
+// says it may be stored and to retry with the same message ids.
+func TestOutcomeUnknownSaysRetryWithTheSameIDs(t *testing.T) {
+	st, err := status.New(codes.Unknown, "publish orders/0: outcome of append unknown: no answer after 10s").
+		WithDetails(&errdetails.ErrorInfo{Reason: "OUTCOME_UNKNOWN", Domain: "spool.dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, fakesidecar.Config{PublishError: st.Err()})
+	_, err = e.client.Publish(ctxT(t), "orders", nil, []byte("x"), spool.WithID("order-1"))
+	if err == nil || strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), "may or may not be stored") ||
+		!strings.Contains(err.Error(), "same message ids") || !strings.Contains(err.Error(), "OUTCOME_UNKNOWN") {
+		t.Fatalf("err = %v, want OUTCOME_UNKNOWN said as unknown (not refused), with what to do", err)
+	}
+	if !errors.Is(err, spool.ErrOutcomeUnknown) {
+		t.Fatalf("errors.Is(err, spool.ErrOutcomeUnknown) = false for %v", err)
+	}
+}

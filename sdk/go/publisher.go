@@ -322,6 +322,9 @@ func (p *Publisher) recvLoop(st *pubStream) {
 		}
 		if e := resp.GetError(); e != nil {
 			err := fmt.Errorf("spool: publish to %q: %s: %s", p.topic, e.GetReason(), e.GetMessage())
+			if e.GetReason() == "OUTCOME_UNKNOWN" {
+				err = fmt.Errorf("spool: publish to %q: %w (OUTCOME_UNKNOWN: %s): the messages may or may not be stored; publish them again with the same message ids (consumers dedupe on them)", p.topic, ErrOutcomeUnknown, e.GetMessage())
+			}
 			for _, f := range futs {
 				p.complete(f, PublishResult{}, err, true)
 			}
