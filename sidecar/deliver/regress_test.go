@@ -195,3 +195,32 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 	}
 	return m.GetCounter().GetValue()
 }
+
+// With the ledger on, a drain with nothing in flight ends at once. The
+// driver counted each claim's answer twice (the machine's claimed counts
+// it too), so claims in flight went below zero, the group never looked
+// finished, and every shutdown of a sidecar with a ledger waited its whole
+// drain_timeout (in a cluster, a leaving member kept its partitions that
+// long); the bound of claims in flight (maxClaimsInFlight) was lost too.
+func TestDrainWithLedgerEndsWhenNothingIsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newTestEngine()
+		for i := range 3 {
+			eng.publish(tTopic, 0, msg(fmt.Sprint("m-", i), []byte("x")))
+		}
+		h := startGroup(t, eng, GroupConfig{Ledger: ledger.NewMemory(nil), DrainTimeout: time.Minute,
+			Subscriptions: []Subscription{testSub(tracker.Config{})}})
+		c := h.join(10, 10)
+		req := &spoolv1.SubscribeRequest{}
+		for _, d := range c.deliveries(3, time.Minute) {
+			req.Acks = append(req.Acks, &spoolv1.Ack{Ref: refOf(d)})
+		}
+		c.send(req)
+		await(t, time.Minute, "offsets committed", func() bool { return eng.committed(tGroup, tTopic, 0) == 3 })
+		start := time.Now()
+		h.stop()
+		if took := time.Since(start); took >= 5*time.Second {
+			t.Fatalf("the group took %v to stop with nothing in flight (drain timeout %v): the drain did not see it was finished", took, time.Minute)
+		}
+	})
+}
