@@ -341,7 +341,7 @@ func (d *driver) applyResults(now time.Time) {
 	for _, r := range d.res {
 		switch {
 		case r.claim != nil:
-			mc.claimed(now, r.claim)
+			mc.claimed(now, r.claim) // counts the answer (claimsInFlight)
 		case r.dl != nil:
 			mc.deadLettered(now, r.dl)
 		case r.commit != nil && mc.cluster:

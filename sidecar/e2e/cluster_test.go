@@ -27,11 +27,14 @@ import (
 // (cluster.listen, cluster.join), talking gRPC, writing to real disks.
 // docs/replication.md, "Cluster tests with real spoold processes".
 
-// spoolCluster is size spoold processes forming one cluster: node 0
+// spoolCluster is spoold processes forming one cluster: node 0
 // bootstraps it, the others join through node 0.
 type spoolCluster struct {
 	t     *testing.T
 	nodes []*node
+	seed  string // node 0's cluster address
+	extra string // more of the cluster section, for every node
+	tail  string // the rest of every node's config (topics, subscriptions, ...)
 }
 
 // clusterTopics is the topic and subscription every node of the tests
@@ -52,36 +55,53 @@ subscriptions:
 // cluster section (indented YAML lines).
 func startCluster(t *testing.T, size int, clusterExtra string) *spoolCluster {
 	t.Helper()
-	sc := &spoolCluster{t: t}
-	var seed string
-	for i := range size {
-		dir := t.TempDir()
-		n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
-		n.app, n.admin = freeAddr(t), freeAddr(t)
-		peer := freeAddr(t)
-		join := ""
-		if i == 0 {
-			seed = peer
-		} else {
-			join = fmt.Sprintf("  join: [%q]\n", seed)
-		}
-		cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s%s",
-			i+1, n.dataDir, n.app, n.admin, peer, join, clusterExtra) + clusterTopics
-		if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		name := fmt.Sprintf("n%d", i+1)
-		t.Cleanup(func() {
-			n.kill()
-			if t.Failed() {
-				b, _ := os.ReadFile(n.logPath)
-				t.Logf("spoold %s log:\n%s", name, tail(string(b), 40))
-			}
-		})
-		n.start()
-		sc.nodes = append(sc.nodes, n)
+	return startClusterWith(t, size, clusterExtra, clusterTopics)
+}
+
+// startClusterWith is startCluster with the rest of the config (topics,
+// subscriptions, redis, ...) instead of clusterTopics.
+func startClusterWith(t *testing.T, size int, clusterExtra, config string) *spoolCluster {
+	t.Helper()
+	sc := &spoolCluster{t: t, extra: clusterExtra, tail: config}
+	for range size {
+		sc.addNode()
 	}
 	return sc
+}
+
+// addNode starts one more node (node id n<count>, on a fresh data dir),
+// joining the cluster through node 0 (the first node bootstraps it), and
+// waits until it is ready.
+func (sc *spoolCluster) addNode() *node {
+	t := sc.t
+	t.Helper()
+	i := len(sc.nodes)
+	dir := t.TempDir()
+	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
+	n.app, n.admin = freeAddr(t), freeAddr(t)
+	peer := freeAddr(t)
+	join := ""
+	if i == 0 {
+		sc.seed = peer
+	} else {
+		join = fmt.Sprintf("  join: [%q]\n", sc.seed)
+	}
+	cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s%s",
+		i+1, n.dataDir, n.app, n.admin, peer, join, sc.extra) + sc.tail
+	if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("n%d", i+1)
+	t.Cleanup(func() {
+		n.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(n.logPath)
+			t.Logf("spoold %s log:\n%s", name, tail(string(b), 40))
+		}
+	})
+	n.start()
+	sc.nodes = append(sc.nodes, n)
+	return n
 }
 
 // publisherClient is the raw gRPC publisher of a node, for exact codes,
@@ -113,6 +133,8 @@ type ack struct {
 // until acknowledged), each through its own sidecar.
 type load struct {
 	t        *testing.T
+	keys     int           // keys k0, k1, ... in turn
+	every    time.Duration // at most one message per producer this often (0: as fast as acknowledged)
 	mu       sync.Mutex
 	acks     []ack
 	failures map[string][]string // id → errors of its failed attempts
@@ -130,7 +152,14 @@ const (
 
 func startLoad(t *testing.T, sidecars []*node) *load {
 	t.Helper()
-	l := &load{t: t, failures: map[string][]string{}, stop: make(chan struct{}), errs: make(chan error, len(sidecars))}
+	return startLoadWith(t, sidecars, loadKeys, 0)
+}
+
+// startLoadWith is startLoad with keys k0..k<keys-1> and each producer
+// paced to at most one message every every (0: unpaced).
+func startLoadWith(t *testing.T, sidecars []*node, keys int, every time.Duration) *load {
+	t.Helper()
+	l := &load{t: t, keys: keys, every: every, failures: map[string][]string{}, stop: make(chan struct{}), errs: make(chan error, len(sidecars))}
 	for p, n := range sidecars {
 		c := n.client(context.Background())
 		l.wg.Add(1)
@@ -144,17 +173,31 @@ func startLoad(t *testing.T, sidecars []*node) *load {
 	return l
 }
 
-// produce publishes messages p-0, p-1, ... with keys k0..k7 in turn until
-// stop is closed; each is retried with the same id until acknowledged.
+// produce publishes messages p-0, p-1, ... with keys k0..k<keys-1> in turn
+// until stop is closed; each is retried with the same id until
+// acknowledged.
 func (l *load) produce(p int, c *spool.Client) error {
+	var pace <-chan time.Time
+	if l.every > 0 {
+		tick := time.NewTicker(l.every)
+		defer tick.Stop()
+		pace = tick.C
+	}
 	for seq := 0; ; seq++ {
 		select {
 		case <-l.stop:
 			return nil
 		default:
 		}
+		if pace != nil {
+			select {
+			case <-pace: // the producer's rate, not a wait for a condition
+			case <-l.stop:
+				return nil
+			}
+		}
 		id := fmt.Sprintf("p%d-%d", p, seq)
-		key := fmt.Sprintf("k%d", seq%loadKeys)
+		key := fmt.Sprintf("k%d", seq%l.keys)
 		deadline := time.Now().Add(loadMessageTimeout)
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -294,3 +294,36 @@ func TestClusterGroupMemberKilled(t *testing.T) {
 	t.Logf("%d deliveries of %d ids; %d redeliveries (messages the killed member had not committed); committed %v → %v → %v; total %v",
 		len(all), len(count), dups, before, after, final, time.Since(start).Round(time.Millisecond))
 }
+
+// A sidecar with storage off (cluster.storage: off: a client of the
+// cluster, for autoscaled app pods) is a member of its app's group like
+// any other: here it is the only one with an app, so its app gets every
+// message.
+//
+// It fails today: a storage-off node has no node id in the cluster
+// (ClusterStatus.NodeID 0), the sidecar's membership waits for one before
+// it joins (clusterCoordinator.Node), and the coordinator refuses a member
+// without a node (coord: "bad id, session or node 0"). The subscription
+// never joins its group and its app gets nothing, with nothing logged.
+func TestClusterGroupOnStorageOffSidecar(t *testing.T) {
+	t.Skip("storage-off sidecars do not join their groups yet (docs/groups.md, \"What is left for the wiring\"); remove this skip with the fix")
+	sc := startCluster(t, 3, "  produce_timeout: 3s\n")
+	awaitPlaced(t, sc.nodes[0])
+	client := startNode(t, fmt.Sprintf("cluster:\n  storage: off\n  join: [%q]\n", sc.seed)+clusterTopics)
+	ga := startGroupApps(t, []*node{client})
+	l := startLoad(t, sc.nodes[:1])
+	l.awaitMore(1, 50, 30*time.Second, "50 acknowledged publishes")
+	acks, _ := l.finish()
+	eventually(t, 30*time.Second, "every acknowledged message delivered to the storage-off sidecar's app", func() bool {
+		seen := map[string]bool{}
+		for _, d := range ga.deliveries() {
+			seen[d.id] = true
+		}
+		for _, a := range acks {
+			if !seen[a.id] {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -249,11 +251,14 @@ func (a *app) waitExit(timeout time.Duration) int {
 
 // event is one line of a record file.
 type event struct {
-	kind    string // start | done
-	id, key string
-	seq     int
-	attempt int
-	token   uint64
+	kind      string // start | done
+	id, key   string
+	seq       int
+	attempt   int
+	token     uint64
+	partition int32     // start and done lines only
+	offset    int64     // start and done lines only
+	at        time.Time // start and done lines only: when the app wrote it
 }
 
 func readEvents(t *testing.T, paths ...string) []event {
@@ -269,19 +274,65 @@ func readEvents(t *testing.T, paths ...string) []event {
 		}
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			fs := strings.Fields(sc.Text())
-			if len(fs) < 5 {
-				continue // a line cut by a crash
+			if e, ok := parseEvent(sc.Text()); ok {
+				out = append(out, e)
 			}
-			e := event{kind: fs[0], id: fs[1], key: fs[2]}
-			e.seq, _ = strconv.Atoi(fs[3])
-			e.attempt, _ = strconv.Atoi(fs[4])
-			if len(fs) > 5 {
-				e.token, _ = strconv.ParseUint(fs[5], 10, 64)
-			}
-			out = append(out, e)
 		}
 		f.Close()
+	}
+	return out
+}
+
+// parseEvent parses one record line; false for a line cut by a crash.
+func parseEvent(line string) (event, bool) {
+	fs := strings.Fields(line)
+	if len(fs) < 5 {
+		return event{}, false
+	}
+	e := event{kind: fs[0], id: fs[1], key: fs[2]}
+	e.seq, _ = strconv.Atoi(fs[3])
+	e.attempt, _ = strconv.Atoi(fs[4])
+	if len(fs) > 5 {
+		e.token, _ = strconv.ParseUint(fs[5], 10, 64)
+	}
+	if len(fs) > 8 {
+		p, _ := strconv.ParseInt(fs[6], 10, 32)
+		e.partition = int32(p)
+		e.offset, _ = strconv.ParseInt(fs[7], 10, 64)
+		ns, _ := strconv.ParseInt(fs[8], 10, 64)
+		e.at = time.Unix(0, ns)
+	}
+	return e, true
+}
+
+// recordTail reads a record file as it grows: each call to more returns
+// the lines completed since the last call.
+type recordTail struct {
+	path string
+	off  int64
+}
+
+func (r *recordTail) more(t *testing.T) []event {
+	t.Helper()
+	f, err := os.Open(r.path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, r.off, 1<<40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := bytes.LastIndexByte(b, '\n') + 1 // a line still being written waits for the next call
+	r.off += int64(end)
+	var out []event
+	for _, line := range strings.Split(string(b[:end]), "\n") {
+		if e, ok := parseEvent(line); ok {
+			out = append(out, e)
+		}
 	}
 	return out
 }

@@ -3,8 +3,9 @@
 // one line per event to a record file, which the tests read back.
 //
 // Payloads are decimal sequence numbers; keys name ordering lanes. Record
-// lines: "start <id> <key> <seq> <attempt> <token>" when a handler starts and
-// "done <id> <key> <seq> <attempt>" just before it returns nil (an ack).
+// lines: "start <id> <key> <seq> <attempt> <token> <partition> <offset>
+// <unix ns>" when a handler starts and "done" with the same fields just
+// before it returns nil (an ack).
 package main
 
 import (
@@ -74,7 +75,7 @@ func main() {
 	var handler spool.Handler = func(ctx context.Context, m *spool.Message) error {
 		key := string(m.Key)
 		seq, _ := strconv.Atoi(string(m.Payload))
-		write("start %s %s %d %d %d", m.ID, key, seq, m.Attempt, m.FencingToken)
+		write("start %s %s %d %d %d %d %d %d", m.ID, key, seq, m.Attempt, m.FencingToken, m.Partition, m.Offset, time.Now().UnixNano())
 		if n := handled.Add(1); *exitAfter > 0 && n == int64(*exitAfter) {
 			os.Exit(3) // crash mid-handler: the message was never acked
 		}
@@ -98,7 +99,7 @@ func main() {
 		case *retryOdd > 0 && seq%2 == 1:
 			return spool.Retry(*retryOdd, errors.New("odd message held back"))
 		}
-		write("done %s %s %d %d", m.ID, key, seq, m.Attempt)
+		write("done %s %s %d %d %d %d %d %d", m.ID, key, seq, m.Attempt, m.FencingToken, m.Partition, m.Offset, time.Now().UnixNano())
 		return nil
 	}
 	if *sqlitePath != "" {
