@@ -745,7 +745,7 @@ func (c *cluster) reconcile(st *meta.State) {
 			c.tr.RemovePeer(id)
 		}
 	}
-	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID < st.NextNodeID() && !c.removedSeen {
+	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID != 0 && c.id.NodeID < st.NextNodeID() && !c.removedSeen { // 0: a client node
 		c.removedSeen = true
 		c.logger.Error("spool cluster: this node was removed from the cluster (decommissioned); it holds no replicas and takes no part in it any more: stop it, and wipe its data dir to join again as a new node", "node", c.id.NodeID)
 	}

@@ -427,10 +427,13 @@ func (c clusterCoordinator) DescribeGroup(ctx context.Context, group string) (*e
 	return c.eng.DescribeGroup(ctx, group)
 }
 
-// Node is this node's id once it is a working member of the cluster.
+// Node is this node's id once it is a working member of the cluster; 0
+// (and true) on a node with storage off once it knows the cluster: it holds
+// no replicas, so its members join without a node (no preference for local
+// reads).
 func (c clusterCoordinator) Node() (uint64, bool) {
 	st, ok := c.eng.ClusterStatus()
-	return st.NodeID, ok && st.Ready && st.NodeID != 0
+	return st.NodeID, ok && st.Ready
 }
 
 // Replicas lists the replica nodes of every partition of topic when this

@@ -120,6 +120,9 @@ type membership struct {
 	log   *slog.Logger
 	subs  []*memberSub
 	wake  chan struct{} // capacity 1: a subscription's consumers changed
+	// readOK: the last read of the group worked (the first failure of a run
+	// is logged at warn). Owned by the run goroutine.
+	readOK bool
 	leave chan struct{} // closed: leave and return
 }
 
@@ -138,7 +141,7 @@ type memberSub struct {
 
 func newMembership(g *Group) *membership {
 	ms := &membership{g: g, co: g.cfg.Coordinator, cfg: g.cfg.Membership, log: g.log,
-		wake: make(chan struct{}, 1), leave: make(chan struct{})}
+		wake: make(chan struct{}, 1), leave: make(chan struct{}), readOK: true}
 	for _, s := range g.mc.subs {
 		ms.subs = append(ms.subs, &memberSub{s: s, id: ms.cfg.memberOf(s.cfg.Topic), partitons: int32(len(s.parts))})
 	}
@@ -244,9 +247,20 @@ func (ms *membership) poll(ctx context.Context) {
 	st, err := ms.co.DescribeGroup(c, ms.g.cfg.Name)
 	cancel()
 	if err != nil {
-		ms.log.Debug("reading the group's assignment failed; retrying", "err", err)
+		// Said once per outage at warn (a failing read means no grants and
+		// no revocations are seen), then at debug on every retry.
+		if ms.readOK {
+			ms.log.Warn("reading the group's assignment from its coordinator failed; retrying every poll", "err", err)
+		} else {
+			ms.log.Debug("reading the group's assignment failed; retrying", "err", err)
+		}
+		ms.readOK = false
 		return
 	}
+	if !ms.readOK {
+		ms.log.Info("reading the group's assignment from its coordinator works")
+	}
+	ms.readOK = true
 	for _, x := range ms.subs {
 		v := &assignView{s: x.s, committed: map[int32]engine.Position{}, starts: map[int32]int64{}}
 		for _, ps := range st.LagInputs(ms.g.cfg.Name) {

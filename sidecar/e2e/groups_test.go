@@ -298,15 +298,11 @@ func TestClusterGroupMemberKilled(t *testing.T) {
 // A sidecar with storage off (cluster.storage: off: a client of the
 // cluster, for autoscaled app pods) is a member of its app's group like
 // any other: here it is the only one with an app, so its app gets every
-// message.
-//
-// It fails today: a storage-off node has no node id in the cluster
-// (ClusterStatus.NodeID 0), the sidecar's membership waits for one before
-// it joins (clusterCoordinator.Node), and the coordinator refuses a member
-// without a node (coord: "bad id, session or node 0"). The subscription
-// never joins its group and its app gets nothing, with nothing logged.
+// message. It failed before members could join without a node: a
+// storage-off node has no node id in the cluster, the sidecar's membership
+// waited for one, and the coordinator refused a Join with node 0, so the
+// subscription never joined and its app got nothing, with nothing logged.
 func TestClusterGroupOnStorageOffSidecar(t *testing.T) {
-	t.Skip("storage-off sidecars do not join their groups yet (docs/groups.md, \"What is left for the wiring\"); remove this skip with the fix")
 	sc := startCluster(t, 3, "  produce_timeout: 3s\n")
 	awaitPlaced(t, sc.nodes[0])
 	client := startNode(t, fmt.Sprintf("cluster:\n  storage: off\n  join: [%q]\n", sc.seed)+clusterTopics)

@@ -44,7 +44,10 @@ type Command struct {
 type Join struct {
 	Member  string
 	Session string
-	Node    NodeID
+	// Node is the cluster node the member's sidecar runs on; 0 for a
+	// sidecar that holds no replicas (storage off), which then has no
+	// preference for local reads.
+	Node NodeID
 	// Topics are the topics the member subscribes to, with their partition
 	// counts and, for the preference for local reads, the nodes holding
 	// each partition's replicas (what engine/meta says when the member

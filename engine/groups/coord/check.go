@@ -53,8 +53,8 @@ func (g *group) check() error {
 		if i > 0 && m.ID <= g.members[i-1].ID {
 			return fmt.Errorf("member %q out of order", m.ID)
 		}
-		if !validPrintable(m.ID, MaxMemberIDBytes) || !validPrintable(m.Session, MaxSessionBytes) || m.Node == 0 {
-			return fmt.Errorf("member %q: bad id, session %q or node %d", m.ID, m.Session, m.Node)
+		if !validPrintable(m.ID, MaxMemberIDBytes) || !validPrintable(m.Session, MaxSessionBytes) {
+			return fmt.Errorf("member %q: bad id or session %q", m.ID, m.Session)
 		}
 		if m.LastHeartbeatMs < 0 || m.SessionTimeoutMs < MinSessionTimeoutMs || m.SessionTimeoutMs > MaxSessionTimeoutMs ||
 			m.RevokeTimeoutMs < MinRevokeTimeoutMs || m.RevokeTimeoutMs > MaxRevokeTimeoutMs {

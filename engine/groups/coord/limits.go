@@ -146,9 +146,6 @@ func (c Command) Validate() error {
 		if err := cmpErr(member(j.Member), session(j.Session)); err != nil {
 			return err
 		}
-		if j.Node == 0 {
-			return invalid("node id", "0", "a node id (1 up)")
-		}
 		if len(j.Topics) == 0 || len(j.Topics) > MaxTopicsPerMember {
 			return invalid("topics", strconv.Itoa(len(j.Topics)), fmt.Sprintf("1 to %d topics (MaxTopicsPerMember)", MaxTopicsPerMember))
 		}

@@ -226,6 +226,9 @@ func drawCommand(t *rapid.T, s *State, m *model, now int64) Command {
 	case 0, 1:
 		id := memberID()
 		j := &Join{Member: id, Session: session(id), Node: NodeID(id[0]-'a') + 1}
+		if rapid.IntRange(0, 9).Draw(t, "storage-off node") == 0 {
+			j.Node = 0 // a sidecar holding no replicas
+		}
 		for _, name := range modelTopics {
 			if rapid.Bool().Draw(t, "subscribes "+name) {
 				top := topicsOf(name)[0]
