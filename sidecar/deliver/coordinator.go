@@ -114,16 +114,16 @@ func (c *Membership) memberOf(topic string) string { return c.MemberPrefix + "/"
 // PollInterval and hands it to the loop (results mailbox), and leaves
 // when told to. It decides nothing about partitions: the machine does.
 type membership struct {
-	g     *Group
-	co    Coordinator
-	cfg   Membership
-	log   *slog.Logger
-	subs  []*memberSub
-	wake  chan struct{} // capacity 1: a subscription's consumers changed
+	g    *Group
+	co   Coordinator
+	cfg  Membership
+	log  *slog.Logger
+	subs []*memberSub
+	wake chan struct{} // capacity 1: a subscription's consumers changed
 	// readOK: the last read of the group worked (the first failure of a run
 	// is logged at warn). Owned by the run goroutine.
 	readOK bool
-	leave chan struct{} // closed: leave and return
+	leave  chan struct{} // closed: leave and return
 }
 
 type memberSub struct {
