@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -601,7 +602,12 @@ func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
 		return nil, fmt.Errorf("no address known for node %d", id)
 	}
 	cc, err := grpc.NewClient(addr, p.creds, grpcbuf.DialOption(),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteFetchBytes+1<<20), grpc.MaxCallSendMsgSize(p.maxSend)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteFetchBytes+1<<20), grpc.MaxCallSendMsgSize(p.maxSend)),
+		// gRPC's default reconnect backoff grows to 120 s: a node back after
+		// a minute down would take forwarded publishes and reads minutes
+		// later. The raft transport's bounds instead.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: transport.DefaultBackoffBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: transport.DefaultBackoffMax},
+			MinConnectTimeout: 5 * time.Second}))
 	if err != nil {
 		return nil, err
 	}

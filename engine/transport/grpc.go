@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
@@ -111,6 +112,9 @@ type GRPC struct {
 	wg     sync.WaitGroup  // every goroutine the transport starts
 }
 
+// grpcMinConnectTimeout bounds one connection attempt of gRPC's channel.
+const grpcMinConnectTimeout = 5 * time.Second
+
 type peer struct {
 	id     uint64
 	addr   string
@@ -121,7 +125,10 @@ type peer struct {
 }
 
 type lane struct {
-	q         *queue
+	q *queue
+	// back (capacity 1) cuts the lane's backoff short: the peer dialed us,
+	// so it is up again (peerBack).
+	back      chan struct{}
 	connected atomic.Bool
 	lastErr   atomic.Pointer[errBox]
 }
@@ -196,9 +203,14 @@ func (t *GRPC) AddPeer(id uint64, addr string) error {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(t.cfg.Limits.maxFrameBytes())),
 		grpcbuf.DialOption(),
+		// gRPC's own reconnect backoff grows to 120 s by default: a peer
+		// down for a minute would then be dialed again minutes after it is
+		// back. Keep it within the transport's.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.Config{BaseDelay: t.cfg.Backoff.Base, Multiplier: 1.6, Jitter: 0.2, MaxDelay: t.cfg.Backoff.Max},
+			MinConnectTimeout: grpcMinConnectTimeout}),
 	}, t.cfg.DialOptions...)
 	for i := range p.lanes {
-		p.lanes[i] = &lane{q: newQueue(t.cfg.Limits)}
+		p.lanes[i] = &lane{q: newQueue(t.cfg.Limits), back: make(chan struct{}, 1)}
 		cc, err := grpc.NewClient(addr, dial...)
 		if err != nil {
 			for _, c := range p.conn[:i] {
@@ -380,6 +392,29 @@ func (t *GRPC) push(peer uint64, lane int, msgs []Message, sizes []int) {
 	}
 }
 
+// peerBack is called when a peer's Raft stream to us passed its handshake:
+// the peer is up, so our lanes to it retry at once instead of waiting out
+// their backoff (and gRPC's), and a restarted node's replicas hear from
+// their leaders as soon as it dials them.
+func (t *GRPC) peerBack(id uint64) {
+	t.mu.Lock()
+	p := t.peers[id]
+	t.mu.Unlock()
+	if p == nil {
+		return
+	}
+	for i, l := range p.lanes {
+		if l.connected.Load() {
+			continue
+		}
+		p.conn[i].ResetConnectBackoff()
+		select {
+		case l.back <- struct{}{}:
+		default:
+		}
+	}
+}
+
 func (t *GRPC) hello(to uint64) *clusterv1.Hello {
 	return &clusterv1.Hello{ClusterId: t.cfg.ClusterID, FromNode: t.cfg.NodeID, ToNode: to, ProtocolVersion: t.cfg.protocolVersion}
 }
@@ -422,6 +457,8 @@ func (t *GRPC) runLane(ctx context.Context, p *peer, li int) {
 			timer.Stop()
 			return
 		case <-timer.C:
+		case <-l.back:
+			timer.Stop()
 		}
 	}
 }

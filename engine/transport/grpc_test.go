@@ -365,3 +365,36 @@ func TestGRPCRemoveAndReAddPeer(t *testing.T) {
 		t.Fatal("the old address got a message")
 	}
 }
+
+// A peer that comes back (a restarted node dials us: its Hello arrives) is
+// reconnected to at once, not when our backoff toward it — or gRPC's own,
+// which reached 120 s — runs out: a restarted node's replicas otherwise
+// waited that long for their leaders' messages. Here the backoff is 5-10 s
+// per attempt and the peer is back after one failed attempt.
+func TestGRPCReconnectsAtOnceWhenThePeerDialsIn(t *testing.T) {
+	slow := func(c *GRPCConfig) { c.Backoff = Backoff{Base: 10 * time.Second, Max: 10 * time.Second} }
+	a := startNode(t, 1, "127.0.0.1:0", slow)
+	defer a.stop(t)
+	b := startNode(t, 2, "127.0.0.1:0", slow)
+	addr := b.addr
+	if err := a.t.AddPeer(2, addr); err != nil {
+		t.Fatal(err)
+	}
+	waitConnected(t, a, 2)
+	b.stop(t)
+	waitFor(t, "unreachable reported", func() bool {
+		a.h.mu.Lock()
+		defer a.h.mu.Unlock()
+		return a.h.unreachable[2] > 0
+	})
+	b2 := startNode(t, 2, addr, slow)
+	defer b2.stop(t)
+	start := time.Now()
+	if err := b2.t.AddPeer(1, a.addr); err != nil { // b2 dials a: its Hello tells a it is back
+		t.Fatal(err)
+	}
+	waitConnected(t, a, 2)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("reconnected %v after the peer dialed in; want at once, not after the 5-10 s backoff", took)
+	}
+}

@@ -39,6 +39,7 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 	if err := stream.Send(&clusterv1.RaftResponse{Hello: t.hello(peer)}); err != nil {
 		return err
 	}
+	t.peerBack(peer)
 	var (
 		buf    []Message
 		warned bool
