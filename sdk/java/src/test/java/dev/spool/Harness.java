@@ -14,10 +14,6 @@ import java.io.OutputStream;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -90,9 +86,12 @@ final class Harness {
     return cp != null && !cp.isEmpty() ? cp : System.getProperty("java.class.path");
   }
 
-  /** The java launcher of this JVM. */
-  static String java() {
-    return Path.of(System.getProperty("java.home"), "bin", "java").toString();
+  /**
+   * The java launcher of this JVM, set for a quick start (the child JVMs of
+   * the tests are short-lived apps: C1 only, the serial collector).
+   */
+  static List<String> java() {
+    return List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC");
   }
 
   /** orders (4 partitions) with a subscription of group workers; ordering key. */
@@ -188,17 +187,11 @@ final class Harness {
       } catch (IOException e) {
         throw new AssertionError("starting spoold: " + e, e);
       }
-      HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(1)).build();
-      HttpRequest ready = HttpRequest.newBuilder(URI.create("http://" + admin + "/readyz")).timeout(Duration.ofSeconds(1)).build();
       Eventually.await("spoold ready", Duration.ofSeconds(20), () -> {
         if (!proc.isAlive()) {
           throw new AssertionError("spoold exited during start-up with code " + proc.exitValue() + ":\n" + log());
         }
-        try {
-          return http.send(ready, HttpResponse.BodyHandlers.discarding()).statusCode() == 200;
-        } catch (IOException e) {
-          return false;
-        }
+        return httpStatus(admin, "/readyz") == 200;
       });
     }
 
@@ -267,6 +260,21 @@ final class Harness {
           Thread.currentThread().interrupt();
         }
       }
+      deleteTree(dir.toFile());
+    }
+  }
+
+  /** The status of GET path at hostPort (HTTP/1.0 over a plain socket: cheaper than java.net.http's first use), or 0. */
+  static int httpStatus(String hostPort, String path) {
+    int colon = hostPort.lastIndexOf(':');
+    try (Socket s = new Socket()) {
+      s.connect(new InetSocketAddress(hostPort.substring(0, colon), Integer.parseInt(hostPort.substring(colon + 1))), 1000);
+      s.setSoTimeout(1000);
+      s.getOutputStream().write(("GET " + path + " HTTP/1.0\r\nHost: " + hostPort + "\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+      String status = new String(s.getInputStream().readNBytes(12), StandardCharsets.US_ASCII); // "HTTP/1.1 200"
+      return status.length() == 12 ? Integer.parseInt(status.substring(9, 12)) : 0;
+    } catch (IOException | NumberFormatException e) {
+      return 0;
     }
   }
 
@@ -274,11 +282,11 @@ final class Harness {
   static final class Redis implements AutoCloseable {
     final String addr;
     private final Process proc;
+    private final Path dir = tmpDir("redis");
 
     Redis() {
       int port = freePort();
       addr = "127.0.0.1:" + port;
-      Path dir = tmpDir("redis");
       try {
         proc = new ProcessBuilder("redis-server", "--port", String.valueOf(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir.toString())
             .redirectErrorStream(true).redirectOutput(dir.resolve("redis.log").toFile()).start();
@@ -307,6 +315,12 @@ final class Harness {
     @Override
     public void close() {
       proc.destroyForcibly();
+      try {
+        proc.waitFor(10, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      deleteTree(dir.toFile());
     }
   }
 

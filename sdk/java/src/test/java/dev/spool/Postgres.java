@@ -22,6 +22,7 @@ import org.postgresql.ds.PGSimpleDataSource;
 final class Postgres implements AutoCloseable {
   final String url;
   private final Process proc;
+  private final Path dir;
   private final Path data;
 
   /** The newest /usr/lib/postgresql/N/bin with initdb and postgres, or null. */
@@ -62,7 +63,7 @@ final class Postgres implements AutoCloseable {
   }
 
   Postgres(Path bin) {
-    Path dir = Harness.tmpDir("pg");
+    dir = Harness.tmpDir("pg");
     data = dir.resolve("data");
     if (asRoot()) {
       Harness.run(dir, List.of("chown", "postgres", dir.toString()));
@@ -112,5 +113,6 @@ final class Postgres implements AutoCloseable {
     } catch (IOException | InterruptedException e) {
       proc.destroyForcibly();
     }
+    Harness.deleteTree(dir.toFile());
   }
 }
