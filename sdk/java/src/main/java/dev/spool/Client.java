@@ -8,8 +8,11 @@ import io.grpc.ConnectivityState;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import io.grpc.netty.shaded.io.netty.channel.ChannelOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -44,7 +47,13 @@ public final class Client implements AutoCloseable {
   private Client(String addr, ClientOptions opts) {
     this.addr = resolveAddr(addr);
     this.opts = Objects.requireNonNull(opts);
-    this.channel = Grpc.newChannelBuilder(this.addr, InsecureChannelCredentials.create()).build();
+    ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(this.addr, InsecureChannelCredentials.create());
+    if (b instanceof NettyChannelBuilder && this.addr.startsWith("unix:")) {
+      // grpc-java asks for TCP keepalive on every connection; a unix socket
+      // has none, and Netty would warn at each connect.
+      ((NettyChannelBuilder) b).withOption(ChannelOption.SO_KEEPALIVE, null);
+    }
+    this.channel = b.build();
     this.pub = PublisherServiceGrpc.newBlockingStub(channel);
   }
 

@@ -213,6 +213,11 @@ public final class Subscription implements AutoCloseable {
         }
         Throwable err = s.broken.join();
         s.close();
+        if (client.channel.isShutdown()) {
+          runErr = new SpoolException("spool: subscribe group \"" + group + "\": the Client was closed while the subscription ran: close subscriptions before their Client",
+              Status.Code.CANCELLED);
+          break;
+        }
         if (s.started()) {
           attempt = 0;
         }

@@ -119,25 +119,39 @@ final class Harness {
     final Path dir = tmpDir("spoold");
     final Path logPath = dir.resolve("spoold.log");
     private final String config; // null: --dev
+    private final boolean unix;
     String app;
     String admin;
     private Process proc;
     private ManagedChannel adminChannel;
 
-    private Spoold(String config) {
+    private Spoold(String config, boolean unix) {
       this.config = config;
+      this.unix = unix;
+    }
+
+    /** The unix socket spoold also listens on (startWithUnixSocket), as an address. */
+    String unixAddr() {
+      return "unix://" + dir.resolve("app.sock");
     }
 
     /** spoold --config with this YAML (without the node section), on a fresh data dir. */
     static Spoold start(String config) {
-      Spoold s = new Spoold(config);
+      Spoold s = new Spoold(config, false);
+      s.startFresh();
+      return s;
+    }
+
+    /** start, also listening on a unix socket (unixAddr()). */
+    static Spoold startWithUnixSocket(String config) {
+      Spoold s = new Spoold(config, true);
       s.startFresh();
       return s;
     }
 
     /** spoold --dev (topic "demo", group "demo-app") on free ports. */
     static Spoold dev() {
-      Spoold s = new Spoold(null);
+      Spoold s = new Spoold(null, false);
       s.startFresh();
       return s;
     }
@@ -146,7 +160,8 @@ final class Harness {
       app = "127.0.0.1:" + freePort();
       admin = "127.0.0.1:" + freePort();
       if (config != null) {
-        String node = "node:\n  id: java\n  data_dir: " + dir.resolve("data") + "\n  app_listen: [\"" + app + "\"]\n  admin_listen: \"" + admin
+        String listen = "\"" + app + "\"" + (unix ? ", \"" + unixAddr() + "\"" : "");
+        String node = "node:\n  id: java\n  data_dir: " + dir.resolve("data") + "\n  app_listen: [" + listen + "]\n  admin_listen: \"" + admin
             + "\"\n  drain_timeout: 5s\n";
         try {
           Files.writeString(dir.resolve("spool.yaml"), node + config);

@@ -77,6 +77,17 @@ class PublishTest {
   }
 
   @Test
+  void overAUnixSocket() {
+    try (var s = Harness.Spoold.startWithUnixSocket(Harness.ordersConfig("10s", 5, null)); var c = Client.connect(s.unixAddr())) {
+      assertEquals("over-uds", c.publish("orders", OutMessage.of("x").withId("over-uds")).id());
+      Stats stats = new Stats();
+      try (var sub = c.subscribe("workers", List.of("orders"), m -> {}, SubscribeOptions.builder().drainOnShutdown(false).stats(stats).build())) {
+        Eventually.await("delivered and acked over the socket", () -> stats.acked() == 1);
+      }
+    }
+  }
+
+  @Test
   void nothingAnsweringSaysIsSpooldRunning() {
     String addr = "127.0.0.1:" + Harness.freePort();
     SidecarUnreachableException e = assertThrows(SidecarUnreachableException.class,
