@@ -309,7 +309,8 @@ final class Session implements ClientResponseObserver<SubscribeRequest, Subscrib
     try {
       io.execute(r);
     } catch (RejectedExecutionException e) {
-      r.run(); // the io thread has stopped: nothing else sends now
+      // The subscription has ended: its streams were closed before the io
+      // thread stopped, so there is nothing left to send or cancel.
     }
   }
 

@@ -181,6 +181,24 @@ class UnitTest {
   }
 
   @Test
+  void theStubsAreMadeFromTheRepositorysProtos() throws Exception {
+    // Every proto of proto/spool/v1 went into the build, unchanged but for the Java options.
+    java.nio.file.Path repo = Harness.REPO.resolve("proto/spool/v1");
+    java.nio.file.Path built = Harness.TARGET.resolve("proto/spool/v1");
+    List<java.nio.file.Path> protos;
+    try (var files = java.nio.file.Files.list(repo)) {
+      protos = files.filter(p -> p.toString().endsWith(".proto")).sorted().toList();
+    }
+    assertTrue(protos.size() >= 5, protos.toString());
+    for (java.nio.file.Path p : protos) {
+      java.nio.file.Path b = built.resolve(p.getFileName());
+      assertTrue(java.nio.file.Files.exists(b), p.getFileName() + " is not in the build: add it to the antrun copy in pom.xml");
+      String withoutJava = java.nio.file.Files.readString(b).replaceAll("(?m)^option java_[a-z_]+ = .*;\n", "");
+      assertEquals(java.nio.file.Files.readString(p), withoutJava, p.getFileName() + " in the build differs from the repository's: run mvn clean");
+    }
+  }
+
+  @Test
   void dialects() {
     assertEquals(Dialect.POSTGRES, Dialect.ofProduct("PostgreSQL"));
     assertEquals(Dialect.MYSQL, Dialect.ofProduct("MariaDB"));
