@@ -7,6 +7,10 @@ fail=0
 if git grep -n 'time\.Sleep' -- '*_test.go' | grep -v 'sleep-ok'; then
   echo "banned: time.Sleep in tests; await the condition instead (or mark a justified one with // sleep-ok: why)"; fail=1
 fi
+# The same in the Java SDK's tests (Thread.sleep): await the condition (Eventually.await).
+if git grep -n 'Thread\.sleep' -- 'sdk/java/src/test/*.java' | grep -v 'sleep-ok'; then
+  echo "banned: Thread.sleep in sdk/java tests; await the condition instead (Eventually.await), or mark the handler's simulated work with // sleep-ok: why"; fail=1
+fi
 # The engine never imports the sidecar, Redis or Prometheus.
 if git grep -n -E '"github.com/spoolmq/spool/sidecar|"github.com/redis/|"github.com/prometheus/' -- 'engine/*.go'; then
   echo "banned: engine/ must not import sidecar, Redis or Prometheus"; fail=1

@@ -9,6 +9,9 @@ command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || pkgs+=(redis-tools)
 # The TypeScript SDK's idempotent() tests start a throwaway PostgreSQL server.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pkgs+=(postgresql)
+# The Java SDK's tests build it with Maven and a JDK (17 or later).
+command -v javac >/dev/null 2>&1 || pkgs+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 
 echo "installing ${pkgs[*]} from Debian's packages (the tests start their own servers on free ports)"
@@ -28,4 +31,7 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "ensure-deps: PostgreSQL is still missing after installing ${pkgs[*]}; install it by hand (apt-get install postgresql)" >&2; exit 1; }
 for b in redis-server redis-cli; do
   command -v "$b" >/dev/null 2>&1 || { echo "ensure-deps: $b is still missing after installing ${pkgs[*]}; install it by hand (apt-get install redis-server redis-tools)" >&2; exit 1; }
+done
+for b in javac mvn; do
+  command -v "$b" >/dev/null 2>&1 || { echo "ensure-deps: $b is still missing after installing ${pkgs[*]}; install it by hand (apt-get install openjdk-17-jdk-headless maven)" >&2; exit 1; }
 done

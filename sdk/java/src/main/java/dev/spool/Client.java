@@ -1,0 +1,251 @@
+package dev.spool;
+
+import dev.spool.v1.PublishRequest;
+import dev.spool.v1.PublishResponse;
+import dev.spool.v1.PublisherServiceGrpc;
+import dev.spool.v1.SubscriberServiceGrpc;
+import io.grpc.ConnectivityState;
+import io.grpc.Grpc;
+import io.grpc.InsecureChannelCredentials;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import io.grpc.netty.shaded.io.netty.channel.ChannelOption;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A connection to the local Spool sidecar ({@code spoold}). Thread-safe; one
+ * per process is enough. Close it after the subscriptions and publishers
+ * that use it.
+ *
+ * <pre>{@code
+ * try (Client client = Client.connect()) {          // $SPOOL_ADDR, else 127.0.0.1:7070
+ *   client.publish("orders", OutMessage.of(payload).withKey("cust-1").withId("order-1001"));
+ * }
+ * }</pre>
+ *
+ * The transport is plaintext gRPC: the sidecar is local.
+ */
+public final class Client implements AutoCloseable {
+  /** The sidecar address used when none is given and SPOOL_ADDR is unset. */
+  public static final String DEFAULT_ADDR = "127.0.0.1:7070";
+  /** The environment variable holding the sidecar address. */
+  public static final String ENV_ADDR = "SPOOL_ADDR";
+
+  private final String addr;
+  final ManagedChannel channel;
+  private final ClientOptions opts;
+  private final PublisherServiceGrpc.PublisherServiceBlockingStub pub;
+
+  private Client(String addr, ClientOptions opts) {
+    this.addr = resolveAddr(addr);
+    this.opts = Objects.requireNonNull(opts);
+    ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(this.addr, InsecureChannelCredentials.create());
+    if (b instanceof NettyChannelBuilder && this.addr.startsWith("unix:")) {
+      // grpc-java asks for TCP keepalive on every connection; a unix socket
+      // has none, and Netty would warn at each connect.
+      ((NettyChannelBuilder) b).withOption(ChannelOption.SO_KEEPALIVE, null);
+    }
+    this.channel = b.build();
+    this.pub = PublisherServiceGrpc.newBlockingStub(channel);
+  }
+
+  /** The address: the argument, else $SPOOL_ADDR, else 127.0.0.1:7070. */
+  static String resolveAddr(String addr) {
+    if (addr != null && !addr.isEmpty()) {
+      return addr;
+    }
+    String env = System.getenv(ENV_ADDR);
+    return env != null && !env.isEmpty() ? env : DEFAULT_ADDR;
+  }
+
+  /** Connects to $SPOOL_ADDR (else 127.0.0.1:7070) and waits until the sidecar answers. */
+  public static Client connect() {
+    return connect(null, ClientOptions.defaults());
+  }
+
+  /** Connects to addr ("host:port" or "unix:///path/to.sock") and waits until the sidecar answers. */
+  public static Client connect(String addr) {
+    return connect(addr, ClientOptions.defaults());
+  }
+
+  /**
+   * Connects to addr (null or empty: $SPOOL_ADDR, else 127.0.0.1:7070) and,
+   * unless {@link ClientOptions#connectTimeout()} is zero, waits until the
+   * sidecar answers, so that a missing sidecar shows at startup as a {@link
+   * SidecarUnreachableException}.
+   */
+  public static Client connect(String addr, ClientOptions opts) {
+    Client c = new Client(addr, opts);
+    if (!opts.connectTimeout().isZero()) {
+      try {
+        c.waitReady(opts.connectTimeout());
+      } catch (RuntimeException e) {
+        c.close();
+        throw e;
+      }
+    }
+    return c;
+  }
+
+  /** Waits until the connection is ready, riding out a sidecar that starts a moment later. */
+  private void waitReady(Duration timeout) {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    ConnectivityState s = channel.getState(true);
+    try {
+      while (s != ConnectivityState.READY) {
+        long left = deadline - System.nanoTime();
+        if (left <= 0) {
+          break;
+        }
+        CountDownLatch changed = new CountDownLatch(1);
+        channel.notifyWhenStateChanged(s, changed::countDown);
+        changed.await(left, TimeUnit.NANOSECONDS);
+        s = channel.getState(true);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    if (s != ConnectivityState.READY) {
+      throw new SidecarUnreachableException("spool: no sidecar answering at " + addr + " (nothing answered within " + timeout.toMillis()
+          + " ms): is spoold running there? start it with `spoold --dev`, or point " + ENV_ADDR + " at it",
+          Status.Code.UNAVAILABLE, "", null, "", null);
+    }
+  }
+
+  /** The sidecar address this client uses. */
+  public String addr() {
+    return addr;
+  }
+
+  SubscriberServiceGrpc.SubscriberServiceStub subscriberStub() {
+    return SubscriberServiceGrpc.newStub(channel);
+  }
+
+  PublisherServiceGrpc.PublisherServiceStub publisherStub() {
+    return PublisherServiceGrpc.newStub(channel);
+  }
+
+  // ---- publishing ----
+
+  /**
+   * Appends one message to topic and returns once it is durable (on a quorum
+   * of the partition's replicas). On an error the message may or may not be
+   * stored: publish it again with the same id.
+   */
+  public PublishResult publish(String topic, OutMessage m) {
+    return publish(topic, m, Acks.ALL);
+  }
+
+  /** {@link #publish(String, OutMessage)} answered once acks says so. */
+  public PublishResult publish(String topic, OutMessage m, Acks acks) {
+    return publishBatch(topic, List.of(m), acks).get(0);
+  }
+
+  /**
+   * Appends messages to topic in one call (at most limits.max_batch_messages,
+   * 10,000 by default) and returns one result per message, in order, once all
+   * are durable. It fails or succeeds as a whole: one bad message refuses the
+   * request and nothing is written. After another failure some may be stored:
+   * publish them again with the same ids.
+   */
+  public List<PublishResult> publishBatch(String topic, List<OutMessage> msgs) {
+    return publishBatch(topic, msgs, Acks.ALL);
+  }
+
+  /** {@link #publishBatch(String, List)} answered once acks says so. */
+  public List<PublishResult> publishBatch(String topic, List<OutMessage> msgs, Acks acks) {
+    if (topic == null || topic.isEmpty()) {
+      throw new IllegalArgumentException("spool: publish: topic is empty: name the topic to publish to");
+    }
+    if (msgs.isEmpty()) {
+      return List.of();
+    }
+    PublishRequest.Builder req = PublishRequest.newBuilder().setTopic(topic).setAcks(acks.proto());
+    for (OutMessage m : msgs) {
+      req.addMessages(m.toProto());
+    }
+    PublisherServiceGrpc.PublisherServiceBlockingStub stub = pub;
+    if (!opts.publishTimeout().isZero()) {
+      stub = stub.withDeadlineAfter(opts.publishTimeout().toNanos(), TimeUnit.NANOSECONDS);
+    }
+    PublishResponse resp;
+    try {
+      resp = stub.publish(req.build());
+    } catch (StatusRuntimeException e) {
+      throw Errors.wrap("spool: publish to \"" + topic + "\"", e, addr, Errors.Op.PUBLISH);
+    }
+    if (resp.getResultsCount() != msgs.size()) {
+      throw new SpoolException("spool: publish to \"" + topic + "\": the sidecar answered " + resp.getResultsCount() + " results for " + msgs.size()
+          + " messages: the sidecar and SDK disagree on the protocol; upgrade them together", Status.Code.INTERNAL);
+    }
+    List<PublishResult> out = new ArrayList<>(msgs.size());
+    for (dev.spool.v1.PublishResult r : resp.getResultsList()) {
+      out.add(PublishResult.of(r));
+    }
+    return out;
+  }
+
+  /** A pipelined publisher to topic over one PublishStream (defaults of {@link PublisherOptions}). Close it when done. */
+  public Publisher publisher(String topic) {
+    return publisher(topic, PublisherOptions.defaults());
+  }
+
+  /** A pipelined publisher to topic over one PublishStream. Close it when done. */
+  public Publisher publisher(String topic, PublisherOptions opts) {
+    return new Publisher(this, topic, opts);
+  }
+
+  // ---- subscribing ----
+
+  /** {@link #subscribe(String, List, Handler, SubscribeOptions)} with the default options. */
+  public Subscription subscribe(String group, List<String> topics, Handler handler) {
+    return subscribe(group, topics, handler, SubscribeOptions.defaults());
+  }
+
+  /**
+   * Starts consuming topics (empty: every topic of the group) as consumer
+   * group group, calling handler for each delivery, and returns at once. It
+   * runs until {@link Subscription#close()} (or a JVM shutdown, unless
+   * drainOnShutdown is off), then drains.
+   *
+   * <p>When the stream to the sidecar breaks (a sidecar restart), it
+   * reconnects with exponential backoff and full jitter, forever, logging
+   * each attempt at WARNING. It ends by itself only when the sidecar refuses
+   * the subscription for good (unknown group or topic: {@link
+   * Subscription#awaitTermination()} throws why) or a delivery frame exceeds
+   * the receive limit.
+   */
+  public Subscription subscribe(String group, List<String> topics, Handler handler, SubscribeOptions opts) {
+    if (group == null || group.isEmpty()) {
+      throw new IllegalArgumentException("spool: subscribe: group is empty: name the consumer group declared in the sidecar's subscriptions");
+    }
+    if (handler == null) {
+      throw new IllegalArgumentException("spool: subscribe: handler is null: pass a Handler (m -> { ... })");
+    }
+    Subscription s = new Subscription(this, group, topics == null ? List.of() : topics, handler, Objects.requireNonNull(opts));
+    s.start();
+    return s;
+  }
+
+  /** Closes the connection. Calls in progress fail; subscriptions and publishers should be closed first. */
+  @Override
+  public void close() {
+    channel.shutdown();
+    try {
+      if (!channel.awaitTermination(5, TimeUnit.SECONDS)) {
+        channel.shutdownNow();
+      }
+    } catch (InterruptedException e) {
+      channel.shutdownNow();
+      Thread.currentThread().interrupt();
+    }
+  }
+}

@@ -1,0 +1,67 @@
+package dev.spool;
+
+import java.time.Duration;
+import java.util.Objects;
+
+/** How a {@link HandlerServer} runs. Immutable; build with {@link #builder()}. */
+public final class HandlerServerOptions {
+  private final int concurrency;
+  private final Duration drainTimeout;
+  private final boolean drainOnShutdown;
+  private final System.Logger logger;
+
+  private HandlerServerOptions(Builder b) {
+    this.concurrency = b.concurrency;
+    this.drainTimeout = b.drainTimeout;
+    this.drainOnShutdown = b.drainOnShutdown;
+    this.logger = b.logger != null ? b.logger : System.getLogger("dev.spool");
+  }
+
+  public static HandlerServerOptions defaults() {
+    return builder().build();
+  }
+
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  public int concurrency() { return concurrency; }
+  public Duration drainTimeout() { return drainTimeout; }
+  public boolean drainOnShutdown() { return drainOnShutdown; }
+  public System.Logger logger() { return logger; }
+
+  public static final class Builder {
+    private int concurrency = SubscribeOptions.DEFAULT_CONCURRENCY;
+    private Duration drainTimeout = SubscribeOptions.DEFAULT_DRAIN_TIMEOUT;
+    private boolean drainOnShutdown = true;
+    private System.Logger logger;
+
+    private Builder() {}
+
+    /**
+     * Platform threads for handlers where the JDK has no virtual threads
+     * (default 64); calls beyond it wait. With virtual threads each call has
+     * its own. The sidecar bounds the calls (max_in_flight per partition).
+     */
+    public Builder concurrency(int n) { concurrency = n; return this; }
+
+    /** How long close() lets running calls finish (default 30 s). */
+    public Builder drainTimeout(Duration d) { drainTimeout = Objects.requireNonNull(d); return this; }
+
+    /** Whether a JVM shutdown closes the server first (default true). */
+    public Builder drainOnShutdown(boolean on) { drainOnShutdown = on; return this; }
+
+    /** Where handler errors go (default System.getLogger("dev.spool")). */
+    public Builder logger(System.Logger l) { logger = l; return this; }
+
+    public HandlerServerOptions build() {
+      if (concurrency < 1 || concurrency > SubscribeOptions.MAX_CONCURRENCY) {
+        throw new IllegalArgumentException("spool: concurrency " + concurrency + ": use 1.." + SubscribeOptions.MAX_CONCURRENCY);
+      }
+      if (drainTimeout.isNegative()) {
+        throw new IllegalArgumentException("spool: drainTimeout " + drainTimeout + ": use zero or a positive duration");
+      }
+      return new HandlerServerOptions(this);
+    }
+  }
+}

@@ -1,0 +1,102 @@
+package dev.spool;
+
+import com.google.protobuf.ByteString;
+import dev.spool.v1.PublishMessage;
+import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * A message to publish: payload, and optionally key, id and headers.
+ * Immutable; the {@code with} methods return a copy.
+ *
+ * <pre>{@code
+ * OutMessage.of("hello").withKey("order-1001").withId("order-1001").withHeader("schema", "v2")
+ * }</pre>
+ */
+public final class OutMessage {
+  private final String id;
+  private final byte[] key;
+  private final byte[] payload;
+  private final Map<String, String> headers;
+
+  private OutMessage(String id, byte[] key, byte[] payload, Map<String, String> headers) {
+    this.id = id;
+    this.key = key;
+    this.payload = payload;
+    this.headers = headers;
+  }
+
+  /** A message with this payload (copied). */
+  public static OutMessage of(byte[] payload) {
+    return new OutMessage("", new byte[0], payload.clone(), Map.of());
+  }
+
+  /** A message with this payload, encoded as UTF-8. */
+  public static OutMessage of(String payload) {
+    return new OutMessage("", new byte[0], payload.getBytes(StandardCharsets.UTF_8), Map.of());
+  }
+
+  /**
+   * The message id (at most 128 bytes). Empty: the sidecar generates one.
+   * Consumers dedupe on it, so a producer retrying after an error sends the
+   * same id again.
+   */
+  public OutMessage withId(String id) {
+    return new OutMessage(Objects.requireNonNull(id), key, payload, headers);
+  }
+
+  /** The partitioning key: same key, same partition, delivered in publish order. */
+  public OutMessage withKey(byte[] key) {
+    return new OutMessage(id, key.clone(), payload, headers);
+  }
+
+  /** The partitioning key, encoded as UTF-8. */
+  public OutMessage withKey(String key) {
+    return new OutMessage(id, key.getBytes(StandardCharsets.UTF_8), payload, headers);
+  }
+
+  /** Adds one application header (names starting with "spool-" are reserved). */
+  public OutMessage withHeader(String name, String value) {
+    Map<String, String> h = new LinkedHashMap<>(headers);
+    h.put(Objects.requireNonNull(name), Objects.requireNonNull(value));
+    return new OutMessage(id, key, payload, Map.copyOf(h));
+  }
+
+  /** Adds application headers. */
+  public OutMessage withHeaders(Map<String, String> more) {
+    Map<String, String> h = new LinkedHashMap<>(headers);
+    h.putAll(more);
+    return new OutMessage(id, key, payload, Map.copyOf(h));
+  }
+
+  public String id() {
+    return id;
+  }
+
+  public byte[] key() {
+    return key.clone();
+  }
+
+  public byte[] payload() {
+    return payload.clone();
+  }
+
+  public Map<String, String> headers() {
+    return headers;
+  }
+
+  int size() {
+    return key.length + payload.length;
+  }
+
+  PublishMessage toProto() {
+    return PublishMessage.newBuilder()
+        .setId(id)
+        .setKey(ByteString.copyFrom(key))
+        .setPayload(ByteString.copyFrom(payload))
+        .putAllHeaders(headers)
+        .build();
+  }
+}
