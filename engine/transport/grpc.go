@@ -112,8 +112,13 @@ type GRPC struct {
 	wg     sync.WaitGroup  // every goroutine the transport starts
 }
 
-// grpcMinConnectTimeout bounds one connection attempt of gRPC's channel.
-const grpcMinConnectTimeout = 5 * time.Second
+// grpcConnectParams is the reconnect backoff of the channels to peers:
+// 100 ms growing to at most 1 s between TCP connection attempts (gRPC's
+// default grows to 120 s), each attempt bounded by 5 s.
+var grpcConnectParams = grpc.ConnectParams{
+	Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
 
 type peer struct {
 	id     uint64
@@ -205,9 +210,9 @@ func (t *GRPC) AddPeer(id uint64, addr string) error {
 		grpcbuf.DialOption(),
 		// gRPC's own reconnect backoff grows to 120 s by default: a peer
 		// down for a minute would then be dialed again minutes after it is
-		// back. Keep it within the transport's.
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.Config{BaseDelay: t.cfg.Backoff.Base, Multiplier: 1.6, Jitter: 0.2, MaxDelay: t.cfg.Backoff.Max},
-			MinConnectTimeout: grpcMinConnectTimeout}),
+		// back. The channel retries a TCP connection at most every second;
+		// the lanes' Backoff spaces the streams.
+		grpc.WithConnectParams(grpcConnectParams),
 	}, t.cfg.DialOptions...)
 	for i := range p.lanes {
 		p.lanes[i] = &lane{q: newQueue(t.cfg.Limits), back: make(chan struct{}, 1)}
@@ -394,8 +399,11 @@ func (t *GRPC) push(peer uint64, lane int, msgs []Message, sizes []int) {
 
 // peerBack is called when a peer's Raft stream to us passed its handshake:
 // the peer is up, so our lanes to it retry at once instead of waiting out
-// their backoff (and gRPC's), and a restarted node's replicas hear from
-// their leaders as soon as it dials them.
+// their backoff (their next stream waits for gRPC's channel, which retries
+// within a second), and a restarted node's replicas hear from their leaders
+// as soon as it dials them. (gRPC's ResetConnectBackoff would be quicker
+// still, but in grpc-go 1.85 it reads the channel's connection map without
+// its lock: a data race the race detector caught.)
 func (t *GRPC) peerBack(id uint64) {
 	t.mu.Lock()
 	p := t.peers[id]
@@ -403,11 +411,10 @@ func (t *GRPC) peerBack(id uint64) {
 	if p == nil {
 		return
 	}
-	for i, l := range p.lanes {
+	for _, l := range p.lanes {
 		if l.connected.Load() {
 			continue
 		}
-		p.conn[i].ResetConnectBackoff()
 		select {
 		case l.back <- struct{}{}:
 		default:
@@ -431,9 +438,10 @@ func (t *GRPC) backoff(attempt int) time.Duration {
 func (t *GRPC) runLane(ctx context.Context, p *peer, li int) {
 	l := p.lanes[li]
 	client := clusterv1.NewPeerServiceClient(p.conn[li])
-	attempt := 0
+	attempt, back := 0, false
 	for {
-		established, err := t.session(ctx, client, p, l)
+		established, err := t.session(ctx, client, p, l, back)
+		back = false
 		l.connected.Store(false)
 		if ctx.Err() != nil {
 			return
@@ -459,18 +467,24 @@ func (t *GRPC) runLane(ctx context.Context, p *peer, li int) {
 		case <-timer.C:
 		case <-l.back:
 			timer.Stop()
+			back = true
 		}
 	}
 }
 
 // session runs one stream: handshake, then flushes until it fails.
-// established says whether the handshake completed.
-func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, p *peer, l *lane) (established bool, err error) {
+// established says whether the handshake completed. back: the peer just
+// dialed us, so the stream waits (up to HandshakeTimeout) for gRPC's
+// channel to reconnect rather than failing at once while the channel is
+// between attempts.
+func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, p *peer, l *lane, back bool) (established bool, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	stream, err := client.Raft(sctx, grpc.WaitForReady(false))
+	opening := time.AfterFunc(t.cfg.HandshakeTimeout, cancel)
+	stream, err := client.Raft(sctx, grpc.WaitForReady(back))
+	opening.Stop()
 	if err != nil {
 		return false, fmt.Errorf("peer %d at %s: opening the Raft stream: %w", p.id, p.addr, err)
 	}
