@@ -309,8 +309,8 @@ func (m *machine) connected(s *sub) bool {
 // Degradation (docs/groups.md, "Degraded members"). A subscription whose
 // breakers have held its deliveries (some breaker not closed) for
 // Membership.DegradeAfter says its member is degraded; the coordinator then
-// gives its partitions to members that are not, or leaves the assignment
-// alone when every member is degraded (a downstream down for all). A
+// gives its partitions to members that are not, or, when every member is
+// degraded (a downstream down for all), shares them as if none were. A
 // degraded member that owns none of the topic's partitions has nothing to
 // probe its downstream with, so after DegradeAfter more it forgets its
 // breakers' state and says it is healthy again: it takes its share back

@@ -64,8 +64,8 @@ type Join struct {
 // Heartbeat or Join without Yield; and whether it is degraded: its
 // breakers have held its deliveries past their threshold, so it gives its
 // partitions to members that are not, and takes partitions only when every
-// member that could take them is degraded too (a downstream down for
-// everyone leaves the assignment as it is).
+// member that could take them is degraded too (then the flag counts for
+// nothing: a downstream down for everyone does not empty the group).
 type Heartbeat struct {
 	Member   string
 	Session  string
