@@ -73,8 +73,8 @@ type ClusterConfig struct {
 	GroupRevokeTimeout time.Duration `yaml:"group_revoke_timeout"`
 	// GroupDegradeAfter: a sidecar whose breakers have held a subscription's
 	// deliveries this long tells the group's coordinator, which gives its
-	// partitions to sidecars whose breakers are closed (none moves when
-	// every sidecar's breakers are open). Default 2m, 10s to 24h.
+	// partitions to sidecars whose breakers are closed (when every sidecar
+	// is degraded the flag counts for nothing). Default 2m, 10s to 24h.
 	GroupDegradeAfter time.Duration `yaml:"group_degrade_after"`
 }
 
