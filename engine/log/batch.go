@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 )
 
 // Batch framing (format 2). The layout is documented byte by byte in
@@ -214,6 +215,15 @@ func encodeBatch(dst []byte, hdr BatchHeader, recs []Record, defTs int64) []byte
 		}
 	}
 	hdr.Count = uint32(len(recs))
+	// Room for the whole frame at once: appending a large batch piece by
+	// piece grew and copied the buffer a dozen times (a tenth of a cluster
+	// node's CPU under publish load went to that).
+	need := BatchHeaderSize
+	for i := range recs {
+		n := recordBodySize(&recs[i], hdr.FirstTimestamp, i, defTs)
+		need += uvarintLen(uint64(n)) + n
+	}
+	dst = slices.Grow(dst, need)
 	var h [BatchHeaderSize]byte
 	dst = append(dst, h[:]...)
 	for i := range recs {

@@ -1,32 +1,79 @@
 // Package grpcbuf gives spoold's gRPC servers and clients a buffer pool
-// sized for its messages.
+// sized for its messages that does not zero what it hands out.
 //
 // grpc-go's default pool has tiers of 256 B, 4, 16 and 32 KiB and 1 MiB,
 // and zeroes a buffer when it hands it out: every message between 32 KiB
 // and 1 MiB (a publish batch of a hundred 1 KiB messages, a raft append)
 // took a 1 MiB buffer and cleared all of it — a sixth of a cluster node's
 // CPU under publish load. These tiers double from 256 B to 8 MiB, so a
-// buffer is at most twice the message.
+// buffer is at most twice the message; and even so, zeroing the buffers of
+// the messages read and written was a tenth of a node's CPU under
+// publish-rf3 (profile of 2026-12-01). gRPC uses a buffer from its pool only
+// up to what it wrote into it — a frame read in full, a message marshalled,
+// the bytes a read returned (grpc-go keeps a non-zeroing pool of its own for
+// those paths, internal to it) — so this pool skips the zeroing.
 //
 // It imports only gRPC, so that both the engine and the sidecar may.
 package grpcbuf
 
 import (
+	"sync"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
 )
 
-// tierExponents are the pool's buffer sizes, as powers of two.
-var tierExponents = []uint8{8, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}
+// The pool's buffer sizes are the powers of two from 2^minExp (256 B) to
+// 2^maxExp (8 MiB).
+const (
+	minExp = 8
+	maxExp = 23
+)
+
+// Pool is a tiered pool of byte buffers whose sizes are powers of two. Get
+// returns a buffer of the length asked for, with stale bytes in it; a
+// length above the largest tier is allocated and not kept.
+type Pool struct {
+	tiers [maxExp - minExp + 1]sync.Pool
+}
+
+var _ mem.BufferPool = (*Pool)(nil)
 
 // New returns a new pool.
-func New() mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(tierExponents...)
-	if err != nil {
-		panic("grpcbuf: " + err.Error()) // the exponents are constants
+func New() *Pool { return &Pool{} }
+
+// tier is the index of the smallest tier of at least n bytes, or -1.
+func tier(n int) int {
+	for e := minExp; e <= maxExp; e++ {
+		if n <= 1<<e {
+			return e - minExp
+		}
 	}
-	return p
+	return -1
+}
+
+// Get returns a buffer of length n (not zeroed).
+func (p *Pool) Get(n int) *[]byte {
+	i := tier(n)
+	if i < 0 {
+		b := make([]byte, n)
+		return &b
+	}
+	if v, ok := p.tiers[i].Get().(*[]byte); ok {
+		*v = (*v)[:n]
+		return v
+	}
+	b := make([]byte, n, 1<<(i+minExp))
+	return &b
+}
+
+// Put takes a buffer back; one whose capacity is not a tier's is dropped.
+func (p *Pool) Put(b *[]byte) {
+	c := cap(*b)
+	if i := tier(c); i >= 0 && c == 1<<(i+minExp) {
+		p.tiers[i].Put(b)
+	}
 }
 
 // ServerOption makes a server use a new pool.
