@@ -99,12 +99,16 @@ func checkExit(t *testing.T, evs []event, minReleased int64) event {
 // last error and a growing fencing token.
 func testRetryBackoff(t *testing.T, l *language, redis *testredis.Server) {
 	e := newEnv(t, l, redis, sub{maxAttempts: 10, backoff: "{base: 100ms, max: 1s, multiplier: 2}"})
+	a := e.startApp("consumer", e.consumer(2, 2, 0))
+	// A first message warms the app up (a cold JVM takes 100 ms for its
+	// first handler): the retry-after check below has 50 ms of slack.
+	warm := e.publish(spool.OutMessage{Key: []byte("warm"), Payload: []byte("ack")})[0].ID
+	a.await("a first message acked", 30*time.Second, all([]string{warm}, "finish", "ack"))
 	rs := e.publish(
 		spool.OutMessage{Key: []byte("plain"), Payload: []byte("fail=3")},
 		spool.OutMessage{Key: []byte("after"), Payload: []byte("fail=2 retry_after=400")},
 	)
 	plain, after := rs[0].ID, rs[1].ID
-	a := e.startApp("consumer", e.consumer(2, 2, 0))
 	evs := a.await("both messages acked", 30*time.Second, all([]string{plain, after}, "finish", "ack"))
 	for id, attempts := range map[string]int{plain: 4, after: 3} {
 		ss := starts(evs, id)
@@ -128,8 +132,15 @@ func testRetryBackoff(t *testing.T, l *language, redis *testredis.Server) {
 				t.Errorf("message %s attempt %d: fencing token %d not above the previous %d", id, s.Attempt, s.Token, ss[i-1].Token)
 			}
 			if id == after {
-				if gap := s.at.Sub(ss[i-1].at); gap < 350*time.Millisecond {
-					t.Errorf("message %s attempt %d came %v after the previous one, before its retry-after of 400ms", id, s.Attempt, gap)
+				// From the handler's return (its finish event, before the
+				// SDK sends the nack) to the next delivery's start. spoold
+				// dates a settlement by when its delivery loop last woke,
+				// not by its arrival (sidecar/deliver/group.go applies the
+				// first event of a wake with the time taken before the
+				// select), so the retry comes early by as long as the
+				// handler took: 50 ms of slack for a warm app (docs/sdks.md).
+				if gap := s.TimeMs - finishOf(evs, id, i).TimeMs; gap < 350 {
+					t.Errorf("message %s attempt %d started %d ms after attempt %d returned its retry-after of 400 ms", id, s.Attempt, gap, i)
 				}
 			}
 		}

@@ -187,6 +187,7 @@ type event struct {
 	Token        uint64   `json:"token"`
 	LastError    string   `json:"last_error"`
 	Outcome      string   `json:"outcome"` // ack | retry | dead | release | cancelled | unsupported
+	TimeMs       int64    `json:"time_ms"` // start and finish: the app's clock when it wrote the event
 	Released     int64    `json:"released"`
 	SettleErrors int64    `json:"settle_errors"`
 	Type         string   `json:"type"`
@@ -194,8 +195,6 @@ type event struct {
 	Reason       string   `json:"reason"`
 	Message      string   `json:"message"`
 	Results      []result `json:"results"`
-
-	at time.Time // when the harness read it
 }
 
 type result struct {
@@ -248,7 +247,6 @@ func (e *env) startApp(name string, s spec) *app {
 				a.mu.Unlock()
 				continue
 			}
-			ev.at = time.Now()
 			a.mu.Lock()
 			a.events = append(a.events, ev)
 			a.mu.Unlock()
@@ -366,6 +364,16 @@ func all(ids []string, ev, outcome string) func([]event) bool {
 		}
 		return true
 	}
+}
+
+// finishOf is the finish event of id's attempt.
+func finishOf(evs []event, id string, attempt int) event {
+	for _, x := range evs {
+		if x.Ev == "finish" && x.ID == id && x.Attempt == attempt {
+			return x
+		}
+	}
+	return event{}
 }
 
 func starts(evs []event, id string) []event {

@@ -99,9 +99,10 @@ func consume(ctx context.Context, client *spool.Client, s spec, ev *events) int 
 		n := seen[m.ID]
 		seenMu.Unlock()
 		ev.emit(map[string]any{"ev": "start", "id": m.ID, "key": string(m.Key), "payload": string(m.Payload),
-			"attempt": m.Attempt, "partition": m.Partition, "offset": m.Offset, "token": m.FencingToken, "last_error": m.LastError})
+			"attempt": m.Attempt, "partition": m.Partition, "offset": m.Offset, "token": m.FencingToken, "last_error": m.LastError,
+			"time_ms": time.Now().UnixMilli()})
 		finish := func(outcome string) {
-			ev.emit(map[string]any{"ev": "finish", "id": m.ID, "key": string(m.Key), "attempt": m.Attempt, "outcome": outcome})
+			ev.emit(map[string]any{"ev": "finish", "id": m.ID, "key": string(m.Key), "attempt": m.Attempt, "outcome": outcome, "time_ms": time.Now().UnixMilli()})
 		}
 		if s.DelayMs > 0 {
 			select {

@@ -58,6 +58,7 @@ public final class App {
       start.put("offset", m.offset());
       start.put("token", m.fencingToken());
       start.put("last_error", m.lastError());
+      start.put("time_ms", System.currentTimeMillis());
       emit(start);
       if (delayMs > 0) {
         try {
@@ -152,6 +153,7 @@ public final class App {
     ev.put("key", key);
     ev.put("attempt", attempt);
     ev.put("outcome", outcome);
+    ev.put("time_ms", System.currentTimeMillis());
     emit(ev);
   }
 

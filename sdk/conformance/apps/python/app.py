@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 import sys
+import time
 from typing import Any
 
 import spool
@@ -39,10 +40,11 @@ async def consume(client: spool.Client, s: dict[str, Any]) -> int:
         seen[m.id] = seen.get(m.id, 0) + 1
         n = seen[m.id]
         emit({"ev": "start", "id": m.id, "key": m.key.decode(), "payload": m.payload.decode(), "attempt": m.attempt,
-              "partition": m.partition, "offset": m.offset, "token": m.fencing_token, "last_error": m.last_error})
+              "partition": m.partition, "offset": m.offset, "token": m.fencing_token, "last_error": m.last_error,
+              "time_ms": int(time.time() * 1000)})
 
         def finish(outcome: str) -> None:
-            emit({"ev": "finish", "id": m.id, "key": m.key.decode(), "attempt": m.attempt, "outcome": outcome})
+            emit({"ev": "finish", "id": m.id, "key": m.key.decode(), "attempt": m.attempt, "outcome": outcome, "time_ms": int(time.time() * 1000)})
 
         if delay > 0:
             try:

@@ -51,9 +51,9 @@ async function consume(client, s) {
     seen.set(m.id, n);
     const key = m.key.toString();
     const payload = m.payload.toString();
-    emit({ ev: "start", id: m.id, key, payload, attempt: m.attempt, partition: m.partition, offset: m.offset, token: m.fencingToken, last_error: m.lastError });
+    emit({ ev: "start", id: m.id, key, payload, attempt: m.attempt, partition: m.partition, offset: m.offset, token: m.fencingToken, last_error: m.lastError, time_ms: Date.now() });
     /** @param {string} outcome */
-    const finish = (outcome) => emit({ ev: "finish", id: m.id, key, attempt: m.attempt, outcome });
+    const finish = (outcome) => emit({ ev: "finish", id: m.id, key, attempt: m.attempt, outcome, time_ms: Date.now() });
     if (s.delay_ms > 0) {
       try {
         await sleep(s.delay_ms, signal);
