@@ -9,6 +9,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("SPOOL_CONFORMANCE_LANGS") == "" {
+		os.Exit(m.Run()) // TestConformance skips, saying how to run it: build nothing
+	}
 	dir, err := os.MkdirTemp("", "spool-conformance-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
