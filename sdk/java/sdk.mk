@@ -7,11 +7,18 @@
 JAVA_SDK := $(CURDIR)/sdk/java
 MVN ?= mvn
 
-.PHONY: test-sdk-java
-test-sdk-java: deps
+.PHONY: java-toolchain build-sdk-java test-sdk-java
+java-toolchain:
 	@v=$$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p'); \
-	  [ -n "$$v" ] && [ "$${v%%.*}" -ge 17 ] 2>/dev/null || { echo "test-sdk-java: needs a JDK 17 or later on PATH (found '$$v'): make deps installs openjdk-17-jdk-headless"; exit 1; }
-	@command -v $(MVN) >/dev/null || { echo "test-sdk-java: needs Maven ($(MVN)): make deps installs it"; exit 1; }
+	  [ -n "$$v" ] && [ "$${v%%.*}" -ge 17 ] 2>/dev/null || { echo "the Java SDK needs a JDK 17 or later on PATH (found '$$v'): make deps installs openjdk-17-jdk-headless"; exit 1; }
+	@command -v $(MVN) >/dev/null || { echo "the Java SDK needs Maven ($(MVN)): make deps installs it"; exit 1; }
+
+## build-sdk-java: the SDK's classes (target/classes) and its runtime
+## classpath (target/classpath.txt), for programs run on the SDK outside Maven.
+build-sdk-java: java-toolchain
+	cd $(JAVA_SDK) && $(MVN) -B -ntp -q -DskipTests compile dependency:build-classpath -Dmdep.includeScope=runtime -Dmdep.outputFile=target/classpath.txt
+
+test-sdk-java: deps java-toolchain
 	@mkdir -p $(JAVA_SDK)/target
 	$(GO) build -o $(JAVA_SDK)/target/spoold ./cmd/spoold
 	cd $(JAVA_SDK) && $(MVN) -B -ntp test -Dspoold.bin=$(JAVA_SDK)/target/spoold -Dspool.test.requirePg=true

@@ -5,11 +5,15 @@
 # make deps).
 TS_SDK := $(CURDIR)/sdk/typescript
 
-.PHONY: test-sdk-typescript
-test-sdk-typescript:
-	@command -v node >/dev/null && node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' || { echo "test-sdk-typescript: needs Node 20 or later and npm"; exit 1; }
+.PHONY: build-sdk-typescript test-sdk-typescript
+## build-sdk-typescript: node_modules from the lockfile and the SDK's dist/.
+build-sdk-typescript:
+	@command -v node >/dev/null && node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' || { echo "$@: the TypeScript SDK needs Node 20 or later and npm"; exit 1; }
 	cd $(TS_SDK) && npm ci --no-audit --no-fund --loglevel=error
-	cd $(TS_SDK) && npm run --silent build && npm run --silent build:test
+	cd $(TS_SDK) && npm run --silent build
+
+test-sdk-typescript: build-sdk-typescript
+	cd $(TS_SDK) && npm run --silent build:test
 	$(GO) build -o $(TS_SDK)/build/spoold ./cmd/spoold
 	cd $(TS_SDK) && SPOOL_TEST_REQUIRE_PG=1 SPOOLD=$(TS_SDK)/build/spoold node --test --test-concurrency=1 build/test/*.test.js
 

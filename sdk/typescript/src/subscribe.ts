@@ -138,6 +138,8 @@ export function subscribeWith(client: Client, opts: SubscribeOptions): Promise<v
 interface WorkItem {
   s: Session;
   d: Delivery;
+  /** Extends the delivery's lease from its receipt: while it waits for a worker too. */
+  lease: LeaseKeeper;
 }
 
 class Subscriber {
@@ -249,6 +251,7 @@ class Subscriber {
   private releaseQueued(): void {
     while (this.qHead < this.queue.length) {
       const it = this.queue[this.qHead++]!;
+      it.lease.end();
       it.s.release(it.d);
     }
     this.queue.length = 0;
@@ -257,7 +260,7 @@ class Subscriber {
 
   /** Hands a delivery to a handler now or queues it. */
   enqueue(s: Session, d: Delivery): void {
-    this.queue.push({ s, d });
+    this.queue.push({ s, d, lease: new LeaseKeeper(s, d) });
     this.pump();
   }
 
@@ -269,18 +272,21 @@ class Subscriber {
         this.queue.splice(0, this.qHead);
         this.qHead = 0;
       }
-      if (it.s.dead) continue; // the stream broke: the sidecar released it already
+      if (it.s.dead) {
+        it.lease.end();
+        continue; // the stream broke: the sidecar released it already
+      }
       if (this.draining) {
+        it.lease.end();
         it.s.release(it.d);
         continue;
       }
       this.running++;
-      void this.process(it.s, it.d);
+      void this.process(it.s, it.d, it.lease);
     }
   }
 
-  private async process(s: Session, d: Delivery): Promise<void> {
-    const lease = new LeaseKeeper(s, d);
+  private async process(s: Session, d: Delivery, lease: LeaseKeeper): Promise<void> {
     let ok = true;
     let thrown: unknown;
     try {
@@ -306,9 +312,11 @@ function refOf(d: Delivery): DeliveryRef {
 }
 
 /**
- * Extends a running handler's lease: at 2/3 of the lease (from the
- * delivery's lease deadline), then every 2/3 of the visibility timeout from
- * Started, until the handler returns.
+ * Extends a delivery's lease from its receipt until its handler returns: at
+ * 2/3 of the lease (from the delivery's lease deadline), then every 2/3 of
+ * the visibility timeout from Started. The lease runs while a prefetched
+ * delivery waits for a worker too, so the keeper starts when the delivery is
+ * queued, not when its handler starts.
  */
 class LeaseKeeper {
   private timer: NodeJS.Timeout | undefined;

@@ -156,6 +156,27 @@ describe("leases and reconnect", () => {
     }
   });
 
+  test("prefetched deliveries keep their lease while they wait for a worker", async () => {
+    const n = await Node.start(config({ visibility: "1s" }));
+    const c = await Client.connect(n.app);
+    try {
+      const attempts = new Map<string, number[]>();
+      // One worker, two prefetched, 1.2 s handlers: the third waits 2.4 s.
+      const sub = run(c, async (m) => {
+        attempts.set(m.id, [...(attempts.get(m.id) ?? []), m.attempt]);
+        await new Promise((r) => setTimeout(r, 1200));
+      }, { concurrency: 1, prefetch: 2 });
+      await c.publishBatch("orders", ["a", "b", "c"].map((k) => ({ id: `wait-${k}`, key: k, payload: "x" })));
+      await eventually("three messages acked", () => sub.stats.acked === 3, 20_000);
+      await sub.stop();
+      for (const k of ["a", "b", "c"]) assert.deepEqual(attempts.get(`wait-${k}`), [1], `wait-${k}: its lease expired while it waited`);
+      assert.equal(sub.stats.settleErrors, 0);
+    } finally {
+      c.close();
+      await n.kill();
+    }
+  });
+
   test("release does not count an attempt (Redis ledger)", async () => {
     const redis = await Redis.start();
     const n = await Node.start(config({ redis: redis.addr }));
