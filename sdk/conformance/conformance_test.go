@@ -133,12 +133,9 @@ func testRetryBackoff(t *testing.T, l *language, redis *testredis.Server) {
 			}
 			if id == after {
 				// From the handler's return (its finish event, before the
-				// SDK sends the nack) to the next delivery's start. spoold
-				// dates a settlement by when its delivery loop last woke,
-				// not by its arrival (sidecar/deliver/group.go applies the
-				// first event of a wake with the time taken before the
-				// select), so the retry comes early by as long as the
-				// handler took: 50 ms of slack for a warm app (docs/sdks.md).
+				// SDK sends the nack) to the next delivery's start; 50 ms
+				// of slack for the time between the two clocks' readings
+				// (the sidecar dates the nack when it applies it).
 				if gap := s.TimeMs - finishOf(evs, id, i).TimeMs; gap < 350 {
 					t.Errorf("message %s attempt %d started %d ms after attempt %d returned its retry-after of 400 ms", id, s.Attempt, gap, i)
 				}

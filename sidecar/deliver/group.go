@@ -255,7 +255,7 @@ func (d *driver) loop(ctx context.Context, changed <-chan struct{}) {
 		}
 		select {
 		case ev := <-g.inbox:
-			ev.apply(g, now)
+			ev.apply(g, time.Now()) // not now: the loop may have slept long since
 			// Take whatever else is queued before doing a round of work.
 			for more := true; more; {
 				select {

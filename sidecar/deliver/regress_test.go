@@ -256,3 +256,26 @@ func TestDrainWithLedgerEndsWhenNothingIsInFlight(t *testing.T) {
 		}
 	})
 }
+
+// A settlement is dated when it arrives, not when the delivery loop last
+// looked at the clock before it slept: a retry after 400 ms sent by a
+// handler that worked 300 ms came back after 100 ms, because the loop
+// applied the first event after waking with the time taken before it
+// blocked (found by the SDK conformance suite: 273-301 ms for 400).
+func TestSettlementIsDatedWhenItArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newTestEngine()
+		h := startGroup(t, eng, GroupConfig{Subscriptions: []Subscription{testSub(tracker.Config{MaxAttempts: 10})}})
+		c := h.join(10, 1)
+		eng.publish(tTopic, 0, msg("m-1", nil))
+		d := c.deliveries(1, time.Minute)[0]
+		synctest.Wait()
+		time.Sleep(300 * time.Millisecond) // sleep-ok: fake time; the handler works 300 ms
+		sent := time.Now()
+		c.send(&spoolv1.SubscribeRequest{Credit: 1, Nacks: []*spoolv1.Nack{{Ref: refOf(d), Outcome: spoolv1.Outcome_OUTCOME_RETRY, RetryAfterMs: 400, Error: "busy"}}})
+		again := c.deliveries(1, time.Minute)[0]
+		if got := time.Since(sent); again.GetMessageId() != "m-1" || got < 400*time.Millisecond {
+			t.Fatalf("redelivered %s %v after a retry of 400 ms was asked for", again.GetMessageId(), got)
+		}
+	})
+}
