@@ -205,7 +205,7 @@ func testDeadLetter(t *testing.T, l *language, redis *testredis.Server) {
 }
 
 // 4. A release counts no attempt: deliveries handed back unstarted at the
-// drain come back at attempt 1, and (SDKs with a release outcome) so does a
+// drain come back at attempt 1, and so does a
 // message its handler releases twice.
 func testRelease(t *testing.T, l *language, redis *testredis.Server) {
 	e := newEnv(t, l, redis, sub{ordering: "none"})

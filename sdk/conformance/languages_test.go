@@ -74,7 +74,8 @@ const buildHint = "run `make test-sdk-conformance`, which builds every SDK first
 
 var languages = []*language{
 	{
-		name: "go",
+		name:             "go",
+		releaseInHandler: true,
 		errorTypes: map[string]string{
 			"UNKNOWN_TOPIC":     "*status.Status",
 			"MESSAGE_TOO_LARGE": "*status.Status",

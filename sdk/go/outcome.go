@@ -16,6 +16,8 @@ import (
 //   - Retry / RetryDownstream: RETRY after the given delay (0 = the
 //     subscription's backoff), with the error text shown to the next attempt.
 //   - DeadLetter: DEAD_LETTER now, with the reason recorded in the DLQ entry.
+//   - Release: RELEASE, handed back untouched: delivered again at once
+//     (to this or another consumer) without counting an attempt.
 //   - any other error: RETRY after the subscription's backoff, with err.Error().
 //   - a panic: recovered, RETRY with the panic text.
 //
@@ -86,6 +88,19 @@ func DeadLetter(reason string) error {
 	return &DeadLetterError{Reason: reason}
 }
 
+// ReleaseError hands the delivery back without counting an attempt. Build
+// it with Release.
+type ReleaseError struct{}
+
+func (*ReleaseError) Error() string { return "released" }
+
+// Release returns the error a Handler returns to hand a message back
+// untouched — it did nothing with it (this instance is shutting down, or
+// the message is for someone else): the sidecar delivers it again at once,
+// at the same attempt number. A handler that did work and failed should
+// Retry instead, so that max_attempts bounds the tries.
+func Release() error { return &ReleaseError{} }
+
 // maxErrorTextBytes bounds the error text and reason sent with a Nack, so a
 // huge error (a whole response body) cannot make a settlement frame fail.
 const maxErrorTextBytes = 4096
@@ -114,6 +129,11 @@ func settlementFor(ref deliveryRef, err error) settlement {
 	s := settlement{ref: ref, returnCredit: true}
 	if err == nil {
 		s.outcome = spoolv1.Outcome_OUTCOME_ACK
+		return s
+	}
+	var rel *ReleaseError
+	if errors.As(err, &rel) {
+		s.outcome = spoolv1.Outcome_OUTCOME_RELEASE
 		return s
 	}
 	var dl *DeadLetterError

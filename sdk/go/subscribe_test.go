@@ -3,6 +3,7 @@ package spool_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -518,5 +519,17 @@ func TestFrameAboveReceiveLimitStopsWithAClearError(t *testing.T) {
 	}
 	if mr := e.side.Record().Starts[0].GetMaxReceiveBytes(); mr != 1<<20 {
 		t.Fatalf("Start.max_receive_bytes = %d, want the limit set, %d", mr, 1<<20)
+	}
+}
+
+// A handler returning spool.Release (wrapped too) settles its delivery as
+// RELEASE, with no error text: handed back without an attempt counted.
+func TestRelease(t *testing.T) {
+	for _, err := range []error{spool.Release(), fmt.Errorf("not mine: %w", spool.Release())} {
+		e := newEnv(t, fakesidecar.Config{})
+		n := oneNack(t, e, func(context.Context, *spool.Message) error { return err })
+		if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RELEASE || n.GetError() != "" || n.GetRetryAfterMs() != 0 {
+			t.Errorf("%v: nack %v", err, n)
+		}
 	}
 }

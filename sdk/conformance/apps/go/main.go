@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -115,10 +114,8 @@ func consume(ctx context.Context, client *spool.Client, s spec, ev *events) int 
 		d := directives(string(m.Payload))
 		if v, ok := d["release"]; ok {
 			if r, _ := strconv.Atoi(v); n <= r {
-				// The Go SDK has no outcome that releases from a handler: it
-				// releases only at the drain (deliveries never started).
-				finish("unsupported")
-				return errors.New("release from a handler: not in the Go SDK")
+				finish("release")
+				return spool.Release()
 			}
 		}
 		if v, ok := d["fail"]; ok {
