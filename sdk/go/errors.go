@@ -23,6 +23,20 @@ import (
 // the id.
 var ErrOutcomeUnknown = errors.New("outcome unknown")
 
+// Reason returns the sidecar's reason for an error from this SDK — the
+// stable code in the ErrorInfo of its status (UNKNOWN_TOPIC,
+// MESSAGE_TOO_LARGE, DISK_FULL, OUTCOME_UNKNOWN ...; docs/errors.md) —
+// or "" when the error carries none (the sidecar was not reached, or the
+// error is not from a call to it). It looks through wrapping.
+func Reason(err error) string {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if r := errorReason(e); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
 // errorReason is the ErrorInfo reason of a gRPC status error, or "".
 func errorReason(err error) string {
 	st, ok := status.FromError(err)

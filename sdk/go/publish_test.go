@@ -356,3 +356,23 @@ func TestOutcomeUnknownSaysRetryWithTheSameIDs(t *testing.T) {
 		t.Fatalf("errors.Is(err, spool.ErrOutcomeUnknown) = false for %v", err)
 	}
 }
+
+// spool.Reason reads the sidecar's reason out of the SDK's (wrapped) errors.
+func TestReasonOfAnError(t *testing.T) {
+	st, err := status.New(codes.NotFound, "publish: unknown topic \"ordrs\"").
+		WithDetails(&errdetails.ErrorInfo{Reason: "UNKNOWN_TOPIC", Domain: "spool.dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, fakesidecar.Config{PublishError: st.Err()})
+	_, err = e.client.Publish(ctxT(t), "ordrs", nil, []byte("x"))
+	if got := spool.Reason(err); got != "UNKNOWN_TOPIC" {
+		t.Fatalf("Reason(%v) = %q, want UNKNOWN_TOPIC", err, got)
+	}
+	if got := spool.Reason(fmt.Errorf("checkout: %w", err)); got != "UNKNOWN_TOPIC" {
+		t.Fatalf("Reason of a wrapped error = %q", got)
+	}
+	if got := spool.Reason(errors.New("plain")); got != "" {
+		t.Fatalf("Reason of a plain error = %q, want empty", got)
+	}
+}
