@@ -140,8 +140,8 @@ func sameSet(a, b []uint64) bool {
 }
 
 // removeStrayReplicas deletes the data of partitions this node no longer
-// holds and has not opened: replicas a move took away while it was down
-// (and the rest of a deletion a crash cut short). The chores call it until
+// holds and has not opened, once they do not move: replicas a move took
+// away while it was down (and the rest of a deletion a crash cut short). The chores call it until
 // it returns true, once per start. A node's own view may be behind after a
 // power loss (the commit index is not fsynced on every change), and a
 // replica given to it after that point must not be taken for a stray: a
@@ -180,12 +180,17 @@ func (c *cluster) removeStrayReplicas(ctx context.Context) bool {
 	c.mu.Lock()
 	local := c.state
 	c.mu.Unlock()
+	// holds: the partition's group, whether this node holds (or is
+	// getting) a replica of it or it is moving (the group's configuration
+	// may then still count this node: see placeTopic), and whether s
+	// knows the partition.
 	holds := func(s *meta.State, topic string, i int) (uint64, bool, bool) {
 		t, ok := s.Topic(topic)
 		if !ok || i >= len(t.Partitions) {
 			return 0, false, false
 		}
-		return t.Partitions[i].Group, slices.Contains(t.Partitions[i].Holders(), c.id.NodeID), true
+		p := t.Partitions[i]
+		return p.Group, p.Target != nil || slices.Contains(p.Replicas, c.id.NodeID), true
 	}
 	for _, t := range lead.Topics() {
 		for i := range t.Partitions {
@@ -193,9 +198,9 @@ func (c *cluster) removeStrayReplicas(ctx context.Context) bool {
 			if !stored[name] {
 				continue
 			}
-			group, leadHolds, _ := holds(lead, t.Spec.Name, i)
-			lgroup, localHolds, known := holds(local, t.Spec.Name, i)
-			if leadHolds || localHolds || !known || lgroup != group {
+			group, leadKeeps, _ := holds(lead, t.Spec.Name, i)
+			lgroup, localKeeps, known := holds(local, t.Spec.Name, i)
+			if leadKeeps || localKeeps || !known || lgroup != group {
 				continue
 			}
 			// Checked and deleted under the engine's lock: placing a topic

@@ -240,3 +240,178 @@ func TestClusterMovesReplicas(t *testing.T) {
 		}
 	}
 }
+
+// A move given up half way — its target set back to the replicas the
+// partition has, as NextMove does when the node a move was going to goes
+// down and the best replacement is the node it was leaving — is a move
+// back: the group's leader takes the learner it had added out of the
+// group's configuration before the end is recorded. Before, the target was
+// simply cleared: the learner stayed in the configuration (the leader kept
+// its progress), its node deleted its copy (it held nothing any more), and
+// when a later move gave it the partition again it opened an empty log the
+// leader took for a caught-up one — raft's "tocommit(N) is out of range
+// [lastIndex(0)]" panic on that node, and an empty voter once promoted.
+func TestClusterMoveGivenUpHalfWay(t *testing.T) {
+	tc := newTestCluster(t, 4)
+	if err := tc.nodes[0].n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var acked []log.Record
+	publish := func(round string) {
+		t.Helper()
+		for i := range 20 {
+			v := fmt.Sprintf("%s-%d", round, i)
+			off, err := produce(tc.nodes[0].n, "orders", 0, v)
+			if err != nil {
+				t.Fatalf("publish %s: %v", v, err)
+			}
+			acked = append(acked, log.Record{Offset: off, Value: []byte(v)})
+		}
+	}
+	awaitCond(t, 30*time.Second, "a first publish", func() error {
+		_, err := produce(tc.nodes[0].n, "orders", 0, "first")
+		if err == nil {
+			acked = nil // its offset is not known; read from 1 on below
+		}
+		return err
+	})
+	publish("before")
+	byID := map[uint64]*clusterNode{}
+	for _, cn := range tc.nodes {
+		cs, _ := cn.n.ClusterStatus()
+		byID[cs.NodeID] = cn
+	}
+	topic, _ := controllerState(tc.nodes[0].n).Topic("orders")
+	mp := topic.Partitions[0]
+	reps := slices.Clone(mp.Replicas)
+	var spare uint64
+	for id := range byID {
+		if !slices.Contains(reps, id) {
+			spare = id
+		}
+	}
+	there := append(slices.Clone(reps[:2]), spare)
+	move := func(to []uint64) {
+		t.Helper()
+		if _, err := tc.nodes[0].n.cl.proposeMeta(context.Background(), meta.Command{MoveReplicas: &meta.MoveReplicas{Group: mp.Group, Replicas: to}}); err != nil {
+			t.Fatalf("move to %v: %v", to, err)
+		}
+	}
+	status := func() (raftStatus, error) {
+		ld := tc.leaderOf("orders", 0)
+		if ld == nil {
+			return raftStatus{}, errors.New("no leader")
+		}
+		st, _ := ld.n.cl.host.Status(mp.Group)
+		return raftStatus{voters: st.Voters, learners: st.Learners, joint: st.Joint}, nil
+	}
+	// Throughout, a node the group's configuration counts keeps its copy
+	// once it has opened it (a node may open its copy after the leader
+	// added it: it then has nothing the leader counts on).
+	stop := make(chan struct{})
+	watched := make(chan error, 1)
+	go func() { // owned: stopped and awaited below
+		opened := map[uint64]bool{}
+		for {
+			select {
+			case <-stop:
+				watched <- nil
+				return
+			case <-time.After(2 * time.Millisecond): // sleep-ok: sampling an invariant
+			}
+			st, err := status()
+			if err != nil {
+				continue
+			}
+			counted := append(slices.Clone(st.voters), st.learners...)
+			for id := range byID {
+				if !slices.Contains(counted, id) {
+					delete(opened, id)
+					continue
+				}
+				has := hasCopy(byID[id].n, "orders", 0)
+				if !has && opened[id] {
+					watched <- fmt.Errorf("node %d closed its copy while the group's configuration %+v counts it", id, st)
+					return
+				}
+				opened[id] = opened[id] || has
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-watched; err != nil {
+			t.Error(err)
+		}
+	}()
+	// Start a move to the spare node and give it up as soon as the spare
+	// node is a learner of the group.
+	move(there)
+	awaitCond(t, 30*time.Second, "the spare node a learner", func() error {
+		st, err := status()
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(st.learners, spare) {
+			return fmt.Errorf("configuration %+v, want learner %d", st, spare)
+		}
+		return nil
+	})
+	move(reps)
+	settled := func(want []uint64) func() error {
+		return func() error {
+			topic, _ := controllerState(tc.nodes[0].n).Topic("orders")
+			if mp := topic.Partitions[0]; mp.Target != nil || !sameSet(mp.Replicas, want) {
+				return fmt.Errorf("replicas %v moving to %v, want %v settled", mp.Replicas, mp.Target, want)
+			}
+			st, err := status()
+			if err != nil {
+				return err
+			}
+			if st.joint || len(st.learners) > 0 || !sameSet(st.voters, want) {
+				return fmt.Errorf("group configuration %+v, want voters %v and nothing else", st, want)
+			}
+			return nil
+		}
+	}
+	awaitCond(t, 30*time.Second, "the group back to its replicas", settled(reps))
+	// The partition goes to the spare node after all: it copies the log
+	// from the start and serves every acknowledged record.
+	publish("given-up")
+	move(there)
+	awaitCond(t, 30*time.Second, "the move to the spare node done", settled(there))
+	publish("moved")
+	awaitCond(t, 30*time.Second, "every replica has every record", func() error {
+		for _, id := range there {
+			got, err := localRecords(byID[id].n, "orders", 0)
+			if err != nil {
+				return err
+			}
+			if len(got) == 0 {
+				return errors.New("no records")
+			}
+			if err := sameRecords(got[1:], acked); err != nil {
+				return fmt.Errorf("node %d: %v", id, err)
+			}
+		}
+		return nil
+	})
+}
+
+// raftStatus is the part of a group's status a move test looks at.
+type raftStatus struct {
+	voters, learners []uint64
+	joint            bool
+}
+
+// hasCopy: n has its replica of topic/p open (the served one or, during a
+// move to n, the learning one).
+func hasCopy(n *Node, topic string, p int32) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	t, ok := n.topics[topic]
+	if !ok || int(p) >= len(t.parts) {
+		return false
+	}
+	return t.parts[p].log != nil || t.learning[p] != nil
+}

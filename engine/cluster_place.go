@@ -132,8 +132,16 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 					t.learning[int32(i)] = l
 					toOpen = append(toOpen, opening{l, false})
 				}
-			case !holds && !gets && (cur.log != nil || lp != nil):
-				// Moved away from this node.
+			case !holds && !gets && (cur.log != nil || lp != nil) && mp.Target == nil:
+				// Moved away from this node, and the move is over. While a
+				// partition moves, the group's configuration may still
+				// count this node (a learner a given-up move added, not
+				// yet taken out): its copy is kept, and opened again if
+				// the partition comes back here, because a replica opened
+				// empty under an id the leader thinks caught up would be
+				// taken for one that holds what it acknowledged. Once
+				// the move ends (FinishMove: the configuration is exactly
+				// Replicas) nothing counts it any more.
 				if cur.log != nil {
 					toDrop = append(toDrop, cur)
 					part := newPart(i, mp, false)

@@ -298,10 +298,16 @@ func (s *State) applyMove(m MoveReplicas) Result {
 		}
 	}
 	p := &t.Partitions[i]
-	if slices.Equal(m.Replicas, p.Replicas) {
-		p.Target = nil // back where it is: the move (if any) ends here
-		return Result{}
+	if p.Target == nil && slices.Equal(m.Replicas, p.Replicas) {
+		return Result{} // already there
 	}
+	// A move back to the replicas the partition has (a move given up, or
+	// redirected to where it started) is a move like any other, not the
+	// end of one: the group's configuration may already hold a learner
+	// the move added, or even be past the joint change, and only the
+	// group's leader, walking it back and recording the end (FinishMove),
+	// can say it holds exactly Replicas again. Until then no node deletes
+	// its copy (see placeTopic).
 	p.Target, p.Moved = slices.Clone(m.Replicas), true
 	return Result{}
 }

@@ -78,8 +78,9 @@ func (s *State) check() error {
 			if len(part.Replicas) != int(t.Spec.ReplicationFactor) {
 				return fmt.Errorf("topic %q partition %d has %d replicas, not %d", name, p, len(part.Replicas), t.Spec.ReplicationFactor)
 			}
-			if part.Target != nil && (len(part.Target) != int(t.Spec.ReplicationFactor) || !part.Moved || slices.Equal(part.Target, part.Replicas)) {
-				return fmt.Errorf("topic %q partition %d: move target %v is not %d replicas other than %v, or the partition is not marked moved", name, p, part.Target, t.Spec.ReplicationFactor, part.Replicas)
+			// A target equal to the replicas is a move back (a move given up).
+			if part.Target != nil && (len(part.Target) != int(t.Spec.ReplicationFactor) || !part.Moved) {
+				return fmt.Errorf("topic %q partition %d: move target %v is not %d replicas, or the partition is not marked moved", name, p, part.Target, t.Spec.ReplicationFactor)
 			}
 			for _, list := range [][]NodeID{part.Replicas, part.Target} {
 				for j, r := range list {

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -189,5 +190,44 @@ func TestNextMoveNowhereToGo(t *testing.T) {
 	}
 	if v, _ := ControllerMembers(s); !slices.Equal(v, []NodeID{1, 3, 4}) {
 		t.Fatalf("controller voters %v with node 2 down, want [1 3 4]", v)
+	}
+}
+
+// A move redirected back to the replicas the partition has is a move back,
+// ended like any other by the group's FinishMove: the group's
+// configuration may hold what the given-up move added. Only a move to
+// where a partition already is while it does not move changes nothing.
+func TestMoveBack(t *testing.T) {
+	s := NewState()
+	s.Apply(Command{Init: &Init{ClusterID: "c"}})
+	for i := range 4 {
+		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
+	}
+	s.Apply(Command{CreateTopic: &CreateTopic{Spec: TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 3}}})
+	part := func() Partition { tp, _ := s.Topic("a"); return tp.Partitions[0] }
+	p := part()
+	reps := slices.Clone(p.Replicas)
+	if r := s.Apply(Command{MoveReplicas: &MoveReplicas{Group: p.Group, Replicas: reps}}); r.Err != nil || part().Target != nil || part().Moved {
+		t.Fatalf("a move to where a settled partition is: %v, partition %+v, want nothing changed", r.Err, part())
+	}
+	there := []NodeID{reps[0], reps[1], 4}
+	if slices.Contains(reps, 4) {
+		t.Fatalf("replicas %v: the test wants node 4 spare", reps)
+	}
+	s.Apply(Command{MoveReplicas: &MoveReplicas{Group: p.Group, Replicas: there}})
+	if r := s.Apply(Command{MoveReplicas: &MoveReplicas{Group: p.Group, Replicas: reps}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if got := part(); !slices.Equal(got.Target, reps) || !slices.Equal(got.Replicas, reps) {
+		t.Fatalf("a move given up: partition %+v, want a move back to %v", got, reps)
+	}
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.Apply(Command{FinishMove: &FinishMove{Group: p.Group, Replicas: there}}); !errors.Is(r.Err, ErrStaleMove) {
+		t.Fatalf("the given-up move's end: %v, want ErrStaleMove", r.Err)
+	}
+	if r := s.Apply(Command{FinishMove: &FinishMove{Group: p.Group, Replicas: reps}}); r.Err != nil || part().Target != nil {
+		t.Fatalf("the move back's end: %v, partition %+v", r.Err, part())
 	}
 }
