@@ -821,6 +821,10 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 		MaxBatchBytes:  c.n.cfg.Log.MaxBatchBytes,
 		OnCommitted:    part.setCommitted,
 		OnApply:        part.producers.applied,
+		SnapshotApp:    part.producers.snapshot,
+		OnSnapshot: func(app []byte) {
+			part.producers.restore(app, c.n.cfg.Logger, PartitionName(part.topic.name, part.num))
+		},
 	})
 	if err != nil {
 		c.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -47,9 +48,14 @@ import (
 // copy's outcome, as before.
 //
 // The table is not replicated state: each replica builds its own from what
-// it applies, so a replica that restarted knows only what it applied since
-// (a resent batch that reaches it as a new leader within produce_timeout
-// of such a restart can be stored twice).
+// it applies, rebuilt at open from the last rebuildTailEntries committed
+// entries, and kept in the partition's raft snapshots: a replica that
+// installs one (it lagged behind the log's start) or opens from one starts
+// from the table of the replica that took it. That table may be newer
+// than the snapshot's index, so the entries after it are applied to it
+// again: for each producer the newest batch (the highest base offset; a
+// producer's batches are stored in order) wins, whatever the order in
+// which they are seen.
 
 // maxProducers bounds the producer ids remembered per partition; the
 // oldest entries go first (a producer id lives as long as a node process,
@@ -102,17 +108,7 @@ func (t *producerTable) applied(e raftpb.Entry, base int64) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.last == nil {
-		t.last = map[int64]producerLast{}
-	}
-	if _, known := t.last[id]; !known {
-		t.order = append(t.order, id)
-		if len(t.order) > maxProducers {
-			delete(t.last, t.order[0])
-			t.order = t.order[1:]
-		}
-	}
-	t.last[id] = producerLast{seq: seq, base: base}
+	t.note(id, producerLast{seq: seq, base: base})
 	// A pending batch committed: its waiters have their answer.
 	if p := t.pending[id]; p != nil && p.seq == seq {
 		delete(t.pending, id)
@@ -164,20 +160,101 @@ func (t *producerTable) rebuild(p *log.Partition, committed uint64) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for id, l := range found {
+		t.note(id, l)
+	}
+	return nil
+}
+
+// note records l as producer id's last batch unless the table has a newer
+// one (a higher base offset: what was applied since the replica opened, or
+// a snapshot's table ahead of the entries applied after it). t.mu held.
+func (t *producerTable) note(id int64, l producerLast) {
 	if t.last == nil {
 		t.last = map[int64]producerLast{}
 	}
-	for id, l := range found {
-		if _, newer := t.last[id]; !newer {
-			t.last[id] = l
-			t.order = append(t.order, id)
+	old, known := t.last[id]
+	if known && old.base >= l.base {
+		return
+	}
+	t.last[id] = l
+	if !known {
+		t.order = append(t.order, id)
+		if len(t.order) > maxProducers {
+			delete(t.last, t.order[0])
+			t.order = t.order[1:]
 		}
 	}
-	for len(t.order) > maxProducers {
-		delete(t.last, t.order[0])
-		t.order = t.order[1:]
+}
+
+// producerTableVersion is the first byte of an encoded producer table.
+const producerTableVersion = 1
+
+// producerEntryBytes: id (8), sequence (4), base offset (8).
+const producerEntryBytes = 20
+
+// snapshot encodes the table for the partition's raft snapshots
+// (ReplicaConfig.SnapshotApp): version (1 byte), count (u32), then count ×
+// (producer id i64, sequence i32, base offset i64), little-endian, oldest
+// producer first. At most maxProducers entries: ~80 KiB.
+func (t *producerTable) snapshot() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.order) == 0 {
+		return nil
 	}
-	return nil
+	b := make([]byte, 0, 5+producerEntryBytes*len(t.order))
+	b = append(b, producerTableVersion)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(t.order)))
+	for _, id := range t.order {
+		l := t.last[id]
+		b = binary.LittleEndian.AppendUint64(b, uint64(id))
+		b = binary.LittleEndian.AppendUint32(b, uint32(l.seq))
+		b = binary.LittleEndian.AppendUint64(b, uint64(l.base))
+	}
+	return b
+}
+
+// decodeProducerTable decodes what snapshot encoded; it never panics and
+// refuses more than maxProducers entries, ids of 0 and negative offsets.
+func decodeProducerTable(b []byte) ([]int64, []producerLast, error) {
+	if len(b) == 0 {
+		return nil, nil, nil
+	}
+	if len(b) < 5 || b[0] != producerTableVersion {
+		return nil, nil, fmt.Errorf("producer table: %d bytes, version %d (this build reads version %d)", len(b), b[0], producerTableVersion)
+	}
+	n := binary.LittleEndian.Uint32(b[1:])
+	if n > maxProducers || int64(len(b)) != 5+int64(n)*producerEntryBytes {
+		return nil, nil, fmt.Errorf("producer table: %d entries in %d bytes (at most %d entries of %d bytes)", n, len(b), maxProducers, producerEntryBytes)
+	}
+	ids, lasts := make([]int64, n), make([]producerLast, n)
+	for i := range ids {
+		e := b[5+i*producerEntryBytes:]
+		ids[i] = int64(binary.LittleEndian.Uint64(e))
+		lasts[i] = producerLast{seq: int32(binary.LittleEndian.Uint32(e[8:])), base: int64(binary.LittleEndian.Uint64(e[12:]))}
+		if ids[i] == 0 || lasts[i].base < 0 {
+			return nil, nil, fmt.Errorf("producer table: entry %d has producer id %d and base offset %d", i, ids[i], lasts[i].base)
+		}
+	}
+	return ids, lasts, nil
+}
+
+// restore merges a snapshot's table (ReplicaConfig.OnSnapshot) into this
+// one. A table that does not decode is left out with an error logged: the
+// replica then knows fewer producers (a resend may be stored twice), which
+// is no reason to stop it.
+func (t *producerTable) restore(b []byte, logger *slog.Logger, partition string) {
+	ids, lasts, err := decodeProducerTable(b)
+	if err != nil {
+		logger.Error("spool cluster: a partition snapshot's producer table is damaged; starting without it (resent batches may be stored twice)", "partition", partition, "err", err)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, id := range ids {
+		t.note(id, lasts[i])
+	}
 }
 
 // proposeOnce proposes a producer's batch at this leader unless it is its

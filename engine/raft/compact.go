@@ -99,49 +99,69 @@ func DecodeLogStart(b []byte) (LogStart, error) {
 }
 
 // SnapshotData is what Spool puts in SnapshotMeta.Data: where the
-// partition's records continue after the snapshot.
+// partition's records continue after the snapshot, and the application's
+// state as of the snapshot (engine/'s producer dedupe table), opaque here.
 //
 //	0  magic "SPSD" (4 bytes)
-//	4  version (1), 3 reserved bytes (zero)
+//	4  version (1 or 2), 3 reserved bytes (zero)
 //	8  offset (i64): the data offset of the first record after the
 //	   snapshot's index (the next offset of a log reset to it)
+//	   version 2 only:
+//	16 app length n (u32)
+//	20 app (n bytes)
 //
-// 16 bytes, little-endian; SnapshotMeta's encoding carries a CRC over it.
+// Little-endian; version 1 (16 bytes) when App is empty; SnapshotMeta's
+// encoding carries a CRC over it.
 type SnapshotData struct {
 	Offset int64
+	App    []byte
 }
 
 const (
 	snapDataMagic   = "SPSD"
-	snapDataVersion = 1
-	snapDataBytes   = 16
+	snapDataVersion = 2
+	snapDataBytes   = 16 // version 1; version 2 adds 4 + len(App)
+	// MaxSnapshotAppBytes bounds SnapshotData.App (the whole data is at
+	// most MaxSnapshotDataBytes).
+	MaxSnapshotAppBytes = MaxSnapshotDataBytes - snapDataBytes - 4
 )
 
 // ErrBadSnapshotData is wrapped by DecodeSnapshotData.
 var ErrBadSnapshotData = errors.New("raft: bad snapshot data")
 
-// EncodeSnapshotData returns the encoding of d.
+// EncodeSnapshotData returns the encoding of d. An App larger than
+// MaxSnapshotAppBytes is the caller's error (compact leaves it out).
 func EncodeSnapshotData(d SnapshotData) []byte {
-	b := make([]byte, snapDataBytes)
+	n := snapDataBytes
+	if len(d.App) > 0 {
+		n += 4 + len(d.App)
+	}
+	b := make([]byte, snapDataBytes, n)
 	copy(b, snapDataMagic)
-	b[4] = snapDataVersion
+	b[4] = 1
 	binary.LittleEndian.PutUint64(b[8:], uint64(d.Offset))
+	if len(d.App) > 0 {
+		b[4] = 2
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(d.App)))
+		b = append(b, d.App...)
+	}
 	return b
 }
 
-// DecodeSnapshotData decodes the Data of a snapshot. It never panics.
+// DecodeSnapshotData decodes the Data of a snapshot (App aliases b). It
+// never panics.
 func DecodeSnapshotData(b []byte) (SnapshotData, error) {
 	bad := func(format string, a ...any) (SnapshotData, error) {
 		return SnapshotData{}, fmt.Errorf("%w: %s", ErrBadSnapshotData, fmt.Sprintf(format, a...))
 	}
-	if len(b) != snapDataBytes {
-		return bad("%d bytes, want %d", len(b), snapDataBytes)
+	if len(b) < snapDataBytes {
+		return bad("%d bytes, want at least %d", len(b), snapDataBytes)
 	}
 	if string(b[:4]) != snapDataMagic {
 		return bad("bad magic %q", b[:4])
 	}
-	if b[4] != snapDataVersion {
-		return bad("unknown version %d (this build reads %d)", b[4], snapDataVersion)
+	if b[4] < 1 || b[4] > snapDataVersion {
+		return bad("unknown version %d (this build reads 1 to %d)", b[4], snapDataVersion)
 	}
 	if b[5]|b[6]|b[7] != 0 {
 		return bad("reserved bytes are not zero")
@@ -150,6 +170,20 @@ func DecodeSnapshotData(b []byte) (SnapshotData, error) {
 	if d.Offset < 0 {
 		return bad("negative offset %d", d.Offset)
 	}
+	if b[4] == 1 {
+		if len(b) != snapDataBytes {
+			return bad("version 1 is %d bytes, want %d", len(b), snapDataBytes)
+		}
+		return d, nil
+	}
+	if len(b) < snapDataBytes+4 {
+		return bad("version 2 is %d bytes, want at least %d", len(b), snapDataBytes+4)
+	}
+	n := binary.LittleEndian.Uint32(b[snapDataBytes:])
+	if n == 0 || n > MaxSnapshotAppBytes || int64(len(b)) != int64(snapDataBytes+4)+int64(n) {
+		return bad("version 2 with %d app bytes in %d bytes (1 to %d app bytes, all of the rest)", n, len(b), MaxSnapshotAppBytes)
+	}
+	d.App = b[snapDataBytes+4:]
 	return d, nil
 }
 

@@ -100,6 +100,7 @@ func FuzzDecodeLogStart(f *testing.F) {
 func FuzzDecodeSnapshotData(f *testing.F) {
 	f.Add(EncodeSnapshotData(SnapshotData{}))
 	f.Add(EncodeSnapshotData(SnapshotData{Offset: 123456}))
+	f.Add(EncodeSnapshotData(SnapshotData{Offset: 7, App: []byte("producers")}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := DecodeSnapshotData(b)
 		if err != nil {

@@ -38,6 +38,20 @@ type ReplicaConfig struct {
 	// data offset of its first record (engine/'s producer deduplication reads the
 	// producer fields of record entries). It must not block.
 	OnApply func(e raftpb.Entry, base int64)
+	// SnapshotApp, if set, is called (on the goroutine calling Process)
+	// when the replica takes a snapshot (a log-start command applied): what
+	// it returns (at most MaxSnapshotAppBytes, else left out) is kept in the
+	// snapshot and given to OnSnapshot of a replica that installs it. It is
+	// the application's state as of the last applied entry, which may be
+	// past the snapshot's index: OnApply must then tolerate entries applied
+	// again after OnSnapshot (engine/'s producer table keeps the newest
+	// batch per producer).
+	SnapshotApp func() []byte
+	// OnSnapshot, if set, is called with the App of the snapshot the replica
+	// starts from: at open when it has one, and when it installs one from
+	// the leader (on the goroutine calling Process). The bytes are the
+	// replica's: they may be kept.
+	OnSnapshot func(app []byte)
 	// MaxBatchBytes is the partition store's Options.MaxBatchBytes (default
 	// log.DefaultMaxBatchBytes): a proposal whose entry would not fit a log
 	// batch is refused before it reaches raft (every replica appending it
@@ -216,6 +230,10 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		r.ends[k] = r.ends[k+1] - counts[k]
 	}
 	r.endsBase, r.applied, r.committed = base, base, r.ends[0]
+	if snap.Index != 0 && cfg.OnSnapshot != nil {
+		d, _ := DecodeSnapshotData(snap.Data) // checked by recoverSnapshot
+		cfg.OnSnapshot(d.App)
+	}
 	if cfg.OnCommitted != nil {
 		cfg.OnCommitted(r.committed)
 	}

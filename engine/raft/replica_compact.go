@@ -149,6 +149,9 @@ func (r *Replica) install(s raftpb.Snapshot, hs raftpb.HardState) error {
 	if err := r.resetConfs(m.Index, m.ConfState); err != nil {
 		return fmt.Errorf("raft replica %s: %w", r.p.Name(), err)
 	}
+	if r.cfg.OnSnapshot != nil {
+		r.cfg.OnSnapshot(d.App)
+	}
 	if r.cfg.OnCommitted != nil {
 		r.cfg.OnCommitted(r.committed)
 	}
@@ -246,7 +249,15 @@ func (r *Replica) compact(at uint64, c LogStart) error {
 	if err != nil {
 		return err
 	}
-	m := SnapshotMeta{Index: s, Term: term, ConfState: cs, Data: EncodeSnapshotData(SnapshotData{Offset: c.Offset})}
+	d := SnapshotData{Offset: c.Offset}
+	if r.cfg.SnapshotApp != nil {
+		d.App = r.cfg.SnapshotApp()
+		if len(d.App) > MaxSnapshotAppBytes {
+			r.cfg.Logger.Error("raft replica: the application's snapshot state is too large; the snapshot goes without it", "partition", r.p.Name(), "bytes", len(d.App), "limit", MaxSnapshotAppBytes)
+			d.App = nil
+		}
+	}
+	m := SnapshotMeta{Index: s, Term: term, ConfState: cs, Data: EncodeSnapshotData(d)}
 	if err := SaveSnapshotMeta(r.cfg.FS, r.cfg.Dir, m); err != nil {
 		return fmt.Errorf("raft replica %s: %w", r.p.Name(), err)
 	}

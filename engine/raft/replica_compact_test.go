@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -95,12 +96,20 @@ func TestReplicaRetentionSamePrefix(t *testing.T) {
 // compact past its log; restarted, it gets a snapshot (the leader no longer
 // holds the entries it needs), installs it, and then every committed entry
 // after it, so that it serves the same records at the same offsets from
-// the snapshot's offset on.
+// the snapshot's offset on. The application's state in the snapshot
+// (SnapshotApp of the replica that took it) reaches the follower's
+// OnSnapshot at the install and again when it reopens from the snapshot.
 func TestReplicaSnapshotCatchUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := newWCluster(t, ctx, 5, slog.Options{SegmentBytes: 2 << 10, IndexIntervalBytes: 256}, false)
-	c.tweak = retained(6<<10, 1000)
+	got := map[uint64][]string{} // per node, the App of each OnSnapshot call
+	c.tweak = func(rc *ReplicaConfig) {
+		retained(6<<10, 1000)(rc)
+		id := rc.Group.ID
+		rc.SnapshotApp = func() []byte { return fmt.Appendf(nil, "state of node %d", id) }
+		rc.OnSnapshot = func(app []byte) { got[id] = append(got[id], string(app)) }
+	}
 	for _, n := range c.nodes {
 		c.stop(n)
 		c.start(n)
@@ -149,6 +158,16 @@ func TestReplicaSnapshotCatchUp(t *testing.T) {
 	if down.r.Snapshot().Index <= downLast {
 		t.Fatalf("the follower's snapshot is at %d, its log ended at %d", down.r.Snapshot().Index, downLast)
 	}
+	want := fmt.Sprintf("state of node %d", l.id)
+	if g := got[down.id]; len(g) != 1 || g[0] != want {
+		t.Fatalf("the follower's OnSnapshot calls at the install: %q, want [%q] (the leader's state)", g, want)
+	}
+	c.stop(down)
+	c.start(down)
+	if g := got[down.id]; len(g) != 2 || g[1] != want {
+		t.Fatalf("the follower's OnSnapshot calls after reopening: %q, want the install's state again", g)
+	}
+	c.converge(200)
 	// More after the install, and a restart of the follower from it.
 	for range 20 {
 		if err := c.propose(l, 3); err != nil {
@@ -158,6 +177,11 @@ func TestReplicaSnapshotCatchUp(t *testing.T) {
 	}
 	c.stop(down)
 	c.start(down)
+	// It has taken snapshots of its own since (log-start commands), with
+	// its own state.
+	if g := got[down.id]; len(g) != 3 || g[2] != fmt.Sprintf("state of node %d", down.id) {
+		t.Fatalf("the follower's OnSnapshot calls after reopening again: %q, want its own state last", g)
+	}
 	c.converge(200)
 	for range 10 {
 		c.round()
