@@ -10,7 +10,6 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 export PATH="$PWD/.tools/bin:$PATH"
 skip() { echo "buf breaking: skipped: $1"; exit 0; }
-command -v buf >/dev/null || { echo "buf breaking: buf is not installed: run 'make tools'"; exit 1; }
 git rev-parse -q --verify HEAD >/dev/null || skip "no commit yet"
 if [ "$(git rev-parse --is-shallow-repository)" = true ]; then
   skip "this is a shallow clone, so there is no history to compare proto/ with (git fetch --unshallow to run it; CI clones fully)"
@@ -29,6 +28,7 @@ elif tag=$(git describe --tags --abbrev=0 2>/dev/null); then
   what="the last tag $tag"
 fi
 [ -n "$base" ] || skip "no main branch, merge base or tag to compare proto/ with"
+command -v buf >/dev/null || { echo "buf breaking: buf is not installed: run 'make tools'"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The base's buf.yaml and proto/ as files: works in worktrees and clones alike.
