@@ -89,7 +89,7 @@ func TestGoSDKTraceContextThroughSpoold(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range handlerSpan.Attributes() {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	for k, v := range map[string]string{"messaging.system": "spool", "messaging.destination.name": "orders", "messaging.consumer.group.name": "workers",
 		"messaging.spool.attempt": "1", "messaging.spool.outcome": "ack"} {

@@ -37,7 +37,7 @@ func TestPublishSpans(t *testing.T) {
 	for i, sp := range spans {
 		a := map[string]string{}
 		for _, kv := range sp.Attributes {
-			a[string(kv.Key)] = kv.Value.Emit()
+			a[string(kv.Key)] = kv.Value.String()
 		}
 		if sp.Name != "orders publish" || a["messaging.system"] != "spool" || a["messaging.spool.outcome"] != "stored" {
 			t.Fatalf("span %q %v", sp.Name, a)
