@@ -61,12 +61,13 @@ SDK_TESTS :=
 .PHONY: test-sdks
 test-sdks: $(SDK_TESTS)
 
-## lint: gofmt, go vet, staticcheck, buf lint, stale generated code, banned patterns.
+## lint: gofmt, go vet, staticcheck, buf lint, buf breaking, stale generated code, banned patterns.
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	buf lint
+	@./scripts/buf-breaking.sh
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; \
 	  rm -f $(addsuffix /*.pb.go,$(PROTO_GEN_DIRS)); buf generate; \
 	  if ! diff -r $$tmp/proto proto >/dev/null; then echo "generated code is stale: run 'make gen' and commit"; diff -r $$tmp/proto proto | head -20; rm -rf $$tmp; exit 1; fi; \

@@ -22,8 +22,10 @@ import (
 	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
+	"github.com/spoolmq/spool/sidecar/tracing"
 	"github.com/spoolmq/spool/sidecar/tracker"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -41,6 +43,11 @@ type Options struct {
 	// Ready, if set, is called once every listener is open, with their
 	// actual addresses (useful with port 0).
 	Ready func(Addrs)
+	// TracerProvider, if set, receives spoold's spans instead of the OTLP
+	// exporter that tracing.otlp_endpoint configures (tests, and programs
+	// that embed a sidecar, like `spool demo`). spoold never uses
+	// OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 }
 
 // Addrs are the addresses a running sidecar listens on.
@@ -69,6 +76,23 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		dataDir = dir
 		logger.Info("dev mode: temporary data dir, removed on exit", "data_dir", dir)
 	}
+	tp := opts.TracerProvider
+	if tp == nil && cfg.Tracing.Enabled() {
+		p, err := tracing.NewProvider(tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, SampleRatio: cfg.Tracing.Ratio(), Node: cfg.Node.ID, Version: Version})
+		if err != nil {
+			return err
+		}
+		defer func() { // last: after every component that records spans has stopped
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Shutdown(ctx); err != nil {
+				logger.Warn("tracing: spans not exported at shutdown", "endpoint", cfg.Tracing.OTLPEndpoint, "err", err)
+			}
+		}()
+		tp = p
+		logger.Info("tracing: exporting spans over OTLP/gRPC", "endpoint", cfg.Tracing.OTLPEndpoint, "sample_ratio", cfg.Tracing.Ratio())
+	}
+	tracer := tracing.Tracer(tp)
 	m := metrics.New()
 	eng, err := engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: engine.Hooks{
 		// The engine logs the damage once; operators see it here and in /readyz.
@@ -101,7 +125,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 
-	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger})
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer})
 	if err != nil {
 		return err
 	}
@@ -116,7 +140,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	// data dir's lock, so its predecessor is gone) takes over its own
 	// leases at once instead of waiting for them to expire.
 	owner := cfg.Node.ID
-	groups, closeClients, err := newGroups(cfg, eng, m, led, owner, logger)
+	groups, closeClients, err := newGroups(cfg, eng, m, led, owner, tracer, logger)
 	if err != nil {
 		return err
 	}
@@ -293,7 +317,7 @@ func limits(cfg *config.Config) publish.Limits {
 }
 
 // newGroups builds one delivery group per consumer group of the config.
-func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led ledger.Ledger, owner string, logger *slog.Logger) ([]*deliver.Group, func(), error) {
+func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led ledger.Ledger, owner string, tracer trace.Tracer, logger *slog.Logger) ([]*deliver.Group, func(), error) {
 	// In a cluster, the sidecars whose apps consume a group share its
 	// partitions through the group's coordinator (docs/groups.md).
 	var co deliver.Coordinator
@@ -318,7 +342,7 @@ func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led led
 		gc, ok := byGroup[sc.Group]
 		if !ok {
 			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, CommitInterval: cfg.Node.CommitInterval,
-				SidecarVersion: Version, Ledger: led, Owner: owner}
+				SidecarVersion: Version, Ledger: led, Owner: owner, Tracer: tracer}
 			if co != nil {
 				gc.Coordinator = co
 				gc.Membership = deliver.Membership{MemberPrefix: owner, Session: session,

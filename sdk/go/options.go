@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of the Subscribe options.
@@ -41,6 +43,8 @@ type subscribeConfig struct {
 	maxReceive   int
 	logger       *slog.Logger
 	stats        *Stats
+	// tracerProvider receives the handler spans (nil: the global one).
+	tracerProvider trace.TracerProvider
 }
 
 func newSubscribeConfig(opts []SubscribeOption) (subscribeConfig, error) {

@@ -108,10 +108,13 @@ func buildMessage(key, payload []byte, opts []PublishOption) outgoing {
 
 // Publish appends one message to topic and returns once it is durable
 // (WithAcks: on a quorum, the default, or on its partition's leader).
+// The message carries the trace context of ctx (headers traceparent and
+// tracestate) unless its headers have a traceparent already.
 // On an error the message may or may not be stored: retry with the same
 // WithID to stay idempotent.
 func (c *Client) Publish(ctx context.Context, topic string, key, payload []byte, opts ...PublishOption) (PublishResult, error) {
 	o := buildMessage(key, payload, opts)
+	o.m.Headers = injectTrace(ctx, o.m.Headers)
 	res, err := c.publish(ctx, topic, o.acks, []*spoolv1.PublishMessage{o.m})
 	if err != nil {
 		return PublishResult{}, err
@@ -121,7 +124,8 @@ func (c *Client) Publish(ctx context.Context, topic string, key, payload []byte,
 
 // PublishBatch appends messages to topic in one call (at most 10,000 by
 // default) and returns one result per message, in order, once all are
-// durable. It either fails as a whole or succeeds as a whole; after a failure
+// durable. Each message carries the trace context of ctx, as with Publish
+// (msgs' header maps are not changed). It either fails as a whole or succeeds as a whole; after a failure
 // some messages may have been stored, so retry with the same ids.
 func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []OutMessage) ([]PublishResult, error) {
 	if len(msgs) == 0 {
@@ -129,7 +133,7 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []OutMessa
 	}
 	pms := make([]*spoolv1.PublishMessage, len(msgs))
 	for i := range msgs {
-		pms[i] = &spoolv1.PublishMessage{Id: msgs[i].ID, Key: msgs[i].Key, Payload: msgs[i].Payload, Headers: msgs[i].Headers}
+		pms[i] = &spoolv1.PublishMessage{Id: msgs[i].ID, Key: msgs[i].Key, Payload: msgs[i].Payload, Headers: injectTrace(ctx, msgs[i].Headers)}
 	}
 	return c.publish(ctx, topic, AcksAll, pms)
 }

@@ -71,6 +71,7 @@ type subscriber struct {
 	handler Handler
 	log     *slog.Logger
 	stats   *Stats
+	tracer  *handlerTracer
 
 	work        chan workItem // deliveries received, not yet started
 	stopWorkers chan struct{} // closed at drain: workers exit after their current handler
@@ -94,6 +95,7 @@ func newSubscriber(c *Client, cfg subscribeConfig, group string, topics []string
 	sub := &subscriber{
 		client: c, cfg: cfg, group: group, topics: topics, handler: h,
 		log: cfg.logger.With("group", group, "addr", c.addr), stats: cfg.stats,
+		tracer: newHandlerTracer(cfg.tracerProvider, topics),
 		// Twice the credit, so the leftovers of a broken stream (dropped by
 		// the workers) never block the receiver of the next one for long.
 		work:        make(chan workItem, 2*cfg.credit()),
@@ -271,7 +273,10 @@ func (sub *subscriber) process(w *leaseKeeper, it workItem) {
 	ref := refOf(d)
 	s.waiting.remove(ref) // this worker's keeper takes over the lease
 	w.begin(s, ref, d.GetLeaseDeadlineMs())
-	err := sub.call(s.handlerCtx, newMessage(d))
+	m := newMessage(d)
+	ctx, span := sub.tracer.start(s.handlerCtx, m)
+	err := sub.call(ctx, m)
+	sub.tracer.end(span, err)
 	w.end()
 	s.settle(settlementFor(ref, err))
 }

@@ -30,6 +30,32 @@ type Config struct {
 	Subscriptions []SubscriptionConfig `yaml:"subscriptions"`
 	Redis         RedisConfig          `yaml:"redis"`
 	Cluster       ClusterConfig        `yaml:"cluster"`
+	Tracing       TracingConfig        `yaml:"tracing"`
+}
+
+// TracingConfig makes spoold record OpenTelemetry spans of publishes and
+// delivery attempts and export them over OTLP/gRPC (docs/protocol.md,
+// "Trace context"). Without an endpoint tracing is off (the default): the
+// message headers traceparent and tracestate still pass through untouched.
+type TracingConfig struct {
+	// OTLPEndpoint is the collector: host:port (plaintext gRPC), or
+	// http://host:port (plaintext) or https://host:port (TLS).
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of new traces recorded (messages published
+	// without a traceparent), 0..1; a message that has one follows its
+	// publisher's sampling decision. Default 1 (nil).
+	SampleRatio *float64 `yaml:"sample_ratio"`
+}
+
+// Enabled reports whether spoold exports spans.
+func (t TracingConfig) Enabled() bool { return t.OTLPEndpoint != "" }
+
+// Ratio is SampleRatio with its default.
+func (t TracingConfig) Ratio() float64 {
+	if t.SampleRatio == nil {
+		return DefaultTracingSampleRatio
+	}
+	return *t.SampleRatio
 }
 
 // ClusterConfig makes the sidecar a member of a replicated cluster

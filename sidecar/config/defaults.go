@@ -62,6 +62,7 @@ const (
 	DefaultBreakerWindow              = 10 * time.Second
 	DefaultBreakerOpenTimeout         = 5 * time.Second
 	DefaultBreakerMaxOpenTimeout      = 60 * time.Second
+	DefaultTracingSampleRatio         = 1.0
 )
 
 // ApplyDefaults fills every zero field that has a default; it never

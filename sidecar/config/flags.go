@@ -63,6 +63,9 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if v, ok := get("SPOOL_JOIN"); ok {
 		c.Cluster.Join = splitList(v)
 	}
+	if v, ok := get("SPOOL_OTLP_ENDPOINT"); ok {
+		c.Tracing.OTLPEndpoint = v
+	}
 	if v, ok := get("SPOOL_REDIS_PASSWORD"); ok {
 		c.Redis.Password = v
 	}
@@ -176,6 +179,7 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 	list("join", "peer host:port of the cluster to join; repeatable or comma-separated (cluster.join)",
 		func(c *Config) *[]string { return &c.Cluster.Join })
 	str("fsync", "always or interval (storage.fsync); interval can lose acknowledged messages on power loss", func(c *Config, v string) { c.Storage.Fsync = FsyncMode(v) })
+	str("otlp-endpoint", "host:port of an OTLP/gRPC collector: record spans of publishes and deliveries (tracing.otlp_endpoint)", func(c *Config, v string) { c.Tracing.OTLPEndpoint = v })
 	list("redis-addr", "Redis address host:port of the dedupe ledger; repeatable or comma-separated (redis.addrs)",
 		func(c *Config) *[]string { return &c.Redis.Addrs })
 	fs.Func("drain-timeout", "graceful shutdown budget, like 30s (node.drain_timeout)", func(v string) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -97,6 +98,7 @@ func (c *Config) Validate() error {
 	c.validateSubscriptions(&v)
 	c.validateRedis(&v)
 	c.validateCluster(&v)
+	c.validateTracing(&v)
 	return errors.Join(v.errs...)
 }
 
@@ -453,4 +455,20 @@ func (c *Config) validateCluster(v *validator) {
 func wildcardHost(a string) bool {
 	h, _, err := net.SplitHostPort(a)
 	return err != nil || h == "" || h == "0.0.0.0" || h == "::"
+}
+
+func (c *Config) validateTracing(v *validator) {
+	t := &c.Tracing
+	if e := t.OTLPEndpoint; e != "" {
+		if u, err := url.Parse(e); strings.Contains(e, "://") && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			v.add("tracing.otlp_endpoint", e, "host:port of an OTLP/gRPC collector (like 127.0.0.1:4317), or http://host:port or https://host:port")
+		} else if !strings.Contains(e, "://") {
+			if _, _, err := net.SplitHostPort(e); err != nil {
+				v.add("tracing.otlp_endpoint", e, "host:port of an OTLP/gRPC collector (like 127.0.0.1:4317), or http://host:port or https://host:port")
+			}
+		}
+	}
+	if r := t.SampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
+		v.add("tracing.sample_ratio", strconv.FormatFloat(*r, 'g', -1, 64), "0 to 1 (the share of new traces recorded)")
+	}
 }

@@ -58,6 +58,15 @@ func TestValidConfigs(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
+	// Tracing endpoints that are accepted.
+	for _, e := range []string{"127.0.0.1:4317", "otel-collector:4317", "http://collector:4317", "https://collector.example:4317"} {
+		c = valid()
+		zero := 0.0
+		c.Tracing = TracingConfig{OTLPEndpoint: e, SampleRatio: &zero}
+		if err := c.Validate(); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 func TestValidateErrors(t *testing.T) {
@@ -108,6 +117,9 @@ func TestValidateErrors(t *testing.T) {
 		{"group name", func(c *Config) { c.Subscriptions[0].Group = "email workers" }, "subscriptions[0].group", "email workers", "a-z A-Z 0-9"},
 		{"subscription duplicate", func(c *Config) { c.Subscriptions[1] = NewSubscription("orders", "email-workers") }, "subscriptions[1].group", "email-workers", "unique per topic (subscriptions[0]"},
 		{"delivery enum", func(c *Config) { c.Subscriptions[0].Delivery = "push" }, "subscriptions[0].delivery", "push", "stream or callback"},
+		{"otlp endpoint no port", func(c *Config) { c.Tracing.OTLPEndpoint = "collector" }, "tracing.otlp_endpoint", "collector", "host:port of an OTLP/gRPC collector"},
+		{"otlp endpoint scheme", func(c *Config) { c.Tracing.OTLPEndpoint = "grpc://collector:4317" }, "tracing.otlp_endpoint", "grpc://collector:4317", "https://host:port"},
+		{"sample ratio", func(c *Config) { r := 1.5; c.Tracing.SampleRatio = &r }, "tracing.sample_ratio", "1.5", "0 to 1"},
 		{"callback without address", func(c *Config) { c.Subscriptions[0].Delivery = DeliveryCallback }, "subscriptions[0].app_address", "", "set when delivery is callback"},
 		{"callback bad address", func(c *Config) {
 			c.Subscriptions[0].Delivery = DeliveryCallback

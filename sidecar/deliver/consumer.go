@@ -5,6 +5,7 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/tracing"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -50,6 +51,10 @@ type sent struct {
 	appVersion string
 	probe      bool // the probe of a half-open breaker
 	at         time.Time
+	// With tracing on: the message's trace context, and whether the lease
+	// expired (the attempt's span is recorded then, not at a late ack).
+	traceparent, tracestate string
+	expired                 bool
 }
 
 func newConsumer(name string, mode Mode, topics []string, maxInFlight int) *consumer {
@@ -88,10 +93,11 @@ func (c *consumer) send(f *spoolv1.SubscribeResponse) bool {
 }
 
 // track records a delivery as outstanding at c and converts it for the wire.
-func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candidate) *spoolv1.Delivery {
+// With traced, the message's trace context is kept for the attempt's span.
+func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candidate, traced bool) *spoolv1.Delivery {
 	d := &cd.d
 	r := &d.Value
-	c.outstanding[refKey{s.cfg.Topic, p.num, d.Offset}] = sent{token: d.Token, wire: cd.wire, id: string(r.ID), attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
+	o := sent{token: d.Token, wire: cd.wire, id: string(r.ID), attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
 	s.deliveries.Inc()
 	if cd.attempt > 1 {
 		s.redeliveries.Inc()
@@ -120,7 +126,11 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 		for _, h := range r.Headers {
 			out.Headers[h.Key] = string(h.Value)
 		}
+		if traced {
+			o.traceparent, o.tracestate = out.Headers[tracing.HeaderTraceparent], out.Headers[tracing.HeaderTracestate]
+		}
 	}
+	c.outstanding[refKey{s.cfg.Topic, p.num, d.Offset}] = o
 	return out
 }
 

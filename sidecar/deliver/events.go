@@ -54,6 +54,9 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 				if s.traced > 0 {
 					m.trace(now, s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_ACKED, p.num, ref.GetOffset(), o.id, int32(o.attempt), c, "", "")
 				}
+				if m.cfg.Tracer != nil && !o.expired { // a late ack's attempt was recorded when its lease expired
+					m.span(now, s, p, ref.GetOffset(), o, c, OutcomeAck, "")
+				}
 				s.handleLatency.Observe(now.Sub(o.at).Seconds())
 				delete(c.outstanding, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()})
 				m.ledgerDone(s, p, ref.GetOffset(), o)
@@ -113,6 +116,9 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 				}
 			default:
 				err = errBadOutcome
+			}
+			if err == nil && m.cfg.Tracer != nil {
+				m.span(now, s, p, off, o, c, spanOutcome(n.GetOutcome()), cmp.Or(cutText(n.GetError(), MaxErrorBytes), cutText(n.GetReason(), MaxReasonBytes)))
 			}
 			if err == nil && s.traced > 0 {
 				m.trace(now, s, traceKind(n.GetOutcome()), p.num, off, o.id, int32(o.attempt), c, cutText(n.GetError(), MaxErrorBytes), cmp.Or(cutText(n.GetReason(), MaxReasonBytes), n.GetDownstream()))

@@ -327,6 +327,8 @@ func (d *driver) do(now time.Time, a *action) {
 		d.commits.put(j)
 	case actTrace:
 		g.traced(a.s.cfg.Topic, a.trace)
+	case actSpan:
+		recordSpan(g.cfg.Tracer, a.span)
 	case actConnected:
 		if d.ms != nil {
 			d.ms.consumersChanged(mc)

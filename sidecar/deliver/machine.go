@@ -90,6 +90,9 @@ const (
 	// actTrace: hand trace to the Tail streams following s's topic
 	// (dropped for one that is not reading). No answer.
 	actTrace
+	// actSpan: record span, one delivery attempt, with the group's Tracer
+	// (emitted only when tracing is on). No answer.
+	actSpan
 )
 
 // action is one piece of work for the driver. Ledger work (claims and
@@ -111,6 +114,7 @@ type action struct {
 	gens     map[int32]uint64
 	handover *handover
 	trace    *spoolv1.TailDelivery
+	span     *attemptSpan
 }
 
 func (m *machine) emit(a action) { m.acts = append(m.acts, a) }
@@ -449,6 +453,9 @@ func (m *machine) tick(now time.Time) {
 				if ev.Kind == tracker.EventLeaseExpired {
 					s.leaseExpiries.Inc()
 					o := m.forget(s, p, ev.Offset, ev.Token)
+					if m.cfg.Tracer != nil && o.id != "" {
+						m.span(now, s, p, ev.Offset, o, nil, OutcomeLeaseExpired, tracker.ErrTextLeaseExpired)
+					}
 					p.recordFailure(now, ev.Offset, o.attempt, tracker.ErrTextLeaseExpired, o.appVersion)
 					m.probeLost(now, s, o)
 					m.log.Debug("lease expired", "topic", s.cfg.Topic, "partition", p.num, "offset", ev.Offset, "attempt", ev.Attempt)
@@ -465,6 +472,7 @@ func (m *machine) forget(s *sub, p *part, offset int64, token uint64) sent {
 	for _, c := range m.consumers {
 		if o, ok := c.outstanding[k]; ok && o.token == token {
 			delete(c.outstanding, k)
+			o.expired = true
 			m.expired[k] = o
 			return o
 		}
@@ -581,7 +589,7 @@ func (m *machine) send(now time.Time, cands []candidate) {
 	for i := range cands {
 		cd := &cands[i]
 		c := cd.c
-		d := c.track(now, m.cfg.Name, cd.s, cd.p, cd)
+		d := c.track(now, m.cfg.Name, cd.s, cd.p, cd, m.cfg.Tracer != nil)
 		if cd.s.traced > 0 {
 			m.trace(now, cd.s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_DELIVERED, cd.p.num, d.GetOffset(), d.GetMessageId(), d.GetAttempt(), c, "", "")
 		}
@@ -625,6 +633,9 @@ func (m *machine) frameUnsent(now time.Time, c *consumer, f *spoolv1.SubscribeRe
 		delete(c.outstanding, k)
 		c.credit++
 		if p.tr.Defer(now, k.offset, o.token, now.Add(unsentRetry)) == nil {
+			if m.cfg.Tracer != nil {
+				m.span(now, s, p, k.offset, o, c, OutcomeHandedBack, "")
+			}
 			s.uncounted.Inc()
 			m.probeLost(now, s, o)
 			m.ledgerRelease(s, o, "", true)
@@ -697,6 +708,9 @@ func (m *machine) leave(now time.Time, c *consumer) {
 			continue
 		}
 		if err := p.tr.Release(now, k.offset, o.token, true); err == nil {
+			if m.cfg.Tracer != nil {
+				m.span(now, s, p, k.offset, o, c, OutcomeStreamClosed, tracker.ErrTextReleased)
+			}
 			s.streamClosed.Inc()
 			m.probeLost(now, s, o)
 			m.ledgerRelease(s, o, tracker.ErrTextReleased, false)

@@ -199,6 +199,9 @@ func (m *machine) handBack(now time.Time, s *sub, p *part, release bool) int {
 			}
 			delete(c.outstanding, k)
 			n++
+			if m.cfg.Tracer != nil {
+				m.span(now, s, p, k.offset, o, c, OutcomeHandedBack, "")
+			}
 			if release {
 				_ = p.tr.Release(now, k.offset, o.token, false)
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/breaker"
@@ -84,6 +86,10 @@ type GroupConfig struct {
 	Coordinator Coordinator
 	// Membership configures the member (with a Coordinator only).
 	Membership Membership
+	// Tracer records a span per delivery attempt (sidecar/tracing), a
+	// child of the message's trace context; nil: tracing is off and the
+	// delivery loop does no tracing work.
+	Tracer trace.Tracer
 }
 
 // Defaults for GroupConfig.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -45,6 +46,9 @@ type Config struct {
 	MaxStreamInFlight int
 	Metrics           *metrics.Metrics
 	Logger            *slog.Logger
+	// Tracer records a span per published message (sidecar/tracing), a
+	// child of the traceparent in its headers; nil: tracing is off.
+	Tracer trace.Tracer
 }
 
 // Server implements spoolv1.PublisherServiceServer.
@@ -104,6 +108,7 @@ type batch struct {
 	mu      sync.Mutex // guards err
 	err     error
 	done    func([]*spoolv1.PublishResult, error)
+	spans   []trace.Span // one per message, with a Tracer only
 }
 
 type chunk struct {
@@ -129,6 +134,9 @@ func (s *Server) Submit(topic string, acks spoolv1.Acks, msgs []*spoolv1.Publish
 		b.reject(err, len(msgs))
 		done(nil, err)
 		return
+	}
+	if s.cfg.Tracer != nil {
+		b.startSpans(msgs)
 	}
 	b.pending.Store(int32(len(chunks)))
 	for _, c := range chunks {
@@ -248,6 +256,9 @@ func (b *batch) complete(c *chunk, base int64, err error) {
 	b.mu.Lock()
 	err = b.err
 	b.mu.Unlock()
+	if b.spans != nil {
+		b.endSpans(err)
+	}
 	if err != nil {
 		b.reject(err, len(b.results))
 		b.done(nil, err)

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	spool "github.com/spoolmq/spool/sdk/go"
 )
 
@@ -26,6 +29,7 @@ type checkout struct {
 	client      *spool.Client
 	book        *book
 	poisonEvery int
+	tracer      trace.Tracer // the checkout request's span, parent of the order's trace
 
 	running   atomic.Int64 // checkout requests in progress
 	published atomic.Int64
@@ -74,10 +78,15 @@ func (c *checkout) place(n int) {
 	payload, _ := json.Marshal(o)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ctx, span := c.tracer.Start(ctx, "checkout "+o.OrderID, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
 	t0 := time.Now()
+	// The publish carries ctx's trace context in the message headers: the
+	// worker's handler continues this trace.
 	_, err := c.client.Publish(ctx, Topic, []byte(o.OrderID), payload)
 	took := time.Since(t0)
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		c.failed.Add(1)
 		return
 	}

@@ -22,6 +22,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.ProviderLatency, "provider-latency", o.ProviderLatency, "mean email provider latency (each call takes 0.5x to 1.5x of it)")
 	fs.DurationVar(&o.Outage, "outage", o.Outage, "length of the email provider outage, starting at 1/3 of the run (0: none)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the sidecar running after the summary, to look at it with spool (Ctrl-C stops it)")
+	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "host:port of an OTLP/gRPC collector (e.g. Jaeger's 127.0.0.1:4317): export one trace per order, checkout to email (docs/demo.md)")
 	fs.StringVar(&o.AdminListen, "admin-listen", "", "the sidecar's admin address (default: 127.0.0.1:7071 with --keep, so that spool finds it; else a free port)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `usage: spool demo [flags]

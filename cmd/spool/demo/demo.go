@@ -20,7 +20,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	spool "github.com/spoolmq/spool/sdk/go"
+	"github.com/spoolmq/spool/sidecar"
+	"github.com/spoolmq/spool/sidecar/tracing"
 )
 
 // Names the demo uses in the sidecar's configuration.
@@ -50,6 +55,10 @@ type Options struct {
 	// Keep leaves the sidecar running after the summary, with what the
 	// demo did in it, until ctx ends: look at it with spool.
 	Keep bool
+	// OTLPEndpoint, when set, exports one trace per order over OTLP/gRPC
+	// (host:port): checkout's span, the sidecar's publish and delivery
+	// spans, the worker's handler span and its email-provider call.
+	OTLPEndpoint string
 }
 
 // DefaultOptions are the defaults of `spool demo`.
@@ -107,7 +116,23 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	logs := newLogBuffer()
 	logger := logs.logger()
 
-	sc, err := startSidecar(logger, o.AdminListen)
+	// One TracerProvider for the demo's apps and its sidecar, passed to
+	// each (never set globally); without an endpoint, no-op.
+	var tp trace.TracerProvider = noop.NewTracerProvider()
+	if o.OTLPEndpoint != "" {
+		p, err := tracing.NewProvider(tracing.Config{Endpoint: o.OTLPEndpoint, SampleRatio: 1, Node: "spool-demo", Version: sidecar.Version})
+		if err != nil {
+			return nil, err
+		}
+		defer func() { // last: after the apps and the sidecar stopped
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = p.Shutdown(ctx)
+		}()
+		tp = p
+	}
+
+	sc, err := startSidecar(logger, o.AdminListen, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -127,8 +152,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	start := time.Now()
 	book := newBook()
 	prov := newProvider(o, start)
-	shop := &checkout{client: producerConn, book: book, poisonEvery: o.PoisonEvery}
-	w := &worker{provider: prov, book: book}
+	shop := &checkout{client: producerConn, book: book, poisonEvery: o.PoisonEvery, tracer: tp.Tracer("spool-demo/checkout")}
+	w := &worker{provider: prov, book: book, tracer: tp.Tracer("spool-demo/email-worker")}
 	var stats spool.Stats
 
 	var wg sync.WaitGroup
@@ -137,7 +162,7 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	wg.Go(func() {
 		workerErr = workerConn.Subscribe(workerCtx, Group, []string{Topic}, w.handle,
 			spool.WithConcurrency(256), spool.WithStats(&stats), spool.WithLogger(logger),
-			spool.WithConsumerName("email-worker"), spool.WithDrainTimeout(5*time.Second))
+			spool.WithConsumerName("email-worker"), spool.WithDrainTimeout(5*time.Second), spool.WithTracerProvider(tp))
 	})
 	shopCtx, stopShop := context.WithTimeout(ctx, o.Duration)
 	wg.Go(func() { shop.run(shopCtx, o.Rate) })

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -54,7 +55,7 @@ func demoConfig(socket, adminListen string) *config.Config {
 // startSidecar runs sidecar.Run in a goroutine (owned: stop ends and awaits
 // it) and returns once it listens. The app listens on a unix socket in a
 // temporary directory, the admin port on adminListen.
-func startSidecar(logger *slog.Logger, adminListen string) (*runningSidecar, error) {
+func startSidecar(logger *slog.Logger, adminListen string, tp trace.TracerProvider) (*runningSidecar, error) {
 	dir, err := os.MkdirTemp("", "spool-demo-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory for the sidecar's socket: %w", err)
@@ -68,7 +69,7 @@ func startSidecar(logger *slog.Logger, adminListen string) (*runningSidecar, err
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := &runningSidecar{socketDir: dir, cancel: cancel, done: make(chan error, 1)}
 	go func() { // owned: stop cancels and awaits it
-		sc.done <- sidecar.Run(ctx, cfg, sidecar.Options{Logger: logger, Ready: func(a sidecar.Addrs) { ready <- a }})
+		sc.done <- sidecar.Run(ctx, cfg, sidecar.Options{Logger: logger, Ready: func(a sidecar.Addrs) { ready <- a }, TracerProvider: tp})
 	}()
 	select {
 	case a := <-ready:

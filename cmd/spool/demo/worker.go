@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	spool "github.com/spoolmq/spool/sdk/go"
 )
 
@@ -82,6 +85,7 @@ func (p *provider) send(ctx context.Context, to string) error {
 type worker struct {
 	provider *provider
 	book     *book
+	tracer   trace.Tracer // the email-provider call's span
 }
 
 func (w *worker) handle(ctx context.Context, m *spool.Message) error {
@@ -95,7 +99,14 @@ func (w *worker) handle(ctx context.Context, m *spool.Message) error {
 	if w.book.alreadyEmailed(o.OrderID) {
 		return nil // a redelivery of an order we already emailed: do not email twice
 	}
-	if err := w.provider.send(ctx, o.Email); err != nil {
+	// ctx carries the handler's span, continued from checkout's trace.
+	ctx, span := w.tracer.Start(ctx, "email-provider send", trace.WithSpanKind(trace.SpanKindClient))
+	err := w.provider.send(ctx, o.Email)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	if err != nil {
 		return spool.RetryDownstream(Downstream, 0, err)
 	}
 	w.book.emailed(o.OrderID)

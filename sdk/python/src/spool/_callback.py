@@ -8,6 +8,7 @@ deadline is the delivery's lease (there is no extension in callback mode).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import signal
@@ -21,6 +22,7 @@ import grpc.aio
 from spool._message import Message
 from spool._outcome import Outcome, exception_text, settlement_for
 from spool._subscribe import Handler
+from spool._trace import handler_span, record_outcome
 from spool.v1 import handler_pb2, handler_pb2_grpc, message_pb2
 
 __all__ = ["HandlerServer", "serve_handler"]
@@ -36,19 +38,22 @@ class _Servicer(handler_pb2_grpc.HandlerServiceServicer):
     async def Handle(self, request: handler_pb2.HandleRequest, context: grpc.aio.ServicerContext) -> handler_pb2.HandleResponse:  # type: ignore[override]
         m = Message.from_delivery(request.delivery)
         result: object
-        try:
-            if self.executor is not None:
-                result = await asyncio.get_running_loop().run_in_executor(self.executor, self.handler, m)
-            else:
-                result = self.handler(m)
-                if inspect.isawaitable(result):
-                    result = await result
-        except Outcome as o:
-            result = o
-        except Exception as e:
-            log.debug("spool: handler failed; the message will be retried: %s", exception_text(e), exc_info=True)
-            result = e
-        st = settlement_for(result)
+        with handler_span(m) as span:
+            try:
+                if self.executor is not None:
+                    # The thread runs in this call's context: the handler's span.
+                    result = await asyncio.get_running_loop().run_in_executor(self.executor, contextvars.copy_context().run, self.handler, m)
+                else:
+                    result = self.handler(m)
+                    if inspect.isawaitable(result):
+                        result = await result
+            except Outcome as o:
+                result = o
+            except Exception as e:
+                log.debug("spool: handler failed; the message will be retried: %s", exception_text(e), exc_info=True)
+                result = e
+            st = settlement_for(result)
+            record_outcome(span, st.outcome, st.error)
         if st.outcome == message_pb2.OUTCOME_RELEASE:
             # HandleResponse cannot carry RELEASE; the sidecar reads CANCELLED
             # as "hand it back, no attempt counted" (docs/protocol.md).

@@ -13,6 +13,7 @@ import grpc
 import grpc.aio
 
 from spool._errors import SidecarUnreachableError, SpoolError, from_rpc_error
+from spool._trace import inject
 from spool.v1 import message_pb2, publisher_pb2, publisher_pb2_grpc, subscriber_pb2_grpc
 
 if TYPE_CHECKING:
@@ -149,12 +150,14 @@ class Client:
         acks: Acks = Acks.ALL,
         timeout: float | None = None,
     ) -> PublishResult:
-        """Appends one message and returns once it is durable.
+        """Appends one message and returns once it is durable. It carries the
+        current OpenTelemetry trace context (headers ``traceparent`` and
+        ``tracestate``) unless ``headers`` has a traceparent.
 
         On an error the message may or may not be stored: publish it again
         with the same ``id``.
         """
-        m = OutMessage(payload=payload, key=key, id=id, headers=headers or {})
+        m = OutMessage(payload=payload, key=key, id=id, headers=inject(headers))
         return (await self._publish(topic, [m.proto()], acks, timeout))[0]
 
     async def publish_batch(
@@ -169,6 +172,10 @@ class Client:
         per message, in order, once all are durable. It fails or succeeds as a
         whole; after a failure some may be stored, so retry with the same ids."""
         pms = [m.proto() for m in messages]
+        for pm in pms:  # the caller's trace context (pm.headers is a copy)
+            traced = inject(pm.headers)
+            pm.headers.clear()
+            pm.headers.update(traced)
         if not pms:
             return []
         return await self._publish(topic, pms, acks, timeout)

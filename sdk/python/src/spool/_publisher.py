@@ -11,6 +11,7 @@ import grpc.aio
 
 from spool._client import Acks, Bytes, OutMessage, PublishResult, acks_proto
 from spool._errors import SpoolError, from_inband, from_rpc_error
+from spool._trace import inject
 from spool.v1 import message_pb2, publisher_pb2
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class Publisher:
         fut: asyncio.Future[PublishResult] = asyncio.get_running_loop().create_future()
         fut.add_done_callback(self._done)
         self._outstanding.add(fut)
-        m = OutMessage(payload=payload, key=key, id=id, headers=headers or {}).proto()
+        m = OutMessage(payload=payload, key=key, id=id, headers=inject(headers)).proto()
         self._queue.append((m, acks, fut))
         self._wake.set()
         return fut

@@ -13,6 +13,7 @@ back to the loop. The protocol is docs/protocol.md.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import signal
@@ -30,6 +31,7 @@ from spool._client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_BYTES, Cl
 from spool._errors import DrainError, FrameTooLargeError, SpoolError, from_rpc_error, reason_of
 from spool._message import Message
 from spool._outcome import Outcome, Retry, Settlement, exception_text, settlement_for
+from spool._trace import handler_span, record_outcome
 from spool.v1 import message_pb2, subscriber_pb2
 
 __all__ = ["subscribe", "Handler", "Stats"]
@@ -411,9 +413,17 @@ class _Subscriber:
         s.settle(ref, settlement_for(result), return_credit=True)
 
     async def _call(self, m: Message) -> object:
+        with handler_span(m) as span:
+            result = await self._call_handler(m)
+            st = settlement_for(result)
+            record_outcome(span, st.outcome, st.error)
+            return result
+
+    async def _call_handler(self, m: Message) -> object:
         try:
             if self.executor is not None:
-                return await self.loop.run_in_executor(self.executor, self.handler, m)
+                # The thread runs in this task's context: the handler's span.
+                return await self.loop.run_in_executor(self.executor, contextvars.copy_context().run, self.handler, m)
             r = self.handler(m)
             if inspect.isawaitable(r):
                 r = await r

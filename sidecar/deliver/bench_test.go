@@ -1,0 +1,103 @@
+package deliver
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/spoolmq/spool/engine"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/metrics"
+	"github.com/spoolmq/spool/sidecar/tracing"
+	"github.com/spoolmq/spool/sidecar/tracker"
+)
+
+// BenchmarkDeliverAck measures the delivery loop alone: one op is one
+// message fetched from the (in-memory) log, sent to a stream consumer and
+// acked, settlements coalesced per frame as the SDKs do. Each message
+// carries a traceparent header, so the cost of tracing (off unless
+// GroupConfig.Tracer is set) shows in the allocations.
+//
+//	go test -run '^$' -bench DeliverAck -benchmem ./sidecar/deliver/
+//
+// tracing=on records every attempt's span into a no-op exporter (the SDK's
+// cost, without the export).
+func BenchmarkDeliverAck(b *testing.B) {
+	b.Run("tracing=off", func(b *testing.B) { benchDeliverAck(b, GroupConfig{}) })
+	b.Run("tracing=on", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()))
+		benchDeliverAck(b, GroupConfig{Tracer: tracing.Tracer(tp)})
+	})
+}
+
+func benchDeliverAck(b *testing.B, cfg GroupConfig) {
+	eng := newTestEngine()
+	recs := make([]engine.Record, b.N)
+	for i := range recs {
+		recs[i] = engine.Record{ID: []byte("m-" + itoa(i)), Value: make([]byte, 100),
+			Headers: []engine.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}}}
+	}
+	for len(recs) > 0 { // the log takes batches of up to 4 MiB
+		n := min(len(recs), 10000)
+		eng.publish(tTopic, 0, recs[:n]...)
+		recs = recs[n:]
+	}
+	cfg.Name = tGroup
+	cfg.Subscriptions = []Subscription{testSub(tracker.Config{MaxInFlight: 256})}
+	g, err := NewGroup(cfg, eng, metrics.New(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	c := newConsumer("bench", ModeStream, nil, 256)
+	post := func(ev event) {
+		if err := g.post(ctx, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	post(joinEvent{c})
+	post(settleEvent{c, &spoolv1.SubscribeRequest{Credit: 256}})
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
+	for acked := 0; acked < b.N; {
+		var f *spoolv1.SubscribeResponse
+		select {
+		case f = <-c.out:
+		case <-timeout.C:
+			b.Fatalf("%d of %d acked after a minute", acked, b.N)
+		}
+		ds := f.GetDeliveries()
+		if len(ds) == 0 {
+			continue
+		}
+		req := &spoolv1.SubscribeRequest{Acks: make([]*spoolv1.Ack, len(ds)), Credit: uint32(len(ds))}
+		for i, d := range ds {
+			req.Acks[i] = &spoolv1.Ack{Ref: refOf(d)}
+		}
+		post(settleEvent{c, req})
+		acked += len(ds)
+	}
+	b.StopTimer()
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var buf [20]byte
+	n := len(buf)
+	for ; i > 0; i /= 10 {
+		n--
+		buf[n] = byte('0' + i%10)
+	}
+	return string(buf[n:])
+}
