@@ -601,7 +601,7 @@ func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
 	if !ok {
 		return nil, fmt.Errorf("no address known for node %d", id)
 	}
-	cc, err := grpc.NewClient(addr, p.creds, grpcbuf.DialOption(),
+	cc, err := grpc.NewClient(addr, p.creds, grpcbuf.DialOption(), grpcbuf.ClientCodec(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRemoteFetchBytes+1<<20), grpc.MaxCallSendMsgSize(p.maxSend)),
 		// gRPC's default reconnect backoff grows to 120 s: a node back after
 		// a minute down would take forwarded publishes and reads minutes

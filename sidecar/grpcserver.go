@@ -54,6 +54,7 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpcbuf.ServerOption(),
+		grpcbuf.ServerCodec(),
 		grpc.ChainUnaryInterceptor(
 			recovery.UnaryServerInterceptor(recoverOpt),
 			logging.UnaryServerInterceptor(lg, logOpts...),

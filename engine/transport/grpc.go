@@ -156,6 +156,7 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 	opts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.Limits.maxFrameBytes()),
 		grpcbuf.ServerOption(),
+		grpcbuf.ServerCodec(),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
@@ -208,6 +209,7 @@ func (t *GRPC) AddPeer(id uint64, addr string) error {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(t.cfg.Limits.maxFrameBytes())),
 		grpcbuf.DialOption(),
+		grpcbuf.ClientCodec(),
 		// gRPC's own reconnect backoff grows to 120 s by default: a peer
 		// down for a minute would then be dialed again minutes after it is
 		// back. The channel retries a TCP connection at most every second;
