@@ -278,6 +278,38 @@ func (a *admin) DecommissionNode(ctx context.Context, req *spoolv1.DecommissionN
 	return &spoolv1.DecommissionNodeResponse{}, nil
 }
 
+// MoveReplicas moves a partition's replicas to the nodes named (an
+// operator's move), or with dry_run says what it would do.
+func (a *admin) MoveReplicas(ctx context.Context, req *spoolv1.MoveReplicasRequest) (*spoolv1.MoveReplicasResponse, error) {
+	ids := make([]uint64, 0, len(req.GetReplicas()))
+	for _, r := range req.GetReplicas() {
+		id, err := strconv.ParseUint(r, 10, 64)
+		if err != nil || id == 0 {
+			return nil, apierr.ToStatus(apierr.New(apierr.InvalidReplicas, "node id %q: want node ids as spool cluster status lists them (1, 2, ...)", r))
+		}
+		ids = append(ids, id)
+	}
+	var mv engine.ReplicaMove
+	var err error
+	if req.GetDryRun() {
+		mv, err = a.eng.PlanMove(req.GetTopic(), req.GetPartition(), ids)
+	} else {
+		mv, err = a.eng.MoveReplicas(ctx, req.GetTopic(), req.GetPartition(), ids)
+	}
+	if err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("move the replicas of %s/%d: %w", req.GetTopic(), req.GetPartition(), err))
+	}
+	return &spoolv1.MoveReplicasResponse{From: nodeIDs(mv.From), To: nodeIDs(mv.To), PreviousTarget: nodeIDs(mv.PreviousTarget), Group: mv.Group, DryRun: req.GetDryRun()}, nil
+}
+
+func nodeIDs(ids []uint64) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, strconv.FormatUint(id, 10))
+	}
+	return out
+}
+
 // PeekDeadLetters reads a page of a subscription's dead-letter topic.
 func (a *admin) PeekDeadLetters(ctx context.Context, req *spoolv1.PeekDeadLettersRequest) (*spoolv1.PeekDeadLettersResponse, error) {
 	sc, ok := a.cfg.Subscription(req.GetTopic(), req.GetGroup())

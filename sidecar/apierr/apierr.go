@@ -115,6 +115,10 @@ func Classify(err error) Reason {
 		return UnknownNode
 	case errors.Is(err, engine.ErrDecommissionRefused):
 		return DecommissionRefused
+	case errors.Is(err, engine.ErrMoveRefused):
+		return MoveRefused
+	case errors.Is(err, engine.ErrInvalidMove):
+		return InvalidReplicas
 	case errors.Is(err, engine.ErrUnknownPartition):
 		return BadPartition
 	case errors.As(err, &notLeader):
