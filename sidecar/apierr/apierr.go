@@ -111,6 +111,8 @@ func Classify(err error) Reason {
 		return UnknownTopic
 	case errors.Is(err, engine.ErrDeleteUnsupported):
 		return TopicDeleteUnsupported
+	case errors.Is(err, engine.ErrTopicInUse):
+		return TopicInUse
 	case errors.Is(err, engine.ErrUnknownNode):
 		return UnknownNode
 	case errors.Is(err, engine.ErrDecommissionRefused):
