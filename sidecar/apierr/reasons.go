@@ -62,9 +62,11 @@ const (
 	// declares (the config would undo it at the next start).
 	TopicDeclared Reason = "TOPIC_DECLARED"
 	// TopicInUse: DeleteTopic of a topic a subscription reads or
-	// dead-letters to.
+	// dead-letters to (on a cluster: that a consumer group's member
+	// subscribes to).
 	TopicInUse Reason = "TOPIC_IN_USE"
-	// TopicDeleteUnsupported: the log cannot delete a topic yet.
+	// TopicDeleteUnsupported: the topic cannot be deleted here (an
+	// internal topic, or a cluster sidecar with storage off).
 	TopicDeleteUnsupported Reason = "TOPIC_DELETE_UNSUPPORTED"
 	// UnknownNode: a node id the cluster does not have.
 	UnknownNode Reason = "UNKNOWN_NODE"
