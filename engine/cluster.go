@@ -682,6 +682,7 @@ func (c *cluster) applyController() {
 	}
 	st = st.Clone()
 	results := map[int64]meta.Result{}
+	var deleted []meta.Topic // topics deleted by these commands, as they were
 	var recs []log.Record
 	for from < end {
 		var err error
@@ -704,12 +705,23 @@ func (c *cluster) applyController() {
 				stuck = true
 				break
 			}
+			var gone meta.Topic
+			var had bool
+			if cmd.DeleteTopic != nil {
+				gone, had = st.Topic(cmd.DeleteTopic.Name)
+			}
 			results[r.Offset] = st.Apply(cmd)
+			if had && results[r.Offset].Err == nil {
+				deleted = append(deleted, gone)
+			}
 			from = r.Offset + 1
 		}
 		if stuck {
 			break
 		}
+	}
+	for _, t := range deleted { // before placing what the state holds (the name may be created again)
+		c.deleteTopicData(t)
 	}
 	c.reconcile(st)
 	c.mu.Lock()
@@ -801,6 +813,13 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 	c.mu.Unlock()
 	if done {
 		return nil
+	}
+	if err := c.checkLogOwner(part); err != nil {
+		c.mu.Lock()
+		delete(c.opened, part.group) // the next reconcile looks again
+		c.mu.Unlock()
+		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+		return err
 	}
 	c.n.mu.RLock()
 	spec := part.topic.spec

@@ -195,8 +195,8 @@ func (n *Node) Run(ctx context.Context) error {
 // Close flushes and closes the log. Produce after Close fails with ErrClosed.
 func (n *Node) Close() error { return n.store.Close() }
 
-// ErrDeleteUnsupported: topic deletion is not available here (a cluster's
-// controller cannot remove a topic yet).
+// ErrDeleteUnsupported: topic deletion is not available here (an internal
+// topic, or a cluster sidecar with storage off, which is not a member).
 var ErrDeleteUnsupported = errors.New("topic deletion not supported")
 
 // DeleteTopic removes a topic from a single node: its partitions' files
@@ -206,11 +206,16 @@ var ErrDeleteUnsupported = errors.New("topic deletion not supported")
 // at offset 0. The caller checks that nothing uses it (subscriptions).
 // A crash in the middle leaves some files, which a later DeleteTopic (or
 // the topic created again) finds; nothing half-deleted is served, since
-// the topic is not reopened unless declared. On a cluster:
-// ErrDeleteUnsupported.
+// the topic is not reopened unless declared.
+//
+// On a cluster the topic is deleted on every node (engine/cluster_delete.go):
+// refused with ErrTopicInUse while a consumer group's member subscribes to
+// it, with ErrDeleteUnsupported for internal topics and on a node with
+// storage off. It returns once this node has applied the deletion; the
+// other nodes apply it as they apply the controller's log.
 func (n *Node) DeleteTopic(name string) error {
 	if n.cl != nil {
-		return fmt.Errorf("%w: deleting topic %q: a cluster's controller cannot remove a topic yet", ErrDeleteUnsupported, name)
+		return n.cl.deleteTopic(name)
 	}
 	n.mu.Lock()
 	t, ok := n.topics[name]

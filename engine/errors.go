@@ -22,6 +22,13 @@ var (
 	// too few for a topic's replication factor, or this node is not a
 	// cluster member to ask).
 	ErrDecommissionRefused = errors.New("decommission refused")
+	// ErrMoveRefused: an operator's replica move the cluster cannot make
+	// now (a node named is down or leaving, the topic waits for nodes, or
+	// this node is not a cluster member to ask).
+	ErrMoveRefused = errors.New("replica move refused")
+	// ErrInvalidMove: an operator's replica move that names the wrong
+	// number of nodes (not the replication factor) or a node twice.
+	ErrInvalidMove = errors.New("invalid replica move")
 )
 
 // NotLeaderError says that another node leads the partition.

@@ -45,6 +45,13 @@ func (n *Node) Coordinate(ctx context.Context, cmd coord.Command) (coord.Result,
 	if err != nil {
 		return coord.Result{}, err
 	}
+	return n.coordinateAt(ctx, part, cmd)
+}
+
+// coordinateAt applies cmd at the leader of part (a partition of the
+// groups topic), here or forwarded, as Coordinate does.
+func (n *Node) coordinateAt(ctx context.Context, part *partition, cmd coord.Command) (coord.Result, error) {
+	g := n.cl.coord
 	b, err := coord.EncodeCommand(cmd)
 	if err != nil {
 		return coord.Result{Err: err}, err

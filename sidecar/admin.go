@@ -181,8 +181,10 @@ func (a *admin) AlterTopic(ctx context.Context, req *spoolv1.AlterTopicRequest) 
 // uses: its partitions' data and every group's positions on it, then its
 // catalogue entry (a crash between the two brings the topic back empty at
 // the next start; deleting it again finishes). Refused, saying why, when a
-// subscription uses it, the config declares it, or the sidecar is in a
-// cluster (the controller cannot remove a topic yet).
+// subscription of this sidecar uses it or its config declares it. In a
+// cluster the engine deletes it on every node, refused while a member of
+// any consumer group subscribes to it (TOPIC_IN_USE); the catalogue is
+// the controller's (nothing kept here).
 func (a *admin) DeleteTopic(ctx context.Context, req *spoolv1.DeleteTopicRequest) (*spoolv1.DeleteTopicResponse, error) {
 	name := req.GetName()
 	if _, ok := a.topicSpec(name); !ok {
@@ -194,13 +196,10 @@ func (a *admin) DeleteTopic(ctx context.Context, req *spoolv1.DeleteTopicRequest
 	if declaredTopic(a.cfg, name) {
 		return nil, apierr.ToStatus(apierr.New(apierr.TopicDeclared, "topic %s is declared in spoold's config, which would create it again at the next start: remove it there first", name))
 	}
-	if _, clustered := a.eng.ClusterStatus(); clustered {
-		return nil, apierr.ToStatus(apierr.New(apierr.TopicDeleteUnsupported, "deleting topic %s: topic deletion is not supported on a cluster yet (the controller cannot remove a topic): stop publishing to it and shorten its retention (spool topic alter %s --retention 1h) so that it empties", name, name))
-	}
 	a.catalog.mu.Lock()
 	defer a.catalog.mu.Unlock()
 	if err := a.eng.DeleteTopic(name); err != nil {
-		return nil, apierr.ToStatus(err)
+		return nil, apierr.ToStatus(fmt.Errorf("delete topic %s: %w", name, err))
 	}
 	if err := a.catalog.remove(name); err != nil {
 		return nil, apierr.ToStatus(fmt.Errorf("delete topic %s: its data is deleted, but removing it from the topics created through spool failed (it comes back empty at the next start; delete it again then): %w", name, err))
@@ -276,6 +275,38 @@ func (a *admin) DecommissionNode(ctx context.Context, req *spoolv1.DecommissionN
 		return nil, apierr.ToStatus(err)
 	}
 	return &spoolv1.DecommissionNodeResponse{}, nil
+}
+
+// MoveReplicas moves a partition's replicas to the nodes named (an
+// operator's move), or with dry_run says what it would do.
+func (a *admin) MoveReplicas(ctx context.Context, req *spoolv1.MoveReplicasRequest) (*spoolv1.MoveReplicasResponse, error) {
+	ids := make([]uint64, 0, len(req.GetReplicas()))
+	for _, r := range req.GetReplicas() {
+		id, err := strconv.ParseUint(r, 10, 64)
+		if err != nil || id == 0 {
+			return nil, apierr.ToStatus(apierr.New(apierr.InvalidReplicas, "node id %q: want node ids as spool cluster status lists them (1, 2, ...)", r))
+		}
+		ids = append(ids, id)
+	}
+	var mv engine.ReplicaMove
+	var err error
+	if req.GetDryRun() {
+		mv, err = a.eng.PlanMove(req.GetTopic(), req.GetPartition(), ids)
+	} else {
+		mv, err = a.eng.MoveReplicas(ctx, req.GetTopic(), req.GetPartition(), ids)
+	}
+	if err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("move the replicas of %s/%d: %w", req.GetTopic(), req.GetPartition(), err))
+	}
+	return &spoolv1.MoveReplicasResponse{From: nodeIDs(mv.From), To: nodeIDs(mv.To), PreviousTarget: nodeIDs(mv.PreviousTarget), Group: mv.Group, DryRun: req.GetDryRun()}, nil
+}
+
+func nodeIDs(ids []uint64) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, strconv.FormatUint(id, 10))
+	}
+	return out
 }
 
 // PeekDeadLetters reads a page of a subscription's dead-letter topic.

@@ -441,4 +441,10 @@ func TestClusterStatus(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "cluster: single-node") || !strings.Contains(r.stdout, "REACHABLE") {
 		t.Fatalf("spool cluster status (table): exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// A replica move: refused by a single sidecar, and usage errors.
+	s.check("cluster_move_single_node", 1, "cluster", "move", ordersT, "0", "--to", "1,2,3")
+	s.check("cluster_move_dry_run_single_node", 1, "cluster", "move", ordersT, "0", "--to", "1,2,3", "--dry-run")
+	s.check("cluster_move_no_target", 2, "cluster", "move", ordersT, "0")
+	s.check("cluster_move_bad_partition", 2, "cluster", "move", ordersT, "x", "--to", "1,2,3")
+	s.check("cluster_move_bad_node", 1, "cluster", "move", ordersT, "0", "--to", "1,two,3")
 }

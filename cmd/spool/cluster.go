@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -16,9 +18,11 @@ func (a *app) clusterCommand() *cobra.Command {
 		Example: example(
 			"spool cluster status",
 			"spool cluster status -o json",
-			"spool cluster decommission 3 --yes"),
+			"spool cluster decommission 3 --yes",
+			"spool cluster move orders 2 --to 2,3,5 --dry-run"),
 	}
 	c.AddCommand(a.decommissionCommand())
+	c.AddCommand(a.moveCommand())
 	c.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Show the cluster id, this node and every member with whether this node reaches it",
@@ -139,4 +143,79 @@ other nodes would be fewer than a topic's replication factor.`,
 type decommissionView struct {
 	NodeID  string `json:"node_id" yaml:"node_id"`
 	Leaving bool   `json:"leaving" yaml:"leaving"`
+}
+
+func (a *app) moveCommand() *cobra.Command {
+	var to []string
+	var dryRun bool
+	c := &cobra.Command{
+		Use:   "move TOPIC PARTITION --to NODE,NODE,...",
+		Short: "Move a partition's replicas to the nodes named (the first leads)",
+		Long: `Moves the replicas of one partition to the nodes given with --to, as many as
+the topic's replication factor, the first being the preferred leader. Each new
+node copies the partition's log as a learner, then the partition's membership
+changes; a node dropped deletes its copy. A move under way is redirected. The
+command returns once the move is recorded: spool cluster status counts the
+partitions moving and spool topic describe shows each partition's target until
+the move is done.
+
+The partition is pinned: the cluster's balancing leaves it where you put it
+(replicas on a node that goes down or is decommissioned are still re-created
+elsewhere). Refused when a node named is unknown (UNKNOWN_NODE), down or
+leaving (MOVE_REFUSED), when the count is not the replication factor or a node
+is named twice (INVALID_REPLICAS), and on a sidecar that is not a cluster
+member. --dry-run checks the move and prints it without recording it.`,
+		Example: example(
+			"spool cluster move orders 2 --to 2,3,5",
+			"spool cluster move orders 2 --to 2,3,5 --dry-run",
+			"spool topic describe orders    # the move's progress"),
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: a.completeTopics,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			topic := args[0]
+			p, err := strconv.ParseInt(args[1], 10, 32)
+			if err != nil || p < 0 {
+				return usageErr("partition %q: want a partition number (0, 1, ...; spool topic describe %s lists them)", args[1], topic)
+			}
+			if len(to) == 0 {
+				return usageErr("say where the replicas go: --to with node ids (spool cluster status lists them), the preferred leader first, e.g. --to 2,3,5")
+			}
+			c, err := a.adminClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd)
+			defer cancel()
+			resp, err := c.MoveReplicas(ctx, &spoolv1.MoveReplicasRequest{Topic: topic, Partition: int32(p), Replicas: to, DryRun: dryRun})
+			if err != nil {
+				return a.adminErr("cluster move", err)
+			}
+			v := moveView{Topic: topic, Partition: int32(p), From: resp.GetFrom(), To: resp.GetTo(), PreviousTarget: resp.GetPreviousTarget(), DryRun: resp.GetDryRun()}
+			return a.render(v, func(w io.Writer) {
+				from, dest := strings.Join(v.From, ","), strings.Join(v.To, ",")
+				switch {
+				case v.DryRun:
+					fmt.Fprintf(w, "%s/%d: %s → %s (dry run: nothing changed)\n", topic, p, from, dest)
+				default:
+					fmt.Fprintf(w, "%s/%d: %s → %s (moving: watch spool topic describe %s and spool cluster status)\n", topic, p, from, dest, topic)
+				}
+				if len(v.PreviousTarget) > 0 {
+					fmt.Fprintf(w, "the move under way to %s is redirected\n", strings.Join(v.PreviousTarget, ","))
+				}
+			})
+		},
+	}
+	c.Flags().StringSliceVar(&to, "to", nil, "node ids the replicas go to, the preferred leader first (e.g. 2,3,5)")
+	c.Flags().BoolVar(&dryRun, "dry-run", false, "check the move and print it without recording it")
+	return c
+}
+
+type moveView struct {
+	Topic     string   `json:"topic" yaml:"topic"`
+	Partition int32    `json:"partition" yaml:"partition"`
+	From      []string `json:"from" yaml:"from"`
+	To        []string `json:"to" yaml:"to"`
+	// PreviousTarget is where a move under way was going (redirected).
+	PreviousTarget []string `json:"previous_target,omitempty" yaml:"previous_target,omitempty"`
+	DryRun         bool     `json:"dry_run" yaml:"dry_run"`
 }

@@ -307,18 +307,20 @@ func (a *app) topicDeleteCommand() *cobra.Command {
 	var yes bool
 	c := &cobra.Command{
 		Use:   "delete TOPIC",
-		Short: "Delete a topic (refused today: see the message for why and what to do)",
-		Long: `Asks spoold to delete a topic. spoold refuses, saying why: subscriptions use
-it (TOPIC_IN_USE, naming them), spoold's config declares it (TOPIC_DECLARED),
-or, for a topic nothing uses, Spool cannot delete topics yet
-(TOPIC_DELETE_UNSUPPORTED): the log cannot remove a partition while spoold
-runs, and a cluster's controller has no topic deletion. Meanwhile stop
-publishing to it and shorten its retention so that it empties.
+		Short: "Delete a topic and every message in it",
+		Long: `Asks spoold to delete a topic: every partition's messages and every consumer
+group's positions on it, so that a topic created again under the name starts
+empty. spoold refuses, saying why, when subscriptions use it (TOPIC_IN_USE,
+naming them) or spoold's config declares it (TOPIC_DECLARED: the next start
+would create it again). On a cluster every node deletes its copies (a node
+down meanwhile when it comes back), and the deletion is also refused while a
+member of any consumer group subscribes to the topic (TOPIC_IN_USE, naming the
+group and the member).
 
 On a terminal spool asks first; --yes skips the question.`,
 		Example: example(
-			"spool topic delete audit --yes",
-			"spool topic alter audit --retention 1h    # what to do meanwhile"),
+			"spool topic delete audit",
+			"spool topic delete audit --yes"),
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeTopics,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -21,7 +21,16 @@ type Command struct {
 	SetNodeDown      *SetNodeDown
 	DecommissionNode *DecommissionNode
 	RemoveNode       *RemoveNode
+	DeleteTopic      *DeleteTopic
 }
+
+// DeleteTopic removes a topic, pending or placed (a move under way
+// included): every node stops its replicas of the topic's partitions and
+// deletes their data. The partitions' group ids are never given again
+// (NextGroupID does not go back), so a topic created again under the name
+// gets new groups and starts empty. Internal topics are refused
+// (ErrInvalid).
+type DeleteTopic struct{ Name string }
 
 // DecommissionNode marks a node leaving: NextMove moves its replicas to
 // other nodes and it stops voting in the controller. Refused when the
@@ -39,9 +48,15 @@ type RemoveNode struct{ ID NodeID }
 // is ReplicationFactor distinct nodes of the cluster. A target equal to the
 // current replicas ends a move under way without changing anything else;
 // with no move under way it is a no-op.
+//
+// Pin marks an operator's move (spool cluster move): the partition becomes
+// Pinned, so that NextMove's balancing leaves it where the operator put it,
+// and a target naming a node that is down or leaving is refused
+// (ErrNodeUnavailable: NextMove would move that replica away at once).
 type MoveReplicas struct {
 	Group    uint64
 	Replicas []NodeID
+	Pin      bool
 }
 
 // FinishMove ends a move: the group's membership is its target. Refused
@@ -124,6 +139,9 @@ var (
 	// ErrNodeInUse: RemoveNode of a node not leaving or still holding
 	// replicas.
 	ErrNodeInUse = errors.New("meta: node still in use")
+	// ErrNodeUnavailable: an operator's move (MoveReplicas with Pin) to a
+	// node that is down or leaving.
+	ErrNodeUnavailable = errors.New("meta: node down or leaving")
 )
 
 // TopicConflictError says how a CreateTopic disagrees with an existing
@@ -151,13 +169,13 @@ func (e *TopicConflictError) Is(target error) bool { return target == ErrTopicCo
 func (c Command) shape() error {
 	n := 0
 	for _, set := range []bool{c.Init != nil, c.AddNode != nil, c.SetNodeAddr != nil, c.CreateTopic != nil, c.AlterTopic != nil,
-		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil, c.DecommissionNode != nil, c.RemoveNode != nil} {
+		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil, c.DecommissionNode != nil, c.RemoveNode != nil, c.DeleteTopic != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown, DecommissionNode, RemoveNode; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown, DecommissionNode, RemoveNode, DeleteTopic; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -191,7 +209,20 @@ func (s *State) Apply(c Command) Result {
 	case c.CreateTopic != nil:
 		return s.applyCreateTopic(c.CreateTopic.Spec)
 	case c.MoveReplicas != nil:
-		return s.applyMove(*c.MoveReplicas)
+		if !c.MoveReplicas.Pin {
+			return s.applyMove(*c.MoveReplicas)
+		}
+		if err := s.checkOperatorMove(*c.MoveReplicas); err != nil {
+			return Result{Err: err}
+		}
+		r := s.applyMove(*c.MoveReplicas)
+		if r.Err == nil {
+			t, i, _ := s.partitionOf(c.MoveReplicas.Group)
+			t.Partitions[i].Pinned = true
+		}
+		return r
+	case c.DeleteTopic != nil:
+		return s.applyDeleteTopic(c.DeleteTopic.Name)
 	case c.FinishMove != nil:
 		return s.applyFinishMove(*c.FinishMove)
 	case c.SetNodeDown != nil:
@@ -309,6 +340,41 @@ func (s *State) applyMove(m MoveReplicas) Result {
 	// can say it holds exactly Replicas again. Until then no node deletes
 	// its copy (see placeTopic).
 	p.Target, p.Moved = slices.Clone(m.Replicas), true
+	return Result{}
+}
+
+// checkOperatorMove refuses an operator's move to a node that is down or
+// leaving (the other refusals are applyMove's).
+func (s *State) checkOperatorMove(m MoveReplicas) error {
+	t, i, ok := s.partitionOf(m.Group)
+	if !ok {
+		return nil // applyMove refuses it
+	}
+	for _, id := range m.Replicas {
+		n, ok := s.Node(id)
+		switch {
+		case !ok:
+		case n.Leaving:
+			return fmt.Errorf("%w: a move of %s/%d names node %d, which is leaving (decommissioned): choose nodes that stay (spool cluster status)", ErrNodeUnavailable, t.Spec.Name, i, id)
+		case n.Down:
+			return fmt.Errorf("%w: a move of %s/%d names node %d, which is down (unreachable past the dead-node timeout): choose nodes that are up (spool cluster status), or start node %d again first", ErrNodeUnavailable, t.Spec.Name, i, id, id)
+		}
+	}
+	return nil
+}
+
+// applyDeleteTopic removes a topic; its group ids stay used (nextGroup
+// does not go back).
+func (s *State) applyDeleteTopic(name string) Result {
+	t, ok := s.topics[name]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w %q: nothing to delete (names are case-sensitive; spool topic list shows the topics)", ErrUnknownTopic, name)}
+	}
+	i, _ := slices.BinarySearch(s.names, name)
+	s.names = slices.Delete(s.names, i, i+1)
+	delete(s.topics, name)
+	delete(s.byFold, strings.ToLower(name))
+	s.total -= int(t.Spec.Partitions)
 	return Result{}
 }
 

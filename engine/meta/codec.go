@@ -45,7 +45,7 @@ func EncodeCommand(c Command) ([]byte, error) {
 	case c.CreateTopic != nil:
 		m.Command = &clusterv1.MetaCommand_CreateTopic{CreateTopic: &clusterv1.MetaCreateTopic{Spec: specToProto(c.CreateTopic.Spec)}}
 	case c.MoveReplicas != nil:
-		m.Command = &clusterv1.MetaCommand_MoveReplicas{MoveReplicas: &clusterv1.MetaMoveReplicas{GroupId: c.MoveReplicas.Group, Replicas: c.MoveReplicas.Replicas}}
+		m.Command = &clusterv1.MetaCommand_MoveReplicas{MoveReplicas: &clusterv1.MetaMoveReplicas{GroupId: c.MoveReplicas.Group, Replicas: c.MoveReplicas.Replicas, Pin: c.MoveReplicas.Pin}}
 	case c.FinishMove != nil:
 		m.Command = &clusterv1.MetaCommand_FinishMove{FinishMove: &clusterv1.MetaFinishMove{GroupId: c.FinishMove.Group, Replicas: c.FinishMove.Replicas}}
 	case c.SetNodeDown != nil:
@@ -54,6 +54,8 @@ func EncodeCommand(c Command) ([]byte, error) {
 		m.Command = &clusterv1.MetaCommand_DecommissionNode{DecommissionNode: &clusterv1.MetaDecommissionNode{NodeId: c.DecommissionNode.ID}}
 	case c.RemoveNode != nil:
 		m.Command = &clusterv1.MetaCommand_RemoveNode{RemoveNode: &clusterv1.MetaRemoveNode{NodeId: c.RemoveNode.ID}}
+	case c.DeleteTopic != nil:
+		m.Command = &clusterv1.MetaCommand_DeleteTopic{DeleteTopic: &clusterv1.MetaDeleteTopic{Name: c.DeleteTopic.Name}}
 	default:
 		a := c.AlterTopic
 		m.Command = &clusterv1.MetaCommand_AlterTopic{AlterTopic: &clusterv1.MetaAlterTopic{Name: a.Name, RetentionAgeMs: a.RetentionAgeMs, RetentionBytes: a.RetentionBytes}}
@@ -101,7 +103,7 @@ func DecodeCommand(b []byte) (Command, error) {
 		a := x.AlterTopic
 		return Command{AlterTopic: &AlterTopic{Name: a.GetName(), RetentionAgeMs: a.GetRetentionAgeMs(), RetentionBytes: a.GetRetentionBytes()}}, nil
 	case *clusterv1.MetaCommand_MoveReplicas:
-		return Command{MoveReplicas: &MoveReplicas{Group: x.MoveReplicas.GetGroupId(), Replicas: x.MoveReplicas.GetReplicas()}}, nil
+		return Command{MoveReplicas: &MoveReplicas{Group: x.MoveReplicas.GetGroupId(), Replicas: x.MoveReplicas.GetReplicas(), Pin: x.MoveReplicas.GetPin()}}, nil
 	case *clusterv1.MetaCommand_FinishMove:
 		return Command{FinishMove: &FinishMove{Group: x.FinishMove.GetGroupId(), Replicas: x.FinishMove.GetReplicas()}}, nil
 	case *clusterv1.MetaCommand_SetNodeDown:
@@ -110,6 +112,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{DecommissionNode: &DecommissionNode{ID: x.DecommissionNode.GetNodeId()}}, nil
 	case *clusterv1.MetaCommand_RemoveNode:
 		return Command{RemoveNode: &RemoveNode{ID: x.RemoveNode.GetNodeId()}}, nil
+	case *clusterv1.MetaCommand_DeleteTopic:
+		return Command{DeleteTopic: &DeleteTopic{Name: x.DeleteTopic.GetName()}}, nil
 	default:
 		return Command{}, fmt.Errorf("%w command: no command set (a command from a newer release this node does not know? upgrade this node)", ErrMalformed)
 	}
@@ -126,7 +130,7 @@ func EncodeState(s *State) ([]byte, error) {
 		t := s.topics[name]
 		pt := &clusterv1.MetaTopic{Spec: specToProto(t.Spec)}
 		for _, p := range t.Partitions {
-			pt.Partitions = append(pt.Partitions, &clusterv1.MetaPartition{GroupId: p.Group, Replicas: p.Replicas, Target: p.Target, Moved: p.Moved})
+			pt.Partitions = append(pt.Partitions, &clusterv1.MetaPartition{GroupId: p.Group, Replicas: p.Replicas, Target: p.Target, Moved: p.Moved, Pinned: p.Pinned})
 		}
 		m.Topics = append(m.Topics, pt)
 	}
@@ -176,7 +180,7 @@ func DecodeState(b []byte) (*State, error) {
 		if len(pt.Partitions) > 0 {
 			t.Partitions = make([]Partition, len(pt.Partitions))
 			for j, p := range pt.Partitions {
-				t.Partitions[j] = Partition{Group: p.GetGroupId(), Replicas: p.GetReplicas(), Target: p.GetTarget(), Moved: p.GetMoved()}
+				t.Partitions[j] = Partition{Group: p.GetGroupId(), Replicas: p.GetReplicas(), Target: p.GetTarget(), Moved: p.GetMoved(), Pinned: p.GetPinned()}
 				if len(t.Partitions[j].Target) == 0 {
 					t.Partitions[j].Target = nil
 				}

@@ -17,13 +17,17 @@ func seedCommands() []Command {
 		{SetNodeAddr: &SetNodeAddr{ID: 2, Addr: "[::1]:7946"}},
 		{CreateTopic: &CreateTopic{Spec: TopicSpec{Name: "orders", Partitions: 12, ReplicationFactor: 3, RetentionAgeMs: 604_800_000, RetentionBytes: 1 << 30}}},
 		{AlterTopic: &AlterTopic{Name: "orders", RetentionAgeMs: 1, RetentionBytes: 2}},
+		{MoveReplicas: &MoveReplicas{Group: 1, Replicas: []NodeID{3, 2, 1}, Pin: true}},
+		{DeleteTopic: &DeleteTopic{Name: "orders"}},
 	}
 }
 
-// seedState: three nodes, a placed topic, a pending one.
+// seedState: three nodes, a placed topic with a partition an operator
+// moved (pinned), a pending one.
 func seedState(t testing.TB) *State {
 	s := stateWithNodes(t, 3)
 	mustApply(t, s, create("orders", 4, 3))
+	mustApply(t, s, Command{MoveReplicas: &MoveReplicas{Group: 2, Replicas: []NodeID{3, 1, 2}, Pin: true}})
 	mustApply(t, s, create("wide", 1, 5))
 	return s
 }

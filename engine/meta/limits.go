@@ -189,6 +189,13 @@ func (c Command) Validate() error {
 		if c.RemoveNode.ID == 0 {
 			return invalid("node id", "0", "a node id (1 up)")
 		}
+	case c.DeleteTopic != nil:
+		if IsInternalTopic(c.DeleteTopic.Name) {
+			return &InvalidError{Field: "topic name", Value: c.DeleteTopic.Name, Allowed: "a topic of the cluster's users: internal topics (" + GroupsTopic + ") are the engine's and cannot be deleted"}
+		}
+		if !validTopicName(c.DeleteTopic.Name) {
+			return invalid("topic name", c.DeleteTopic.Name, allowedNames)
+		}
 	case c.AlterTopic != nil:
 		if !validTopicName(c.AlterTopic.Name) {
 			return invalid("topic name", c.AlterTopic.Name, allowedNames)

@@ -84,6 +84,12 @@ func (m *model) predict(c Command) (NodeID, error) {
 		}
 		m.topics[spec.Name] = &modelTopic{spec: spec, pending: len(m.nodes) < int(spec.ReplicationFactor)}
 		return 0, nil
+	case c.DeleteTopic != nil:
+		if _, ok := m.topics[c.DeleteTopic.Name]; !ok {
+			return 0, ErrUnknownTopic
+		}
+		delete(m.topics, c.DeleteTopic.Name)
+		return 0, nil
 	default:
 		t, ok := m.topics[c.AlterTopic.Name]
 		if !ok {
@@ -107,7 +113,7 @@ func drawCommand(t *rapid.T) Command {
 	addr := func() string {
 		return pick(t, "addr", []string{"10.0.0.1:7946", "node-2.spool:7946", "[::1]:7946"}, []string{"host", ":7946", "h:0", "h:65536", "[h]:1"})
 	}
-	switch rapid.IntRange(0, 9).Draw(t, "kind") {
+	switch rapid.IntRange(0, 10).Draw(t, "kind") {
 	case 0:
 		return Command{Init: &Init{ClusterID: pick(t, "cluster", []string{"prod", "other"}, []string{"", "bad id"})}}
 	case 1, 2, 3:
@@ -127,6 +133,10 @@ func drawCommand(t *rapid.T) Command {
 			Name:           pick(t, "name", []string{"a", "b", "orders", "Orders"}, []string{"__internal", "x/y"}),
 			RetentionAgeMs: pick(t, "age", []int64{0, 1000}, []int64{-1}),
 			RetentionBytes: pick(t, "bytes", []int64{0, 4096}, []int64{-1}),
+		}}
+	case 9:
+		return Command{DeleteTopic: &DeleteTopic{
+			Name: pick(t, "name", []string{"a", "b", "c", "orders", "Orders"}, []string{GroupsTopic, "__internal", "x/y", ""}),
 		}}
 	default: // none or two set
 		if rapid.Bool().Draw(t, "none") {
@@ -160,8 +170,9 @@ func mustEncode(t rapid.TB, s *State) []byte {
 // TestApplyModel: random command sequences, valid and not. Two states fed
 // the same commands agree byte for byte (and with a clone and a decoded
 // copy); every result is the model's; every invariant holds after every
-// command; group ids only grow; placement keeps replicas balanced; a topic is
-// pending exactly while the model says so.
+// command; group ids only grow (a topic deleted and created again gets new
+// ones); placement keeps replicas balanced; a topic is pending exactly
+// while the model says so.
 func TestApplyModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		a, b := NewState(), NewState()
@@ -237,6 +248,8 @@ func describe(c Command) string {
 		return "SetNodeAddr" + reflectString(*d.SetNodeAddr)
 	case d.CreateTopic != nil:
 		return "CreateTopic" + reflectString(*d.CreateTopic)
+	case d.DeleteTopic != nil:
+		return "DeleteTopic" + reflectString(*d.DeleteTopic)
 	default:
 		return "AlterTopic" + reflectString(*d.AlterTopic)
 	}

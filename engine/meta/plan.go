@@ -21,9 +21,13 @@ import (
 //  2. Balance. When the up nodes' replica counts differ by more than one,
 //     one replica moves from the most loaded up node (lowest id of a tie)
 //     to the least loaded one: the first partition held by the first and
-//     not the second (and with no replica on a down node), one it does not
-//     prefer to lead if there is one. Every such move lowers the sum of
-//     squared counts, so balancing ends.
+//     not the second (and with no replica on a down node, and not Pinned),
+//     one it does not prefer to lead if there is one. Every such move
+//     lowers the sum of squared counts, so balancing ends. A Pinned
+//     partition (an operator's move, MoveReplicas.Pin) is never balanced:
+//     the operator chose its nodes, and balancing would undo the move as
+//     soon as it left the counts more than one apart. When every partition
+//     that could balance the two nodes is pinned, the counts stay apart.
 //
 // New moves (not redirects) start only while fewer than MaxMovesInFlight
 // partitions move. A partition that cannot be repaired (no up node left
@@ -106,8 +110,8 @@ func NextMove(s *State) (MoveReplicas, bool) {
 	for _, leaderToo := range []bool{false, true} {
 		for _, name := range s.names {
 			for _, p := range s.topics[name].Partitions {
-				if p.Target != nil || slices.Contains(p.Replicas, toID) || slices.ContainsFunc(p.Replicas, func(id NodeID) bool { return down[id] }) {
-					continue // moving, already there, or waiting for repair
+				if p.Target != nil || p.Pinned || slices.Contains(p.Replicas, toID) || slices.ContainsFunc(p.Replicas, func(id NodeID) bool { return down[id] }) {
+					continue // moving, placed by an operator, already there, or waiting for repair
 				}
 				j := slices.Index(p.Replicas, fromID)
 				if j < 0 || (j == 0) != leaderToo {

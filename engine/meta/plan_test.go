@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -15,7 +16,11 @@ import (
 // MaxMovesInFlight partitions move at once, no move targets a down node,
 // and once things settle, every partition whose topic fits on the up nodes
 // has all its replicas on up nodes and the up nodes' replica counts differ
-// by at most one.
+// by at most one. Operators move partitions too (MoveReplicas with Pin,
+// refused exactly when the target names a node down or leaving) and delete
+// topics: NextMove never moves a pinned partition except to repair it (a
+// replica on a node down or leaving), and the counts may stay more than
+// one apart only when some partition is pinned.
 func TestNextMoveModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := NewState()
@@ -45,6 +50,7 @@ func TestNextMoveModel(t *testing.T) {
 				}
 				if m, ok := NextMove(s); ok {
 					checkMove(t, s, m)
+					checkPinned(t, s, m)
 					if r := apply(Command{MoveReplicas: &m}); r.Err != nil {
 						t.Fatalf("NextMove gave %+v, refused: %v", m, r.Err)
 					}
@@ -64,7 +70,7 @@ func TestNextMoveModel(t *testing.T) {
 			}
 		}
 		for range rapid.IntRange(1, 8).Draw(t, "events") {
-			switch rapid.IntRange(0, 4).Draw(t, "event") {
+			switch rapid.IntRange(0, 6).Draw(t, "event") {
 			case 0, 1: // a node goes down or comes back
 				n := rapid.SampledFrom(s.Nodes()).Draw(t, "node")
 				apply(Command{SetNodeDown: &SetNodeDown{ID: n.ID, Down: !n.Down}})
@@ -74,11 +80,40 @@ func TestNextMoveModel(t *testing.T) {
 			case 3: // a node is decommissioned (refused when the rest is too small)
 				n := rapid.SampledFrom(s.Nodes()).Draw(t, "leaving")
 				apply(Command{DecommissionNode: &DecommissionNode{ID: n.ID}})
+			case 4: // an operator moves a partition (spool cluster move)
+				topics := s.Topics()
+				topic := rapid.SampledFrom(topics).Draw(t, "moved topic")
+				if topic.Pending() {
+					break
+				}
+				p := rapid.IntRange(0, len(topic.Partitions)-1).Draw(t, "moved partition")
+				ids := rapid.Permutation(s.Nodes()).Draw(t, "operator target")[:topic.Spec.ReplicationFactor]
+				target := make([]NodeID, len(ids))
+				refuse := false
+				for j, n := range ids {
+					target[j] = n.ID
+					refuse = refuse || n.Down || n.Leaving
+				}
+				r := apply(Command{MoveReplicas: &MoveReplicas{Group: topic.Partitions[p].Group, Replicas: target, Pin: true}})
+				if refuse != errors.Is(r.Err, ErrNodeUnavailable) || !refuse && r.Err != nil {
+					t.Fatalf("operator move of %s/%d to %v (nodes %+v): %v", topic.Spec.Name, p, target, s.Nodes(), r.Err)
+				}
+				if after, _ := s.Topic(topic.Spec.Name); r.Err == nil && !after.Partitions[p].Pinned {
+					t.Fatalf("operator move of %s/%d accepted but the partition is not pinned", topic.Spec.Name, p)
+				}
+			case 5: // an operator deletes a topic
+				if topics := s.Topics(); len(topics) > 1 {
+					name := rapid.SampledFrom(topics).Draw(t, "deleted").Spec.Name
+					if r := apply(Command{DeleteTopic: &DeleteTopic{Name: name}}); r.Err != nil {
+						t.Fatalf("delete topic %q: %v", name, r.Err)
+					}
+				}
 			}
 			// Some moves finish, some new ones start, before the next event.
 			for range rapid.IntRange(0, 5).Draw(t, "steps") {
 				if m, ok := NextMove(s); ok {
 					checkMove(t, s, m)
+					checkPinned(t, s, m)
 					apply(Command{MoveReplicas: &m})
 				} else if moving := movingGroups(s); len(moving) > 0 {
 					p := rapid.SampledFrom(moving).Draw(t, "finishes")
@@ -119,7 +154,10 @@ func TestNextMoveModel(t *testing.T) {
 				}
 			}
 		}
-		if sp := upSpread(s); sp > 1 && allFit(s, up) {
+		pinned := slices.ContainsFunc(s.Topics(), func(t Topic) bool {
+			return slices.ContainsFunc(t.Partitions, func(p Partition) bool { return p.Pinned })
+		})
+		if sp := upSpread(s); sp > 1 && allFit(s, up) && !pinned {
 			t.Fatalf("settled with the up nodes' replica counts %d apart", sp)
 		}
 	})
@@ -133,6 +171,28 @@ func checkMove(t *rapid.T, s *State, m MoveReplicas) {
 		}
 		if n.Down || n.Leaving {
 			t.Fatalf("move %+v targets node %d, which is down", m, id)
+		}
+	}
+}
+
+// checkPinned: a move of a pinned partition is a repair: where it is going
+// names a node down or leaving, which the move replaces.
+func checkPinned(t *rapid.T, s *State, m MoveReplicas) {
+	for _, topic := range s.Topics() {
+		for i, p := range topic.Partitions {
+			if p.Group != m.Group || !p.Pinned {
+				continue
+			}
+			cur := p.Replicas
+			if p.Target != nil {
+				cur = p.Target
+			}
+			for _, id := range cur {
+				if n, _ := s.Node(id); n.Down || n.Leaving {
+					return
+				}
+			}
+			t.Fatalf("NextMove moves %s/%d, pinned by an operator on %v (all up), to %v", topic.Spec.Name, i, cur, m.Replicas)
 		}
 	}
 }
@@ -193,6 +253,55 @@ func TestNextMoveNowhereToGo(t *testing.T) {
 	}
 }
 
+// An operator's move that leaves the replica counts two apart is not
+// balanced back: 4 nodes hold 3 replicas each; moving partition 0 off node
+// 1 onto node 4 gives counts 2 3 3 4, and balancing evens them out by
+// moving other partitions (without the rule it moved partition 0 straight
+// back from node 4 to node 1).
+func TestOperatorMoveIsNotBalancedBack(t *testing.T) {
+	s := NewState()
+	s.Apply(Command{Init: &Init{ClusterID: "c"}})
+	for i := range 4 {
+		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
+	}
+	mustApply(t, s, create("a", 4, 3))
+	topic, _ := s.Topic("a")
+	p0 := topic.Partitions[0]
+	if !slices.Equal(p0.Replicas, []NodeID{1, 2, 3}) {
+		t.Fatalf("a/0 placed on %v, want [1 2 3]", p0.Replicas)
+	}
+	if r := s.Apply(Command{MoveReplicas: &MoveReplicas{Group: p0.Group, Replicas: []NodeID{2, 3, 4}, Pin: true}}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	mustApply(t, s, Command{FinishMove: &FinishMove{Group: p0.Group, Replicas: []NodeID{2, 3, 4}}})
+	if sp := upSpread(s); sp != 2 {
+		t.Fatalf("replica counts %d apart after the operator's move, want 2", sp)
+	}
+	for {
+		m, ok := NextMove(s)
+		if !ok {
+			break
+		}
+		if m.Group == p0.Group {
+			t.Fatalf("NextMove moves a/0, pinned by the operator, to %v", m.Replicas)
+		}
+		mustApply(t, s, Command{MoveReplicas: &m})
+		mustApply(t, s, Command{FinishMove: &FinishMove{Group: m.Group, Replicas: m.Replicas}})
+	}
+	if topic, _ = s.Topic("a"); !slices.Equal(topic.Partitions[0].Replicas, []NodeID{2, 3, 4}) || upSpread(s) > 1 {
+		t.Fatalf("settled with a/0 on %v (want the operator's [2 3 4]) and counts %d apart", topic.Partitions[0].Replicas, upSpread(s))
+	}
+	// A node of the pinned partition going down is still repaired.
+	mustApply(t, s, Command{SetNodeDown: &SetNodeDown{ID: 4, Down: true}})
+	if m, ok := NextMove(s); !ok || m.Group != p0.Group || !slices.Equal(m.Replicas, []NodeID{2, 3, 1}) {
+		t.Fatalf("node 4 down: NextMove gave %+v %v, want a/0 repaired onto node 1 ([2 3 1])", m, ok)
+	}
+	// An operator's move onto a node that is down is refused.
+	r := s.Apply(Command{MoveReplicas: &MoveReplicas{Group: topic.Partitions[1].Group, Replicas: []NodeID{1, 2, 4}, Pin: true}})
+	if !errors.Is(r.Err, ErrNodeUnavailable) || !strings.Contains(r.Err.Error(), "node 4, which is down") {
+		t.Fatalf("operator move onto a down node: %v, want ErrNodeUnavailable naming node 4", r.Err)
+	}
+}
 // A move redirected back to the replicas the partition has is a move back,
 // ended like any other by the group's FinishMove: the group's
 // configuration may hold what the given-up move added. Only a move to

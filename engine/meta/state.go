@@ -58,6 +58,10 @@ type Partition struct {
 	// first member writes the same first entries); any other joins it and
 	// copies the leader's log.
 	Moved bool
+	// Pinned: an operator placed the partition (MoveReplicas with Pin).
+	// NextMove's balancing leaves it where it is; its repairs still
+	// replace a replica on a node that is down or leaving.
+	Pinned bool
 }
 
 // Holders are the nodes that hold or are getting a replica: Replicas and
@@ -256,7 +260,7 @@ func copyTopic(t *Topic) Topic {
 	if t.Partitions != nil {
 		c.Partitions = make([]Partition, len(t.Partitions))
 		for i, p := range t.Partitions {
-			c.Partitions[i] = Partition{Group: p.Group, Replicas: slices.Clone(p.Replicas), Target: slices.Clone(p.Target), Moved: p.Moved}
+			c.Partitions[i] = Partition{Group: p.Group, Replicas: slices.Clone(p.Replicas), Target: slices.Clone(p.Target), Moved: p.Moved, Pinned: p.Pinned}
 		}
 	}
 	return c

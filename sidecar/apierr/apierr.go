@@ -111,10 +111,16 @@ func Classify(err error) Reason {
 		return UnknownTopic
 	case errors.Is(err, engine.ErrDeleteUnsupported):
 		return TopicDeleteUnsupported
+	case errors.Is(err, engine.ErrTopicInUse):
+		return TopicInUse
 	case errors.Is(err, engine.ErrUnknownNode):
 		return UnknownNode
 	case errors.Is(err, engine.ErrDecommissionRefused):
 		return DecommissionRefused
+	case errors.Is(err, engine.ErrMoveRefused):
+		return MoveRefused
+	case errors.Is(err, engine.ErrInvalidMove):
+		return InvalidReplicas
 	case errors.Is(err, engine.ErrUnknownPartition):
 		return BadPartition
 	case errors.As(err, &notLeader):

@@ -43,6 +43,9 @@ const (
 	// InvalidCursor: a dead-letter cursor spoold did not make, or made for
 	// another subscription.
 	InvalidCursor Reason = "INVALID_CURSOR"
+	// InvalidReplicas: a replica move naming not as many nodes as the
+	// topic's replication factor, or a node twice.
+	InvalidReplicas Reason = "INVALID_REPLICAS"
 
 	// NOT_FOUND: names the configuration does not declare.
 	UnknownTopic        Reason = "UNKNOWN_TOPIC"
@@ -59,9 +62,11 @@ const (
 	// declares (the config would undo it at the next start).
 	TopicDeclared Reason = "TOPIC_DECLARED"
 	// TopicInUse: DeleteTopic of a topic a subscription reads or
-	// dead-letters to.
+	// dead-letters to (on a cluster: that a consumer group's member
+	// subscribes to).
 	TopicInUse Reason = "TOPIC_IN_USE"
-	// TopicDeleteUnsupported: the log cannot delete a topic yet.
+	// TopicDeleteUnsupported: the topic cannot be deleted here (an
+	// internal topic, or a cluster sidecar with storage off).
 	TopicDeleteUnsupported Reason = "TOPIC_DELETE_UNSUPPORTED"
 	// UnknownNode: a node id the cluster does not have.
 	UnknownNode Reason = "UNKNOWN_NODE"
@@ -69,6 +74,10 @@ const (
 	// few for a topic's replication factor), or the sidecar asked is not a
 	// cluster member.
 	DecommissionRefused Reason = "DECOMMISSION_REFUSED"
+	// MoveRefused: a replica move the cluster cannot make now (a node
+	// named is down or leaving, the topic waits for nodes), or asked of a
+	// sidecar that is not a cluster member.
+	MoveRefused Reason = "MOVE_REFUSED"
 	// PartitionQuarantined: the partition's log is damaged; it serves what
 	// precedes the damage and takes no appends until repaired.
 	PartitionQuarantined Reason = "PARTITION_QUARANTINED"
@@ -121,13 +130,15 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.InvalidArgument, fix, ""}, true
 	case InvalidCursor:
 		return entry{codes.InvalidArgument, fix, "pass the next_cursor of the previous page unchanged, or none to start over"}, true
+	case InvalidReplicas:
+		return entry{codes.InvalidArgument, fix, "name as many distinct nodes as the topic's replication factor, the preferred leader first"}, true
 	case BadPartition:
 		return entry{codes.InvalidArgument, fix, "leave partition unset to let the key choose, or use a partition the topic has"}, true
 	case UnknownTopic, UnknownGroup, UnknownSubscription:
 		return entry{codes.NotFound, fix, ""}, true
 	case UnknownNode:
 		return entry{codes.NotFound, fix, "spool cluster status lists the nodes and their ids"}, true
-	case DecommissionRefused:
+	case DecommissionRefused, MoveRefused:
 		return entry{codes.FailedPrecondition, fix, ""}, true
 	case TopicConflict, ConsumersConnected, WrongDeliveryMode, TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported:
 		return entry{codes.FailedPrecondition, fix, ""}, true
@@ -193,10 +204,10 @@ func All() []Reason {
 		InvalidRequest, TopicRequired, InvalidTopicName, NoMessages, BatchTooLarge,
 		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
 		InvalidHeaderName, ReservedHeader, BadPartition, ResetTargetRequired, StartRequired, StartRepeated,
-		InvalidTopicSpec, InvalidCursor,
+		InvalidTopicSpec, InvalidCursor, InvalidReplicas,
 		UnknownTopic, UnknownGroup, UnknownSubscription,
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
-		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused,
+		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused,
 		OffsetOutOfRange,
 		DiskFull,
 		ShuttingDown, NotLeader, LedgerUnavailable, NoLeader, TopicNotPlaced,

@@ -26,6 +26,8 @@ type Command struct {
 	RevokeDone *RevokeDone
 	Commit     *Commit
 	Reset      *ResetPositions
+	// DropTopic is about every group (Group is empty).
+	DropTopic *DropTopic
 	// Checkpoint is a chunk of the whole state (Group is empty); applying
 	// it changes nothing (checkpoint.go).
 	Checkpoint *Checkpoint
@@ -131,6 +133,18 @@ type ResetPositions struct {
 	Next []PartitionNext
 }
 
+// DropTopic forgets a topic the cluster deleted, in every group of this
+// coordinator (Group is empty): the committed positions on its partitions
+// and what the groups know of it (its partition count and replicas), so
+// that a topic created again under the name starts with no positions and
+// may have another partition count. Groups left with nothing are dropped.
+// Refused (ErrGroupActive, naming the group and the member) while a member
+// of any group subscribes to the topic or owns a partition of it: the
+// topic is in use. A topic no group knows changes nothing.
+type DropTopic struct {
+	Topic string
+}
+
 // PartitionNext is one partition's new position.
 type PartitionNext struct {
 	Partition int32
@@ -209,13 +223,13 @@ var (
 // shape checks that exactly one command is set.
 func (c Command) shape() error {
 	n := 0
-	for _, set := range []bool{c.Join != nil, c.Heartbeat != nil, c.Leave != nil, c.Expire != nil, c.RevokeDone != nil, c.Commit != nil, c.Reset != nil, c.Checkpoint != nil} {
+	for _, set := range []bool{c.Join != nil, c.Heartbeat != nil, c.Leave != nil, c.Expire != nil, c.RevokeDone != nil, c.Commit != nil, c.Reset != nil, c.Checkpoint != nil, c.DropTopic != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Join, Heartbeat, Leave, Expire, RevokeDone, Commit, Reset, Checkpoint; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Join, Heartbeat, Leave, Expire, RevokeDone, Commit, Reset, Checkpoint, DropTopic; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -228,6 +242,9 @@ func (s *State) Apply(c Command) Result {
 	}
 	if c.Checkpoint != nil {
 		return Result{}
+	}
+	if c.DropTopic != nil {
+		return s.applyDropTopic(c.DropTopic.Topic)
 	}
 	if c.Join != nil {
 		return s.applyJoin(c.Group, c.AtMs, *c.Join)
@@ -258,6 +275,40 @@ func (s *State) Apply(c Command) Result {
 	}
 	r.Generation = g.generation
 	return r
+}
+
+func (s *State) applyDropTopic(topic string) Result {
+	for _, name := range s.names {
+		g := s.groups[name]
+		for _, m := range g.members {
+			if m.subscribes(topic) {
+				return Result{Err: fmt.Errorf("%w: member %q of group %q subscribes to topic %q: stop the group's apps that read it (or remove the subscription from their sidecars' config) first",
+					ErrGroupActive, m.ID, name, topic)}
+			}
+			for _, o := range m.Owned {
+				if o.Topic == topic {
+					return Result{Err: fmt.Errorf("%w: member %q of group %q owns %s/%d: stop the group's apps that read it first", ErrGroupActive, m.ID, name, topic, o.Partition)}
+				}
+			}
+		}
+	}
+	var emptied []*group
+	for _, name := range s.names {
+		g := s.groups[name]
+		for tp := range g.positions {
+			if tp.Topic == topic {
+				delete(g.positions, tp)
+			}
+		}
+		g.topics = slices.DeleteFunc(g.topics, func(t Topic) bool { return t.Name == topic })
+		if g.empty() {
+			emptied = append(emptied, g)
+		}
+	}
+	for _, g := range emptied {
+		s.dropIfEmpty(g)
+	}
+	return Result{}
 }
 
 func (s *State) applyReset(name string, r ResetPositions) Result {

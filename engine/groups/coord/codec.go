@@ -65,6 +65,8 @@ func EncodeCommand(c Command) ([]byte, error) {
 			pr.Positions = append(pr.Positions, &clusterv1.GroupsPartitionNext{Partition: pn.Partition, Next: pn.Next})
 		}
 		m.Command = &clusterv1.GroupsCommand_ResetPositions{ResetPositions: pr}
+	case c.DropTopic != nil:
+		m.Command = &clusterv1.GroupsCommand_DropTopic{DropTopic: &clusterv1.GroupsDropTopic{Topic: c.DropTopic.Topic}}
 	case c.Checkpoint != nil:
 		k := c.Checkpoint
 		m.Command = &clusterv1.GroupsCommand_Checkpoint{Checkpoint: &clusterv1.GroupsCheckpoint{AsOf: k.AsOf, Chunk: k.Chunk, Chunks: k.Chunks, StateSha256: k.Sum, Data: k.Data}}
@@ -132,6 +134,8 @@ func DecodeCommand(b []byte) (Command, error) {
 			cr.Next = append(cr.Next, PartitionNext{Partition: pn.GetPartition(), Next: pn.GetNext()})
 		}
 		c.Reset = cr
+	case *clusterv1.GroupsCommand_DropTopic:
+		c.DropTopic = &DropTopic{Topic: x.DropTopic.GetTopic()}
 	case *clusterv1.GroupsCommand_Checkpoint:
 		k := x.Checkpoint
 		c.Checkpoint = &Checkpoint{AsOf: k.GetAsOf(), Chunk: k.GetChunk(), Chunks: k.GetChunks(), Sum: k.GetStateSha256(), Data: k.GetData()}

@@ -27,6 +27,8 @@ func describe(c Command) string {
 		return head + fmt.Sprintf("Commit%+v", *c.Commit)
 	case c.Reset != nil:
 		return head + fmt.Sprintf("Reset%+v", *c.Reset)
+	case c.DropTopic != nil:
+		return head + fmt.Sprintf("DropTopic%+v", *c.DropTopic)
 	case c.Checkpoint != nil:
 		return head + fmt.Sprintf("Checkpoint{chunk %d of %d as of %d}", c.Checkpoint.Chunk, c.Checkpoint.Chunks, c.Checkpoint.AsOf)
 	default:

@@ -17,6 +17,7 @@ func seedCommands() []Command {
 		{Group: "g", AtMs: 5, RevokeDone: &RevokeDone{Member: "node-1/orders", Generation: 2, Partitions: []TopicPartition{{"orders", 3}, {"orders", 7}}}},
 		{Group: "g", AtMs: 6, Commit: &Commit{Member: "node-1/orders", Generation: 1, TopicPartition: TopicPartition{"orders", 0}, Position: Position{Next: 10, Done: []int64{12, 15}}}},
 		{Group: "g", AtMs: 7, Reset: &ResetPositions{Topic: "orders", Next: []PartitionNext{{0, 0}, {3, 120}}}},
+		{AtMs: 8, DropTopic: &DropTopic{Topic: "orders"}},
 		{Checkpoint: &Checkpoint{AsOf: 41, Chunk: 1, Chunks: 3, Sum: make([]byte, 32), Data: []byte("part of a state")}},
 	}
 }

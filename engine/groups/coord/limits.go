@@ -122,6 +122,18 @@ func (c Command) Validate() error {
 		}
 		return c.Checkpoint.validate()
 	}
+	if c.DropTopic != nil {
+		if c.Group != "" {
+			return invalid("group name", c.Group, "empty in a DropTopic (it is about every group)")
+		}
+		if !validName(c.DropTopic.Topic) {
+			return invalid("topic name", c.DropTopic.Topic, allowedNames)
+		}
+		if c.AtMs < 0 {
+			return invalid("command time", strconv.FormatInt(c.AtMs, 10)+" ms", "0 or more (the coordinator's clock, in ms)")
+		}
+		return nil
+	}
 	if !validName(c.Group) {
 		return invalid("group name", c.Group, allowedNames)
 	}

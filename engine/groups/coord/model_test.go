@@ -58,6 +58,22 @@ func (m *model) predict(s *State, c Command) error {
 	}
 	_, groupExists := s.groups[c.Group]
 	switch {
+	case c.DropTopic != nil:
+		for _, g := range s.Groups() {
+			for _, mb := range s.Members(g) {
+				if slices.Contains(mb.Topics, c.DropTopic.Topic) || slices.ContainsFunc(mb.Owned, func(o Owned) bool { return o.Topic == c.DropTopic.Topic }) {
+					return ErrGroupActive
+				}
+			}
+		}
+		for _, fin := range m.finished {
+			for tp := range fin {
+				if tp.Topic == c.DropTopic.Topic {
+					delete(fin, tp)
+				}
+			}
+		}
+		return nil
 	case c.Reset != nil:
 		for _, mb := range s.Members(c.Group) {
 			for _, o := range mb.Owned {
@@ -211,7 +227,9 @@ func drawCommand(t *rapid.T, s *State, m *model, now int64) Command {
 		g := s.Generation(group)
 		return rapid.Uint64Range(max(g, 3)-3, g+1).Draw(t, "generation")
 	}
-	switch rapid.IntRange(0, 10).Draw(t, "kind") {
+	switch rapid.IntRange(0, 11).Draw(t, "kind") {
+	case 11:
+		return Command{AtMs: now, DropTopic: &DropTopic{Topic: rapid.SampledFrom(modelTopics).Draw(t, "dropped topic")}}
 	case 10:
 		r := &ResetPositions{Topic: rapid.SampledFrom(modelTopics).Draw(t, "topic")}
 		for p := range int32(8) {
@@ -392,6 +410,14 @@ func step(t *rapid.T, i int, a, b *State, m *model, c Command) {
 		t.Fatalf("command %d: the state does not round-trip through EncodeState/DecodeState and Clone", i)
 	}
 	checkPositions(t, i, c, before, a, m)
+	if c.DropTopic != nil && ra.Err == nil { // nothing of the topic is left
+		for _, g := range a.Groups() {
+			if slices.ContainsFunc(a.Topics(g), func(t Topic) bool { return t.Name == c.DropTopic.Topic }) ||
+				slices.ContainsFunc(a.LagInputs(g), func(p PartitionState) bool { return p.Topic == c.DropTopic.Topic }) {
+				t.Fatalf("command %d %s: group %s still knows the topic", i, describe(c), g)
+			}
+		}
+	}
 	checkStep(t, i, c, ra, before, a)
 	for _, g := range modelGroups {
 		if _, ok := a.groups[g]; ok && a.Generation(g) < m.maxGen[g] {
@@ -415,7 +441,8 @@ func checkPositions(t *rapid.T, i int, c Command, before, after *State, m *model
 				t.Fatalf("command %d %s: %s %s/%d finished %b, the model has %b", i, describe(c), g, tp.Topic, tp.Partition, got, want)
 			}
 			reset := c.Reset != nil && c.Group == g && c.Reset.Topic == tp.Topic &&
-				slices.ContainsFunc(c.Reset.Next, func(pn PartitionNext) bool { return pn.Partition == tp.Partition })
+				slices.ContainsFunc(c.Reset.Next, func(pn PartitionNext) bool { return pn.Partition == tp.Partition }) ||
+				c.DropTopic != nil && c.DropTopic.Topic == tp.Topic
 			if old, ok := before.Position(g, tp.Topic, tp.Partition); ok && !p.Covers(old) && !reset {
 				t.Fatalf("command %d %s: %s %s/%d went back from %+v to %+v", i, describe(c), g, tp.Topic, tp.Partition, old, p)
 			}

@@ -1744,6 +1744,163 @@ func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
 	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
+// MoveReplicasRequest names a partition and where its replicas go.
+type MoveReplicasRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic and partition number.
+	Topic     string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Node ids (as ClusterStatus lists them), as many as the topic's
+	// replication factor; the first is the preferred leader.
+	Replicas []string `protobuf:"bytes,3,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	// Check the move against the cluster's state and say what it would do,
+	// without recording it.
+	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicasRequest) Reset() {
+	*x = MoveReplicasRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicasRequest) ProtoMessage() {}
+
+func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicasRequest.ProtoReflect.Descriptor instead.
+func (*MoveReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *MoveReplicasRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *MoveReplicasRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *MoveReplicasRequest) GetReplicas() []string {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *MoveReplicasRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// MoveReplicasResponse says what the move does.
+type MoveReplicasResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partition's replicas before the move.
+	From []string `protobuf:"bytes,1,rep,name=from,proto3" json:"from,omitempty"`
+	// Its replicas once the move is done (the request's).
+	To []string `protobuf:"bytes,2,rep,name=to,proto3" json:"to,omitempty"`
+	// The target of a move that was under way and is now redirected (empty:
+	// none).
+	PreviousTarget []string `protobuf:"bytes,3,rep,name=previous_target,json=previousTarget,proto3" json:"previous_target,omitempty"`
+	// The partition's raft group.
+	Group uint64 `protobuf:"varint,4,opt,name=group,proto3" json:"group,omitempty"`
+	// Whether this was a dry run (nothing recorded).
+	DryRun        bool `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicasResponse) Reset() {
+	*x = MoveReplicasResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicasResponse) ProtoMessage() {}
+
+func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicasResponse.ProtoReflect.Descriptor instead.
+func (*MoveReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MoveReplicasResponse) GetFrom() []string {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *MoveReplicasResponse) GetTo() []string {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *MoveReplicasResponse) GetPreviousTarget() []string {
+	if x != nil {
+		return x.PreviousTarget
+	}
+	return nil
+}
+
+func (x *MoveReplicasResponse) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *MoveReplicasResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 // NodeInfo describes one node.
 type NodeInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1765,7 +1922,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1934,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1947,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -1845,7 +2002,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +2014,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +2027,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -1912,7 +2069,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2081,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2094,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateTopicResponse) GetTopic() *TopicInfo {
@@ -1962,7 +2119,7 @@ type AlterTopicRequest struct {
 
 func (x *AlterTopicRequest) Reset() {
 	*x = AlterTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2131,7 @@ func (x *AlterTopicRequest) String() string {
 func (*AlterTopicRequest) ProtoMessage() {}
 
 func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2144,7 @@ func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AlterTopicRequest) GetName() string {
@@ -2022,7 +2179,7 @@ type AlterTopicResponse struct {
 
 func (x *AlterTopicResponse) Reset() {
 	*x = AlterTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2191,7 @@ func (x *AlterTopicResponse) String() string {
 func (*AlterTopicResponse) ProtoMessage() {}
 
 func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2204,7 @@ func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AlterTopicResponse) GetTopic() *TopicInfo {
@@ -2068,7 +2225,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2237,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2250,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2112,7 +2269,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2281,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2294,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 // SummarizeDeadLettersRequest selects the dead letters to count.
@@ -2159,7 +2316,7 @@ type SummarizeDeadLettersRequest struct {
 
 func (x *SummarizeDeadLettersRequest) Reset() {
 	*x = SummarizeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2328,7 @@ func (x *SummarizeDeadLettersRequest) String() string {
 func (*SummarizeDeadLettersRequest) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2341,7 @@ func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SummarizeDeadLettersRequest) GetGroup() string {
@@ -2251,7 +2408,7 @@ type SummarizeDeadLettersResponse struct {
 
 func (x *SummarizeDeadLettersResponse) Reset() {
 	*x = SummarizeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2420,7 @@ func (x *SummarizeDeadLettersResponse) String() string {
 func (*SummarizeDeadLettersResponse) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2433,7 @@ func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SummarizeDeadLettersResponse) GetMatched() uint64 {
@@ -2355,7 +2512,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2524,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2537,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReasonCount) GetReason() string {
@@ -2410,7 +2567,7 @@ type KeyCount struct {
 
 func (x *KeyCount) Reset() {
 	*x = KeyCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2579,7 @@ func (x *KeyCount) String() string {
 func (*KeyCount) ProtoMessage() {}
 
 func (x *KeyCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2592,7 @@ func (x *KeyCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyCount.ProtoReflect.Descriptor instead.
 func (*KeyCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeyCount) GetKey() []byte {
@@ -2465,7 +2622,7 @@ type HourCount struct {
 
 func (x *HourCount) Reset() {
 	*x = HourCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2634,7 @@ func (x *HourCount) String() string {
 func (*HourCount) ProtoMessage() {}
 
 func (x *HourCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2647,7 @@ func (x *HourCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HourCount.ProtoReflect.Descriptor instead.
 func (*HourCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HourCount) GetHourStartMs() int64 {
@@ -2526,7 +2683,7 @@ type PurgeDeadLettersRequest struct {
 
 func (x *PurgeDeadLettersRequest) Reset() {
 	*x = PurgeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2695,7 @@ func (x *PurgeDeadLettersRequest) String() string {
 func (*PurgeDeadLettersRequest) ProtoMessage() {}
 
 func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2708,7 @@ func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PurgeDeadLettersRequest) GetGroup() string {
@@ -2595,7 +2752,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2764,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2777,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PurgeDeadLettersResponse) GetPurged() uint64 {
@@ -2654,7 +2811,7 @@ type PurgedPartition struct {
 
 func (x *PurgedPartition) Reset() {
 	*x = PurgedPartition{}
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2823,7 @@ func (x *PurgedPartition) String() string {
 func (*PurgedPartition) ProtoMessage() {}
 
 func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2836,7 @@ func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgedPartition.ProtoReflect.Descriptor instead.
 func (*PurgedPartition) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PurgedPartition) GetPartition() int32 {
@@ -2735,7 +2892,7 @@ type TailRequest struct {
 
 func (x *TailRequest) Reset() {
 	*x = TailRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2904,7 @@ func (x *TailRequest) String() string {
 func (*TailRequest) ProtoMessage() {}
 
 func (x *TailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2917,7 @@ func (x *TailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRequest.ProtoReflect.Descriptor instead.
 func (*TailRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TailRequest) GetTopic() string {
@@ -2877,7 +3034,7 @@ type TailResponse struct {
 
 func (x *TailResponse) Reset() {
 	*x = TailResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[39]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3046,7 @@ func (x *TailResponse) String() string {
 func (*TailResponse) ProtoMessage() {}
 
 func (x *TailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[39]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3059,7 @@ func (x *TailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailResponse.ProtoReflect.Descriptor instead.
 func (*TailResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TailResponse) GetEvent() isTailResponse_Event {
@@ -3008,7 +3165,7 @@ type TailDelivery struct {
 
 func (x *TailDelivery) Reset() {
 	*x = TailDelivery{}
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3177,7 @@ func (x *TailDelivery) String() string {
 func (*TailDelivery) ProtoMessage() {}
 
 func (x *TailDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3190,7 @@ func (x *TailDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailDelivery.ProtoReflect.Descriptor instead.
 func (*TailDelivery) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TailDelivery) GetKind() TailDeliveryKind {
@@ -3122,7 +3279,7 @@ type TailRecord struct {
 
 func (x *TailRecord) Reset() {
 	*x = TailRecord{}
-	mi := &file_spool_v1_admin_proto_msgTypes[41]
+	mi := &file_spool_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3291,7 @@ func (x *TailRecord) String() string {
 func (*TailRecord) ProtoMessage() {}
 
 func (x *TailRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[41]
+	mi := &file_spool_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3304,7 @@ func (x *TailRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRecord.ProtoReflect.Descriptor instead.
 func (*TailRecord) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TailRecord) GetPartition() int32 {
@@ -3332,7 +3489,18 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x1bpartitions_under_replicated\x18\x06 \x01(\x05R\x19partitionsUnderReplicated\"2\n" +
 	"\x17DecommissionNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x1a\n" +
-	"\x18DecommissionNodeResponse\"x\n" +
+	"\x18DecommissionNodeResponse\"~\n" +
+	"\x13MoveReplicasRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\tR\breplicas\x12\x17\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x92\x01\n" +
+	"\x14MoveReplicasResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x03(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x03(\tR\x02to\x12'\n" +
+	"\x0fprevious_target\x18\x03 \x03(\tR\x0epreviousTarget\x12\x14\n" +
+	"\x05group\x18\x04 \x01(\x04R\x05group\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"x\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
@@ -3449,7 +3617,7 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x18TAIL_DELIVERY_KIND_ACKED\x10\x02\x12\x1c\n" +
 	"\x18TAIL_DELIVERY_KIND_RETRY\x10\x03\x12\"\n" +
 	"\x1eTAIL_DELIVERY_KIND_DEAD_LETTER\x10\x04\x12\x1f\n" +
-	"\x1bTAIL_DELIVERY_KIND_RELEASED\x10\x052\x90\b\n" +
+	"\x1bTAIL_DELIVERY_KIND_RELEASED\x10\x052\xdf\b\n" +
 	"\fAdminService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.spool.v1.ListTopicsRequest\x1a\x1c.spool.v1.ListTopicsResponse\x12G\n" +
@@ -3459,7 +3627,8 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\aRedrive\x12\x18.spool.v1.RedriveRequest\x1a\x19.spool.v1.RedriveResponse\x12M\n" +
 	"\fResetOffsets\x12\x1d.spool.v1.ResetOffsetsRequest\x1a\x1e.spool.v1.ResetOffsetsResponse\x12P\n" +
 	"\rClusterStatus\x12\x1e.spool.v1.ClusterStatusRequest\x1a\x1f.spool.v1.ClusterStatusResponse\x12Y\n" +
-	"\x10DecommissionNode\x12!.spool.v1.DecommissionNodeRequest\x1a\".spool.v1.DecommissionNodeResponse\x12J\n" +
+	"\x10DecommissionNode\x12!.spool.v1.DecommissionNodeRequest\x1a\".spool.v1.DecommissionNodeResponse\x12M\n" +
+	"\fMoveReplicas\x12\x1d.spool.v1.MoveReplicasRequest\x1a\x1e.spool.v1.MoveReplicasResponse\x12J\n" +
 	"\vCreateTopic\x12\x1c.spool.v1.CreateTopicRequest\x1a\x1d.spool.v1.CreateTopicResponse\x12G\n" +
 	"\n" +
 	"AlterTopic\x12\x1b.spool.v1.AlterTopicRequest\x1a\x1c.spool.v1.AlterTopicResponse\x12J\n" +
@@ -3481,7 +3650,7 @@ func file_spool_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_spool_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_spool_v1_admin_proto_goTypes = []any{
 	(TailDeliveryKind)(0),                // 0: spool.v1.TailDeliveryKind
 	(*ListTopicsRequest)(nil),            // 1: spool.v1.ListTopicsRequest
@@ -3507,27 +3676,29 @@ var file_spool_v1_admin_proto_goTypes = []any{
 	(*ClusterStatusResponse)(nil),        // 21: spool.v1.ClusterStatusResponse
 	(*DecommissionNodeRequest)(nil),      // 22: spool.v1.DecommissionNodeRequest
 	(*DecommissionNodeResponse)(nil),     // 23: spool.v1.DecommissionNodeResponse
-	(*NodeInfo)(nil),                     // 24: spool.v1.NodeInfo
-	(*CreateTopicRequest)(nil),           // 25: spool.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),          // 26: spool.v1.CreateTopicResponse
-	(*AlterTopicRequest)(nil),            // 27: spool.v1.AlterTopicRequest
-	(*AlterTopicResponse)(nil),           // 28: spool.v1.AlterTopicResponse
-	(*DeleteTopicRequest)(nil),           // 29: spool.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),          // 30: spool.v1.DeleteTopicResponse
-	(*SummarizeDeadLettersRequest)(nil),  // 31: spool.v1.SummarizeDeadLettersRequest
-	(*SummarizeDeadLettersResponse)(nil), // 32: spool.v1.SummarizeDeadLettersResponse
-	(*ReasonCount)(nil),                  // 33: spool.v1.ReasonCount
-	(*KeyCount)(nil),                     // 34: spool.v1.KeyCount
-	(*HourCount)(nil),                    // 35: spool.v1.HourCount
-	(*PurgeDeadLettersRequest)(nil),      // 36: spool.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),     // 37: spool.v1.PurgeDeadLettersResponse
-	(*PurgedPartition)(nil),              // 38: spool.v1.PurgedPartition
-	(*TailRequest)(nil),                  // 39: spool.v1.TailRequest
-	(*TailResponse)(nil),                 // 40: spool.v1.TailResponse
-	(*TailDelivery)(nil),                 // 41: spool.v1.TailDelivery
-	(*TailRecord)(nil),                   // 42: spool.v1.TailRecord
-	nil,                                  // 43: spool.v1.TailRecord.HeadersEntry
-	(*Delivery)(nil),                     // 44: spool.v1.Delivery
+	(*MoveReplicasRequest)(nil),          // 24: spool.v1.MoveReplicasRequest
+	(*MoveReplicasResponse)(nil),         // 25: spool.v1.MoveReplicasResponse
+	(*NodeInfo)(nil),                     // 26: spool.v1.NodeInfo
+	(*CreateTopicRequest)(nil),           // 27: spool.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),          // 28: spool.v1.CreateTopicResponse
+	(*AlterTopicRequest)(nil),            // 29: spool.v1.AlterTopicRequest
+	(*AlterTopicResponse)(nil),           // 30: spool.v1.AlterTopicResponse
+	(*DeleteTopicRequest)(nil),           // 31: spool.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),          // 32: spool.v1.DeleteTopicResponse
+	(*SummarizeDeadLettersRequest)(nil),  // 33: spool.v1.SummarizeDeadLettersRequest
+	(*SummarizeDeadLettersResponse)(nil), // 34: spool.v1.SummarizeDeadLettersResponse
+	(*ReasonCount)(nil),                  // 35: spool.v1.ReasonCount
+	(*KeyCount)(nil),                     // 36: spool.v1.KeyCount
+	(*HourCount)(nil),                    // 37: spool.v1.HourCount
+	(*PurgeDeadLettersRequest)(nil),      // 38: spool.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),     // 39: spool.v1.PurgeDeadLettersResponse
+	(*PurgedPartition)(nil),              // 40: spool.v1.PurgedPartition
+	(*TailRequest)(nil),                  // 41: spool.v1.TailRequest
+	(*TailResponse)(nil),                 // 42: spool.v1.TailResponse
+	(*TailDelivery)(nil),                 // 43: spool.v1.TailDelivery
+	(*TailRecord)(nil),                   // 44: spool.v1.TailRecord
+	nil,                                  // 45: spool.v1.TailRecord.HeadersEntry
+	(*Delivery)(nil),                     // 46: spool.v1.Delivery
 }
 var file_spool_v1_admin_proto_depIdxs = []int32{
 	3,  // 0: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
@@ -3538,27 +3709,27 @@ var file_spool_v1_admin_proto_depIdxs = []int32{
 	11, // 5: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
 	14, // 6: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
 	12, // 7: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	44, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
+	46, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
 	15, // 9: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
 	11, // 10: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
 	14, // 11: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
 	12, // 12: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
 	9,  // 13: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
-	24, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
+	26, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
 	3,  // 15: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
 	3,  // 16: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
 	11, // 17: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	33, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
-	34, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
-	35, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
+	35, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
+	36, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
+	37, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
 	12, // 21: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	38, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
-	42, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
+	40, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
+	44, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
 	9,  // 24: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
 	14, // 25: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
-	41, // 26: spool.v1.TailResponse.delivery:type_name -> spool.v1.TailDelivery
+	43, // 26: spool.v1.TailResponse.delivery:type_name -> spool.v1.TailDelivery
 	0,  // 27: spool.v1.TailDelivery.kind:type_name -> spool.v1.TailDeliveryKind
-	43, // 28: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
+	45, // 28: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
 	1,  // 29: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
 	5,  // 30: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
 	10, // 31: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
@@ -3566,27 +3737,29 @@ var file_spool_v1_admin_proto_depIdxs = []int32{
 	18, // 33: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
 	20, // 34: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
 	22, // 35: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
-	25, // 36: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
-	27, // 37: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
-	29, // 38: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
-	31, // 39: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
-	36, // 40: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
-	39, // 41: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
-	2,  // 42: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
-	6,  // 43: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
-	13, // 44: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
-	17, // 45: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
-	19, // 46: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
-	21, // 47: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
-	23, // 48: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
-	26, // 49: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
-	28, // 50: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
-	30, // 51: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
-	32, // 52: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
-	37, // 53: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
-	40, // 54: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
+	24, // 36: spool.v1.AdminService.MoveReplicas:input_type -> spool.v1.MoveReplicasRequest
+	27, // 37: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
+	29, // 38: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
+	31, // 39: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
+	33, // 40: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
+	38, // 41: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
+	41, // 42: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
+	2,  // 43: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
+	6,  // 44: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
+	13, // 45: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
+	17, // 46: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
+	19, // 47: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
+	21, // 48: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
+	23, // 49: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
+	25, // 50: spool.v1.AdminService.MoveReplicas:output_type -> spool.v1.MoveReplicasResponse
+	28, // 51: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
+	30, // 52: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
+	32, // 53: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
+	34, // 54: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
+	39, // 55: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
+	42, // 56: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
+	43, // [43:57] is the sub-list for method output_type
+	29, // [29:43] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -3604,14 +3777,14 @@ func file_spool_v1_admin_proto_init() {
 		(*ResetOffsetsRequest_TimeMs)(nil),
 		(*ResetOffsetsRequest_Offset)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[26].OneofWrappers = []any{}
-	file_spool_v1_admin_proto_msgTypes[38].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[28].OneofWrappers = []any{}
+	file_spool_v1_admin_proto_msgTypes[40].OneofWrappers = []any{
 		(*TailRequest_Latest)(nil),
 		(*TailRequest_Earliest)(nil),
 		(*TailRequest_Offset)(nil),
 		(*TailRequest_TimeMs)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[39].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
 		(*TailResponse_Record)(nil),
 		(*TailResponse_Progress)(nil),
 		(*TailResponse_DeadLetter)(nil),
@@ -3623,7 +3796,7 @@ func file_spool_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_admin_proto_rawDesc), len(file_spool_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

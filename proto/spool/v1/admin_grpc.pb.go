@@ -26,6 +26,7 @@ const (
 	AdminService_ResetOffsets_FullMethodName         = "/spool.v1.AdminService/ResetOffsets"
 	AdminService_ClusterStatus_FullMethodName        = "/spool.v1.AdminService/ClusterStatus"
 	AdminService_DecommissionNode_FullMethodName     = "/spool.v1.AdminService/DecommissionNode"
+	AdminService_MoveReplicas_FullMethodName         = "/spool.v1.AdminService/MoveReplicas"
 	AdminService_CreateTopic_FullMethodName          = "/spool.v1.AdminService/CreateTopic"
 	AdminService_AlterTopic_FullMethodName           = "/spool.v1.AdminService/AlterTopic"
 	AdminService_DeleteTopic_FullMethodName          = "/spool.v1.AdminService/DeleteTopic"
@@ -56,6 +57,10 @@ type AdminServiceClient interface {
 	// DecommissionNode makes a cluster node leave: its replicas move to the
 	// other nodes, then it is removed. Returns once the decision is recorded.
 	DecommissionNode(ctx context.Context, in *DecommissionNodeRequest, opts ...grpc.CallOption) (*DecommissionNodeResponse, error)
+	// MoveReplicas moves a partition's replicas to the nodes named (an
+	// operator's move; balancing leaves the partition there). Returns once
+	// the move is recorded; ClusterStatus and ListTopics show its progress.
+	MoveReplicas(ctx context.Context, in *MoveReplicasRequest, opts ...grpc.CallOption) (*MoveReplicasResponse, error)
 	// CreateTopic creates a topic (idempotent for the same settings).
 	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error)
 	// AlterTopic changes a topic's retention.
@@ -145,6 +150,16 @@ func (c *adminServiceClient) DecommissionNode(ctx context.Context, in *Decommiss
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DecommissionNodeResponse)
 	err := c.cc.Invoke(ctx, AdminService_DecommissionNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) MoveReplicas(ctx context.Context, in *MoveReplicasRequest, opts ...grpc.CallOption) (*MoveReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveReplicasResponse)
+	err := c.cc.Invoke(ctx, AdminService_MoveReplicas_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +257,10 @@ type AdminServiceServer interface {
 	// DecommissionNode makes a cluster node leave: its replicas move to the
 	// other nodes, then it is removed. Returns once the decision is recorded.
 	DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error)
+	// MoveReplicas moves a partition's replicas to the nodes named (an
+	// operator's move; balancing leaves the partition there). Returns once
+	// the move is recorded; ClusterStatus and ListTopics show its progress.
+	MoveReplicas(context.Context, *MoveReplicasRequest) (*MoveReplicasResponse, error)
 	// CreateTopic creates a topic (idempotent for the same settings).
 	CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error)
 	// AlterTopic changes a topic's retention.
@@ -287,6 +306,9 @@ func (UnimplementedAdminServiceServer) ClusterStatus(context.Context, *ClusterSt
 }
 func (UnimplementedAdminServiceServer) DecommissionNode(context.Context, *DecommissionNodeRequest) (*DecommissionNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DecommissionNode not implemented")
+}
+func (UnimplementedAdminServiceServer) MoveReplicas(context.Context, *MoveReplicasRequest) (*MoveReplicasResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method MoveReplicas not implemented")
 }
 func (UnimplementedAdminServiceServer) CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CreateTopic not implemented")
@@ -453,6 +475,24 @@ func _AdminService_DecommissionNode_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_MoveReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).MoveReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_MoveReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).MoveReplicas(ctx, req.(*MoveReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_CreateTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateTopicRequest)
 	if err := dec(in); err != nil {
@@ -588,6 +628,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DecommissionNode",
 			Handler:    _AdminService_DecommissionNode_Handler,
+		},
+		{
+			MethodName: "MoveReplicas",
+			Handler:    _AdminService_MoveReplicas_Handler,
 		},
 		{
 			MethodName: "CreateTopic",

@@ -40,6 +40,7 @@ type GroupsCommand struct {
 	//	*GroupsCommand_Commit
 	//	*GroupsCommand_ResetPositions
 	//	*GroupsCommand_Checkpoint
+	//	*GroupsCommand_DropTopic
 	Command       isGroupsCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -168,6 +169,15 @@ func (x *GroupsCommand) GetCheckpoint() *GroupsCheckpoint {
 	return nil
 }
 
+func (x *GroupsCommand) GetDropTopic() *GroupsDropTopic {
+	if x != nil {
+		if x, ok := x.Command.(*GroupsCommand_DropTopic); ok {
+			return x.DropTopic
+		}
+	}
+	return nil
+}
+
 type isGroupsCommand_Command interface {
 	isGroupsCommand_Command()
 }
@@ -214,6 +224,12 @@ type GroupsCommand_Checkpoint struct {
 	Checkpoint *GroupsCheckpoint `protobuf:"bytes,9,opt,name=checkpoint,proto3,oneof"`
 }
 
+type GroupsCommand_DropTopic struct {
+	// drop_topic forgets a deleted topic in every group (group is empty);
+	// refused while a member subscribes to it.
+	DropTopic *GroupsDropTopic `protobuf:"bytes,11,opt,name=drop_topic,json=dropTopic,proto3,oneof"`
+}
+
 func (*GroupsCommand_Join) isGroupsCommand_Command() {}
 
 func (*GroupsCommand_Heartbeat) isGroupsCommand_Command() {}
@@ -230,6 +246,57 @@ func (*GroupsCommand_ResetPositions) isGroupsCommand_Command() {}
 
 func (*GroupsCommand_Checkpoint) isGroupsCommand_Command() {}
 
+func (*GroupsCommand_DropTopic) isGroupsCommand_Command() {}
+
+// GroupsDropTopic forgets a deleted topic in every group of the
+// coordinator: the committed positions on its partitions and what the
+// groups know of it. Refused while a member of any group subscribes to it
+// or owns a partition of it.
+type GroupsDropTopic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic is the deleted topic's name.
+	Topic         string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupsDropTopic) Reset() {
+	*x = GroupsDropTopic{}
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupsDropTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupsDropTopic) ProtoMessage() {}
+
+func (x *GroupsDropTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupsDropTopic.ProtoReflect.Descriptor instead.
+func (*GroupsDropTopic) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupsDropTopic) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
 // GroupsReset sets the group's committed positions on partitions of one
 // topic to exactly next, forwards or backwards; refused while a member owns
 // a partition of the topic.
@@ -245,7 +312,7 @@ type GroupsReset struct {
 
 func (x *GroupsReset) Reset() {
 	*x = GroupsReset{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -257,7 +324,7 @@ func (x *GroupsReset) String() string {
 func (*GroupsReset) ProtoMessage() {}
 
 func (x *GroupsReset) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -270,7 +337,7 @@ func (x *GroupsReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsReset.ProtoReflect.Descriptor instead.
 func (*GroupsReset) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{1}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GroupsReset) GetTopic() string {
@@ -300,7 +367,7 @@ type GroupsPartitionNext struct {
 
 func (x *GroupsPartitionNext) Reset() {
 	*x = GroupsPartitionNext{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -312,7 +379,7 @@ func (x *GroupsPartitionNext) String() string {
 func (*GroupsPartitionNext) ProtoMessage() {}
 
 func (x *GroupsPartitionNext) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -325,7 +392,7 @@ func (x *GroupsPartitionNext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsPartitionNext.ProtoReflect.Descriptor instead.
 func (*GroupsPartitionNext) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{2}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GroupsPartitionNext) GetPartition() int32 {
@@ -368,7 +435,7 @@ type GroupsCheckpoint struct {
 
 func (x *GroupsCheckpoint) Reset() {
 	*x = GroupsCheckpoint{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +447,7 @@ func (x *GroupsCheckpoint) String() string {
 func (*GroupsCheckpoint) ProtoMessage() {}
 
 func (x *GroupsCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +460,7 @@ func (x *GroupsCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCheckpoint.ProtoReflect.Descriptor instead.
 func (*GroupsCheckpoint) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{3}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupsCheckpoint) GetAsOf() int64 {
@@ -447,7 +514,7 @@ type GroupsTopic struct {
 
 func (x *GroupsTopic) Reset() {
 	*x = GroupsTopic{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +526,7 @@ func (x *GroupsTopic) String() string {
 func (*GroupsTopic) ProtoMessage() {}
 
 func (x *GroupsTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +539,7 @@ func (x *GroupsTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsTopic.ProtoReflect.Descriptor instead.
 func (*GroupsTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{4}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GroupsTopic) GetName() string {
@@ -507,7 +574,7 @@ type GroupsReplicas struct {
 
 func (x *GroupsReplicas) Reset() {
 	*x = GroupsReplicas{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +586,7 @@ func (x *GroupsReplicas) String() string {
 func (*GroupsReplicas) ProtoMessage() {}
 
 func (x *GroupsReplicas) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +599,7 @@ func (x *GroupsReplicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsReplicas.ProtoReflect.Descriptor instead.
 func (*GroupsReplicas) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{5}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GroupsReplicas) GetNodeIds() []uint64 {
@@ -564,7 +631,7 @@ type GroupsJoin struct {
 
 func (x *GroupsJoin) Reset() {
 	*x = GroupsJoin{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +643,7 @@ func (x *GroupsJoin) String() string {
 func (*GroupsJoin) ProtoMessage() {}
 
 func (x *GroupsJoin) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +656,7 @@ func (x *GroupsJoin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsJoin.ProtoReflect.Descriptor instead.
 func (*GroupsJoin) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{6}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GroupsJoin) GetMemberId() string {
@@ -652,7 +719,7 @@ type GroupsHeartbeat struct {
 
 func (x *GroupsHeartbeat) Reset() {
 	*x = GroupsHeartbeat{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +731,7 @@ func (x *GroupsHeartbeat) String() string {
 func (*GroupsHeartbeat) ProtoMessage() {}
 
 func (x *GroupsHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +744,7 @@ func (x *GroupsHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsHeartbeat.ProtoReflect.Descriptor instead.
 func (*GroupsHeartbeat) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{7}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GroupsHeartbeat) GetMemberId() string {
@@ -721,7 +788,7 @@ type GroupsLeave struct {
 
 func (x *GroupsLeave) Reset() {
 	*x = GroupsLeave{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +800,7 @@ func (x *GroupsLeave) String() string {
 func (*GroupsLeave) ProtoMessage() {}
 
 func (x *GroupsLeave) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +813,7 @@ func (x *GroupsLeave) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsLeave.ProtoReflect.Descriptor instead.
 func (*GroupsLeave) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{8}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GroupsLeave) GetMemberId() string {
@@ -775,7 +842,7 @@ type GroupsExpire struct {
 
 func (x *GroupsExpire) Reset() {
 	*x = GroupsExpire{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +854,7 @@ func (x *GroupsExpire) String() string {
 func (*GroupsExpire) ProtoMessage() {}
 
 func (x *GroupsExpire) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +867,7 @@ func (x *GroupsExpire) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsExpire.ProtoReflect.Descriptor instead.
 func (*GroupsExpire) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{9}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupsExpire) GetMemberId() string {
@@ -823,7 +890,7 @@ type GroupsPartition struct {
 
 func (x *GroupsPartition) Reset() {
 	*x = GroupsPartition{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +902,7 @@ func (x *GroupsPartition) String() string {
 func (*GroupsPartition) ProtoMessage() {}
 
 func (x *GroupsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +915,7 @@ func (x *GroupsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsPartition.ProtoReflect.Descriptor instead.
 func (*GroupsPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{10}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupsPartition) GetTopic() string {
@@ -881,7 +948,7 @@ type GroupsRevokeDone struct {
 
 func (x *GroupsRevokeDone) Reset() {
 	*x = GroupsRevokeDone{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +960,7 @@ func (x *GroupsRevokeDone) String() string {
 func (*GroupsRevokeDone) ProtoMessage() {}
 
 func (x *GroupsRevokeDone) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +973,7 @@ func (x *GroupsRevokeDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsRevokeDone.ProtoReflect.Descriptor instead.
 func (*GroupsRevokeDone) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{11}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupsRevokeDone) GetMemberId() string {
@@ -944,7 +1011,7 @@ type GroupsPosition struct {
 
 func (x *GroupsPosition) Reset() {
 	*x = GroupsPosition{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1023,7 @@ func (x *GroupsPosition) String() string {
 func (*GroupsPosition) ProtoMessage() {}
 
 func (x *GroupsPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1036,7 @@ func (x *GroupsPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsPosition.ProtoReflect.Descriptor instead.
 func (*GroupsPosition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{12}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GroupsPosition) GetNext() int64 {
@@ -1003,7 +1070,7 @@ type GroupsCommit struct {
 
 func (x *GroupsCommit) Reset() {
 	*x = GroupsCommit{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1082,7 @@ func (x *GroupsCommit) String() string {
 func (*GroupsCommit) ProtoMessage() {}
 
 func (x *GroupsCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1095,7 @@ func (x *GroupsCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCommit.ProtoReflect.Descriptor instead.
 func (*GroupsCommit) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{13}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupsCommit) GetMemberId() string {
@@ -1078,7 +1145,7 @@ type GroupsOwned struct {
 
 func (x *GroupsOwned) Reset() {
 	*x = GroupsOwned{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1157,7 @@ func (x *GroupsOwned) String() string {
 func (*GroupsOwned) ProtoMessage() {}
 
 func (x *GroupsOwned) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1170,7 @@ func (x *GroupsOwned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsOwned.ProtoReflect.Descriptor instead.
 func (*GroupsOwned) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{14}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GroupsOwned) GetPartition() *GroupsPartition {
@@ -1170,7 +1237,7 @@ type GroupsMember struct {
 
 func (x *GroupsMember) Reset() {
 	*x = GroupsMember{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1249,7 @@ func (x *GroupsMember) String() string {
 func (*GroupsMember) ProtoMessage() {}
 
 func (x *GroupsMember) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1262,7 @@ func (x *GroupsMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsMember.ProtoReflect.Descriptor instead.
 func (*GroupsMember) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{15}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GroupsMember) GetMemberId() string {
@@ -1281,7 +1348,7 @@ type GroupsCommitted struct {
 
 func (x *GroupsCommitted) Reset() {
 	*x = GroupsCommitted{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1293,7 +1360,7 @@ func (x *GroupsCommitted) String() string {
 func (*GroupsCommitted) ProtoMessage() {}
 
 func (x *GroupsCommitted) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1306,7 +1373,7 @@ func (x *GroupsCommitted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsCommitted.ProtoReflect.Descriptor instead.
 func (*GroupsCommitted) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{16}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GroupsCommitted) GetPartition() *GroupsPartition {
@@ -1343,7 +1410,7 @@ type GroupsGroup struct {
 
 func (x *GroupsGroup) Reset() {
 	*x = GroupsGroup{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[17]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1422,7 @@ func (x *GroupsGroup) String() string {
 func (*GroupsGroup) ProtoMessage() {}
 
 func (x *GroupsGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[17]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1435,7 @@ func (x *GroupsGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsGroup.ProtoReflect.Descriptor instead.
 func (*GroupsGroup) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{17}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GroupsGroup) GetName() string {
@@ -1421,7 +1488,7 @@ type GroupsState struct {
 
 func (x *GroupsState) Reset() {
 	*x = GroupsState{}
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[18]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1500,7 @@ func (x *GroupsState) String() string {
 func (*GroupsState) ProtoMessage() {}
 
 func (x *GroupsState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_groups_proto_msgTypes[18]
+	mi := &file_spool_cluster_v1_groups_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1513,7 @@ func (x *GroupsState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsState.ProtoReflect.Descriptor instead.
 func (*GroupsState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{18}
+	return file_spool_cluster_v1_groups_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GroupsState) GetGroups() []*GroupsGroup {
@@ -1467,7 +1534,7 @@ var File_spool_cluster_v1_groups_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\n" +
-	"\x1dspool/cluster/v1/groups.proto\x12\x10spool.cluster.v1\"\xbe\x04\n" +
+	"\x1dspool/cluster/v1/groups.proto\x12\x10spool.cluster.v1\"\x82\x05\n" +
 	"\rGroupsCommand\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x13\n" +
 	"\x05at_ms\x18\x02 \x01(\x03R\x04atMs\x122\n" +
@@ -1482,8 +1549,12 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	" \x01(\v2\x1d.spool.cluster.v1.GroupsResetH\x00R\x0eresetPositions\x12D\n" +
 	"\n" +
 	"checkpoint\x18\t \x01(\v2\".spool.cluster.v1.GroupsCheckpointH\x00R\n" +
-	"checkpointB\t\n" +
-	"\acommand\"h\n" +
+	"checkpoint\x12B\n" +
+	"\n" +
+	"drop_topic\x18\v \x01(\v2!.spool.cluster.v1.GroupsDropTopicH\x00R\tdropTopicB\t\n" +
+	"\acommand\"'\n" +
+	"\x0fGroupsDropTopic\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"h\n" +
 	"\vGroupsReset\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12C\n" +
 	"\tpositions\x18\x02 \x03(\v2%.spool.cluster.v1.GroupsPartitionNextR\tpositions\"G\n" +
@@ -1588,56 +1659,58 @@ func file_spool_cluster_v1_groups_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_groups_proto_rawDescData
 }
 
-var file_spool_cluster_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_spool_cluster_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_spool_cluster_v1_groups_proto_goTypes = []any{
 	(*GroupsCommand)(nil),       // 0: spool.cluster.v1.GroupsCommand
-	(*GroupsReset)(nil),         // 1: spool.cluster.v1.GroupsReset
-	(*GroupsPartitionNext)(nil), // 2: spool.cluster.v1.GroupsPartitionNext
-	(*GroupsCheckpoint)(nil),    // 3: spool.cluster.v1.GroupsCheckpoint
-	(*GroupsTopic)(nil),         // 4: spool.cluster.v1.GroupsTopic
-	(*GroupsReplicas)(nil),      // 5: spool.cluster.v1.GroupsReplicas
-	(*GroupsJoin)(nil),          // 6: spool.cluster.v1.GroupsJoin
-	(*GroupsHeartbeat)(nil),     // 7: spool.cluster.v1.GroupsHeartbeat
-	(*GroupsLeave)(nil),         // 8: spool.cluster.v1.GroupsLeave
-	(*GroupsExpire)(nil),        // 9: spool.cluster.v1.GroupsExpire
-	(*GroupsPartition)(nil),     // 10: spool.cluster.v1.GroupsPartition
-	(*GroupsRevokeDone)(nil),    // 11: spool.cluster.v1.GroupsRevokeDone
-	(*GroupsPosition)(nil),      // 12: spool.cluster.v1.GroupsPosition
-	(*GroupsCommit)(nil),        // 13: spool.cluster.v1.GroupsCommit
-	(*GroupsOwned)(nil),         // 14: spool.cluster.v1.GroupsOwned
-	(*GroupsMember)(nil),        // 15: spool.cluster.v1.GroupsMember
-	(*GroupsCommitted)(nil),     // 16: spool.cluster.v1.GroupsCommitted
-	(*GroupsGroup)(nil),         // 17: spool.cluster.v1.GroupsGroup
-	(*GroupsState)(nil),         // 18: spool.cluster.v1.GroupsState
+	(*GroupsDropTopic)(nil),     // 1: spool.cluster.v1.GroupsDropTopic
+	(*GroupsReset)(nil),         // 2: spool.cluster.v1.GroupsReset
+	(*GroupsPartitionNext)(nil), // 3: spool.cluster.v1.GroupsPartitionNext
+	(*GroupsCheckpoint)(nil),    // 4: spool.cluster.v1.GroupsCheckpoint
+	(*GroupsTopic)(nil),         // 5: spool.cluster.v1.GroupsTopic
+	(*GroupsReplicas)(nil),      // 6: spool.cluster.v1.GroupsReplicas
+	(*GroupsJoin)(nil),          // 7: spool.cluster.v1.GroupsJoin
+	(*GroupsHeartbeat)(nil),     // 8: spool.cluster.v1.GroupsHeartbeat
+	(*GroupsLeave)(nil),         // 9: spool.cluster.v1.GroupsLeave
+	(*GroupsExpire)(nil),        // 10: spool.cluster.v1.GroupsExpire
+	(*GroupsPartition)(nil),     // 11: spool.cluster.v1.GroupsPartition
+	(*GroupsRevokeDone)(nil),    // 12: spool.cluster.v1.GroupsRevokeDone
+	(*GroupsPosition)(nil),      // 13: spool.cluster.v1.GroupsPosition
+	(*GroupsCommit)(nil),        // 14: spool.cluster.v1.GroupsCommit
+	(*GroupsOwned)(nil),         // 15: spool.cluster.v1.GroupsOwned
+	(*GroupsMember)(nil),        // 16: spool.cluster.v1.GroupsMember
+	(*GroupsCommitted)(nil),     // 17: spool.cluster.v1.GroupsCommitted
+	(*GroupsGroup)(nil),         // 18: spool.cluster.v1.GroupsGroup
+	(*GroupsState)(nil),         // 19: spool.cluster.v1.GroupsState
 }
 var file_spool_cluster_v1_groups_proto_depIdxs = []int32{
-	6,  // 0: spool.cluster.v1.GroupsCommand.join:type_name -> spool.cluster.v1.GroupsJoin
-	7,  // 1: spool.cluster.v1.GroupsCommand.heartbeat:type_name -> spool.cluster.v1.GroupsHeartbeat
-	8,  // 2: spool.cluster.v1.GroupsCommand.leave:type_name -> spool.cluster.v1.GroupsLeave
-	9,  // 3: spool.cluster.v1.GroupsCommand.expire:type_name -> spool.cluster.v1.GroupsExpire
-	11, // 4: spool.cluster.v1.GroupsCommand.revoke_done:type_name -> spool.cluster.v1.GroupsRevokeDone
-	13, // 5: spool.cluster.v1.GroupsCommand.commit:type_name -> spool.cluster.v1.GroupsCommit
-	1,  // 6: spool.cluster.v1.GroupsCommand.reset_positions:type_name -> spool.cluster.v1.GroupsReset
-	3,  // 7: spool.cluster.v1.GroupsCommand.checkpoint:type_name -> spool.cluster.v1.GroupsCheckpoint
-	2,  // 8: spool.cluster.v1.GroupsReset.positions:type_name -> spool.cluster.v1.GroupsPartitionNext
-	5,  // 9: spool.cluster.v1.GroupsTopic.replicas:type_name -> spool.cluster.v1.GroupsReplicas
-	4,  // 10: spool.cluster.v1.GroupsJoin.topics:type_name -> spool.cluster.v1.GroupsTopic
-	10, // 11: spool.cluster.v1.GroupsRevokeDone.partitions:type_name -> spool.cluster.v1.GroupsPartition
-	10, // 12: spool.cluster.v1.GroupsCommit.partition:type_name -> spool.cluster.v1.GroupsPartition
-	12, // 13: spool.cluster.v1.GroupsCommit.position:type_name -> spool.cluster.v1.GroupsPosition
-	10, // 14: spool.cluster.v1.GroupsOwned.partition:type_name -> spool.cluster.v1.GroupsPartition
-	14, // 15: spool.cluster.v1.GroupsMember.owned:type_name -> spool.cluster.v1.GroupsOwned
-	10, // 16: spool.cluster.v1.GroupsCommitted.partition:type_name -> spool.cluster.v1.GroupsPartition
-	12, // 17: spool.cluster.v1.GroupsCommitted.position:type_name -> spool.cluster.v1.GroupsPosition
-	15, // 18: spool.cluster.v1.GroupsGroup.members:type_name -> spool.cluster.v1.GroupsMember
-	4,  // 19: spool.cluster.v1.GroupsGroup.topics:type_name -> spool.cluster.v1.GroupsTopic
-	16, // 20: spool.cluster.v1.GroupsGroup.positions:type_name -> spool.cluster.v1.GroupsCommitted
-	17, // 21: spool.cluster.v1.GroupsState.groups:type_name -> spool.cluster.v1.GroupsGroup
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	7,  // 0: spool.cluster.v1.GroupsCommand.join:type_name -> spool.cluster.v1.GroupsJoin
+	8,  // 1: spool.cluster.v1.GroupsCommand.heartbeat:type_name -> spool.cluster.v1.GroupsHeartbeat
+	9,  // 2: spool.cluster.v1.GroupsCommand.leave:type_name -> spool.cluster.v1.GroupsLeave
+	10, // 3: spool.cluster.v1.GroupsCommand.expire:type_name -> spool.cluster.v1.GroupsExpire
+	12, // 4: spool.cluster.v1.GroupsCommand.revoke_done:type_name -> spool.cluster.v1.GroupsRevokeDone
+	14, // 5: spool.cluster.v1.GroupsCommand.commit:type_name -> spool.cluster.v1.GroupsCommit
+	2,  // 6: spool.cluster.v1.GroupsCommand.reset_positions:type_name -> spool.cluster.v1.GroupsReset
+	4,  // 7: spool.cluster.v1.GroupsCommand.checkpoint:type_name -> spool.cluster.v1.GroupsCheckpoint
+	1,  // 8: spool.cluster.v1.GroupsCommand.drop_topic:type_name -> spool.cluster.v1.GroupsDropTopic
+	3,  // 9: spool.cluster.v1.GroupsReset.positions:type_name -> spool.cluster.v1.GroupsPartitionNext
+	6,  // 10: spool.cluster.v1.GroupsTopic.replicas:type_name -> spool.cluster.v1.GroupsReplicas
+	5,  // 11: spool.cluster.v1.GroupsJoin.topics:type_name -> spool.cluster.v1.GroupsTopic
+	11, // 12: spool.cluster.v1.GroupsRevokeDone.partitions:type_name -> spool.cluster.v1.GroupsPartition
+	11, // 13: spool.cluster.v1.GroupsCommit.partition:type_name -> spool.cluster.v1.GroupsPartition
+	13, // 14: spool.cluster.v1.GroupsCommit.position:type_name -> spool.cluster.v1.GroupsPosition
+	11, // 15: spool.cluster.v1.GroupsOwned.partition:type_name -> spool.cluster.v1.GroupsPartition
+	15, // 16: spool.cluster.v1.GroupsMember.owned:type_name -> spool.cluster.v1.GroupsOwned
+	11, // 17: spool.cluster.v1.GroupsCommitted.partition:type_name -> spool.cluster.v1.GroupsPartition
+	13, // 18: spool.cluster.v1.GroupsCommitted.position:type_name -> spool.cluster.v1.GroupsPosition
+	16, // 19: spool.cluster.v1.GroupsGroup.members:type_name -> spool.cluster.v1.GroupsMember
+	5,  // 20: spool.cluster.v1.GroupsGroup.topics:type_name -> spool.cluster.v1.GroupsTopic
+	17, // 21: spool.cluster.v1.GroupsGroup.positions:type_name -> spool.cluster.v1.GroupsCommitted
+	18, // 22: spool.cluster.v1.GroupsState.groups:type_name -> spool.cluster.v1.GroupsGroup
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_groups_proto_init() }
@@ -1654,6 +1727,7 @@ func file_spool_cluster_v1_groups_proto_init() {
 		(*GroupsCommand_Commit)(nil),
 		(*GroupsCommand_ResetPositions)(nil),
 		(*GroupsCommand_Checkpoint)(nil),
+		(*GroupsCommand_DropTopic)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1661,7 +1735,7 @@ func file_spool_cluster_v1_groups_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_groups_proto_rawDesc), len(file_spool_cluster_v1_groups_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

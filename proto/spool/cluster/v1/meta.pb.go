@@ -39,6 +39,7 @@ type MetaCommand struct {
 	//	*MetaCommand_SetNodeDown
 	//	*MetaCommand_DecommissionNode
 	//	*MetaCommand_RemoveNode
+	//	*MetaCommand_DeleteTopic
 	Command       isMetaCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -171,6 +172,15 @@ func (x *MetaCommand) GetRemoveNode() *MetaRemoveNode {
 	return nil
 }
 
+func (x *MetaCommand) GetDeleteTopic() *MetaDeleteTopic {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_DeleteTopic); ok {
+			return x.DeleteTopic
+		}
+	}
+	return nil
+}
+
 type isMetaCommand_Command interface {
 	isMetaCommand_Command()
 }
@@ -227,6 +237,12 @@ type MetaCommand_RemoveNode struct {
 	RemoveNode *MetaRemoveNode `protobuf:"bytes,10,opt,name=remove_node,json=removeNode,proto3,oneof"`
 }
 
+type MetaCommand_DeleteTopic struct {
+	// delete_topic removes a topic; every node stops and deletes its
+	// replicas of the topic's partitions.
+	DeleteTopic *MetaDeleteTopic `protobuf:"bytes,11,opt,name=delete_topic,json=deleteTopic,proto3,oneof"`
+}
+
 func (*MetaCommand_Init) isMetaCommand_Command() {}
 
 func (*MetaCommand_AddNode) isMetaCommand_Command() {}
@@ -246,6 +262,8 @@ func (*MetaCommand_SetNodeDown) isMetaCommand_Command() {}
 func (*MetaCommand_DecommissionNode) isMetaCommand_Command() {}
 
 func (*MetaCommand_RemoveNode) isMetaCommand_Command() {}
+
+func (*MetaCommand_DeleteTopic) isMetaCommand_Command() {}
 
 // MetaInit names the cluster. Refused once the cluster has an id.
 type MetaInit struct {
@@ -606,7 +624,11 @@ type MetaMoveReplicas struct {
 	GroupId uint64 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// replicas are the target, as many as the topic's replication factor;
 	// the first is the preferred leader.
-	Replicas      []uint64 `protobuf:"varint,2,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	Replicas []uint64 `protobuf:"varint,2,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	// pin: an operator's move (spool cluster move). The partition is pinned:
+	// the controller's balancing leaves it where the operator put it, and the
+	// target must name no node that is down or leaving.
+	Pin           bool `protobuf:"varint,3,opt,name=pin,proto3" json:"pin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,6 +675,13 @@ func (x *MetaMoveReplicas) GetReplicas() []uint64 {
 		return x.Replicas
 	}
 	return nil
+}
+
+func (x *MetaMoveReplicas) GetPin() bool {
+	if x != nil {
+		return x.Pin
+	}
+	return false
 }
 
 // MetaFinishMove records that a group's membership is its target: the
@@ -862,6 +891,52 @@ func (x *MetaRemoveNode) GetNodeId() uint64 {
 	return 0
 }
 
+// MetaDeleteTopic removes a topic. Its group ids are never given again.
+type MetaDeleteTopic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the topic (exact, case-sensitive); internal topics are refused.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaDeleteTopic) Reset() {
+	*x = MetaDeleteTopic{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaDeleteTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaDeleteTopic) ProtoMessage() {}
+
+func (x *MetaDeleteTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaDeleteTopic.ProtoReflect.Descriptor instead.
+func (*MetaDeleteTopic) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MetaDeleteTopic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 // MetaNode is one node of the cluster.
 type MetaNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -882,7 +957,7 @@ type MetaNode struct {
 
 func (x *MetaNode) Reset() {
 	*x = MetaNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +969,7 @@ func (x *MetaNode) String() string {
 func (*MetaNode) ProtoMessage() {}
 
 func (x *MetaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +982,7 @@ func (x *MetaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaNode.ProtoReflect.Descriptor instead.
 func (*MetaNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MetaNode) GetId() uint64 {
@@ -958,14 +1033,17 @@ type MetaPartition struct {
 	Target []uint64 `protobuf:"varint,3,rep,packed,name=target,proto3" json:"target,omitempty"`
 	// moved: its membership has changed since placement, so a replica
 	// opened on an empty disk joins the group instead of bootstrapping it.
-	Moved         bool `protobuf:"varint,4,opt,name=moved,proto3" json:"moved,omitempty"`
+	Moved bool `protobuf:"varint,4,opt,name=moved,proto3" json:"moved,omitempty"`
+	// pinned: an operator placed it (MetaMoveReplicas with pin); the
+	// controller's balancing does not move it (repairs still do).
+	Pinned        bool `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MetaPartition) Reset() {
 	*x = MetaPartition{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1055,7 @@ func (x *MetaPartition) String() string {
 func (*MetaPartition) ProtoMessage() {}
 
 func (x *MetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1068,7 @@ func (x *MetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaPartition.ProtoReflect.Descriptor instead.
 func (*MetaPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MetaPartition) GetGroupId() uint64 {
@@ -1021,6 +1099,13 @@ func (x *MetaPartition) GetMoved() bool {
 	return false
 }
 
+func (x *MetaPartition) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
 // MetaTopic is one topic: its spec and, once placed, one entry per
 // partition (none while pending).
 type MetaTopic struct {
@@ -1036,7 +1121,7 @@ type MetaTopic struct {
 
 func (x *MetaTopic) Reset() {
 	*x = MetaTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1133,7 @@ func (x *MetaTopic) String() string {
 func (*MetaTopic) ProtoMessage() {}
 
 func (x *MetaTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1146,7 @@ func (x *MetaTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaTopic.ProtoReflect.Descriptor instead.
 func (*MetaTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{14}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MetaTopic) GetSpec() *MetaTopicSpec {
@@ -1097,7 +1182,7 @@ type MetaState struct {
 
 func (x *MetaState) Reset() {
 	*x = MetaState{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1194,7 @@ func (x *MetaState) String() string {
 func (*MetaState) ProtoMessage() {}
 
 func (x *MetaState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1207,7 @@ func (x *MetaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaState.ProtoReflect.Descriptor instead.
 func (*MetaState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{15}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MetaState) GetClusterId() string {
@@ -1164,7 +1249,7 @@ var File_spool_cluster_v1_meta_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xd1\x05\n" +
+	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\x99\x06\n" +
 	"\vMetaCommand\x120\n" +
 	"\x04init\x18\x01 \x01(\v2\x1a.spool.cluster.v1.MetaInitH\x00R\x04init\x12:\n" +
 	"\badd_node\x18\x02 \x01(\v2\x1d.spool.cluster.v1.MetaAddNodeH\x00R\aaddNode\x12G\n" +
@@ -1179,7 +1264,8 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\x11decommission_node\x18\t \x01(\v2&.spool.cluster.v1.MetaDecommissionNodeH\x00R\x10decommissionNode\x12C\n" +
 	"\vremove_node\x18\n" +
 	" \x01(\v2 .spool.cluster.v1.MetaRemoveNodeH\x00R\n" +
-	"removeNodeB\t\n" +
+	"removeNode\x12F\n" +
+	"\fdelete_topic\x18\v \x01(\v2!.spool.cluster.v1.MetaDeleteTopicH\x00R\vdeleteTopicB\t\n" +
 	"\acommand\")\n" +
 	"\bMetaInit\x12\x1d\n" +
 	"\n" +
@@ -1203,10 +1289,11 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\x0eMetaAlterTopic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12(\n" +
 	"\x10retention_age_ms\x18\x02 \x01(\x03R\x0eretentionAgeMs\x12'\n" +
-	"\x0fretention_bytes\x18\x03 \x01(\x03R\x0eretentionBytes\"I\n" +
+	"\x0fretention_bytes\x18\x03 \x01(\x03R\x0eretentionBytes\"[\n" +
 	"\x10MetaMoveReplicas\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
-	"\breplicas\x18\x02 \x03(\x04R\breplicas\"G\n" +
+	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12\x10\n" +
+	"\x03pin\x18\x03 \x01(\bR\x03pin\"G\n" +
 	"\x0eMetaFinishMove\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\x04R\breplicas\">\n" +
@@ -1216,18 +1303,21 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\x14MetaDecommissionNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\")\n" +
 	"\x0eMetaRemoveNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"r\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"%\n" +
+	"\x0fMetaDeleteTopic\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"r\n" +
 	"\bMetaNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x12\x12\n" +
 	"\x04down\x18\x04 \x01(\bR\x04down\x12\x18\n" +
-	"\aleaving\x18\x05 \x01(\bR\aleaving\"t\n" +
+	"\aleaving\x18\x05 \x01(\bR\aleaving\"\x8c\x01\n" +
 	"\rMetaPartition\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12\x16\n" +
 	"\x06target\x18\x03 \x03(\x04R\x06target\x12\x14\n" +
-	"\x05moved\x18\x04 \x01(\bR\x05moved\"\x81\x01\n" +
+	"\x05moved\x18\x04 \x01(\bR\x05moved\x12\x16\n" +
+	"\x06pinned\x18\x05 \x01(\bR\x06pinned\"\x81\x01\n" +
 	"\tMetaTopic\x123\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1f.spool.cluster.v1.MetaTopicSpecR\x04spec\x12?\n" +
 	"\n" +
@@ -1254,7 +1344,7 @@ func file_spool_cluster_v1_meta_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_meta_proto_rawDescData
 }
 
-var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_spool_cluster_v1_meta_proto_goTypes = []any{
 	(*MetaCommand)(nil),          // 0: spool.cluster.v1.MetaCommand
 	(*MetaInit)(nil),             // 1: spool.cluster.v1.MetaInit
@@ -1268,10 +1358,11 @@ var file_spool_cluster_v1_meta_proto_goTypes = []any{
 	(*MetaSetNodeDown)(nil),      // 9: spool.cluster.v1.MetaSetNodeDown
 	(*MetaDecommissionNode)(nil), // 10: spool.cluster.v1.MetaDecommissionNode
 	(*MetaRemoveNode)(nil),       // 11: spool.cluster.v1.MetaRemoveNode
-	(*MetaNode)(nil),             // 12: spool.cluster.v1.MetaNode
-	(*MetaPartition)(nil),        // 13: spool.cluster.v1.MetaPartition
-	(*MetaTopic)(nil),            // 14: spool.cluster.v1.MetaTopic
-	(*MetaState)(nil),            // 15: spool.cluster.v1.MetaState
+	(*MetaDeleteTopic)(nil),      // 12: spool.cluster.v1.MetaDeleteTopic
+	(*MetaNode)(nil),             // 13: spool.cluster.v1.MetaNode
+	(*MetaPartition)(nil),        // 14: spool.cluster.v1.MetaPartition
+	(*MetaTopic)(nil),            // 15: spool.cluster.v1.MetaTopic
+	(*MetaState)(nil),            // 16: spool.cluster.v1.MetaState
 }
 var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	1,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
@@ -1284,16 +1375,17 @@ var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	9,  // 7: spool.cluster.v1.MetaCommand.set_node_down:type_name -> spool.cluster.v1.MetaSetNodeDown
 	10, // 8: spool.cluster.v1.MetaCommand.decommission_node:type_name -> spool.cluster.v1.MetaDecommissionNode
 	11, // 9: spool.cluster.v1.MetaCommand.remove_node:type_name -> spool.cluster.v1.MetaRemoveNode
-	4,  // 10: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	4,  // 11: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	13, // 12: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
-	12, // 13: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
-	14, // 14: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	12, // 10: spool.cluster.v1.MetaCommand.delete_topic:type_name -> spool.cluster.v1.MetaDeleteTopic
+	4,  // 11: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	4,  // 12: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	14, // 13: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
+	13, // 14: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
+	15, // 15: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_meta_proto_init() }
@@ -1312,6 +1404,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 		(*MetaCommand_SetNodeDown)(nil),
 		(*MetaCommand_DecommissionNode)(nil),
 		(*MetaCommand_RemoveNode)(nil),
+		(*MetaCommand_DeleteTopic)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1319,7 +1412,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_meta_proto_rawDesc), len(file_spool_cluster_v1_meta_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
