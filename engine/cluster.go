@@ -60,6 +60,12 @@ type ClusterConfig struct {
 	// given replicas anew. Default 5 minutes; long enough that a restart or
 	// a rolling update never moves data.
 	DeadNodeTimeout time.Duration
+	// MoveBytesPerSecond paces the copies replica moves make: the log this
+	// node, as a partition's leader, streams to the new replicas of moving
+	// partitions takes at most this many bytes per second in all (the
+	// producers' writes and the replication to existing replicas are not
+	// paced). Default DefaultMoveBytesPerSecond; < 0: not paced.
+	MoveBytesPerSecond int64
 	// NoReplicas makes a client node (storage off): it is not a member,
 	// holds no replicas, learns the cluster from the members in Join
 	// (Metadata), publishes through the partitions' leaders and reads from
@@ -84,6 +90,10 @@ const (
 	DefaultProduceTimeout    = 10 * time.Second
 	DefaultJoinTimeout       = 60 * time.Second
 	DefaultDeadNodeTimeout   = 5 * time.Minute
+	// DefaultMoveBytesPerSecond: 32 MiB/s, a fraction of a disk's or a
+	// network link's bandwidth (CockroachDB's rebalancing snapshots
+	// default to the same rate).
+	DefaultMoveBytesPerSecond = 32 << 20
 	// controllerPartition is group 0's log in the node's store. Topic names
 	// cannot start with "__" (the sidecar refuses them), so it never clashes.
 	controllerPartition = "__controller-0"
@@ -129,6 +139,9 @@ func (c *ClusterConfig) validateTimes() error {
 	}
 	if c.DeadNodeTimeout == 0 {
 		c.DeadNodeTimeout = DefaultDeadNodeTimeout
+	}
+	if c.MoveBytesPerSecond == 0 {
+		c.MoveBytesPerSecond = DefaultMoveBytesPerSecond
 	}
 	if c.GroupsPartitions == 0 {
 		c.GroupsPartitions = DefaultGroupsPartitions
@@ -278,6 +291,8 @@ func (c *cluster) run(ctx context.Context) error {
 		ProposalTimeout: c.cfg.ProduceTimeout,
 		IdleTickEvery:   idleTickEvery,
 		Logger:          c.n.cfg.Logger,
+		// max(0, …): < 0 is "not paced", which the Host spells 0.
+		CatchUpBytesPerSecond: max(0, c.cfg.MoveBytesPerSecond),
 	})
 	if err != nil {
 		_ = l.Close()

@@ -25,6 +25,11 @@ type ClusterStatus struct {
 	Proposals        map[string]uint64 // by outcome: ok, lost, unknown, not_leader, refused
 	InboxDropped     uint64            // raft messages dropped: a group's inbox was full
 	ReplicasStopped  uint64            // replicas stopped by a storage error
+	// MoveCopiesDelayed counts the appends to new replicas of moving
+	// partitions that waited for MoveBytesPerSecond; MoveCopyWaitingBytes
+	// is what waits now.
+	MoveCopiesDelayed    uint64
+	MoveCopyWaitingBytes int
 	MessagesSent     uint64            // raft messages sent to peers
 	MessagesReceived uint64            // raft messages received from peers
 	Dropped          map[string]uint64 // raft messages not sent, by reason: queue_full, too_large, no_peer, unsent
@@ -128,6 +133,7 @@ func (n *Node) ClusterStatus() (ClusterStatus, bool) {
 	hs, ts := c.host.Stats(), c.tr.Stats()
 	out.Proposals = map[string]uint64{"ok": hs.ProposalsOK, "lost": hs.ProposalsLost, "unknown": hs.ProposalsUnknown, "not_leader": hs.ProposalsNotLeader, "refused": hs.ProposalsRefused}
 	out.InboxDropped, out.ReplicasStopped = hs.InboxDropped, hs.ReplicasStopped
+	out.MoveCopiesDelayed, out.MoveCopyWaitingBytes = hs.CatchUpDelayed, hs.CatchUpWaitingBytes
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed
 	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
 	return out, true

@@ -263,14 +263,15 @@ func clusterConfig(cfg *config.Config) *engine.ClusterConfig {
 		return nil
 	}
 	return &engine.ClusterConfig{
-		Listen:            cl.Listen,
-		Advertise:         cl.Advertise,
-		Join:              cl.Join,
-		ReplicationFactor: int32(cl.ReplicationFactor),
-		ProduceTimeout:    cl.ProduceTimeout,
-		DeadNodeTimeout:   cl.DeadNodeTimeout,
-		TLS:               engine.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
-		NoReplicas:        cl.Storage == config.StorageOff,
+		Listen:             cl.Listen,
+		Advertise:          cl.Advertise,
+		Join:               cl.Join,
+		ReplicationFactor:  int32(cl.ReplicationFactor),
+		ProduceTimeout:     cl.ProduceTimeout,
+		DeadNodeTimeout:    cl.DeadNodeTimeout,
+		MoveBytesPerSecond: cl.MoveBytesPerSecond,
+		TLS:                engine.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
+		NoReplicas:         cl.Storage == config.StorageOff,
 	}
 }
 

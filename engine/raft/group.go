@@ -33,6 +33,11 @@ type GroupConfig struct {
 	// MaxInflightMsgs bounds the append messages in flight to one follower
 	// (default DefaultMaxInflightMsgs).
 	MaxInflightMsgs int
+	// MaxInflightBytes bounds the entry bytes of the append messages in
+	// flight to one follower (default DefaultMaxInflightBytes): what a
+	// follower that copies a whole log (a new replica, paced by the Host's
+	// catch-up budget) can have queued for it.
+	MaxInflightBytes uint64
 	// MaxUncommittedBytes bounds the payload a leader holds uncommitted;
 	// past it proposals fail with ErrProposalDropped (default
 	// DefaultMaxUncommittedBytes).
@@ -50,6 +55,7 @@ const (
 	DefaultHeartbeatTicks      = 2
 	DefaultMaxMsgBytes         = 1 << 20
 	DefaultMaxInflightMsgs     = 256
+	DefaultMaxInflightBytes    = 8 << 20
 	DefaultMaxUncommittedBytes = 64 << 20
 	DefaultMaxApplyingBytes    = 16 << 20
 )
@@ -72,6 +78,9 @@ func (c *GroupConfig) validate() error {
 	}
 	if c.MaxMsgBytes == 0 {
 		c.MaxMsgBytes = DefaultMaxMsgBytes
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = max(DefaultMaxInflightBytes, c.MaxMsgBytes) // raft wants at least one message
 	}
 	if c.MaxInflightMsgs == 0 {
 		c.MaxInflightMsgs = DefaultMaxInflightMsgs
@@ -176,6 +185,7 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		MaxCommittedSizePerReady:  cfg.MaxApplyingBytes,
 		MaxUncommittedEntriesSize: cfg.MaxUncommittedBytes,
 		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		MaxInflightBytes:          cfg.MaxInflightBytes,
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            etcdraft.ReadOnlySafe,

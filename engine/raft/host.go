@@ -52,6 +52,11 @@ type HostConfig struct {
 	// IdleAfterTicks is the idle time, in ticks, before a group slows down
 	// (default DefaultIdleAfterTicks).
 	IdleAfterTicks int
+	// CatchUpBytesPerSecond paces the copies replica moves make: the
+	// appends this node, as a leader, sends to the learners of groups being
+	// reconfigured share one budget of this many bytes of entries per
+	// second; the rest waits (throttle.go). 0: not paced.
+	CatchUpBytesPerSecond int64
 }
 
 // Defaults of HostConfig.
@@ -89,6 +94,9 @@ func (c *HostConfig) validate() error {
 	}
 	if c.ProposalTimeout == 0 {
 		c.ProposalTimeout = DefaultProposalTimeout
+	}
+	if c.CatchUpBytesPerSecond < 0 {
+		return fmt.Errorf("raft host: CatchUpBytesPerSecond %d must not be negative (0: not paced)", c.CatchUpBytesPerSecond)
 	}
 	if c.MaxInboxMsgs < 0 || c.ProposalTimeout < 0 {
 		return fmt.Errorf("raft host: MaxInboxMsgs %d and ProposalTimeout %v must be positive (0 means the default)", c.MaxInboxMsgs, c.ProposalTimeout)
@@ -130,6 +138,11 @@ type HostStats struct {
 	InboxDropped       uint64 // received messages dropped: a group's inbox held MaxInboxMsgs
 	ReplicasStopped    uint64 // replicas that stopped with an error
 	ElectionsHastened  uint64 // followers whose election clock jumped: their leader's connection failed
+	// CatchUpDelayed counts the appends to moving learners that waited for
+	// the catch-up budget (CatchUpBytesPerSecond); CatchUpWaitingBytes is
+	// the entry bytes waiting now.
+	CatchUpDelayed      uint64
+	CatchUpWaitingBytes int
 }
 
 // Host drives every raft group (Replica) of one node: no goroutine per
@@ -144,7 +157,8 @@ type Host struct {
 	mu     sync.RWMutex
 	groups map[uint64]*hostGroup // nil value: being added
 
-	now func() time.Time // the clock of proposal deadlines (tests: virtual)
+	now func() time.Time // the clock of proposal deadlines and the catch-up budget (tests: virtual)
+	thr *throttle        // nil: catch-up copies not paced
 
 	running atomic.Bool
 	stopped atomic.Bool
@@ -180,6 +194,9 @@ type hostGroup struct {
 	stopSeen bool
 
 	moving atomic.Bool // a configuration change of a replica move is in flight
+	// reconfiguredAt: the host clock (UnixNano) of the last Reconfigure;
+	// for catchUpWindow after it, appends to learners are paced.
+	reconfiguredAt atomic.Int64
 
 	finalized bool // guarded by mu
 
@@ -230,7 +247,11 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, now: time.Now}, nil
+	h := &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, now: time.Now}
+	if cfg.CatchUpBytesPerSecond > 0 {
+		h.thr = newThrottle(cfg.CatchUpBytesPerSecond)
+	}
+	return h, nil
 }
 
 // Add opens the replica of group (OpenReplica) and starts driving it.
@@ -510,6 +531,11 @@ func (h *Host) Groups() []uint64 {
 // Tick gives every group one tick (the internal ticker calls it every
 // TickInterval).
 func (h *Host) Tick() {
+	if h.thr != nil {
+		if msgs := h.thr.release(h.now()); len(msgs) > 0 {
+			h.cfg.Send(msgs)
+		}
+	}
 	every := h.cfg.IdleTickEvery
 	h.each(func(g *hostGroup) bool {
 		if g.slow {
@@ -559,13 +585,17 @@ func (h *Host) Stats() HostStats {
 		}
 	}
 	h.mu.RUnlock()
-	return HostStats{
+	st := HostStats{
 		Groups: n, Readies: h.c.readies.Load(),
 		ProposalsOK: h.c.ok.Load(), ProposalsLost: h.c.lost.Load(), ProposalsUnknown: h.c.unknown.Load(),
 		ProposalsNotLeader: h.c.notLeader.Load(), ProposalsRefused: h.c.refused.Load(),
 		InboxDropped: h.c.inboxDropped.Load(), ReplicasStopped: h.c.stopped.Load(),
 		ElectionsHastened: h.c.hastened.Load(),
 	}
+	if h.thr != nil {
+		st.CatchUpDelayed, st.CatchUpWaitingBytes = h.thr.stats()
+	}
+	return st
 }
 
 // HandleMessage queues a received message for its group's next visit
@@ -769,6 +799,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		r.SetRetainFrom(box.retainFrom)
 	}
 	if box.reconfigure != nil {
+		g.reconfiguredAt.Store(now.UnixNano())
 		h.reconfigure(g, box.reconfigure, now)
 	}
 	for _, p := range box.props {
@@ -860,7 +891,39 @@ func (g *hostGroup) send(msgs []raftpb.Message) {
 	for i, m := range msgs {
 		out[i] = transport.Message{Group: g.id, Msg: m}
 	}
-	g.h.cfg.Send(out)
+	if t := g.h.thr; t != nil {
+		if at := g.reconfiguredAt.Load(); at != 0 {
+			if now := g.h.now(); now.UnixNano()-at < int64(catchUpWindow) {
+				out = g.pace(t, now, out)
+			}
+		}
+	}
+	if len(out) > 0 {
+		g.h.cfg.Send(out)
+	}
+}
+
+// pace passes the appends to g's learners through the catch-up budget
+// (all of them, empty ones too, so that none overtakes another); the
+// other messages go at once. On g's worker (it reads the replica).
+func (g *hostGroup) pace(t *throttle, now time.Time, out []transport.Message) []transport.Message {
+	learners := g.r.ConfState().Learners
+	if len(learners) == 0 {
+		return out
+	}
+	var copies []transport.Message
+	keep := out[:0]
+	for _, m := range out {
+		if m.Msg.Type == raftpb.MsgApp && slices.Contains(learners, m.Msg.To) {
+			copies = append(copies, m)
+			continue
+		}
+		keep = append(keep, m)
+	}
+	if len(copies) == 0 {
+		return keep
+	}
+	return append(keep, t.admit(now, copies)...)
 }
 
 // refresh publishes g's status if it changed.

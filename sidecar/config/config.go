@@ -82,6 +82,10 @@ type ClusterConfig struct {
 	// cluster marks it down and re-creates its replicas on other nodes.
 	// Default 5m.
 	DeadNodeTimeout time.Duration `yaml:"dead_node_timeout"`
+	// MoveBytesPerSecond paces the copies replica moves make (the log a
+	// leader streams to a partition's new replica), per node. Default
+	// 32 MiB/s, 1 MiB/s to 10 GiB/s.
+	MoveBytesPerSecond int64 `yaml:"move_bytes_per_second"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
 	TLS ClusterTLSConfig `yaml:"tls"`
 	// Storage "off" makes a sidecar that holds no replicas and is not a

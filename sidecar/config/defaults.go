@@ -37,9 +37,10 @@ const (
 	DefaultMaxBatchMessages = 10_000
 	DefaultMaxIDBytes       = 128
 
-	DefaultReplicationFactor = 3
-	DefaultProduceTimeout    = 10 * time.Second
-	DefaultDeadNodeTimeout   = 5 * time.Minute
+	DefaultReplicationFactor  = 3
+	DefaultProduceTimeout     = 10 * time.Second
+	DefaultDeadNodeTimeout    = 5 * time.Minute
+	DefaultMoveBytesPerSecond = 32 << 20
 	// MaxReplicationFactor is the most replicas a partition may have.
 	MaxReplicationFactor = 7
 
@@ -94,6 +95,9 @@ func (c *Config) ApplyDefaults() {
 		setInt(&c.Cluster.ReplicationFactor, DefaultReplicationFactor)
 		setDur(&c.Cluster.ProduceTimeout, DefaultProduceTimeout)
 		setDur(&c.Cluster.DeadNodeTimeout, DefaultDeadNodeTimeout)
+		if c.Cluster.MoveBytesPerSecond == 0 {
+			c.Cluster.MoveBytesPerSecond = DefaultMoveBytesPerSecond
+		}
 		setDur(&c.Cluster.GroupSessionTimeout, DefaultGroupSessionTimeout)
 		setDur(&c.Cluster.GroupRevokeTimeout, DefaultGroupRevokeTimeout)
 		setDur(&c.Cluster.GroupDegradeAfter, DefaultGroupDegradeAfter)

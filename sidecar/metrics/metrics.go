@@ -68,6 +68,8 @@ type Metrics struct {
 	RaftProposals       *prometheus.CounterVec // outcome
 	RaftMessages        *prometheus.CounterVec // direction
 	RaftMessagesDropped *prometheus.CounterVec // reason
+	MoveCopiesDelayed   *prometheus.CounterVec // (none)
+	MoveCopyWaiting     *prometheus.GaugeVec   // (none)
 }
 
 // latencyBuckets span 100 µs to ~100 s.
@@ -145,6 +147,8 @@ func New() *Metrics {
 	m.RaftProposals = counter("raft_proposals_total", "Raft proposals made on this node, by outcome: ok (committed), lost (not stored: retried), unknown (may be stored), not_leader, refused.", "outcome")
 	m.RaftMessages = counter("raft_messages_total", "Raft messages exchanged with peers, by direction: sent, received.", "direction")
 	m.RaftMessagesDropped = counter("raft_messages_dropped_total", "Raft messages not sent or not taken, by reason: queue_full, too_large, no_peer, unsent, inbox_full, malformed (raft sends again).", "reason")
+	m.MoveCopiesDelayed = counter("move_copies_delayed_total", "Appends to the new replicas of moving partitions that waited for cluster.move_bytes_per_second.")
+	m.MoveCopyWaiting = gauge("move_copy_waiting_bytes", "Bytes of entries waiting for cluster.move_bytes_per_second before going to new replicas.")
 	r.MustRegister(m.LedgerAvailable)
 	return m
 }
