@@ -22,18 +22,18 @@ type ClusterStatus struct {
 	// down that no move replaces (no node to put it on).
 	PartitionsMoving, UnderReplicated int
 
-	Proposals        map[string]uint64 // by outcome: ok, lost, unknown, not_leader, refused
-	InboxDropped     uint64            // raft messages dropped: a group's inbox was full
-	ReplicasStopped  uint64            // replicas stopped by a storage error
+	Proposals       map[string]uint64 // by outcome: ok, lost, unknown, not_leader, refused
+	InboxDropped    uint64            // raft messages dropped: a group's inbox was full
+	ReplicasStopped uint64            // replicas stopped by a storage error
 	// MoveCopiesDelayed counts the appends to new replicas of moving
 	// partitions that waited for MoveBytesPerSecond; MoveCopyWaitingBytes
 	// is what waits now.
 	MoveCopiesDelayed    uint64
 	MoveCopyWaitingBytes int
-	MessagesSent     uint64            // raft messages sent to peers
-	MessagesReceived uint64            // raft messages received from peers
-	Dropped          map[string]uint64 // raft messages not sent, by reason: queue_full, too_large, no_peer, unsent
-	Malformed        uint64            // received messages refused as malformed
+	MessagesSent         uint64            // raft messages sent to peers
+	MessagesReceived     uint64            // raft messages received from peers
+	Dropped              map[string]uint64 // raft messages not sent, by reason: queue_full, too_large, no_peer, unsent
+	Malformed            uint64            // received messages refused as malformed
 }
 
 // ClusterMember is one node of the cluster.

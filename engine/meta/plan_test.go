@@ -302,6 +302,7 @@ func TestOperatorMoveIsNotBalancedBack(t *testing.T) {
 		t.Fatalf("operator move onto a down node: %v, want ErrNodeUnavailable naming node 4", r.Err)
 	}
 }
+
 // A move redirected back to the replicas the partition has is a move back,
 // ended like any other by the group's FinishMove: the group's
 // configuration may hold what the given-up move added. Only a move to
