@@ -27,7 +27,8 @@ export const HEADER_TRACESTATE = "tracestate";
 /** The instrumentation scope of the SDK's spans. */
 const TRACER_NAME = "@spoolmq/spool";
 
-const SAMPLED = 0x01;
+// The flags carried: sampled and (W3C level 2) random, as Go's propagator does.
+const KNOWN_FLAGS = 0x01 | 0x02;
 const ZERO_TRACE_ID = "00000000000000000000000000000000";
 const ZERO_SPAN_ID = "0000000000000000";
 const LOWER_HEX_TRACE_ID = /^[0-9a-f]{32}$/;
@@ -49,7 +50,7 @@ function lowerHex(s: string, from: number, to: number): boolean {
  * hex, a wrong length or separator, version ff, an all-zero trace id or
  * parent id. A higher version is read as the spec says: its first four
  * fields, and whatever follows a "-" after them is ignored. Only the sampled
- * flag is kept.
+ * and random flags are kept (unknown flags are ignored, as the spec says).
  */
 export function parseTraceparent(s: string): SpanContext | undefined {
   if (s.length < 55 || s[2] !== "-" || s[35] !== "-" || s[52] !== "-") return undefined;
@@ -60,7 +61,7 @@ export function parseTraceparent(s: string): SpanContext | undefined {
   const traceId = s.slice(3, 35);
   const spanId = s.slice(36, 52);
   if (traceId === ZERO_TRACE_ID || spanId === ZERO_SPAN_ID) return undefined;
-  return { traceId, spanId, traceFlags: parseInt(s.slice(53, 55), 16) & SAMPLED, isRemote: true };
+  return { traceId, spanId, traceFlags: parseInt(s.slice(53, 55), 16) & KNOWN_FLAGS, isRemote: true };
 }
 
 /** Formats a span context as a version 00 traceparent, or undefined when it is not valid. */
@@ -69,7 +70,7 @@ export function formatTraceparent(sc: SpanContext): string | undefined {
   const spanId = sc.spanId.toLowerCase();
   if (!LOWER_HEX_TRACE_ID.test(traceId) || traceId === ZERO_TRACE_ID) return undefined;
   if (!LOWER_HEX_SPAN_ID.test(spanId) || spanId === ZERO_SPAN_ID) return undefined;
-  return `00-${traceId}-${spanId}-0${sc.traceFlags & SAMPLED}`;
+  return `00-${traceId}-${spanId}-0${sc.traceFlags & KNOWN_FLAGS}`;
 }
 
 /**

@@ -24,9 +24,10 @@ test("traceparent: a valid header parses to a remote span context and formats ba
   assert.deepEqual(parseTraceparent(VALID), { traceId: TRACE_ID, spanId: SPAN_ID, traceFlags: TraceFlags.SAMPLED, isRemote: true });
   assert.equal(parseTraceparent(`00-${TRACE_ID}-${SPAN_ID}-00`)?.traceFlags, TraceFlags.NONE);
   assert.equal(formatTraceparent(parseTraceparent(VALID)!), VALID);
-  // Unknown flags are ignored: only sampled is kept and written.
-  assert.equal(parseTraceparent(`00-${TRACE_ID}-${SPAN_ID}-ff`)?.traceFlags, TraceFlags.SAMPLED);
-  assert.equal(parseTraceparent(`00-${TRACE_ID}-${SPAN_ID}-02`)?.traceFlags, TraceFlags.NONE);
+  // Unknown flags are ignored: sampled and random (W3C level 2) are kept and written, as in Go.
+  assert.equal(parseTraceparent(`00-${TRACE_ID}-${SPAN_ID}-ff`)?.traceFlags, 0x03);
+  assert.equal(parseTraceparent(`00-${TRACE_ID}-${SPAN_ID}-02`)?.traceFlags, 0x02);
+  assert.equal(parseTraceparent(`00-${TRACE_ID}-${SPAN_ID}-04`)?.traceFlags, TraceFlags.NONE);
   // A higher version: its first four fields are read, what follows a "-" ignored.
   assert.equal(parseTraceparent(`01-${TRACE_ID}-${SPAN_ID}-01`)?.traceId, TRACE_ID);
   assert.equal(parseTraceparent(`cc-${TRACE_ID}-${SPAN_ID}-01-what-the-future-holds`)?.spanId, SPAN_ID);
@@ -68,7 +69,8 @@ test("traceparent: only a valid span context is formatted, in lowercase", () => 
   assert.equal(formatTraceparent(sc("0".repeat(32), SPAN_ID)), undefined);
   assert.equal(formatTraceparent(sc(TRACE_ID, "0".repeat(16))), undefined);
   assert.equal(formatTraceparent(sc(TRACE_ID.slice(2), SPAN_ID)), undefined);
-  assert.equal(formatTraceparent({ ...sc(TRACE_ID, SPAN_ID), traceFlags: 0x03 }), VALID, "only the sampled flag is written");
+  assert.equal(formatTraceparent({ ...sc(TRACE_ID, SPAN_ID), traceFlags: 0x03 }), `00-${TRACE_ID}-${SPAN_ID}-03`);
+  assert.equal(formatTraceparent({ ...sc(TRACE_ID, SPAN_ID), traceFlags: 0x05 }), VALID, "an unknown flag was written");
 });
 
 test("injectTrace: adds traceparent and tracestate to a copy, keeps the app's own, adds nothing without a span", () => {
