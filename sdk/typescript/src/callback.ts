@@ -1,6 +1,7 @@
 // Callback mode: the application serves HandlerService and the sidecar
 // calls Handle once per delivery (subscriptions with `delivery: callback`).
 import * as grpc from "@grpc/grpc-js";
+import type { TracerProvider } from "@opentelemetry/api";
 
 import { consoleLogger, type Logger } from "./log";
 import { messageOf } from "./message";
@@ -8,6 +9,7 @@ import { settlementFor } from "./outcome";
 import { spoolv1, type HandleResponse } from "./proto";
 import type { Handler } from "./subscribe";
 import type { HandleRequest__Output } from "./gen/spool/v1/HandleRequest";
+import { HandlerTracer } from "./trace";
 
 export interface ServeHandlerOptions {
   /** host:port (or unix:///path) to listen on: the subscription's app_address. Port 0 picks a free one. */
@@ -20,6 +22,8 @@ export interface ServeHandlerOptions {
   /** How long the drain waits for running handlers (default 30 s); then their signal aborts and calls are cut. */
   drainTimeoutMs?: number;
   logger?: Logger;
+  /** Where the handler spans go (default: the global OpenTelemetry tracer provider); see "Tracing" in docs/sdk-typescript.md. */
+  tracerProvider?: TracerProvider;
 }
 
 /**
@@ -75,6 +79,7 @@ export class HandlerServer {
 export async function serveHandler(opts: ServeHandlerOptions): Promise<HandlerServer> {
   if (typeof opts.handler !== "function") throw new TypeError("spool: serveHandler: handler is not a function: pass async (message, signal) => { ... }");
   const log = opts.logger ?? consoleLogger;
+  const tracer = new HandlerTracer(opts.tracerProvider);
   const server = new grpc.Server();
   let hs: HandlerServer | undefined;
   const impl = {
@@ -88,16 +93,9 @@ export async function serveHandler(opts: ServeHandlerOptions): Promise<HandlerSe
       const untrack = hs?.track(ac);
       call.on("cancelled", () => ac.abort(new Error("the sidecar cancelled the call (lease deadline or shutdown)")));
       void (async () => {
-        let ok = true;
-        let thrown: unknown;
-        try {
-          await opts.handler(messageOf(d), ac.signal);
-        } catch (e) {
-          ok = false;
-          thrown = e;
-        }
+        const m = messageOf(d);
+        const st = await tracer.run(m, () => opts.handler(m, ac.signal), settlementFor);
         untrack?.();
-        const st = settlementFor(thrown, ok);
         if (st.outcome === "OUTCOME_RELEASE") {
           callback({ code: grpc.status.CANCELLED, details: "released by the handler" });
           return;

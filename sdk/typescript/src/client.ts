@@ -7,6 +7,7 @@ import type { SubscriberServiceClient } from "./gen/spool/v1/SubscriberService";
 import type { PublishResult__Output } from "./gen/spool/v1/PublishResult";
 import { Publisher, type PublisherOptions } from "./publisher";
 import { subscribeWith, type SubscribeOptions } from "./subscribe";
+import { injectTrace } from "./trace";
 
 /** The sidecar address used when none is given and SPOOL_ADDR is unset. */
 export const DEFAULT_ADDR = "127.0.0.1:7070";
@@ -33,7 +34,11 @@ export interface OutMessage {
   key?: Bytes;
   /** Message body. */
   payload?: Bytes;
-  /** Application headers (names starting with "spool-" are reserved). */
+  /**
+   * Application headers (names starting with "spool-" are reserved). A publish
+   * adds `traceparent`/`tracestate` of the active OpenTelemetry context to a
+   * copy, unless a `traceparent` is already there.
+   */
   headers?: Record<string, string>;
 }
 
@@ -76,8 +81,13 @@ function bytes(b: Bytes | undefined): Buffer {
   return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength);
 }
 
+/**
+ * The wire form of m, its headers with the active trace context added
+ * (docs/protocol.md, "Trace context"): called where the caller publishes, so
+ * that the active context is the caller's.
+ */
 export function toPublishMessage(m: OutMessage): PublishMessage & { key: Buffer; payload: Buffer } {
-  return { id: m.id ?? "", key: bytes(m.key), payload: bytes(m.payload), headers: m.headers ?? {} };
+  return { id: m.id ?? "", key: bytes(m.key), payload: bytes(m.payload), headers: injectTrace(m.headers) ?? {} };
 }
 
 export function resultOf(r: PublishResult__Output): PublishResult {

@@ -18,3 +18,4 @@ export { serveHandler, HandlerServer } from "./callback";
 export type { ServeHandlerOptions } from "./callback";
 export { PROTO_DIR } from "./proto";
 export type { AdminServiceClient } from "./proto";
+export { HEADER_TRACEPARENT, HEADER_TRACESTATE, injectTrace, extractTrace, parseTraceparent, formatTraceparent } from "./trace";

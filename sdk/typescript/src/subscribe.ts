@@ -7,6 +7,7 @@
 // queued during one turn of the loop (settlements, extensions, credit) into
 // one frame.
 import { status as Status, type ClientDuplexStream } from "@grpc/grpc-js";
+import type { TracerProvider } from "@opentelemetry/api";
 
 import { backoffDelay, sleep, type Backoff } from "./backoff";
 import type { Client } from "./client";
@@ -15,6 +16,7 @@ import { consoleLogger, type Logger } from "./log";
 import { messageOf, type Message } from "./message";
 import { errorText, settlementFor, type Settlement } from "./outcome";
 import type { Delivery, DeliveryRef, SubscribeRequest, SubscribeResponse } from "./proto";
+import { HandlerTracer } from "./trace";
 
 /**
  * Processes one message. Returning normally acknowledges it; throwing
@@ -65,6 +67,12 @@ export interface SubscribeOptions {
   shutdownSignals?: NodeJS.Signals[];
   logger?: Logger;
   stats?: Stats;
+  /**
+   * Where the handler spans go (default: the global OpenTelemetry tracer
+   * provider, which follows a provider registered later). See "Tracing" in
+   * docs/sdk-typescript.md.
+   */
+  tracerProvider?: TracerProvider;
 }
 
 const MAX_CONCURRENCY = 1 << 16;
@@ -86,6 +94,7 @@ interface Config {
   shutdownSignals: NodeJS.Signals[];
   logger: Logger;
   stats: Stats;
+  tracer: HandlerTracer;
 }
 
 function validate(o: SubscribeOptions): Config {
@@ -107,7 +116,7 @@ function validate(o: SubscribeOptions): Config {
     group: o.group, topics: o.topics ?? [], handler: o.handler, concurrency, prefetch,
     consumerName: o.consumerName ?? "", appVersion: o.appVersion ?? "", drainTimeoutMs, backoff,
     shutdownSignals: o.shutdownSignals ?? ["SIGTERM", "SIGINT"],
-    logger: o.logger ?? consoleLogger, stats: o.stats ?? new Stats(),
+    logger: o.logger ?? consoleLogger, stats: o.stats ?? new Stats(), tracer: new HandlerTracer(o.tracerProvider),
   };
 }
 
@@ -287,16 +296,10 @@ class Subscriber {
   }
 
   private async process(s: Session, d: Delivery, lease: LeaseKeeper): Promise<void> {
-    let ok = true;
-    let thrown: unknown;
-    try {
-      await this.cfg.handler(messageOf(d), s.handlerSignal);
-    } catch (e) {
-      ok = false;
-      thrown = e;
-    }
+    const m = messageOf(d);
+    const st = await this.cfg.tracer.run(m, () => this.cfg.handler(m, s.handlerSignal), settlementFor);
     lease.end();
-    s.settle(refOf(d), settlementFor(thrown, ok), true);
+    s.settle(refOf(d), st, true);
     this.running--;
     if (this.running === 0 && this.idle.length > 0) {
       const w = this.idle;

@@ -13,6 +13,7 @@ import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import io.grpc.netty.shaded.io.netty.channel.ChannelOption;
+import io.opentelemetry.context.Context;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -169,8 +170,9 @@ public final class Client implements AutoCloseable {
       return List.of();
     }
     PublishRequest.Builder req = PublishRequest.newBuilder().setTopic(topic).setAcks(acks.proto());
+    Context ctx = Context.current();
     for (OutMessage m : msgs) {
-      req.addMessages(m.toProto());
+      req.addMessages(m.withTraceContext(ctx).toProto());
     }
     PublisherServiceGrpc.PublisherServiceBlockingStub stub = pub;
     if (!opts.publishTimeout().isZero()) {

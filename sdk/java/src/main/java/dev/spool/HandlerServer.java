@@ -9,6 +9,8 @@ import io.grpc.Server;
 import io.grpc.Status;
 import io.grpc.netty.shaded.io.grpc.netty.NettyServerBuilder;
 import io.grpc.stub.StreamObserver;
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.context.Scope;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.System.Logger.Level;
@@ -150,9 +152,11 @@ public final class HandlerServer implements AutoCloseable {
 
   private final class Impl extends HandlerServiceGrpc.HandlerServiceImplBase {
     private final Handler handler;
+    private final Tracing.Handlers tracing;
 
     Impl(Handler handler) {
       this.handler = handler;
+      this.tracing = new Tracing.Handlers(opts.tracerProvider());
     }
 
     @Override
@@ -182,9 +186,12 @@ public final class HandlerServer implements AutoCloseable {
       } finally {
         mu.unlock();
       }
+      Message m = Message.of(req.getDelivery());
+      io.opentelemetry.context.Context parent = Tracing.extract(m.headers());
+      Span span = tracing.start(m, parent);
       Throwable thrown = null;
-      try {
-        handler.handle(Message.of(req.getDelivery()));
+      try (Scope ignored = parent.with(span).makeCurrent()) {
+        handler.handle(m);
       } catch (Throwable t) {
         thrown = t;
       } finally {
@@ -208,6 +215,7 @@ public final class HandlerServer implements AutoCloseable {
             "topic", req.getDelivery().getTopic(), "offset", req.getDelivery().getOffset(), "id", req.getDelivery().getMessageId());
       }
       Settlement st = Settlement.of(thrown);
+      tracing.end(span, st);
       try {
         if (st.outcome() == Outcome.OUTCOME_RELEASE) {
           out.onError(Status.CANCELLED.withDescription("released by the handler").asRuntimeException());

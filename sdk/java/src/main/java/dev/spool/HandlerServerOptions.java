@@ -1,5 +1,6 @@
 package dev.spool;
 
+import io.opentelemetry.api.trace.TracerProvider;
 import java.time.Duration;
 import java.util.Objects;
 
@@ -9,12 +10,14 @@ public final class HandlerServerOptions {
   private final Duration drainTimeout;
   private final boolean drainOnShutdown;
   private final System.Logger logger;
+  private final TracerProvider tracerProvider;
 
   private HandlerServerOptions(Builder b) {
     this.concurrency = b.concurrency;
     this.drainTimeout = b.drainTimeout;
     this.drainOnShutdown = b.drainOnShutdown;
     this.logger = b.logger != null ? b.logger : System.getLogger("dev.spool");
+    this.tracerProvider = b.tracerProvider;
   }
 
   public static HandlerServerOptions defaults() {
@@ -29,12 +32,15 @@ public final class HandlerServerOptions {
   public Duration drainTimeout() { return drainTimeout; }
   public boolean drainOnShutdown() { return drainOnShutdown; }
   public System.Logger logger() { return logger; }
+  /** The provider of the handler spans, or null for the global one. */
+  public TracerProvider tracerProvider() { return tracerProvider; }
 
   public static final class Builder {
     private int concurrency = SubscribeOptions.DEFAULT_CONCURRENCY;
     private Duration drainTimeout = SubscribeOptions.DEFAULT_DRAIN_TIMEOUT;
     private boolean drainOnShutdown = true;
     private System.Logger logger;
+    private TracerProvider tracerProvider;
 
     private Builder() {}
 
@@ -53,6 +59,12 @@ public final class HandlerServerOptions {
 
     /** Where handler errors go (default System.getLogger("dev.spool")). */
     public Builder logger(System.Logger l) { logger = l; return this; }
+
+    /**
+     * Where the handler spans go (default: the global OpenTelemetry, followed
+     * when the app sets it later). See "Tracing" in docs/sdk-java.md.
+     */
+    public Builder tracerProvider(TracerProvider tp) { tracerProvider = tp; return this; }
 
     public HandlerServerOptions build() {
       if (concurrency < 1 || concurrency > SubscribeOptions.MAX_CONCURRENCY) {

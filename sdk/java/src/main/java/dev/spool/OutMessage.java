@@ -91,6 +91,15 @@ public final class OutMessage {
     return key.length + payload.length;
   }
 
+  /**
+   * This message with the trace context of ctx in its headers (see
+   * {@link Tracing#inject}): this one when nothing is added.
+   */
+  OutMessage withTraceContext(io.opentelemetry.context.Context ctx) {
+    Map<String, String> h = Tracing.inject(headers, ctx);
+    return h == headers ? this : new OutMessage(id, key, payload, h);
+  }
+
   PublishMessage toProto() {
     return PublishMessage.newBuilder()
         .setId(id)

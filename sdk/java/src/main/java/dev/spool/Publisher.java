@@ -134,6 +134,8 @@ public final class Publisher implements AutoCloseable {
       f.completeExceptionally(new IllegalArgumentException("spool: publisher: topic is empty: name the topic to publish to"));
       return f;
     }
+    // The caller's context, taken here: the message is sent from another thread.
+    OutMessage traced = m.withTraceContext(io.opentelemetry.context.Context.current());
     try {
       window.acquire();
     } catch (InterruptedException e) {
@@ -144,7 +146,7 @@ public final class Publisher implements AutoCloseable {
     mu.lock();
     try {
       if (!closed) {
-        queue.add(new Item(m, acks, f));
+        queue.add(new Item(traced, acks, f));
         wake.signal();
         return f;
       }

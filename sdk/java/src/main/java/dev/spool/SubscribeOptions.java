@@ -1,5 +1,6 @@
 package dev.spool;
 
+import io.opentelemetry.api.trace.TracerProvider;
 import java.time.Duration;
 import java.util.Objects;
 
@@ -41,6 +42,7 @@ public final class SubscribeOptions {
   private final int maxReceiveBytes;
   private final boolean drainOnShutdown;
   private final System.Logger logger;
+  private final TracerProvider tracerProvider;
   private final Stats stats;
 
   private SubscribeOptions(Builder b) {
@@ -53,6 +55,7 @@ public final class SubscribeOptions {
     this.maxReceiveBytes = b.maxReceiveBytes;
     this.drainOnShutdown = b.drainOnShutdown;
     this.logger = b.logger != null ? b.logger : System.getLogger("dev.spool");
+    this.tracerProvider = b.tracerProvider;
     this.stats = b.stats != null ? b.stats : new Stats();
   }
 
@@ -75,6 +78,8 @@ public final class SubscribeOptions {
   public int maxReceiveBytes() { return maxReceiveBytes; }
   public boolean drainOnShutdown() { return drainOnShutdown; }
   public System.Logger logger() { return logger; }
+  /** The provider of the handler spans, or null for the global one. */
+  public TracerProvider tracerProvider() { return tracerProvider; }
   public Stats stats() { return stats; }
 
   Backoff backoff() { return backoff; }
@@ -94,6 +99,7 @@ public final class SubscribeOptions {
     private int maxReceiveBytes = DEFAULT_MAX_RECEIVE_BYTES;
     private boolean drainOnShutdown = true;
     private System.Logger logger;
+    private TracerProvider tracerProvider;
     private Stats stats;
 
     private Builder() {}
@@ -143,6 +149,12 @@ public final class SubscribeOptions {
 
     /** Where reconnects and rejected settlements (WARNING) and handler errors go (default System.getLogger("dev.spool")). */
     public Builder logger(System.Logger l) { logger = l; return this; }
+
+    /**
+     * Where the handler spans go (default: the global OpenTelemetry, followed
+     * when the app sets it later). See "Tracing" in docs/sdk-java.md.
+     */
+    public Builder tracerProvider(TracerProvider tp) { tracerProvider = tp; return this; }
 
     /** Counters the caller can read at any time. */
     public Builder stats(Stats s) { stats = s; return this; }

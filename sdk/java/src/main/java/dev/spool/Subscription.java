@@ -4,6 +4,9 @@ import dev.spool.v1.Delivery;
 import dev.spool.v1.SubscriberServiceGrpc;
 import io.grpc.ConnectivityState;
 import io.grpc.Status;
+import io.opentelemetry.api.trace.Span;
+import io.opentelemetry.context.Context;
+import io.opentelemetry.context.Scope;
 import java.lang.System.Logger.Level;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -50,6 +53,7 @@ public final class Subscription implements AutoCloseable {
   final List<String> topics;
   final System.Logger log;
   private final Handler handler;
+  private final Tracing.Handlers tracing;
   private final Stats stats;
   private final ExecutorService handlers;
   private final ScheduledThreadPoolExecutor io;
@@ -72,6 +76,7 @@ public final class Subscription implements AutoCloseable {
     this.group = group;
     this.topics = List.copyOf(topics);
     this.handler = handler;
+    this.tracing = new Tracing.Handlers(cfg.tracerProvider());
     this.stats = cfg.stats();
     this.log = cfg.logger();
     this.handlers = HandlerThreads.executor("spool-handler-" + group + "-", cfg.concurrency());
@@ -430,9 +435,12 @@ public final class Subscription implements AutoCloseable {
       if (!started) {
         return;
       }
+      Message m = Message.of(w.d);
+      Context parent = Tracing.extract(m.headers());
+      Span span = tracing.start(m, parent);
       Throwable thrown = null;
-      try {
-        handler.handle(Message.of(w.d));
+      try (Scope ignored = parent.with(span).makeCurrent()) {
+        handler.handle(m);
       } catch (Throwable t) {
         thrown = t;
       }
@@ -450,7 +458,9 @@ public final class Subscription implements AutoCloseable {
         Log.log(log, thrown instanceof Error ? Level.ERROR : Level.DEBUG, "spool: handler failed; the message will be retried", thrown,
             "topic", w.d.getTopic(), "partition", w.d.getPartition(), "offset", w.d.getOffset(), "id", w.d.getMessageId());
       }
-      w.s.settle(w.lease, Settlement.of(thrown), true);
+      Settlement st = Settlement.of(thrown);
+      tracing.end(span, st);
+      w.s.settle(w.lease, st, true);
     } finally {
       mu.lock();
       try {
