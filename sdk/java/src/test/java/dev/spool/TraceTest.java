@@ -215,8 +215,9 @@ class TraceTest {
       t.end(sp, ack);
     }
     long ns = (System.nanoTime() - t0) / n;
+    // A figure, not an assertion: a timed bound fails on a busy machine;
+    // that the span does no work without an SDK is asserted above.
     System.out.println("TraceTest: no SDK, the handler's span costs " + ns + " ns per delivery (with a traceparent to parse)");
-    assertTrue(ns < 20_000, "the no-op span costs " + ns + " ns per delivery");
   }
 
   @Test
