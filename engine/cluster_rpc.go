@@ -549,6 +549,7 @@ type peerClients struct {
 	mu      sync.Mutex
 	addrs   map[uint64]string
 	conns   map[uint64]*grpc.ClientConn
+	closed  bool // no more connections: they would never be closed
 }
 
 func newPeerClients(maxBatchBytes int, creds grpc.DialOption) *peerClients {
@@ -597,6 +598,9 @@ func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
 	if cc, ok := p.conns[id]; ok {
 		return clusterv1.NewNodeServiceClient(cc), nil
 	}
+	if p.closed {
+		return nil, fmt.Errorf("node %d: %w", id, ErrClosed)
+	}
 	addr, ok := p.addrs[id]
 	if !ok {
 		return nil, fmt.Errorf("no address known for node %d", id)
@@ -618,6 +622,7 @@ func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
 func (p *peerClients) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for id, cc := range p.conns {
 		_ = cc.Close()
 		delete(p.conns, id)
