@@ -17,7 +17,7 @@ import (
 // testCluster runs engine Nodes as cluster members in this process, over
 // the real gRPC transport on 127.0.0.1, with real disks (t.TempDir).
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*clusterNode
 }
 
@@ -35,7 +35,7 @@ type clusterNode struct {
 	done      chan error
 }
 
-func freeTCPAddr(t *testing.T) string {
+func freeTCPAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,7 +79,7 @@ func (tc *testCluster) stop(cn *clusterNode) {
 // newTestCluster bootstraps a cluster of size nodes: the first creates it,
 // the others join through it. configure, if set, adjusts node i before it
 // starts (TLS files, segment size).
-func newTestCluster(t *testing.T, size int, configure ...func(i int, cn *clusterNode)) *testCluster {
+func newTestCluster(t testing.TB, size int, configure ...func(i int, cn *clusterNode)) *testCluster {
 	tc := &testCluster{t: t}
 	for i := range size {
 		cn := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t)}
