@@ -45,7 +45,9 @@ func TestClusterDeleteTopic(t *testing.T) {
 	if err := n1.EnsureTopic(TopicSpec{Name: "orders", Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
+	// The topic is placed once the third node has joined.
 	for p := range int32(2) {
+		awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(n1, "orders", p, fmt.Sprintf("m%d-first", p)); return err })
 		for i := range 10 {
 			if _, err := produce(n1, "orders", p, fmt.Sprintf("m%d-%d", p, i)); err != nil {
 				t.Fatal(err)
