@@ -100,7 +100,7 @@ type Tracker[T any] struct {
 	dlq      seqQueue // stDLQueued entries, FIFO
 
 	inFlight, pending, parked, dead, done int
-	recBytes                             int64 // Σ Record.Bytes over the window
+	recBytes                              int64 // Σ Record.Bytes over the window
 }
 
 // New returns a tracker that expects records from startOffset on.
