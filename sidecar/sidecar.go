@@ -343,7 +343,7 @@ func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led led
 		gc, ok := byGroup[sc.Group]
 		if !ok {
 			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, CommitInterval: cfg.Node.CommitInterval,
-				SidecarVersion: Version, Ledger: led, Owner: owner, Tracer: tracer}
+				SidecarVersion: Version, Ledger: led, Owner: owner, Tracer: tracer, MemoryBytes: groupMemory(cfg)}
 			if co != nil {
 				gc.Coordinator = co
 				gc.Membership = deliver.Membership{MemberPrefix: owner, Session: session,
@@ -495,4 +495,16 @@ func newSession() (string, error) {
 		return "", fmt.Errorf("consumer groups: drawing a session id: %w", err)
 	}
 	return hex.EncodeToString(b), nil
+}
+
+// groupMemory is each consumer group's share of delivery.memory_bytes: the
+// budget is split evenly over the groups (each group's loop then decides
+// alone, without sharing state with the others), at least 1 byte each (a
+// group still delivers one message at a time).
+func groupMemory(cfg *config.Config) int64 {
+	groups := map[string]bool{}
+	for _, sc := range cfg.Subscriptions {
+		groups[sc.Group] = true
+	}
+	return max(cfg.Delivery.MemoryBytes/int64(max(len(groups), 1)), 1)
 }

@@ -31,6 +31,17 @@ type Config struct {
 	Redis         RedisConfig          `yaml:"redis"`
 	Cluster       ClusterConfig        `yaml:"cluster"`
 	Tracing       TracingConfig        `yaml:"tracing"`
+	Delivery      DeliveryConfig       `yaml:"delivery"`
+}
+
+// DeliveryConfig bounds what delivery holds in memory, for the whole
+// sidecar (docs/configuration.md, "delivery").
+type DeliveryConfig struct {
+	// MemoryBytes is the byte budget of delivery: fetched-but-unfinished
+	// messages of every partition's window (those at the app included),
+	// the windows' rings and dead letters being published, shared evenly
+	// by the consumer groups. When full, fetching pauses.
+	MemoryBytes int64 `yaml:"memory_bytes"`
 }
 
 // TracingConfig makes spoold record OpenTelemetry spans of publishes and

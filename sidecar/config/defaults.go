@@ -64,6 +64,10 @@ const (
 	DefaultBreakerOpenTimeout         = 5 * time.Second
 	DefaultBreakerMaxOpenTimeout      = 60 * time.Second
 	DefaultTracingSampleRatio         = 1.0
+	DefaultDeliveryMemoryBytes        = 32 << 20
+	// MaxDeliveryMemoryBytes bounds delivery.memory_bytes (1 TiB: a typo
+	// guard, not a recommendation).
+	MaxDeliveryMemoryBytes = 1 << 40
 )
 
 // ApplyDefaults fills every zero field that has a default; it never
@@ -79,6 +83,9 @@ func (c *Config) ApplyDefaults() {
 	setString(&n.AdminListen, DefaultAdminListen)
 	setDur(&n.DrainTimeout, DefaultDrainTimeout)
 	setDur(&n.CommitInterval, DefaultCommitInterval)
+	if c.Delivery.MemoryBytes == 0 {
+		c.Delivery.MemoryBytes = DefaultDeliveryMemoryBytes
+	}
 
 	s := &c.Storage
 	if s.Fsync == "" {

@@ -111,6 +111,7 @@ type dlqJob struct {
 	reason    string
 	partition int32 // of the dead-letter topic
 	rec       engine.Record
+	bytes     int64 // charged to the memory budget until answered
 	err       error
 }
 
@@ -133,6 +134,12 @@ func (m *machine) deadLetters(now time.Time) {
 	n := 0
 	for n < len(m.dlWait) && m.dlqInFlight < m.cfg.DLQMaxInFlight {
 		w := &m.dlWait[n]
+		// A dead letter being published holds a copy of its record (the
+		// encoded batch) beyond its window: it draws from the memory budget,
+		// and one is always allowed so that dead letters make progress.
+		if m.dlqInFlight > 0 && m.heldBytes()+dlCopyBytes(&w.dl.Value) > m.cfg.MemoryBytes {
+			break
+		}
 		m.publishDeadLetter(now, w.s, w.p, &w.dl)
 		n++
 	}
@@ -180,9 +187,16 @@ func (m *machine) publishDeadLetter(now time.Time, s *sub, p *part, d *tracker.D
 		dp = engine.PartitionForKey(orig.Key, s.dlqParts)
 	}
 	m.dlqInFlight++
-	m.emit(action{kind: actDeadLetter, dl: &dlqJob{s: s, p: p, inc: p.inc, offset: d.Offset, id: string(orig.ID), reason: reasonLabel(d.Reason),
-		partition: dp, rec: engine.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}}})
+	j := &dlqJob{s: s, p: p, inc: p.inc, offset: d.Offset, id: string(orig.ID), reason: reasonLabel(d.Reason),
+		partition: dp, rec: engine.Record{ID: orig.ID, Key: orig.Key, Value: orig.Value, Headers: hdrs}}
+	j.bytes = dlCopyBytes(&j.rec)
+	m.dlBytes += j.bytes
+	m.emit(action{kind: actDeadLetter, dl: j})
 }
+
+// dlCopyBytes is what publishing a dead letter holds beyond its window: the
+// record encoded with its headers.
+func dlCopyBytes(r *engine.Record) int64 { return storedBytes(r) + 2<<10 }
 
 // reasonLabel maps a dead-letter reason to the fixed set of
 // dead_lettered_total labels.
@@ -196,6 +210,7 @@ func reasonLabel(reason string) string {
 // deadLettered applies the answer to an actDeadLetter.
 func (m *machine) deadLettered(now time.Time, r *dlqJob) {
 	m.dlqInFlight--
+	m.dlBytes -= r.bytes
 	if r.inc != r.p.inc {
 		return // its partition stopped since: the new tracker knows nothing of it
 	}

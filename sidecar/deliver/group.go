@@ -50,7 +50,9 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 	log := logger.With("group", cfg.Name)
 	g := &Group{cfg: cfg, eng: eng, met: m, log: log,
 		inbox: make(chan event, cfg.InboxSize), stopped: make(chan struct{}), results: newMailbox[result]()}
-	g.mc = &machine{cfg: cfg, met: m, log: log, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: cfg.Coordinator != nil}
+	g.mc = &machine{cfg: cfg, met: m, log: log, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: cfg.Coordinator != nil,
+		bud: memBudget{limit: cfg.MemoryBytes}}
+	m.DeliveryMemoryLimit.WithLabelValues(cfg.Name).Set(float64(cfg.MemoryBytes))
 	for _, sc := range cfg.Subscriptions {
 		s, err := g.newSub(sc)
 		if err != nil {

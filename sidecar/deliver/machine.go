@@ -58,6 +58,17 @@ type machine struct {
 	// nothing is delivered before this time.
 	ledgerRetryAt time.Time
 
+	// bud bounds the bytes the group holds (budget.go); dlBytes is what
+	// the dead letters being published hold beyond their windows.
+	bud     memBudget
+	dlBytes int64
+	waitBuf []*part
+	activeN int // delivering partitions, counted once per round (0: not yet)
+	// fetchRound numbers the rounds of fetches: each partition asks once.
+	fetchRound uint64
+	// pausedSeen is the budget's paused total already counted in the metric.
+	pausedSeen time.Duration
+
 	acts []action // output of the current event
 }
 
@@ -175,7 +186,12 @@ type part struct {
 	// history holds the failed attempts of unfinished messages.
 	history map[int64][]AttemptRecord
 	// avgRecordBytes sizes reads to the room in the window.
-	avgRecordBytes   int
+	avgRecordBytes int
+	// grant is the memory budget's room for the read under way;
+	// budgetWait: the partition waits for room (memBudget.waiting).
+	grant            grant
+	budgetWait       bool
+	fetchRound       uint64 // the last round of fetches that asked for it
 	lagMsgs, lagSecs prometheus.Gauge
 
 	// In a cluster (member.go): whether this member owns the partition,
@@ -259,37 +275,121 @@ func (m *machine) fetches(now time.Time) {
 	if m.draining {
 		return
 	}
+	m.bud.begin(now, m.heldBytes(), m.heldRecords())
+	m.activeN = 0
+	m.fetchRound++
+	// Partitions waiting for memory first, oldest first (budget.go: fairness).
+	m.waitBuf = m.bud.waiters(m.waitBuf)
+	for _, p := range m.waitBuf {
+		s := m.subOf(p)
+		if s == nil || s.paused(now) || !m.delivering(p) {
+			m.bud.forget(now, p)
+			continue
+		}
+		p.fetchRound = m.fetchRound
+		m.fetchPart(now, s, p)
+	}
+	clear(m.waitBuf)
 	for _, s := range m.subs {
 		if s.paused(now) {
 			continue
 		}
 		for _, p := range s.parts {
-			if m.delivering(p) {
-				m.fetchPart(s, p)
+			if m.delivering(p) && p.fetchRound != m.fetchRound {
+				m.fetchPart(now, s, p)
 			}
 		}
 	}
+	m.met.DeliveryMemory.WithLabelValues(m.cfg.Name).Set(float64(m.bud.held))
+	if d := m.bud.pausedTotal - m.pausedSeen; d > 0 {
+		m.met.DeliveryMemoryPaused.WithLabelValues(m.cfg.Name).Add(d.Seconds())
+		m.pausedSeen = m.bud.pausedTotal
+	}
 }
 
-func (m *machine) fetchPart(s *sub, p *part) {
+// subOf returns the subscription p belongs to.
+func (m *machine) subOf(p *part) *sub {
+	for _, s := range m.subs {
+		if int(p.num) < len(s.parts) && s.parts[p.num] == p {
+			return s
+		}
+	}
+	return nil
+}
+
+// heldBytes is what the group holds now: every partition's window (records
+// and ring) and the dead letters being published.
+func (m *machine) heldBytes() int64 {
+	n := m.dlBytes
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			n += p.tr.HeldBytes()
+		}
+	}
+	return n
+}
+
+// heldRecords counts the records the group holds: in its windows and dead
+// letters being published.
+func (m *machine) heldRecords() int {
+	n := m.dlqInFlight
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			n += p.tr.Window()
+		}
+	}
+	return n
+}
+
+// activeParts counts the partitions delivering now (the budget's fair share).
+func (m *machine) activeParts() int {
+	n := 0
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			if m.delivering(p) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (m *machine) fetchPart(now time.Time, s *sub, p *part) {
 	want := p.tr.Wants()
 	// Refill in large steps (a quarter of the window), unless the tracker is
 	// running dry: a read returns whole log batches, so reading for a
 	// handful of records would decode a batch to keep a few of its records.
-	if want <= 0 || (want < p.tr.Config().WindowMessages/4 && p.tr.Pending() > 0) {
+	dry := p.tr.Pending() == 0
+	if want <= 0 || (want < p.tr.Config().WindowMessages/4 && !dry) {
+		m.bud.forget(now, p)
 		return
 	}
+	// The memory budget: room for this read, the same large steps unless
+	// the partition runs dry.
+	minUseful := int64(minFetchBytes)
+	if dry {
+		minUseful = 1
+	}
+	if m.activeN == 0 {
+		m.activeN = m.activeParts()
+	}
+	wantBytes := int64(want) * (int64(p.avgRecordBytes) + 2*p.tr.EntryBytes())
+	g := m.bud.ask(now, p, p.tr.HeldBytes(), m.activeN, minUseful, wantBytes)
+	if !g.ok() {
+		return
+	}
+	p.grant = g
 	// Read about as many bytes as the tracker has room for: the records kept
 	// alias the read buffer, so an oversized read would pin memory well
 	// beyond the window.
-	maxBytes := min(m.cfg.FetchMaxBytes, max(want*p.avgRecordBytes, minFetchBytes))
+	maxBytes := max(min(m.cfg.FetchMaxBytes, max(want*p.avgRecordBytes, minFetchBytes), int(min(g.bytes, 1<<30))), 1)
 	m.emit(action{kind: actFetch, s: s, p: p, offset: p.fetchAt, maxBytes: maxBytes})
 }
 
 // wantsData reports whether some partition has room for records: the
 // driver waits for the engine's notification only then.
 func (m *machine) wantsData() bool {
-	if m.draining {
+	if m.draining || m.bud.full() {
 		return false
 	}
 	for _, s := range m.subs {
@@ -305,6 +405,11 @@ func (m *machine) wantsData() bool {
 // fetched applies the answer to an actFetch: records read from offset (or
 // the error). It may emit the next read of the same partition.
 func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []engine.Record, err error) {
+	// Settle the read's reservation in the memory budget: what the records
+	// kept hold is charged below.
+	g := p.grant
+	p.grant = grant{}
+	defer func() { m.bud.settle(g) }()
 	if offset != p.fetchAt {
 		return // an answer to a read made before a reset
 	}
@@ -316,7 +421,7 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 		m.log.Error("records expired before the group finished them (lag exceeded retention)",
 			"topic", s.cfg.Topic, "partition", p.num, "from", p.fetchAt, "to", oor.Start)
 		p.fetchAt = oor.Start
-		m.fetchPart(s, p)
+		m.fetchPart(now, s, p)
 		return
 	}
 	if err != nil {
@@ -328,11 +433,25 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 	}
 	want := p.tr.Wants()
 	p.avgRecordBytes = recordBytes(recs)
+	// Each record kept costs its bytes and its slot in the window's ring
+	// (twice: the ring grows by doubling).
+	slot := 2 * p.tr.EntryBytes()
+	var cost, readBytes int64
+	budgetCut := false
+	for i := range recs {
+		readBytes += storedBytes(&recs[i])
+	}
 	batch := make([]tracker.Record[engine.Record], 0, min(len(recs), want))
-	for _, r := range recs {
+	for i, r := range recs {
 		if len(batch) == want {
 			break
 		}
+		c := storedBytes(&recs[i]) + slot
+		if cost+c > g.bytes && (cost > 0 || !g.progress || !m.bud.empty) {
+			budgetCut = true
+			break // the rest waits for room in the memory budget
+		}
+		cost += c
 		p.fetchAt = r.Offset + 1
 		for p.skipAt < len(p.skip) && p.skip[p.skipAt] < r.Offset {
 			p.skipAt++
@@ -348,22 +467,49 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 			p.skipAt++
 			continue
 		}
-		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r})
+		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: storedBytes(&recs[i])})
 	}
 	if len(batch) > 0 && len(batch) < len(recs)/2 {
 		compact(batch)
+	} else if n := len(batch); n > 0 {
+		// The records alias the read buffer, which lives as long as any of
+		// them: the last one kept is charged for the rest of the buffer.
+		var kept int64
+		for i := range batch {
+			kept += batch[i].Bytes
+		}
+		batch[n-1].Bytes += max(readBytes-kept, 0)
 	}
+	before := p.tr.HeldBytes()
 	if err := p.tr.Add(now, batch...); err != nil {
 		// Cannot happen: offsets increase and batch ≤ Wants. Stop feeding
 		// this partition loudly rather than deliver out of order.
 		m.log.Error("tracker refused records", "topic", s.cfg.Topic, "partition", p.num, "err", err)
 		return
 	}
-	m.fetchPart(s, p)
+	m.bud.use(p.tr.HeldBytes() - before)
+	if len(batch) > 0 {
+		m.bud.empty = false
+	}
+	m.bud.settle(g)
+	g = grant{}
+	if !budgetCut {
+		m.fetchPart(now, s, p) // the next read, if the window has room
+	}
 }
 
 // minFetchBytes is the smallest read: a few records, to amortize the call.
 const minFetchBytes = 16 << 10
+
+// storedBytes estimates what one fetched record holds in memory: its bytes
+// and their framing in the read buffer.
+func storedBytes(r *engine.Record) int64 {
+	n := len(r.ID) + len(r.Key) + len(r.Value) + 32
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 4
+	}
+	return int64(n)
+}
 
 // recordBytes estimates the stored size of one record of recs.
 func recordBytes(recs []engine.Record) int {

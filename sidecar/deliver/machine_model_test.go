@@ -83,7 +83,10 @@ func newModelTest(t *rapid.T) *modelTest {
 	tc.Backoff.Base = time.Second
 	tc.Backoff.Max = 2 * time.Second
 	cfg := GroupConfig{Name: tGroup, Subscriptions: []Subscription{testSub(tc)}, CommitInterval: time.Second,
-		DLQMaxInFlight: rapid.IntRange(1, 3).Draw(t, "dlqMaxInFlight")}
+		DLQMaxInFlight: rapid.IntRange(1, 3).Draw(t, "dlqMaxInFlight"),
+		// The memory budget: smaller than one message, a few messages, or
+		// ample (the model's records are at most ~1 KiB plus the ring).
+		MemoryBytes: rapid.SampledFrom([]int64{1, 2 << 10, 16 << 10, 1 << 20}).Draw(t, "memoryBytes")}
 	var led ledger.Ledger
 	if useLedger {
 		led = ledger.NewMemory(nil)
@@ -92,7 +95,8 @@ func newModelTest(t *rapid.T) *modelTest {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	mc := &machine{cfg: cfg, met: metrics.New(), log: slog.New(slog.DiscardHandler), byTop: map[string]*sub{}, expired: map[refKey]sent{}}
+	mc := &machine{cfg: cfg, met: metrics.New(), log: slog.New(slog.DiscardHandler), byTop: map[string]*sub{}, expired: map[refKey]sent{},
+		bud: memBudget{limit: cfg.MemoryBytes}}
 	s, err := mc.newSub(cfg.Subscriptions[0], 1, make([]int64, modelParts), nil)
 	if err != nil {
 		t.Fatal(err)

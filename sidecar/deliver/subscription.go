@@ -62,6 +62,11 @@ type GroupConfig struct {
 	CommitInterval time.Duration
 	// FetchMaxBytes bounds one read from a partition (default 1 MiB).
 	FetchMaxBytes int
+	// MemoryBytes bounds what the group holds for delivery: fetched records
+	// in every partition's window, the windows' rings and dead letters being
+	// published (budget.go). Default DefaultMemoryBytes; the sidecar gives
+	// each group its share of delivery.memory_bytes.
+	MemoryBytes int64
 	// DrainTimeout bounds how long Run waits for in-flight deliveries to be
 	// settled after its context ends (default 30s).
 	DrainTimeout time.Duration
@@ -96,6 +101,7 @@ type GroupConfig struct {
 const (
 	DefaultCommitInterval = 200 * time.Millisecond
 	DefaultFetchMaxBytes  = 1 << 20
+	DefaultMemoryBytes    = 32 << 20
 	DefaultDrainTimeout   = 30 * time.Second
 	DefaultInboxSize      = 1024
 	DefaultDedupeTTL      = 7 * 24 * time.Hour
@@ -140,6 +146,9 @@ func (c *GroupConfig) validate() error {
 	}
 	if c.FetchMaxBytes <= 0 {
 		c.FetchMaxBytes = DefaultFetchMaxBytes
+	}
+	if c.MemoryBytes <= 0 {
+		c.MemoryBytes = DefaultMemoryBytes
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = DefaultDrainTimeout

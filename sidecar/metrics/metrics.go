@@ -30,10 +30,14 @@ type Metrics struct {
 	InFlight       *prometheus.GaugeVec     // group, topic
 	ParkedKeys     *prometheus.GaugeVec     // group, topic
 	WindowMessages *prometheus.GaugeVec     // group, topic
-	LagMessages    *prometheus.GaugeVec     // group, topic, partition
-	LagSeconds     *prometheus.GaugeVec     // group, topic, partition
-	Consumers      *prometheus.GaugeVec     // group
-	MemberDegraded *prometheus.GaugeVec     // group, topic
+	// The delivery memory budget (delivery.memory_bytes), per group's share.
+	DeliveryMemory       *prometheus.GaugeVec   // group
+	DeliveryMemoryLimit  *prometheus.GaugeVec   // group
+	DeliveryMemoryPaused *prometheus.CounterVec // group
+	LagMessages          *prometheus.GaugeVec   // group, topic, partition
+	LagSeconds           *prometheus.GaugeVec   // group, topic, partition
+	Consumers            *prometheus.GaugeVec   // group
+	MemberDegraded       *prometheus.GaugeVec   // group, topic
 	// Consumer groups across a cluster's sidecars (docs/groups.md).
 	GroupGeneration      *prometheus.GaugeVec   // group
 	GroupMembers         *prometheus.GaugeVec   // group, topic
@@ -111,6 +115,9 @@ func New() *Metrics {
 		InFlight:             gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
 		ParkedKeys:           gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
 		WindowMessages:       gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
+		DeliveryMemory:       gauge("delivery_memory_bytes", "Bytes the group holds for delivery: fetched-but-unfinished records (at the app too), the windows' rings, dead letters being published; bounded by its share of delivery.memory_bytes.", "group"),
+		DeliveryMemoryLimit:  gauge("delivery_memory_limit_bytes", "The group's share of delivery.memory_bytes.", "group"),
+		DeliveryMemoryPaused: counter("delivery_memory_paused_seconds_total", "Time some partition of the group waited to fetch because the group's memory budget was full.", "group"),
 		LagMessages:          gauge("lag_messages", "Messages appended and not yet finished by the group: log end minus committed offset, less those finished out of order.", "group", "topic", "partition"),
 		LagSeconds:           gauge("lag_seconds", "Age of the oldest unfinished message of the group, in seconds (0 when caught up).", "group", "topic", "partition"),
 		Consumers:            gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),

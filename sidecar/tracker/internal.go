@@ -24,6 +24,7 @@ type entry[T any] struct {
 	offset         int64
 	key            string
 	value          T
+	bytes          int64 // Record.Bytes
 	lastError      string
 	reason         string
 	firstDelivered time.Time
@@ -50,11 +51,7 @@ func (r *ring[T]) at(seq int64) *entry[T] { return &r.buf[int(seq)&(len(r.buf)-1
 
 func (r *ring[T]) push(e entry[T]) int64 {
 	if r.n == len(r.buf) {
-		nb := make([]entry[T], max(16, 2*len(r.buf)))
-		for s := r.head; s < r.head+int64(r.n); s++ {
-			nb[int(s)&(len(nb)-1)] = *r.at(s)
-		}
-		r.buf = nb
+		r.resize(max(minRing, 2*len(r.buf)))
 	}
 	seq := r.head + int64(r.n)
 	*r.at(seq) = e
@@ -66,6 +63,23 @@ func (r *ring[T]) popFront() {
 	*r.at(r.head) = entry[T]{} // drop references (value, strings) for the GC
 	r.head++
 	r.n--
+	// Shrink when a quarter full, so that a window that was once large does
+	// not keep its ring: with many partitions the rings would otherwise stay
+	// at their largest size each (the memory budget counts their capacity).
+	if len(r.buf) > minRing && r.n <= len(r.buf)/4 {
+		r.resize(len(r.buf) / 2)
+	}
+}
+
+// minRing is the smallest ring kept.
+const minRing = 16
+
+func (r *ring[T]) resize(size int) {
+	nb := make([]entry[T], size)
+	for s := r.head; s < r.head+int64(r.n); s++ {
+		nb[int(s)&(size-1)] = *r.at(s)
+	}
+	r.buf = nb
 }
 
 // find returns the seq of the entry with the given offset.

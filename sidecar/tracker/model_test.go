@@ -17,6 +17,7 @@ import (
 // question answered by a linear scan. Obviously correct, hopelessly slow.
 
 type mMsg struct {
+	bytes          int64
 	off            int64
 	key            string
 	st             state
@@ -80,6 +81,18 @@ func (m *model) find(off int64) *mMsg {
 		}
 	}
 	return nil
+}
+
+// windowBytes is what the window's records hold: Σ Bytes over the window.
+func (m *model) windowBytes() int64 {
+	next, _ := m.committed()
+	var n int64
+	for _, x := range m.msgs {
+		if x.off >= next {
+			n += x.bytes
+		}
+	}
+	return n
 }
 
 func (m *model) windowLen() int {
@@ -263,6 +276,15 @@ func (s *machine) check(t *rapid.T) {
 			t.Fatalf("%s = %d, model %d", c.name, c.got, c.want)
 		}
 	}
+	// HeldBytes: the records' bytes plus the ring, which never stays more
+	// than four times (and at least minRing) the window's length.
+	ring := tr.HeldBytes() - m.windowBytes()
+	if ring < 0 || ring%tr.EntryBytes() != 0 {
+		t.Fatalf("HeldBytes %d: records hold %d in the model, ring part %d not a multiple of %d", tr.HeldBytes(), m.windowBytes(), ring, tr.EntryBytes())
+	}
+	if slots := int(ring / tr.EntryBytes()); slots > max(minRing, 4*m.windowLen()) {
+		t.Fatalf("ring of %d slots for a window of %d", slots, m.windowLen())
+	}
 	if tr.InFlight() > m.cfg.MaxInFlight {
 		t.Fatalf("in flight %d > MaxInFlight %d", tr.InFlight(), m.cfg.MaxInFlight)
 	}
@@ -321,6 +343,7 @@ func (s *machine) add(t *rapid.T) {
 		recs[i] = Record[string]{
 			Offset: off, Key: rapid.SampledFrom([]string{"", "a", "b", "c"}).Draw(t, "key"),
 			PriorAttempts: prior, LastError: "prior", Value: fmt.Sprint("v", off),
+			Bytes: rapid.Int64Range(0, 1<<20).Draw(t, "bytes"),
 		}
 		off++
 	}
@@ -342,7 +365,7 @@ func (s *machine) add(t *rapid.T) {
 		return
 	}
 	for _, r := range recs {
-		x := &mMsg{off: r.Offset, key: r.Key, st: stReady, attempt: r.PriorAttempts + 1, lastError: r.LastError}
+		x := &mMsg{off: r.Offset, key: r.Key, st: stReady, attempt: r.PriorAttempts + 1, lastError: r.LastError, bytes: r.Bytes}
 		m.msgs = append(m.msgs, x)
 		if r.PriorAttempts >= m.cfg.MaxAttempts {
 			x.attempt = r.PriorAttempts

@@ -3,6 +3,7 @@ package tracker
 import (
 	"fmt"
 	"time"
+	"unsafe"
 )
 
 // Reasons and error texts set by the tracker itself.
@@ -27,6 +28,10 @@ type Record[T any] struct {
 	LastError string
 	// Value is whatever the sidecar keeps with the record (payload, headers).
 	Value T
+	// Bytes is what the caller counts the record as holding (its payload,
+	// headers and the share of a read buffer it keeps alive): HeldBytes
+	// sums it over the window. 0 is allowed (not counted).
+	Bytes int64
 }
 
 // Delivery is one message to hand to the app.
@@ -95,6 +100,7 @@ type Tracker[T any] struct {
 	dlq      seqQueue // stDLQueued entries, FIFO
 
 	inFlight, pending, parked, dead, done int
+	recBytes                              int64 // Σ Record.Bytes over the window
 }
 
 // New returns a tracker that expects records from startOffset on.
@@ -150,6 +156,9 @@ func (t *Tracker[T]) Add(now time.Time, recs ...Record[T]) error {
 		if r.PriorAttempts < 0 || r.PriorAttempts > 1<<30 {
 			return fmt.Errorf("tracker: add offset %d: %w: PriorAttempts = %d", r.Offset, ErrBadRecord, r.PriorAttempts)
 		}
+		if r.Bytes < 0 {
+			return fmt.Errorf("tracker: add offset %d: %w: Bytes = %d", r.Offset, ErrBadRecord, r.Bytes)
+		}
 		next = r.Offset + 1
 	}
 	for i := range recs {
@@ -160,10 +169,12 @@ func (t *Tracker[T]) Add(now time.Time, recs ...Record[T]) error {
 }
 
 func (t *Tracker[T]) add(now time.Time, r *Record[T]) {
+	t.recBytes += r.Bytes
 	seq := t.win.push(entry[T]{
 		offset:     r.Offset,
 		key:        r.Key,
 		value:      r.Value,
+		bytes:      r.Bytes,
 		lastError:  r.LastError,
 		attempt:    int32(r.PriorAttempts) + 1,
 		nextInLane: none,
@@ -428,6 +439,7 @@ func (t *Tracker[T]) complete(seq int64, e *entry[T]) {
 		if h.state != stDone {
 			break
 		}
+		t.recBytes -= h.bytes
 		t.win.popFront()
 		t.done--
 	}
@@ -577,3 +589,18 @@ func (t *Tracker[T]) DeadLetters() int { return t.dead }
 // Window returns the number of records held (added and not below the
 // committed offset).
 func (t *Tracker[T]) Window() int { return t.win.n }
+
+// HeldBytes returns what the window holds in bytes: the Bytes of every
+// record in it (finished ones too, until the window slides past them, as
+// Window counts them) plus the window's own ring of entries, sized to its
+// capacity. The caller's memory budget compares this with its limit; the
+// tracker itself never refuses records for their bytes (Wants counts
+// messages only).
+func (t *Tracker[T]) HeldBytes() int64 {
+	return t.recBytes + int64(len(t.win.buf))*int64(unsafe.Sizeof(entry[T]{}))
+}
+
+// EntryBytes is what one more record costs in the window's ring, beyond its
+// Bytes (the ring grows by doubling, so a caller estimating the cost of
+// records to add may count twice this).
+func (t *Tracker[T]) EntryBytes() int64 { return int64(unsafe.Sizeof(entry[T]{})) }
