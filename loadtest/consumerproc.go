@@ -158,10 +158,10 @@ type procConsumer struct {
 	stderr *tailBuffer
 
 	// Set by the reader before read is closed:
-	exit      *procExit
-	badLines  int
-	firstBad  string
-	waitErr   error // set before exited is closed
+	exit     *procExit
+	badLines int
+	firstBad string
+	waitErr  error // set before exited is closed
 }
 
 // drainWithin bounds how long a consumer program may take to drain and
