@@ -240,6 +240,10 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	// start and connect before the measured phase and subscribe at its
 	// start, as the in-process consumer does.
 	var progs *procConsumers
+	if sc.ConsumerSDK != "go" { // before any publish: drain publishes its backlog first
+		ps.sentNs = make([]atomic.Int64, sc.Messages)
+		cs.sentNs = ps.sentNs
+	}
 	defer func() {
 		if progs != nil {
 			progs.kill() // a no-op once they were stopped
@@ -253,8 +257,6 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		if err != nil {
 			return err
 		}
-		ps.sentNs = make([]atomic.Int64, sc.Messages)
-		cs.sentNs = ps.sentNs
 		if progs, err = startConsumerProcs(ctx, root, tmp, addrs, sc, cs); err != nil {
 			return err
 		}
