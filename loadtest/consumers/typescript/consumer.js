@@ -49,6 +49,7 @@ async function main() {
   });
   await go;
 
+  const profile = await startProfile(process.env.SPOOL_CONSUMER_CPU_PROF);
   const timer = setInterval(flush, Math.max(1, s.report_ms));
   const stats = new Stats();
   /** @type {import("../../../sdk/typescript/dist/index.js").SubscribeOptions} */
@@ -71,9 +72,33 @@ async function main() {
   }
   clearInterval(timer);
   flush();
+  await profile();
   process.stdout.write(JSON.stringify({ ev: "exit", handled, settle_errors: stats.settleErrors, reconnects: stats.reconnects }) + "\n");
   client.close();
   process.exitCode = code;
+}
+
+/**
+ * With SPOOL_CONSUMER_CPU_PROF=FILE, a CPU profile of the consuming (from
+ * the subscribe to the drain's end) goes to FILE, in the .cpuprofile format
+ * of `node --cpu-prof` (which Node does not allow in NODE_OPTIONS).
+ * @param {string | undefined} file
+ * @returns {Promise<() => Promise<void>>}
+ */
+async function startProfile(file) {
+  if (!file) return async () => {};
+  const inspector = require("node:inspector");
+  const session = new inspector.Session();
+  session.connect();
+  /** @param {string} method */
+  const post = (method) => new Promise((resolve, reject) => session.post(method, (err, res) => (err ? reject(err) : resolve(res))));
+  await post("Profiler.enable");
+  await post("Profiler.start");
+  return async () => {
+    const res = /** @type {any} */ (await post("Profiler.stop"));
+    require("node:fs").writeFileSync(file, JSON.stringify(res.profile));
+    session.disconnect();
+  };
 }
 
 main().catch((e) => { console.error("consumer:", e); process.exitCode = 2; });
