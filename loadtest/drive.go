@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -41,6 +42,9 @@ type pubStats struct {
 	reopened atomic.Int64 // streams opened again after a failure
 	// tl, when set, records each acknowledgement (rebalance).
 	tl *timeline
+	// sentNs, when set, holds each message's send time (Unix ns), for the
+	// latency of consumer programs, which report ids only.
+	sentNs []atomic.Int64
 }
 
 // reopenAfter is how long a producer waits before opening a new stream
@@ -207,6 +211,9 @@ send:
 			binary.LittleEndian.PutUint64(m.Payload[0:8], uint64(s))
 			binary.LittleEndian.PutUint64(m.Payload[8:16], uint64(now.UnixNano()))
 			m.Id = strconv.FormatInt(s, 10)
+			if s < int64(len(ps.sentNs)) {
+				ps.sentNs[s].Store(now.UnixNano())
+			}
 			if sc.Keys > 0 {
 				m.Key = strconv.AppendInt(m.Key[:0], s%int64(sc.Keys), 10)
 			}
@@ -289,6 +296,9 @@ type consStats struct {
 	last   []atomic.Uint64
 	// tl, when set, records every delivery (rebalance).
 	tl *timeline
+	// sentNs, with consumer programs, is pubStats.sentNs: their reports
+	// carry ids only.
+	sentNs []atomic.Int64
 }
 
 // maxDupSamples bounds the duplicates a run describes.
@@ -330,16 +340,31 @@ func (cs *consStats) handle(node int, m *spool.Message) error {
 		cs.probes.Add(1) // warm-up and leader probes of a cluster run: not counted
 		return nil
 	}
+	seq, err := strconv.ParseUint(m.ID, 10, 64)
+	if err != nil {
+		cs.handled.Add(1)
+		cs.badIDs.Add(1)
+		return nil
+	}
+	cs.record(node, seq, uint64(m.Partition+1)<<40|uint64(m.Offset)&(1<<40-1), m.Attempt, now)
+	if cs.tl != nil {
+		cs.tl.delivered(seq, m.Partition, node, now)
+	}
+	if len(m.Payload) >= 16 {
+		sent := int64(binary.LittleEndian.Uint64(m.Payload[8:16]))
+		cs.lat.record(now.Sub(time.Unix(0, sent)))
+	}
+	return nil
+}
+
+// record counts message seq handled at now by an app of node; loc is where
+// it was stored (partition+1 << 40 | offset), 0 when the consumer did not
+// say (a consumer program reports ids only).
+func (cs *consStats) record(node int, seq, loc uint64, attempt int, now time.Time) {
 	cs.handled.Add(1)
 	if node < len(cs.byNode) {
 		cs.byNode[node].Add(1)
 	}
-	seq, err := strconv.ParseUint(m.ID, 10, 64)
-	if err != nil {
-		cs.badIDs.Add(1)
-		return nil
-	}
-	loc := uint64(m.Partition+1)<<40 | uint64(m.Offset)&(1<<40-1)
 	if cs.seen.add(seq) {
 		cs.distinct.Add(1)
 		cs.lastNewNs.Store(now.UnixNano())
@@ -349,24 +374,51 @@ func (cs *consStats) handle(node int, m *spool.Message) error {
 	} else if seq < uint64(len(cs.where)) {
 		first := cs.where[seq].Load()
 		kind := "stored twice"
-		if first == loc {
+		switch {
+		case loc == 0:
+			kind = "handled twice"
+		case first == loc:
 			kind = "delivered twice"
 		}
 		cs.dupMu.Lock()
 		if len(cs.dupSeen) < maxDupSamples {
-			cs.dupSeen = append(cs.dupSeen, fmt.Sprintf("id %d %s: first at partition %d offset %d, again at partition %d offset %d (attempt %d)",
-				seq, kind, int64(first>>40)-1, first&(1<<40-1), m.Partition, m.Offset, m.Attempt))
+			if loc == 0 {
+				cs.dupSeen = append(cs.dupSeen, fmt.Sprintf("id %d %s (the consumer program reports ids only)", seq, kind))
+			} else {
+				cs.dupSeen = append(cs.dupSeen, fmt.Sprintf("id %d %s: first at partition %d offset %d, again at partition %d offset %d (attempt %d)",
+					seq, kind, int64(first>>40)-1, first&(1<<40-1), int64(loc>>40)-1, loc&(1<<40-1), attempt))
+			}
 		}
 		cs.dupMu.Unlock()
 	}
-	if cs.tl != nil {
-		cs.tl.delivered(seq, m.Partition, node, now)
+}
+
+// handleID records an id a consumer program reported (consumerproc.go),
+// read at now: up to report_ms after its handler ran. Its latency is the
+// producer's send time (pubStats.sentNs) → now.
+func (cs *consStats) handleID(node int, id []byte, now time.Time) {
+	if bytes.HasPrefix(id, []byte(probeIDPrefix)) {
+		cs.probes.Add(1)
+		return
 	}
-	if len(m.Payload) >= 16 {
-		sent := int64(binary.LittleEndian.Uint64(m.Payload[8:16]))
-		cs.lat.record(now.Sub(time.Unix(0, sent)))
+	var seq uint64
+	for _, c := range id {
+		if c < '0' || c > '9' || seq > (1<<63)/10 {
+			cs.handled.Add(1)
+			cs.badIDs.Add(1)
+			return
+		}
+		seq = seq*10 + uint64(c-'0')
 	}
-	return nil
+	if len(id) == 0 {
+		return
+	}
+	cs.record(node, seq, 0, 0, now)
+	if seq < uint64(len(cs.sentNs)) {
+		if sent := cs.sentNs[seq].Load(); sent != 0 {
+			cs.lat.record(now.Sub(time.Unix(0, sent)))
+		}
+	}
 }
 
 // consumeAll runs sc.Consumers SDK subscriptions until ctx ends; consumer

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,5 +144,64 @@ spool_dedupe_hits_total{group="g",topic="c"} 1e+06
 	}
 	if _, err := sumMetrics(strings.NewReader("spool_dedupe_hits_total{x=\"1\"} nope\n"), "spool_dedupe_hits_total"); err == nil {
 		t.Error("a bad value must be an error")
+	}
+}
+
+// TestSmokeConsumerPrograms runs the smoke scenario with each SDK's
+// consumer program (consumer_sdk, loadtest/consumers/) as the app: every
+// message handled once, the program's CPU measured. A language whose
+// toolchain or SDK build is missing is skipped, saying what to build
+// (`make build-sdk-python` and so on), unless SPOOL_LOADTEST_SDKS lists it
+// (then it fails); go-process needs only Go.
+func TestSmokeConsumerPrograms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real spoold and consumer programs: skipped with -short")
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	required := map[string]bool{"go-process": true}
+	for _, l := range strings.Split(os.Getenv("SPOOL_LOADTEST_SDKS"), ",") {
+		required[strings.TrimSpace(l)] = true
+	}
+	bin, err := buildSpoold(root, t.TempDir(), "./cmd/spoold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lang := range []string{"go-process", "python", "typescript", "java"} {
+		t.Run(lang, func(t *testing.T) {
+			tmp := t.TempDir()
+			if _, err := consumerCommand(root, tmp, lang); err != nil {
+				if errors.Is(err, errSDKNotBuilt) && !required[lang] {
+					t.Skipf("%v (set SPOOL_LOADTEST_SDKS=%s to make this a failure)", err, lang)
+				}
+				t.Fatal(err)
+			}
+			sc, err := loadScenario(filepath.Join(root, "loadtest", "scenarios"), "smoke")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc.ConsumerSDK = lang
+			if err := sc.validate(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second) // a JVM start on a busy machine
+			defer cancel()
+			r, err := run(ctx, bin, tmp, sc, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d messages, %.0f msgs/s, consumer %.1f µs/msg, %.1f MiB VmHWM", lang, r.Messages, r.MsgsPerS, r.ConsumerCPUUsPerMsg, r.ConsumerHWMMB)
+			if len(r.Errors) > 0 {
+				t.Errorf("errors: %q", r.Errors)
+			}
+			if !r.Verified || r.Lost != 0 || r.Duplicates != 0 || r.Messages != int64(sc.Messages) {
+				t.Errorf("verified %v, lost %d, duplicates %d, handled %d: want all %d handled exactly once", r.Verified, r.Lost, r.Duplicates, r.Messages, sc.Messages)
+			}
+			if r.ConsumerSDK != lang || r.ConsumerHWMMB <= 0 || r.P50Ms <= 0 {
+				t.Errorf("consumer_sdk %q, consumer VmHWM %.1f MiB, p50 %.3f ms: the program's process and latency were not measured", r.ConsumerSDK, r.ConsumerHWMMB, r.P50Ms)
+			}
+		})
 	}
 }

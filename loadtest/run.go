@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +36,13 @@ type Result struct {
 	RedisCPUUsPerMsg    float64 `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
 	RedisCPUCores       float64 `json:"redis_cpu_cores,omitempty"`
 	LoadtestCPUUsPerMsg float64 `json:"loadtest_cpu_us_per_msg"`
+	// ConsumerSDK is the scenario's consumer_sdk; with a consumer program
+	// (not go), its processes' utime+stime over the measured phase per
+	// message and in cores, and their VmHWM summed, at the end of the phase.
+	ConsumerSDK         string  `json:"consumer_sdk"`
+	ConsumerCPUUsPerMsg float64 `json:"consumer_cpu_us_per_msg,omitempty"`
+	ConsumerCPUCores    float64 `json:"consumer_cpu_cores,omitempty"`
+	ConsumerHWMMB       float64 `json:"consumer_hwm_mb,omitempty"`
 	Messages            int64   `json:"messages"`
 	DurationS           float64 `json:"duration_s"`
 	MessageBytes        int     `json:"message_bytes"`
@@ -105,14 +113,16 @@ const mib = 1 << 20
 type phase struct {
 	t                       time.Time
 	sidecar, harness, redis int64 // CPU clock ticks
+	consumer                int64 // CPU clock ticks of the consumer programs
 	nodes                   []int64
 	rssKiB                  int64 // summed over the nodes
 }
 
 // procs are the processes whose CPU a phase mark reads.
 type procs struct {
-	sidecars []*sidecarProc
-	redis    int // 0: none
+	sidecars  []*sidecarProc
+	redis     int   // 0: none
+	consumers []int // consumer programs (consumer_sdk other than go)
 }
 
 func (pp procs) pids() []int {
@@ -143,6 +153,13 @@ func mark(pp procs) (phase, error) {
 			return phase{}, fmt.Errorf("loadtest: redis-server: %w", err)
 		}
 		ph.redis = r
+	}
+	for _, pid := range pp.consumers {
+		c, err := procCPU(pid)
+		if err != nil {
+			return phase{}, fmt.Errorf("loadtest: consumer program %d: %w", pid, err)
+		}
+		ph.consumer += c
 	}
 	h, err := procCPU(os.Getpid())
 	ph.harness, ph.t = h, time.Now()
@@ -204,7 +221,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	r := &Result{
 		Scenario: sc.Name, Mode: sc.Mode, MessageBytes: sc.MessageBytes, Producers: sc.Producers,
 		PipelineDepth: sc.PipelineDepth, BatchMessages: sc.BatchMessages, Partitions: sc.Partitions,
-		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, Redis: sc.Redis, SidecarGOMEMLIMIT: sc.SidecarGOMEMLIMIT, SubWindowMessages: sc.SubWindowMessages, ConsumerConcurrency: sc.ConsumerConcurrency,
+		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, ConsumerSDK: sc.ConsumerSDK, Redis: sc.Redis, SidecarGOMEMLIMIT: sc.SidecarGOMEMLIMIT, SubWindowMessages: sc.SubWindowMessages, ConsumerConcurrency: sc.ConsumerConcurrency,
 		SidecarRSSMBIdle: float64(idleKiB) / 1024,
 		GoVersion:        runtime.Version(), Nproc: runtime.NumCPU(), CPU: cpuModel(), Kernel: kernel(),
 		Date: time.Now().UTC().Format(time.RFC3339),
@@ -219,6 +236,44 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	cs := newConsStats(sc.Messages, sc.Partitions)
 	consCtx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
+	// With a consumer program (consumer_sdk other than go), the programs
+	// start and connect before the measured phase and subscribe at its
+	// start, as the in-process consumer does.
+	var progs *procConsumers
+	if sc.ConsumerSDK != "go" { // before any publish: drain publishes its backlog first
+		ps.sentNs = make([]atomic.Int64, sc.Messages)
+		cs.sentNs = ps.sentNs
+	}
+	defer func() {
+		if progs != nil {
+			progs.kill() // a no-op once they were stopped
+		}
+	}()
+	startProgs := func() error {
+		if sc.ConsumerSDK == "go" {
+			return nil
+		}
+		root, err := moduleRoot()
+		if err != nil {
+			return err
+		}
+		if progs, err = startConsumerProcs(ctx, root, tmp, addrs, sc, cs); err != nil {
+			return err
+		}
+		pp.consumers = progs.pids()
+		return nil
+	}
+	consume := func() func() error {
+		if progs == nil {
+			return consumeAll(consCtx, addrs, sc, cs)
+		}
+		beginErr := progs.begin()
+		return func() error {
+			<-consCtx.Done()
+			return errors.Join(beginErr, progs.stop())
+		}
+	}
+	var consumerHWMKiB int64
 	var waitConsumers func() error
 	var start, end phase
 	var lat *histogram
@@ -262,15 +317,21 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 			return nil, fmt.Errorf("loadtest: backlog: nothing published: %v", errOf(ps))
 		}
 		time.Sleep(500 * time.Millisecond) // sleep-ok: let group commit and fetch state settle
+		if err := startProgs(); err != nil {
+			return nil, err
+		}
 		smp.reset()
 		prof.startCPU()
 		if start, err = mark(pp); err != nil {
 			return nil, err
 		}
-		waitConsumers = consumeAll(consCtx, addrs, sc, cs)
+		waitConsumers = consume()
 		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
 		if end, err = markEnd(pp, t1, err, &errs); err != nil {
 			return nil, err
+		}
+		if progs != nil {
+			consumerHWMKiB = progs.hwmKiB()
 		}
 		errs = append(errs, prof.finish()...)
 		r.Messages, lat = cs.distinct.Load(), cs.lat
@@ -284,6 +345,9 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 				return nil, err
 			}
 		}
+		if err := startProgs(); err != nil {
+			return nil, err
+		}
 		mctx, cancel := context.WithTimeout(ctx, sc.MaxDuration)
 		smp.reset()
 		prof.startCPU()
@@ -292,13 +356,16 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 			return nil, err
 		}
 		if waitConsumers == nil {
-			waitConsumers = consumeAll(consCtx, addrs, sc, cs)
+			waitConsumers = consume()
 		}
 		go publishAll(mctx, addrs, sc, ps)
 		t1, err := waitCovered(ctx, ps, cs, sc.MaxDuration)
 		cancel()
 		if end, err = markEnd(pp, t1, err, &errs); err != nil {
 			return nil, err
+		}
+		if progs != nil {
+			consumerHWMKiB = progs.hwmKiB()
 		}
 		errs = append(errs, prof.finish()...)
 		r.Messages, lat = cs.distinct.Load(), cs.lat
@@ -376,6 +443,9 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.Duplicates = cs.handled.Load() - cs.distinct.Load() + cs.badIDs.Load()
 		r.Lost = int64(cs.seen.missing(ps.acked))
 		r.Reconnects, r.SettleErrors, _ = cs.sdkTotals()
+		if progs != nil {
+			r.Reconnects, r.SettleErrors = progs.totals()
+		}
 		if sc.Nodes > 1 && len(consumerNodes(cs)) > 1 {
 			for i := range cs.byNode {
 				r.NodeMessages = append(r.NodeMessages, cs.byNode[i].Load())
@@ -429,6 +499,11 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.MBPerS = round(float64(r.Messages)*float64(sc.MessageBytes)/dur/mib, 1)
 		r.SidecarCPUUsPerMsg = round(float64(end.sidecar-start.sidecar)*1e6/clockTicks/float64(r.Messages), 2)
 		r.LoadtestCPUUsPerMsg = round(float64(end.harness-start.harness)*1e6/clockTicks/float64(r.Messages), 2)
+		if progs != nil {
+			r.ConsumerCPUUsPerMsg = round(float64(end.consumer-start.consumer)*1e6/clockTicks/float64(r.Messages), 2)
+			r.ConsumerCPUCores = round(float64(end.consumer-start.consumer)/clockTicks/dur, 3)
+			r.ConsumerHWMMB = round(float64(consumerHWMKiB)/1024, 1)
+		}
 		if rds != nil {
 			r.RedisCPUUsPerMsg = round(float64(end.redis-start.redis)*1e6/clockTicks/float64(r.Messages), 2)
 			r.RedisCPUCores = round(float64(end.redis-start.redis)/clockTicks/dur, 2)

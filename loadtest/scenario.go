@@ -50,6 +50,14 @@ type Scenario struct {
 	Consumers           int    `yaml:"consumers"`            // Subscribe calls (SDK), one connection each; in a cluster consumer i talks to node i % nodes
 	ConsumerConcurrency int    `yaml:"consumer_concurrency"` // spool.WithConcurrency per consumer
 	ConsumerPrefetch    int    `yaml:"consumer_prefetch"`    // spool.WithPrefetch per consumer (-1: SDK default)
+	// ConsumerSDK: which SDK consumes (modes drain and e2e): go (the
+	// default: the Go SDK in the loadtest's process), or a consumer program
+	// of its own process, go-process, python, typescript or java
+	// (loadtest/consumers/, consumerproc.go), whose CPU is measured.
+	ConsumerSDK string `yaml:"consumer_sdk"`
+	// ConsumerOptions are passed to a consumer program as they are: the
+	// settings one SDK has and others do not (loadtest/consumers/README.md).
+	ConsumerOptions map[string]string `yaml:"consumer_options"`
 
 	// SidecarGOMEMLIMIT, when set, is spoold's GOMEMLIMIT (for example
 	// "100MiB"): a deployment setting, not a code change.
@@ -212,6 +220,17 @@ func (s *Scenario) validate() error {
 	}
 	if s.Ordering == "" {
 		s.Ordering = "none"
+	}
+	if s.ConsumerSDK == "" {
+		s.ConsumerSDK = "go"
+	}
+	if _, ok := consumerLangs[s.ConsumerSDK]; !ok && s.ConsumerSDK != "go" {
+		bad("consumer_sdk = %q: must be go (in the loadtest's process), go-process, python, typescript or java", s.ConsumerSDK)
+	} else if s.ConsumerSDK != "go" && (s.Mode != "drain" && s.Mode != "e2e" || s.Nodes != 1) {
+		bad("consumer_sdk = %s: consumer programs run in modes drain and e2e on one node (mode %s, nodes %d): use consumer_sdk go", s.ConsumerSDK, s.Mode, s.Nodes)
+	}
+	if len(s.ConsumerOptions) > 0 && s.ConsumerSDK == "go" {
+		bad("consumer_options are for consumer programs: set consumer_sdk")
 	}
 	if s.Ordering != "key" && s.Ordering != "partition" && s.Ordering != "none" {
 		bad("ordering = %q: must be key, partition or none", s.Ordering)
