@@ -22,7 +22,7 @@ import grpc.aio
 from spool._message import Message
 from spool._outcome import Outcome, exception_text, settlement_for
 from spool._subscribe import Handler
-from spool._trace import handler_span, record_outcome
+from spool._trace import handler_span, handler_tracer, record_outcome
 from spool.v1 import handler_pb2, handler_pb2_grpc, message_pb2
 
 __all__ = ["HandlerServer", "serve_handler"]
@@ -34,11 +34,12 @@ class _Servicer(handler_pb2_grpc.HandlerServiceServicer):
     def __init__(self, handler: Handler, executor: ThreadPoolExecutor | None) -> None:
         self.handler = handler
         self.executor = executor
+        self.tracer = handler_tracer()
 
     async def Handle(self, request: handler_pb2.HandleRequest, context: grpc.aio.ServicerContext) -> handler_pb2.HandleResponse:  # type: ignore[override]
         m = Message.from_delivery(request.delivery)
         result: object
-        with handler_span(m) as span:
+        with handler_span(m, self.tracer) as span:
             try:
                 if self.executor is not None:
                     # The thread runs in this call's context: the handler's span.

@@ -31,7 +31,7 @@ from spool._client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_BYTES, Cl
 from spool._errors import DrainError, FrameTooLargeError, SpoolError, from_rpc_error, reason_of
 from spool._message import Message
 from spool._outcome import Outcome, Retry, Settlement, exception_text, settlement_for
-from spool._trace import handler_span, record_outcome
+from spool._trace import handler_span, handler_tracer, record_outcome
 from spool.v1 import message_pb2, subscriber_pb2
 
 __all__ = ["subscribe", "Handler", "Stats"]
@@ -224,6 +224,7 @@ class _Subscriber:
         self.group = group
         self.topics = topics
         self.handler = handler
+        self.tracer = handler_tracer()
         self.concurrency = concurrency
         self.credit = credit
         self.blocking = blocking
@@ -413,7 +414,7 @@ class _Subscriber:
         s.settle(ref, settlement_for(result), return_credit=True)
 
     async def _call(self, m: Message) -> object:
-        with handler_span(m) as span:
+        with handler_span(m, self.tracer) as span:
             result = await self._call_handler(m)
             st = settlement_for(result)
             record_outcome(span, st.outcome, st.error)
