@@ -195,3 +195,35 @@ func TestMemBudgetSmallerThanOneMessage(t *testing.T) {
 		t.Fatalf("granted %d while one record over the budget is held", g.bytes)
 	}
 }
+
+// While the group holds no record, every read may keep its first record,
+// not only the round's first: that one may be a partition with nothing to
+// read, whose reservation leaves the next one less room than its first
+// record. Before, only the first read had the progress rule, and a group
+// whose first partition was empty delivered nothing from the second, round
+// after round (TestMachineModel, 2026-12-01: 16 KiB budget, the empty
+// partition reserving 15,840 bytes, the other left 544 for a ~600-byte
+// record).
+func TestMemBudgetEveryReadOfAnEmptyGroupProgresses(t *testing.T) {
+	now := time.Unix(1000, 0)
+	empty, busy := &part{num: 0}, &part{num: 1}
+	bud := memBudget{limit: 16 << 10}
+	bud.begin(now, 0, 0)
+	first := bud.ask(now, empty, 0, 2, 1, 15840)
+	second := bud.ask(now, busy, 0, 2, 1, 15840)
+	if !first.progress || !second.progress {
+		t.Fatalf("an empty group's reads: %+v and %+v, want both allowed to keep their first record", first, second)
+	}
+	// The empty partition's read finds nothing; the other keeps one record
+	// larger than its room, and then the group is no longer empty.
+	bud.settle(first)
+	bud.settle(second)
+	bud.use(600)
+	if bud.empty {
+		t.Fatal("the group still empty after a record was kept")
+	}
+	bud.begin(now, 600, 1)
+	if g := bud.ask(now, empty, 0, 2, 1, 15840); g.progress {
+		t.Fatalf("a group holding a record: grant %+v, want no progress rule", g)
+	}
+}
