@@ -333,20 +333,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 	batch := func(seq int32, v string) []byte {
 		return log.EncodeRecords(nil, log.BatchHeader{ProducerID: 42, BaseSequence: seq}, []log.Record{{ID: []byte(v), Value: []byte(v)}}, time.Now().UnixMilli())
 	}
-	send := func(cn *clusterNode, data []byte) int64 {
-		t.Helper()
-		part, err := cn.n.partition("orders", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		base, err := cn.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas(), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base
-	}
+	send := func(cn *clusterNode, data []byte) int64 { t.Helper(); return sendBatch(t, cn, "orders", 0, data) }
 	count := func(cn *clusterNode, v string) int {
 		t.Helper()
 		recs, err := readAll(cn.n, "orders", 0)
@@ -618,20 +605,7 @@ func TestClusterProducerTableInSnapshot(t *testing.T) {
 	reps := part.replicas()
 	preferred, down := byID[reps[0]], byID[reps[2]]
 	batch := log.EncodeRecords(nil, log.BatchHeader{ProducerID: 42, BaseSequence: 5}, []log.Record{{ID: []byte("p"), Value: []byte("p")}}, time.Now().UnixMilli())
-	send := func(cn *clusterNode) int64 {
-		t.Helper()
-		part, err := cn.n.partition("orders", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		base, err := cn.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas(), batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return base
-	}
+	send := func(cn *clusterNode) int64 { t.Helper(); return sendBatch(t, cn, "orders", 0, batch) }
 
 	tc.stop(down)
 	first := send(preferred)
@@ -689,4 +663,21 @@ func TestClusterProducerTableInSnapshot(t *testing.T) {
 	if st, _ := down.n.cl.host.Status(part.group); !st.IsLeader || st.Term != term {
 		t.Fatalf("the leadership moved while the resend was answered (term %d, leader %d): the test proves nothing; run it again", st.Term, st.Leader)
 	}
+}
+
+// sendBatch sends an encoded batch (with its producer fields) through cn as
+// its forwarder would, and returns the base offset its answer gives.
+func sendBatch(t *testing.T, cn *clusterNode, topic string, p int32, data []byte) int64 {
+	t.Helper()
+	part, err := cn.n.partition(topic, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	base, err := cn.n.cl.produceWait(ctx, part.group, topic, p, part.replicas(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base
 }
