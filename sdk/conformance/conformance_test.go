@@ -58,11 +58,7 @@ func testAck(t *testing.T, l *language, redis *testredis.Server) {
 	a := e.startApp("consumer", e.consumer(4, 4, 0))
 	a.await("every message acked", 30*time.Second, all(want, "finish", "ack"))
 	e.awaitLag(10 * time.Second) // the sidecar holds nothing it could redeliver
-	a.signal(syscall.SIGTERM)
-	if code := a.waitExit(20 * time.Second); code != 0 {
-		t.Fatalf("app exited with code %d after SIGTERM", code)
-	}
-	evs := a.snapshot()
+	evs := a.terminate()
 	for _, id := range want {
 		ss := starts(evs, id)
 		if len(ss) != 1 || ss[0].Attempt != 1 {
@@ -213,11 +209,7 @@ func testRelease(t *testing.T, l *language, redis *testredis.Server) {
 	// One worker, three prefetched: SIGTERM while the first runs.
 	a1 := e.startApp("draining", e.consumer(1, 3, 1500))
 	a1.await("a handler started", 20*time.Second, func(evs []event) bool { return len(count(evs, "start", "")) >= 1 })
-	a1.signal(syscall.SIGTERM)
-	if code := a1.waitExit(20 * time.Second); code != 0 {
-		t.Fatalf("app exited with code %d after SIGTERM", code)
-	}
-	evs1 := a1.snapshot()
+	evs1 := a1.terminate()
 	checkExit(t, evs1, 1)
 	started1, acked1 := count(evs1, "start", ""), count(evs1, "finish", "ack")
 	var want []string // what the next app must ack
@@ -268,11 +260,7 @@ func testLeaseExtension(t *testing.T, l *language, redis *testredis.Server) {
 	a := e.startApp("consumer", e.consumer(1, 2, 1600))
 	a.await("every message acked", 30*time.Second, all(want, "finish", "ack"))
 	e.awaitLag(10 * time.Second)
-	a.signal(syscall.SIGTERM)
-	if code := a.waitExit(20 * time.Second); code != 0 {
-		t.Fatalf("app exited with code %d after SIGTERM", code)
-	}
-	evs := a.snapshot()
+	evs := a.terminate()
 	for _, id := range want {
 		if ss := starts(evs, id); len(ss) != 1 || ss[0].Attempt != 1 {
 			t.Errorf("message %s: want one delivery at attempt 1, got %d: %+v", id, len(ss), ss)
@@ -368,11 +356,7 @@ func testDrain(t *testing.T, l *language, redis *testredis.Server) {
 	want := ids(e.publish(msgs(8, "k", "ack")...))
 	a1 := e.startApp("draining", e.consumer(2, 2, 1000))
 	a1.await("two handlers started", 20*time.Second, func(evs []event) bool { return len(count(evs, "start", "")) >= 2 })
-	a1.signal(syscall.SIGTERM)
-	if code := a1.waitExit(20 * time.Second); code != 0 {
-		t.Fatalf("app exited with code %d after SIGTERM", code)
-	}
-	evs1 := a1.snapshot()
+	evs1 := a1.terminate()
 	checkExit(t, evs1, 0)
 	started, acked := count(evs1, "start", ""), count(evs1, "finish", "ack")
 	for id, n := range started {

@@ -328,6 +328,17 @@ func (a *app) waitExit(timeout time.Duration) int {
 	}
 }
 
+// terminate sends SIGTERM (the app drains), waits for a clean exit and
+// returns everything the app wrote.
+func (a *app) terminate() []event {
+	a.t.Helper()
+	a.signal(syscall.SIGTERM)
+	if code := a.waitExit(20 * time.Second); code != 0 {
+		a.t.Fatalf("app %s exited with code %d after SIGTERM", a.name, code)
+	}
+	return a.snapshot()
+}
+
 // run starts a publishing app and returns its one event.
 func (e *env) run(name string, s spec) event {
 	e.t.Helper()
