@@ -614,7 +614,9 @@ func (c *cluster) balanceLeaders() {
 	var parts []*partition
 	for _, t := range c.n.topics {
 		for _, p := range t.parts {
-			if reps := p.replicas(); p.log != nil && len(reps) > 1 && reps[0] != c.id.NodeID {
+			// A preferred leader that is leaving or down is given nothing:
+			// it is about to lose its replica (cluster_leave.go).
+			if reps := p.replicas(); p.log != nil && len(reps) > 1 && reps[0] != c.id.NodeID && !c.leavingNode(reps[0]) {
 				parts = append(parts, p)
 			}
 		}
@@ -769,7 +771,9 @@ func (c *cluster) reconcile(st *meta.State) {
 	for id := range c.peers.all() {
 		if _, ok := st.Node(id); !ok && id < st.NextNodeID() { // removed
 			c.peers.remove(id)
-			c.tr.RemovePeer(id)
+			if c.tr != nil { // a client node has no raft transport
+				c.tr.RemovePeer(id)
+			}
 		}
 	}
 	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID != 0 && c.id.NodeID < st.NextNodeID() && !c.removedSeen { // 0: a client node
@@ -780,7 +784,7 @@ func (c *cluster) reconcile(st *meta.State) {
 		if nd.ID == c.id.NodeID {
 			continue
 		}
-		if c.peers.set(nd.ID, nd.Addr) {
+		if c.peers.set(nd.ID, nd.Addr) && c.tr != nil {
 			if err := c.tr.AddPeer(nd.ID, nd.Addr); err != nil {
 				c.logger.Error("spool cluster: cannot add peer", "node", nd.ID, "addr", nd.Addr, "err", err)
 			}
