@@ -218,8 +218,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 
 	var runErr error
+	stopped := false // told to stop (SIGTERM), not failing
 	select {
 	case <-ctx.Done():
+		stopped = true
 	case runErr = <-serveErr:
 	}
 	// Graceful shutdown: not ready; groups stop fetching and drain (acks still
@@ -233,6 +235,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			runErr = errors.Join(runErr, err)
 		}
 	}
+	if stopped && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
+		// The app server stays up meanwhile: the app's publishes still go
+		// through this node to the partitions' leaders.
+		leaveCluster(eng, cfg.Cluster.LeaveTimeout, logger)
+	}
 	stopGRPC(appSrv, 2*time.Second)
 	stopGRPC(adminGRPC, time.Second)
 	shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -241,6 +248,24 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	wg.Wait()
 	logger.Info("spoold stopped")
 	return runErr
+}
+
+// leaveCluster hands this node's leaderships and replicas to the other
+// nodes and leaves the cluster (cluster.leave_on_shutdown), within timeout.
+func leaveCluster(eng *engine.Node, timeout time.Duration, logger *slog.Logger) {
+	logger.Info("leaving the cluster (cluster.leave_on_shutdown)", "leave_timeout", timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	rep, err := eng.Leave(ctx)
+	switch {
+	case err == nil:
+		logger.Info("left the cluster: every replica this node held is on other nodes", "took", rep.Took.Round(time.Millisecond))
+	case errors.Is(err, engine.ErrDecommissionRefused):
+		logger.Warn("not leaving the cluster: stopping as a node that is expected back", "err", err)
+	default:
+		logger.Error("stopping before every replica moved: these partitions keep a replica fewer until the cluster re-creates it on another node (raise cluster.leave_timeout and the pod's terminationGracePeriodSeconds)",
+			"err", err, "partitions", rep.Held, "still_led", rep.Led)
+	}
 }
 
 // stopGRPC lets unary calls finish for up to grace, then cuts streams.

@@ -93,6 +93,15 @@ type ClusterConfig struct {
 	// cluster marks it down and re-creates its replicas on other nodes.
 	// Default 5m.
 	DeadNodeTimeout time.Duration `yaml:"dead_node_timeout"`
+	// LeaveOnShutdown makes a SIGTERM a departure for good: after its
+	// consumer groups stop, the node hands its leaderships and replicas to
+	// other nodes and leaves the cluster (for pods that come back as new
+	// nodes: a Deployment with an emptyDir data dir). Default false: a
+	// stopped node is expected back with its data (a StatefulSet).
+	LeaveOnShutdown bool `yaml:"leave_on_shutdown"`
+	// LeaveTimeout bounds that departure; past it the node stops anyway and
+	// logs the partitions left with a replica fewer. Default 60s.
+	LeaveTimeout time.Duration `yaml:"leave_timeout"`
 	// MoveBytesPerSecond paces the copies replica moves make (the log a
 	// leader streams to a partition's new replica), per node. Default
 	// 32 MiB/s, 1 MiB/s to 10 GiB/s.

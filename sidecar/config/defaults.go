@@ -37,9 +37,14 @@ const (
 	DefaultMaxBatchMessages = 10_000
 	DefaultMaxIDBytes       = 128
 
-	DefaultReplicationFactor  = 3
-	DefaultProduceTimeout     = 10 * time.Second
-	DefaultDeadNodeTimeout    = 5 * time.Minute
+	DefaultReplicationFactor = 3
+	DefaultProduceTimeout    = 10 * time.Second
+	DefaultDeadNodeTimeout   = 5 * time.Minute
+	// DefaultLeaveTimeout bounds a departure on SIGTERM
+	// (cluster.leave_on_shutdown): room for a few partitions' copies at the
+	// default move pace; set terminationGracePeriodSeconds above
+	// node.drain_timeout + cluster.leave_timeout.
+	DefaultLeaveTimeout       = 60 * time.Second
 	DefaultMoveBytesPerSecond = 32 << 20
 	// MaxReplicationFactor is the most replicas a partition may have.
 	MaxReplicationFactor = 7
@@ -102,6 +107,7 @@ func (c *Config) ApplyDefaults() {
 		setInt(&c.Cluster.ReplicationFactor, DefaultReplicationFactor)
 		setDur(&c.Cluster.ProduceTimeout, DefaultProduceTimeout)
 		setDur(&c.Cluster.DeadNodeTimeout, DefaultDeadNodeTimeout)
+		setDur(&c.Cluster.LeaveTimeout, DefaultLeaveTimeout)
 		if c.Cluster.MoveBytesPerSecond == 0 {
 			c.Cluster.MoveBytesPerSecond = DefaultMoveBytesPerSecond
 		}

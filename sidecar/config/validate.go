@@ -404,6 +404,9 @@ func (c *Config) validateCluster(v *validator) {
 		v.add("cluster.storage", cl.Storage, "on (a member holding replicas) or off (a client of the cluster's members)")
 	}
 	if cl.Storage == StorageOff {
+		if cl.LeaveOnShutdown {
+			v.add("cluster.leave_on_shutdown", "true", "false when cluster.storage is off (such a node holds no replicas: it has nothing to hand over)")
+		}
 		if len(cl.Join) == 0 {
 			v.add("cluster.join", "", "at least one member's host:port when cluster.storage is off (the node learns the cluster from them)")
 		}
@@ -448,6 +451,9 @@ func (c *Config) validateCluster(v *validator) {
 	}
 	if cl.DeadNodeTimeout < 10*time.Second {
 		v.add("cluster.dead_node_timeout", cl.DeadNodeTimeout.String(), "at least 10s (default 5m: longer than a restart or a rolling update, so that they never move data)")
+	}
+	if cl.LeaveTimeout < time.Second || cl.LeaveTimeout > time.Hour {
+		v.add("cluster.leave_timeout", cl.LeaveTimeout.String(), "between 1s and 1h (default 60s; keep node.drain_timeout + cluster.leave_timeout under the pod's terminationGracePeriodSeconds)")
 	}
 	if c.Storage.Fsync != FsyncAlways {
 		v.add("storage.fsync", string(c.Storage.Fsync), "always in a cluster (a replica acknowledges only what is on disk)")

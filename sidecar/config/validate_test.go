@@ -230,3 +230,31 @@ func TestAnyPortAddressesDoNotCollide(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 }
+
+// The departure settings: a bounded leave_timeout, and no leave for a node
+// that holds nothing (storage off).
+func TestValidateLeaveOnShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		mutate                func(*Config)
+		field, value, allowed string
+	}{
+		{"leave timeout too long", func(c *Config) { c.Cluster.LeaveTimeout = 2 * time.Hour }, "cluster.leave_timeout", "2h0m0s", "between 1s and 1h"},
+		{"leave with storage off", func(c *Config) { c.Cluster.Storage = StorageOff; c.Cluster.Join = []string{"peer:7072"} }, "cluster.leave_on_shutdown", "true", "false when cluster.storage is off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			c.Cluster.Listen = "127.0.0.1:7072"
+			c.Cluster.LeaveOnShutdown = true
+			c.ApplyDefaults()
+			if err := c.Validate(); err != nil {
+				t.Fatalf("a cluster node leaving on shutdown: %v", err)
+			}
+			tc.mutate(&c)
+			fes := fieldErrors(c.Validate())
+			if len(fes) != 1 || fes[0].Field != tc.field || fes[0].Value != tc.value || !strings.Contains(fes[0].Allowed, tc.allowed) {
+				t.Fatalf("Validate: %v, want one error on %s = %q allowing ~%q", c.Validate(), tc.field, tc.value, tc.allowed)
+			}
+		})
+	}
+}

@@ -70,8 +70,9 @@ func startClusterWith(t *testing.T, size int, clusterExtra, config string) *spoo
 }
 
 // addNode starts one more node (node id n<count>, on a fresh data dir),
-// joining the cluster through node 0 (the first node bootstraps it), and
-// waits until it is ready.
+// joining the cluster through every node not gone, as a pod joins through
+// its peers' headless Service (the first node bootstraps it), and waits
+// until it is ready.
 func (sc *spoolCluster) addNode() *node {
 	t := sc.t
 	t.Helper()
@@ -80,11 +81,18 @@ func (sc *spoolCluster) addNode() *node {
 	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
 	n.app, n.admin = freeAddr(t), freeAddr(t)
 	peer := freeAddr(t)
+	n.peer = peer
 	join := ""
 	if i == 0 {
 		sc.seed = peer
 	} else {
-		join = fmt.Sprintf("  join: [%q]\n", sc.seed)
+		var peers []string
+		for _, o := range sc.nodes {
+			if !o.gone {
+				peers = append(peers, fmt.Sprintf("%q", o.peer))
+			}
+		}
+		join = fmt.Sprintf("  join: [%s]\n", strings.Join(peers, ", "))
 	}
 	cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s%s",
 		i+1, n.dataDir, n.app, n.admin, peer, join, sc.extra) + sc.tail

@@ -68,6 +68,8 @@ type node struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	logPath string
+	peer    string // cluster.listen, for cluster nodes
+	gone    bool   // left the cluster for good: not a join address any more
 }
 
 // startNode writes config (YAML without the node section) and starts spoold
@@ -130,11 +132,17 @@ func (n *node) start() {
 // stop sends SIGTERM and waits for a graceful exit.
 func (n *node) stop() {
 	n.t.Helper()
+	n.stopWithin(20 * time.Second)
+}
+
+// stopWithin sends SIGTERM and waits up to d for a graceful exit.
+func (n *node) stopWithin(d time.Duration) {
+	n.t.Helper()
 	_ = n.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-n.exited:
-	case <-time.After(20 * time.Second):
-		n.t.Fatal("spoold did not exit within 20s of SIGTERM")
+	case <-time.After(d):
+		n.t.Fatalf("spoold did not exit within %v of SIGTERM", d)
 	}
 	if code := n.cmd.ProcessState.ExitCode(); code != 0 {
 		n.t.Fatalf("spoold exited with code %d after SIGTERM", code)

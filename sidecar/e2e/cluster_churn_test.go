@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/testredis"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+)
+
+// clusterMembers is the cluster as node n's admin API reports it: the
+// member ids, and whether any partition is moving or under-replicated.
+func clusterMembers(t *testing.T, n *node) (ids []string, leaving, settled bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := n.adminClient().ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+	if err != nil {
+		return nil, false, false
+	}
+	for _, nd := range st.GetNodes() {
+		ids = append(ids, nd.GetId())
+		leaving = leaving || nd.GetLeaving() || nd.GetDown()
+	}
+	slices.Sort(ids)
+	return ids, leaving, st.GetPartitionsMoving() == 0 && st.GetPartitionsUnderReplicated() == 0
+}
+
+// nodeID is the cluster node id of a running node.
+func nodeID(t *testing.T, n *node) string {
+	t.Helper()
+	var id string
+	eventually(t, 10*time.Second, "the node's cluster id", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := n.adminClient().ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+		id = st.GetNodeId()
+		return err == nil && id != ""
+	})
+	return id
+}
+
+// leave stops a node with cluster.leave_on_shutdown (SIGTERM), checks it
+// said it left with every replica moved, and deletes its data dir, as an
+// emptyDir goes with its pod.
+func leave(t *testing.T, n *node) {
+	t.Helper()
+	stopped := time.Now()
+	n.stopWithin(90 * time.Second)
+	n.gone = true
+	b, _ := os.ReadFile(n.logPath)
+	if !strings.Contains(string(b), "left the cluster") {
+		t.Fatalf("a node stopped with cluster.leave_on_shutdown did not report leaving the cluster; its log ends:\n%s", tail(string(b), 20))
+	}
+	if err := os.RemoveAll(n.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a node left in %v", time.Since(stopped).Round(time.Millisecond))
+}
+
+// Pods of a Deployment with an emptyDir data dir (docs/kubernetes.md):
+// a rolling update replaces each node by a new node (a new id, an empty
+// disk), one at a time, a new one first (maxSurge 1); then the Deployment
+// scales 3 → 5 → 3. Every stopped node leaves the cluster on SIGTERM
+// (cluster.leave_on_shutdown) after handing its replicas over. Producers
+// publish throughout through a storage-off sidecar (an app pod that stays),
+// whose app consumes throughout with the Redis ledger on. Nothing
+// acknowledged is lost, each key keeps its order, nothing is completed
+// twice, and the cluster ends with three members holding three replicas of
+// every partition, none of the original nodes among them.
+func TestClusterRollingReplacementUnderLoad(t *testing.T) {
+	start := time.Now()
+	r := testredis.Start(t)
+	tail := fmt.Sprintf("redis:\n  addrs: [%q]\n", r.Addr()) + clusterTopics
+	sc := startClusterWith(t, 3, "  produce_timeout: 3s\n  leave_on_shutdown: true\n  leave_timeout: 60s\n", tail)
+	awaitPlaced(t, sc.nodes[0])
+	client := startNode(t, fmt.Sprintf("cluster:\n  storage: off\n  join: [%q, %q, %q]\n", sc.nodes[0].peer, sc.nodes[1].peer, sc.nodes[2].peer)+tail)
+	// The app next to the storage-off sidecar consumes throughout, with
+	// the ledger on: its group's coordinator and positions live on the
+	// nodes being replaced.
+	ga := startGroupApps(t, []*node{client})
+	l := startLoad(t, []*node{client, client})
+	l.awaitMore(2, 30, 30*time.Second, "30 acknowledged publishes per producer before the update")
+
+	var original []string
+	for _, n := range sc.nodes {
+		original = append(original, nodeID(t, n))
+	}
+	for i, old := range slices.Clone(sc.nodes) {
+		nw := sc.addNode()
+		leave(t, old)
+		eventually(t, 60*time.Second, "three members again, nothing moving or under-replicated", func() bool {
+			ids, leaving, settled := clusterMembers(t, nw)
+			return len(ids) == 3 && !leaving && settled
+		})
+		l.awaitMore(2, 20, 30*time.Second, fmt.Sprintf("20 more acknowledged publishes per producer after node %d was replaced", i+1))
+	}
+	last := sc.nodes[len(sc.nodes)-1]
+	ids, _, _ := clusterMembers(t, last)
+	for _, id := range original {
+		if slices.Contains(ids, id) {
+			t.Fatalf("members %v after the update still include original node %s", ids, id)
+		}
+	}
+	t.Logf("rolling update done in %v: members %v (were %v)", time.Since(start).Round(time.Millisecond), ids, original)
+
+	// Scale out to five: replicas spread to the new nodes.
+	sc.addNode()
+	sc.addNode()
+	live := func() []*node {
+		var out []*node
+		for _, n := range sc.nodes {
+			if !n.gone {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	eventually(t, 90*time.Second, "five members, each holding replicas, nothing moving", func() bool {
+		ids, leaving, settled := clusterMembers(t, last)
+		if len(ids) != 5 || leaving || !settled {
+			return false
+		}
+		for _, n := range live() {
+			if seriesCount(n, `spool_partition_leader{`) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	l.awaitMore(2, 20, 30*time.Second, "20 more acknowledged publishes per producer at five nodes")
+
+	// Scale in to three: the two newest pods are stopped, both at once as
+	// a scale-in does; each hands its replicas over before it goes.
+	ns := live()
+	a, b := ns[len(ns)-1], ns[len(ns)-2]
+	done := make(chan struct{})
+	go func() { defer close(done); leave(t, a) }()
+	leave(t, b)
+	<-done
+	eventually(t, 60*time.Second, "three members again, nothing moving or under-replicated", func() bool {
+		ids, leaving, settled := clusterMembers(t, last)
+		return len(ids) == 3 && !leaving && settled
+	})
+	l.awaitMore(2, 20, 30*time.Second, "20 more acknowledged publishes per producer after scaling in")
+
+	acks, failures := l.finish()
+	t.Logf("%d acknowledged; longest stall of a producer %v; sample of failed attempts: %q",
+		len(acks), longestGap(acks).Round(time.Millisecond), failureSample(failures))
+	eventually(t, 60*time.Second, "every acknowledged message completed by the app", func() bool {
+		seen := map[string]bool{}
+		for _, d := range ga.deliveries() {
+			seen[d.id] = true
+		}
+		for _, a := range acks {
+			if !seen[a.id] {
+				return false
+			}
+		}
+		return true
+	})
+	var got []delivery
+	completions := map[string]int{}
+	for _, d := range ga.deliveries() {
+		got = append(got, d.delivery)
+		completions[d.id]++
+	}
+	verifyNothingLost(t, acks, failures, got)
+	twice := 0
+	for id, k := range completions {
+		if k > 1 {
+			if twice++; twice <= 10 {
+				t.Errorf("COMPLETED TWICE: %s completed %d times by the app with the ledger on", id, k)
+			}
+		}
+	}
+	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
+}
