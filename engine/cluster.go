@@ -40,6 +40,16 @@ type ClusterConfig struct {
 	// bootstraps a new cluster of one. A node that has an identity ignores
 	// Join: it rejoins its own cluster.
 	Join []string
+	// BootstrapExpect lets nodes that all start with the same Join (the
+	// pods of one Deployment, Join naming their headless Service) form the
+	// cluster without one of them being told to create it: a node with no
+	// identity that no candidate in Join admits, and that sees at least
+	// this many candidates counting itself, none of them serving, creates
+	// the cluster if its address is the lowest of them; the others join it.
+	// Set it to the number of nodes that start together (the Deployment's
+	// replicas): a node that sees that many sees all of them. 0: a node
+	// creates a cluster only when Join is empty.
+	BootstrapExpect int
 	// ReplicationFactor is the number of replicas of the partitions of a
 	// topic created by this node. Default 3.
 	ReplicationFactor int32
@@ -130,6 +140,9 @@ func (c *ClusterConfig) validateTimes() error {
 	}
 	if c.ProduceTimeout == 0 {
 		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > meta.MaxNodes {
+		return fmt.Errorf("engine: cluster.bootstrap_expect %d: want 0 (off) to %d", c.BootstrapExpect, meta.MaxNodes)
 	}
 	if c.JoinTimeout == 0 {
 		c.JoinTimeout = DefaultJoinTimeout
@@ -247,16 +260,21 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 	case ok:
 		c.id = id
 	case len(cfg.Join) == 0:
-		if len(n.store.Partitions()) > 0 {
-			return nil, fmt.Errorf("engine: %s holds partitions written without a cluster: a cluster node starts from an empty data dir (or run without cluster settings)", n.cfg.DataDir)
-		}
-		c.bootstrap = true
-		c.id = identity{ClusterID: randomID(8), NodeID: 1, Token: randomID(16)}
-		if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
+		if err := c.createCluster(); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// createCluster makes this node the first of a new cluster.
+func (c *cluster) createCluster() error {
+	if len(c.n.store.Partitions()) > 0 {
+		return fmt.Errorf("engine: %s holds partitions written without a cluster: a cluster node starts from an empty data dir (or run without cluster settings)", c.n.cfg.DataDir)
+	}
+	c.bootstrap = true
+	c.id = identity{ClusterID: randomID(8), NodeID: 1, Token: randomID(16)}
+	return saveIdentity(c.fs, c.dir, c.id)
 }
 
 // run joins (when needed), starts the transport, the replicas and the
@@ -275,6 +293,9 @@ func (c *cluster) run(ctx context.Context) error {
 	defer c.peers.close()
 	if c.id.NodeID == 0 {
 		nodes, err := c.join(ctx)
+		if errors.Is(err, errCreateCluster) {
+			err = c.createCluster()
+		}
 		if err != nil {
 			_ = l.Close()
 			c.fail(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -157,4 +158,57 @@ func TestClusterClientNodeSeesAMemberLeave(t *testing.T) {
 		return nil
 	})
 	awaitCond(t, 20*time.Second, "a publish through the client node after the removal", func() error { _, err := produce(client.n, "orders", 1, "after"); return err })
+}
+
+// Nodes that all start at once with the same join list — each one's own
+// address among its entries, given as a DNS name (localhost), as the pods
+// of a Deployment are given their headless Service — form one cluster
+// with BootstrapExpect: the node with the lowest address creates it, the
+// others join it. Without BootstrapExpect none of them would: each waits
+// for a member to admit it.
+func TestClusterBootstrapExpect(t *testing.T) {
+	tc := &testCluster{t: t}
+	var join []string
+	for range 3 {
+		cn := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), expect: 3, joinWait: 60 * time.Second}
+		_, port, _ := net.SplitHostPort(cn.addr)
+		join = append(join, net.JoinHostPort("localhost", port))
+		tc.nodes = append(tc.nodes, cn)
+	}
+	t.Cleanup(func() {
+		for _, cn := range tc.nodes {
+			tc.stop(cn)
+		}
+	})
+	for _, cn := range tc.nodes {
+		cn.join = join
+		tc.start(cn)
+	}
+	lowest := tc.nodes[0]
+	for _, cn := range tc.nodes {
+		if compareAddr(cn.addr, lowest.addr) < 0 {
+			lowest = cn
+		}
+	}
+	awaitCond(t, 60*time.Second, "one cluster of three", func() error {
+		var id string
+		for _, cn := range tc.nodes {
+			st, _ := cn.n.ClusterStatus()
+			if !st.Ready || len(st.Members) != 3 {
+				return fmt.Errorf("node at %s: ready %v, %d members", cn.addr, st.Ready, len(st.Members))
+			}
+			if id != "" && st.ClusterID != id {
+				return fmt.Errorf("two clusters: %s and %s", id, st.ClusterID)
+			}
+			id = st.ClusterID
+		}
+		return nil
+	})
+	if st, _ := lowest.n.ClusterStatus(); st.NodeID != 1 {
+		t.Fatalf("the node with the lowest address, %s, is node %d; want 1 (it created the cluster)", lowest.addr, st.NodeID)
+	}
+	if err := tc.nodes[2].n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 20*time.Second, "a publish", func() error { _, err := produce(tc.nodes[1].n, "orders", 0, "v"); return err })
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -499,20 +502,34 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 // forwardedKey marks a Join passed on by a peer (gRPC metadata).
 const forwardedKey = "spool-forwarded"
 
-// join asks the peers in cfg.Join to admit this node, saves the identity
-// it is given and returns the members it learned of.
+// errCreateCluster: join found no cluster among the candidates, and this
+// node is the one to create it (ClusterConfig.BootstrapExpect).
+var errCreateCluster = errors.New("create the cluster")
+
+// join asks the candidates of cfg.Join (joinCandidates) to admit this
+// node, saves the identity it is given and returns the members it learned
+// of; or errCreateCluster when BootstrapExpect makes this node the first.
 func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	token := randomID(16)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
+	callTimeout := 10 * time.Second
+	if c.cfg.BootstrapExpect > 0 {
+		// Nodes still forming the cluster do not serve yet: a call to one
+		// waits for its deadline.
+		callTimeout = 2 * time.Second
+	}
 	var errs []error
 	for attempt := 0; ; attempt++ {
-		for _, addr := range c.cfg.Join {
+		cands, self, rerrs := c.joinCandidates(ctx)
+		errs = append(errs[:0], rerrs...)
+		silent := 0 // candidates that answered nothing: not serving
+		for _, addr := range cands {
 			conn, err := grpc.NewClient(addr, c.dialCreds())
 			if err != nil {
 				return nil, fmt.Errorf("engine: --join %s: %w", addr, err)
 			}
-			cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
 			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion})
 			ccancel()
 			_ = conn.Close()
@@ -530,7 +547,15 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 			if status.Code(err) == codes.FailedPrecondition {
 				return nil, fmt.Errorf("engine: --join %s refused this node: %s", addr, status.Convert(err).Message())
 			}
-			errs = append(errs[:0], fmt.Errorf("%s: %v", addr, err))
+			if status.Code(err) == codes.DeadlineExceeded || neverSent(err) {
+				silent++
+			}
+			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
+		}
+		if n := c.cfg.BootstrapExpect; n > 0 && self != "" && ctx.Err() == nil && silent == len(cands) && len(cands)+1 >= n && lowestAddr(self, cands) {
+			c.logger.Info("spool cluster: no cluster among the join candidates, and this node's address is the lowest of them: creating the cluster (cluster.bootstrap_expect)",
+				"candidates", len(cands)+1, "bootstrap_expect", n, "advertise", c.cfg.Advertise)
+			return nil, errCreateCluster
 		}
 		t := time.NewTimer(min(time.Duration(attempt+1)*250*time.Millisecond, 2*time.Second))
 		select {
@@ -540,6 +565,80 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// joinCandidates resolves cfg.Join: an entry whose host is a DNS name
+// stands for every address it resolves to (a headless Service names every
+// pod), each tried in turn. This node's own addresses (its advertised
+// address, resolved the same way) are left out; self is the first of them
+// ("" when it cannot be resolved), for BootstrapExpect's ordering.
+func (c *cluster) joinCandidates(ctx context.Context) (cands []string, self string, errs []error) {
+	mine, _ := resolveAddr(ctx, c.cfg.Advertise)
+	if len(mine) > 0 {
+		self = mine[0]
+	}
+	seen := map[string]bool{}
+	for _, a := range mine {
+		seen[a] = true
+	}
+	for _, entry := range c.cfg.Join {
+		addrs, err := resolveAddr(ctx, entry)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, a := range addrs {
+			if !seen[a] {
+				seen[a] = true
+				cands = append(cands, a)
+			}
+		}
+	}
+	return cands, self, errs
+}
+
+// resolveAddr turns host:port into ip:port addresses (itself when the host
+// is an IP address).
+func resolveAddr(ctx context.Context, hostport string) ([]string, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.join %q: %w", hostport, err)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []string{net.JoinHostPort(ip.Unmap().String(), port)}, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupHost(rctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.join %q: %w", hostport, err)
+	}
+	slices.Sort(ips)
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, net.JoinHostPort(ip, port))
+	}
+	return out, nil
+}
+
+// lowestAddr reports whether self sorts before every other address (IP
+// addresses by value, then ports; anything else by its text).
+func lowestAddr(self string, others []string) bool {
+	for _, o := range others {
+		if compareAddr(o, self) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func compareAddr(a, b string) int {
+	pa, errA := netip.ParseAddrPort(a)
+	pb, errB := netip.ParseAddrPort(b)
+	if errA == nil && errB == nil {
+		return pa.Compare(pb)
+	}
+	return strings.Compare(a, b)
 }
 
 // peerClients keeps one NodeService connection per peer, made on first use.

@@ -30,6 +30,7 @@ type clusterNode struct {
 	joinWait  time.Duration // JoinTimeout; default 20 s
 	deadAfter time.Duration // DeadNodeTimeout; default the engine's
 	ckEvery   int           // GroupsCheckpointRecords; default the engine's
+	expect    int           // BootstrapExpect
 	n         *Node
 	cancel    context.CancelFunc
 	done      chan error
@@ -53,7 +54,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes},
 		Logger:  quietLogger(),
-		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery},
+		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
 	})
 	if err != nil {
 		t.Fatal(err)

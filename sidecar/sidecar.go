@@ -291,6 +291,7 @@ func clusterConfig(cfg *config.Config) *engine.ClusterConfig {
 		Listen:             cl.Listen,
 		Advertise:          cl.Advertise,
 		Join:               cl.Join,
+		BootstrapExpect:    cl.BootstrapExpect,
 		ReplicationFactor:  int32(cl.ReplicationFactor),
 		ProduceTimeout:     cl.ProduceTimeout,
 		DeadNodeTimeout:    cl.DeadNodeTimeout,

@@ -83,6 +83,12 @@ type ClusterConfig struct {
 	// with an empty data dir bootstraps a new cluster. Ignored once the
 	// node has joined (its data dir remembers its cluster).
 	Join []string `yaml:"join"`
+	// BootstrapExpect lets nodes started together with the same Join (a
+	// Deployment's pods joining through their headless Service) create the
+	// cluster: the one with the lowest address does once it sees this many
+	// candidates, none of them a member. Set it to the number of pods that
+	// start together. Default 0: only a node with an empty Join creates one.
+	BootstrapExpect int `yaml:"bootstrap_expect"`
 	// ReplicationFactor is the replica count of new topics' partitions.
 	// Default 3.
 	ReplicationFactor int `yaml:"replication_factor"`

@@ -428,6 +428,11 @@ func (c *Config) validateCluster(v *validator) {
 			v.add(fmt.Sprintf("cluster.join[%d]", i), j, allowedTCP)
 		}
 	}
+	if cl.BootstrapExpect < 0 || cl.BootstrapExpect > 128 {
+		v.add("cluster.bootstrap_expect", strconv.Itoa(cl.BootstrapExpect), "0 (off) to 128: the number of nodes that start together")
+	} else if cl.BootstrapExpect > 0 && len(cl.Join) == 0 {
+		v.add("cluster.bootstrap_expect", strconv.Itoa(cl.BootstrapExpect), "0 when cluster.join is empty (a node with no join list creates the cluster by itself); or list the nodes in cluster.join")
+	}
 	if cl.ReplicationFactor < 1 || cl.ReplicationFactor > MaxReplicationFactor {
 		v.add("cluster.replication_factor", strconv.Itoa(cl.ReplicationFactor), fmt.Sprintf("1 to %d", MaxReplicationFactor))
 	}

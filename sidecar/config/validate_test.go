@@ -240,6 +240,7 @@ func TestValidateLeaveOnShutdown(t *testing.T) {
 		field, value, allowed string
 	}{
 		{"leave timeout too long", func(c *Config) { c.Cluster.LeaveTimeout = 2 * time.Hour }, "cluster.leave_timeout", "2h0m0s", "between 1s and 1h"},
+		{"bootstrap expect without join", func(c *Config) { c.Cluster.BootstrapExpect = 3 }, "cluster.bootstrap_expect", "3", "0 when cluster.join is empty"},
 		{"leave with storage off", func(c *Config) { c.Cluster.Storage = StorageOff; c.Cluster.Join = []string{"peer:7072"} }, "cluster.leave_on_shutdown", "true", "false when cluster.storage is off"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
