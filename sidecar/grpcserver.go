@@ -70,10 +70,11 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 	return s
 }
 
-// newAdminHTTP serves /metrics, /healthz, /readyz and, on the same port,
-// gRPC (AdminService, health, reflection) over cleartext HTTP/2. /readyz
-// adds the lines of detail (a degraded but serving node) after "ready".
-func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server, detail func() []string) *http.Server {
+// newAdminHTTP serves /metrics, /healthz, /startupz, /readyz and, on the
+// same port, gRPC (AdminService, health, reflection) over cleartext HTTP/2.
+// /readyz adds the lines of detail (a degraded but serving node) after
+// "ready"; a 503 lists what it waits for (readiness.go).
+func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server, rd *readiness, detail func() []string) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
 	// Profiles for operators chasing CPU or memory (admin port only).
@@ -83,10 +84,36 @@ func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server,
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	serving := func(r *http.Request) bool {
 		resp, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
-		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	}
+	notReady := func(w http.ResponseWriter, why []string) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("not ready\n"))
+		for _, line := range why {
+			w.Write([]byte(line + "\n"))
+		}
+	}
+	mux.HandleFunc("/startupz", func(w http.ResponseWriter, r *http.Request) {
+		if !serving(r) {
+			notReady(w, []string{"starting, or shutting down"})
+			return
+		}
+		if why := rd.startup(); len(why) > 0 {
+			notReady(w, why)
+			return
+		}
+		w.Write([]byte("started\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !serving(r) {
+			notReady(w, []string{"starting, or shutting down"})
+			return
+		}
+		if why := rd.notReady(r.Context()); len(why) > 0 {
+			notReady(w, why)
 			return
 		}
 		w.Write([]byte("ready\n"))

@@ -180,7 +180,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	addrs.Admin = addrString(adminL)
-	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC, readyDetail(eng))
+	rd := &readiness{eng: eng, groups: groups, requireApp: cfg.Node.ReadyRequiresApp}
+	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC, rd, readyDetail(eng))
 
 	var wg sync.WaitGroup
 	serveErr := make(chan error, len(listeners)+1)

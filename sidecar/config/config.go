@@ -168,6 +168,11 @@ type NodeConfig struct {
 	AdminListen string `yaml:"admin_listen"`
 	// DrainTimeout is the graceful shutdown budget. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// ReadyRequiresApp: /readyz waits, once, for an app stream on every
+	// subscription consumed over a stream (for a pod whose app must be
+	// consuming before it takes traffic). Default false. Probe start-up
+	// with /startupz: the app starts only after it.
+	ReadyRequiresApp bool `yaml:"ready_requires_app"`
 	// CommitInterval is how often each group's committed offsets are
 	// written (and always on shutdown). Default 200ms. Acks newer than the
 	// last commit are redelivered if spoold is killed (the ledger then

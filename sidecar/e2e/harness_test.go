@@ -120,7 +120,9 @@ func (n *node) start() {
 			n.t.Fatalf("spoold exited during start-up with code %d", n.cmd.ProcessState.ExitCode())
 		default:
 		}
-		resp, err := http.Get("http://" + n.admin + "/readyz")
+		// /startupz, not /readyz: with node.ready_requires_app the node is
+		// ready only once its app consumes.
+		resp, err := http.Get("http://" + n.admin + "/startupz")
 		if err != nil {
 			return false
 		}
