@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/jetstream"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/metrics"
@@ -24,6 +25,15 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 				m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
 			},
 		}})
+	case config.BackendJetStream:
+		js := cfg.Storage.JetStream
+		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,
+			PublishTimeout: js.PublishTimeout, Name: "spoold " + cfg.Node.ID, Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("storage: NATS JetStream", "urls", js.URLs, "prefix", js.Prefix, "replicas", js.Replicas)
+		return b, nil
 	}
 	return nil, fmt.Errorf("storage.backend %q: not available in this spoold; use embedded or jetstream (docs/backends.md)", cfg.Storage.Backend)
 }
