@@ -32,11 +32,19 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 		if err != nil {
 			return nil, err
 		}
-		logger.Info("storage: NATS JetStream", "urls", js.URLs, "prefix", js.Prefix, "replicas", js.Replicas)
+		logger.Info("storage: NATS JetStream", "urls", js.URLs, "prefix", js.Prefix, "replicas", js.Replicas, "shared_groups", js.SharedGroups)
+		if !js.SharedGroups {
+			return privateGroups{b}, nil
+		}
 		return b, nil
 	}
 	return nil, fmt.Errorf("storage.backend %q: not available in this spoold; use embedded or jetstream (docs/backends.md)", cfg.Storage.Backend)
 }
+
+// privateGroups hides a broker backend's group coordinator: each sidecar
+// delivers every partition of its groups, committing positions itself
+// (storage.jetstream.shared_groups false).
+type privateGroups struct{ engine.Backend }
 
 // clusterStatus is the embedded cluster's status; false on a single node
 // and on a broker backend.

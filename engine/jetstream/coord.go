@@ -62,9 +62,9 @@ func (b *Backend) Coordinate(ctx context.Context, cmd engine.GroupCommand) (engi
 		}
 		if !bytes.Equal(enc[8:], raw) {
 			if rev == 0 {
-				_, err = b.groups.Create(ctx, cmd.Group, enc)
+				_, err = b.groups.Create(ctx, keyPart(cmd.Group), enc)
 			} else {
-				_, err = b.groups.Update(ctx, cmd.Group, enc, rev)
+				_, err = b.groups.Update(ctx, keyPart(cmd.Group), enc, rev)
 			}
 			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 				continue // another sidecar's command went first: apply to its result
@@ -97,7 +97,7 @@ func (b *Backend) DescribeGroup(ctx context.Context, group string) (*engine.Grou
 // readGroup reads a group's state, its last stamp and revision (0 when
 // the group has none yet) and the state's encoding as stored.
 func (b *Backend) readGroup(ctx context.Context, group string) (st *coord.State, at int64, rev uint64, raw []byte, err error) {
-	e, err := b.groups.Get(ctx, group)
+	e, err := b.groups.Get(ctx, keyPart(group))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		st = coord.NewState()
 		raw, err = coord.EncodeState(st)

@@ -365,7 +365,7 @@ func (b *Backend) DeleteTopic(name string) error {
 	keys, err := b.positions.ListKeys(ctx)
 	if err == nil {
 		for k := range keys.Keys() {
-			if strings.HasSuffix(k, "/"+name) {
+			if strings.HasSuffix(k, "/"+keyPart(name)) {
 				if err := b.positions.Delete(ctx, k); err != nil {
 					errs = append(errs, fmt.Errorf("positions %s: %w", k, err))
 				}

@@ -302,3 +302,19 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// The same id with other content is stored: a redrive appends a dead
+// letter again under its id (marked for its group).
+func TestSameIDOtherContentStored(t *testing.T) {
+	srv := testnats.Start(t)
+	b := open(t, srv.URL())
+	if err := b.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := produce(t, b, "orders", 0, []engine.Record{rec("a", "k", "1")}); err != nil {
+		t.Fatal(err)
+	}
+	if base, err := produce(t, b, "orders", 0, []engine.Record{rec("a", "k", "1", engine.Header{Key: "redrive", Value: []byte("g")})}); err != nil || base != 1 {
+		t.Fatalf("redriven copy: base %d, %v; want stored at offset 1", base, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -11,8 +12,24 @@ import (
 	"github.com/spoolmq/spool/engine/groups"
 )
 
-// positionsKey is a group's key in the positions bucket.
-func positionsKey(group, topic string) string { return group + "/" + topic }
+// positionsKey is a group's key in the positions bucket: group/topic,
+// each with every byte other than - _ a-z A-Z 0-9 as =XX (hex), since
+// keys allow few characters (not the ~ of a dead-letter topic's purge
+// mark) and may not start or end with a dot.
+func positionsKey(group, topic string) string { return keyPart(group) + "/" + keyPart(topic) }
+
+func keyPart(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '-' || c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "=%02X", c)
+	}
+	return b.String()
+}
 
 // LoadPositions reads a group's committed positions on a topic (none when
 // it has committed nothing).

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"unicode"
 
 	"github.com/nats-io/nats.go"
@@ -24,8 +26,8 @@ func (b *Backend) Produce(topic string, p int32, recs []engine.Record, done func
 //
 // The calls of one partition are sent in call order and their done
 // callbacks run in that order, on a goroutine of the backend. A record
-// whose id the stream has seen within its duplicate window is not stored
-// again; its ack names the stored copy. Several sidecars publishing to one
+// whose id and content the stream has seen within its duplicate window
+// (see msgID) is not stored again; its ack names the stored copy. Several sidecars publishing to one
 // partition at once may interleave their records: each is stored once and
 // in its publisher's order, but a call's records are then not contiguous
 // and the offsets after the first that done implies are not theirs.
@@ -42,7 +44,7 @@ func (b *Backend) ProduceWith(topic string, p int32, recs []engine.Record, _ eng
 	part.last = mine
 	for i := range recs {
 		m := &nats.Msg{Subject: part.subject, Data: encodeRecord(&recs[i])}
-		f, perr := b.js.PublishMsgAsync(m, jetstream.WithMsgID(msgID(recs[i].ID)), jetstream.WithExpectStream(part.stream), jetstream.WithStallWait(b.cfg.PublishTimeout))
+		f, perr := b.js.PublishMsgAsync(m, jetstream.WithMsgID(msgID(recs[i].ID, m.Data)), jetstream.WithExpectStream(part.stream), jetstream.WithStallWait(b.cfg.PublishTimeout))
 		if perr != nil {
 			err = perr
 			break
@@ -88,13 +90,20 @@ func classify(topic string, p int32, err error) error {
 	return fmt.Errorf("%w: %s/%d: publishing to JetStream: %w", engine.ErrOutcomeUnknown, topic, p, err)
 }
 
-// msgID is the Nats-Msg-Id of a record: its id when it is printable
-// ASCII without spaces (a header value), else its bytes in hex.
-func msgID(id []byte) string {
+// msgID is the Nats-Msg-Id of a record: its id (when printable ASCII
+// without spaces, else "hex:" and its bytes in hex), then "~" and a hash
+// of the whole payload. A publish retried with the same id and content is
+// a duplicate the stream drops; the same id with other content is not:
+// a redrive appends a dead letter again under its id, marked for its
+// group, and must be stored.
+func msgID(id, payload []byte) string {
+	h := fnv.New64a()
+	_, _ = h.Write(payload)
+	sum := strconv.FormatUint(h.Sum64(), 16)
 	for _, c := range string(id) {
 		if c > unicode.MaxASCII || !unicode.IsPrint(c) || c == ' ' {
-			return "hex:" + hex.EncodeToString(id)
+			return "hex:" + hex.EncodeToString(id) + "~" + sum
 		}
 	}
-	return string(id)
+	return string(id) + "~" + sum
 }

@@ -220,6 +220,11 @@ type JetStreamConfig struct {
 	// PublishTimeout bounds the wait for a stream's ack of a publish.
 	// Default 10s.
 	PublishTimeout time.Duration `yaml:"publish_timeout"`
+	// SharedGroups: the sidecars of a consumer group share its partitions
+	// through a coordinator kept in NATS (experimental; docs/backends.md).
+	// Default false: each sidecar delivers every partition of its groups,
+	// so run one sidecar per group.
+	SharedGroups bool `yaml:"shared_groups"`
 }
 
 // LimitsConfig bounds what producers may send. Each limit is checked at
