@@ -12,6 +12,18 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || pkgs+=(postgresql)
 # The Java SDK's tests build it with Maven and a JDK (17 or later).
 command -v javac >/dev/null 2>&1 || pkgs+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+# The JetStream backend's tests start nats-server, built from the module
+# go.mod pins (a tool dependency) into the cache dir internal/testnats uses.
+# Building it here keeps test packages from building it at once; without a
+# module proxy the tests skip, saying so.
+nats_version=$(go list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)
+nats_bin="${XDG_CACHE_HOME:-$HOME/.cache}/spool/nats-server-$nats_version"
+if [ ! -x "$nats_bin" ]; then
+  echo "building nats-server $nats_version into $nats_bin (the JetStream backend's tests start it)"
+  mkdir -p "$(dirname "$nats_bin")"
+  go build -o "$nats_bin.tmp" github.com/nats-io/nats-server/v2 && mv "$nats_bin.tmp" "$nats_bin" ||
+    echo "ensure-deps: could not build nats-server; the JetStream tests will try again and skip if they cannot" >&2
+fi
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 
 echo "installing ${pkgs[*]} from Debian's packages (the tests start their own servers on free ports)"

@@ -30,7 +30,7 @@ import (
 type admin struct {
 	spoolv1.UnimplementedAdminServiceServer
 	cfg    *config.Config
-	eng    *engine.Node
+	eng    engine.Backend
 	groups []*deliver.Group
 	ledger ledger.Ledger // nil without one
 	m      *metrics.Metrics
@@ -43,13 +43,13 @@ type admin struct {
 	tailPoll time.Duration
 }
 
-func newAdmin(cfg *config.Config, eng *engine.Node, groups []*deliver.Group, l ledger.Ledger, m *metrics.Metrics) *admin {
+func newAdmin(cfg *config.Config, eng engine.Backend, groups []*deliver.Group, l ledger.Ledger, m *metrics.Metrics) *admin {
 	return &admin{cfg: cfg, eng: eng, groups: groups, ledger: l, m: m, catalog: &topicCatalog{}, tailPoll: DefaultTailPoll}
 }
 
 func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv1.ListTopicsResponse, error) {
 	resp := &spoolv1.ListTopicsResponse{}
-	cs, clustered := a.eng.ClusterStatus()
+	cs, clustered := clusterStatus(a.eng)
 	for _, t := range a.eng.Topics() {
 		ti, err := a.topicInfoIn(t, cs, clustered)
 		if err != nil {
@@ -65,7 +65,7 @@ func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv
 // raft names, known for the partitions this node holds a replica of
 // (empty otherwise).
 func (a *admin) topicInfo(t engine.TopicSpec) (*spoolv1.TopicInfo, error) {
-	cs, clustered := a.eng.ClusterStatus()
+	cs, clustered := clusterStatus(a.eng)
 	return a.topicInfoIn(t, cs, clustered)
 }
 
@@ -244,7 +244,7 @@ func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) 
 }
 
 func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*spoolv1.ClusterStatusResponse, error) {
-	if cs, ok := a.eng.ClusterStatus(); ok {
+	if cs, ok := clusterStatus(a.eng); ok {
 		resp := &spoolv1.ClusterStatusResponse{ClusterId: cs.ClusterID, NodeId: strconv.FormatUint(cs.NodeID, 10), Version: Version}
 		if cs.NodeID == 0 {
 			resp.NodeId = "" // storage off: not a member
@@ -256,8 +256,12 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 		return resp, nil
 	}
 	host, _ := os.Hostname()
+	id := "single-node"
+	if a.cfg.Storage.Broker() {
+		id = a.cfg.Storage.Backend // the broker's servers are the broker's to report
+	}
 	return &spoolv1.ClusterStatusResponse{
-		ClusterId: "single-node",
+		ClusterId: id,
 		NodeId:    a.cfg.Node.ID,
 		Version:   Version,
 		Nodes:     []*spoolv1.NodeInfo{{Id: a.cfg.Node.ID, Address: host, Alive: true}},
@@ -271,7 +275,11 @@ func (a *admin) DecommissionNode(ctx context.Context, req *spoolv1.DecommissionN
 	if err != nil || id == 0 {
 		return nil, apierr.ToStatus(apierr.New(apierr.InvalidRequest, "node id %q: want a node id as spool cluster status lists it (1, 2, ...)", req.GetNodeId()))
 	}
-	if err := a.eng.DecommissionNode(ctx, id); err != nil {
+	cl, err := a.clusterAdmin("decommission node " + req.GetNodeId())
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	if err := cl.DecommissionNode(ctx, id); err != nil {
 		return nil, apierr.ToStatus(err)
 	}
 	return &spoolv1.DecommissionNodeResponse{}, nil
@@ -288,12 +296,15 @@ func (a *admin) MoveReplicas(ctx context.Context, req *spoolv1.MoveReplicasReque
 		}
 		ids = append(ids, id)
 	}
+	cl, err := a.clusterAdmin(fmt.Sprintf("move the replicas of %s/%d", req.GetTopic(), req.GetPartition()))
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
 	var mv engine.ReplicaMove
-	var err error
 	if req.GetDryRun() {
-		mv, err = a.eng.PlanMove(req.GetTopic(), req.GetPartition(), ids)
+		mv, err = cl.PlanMove(req.GetTopic(), req.GetPartition(), ids)
 	} else {
-		mv, err = a.eng.MoveReplicas(ctx, req.GetTopic(), req.GetPartition(), ids)
+		mv, err = cl.MoveReplicas(ctx, req.GetTopic(), req.GetPartition(), ids)
 	}
 	if err != nil {
 		return nil, apierr.ToStatus(fmt.Errorf("move the replicas of %s/%d: %w", req.GetTopic(), req.GetPartition(), err))

@@ -188,3 +188,36 @@ func TestAdminTopics(t *testing.T) {
 		t.Fatalf("after a restart the node has %v: want audit and not the deleted scratch", names)
 	}
 }
+
+// onlyBackend hides everything of a *engine.Node but the engine.Backend
+// seam, as a broker backend offers it.
+type onlyBackend struct{ engine.Backend }
+
+// Embedded-cluster operations asked of a broker backend answer
+// BACKEND_UNSUPPORTED naming the backend, not INTERNAL or a nil deref.
+func TestAdminClusterOpsOnABrokerBackend(t *testing.T) {
+	eng, err := engine.Open(engine.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	cfg := &config.Config{Storage: config.StorageConfig{Backend: config.BackendJetStream}}
+	a := newAdmin(cfg, onlyBackend{eng}, nil, nil, metrics.New())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = a.DecommissionNode(ctx, &spoolv1.DecommissionNodeRequest{NodeId: "2"})
+	if status.Code(err) != codes.FailedPrecondition || reasonOf(err) != "BACKEND_UNSUPPORTED" || !strings.Contains(err.Error(), "jetstream") {
+		t.Errorf("decommission: %v (reason %q), want FAILED_PRECONDITION BACKEND_UNSUPPORTED naming jetstream", err, reasonOf(err))
+	}
+	_, err = a.MoveReplicas(ctx, &spoolv1.MoveReplicasRequest{Topic: "orders", Partition: 0, Replicas: []string{"1", "2", "3"}, DryRun: true})
+	if reasonOf(err) != "BACKEND_UNSUPPORTED" || !strings.Contains(err.Error(), "jetstream") {
+		t.Errorf("move: %v (reason %q), want BACKEND_UNSUPPORTED naming jetstream", err, reasonOf(err))
+	}
+	st, err := a.ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+	if err != nil || st.GetClusterId() != "jetstream" {
+		t.Errorf("cluster status: %v, %v; want the backend as the cluster id", st, err)
+	}
+	if coordinatorOf(onlyBackend{eng}) != nil {
+		t.Error("a backend without a coordinator got one")
+	}
+}

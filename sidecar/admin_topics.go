@@ -139,7 +139,7 @@ func writeFileSynced(path string, b []byte) error {
 
 // openCreatedTopics opens the topics of the catalogue that the config does
 // not declare (the config's settings win for those it does).
-func openCreatedTopics(cfg *config.Config, eng *engine.Node, c *topicCatalog) error {
+func openCreatedTopics(cfg *config.Config, eng engine.Backend, c *topicCatalog) error {
 	ts, err := c.load()
 	if err != nil {
 		return err

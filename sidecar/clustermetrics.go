@@ -15,12 +15,12 @@ const clusterMetricsInterval = 2 * time.Second
 
 // clusterMetrics copies the engine's cluster status into the metrics until
 // ctx ends. Counters advance by the change of the engine's totals.
-func clusterMetrics(ctx context.Context, eng *engine.Node, m *metrics.Metrics) {
+func clusterMetrics(ctx context.Context, eng engine.Backend, m *metrics.Metrics) {
 	var prev engine.ClusterStatus
 	t := time.NewTicker(clusterMetricsInterval)
 	defer t.Stop()
 	for {
-		st, ok := eng.ClusterStatus()
+		st, ok := clusterStatus(eng)
 		if !ok {
 			return
 		}

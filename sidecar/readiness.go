@@ -25,7 +25,7 @@ import (
 // Liveness (/healthz) never depends on any of it: a slow disk or a busy
 // peer must not get the sidecar restarted.
 type readiness struct {
-	eng        *engine.Node
+	eng        engine.Backend
 	groups     []*deliver.Group
 	requireApp bool
 	ready      atomic.Bool // every condition has held once
@@ -33,7 +33,7 @@ type readiness struct {
 
 // startup lists why the node is not started yet (empty: it is).
 func (r *readiness) startup() []string {
-	st, clustered := r.eng.ClusterStatus()
+	st, clustered := clusterStatus(r.eng)
 	if !clustered {
 		return nil
 	}

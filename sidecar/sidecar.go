@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -94,12 +93,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	tracer := tracing.Tracer(tp)
 	m := metrics.New()
-	eng, err := engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: engine.Hooks{
-		// The engine logs the damage once; operators see it here and in /readyz.
-		PartitionQuarantined: func(q engine.Quarantine) {
-			m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
-		},
-	}})
+	eng, err := openBackend(cfg, dataDir, m, logger)
 	if err != nil {
 		return err
 	}
@@ -110,7 +104,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		stopEngine()
 		<-engDone
 		if err := eng.Close(); err != nil {
-			logger.Error("closing the log", "err", err)
+			logger.Error("closing the log", "backend", cfg.Storage.Backend, "err", err)
 		}
 	}()
 	for _, t := range cfg.AllTopics() {
@@ -119,8 +113,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return err
 		}
 	}
-	_, clustered := eng.ClusterStatus()
-	catalog := newTopicCatalog(dataDir, clustered)
+	_, clustered := clusterStatus(eng)
+	// A broker keeps its topics itself; the catalogue is the embedded
+	// log's record of the topics created through spool.
+	catalog := newTopicCatalog(dataDir, clustered || cfg.Storage.Broker())
 	if err := openCreatedTopics(cfg, eng, catalog); err != nil {
 		return err
 	}
@@ -213,7 +209,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		go func() { groupErrs <- g.Run(groupsCtx) }() // owned: awaited below
 	}
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
+	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "backend", cfg.Storage.Backend, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
 	if opts.Ready != nil {
 		opts.Ready(addrs)
 	}
@@ -236,10 +232,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			runErr = errors.Join(runErr, err)
 		}
 	}
-	if stopped && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
+	if cl, ok := eng.(engine.ClusterAdmin); ok && stopped && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
 		// The app server stays up meanwhile: the app's publishes still go
 		// through this node to the partitions' leaders.
-		leaveCluster(eng, cfg.Cluster.LeaveTimeout, logger)
+		leaveCluster(cl, cfg.Cluster.LeaveTimeout, logger)
 	}
 	stopGRPC(appSrv, 2*time.Second)
 	stopGRPC(adminGRPC, time.Second)
@@ -253,7 +249,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 
 // leaveCluster hands this node's leaderships and replicas to the other
 // nodes and leaves the cluster (cluster.leave_on_shutdown), within timeout.
-func leaveCluster(eng *engine.Node, timeout time.Duration, logger *slog.Logger) {
+func leaveCluster(eng engine.ClusterAdmin, timeout time.Duration, logger *slog.Logger) {
 	logger.Info("leaving the cluster (cluster.leave_on_shutdown)", "leave_timeout", timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -306,10 +302,14 @@ func clusterConfig(cfg *config.Config) *engine.ClusterConfig {
 // partitions. They do not make the node unready: readiness gates the whole
 // pod (the app with it), while the other partitions serve; alert on
 // spool_partition_quarantined instead.
-func readyDetail(eng *engine.Node) func() []string {
+func readyDetail(eng engine.Backend) func() []string {
 	return func() []string {
+		q, ok := eng.(engine.Quarantiner)
+		if !ok {
+			return nil // a broker reports its own damage
+		}
 		var out []string
-		for _, q := range eng.Quarantined() {
+		for _, q := range q.Quarantined() {
 			out = append(out, "degraded: partition "+q.String()+"; publishes to it fail until it is repaired (docs/operations.md)")
 		}
 		return out
@@ -345,13 +345,13 @@ func limits(cfg *config.Config) publish.Limits {
 }
 
 // newGroups builds one delivery group per consumer group of the config.
-func newGroups(cfg *config.Config, eng *engine.Node, m *metrics.Metrics, led ledger.Ledger, owner string, tracer trace.Tracer, logger *slog.Logger) ([]*deliver.Group, func(), error) {
-	// In a cluster, the sidecars whose apps consume a group share its
-	// partitions through the group's coordinator (docs/groups.md).
-	var co deliver.Coordinator
+func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led ledger.Ledger, owner string, tracer trace.Tracer, logger *slog.Logger) ([]*deliver.Group, func(), error) {
+	// In a cluster, and on a broker backend, the sidecars whose apps
+	// consume a group share its partitions through the group's coordinator
+	// (docs/groups.md, docs/backends.md).
+	co := coordinatorOf(eng)
 	var session string
-	if _, clustered := eng.ClusterStatus(); clustered {
-		co = clusterCoordinator{eng: eng}
+	if co != nil {
 		var err error
 		if session, err = newSession(); err != nil {
 			return nil, nil, err
@@ -466,17 +466,12 @@ func dialTarget(addr string) string {
 	return "passthrough:///" + addr
 }
 
-// clusterCoordinator is the engine's group coordinator as delivery needs it.
-type clusterCoordinator struct{ eng *engine.Node }
-
-// Coordinate applies one coordinator command (engine.Node.Coordinate).
-func (c clusterCoordinator) Coordinate(ctx context.Context, cmd engine.GroupCommand) (engine.GroupResult, error) {
-	return c.eng.Coordinate(ctx, cmd)
-}
-
-// DescribeGroup reads a group at its coordinator (engine.Node.DescribeGroup).
-func (c clusterCoordinator) DescribeGroup(ctx context.Context, group string) (*engine.GroupState, error) {
-	return c.eng.DescribeGroup(ctx, group)
+// clusterCoordinator is the embedded cluster's group coordinator as
+// delivery needs it.
+type clusterCoordinator struct {
+	engine.GroupCoordinator
+	eng engine.Backend
+	cl  engine.ClusterAdmin
 }
 
 // Node is this node's id once it is a working member of the cluster; 0
@@ -484,7 +479,7 @@ func (c clusterCoordinator) DescribeGroup(ctx context.Context, group string) (*e
 // no replicas, so its members join without a node (no preference for local
 // reads).
 func (c clusterCoordinator) Node() (uint64, bool) {
-	st, ok := c.eng.ClusterStatus()
+	st, ok := c.cl.ClusterStatus()
 	return st.NodeID, ok && st.Ready
 }
 
@@ -497,7 +492,7 @@ func (c clusterCoordinator) Replicas(topic string) [][]uint64 {
 	if err != nil || n <= 0 {
 		return nil
 	}
-	st, ok := c.eng.ClusterStatus()
+	st, ok := c.cl.ClusterStatus()
 	if !ok {
 		return nil
 	}

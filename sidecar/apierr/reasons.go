@@ -78,6 +78,10 @@ const (
 	// named is down or leaving, the topic waits for nodes), or asked of a
 	// sidecar that is not a cluster member.
 	MoveRefused Reason = "MOVE_REFUSED"
+	// BackendUnsupported: the storage backend does not offer the operation
+	// (an embedded-cluster operation asked of a sidecar whose messages live
+	// in a broker).
+	BackendUnsupported Reason = "BACKEND_UNSUPPORTED"
 	// PartitionQuarantined: the partition's log is damaged; it serves what
 	// precedes the damage and takes no appends until repaired.
 	PartitionQuarantined Reason = "PARTITION_QUARANTINED"
@@ -140,6 +144,8 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.NotFound, fix, "spool cluster status lists the nodes and their ids"}, true
 	case DecommissionRefused, MoveRefused:
 		return entry{codes.FailedPrecondition, fix, ""}, true
+	case BackendUnsupported:
+		return entry{codes.FailedPrecondition, fix, "docs/backends.md lists what each storage backend offers"}, true
 	case TopicConflict, ConsumersConnected, WrongDeliveryMode, TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported:
 		return entry{codes.FailedPrecondition, fix, ""}, true
 	case PartitionQuarantined:
@@ -207,7 +213,7 @@ func All() []Reason {
 		InvalidTopicSpec, InvalidCursor, InvalidReplicas,
 		UnknownTopic, UnknownGroup, UnknownSubscription,
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
-		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused,
+		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, BackendUnsupported,
 		OffsetOutOfRange,
 		DiskFull,
 		ShuttingDown, NotLeader, LedgerUnavailable, NoLeader, TopicNotPlaced,

@@ -194,13 +194,57 @@ const (
 	FsyncInterval FsyncMode = "interval"
 )
 
-// StorageConfig is about the local log.
+// StorageConfig chooses where messages live (Backend) and configures it:
+// the embedded log (the other fields) or a broker (JetStream).
 type StorageConfig struct {
+	// Backend is embedded (default: the sidecar's own log, replicated with
+	// its peers by cluster), jetstream (NATS JetStream streams) or kafka
+	// (not available yet). docs/backends.md says when to choose which.
+	Backend            string        `yaml:"backend"`
 	Fsync              FsyncMode     `yaml:"fsync"`
 	FsyncInterval      time.Duration `yaml:"fsync_interval"`
 	SegmentBytes       int64         `yaml:"segment_bytes"`
 	SegmentAge         time.Duration `yaml:"segment_age"`
 	IndexIntervalBytes int64         `yaml:"index_interval_bytes"`
+	// JetStream configures backend jetstream.
+	JetStream JetStreamConfig `yaml:"jetstream"`
+}
+
+// Storage backends.
+const (
+	BackendEmbedded  = "embedded"
+	BackendJetStream = "jetstream"
+	BackendKafka     = "kafka"
+)
+
+// Broker reports whether messages live in a broker rather than in the
+// embedded log.
+func (s StorageConfig) Broker() bool { return s.Backend != "" && s.Backend != BackendEmbedded }
+
+// JetStreamConfig is the NATS JetStream backend (docs/backends.md): one
+// stream per topic, a subject per partition, positions and consumer
+// groups in key-value buckets.
+type JetStreamConfig struct {
+	// URLs are the NATS servers (nats://host:port or host:port). Required.
+	URLs []string `yaml:"urls"`
+	// Prefix names what Spool creates in NATS: streams <prefix>_<topic>
+	// (dots as underscores), subjects <prefix>.<topic>.<partition>, buckets
+	// <prefix>_positions and <prefix>_groups. Default "spool"; set one per
+	// Spool installation sharing a NATS account.
+	Prefix string `yaml:"prefix"`
+	// Replicas is the replica count of the streams and buckets Spool
+	// creates (1 on a single NATS server, 3 on a NATS cluster). Default 1.
+	Replicas int `yaml:"replicas"`
+	// CredsFile, if set, authenticates with a NATS credentials file.
+	CredsFile string `yaml:"creds_file"`
+	// PublishTimeout bounds the wait for a stream's ack of a publish.
+	// Default 10s.
+	PublishTimeout time.Duration `yaml:"publish_timeout"`
+	// SharedGroups: the sidecars of a consumer group share its partitions
+	// through a coordinator kept in NATS (experimental; docs/backends.md).
+	// Default false: each sidecar delivers every partition of its groups,
+	// so run one sidecar per group.
+	SharedGroups bool `yaml:"shared_groups"`
 }
 
 // LimitsConfig bounds what producers may send. Each limit is checked at

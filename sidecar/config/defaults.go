@@ -24,6 +24,10 @@ const (
 	DefaultGroupDegradeAfter = 2 * time.Minute
 	DefaultCommitInterval    = 200 * time.Millisecond
 
+	// DefaultJetStreamPrefix names Spool's streams, subjects and buckets
+	// in NATS.
+	DefaultJetStreamPrefix = "spool"
+
 	DefaultFsync              = FsyncAlways
 	DefaultFsyncInterval      = 50 * time.Millisecond
 	DefaultSegmentBytes       = 64 << 20
@@ -93,6 +97,12 @@ func (c *Config) ApplyDefaults() {
 	}
 
 	s := &c.Storage
+	setString(&s.Backend, BackendEmbedded)
+	if s.Backend == BackendJetStream {
+		setString(&s.JetStream.Prefix, DefaultJetStreamPrefix)
+		setInt(&s.JetStream.Replicas, 1)
+		setDur(&s.JetStream.PublishTimeout, DefaultProduceTimeout)
+	}
 	if s.Fsync == "" {
 		s.Fsync = DefaultFsync
 	}
@@ -101,6 +111,13 @@ func (c *Config) ApplyDefaults() {
 	setDur(&s.SegmentAge, DefaultSegmentAge)
 	setInt64(&s.IndexIntervalBytes, DefaultIndexIntervalBytes)
 
+	if s.Broker() {
+		// The broker's sidecars of one group share its partitions through
+		// a coordinator over the broker, with the cluster's group timeouts.
+		setDur(&c.Cluster.GroupSessionTimeout, DefaultGroupSessionTimeout)
+		setDur(&c.Cluster.GroupRevokeTimeout, DefaultGroupRevokeTimeout)
+		setDur(&c.Cluster.GroupDegradeAfter, DefaultGroupDegradeAfter)
+	}
 	if c.Cluster.Enabled() {
 		setString(&c.Cluster.Storage, StorageOn)
 		setString(&c.Cluster.Advertise, c.Cluster.Listen)

@@ -14,6 +14,7 @@ func TestExampleStatesTheCodesDefaults(t *testing.T) {
 	var c Config
 	c.Topics = []TopicConfig{{}}
 	c.Subscriptions = []SubscriptionConfig{{}}
+	c.Storage.Backend = BackendJetStream // its defaults too
 	c.ApplyDefaults()
 	s, tp := c.Subscriptions[0], c.Topics[0]
 	l := c.Limits
@@ -30,6 +31,7 @@ func TestExampleStatesTheCodesDefaults(t *testing.T) {
 		"max_in_flight":        int64(s.MaxInFlight),
 		"window_messages":      int64(s.WindowMessages),
 		"max_parked_keys":      int64(s.MaxParkedKeys),
+		"replicas":             int64(c.Storage.JetStream.Replicas),
 	}
 	b, err := os.ReadFile("testdata/spool.yaml")
 	if err != nil {

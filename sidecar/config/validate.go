@@ -97,7 +97,9 @@ func (c *Config) Validate() error {
 	c.validateTopics(&v)
 	c.validateSubscriptions(&v)
 	c.validateRedis(&v)
-	c.validateCluster(&v)
+	if !c.Storage.Broker() {
+		c.validateCluster(&v) // a broker backend refuses the cluster section in validateJetStream
+	}
 	c.validateTracing(&v)
 	if m := c.Delivery.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
 		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 33554432)")
@@ -116,8 +118,8 @@ func (c *Config) validateNode(v *validator) {
 	if !validNodeID(n.ID) {
 		v.add("node.id", n.ID, "1 to 253 bytes of a-z A-Z 0-9 . _ - (default: the host name)")
 	}
-	if n.DataDir == "" && !n.Dev {
-		v.add("node.data_dir", n.DataDir, "set (a directory for the log), unless node.dev is true (--dev)")
+	if n.DataDir == "" && !n.Dev && !c.Storage.Broker() {
+		v.add("node.data_dir", n.DataDir, "set (a directory for the log), unless node.dev is true (--dev) or storage.backend is a broker")
 	}
 	if len(n.AppListen) == 0 {
 		v.add("node.app_listen", "", "at least one address: "+allowedListen)
@@ -149,6 +151,18 @@ func (c *Config) validateNode(v *validator) {
 
 func (c *Config) validateStorage(v *validator) {
 	s := &c.Storage
+	switch s.Backend {
+	case BackendEmbedded:
+	case BackendJetStream:
+		c.validateJetStream(v)
+		return // the embedded log's settings are not used
+	case BackendKafka:
+		v.add("storage.backend", s.Backend, "embedded or jetstream: the kafka backend is not available in this release yet (docs/backends.md)")
+		return
+	default:
+		v.add("storage.backend", s.Backend, "embedded, jetstream or kafka (docs/backends.md says which to choose)")
+		return
+	}
 	v.enum("storage.fsync", string(s.Fsync), string(FsyncAlways), string(FsyncInterval))
 	v.durRange("storage.fsync_interval", s.FsyncInterval, time.Millisecond, 10*time.Second)
 	v.intRange("storage.segment_bytes", s.SegmentBytes, MinSegmentBytes, MaxSegmentBytes)
@@ -442,15 +456,7 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.ProduceTimeout <= 0 {
 		v.add("cluster.produce_timeout", cl.ProduceTimeout.String(), "a positive duration, like 10s")
 	}
-	if cl.GroupSessionTimeout < 3*time.Second || cl.GroupSessionTimeout > 5*time.Minute {
-		v.add("cluster.group_session_timeout", cl.GroupSessionTimeout.String(), "between 3s and 5m (default 10s)")
-	}
-	if cl.GroupRevokeTimeout < time.Second || cl.GroupRevokeTimeout > 5*time.Minute {
-		v.add("cluster.group_revoke_timeout", cl.GroupRevokeTimeout.String(), "between 1s and 5m (default 15s)")
-	}
-	if cl.GroupDegradeAfter < 10*time.Second || cl.GroupDegradeAfter > 24*time.Hour {
-		v.add("cluster.group_degrade_after", cl.GroupDegradeAfter.String(), "between 10s and 24h (default 2m)")
-	}
+	c.validateGroupTimeouts(v)
 	if cl.MoveBytesPerSecond < 1<<20 || cl.MoveBytesPerSecond > 10<<30 {
 		v.add("cluster.move_bytes_per_second", fmt.Sprint(cl.MoveBytesPerSecond), "between 1048576 (1 MiB/s) and 10737418240 (10 GiB/s) (default 33554432: 32 MiB/s)")
 	}
@@ -488,4 +494,72 @@ func (c *Config) validateTracing(v *validator) {
 	if r := t.SampleRatio; r != nil && !(*r >= 0 && *r <= 1) {
 		v.add("tracing.sample_ratio", strconv.FormatFloat(*r, 'g', -1, 64), "0 to 1 (the share of new traces recorded)")
 	}
+}
+
+// validateJetStream checks the JetStream backend's settings and what does
+// not go with a broker backend.
+func (c *Config) validateJetStream(v *validator) {
+	js := &c.Storage.JetStream
+	if len(js.URLs) == 0 {
+		v.add("storage.jetstream.urls", "", "at least one NATS server, like nats://127.0.0.1:4222, when storage.backend is jetstream")
+	}
+	for i, u := range js.URLs {
+		if !validNATSURL(u) {
+			v.add(fmt.Sprintf("storage.jetstream.urls[%d]", i), u, "nats://host:port, tls://host:port or host:port")
+		}
+	}
+	if !validPrefix(js.Prefix) {
+		v.add("storage.jetstream.prefix", js.Prefix, "1 to 32 bytes of a-z A-Z 0-9 _ - (default spool)")
+	}
+	v.intRange("storage.jetstream.replicas", int64(js.Replicas), 1, 5)
+	v.durRange("storage.jetstream.publish_timeout", js.PublishTimeout, 100*time.Millisecond, 5*time.Minute)
+	if c.Cluster.Enabled() {
+		v.add("cluster.listen", c.Cluster.Listen, "unset with storage.backend jetstream: NATS replicates the messages, and the sidecars of a group share its partitions through NATS (remove the cluster section, keep the group_* timeouts if you set them)")
+		return
+	}
+	c.validateGroupTimeouts(v)
+}
+
+// validateGroupTimeouts checks the consumer-group coordinator's timeouts
+// (cluster.group_*), used by a cluster and by a broker backend.
+func (c *Config) validateGroupTimeouts(v *validator) {
+	cl := &c.Cluster
+	if cl.GroupSessionTimeout < 3*time.Second || cl.GroupSessionTimeout > 5*time.Minute {
+		v.add("cluster.group_session_timeout", cl.GroupSessionTimeout.String(), "between 3s and 5m (default 10s)")
+	}
+	if cl.GroupRevokeTimeout < time.Second || cl.GroupRevokeTimeout > 5*time.Minute {
+		v.add("cluster.group_revoke_timeout", cl.GroupRevokeTimeout.String(), "between 1s and 5m (default 15s)")
+	}
+	if cl.GroupDegradeAfter < 10*time.Second || cl.GroupDegradeAfter > 24*time.Hour {
+		v.add("cluster.group_degrade_after", cl.GroupDegradeAfter.String(), "between 10s and 24h (default 2m)")
+	}
+}
+
+// validNATSURL: host:port with an optional nats:// or tls:// scheme.
+func validNATSURL(u string) bool {
+	for _, scheme := range []string{"nats://", "tls://"} {
+		if rest, ok := strings.CutPrefix(u, scheme); ok {
+			u = rest
+			break
+		}
+	}
+	if i := strings.LastIndexByte(u, '@'); i >= 0 { // user:password@ or token@
+		u = u[i+1:]
+	}
+	h, p, err := net.SplitHostPort(u)
+	n, perr := strconv.Atoi(p)
+	return err == nil && h != "" && !strings.Contains(h, "/") && perr == nil && n > 0 && n < 1<<16
+}
+
+// validPrefix: a name for streams, buckets and a subject token.
+func validPrefix(p string) bool {
+	if p == "" || len(p) > 32 {
+		return false
+	}
+	for _, r := range p {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -259,3 +259,48 @@ func TestValidateLeaveOnShutdown(t *testing.T) {
 		})
 	}
 }
+
+// jetStream returns a valid configuration on the JetStream backend.
+func jetStream() Config {
+	c := valid()
+	c.Node.DataDir = "" // a broker backend keeps nothing on the sidecar's disk
+	c.Storage.Backend = BackendJetStream
+	c.Storage.JetStream.URLs = []string{"nats://127.0.0.1:4222", "nats-1:4222", "tls://user:pw@nats-2:4222"}
+	c.ApplyDefaults()
+	return c
+}
+
+func TestStorageBackend(t *testing.T) {
+	if c := jetStream(); c.Validate() != nil {
+		t.Fatalf("jetstream: %v", c.Validate())
+	}
+	for _, tc := range []struct {
+		name           string
+		mutate         func(*Config)
+		field, allowed string
+	}{
+		{"unknown backend", func(c *Config) { c.Storage.Backend = "rabbitmq" }, "storage.backend", "embedded, jetstream or kafka"},
+		{"kafka not yet", func(c *Config) { c.Storage.Backend = BackendKafka }, "storage.backend", "not available in this release"},
+		{"no urls", func(c *Config) { c.Storage.JetStream.URLs = nil }, "storage.jetstream.urls", "at least one NATS server"},
+		{"bad url", func(c *Config) { c.Storage.JetStream.URLs = []string{"http://x"} }, "storage.jetstream.urls[0]", "nats://host:port"},
+		{"bad prefix", func(c *Config) { c.Storage.JetStream.Prefix = "a.b" }, "storage.jetstream.prefix", "a-z A-Z 0-9 _ -"},
+		{"replicas", func(c *Config) { c.Storage.JetStream.Replicas = 7 }, "storage.jetstream.replicas", "between 1 and 5"},
+		{"cluster with a broker", func(c *Config) { c.Cluster.Listen = "127.0.0.1:7072" }, "cluster.listen", "unset with storage.backend jetstream"},
+		{"group timeouts still checked", func(c *Config) { c.Cluster.GroupSessionTimeout = time.Second }, "cluster.group_session_timeout", "between 3s and 5m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := jetStream()
+			tc.mutate(&c)
+			errs := fieldErrors(c.Validate())
+			if len(errs) != 1 || errs[0].Field != tc.field || !strings.Contains(errs[0].Allowed, tc.allowed) {
+				t.Fatalf("errors %v; want one for %s allowing %q", errs, tc.field, tc.allowed)
+			}
+		})
+	}
+	// The embedded log still needs its data dir.
+	c := valid()
+	c.Node.DataDir = ""
+	if errs := fieldErrors(c.Validate()); len(errs) != 1 || errs[0].Field != "node.data_dir" {
+		t.Fatalf("embedded without data_dir: %v", errs)
+	}
+}

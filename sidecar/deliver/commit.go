@@ -20,6 +20,13 @@ func (p *part) position() engine.Position {
 	if len(p.skip) > 0 {
 		done = mergeSorted(done, p.skip)
 	}
+	// A restored finished offset the tracker has reached (it is the
+	// tracker's next until fetched again and skipped) is finished: the
+	// lowest unfinished offset is past it. Finished offsets are strictly
+	// above Next, as the coordinator requires of a commit.
+	for len(done) > 0 && done[0] == next {
+		done, next = done[1:], next+1
+	}
 	return engine.Position{Next: next, Done: done}
 }
 

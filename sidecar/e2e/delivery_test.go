@@ -32,8 +32,10 @@ func config(visibility, ordering string) string { return fmt.Sprintf(baseConfig,
 // file in the order they happen, so the next message of a key may start
 // only after the previous one's "done"), its messages start in publish
 // order, and every message completes exactly once.
-func TestPerKeyOrderUnderConcurrency(t *testing.T) {
-	n := startNode(t, config("10s", "key"))
+func TestPerKeyOrderUnderConcurrency(t *testing.T) { testPerKeyOrderUnderConcurrency(t, embedded) }
+
+func testPerKeyOrderUnderConcurrency(t *testing.T, b backend) {
+	n := b.startNode(t, config("10s", "key"))
 	c := n.client(context.Background())
 	const keys, perKey = 40, 50
 	ids := publishSeq(t, c, "orders", 0, keys*perKey, func(s int) string { return fmt.Sprintf("k%d", s%keys) })
@@ -86,8 +88,10 @@ func TestPerKeyOrderUnderConcurrency(t *testing.T) {
 // A hung application (its process frozen, so it neither settles nor
 // extends) loses its leases: the messages are redelivered to another
 // consumer with attempt 2.
-func TestHungHandlerLeaseExpires(t *testing.T) {
-	n := startNode(t, config("1s", "key"))
+func TestHungHandlerLeaseExpires(t *testing.T) { testHungHandlerLeaseExpires(t, embedded) }
+
+func testHungHandlerLeaseExpires(t *testing.T, b backend) {
+	n := b.startNode(t, config("1s", "key"))
 	c := n.client(context.Background())
 	dir := t.TempDir()
 	hungRec, otherRec := filepath.Join(dir, "hung"), filepath.Join(dir, "other")
@@ -112,8 +116,10 @@ func TestHungHandlerLeaseExpires(t *testing.T) {
 
 // An app that crashes while handling (before acking) loses nothing: after
 // it restarts, every message completes.
-func TestCrashedAppLosesNothing(t *testing.T) {
-	n := startNode(t, config("30s", "key"))
+func TestCrashedAppLosesNothing(t *testing.T) { testCrashedAppLosesNothing(t, embedded) }
+
+func testCrashedAppLosesNothing(t *testing.T, b backend) {
+	n := b.startNode(t, config("30s", "key"))
 	c := n.client(context.Background())
 	ids := publishSeq(t, c, "orders", 0, 300, func(s int) string { return fmt.Sprintf("k%d", s%17) })
 	dir := t.TempDir()
@@ -136,7 +142,11 @@ func TestCrashedAppLosesNothing(t *testing.T) {
 // A sidecar restarted gracefully redelivers only what was not acked: acked
 // messages never reach the app again, unacked ones do.
 func TestRestartedSidecarRedeliversOnlyUnacked(t *testing.T) {
-	n := startNode(t, config("30s", "none"))
+	testRestartedSidecarRedeliversOnlyUnacked(t, embedded)
+}
+
+func testRestartedSidecarRedeliversOnlyUnacked(t *testing.T, b backend) {
+	n := b.startNode(t, config("30s", "none"))
 	c := n.client(context.Background())
 	// 7 keys: every key, so every partition, holds odd and even messages.
 	ids := publishSeq(t, c, "orders", 0, 200, func(s int) string { return fmt.Sprintf("k%d", s%7) })
@@ -183,7 +193,11 @@ func groupLag(t *testing.T, admin spoolv1.AdminServiceClient, group string) int6
 // max_attempts, with its reason, while other keys keep flowing; a message
 // the app dead-letters goes there at once.
 func TestMaxAttemptsGoesToDeadLetterTopic(t *testing.T) {
-	n := startNode(t, config("10s", "key"))
+	testMaxAttemptsGoesToDeadLetterTopic(t, embedded)
+}
+
+func testMaxAttemptsGoesToDeadLetterTopic(t *testing.T, b backend) {
+	n := b.startNode(t, config("10s", "key"))
 	c := n.client(context.Background())
 	ids := publishSeq(t, c, "orders", 0, 60, func(s int) string {
 		switch s {

@@ -79,10 +79,14 @@ func countKind(events []event, kind string) map[string]int {
 // handed to the app again after spoold is killed before it committed its
 // offsets (the ledger acks them without the app).
 func TestEffectivelyOnceAcrossAppCrashAndSidecarRestart(t *testing.T) {
+	testEffectivelyOnceAcrossAppCrashAndSidecarRestart(t, embedded)
+}
+
+func testEffectivelyOnceAcrossAppCrashAndSidecarRestart(t *testing.T, b backend) {
 	r := testredis.Start(t)
 	// Offsets are committed only on a graceful shutdown here, so killing
 	// spoold makes it deliver every message again: the ledger must stop them.
-	n := startNodeWith(t, "  commit_interval: 1h\n", ledgerConfig(r.Addr(), "pause", 5))
+	n := b.startNodeWith(t, "  commit_interval: 1h\n", ledgerConfig(r.Addr(), "pause", 5))
 	c := n.client(context.Background())
 	ids := publishSeq(t, c, "orders", 0, 200, func(s int) string { return fmt.Sprintf("k%d", s%13) })
 	dir := t.TempDir()
@@ -126,11 +130,13 @@ func TestEffectivelyOnceAcrossAppCrashAndSidecarRestart(t *testing.T) {
 
 // Attempts never exceed max_attempts, even across a sidecar restart: the
 // ledger keeps the count.
-func TestAttemptsSurviveSidecarRestart(t *testing.T) {
+func TestAttemptsSurviveSidecarRestart(t *testing.T) { testAttemptsSurviveSidecarRestart(t, embedded) }
+
+func testAttemptsSurviveSidecarRestart(t *testing.T, b backend) {
 	r := testredis.Start(t)
 	// Retries 0–300 ms apart, so the restart lands between attempts.
 	cfg := strings.Replace(ledgerConfig(r.Addr(), "pause", 6), "backoff: {base: 20ms, max: 200ms, multiplier: 2}", "backoff: {base: 300ms, max: 300ms, multiplier: 1}", 1)
-	n := startNode(t, cfg)
+	n := b.startNode(t, cfg)
 	c := n.client(context.Background())
 	publishSeq(t, c, "orders", 0, 1, func(int) string { return "poison" })
 	dir := t.TempDir()
@@ -175,8 +181,12 @@ func TestAttemptsSurviveSidecarRestart(t *testing.T) {
 // - 1 = 2 counted failures in all), dead-letters nothing, and delivery
 // resumes when it returns.
 func TestDownstreamOutageBurnsNoAttempts(t *testing.T) {
+	testDownstreamOutageBurnsNoAttempts(t, embedded)
+}
+
+func testDownstreamOutageBurnsNoAttempts(t *testing.T, b backend) {
 	r := testredis.Start(t)
-	n := startNode(t, ledgerConfig(r.Addr(), "pause", 4))
+	n := b.startNode(t, ledgerConfig(r.Addr(), "pause", 4))
 	c := n.client(context.Background())
 	dir := t.TempDir()
 	down := filepath.Join(dir, "down")
@@ -226,9 +236,11 @@ func TestDownstreamOutageBurnsNoAttempts(t *testing.T) {
 
 // Redis killed mid-run under redis_unavailable: pause: nothing is lost,
 // nothing is handled twice, and delivery resumes when Redis is back.
-func TestRedisOutagePause(t *testing.T) {
+func TestRedisOutagePause(t *testing.T) { testRedisOutagePause(t, embedded) }
+
+func testRedisOutagePause(t *testing.T, b backend) {
 	r := testredis.Start(t)
-	n := startNode(t, ledgerConfig(r.Addr(), "pause", 5))
+	n := b.startNode(t, ledgerConfig(r.Addr(), "pause", 5))
 	c := n.client(context.Background())
 	rec := filepath.Join(t.TempDir(), "rec")
 	startApp(t, n, rec, "--group", "workers", "--concurrency", "8", "--delay", "2ms")
@@ -277,9 +289,11 @@ func TestRedisOutageDeliver(t *testing.T) {
 // flow; after the fix, a redrive delivers it exactly once, only to the
 // group that dead-lettered it; a second redrive (a mistake) delivers
 // nothing, because the ledger knows it was handled.
-func TestRedriveAfterFix(t *testing.T) {
+func TestRedriveAfterFix(t *testing.T) { testRedriveAfterFix(t, embedded) }
+
+func testRedriveAfterFix(t *testing.T, b backend) {
 	r := testredis.Start(t)
-	n := startNode(t, fmt.Sprintf(`
+	n := b.startNode(t, fmt.Sprintf(`
 redis:
   addrs: [%q]
 topics:

@@ -1,0 +1,11 @@
+package testnats
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setDeathSignal kills the server if the test binary dies first.
+func setDeathSignal(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,96 @@
+package sidecar
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/jetstream"
+	"github.com/spoolmq/spool/sidecar/config"
+	"github.com/spoolmq/spool/sidecar/deliver"
+	"github.com/spoolmq/spool/sidecar/metrics"
+)
+
+// openBackend opens the log the config chooses (storage.backend): the
+// embedded one in dataDir, or a broker's (docs/backends.md). Everything
+// above it sees an engine.Backend only; embedded-only operations (cluster
+// administration, quarantine) are found by type assertion.
+func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, error) {
+	switch cfg.Storage.Backend {
+	case config.BackendEmbedded, "":
+		return engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: engine.Hooks{
+			// The engine logs the damage once; operators see it here and in /readyz.
+			PartitionQuarantined: func(q engine.Quarantine) {
+				m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
+			},
+		}})
+	case config.BackendJetStream:
+		js := cfg.Storage.JetStream
+		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,
+			PublishTimeout: js.PublishTimeout, Name: "spoold " + cfg.Node.ID, Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		logger.Info("storage: NATS JetStream", "urls", js.URLs, "prefix", js.Prefix, "replicas", js.Replicas, "shared_groups", js.SharedGroups)
+		if !js.SharedGroups {
+			return privateGroups{b}, nil
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("storage.backend %q: not available in this spoold; use embedded or jetstream (docs/backends.md)", cfg.Storage.Backend)
+}
+
+// privateGroups hides a broker backend's group coordinator: each sidecar
+// delivers every partition of its groups, committing positions itself
+// (storage.jetstream.shared_groups false).
+type privateGroups struct{ engine.Backend }
+
+// clusterStatus is the embedded cluster's status; false on a single node
+// and on a broker backend.
+func clusterStatus(eng engine.Backend) (engine.ClusterStatus, bool) {
+	if cl, ok := eng.(engine.ClusterAdmin); ok {
+		return cl.ClusterStatus()
+	}
+	return engine.ClusterStatus{}, false
+}
+
+// coordinatorOf is the group coordinator through which the sidecars of a
+// group share its partitions: the embedded cluster's, or a broker
+// backend's; nil on a single embedded node (it delivers every partition).
+func coordinatorOf(eng engine.Backend) deliver.Coordinator {
+	if cl, ok := eng.(engine.ClusterAdmin); ok {
+		if _, clustered := cl.ClusterStatus(); !clustered {
+			return nil
+		}
+		if gc, ok := eng.(engine.GroupCoordinator); ok {
+			return clusterCoordinator{GroupCoordinator: gc, eng: eng, cl: cl}
+		}
+		return nil
+	}
+	if gc, ok := eng.(engine.GroupCoordinator); ok {
+		return brokerCoordinator{gc}
+	}
+	return nil
+}
+
+// brokerCoordinator is a broker backend's group coordinator. A broker's
+// partitions are on no sidecar's node: members join without a node, and
+// no assignment prefers local reads.
+type brokerCoordinator struct{ engine.GroupCoordinator }
+
+// Node is 0 and known: the member is on no storage node.
+func (brokerCoordinator) Node() (uint64, bool) { return 0, true }
+
+// Replicas are unknown: no partition is local to a sidecar.
+func (brokerCoordinator) Replicas(string) [][]uint64 { return nil }
+
+// clusterAdmin is the embedded cluster's administration, or an
+// *engine.UnsupportedError naming the backend for op.
+func (a *admin) clusterAdmin(op string) (engine.ClusterAdmin, error) {
+	if cl, ok := a.eng.(engine.ClusterAdmin); ok {
+		return cl, nil
+	}
+	return nil, &engine.UnsupportedError{Backend: a.cfg.Storage.Backend, Op: op,
+		Instead: "the broker's own tools manage its servers and replicas (docs/backends.md)"}
+}
