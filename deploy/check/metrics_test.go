@@ -137,8 +137,8 @@ func TestDashboardQueriesRealMetrics(t *testing.T) {
 			} `json:"list"`
 		} `json:"templating"`
 		Panels []struct {
-			Type    string `json:"type"`
-			Title   string `json:"title"`
+			Type    string                   `json:"type"`
+			Title   string                   `json:"title"`
 			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
 			Targets []struct {
 				Expr  string `json:"expr"`
