@@ -45,10 +45,12 @@ gen: tools
 deps:
 	@./scripts/ensure-deps.sh
 
-## test: every test, Go with -race, then each SDK's. Installs what a fresh machine lacks.
+## test: every test, Go with -race, then deploy/'s checks (a module of its own: Helm,
+## Prometheus and Kubernetes types stay out of the main module), then each SDK's. Installs what a fresh machine lacks.
 test: deps
 	$(GO) build ./...
 	$(GO) test $(GO_TEST_FLAGS) ./...
+	cd deploy/check && $(GO) test -count=1 -timeout=10m ./...
 	@$(MAKE) --no-print-directory test-sdks
 
 # Each SDK in another language has sdk/<lang>/sdk.mk: it defines a

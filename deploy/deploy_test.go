@@ -5,6 +5,7 @@ package deploy
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -39,33 +40,60 @@ func TestYAMLFilesParse(t *testing.T) {
 	}
 }
 
-// The example's ConfigMap carries a spool.yaml that spoold accepts as is.
-func TestExampleSpoolConfigIsValid(t *testing.T) {
-	b, err := os.ReadFile("kubernetes/sidecar-example.yaml")
-	if err != nil {
-		t.Fatal(err)
+// Every spool.yaml carried by a ConfigMap of the example manifests (a key
+// ending in .yaml) is one spoold accepts, with the environment the manifests
+// give it (the pod IP as cluster.advertise). deploy/check resolves each
+// container's own args and environment against the mounted file.
+func TestExampleSpoolConfigsAreValid(t *testing.T) {
+	files, err := filepath.Glob("kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests found: %v", err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	found := false
-	for {
-		var doc struct {
-			Kind string            `yaml:"kind"`
-			Data map[string]string `yaml:"data"`
-		}
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if doc.Kind != "ConfigMap" {
-			continue
-		}
-		found = true
-		if _, err := config.Parse([]byte(doc.Data["spool.yaml"])); err != nil {
-			t.Fatalf("the example's spool.yaml is refused by spoold: %v", err)
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		for {
+			var doc struct {
+				Kind     string                `yaml:"kind"`
+				Metadata struct{ Name string } `yaml:"metadata"`
+				Data     map[string]string     `yaml:"data"`
+			}
+			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if doc.Kind != "ConfigMap" {
+				continue
+			}
+			for key, text := range doc.Data {
+				if filepath.Ext(key) != ".yaml" {
+					continue
+				}
+				checked++
+				path := filepath.Join(t.TempDir(), key)
+				if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				env := map[string]string{"SPOOL_NODE_ID": "orders-0"}
+				var clustered struct {
+					Cluster struct{ Listen string } `yaml:"cluster"`
+				}
+				if err := yaml.Unmarshal([]byte(text), &clustered); err == nil && clustered.Cluster.Listen != "" {
+					env["SPOOL_CLUSTER_ADVERTISE"] = "10.0.0.7:7072" // the pod IP
+				}
+				lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+				if _, err := config.Resolve(flag.NewFlagSet("spoold", flag.ContinueOnError), []string{"--config", path}, lookup); err != nil {
+					t.Errorf("%s: ConfigMap %s key %s is refused by spoold: %v", f, doc.Metadata.Name, key, err)
+				}
+			}
 		}
 	}
-	if !found {
-		t.Fatal("no ConfigMap with spool.yaml in the example")
+	if checked == 0 {
+		t.Fatal("no spool.yaml found in a ConfigMap of the examples")
 	}
 }

@@ -1,0 +1,21 @@
+// Package check holds the checks of deploy/ that need heavy dependencies
+// (Helm, the Prometheus rule and query parsers, Kubernetes API types): a
+// module of its own, so that none of them enters the main module. `make
+// test` runs it (cd deploy/check && go test ./...).
+//
+// What it proves, each against the real thing:
+//   - the Helm chart renders with its default values and every file in
+//     deploy/helm/spool/examples, on install and on upgrade;
+//   - every rendered manifest, and every manifest under deploy/kubernetes,
+//     deploy/injector and deploy/autoscaling, decodes strictly into the
+//     k8s.io/api types (an unknown or misspelt field fails), and its pods
+//     are coherent (mounts name volumes, probes name ports, spoold is a
+//     native sidecar next to an app);
+//   - spoold accepts the configuration each pod gives it: the container's
+//     own args and environment, resolved against the mounted spool.yaml by
+//     sidecar/config as spoold does;
+//   - the Prometheus rules parse with Prometheus's own rule parser, and the
+//     rules, the Grafana dashboard and the autoscaling examples query only
+//     metrics spoold registers (sidecar/metrics);
+//   - the Dockerfile builds static binaries and runs them as a non-root user.
+package check

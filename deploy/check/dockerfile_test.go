@@ -1,0 +1,76 @@
+package check
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The Dockerfile builds static binaries and every image it ships runs them
+// as a non-root user (hadolint is not packaged in Debian; these are the
+// rules that matter for the sidecar).
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type stage struct {
+		name, base, user string
+		builds           []string
+	}
+	var stages []*stage
+	// Join continued lines, drop comments.
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		word, rest, _ := strings.Cut(line, " ")
+		switch strings.ToUpper(word) {
+		case "FROM":
+			f := strings.Fields(rest)
+			s := &stage{base: f[0]}
+			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+				s.name = f[2]
+			}
+			stages = append(stages, s)
+		case "USER":
+			stages[len(stages)-1].user = strings.TrimSpace(rest)
+		case "RUN":
+			for _, cmd := range regexp.MustCompile(`&&|;`).Split(rest, -1) {
+				if strings.Contains(cmd, "go build") {
+					stages[len(stages)-1].builds = append(stages[len(stages)-1].builds, strings.TrimSpace(cmd))
+				}
+			}
+		}
+	}
+	if len(stages) < 2 {
+		t.Fatalf("want a build stage and image stages, found %d stages", len(stages))
+	}
+	images := 0
+	for _, s := range stages {
+		for _, cmd := range s.builds {
+			if !strings.Contains(cmd, "CGO_ENABLED=0") {
+				t.Errorf("stage %s: %q is not a static build: set CGO_ENABLED=0 (the images have no libc)", s.name, cmd)
+			}
+		}
+		if len(s.builds) > 0 {
+			continue
+		}
+		images++
+		if !strings.HasPrefix(s.base, "gcr.io/distroless/static") {
+			t.Errorf("image %s is based on %s: use gcr.io/distroless/static (no shell, no libc)", s.name, s.base)
+		}
+		if s.user == "" || s.user == "root" || s.user == "0" || strings.HasPrefix(s.user, "0:") {
+			t.Errorf("image %s runs as %q: set USER nonroot", s.name, s.user)
+		}
+	}
+	if last := stages[len(stages)-1]; last.name != "spoold" {
+		t.Errorf("the default target (the last stage) is %q: keep spoold last, so a plain docker build makes spoold", last.name)
+	}
+	if images < 2 {
+		t.Errorf("want the spoold and spool-injector images, found %d", images)
+	}
+}

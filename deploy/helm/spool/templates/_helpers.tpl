@@ -1,0 +1,188 @@
+{{/* Names. */}}
+{{- define "spool.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "spool.peers" -}}{{ include "spool.fullname" . }}-peers{{- end -}}
+
+{{- define "spool.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "spool.labels" -}}
+{{ include "spool.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Checks that fail the render with what to change. */}}
+{{- define "spool.validate" -}}
+{{- if not (has .Values.mode (list "statefulset" "deployment")) -}}
+{{- fail (printf "mode %q: must be statefulset or deployment" .Values.mode) -}}
+{{- end -}}
+{{- if not (has (toString .Values.cluster.storage) (list "on" "off")) -}}
+{{- fail (printf "cluster.storage %q: must be \"on\" or \"off\" (quoted: YAML reads a bare on/off as a boolean)" (toString .Values.cluster.storage)) -}}
+{{- end -}}
+{{- if not (has .Values.cluster.bootstrap (list "auto" "always" "never")) -}}
+{{- fail (printf "cluster.bootstrap %q: must be auto, always or never" .Values.cluster.bootstrap) -}}
+{{- end -}}
+{{- if and .Values.cluster.enabled (eq .Values.mode "deployment") (not .Values.cluster.join) -}}
+{{- fail "mode deployment with cluster.enabled needs cluster.join: the host:port of members of a running cluster (a replaced pod of a Deployment is a new node: it cannot be the one that starts the cluster)" -}}
+{{- end -}}
+{{- if and .Values.cluster.enabled (eq .Values.mode "deployment") (eq (toString .Values.cluster.storage) "on") -}}
+{{- fail "mode deployment with cluster.storage \"on\": each replaced pod would be a new node whose predecessor's replicas are re-created only after cluster.deadNodeTimeout, so a rolling update can take partitions below their majority; use cluster.storage \"off\" (docs/kubernetes.md, \"Two storage modes\")" -}}
+{{- end -}}
+{{- if and .Values.cluster.enabled (eq .Values.mode "statefulset") (eq (toString .Values.cluster.storage) "off") -}}
+{{- fail "mode statefulset with cluster.storage \"off\": the volumes would hold nothing; use mode deployment for storage-off sidecars" -}}
+{{- end -}}
+{{- if and .Values.autoscaling.enabled (ne .Values.mode "deployment") -}}
+{{- fail "autoscaling.enabled needs mode deployment: scaling storage nodes in and out moves replicas (docs/kubernetes.md)" -}}
+{{- end -}}
+{{- if and .Values.autoscaling.enabled (not .Values.autoscaling.group) -}}
+{{- fail "autoscaling.enabled needs autoscaling.group: the consumer group whose spool_lag_seconds drives the scaling" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Does this release bootstrap a cluster at pod 0? */}}
+{{- define "spool.bootstraps" -}}
+{{- if and .Values.cluster.enabled (eq .Values.mode "statefulset") (or (eq .Values.cluster.bootstrap "always") (and (eq .Values.cluster.bootstrap "auto") .Release.IsInstall)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* How many per-pod config files a statefulset cluster gets. */}}
+{{- define "spool.configCount" -}}
+{{- max (int .Values.replicas) 1 -}}
+{{- end -}}
+
+{{/*
+spool.config renders spool.yaml. Arguments: root (the chart context) and
+join (the peers of this pod: a list of host:port).
+*/}}
+{{- define "spool.config" -}}
+{{- $v := .root.Values -}}
+{{- $node := dict "data_dir" "/var/lib/spool" "app_listen" (list "unix:///run/spool/app.sock") "admin_listen" "0.0.0.0:7071" "drain_timeout" $v.spoold.drainTimeout -}}
+{{- $cfg := dict "node" $node -}}
+{{- if $v.cluster.enabled -}}
+{{- $c := dict "replication_factor" $v.cluster.replicationFactor "dead_node_timeout" $v.cluster.deadNodeTimeout -}}
+{{- if eq (toString $v.cluster.storage) "off" -}}
+{{- $_ := set $c "storage" "off" -}}
+{{- else -}}
+{{- $_ := set $c "listen" "0.0.0.0:7072" -}}
+{{- end -}}
+{{- if .join -}}{{- $_ := set $c "join" .join -}}{{- end -}}
+{{- if $v.cluster.tls.secretName -}}
+{{- $_ := set $c "tls" (dict "cert_file" "/etc/spool-tls/tls.crt" "key_file" "/etc/spool-tls/tls.key" "ca_file" "/etc/spool-tls/ca.crt") -}}
+{{- end -}}
+{{- $_ := set $cfg "cluster" $c -}}
+{{- end -}}
+{{- if $v.redis.addrs -}}
+{{- $r := dict "addrs" $v.redis.addrs -}}
+{{- if $v.redis.tls -}}{{- $_ := set $r "tls" true -}}{{- end -}}
+{{- if $v.redis.username -}}{{- $_ := set $r "username" $v.redis.username -}}{{- end -}}
+{{- if $v.redis.masterName -}}{{- $_ := set $r "master_name" $v.redis.masterName -}}{{- end -}}
+{{- if $v.redis.db -}}{{- $_ := set $r "db" $v.redis.db -}}{{- end -}}
+{{- $_ := set $cfg "redis" $r -}}
+{{- end -}}
+{{- $topics := list -}}
+{{- range $v.topics -}}
+{{- $topics = append $topics (merge (deepCopy .) $v.topicDefaults) -}}
+{{- end -}}
+{{- if $topics -}}{{- $_ := set $cfg "topics" $topics -}}{{- end -}}
+{{- if $v.subscriptions -}}{{- $_ := set $cfg "subscriptions" $v.subscriptions -}}{{- end -}}
+{{- toYaml (mergeOverwrite $cfg (deepCopy $v.spoolConfig)) -}}
+{{- end -}}
+
+{{/* The join list of statefulset pod $i: the pods before it (at most 3), or
+     for pod 0 when it does not bootstrap, pods 1 and 2; then cluster.join. */}}
+{{- define "spool.joinFor" -}}
+{{- $root := .root -}}{{- $i := int .index -}}
+{{- $peers := list -}}
+{{- if eq $i 0 -}}
+{{- if not (include "spool.bootstraps" $root) -}}
+{{- range $j := until (int (min 3 (int $root.Values.replicas))) -}}
+{{- if ne $j 0 -}}{{- $peers = append $peers (printf "%s-%d.%s:7072" (include "spool.fullname" $root) $j (include "spool.peers" $root)) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- range $j := until (int (min 3 $i)) -}}
+{{- $peers = append $peers (printf "%s-%d.%s:7072" (include "spool.fullname" $root) $j (include "spool.peers" $root)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (concat $peers $root.Values.cluster.join) -}}
+{{- end -}}
+
+{{/* The spoold container. Argument: root; sidecar (true: a native sidecar). */}}
+{{- define "spool.spoold" -}}
+{{- $v := .root.Values -}}
+- name: spoold
+  image: "{{ $v.spoold.image.repository }}:{{ $v.spoold.image.tag }}"
+  imagePullPolicy: {{ $v.spoold.image.pullPolicy }}
+  {{- if .sidecar }}
+  restartPolicy: Always
+  {{- end }}
+  args:
+    {{- if and $v.cluster.enabled (eq $v.mode "statefulset") }}
+    - --config=/etc/spool/node-$(POD_INDEX).yaml
+    {{- else }}
+    - --config=/etc/spool/spool.yaml
+    {{- end }}
+    - --log-level={{ $v.spoold.logLevel }}
+    {{- range $v.spoold.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    - name: SPOOL_NODE_ID
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    {{- if and $v.cluster.enabled (eq $v.mode "statefulset") }}
+    - name: POD_INDEX
+      valueFrom: {fieldRef: {fieldPath: "metadata.labels['apps.kubernetes.io/pod-index']"}}
+    {{- end }}
+    {{- if and $v.cluster.enabled (eq (toString $v.cluster.storage) "on") }}
+    - name: POD_IP
+      valueFrom: {fieldRef: {fieldPath: status.podIP}}
+    - name: SPOOL_CLUSTER_ADVERTISE
+      value: $(POD_IP):7072
+    {{- end }}
+    {{- if $v.redis.existingSecret }}
+    - name: SPOOL_REDIS_PASSWORD
+      valueFrom: {secretKeyRef: {name: {{ $v.redis.existingSecret }}, key: {{ $v.redis.passwordKey }}}}
+    {{- end }}
+    {{- with $v.spoold.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - {name: spool-admin, containerPort: 7071}
+    {{- if and $v.cluster.enabled (eq (toString $v.cluster.storage) "on") }}
+    - {name: spool-cluster, containerPort: 7072}
+    {{- end }}
+  startupProbe:
+    httpGet: {path: /readyz, port: spool-admin}
+    periodSeconds: 2
+    failureThreshold: 90
+  readinessProbe:
+    httpGet: {path: /readyz, port: spool-admin}
+    periodSeconds: 5
+  livenessProbe:
+    httpGet: {path: /healthz, port: spool-admin}
+    periodSeconds: 10
+    timeoutSeconds: 5
+    failureThreshold: 3
+  resources:
+    {{- toYaml $v.spoold.resources | nindent 4 }}
+  securityContext:
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities: {drop: [ALL]}
+  volumeMounts:
+    - {name: spool-config, mountPath: /etc/spool, readOnly: true}
+    - {name: spool-socket, mountPath: /run/spool}
+    - {name: spool-data, mountPath: /var/lib/spool}
+    {{- if and $v.cluster.enabled $v.cluster.tls.secretName }}
+    - {name: spool-tls, mountPath: /etc/spool-tls, readOnly: true}
+    {{- end }}
+{{- end -}}

@@ -1,0 +1,141 @@
+// Package injector adds spoold to pods as a native sidecar: the mutating
+// admission webhook behind cmd/spool-injector. Inject is the decision, pure
+// (a pod and the defaults in, a JSONPatch out); Handler is the HTTP edge
+// that decodes an AdmissionReview, calls it and answers.
+//
+// What it does to a pod annotated spool.dev/inject: "true" is documented in
+// docs/kubernetes.md ("The injector"); the annotations it reads are the
+// Annotation* constants. It imports no other Spool package (its tests check
+// the flags it writes against sidecar/config): spoold's
+// configuration is passed as flags and a mounted file, never interpreted
+// here.
+package injector
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Defaults are what the injector gives every pod, unless an annotation of
+// the pod says otherwise. They are read from a YAML file (a ConfigMap
+// mounted into the injector's pod): LoadDefaults.
+type Defaults struct {
+	// Image of spoold. Required.
+	Image string `yaml:"image"`
+	// ImagePullPolicy of the spoold container: Always, IfNotPresent or
+	// Never. Default IfNotPresent.
+	ImagePullPolicy string `yaml:"image_pull_policy"`
+	// Config names a ConfigMap in the pod's namespace whose key spool.yaml
+	// is spoold's configuration file (docs/configuration.md). Empty: spoold
+	// runs on its defaults and the flags below (a single node per pod).
+	Config string `yaml:"config"`
+	// RedisAddrs of the idempotency ledger (--redis-addr).
+	RedisAddrs []string `yaml:"redis_addrs"`
+	// RedisPasswordSecret names a Secret (name and key) in the pod's
+	// namespace given to spoold as SPOOL_REDIS_PASSWORD.
+	RedisPasswordSecret SecretKey `yaml:"redis_password_secret"`
+	// DrainTimeout is spoold's graceful shutdown budget (--drain-timeout).
+	// Default 30s. The pod's terminationGracePeriodSeconds must cover the
+	// app's own shutdown plus this: the app stops first.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// Resources of the spoold container, as Kubernetes quantities; empty
+	// means none. Defaults from docs/benchmarks.md: requests 250m CPU and
+	// 128Mi, limit 512Mi of memory, no CPU limit.
+	CPURequest    string `yaml:"cpu_request"`
+	MemoryRequest string `yaml:"memory_request"`
+	CPULimit      string `yaml:"cpu_limit"`
+	MemoryLimit   string `yaml:"memory_limit"`
+	// Args are extra spoold flags for every pod (docs/configuration.md,
+	// "Precedence"), after the injector's own.
+	Args []string `yaml:"args"`
+}
+
+// SecretKey names one key of a Secret.
+type SecretKey struct {
+	Name string `yaml:"name"`
+	Key  string `yaml:"key"`
+}
+
+// Fixed layout of an injected pod: the names and paths the app relies on.
+const (
+	ContainerName  = "spoold"
+	SocketVolume   = "spool-socket"
+	DataVolume     = "spool-data"
+	ConfigVolume   = "spool-config"
+	SocketDir      = "/run/spool"
+	SocketAddr     = "unix:///run/spool/app.sock"
+	DataDir        = "/var/lib/spool"
+	ConfigDir      = "/etc/spool"
+	AdminPort      = 7071
+	AddrEnv        = "SPOOL_ADDR" // read by every SDK
+	configFileName = "spool.yaml"
+)
+
+// DefaultDrainTimeout is spoold's own default (node.drain_timeout).
+const DefaultDrainTimeout = 30 * time.Second
+
+// LoadDefaults reads and checks the defaults file.
+func LoadDefaults(path string) (Defaults, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Defaults{}, fmt.Errorf("injector: read the defaults file: %w", err)
+	}
+	return ParseDefaults(b)
+}
+
+// ParseDefaults decodes a defaults file strictly (an unknown field is an
+// error), fills what is left out and checks the rest.
+func ParseDefaults(b []byte) (Defaults, error) {
+	var d Defaults
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&d); err != nil && !errors.Is(err, io.EOF) {
+		return Defaults{}, fmt.Errorf("injector: defaults file: %w (fields: docs/kubernetes.md, \"The injector\")", err)
+	}
+	if err := d.validate(); err != nil {
+		return Defaults{}, err
+	}
+	return d, nil
+}
+
+// validate fills defaults and rejects what would make every injected pod
+// fail, naming the field and what is allowed.
+func (d *Defaults) validate() error {
+	if d.ImagePullPolicy == "" {
+		d.ImagePullPolicy = "IfNotPresent"
+	}
+	if d.DrainTimeout == 0 {
+		d.DrainTimeout = DefaultDrainTimeout
+	}
+	var errs []error
+	if d.Image == "" {
+		errs = append(errs, errors.New("injector: defaults: image is required (the spoold image, e.g. spool/spoold:v1.2.3)"))
+	}
+	switch d.ImagePullPolicy {
+	case "Always", "IfNotPresent", "Never":
+	default:
+		errs = append(errs, fmt.Errorf("injector: defaults: image_pull_policy = %q: must be Always, IfNotPresent or Never", d.ImagePullPolicy))
+	}
+	if d.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("injector: defaults: drain_timeout = %v: must be > 0", d.DrainTimeout))
+	}
+	for _, q := range []struct{ name, v string }{{"cpu_request", d.CPURequest}, {"memory_request", d.MemoryRequest}, {"cpu_limit", d.CPULimit}, {"memory_limit", d.MemoryLimit}} {
+		if q.v == "" {
+			continue
+		}
+		if _, err := resource.ParseQuantity(q.v); err != nil {
+			errs = append(errs, fmt.Errorf("injector: defaults: %s = %q: not a Kubernetes quantity (like 250m, 128Mi)", q.name, q.v))
+		}
+	}
+	if (d.RedisPasswordSecret.Name == "") != (d.RedisPasswordSecret.Key == "") {
+		errs = append(errs, errors.New("injector: defaults: redis_password_secret needs both name and key"))
+	}
+	return errors.Join(errs...)
+}

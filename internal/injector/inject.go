@@ -1,0 +1,323 @@
+package injector
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// The annotations the injector reads (and one it writes). Each override
+// replaces the default of the same name for this pod only.
+const (
+	AnnotationInject        = "spool.dev/inject"         // "true": add the sidecar
+	AnnotationStatus        = "spool.dev/status"         // written: "injected"
+	AnnotationImage         = "spool.dev/image"          // spoold's image
+	AnnotationConfig        = "spool.dev/config"         // ConfigMap with spool.yaml; "" for none
+	AnnotationTopics        = "spool.dev/topics"         // comma list of name[:partitions] (--topic)
+	AnnotationSubscriptions = "spool.dev/subscriptions"  // comma list of topic:group (--subscription)
+	AnnotationRedisAddrs    = "spool.dev/redis-addrs"    // comma list of host:port (--redis-addr)
+	AnnotationDrainTimeout  = "spool.dev/drain-timeout"  // a duration, like 30s (--drain-timeout)
+	AnnotationCPURequest    = "spool.dev/cpu-request"    // quantity
+	AnnotationMemoryRequest = "spool.dev/memory-request" // quantity
+	AnnotationCPULimit      = "spool.dev/cpu-limit"      // quantity
+	AnnotationMemoryLimit   = "spool.dev/memory-limit"   // quantity
+)
+
+// StatusInjected is the value of AnnotationStatus on an injected pod.
+const StatusInjected = "injected"
+
+// PatchOp is one JSONPatch (RFC 6902) operation. The injector only adds.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// Result is what Inject decided for one pod.
+type Result struct {
+	// Patch is empty when the pod is left as it is: not asking for the
+	// sidecar, or already injected.
+	Patch []PatchOp
+	// Warnings are shown to whoever created the pod (kubectl prints them).
+	Warnings []string
+}
+
+// Inject decides what to add to pod. An error means the pod asked for the
+// sidecar with annotations that cannot work: the pod is refused with the
+// error's text, which says which annotation and what is allowed.
+func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
+	ann := pod.Annotations
+	if ann[AnnotationInject] != "true" {
+		return Result{}, nil
+	}
+	if injected(pod) {
+		return Result{}, nil
+	}
+	s, err := settingsFor(ann, d)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, v := range pod.Spec.Volumes {
+		switch v.Name {
+		case SocketVolume, DataVolume, ConfigVolume:
+			return Result{}, fmt.Errorf("spool injector: the pod already has a volume named %q, which the sidecar needs: rename it, or remove the %s annotation", v.Name, AnnotationInject)
+		}
+	}
+	var r Result
+	r.Patch = append(r.Patch, addAll("/spec/initContainers", len(pod.Spec.InitContainers) == 0, true, sidecar(s))...)
+	vols := []any{
+		corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.Volume{Name: DataVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	if s.config != "" {
+		vols = append(vols, corev1.Volume{Name: ConfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.config},
+		}}})
+	}
+	r.Patch = append(r.Patch, addAll("/spec/volumes", len(pod.Spec.Volumes) == 0, false, vols...)...)
+	for i, c := range pod.Spec.Containers {
+		base := "/spec/containers/" + strconv.Itoa(i)
+		if !mountsDir(c, SocketDir) {
+			r.Patch = append(r.Patch, addAll(base+"/volumeMounts", len(c.VolumeMounts) == 0, false,
+				corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir})...)
+		}
+		if !hasEnv(c, AddrEnv) {
+			r.Patch = append(r.Patch, addAll(base+"/env", len(c.Env) == 0, false,
+				corev1.EnvVar{Name: AddrEnv, Value: SocketAddr})...)
+		}
+	}
+	add := map[string]string{AnnotationStatus: StatusInjected}
+	for k, v := range map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(AdminPort), "prometheus.io/path": "/metrics"} {
+		if _, ok := ann[k]; !ok {
+			add[k] = v
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(add)) {
+		r.Patch = append(r.Patch, PatchOp{Op: "add", Path: "/metadata/annotations/" + escape(k), Value: add[k]})
+	}
+	grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if time.Duration(grace)*time.Second < s.drain {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("spool injector: terminationGracePeriodSeconds (%d) is shorter than spoold's drain timeout (%v): the app stops first and spoold after it, within the same grace period, so spoold may be killed before it has committed; raise terminationGracePeriodSeconds or lower %s", grace, s.drain, AnnotationDrainTimeout))
+	}
+	return r, nil
+}
+
+// injected reports whether the pod already has the sidecar (injected
+// before, or written into the pod by hand).
+func injected(pod *corev1.Pod) bool {
+	if pod.Annotations[AnnotationStatus] == StatusInjected {
+		return true
+	}
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			if c.Name == ContainerName {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// settings are the defaults with the pod's overrides applied.
+type settings struct {
+	image, pullPolicy, config string
+	topics, subs, redis       []string
+	drain                     time.Duration
+	resources                 corev1.ResourceRequirements
+	redisSecret               SecretKey
+	extraArgs                 []string
+}
+
+func settingsFor(ann map[string]string, d Defaults) (settings, error) {
+	s := settings{image: d.Image, pullPolicy: d.ImagePullPolicy, config: d.Config, redis: d.RedisAddrs,
+		drain: d.DrainTimeout, redisSecret: d.RedisPasswordSecret, extraArgs: d.Args}
+	var errs []error
+	if v, ok := ann[AnnotationImage]; ok {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s is empty: give spoold's image, or remove the annotation to use the default (%s)", AnnotationImage, d.Image))
+		}
+		s.image = v
+	}
+	if v, ok := ann[AnnotationConfig]; ok {
+		s.config = v
+	}
+	s.topics = list(ann[AnnotationTopics])
+	s.subs = list(ann[AnnotationSubscriptions])
+	for _, sub := range s.subs {
+		if t, g, ok := strings.Cut(sub, ":"); !ok || t == "" || g == "" {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s: %q is not topic:group", AnnotationSubscriptions, sub))
+		}
+	}
+	if v, ok := ann[AnnotationRedisAddrs]; ok {
+		s.redis = list(v)
+	}
+	if v, ok := ann[AnnotationDrainTimeout]; ok {
+		dt, err := time.ParseDuration(v)
+		if err != nil || dt <= 0 {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s = %q: must be a positive duration with a unit, like 30s", AnnotationDrainTimeout, v))
+		}
+		s.drain = dt
+	}
+	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
+	for _, q := range []struct {
+		annotation, def string
+		list            corev1.ResourceList
+		name            corev1.ResourceName
+	}{
+		{AnnotationCPURequest, d.CPURequest, requests, corev1.ResourceCPU},
+		{AnnotationMemoryRequest, d.MemoryRequest, requests, corev1.ResourceMemory},
+		{AnnotationCPULimit, d.CPULimit, limits, corev1.ResourceCPU},
+		{AnnotationMemoryLimit, d.MemoryLimit, limits, corev1.ResourceMemory},
+	} {
+		v, ok := ann[q.annotation]
+		if !ok {
+			v = q.def
+		}
+		if v == "" {
+			continue
+		}
+		qty, err := resource.ParseQuantity(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s = %q: not a Kubernetes quantity (like 250m or 128Mi)", q.annotation, v))
+			continue
+		}
+		q.list[q.name] = qty
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okr := requests[name]
+		lim, okl := limits[name]
+		if okr && okl && req.Cmp(lim) > 0 {
+			errs = append(errs, fmt.Errorf("spool injector: the sidecar's %s request (%s) is above its limit (%s): lower the request or raise the limit (annotations %s-request, %s-limit)", name, req.String(), lim.String(), "spool.dev/"+string(name), "spool.dev/"+string(name)))
+		}
+	}
+	if len(requests) > 0 {
+		s.resources.Requests = requests
+	}
+	if len(limits) > 0 {
+		s.resources.Limits = limits
+	}
+	return s, errors.Join(errs...)
+}
+
+// sidecar is the spoold container: an init container that keeps running
+// (restartPolicy Always), started before the app and stopped after it.
+func sidecar(s settings) corev1.Container {
+	always := corev1.ContainerRestartPolicyAlways
+	args := []string{"--data-dir", DataDir, "--app-listen", SocketAddr, "--admin-listen", "0.0.0.0:" + strconv.Itoa(AdminPort),
+		"--drain-timeout", s.drain.String()}
+	mounts := []corev1.VolumeMount{{Name: SocketVolume, MountPath: SocketDir}, {Name: DataVolume, MountPath: DataDir}}
+	if s.config != "" {
+		args = append([]string{"--config", ConfigDir + "/" + configFileName}, args...)
+		mounts = append(mounts, corev1.VolumeMount{Name: ConfigVolume, MountPath: ConfigDir, ReadOnly: true})
+	}
+	if len(s.redis) > 0 {
+		args = append(args, "--redis-addr", strings.Join(s.redis, ","))
+	}
+	for _, t := range s.topics {
+		args = append(args, "--topic", t)
+	}
+	for _, sub := range s.subs {
+		args = append(args, "--subscription", sub)
+	}
+	args = append(args, s.extraArgs...)
+	env := []corev1.EnvVar{{Name: "SPOOL_NODE_ID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	if s.redisSecret.Name != "" {
+		env = append(env, corev1.EnvVar{Name: "SPOOL_REDIS_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s.redisSecret.Name}, Key: s.redisSecret.Key,
+		}}})
+	}
+	probe := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("spool-admin")}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   5,
+			FailureThreshold: failures,
+		}
+	}
+	no, yes := false, true
+	return corev1.Container{
+		Name:            ContainerName,
+		Image:           s.image,
+		ImagePullPolicy: corev1.PullPolicy(s.pullPolicy),
+		RestartPolicy:   &always,
+		Args:            args,
+		Env:             env,
+		Ports:           []corev1.ContainerPort{{Name: "spool-admin", ContainerPort: AdminPort}},
+		// The app starts once this passes: spoold has opened its log and
+		// serves. Up to 3 minutes (a cluster node may wait 60 s to join).
+		StartupProbe:   probe("/readyz", 2, 90),
+		ReadinessProbe: probe("/readyz", 5, 3),
+		LivenessProbe:  probe("/healthz", 10, 3),
+		Resources:      s.resources,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: &no,
+			ReadOnlyRootFilesystem:   &yes,
+			RunAsNonRoot:             &yes,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+		VolumeMounts: mounts,
+	}
+}
+
+// addAll adds values to the array at path: the whole array when the pod
+// has none, else each value at the end (or, with first, at the start, in
+// order).
+func addAll[T any](path string, empty, first bool, values ...T) []PatchOp {
+	if empty {
+		return []PatchOp{{Op: "add", Path: path, Value: values}}
+	}
+	ops := make([]PatchOp, 0, len(values))
+	for i, v := range values {
+		p := path + "/-"
+		if first {
+			p = path + "/" + strconv.Itoa(i)
+		}
+		ops = append(ops, PatchOp{Op: "add", Path: p, Value: v})
+	}
+	return ops
+}
+
+func mountsDir(c corev1.Container, dir string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == dir || m.Name == SocketVolume {
+			return true
+		}
+	}
+	return false
+}
+
+func hasEnv(c corev1.Container, name string) bool {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// list splits a comma list, dropping blanks.
+func list(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// escape makes a map key a JSON Pointer token (RFC 6901).
+func escape(k string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1")
+}
