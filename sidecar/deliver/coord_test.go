@@ -362,3 +362,39 @@ func TestDegradedMemberGivesItsPartitionsUp(t *testing.T) {
 		}
 	})
 }
+
+// An app that crashes with a delivery in flight and comes back gets its
+// messages at once, whatever the commit interval: when its last app
+// leaves, the member hands its in-flight deliveries back and yields its
+// partitions (commit, then RevokeDone, without waiting for the commit
+// interval or the revoke drain bound), and takes them back when an app
+// returns. (Suspected when the shared groups of the JetStream backend
+// waited out the revoke bound with commit_interval 1h; the delivery
+// driver does not.)
+func TestReconnectWithLongCommitInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 1, tDLQ: 1})
+		co := newInProcCoord()
+		cfg := clusterGroup(co, 50*time.Millisecond)
+		cfg.Membership.CommitInterval = time.Hour
+		h := startGroup(t, eng, cfg)
+		c := h.join(16, 4)
+		await(t, 10*time.Second, "member a owns the partition", func() bool { return len(co.assignment(memberA).Owned) == 1 })
+		eng.publish(tTopic, 0, msg("m0", nil))
+		c.deliveries(1, 10*time.Second) // left in flight: the app crashes
+		if err := h.g.post(context.Background(), leaveEvent{c.c}); err != nil {
+			t.Fatal(err)
+		}
+		left := time.Now()
+		time.Sleep(2 * time.Second) // sleep-ok: fake time; the app stays away for a few polls
+		c2 := h.join(16, 4)
+		eng.publish(tTopic, 0, msg("m1", nil))
+		got := c2.deliveries(1, 60*time.Second)
+		if took := time.Since(left); took > 5*time.Second {
+			t.Fatalf("after a reconnect %s came %v later; want it within a few polls. Coordinator: %v", got[0].GetMessageId(), took, co.events())
+		}
+		if ev := co.events(); len(ev) < 2 || ev[0] != memberA+" commit "+tTopic+"/0@0 err=false" || ev[1] != memberA+" revokedone "+tTopic+"/0 err=false" {
+			t.Fatalf("coordinator saw %v; want the yielded partition committed at 0, then RevokeDone", ev)
+		}
+	})
+}
