@@ -131,6 +131,7 @@ func printTable(r *Result) {
 	row("sidecar CPU", fmt.Sprintf("%.2f µs/msg (%.3f cores)", r.SidecarCPUUsPerMsg, r.SidecarCPUCores))
 	if r.Redis {
 		row("redis CPU", fmt.Sprintf("%.2f µs/msg (%.2f cores)", r.RedisCPUUsPerMsg, r.RedisCPUCores))
+		row("redis scripts", fmt.Sprintf("%.4f calls/msg (%.2f µs/msg in them), %.2f other commands/msg", r.RedisScriptsPerMsg, r.RedisScriptUsPerMsg, r.RedisCommandsPerMsg))
 		row("ledger", fmt.Sprintf("dedupe hits %d, ledger errors %d, undeduped deliveries %d", r.DedupeHits, r.LedgerErrors, r.Undeduped))
 	}
 	row("loadtest CPU", fmt.Sprintf("%.2f µs/msg", r.LoadtestCPUUsPerMsg))

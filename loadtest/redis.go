@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -173,4 +176,55 @@ func tail(path string) string {
 		b = b[len(b)-2000:]
 	}
 	return string(b)
+}
+
+// redisCommandStats reads INFO commandstats: the calls and microseconds
+// of the commands clients sent (scripts counted once, with the commands
+// they run inside), and how many commands ran inside scripts.
+func redisCommandStats(addr string) (calls, usec, inner int64, err error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("INFO commandstats\r\n")); err != nil {
+		return 0, 0, 0, err
+	}
+	rd := bufio.NewReader(c)
+	head, err := rd.ReadString('\n')
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var size int
+	if _, err := fmt.Sscanf(head, "$%d\r\n", &size); err != nil {
+		return 0, 0, 0, fmt.Errorf("INFO answered %q", head)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		return 0, 0, 0, err
+	}
+	// cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,...
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		name, stats, _ := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		// The ledger's commands run inside its scripts: counted here as
+		// well as in the script's own time.
+		script := name == "evalsha" || name == "eval"
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch {
+			case k == "calls" && script:
+				calls += n
+			case k == "usec" && script:
+				usec += n
+			case k == "calls" && name != "info":
+				inner += n
+			}
+		}
+	}
+	return calls, usec, inner, nil
 }

@@ -35,6 +35,13 @@ type Result struct {
 	SidecarCPUCores     float64 `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
 	RedisCPUUsPerMsg    float64 `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
 	RedisCPUCores       float64 `json:"redis_cpu_cores,omitempty"`
+	// From INFO commandstats, per message: the ledger's script calls
+	// (messages per call is its batch size), the time redis-server spent
+	// running them, and the other commands (the GETs and SETs the scripts
+	// run, mostly).
+	RedisScriptsPerMsg  float64 `json:"redis_scripts_per_msg,omitempty"`
+	RedisScriptUsPerMsg float64 `json:"redis_script_us_per_msg,omitempty"`
+	RedisCommandsPerMsg float64 `json:"redis_commands_per_msg,omitempty"`
 	LoadtestCPUUsPerMsg float64 `json:"loadtest_cpu_us_per_msg"`
 	// ConsumerSDK is the scenario's consumer_sdk; with a consumer program
 	// (not go), its processes' utime+stime over the measured phase per
@@ -113,6 +120,8 @@ const mib = 1 << 20
 type phase struct {
 	t                       time.Time
 	sidecar, harness, redis int64 // CPU clock ticks
+	redisCalls, redisUsec   int64 // INFO commandstats: script calls and their time
+	redisInner              int64 // INFO commandstats: the other commands
 	consumer                int64 // CPU clock ticks of the consumer programs
 	nodes                   []int64
 	rssKiB                  int64 // summed over the nodes
@@ -122,6 +131,7 @@ type phase struct {
 type procs struct {
 	sidecars  []*sidecarProc
 	redis     int   // 0: none
+	redisAddr string
 	consumers []int // consumer programs (consumer_sdk other than go)
 }
 
@@ -153,6 +163,9 @@ func mark(pp procs) (phase, error) {
 			return phase{}, fmt.Errorf("loadtest: redis-server: %w", err)
 		}
 		ph.redis = r
+		if ph.redisCalls, ph.redisUsec, ph.redisInner, err = redisCommandStats(pp.redisAddr); err != nil {
+			return phase{}, fmt.Errorf("loadtest: redis-server: %w", err)
+		}
 	}
 	for _, pid := range pp.consumers {
 		c, err := procCPU(pid)
@@ -201,7 +214,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	p := nodes[0]
 	pp := procs{sidecars: nodes}
 	if rds != nil {
-		pp.redis = rds.pid()
+		pp.redis, pp.redisAddr = rds.pid(), rds.addr
 	}
 	smp := startSampler(pp.pids, 100*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // sleep-ok: let the just-started sidecars settle before calling them idle
@@ -507,6 +520,9 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		if rds != nil {
 			r.RedisCPUUsPerMsg = round(float64(end.redis-start.redis)*1e6/clockTicks/float64(r.Messages), 2)
 			r.RedisCPUCores = round(float64(end.redis-start.redis)/clockTicks/dur, 2)
+			r.RedisScriptsPerMsg = round(float64(end.redisCalls-start.redisCalls)/float64(r.Messages), 4)
+			r.RedisScriptUsPerMsg = round(float64(end.redisUsec-start.redisUsec)/float64(r.Messages), 2)
+			r.RedisCommandsPerMsg = round(float64(end.redisInner-start.redisInner)/float64(r.Messages), 2)
 		}
 	}
 	r.P50Ms, r.P99Ms = round(lat.quantileMs(0.50), 3), round(lat.quantileMs(0.99), 3)

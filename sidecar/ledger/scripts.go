@@ -23,8 +23,9 @@ const (
 	codeAbsent      = 3
 )
 
-// An entry is one string (GET, then SET with PX: two commands per message
-// and operation, where a hash took three), six fields separated by "\n":
+// An entry is one string (a hash took three commands per message and
+// operation where a string takes two: GET, then SET with PX; a first
+// claim takes one, SET NX GET), six fields separated by "\n":
 //
 //	state \n token \n lease (unix ms) \n owner \n attempts \n last error
 //
@@ -33,14 +34,17 @@ const (
 // WRONGTYPE error, as Redis answers a key of another type.
 const entryLua = `
 local PATTERN = '^([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n([^\n]*)\n(.*)$'
-local function load(key)
-  local v = redis.call('GET', key)
-  if not v then return nil end
+local function parse(key, v)
   local st, tok, lease, own, att, err = string.match(v, PATTERN)
   if not st then
     error(redis.error_reply('WRONGTYPE spool ledger entry ' .. key .. ' is not in the ledger format'))
   end
   return {state = st, token = tok, lease = lease, owner = own, attempts = att, err = err}
+end
+local function load(key)
+  local v = redis.call('GET', key)
+  if not v then return nil end
+  return parse(key, v)
 end
 local function pack(e)
   return e.state .. '\n' .. e.token .. '\n' .. e.lease .. '\n' .. e.owner .. '\n' .. e.attempts .. '\n' .. e.err
@@ -55,33 +59,37 @@ var claimScript = redis.NewScript(entryLua + `
 local owner = ARGV[1]
 local now = tonumber(ARGV[2])
 local ttl = ARGV[3]
+-- claim answers status, token, attempts, busy_until, last error for the
+-- entry e found at key (written by SET NX, which wrote nothing).
+local function claim(key, e, lease)
+  local token = tonumber(e.token) or 0
+  local attempts = tonumber(e.attempts) or 0
+  if e.state == 'done' then
+    return 2, token, attempts, 0, e.err
+  elseif e.state == 'dead' then
+    return 3, token, attempts, 0, e.err
+  end
+  local until_ms = tonumber(e.lease) or 0
+  if e.state == 'in_progress' and e.owner ~= owner and until_ms > now then
+    return 4, token, attempts, until_ms, e.err
+  end
+  token, attempts = token + 1, attempts + 1
+  e.state, e.token, e.lease, e.owner, e.attempts = 'in_progress', string.format('%d', token), lease, owner, string.format('%d', attempts)
+  redis.call('SET', key, pack(e), 'PX', ttl)
+  return 1, token, attempts, 0, e.err
+end
 local out = {}
 local n = 0
 for i = 1, #KEYS do
-  local key = KEYS[i]
-  local e = load(key) or {state = '', token = '0', lease = '0', owner = '', attempts = '0', err = ''}
-  local token = tonumber(e.token) or 0
-  local attempts = tonumber(e.attempts) or 0
-  local lease = tonumber(e.lease) or 0
-  local status, busy = 1, 0
-  if e.state == 'done' then
-    status = 2
-  elseif e.state == 'dead' then
-    status = 3
-  elseif e.state == 'in_progress' and e.owner ~= owner and lease > now then
-    status = 4
-    busy = lease
+  local key, lease = KEYS[i], ARGV[3 + i]
+  -- A message seen for the first time (the common case) is one command:
+  -- SET NX writes its first attempt, GET says there was no entry.
+  local old = redis.call('SET', key, 'in_progress\n1\n' .. lease .. '\n' .. owner .. '\n1\n', 'NX', 'PX', ttl, 'GET')
+  if old then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = claim(key, parse(key, old), lease)
   else
-    token = token + 1
-    attempts = attempts + 1
-    e.state, e.token, e.lease, e.owner, e.attempts = 'in_progress', string.format('%d', token), ARGV[3 + i], owner, string.format('%d', attempts)
-    redis.call('SET', key, pack(e), 'PX', ttl)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 1, 1, 1, 0, ''
   end
-  out[n + 1] = status
-  out[n + 2] = token
-  out[n + 3] = attempts
-  out[n + 4] = busy
-  out[n + 5] = e.err
   n = n + 5
 end
 return out
@@ -94,13 +102,18 @@ local ttl = ARGV[1]
 local out = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local e = load(key)
-  if e and e.state == 'in_progress' and e.token == ARGV[1 + i] then
-    e.state = 'done'
-    redis.call('SET', key, pack(e), 'PX', ttl)
-    out[i] = 1
-  else
-    out[i] = 0
+  local v = redis.call('GET', key)
+  out[i] = 0
+  if v then
+    -- Only the state and the token matter: the common case compares a
+    -- prefix and keeps the rest as it is, without unpacking the entry.
+    local head = 'in_progress\n' .. ARGV[1 + i] .. '\n'
+    if string.sub(v, 1, #head) == head then
+      redis.call('SET', key, 'done\n' .. string.sub(v, #'in_progress\n' + 1), 'PX', ttl)
+      out[i] = 1
+    else
+      parse(key, v) -- a value not in the ledger's format is an error
+    end
   end
 end
 return out
