@@ -254,9 +254,10 @@ func sidecar(s settings) corev1.Container {
 		Args:            args,
 		Env:             env,
 		Ports:           []corev1.ContainerPort{{Name: "spool-admin", ContainerPort: AdminPort}},
-		// The app starts once this passes: spoold has opened its log and
-		// serves. Up to 3 minutes (a cluster node may wait 60 s to join).
-		StartupProbe:   probe("/readyz", 2, 90),
+		// The app starts once this passes: spoold serves and, in a cluster,
+		// has joined and every replica it holds knows its leader. Up to 3
+		// minutes (a cluster node may wait 60 s to join).
+		StartupProbe:   probe("/startupz", 2, 90),
 		ReadinessProbe: probe("/readyz", 5, 3),
 		LivenessProbe:  probe("/healthz", 10, 3),
 		Resources:      s.resources,
