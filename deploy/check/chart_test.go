@@ -1,18 +1,22 @@
 package check
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/spoolmq/spool/sidecar/config"
 )
 
 const chartDir = "../helm/spool"
@@ -109,16 +113,22 @@ func checkWorkloads(t *testing.T, objs []object) []*corev1.PodSpec {
 	n := 0
 	for _, o := range objs {
 		var spec *corev1.PodSpec
+		var labels map[string]string
 		replicas, claims, base := int32(1), []string(nil), o.name
+		wanted := int32(1) // replicas of the workload (a Deployment's pods are simulated once)
 		switch w := o.obj.(type) {
 		case *appsv1.Deployment:
-			spec = &w.Spec.Template.Spec
+			spec, labels = &w.Spec.Template.Spec, w.Spec.Template.Labels
 			base += "-7d9f8c6b5d-x2x9q"
+			if w.Spec.Replicas != nil {
+				wanted = *w.Spec.Replicas
+			}
 		case *appsv1.StatefulSet:
-			spec = &w.Spec.Template.Spec
+			spec, labels = &w.Spec.Template.Spec, w.Spec.Template.Labels
 			if w.Spec.Replicas != nil {
 				replicas = *w.Spec.Replicas
 			}
+			wanted = replicas
 			for _, c := range w.Spec.VolumeClaimTemplates {
 				claims = append(claims, c.Name)
 			}
@@ -133,13 +143,27 @@ func checkWorkloads(t *testing.T, objs []object) []*corev1.PodSpec {
 		if err := checkSidecar(spec); err != nil {
 			t.Errorf("%s: %v", o.source, err)
 		}
+		if err := checkProbes(spec); err != nil {
+			t.Errorf("%s: %v", o.source, err)
+		}
 		for i := range int(replicas) {
 			pod := base
 			if _, sts := o.obj.(*appsv1.StatefulSet); sts {
 				pod = fmt.Sprintf("%s-%d", o.name, i)
 			}
-			if _, err := resolveSpoold(t, spec, cms, pod, i); err != nil {
+			cfg, err := resolveSpoold(t, spec, cms, pod, i)
+			if err != nil {
 				t.Errorf("%s, pod %s: %v", o.source, pod, err)
+				continue
+			}
+			if err := checkGrace(spec, cfg); err != nil {
+				t.Errorf("%s, pod %s: %v", o.source, pod, err)
+			}
+			if err := checkPeers(objs, labels, wanted, cfg); err != nil {
+				t.Errorf("%s, pod %s: %v", o.source, pod, err)
+			}
+			if _, sts := o.obj.(*appsv1.StatefulSet); sts && cfg.Cluster.LeaveOnShutdown {
+				t.Errorf("%s, pod %s: cluster.leave_on_shutdown in a StatefulSet: a pod that restarts on its volume would move all its replicas away and come back removed from the cluster", o.source, pod)
 			}
 		}
 	}
@@ -147,6 +171,97 @@ func checkWorkloads(t *testing.T, objs []object) []*corev1.PodSpec {
 		t.Errorf("no workload among %d objects", len(objs))
 	}
 	return specs
+}
+
+// checkProbes: spoold's start-up probe is /startupz (joined, every replica
+// it holds knows its leader: the app container starts after it), its
+// readiness /readyz and its liveness /healthz (which never depends on the
+// disk, the peers or the app).
+func checkProbes(spec *corev1.PodSpec) error {
+	c := spooldContainer(spec)
+	if c == nil {
+		return fmt.Errorf("no spoold container")
+	}
+	var errs []error
+	for _, p := range []struct {
+		what  string
+		probe *corev1.Probe
+		path  string
+	}{{"startupProbe", c.StartupProbe, "/startupz"}, {"readinessProbe", c.ReadinessProbe, "/readyz"}, {"livenessProbe", c.LivenessProbe, "/healthz"}} {
+		got := "none"
+		if p.probe != nil && p.probe.HTTPGet != nil {
+			got = p.probe.HTTPGet.Path
+		}
+		if got != p.path {
+			errs = append(errs, fmt.Errorf("spoold's %s must be an HTTP GET of %s (docs/operations.md, \"Probes\"), not %s", p.what, p.path, got))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkGrace: the pod's grace period covers spoold's shutdown, which begins
+// only once the app has exited: its drain, its departure from the cluster
+// when it leaves as it stops, and 5 s to close its servers.
+func checkGrace(spec *corev1.PodSpec, cfg *config.Config) error {
+	need := cfg.Node.DrainTimeout + 5*time.Second
+	if cfg.Cluster.LeaveOnShutdown && cfg.Cluster.Storage == config.StorageOn {
+		need += cfg.Cluster.LeaveTimeout
+	}
+	grace := time.Duration(corev1.DefaultTerminationGracePeriodSeconds) * time.Second
+	if spec.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	if grace < need {
+		return fmt.Errorf("terminationGracePeriodSeconds %v is shorter than spoold's shutdown (%v: drain, leave, closing): it would be killed half way", grace, need)
+	}
+	return nil
+}
+
+// checkPeers: pods that form their cluster themselves (bootstrap_expect)
+// join through a headless Service among the manifests that selects them and
+// publishes their addresses before they are ready (nodes forming the
+// cluster are not ready yet), and expect as many pods as the workload
+// starts: fewer would let a subset create the cluster, more would never
+// create it.
+func checkPeers(objs []object, podLabels map[string]string, replicas int32, cfg *config.Config) error {
+	n := cfg.Cluster.BootstrapExpect
+	if n == 0 {
+		return nil
+	}
+	if n != int(replicas) {
+		return fmt.Errorf("cluster.bootstrap_expect %d, but the workload starts %d pods", n, replicas)
+	}
+	for _, j := range cfg.Cluster.Join {
+		host, _, _ := strings.Cut(j, ":")
+		name, _, _ := strings.Cut(host, ".")
+		for _, o := range objs {
+			svc, ok := o.obj.(*corev1.Service)
+			if !ok || svc.Name != name {
+				continue
+			}
+			if svc.Spec.ClusterIP != corev1.ClusterIPNone || !svc.Spec.PublishNotReadyAddresses {
+				return fmt.Errorf("cluster.join %s names Service %s, which must be headless (clusterIP: None) and publish not-ready addresses: its name must resolve to every pod, ready or not", j, name)
+			}
+			for k, v := range svc.Spec.Selector {
+				if podLabels[k] != v {
+					return fmt.Errorf("Service %s selects %s=%s, which the pods do not carry: it would not resolve to them", name, k, v)
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("cluster.bootstrap_expect %d, but no entry of cluster.join %q names a Service among the manifests: the pods would not find each other", n, cfg.Cluster.Join)
+}
+
+func spooldContainer(spec *corev1.PodSpec) *corev1.Container {
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == "spoold" {
+				return &cs[i]
+			}
+		}
+	}
+	return nil
 }
 
 // checkSidecar: next to an app spoold is a native sidecar (an init
@@ -235,8 +350,12 @@ func TestChartBootstrapsOnInstallOnly(t *testing.T) {
 func TestChartRefusesNonsense(t *testing.T) {
 	for _, c := range []struct{ values, says string }{
 		{"mode: daemonset", "must be statefulset or deployment"},
-		{"mode: deployment", "needs cluster.join"},
-		{"mode: deployment\ncluster: {join: [a:7072]}", "use cluster.storage \"off\""},
+		{"mode: deployment\ncluster: {storage: \"off\"}", "needs cluster.join"},
+		{"mode: deployment\nreplicas: 2", "below cluster.replicationFactor 3"},
+		{"mode: deployment\nautoscaling: {enabled: true, group: g}", "autoscale storage-off sidecars"},
+		{"mode: deployment\nterminationGracePeriodSeconds: 90", "shorter than spoold's own shutdown (95s: node.drain_timeout 30s + cluster.leave_timeout 60s"},
+		{"terminationGracePeriodSeconds: 30", "shorter than spoold's own shutdown (35s"},
+		{"spoold: {drainTimeout: 500ms}", "write whole hours, minutes and seconds"},
 		{"cluster: {storage: off}", "must be \"on\" or \"off\" (quoted"},
 		{"cluster: {storage: \"off\"}", "use mode deployment for storage-off"},
 		{"autoscaling: {enabled: true}", "needs mode deployment"},
@@ -248,6 +367,68 @@ func TestChartRefusesNonsense(t *testing.T) {
 		_, err := render(t, f, true)
 		if err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%q: %v; want a failure saying %q", c.values, err, c.says)
+		}
+	}
+}
+
+// Storage nodes of a Deployment: one spool.yaml for every pod, which joins
+// through the peers Service (every pod's address, published before the pods
+// are ready), lets the pods that start together form the cluster
+// (bootstrap_expect = replicas) and leaves the cluster when it stops, within
+// a grace period computed from the drain and the leave. A new pod comes
+// first in a rolling update, so the nodes never drop below the replication
+// factor while one leaves.
+func TestChartDeploymentStorage(t *testing.T) {
+	for _, install := range []bool{true, false} {
+		objs, err := render(t, filepath.Join(chartDir, "examples", "deployment-storage.yaml"), install)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dep *appsv1.Deployment
+		var peers *corev1.Service
+		cms := map[string]*corev1.ConfigMap{}
+		for _, o := range objs {
+			switch w := o.obj.(type) {
+			case *appsv1.Deployment:
+				dep = w
+			case *corev1.Service:
+				if w.Spec.ClusterIP == corev1.ClusterIPNone {
+					peers = w
+				}
+			case *corev1.ConfigMap:
+				cms[w.Name] = w
+			}
+		}
+		if dep == nil || peers == nil {
+			t.Fatalf("want a Deployment and a headless peers Service, got %d objects", len(objs))
+		}
+		if !peers.Spec.PublishNotReadyAddresses {
+			t.Error("the peers Service must publish not-ready addresses: nodes forming the cluster are not ready yet and must see each other")
+		}
+		for k, v := range peers.Spec.Selector {
+			if dep.Spec.Template.Labels[k] != v {
+				t.Errorf("the peers Service selects %s=%s, which the pods do not carry", k, v)
+			}
+		}
+		if ru := dep.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 1 {
+			t.Errorf("rolling update %+v: want maxSurge 1 and maxUnavailable 0 (a new node joins before an old one leaves)", dep.Spec.Strategy.RollingUpdate)
+		}
+		spec := &dep.Spec.Template.Spec
+		cfg, err := resolveSpoold(t, spec, cms, "orders-spool-7d9f8c6b5d-x2x9q", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl := cfg.Cluster
+		want := []string{peers.Name + ".shop.svc:7072"}
+		if !slices.Equal(cl.Join, want) || cl.BootstrapExpect != int(*dep.Spec.Replicas) || !cl.LeaveOnShutdown || cl.LeaveTimeout != time.Minute || cl.Storage != config.StorageOn {
+			t.Errorf("install=%v: cluster join %q bootstrap_expect %d leave_on_shutdown %v leave_timeout %v storage %s; want join %q, bootstrap_expect %d, leaving within 60s",
+				install, cl.Join, cl.BootstrapExpect, cl.LeaveOnShutdown, cl.LeaveTimeout, cl.Storage, want, *dep.Spec.Replicas)
+		}
+		if !cfg.Node.ReadyRequiresApp {
+			t.Error("readyRequiresApp: true did not reach node.ready_requires_app")
+		}
+		if g := spec.TerminationGracePeriodSeconds; g == nil || *g != 30+30+60+15 {
+			t.Errorf("terminationGracePeriodSeconds %v: want 135 (app 30 s, drain 30 s, leave 60 s, 15 s more)", g)
 		}
 	}
 }

@@ -14,6 +14,13 @@
 //   - spoold accepts the configuration each pod gives it: the container's
 //     own args and environment, resolved against the mounted spool.yaml by
 //     sidecar/config as spoold does;
+//   - with that configuration: the pod's grace period covers spoold's
+//     drain and, for nodes that leave the cluster as they stop, the leave;
+//     spoold's probes are /startupz, /readyz and /healthz; pods that form
+//     their cluster themselves (bootstrap_expect) expect as many pods as
+//     the workload starts and join through a headless Service that selects
+//     them and publishes not-ready addresses; no StatefulSet pod leaves
+//     the cluster when it stops;
 //   - the Prometheus rules parse with Prometheus's own rule parser, and the
 //     rules, the Grafana dashboard and the autoscaling examples query only
 //     metrics spoold registers (sidecar/metrics);

@@ -38,6 +38,11 @@ type Defaults struct {
 	Config string `yaml:"config"`
 	// RedisAddrs of the idempotency ledger (--redis-addr).
 	RedisAddrs []string `yaml:"redis_addrs"`
+	// ClusterJoin lists members of a cluster (host:port, a headless
+	// Service's name standing for every pod): each sidecar is a storage-off
+	// client of it (--cluster-storage off --join), holding no data, with no
+	// config file needed. Empty: no cluster unless Config says so.
+	ClusterJoin []string `yaml:"cluster_join"`
 	// RedisPasswordSecret names a Secret (name and key) in the pod's
 	// namespace given to spoold as SPOOL_REDIS_PASSWORD.
 	RedisPasswordSecret SecretKey `yaml:"redis_password_secret"`
@@ -132,6 +137,11 @@ func (d *Defaults) validate() error {
 		}
 		if _, err := resource.ParseQuantity(q.v); err != nil {
 			errs = append(errs, fmt.Errorf("injector: defaults: %s = %q: not a Kubernetes quantity (like 250m, 128Mi)", q.name, q.v))
+		}
+	}
+	for _, j := range d.ClusterJoin {
+		if err := checkHostPort(j); err != nil {
+			errs = append(errs, fmt.Errorf("injector: defaults: cluster_join: %q %v (members of the cluster, like spool-peers.shop.svc:7072)", j, err))
 		}
 	}
 	if (d.RedisPasswordSecret.Name == "") != (d.RedisPasswordSecret.Key == "") {

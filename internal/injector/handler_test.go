@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,6 +171,7 @@ func TestParseDefaults(t *testing.T) {
 		{"image: x\nmemory_limit: a lot", "not a Kubernetes quantity"},
 		{"image: x\nredis_password_secret: {name: s}", "needs both name and key"},
 		{"image: x\nimagee: y", "field imagee not found"},
+		{"image: x\ncluster_join: [spool-peers]", "\"spool-peers\" is not host:port"},
 	} {
 		_, err := ParseDefaults([]byte(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.says) {
@@ -281,21 +283,31 @@ func TestInjectedArgsAreAcceptedBySpoold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{}
-	pod.Annotations = map[string]string{AnnotationInject: "true", AnnotationTopics: "orders:12,payments", AnnotationSubscriptions: "orders:billing,payments:audit", AnnotationDrainTimeout: "45s"}
-	res, err := Inject(pod, d)
-	if err != nil {
-		t.Fatal(err)
+	resolve := func(ann map[string]string) *config.Config {
+		t.Helper()
+		pod := &corev1.Pod{}
+		pod.Annotations = ann
+		res, err := Inject(pod, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c corev1.Container
+		b, _ := json.Marshal(res.Patch[0].Value.([]corev1.Container)[0])
+		_ = json.Unmarshal(b, &c)
+		env := map[string]string{"SPOOL_NODE_ID": "email-worker-7d9f8c6b5d-x2x9q", "SPOOL_REDIS_PASSWORD": "secret"}
+		cfg, err := config.Resolve(flag.NewFlagSet("spoold", flag.ContinueOnError), c.Args, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if err != nil {
+			t.Fatalf("spoold refuses the injected flags %q: %v", c.Args, err)
+		}
+		return cfg
 	}
-	var c corev1.Container
-	b, _ := json.Marshal(res.Patch[0].Value.([]corev1.Container)[0])
-	_ = json.Unmarshal(b, &c)
-	env := map[string]string{"SPOOL_NODE_ID": "email-worker-7d9f8c6b5d-x2x9q", "SPOOL_REDIS_PASSWORD": "secret"}
-	cfg, err := config.Resolve(flag.NewFlagSet("spoold", flag.ContinueOnError), c.Args, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-	if err != nil {
-		t.Fatalf("spoold refuses the injected flags %q: %v", c.Args, err)
+	cfg := resolve(map[string]string{AnnotationInject: "true", AnnotationTopics: "orders:12,payments", AnnotationSubscriptions: "orders:billing,payments:audit", AnnotationDrainTimeout: "45s"})
+	if cfg.Node.AppListen[0] != SocketAddr || cfg.Node.DataDir != DataDir || len(cfg.Subscriptions) != 2 || cfg.Node.DrainTimeout.String() != "45s" || cfg.Cluster.Enabled() {
+		t.Fatalf("spoold's view of the injected flags: %+v, cluster %+v", cfg.Node, cfg.Cluster)
 	}
-	if cfg.Node.AppListen[0] != SocketAddr || cfg.Node.DataDir != DataDir || len(cfg.Subscriptions) != 2 || cfg.Node.DrainTimeout.String() != "45s" {
-		t.Fatalf("spoold's view of the injected flags: %+v", cfg.Node)
+	// A storage-off client of a cluster, from annotations alone.
+	cfg = resolve(map[string]string{AnnotationInject: "true", AnnotationClusterJoin: "orders-spool-peers.shop.svc:7072", AnnotationSubscriptions: "orders:fulfilment", AnnotationTopics: "orders:12"})
+	if cfg.Cluster.Storage != config.StorageOff || !slices.Equal(cfg.Cluster.Join, []string{"orders-spool-peers.shop.svc:7072"}) || cfg.Cluster.Listen != "" {
+		t.Fatalf("spoold's view of the injected cluster flags: %+v", cfg.Cluster)
 	}
 }

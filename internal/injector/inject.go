@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ const (
 	AnnotationTopics        = "spool.dev/topics"         // comma list of name[:partitions] (--topic)
 	AnnotationSubscriptions = "spool.dev/subscriptions"  // comma list of topic:group (--subscription)
 	AnnotationRedisAddrs    = "spool.dev/redis-addrs"    // comma list of host:port (--redis-addr)
+	AnnotationClusterJoin   = "spool.dev/cluster-join"   // comma list of host:port: a storage-off sidecar of that cluster (--cluster-storage off --join)
 	AnnotationDrainTimeout  = "spool.dev/drain-timeout"  // a duration, like 30s (--drain-timeout)
 	AnnotationCPURequest    = "spool.dev/cpu-request"    // quantity
 	AnnotationMemoryRequest = "spool.dev/memory-request" // quantity
@@ -132,7 +134,7 @@ func injected(pod *corev1.Pod) bool {
 // settings are the defaults with the pod's overrides applied.
 type settings struct {
 	image, pullPolicy, config string
-	topics, subs, redis       []string
+	topics, subs, redis, join []string
 	drain                     time.Duration
 	resources                 corev1.ResourceRequirements
 	redisSecret               SecretKey
@@ -140,7 +142,7 @@ type settings struct {
 }
 
 func settingsFor(ann map[string]string, d Defaults) (settings, error) {
-	s := settings{image: d.Image, pullPolicy: d.ImagePullPolicy, config: d.Config, redis: d.RedisAddrs,
+	s := settings{image: d.Image, pullPolicy: d.ImagePullPolicy, config: d.Config, redis: d.RedisAddrs, join: d.ClusterJoin,
 		drain: d.DrainTimeout, redisSecret: d.RedisPasswordSecret, extraArgs: d.Args}
 	var errs []error
 	if v, ok := ann[AnnotationImage]; ok {
@@ -161,6 +163,14 @@ func settingsFor(ann map[string]string, d Defaults) (settings, error) {
 	}
 	if v, ok := ann[AnnotationRedisAddrs]; ok {
 		s.redis = list(v)
+	}
+	if v, ok := ann[AnnotationClusterJoin]; ok {
+		s.join = list(v)
+		for _, j := range s.join {
+			if err := checkHostPort(j); err != nil {
+				errs = append(errs, fmt.Errorf("spool injector: annotation %s: %q %v: give members of the cluster as host:port, like spool-peers.shop.svc:7072, or leave it empty for no cluster", AnnotationClusterJoin, j, err))
+			}
+		}
 	}
 	if v, ok := ann[AnnotationDrainTimeout]; ok {
 		dt, err := time.ParseDuration(v)
@@ -224,6 +234,11 @@ func sidecar(s settings) corev1.Container {
 	if len(s.redis) > 0 {
 		args = append(args, "--redis-addr", strings.Join(s.redis, ","))
 	}
+	if len(s.join) > 0 {
+		// A client of the cluster, holding nothing: its emptyDir may go
+		// with the pod.
+		args = append(args, "--cluster-storage", "off", "--join", strings.Join(s.join, ","))
+	}
 	for _, t := range s.topics {
 		args = append(args, "--topic", t)
 	}
@@ -254,9 +269,10 @@ func sidecar(s settings) corev1.Container {
 		Args:            args,
 		Env:             env,
 		Ports:           []corev1.ContainerPort{{Name: "spool-admin", ContainerPort: AdminPort}},
-		// The app starts once this passes: spoold has opened its log and
-		// serves. Up to 3 minutes (a cluster node may wait 60 s to join).
-		StartupProbe:   probe("/readyz", 2, 90),
+		// The app starts once this passes: spoold serves and, in a cluster,
+		// has joined and every replica it holds knows its leader. Up to 3
+		// minutes (a cluster node may wait 60 s to join).
+		StartupProbe:   probe("/startupz", 2, 90),
 		ReadinessProbe: probe("/readyz", 5, 3),
 		LivenessProbe:  probe("/healthz", 10, 3),
 		Resources:      s.resources,
@@ -315,6 +331,18 @@ func list(v string) []string {
 		}
 	}
 	return out
+}
+
+// checkHostPort says what is wrong with a host:port, or nil.
+func checkHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return errors.New("is not host:port")
+	}
+	if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 {
+		return errors.New("needs a host and a port from 1 to 65535")
+	}
+	return nil
 }
 
 // escape makes a map key a JSON Pointer token (RFC 6901).

@@ -13,7 +13,8 @@ import (
 var EnvVars = []string{
 	"SPOOL_DATA_DIR", "SPOOL_APP_LISTEN", "SPOOL_ADMIN_LISTEN", "SPOOL_NODE_ID", "SPOOL_DEV",
 	"SPOOL_FSYNC", "SPOOL_REDIS_ADDRS", "SPOOL_REDIS_PASSWORD", "SPOOL_DRAIN_TIMEOUT",
-	"SPOOL_CLUSTER_LISTEN", "SPOOL_CLUSTER_ADVERTISE", "SPOOL_JOIN",
+	"SPOOL_CLUSTER_LISTEN", "SPOOL_CLUSTER_ADVERTISE", "SPOOL_JOIN", "SPOOL_CLUSTER_STORAGE",
+	"SPOOL_OTLP_ENDPOINT",
 }
 
 // ApplyEnv overrides c with the SPOOL_* environment variables that lookup
@@ -62,6 +63,9 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	if v, ok := get("SPOOL_JOIN"); ok {
 		c.Cluster.Join = splitList(v)
+	}
+	if v, ok := get("SPOOL_CLUSTER_STORAGE"); ok {
+		c.Cluster.Storage = v // Validate checks the value
 	}
 	if v, ok := get("SPOOL_OTLP_ENDPOINT"); ok {
 		c.Tracing.OTLPEndpoint = v
@@ -178,6 +182,8 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 	str("cluster-advertise", "host:port peers dial, when cluster.listen is a wildcard (cluster.advertise)", func(c *Config, v string) { c.Cluster.Advertise = v })
 	list("join", "peer host:port of the cluster to join; repeatable or comma-separated (cluster.join)",
 		func(c *Config) *[]string { return &c.Cluster.Join })
+	str("cluster-storage", "on (a member holding replicas) or off (a client of the members in --join, holding nothing) (cluster.storage)",
+		func(c *Config, v string) { c.Cluster.Storage = v })
 	str("fsync", "always or interval (storage.fsync); interval can lose acknowledged messages on power loss", func(c *Config, v string) { c.Storage.Fsync = FsyncMode(v) })
 	str("otlp-endpoint", "host:port of an OTLP/gRPC collector: record spans of publishes and deliveries (tracing.otlp_endpoint)", func(c *Config, v string) { c.Tracing.OTLPEndpoint = v })
 	list("redis-addr", "Redis address host:port of the dedupe ledger; repeatable or comma-separated (redis.addrs)",

@@ -202,3 +202,36 @@ func TestBindFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// cluster.storage is settable without a file, by environment and by flag:
+// a storage-off sidecar (an injected pod) needs only its join list.
+func TestClusterStorageByEnvAndFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off", "SPOOL_JOIN": "spool-peers.shop.svc:7072"}, nil, StorageOff},
+		{"flag", nil, []string{"--cluster-storage", "off", "--join", "spool-peers.shop.svc:7072"}, StorageOff},
+		{"flag over env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off"}, []string{"--cluster-storage=on", "--cluster-listen", "0.0.0.0:7072", "--cluster-advertise", "10.0.0.7:7072"}, StorageOn},
+		{"empty env is unset", map[string]string{"SPOOL_CLUSTER_STORAGE": ""}, []string{"--cluster-listen", "127.0.0.1:7072"}, StorageOn},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("spoold", flag.ContinueOnError)
+			c, err := Resolve(fs, append([]string{"--data-dir", t.TempDir()}, tc.args...), envOf(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Cluster.Storage != tc.want || !c.Cluster.Enabled() {
+				t.Fatalf("cluster.storage %q (clustered: %v), want %q", c.Cluster.Storage, c.Cluster.Enabled(), tc.want)
+			}
+		})
+	}
+	fs := flag.NewFlagSet("spoold", flag.ContinueOnError)
+	_, err := Resolve(fs, []string{"--data-dir", t.TempDir(), "--cluster-storage", "none", "--cluster-listen", "127.0.0.1:7072"}, envOf(nil))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "cluster.storage" {
+		t.Fatalf("--cluster-storage none: %v, want a FieldError on cluster.storage", err)
+	}
+}

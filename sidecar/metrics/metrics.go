@@ -106,7 +106,7 @@ func New() *Metrics {
 		PublishRejected:      counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
 		PublishLatency:       hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
 		Deliveries:           counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
-		Settlements:          counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release, lease_expired, stream_closed.", "group", "topic", "outcome"),
+		Settlements:          counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release (the app's acks and nacks), stream_closed (released because the app's stream ended). Lease expiries: spool_lease_expiries_total.", "group", "topic", "outcome"),
 		Redeliveries:         counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
 		LeaseExpiries:        counter("lease_expiries_total", "Leases (visibility timeouts) that ended without a settlement.", "group", "topic"),
 		DeadLettered:         counter("dead_lettered_total", "Messages moved to the dead-letter topic, by reason.", "group", "topic", "reason"),

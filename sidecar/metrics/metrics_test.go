@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,5 +39,62 @@ func TestDocsListEveryMetric(t *testing.T) {
 	slices.Sort(docs)
 	if !slices.Equal(code, docs) {
 		t.Fatalf("docs/metrics.md and sidecar/metrics disagree:\ncode: %v\ndocs: %v", code, docs)
+	}
+}
+
+// The outcomes a metric's help names are the ones docs/metrics.md names for
+// it: Prometheus shows the help next to the series, so a value listed in
+// one and not the other misleads whoever builds a query or an alert on it.
+func TestOutcomeHelpMatchesDocs(t *testing.T) {
+	m := New()
+	b, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helps := map[string]string{}
+	v := reflect.ValueOf(m).Elem()
+	for i := range v.NumField() {
+		c, ok := v.Field(i).Interface().(prometheus.Collector)
+		if !ok || v.Type().Field(i).Name == "Registry" {
+			continue
+		}
+		ch := make(chan *prometheus.Desc, 1)
+		c.Describe(ch)
+		d := (<-ch).String()
+		name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d)
+		help := regexp.MustCompile(`help: "([^"]*)"`).FindStringSubmatch(d)
+		helps[name[1]] = help[1]
+	}
+	checked := 0
+	for name, help := range helps {
+		_, list, ok := strings.Cut(help, "by outcome: ")
+		if !ok {
+			continue
+		}
+		list, _, _ = strings.Cut(list, ".")
+		var inHelp []string
+		for _, item := range strings.Split(list, ", ") {
+			inHelp = append(inHelp, regexp.MustCompile(`^[a-z_]+`).FindString(strings.TrimSpace(item)))
+		}
+		row := regexp.MustCompile("(?m)^\\| `" + name + "` \\|.*$").FindString(string(b))
+		if row == "" {
+			t.Errorf("%s: no row in docs/metrics.md", name)
+			continue
+		}
+		var inDocs []string
+		for _, mm := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(row, -1) {
+			if mm[1] != name && !strings.HasPrefix(mm[1], "spool_") && mm[1] != "outcome" {
+				inDocs = append(inDocs, mm[1])
+			}
+		}
+		slices.Sort(inHelp)
+		slices.Sort(inDocs)
+		if !slices.Equal(inHelp, inDocs) {
+			t.Errorf("%s: its help names the outcomes %v, docs/metrics.md names %v", name, inHelp, inDocs)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no metric's help lists its outcomes: the check checks nothing")
 	}
 }

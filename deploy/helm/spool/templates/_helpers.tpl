@@ -32,21 +32,86 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not (has .Values.cluster.bootstrap (list "auto" "always" "never")) -}}
 {{- fail (printf "cluster.bootstrap %q: must be auto, always or never" .Values.cluster.bootstrap) -}}
 {{- end -}}
-{{- if and .Values.cluster.enabled (eq .Values.mode "deployment") (not .Values.cluster.join) -}}
-{{- fail "mode deployment with cluster.enabled needs cluster.join: the host:port of members of a running cluster (a replaced pod of a Deployment is a new node: it cannot be the one that starts the cluster)" -}}
-{{- end -}}
-{{- if and .Values.cluster.enabled (eq .Values.mode "deployment") (eq (toString .Values.cluster.storage) "on") -}}
-{{- fail "mode deployment with cluster.storage \"on\": each replaced pod would be a new node whose predecessor's replicas are re-created only after cluster.deadNodeTimeout, so a rolling update can take partitions below their majority; use cluster.storage \"off\" (docs/kubernetes.md, \"Two storage modes\")" -}}
-{{- end -}}
 {{- if and .Values.cluster.enabled (eq .Values.mode "statefulset") (eq (toString .Values.cluster.storage) "off") -}}
 {{- fail "mode statefulset with cluster.storage \"off\": the volumes would hold nothing; use mode deployment for storage-off sidecars" -}}
 {{- end -}}
 {{- if and .Values.autoscaling.enabled (ne .Values.mode "deployment") -}}
 {{- fail "autoscaling.enabled needs mode deployment: scaling storage nodes in and out moves replicas (docs/kubernetes.md)" -}}
 {{- end -}}
+{{- if and .Values.autoscaling.enabled (include "spool.storageOn" .) -}}
+{{- fail "autoscaling.enabled with cluster.storage \"on\": every scale-in and scale-out of storage nodes moves replicas; autoscale storage-off sidecars (cluster.storage \"off\") and size the storage nodes by hand (docs/kubernetes.md, \"Autoscaling\")" -}}
+{{- end -}}
 {{- if and .Values.autoscaling.enabled (not .Values.autoscaling.group) -}}
 {{- fail "autoscaling.enabled needs autoscaling.group: the consumer group whose spool_lag_seconds drives the scaling" -}}
 {{- end -}}
+{{- if and .Values.cluster.enabled (eq (toString .Values.cluster.storage) "off") (not .Values.cluster.join) -}}
+{{- fail "cluster.storage \"off\" needs cluster.join: the host:port of members of a running cluster (storage-off sidecars hold nothing and learn the cluster from its members)" -}}
+{{- end -}}
+{{- if and (include "spool.storageOn" .) (lt (int .Values.replicas) (int .Values.cluster.replicationFactor)) -}}
+{{- fail (printf "replicas %d is below cluster.replicationFactor %d: topics would wait for nodes that never come (publishes fail with TOPIC_NOT_PLACED); run at least as many storage nodes as the replication factor" (int .Values.replicas) (int .Values.cluster.replicationFactor)) -}}
+{{- end -}}
+{{- if not (kindIs "invalid" .Values.terminationGracePeriodSeconds) -}}
+{{- $need := add (include "spool.shutdownSeconds" .) 5 -}}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $need) -}}
+{{- fail (printf "terminationGracePeriodSeconds %d is shorter than spoold's own shutdown (%ds: node.drain_timeout %s%s, then up to 5 s to close its servers), which starts only after the app has exited: raise it, or leave it empty for the chart to compute it" (int .Values.terminationGracePeriodSeconds) (int $need) .Values.spoold.drainTimeout (ternary (printf " + cluster.leave_timeout %s" .Values.cluster.leaveTimeout) "" (eq (include "spool.leaves" .) "true"))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Are the sidecars storage nodes of a cluster? ("true" or "") */}}
+{{- define "spool.storageOn" -}}
+{{- if and .Values.cluster.enabled (eq (toString .Values.cluster.storage) "on") -}}true{{- end -}}
+{{- end -}}
+
+{{/* Do the sidecars leave the cluster when they stop? Storage nodes of a
+     Deployment: a replaced pod is a new node, so the one it replaces hands
+     its replicas over and leaves (cluster.leave_on_shutdown). */}}
+{{- define "spool.leaves" -}}
+{{- if and (include "spool.storageOn" .) (eq .Values.mode "deployment") -}}true{{- end -}}
+{{- end -}}
+
+{{/* spool.seconds: a duration written as Go writes whole ones (1h, 30s,
+     1m30s) in seconds. */}}
+{{- define "spool.seconds" -}}
+{{- $d := toString . -}}
+{{- if or (eq $d "") (not (regexMatch "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$" $d)) -}}
+{{- fail (printf "duration %q: write whole hours, minutes and seconds, like 30s, 2m or 1m30s" $d) -}}
+{{- end -}}
+{{- $s := 0 -}}
+{{- range (regexFindAll "[0-9]+[hms]" $d -1) -}}
+{{- $unit := substr (int (sub (len .) 1)) (len .) . -}}
+{{- $n := trimSuffix $unit . | atoi -}}
+{{- $s = add $s (mul $n (get (dict "h" 3600 "m" 60 "s" 1) $unit)) -}}
+{{- end -}}
+{{- $s -}}
+{{- end -}}
+
+{{/* How long spoold's shutdown may take, in seconds: its drain, then (when
+     it leaves) its departure. */}}
+{{- define "spool.shutdownSeconds" -}}
+{{- $s := int (include "spool.seconds" .Values.spoold.drainTimeout) -}}
+{{- if include "spool.leaves" . -}}
+{{- $s = add $s (int (include "spool.seconds" .Values.cluster.leaveTimeout)) -}}
+{{- end -}}
+{{- $s -}}
+{{- end -}}
+
+{{/* The pod's terminationGracePeriodSeconds: the value, or the app's
+     shutdown, then spoold's, then 15 s for spoold to close its servers
+     and for the kubelet's own steps. */}}
+{{- define "spool.grace" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add (int .Values.app.shutdownSeconds) (int (include "spool.shutdownSeconds" .)) 15 -}}
+{{- else -}}
+{{- int .Values.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DNS name of the peers Service with the cluster port: the one
+     join entry that stands for every pod (cluster.join resolves it to each
+     pod's address and skips the node's own). */}}
+{{- define "spool.peersAddr" -}}
+{{- printf "%s.%s.svc:7072" (include "spool.peers" .) .Release.Namespace -}}
 {{- end -}}
 
 {{/* Does this release bootstrap a cluster at pod 0? */}}
@@ -66,6 +131,7 @@ join (the peers of this pod: a list of host:port).
 {{- define "spool.config" -}}
 {{- $v := .root.Values -}}
 {{- $node := dict "data_dir" "/var/lib/spool" "app_listen" (list "unix:///run/spool/app.sock") "admin_listen" "0.0.0.0:7071" "drain_timeout" $v.spoold.drainTimeout -}}
+{{- if $v.spoold.readyRequiresApp -}}{{- $_ := set $node "ready_requires_app" true -}}{{- end -}}
 {{- $cfg := dict "node" $node -}}
 {{- if $v.cluster.enabled -}}
 {{- $c := dict "replication_factor" $v.cluster.replicationFactor "dead_node_timeout" $v.cluster.deadNodeTimeout -}}
@@ -75,6 +141,11 @@ join (the peers of this pod: a list of host:port).
 {{- $_ := set $c "listen" "0.0.0.0:7072" -}}
 {{- end -}}
 {{- if .join -}}{{- $_ := set $c "join" .join -}}{{- end -}}
+{{- if include "spool.leaves" .root -}}
+{{- $_ := set $c "bootstrap_expect" (int $v.replicas) -}}
+{{- $_ := set $c "leave_on_shutdown" true -}}
+{{- $_ := set $c "leave_timeout" $v.cluster.leaveTimeout -}}
+{{- end -}}
 {{- if $v.cluster.tls.secretName -}}
 {{- $_ := set $c "tls" (dict "cert_file" "/etc/spool-tls/tls.crt" "key_file" "/etc/spool-tls/tls.key" "ca_file" "/etc/spool-tls/ca.crt") -}}
 {{- end -}}
@@ -161,7 +232,7 @@ join (the peers of this pod: a list of host:port).
     - {name: spool-cluster, containerPort: 7072}
     {{- end }}
   startupProbe:
-    httpGet: {path: /readyz, port: spool-admin}
+    httpGet: {path: /startupz, port: spool-admin}
     periodSeconds: 2
     failureThreshold: 90
   readinessProbe:
