@@ -44,8 +44,9 @@ type ClusterConfig struct {
 	// pods of one Deployment, Join naming their headless Service) form the
 	// cluster without one of them being told to create it: a node with no
 	// identity that no candidate in Join admits, and that sees at least
-	// this many candidates counting itself, none of them serving, creates
-	// the cluster if its address is the lowest of them; the others join it.
+	// this many candidates counting itself, every other one answering that
+	// it is joining too, creates the cluster if its address is the lowest
+	// of them; the others join it.
 	// Set it to the number of nodes that start together (the Deployment's
 	// replicas): a node that sees that many sees all of them. 0: a node
 	// creates a cluster only when Join is empty.
@@ -292,12 +293,21 @@ func (c *cluster) run(ctx context.Context) error {
 	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes, c.dialCreds())
 	defer c.peers.close()
 	if c.id.NodeID == 0 {
+		// While it joins, the node answers other joining nodes that it is
+		// forming too (cluster.bootstrap_expect counts on that answer),
+		// then gives the port to the transport.
+		stopForming := serveForming(l, c.serverCreds(), c.cfg.Advertise)
 		nodes, err := c.join(ctx)
+		stopForming()
 		if errors.Is(err, errCreateCluster) {
 			err = c.createCluster()
 		}
+		if err == nil {
+			if l, err = lc.Listen(ctx, "tcp", c.cfg.Listen); err != nil {
+				err = fmt.Errorf("engine: cluster listener %s, after joining: %w", c.cfg.Listen, err)
+			}
+		}
 		if err != nil {
-			_ = l.Close()
 			c.fail(err)
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,4 +212,43 @@ func TestClusterBootstrapExpect(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitCond(t, 20*time.Second, "a publish", func() error { _, err := produce(tc.nodes[1].n, "orders", 0, "v"); return err })
+}
+
+// BootstrapExpect counts only candidates that answer that they are joining
+// too: one that cannot be reached may be a member behind a network
+// partition, and creating a cluster beside it would split the nodes for
+// good. Two nodes whose third candidate does not answer create nothing
+// (with the rule "not serving counts" they did).
+func TestClusterBootstrapExpectNeedsEveryAnswer(t *testing.T) {
+	tc := &testCluster{t: t}
+	gone := freeTCPAddr(t) // nothing listens there
+	join := []string{gone}
+	for range 2 {
+		cn := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), expect: 3, joinWait: 3 * time.Second}
+		join = append(join, cn.addr)
+		tc.nodes = append(tc.nodes, cn)
+	}
+	t.Cleanup(func() {
+		for _, cn := range tc.nodes {
+			tc.stop(cn)
+		}
+	})
+	for _, cn := range tc.nodes {
+		cn.join = join
+		tc.start(cn)
+	}
+	for _, cn := range tc.nodes {
+		select {
+		case err := <-cn.done:
+			cn.done <- err // for stop
+			if err == nil || !strings.Contains(err.Error(), "could not join") {
+				t.Fatalf("node at %s: Run returned %v, want a failure to join", cn.addr, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("node at %s still running: it created or joined a cluster", cn.addr)
+		}
+		if st, _ := cn.n.ClusterStatus(); st.Ready {
+			t.Fatalf("node at %s is a member of cluster %s", cn.addr, st.ClusterID)
+		}
+	}
 }

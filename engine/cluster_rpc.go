@@ -523,14 +523,15 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	for attempt := 0; ; attempt++ {
 		cands, self, rerrs := c.joinCandidates(ctx)
 		errs = append(errs[:0], rerrs...)
-		silent := 0 // candidates that answered nothing: not serving
+		forming := 0 // candidates that answered that they are joining too
 		for _, addr := range cands {
 			conn, err := grpc.NewClient(addr, c.dialCreds())
 			if err != nil {
 				return nil, fmt.Errorf("engine: --join %s: %w", addr, err)
 			}
 			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion})
+			var trailer metadata.MD
+			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion}, grpc.Trailer(&trailer))
 			ccancel()
 			_ = conn.Close()
 			if err == nil {
@@ -547,12 +548,15 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 			if status.Code(err) == codes.FailedPrecondition {
 				return nil, fmt.Errorf("engine: --join %s refused this node: %s", addr, status.Convert(err).Message())
 			}
-			if status.Code(err) == codes.DeadlineExceeded || neverSent(err) {
-				silent++
+			if len(trailer.Get(formingKey)) > 0 {
+				forming++
 			}
 			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
 		}
-		if n := c.cfg.BootstrapExpect; n > 0 && self != "" && ctx.Err() == nil && silent == len(cands) && len(cands)+1 >= n && lowestAddr(self, cands) {
+		// Only a positive answer counts: a candidate that cannot be reached
+		// may be a member (a network partition), and creating a cluster
+		// beside it would split the nodes for good.
+		if n := c.cfg.BootstrapExpect; n > 0 && self != "" && ctx.Err() == nil && forming == len(cands) && len(cands)+1 >= n && lowestAddr(self, cands) {
 			c.logger.Info("spool cluster: no cluster among the join candidates, and this node's address is the lowest of them: creating the cluster (cluster.bootstrap_expect)",
 				"candidates", len(cands)+1, "bootstrap_expect", n, "advertise", c.cfg.Advertise)
 			return nil, errCreateCluster
@@ -564,6 +568,35 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 			return nil, fmt.Errorf("engine: could not join the cluster through %v within %v (start the peers, or check cluster.join): %w", c.cfg.Join, c.cfg.JoinTimeout, errors.Join(errs...))
 		case <-t.C:
 		}
+	}
+}
+
+// formingKey is the trailer of a joining node's answer to a Join: it is
+// not a member of any cluster yet (serveForming).
+const formingKey = "spool-forming"
+
+// formingService answers Join, while this node joins, that it is joining
+// too; nothing else is served until it is a member.
+type formingService struct {
+	clusterv1.UnimplementedNodeServiceServer
+	addr string
+}
+
+func (f formingService) Join(ctx context.Context, _ *clusterv1.JoinRequest) (*clusterv1.JoinResponse, error) {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(formingKey, f.addr))
+	return nil, status.Errorf(codes.Unavailable, "node at %s is joining a cluster itself: it cannot admit nodes", f.addr)
+}
+
+// serveForming serves formingService on l until the returned function is
+// called, which closes l.
+func serveForming(l net.Listener, opts []grpc.ServerOption, addr string) (stop func()) {
+	srv := grpc.NewServer(opts...)
+	clusterv1.RegisterNodeServiceServer(srv, formingService{addr: addr})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(l) }() // owned: ended by stop
+	return func() {
+		srv.Stop()
+		<-done
 	}
 }
 

@@ -86,7 +86,7 @@ type ClusterConfig struct {
 	// BootstrapExpect lets nodes started together with the same Join (a
 	// Deployment's pods joining through their headless Service) create the
 	// cluster: the one with the lowest address does once it sees this many
-	// candidates, none of them a member. Set it to the number of pods that
+	// candidates, every other one answering that it is joining too. Set it to the number of pods that
 	// start together. Default 0: only a node with an empty Join creates one.
 	BootstrapExpect int `yaml:"bootstrap_expect"`
 	// ReplicationFactor is the replica count of new topics' partitions.
