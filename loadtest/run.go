@@ -15,26 +15,26 @@ import (
 
 // Result is the one JSON line a run prints.
 type Result struct {
-	Scenario            string  `json:"scenario"`
-	Mode                string  `json:"mode"`
-	MsgsPerS            float64 `json:"msgs_per_s"`
-	MBPerS              float64 `json:"mb_per_s"` // payload MiB/s
-	P50Ms               float64 `json:"p50_ms"`
-	P99Ms               float64 `json:"p99_ms"`
-	P999Ms              float64 `json:"p999_ms"`
-	MaxMs               float64 `json:"max_ms"`
-	Duplicates          int64   `json:"duplicates"`
-	Lost                int64   `json:"lost"`
-	Verified            bool    `json:"verified"` // duplicates/lost come from consuming every message
-	PublishFailed       int64   `json:"publish_failed"`
-	SidecarRSSMBPeak    float64 `json:"sidecar_rss_mb_peak"`
-	SidecarRSSMBIdle    float64 `json:"sidecar_rss_mb_idle"`
-	SidecarHWMMB        float64 `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
-	SidecarRSSMBEnd     float64 `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
-	SidecarCPUUsPerMsg  float64 `json:"sidecar_cpu_us_per_msg"`
-	SidecarCPUCores     float64 `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
-	RedisCPUUsPerMsg    float64 `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
-	RedisCPUCores       float64 `json:"redis_cpu_cores,omitempty"`
+	Scenario           string  `json:"scenario"`
+	Mode               string  `json:"mode"`
+	MsgsPerS           float64 `json:"msgs_per_s"`
+	MBPerS             float64 `json:"mb_per_s"` // payload MiB/s
+	P50Ms              float64 `json:"p50_ms"`
+	P99Ms              float64 `json:"p99_ms"`
+	P999Ms             float64 `json:"p999_ms"`
+	MaxMs              float64 `json:"max_ms"`
+	Duplicates         int64   `json:"duplicates"`
+	Lost               int64   `json:"lost"`
+	Verified           bool    `json:"verified"` // duplicates/lost come from consuming every message
+	PublishFailed      int64   `json:"publish_failed"`
+	SidecarRSSMBPeak   float64 `json:"sidecar_rss_mb_peak"`
+	SidecarRSSMBIdle   float64 `json:"sidecar_rss_mb_idle"`
+	SidecarHWMMB       float64 `json:"sidecar_hwm_mb"`     // VmHWM over the whole run (includes backlog and verify phases)
+	SidecarRSSMBEnd    float64 `json:"sidecar_rss_mb_end"` // VmRSS when the measured phase ended
+	SidecarCPUUsPerMsg float64 `json:"sidecar_cpu_us_per_msg"`
+	SidecarCPUCores    float64 `json:"sidecar_cpu_cores"`              // average cores busy in the measured phase
+	RedisCPUUsPerMsg   float64 `json:"redis_cpu_us_per_msg,omitempty"` // redis-server's utime+stime over the measured phase per message (redis: true)
+	RedisCPUCores      float64 `json:"redis_cpu_cores,omitempty"`
 	// From INFO commandstats, per message: the ledger's script calls
 	// (messages per call is its batch size), the time redis-server spent
 	// running them, and the other commands (the GETs and SETs the scripts
@@ -130,7 +130,7 @@ type phase struct {
 // procs are the processes whose CPU a phase mark reads.
 type procs struct {
 	sidecars  []*sidecarProc
-	redis     int   // 0: none
+	redis     int // 0: none
 	redisAddr string
 	consumers []int // consumer programs (consumer_sdk other than go)
 }
