@@ -559,7 +559,7 @@ func (c *cluster) register(ctx context.Context) error {
 	// A node's own log may not show its removal (the entry committed after
 	// it left group 0): its peers' state says.
 	if !c.bootstrap && c.removedByPeers(ctx) {
-		return fmt.Errorf("node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", c.id.NodeID, c.id.ClusterID, c.n.cfg.DataDir)
+		return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", ErrRemoved, c.id.NodeID, c.id.ClusterID, c.n.cfg.DataDir)
 	}
 	for {
 		c.mu.Lock()
@@ -575,7 +575,7 @@ func (c *cluster) register(ctx context.Context) error {
 		case c.bootstrap:
 			cmd.AddNode = &meta.AddNode{Addr: c.cfg.Advertise, Token: c.id.Token}
 		case c.id.NodeID < c.stateNextNodeID():
-			return fmt.Errorf("node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", c.id.NodeID, c.id.ClusterID, c.n.cfg.DataDir)
+			return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", ErrRemoved, c.id.NodeID, c.id.ClusterID, c.n.cfg.DataDir)
 		default: // admitted (Join answered) but not applied here yet
 			ctx2, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 			err := c.awaitState(ctx2, func(s *meta.State) bool { _, ok := s.Node(c.id.NodeID); return ok })

@@ -18,6 +18,9 @@ var (
 	ErrClosed = errors.New("engine closed")
 	// ErrUnknownNode: a node id the cluster does not have.
 	ErrUnknownNode = errors.New("unknown node")
+	// ErrRemoved: this node's identity names a node the cluster removed
+	// (it was decommissioned, or left): it cannot take part with it again.
+	ErrRemoved = errors.New("node removed from the cluster")
 	// ErrDecommissionRefused: the node cannot leave (the others would be
 	// too few for a topic's replication factor, or this node is not a
 	// cluster member to ask).

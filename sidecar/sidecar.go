@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,34 @@ type Addrs struct {
 
 // Run runs a sidecar with cfg until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	err := run(ctx, cfg, opts)
+	if dir := cfg.Node.DataDir; errors.Is(err, engine.ErrRemoved) && cfg.Cluster.LeaveOnShutdown && dir != "" {
+		// A node that leaves when it stops keeps nothing worth having once
+		// it has left: restarted in the same pod (same emptyDir), it would
+		// otherwise refuse to start for good.
+		if werr := emptyDir(dir); werr != nil {
+			return errors.Join(err, fmt.Errorf("cluster.leave_on_shutdown: emptying %s to join as a new node: %w", dir, werr))
+		}
+		return fmt.Errorf("%w; cluster.leave_on_shutdown: %s was emptied, so spoold joins as a new node when it starts again", err, dir)
+	}
+	return err
+}
+
+// emptyDir removes what dir holds (not dir itself: it may be a mount).
+func emptyDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -180,4 +181,39 @@ func TestClusterRollingReplacementUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("total %v", time.Since(start).Round(time.Millisecond))
+}
+
+// A node that left the cluster when it stopped (cluster.leave_on_shutdown)
+// and is started again on the same data dir — its container restarted in
+// the same pod, the emptyDir kept — finds its identity removed. It used to
+// refuse to start for good; it now empties its data dir, exits saying so,
+// and the next start joins the cluster as a new node.
+func TestClusterLeftNodeRestartedJoinsAsNew(t *testing.T) {
+	sc := startCluster(t, 4, "  produce_timeout: 3s\n  leave_on_shutdown: true\n")
+	awaitPlaced(t, sc.nodes[0])
+	n := sc.nodes[3]
+	old := nodeID(t, n)
+	n.stopWithin(90 * time.Second)
+	eventually(t, 60*time.Second, "the node removed from the cluster", func() bool {
+		ids, _, _ := clusterMembers(t, sc.nodes[0])
+		return len(ids) == 3 && !slices.Contains(ids, old)
+	})
+
+	// Started again on the same data dir: it exits, having emptied it.
+	n.cmd = exec.Command(bins.spoold, "--config", n.cfgPath)
+	out, err := n.cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "was emptied, so spoold joins as a new node") {
+		t.Fatalf("a left node started again: %v; output ends:\n%s", err, tail(string(out), 10))
+	}
+	if ents, err := os.ReadDir(n.dataDir); err != nil || len(ents) != 0 {
+		t.Fatalf("data dir after the exit: %d entries, %v; want it empty", len(ents), err)
+	}
+	n.start()
+	if id := nodeID(t, n); id == old {
+		t.Fatalf("the restarted node is node %s again; want a new id", id)
+	}
+	eventually(t, 60*time.Second, "four members again, nothing moving", func() bool {
+		ids, leaving, settled := clusterMembers(t, sc.nodes[0])
+		return len(ids) == 4 && !leaving && settled
+	})
 }
