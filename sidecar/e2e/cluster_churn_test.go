@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -216,4 +218,67 @@ func TestClusterLeftNodeRestartedJoinsAsNew(t *testing.T) {
 		ids, leaving, settled := clusterMembers(t, sc.nodes[0])
 		return len(ids) == 4 && !leaving && settled
 	})
+}
+
+// The pods of a Deployment with storage (docs/kubernetes.md): three spoold
+// started at once with the same cluster settings — join a DNS name per pod
+// (localhost:port, as a headless Service lists every pod, each pod's own
+// among them), bootstrap_expect 3, leave_on_shutdown — form one cluster
+// without any of them being told to create it; then a pod replaced by a
+// new one (the new one first) leaves, and the cluster is three again.
+func TestClusterDeploymentFormsAndReplaces(t *testing.T) {
+	if ips, err := net.LookupHost("localhost"); err != nil || len(ips) != 1 || ips[0] != "127.0.0.1" {
+		t.Skipf("localhost resolves to %v (%v) here, not to 127.0.0.1 alone, where the nodes listen", ips, err)
+	}
+	sc := &spoolCluster{t: t, tail: clusterTopics}
+	var peers []string
+	for i := range 3 {
+		dir := t.TempDir()
+		n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
+		n.app, n.admin, n.peer = freeAddr(t), freeAddr(t), freeAddr(t)
+		_, port, _ := net.SplitHostPort(n.peer)
+		peers = append(peers, fmt.Sprintf("%q", net.JoinHostPort("localhost", port)))
+		sc.nodes = append(sc.nodes, n)
+		name := fmt.Sprintf("n%d", i+1)
+		t.Cleanup(func() {
+			n.kill()
+			if t.Failed() {
+				b, _ := os.ReadFile(n.logPath)
+				t.Logf("spoold %s log:\n%s", name, tail(string(b), 40))
+			}
+		})
+	}
+	sc.extra = fmt.Sprintf("  join: [%s]\n  bootstrap_expect: 3\n  produce_timeout: 3s\n  leave_on_shutdown: true\n", strings.Join(peers, ", "))
+	for i, n := range sc.nodes {
+		cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s",
+			i+1, n.dataDir, n.app, n.admin, n.peer, sc.extra) + sc.tail
+		if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n.launch()
+	}
+	for _, n := range sc.nodes {
+		n.awaitStarted(60 * time.Second)
+	}
+	eventually(t, 30*time.Second, "one cluster of the three", func() bool {
+		ids, leaving, _ := clusterMembers(t, sc.nodes[2])
+		return len(ids) == 3 && !leaving
+	})
+	awaitPlaced(t, sc.nodes[0])
+	l := startLoad(t, []*node{sc.nodes[1], sc.nodes[2]})
+	l.awaitMore(2, 20, 30*time.Second, "20 acknowledged publishes per producer")
+
+	// A rolling update: a new pod (joining through the live pods, as the
+	// Service lists them by then), then the old one leaves.
+	sc.extra = "  produce_timeout: 3s\n  leave_on_shutdown: true\n"
+	nw := sc.addNode()
+	leave(t, sc.nodes[0])
+	eventually(t, 60*time.Second, "three members again, nothing moving or under-replicated", func() bool {
+		ids, leaving, settled := clusterMembers(t, nw)
+		return len(ids) == 3 && !leaving && settled
+	})
+	l.awaitMore(2, 20, 30*time.Second, "20 more acknowledged publishes per producer after the replacement")
+	acks, failures := l.finish()
+	got := consumeAll(t, nw, acks)
+	verifyNothingLost(t, acks, failures, got)
 }

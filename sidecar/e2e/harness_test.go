@@ -103,6 +103,13 @@ func startNodeWith(t *testing.T, nodeExtra, config string) *node {
 
 func (n *node) start() {
 	n.t.Helper()
+	n.launch()
+	n.awaitStarted(20 * time.Second)
+}
+
+// launch starts spoold without waiting for it.
+func (n *node) launch() {
+	n.t.Helper()
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		n.t.Fatal(err)
@@ -114,7 +121,12 @@ func (n *node) start() {
 	}
 	n.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); logf.Close(); close(done) }(n.cmd, n.exited)
-	eventually(n.t, 20*time.Second, "spoold ready", func() bool {
+}
+
+// awaitStarted waits up to d for /startupz.
+func (n *node) awaitStarted(d time.Duration) {
+	n.t.Helper()
+	eventually(n.t, d, "spoold ready", func() bool {
 		select {
 		case <-n.exited:
 			n.t.Fatalf("spoold exited during start-up with code %d", n.cmd.ProcessState.ExitCode())
