@@ -882,7 +882,9 @@ func (m *machine) ledgerDone(s *sub, p *part, offset int64, o sent) {
 	p.takeWire(offset)
 	delete(p.history, offset)
 	if m.cfg.Ledger != nil && o.id != "" {
-		s.ledger.complete = append(s.ledger.complete, ledger.Finish{ID: o.id, Token: o.wire})
+		// The attempts its claim answered let Redis complete it in one
+		// command (ledger.Finish).
+		s.ledger.complete = append(s.ledger.complete, ledger.Finish{ID: o.id, Token: o.wire, Attempts: o.attempt})
 	}
 }
 

@@ -180,7 +180,15 @@ func (m *Memory) finish(ctx context.Context, group string, ttl time.Duration, it
 	for _, it := range items {
 		key := Key(group, it.ID)
 		e := m.getLocked(key, clock)
-		if e == nil || e.token != it.Token || e.state == "" || (e.state != from1 && e.state != from2) {
+		if e == nil {
+			continue
+		}
+		if e.token != it.Token || e.state == "" || (e.state != from1 && e.state != from2) {
+			if to == stateDone {
+				// As Redis's one-command completion does: an entry it
+				// finds in another state is put back, its TTL restarted.
+				m.putLocked(key, e, clock, ttl)
+			}
 			continue
 		}
 		e.state = to

@@ -167,7 +167,29 @@ func (r *Redis) Claim(ctx context.Context, group, owner string, now time.Time, t
 
 // Complete implements Ledger.
 func (r *Redis) Complete(ctx context.Context, group string, ttl time.Duration, items []Finish) error {
-	return r.finish(ctx, "complete", completeScript, group, ttl, items)
+	ttl, err := checkFinishArgs(group, ttl, items)
+	if err != nil {
+		return err
+	}
+	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
+	for start := 0; start < len(items); start += MaxBatch {
+		chunk := items[start:min(start+MaxBatch, len(items))]
+		keys := make([]string, len(chunk))
+		args := make([]any, 1, 1+2*len(chunk))
+		args[0] = ttlMs
+		for i, it := range chunk {
+			keys[i] = Key(group, it.ID)
+			args = append(args, strconv.FormatUint(it.Token, 10), strconv.Itoa(max(it.Attempts, 0)))
+		}
+		arr, err := r.run(ctx, "complete", completeScript, keys, args)
+		if err != nil {
+			return err
+		}
+		if _, err := decodeFlags(arr, len(chunk)); err != nil {
+			return fmt.Errorf("ledger complete: %w", err)
+		}
+	}
+	return nil
 }
 
 // Dead implements Ledger.

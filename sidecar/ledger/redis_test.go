@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,5 +78,84 @@ func TestNewRedisOptions(t *testing.T) {
 			t.Fatalf("%+v: %v", o, err)
 		}
 		_ = r.Close()
+	}
+}
+
+// commandCalls is how many times redis-server ran each command
+// (INFO commandstats: SET and GET run inside the ledger's scripts).
+func commandCalls(t *testing.T, raw *redis.Client) map[string]int {
+	t.Helper()
+	info, err := raw.Info(ctxT(t), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(info, "\r\n") {
+		name, stats, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		var calls int
+		if _, err := fmt.Sscanf(stats, "calls=%d", &calls); err == nil {
+			out[name] = calls
+		}
+	}
+	return out
+}
+
+// The common cases take one command per message: a first claim (SET NX
+// GET), and a completion with the attempts its claim answered and no
+// error recorded (SET XX GET). A completion with a wrong hint, of an entry
+// with a last error, or with a stale token takes a second SET that puts
+// the entry right: done with its own attempts and error, or as it was.
+func TestRedisOneCommandPerClaimAndCompletion(t *testing.T) {
+	srv := testredis.Start(t)
+	r := newTestRedis(t, srv.Addr())
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = raw.Close() })
+	x := h{t, subject{l: r, group: "g"}}
+	before := commandCalls(t, raw)
+	x.claim(ownerA, t0, time.Minute, "a", "b")
+	must(t, r.Complete(ctxT(t), "g", dayTTL, []Finish{{ID: "a", Token: 1, Attempts: 1}, {ID: "b", Token: 1, Attempts: 1}}))
+	after := commandCalls(t, raw)
+	if set, get := after["set"]-before["set"], after["get"]-before["get"]; set != 4 || get != 0 {
+		t.Fatalf("two first claims and two completions ran %d SET and %d GET; want 4 and 0", set, get)
+	}
+	if v := raw.Get(ctxT(t), Key("g", "a")).Val(); v != "done\n1\n0\n\n1\n" {
+		t.Fatalf("done entry %q", v)
+	}
+
+	// A wrong hint, and an entry with a last error: right all the same.
+	x.one(ownerA, t0, "c")
+	x.release(Release{ID: "c", Token: 1, Error: "boom"})
+	want(t, x.one(ownerA, t0, "c"), ClaimResult{Status: Granted, Token: 2, Attempts: 2, LastError: "boom"})
+	must(t, r.Complete(ctxT(t), "g", dayTTL, []Finish{{ID: "c", Token: 2, Attempts: 2}}))
+	want(t, x.one(ownerB, t0, "c"), ClaimResult{Status: Done, Token: 2, Attempts: 2, LastError: "boom"})
+	x.one(ownerA, t0, "d")
+	must(t, r.Complete(ctxT(t), "g", dayTTL, []Finish{{ID: "d", Token: 1, Attempts: 7}}))
+	want(t, x.one(ownerB, t0, "d"), ClaimResult{Status: Done, Token: 1, Attempts: 1})
+
+	// A stale token changes nothing; an absent id creates nothing.
+	x.one(ownerA, t0, "e")
+	x.one(ownerA, t0, "e") // token 2
+	v := raw.Get(ctxT(t), Key("g", "e")).Val()
+	must(t, r.Complete(ctxT(t), "g", dayTTL, []Finish{{ID: "e", Token: 1, Attempts: 1}, {ID: "nope", Token: 1, Attempts: 1}}))
+	if got := raw.Get(ctxT(t), Key("g", "e")).Val(); got != v {
+		t.Fatalf("a stale completion changed %q to %q", v, got)
+	}
+	if n := raw.Exists(ctxT(t), Key("g", "nope")).Val(); n != 0 {
+		t.Fatal("completing an absent id created it")
+	}
+
+	// A value in no ledger format is an error, and is left as it was.
+	for _, bad := range []string{"not a ledger entry", "in_progress\n1\nbroken"} {
+		must(t, raw.Set(ctxT(t), Key("g", "bad"), bad, 0).Err())
+		err := r.Complete(ctxT(t), "g", dayTTL, []Finish{{ID: "bad", Token: 1, Attempts: 1}})
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("completing %q: %v, want WRONGTYPE", bad, err)
+		}
+		if got := raw.Get(ctxT(t), Key("g", "bad")).Val(); got != bad {
+			t.Fatalf("completing %q left %q", bad, got)
+		}
 	}
 }

@@ -95,24 +95,42 @@ end
 return out
 `)
 
-// completeScript: ARGV[1] ttl (ms), ARGV[1+i] token for KEYS[i].
+// completeScript: ARGV[1] ttl (ms), then per KEYS[i] two values at
+// ARGV[2i], ARGV[2i+1]: token, attempts the claim answered ("0": unknown).
 // in_progress with that token → done. Reply: 1 applied / 0 not, per key.
+//
+// The common case is one command: SET XX GET writes the done entry the
+// caller expects (its token and attempts, no last error), and the old
+// value it answers confirms it (in_progress, that token, those attempts,
+// no error). Otherwise the entry is put right with a second SET: the done
+// entry made from the old one, or the old one itself when it was not held
+// under that token (its TTL then restarts from now).
 var completeScript = redis.NewScript(entryLua + `
 local ttl = ARGV[1]
 local out = {}
 for i = 1, #KEYS do
-  local key = KEYS[i]
-  local v = redis.call('GET', key)
+  local key, tok, att = KEYS[i], ARGV[2 * i], ARGV[2 * i + 1]
+  local old = redis.call('SET', key, 'done\n' .. tok .. '\n0\n\n' .. att .. '\n', 'XX', 'PX', ttl, 'GET')
   out[i] = 0
-  if v then
-    -- Only the state and the token matter: the common case compares a
-    -- prefix and keeps the rest as it is, without unpacking the entry.
-    local head = 'in_progress\n' .. ARGV[1 + i] .. '\n'
-    if string.sub(v, 1, #head) == head then
-      redis.call('SET', key, 'done\n' .. string.sub(v, #'in_progress\n' + 1), 'PX', ttl)
+  if old then
+    local head = 'in_progress\n' .. tok .. '\n'
+    if string.sub(old, 1, #head) == head then
       out[i] = 1
+      -- lease \n owner \n attempts \n err follow the head
+      local a = string.find(old, '\n', #head + 1, true)
+      local b = a and string.find(old, '\n', a + 1, true)
+      local c = b and string.find(old, '\n', b + 1, true)
+      if not c then -- not in the ledger's format: put it back, then fail
+        redis.call('SET', key, old, 'KEEPTTL')
+        parse(key, old)
+      end
+      local attempts, err = string.sub(old, b + 1, c - 1), string.sub(old, c + 1)
+      if attempts ~= att or err ~= '' then
+        redis.call('SET', key, 'done\n' .. tok .. '\n0\n\n' .. attempts .. '\n' .. err, 'KEEPTTL')
+      end
     else
-      parse(key, v) -- a value not in the ledger's format is an error
+      redis.call('SET', key, old, 'KEEPTTL')
+      parse(key, old) -- a value not in the ledger's format is an error
     end
   end
 end
