@@ -150,7 +150,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 
-	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer})
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,16 @@ type Config struct {
 	Cluster       ClusterConfig        `yaml:"cluster"`
 	Tracing       TracingConfig        `yaml:"tracing"`
 	Delivery      DeliveryConfig       `yaml:"delivery"`
+	Publish       PublishConfig        `yaml:"publish"`
+}
+
+// PublishConfig bounds what publishing holds in memory, for the whole
+// sidecar (docs/configuration.md, "publish").
+type PublishConfig struct {
+	// MemoryBytes bounds the bytes of publish requests in flight (received,
+	// not yet answered), over every stream. A request that does not fit
+	// waits, and its stream reads nothing more meanwhile.
+	MemoryBytes int64 `yaml:"memory_bytes"`
 }
 
 // DeliveryConfig bounds what delivery holds in memory, for the whole

@@ -74,6 +74,9 @@ const (
 	DefaultBreakerMaxOpenTimeout      = 60 * time.Second
 	DefaultTracingSampleRatio         = 1.0
 	DefaultDeliveryMemoryBytes        = 32 << 20
+	// DefaultPublishMemoryBytes is publish.memory_bytes: publish requests
+	// in flight, for the whole sidecar.
+	DefaultPublishMemoryBytes = 32 << 20
 	// MaxDeliveryMemoryBytes bounds delivery.memory_bytes (1 TiB: a typo
 	// guard, not a recommendation).
 	MaxDeliveryMemoryBytes = 1 << 40
@@ -92,6 +95,9 @@ func (c *Config) ApplyDefaults() {
 	setString(&n.AdminListen, DefaultAdminListen)
 	setDur(&n.DrainTimeout, DefaultDrainTimeout)
 	setDur(&n.CommitInterval, DefaultCommitInterval)
+	if c.Publish.MemoryBytes == 0 {
+		c.Publish.MemoryBytes = DefaultPublishMemoryBytes
+	}
 	if c.Delivery.MemoryBytes == 0 {
 		c.Delivery.MemoryBytes = DefaultDeliveryMemoryBytes
 	}

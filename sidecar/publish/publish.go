@@ -49,12 +49,17 @@ type Config struct {
 	// Tracer records a span per published message (sidecar/tracing), a
 	// child of the traceparent in its headers; nil: tracing is off.
 	Tracer trace.Tracer
+	// MemoryBytes bounds the bytes of publish requests in flight, for the
+	// whole sidecar (publish.memory_bytes; memory.go). Default
+	// DefaultMemoryBytes.
+	MemoryBytes int64
 }
 
 // Server implements spoolv1.PublisherServiceServer.
 type Server struct {
 	spoolv1.UnimplementedPublisherServiceServer
 	cfg    Config
+	mem    *memory
 	spread atomic.Uint32 // rotates keyless requests over partitions
 }
 
@@ -72,7 +77,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Server{cfg: cfg}, nil
+	m := cfg.Metrics
+	return &Server{cfg: cfg, mem: newMemory(cfg.MemoryBytes, m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits)}, nil
 }
 
 // Publish appends one request's messages and answers once all are durable
@@ -83,7 +89,14 @@ func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spo
 		err     error
 	}
 	ch := make(chan answer, 1)
-	s.Submit(req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) { ch <- answer{r, err} })
+	held, err := s.mem.acquire(ctx, requestBytes(req.GetMessages()))
+	if err != nil {
+		return nil, err
+	}
+	s.Submit(req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
+		s.mem.release(held)
+		ch <- answer{r, err}
+	})
 	select {
 	case a := <-ch:
 		if a.err != nil {

@@ -42,7 +42,15 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[spoolv1.PublishSt
 			break
 		}
 		seq := req.GetSequence()
+		// Nothing more is read from this stream until the request fits in
+		// publish.memory_bytes (memory.go).
+		held, err := s.mem.acquire(ctx, requestBytes(req.GetMessages()))
+		if err != nil {
+			<-slots
+			return <-sendErr
+		}
 		s.Submit(req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
+			s.mem.release(held)
 			resp := &spoolv1.PublishStreamResponse{Sequence: seq, Results: r}
 			if err != nil {
 				st := apierr.Status(err)
