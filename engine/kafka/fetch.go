@@ -45,6 +45,10 @@ func (b *Backend) leaderOf(ctx context.Context, part *partition, refresh bool) (
 	return *part.leader, nil
 }
 
+// maxFetchBytes caps one fetch's bytes (a fetch request's field is an
+// int32; the broker caps it again with its fetch.max.bytes).
+const maxFetchBytes = 64 << 20
+
 // maxFetchRetries: a fetch refused because the leader moved is sent again
 // to the new leader this many times.
 const maxFetchRetries = 3
@@ -64,7 +68,7 @@ func (b *Backend) Fetch(topic string, p int32, offset int64, maxBytes int, dst [
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
 	defer cancel()
-	fp, err := b.fetch(ctx, part, offset, max(maxBytes, 1))
+	fp, err := b.fetch(ctx, part, offset, min(max(maxBytes, 1), maxFetchBytes))
 	if err != nil {
 		return dst, err
 	}
