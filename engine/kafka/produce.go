@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/spoolmq/spool/engine"
 )
-
-func timeOf(ms int64) time.Time { return time.UnixMilli(ms) }
 
 // Produce appends recs to the partition (see ProduceWith).
 func (b *Backend) Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error)) {

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -28,7 +29,7 @@ func toKafka(kname string, p int32, r *engine.Record) *kgo.Record {
 		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
 	if r.Timestamp > 0 {
-		kr.Timestamp = timeOf(r.Timestamp)
+		kr.Timestamp = time.UnixMilli(r.Timestamp)
 	}
 	return kr
 }
