@@ -24,6 +24,32 @@ if [ ! -x "$nats_bin" ]; then
   go build -o "$nats_bin.tmp" github.com/nats-io/nats-server/v2 && mv "$nats_bin.tmp" "$nats_bin" ||
     echo "ensure-deps: could not build nats-server; the JetStream tests will try again and skip if they cannot" >&2
 fi
+# The Kafka backend's tests start an Apache Kafka broker from the jars
+# internal/testkafka/pom.xml names (org.apache.kafka:kafka_2.13 and its
+# runtime dependencies), copied once from Maven Central into the cache dir
+# internal/testkafka uses. Needs java and mvn (installed below if missing,
+# so this runs again at the end); without them the tests skip, saying so.
+fetch_kafka() {
+  local dir="$(dirname "$0")/../internal/testkafka"
+  local version
+  version=$(grep -A1 '<artifactId>kafka-broker</artifactId>' "$dir/pom.xml" | sed -n 's:.*<version>\(.*\)</version>.*:\1:p')
+  local libs="${XDG_CACHE_HOME:-$HOME/.cache}/spool/kafka-$version/libs"
+  [ -f "$libs/kafka_2.13-$version.jar" ] && return 0
+  command -v mvn >/dev/null 2>&1 || return 0
+  echo "copying Apache Kafka $version's jars into $libs (the Kafka backend's tests start a broker)"
+  mkdir -p "$(dirname "$libs")"
+  local tmp
+  tmp=$(mktemp -d "$(dirname "$libs")/fetch-XXXXXX")
+  if mvn -q -B -f "$dir/pom.xml" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp/mvn.log" 2>&1 &&
+    mv "$tmp/libs" "$libs"; then
+    rm -rf "$tmp"
+  else
+    tail -20 "$tmp/mvn.log" >&2
+    rm -rf "$tmp"
+    echo "ensure-deps: could not copy Kafka's jars; the Kafka tests will try again and skip if they cannot" >&2
+  fi
+}
+fetch_kafka
 [ ${#pkgs[@]} -eq 0 ] && exit 0
 
 echo "installing ${pkgs[*]} from Debian's packages (the tests start their own servers on free ports)"
@@ -47,3 +73,4 @@ done
 for b in javac mvn; do
   command -v "$b" >/dev/null 2>&1 || { echo "ensure-deps: $b is still missing after installing ${pkgs[*]}; install it by hand (apt-get install openjdk-17-jdk-headless maven)" >&2; exit 1; }
 done
+fetch_kafka

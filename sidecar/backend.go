@@ -1,12 +1,21 @@
 package sidecar
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/jetstream"
+	"github.com/spoolmq/spool/engine/kafka"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/metrics"
@@ -37,8 +46,59 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 			return privateGroups{b}, nil
 		}
 		return b, nil
+	case config.BackendKafka:
+		return openKafka(cfg, m, logger)
 	}
-	return nil, fmt.Errorf("storage.backend %q: not available in this spoold; use embedded or jetstream (docs/backends.md)", cfg.Storage.Backend)
+	return nil, fmt.Errorf("storage.backend %q: not available in this spoold; use embedded, jetstream or kafka (docs/backends.md)", cfg.Storage.Backend)
+}
+
+// openKafka opens the Kafka backend. Each sidecar delivers every
+// partition of its groups (storage.kafka.shared_groups is reserved).
+func openKafka(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, error) {
+	k := cfg.Storage.Kafka
+	kc := kafka.Config{Brokers: k.Brokers, Prefix: k.Prefix, CreateTopics: k.CreateTopics, ReplicationFactor: k.ReplicationFactor,
+		PublishTimeout: k.PublishTimeout, ClientID: "spoold-" + cfg.Node.ID, Logger: logger,
+		Hooks: kafka.Hooks{PositionsTruncated: func(group, topic string, _ int32, dropped int) {
+			m.KafkaPositionsTruncated.WithLabelValues(group, topic).Add(float64(dropped))
+		}}}
+	if k.TLS {
+		kc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		if k.TLSCAFile != "" {
+			pem, err := os.ReadFile(k.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("storage.kafka.tls_ca_file: %w", err)
+			}
+			kc.TLS.RootCAs = x509.NewCertPool()
+			if !kc.TLS.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("storage.kafka.tls_ca_file %s: no PEM certificate in it", k.TLSCAFile)
+			}
+		}
+	}
+	if k.SASLMechanism != "" {
+		pw, err := os.ReadFile(k.SASLPasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("storage.kafka.sasl_password_file: %w", err)
+		}
+		kc.SASL = kafkaSASL(k.SASLMechanism, k.SASLUsername, strings.TrimRight(string(pw), "\r\n"))
+	}
+	b, err := kafka.Open(kc)
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("storage: Apache Kafka", "brokers", k.Brokers, "prefix", k.Prefix, "create_topics", k.CreateTopics)
+	return b, nil
+}
+
+// kafkaSASL is the SASL mechanism storage.kafka.sasl_mechanism names
+// (validated by the config).
+func kafkaSASL(mechanism, user, password string) sasl.Mechanism {
+	switch mechanism {
+	case "scram-sha-256":
+		return scram.Auth{User: user, Pass: password}.AsSha256Mechanism()
+	case "scram-sha-512":
+		return scram.Auth{User: user, Pass: password}.AsSha512Mechanism()
+	}
+	return plain.Auth{User: user, Pass: password}.AsMechanism()
 }
 
 // privateGroups hides a broker backend's group coordinator: each sidecar

@@ -205,11 +205,11 @@ const (
 )
 
 // StorageConfig chooses where messages live (Backend) and configures it:
-// the embedded log (the other fields) or a broker (JetStream).
+// the embedded log (the other fields) or a broker (JetStream, Kafka).
 type StorageConfig struct {
 	// Backend is embedded (default: the sidecar's own log, replicated with
 	// its peers by cluster), jetstream (NATS JetStream streams) or kafka
-	// (not available yet). docs/backends.md says when to choose which.
+	// (Apache Kafka topics). docs/backends.md says when to choose which.
 	Backend            string        `yaml:"backend"`
 	Fsync              FsyncMode     `yaml:"fsync"`
 	FsyncInterval      time.Duration `yaml:"fsync_interval"`
@@ -218,6 +218,8 @@ type StorageConfig struct {
 	IndexIntervalBytes int64         `yaml:"index_interval_bytes"`
 	// JetStream configures backend jetstream.
 	JetStream JetStreamConfig `yaml:"jetstream"`
+	// Kafka configures backend kafka.
+	Kafka KafkaConfig `yaml:"kafka"`
 }
 
 // Storage backends.
@@ -254,6 +256,40 @@ type JetStreamConfig struct {
 	// through a coordinator kept in NATS (experimental; docs/backends.md).
 	// Default false: each sidecar delivers every partition of its groups,
 	// so run one sidecar per group.
+	SharedGroups bool `yaml:"shared_groups"`
+}
+
+// KafkaConfig is the Apache Kafka backend (docs/backends.md): Spool's
+// topics are Kafka topics, its groups' positions Kafka committed offsets.
+type KafkaConfig struct {
+	// Brokers are seed brokers, host:port. Required.
+	Brokers []string `yaml:"brokers"`
+	// Prefix is put before Spool's topic and group names to name Kafka
+	// topics and consumer groups (topic orders is the Kafka topic
+	// <prefix>orders). Default none.
+	Prefix string `yaml:"prefix"`
+	// CreateTopics lets spoold create the Kafka topics it is configured
+	// with (and dead-letter topics), and add partitions; off, a missing
+	// topic stops spoold with an error saying how to create it.
+	CreateTopics bool `yaml:"create_topics"`
+	// ReplicationFactor of the topics spoold creates; 0 (default) takes
+	// the brokers' default.replication.factor.
+	ReplicationFactor int `yaml:"replication_factor"`
+	// PublishTimeout bounds a publish from its call to Kafka's ack.
+	// Default 10s.
+	PublishTimeout time.Duration `yaml:"publish_timeout"`
+	// TLS connects to the brokers with TLS; TLSCAFile, if set, is the CA
+	// bundle that signs their certificates (default: the system's).
+	TLS       bool   `yaml:"tls"`
+	TLSCAFile string `yaml:"tls_ca_file"`
+	// SASLMechanism authenticates: plain, scram-sha-256 or scram-sha-512,
+	// as SASLUsername with the password in SASLPasswordFile.
+	SASLMechanism    string `yaml:"sasl_mechanism"`
+	SASLUsername     string `yaml:"sasl_username"`
+	SASLPasswordFile string `yaml:"sasl_password_file"`
+	// SharedGroups is reserved: the sidecars of a group sharing its
+	// partitions through Kafka is not available yet, so each sidecar
+	// delivers every partition of its groups (run one per group).
 	SharedGroups bool `yaml:"shared_groups"`
 }
 

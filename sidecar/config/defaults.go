@@ -109,6 +109,9 @@ func (c *Config) ApplyDefaults() {
 		setInt(&s.JetStream.Replicas, 1)
 		setDur(&s.JetStream.PublishTimeout, DefaultProduceTimeout)
 	}
+	if s.Backend == BackendKafka {
+		setDur(&s.Kafka.PublishTimeout, DefaultProduceTimeout)
+	}
 	if s.Fsync == "" {
 		s.Fsync = DefaultFsync
 	}

@@ -160,8 +160,8 @@ func (c *Config) validateStorage(v *validator) {
 		c.validateJetStream(v)
 		return // the embedded log's settings are not used
 	case BackendKafka:
-		v.add("storage.backend", s.Backend, "embedded or jetstream: the kafka backend is not available in this release yet (docs/backends.md)")
-		return
+		c.validateKafka(v)
+		return // the embedded log's settings are not used
 	default:
 		v.add("storage.backend", s.Backend, "embedded, jetstream or kafka (docs/backends.md says which to choose)")
 		return
@@ -521,6 +521,57 @@ func (c *Config) validateJetStream(v *validator) {
 		return
 	}
 	c.validateGroupTimeouts(v)
+}
+
+// validateKafka checks the Kafka backend's settings and what does not go
+// with a broker backend.
+func (c *Config) validateKafka(v *validator) {
+	k := &c.Storage.Kafka
+	if len(k.Brokers) == 0 {
+		v.add("storage.kafka.brokers", "", "at least one Kafka broker, like 127.0.0.1:9092, when storage.backend is kafka")
+	}
+	for i, b := range k.Brokers {
+		h, p, err := net.SplitHostPort(b)
+		n, perr := strconv.Atoi(p)
+		if err != nil || h == "" || strings.Contains(h, "/") || perr != nil || n <= 0 || n >= 1<<16 {
+			v.add(fmt.Sprintf("storage.kafka.brokers[%d]", i), b, "host:port")
+		}
+	}
+	if len(k.Prefix) > 100 || !kafkaNameBytes(k.Prefix) {
+		v.add("storage.kafka.prefix", k.Prefix, "up to 100 bytes of a-z A-Z 0-9 . _ - (default none)")
+	}
+	v.intRange("storage.kafka.replication_factor", int64(k.ReplicationFactor), 0, 7)
+	v.durRange("storage.kafka.publish_timeout", k.PublishTimeout, 100*time.Millisecond, 5*time.Minute)
+	if k.TLSCAFile != "" && !k.TLS {
+		v.add("storage.kafka.tls_ca_file", k.TLSCAFile, "unset unless storage.kafka.tls is true")
+	}
+	if k.SASLMechanism != "" {
+		v.enum("storage.kafka.sasl_mechanism", k.SASLMechanism, "plain", "scram-sha-256", "scram-sha-512")
+		if k.SASLUsername == "" {
+			v.add("storage.kafka.sasl_username", "", "set with storage.kafka.sasl_mechanism")
+		}
+		if k.SASLPasswordFile == "" {
+			v.add("storage.kafka.sasl_password_file", "", "a file holding the password, with storage.kafka.sasl_mechanism")
+		}
+	} else if k.SASLUsername != "" || k.SASLPasswordFile != "" {
+		v.add("storage.kafka.sasl_mechanism", "", "plain, scram-sha-256 or scram-sha-512 when a SASL username or password file is set")
+	}
+	if k.SharedGroups {
+		v.add("storage.kafka.shared_groups", "true", "false: sharing a group's partitions among sidecars is not available on Kafka yet; run one sidecar per consumer group (docs/backends.md)")
+	}
+	if c.Cluster.Enabled() {
+		v.add("cluster.listen", c.Cluster.Listen, "unset with storage.backend kafka: Kafka replicates the messages (remove the cluster section)")
+	}
+}
+
+// kafkaNameBytes: the bytes Kafka allows in topic names.
+func kafkaNameBytes(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // validateGroupTimeouts checks the consumer-group coordinator's timeouts

@@ -270,6 +270,52 @@ func jetStream() Config {
 	return c
 }
 
+// kafka returns a valid configuration on the Kafka backend.
+func kafka() Config {
+	c := valid()
+	c.Node.DataDir = ""
+	c.Storage.Backend = BackendKafka
+	c.Storage.Kafka.Brokers = []string{"127.0.0.1:9092", "kafka-1.kafka:9092"}
+	c.ApplyDefaults()
+	return c
+}
+
+func TestKafkaBackend(t *testing.T) {
+	if c := kafka(); c.Validate() != nil {
+		t.Fatalf("kafka: %v", c.Validate())
+	}
+	if c := kafka(); c.Storage.Kafka.PublishTimeout != DefaultProduceTimeout {
+		t.Fatalf("publish_timeout default %v, want %v", c.Storage.Kafka.PublishTimeout, DefaultProduceTimeout)
+	}
+	for _, tc := range []struct {
+		name           string
+		mutate         func(*Config)
+		field, allowed string
+	}{
+		{"no brokers", func(c *Config) { c.Storage.Kafka.Brokers = nil }, "storage.kafka.brokers", "at least one Kafka broker"},
+		{"bad broker", func(c *Config) { c.Storage.Kafka.Brokers = []string{"kafka://x"} }, "storage.kafka.brokers[0]", "host:port"},
+		{"bad prefix", func(c *Config) { c.Storage.Kafka.Prefix = "a/b" }, "storage.kafka.prefix", "a-z A-Z 0-9 . _ -"},
+		{"replication factor", func(c *Config) { c.Storage.Kafka.ReplicationFactor = 9 }, "storage.kafka.replication_factor", "between 0 and 7"},
+		{"publish timeout", func(c *Config) { c.Storage.Kafka.PublishTimeout = time.Hour }, "storage.kafka.publish_timeout", "between 100ms and 5m"},
+		{"ca without tls", func(c *Config) { c.Storage.Kafka.TLSCAFile = "/ca.pem" }, "storage.kafka.tls_ca_file", "unless storage.kafka.tls"},
+		{"bad sasl", func(c *Config) {
+			c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername, c.Storage.Kafka.SASLPasswordFile = "gssapi", "u", "/p"
+		}, "storage.kafka.sasl_mechanism", "plain, scram-sha-256 or scram-sha-512"},
+		{"sasl without password", func(c *Config) { c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername = "plain", "u" }, "storage.kafka.sasl_password_file", "a file holding the password"},
+		{"shared groups", func(c *Config) { c.Storage.Kafka.SharedGroups = true }, "storage.kafka.shared_groups", "run one sidecar per consumer group"},
+		{"cluster with kafka", func(c *Config) { c.Cluster.Listen = "127.0.0.1:7072" }, "cluster.listen", "unset with storage.backend kafka"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := kafka()
+			tc.mutate(&c)
+			errs := fieldErrors(c.Validate())
+			if len(errs) != 1 || errs[0].Field != tc.field || !strings.Contains(errs[0].Allowed, tc.allowed) {
+				t.Fatalf("errors %v; want one for %s allowing %q", errs, tc.field, tc.allowed)
+			}
+		})
+	}
+}
+
 func TestStorageBackend(t *testing.T) {
 	if c := jetStream(); c.Validate() != nil {
 		t.Fatalf("jetstream: %v", c.Validate())
@@ -280,7 +326,6 @@ func TestStorageBackend(t *testing.T) {
 		field, allowed string
 	}{
 		{"unknown backend", func(c *Config) { c.Storage.Backend = "rabbitmq" }, "storage.backend", "embedded, jetstream or kafka"},
-		{"kafka not yet", func(c *Config) { c.Storage.Backend = BackendKafka }, "storage.backend", "not available in this release"},
 		{"no urls", func(c *Config) { c.Storage.JetStream.URLs = nil }, "storage.jetstream.urls", "at least one NATS server"},
 		{"bad url", func(c *Config) { c.Storage.JetStream.URLs = []string{"http://x"} }, "storage.jetstream.urls[0]", "nats://host:port"},
 		{"bad prefix", func(c *Config) { c.Storage.JetStream.Prefix = "a.b" }, "storage.jetstream.prefix", "a-z A-Z 0-9 _ -"},

@@ -68,7 +68,11 @@ func TestBackendJetStream(t *testing.T) {
 	for _, s := range deliverySuite {
 		t.Run(s.name, func(t *testing.T) { s.run(t, jetStream) })
 	}
-	t.Run("broker_restart", testBrokerRestartUnderLoad)
+	t.Run("broker_restart", func(t *testing.T) {
+		srv := testnats.Start(t)
+		storage := fmt.Sprintf("storage:\n  backend: jetstream\n  jetstream:\n    urls: [%q]\n", srv.URL())
+		testBrokerRestartUnderLoad(t, storage, func() { srv.Stop(); srv.Start() })
+	})
 }
 
 func TestDrainFinishesInFlight(t *testing.T) { testDrainFinishesInFlight(t, embedded) }
@@ -101,18 +105,17 @@ func testDrainFinishesInFlight(t *testing.T, b backend) {
 }
 
 // A broker restart under load loses nothing: publishes that fail while
-// NATS is down are retried by the producer with the same ids, the
-// consumer's sidecar reconnects, and every message is handled.
-func testBrokerRestartUnderLoad(t *testing.T) {
-	srv := testnats.Start(t)
-	n := startNodeWith(t, "", fmt.Sprintf("storage:\n  backend: jetstream\n  jetstream:\n    urls: [%q]\n", srv.URL())+config("30s", "key"))
+// the broker is down are retried by the producer with the same ids, the
+// consumer's sidecar reconnects, and every message is handled. storage is
+// the config's storage section; restart stops and starts the broker.
+func testBrokerRestartUnderLoad(t *testing.T, storage string, restart func()) {
+	n := startNodeWith(t, "", storage+config("30s", "key"))
 	c := n.client(context.Background())
 	rec := filepath.Join(t.TempDir(), "rec")
 	startApp(t, n, rec, "--group", "workers", "--concurrency", "8")
 	const total = 600
 	ids := publishSeq(t, c, "orders", 0, total/2, func(s int) string { return fmt.Sprintf("k%d", s%11) })
-	srv.Stop()
-	srv.Start()
+	restart()
 	ids = append(ids, publishRetrying(t, c, total/2, total/2)...)
 	eventually(t, 60*time.Second, "every message handled after the broker restart", func() bool {
 		return len(doneCounts(readEvents(t, rec))) == len(ids)

@@ -63,6 +63,9 @@ type Metrics struct {
 
 	PartitionQuarantined *prometheus.GaugeVec // topic, partition
 
+	// The Kafka backend (docs/backends.md).
+	KafkaPositionsTruncated *prometheus.CounterVec // group, topic
+
 	// A cluster node's replication (docs/replication.md); absent on a single node.
 	ClusterNodes        *prometheus.GaugeVec   // (none)
 	ClusterPeerUp       *prometheus.GaugeVec   // peer
@@ -147,7 +150,8 @@ func New() *Metrics {
 		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
 		RedriveSkipped:      counter("redrive_skipped_total", "Dead letters matched by a redrive but not redriven, by reason (already_done: the ledger shows the message was handled).", "group", "topic", "reason"),
 
-		PartitionQuarantined: gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),
+		KafkaPositionsTruncated: counter("kafka_positions_truncated_total", "Finished offsets left out of a Kafka offset commit because they did not fit in its metadata (storage.backend kafka): they are delivered again after a restart. Growing: many finished offsets above a stuck one; look for a hung handler or a parked key.", "group", "topic"),
+		PartitionQuarantined:    gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),
 	}
 	m.ClusterNodes = gauge("cluster_nodes", "Members of the cluster known to this node (its controller state).")
 	m.ClusterPeerUp = gauge("cluster_peer_up", "1 while this node's raft streams to the peer are connected, else 0.", "peer")

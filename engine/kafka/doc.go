@@ -1,0 +1,39 @@
+// Package kafka is a storage backend (engine.Backend) that keeps a
+// sidecar's messages in Apache Kafka (or a Kafka-compatible broker)
+// instead of the embedded log (docs/backends.md).
+//
+// # Mapping
+//
+//   - A topic is the Kafka topic <prefix><topic>, with the same partitions:
+//     Spool's partition is the Kafka partition and Spool's offset the Kafka
+//     offset, exactly. Topics are checked at Open and EnsureTopic, and
+//     created (with the topic's retention, and message.timestamp.type
+//     LogAppendTime) only when Config.CreateTopics allows it.
+//   - A record is one Kafka record: Spool's key is the record key (none
+//     when empty), the value its value, the headers its headers in order,
+//     and the message id the first header, spool-id (record.go). A record
+//     that another Kafka producer wrote has no spool-id header: its id is
+//     kafka:<partition>:<offset>. The record's time is its Kafka timestamp
+//     (the broker's append time on topics Spool creates).
+//   - Produce is a produce with acks=all and the idempotent producer to
+//     the partition Spool's partitioner chose (engine.PartitionForKey, so
+//     a key's order holds), completing when Kafka has acked every record.
+//     The client's own retries of a produce are stored once (producer id
+//     and sequence); a publish that the app retries after an unknown
+//     outcome may be stored twice, and the consumer's ledger drops the copy.
+//   - Fetch is one fetch request to the partition's leader (no consumer
+//     group): records from an offset up to the high watermark.
+//   - Watch polls the end offsets of watched topics (Config.WatchInterval)
+//     and signals when one moved; a publish through this backend signals
+//     at once.
+//   - Positions (LoadPositions, CommitPositions) are committed offsets of
+//     the Kafka consumer group <prefix><group>: the committed offset is
+//     Spool's next offset, and the finished offsets above it travel in the
+//     commit's metadata (positions.go), bounded by Config.MetadataMaxBytes.
+//     Kafka's own tools (kafka-consumer-groups --describe) show the lag.
+//
+// Consumer groups are not shared across sidecars through Kafka yet: each
+// sidecar delivers every partition of its groups (run one per group).
+//
+// It imports engine (types, sentinels), never the sidecar.
+package kafka

@@ -1,0 +1,233 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/spoolmq/spool/engine"
+)
+
+// leader is where a partition's fetches go: its leader and the topic's
+// id (fetch v13+ names topics by id), from a metadata request, kept
+// until a fetch says they changed.
+type leader struct {
+	broker  int32
+	topicID [16]byte
+}
+
+// leaderOf is the partition's leader, asking Kafka when not known (or
+// when refresh, after a fetch was refused).
+func (b *Backend) leaderOf(ctx context.Context, part *partition, refresh bool) (leader, error) {
+	part.leaderMu.Lock()
+	defer part.leaderMu.Unlock()
+	if part.leader != nil && !refresh {
+		return *part.leader, nil
+	}
+	details, err := b.admin.ListTopics(ctx, part.t.kname)
+	if err != nil {
+		return leader{}, b.connErr(part, err)
+	}
+	d := details[part.t.kname]
+	if d.Err != nil {
+		return leader{}, fmt.Errorf("kafka: %s/%d (Kafka topic %s): %w", part.t.spec.Name, part.num, part.t.kname, d.Err)
+	}
+	pd, ok := d.Partitions[part.num]
+	if !ok || pd.Leader < 0 {
+		return leader{}, fmt.Errorf("kafka: %s/%d (Kafka topic %s): no leader known (Kafka is electing one, or the partition is missing): retry shortly", part.t.spec.Name, part.num, part.t.kname)
+	}
+	part.leader = &leader{broker: pd.Leader, topicID: d.ID}
+	return *part.leader, nil
+}
+
+// maxFetchBytes caps one fetch's bytes (a fetch request's field is an
+// int32; the broker caps it again with its fetch.max.bytes).
+const maxFetchBytes = 64 << 20
+
+// maxFetchRetries: a fetch refused because the leader moved is sent again
+// to the new leader this many times.
+const maxFetchRetries = 3
+
+// Fetch reads records of the partition from offset on, up to the high
+// watermark (what every in-sync replica has), about maxBytes (at least
+// one batch when any is there): one fetch request to the leader, without
+// a consumer group. At the end it returns none; outside the log an
+// *engine.OffsetOutOfRangeError.
+func (b *Backend) Fetch(topic string, p int32, offset int64, maxBytes int, dst []engine.Record) ([]engine.Record, error) {
+	part, err := b.partition(topic, p)
+	if err != nil {
+		return dst, err
+	}
+	if offset < 0 {
+		return dst, &engine.OffsetOutOfRangeError{Offset: offset}
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
+	defer cancel()
+	fp, err := b.fetch(ctx, part, offset, min(max(maxBytes, 1), maxFetchBytes))
+	if err != nil {
+		return dst, err
+	}
+	for _, kr := range fp.Records {
+		var r engine.Record
+		fromKafka(kr, &r)
+		dst = append(dst, r)
+	}
+	return dst, nil
+}
+
+func (b *Backend) fetch(ctx context.Context, part *partition, offset int64, maxBytes int) (kgo.FetchPartition, error) {
+	refresh := false
+	for attempt := 0; ; attempt++ {
+		l, err := b.leaderOf(ctx, part, refresh)
+		if err != nil {
+			return kgo.FetchPartition{}, err
+		}
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 0
+		req.MinBytes = 1
+		req.MaxBytes = int32(maxBytes)
+		req.SessionEpoch = -1 // a full fetch, no session
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = part.t.kname, l.topicID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = part.num, offset, int32(maxBytes)
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, b.cl.Broker(int(l.broker)))
+		if err != nil {
+			if attempt < maxFetchRetries && ctx.Err() == nil {
+				refresh = true // the broker may be gone: ask who leads now
+				continue
+			}
+			return kgo.FetchPartition{}, b.connErr(part, err)
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return kgo.FetchPartition{}, fmt.Errorf("kafka: fetch %s/%d: %w", part.t.spec.Name, part.num, err)
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return kgo.FetchPartition{}, fmt.Errorf("kafka: fetch %s/%d: the broker answered for %d topics, want 1", part.t.spec.Name, part.num, len(resp.Topics))
+		}
+		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: offset, Topic: part.t.kname, Partition: part.num},
+			&resp.Topics[0].Partitions[0], kgo.DefaultDecompressor(), nil)
+		switch {
+		case fp.Err == nil:
+			return fp, nil
+		case errors.Is(fp.Err, kerr.OffsetOutOfRange):
+			start, end, err := b.Offsets(part.t.spec.Name, part.num)
+			if err != nil {
+				return kgo.FetchPartition{}, err
+			}
+			if offset >= start && offset <= end { // the end moved between the two requests
+				continue
+			}
+			return kgo.FetchPartition{}, &engine.OffsetOutOfRangeError{Offset: offset, Start: start, End: end}
+		case retriableFetch(fp.Err) && attempt < maxFetchRetries:
+			refresh = true
+			continue
+		}
+		return kgo.FetchPartition{}, fmt.Errorf("kafka: fetch %s/%d from offset %d: %w", part.t.spec.Name, part.num, offset, fp.Err)
+	}
+}
+
+// retriableFetch: the partition's leader moved (or the metadata the
+// request was built from is stale), so asking the new leader may answer.
+func retriableFetch(err error) bool {
+	return errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, kerr.FencedLeaderEpoch) || errors.Is(err, kerr.UnknownLeaderEpoch) ||
+		errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.ReplicaNotAvailable) ||
+		errors.Is(err, kerr.LeaderNotAvailable) || errors.Is(err, kerr.KafkaStorageError)
+}
+
+func (b *Backend) connErr(part *partition, err error) error {
+	if errors.Is(err, kgo.ErrClientClosed) || b.ctx.Err() != nil {
+		return fmt.Errorf("%w: %s/%d: %w", engine.ErrClosed, part.t.spec.Name, part.num, err)
+	}
+	return fmt.Errorf("kafka: reading %s/%d: %w (is Kafka reachable?)", part.t.spec.Name, part.num, err)
+}
+
+// Offsets are the partition's log start offset and high watermark.
+func (b *Backend) Offsets(topic string, p int32) (start, end int64, err error) {
+	part, err := b.partition(topic, p)
+	if err != nil {
+		return 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
+	defer cancel()
+	if start, _, err = b.listOffset(ctx, part, -2); err != nil {
+		return 0, 0, err
+	}
+	if end, _, err = b.listOffset(ctx, part, -1); err != nil {
+		return 0, 0, err
+	}
+	return start, end, nil
+}
+
+// listOffset is one ListOffsets of the partition: ts -2 is the log
+// start, -1 the high watermark, else the first offset at or after ts (ms),
+// -1 when there is none.
+func (b *Backend) listOffset(ctx context.Context, part *partition, ts int64) (offset, recordTS int64, err error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = part.t.kname
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.Timestamp = part.num, ts
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, b.cl) // the client sends it to the leader
+	if err != nil {
+		return 0, 0, b.connErr(part, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, 0, fmt.Errorf("kafka: list offsets of %s/%d: the broker answered for %d topics, want 1", part.t.spec.Name, part.num, len(resp.Topics))
+	}
+	rpr := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(rpr.ErrorCode); err != nil {
+		return 0, 0, fmt.Errorf("kafka: list offsets of %s/%d: %w", part.t.spec.Name, part.num, err)
+	}
+	return rpr.Offset, rpr.Timestamp, nil
+}
+
+// RecordTime is the Kafka timestamp (Unix ms) of the record at offset.
+func (b *Backend) RecordTime(topic string, p int32, offset int64) (int64, error) {
+	part, err := b.partition(topic, p)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
+	defer cancel()
+	fp, err := b.fetch(ctx, part, offset, 1)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range fp.Records {
+		if r.Offset == offset {
+			return r.Timestamp.UnixMilli(), nil
+		}
+	}
+	return 0, fmt.Errorf("kafka: %s/%d: no record at offset %d", topic, p, offset)
+}
+
+// OffsetForTime is the first offset whose timestamp is at or after ts;
+// the end when none is.
+func (b *Backend) OffsetForTime(topic string, p int32, ts time.Time) (int64, error) {
+	part, err := b.partition(topic, p)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
+	defer cancel()
+	off, _, err := b.listOffset(ctx, part, max(ts.UnixMilli(), 0))
+	if err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		off, _, err = b.listOffset(ctx, part, -1)
+	}
+	return off, err
+}
