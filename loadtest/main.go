@@ -129,6 +129,9 @@ func printTable(r *Result) {
 		row("idle", fmt.Sprintf("%.1f s with no traffic", r.IdleS))
 	}
 	row("sidecar CPU", fmt.Sprintf("%.2f µs/msg (%.3f cores)", r.SidecarCPUUsPerMsg, r.SidecarCPUCores))
+	if r.Backend != "" {
+		row("broker CPU", fmt.Sprintf("%s: %.2f µs/msg", r.Backend, r.BrokerCPUUsPerMsg))
+	}
 	if r.Redis {
 		row("redis CPU", fmt.Sprintf("%.2f µs/msg (%.2f cores)", r.RedisCPUUsPerMsg, r.RedisCPUCores))
 		row("redis scripts", fmt.Sprintf("%.4f calls/msg (%.2f µs/msg in them), %.2f other commands/msg", r.RedisScriptsPerMsg, r.RedisScriptUsPerMsg, r.RedisCommandsPerMsg))

@@ -42,6 +42,10 @@ type Result struct {
 	RedisScriptsPerMsg  float64 `json:"redis_scripts_per_msg,omitempty"`
 	RedisScriptUsPerMsg float64 `json:"redis_script_us_per_msg,omitempty"`
 	RedisCommandsPerMsg float64 `json:"redis_commands_per_msg,omitempty"`
+	// Backend is the log spoold ran on; BrokerCPUUsPerMsg the CPU of its
+	// broker (nats-server or Kafka) per message over the measured phase.
+	Backend             string  `json:"backend,omitempty"`
+	BrokerCPUUsPerMsg   float64 `json:"broker_cpu_us_per_msg,omitempty"`
 	LoadtestCPUUsPerMsg float64 `json:"loadtest_cpu_us_per_msg"`
 	// ConsumerSDK is the scenario's consumer_sdk; with a consumer program
 	// (not go), its processes' utime+stime over the measured phase per
@@ -122,6 +126,7 @@ type phase struct {
 	sidecar, harness, redis int64 // CPU clock ticks
 	redisCalls, redisUsec   int64 // INFO commandstats: script calls and their time
 	redisInner              int64 // INFO commandstats: the other commands
+	broker                  int64 // CPU clock ticks of the backend's broker
 	consumer                int64 // CPU clock ticks of the consumer programs
 	nodes                   []int64
 	rssKiB                  int64 // summed over the nodes
@@ -132,6 +137,7 @@ type procs struct {
 	sidecars  []*sidecarProc
 	redis     int // 0: none
 	redisAddr string
+	broker    int   // the backend's broker (0: none)
 	consumers []int // consumer programs (consumer_sdk other than go)
 }
 
@@ -167,6 +173,13 @@ func mark(pp procs) (phase, error) {
 			return phase{}, fmt.Errorf("loadtest: redis-server: %w", err)
 		}
 	}
+	if pp.broker != 0 {
+		b, err := procCPU(pp.broker)
+		if err != nil {
+			return phase{}, fmt.Errorf("loadtest: broker: %w", err)
+		}
+		ph.broker = b
+	}
 	for _, pid := range pp.consumers {
 		c, err := procCPU(pid)
 		if err != nil {
@@ -200,6 +213,15 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		}()
 		redisAddr = rds.addr
 	}
+	var brk *broker
+	if sc.Backend == "jetstream" || sc.Backend == "kafka" {
+		var err error
+		if brk, err = startBroker(ctx, sc.Backend, tmp); err != nil {
+			return nil, err
+		}
+		defer brk.stop()
+		sc.brokerStorage = brk.storage
+	}
 	nodes, err := startNodes(ctx, bin, tmp, sc, redisAddr)
 	defer func() {
 		for _, p := range nodes {
@@ -215,6 +237,9 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	pp := procs{sidecars: nodes}
 	if rds != nil {
 		pp.redis, pp.redisAddr = rds.pid(), rds.addr
+	}
+	if brk != nil {
+		pp.broker = brk.pid
 	}
 	smp := startSampler(pp.pids, 100*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // sleep-ok: let the just-started sidecars settle before calling them idle
@@ -516,6 +541,10 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 			r.ConsumerCPUUsPerMsg = round(float64(end.consumer-start.consumer)*1e6/clockTicks/float64(r.Messages), 2)
 			r.ConsumerCPUCores = round(float64(end.consumer-start.consumer)/clockTicks/dur, 3)
 			r.ConsumerHWMMB = round(float64(consumerHWMKiB)/1024, 1)
+		}
+		if brk != nil {
+			r.Backend = sc.Backend
+			r.BrokerCPUUsPerMsg = round(float64(end.broker-start.broker)*1e6/clockTicks/float64(r.Messages), 2)
 		}
 		if rds != nil {
 			r.RedisCPUUsPerMsg = round(float64(end.redis-start.redis)*1e6/clockTicks/float64(r.Messages), 2)

@@ -68,6 +68,13 @@ type Scenario struct {
 	// (`redis: {addrs: [...]}`), so every delivery is claimed in and every
 	// ack completed in Redis. Its CPU is measured next to spoold's.
 	Redis bool `yaml:"redis"`
+	// Backend runs spoold on a broker the run starts (docs/backends.md):
+	// embedded (default), jetstream (nats-server) or kafka (Apache Kafka,
+	// KRaft). Its CPU is reported as broker_cpu_us_per_msg. One node only.
+	Backend string `yaml:"backend"`
+	// brokerStorage is the storage section of spoold's config once the
+	// run has started the backend's broker.
+	brokerStorage string
 
 	// Nodes > 1 runs a cluster of that many spoold processes on 127.0.0.1
 	// (the first bootstraps, the others join it) with ReplicationFactor
@@ -106,6 +113,15 @@ func (s *Scenario) validate() error {
 		}
 	default:
 		bad("mode = %q: must be publish, drain, e2e, failover, idle or rebalance", s.Mode)
+	}
+	switch s.Backend {
+	case "", "embedded":
+	case "jetstream", "kafka":
+		if s.Nodes > 1 || s.Mode != "publish" && s.Mode != "drain" && s.Mode != "e2e" {
+			bad("backend = %s: one node (nodes unset) and mode publish, drain or e2e", s.Backend)
+		}
+	default:
+		bad("backend = %q: must be embedded (the default), jetstream or kafka", s.Backend)
 	}
 	if s.Acks != "" && s.Acks != "all" && s.Acks != "leader" {
 		bad("acks = %q: must be all (the default) or leader", s.Acks)

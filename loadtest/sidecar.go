@@ -144,7 +144,7 @@ func newNode(base string, index int, clustered bool, join string, rf int) (node,
 
 // startNode writes nd's config and starts spoold with it.
 func startNode(ctx context.Context, bin string, sc *Scenario, nd node, redisAddr string) (*sidecarProc, error) {
-	cfg := sidecarConfig(sc, nd, filepath.Join(nd.dir, "data"), redisAddr)
+	cfg := sidecarConfigOn(sc, nd, filepath.Join(nd.dir, "data"), redisAddr, sc.brokerStorage)
 	cfgPath := filepath.Join(nd.dir, "spool.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -271,15 +271,25 @@ func (p *sidecarProc) logTail() string {
 // in a cluster run (nd.cluster set), the cluster section: the first node
 // bootstraps, the others join it.
 func sidecarConfig(sc *Scenario, nd node, dataDir, redisAddr string) string {
+	return sidecarConfigOn(sc, nd, dataDir, redisAddr, "")
+}
+
+// sidecarConfigOn is sidecarConfig on a broker backend when storage (the
+// broker's storage section) is set.
+func sidecarConfigOn(sc *Scenario, nd node, dataDir, redisAddr, storage string) string {
 	var b strings.Builder
 	id := "loadtest"
 	if nd.cluster != "" {
 		id = fmt.Sprintf("loadtest-%d", nd.index+1)
 	}
 	fmt.Fprintf(&b, "node:\n  id: %s\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", id, dataDir, nd.app, nd.admin)
-	fmt.Fprintf(&b, "storage:\n  fsync: %s\n", sc.Fsync)
-	if sc.FsyncInterval != "" {
-		fmt.Fprintf(&b, "  fsync_interval: %s\n", sc.FsyncInterval)
+	if storage != "" {
+		b.WriteString(storage)
+	} else {
+		fmt.Fprintf(&b, "storage:\n  fsync: %s\n", sc.Fsync)
+		if sc.FsyncInterval != "" {
+			fmt.Fprintf(&b, "  fsync_interval: %s\n", sc.FsyncInterval)
+		}
 	}
 	fmt.Fprintf(&b, "limits:\n  max_batch_messages: 10000\n")
 	fmt.Fprintf(&b, "topics:\n  - name: %s\n    partitions: %d\n    retention: 0s\n", topicName, sc.Partitions)

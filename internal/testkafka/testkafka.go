@@ -312,3 +312,14 @@ func tail(s string, lines int) string {
 	}
 	return strings.Join(parts, "\n")
 }
+
+// Pid is the broker process's id (0 while it is stopped), for measuring
+// its CPU.
+func (b *Broker) Pid() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return 0
+	}
+	return b.cmd.Process.Pid
+}
