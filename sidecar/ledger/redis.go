@@ -165,8 +165,24 @@ func (r *Redis) Claim(ctx context.Context, group, owner string, now time.Time, t
 	return out, nil
 }
 
-// Complete implements Ledger.
+// Complete implements Ledger. Each item also passes the attempts its
+// claim answered (completeScript's one-command path).
 func (r *Redis) Complete(ctx context.Context, group string, ttl time.Duration, items []Finish) error {
+	return r.finish(ctx, "complete", completeScript, group, ttl, items, func(args []any, it Finish) []any {
+		return append(args, strconv.FormatUint(it.Token, 10), strconv.Itoa(max(it.Attempts, 0)))
+	})
+}
+
+// Dead implements Ledger.
+func (r *Redis) Dead(ctx context.Context, group string, ttl time.Duration, items []Finish) error {
+	return r.finish(ctx, "dead", deadScript, group, ttl, items, func(args []any, it Finish) []any {
+		return append(args, strconv.FormatUint(it.Token, 10))
+	})
+}
+
+// finish runs s over items in batches of MaxBatch: ARGV is the ttl, then
+// what argsOf appends for each item.
+func (r *Redis) finish(ctx context.Context, op string, s *redis.Script, group string, ttl time.Duration, items []Finish, argsOf func([]any, Finish) []any) error {
 	ttl, err := checkFinishArgs(group, ttl, items)
 	if err != nil {
 		return err
@@ -179,38 +195,7 @@ func (r *Redis) Complete(ctx context.Context, group string, ttl time.Duration, i
 		args[0] = ttlMs
 		for i, it := range chunk {
 			keys[i] = Key(group, it.ID)
-			args = append(args, strconv.FormatUint(it.Token, 10), strconv.Itoa(max(it.Attempts, 0)))
-		}
-		arr, err := r.run(ctx, "complete", completeScript, keys, args)
-		if err != nil {
-			return err
-		}
-		if _, err := decodeFlags(arr, len(chunk)); err != nil {
-			return fmt.Errorf("ledger complete: %w", err)
-		}
-	}
-	return nil
-}
-
-// Dead implements Ledger.
-func (r *Redis) Dead(ctx context.Context, group string, ttl time.Duration, items []Finish) error {
-	return r.finish(ctx, "dead", deadScript, group, ttl, items)
-}
-
-func (r *Redis) finish(ctx context.Context, op string, s *redis.Script, group string, ttl time.Duration, items []Finish) error {
-	ttl, err := checkFinishArgs(group, ttl, items)
-	if err != nil {
-		return err
-	}
-	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
-	for start := 0; start < len(items); start += MaxBatch {
-		chunk := items[start:min(start+MaxBatch, len(items))]
-		keys := make([]string, len(chunk))
-		args := make([]any, 1, 1+len(chunk))
-		args[0] = ttlMs
-		for i, it := range chunk {
-			keys[i] = Key(group, it.ID)
-			args = append(args, strconv.FormatUint(it.Token, 10))
+			args = argsOf(args, it)
 		}
 		arr, err := r.run(ctx, op, s, keys, args)
 		if err != nil {
