@@ -170,18 +170,7 @@ func TestClusterRollingReplacementUnderLoad(t *testing.T) {
 	acks, failures := l.finish()
 	t.Logf("%d acknowledged; longest stall of a producer %v; sample of failed attempts: %q",
 		len(acks), longestGap(acks).Round(time.Millisecond), failureSample(failures))
-	eventually(t, 60*time.Second, "every acknowledged message completed by the app", func() bool {
-		seen := map[string]bool{}
-		for _, d := range ga.deliveries() {
-			seen[d.id] = true
-		}
-		for _, a := range acks {
-			if !seen[a.id] {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 60*time.Second, "every acknowledged message completed by the app", func() bool { return ga.deliveredAll(acks) })
 	var got []delivery
 	completions := map[string]int{}
 	for _, d := range ga.deliveries() {

@@ -64,6 +64,21 @@ func (ga *groupApps) deliveries() []groupDelivery {
 	return append([]groupDelivery(nil), ga.got...)
 }
 
+// deliveredAll reports whether every acknowledged message has been
+// delivered to one of the apps.
+func (ga *groupApps) deliveredAll(acks []ack) bool {
+	seen := map[string]bool{}
+	for _, d := range ga.deliveries() {
+		seen[d.id] = true
+	}
+	for _, a := range acks {
+		if !seen[a.id] {
+			return false
+		}
+	}
+	return true
+}
+
 // committedPositions reads the group's committed offsets through n's admin API.
 func committedPositions(t *testing.T, n *node) (map[int32]int64, map[int32]int64) {
 	t.Helper()
@@ -122,19 +137,9 @@ func TestClusterGroupSharedAcrossSidecars(t *testing.T) {
 		sample()
 	}
 	acks, failures := l.finish()
-	want := map[string]bool{}
-	for _, a := range acks {
-		want[a.id] = true
-	}
 	eventually(t, 90*time.Second, "every acknowledged id delivered and the group committed up to the end of every partition", func() bool {
-		seen := map[string]bool{}
-		for _, d := range ga.deliveries() {
-			seen[d.id] = true
-		}
-		for id := range want {
-			if !seen[id] {
-				return false
-			}
+		if !ga.deliveredAll(acks) {
+			return false
 		}
 		c, end := committedPositions(t, sc.nodes[1])
 		for p, e := range end {
@@ -250,19 +255,9 @@ func TestClusterGroupMemberKilled(t *testing.T) {
 	sc.nodes[2].start()
 	l.awaitMore(2, 30, 60*time.Second, "30 more acknowledged publishes per producer after node 3 is back")
 	acks, failures := l.finish()
-	want := map[string]bool{}
-	for _, a := range acks {
-		want[a.id] = true
-	}
 	eventually(t, 90*time.Second, "every acknowledged id delivered and the group committed up to the end", func() bool {
-		seen := map[string]bool{}
-		for _, d := range ga.deliveries() {
-			seen[d.id] = true
-		}
-		for id := range want {
-			if !seen[id] {
-				return false
-			}
+		if !ga.deliveredAll(acks) {
+			return false
 		}
 		c, end := committedPositions(t, sc.nodes[0])
 		for p, e := range end {
@@ -310,16 +305,5 @@ func TestClusterGroupOnStorageOffSidecar(t *testing.T) {
 	l := startLoad(t, sc.nodes[:1])
 	l.awaitMore(1, 50, 30*time.Second, "50 acknowledged publishes")
 	acks, _ := l.finish()
-	eventually(t, 30*time.Second, "every acknowledged message delivered to the storage-off sidecar's app", func() bool {
-		seen := map[string]bool{}
-		for _, d := range ga.deliveries() {
-			seen[d.id] = true
-		}
-		for _, a := range acks {
-			if !seen[a.id] {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 30*time.Second, "every acknowledged message delivered to the storage-off sidecar's app", func() bool { return ga.deliveredAll(acks) })
 }
