@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,9 +61,35 @@ func needBroker(t *testing.T) *testkafka.Broker {
 
 var notTopicChars = regexp.MustCompile(`[^a-zA-Z0-9._-]`)
 
-// prefix is a test's own prefix of Kafka topics and groups.
+// prefixes holds each running test's prefix: the broker outlives a test,
+// and a test run again in the same process (go test -count=N) must not see
+// the topics and groups of its previous run.
+var prefixes struct {
+	sync.Mutex
+	of  map[*testing.T]string
+	seq int
+}
+
+// prefix is a test's own prefix of Kafka topics and groups, the same for
+// every call within one run of the test.
 func prefix(t *testing.T) string {
-	return notTopicChars.ReplaceAllString(t.Name(), "_") + "."
+	prefixes.Lock()
+	defer prefixes.Unlock()
+	if p, ok := prefixes.of[t]; ok {
+		return p
+	}
+	if prefixes.of == nil {
+		prefixes.of = map[*testing.T]string{}
+	}
+	prefixes.seq++
+	p := fmt.Sprintf("%s.%d.", notTopicChars.ReplaceAllString(t.Name(), "_"), prefixes.seq)
+	prefixes.of[t] = p
+	t.Cleanup(func() {
+		prefixes.Lock()
+		delete(prefixes.of, t)
+		prefixes.Unlock()
+	})
+	return p
 }
 
 // open opens a backend on the package's broker under the test's prefix,
