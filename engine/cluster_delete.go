@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/meta"
@@ -74,6 +75,15 @@ func (g *coordinators) dropTopic(ctx context.Context, topic string) error {
 			continue
 		}
 		_, err := c.n.coordinateAt(ctx, part, coord.Command{DropTopic: &coord.DropTopic{Topic: topic}})
+		// Forgetting a topic twice is forgetting it once: an answer lost
+		// (the leader asked went away) is asked again while time is left.
+		for errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(c.cfg.TickInterval):
+			}
+			_, err = c.n.coordinateAt(ctx, part, coord.Command{DropTopic: &coord.DropTopic{Topic: topic}})
+		}
 		switch {
 		case errors.Is(err, coord.ErrGroupActive):
 			return fmt.Errorf("%w: deleting topic %q: %v", ErrTopicInUse, topic, err)
