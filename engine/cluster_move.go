@@ -23,19 +23,31 @@ import (
 // and replicas spread over new nodes (meta.NextMove).
 
 // driveMoves: for every moving partition this node leads, take the next
-// step toward the target, or record that the group reached it.
+// step toward the target, or record that the group reached it. The
+// replica that leads may be one this node is still getting (a learning
+// partition): a move's step made it a voter before the controller recorded
+// the move's end, and the leadership came to it (a leaving leader handing
+// it over, leadership balancing toward the target's first node) — then the
+// move was redirected, or has only its end left to record. It drives the
+// move as any leader does: nothing else would.
 func (c *cluster) driveMoves(ctx context.Context) {
 	type move struct {
 		group  uint64
 		target []uint64
 	}
 	var moves []move
+	add := func(p *partition) {
+		if m := p.mem.Load(); p.log != nil && m != nil && m.target != nil {
+			moves = append(moves, move{p.group, m.target})
+		}
+	}
 	c.n.mu.RLock()
 	for _, t := range c.n.topics {
 		for _, p := range t.parts {
-			if m := p.mem.Load(); p.log != nil && m != nil && m.target != nil {
-				moves = append(moves, move{p.group, m.target})
-			}
+			add(p)
+		}
+		for _, p := range t.learning {
+			add(p)
 		}
 	}
 	c.n.mu.RUnlock()
