@@ -150,6 +150,14 @@ func (n *node) stop() {
 }
 
 // stopWithin sends SIGTERM and waits up to d for a graceful exit.
+// signal sends sig to the spoold process.
+func (n *node) signal(sig os.Signal) {
+	n.t.Helper()
+	if err := n.cmd.Process.Signal(sig); err != nil {
+		n.t.Fatalf("signal %v to spoold: %v", sig, err)
+	}
+}
+
 func (n *node) stopWithin(d time.Duration) {
 	n.t.Helper()
 	_ = n.cmd.Process.Signal(syscall.SIGTERM)
