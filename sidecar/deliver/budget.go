@@ -12,14 +12,19 @@ import "time"
 //
 // The rules (checked by budget_test.go):
 //
-//   - Never grown: a grant is at most what is free (limit − held), so reads
-//     never take the group past its limit — except the one rule below.
+//   - Never grown: a grant is at most what is free (limit − held). A read
+//     returns whole log batches (the first one even when it is larger than
+//     the read asked for) and the machine keeps every record it returns,
+//     so that no record is read twice: a read may outgrow its grant by its
+//     first batch. The machine asks room for a partition's reads as large
+//     as the last batch that outgrew a grant, within the fair share
+//     (machine.fetchPart), so only a partition's first batch, a batch
+//     larger than the fair share, or the progress rule below take the
+//     group past its limit: then by at most one batch per read.
 //   - Progress: while the group holds no record (empty), every read asked
-//     for is made whatever the room (grant.progress), and the first one
-//     answered with a record keeps it whatever its size (the machine's
-//     fetched checks empty, which that record ends), so a budget smaller
-//     than one message still delivers, one message at a time. The
-//     overshoot is then that one record.
+//     for is made whatever the room (grant.progress) and keeps what it
+//     returns, so a budget smaller than one message still delivers, a log
+//     batch per partition at a time. The overshoot is then those batches.
 //   - Fairness: the fair share of a partition is limit / active partitions.
 //     A partition refused for lack of room while under its share waits, in
 //     order of arrival; while any partition waits, a partition at or above
@@ -42,12 +47,12 @@ type memBudget struct {
 }
 
 // grant is the room given to one read: the bytes its records may hold.
-// While the group holds no record (empty), the first read answered keeps
-// its first record even when it is larger (the progress rule).
+// While the group holds no record (empty), a read is made even without
+// room (the progress rule).
 type grant struct {
 	bytes int64
-	// progress: granted no room but made while the group is empty, so the
-	// read may keep one record by the progress rule.
+	// progress: made while the group is empty, whatever the room (the
+	// progress rule).
 	progress bool
 }
 
@@ -90,13 +95,12 @@ func (b *memBudget) ask(now time.Time, p *part, partHeld int64, active int, minU
 	free := b.limit - b.held
 	if b.empty {
 		// The progress rule: while the group holds no record, every read
-		// is made and may keep its first record, however small its room;
-		// the first answered with a record does (fetched checks empty,
-		// which that record ends), so the group goes over by one record
-		// at most. Not only the round's first read: it may be a partition
-		// with nothing to read, whose reservation would leave the others
-		// too little room for their first record, round after round
-		// (TestMachineModel's replay file of 2026-12-01 18:10).
+		// is made, however small its room, and keeps what it returns (at
+		// least one log batch), so the group goes over by one batch per
+		// partition at most. Not only the round's first read: it may be a
+		// partition with nothing to read, whose reservation would leave
+		// the others too little room for their first record, round after
+		// round (TestMachineModel's replay file of 2026-12-01 18:10).
 		b.dequeue(now, p)
 		g := max(min(free, wantBytes), 0)
 		b.held += g

@@ -42,6 +42,15 @@ func startGroup(t *testing.T, eng *fakeEngine, cfg GroupConfig) *harness {
 // startGroupLogging is startGroup with the group's logger given.
 func startGroupLogging(t *testing.T, eng *fakeEngine, cfg GroupConfig, logger *slog.Logger) *harness {
 	t.Helper()
+	h := startGroupOn(t, eng, cfg, logger)
+	h.eng = eng
+	return h
+}
+
+// startGroupOn runs a group over any engine (h.eng is then nil): a real
+// engine.Node where the log's own behaviour matters (whole batches read).
+func startGroupOn(t *testing.T, eng Engine, cfg GroupConfig, logger *slog.Logger) *harness {
+	t.Helper()
 	if cfg.Name == "" {
 		cfg.Name = tGroup
 	}
@@ -59,7 +68,7 @@ func startGroupLogging(t *testing.T, eng *fakeEngine, cfg GroupConfig, logger *s
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
-	h := &harness{t: t, eng: eng, g: g, m: m}
+	h := &harness{t: t, g: g, m: m}
 	stopped := false
 	h.stop = func() {
 		if stopped {

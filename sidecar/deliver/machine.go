@@ -187,6 +187,18 @@ type part struct {
 	history map[int64][]AttemptRecord
 	// avgRecordBytes sizes reads to the room in the window.
 	avgRecordBytes int
+	// ahead holds records read and not yet in the window (it had no room
+	// for that many messages), from fetchAt on: they go to the tracker as
+	// the window makes room, and no read is made while any wait, so no
+	// record is read twice. They alias their read's buffer; aheadBytes is
+	// what they hold, charged to the memory budget like the window.
+	ahead      []engine.Record
+	aheadBytes int64
+	// batchBytes is the size of the last read that came back larger than
+	// its grant: one log batch, which a read returns whole. The partition's
+	// reads wait for that much room (within its fair share), so that what
+	// a read returns fits its grant.
+	batchBytes int64
 	// grant is the memory budget's room for the read under way;
 	// budgetWait: the partition waits for room (memBudget.waiting).
 	grant            grant
@@ -318,28 +330,38 @@ func (m *machine) subOf(p *part) *sub {
 }
 
 // heldBytes is what the group holds now: every partition's window (records
-// and ring) and the dead letters being published.
+// and ring) and records read ahead of it, and the dead letters being
+// published.
 func (m *machine) heldBytes() int64 {
 	n := m.dlBytes
 	for _, s := range m.subs {
 		for _, p := range s.parts {
-			n += p.tr.HeldBytes()
+			n += p.heldBytes()
 		}
 	}
 	return n
 }
 
-// heldRecords counts the records the group holds: in its windows and dead
-// letters being published.
+// heldRecords counts the records the group holds: in its windows, read
+// ahead of them, and dead letters being published.
 func (m *machine) heldRecords() int {
 	n := m.dlqInFlight
 	for _, s := range m.subs {
 		for _, p := range s.parts {
-			n += p.tr.Window()
+			n += p.tr.Window() + len(p.ahead)
 		}
 	}
 	return n
 }
+
+// heldBytes is what the partition holds: its window (records and ring)
+// and the records read ahead of it.
+func (p *part) heldBytes() int64 { return p.tr.HeldBytes() + p.aheadBytes }
+
+// dropAhead forgets the records read ahead of the window (the partition
+// starts over, or stops delivering): fetchAt is the first of them, so
+// they are read again if they are wanted.
+func (p *part) dropAhead() { p.ahead, p.aheadBytes = nil, 0 }
 
 // activeParts counts the partitions delivering now (the budget's fair share).
 func (m *machine) activeParts() int {
@@ -356,25 +378,42 @@ func (m *machine) activeParts() int {
 
 func (m *machine) fetchPart(now time.Time, s *sub, p *part) {
 	want := p.tr.Wants()
+	if len(p.ahead) > 0 {
+		// Records already read go first; nothing more is read while
+		// any wait (they are charged already: no grant needed).
+		if want > 0 {
+			m.fill(now, s, p)
+		}
+		if len(p.ahead) > 0 {
+			m.bud.forget(now, p)
+			return
+		}
+		want = p.tr.Wants()
+	}
 	// Refill in large steps (a quarter of the window), unless the tracker is
 	// running dry: a read returns whole log batches, so reading for a
-	// handful of records would decode a batch to keep a few of its records.
+	// handful of records would decode a batch to hold most of it ahead.
 	dry := p.tr.Pending() == 0
 	if want <= 0 || (want < p.tr.Config().WindowMessages/4 && !dry) {
 		m.bud.forget(now, p)
 		return
 	}
+	if m.activeN == 0 {
+		m.activeN = m.activeParts()
+	}
 	// The memory budget: room for this read, the same large steps unless
-	// the partition runs dry.
+	// the partition runs dry. A read keeps every record it returns, and
+	// returns at least one whole log batch: wait for room for one (as big
+	// as the last read that outgrew its grant), unless the batch is more
+	// than the partition's fair share or than its window can take — then
+	// the read outgrows its grant by at most that batch.
+	wantBytes := int64(want) * (int64(p.avgRecordBytes) + 2*p.tr.EntryBytes())
 	minUseful := int64(minFetchBytes)
 	if dry {
 		minUseful = 1
 	}
-	if m.activeN == 0 {
-		m.activeN = m.activeParts()
-	}
-	wantBytes := int64(want) * (int64(p.avgRecordBytes) + 2*p.tr.EntryBytes())
-	g := m.bud.ask(now, p, p.tr.HeldBytes(), m.activeN, minUseful, wantBytes)
+	minUseful = max(minUseful, min(p.batchBytes, m.bud.fairShare(m.activeN), wantBytes))
+	g := m.bud.ask(now, p, p.heldBytes(), m.activeN, minUseful, wantBytes)
 	if !g.ok() {
 		return
 	}
@@ -431,27 +470,42 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 	if len(recs) == 0 {
 		return
 	}
-	want := p.tr.Wants()
 	p.avgRecordBytes = recordBytes(recs)
-	// Each record kept costs its bytes and its slot in the window's ring
-	// (twice: the ring grows by doubling).
-	slot := 2 * p.tr.EntryBytes()
-	var cost, readBytes int64
-	budgetCut := false
+	// Every record read is kept: in the window as far as it has room, the
+	// rest ahead of it. The read returned whole log batches, which may be
+	// more than its grant: its first batch always comes whole. Dropping
+	// what did not fit would read that batch again for every grant (issue
+	// 10: 2.5× the bytes delivered, with 16 KiB messages); keeping it is
+	// charged in full, and the partition's next reads wait for room for a
+	// batch that size (fetchPart).
+	var readBytes int64
 	for i := range recs {
 		readBytes += storedBytes(&recs[i])
 	}
-	batch := make([]tracker.Record[engine.Record], 0, min(len(recs), want))
-	for i, r := range recs {
-		if len(batch) == want {
-			break
-		}
-		c := storedBytes(&recs[i]) + slot
-		if cost+c > g.bytes && (cost > 0 || !g.progress || !m.bud.empty) {
-			budgetCut = true
-			break // the rest waits for room in the memory budget
-		}
-		cost += c
+	if readBytes > g.bytes {
+		p.batchBytes = readBytes
+	}
+	p.ahead, p.aheadBytes = recs, readBytes
+	m.bud.use(readBytes)
+	m.bud.settle(g)
+	g = grant{}
+	m.fetchPart(now, s, p) // into the window; the next read, if it has room
+}
+
+// fill moves records read ahead into the window, as many as it has room
+// for, leaving out offsets finished before a restart and messages not for
+// this group (redriven to another); the rest stay ahead.
+func (m *machine) fill(now time.Time, s *sub, p *part) {
+	want := p.tr.Wants()
+	before := p.heldBytes()
+	batch := make([]tracker.Record[engine.Record], 0, min(len(p.ahead), want))
+	var took, kept int64 // bytes taken from ahead, bytes of the records kept
+	n := 0
+	for n < len(p.ahead) && len(batch) < want {
+		r := p.ahead[n]
+		n++
+		c := storedBytes(&r)
+		took += c
 		p.fetchAt = r.Offset + 1
 		for p.skipAt < len(p.skip) && p.skip[p.skipAt] < r.Offset {
 			p.skipAt++
@@ -467,35 +521,30 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 			p.skipAt++
 			continue
 		}
-		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: storedBytes(&recs[i])})
+		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c})
+		kept += c
 	}
-	if len(batch) > 0 && len(batch) < len(recs)/2 {
+	if n == len(p.ahead) {
+		p.dropAhead() // frees the slice; the buffer lives while the window holds its records
+	} else {
+		p.ahead, p.aheadBytes = p.ahead[n:], p.aheadBytes-took
+	}
+	if k := len(batch); k > 0 && k < n/2 && len(p.ahead) == 0 {
+		// Most of what was taken is left out: copy the few records kept,
+		// so that the read buffer they alias can be freed.
 		compact(batch)
-	} else if n := len(batch); n > 0 {
+	} else if k > 0 {
 		// The records alias the read buffer, which lives as long as any of
-		// them: the last one kept is charged for the rest of the buffer.
-		var kept int64
-		for i := range batch {
-			kept += batch[i].Bytes
-		}
-		batch[n-1].Bytes += max(readBytes-kept, 0)
+		// them: the last one kept is charged for those left out.
+		batch[k-1].Bytes += took - kept
 	}
-	before := p.tr.HeldBytes()
 	if err := p.tr.Add(now, batch...); err != nil {
 		// Cannot happen: offsets increase and batch ≤ Wants. Stop feeding
 		// this partition loudly rather than deliver out of order.
 		m.log.Error("tracker refused records", "topic", s.cfg.Topic, "partition", p.num, "err", err)
-		return
+		p.dropAhead()
 	}
-	m.bud.use(p.tr.HeldBytes() - before)
-	if len(batch) > 0 {
-		m.bud.empty = false
-	}
-	m.bud.settle(g)
-	g = grant{}
-	if !budgetCut {
-		m.fetchPart(now, s, p) // the next read, if the window has room
-	}
+	m.bud.use(p.heldBytes() - before)
 }
 
 // minFetchBytes is the smallest read: a few records, to amortize the call.

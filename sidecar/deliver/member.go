@@ -92,6 +92,7 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 			case ownActive:
 				p.own, p.gen = ownRevoking, v.generation
 				p.revokeBy = now.Add(m.cfg.Membership.RevokeDrain)
+				p.dropAhead() // nothing new is delivered from it here
 				m.log.Info("partition revoked: draining it", "topic", s.cfg.Topic, "partition", p.num, "in_flight", p.tr.InFlight(), "generation", v.generation)
 			case ownNone:
 				// Never started here (a new process): nothing to drain or commit.
@@ -137,6 +138,7 @@ func (m *machine) startPart(s *sub, p *part, committed engine.Position, start in
 func (p *part) resetTo(tr *tracker.Tracker[engine.Record], next int64, committed engine.Position) {
 	p.inc++
 	p.tr, p.fetchAt, p.skip, p.skipAt = tr, next, nil, 0
+	p.dropAhead()
 	p.wire, p.history = nil, nil
 	p.committed = committed
 	for _, o := range committed.Done {

@@ -80,6 +80,7 @@ func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, s
 			return nil, err
 		}
 		p.tr, p.fetchAt, p.skip, p.skipAt = tr, next[i], nil, 0
+		p.dropAhead()
 		p.wire, p.history = nil, nil
 		pos[p.num] = engine.Position{Next: next[i]}
 	}
