@@ -62,6 +62,10 @@ type Scenario struct {
 	// SidecarGOMEMLIMIT, when set, is spoold's GOMEMLIMIT (for example
 	// "100MiB"): a deployment setting, not a code change.
 	SidecarGOMEMLIMIT string `yaml:"sidecar_gomemlimit"`
+	// SidecarYAML is appended to each spoold's configuration file: sections
+	// the generated file does not have (publish:, delivery:), to measure a
+	// setting without a code change.
+	SidecarYAML string `yaml:"sidecar_yaml"`
 
 	// Redis: start a redis-server for the run (free 127.0.0.1 port,
 	// persistence off) and give it to spoold as its idempotency ledger

@@ -303,6 +303,7 @@ func sidecarConfigOn(sc *Scenario, nd node, dataDir, redisAddr, storage string) 
 	if redisAddr != "" {
 		fmt.Fprintf(&b, "redis:\n  addrs: [%q]\n", redisAddr)
 	}
+	b.WriteString(sc.SidecarYAML)
 	if nd.cluster != "" {
 		fmt.Fprintf(&b, "cluster:\n  listen: %q\n  replication_factor: %d\n", nd.cluster, nd.replication)
 		if nd.join != "" {

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -122,6 +124,9 @@ func run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	tracer := tracing.Tracer(tp)
 	m := metrics.New()
+	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
+		m.MemoryLimit.Set(float64(lim))
+	}
 	eng, err := openBackend(cfg, dataDir, m, logger)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spoolmq/spool/sidecar"
@@ -41,10 +42,26 @@ func main() {
 		os.Exit(2)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	applyMemoryLimit(cfg, logger)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := sidecar.Run(ctx, cfg, sidecar.Options{Logger: logger}); err != nil {
 		logger.Error("spoold failed", "err", err)
 		os.Exit(1)
+	}
+}
+
+// applyMemoryLimit gives the Go runtime node.memory_limit as its soft
+// memory limit, unless GOMEMLIMIT is set (the operator's explicit choice
+// wins) or the limit is -1. The process owns the runtime's settings, so
+// this is done here and not in sidecar.Run (tests run several sidecars in
+// one process).
+func applyMemoryLimit(cfg *config.Config, logger *slog.Logger) {
+	if env, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		logger.Info("memory limit from GOMEMLIMIT; node.memory_limit ignored", "GOMEMLIMIT", env)
+		return
+	}
+	if cfg.Node.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.Node.MemoryLimit)
 	}
 }

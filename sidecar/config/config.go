@@ -183,6 +183,14 @@ type NodeConfig struct {
 	// consuming before it takes traffic). Default false. Probe start-up
 	// with /startupz: the app starts only after it.
 	ReadyRequiresApp bool `yaml:"ready_requires_app"`
+	// MemoryLimit is the Go runtime's soft memory limit for spoold, in
+	// bytes (runtime/debug.SetMemoryLimit): the GC works harder as the
+	// process nears it, so that what the byte budgets (publish.memory_bytes,
+	// delivery.memory_bytes) let in does not double into GC headroom.
+	// Default DefaultMemoryLimit, DefaultClusterMemoryLimit on a cluster
+	// member that holds replicas; -1: none. The GOMEMLIMIT environment
+	// variable, when set, wins.
+	MemoryLimit int64 `yaml:"memory_limit"`
 	// CommitInterval is how often each group's committed offsets are
 	// written (and always on shutdown). Default 200ms. Acks newer than the
 	// last commit are redelivered if spoold is killed (the ledger then

@@ -75,8 +75,21 @@ const (
 	DefaultTracingSampleRatio         = 1.0
 	DefaultDeliveryMemoryBytes        = 32 << 20
 	// DefaultPublishMemoryBytes is publish.memory_bytes: publish requests
-	// in flight, for the whole sidecar.
-	DefaultPublishMemoryBytes = 32 << 20
+	// in flight, for the whole sidecar. Each is held twice until it is on
+	// disk (the request and the log batch it is encoded into).
+	DefaultPublishMemoryBytes = 16 << 20
+	// DefaultMemoryLimit is node.memory_limit of a sidecar that holds no
+	// replicated partitions (one node, storage off, a broker backend):
+	// with the default budgets its peak RSS stays near 150 MiB whatever
+	// the message size (docs/benchmarks.md, e2e-16k).
+	DefaultMemoryLimit = 128 << 20
+	// DefaultClusterMemoryLimit is node.memory_limit of a cluster member
+	// holding replicas: raft's messages and followers' appends in flight
+	// come on top of the budgets.
+	DefaultClusterMemoryLimit = 512 << 20
+	// MinMemoryLimit is the smallest node.memory_limit: below it the GC
+	// would run all the time for the runtime's own needs.
+	MinMemoryLimit = 32 << 20
 	// MaxDeliveryMemoryBytes bounds delivery.memory_bytes (1 TiB: a typo
 	// guard, not a recommendation).
 	MaxDeliveryMemoryBytes = 1 << 40
@@ -95,6 +108,12 @@ func (c *Config) ApplyDefaults() {
 	setString(&n.AdminListen, DefaultAdminListen)
 	setDur(&n.DrainTimeout, DefaultDrainTimeout)
 	setDur(&n.CommitInterval, DefaultCommitInterval)
+	if n.MemoryLimit == 0 {
+		n.MemoryLimit = DefaultMemoryLimit
+		if c.Cluster.Listen != "" && c.Cluster.Storage != StorageOff {
+			n.MemoryLimit = DefaultClusterMemoryLimit
+		}
+	}
 	if c.Publish.MemoryBytes == 0 {
 		c.Publish.MemoryBytes = DefaultPublishMemoryBytes
 	}

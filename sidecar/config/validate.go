@@ -105,7 +105,17 @@ func (c *Config) Validate() error {
 		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 33554432)")
 	}
 	if m := c.Publish.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
-		v.add("publish.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 33554432)")
+		v.add("publish.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
+	}
+	switch m := c.Node.MemoryLimit; {
+	case m == -1 || m == 0: // none, or the default
+	case m < MinMemoryLimit || m > MaxDeliveryMemoryBytes:
+		v.add("node.memory_limit", strconv.FormatInt(m, 10), "33554432 to 1099511627776 bytes, or -1 for no limit (0 = default: 134217728, 536870912 on a cluster member holding replicas)")
+	case 2*c.Publish.MemoryBytes+c.Delivery.MemoryBytes > m:
+		// Publishes are held twice (request and log batch) until on disk.
+		v.add("node.memory_limit", strconv.FormatInt(m, 10), fmt.Sprintf(
+			"at least 2 × publish.memory_bytes + delivery.memory_bytes (%d): below what the budgets let in, the GC would run all the time; raise node.memory_limit (-1: none) or lower the budgets",
+			2*c.Publish.MemoryBytes+c.Delivery.MemoryBytes))
 	}
 	return errors.Join(v.errs...)
 }

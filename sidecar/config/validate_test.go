@@ -91,6 +91,8 @@ func TestValidateErrors(t *testing.T) {
 		{"admin listen unix", func(c *Config) { c.Node.AdminListen = "unix:///run/admin.sock" }, "node.admin_listen", "unix:///run/admin.sock", "host:port"},
 		{"admin listen clash", func(c *Config) { c.Node.AdminListen = DefaultAppListen }, "node.admin_listen", DefaultAppListen, "different from every node.app_listen"},
 		{"drain timeout", func(c *Config) { c.Node.DrainTimeout = -time.Second }, "node.drain_timeout", "-1s", "positive duration"},
+		{"memory limit", func(c *Config) { c.Node.MemoryLimit = 1 << 20 }, "node.memory_limit", "1048576", "or -1 for no limit"},
+		{"memory limit below the budgets", func(c *Config) { c.Node.MemoryLimit = 64 << 20; c.Delivery.MemoryBytes = 48 << 20 }, "node.memory_limit", "67108864", "at least 2 × publish.memory_bytes + delivery.memory_bytes (83886080)"},
 		{"fsync enum", func(c *Config) { c.Storage.Fsync = "sometimes" }, "storage.fsync", "sometimes", "always or interval"},
 		{"fsync interval", func(c *Config) { c.Storage.FsyncInterval = time.Minute }, "storage.fsync_interval", "1m0s", "between 1ms and 10s"},
 		{"segment bytes", func(c *Config) { c.Storage.SegmentBytes = 1000 }, "storage.segment_bytes", "1000", "between 1048576 and 1073741824"},

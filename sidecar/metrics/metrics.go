@@ -21,6 +21,9 @@ type Metrics struct {
 	PublishLatency     *prometheus.HistogramVec // topic
 	PublishMemory      prometheus.Gauge
 	PublishMemoryLimit prometheus.Gauge
+	// MemoryLimit is the Go runtime's soft memory limit (node.memory_limit
+	// or GOMEMLIMIT; 0: none).
+	MemoryLimit        prometheus.Gauge
 	PublishMemoryWaits prometheus.Counter
 
 	Deliveries     *prometheus.CounterVec   // group, topic
@@ -110,6 +113,7 @@ func New() *Metrics {
 		PublishMessages:      counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
 		PublishBytes:         counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
 		PublishMemory:        prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_bytes", Help: "Bytes of publish requests in flight (received, not yet answered); bounded by publish.memory_bytes."}),
+		MemoryLimit:          prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "memory_limit_bytes", Help: "The Go runtime's soft memory limit (node.memory_limit, or GOMEMLIMIT when set); 0: none."}),
 		PublishMemoryLimit:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_limit_bytes", Help: "publish.memory_bytes: what publish requests in flight may hold."}),
 		PublishMemoryWaits:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_waits_total", Help: "Publish requests that waited for room in publish.memory_bytes (their stream read nothing more meanwhile)."}),
 		PublishRejected:      counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
@@ -167,6 +171,6 @@ func New() *Metrics {
 	m.MoveCopiesDelayed = counter("move_copies_delayed_total", "Appends to the new replicas of moving partitions that waited for cluster.move_bytes_per_second.")
 	m.MoveCopyWaiting = gauge("move_copy_waiting_bytes", "Bytes of entries waiting for cluster.move_bytes_per_second before going to new replicas.")
 	r.MustRegister(m.LedgerAvailable)
-	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits)
+	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit)
 	return m
 }

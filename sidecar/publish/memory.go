@@ -12,7 +12,7 @@ import (
 
 // DefaultMemoryBytes is publish.memory_bytes: what publishes in flight may
 // hold, for the whole sidecar.
-const DefaultMemoryBytes = 32 << 20
+const DefaultMemoryBytes = 16 << 20
 
 // memory bounds the bytes of publish requests in flight (received, not yet
 // answered), whatever the number of streams and their pipelines: a request
