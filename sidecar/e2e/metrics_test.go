@@ -50,3 +50,20 @@ func saveProfile(t *testing.T, n *node, name, path string) {
 		t.Fatal(err)
 	}
 }
+
+// spoold gives the Go runtime node.memory_limit as its soft memory limit:
+// the default, and a value from the file.
+func TestMemoryLimitApplied(t *testing.T) {
+	for _, c := range []struct {
+		nodeExtra string
+		want      float64
+	}{
+		{"", 128 << 20},
+		{"  memory_limit: 268435456\n", 256 << 20},
+	} {
+		n := startNodeWith(t, c.nodeExtra, "")
+		if got := metricValue(t, n, "spool_memory_limit_bytes"); got != c.want {
+			t.Errorf("node section %q: spool_memory_limit_bytes %v, want %v", c.nodeExtra, got, c.want)
+		}
+	}
+}
