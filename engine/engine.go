@@ -195,6 +195,9 @@ func (n *Node) Run(ctx context.Context) error {
 // Close flushes and closes the log. Produce after Close fails with ErrClosed.
 func (n *Node) Close() error { return n.store.Close() }
 
+// SyncStats counts the syncs the log's append rounds made (LogOptions.SyncFileSystem).
+func (n *Node) SyncStats() SyncStats { return n.store.SyncStats() }
+
 // ErrDeleteUnsupported: topic deletion is not available here (an internal
 // topic, or a cluster sidecar with storage off, which is not a member).
 var ErrDeleteUnsupported = errors.New("topic deletion not supported")

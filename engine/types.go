@@ -25,6 +25,8 @@ type (
 	OffsetOutOfRangeError = log.OffsetOutOfRangeError
 	// LogOptions configures the embedded partition log.
 	LogOptions = log.Options
+	// SyncStats count the embedded log's syncs (Node.SyncStats).
+	SyncStats = log.SyncStats
 	// FsyncMode selects when the embedded log acknowledges an append.
 	FsyncMode = log.FsyncMode
 )

@@ -44,6 +44,7 @@ type Scenario struct {
 	Partitions          int    `yaml:"partitions"`
 	Fsync               string `yaml:"fsync"`                // always | interval
 	FsyncInterval       string `yaml:"fsync_interval"`       // with fsync: interval
+	StorageSync         string `yaml:"storage_sync"`         // storage.sync: files (default) | filesystem
 	Ordering            string `yaml:"ordering"`             // key | partition | none
 	SubMaxInFlight      int    `yaml:"sub_max_in_flight"`    // subscription max_in_flight (per partition)
 	SubWindowMessages   int    `yaml:"sub_window_messages"`  // subscription window_messages (per partition)

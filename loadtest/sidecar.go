@@ -290,6 +290,9 @@ func sidecarConfigOn(sc *Scenario, nd node, dataDir, redisAddr, storage string) 
 		if sc.FsyncInterval != "" {
 			fmt.Fprintf(&b, "  fsync_interval: %s\n", sc.FsyncInterval)
 		}
+		if sc.StorageSync != "" {
+			fmt.Fprintf(&b, "  sync: %s\n", sc.StorageSync)
+		}
 	}
 	fmt.Fprintf(&b, "limits:\n  max_batch_messages: 10000\n")
 	fmt.Fprintf(&b, "topics:\n  - name: %s\n    partitions: %d\n    retention: 0s\n", topicName, sc.Partitions)

@@ -131,6 +131,12 @@ func run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
+		m.RegisterLogSyncs(func() (files, fileSystem, fallbacks uint64) {
+			st := ss.SyncStats()
+			return st.Files, st.FileSystem, st.Fallbacks
+		})
+	}
 	engCtx, stopEngine := context.WithCancel(context.Background())
 	engDone := make(chan error, 1)
 	go func() { engDone <- eng.Run(engCtx) }() // owned: stopped and awaited at the end of Run
@@ -356,6 +362,7 @@ func logOptions(cfg *config.Config) engine.LogOptions {
 		SegmentAge:         cfg.Storage.SegmentAge,
 		IndexIntervalBytes: int(cfg.Storage.IndexIntervalBytes),
 		FsyncInterval:      cfg.Storage.FsyncInterval,
+		SyncFileSystem:     cfg.Storage.Sync == config.SyncFileSystem,
 		// Limits come from the config in one place: every message that
 		// limits.max_message_bytes allows, and its dead letter, fits a batch.
 		MaxBatchBytes: engine.MaxBatchBytesFor(cfg.Limits.MaxMessageBytes, cfg.Limits.MaxIDBytes, cfg.Limits.MaxHeaders),

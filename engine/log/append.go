@@ -198,7 +198,7 @@ func (s *Store) round() []*request {
 		r.buf = nil
 	}
 	if s.opts.Fsync == FsyncAlways {
-		syncParallel(dirty)
+		s.syncRound(dirty)
 		for _, d := range dirty {
 			d.p.syncErr = nil
 		}
@@ -277,13 +277,61 @@ func (s *Store) unlockRound(batch []*request) {
 	s.mu.Unlock()
 }
 
+// syncCounts count the syncs of append rounds (Store.SyncStats).
+type syncCounts struct {
+	files, fileSystem, fallbacks atomic.Uint64
+}
+
+// SyncStats are the syncs append rounds made (FsyncAlways).
+type SyncStats struct {
+	// Files counts fdatasyncs of segment files; FileSystem, syncs of the
+	// whole file system (Options.SyncFileSystem), each standing for two or
+	// more files; Fallbacks, file-system syncs that failed and were
+	// followed by one fdatasync per file.
+	Files, FileSystem, Fallbacks uint64
+}
+
+// SyncStats returns the counts so far.
+func (s *Store) SyncStats() SyncStats {
+	return SyncStats{Files: s.syncs.files.Load(), FileSystem: s.syncs.fileSystem.Load(), Fallbacks: s.syncs.fallbacks.Load()}
+}
+
+// syncRound makes a round's dirty segments durable: with a file-system
+// syncer and two or more of them, one sync of the file system (for a
+// single file, its fdatasync is as cheap and does not wait on others'
+// data); else, or when that fails, one fdatasync per segment, which also
+// names the segment whose data could not be written. Caller holds roundMu.
+func (s *Store) syncRound(dirty []dirtySeg) {
+	if s.fsSync != nil {
+		n := 0
+		for i := range dirty {
+			if d := &dirty[i]; d.seg.dirty && !d.seg.removed {
+				n++
+			}
+		}
+		if n >= 2 {
+			err := s.fsSync.Sync()
+			if err == nil {
+				s.syncs.fileSystem.Add(1)
+				for i := range dirty {
+					dirty[i].seg.dirty = false
+				}
+				return
+			}
+			s.syncs.fallbacks.Add(1)
+			s.opts.Logger.Warn("spool log: syncing the data dir's file system failed; syncing each file to find the failed one", "dir", s.dir, "err", err)
+		}
+	}
+	s.syncs.files.Add(uint64(syncParallel(dirty)))
+}
+
 // maxSyncWorkers bounds the goroutines fdatasyncing in parallel in one round.
 const maxSyncWorkers = 8
 
 // syncParallel fdatasyncs every listed segment that is still dirty (rolled
 // segments were synced by the roll), up to maxSyncWorkers at a time; the
-// workers end before it returns.
-func syncParallel(dirty []dirtySeg) {
+// workers end before it returns. It returns the number synced.
+func syncParallel(dirty []dirtySeg) int {
 	var todo []*dirtySeg
 	for i := range dirty {
 		if d := &dirty[i]; d.seg.dirty && !d.seg.removed {
@@ -291,9 +339,11 @@ func syncParallel(dirty []dirtySeg) {
 			todo = append(todo, d)
 		}
 	}
-	if len(todo) == 1 {
-		todo[0].err = todo[0].seg.log.Sync()
-		return
+	if len(todo) <= 1 {
+		if len(todo) == 1 {
+			todo[0].err = todo[0].seg.log.Sync()
+		}
+		return len(todo)
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -305,6 +355,7 @@ func syncParallel(dirty []dirtySeg) {
 		})
 	}
 	wg.Wait()
+	return len(todo)
 }
 
 // write appends r's frames to the active segment (rolling first when

@@ -142,6 +142,67 @@ func (OSFS) SyncDir(name string) error {
 	return err
 }
 
+// FSSyncer is an FS that can make durable, in one call, everything written
+// on the file system holding a directory (Options.SyncFileSystem). OSFS is
+// one (syncfs(2)); an FS that is not makes the store sync file by file.
+type FSSyncer interface {
+	// OpenFSSync opens dir for such syncs. The syncer reports the
+	// write-back errors of the whole file system that happened since it was
+	// opened (Linux ≥ 5.8: earlier kernels do not, and are refused), so the
+	// store keeps one open for its life.
+	OpenFSSync(dir string) (FSSync, error)
+}
+
+// FSSync makes everything written on a file system durable.
+type FSSync interface {
+	Sync() error
+	Close() error
+}
+
+// OpenFSSync opens dir for syncfs(2), refusing kernels before 5.8, whose
+// syncfs does not report write-back errors (a failed write would then be
+// taken for durable).
+func (OSFS) OpenFSSync(dir string) (FSSync, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return nil, err
+	}
+	if !kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 8) {
+		return nil, fmt.Errorf("spool log: storage.sync filesystem needs Linux 5.8 or later (syncfs reports write-back errors from 5.8 on); this kernel is %s: use storage.sync files", unix.ByteSliceToString(u.Release[:]))
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	return osFSSync{d}, nil
+}
+
+type osFSSync struct{ d *os.File }
+
+func (s osFSSync) Sync() error {
+	for {
+		err := unix.Syncfs(int(s.d.Fd()))
+		if err != unix.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "syncfs", Path: s.d.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
+func (s osFSSync) Close() error { return s.d.Close() }
+
+// kernelAtLeast reports whether a kernel release string ("6.18.44-fc")
+// is at least major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &ma, &mi); n != 2 {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
 func (OSFS) Lock(name string) (io.Closer, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {

@@ -41,6 +41,11 @@ type Store struct {
 	// OnDurable hooks; unlockRound reports them. Owned by roundMu's holder.
 	moved []durableMove
 
+	// fsSync syncs the store's file system at once (Options.SyncFileSystem);
+	// nil: file by file. Used under roundMu.
+	fsSync FSSync
+	syncs  syncCounts
+
 	wake    chan struct{} // cap 1: there is pending work
 	closing chan struct{} // closed by Close
 	running atomic.Bool
@@ -79,8 +84,20 @@ func OpenStore(dir string, opts Options) (*Store, error) {
 		lock.Close()
 		return nil, err
 	}
+	var fsSync FSSync
+	if opts.SyncFileSystem && opts.Fsync == FsyncAlways {
+		fss, ok := fsys.(FSSyncer)
+		if !ok {
+			lock.Close()
+			return nil, fmt.Errorf("spool log: SyncFileSystem: the file-system layer %T cannot sync a whole file system; sync file by file", fsys)
+		}
+		if fsSync, err = fss.OpenFSSync(dir); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
 	return &Store{
-		dir: dir, opts: opts, lock: lock,
+		dir: dir, opts: opts, lock: lock, fsSync: fsSync,
 		parts: map[string]*Partition{},
 		space: make(chan struct{}), wake: make(chan struct{}, 1), closing: make(chan struct{}),
 	}, nil
@@ -217,6 +234,9 @@ func (s *Store) Close() error {
 	var errs []error
 	for _, p := range s.partitions() {
 		errs = append(errs, p.close())
+	}
+	if s.fsSync != nil {
+		errs = append(errs, s.fsSync.Close())
 	}
 	errs = append(errs, s.lock.Close())
 	s.unlockRound(batch)

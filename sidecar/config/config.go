@@ -224,11 +224,22 @@ type StorageConfig struct {
 	SegmentBytes       int64         `yaml:"segment_bytes"`
 	SegmentAge         time.Duration `yaml:"segment_age"`
 	IndexIntervalBytes int64         `yaml:"index_interval_bytes"`
+	// Sync is how an fsync: always round makes its files durable: files
+	// (default: one fdatasync per dirty segment file) or filesystem (one
+	// syncfs of the data dir's file system when two or more are dirty;
+	// for a volume of spoold's own).
+	Sync string `yaml:"sync"`
 	// JetStream configures backend jetstream.
 	JetStream JetStreamConfig `yaml:"jetstream"`
 	// Kafka configures backend kafka.
 	Kafka KafkaConfig `yaml:"kafka"`
 }
+
+// storage.sync values.
+const (
+	SyncFiles      = "files"
+	SyncFileSystem = "filesystem"
+)
 
 // Storage backends.
 const (

@@ -123,6 +123,7 @@ func (c *Config) ApplyDefaults() {
 
 	s := &c.Storage
 	setString(&s.Backend, BackendEmbedded)
+	setString(&s.Sync, SyncFiles)
 	if s.Backend == BackendJetStream {
 		setString(&s.JetStream.Prefix, DefaultJetStreamPrefix)
 		setInt(&s.JetStream.Replicas, 1)

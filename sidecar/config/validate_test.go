@@ -94,6 +94,8 @@ func TestValidateErrors(t *testing.T) {
 		{"memory limit", func(c *Config) { c.Node.MemoryLimit = 1 << 20 }, "node.memory_limit", "1048576", "or -1 for no limit"},
 		{"memory limit below the budgets", func(c *Config) { c.Node.MemoryLimit = 64 << 20; c.Delivery.MemoryBytes = 48 << 20 }, "node.memory_limit", "67108864", "at least 2 × publish.memory_bytes + delivery.memory_bytes (83886080)"},
 		{"fsync enum", func(c *Config) { c.Storage.Fsync = "sometimes" }, "storage.fsync", "sometimes", "always or interval"},
+		{"sync enum", func(c *Config) { c.Storage.Sync = "fs" }, "storage.sync", "fs", "files or filesystem"},
+		{"sync filesystem with interval", func(c *Config) { c.Storage.Sync = SyncFileSystem; c.Storage.Fsync = FsyncInterval }, "storage.sync", "filesystem", "files with storage.fsync interval"},
 		{"fsync interval", func(c *Config) { c.Storage.FsyncInterval = time.Minute }, "storage.fsync_interval", "1m0s", "between 1ms and 10s"},
 		{"segment bytes", func(c *Config) { c.Storage.SegmentBytes = 1000 }, "storage.segment_bytes", "1000", "between 1048576 and 1073741824"},
 		{"segment below message", func(c *Config) { c.Limits.MaxMessageBytes = 32 << 20; c.Storage.SegmentBytes = 16 << 20 }, "storage.segment_bytes", "16777216", "at least limits.max_message_bytes"},

@@ -174,3 +174,22 @@ func New() *Metrics {
 	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit)
 	return m
 }
+
+// RegisterLogSyncs exports the embedded log's sync counts as
+// spool_log_syncs_total{kind}: files (fdatasyncs of segment files),
+// filesystem (syncs of the whole file system, storage.sync filesystem) and
+// fallback (file-system syncs that failed and were redone file by file).
+func (m *Metrics) RegisterLogSyncs(read func() (files, fileSystem, fallbacks uint64)) {
+	counter := func(kind string, pick func(files, fileSystem, fallbacks uint64) uint64) prometheus.CounterFunc {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "spool", Name: "log_syncs_total",
+			Help:        "Syncs made by the log's fsync: always rounds, by kind: files (one fdatasync per segment file), filesystem (one syncfs for several files, storage.sync filesystem), fallback (a syncfs that failed and was redone file by file).",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, func() float64 { return float64(pick(read())) })
+	}
+	m.Registry.MustRegister(
+		counter("files", func(f, _, _ uint64) uint64 { return f }),
+		counter("filesystem", func(_, s, _ uint64) uint64 { return s }),
+		counter("fallback", func(_, _, b uint64) uint64 { return b }),
+	)
+}
