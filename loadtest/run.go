@@ -62,6 +62,7 @@ type Result struct {
 	BatchMessages       int     `json:"batch_messages"`
 	Partitions          int     `json:"partitions"`
 	Fsync               string  `json:"fsync"`
+	StorageSync         string  `json:"storage_sync,omitempty"`
 	Ordering            string  `json:"ordering"`
 	Consumers           int     `json:"consumers"`
 	SidecarGOMEMLIMIT   string  `json:"sidecar_gomemlimit,omitempty"`
@@ -259,7 +260,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	r := &Result{
 		Scenario: sc.Name, Mode: sc.Mode, MessageBytes: sc.MessageBytes, Producers: sc.Producers,
 		PipelineDepth: sc.PipelineDepth, BatchMessages: sc.BatchMessages, Partitions: sc.Partitions,
-		Fsync: sc.Fsync, Ordering: sc.Ordering, Consumers: sc.Consumers, ConsumerSDK: sc.ConsumerSDK, Redis: sc.Redis, SidecarGOMEMLIMIT: sc.SidecarGOMEMLIMIT, SubWindowMessages: sc.SubWindowMessages, ConsumerConcurrency: sc.ConsumerConcurrency,
+		Fsync: sc.Fsync, StorageSync: sc.StorageSync, Ordering: sc.Ordering, Consumers: sc.Consumers, ConsumerSDK: sc.ConsumerSDK, Redis: sc.Redis, SidecarGOMEMLIMIT: sc.SidecarGOMEMLIMIT, SubWindowMessages: sc.SubWindowMessages, ConsumerConcurrency: sc.ConsumerConcurrency,
 		SidecarRSSMBIdle: float64(idleKiB) / 1024,
 		GoVersion:        runtime.Version(), Nproc: runtime.NumCPU(), CPU: cpuModel(), Kernel: kernel(),
 		Date: time.Now().UTC().Format(time.RFC3339),
