@@ -236,7 +236,8 @@ func TestClusterDeploymentFormsAndReplaces(t *testing.T) {
 	for i := range 3 {
 		dir := t.TempDir()
 		n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
-		n.app, n.admin, n.peer = freeAddr(t), freeAddr(t), freeAddr(t)
+		addrs := freeAddrs(t, 3)
+		n.app, n.admin, n.peer = addrs[0], addrs[1], addrs[2]
 		_, port, _ := net.SplitHostPort(n.peer)
 		peers = append(peers, fmt.Sprintf("%q", net.JoinHostPort("localhost", port)))
 		sc.nodes = append(sc.nodes, n)

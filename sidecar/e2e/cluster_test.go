@@ -79,8 +79,9 @@ func (sc *spoolCluster) addNode() *node {
 	i := len(sc.nodes)
 	dir := t.TempDir()
 	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
-	n.app, n.admin = freeAddr(t), freeAddr(t)
-	peer := freeAddr(t)
+	addrs := freeAddrs(t, 3)
+	n.app, n.admin = addrs[0], addrs[1]
+	peer := addrs[2]
 	n.peer = peer
 	join := ""
 	if i == 0 {

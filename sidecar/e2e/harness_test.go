@@ -50,12 +50,25 @@ func TestMain(m *testing.M) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freeAddrs(t, 1)[0]
+}
+
+// freeAddrs returns k distinct free addresses on 127.0.0.1: the listeners
+// are all held open until the last is taken, so that the kernel cannot hand
+// a port closed a moment ago out again (one spoold's cluster and app ports
+// came out equal on a busy machine).
+func freeAddrs(t *testing.T, k int) []string {
+	t.Helper()
+	var out []string
+	for range k {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
 }
 
 // node is a running spoold process.
@@ -85,7 +98,8 @@ func startNodeWith(t *testing.T, nodeExtra, config string) *node {
 	t.Helper()
 	dir := t.TempDir()
 	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
-	n.app, n.admin = freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 2)
+	n.app, n.admin = addrs[0], addrs[1]
 	full := fmt.Sprintf("node:\n  id: e2e\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", n.dataDir, n.app, n.admin) + nodeExtra + config
 	if err := os.WriteFile(n.cfgPath, []byte(full), 0o644); err != nil {
 		t.Fatal(err)
