@@ -48,11 +48,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return freeAddrs(t, 1)[0]
-}
-
 // freeAddrs returns k distinct free addresses on 127.0.0.1: the listeners
 // are all held open until the last is taken, so that the kernel cannot hand
 // a port closed a moment ago out again (one spoold's cluster and app ports
