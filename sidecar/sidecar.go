@@ -132,7 +132,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
-		m.RegisterLogSyncs(func() (files, fileSystem, fallbacks uint64) {
+		m.LogSyncs.Read(func() (files, fileSystem, fallbacks uint64) {
 			st := ss.SyncStats()
 			return st.Files, st.FileSystem, st.Fallbacks
 		})

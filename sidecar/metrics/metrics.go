@@ -7,6 +7,8 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -25,6 +27,8 @@ type Metrics struct {
 	// or GOMEMLIMIT; 0: none).
 	MemoryLimit        prometheus.Gauge
 	PublishMemoryWaits prometheus.Counter
+	// LogSyncs counts the embedded log's syncs (spool_log_syncs_total).
+	LogSyncs *LogSyncs
 
 	Deliveries     *prometheus.CounterVec   // group, topic
 	Settlements    *prometheus.CounterVec   // group, topic, outcome
@@ -113,6 +117,7 @@ func New() *Metrics {
 		PublishMessages:      counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
 		PublishBytes:         counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
 		PublishMemory:        prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_bytes", Help: "Bytes of publish requests in flight (received, not yet answered); bounded by publish.memory_bytes."}),
+		LogSyncs:             newLogSyncs(),
 		MemoryLimit:          prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "memory_limit_bytes", Help: "The Go runtime's soft memory limit (node.memory_limit, or GOMEMLIMIT when set); 0: none."}),
 		PublishMemoryLimit:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_limit_bytes", Help: "publish.memory_bytes: what publish requests in flight may hold."}),
 		PublishMemoryWaits:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_waits_total", Help: "Publish requests that waited for room in publish.memory_bytes (their stream read nothing more meanwhile)."}),
@@ -171,25 +176,47 @@ func New() *Metrics {
 	m.MoveCopiesDelayed = counter("move_copies_delayed_total", "Appends to the new replicas of moving partitions that waited for cluster.move_bytes_per_second.")
 	m.MoveCopyWaiting = gauge("move_copy_waiting_bytes", "Bytes of entries waiting for cluster.move_bytes_per_second before going to new replicas.")
 	r.MustRegister(m.LedgerAvailable)
-	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit)
+	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit, m.LogSyncs)
 	return m
 }
 
-// RegisterLogSyncs exports the embedded log's sync counts as
+// LogSyncs exports the embedded log's sync counts as
 // spool_log_syncs_total{kind}: files (fdatasyncs of segment files),
 // filesystem (syncs of the whole file system, storage.sync filesystem) and
 // fallback (file-system syncs that failed and were redone file by file).
-func (m *Metrics) RegisterLogSyncs(read func() (files, fileSystem, fallbacks uint64)) {
-	counter := func(kind string, pick func(files, fileSystem, fallbacks uint64) uint64) prometheus.CounterFunc {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "spool", Name: "log_syncs_total",
-			Help:        "Syncs made by the log's fsync: always rounds, by kind: files (one fdatasync per segment file), filesystem (one syncfs for several files, storage.sync filesystem), fallback (a syncfs that failed and was redone file by file).",
-			ConstLabels: prometheus.Labels{"kind": kind},
-		}, func() float64 { return float64(pick(read())) })
+// It reports nothing until Read is set (a broker backend never sets it).
+type LogSyncs struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	read func() (files, fileSystem, fallbacks uint64)
+}
+
+func newLogSyncs() *LogSyncs {
+	return &LogSyncs{desc: prometheus.NewDesc("spool_log_syncs_total",
+		"Syncs made by the log's fsync: always rounds, by kind: files (one fdatasync per segment file), filesystem (one syncfs for several files, storage.sync filesystem), fallback (a syncfs that failed and was redone file by file).",
+		[]string{"kind"}, nil)}
+}
+
+// Read sets where the counts come from.
+func (l *LogSyncs) Read(read func() (files, fileSystem, fallbacks uint64)) {
+	l.mu.Lock()
+	l.read = read
+	l.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (l *LogSyncs) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+
+// Collect implements prometheus.Collector.
+func (l *LogSyncs) Collect(ch chan<- prometheus.Metric) {
+	l.mu.Lock()
+	read := l.read
+	l.mu.Unlock()
+	if read == nil {
+		return
 	}
-	m.Registry.MustRegister(
-		counter("files", func(f, _, _ uint64) uint64 { return f }),
-		counter("filesystem", func(_, s, _ uint64) uint64 { return s }),
-		counter("fallback", func(_, _, b uint64) uint64 { return b }),
-	)
+	files, fileSystem, fallbacks := read()
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(files), "files")
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(fileSystem), "filesystem")
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(fallbacks), "fallback")
 }
