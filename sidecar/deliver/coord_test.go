@@ -45,7 +45,7 @@ func (c *inProcCoord) Coordinate(_ context.Context, cmd engine.GroupCommand) (en
 	return res, res.Err
 }
 
-func (c *inProcCoord) DescribeGroup(context.Context, string) (*engine.GroupState, error) {
+func (c *inProcCoord) DescribeGroup(context.Context, string) (GroupView, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st.Clone(), nil

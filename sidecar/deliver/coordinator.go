@@ -17,12 +17,21 @@ import (
 // the sidecar adds Node and Replicas from its cluster status.
 type Coordinator interface {
 	Coordinate(ctx context.Context, cmd engine.GroupCommand) (engine.GroupResult, error)
-	DescribeGroup(ctx context.Context, group string) (*engine.GroupState, error)
+	DescribeGroup(ctx context.Context, group string) (GroupView, error)
 	// Node is this node's id in the cluster; false until it is known.
 	Node() (uint64, bool)
 	// Replicas lists, per partition of topic, the nodes holding a replica;
 	// nil when this node does not know them all.
 	Replicas(topic string) [][]uint64
+}
+
+// GroupView is a group as its coordinator holds it, what the driver reads
+// every poll: *engine.GroupState (the embedded cluster's and JetStream's
+// coordinator), or a Kafka group's view (engine/kafka).
+type GroupView interface {
+	Assignment(group, member string) (engine.GroupAssignmentOf, bool)
+	Members(group string) []engine.GroupMember
+	LagInputs(group string) []engine.GroupPartitionState
 }
 
 // Membership configures how a group takes part in its coordinator's
