@@ -473,38 +473,65 @@ func (b *Backend) commit(ctx context.Context, group string, c *engine.GroupCommi
 	if dropped > 0 && b.cfg.Hooks.PositionsTruncated != nil {
 		b.cfg.Hooks.PositionsTruncated(group, c.Topic, c.Partition, dropped)
 	}
-	memberID, gen := cl.GroupMetadata()
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	fenced := func(err error) error {
+		return fmt.Errorf("%w: Kafka refused the commit of %s/%d by member %q of group %q: %w (the partition moved to another member)", engine.ErrGroupFenced, c.Topic, c.Partition, c.Member, m.kgroup, err)
+	}
+	for {
+		memberID, gen := cl.GroupMetadata()
+		err = retryCoordinator(ctx, func() error { return b.offsetCommit(ctx, cl, m.kgroup, memberID, gen, c, meta) })
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.FencedInstanceID), errors.Is(err, kerr.StaleMemberEpoch):
+			return fenced(err) // the session ended: the partition may be another's already
+		case !errors.Is(err, kerr.IllegalGeneration) && !errors.Is(err, kerr.RebalanceInProgress):
+			return fmt.Errorf("kafka: commit of %s/%d by member %q of group %q: %w", c.Topic, c.Partition, c.Member, m.kgroup, err)
+		}
+		// The group is rebalancing. A cooperative rebalance leaves the
+		// member the partitions it is not asked to revoke, and one it
+		// is asked for stays its own until it lets it go: while the
+		// member (the same Kafka member) still owns the partition here,
+		// commit again with the generation it gets.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafka: commit of %s/%d by member %q of group %q: the group is still rebalancing: %w", c.Topic, c.Partition, c.Member, m.kgroup, err)
+		case <-time.After(50 * time.Millisecond): // a rebalance's join and sync take about this
+		}
+		m.mu.Lock()
+		_, owned := m.owned[c.TopicPartition]
+		same := m.cl == cl
+		m.mu.Unlock()
+		if id, _ := cl.GroupMetadata(); !owned || !same || id != memberID {
+			return fenced(err)
+		}
+	}
+}
+
+// offsetCommit commits one position as the Kafka member memberID in
+// generation gen.
+func (b *Backend) offsetCommit(ctx context.Context, cl *kgo.Client, kgroup, memberID string, gen int32, c *engine.GroupCommit, meta string) error {
 	req := kmsg.NewPtrOffsetCommitRequest()
-	req.Group, req.MemberID, req.Generation = m.kgroup, memberID, gen
+	req.Group, req.MemberID, req.Generation = kgroup, memberID, gen
 	rt := kmsg.NewOffsetCommitRequestTopic()
 	rt.Topic = b.cfg.Prefix + c.Topic
 	rp := kmsg.NewOffsetCommitRequestTopicPartition()
 	rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = c.Partition, c.Position.Next, -1, &meta
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	err = retryCoordinator(ctx, func() error {
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			return err
-		}
-		for _, t := range resp.Topics {
-			for _, p := range t.Partitions {
-				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-					return err
-				}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				return err
 			}
 		}
-		return nil
-	})
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, kerr.IllegalGeneration), errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.FencedInstanceID), errors.Is(err, kerr.StaleMemberEpoch):
-		return fmt.Errorf("%w: Kafka refused the commit of %s/%d by member %q of group %q: %w (the partition moved to another member)", engine.ErrGroupFenced, c.Topic, c.Partition, c.Member, m.kgroup, err)
 	}
-	return fmt.Errorf("kafka: commit of %s/%d by member %q of group %q: %w", c.Topic, c.Partition, c.Member, m.kgroup, err)
+	return nil
 }
 
 // reset commits positions without a generation: Kafka takes it only while
