@@ -350,7 +350,11 @@ func (m *member) maybeLeave() {
 		return
 	}
 	m.drop(slices.Collect(maps.Keys(m.owned)))
-	_ = m.cl.LeaveGroupContext(nil) // only starts the leave; Close waits for it
+	// A nil context only starts the leave (franz-go's documented way to
+	// leave from a callback without waiting for it); Close waits for it.
+	// A canceled context instead would not send the LeaveGroup at all.
+	//lint:ignore SA1012 nil is franz-go's "start the leave, do not wait"
+	_ = m.cl.LeaveGroupContext(nil)
 	m.old = append(m.old, m.cl)
 	m.cl, m.draining = nil, false
 	m.b.cfg.Logger.Info("kafka: left the consumer group (no app connected)", "group", m.kgroup, "member", m.id)
