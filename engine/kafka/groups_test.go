@@ -248,9 +248,26 @@ func TestGroupSharedAcrossBackends(t *testing.T) {
 	h.mu.Unlock()
 	awaitCounts(t, h, map[string]int{"s2/orders": 6}, 30*time.Second, "a member that left loses its partitions at once")
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if len(h.doubles) > 0 {
-		t.Fatalf("partitions owned twice: %v", h.doubles)
+		t.Errorf("partitions owned twice: %v", h.doubles)
+	}
+	h.mu.Unlock()
+
+	// An offset reset is refused while the group has a member, and
+	// accepted once it has none.
+	reset := engine.GroupCommand{Group: "workers", Reset: &engine.GroupReset{Topic: "orders", Next: []engine.GroupPartitionNext{{Partition: 0, Next: 1}, {Partition: 5, Next: 2}}}}
+	if _, err := b1.Coordinate(ctx, reset); !errors.Is(err, engine.ErrGroupActive) {
+		t.Fatalf("offset reset while s2 is a member: %v; want ErrGroupActive", err)
+	}
+	if _, err := b2.Coordinate(ctx, engine.GroupCommand{Group: "workers", Leave: &engine.GroupLeave{Member: "s2/orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b1.Coordinate(ctx, reset); err != nil {
+		t.Fatalf("offset reset of a group without members: %v", err)
+	}
+	pos, err = b1.LoadPositions("workers", "orders")
+	if err != nil || pos[0].Next != 1 || len(pos[0].Done) != 0 || pos[5].Next != 2 {
+		t.Fatalf("positions after the reset: %v, %v; want partition 0 at 1, 5 at 2", pos, err)
 	}
 }
 
