@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -311,5 +312,81 @@ func TestGroupRevokeBound(t *testing.T) {
 	}
 	if took > bound+10*time.Second {
 		t.Fatalf("the partitions moved %v after the revocation: far past the revoke timeout %v", took, bound)
+	}
+}
+
+// Commits of a member during rebalances that do not take its partitions
+// away are not fenced: a commit racing a cooperative rebalance meets
+// ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS while the member still owns
+// the partition, and is committed again in the generation the member gets.
+// (Taken as fenced, the sidecar stopped the partition and delivered a
+// message again.)
+func TestGroupCommitDuringRebalance(t *testing.T) {
+	var bs []*Backend
+	for range 3 {
+		b := open(t)
+		if err := b.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 6}); err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, b)
+	}
+	h := &holders{of: map[int32]string{}}
+	join := engine.GroupJoin{Topics: []engine.GroupTopic{{Name: "orders", Partitions: 6}}, SessionTimeoutMs: 3000, RevokeTimeoutMs: 10000}
+	d1 := startDriver(t, bs[0], "workers", "s1/orders", h, join)
+	runDrivers(t, d1)
+	awaitCounts(t, h, map[string]int{"s1/orders": 6}, 30*time.Second, "the only member holds every partition")
+
+	// s1 commits every partition it holds, over and over, while two more
+	// members join.
+	ctx, cancel := context.WithCancel(context.Background())
+	type failure struct {
+		p   int32
+		err error
+	}
+	failures := make(chan failure, 10000)
+	commits := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for next := int64(1); ctx.Err() == nil; next++ {
+			h.mu.Lock()
+			var mine []int32
+			for p, id := range h.of {
+				if id == "s1/orders" {
+					mine = append(mine, p)
+				}
+			}
+			h.mu.Unlock()
+			for _, p := range mine {
+				c := &engine.GroupCommit{Member: "s1/orders", TopicPartition: engine.GroupTopicPartition{Topic: "orders", Partition: p}, Position: engine.GroupPosition{Next: next}}
+				if _, err := bs[0].Coordinate(ctx, engine.GroupCommand{Group: "workers", Commit: c}); err != nil && ctx.Err() == nil {
+					failures <- failure{p, err}
+				}
+				commits++
+			}
+		}
+	}()
+	d2 := startDriver(t, bs[1], "workers", "s2/orders", h, join)
+	runDrivers(t, d2)
+	awaitCounts(t, h, map[string]int{"s1/orders": 3, "s2/orders": 3}, 30*time.Second, "a second member takes half")
+	d3 := startDriver(t, bs[2], "workers", "s3/orders", h, join)
+	runDrivers(t, d3)
+	awaitCounts(t, h, map[string]int{"s1/orders": 2, "s2/orders": 2, "s3/orders": 2}, 30*time.Second, "a third member takes a third")
+	cancel()
+	<-done
+	close(failures)
+	h.mu.Lock()
+	kept := map[int32]bool{}
+	for p, id := range h.of {
+		if id == "s1/orders" {
+			kept[p] = true
+		}
+	}
+	h.mu.Unlock()
+	t.Logf("%d commits by s1 through two rebalances; it kept partitions %v", commits, slices.Sorted(maps.Keys(kept)))
+	for f := range failures {
+		if kept[f.p] {
+			t.Errorf("commit of partition %d, which s1 kept throughout: %v", f.p, f.err)
+		}
 	}
 }
