@@ -31,7 +31,6 @@
 //     Spool's next offset, and the finished offsets above it travel in the
 //     commit's metadata (positions.go), bounded by Config.MetadataMaxBytes.
 //     Kafka's own tools (kafka-consumer-groups --describe) show the lag.
-//
 //   - Consumer groups shared across sidecars (groups.go; the sidecar's
 //     storage.kafka.shared_groups) are Kafka consumer groups: each member
 //     (a sidecar's subscription) is a member of the Kafka group
