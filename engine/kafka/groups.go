@@ -88,6 +88,7 @@ type member struct {
 	gen      uint64
 	owned    map[engine.GroupTopicPartition]*ownedPart
 	yield    bool      // told to yield: owns nothing, takes nothing
+	degraded bool      // told it is degraded (logged; Kafka's assignment ignores it)
 	draining bool      // yielding: revoking everything, then leaving the Kafka group
 	drainBy  time.Time // when the drain gives up waiting
 }
@@ -372,6 +373,13 @@ func (b *Backend) heartbeat(group string, h *engine.GroupHeartbeat) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if h.Degraded != m.degraded {
+		m.degraded = h.Degraded
+		if h.Degraded {
+			m.b.cfg.Logger.Warn("kafka: the member is degraded (its breakers have held deliveries), but Kafka's assignment has no such notion: it keeps its partitions",
+				"group", m.kgroup, "member", m.id)
+		}
+	}
 	switch {
 	case h.Yield && !m.yield:
 		m.yield = true
@@ -385,12 +393,12 @@ func (b *Backend) heartbeat(group string, h *engine.GroupHeartbeat) error {
 			m.gen++
 			m.b.cfg.Logger.Info("kafka: no app connected: handing the member's partitions over, then leaving the consumer group", "group", m.kgroup, "member", m.id, "partitions", len(m.owned))
 		}
-	case !h.Yield && m.yield:
+	case !h.Yield:
 		m.yield = false
 		if m.cl == nil {
-			return m.start()
+			return m.start() // an earlier start failed, or it left while yielding
 		}
-		// Still draining: it joins again once it has left.
+		// While still draining, it joins again once it has left.
 	}
 	m.maybeLeave()
 	return nil
