@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/spoolmq/spool/internal/testkafka"
 	"github.com/spoolmq/spool/internal/testredis"
@@ -52,6 +56,7 @@ func testKafkaGroupRebalance(t *testing.T, brk *testkafka.Broker) {
 	l := startLoadWith(t, []*node{nodes[0], nodes[0]}, scaleKeys, 8*time.Millisecond)
 	sa.awaitSettled([]int{0, 1, 2}, 60*time.Second, "three sidecars share the group")
 	t.Logf("three sidecars up and sharing: %v", time.Since(start).Round(time.Millisecond))
+	checkKafkaSeesMembers(t, brk, sa, 3)
 
 	from := time.Now()
 	nodes = append(nodes, startNamedNode(t, "n4", "", cfg))
@@ -169,5 +174,42 @@ func testKafkaGroupSlowHandler(t *testing.T, brk *testkafka.Broker) {
 		slices.Sorted(maps.Keys(moved)), time.Since(joined).Round(time.Millisecond))
 	if len(moved) != 2 {
 		t.Errorf("the joining sidecar delivers partitions %v; want 2 of the 4", slices.Sorted(maps.Keys(moved)))
+	}
+}
+
+// checkKafkaSeesMembers checks Kafka's own view of group verify (what
+// kafka-consumer-groups --describe shows): n members, the sidecars
+// spoold-n1.., each assigned the partitions its app is delivering.
+func checkKafkaSeesMembers(t *testing.T, brk *testkafka.Broker, sa *scaleApps, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brk.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kgroup := kafkaPrefix(t) + "verify"
+	described, err := kadm.NewClient(cl).DescribeGroups(ctx, kgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := described[kgroup]
+	if len(g.Members) != n || g.Protocol != "cooperative-sticky" || g.State != "Stable" {
+		t.Fatalf("Kafka describes group %s with %d members, protocol %q, state %s; want %d, cooperative-sticky, Stable", kgroup, len(g.Members), g.Protocol, g.State, n)
+	}
+	owners := sa.owners()
+	for _, m := range g.Members {
+		a, _ := m.Assigned.AsConsumer()
+		var parts []int32
+		for _, tp := range a.Topics {
+			parts = append(parts, tp.Partitions...)
+		}
+		for _, p := range parts {
+			if want := fmt.Sprintf("spoold-n%d", owners[p]+1); owners != nil && m.ClientID != want {
+				t.Errorf("Kafka assigns partition %d to %s; the sidecar delivering it is %s", p, m.ClientID, want)
+			}
+		}
+		t.Logf("Kafka: member %s (%s) assigned %v", m.ClientID, m.MemberID, parts)
 	}
 }
