@@ -91,6 +91,9 @@ type member struct {
 	degraded bool      // told it is degraded (logged; Kafka's assignment ignores it)
 	draining bool      // yielding: revoking everything, then leaving the Kafka group
 	drainBy  time.Time // when the drain gives up waiting
+	// losses counts the times it lost partitions; reported, those a read
+	// has said (by leaving the member out) so far.
+	losses, reported uint64
 }
 
 // ownedPart is one partition a member owns.
@@ -320,6 +323,13 @@ func (m *member) lost(cl *kgo.Client, l map[string][]int32) {
 	tps := m.tps(l)
 	m.drop(tps)
 	if len(tps) > 0 {
+		// The next read says the member is unknown, as the coordinator
+		// does after an expiry: the sidecar stops every partition at
+		// once, forgetting what was in flight, and joins again; a
+		// partition Kafka grants it again starts from the committed
+		// position, even when the loss and the grant fall between two
+		// reads.
+		m.losses++
 		m.b.cfg.Logger.Warn("kafka: partitions lost (the member's Kafka session ended): stopped at once", "group", m.kgroup, "member", m.id, "partitions", tps)
 	}
 	m.maybeLeave()
@@ -609,9 +619,15 @@ func (b *Backend) DescribeGroup(ctx context.Context, group string) (*GroupView, 
 		}
 	}
 	b.groups.mu.Unlock()
+	lossesOf := map[*member]uint64{}
 	for _, m := range ms {
 		m.mu.Lock()
 		m.maybeLeave() // a drain past its bound
+		if m.losses != m.reported {
+			lossesOf[m] = m.losses
+			m.mu.Unlock()
+			continue
+		}
 		a := engine.GroupAssignmentOf{Generation: m.gen}
 		for tp, op := range m.owned {
 			a.Owned = append(a.Owned, tp)
@@ -664,6 +680,11 @@ func (b *Backend) DescribeGroup(ctx context.Context, group string) (*GroupView, 
 			}
 			v.members = append(v.members, gm)
 		}
+	}
+	for m, n := range lossesOf { // this view says so: the next one shows the member again
+		m.mu.Lock()
+		m.reported = max(m.reported, n)
+		m.mu.Unlock()
 	}
 	return v, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,9 @@ type driver struct {
 	hold  atomic.Bool
 	// revokedAt is when the driver first saw a revocation.
 	revokedAt atomic.Pointer[time.Time]
-	errs      chan error
+	// unknown: a read did not know the member.
+	unknown atomic.Bool
+	errs    chan error
 }
 
 func startDriver(t *testing.T, b *Backend, group, id string, h *holders, join engine.GroupJoin) *driver {
@@ -86,7 +89,10 @@ func (d *driver) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		v, err := d.b.DescribeGroup(ctx, d.group)
 		if err == nil {
-			a, _ := v.Assignment(d.group, d.id)
+			a, ok := v.Assignment(d.group, d.id)
+			if !ok {
+				d.unknown.Store(true)
+			}
 			for _, tp := range a.Owned {
 				if !slices.Contains(a.Revoking, tp) && !held[tp.Partition] {
 					held[tp.Partition] = true
@@ -388,5 +394,82 @@ func TestGroupCommitDuringRebalance(t *testing.T) {
 		if kept[f.p] {
 			t.Errorf("commit of partition %d, which s1 kept throughout: %v", f.p, f.err)
 		}
+	}
+}
+
+// A member cut off from Kafka longer than its session timeout loses its
+// partitions to the others; once it is back, its next read leaves it out
+// (as the coordinator does after an expiry: the sidecar stops every
+// partition, forgetting what was in flight, and joins again), and then it
+// gets its share again, starting from the committed positions.
+func TestGroupLostSession(t *testing.T) {
+	var cut cutter
+	b1 := open(t, func(c *Config) { c.dial = cut.dial })
+	b2 := open(t)
+	for _, b := range []*Backend{b1, b2} {
+		if err := b.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &holders{of: map[int32]string{}}
+	join := engine.GroupJoin{Topics: []engine.GroupTopic{{Name: "orders", Partitions: 4}}, SessionTimeoutMs: 3000, RevokeTimeoutMs: 5000}
+	d1 := startDriver(t, b1, "workers", "s1/orders", h, join)
+	runDrivers(t, d1)
+	awaitCounts(t, h, map[string]int{"s1/orders": 4}, 30*time.Second, "the only member holds every partition")
+	d2 := startDriver(t, b2, "workers", "s2/orders", h, join)
+	runDrivers(t, d2)
+	awaitCounts(t, h, map[string]int{"s1/orders": 2, "s2/orders": 2}, 30*time.Second, "a second member takes half")
+
+	cut.set(true)
+	awaitCounts(t, h, map[string]int{"s2/orders": 4}, 30*time.Second, "s1 cut off: its session ends and s2 takes everything")
+	if d1.unknown.Load() {
+		t.Fatal("s1's reads left it out before it was back")
+	}
+	cut.set(false)
+	eventually(t, 30*time.Second, "s1 back: a read leaves it out once (it stops everything)", d1.unknown.Load)
+	awaitCounts(t, h, map[string]int{"s1/orders": 2, "s2/orders": 2}, 30*time.Second, "s1 takes its half again")
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond) // sleep-ok: polling interval of a condition wait
+	}
+}
+
+// cutter dials brokers, and cuts the connections when told: while cut,
+// dials fail and the connections it made are closed.
+type cutter struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (c *cutter) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return nil, errors.New("connection cut by the test")
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, host)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+func (c *cutter) set(cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = cut
+	if cut {
+		for _, conn := range c.conns {
+			_ = conn.Close()
+		}
+		c.conns = nil
 	}
 }
