@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -156,8 +157,8 @@ func (b *Backend) join(group string, j *engine.GroupJoin) error {
 	}
 	kgroup, _ := b.kafkaGroup(group, "")
 	m := &member{b: b, group: group, id: j.Member, kgroup: kgroup, topics: map[string]string{}, owned: map[engine.GroupTopicPartition]*ownedPart{},
-		session: time.Duration(cmpOr(j.SessionTimeoutMs, engine.GroupDefaultSessionTimeoutMs)) * time.Millisecond,
-		revoke:  time.Duration(cmpOr(j.RevokeTimeoutMs, engine.GroupDefaultRevokeTimeoutMs)) * time.Millisecond}
+		session: time.Duration(cmp.Or(j.SessionTimeoutMs, engine.GroupDefaultSessionTimeoutMs)) * time.Millisecond,
+		revoke:  time.Duration(cmp.Or(j.RevokeTimeoutMs, engine.GroupDefaultRevokeTimeoutMs)) * time.Millisecond}
 	for _, t := range j.Topics {
 		m.topics[b.cfg.Prefix+t.Name] = t.Name
 	}
@@ -174,13 +175,6 @@ func (b *Backend) join(group string, j *engine.GroupJoin) error {
 	}
 	b.groups.m[key] = m
 	return nil
-}
-
-func cmpOr(v, def int64) int64 {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // start makes the member's group client: it joins the Kafka group in the
