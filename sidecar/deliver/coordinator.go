@@ -13,8 +13,9 @@ import (
 )
 
 // Coordinator is what a group needs from the cluster's group coordinator
-// (docs/groups.md). *engine.Node implements Coordinate and DescribeGroup;
-// the sidecar adds Node and Replicas from its cluster status.
+// (docs/groups.md). The sidecar adapts the backend's (*engine.Node's in a
+// cluster, JetStream's, Kafka's) and adds Node and Replicas from its
+// cluster status.
 type Coordinator interface {
 	Coordinate(ctx context.Context, cmd engine.GroupCommand) (engine.GroupResult, error)
 	DescribeGroup(ctx context.Context, group string) (GroupView, error)
