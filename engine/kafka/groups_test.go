@@ -313,7 +313,10 @@ func TestGroupRevokeBound(t *testing.T) {
 	}
 	took := got.Sub(*revoked)
 	t.Logf("revocation seen to grant: %v (bound %v)", took.Round(time.Millisecond), bound)
-	if took < bound-300*time.Millisecond {
+	// The driver sees the revocation up to a poll after it began (more on
+	// a loaded machine); without the wait the grant follows within a
+	// rebalance, a few hundred milliseconds.
+	if took < bound/2 {
 		t.Fatalf("the partitions moved %v after the revocation, before the revoke timeout %v: the stuck member was not waited for", took, bound)
 	}
 	if took > bound+10*time.Second {
