@@ -332,7 +332,8 @@ func (ms *membership) call(ctx context.Context, cmd engine.GroupCommand) (engine
 }
 
 // commitCluster commits a job's positions through the coordinator, one
-// command per partition, then says RevokeDone for its handover.
+// command per partition, then says RevokeDone for each of its handovers
+// whose commit went through.
 func (g *Group) commitCluster(ctx context.Context, j *commitJob) {
 	co, cfg := g.cfg.Coordinator, &g.cfg.Membership
 	member := cfg.memberOf(j.s.cfg.Topic)
@@ -348,16 +349,14 @@ func (g *Group) commitCluster(ctx context.Context, j *commitJob) {
 		cancel()
 		j.errs[num] = err
 	}
-	h := j.handover
-	if h == nil {
-		return
+	for _, h := range j.handovers {
+		if err := j.errs[h.p.num]; err != nil {
+			h.err = err // not committed: no RevokeDone
+			continue
+		}
+		c, cancel := context.WithTimeout(ctx, coordCallTimeout)
+		_, h.err = co.Coordinate(c, engine.GroupCommand{Group: g.cfg.Name, RevokeDone: &engine.GroupRevokeDone{Member: member, Generation: h.gen,
+			Partitions: []engine.GroupTopicPartition{{Topic: j.s.cfg.Topic, Partition: h.p.num}}}})
+		cancel()
 	}
-	if err := j.errs[h.p.num]; err != nil {
-		h.err = err // not committed: no RevokeDone
-		return
-	}
-	c, cancel := context.WithTimeout(ctx, coordCallTimeout)
-	_, h.err = co.Coordinate(c, engine.GroupCommand{Group: g.cfg.Name, RevokeDone: &engine.GroupRevokeDone{Member: member, Generation: h.gen,
-		Partitions: []engine.GroupTopicPartition{{Topic: j.s.cfg.Topic, Partition: h.p.num}}}})
-	cancel()
 }
