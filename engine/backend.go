@@ -74,7 +74,11 @@ type ClusterAdmin interface {
 // GroupCoordinator shares a consumer group's partitions among the
 // sidecars of the group (docs/groups.md): the coordinator's commands and
 // state of engine/groups/coord. The embedded log implements it in a
-// cluster; a backend over a broker may implement it over the broker.
+// cluster; a backend over a broker may implement it over the broker
+// (engine/jetstream). The Kafka backend takes the same commands but, since
+// Kafka and not this state machine assigns the partitions, describes a
+// group as a view of its own (engine/kafka GroupView), which the sidecar
+// reads through the same queries.
 type GroupCoordinator interface {
 	Coordinate(ctx context.Context, cmd GroupCommand) (GroupResult, error)
 	DescribeGroup(ctx context.Context, group string) (*GroupState, error)

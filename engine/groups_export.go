@@ -23,6 +23,7 @@ type (
 	GroupState          = coord.State
 	GroupAssignmentOf   = coord.Assignment
 	GroupPartitionState = coord.PartitionState
+	GroupMember         = coord.Member
 )
 
 // Refusals of the coordinator (see coord's sentinels).

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -52,8 +53,9 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 	return nil, fmt.Errorf("storage.backend %q: not available in this spoold; use embedded, jetstream or kafka (docs/backends.md)", cfg.Storage.Backend)
 }
 
-// openKafka opens the Kafka backend. Each sidecar delivers every
-// partition of its groups (storage.kafka.shared_groups is reserved).
+// openKafka opens the Kafka backend. With storage.kafka.shared_groups
+// the sidecars of a group share its partitions as members of the Kafka
+// consumer group; without, each delivers every partition of its groups.
 func openKafka(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, error) {
 	k := cfg.Storage.Kafka
 	kc := kafka.Config{Brokers: k.Brokers, Prefix: k.Prefix, CreateTopics: k.CreateTopics, ReplicationFactor: k.ReplicationFactor,
@@ -85,7 +87,10 @@ func openKafka(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (eng
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("storage: Apache Kafka", "brokers", k.Brokers, "prefix", k.Prefix, "create_topics", k.CreateTopics)
+	logger.Info("storage: Apache Kafka", "brokers", k.Brokers, "prefix", k.Prefix, "create_topics", k.CreateTopics, "shared_groups", k.SharedGroups)
+	if !k.SharedGroups {
+		return privateGroups{b}, nil
+	}
 	return b, nil
 }
 
@@ -103,7 +108,7 @@ func kafkaSASL(mechanism, user, password string) sasl.Mechanism {
 
 // privateGroups hides a broker backend's group coordinator: each sidecar
 // delivers every partition of its groups, committing positions itself
-// (storage.jetstream.shared_groups false).
+// (storage.jetstream.shared_groups and storage.kafka.shared_groups false).
 type privateGroups struct{ engine.Backend }
 
 // clusterStatus is the embedded cluster's status; false on a single node
@@ -124,20 +129,57 @@ func coordinatorOf(eng engine.Backend) deliver.Coordinator {
 			return nil
 		}
 		if gc, ok := eng.(engine.GroupCoordinator); ok {
-			return clusterCoordinator{GroupCoordinator: gc, eng: eng, cl: cl}
+			return clusterCoordinator{stateCoordinator: stateCoordinator{gc}, eng: eng, cl: cl}
 		}
 		return nil
 	}
 	if gc, ok := eng.(engine.GroupCoordinator); ok {
-		return brokerCoordinator{gc}
+		return brokerCoordinator{stateCoordinator{gc}}
+	}
+	if kb, ok := eng.(*kafka.Backend); ok {
+		return brokerCoordinator{kafkaCoordinator{kb}}
 	}
 	return nil
+}
+
+// stateCoordinator is a coordinator whose groups are the state machine of
+// engine/groups/coord (the embedded cluster's, JetStream's).
+type stateCoordinator struct{ engine.GroupCoordinator }
+
+func (c stateCoordinator) DescribeGroup(ctx context.Context, group string) (deliver.GroupView, error) {
+	st, err := c.GroupCoordinator.DescribeGroup(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// kafkaCoordinator is Kafka's own group membership: Kafka assigns the
+// partitions, engine/kafka translates (groups.go there).
+type kafkaCoordinator struct{ k *kafka.Backend }
+
+func (c kafkaCoordinator) Coordinate(ctx context.Context, cmd engine.GroupCommand) (engine.GroupResult, error) {
+	return c.k.Coordinate(ctx, cmd)
+}
+
+func (c kafkaCoordinator) DescribeGroup(ctx context.Context, group string) (deliver.GroupView, error) {
+	v, err := c.k.DescribeGroup(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// groupCoordinator is what brokerCoordinator adds Node and Replicas to.
+type groupCoordinator interface {
+	Coordinate(ctx context.Context, cmd engine.GroupCommand) (engine.GroupResult, error)
+	DescribeGroup(ctx context.Context, group string) (deliver.GroupView, error)
 }
 
 // brokerCoordinator is a broker backend's group coordinator. A broker's
 // partitions are on no sidecar's node: members join without a node, and
 // no assignment prefers local reads.
-type brokerCoordinator struct{ engine.GroupCoordinator }
+type brokerCoordinator struct{ groupCoordinator }
 
 // Node is 0 and known: the member is on no storage node.
 func (brokerCoordinator) Node() (uint64, bool) { return 0, true }

@@ -510,7 +510,7 @@ func dialTarget(addr string) string {
 // clusterCoordinator is the embedded cluster's group coordinator as
 // delivery needs it.
 type clusterCoordinator struct {
-	engine.GroupCoordinator
+	stateCoordinator
 	eng engine.Backend
 	cl  engine.ClusterAdmin
 }

@@ -31,9 +31,20 @@
 //     Spool's next offset, and the finished offsets above it travel in the
 //     commit's metadata (positions.go), bounded by Config.MetadataMaxBytes.
 //     Kafka's own tools (kafka-consumer-groups --describe) show the lag.
-//
-// Consumer groups are not shared across sidecars through Kafka yet: each
-// sidecar delivers every partition of its groups (run one per group).
+//   - Consumer groups shared across sidecars (groups.go; the sidecar's
+//     storage.kafka.shared_groups) are Kafka consumer groups: each member
+//     (a sidecar's subscription) is a member of the Kafka group
+//     <prefix><group> with the cooperative-sticky balancer, through a
+//     franz-go group client that never fetches. Kafka assigns the
+//     partitions and keeps the sessions; Coordinate and DescribeGroup
+//     translate that into the coordinator's commands and view that the
+//     sidecar's delivery driver speaks. A revoked partition is held, in
+//     OnPartitionsRevoked, until the sidecar has handed it over
+//     (RevokeDone: in-flight deliveries finished or handed back, position
+//     committed) or the revoke timeout passes; commits carry the member's
+//     Kafka member id and generation. Without shared groups, each sidecar
+//     delivers every partition of its groups and commits without a
+//     generation.
 //
 // It imports engine (types, sentinels), never the sidecar.
 package kafka

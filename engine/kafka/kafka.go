@@ -101,6 +101,8 @@ type Backend struct {
 	mu     sync.RWMutex // guards topics; a leaf except for the watch registry (watch.go)
 	topics map[string]*topic
 
+	groups groupMembers // members of shared groups (groups.go)
+
 	wg     sync.WaitGroup // produce waiters
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -135,27 +137,12 @@ func Open(cfg Config) (*Backend, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ClientID(cfg.ClientID),
+	opts := append(cfg.connOpts(),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // with the idempotent producer, the default
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RecordDeliveryTimeout(cfg.PublishTimeout),
 		kgo.ProducerLinger(0),
-		// Metadata answers are cached this long; the default (5s) would
-		// delay seeing a topic just created, or a leader that moved.
-		kgo.MetadataMinAge(250 * time.Millisecond),
-		kgo.WithLogger(slogger{cfg.Logger}),
-	}
-	if cfg.TLS != nil {
-		opts = append(opts, kgo.DialTLSConfig(cfg.TLS))
-	}
-	if cfg.dial != nil {
-		opts = append(opts, kgo.Dialer(cfg.dial))
-	}
-	if cfg.SASL != nil {
-		opts = append(opts, kgo.SASL(cfg.SASL))
-	}
+	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w (check storage.kafka)", err)
@@ -168,6 +155,29 @@ func Open(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// connOpts are the options of every client the backend makes: where the
+// brokers are and how to reach them.
+func (c *Config) connOpts() []kgo.Opt {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.ClientID),
+		// Metadata answers are cached this long; the default (5s) would
+		// delay seeing a topic just created, or a leader that moved.
+		kgo.MetadataMinAge(250 * time.Millisecond),
+		kgo.WithLogger(slogger{c.Logger}),
+	}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS))
+	}
+	if c.dial != nil {
+		opts = append(opts, kgo.Dialer(c.dial))
+	}
+	if c.SASL != nil {
+		opts = append(opts, kgo.SASL(c.SASL))
+	}
+	return opts
 }
 
 // loadTopics finds the Kafka topics under the prefix (topics created
@@ -220,6 +230,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.cancel()
+	b.closeGroups()
 	b.cl.Close() // fails buffered records: their done runs with ErrClosed
 	b.wg.Wait()
 	return nil

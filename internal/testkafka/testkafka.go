@@ -165,8 +165,9 @@ func (b *Broker) Addr() string { return "127.0.0.1:" + strconv.Itoa(b.port) }
 func (b *Broker) path(name string) string { return filepath.Join(b.dir, name) }
 
 // writeConfig writes server.properties (settings for one broker that
-// starts fast: small internal topics, no rebalance delay, no automatic
-// topic creation) and log4j2.properties (the log in server.log).
+// starts fast: small internal topics, no rebalance delay, session
+// timeouts down to 1s so that tests can use Spool's shortest group
+// session timeout, no automatic topic creation) and log4j2.properties (the log in server.log).
 func (b *Broker) writeConfig() error {
 	props := fmt.Sprintf(`process.roles=broker,controller
 node.id=1
@@ -187,6 +188,7 @@ transaction.state.log.num.partitions=3
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
 `, b.port, b.ctrlPort, b.path("data"))
 	if err := os.WriteFile(b.path("server.properties"), []byte(props), 0o644); err != nil {
 		return err

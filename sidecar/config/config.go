@@ -306,9 +306,10 @@ type KafkaConfig struct {
 	SASLMechanism    string `yaml:"sasl_mechanism"`
 	SASLUsername     string `yaml:"sasl_username"`
 	SASLPasswordFile string `yaml:"sasl_password_file"`
-	// SharedGroups is reserved: the sidecars of a group sharing its
-	// partitions through Kafka is not available yet, so each sidecar
-	// delivers every partition of its groups (run one per group).
+	// SharedGroups: the sidecars of a consumer group share its partitions
+	// as members of the Kafka consumer group <prefix><group>
+	// (cooperative-sticky; docs/backends.md). Default false: each sidecar
+	// delivers every partition of its groups, so run one sidecar per group.
 	SharedGroups bool `yaml:"shared_groups"`
 }
 

@@ -570,9 +570,6 @@ func (c *Config) validateKafka(v *validator) {
 	} else if k.SASLUsername != "" || k.SASLPasswordFile != "" {
 		v.add("storage.kafka.sasl_mechanism", "", "plain, scram-sha-256 or scram-sha-512 when a SASL username or password file is set")
 	}
-	if k.SharedGroups {
-		v.add("storage.kafka.shared_groups", "true", "false: sharing a group's partitions among sidecars is not available on Kafka yet; run one sidecar per consumer group (docs/backends.md)")
-	}
 	if c.Cluster.Enabled() {
 		v.add("cluster.listen", c.Cluster.Listen, "unset with storage.backend kafka: Kafka replicates the messages (remove the cluster section)")
 	}

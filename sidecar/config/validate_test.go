@@ -306,7 +306,6 @@ func TestKafkaBackend(t *testing.T) {
 			c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername, c.Storage.Kafka.SASLPasswordFile = "gssapi", "u", "/p"
 		}, "storage.kafka.sasl_mechanism", "plain, scram-sha-256 or scram-sha-512"},
 		{"sasl without password", func(c *Config) { c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername = "plain", "u" }, "storage.kafka.sasl_password_file", "a file holding the password"},
-		{"shared groups", func(c *Config) { c.Storage.Kafka.SharedGroups = true }, "storage.kafka.shared_groups", "run one sidecar per consumer group"},
 		{"cluster with kafka", func(c *Config) { c.Cluster.Listen = "127.0.0.1:7072" }, "cluster.listen", "unset with storage.backend kafka"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

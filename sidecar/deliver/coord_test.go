@@ -45,7 +45,7 @@ func (c *inProcCoord) Coordinate(_ context.Context, cmd engine.GroupCommand) (en
 	return res, res.Err
 }
 
-func (c *inProcCoord) DescribeGroup(context.Context, string) (*engine.GroupState, error) {
+func (c *inProcCoord) DescribeGroup(context.Context, string) (GroupView, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.st.Clone(), nil
@@ -149,6 +149,42 @@ func TestRevokeDrainsThenCommitsThenRevokeDone(t *testing.T) {
 			if x.GetPartition() == revoked {
 				t.Fatalf("delivered %s of the revoked partition after it was handed over", x.GetMessageId())
 			}
+		}
+	})
+}
+
+// Revoked partitions that are ready together are handed over together:
+// their positions are committed, then RevokeDone is said for each, in one
+// round. (One at a time, a coordinator that waits for all of them at once
+// — Kafka's revoke callback — waited for as many rounds as partitions.)
+func TestRevokedPartitionsHandedOverTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 4, tDLQ: 1})
+		co := newInProcCoord()
+		h := startGroup(t, eng, clusterGroup(co, 50*time.Millisecond))
+		h.join(16, 4)
+		await(t, 10*time.Second, "member a owns every partition", func() bool { return len(co.assignment(memberA).Owned) == 4 })
+
+		co.apply(t, engine.GroupCommand{Join: &engine.GroupJoin{Member: "b/" + tTopic, Session: "sb", Node: 2,
+			Topics: []engine.GroupTopic{{Name: tTopic, Partitions: 4}}, SessionTimeoutMs: 300_000}})
+		rev := co.assignment(memberA).Revoking
+		if len(rev) != 2 {
+			t.Fatalf("revoking %v, want two partitions", rev)
+		}
+		await(t, 10*time.Second, "the revoked partitions handed over", func() bool { return len(co.assignment(memberA).Revoking) == 0 })
+		var order []string
+		for _, e := range co.events() {
+			for _, tp := range rev {
+				switch {
+				case strings.HasPrefix(e, fmt.Sprintf("%s commit %s/%d@", memberA, tTopic, tp.Partition)):
+					order = append(order, "commit")
+				case e == fmt.Sprintf("%s revokedone %s/%d err=false", memberA, tTopic, tp.Partition):
+					order = append(order, "revokedone")
+				}
+			}
+		}
+		if strings.Join(order, " ") != "commit commit revokedone revokedone" {
+			t.Fatalf("commands for the revoked partitions: %v; want both commits, then both RevokeDones (%v)", order, co.events())
 		}
 	})
 }

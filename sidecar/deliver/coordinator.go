@@ -13,16 +13,26 @@ import (
 )
 
 // Coordinator is what a group needs from the cluster's group coordinator
-// (docs/groups.md). *engine.Node implements Coordinate and DescribeGroup;
-// the sidecar adds Node and Replicas from its cluster status.
+// (docs/groups.md). The sidecar adapts the backend's (*engine.Node's in a
+// cluster, JetStream's, Kafka's) and adds Node and Replicas from its
+// cluster status.
 type Coordinator interface {
 	Coordinate(ctx context.Context, cmd engine.GroupCommand) (engine.GroupResult, error)
-	DescribeGroup(ctx context.Context, group string) (*engine.GroupState, error)
+	DescribeGroup(ctx context.Context, group string) (GroupView, error)
 	// Node is this node's id in the cluster; false until it is known.
 	Node() (uint64, bool)
 	// Replicas lists, per partition of topic, the nodes holding a replica;
 	// nil when this node does not know them all.
 	Replicas(topic string) [][]uint64
+}
+
+// GroupView is a group as its coordinator holds it, what the driver reads
+// every poll: *engine.GroupState (the embedded cluster's and JetStream's
+// coordinator), or a Kafka group's view (engine/kafka).
+type GroupView interface {
+	Assignment(group, member string) (engine.GroupAssignmentOf, bool)
+	Members(group string) []engine.GroupMember
+	LagInputs(group string) []engine.GroupPartitionState
 }
 
 // Membership configures how a group takes part in its coordinator's
@@ -322,7 +332,8 @@ func (ms *membership) call(ctx context.Context, cmd engine.GroupCommand) (engine
 }
 
 // commitCluster commits a job's positions through the coordinator, one
-// command per partition, then says RevokeDone for its handover.
+// command per partition, then says RevokeDone for each of its handovers
+// whose commit went through.
 func (g *Group) commitCluster(ctx context.Context, j *commitJob) {
 	co, cfg := g.cfg.Coordinator, &g.cfg.Membership
 	member := cfg.memberOf(j.s.cfg.Topic)
@@ -338,16 +349,14 @@ func (g *Group) commitCluster(ctx context.Context, j *commitJob) {
 		cancel()
 		j.errs[num] = err
 	}
-	h := j.handover
-	if h == nil {
-		return
+	for _, h := range j.handovers {
+		if err := j.errs[h.p.num]; err != nil {
+			h.err = err // not committed: no RevokeDone
+			continue
+		}
+		c, cancel := context.WithTimeout(ctx, coordCallTimeout)
+		_, h.err = co.Coordinate(c, engine.GroupCommand{Group: g.cfg.Name, RevokeDone: &engine.GroupRevokeDone{Member: member, Generation: h.gen,
+			Partitions: []engine.GroupTopicPartition{{Topic: j.s.cfg.Topic, Partition: h.p.num}}}})
+		cancel()
 	}
-	if err := j.errs[h.p.num]; err != nil {
-		h.err = err // not committed: no RevokeDone
-		return
-	}
-	c, cancel := context.WithTimeout(ctx, coordCallTimeout)
-	_, h.err = co.Coordinate(c, engine.GroupCommand{Group: g.cfg.Name, RevokeDone: &engine.GroupRevokeDone{Member: member, Generation: h.gen,
-		Partitions: []engine.GroupTopicPartition{{Topic: j.s.cfg.Topic, Partition: h.p.num}}}})
-	cancel()
 }

@@ -319,7 +319,7 @@ func (d *driver) do(now time.Time, a *action) {
 			g.results.put(result{dl: j})
 		})
 	case actCommit:
-		j := &commitJob{s: a.s, pos: a.pos, gens: a.gens, handover: a.handover}
+		j := &commitJob{s: a.s, pos: a.pos, gens: a.gens, handovers: a.handovers}
 		if mc.cluster {
 			j.inc = make(map[int32]uint64, len(a.pos))
 			for num := range a.pos {
@@ -382,11 +382,11 @@ type commitJob struct {
 	pos map[int32]engine.Position
 	err error
 	// In a cluster: each partition's generation and incarnation, the
-	// answer per partition, and a revoked partition to hand over.
-	gens     map[int32]uint64
-	inc      map[int32]uint64
-	errs     map[int32]error
-	handover *handover
+	// answer per partition, and the revoked partitions to hand over.
+	gens      map[int32]uint64
+	inc       map[int32]uint64
+	errs      map[int32]error
+	handovers []*handover
 }
 
 // runCommitter writes positions off the loop (an fsync per topic) and

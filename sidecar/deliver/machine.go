@@ -121,11 +121,11 @@ type action struct {
 	dl       *dlqJob
 	pos      map[int32]engine.Position
 	// In a cluster, an actCommit carries each partition's generation, and
-	// may carry a revoked partition to hand over after the commit.
-	gens     map[int32]uint64
-	handover *handover
-	trace    *spoolv1.TailDelivery
-	span     *attemptSpan
+	// may carry revoked partitions to hand over after the commit.
+	gens      map[int32]uint64
+	handovers []*handover
+	trace     *spoolv1.TailDelivery
+	span      *attemptSpan
 }
 
 func (m *machine) emit(a action) { m.acts = append(m.acts, a) }

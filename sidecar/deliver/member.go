@@ -98,7 +98,7 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 				// Never started here (a new process): nothing to drain or commit.
 				if !p.handing {
 					p.handing = true
-					m.emit(action{kind: actCommit, s: s, handover: &handover{p: p, inc: p.inc, gen: v.generation}})
+					m.emit(action{kind: actCommit, s: s, handovers: []*handover{{p: p, inc: p.inc, gen: v.generation}}})
 				}
 			}
 		default:
@@ -216,15 +216,21 @@ func (m *machine) handBack(now time.Time, s *sub, p *part, release bool) int {
 
 // revocations hands over the revoked partitions that are drained (nothing
 // in flight, no dead letter waiting) or whose drain bound has passed (what
-// is in flight is handed back): their position is committed, then
-// RevokeDone is said (actCommit with a handover).
+// is in flight is handed back): their positions are committed, then
+// RevokeDone is said for each (one actCommit with their handovers). All
+// that are ready go in one job: a coordinator that waits for several
+// partitions together (Kafka's revoke callback) waits for one round.
 func (m *machine) revocations(now time.Time) {
 	if !m.cluster {
 		return
 	}
 	for _, s := range m.subs {
+		if s.committing {
+			continue
+		}
+		var a action
 		for _, p := range s.parts {
-			if p.own != ownRevoking || p.handing || s.committing {
+			if p.own != ownRevoking || p.handing {
 				continue
 			}
 			busy := p.tr.InFlight() > 0 || p.tr.DeadLetters() > 0 || p.dlPending > 0
@@ -236,9 +242,15 @@ func (m *machine) revocations(now time.Time) {
 				m.log.Warn("revoked partition not drained within its bound: handing its deliveries back", "topic", s.cfg.Topic, "partition", p.num, "handed_back", n)
 			}
 			p.handing = true
+			if a.pos == nil {
+				a = action{kind: actCommit, s: s, pos: map[int32]engine.Position{}, gens: map[int32]uint64{}}
+			}
+			a.pos[p.num], a.gens[p.num] = p.position(), p.gen
+			a.handovers = append(a.handovers, &handover{p: p, inc: p.inc, gen: p.gen})
+		}
+		if len(a.handovers) > 0 {
 			s.committing = true
-			m.emit(action{kind: actCommit, s: s, pos: map[int32]engine.Position{p.num: p.position()},
-				gens: map[int32]uint64{p.num: p.gen}, handover: &handover{p: p, inc: p.inc, gen: p.gen}})
+			m.emit(a)
 		}
 	}
 }
@@ -254,7 +266,7 @@ type handover struct {
 // committedCluster applies the answer to a commit through the coordinator.
 func (m *machine) committedCluster(now time.Time, j *commitJob) {
 	s := j.s
-	if j.handover == nil || len(j.pos) > 0 {
+	if len(j.handovers) == 0 || len(j.pos) > 0 {
 		s.committing = false
 	}
 	for num, pos := range j.pos {
@@ -274,9 +286,15 @@ func (m *machine) committedCluster(now time.Time, j *commitJob) {
 			m.log.Error("committing offsets through the group's coordinator failed; retrying at the next interval", "topic", s.cfg.Topic, "partition", num, "err", err)
 		}
 	}
-	h := j.handover
-	if h == nil || h.p.inc != h.inc {
-		return
+	for _, h := range j.handovers {
+		m.handedOver(s, h)
+	}
+}
+
+// handedOver applies the answer to one handover (RevokeDone).
+func (m *machine) handedOver(s *sub, h *handover) {
+	if h.p.inc != h.inc {
+		return // stopped since
 	}
 	p := h.p
 	switch {

@@ -91,11 +91,18 @@ func startNode(t *testing.T, config string) *node {
 // (indented YAML lines, e.g. "  commit_interval: 1m\n").
 func startNodeWith(t *testing.T, nodeExtra, config string) *node {
 	t.Helper()
+	return startNamedNode(t, "e2e", nodeExtra, config)
+}
+
+// startNamedNode is startNodeWith for node id id (sidecars sharing a group
+// through a broker are told apart by their node ids).
+func startNamedNode(t *testing.T, id, nodeExtra, config string) *node {
+	t.Helper()
 	dir := t.TempDir()
 	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
 	addrs := freeAddrs(t, 2)
 	n.app, n.admin = addrs[0], addrs[1]
-	full := fmt.Sprintf("node:\n  id: e2e\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", n.dataDir, n.app, n.admin) + nodeExtra + config
+	full := fmt.Sprintf("node:\n  id: %s\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", id, n.dataDir, n.app, n.admin) + nodeExtra + config
 	if err := os.WriteFile(n.cfgPath, []byte(full), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,9 @@ import (
 
 // TestBackendKafka runs the delivery suite with spoold on Apache Kafka:
 // one broker for all of it (a broker takes seconds to start), each test
-// under a topic and group prefix of its own; then a broker restart under
-// load on the same broker.
+// under a topic and group prefix of its own; then groups shared across
+// sidecars through Kafka consumer groups (kafka_groups_test.go), and a
+// broker restart under load on the same broker.
 func TestBackendKafka(t *testing.T) {
 	brk := testkafka.Start(t)
 	kafka := backend{name: "kafka", storage: func(t *testing.T) string { return kafkaStorage(t, brk) }}
@@ -25,6 +26,8 @@ func TestBackendKafka(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) { s.run(t, kafka) })
 	}
 	t.Run("kafka_tools_see_positions", func(t *testing.T) { testKafkaToolsSeePositions(t, kafka, brk) })
+	t.Run("shared_group_rebalance", func(t *testing.T) { testKafkaGroupRebalance(t, brk) })
+	t.Run("shared_group_slow_handler", func(t *testing.T) { testKafkaGroupSlowHandler(t, brk) })
 	t.Run("broker_restart", func(t *testing.T) {
 		testBrokerRestartUnderLoad(t, kafkaStorage(t, brk), func() {
 			brk.Stop()
