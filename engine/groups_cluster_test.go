@@ -618,12 +618,25 @@ func TestClusterGroupsCheckpoint(t *testing.T) {
 	next := int64(0)
 	// work heartbeats and commits rounds times: every member commits each
 	// partition it owns one further.
+	// once retries a heartbeat or commit whose outcome was unknown (a
+	// leadership moving as a node stops): both are idempotent, and clients
+	// retry them the same way.
+	once := func(f func() error) error {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			err := f()
+			if !errors.Is(err, ErrOutcomeUnknown) || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond) // sleep-ok: a retry's pause, as a client's backoff
+		}
+	}
 	work := func(rounds int) {
 		t.Helper()
 		for range rounds {
 			next++
 			for _, m := range members {
-				if err := m.tend(); err != nil {
+				if err := once(m.tend); err != nil {
 					t.Fatal(err)
 				}
 				a, err := m.via.n.GroupAssignment(context.Background(), group, m.id)
@@ -632,7 +645,7 @@ func TestClusterGroupsCheckpoint(t *testing.T) {
 				}
 				for _, tp := range a.Owned {
 					cmd := coord.Command{Group: group, Commit: &coord.Commit{Member: m.id, Generation: a.Generation, TopicPartition: tp, Position: coord.Position{Next: next}}}
-					if _, err := m.via.n.Coordinate(context.Background(), cmd); err != nil {
+					if err := once(func() error { _, err := m.via.n.Coordinate(context.Background(), cmd); return err }); err != nil {
 						t.Fatal(err)
 					}
 				}
