@@ -2,7 +2,7 @@ package main
 
 // --broker-tool: the brokers' own benchmark tools, on the broker a
 // backend scenario starts, to set Spool's figures beside (docs/benchmarks.md,
-// "The brokers' own tools"). Instead of spoold, the run starts the
+// "The brokers' own tools beside drain-<backend>"). Instead of spoold, the run starts the
 // scenario's broker as a spoold run would (broker.go), writes the
 // scenario's backlog (messages × message_bytes) with the broker's own
 // producer, then reads all of it with the broker's own consumer(s):
@@ -19,8 +19,10 @@ package main
 //     consumer with explicit acks, and batched direct gets (Spool's own read).
 //
 // Each tool runs as a process of its own; its CPU is its rusage at exit
-// (all its threads, start-up included), the broker's is /proc/PID/stat at
-// the process's start and end. Rates are the ones the tool prints.
+// (all its threads, start-up included: /proc/PID/stat, which procCPU
+// reads, is gone by then, and a read before the exit would miss the
+// end), the broker's is procCPU at the process's start and end. Rates are
+// the ones the tool prints.
 
 import (
 	"bufio"
@@ -167,11 +169,12 @@ func runBrokerTool(ctx context.Context, sc *Scenario, tmp string) ([]*ToolResult
 type toolReader struct {
 	name  string
 	argv  []string
-	parse func(output string, messages int64) (consumeFigures, error) // stdout, then stderr
+	parse func(output string, messages int64) (toolFigures, error) // stdout, then stderr
 }
 
-// consumeFigures is what a tool printed about its run.
-type consumeFigures struct {
+// toolFigures is what a tool printed about its run (a producer's: the
+// rate and the line).
+type toolFigures struct {
 	msgsPerS      float64
 	fetchMsgsPerS float64 // Kafka's consumer only
 	rebalanceMs   int64   // Kafka's consumer only
@@ -179,7 +182,7 @@ type consumeFigures struct {
 }
 
 func measureTools(ctx context.Context, brokerPid int, tmp string, sc *Scenario, base ToolResult, produce []string,
-	parseProduce func(string, int64) (consumeFigures, error), readers []toolReader) ([]*ToolResult, error) {
+	parseProduce func(string, int64) (toolFigures, error), readers []toolReader) ([]*ToolResult, error) {
 	n := float64(sc.Messages)
 	p, err := runTool(ctx, brokerPid, tmp, "produce", produce)
 	if err != nil {
@@ -308,16 +311,16 @@ func kafkaConsumeArgs(jars, addr, topic string, sc *Scenario) []string {
 // kafkaProducerSummary is ProducerPerformance's last line.
 var kafkaProducerSummary = regexp.MustCompile(`(?m)^(\d+) records sent, ([0-9.]+) records/sec \(([0-9.]+) MB/sec\), ([0-9.]+) ms avg latency, ([0-9.]+) ms max latency, \d+ ms 50th.*$`)
 
-func parseKafkaProducer(output string, messages int64) (consumeFigures, error) {
+func parseKafkaProducer(output string, messages int64) (toolFigures, error) {
 	m := kafkaProducerSummary.FindStringSubmatch(output)
 	if m == nil {
-		return consumeFigures{}, errors.New(`no summary line ("N records sent, R records/sec ... 99.9th.") in ProducerPerformance's output`)
+		return toolFigures{}, errors.New(`no summary line ("N records sent, R records/sec ... 99.9th.") in ProducerPerformance's output`)
 	}
 	if n, _ := strconv.ParseInt(m[1], 10, 64); n != messages {
-		return consumeFigures{}, fmt.Errorf("ProducerPerformance sent %d records, want %d", n, messages)
+		return toolFigures{}, fmt.Errorf("ProducerPerformance sent %d records, want %d", n, messages)
 	}
 	rate, err := strconv.ParseFloat(m[2], 64)
-	return consumeFigures{msgsPerS: rate, line: m[0]}, err
+	return toolFigures{msgsPerS: rate, line: m[0]}, err
 }
 
 // kafkaConsumerHeader is ConsumerPerformance's header; its result is the
@@ -328,9 +331,9 @@ func parseKafkaProducer(output string, messages int64) (consumeFigures, error) {
 // over it (fetch.MB.sec, fetch.nMsg.sec).
 const kafkaConsumerHeader = "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec"
 
-func parseKafkaConsumer(output string, messages int64) (consumeFigures, error) {
+func parseKafkaConsumer(output string, messages int64) (toolFigures, error) {
 	if strings.Contains(output, "WARNING: Exiting before consuming the expected number of messages") {
-		return consumeFigures{}, fmt.Errorf("ConsumerPerformance gave up before it read %d records (its --timeout)", messages)
+		return toolFigures{}, fmt.Errorf("ConsumerPerformance gave up before it read %d records (its --timeout)", messages)
 	}
 	sc := bufio.NewScanner(strings.NewReader(output))
 	for sc.Scan() {
@@ -340,21 +343,21 @@ func parseKafkaConsumer(output string, messages int64) (consumeFigures, error) {
 		line := strings.TrimSpace(sc.Text())
 		f := strings.Split(line, ", ")
 		if len(f) != 10 {
-			return consumeFigures{}, fmt.Errorf("ConsumerPerformance's result %q: %d columns, want 10", line, len(f))
+			return toolFigures{}, fmt.Errorf("ConsumerPerformance's result %q: %d columns, want 10", line, len(f))
 		}
 		n, err1 := strconv.ParseInt(f[4], 10, 64)
 		rate, err2 := strconv.ParseFloat(f[5], 64)
 		rebalance, err3 := strconv.ParseInt(f[6], 10, 64)
 		fetchRate, err4 := strconv.ParseFloat(f[9], 64)
 		if err := errors.Join(err1, err2, err3, err4); err != nil {
-			return consumeFigures{}, fmt.Errorf("ConsumerPerformance's result %q: %w", line, err)
+			return toolFigures{}, fmt.Errorf("ConsumerPerformance's result %q: %w", line, err)
 		}
 		if n != messages {
-			return consumeFigures{}, fmt.Errorf("ConsumerPerformance read %d records, want %d", n, messages)
+			return toolFigures{}, fmt.Errorf("ConsumerPerformance read %d records, want %d", n, messages)
 		}
-		return consumeFigures{msgsPerS: rate, fetchMsgsPerS: fetchRate, rebalanceMs: rebalance, line: kafkaConsumerHeader + "\n" + line}, nil
+		return toolFigures{msgsPerS: rate, fetchMsgsPerS: fetchRate, rebalanceMs: rebalance, line: kafkaConsumerHeader + "\n" + line}, nil
 	}
-	return consumeFigures{}, fmt.Errorf("no result after the header %q in ConsumerPerformance's output", kafkaConsumerHeader)
+	return toolFigures{}, fmt.Errorf("no result after the header %q in ConsumerPerformance's output", kafkaConsumerHeader)
 }
 
 // natsReaders are the `nats bench js` consumers run over the backlog, in
@@ -388,7 +391,7 @@ func natsConsumeArgs(bin, url, stream, kind string, sc *Scenario) []string {
 // several (from the first client's start to the last one's end).
 var natsBenchStats = regexp.MustCompile(`(?m)^\s*NATS .*? stats: ([0-9,]+) msgs/sec ~ .*$`)
 
-func parseNatsBench(output string, _ int64) (consumeFigures, error) {
+func parseNatsBench(output string, _ int64) (toolFigures, error) {
 	var m []string
 	for _, x := range natsBenchStats.FindAllStringSubmatch(output, -1) {
 		if m == nil || strings.Contains(x[0], "aggregated stats:") {
@@ -396,13 +399,13 @@ func parseNatsBench(output string, _ int64) (consumeFigures, error) {
 		}
 	}
 	if m == nil {
-		return consumeFigures{}, errors.New(`no "NATS ... stats: R msgs/sec" line in nats bench's output`)
+		return toolFigures{}, errors.New(`no "NATS ... stats: R msgs/sec" line in nats bench's output`)
 	}
 	if strings.Contains(output, "WARNING:") {
-		return consumeFigures{}, errors.New("nats bench warned that its results are not valid (a timeout, a disconnection, fewer messages than asked): see its output")
+		return toolFigures{}, errors.New("nats bench warned that its results are not valid (a timeout, a disconnection, fewer messages than asked): see its output")
 	}
 	rate, err := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64)
-	return consumeFigures{msgsPerS: rate, line: strings.TrimSpace(m[0])}, err
+	return toolFigures{msgsPerS: rate, line: strings.TrimSpace(m[0])}, err
 }
 
 func loadAvg() string {

@@ -135,3 +135,35 @@ func TestCheckBrokerTool(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasureToolsGoesOnAfterAFailedReader runs stand-ins for the tools
+// (sh printing the tools' captured output) with this process as the
+// "broker": a reader that fails is reported in its line, and the next
+// reader is still measured.
+func TestMeasureToolsGoesOnAfterAFailedReader(t *testing.T) {
+	tmp := t.TempDir()
+	cat := func(file string) []string {
+		return []string{"sh", "-c", `cat "$1"`, "sh", filepath.Join("testdata", file)}
+	}
+	sc := &Scenario{Name: "drain-kafka", Mode: "drain", Backend: "kafka", Messages: 1_000_000, MessageBytes: 1024, Partitions: 8}
+	readers := []toolReader{
+		{name: "fails", argv: []string{"sh", "-c", "echo no such topic >&2; exit 3"}, parse: parseKafkaConsumer},
+		{name: "reads", argv: cat("kafka-consumer-perf-test.txt"), parse: parseKafkaConsumer},
+	}
+	rs, err := measureTools(t.Context(), os.Getpid(), tmp, sc, ToolResult{Scenario: sc.Name}, cat("kafka-producer-perf-test.txt"), parseKafkaProducer, readers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d results, want one per reader", len(rs))
+	}
+	if rs[0].Tool != "fails" || !strings.Contains(rs[0].Error, "exit status 3") || !strings.Contains(rs[0].Error, "no such topic") || rs[0].MsgsPerS != 0 {
+		t.Errorf("the failed reader: %+v", rs[0])
+	}
+	if r := rs[1]; r.Tool != "reads" || r.Error != "" || r.MsgsPerS != 86610 || r.FetchMsgsPerS != 104844 || r.RebalanceMs != 2008 || r.ProduceMsgsPerS != 16936 || r.WallMsgsPerS <= 0 {
+		t.Errorf("the reader after it: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "consume-1.err")); err != nil {
+		t.Errorf("the failed reader's stderr was not kept: %v", err)
+	}
+}
