@@ -20,6 +20,7 @@ import (
 // with its data in the run's temp dir, stopped at the end of the run.
 type broker struct {
 	storage string // the spoold config's storage section
+	addr    string // where clients connect: nats://127.0.0.1:PORT, or Kafka's 127.0.0.1:PORT
 	nats    *exec.Cmd
 	natsEnd chan struct{}
 	kafka   *testkafka.Broker
@@ -53,7 +54,7 @@ func startBroker(ctx context.Context, backend, tmp string) (*broker, error) {
 			logf.Close()
 			return nil, fmt.Errorf("loadtest: start nats-server: %w", err)
 		}
-		b := &broker{nats: cmd, natsEnd: make(chan struct{}), pid: cmd.Process.Pid,
+		b := &broker{nats: cmd, natsEnd: make(chan struct{}), pid: cmd.Process.Pid, addr: fmt.Sprintf("nats://127.0.0.1:%d", port),
 			storage: fmt.Sprintf("storage:\n  backend: jetstream\n  jetstream:\n    urls: [\"nats://127.0.0.1:%d\"]\n", port)}
 		go func() { _ = cmd.Wait(); logf.Close(); close(b.natsEnd) }() // owned: ends with the process
 		deadline := time.Now().Add(20 * time.Second)
@@ -74,7 +75,7 @@ func startBroker(ctx context.Context, backend, tmp string) (*broker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loadtest: kafka: %w", err)
 		}
-		return &broker{kafka: k, pid: k.Pid(),
+		return &broker{kafka: k, pid: k.Pid(), addr: k.Addr(),
 			storage: fmt.Sprintf("storage:\n  backend: kafka\n  kafka:\n    brokers: [%q]\n    create_topics: true\n", k.Addr())}, nil
 	}
 	return nil, fmt.Errorf("loadtest: backend %q: want embedded, jetstream or kafka", backend)

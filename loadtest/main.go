@@ -12,7 +12,9 @@
 // processes (cluster.go); mode rebalance restarts them one after another
 // under load and measures the partitions' pauses (rebalance.go, pause.go).
 // Scenarios are loadtest/scenarios/NAME.yaml; results are recorded in
-// docs/benchmarks.md ("Sidecar load tests").
+// docs/benchmarks.md ("Sidecar load tests"). With --broker-tool a
+// drain-kafka or drain-jetstream scenario runs the broker's own benchmark
+// tools instead of spoold (brokertool.go).
 package main
 
 import (
@@ -35,6 +37,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the temp dir (config, data, spoold log)")
 	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (fetched from its admin port)")
 	rounds := flag.Int("rounds", 0, "failover scenarios: kill rounds (0: the scenario's rounds, 20 by default)")
+	brokerTool := flag.Bool("broker-tool", false, "drain-kafka, drain-jetstream: instead of spoold, write and read the backlog with the broker's own tools (kafka-*-perf-test, nats bench) on the same broker")
 	flag.Parse()
 	if *scenario == "" {
 		fmt.Fprintln(os.Stderr, "loadtest: --scenario NAME is required (see loadtest/scenarios/)")
@@ -42,6 +45,28 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *brokerTool {
+		rs, err := runBrokerTools(ctx, *scenario, *keep)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		failed := false
+		for _, r := range rs {
+			if *asJSON {
+				b, _ := json.Marshal(r)
+				fmt.Println(string(b))
+			} else {
+				printToolTable(r)
+			}
+			failed = failed || r.Error != ""
+		}
+		if failed {
+			fmt.Fprintln(os.Stderr, "loadtest: a broker tool failed (the error field of its line)")
+			os.Exit(1)
+		}
+		return
+	}
 	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, *profile, *rounds)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -89,6 +114,49 @@ func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileD
 		}
 	}
 	return run(ctx, bin, tmp, sc, profileDir)
+}
+
+func runBrokerTools(ctx context.Context, name string, keep bool) ([]*ToolResult, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	sc, err := loadScenario(filepath.Join(root, "loadtest", "scenarios"), name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBrokerTool(sc); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "spool-loadtest-")
+	if err != nil {
+		return nil, err
+	}
+	if keep {
+		fmt.Fprintln(os.Stderr, "loadtest: keeping", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	return runBrokerTool(ctx, sc, tmp)
+}
+
+func printToolTable(r *ToolResult) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
+	row("scenario", r.Scenario+" ("+r.Mode+", "+r.Backend+"), the broker's own tools")
+	row("backlog", fmt.Sprintf("%d × %d B, %d partitions", r.Messages, r.MessageBytes, r.Partitions))
+	row("produce", fmt.Sprintf("%s: %.0f msgs/s; tool CPU %.2f µs/msg, broker CPU %.2f µs/msg", r.ProduceTool, r.ProduceMsgsPerS, r.ProduceToolCPUUsPerMsg, r.ProduceBrokerCPUUsPerMsg))
+	row("consume", fmt.Sprintf("%s: %.0f msgs/s (process start to exit: %.0f)", r.Tool, r.MsgsPerS, r.WallMsgsPerS))
+	if r.FetchMsgsPerS > 0 {
+		row("without the group join", fmt.Sprintf("%.0f msgs/s (join %d ms)", r.FetchMsgsPerS, r.RebalanceMs))
+	}
+	row("consume CPU", fmt.Sprintf("tool %.2f µs/msg, broker %.2f µs/msg", r.ToolCPUUsPerMsg, r.BrokerCPUUsPerMsg))
+	row("machine", fmt.Sprintf("%d × %s, Linux %s, load average %s, %s", r.Nproc, r.CPU, r.Kernel, r.LoadAvg, r.Date))
+	if r.Error != "" {
+		row("error", r.Error)
+	}
+	w.Flush()
+	fmt.Println(r.Output)
 }
 
 func printTable(r *Result) {

@@ -9,7 +9,8 @@
 // with mvn, once, into the user's cache directory, kafka-<version>/libs
 // (scripts/ensure-deps.sh copies them there ahead of `make test`). A test
 // skips, saying why, only when they cannot be had: no java, no mvn, or no
-// Maven repository.
+// Maven repository. ToolsJars copies Kafka's own benchmark tools
+// (tools-pom.xml) the same way, for the loadtest's --broker-tool.
 //
 // Starting a broker takes seconds: a test package starts one and shares
 // it (each test under a topic prefix of its own), not one per test.
@@ -38,6 +39,9 @@ import (
 //go:embed pom.xml
 var pom []byte
 
+//go:embed tools-pom.xml
+var toolsPom []byte
+
 // ErrUnavailable: the broker's jars or a JVM cannot be had on this
 // machine; tests skip with the error's message.
 var ErrUnavailable = errors.New("no Apache Kafka for the Kafka backend's tests")
@@ -55,6 +59,24 @@ func Version() string {
 // Jars returns the directory holding the broker's jars, copying them
 // from the Maven repository the first time (a minute or so).
 func Jars() (string, error) {
+	return copyJars(pom, "kafka-"+Version(), "kafka_2.13-"+Version()+".jar", "org.apache.kafka:kafka_2.13")
+}
+
+// ToolsJars returns the directory holding Kafka's own tools
+// (org.apache.kafka:kafka-tools, tools-pom.xml: ProducerPerformance,
+// ConsumerPerformance) and their dependencies, the broker's version,
+// copying them from the Maven repository the first time. Only the
+// loadtest's --broker-tool runs them.
+func ToolsJars() (string, error) {
+	if m := regexp.MustCompile(`<artifactId>kafka-tools</artifactId>\s*<version>([^<]+)</version>`).FindSubmatch(toolsPom); m == nil || string(m[1]) != Version() {
+		return "", fmt.Errorf("testkafka: tools-pom.xml's version differs from pom.xml's %s: keep them equal", Version())
+	}
+	return copyJars(toolsPom, "kafka-tools-"+Version(), "kafka-tools-"+Version()+".jar", "org.apache.kafka:kafka-tools")
+}
+
+// copyJars copies the runtime dependencies of pomXML into the user's
+// cache dir, spool/<name>/libs, unless marker (a jar) is there already.
+func copyJars(pomXML []byte, name, marker, what string) (string, error) {
 	if _, err := exec.LookPath("java"); err != nil {
 		return "", fmt.Errorf("%w: java is not on PATH (install a JDK 17 or later: scripts/ensure-deps.sh)", ErrUnavailable)
 	}
@@ -62,13 +84,13 @@ func Jars() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	dir := filepath.Join(cache, "spool", "kafka-"+Version())
+	dir := filepath.Join(cache, "spool", name)
 	libs := filepath.Join(dir, "libs")
-	if _, err := os.Stat(filepath.Join(libs, "kafka_2.13-"+Version()+".jar")); err == nil {
+	if _, err := os.Stat(filepath.Join(libs, marker)); err == nil {
 		return libs, nil
 	}
 	if _, err := exec.LookPath("mvn"); err != nil {
-		return "", fmt.Errorf("%w: the broker's jars are not in %s and mvn is not on PATH to copy them (run scripts/ensure-deps.sh)", ErrUnavailable, libs)
+		return "", fmt.Errorf("%w: the jars of %s are not in %s and mvn is not on PATH to copy them (run scripts/ensure-deps.sh)", ErrUnavailable, what, libs)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -78,7 +100,7 @@ func Jars() (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "pom.xml"), pom, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, "pom.xml"), pomXML, 0o644); err != nil {
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	cmd := exec.Command("mvn", "-q", "-B", "-f", filepath.Join(tmp, "pom.xml"), "dependency:copy-dependencies",
@@ -86,11 +108,11 @@ func Jars() (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%w: mvn dependency:copy-dependencies of org.apache.kafka:kafka_2.13:%s: %v: %s", ErrUnavailable, Version(), err, tail(out.String(), 20))
+		return "", fmt.Errorf("%w: mvn dependency:copy-dependencies of %s:%s: %v: %s", ErrUnavailable, what, Version(), err, tail(out.String(), 20))
 	}
 	// Atomic: a package copying at the same time renames the same jars.
 	if err := os.Rename(filepath.Join(tmp, "libs"), libs); err != nil {
-		if _, serr := os.Stat(filepath.Join(libs, "kafka_2.13-"+Version()+".jar")); serr == nil {
+		if _, serr := os.Stat(filepath.Join(libs, marker)); serr == nil {
 			return libs, nil
 		}
 		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)

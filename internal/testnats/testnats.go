@@ -7,7 +7,8 @@
 // tool dependency), once, into the user's cache directory
 // (scripts/ensure-deps.sh builds it there ahead of `make test`). A test
 // skips, saying why, only when it cannot be built (no Go toolchain or no
-// module proxy).
+// module proxy). CLI installs the nats command (`nats bench`) the same
+// way, for the loadtest's --broker-tool.
 package testnats
 
 import (
@@ -58,6 +59,44 @@ func Binary() (string, error) {
 		return "", fmt.Errorf("testnats: go build %s@%s: %w: %s", Module, version, err, stderr.String())
 	}
 	return bin, os.Rename(tmp, bin) // atomic: a concurrent build of another package renames the same bytes
+}
+
+// CLIModule and CLIVersion are the nats command whose `nats bench` the
+// loadtest's --broker-tool runs next to Spool's JetStream scenarios. The
+// version is pinned here, not in go.mod: the command is a benchmark
+// tool, not a dependency of Spool or its tests.
+const (
+	CLIModule  = "github.com/nats-io/natscli/nats"
+	CLIVersion = "v0.5.0"
+)
+
+// CLI returns the path of the nats command at CLIVersion, installing it
+// into the cache directory the first time (go install; a minute or two).
+func CLI() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("testnats: %w", err)
+	}
+	bin := filepath.Join(cache, "spool", "nats-cli-"+CLIVersion)
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", fmt.Errorf("testnats: %w", err)
+	}
+	gobin, err := os.MkdirTemp(filepath.Dir(bin), "nats-cli-")
+	if err != nil {
+		return "", fmt.Errorf("testnats: %w", err)
+	}
+	defer os.RemoveAll(gobin)
+	install := exec.Command("go", "install", CLIModule+"@"+CLIVersion)
+	install.Env = append(os.Environ(), "GOBIN="+gobin)
+	var stderr bytes.Buffer
+	install.Stderr = &stderr
+	if err := install.Run(); err != nil {
+		return "", fmt.Errorf("testnats: go install %s@%s: %w: %s (is go on PATH, and the module proxy reachable?)", CLIModule, CLIVersion, err, tail(stderr.String(), 20))
+	}
+	return bin, os.Rename(filepath.Join(gobin, "nats"), bin) // atomic: a concurrent install renames the same bytes
 }
 
 // Server is one nats-server process owned by a test.
