@@ -54,10 +54,16 @@ const maxFetchBytes = 64 << 20
 const maxFetchRetries = 3
 
 // Fetch reads records of the partition from offset on, up to the high
-// watermark (what every in-sync replica has), about maxBytes (at least
-// one batch when any is there): one fetch request to the leader, without
-// a consumer group. At the end it returns none; outside the log an
-// *engine.OffsetOutOfRangeError.
+// watermark (what every in-sync replica has), at most about maxBytes of
+// them as the caller holds them (at least one record when any is there):
+// one fetch request to the leader, without a consumer group. At the end it
+// returns none; outside the log an *engine.OffsetOutOfRangeError.
+//
+// Kafka's byte limits count batches as stored, compressed: a fetch of
+// 700 KB of well-compressed 1 KiB messages returned 8,000 of them, 8 MB
+// to hold, far over what delivery's memory budget granted. So the request
+// asks for maxBytes divided by the partition's last compression ratio,
+// and what decodes beyond maxBytes is dropped (read again next time).
 func (b *Backend) Fetch(topic string, p int32, offset int64, maxBytes int, dst []engine.Record) ([]engine.Record, error) {
 	part, err := b.partition(topic, p)
 	if err != nil {
@@ -68,24 +74,46 @@ func (b *Backend) Fetch(topic string, p int32, offset int64, maxBytes int, dst [
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
 	defer cancel()
-	fp, err := b.fetch(ctx, part, offset, min(max(maxBytes, 1), maxFetchBytes))
+	maxBytes = min(max(maxBytes, 1), maxFetchBytes)
+	fp, wire, err := b.fetch(ctx, part, offset, max(maxBytes/int(max(part.expand.Load(), 1)), 1))
 	if err != nil {
 		return dst, err
 	}
+	decoded, kept, full := 0, 0, false
 	for _, kr := range fp.Records {
+		n := recordBytes(kr)
+		decoded += n
+		if full = full || kept > 0 && kept+n > maxBytes; full {
+			continue // the rest, contiguous, is read again next time
+		}
+		kept += n
 		var r engine.Record
 		fromKafka(kr, &r)
 		dst = append(dst, r)
 	}
+	if wire > 0 && decoded > 0 {
+		part.expand.Store(int64(max(decoded/wire, 1)))
+	}
 	return dst, nil
 }
 
-func (b *Backend) fetch(ctx context.Context, part *partition, offset int64, maxBytes int) (kgo.FetchPartition, error) {
+// recordBytes is what a record holds decoded: its key, value and headers.
+func recordBytes(kr *kgo.Record) int {
+	n := len(kr.Key) + len(kr.Value)
+	for _, h := range kr.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// fetch is one fetch request of the partition from offset, up to maxBytes
+// as Kafka counts them; wire is the bytes of record batches it returned.
+func (b *Backend) fetch(ctx context.Context, part *partition, offset int64, maxBytes int) (fp kgo.FetchPartition, wire int, err error) {
 	refresh := false
 	for attempt := 0; ; attempt++ {
 		l, err := b.leaderOf(ctx, part, refresh)
 		if err != nil {
-			return kgo.FetchPartition{}, err
+			return kgo.FetchPartition{}, 0, err
 		}
 		req := kmsg.NewPtrFetchRequest()
 		req.ReplicaID = -1
@@ -105,33 +133,35 @@ func (b *Backend) fetch(ctx context.Context, part *partition, offset int64, maxB
 				refresh = true // the broker may be gone: ask who leads now
 				continue
 			}
-			return kgo.FetchPartition{}, b.connErr(part, err)
+			return kgo.FetchPartition{}, 0, b.connErr(part, err)
 		}
 		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			return kgo.FetchPartition{}, fmt.Errorf("kafka: fetch %s/%d: %w", part.t.spec.Name, part.num, err)
+			return kgo.FetchPartition{}, 0, fmt.Errorf("kafka: fetch %s/%d: %w", part.t.spec.Name, part.num, err)
 		}
 		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return kgo.FetchPartition{}, fmt.Errorf("kafka: fetch %s/%d: the broker answered for %d topics, want 1", part.t.spec.Name, part.num, len(resp.Topics))
+			return kgo.FetchPartition{}, 0, fmt.Errorf("kafka: fetch %s/%d: the broker answered for %d topics, want 1", part.t.spec.Name, part.num, len(resp.Topics))
 		}
+		frp := &resp.Topics[0].Partitions[0]
+		wire = len(frp.RecordBatches)
 		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: offset, Topic: part.t.kname, Partition: part.num},
-			&resp.Topics[0].Partitions[0], kgo.DefaultDecompressor(), nil)
+			frp, kgo.DefaultDecompressor(), nil)
 		switch {
 		case fp.Err == nil:
-			return fp, nil
+			return fp, wire, nil
 		case errors.Is(fp.Err, kerr.OffsetOutOfRange):
 			start, end, err := b.Offsets(part.t.spec.Name, part.num)
 			if err != nil {
-				return kgo.FetchPartition{}, err
+				return kgo.FetchPartition{}, 0, err
 			}
 			if offset >= start && offset <= end { // the end moved between the two requests
 				continue
 			}
-			return kgo.FetchPartition{}, &engine.OffsetOutOfRangeError{Offset: offset, Start: start, End: end}
+			return kgo.FetchPartition{}, 0, &engine.OffsetOutOfRangeError{Offset: offset, Start: start, End: end}
 		case retriableFetch(fp.Err) && attempt < maxFetchRetries:
 			refresh = true
 			continue
 		}
-		return kgo.FetchPartition{}, fmt.Errorf("kafka: fetch %s/%d from offset %d: %w", part.t.spec.Name, part.num, offset, fp.Err)
+		return kgo.FetchPartition{}, 0, fmt.Errorf("kafka: fetch %s/%d from offset %d: %w", part.t.spec.Name, part.num, offset, fp.Err)
 	}
 }
 
@@ -201,7 +231,7 @@ func (b *Backend) RecordTime(topic string, p int32, offset int64) (int64, error)
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
 	defer cancel()
-	fp, err := b.fetch(ctx, part, offset, 1)
+	fp, _, err := b.fetch(ctx, part, offset, 1)
 	if err != nil {
 		return 0, err
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -129,6 +130,11 @@ type partition struct {
 
 	leaderMu sync.Mutex // guards leader; a leaf
 	leader   *leader    // nil until a fetch asks (fetch.go)
+
+	// expand is how many times larger the partition's records were,
+	// decoded, than the batches Kafka sent for them (compression; at least
+	// 1), as of the last fetch: a fetch asks Kafka for maxBytes/expand.
+	expand atomic.Int64
 }
 
 // Open connects to Kafka and loads the topics that exist under the

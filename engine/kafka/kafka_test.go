@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,5 +229,100 @@ func TestWatch(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("produce %d: no signal within 5s", i)
 		}
+	}
+}
+
+// TestFetchBoundsDecodedBytes: Kafka counts a fetch's bytes as stored
+// (compressed); Fetch bounds the records it returns as the caller holds
+// them, so well-compressed messages do not come back many times over what
+// delivery's memory budget granted.
+func TestFetchBoundsDecodedBytes(t *testing.T) {
+	b := open(t)
+	if err := b.EnsureTopic(engine.TopicSpec{Name: "zeros", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 2000, 1024
+	for i := 0; i < n; i += 100 {
+		recs := make([]engine.Record, 100)
+		for j := range recs {
+			recs[j] = engine.Record{ID: []byte(fmt.Sprintf("id-%d", i+j)), Value: make([]byte, size)}
+		}
+		if _, err := produce(t, b, "zeros", 0, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const maxBytes = 64 << 10
+	next := int64(0)
+	for calls := 0; next < n; calls++ {
+		got, err := b.Fetch("zeros", 0, next, maxBytes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 || got[0].Offset != next {
+			t.Fatalf("fetch from %d returned %d records starting at %v", next, len(got), got)
+		}
+		held := 0
+		for i, r := range got {
+			if r.Offset != next+int64(i) {
+				t.Fatalf("record %d has offset %d, want %d", i, r.Offset, next+int64(i))
+			}
+			held += len(r.Key) + len(r.Value) + len(r.ID)
+		}
+		if held > maxBytes+size+64 {
+			t.Fatalf("fetch from %d of at most %d bytes returned %d records, %d bytes decoded", next, maxBytes, len(got), held)
+		}
+		next += int64(len(got))
+		if calls > 4*n*size/maxBytes {
+			t.Fatalf("%d fetches for %d records of %d bytes, %d per fetch: reads far smaller than asked", calls, n, size, maxBytes)
+		}
+	}
+}
+
+// TestConcurrentFetches: partitions read at the same time (delivery's
+// readers, delivery.reads_in_flight) each get their own partition's
+// records, from their own offset.
+func TestConcurrentFetches(t *testing.T) {
+	b := open(t)
+	const parts, n = 8, 300
+	if err := b.EnsureTopic(engine.TopicSpec{Name: "many", Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	for p := range int32(parts) {
+		recs := make([]engine.Record, n)
+		for i := range recs {
+			recs[i] = engine.Record{ID: []byte(fmt.Sprintf("p%d-%d", p, i)), Value: []byte(fmt.Sprintf("v%d-%d", p, i))}
+		}
+		if _, err := produce(t, b, "many", p, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, parts)
+	for p := range int32(parts) {
+		wg.Go(func() {
+			for next := int64(p); next < n; { // each from its own offset on
+				got, err := b.Fetch("many", p, next, 4<<10, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(got) == 0 {
+					errs <- fmt.Errorf("partition %d: nothing from %d", p, next)
+					return
+				}
+				for _, r := range got {
+					if want := fmt.Sprintf("p%d-%d", p, next); r.Offset != next || string(r.ID) != want {
+						errs <- fmt.Errorf("partition %d: record %s at offset %d, want %s at %d", p, r.ID, r.Offset, want, next)
+						return
+					}
+					next++
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
