@@ -412,6 +412,9 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 		if !ok {
 			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, CommitInterval: cfg.Node.CommitInterval,
 				SidecarVersion: Version, Ledger: led, Owner: owner, Tracer: tracer, MemoryBytes: groupMemory(cfg)}
+			if remoteReads(cfg, eng) {
+				gc.ReadsInFlight = cfg.Delivery.ReadsInFlight
+			}
 			if co != nil {
 				gc.Coordinator = co
 				gc.Membership = deliver.Membership{MemberPrefix: owner, Session: session,
@@ -558,6 +561,20 @@ func newSession() (string, error) {
 		return "", fmt.Errorf("consumer groups: drawing a session id: %w", err)
 	}
 	return hex.EncodeToString(b), nil
+}
+
+// remoteReads reports whether delivery's reads are network round trips: on
+// a broker backend, or a cluster member (it reads the partitions it holds
+// no replica of from a peer). One node's embedded log reads files.
+func remoteReads(cfg *config.Config, eng engine.Backend) bool {
+	if cfg.Storage.Broker() {
+		return true
+	}
+	if cl, ok := eng.(engine.ClusterAdmin); ok {
+		_, clustered := cl.ClusterStatus()
+		return clustered
+	}
+	return false
 }
 
 // groupMemory is each consumer group's share of delivery.memory_bytes: the

@@ -52,6 +52,12 @@ type DeliveryConfig struct {
 	// the windows' rings and dead letters being published, shared evenly
 	// by the consumer groups. When full, fetching pauses.
 	MemoryBytes int64 `yaml:"memory_bytes"`
+	// ReadsInFlight bounds the reads of one consumer group under way at
+	// once (at most one per partition), made off the delivery loop where a
+	// read is a network round trip: on a broker backend, or a cluster
+	// member reading a partition from a peer. On one node's embedded log
+	// reads are file reads, made on the loop.
+	ReadsInFlight int `yaml:"reads_in_flight"`
 }
 
 // TracingConfig makes spoold record OpenTelemetry spans of publishes and

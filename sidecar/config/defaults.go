@@ -74,6 +74,9 @@ const (
 	DefaultBreakerMaxOpenTimeout      = 60 * time.Second
 	DefaultTracingSampleRatio         = 1.0
 	DefaultDeliveryMemoryBytes        = 32 << 20
+	DefaultDeliveryReadsInFlight      = 8
+	// MaxDeliveryReadsInFlight bounds delivery.reads_in_flight.
+	MaxDeliveryReadsInFlight = 1024
 	// DefaultPublishMemoryBytes is publish.memory_bytes: publish requests
 	// in flight, for the whole sidecar. Each is held twice until it is on
 	// disk (the request and the log batch it is encoded into).
@@ -119,6 +122,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Delivery.MemoryBytes == 0 {
 		c.Delivery.MemoryBytes = DefaultDeliveryMemoryBytes
+	}
+	if c.Delivery.ReadsInFlight == 0 {
+		c.Delivery.ReadsInFlight = DefaultDeliveryReadsInFlight
 	}
 
 	s := &c.Storage

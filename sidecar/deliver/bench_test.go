@@ -101,3 +101,80 @@ func itoa(i int) string {
 	}
 	return string(buf[n:])
 }
+
+// slowReads is the in-memory log with every read taking a round trip's
+// time, as a broker backend's (or a peer's) reads do.
+type slowReads struct {
+	*fakeEngine
+	rtt time.Duration
+}
+
+func (e slowReads) Fetch(topic string, p int32, offset int64, maxBytes int, dst []engine.Record) ([]engine.Record, error) {
+	time.Sleep(e.rtt)
+	return e.fakeEngine.Fetch(topic, p, offset, maxBytes, dst)
+}
+
+// BenchmarkDeliverRemoteReads is BenchmarkDeliverAck over 8 partitions
+// whose reads each take 1 ms (a broker's round trip): reads made on the
+// delivery loop (readers=0, the embedded log's way) against reads on the
+// group's readers (delivery.reads_in_flight).
+//
+//	go test -run '^$' -bench DeliverRemoteReads -benchmem ./sidecar/deliver/
+func BenchmarkDeliverRemoteReads(b *testing.B) {
+	for _, readers := range []int{0, 8} {
+		b.Run("readers="+itoa(readers), func(b *testing.B) {
+			const parts = 8
+			eng := newFakeEngine(map[string]int32{tTopic: parts, tDLQ: 1})
+			for p := range int32(parts) {
+				n := b.N/parts + 1
+				for i := 0; i < n; i += 2000 {
+					batch := make([]engine.Record, min(2000, n-i))
+					for j := range batch {
+						batch[j] = engine.Record{ID: []byte("m-" + itoa(int(p)) + "-" + itoa(i+j)), Value: make([]byte, 1024)}
+					}
+					eng.publish(tTopic, p, batch...)
+				}
+			}
+			cfg := GroupConfig{Name: tGroup, ReadsInFlight: readers, Subscriptions: []Subscription{testSub(tracker.Config{MaxInFlight: 256})}}
+			g, err := NewGroup(cfg, slowReads{eng, time.Millisecond}, metrics.New(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- g.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			c := newConsumer("bench", ModeStream, nil, 256)
+			post := func(ev event) {
+				if err := g.post(ctx, ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			post(joinEvent{c})
+			post(settleEvent{c, &spoolv1.SubscribeRequest{Credit: 256}})
+			timeout := time.NewTimer(time.Minute)
+			defer timeout.Stop()
+			for acked := 0; acked < b.N; {
+				var f *spoolv1.SubscribeResponse
+				select {
+				case f = <-c.out:
+				case <-timeout.C:
+					b.Fatalf("%d of %d acked after a minute", acked, b.N)
+				}
+				ds := f.GetDeliveries()
+				if len(ds) == 0 {
+					continue
+				}
+				req := &spoolv1.SubscribeRequest{Acks: make([]*spoolv1.Ack, len(ds)), Credit: uint32(len(ds))}
+				for i, d := range ds {
+					req.Acks[i] = &spoolv1.Ack{Ref: refOf(d)}
+				}
+				post(settleEvent{c, req})
+				acked += len(ds)
+			}
+			b.StopTimer()
+		})
+	}
+}

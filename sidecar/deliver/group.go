@@ -34,6 +34,7 @@ type Group struct {
 // result is the answer to an asynchronous action.
 type result struct {
 	claim  *claimJob
+	read   *readJob
 	dl     *dlqJob
 	commit *commitJob
 	assign *assignView
@@ -211,6 +212,19 @@ func (g *Group) Run(ctx context.Context) error {
 	defer close(stopCallbacks)
 
 	d := &driver{g: g, ledger: ledgerOps, commits: commits, ms: ms}
+	if n := g.cfg.ReadsInFlight; n > 0 {
+		// Readers: at most one read per partition is under way (the
+		// machine's rule), so the queue never blocks the loop.
+		parts := 0
+		for _, s := range g.mc.subs {
+			parts += len(s.parts)
+		}
+		d.reads = make(chan *readJob, parts)
+		for range min(n, parts) {
+			goFunc(func() { g.runReader(d.reads) })
+		}
+		defer close(d.reads) // before wg.Wait: the readers end after their read
+	}
 	d.loop(ctx, changed)
 	// The committer ends before the final commit, so that no earlier
 	// commit it was writing can land after it.
@@ -224,7 +238,8 @@ type driver struct {
 	g       *Group
 	ledger  *mailbox[ledgerOp]
 	commits *mailbox[*commitJob]
-	ms      *membership // nil: a single node
+	ms      *membership   // nil: a single node
+	reads   chan *readJob // nil: reads are made on the loop
 	acts    []action
 	res     []result
 	nextLag time.Time
@@ -270,6 +285,7 @@ func (d *driver) loop(ctx context.Context, changed <-chan struct{}) {
 		case <-g.results.signal:
 			d.applyResults(time.Now())
 		case <-dataCh:
+			mc.dataChanged()
 		case <-timer.C:
 		case <-done:
 			g.log.Info("draining: no new deliveries; waiting for in-flight ones", "in_flight", mc.outstanding(), "budget", g.cfg.DrainTimeout)
@@ -300,6 +316,11 @@ func (d *driver) do(now time.Time, a *action) {
 	g, mc := d.g, d.g.mc
 	switch a.kind {
 	case actFetch:
+		if d.reads != nil {
+			g.met.DeliveryReadsInFlight.WithLabelValues(g.cfg.Name).Inc()
+			d.reads <- &readJob{s: a.s, p: a.p, offset: a.offset, maxBytes: a.maxBytes}
+			return
+		}
 		recs, err := g.eng.Fetch(a.s.cfg.Topic, a.p.num, a.offset, a.maxBytes, nil)
 		mc.fetched(now, a.s, a.p, a.offset, recs, err)
 	case actSend:
@@ -346,6 +367,9 @@ func (d *driver) applyResults(now time.Time) {
 		switch {
 		case r.claim != nil:
 			mc.claimed(now, r.claim) // counts the answer (claimsInFlight)
+		case r.read != nil:
+			d.g.met.DeliveryReadsInFlight.WithLabelValues(d.g.cfg.Name).Dec()
+			mc.fetched(now, r.read.s, r.read.p, r.read.offset, r.read.recs, r.read.err)
 		case r.dl != nil:
 			mc.deadLettered(now, r.dl)
 		case r.commit != nil && mc.cluster:
@@ -374,6 +398,26 @@ func (d *driver) stop() error {
 func resetTimer(t *time.Timer, dur time.Duration) {
 	t.Stop()
 	t.Reset(max(dur, 0))
+}
+
+// readJob is one read made on a reader (GroupConfig.ReadsInFlight) and
+// its answer, applied on the loop.
+type readJob struct {
+	s        *sub
+	p        *part
+	offset   int64
+	maxBytes int
+	recs     []engine.Record
+	err      error
+}
+
+// runReader makes the reads queued on jobs until it is closed, handing
+// each answer back to the loop.
+func (g *Group) runReader(jobs <-chan *readJob) {
+	for j := range jobs {
+		j.recs, j.err = g.eng.Fetch(j.s.cfg.Topic, j.p.num, j.offset, j.maxBytes, nil)
+		g.results.put(result{read: j})
+	}
 }
 
 // commitJob is one topic's positions to write (an actCommit) and its answer.

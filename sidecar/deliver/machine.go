@@ -66,6 +66,10 @@ type machine struct {
 	activeN int // delivering partitions, counted once per round (0: not yet)
 	// fetchRound numbers the rounds of fetches: each partition asks once.
 	fetchRound uint64
+	// dataSeq counts the engine's signals that partitions of the group's
+	// topics grew (dataChanged): a partition whose last read found its end
+	// is read again only after one.
+	dataSeq uint64
 	// pausedSeen is the budget's paused total already counted in the metric.
 	pausedSeen time.Duration
 
@@ -201,7 +205,21 @@ type part struct {
 	batchBytes int64
 	// grant is the memory budget's room for the read under way;
 	// budgetWait: the partition waits for room (memBudget.waiting).
-	grant            grant
+	grant grant
+	// reading: a read of the partition is under way (emitted, not yet
+	// answered by fetched). No other read of it is made meanwhile, so its
+	// reads come back in order. On the embedded log of one node the driver
+	// answers at once; on a broker backend, or a cluster, a read is a round
+	// trip made on the group's readers while delivery goes on.
+	reading bool
+	readSeq uint64 // dataSeq when the read under way was made
+	// endAt, endSeq: the last read, from endAt, found the end of the
+	// partition while dataSeq was endSeq: it is not read again from there
+	// until the engine signals new data. retryAt: a read failed; the next
+	// one waits until then.
+	endAt            int64
+	endSeq           uint64
+	retryAt          time.Time
 	budgetWait       bool
 	fetchRound       uint64 // the last round of fetches that asked for it
 	lagMsgs, lagSecs prometheus.Gauge
@@ -262,7 +280,7 @@ func (m *machine) newSub(sc Subscription, dlqParts int32, starts []int64, pos ma
 			return nil, err
 		}
 		pl := strconv.Itoa(i)
-		pt := &part{num: p, tr: tr, fetchAt: next, committed: committed, avgRecordBytes: 1024,
+		pt := &part{num: p, tr: tr, fetchAt: next, endAt: -1, committed: committed, avgRecordBytes: 1024,
 			lagMsgs: mt.LagMessages.WithLabelValues(gl, tl, pl), lagSecs: mt.LagSeconds.WithLabelValues(gl, tl, pl)}
 		for _, o := range committed.Done {
 			if o >= next {
@@ -354,9 +372,10 @@ func (m *machine) heldRecords() int {
 	return n
 }
 
-// heldBytes is what the partition holds: its window (records and ring)
-// and the records read ahead of it.
-func (p *part) heldBytes() int64 { return p.tr.HeldBytes() + p.aheadBytes }
+// heldBytes is what the partition holds: its window (records and ring),
+// the records read ahead of it, and the room reserved for its read under
+// way (a round of fetches starts from what the group holds).
+func (p *part) heldBytes() int64 { return p.tr.HeldBytes() + p.aheadBytes + p.grant.bytes }
 
 // dropAhead forgets the records read ahead of the window (the partition
 // starts over, or stops delivering): fetchAt is the first of them, so
@@ -377,6 +396,15 @@ func (m *machine) activeParts() int {
 }
 
 func (m *machine) fetchPart(now time.Time, s *sub, p *part) {
+	if p.reading {
+		return // one read at a time: its answer calls again
+	}
+	if p.fetchAt == p.endAt && p.endSeq == m.dataSeq || now.Before(p.retryAt) {
+		// At the end (nothing new since), or a failed read waits: reading
+		// again now would find the same (on readers, a busy loop of reads).
+		m.bud.forget(now, p)
+		return
+	}
 	want := p.tr.Wants()
 	if len(p.ahead) > 0 {
 		// Records already read go first; nothing more is read while
@@ -417,13 +445,20 @@ func (m *machine) fetchPart(now time.Time, s *sub, p *part) {
 	if !g.ok() {
 		return
 	}
-	p.grant = g
+	p.grant, p.reading, p.readSeq = g, true, m.dataSeq
 	// Read about as many bytes as the tracker has room for: the records kept
 	// alias the read buffer, so an oversized read would pin memory well
 	// beyond the window.
 	maxBytes := max(min(m.cfg.FetchMaxBytes, max(want*p.avgRecordBytes, minFetchBytes), int(min(g.bytes, 1<<30))), 1)
 	m.emit(action{kind: actFetch, s: s, p: p, offset: p.fetchAt, maxBytes: maxBytes})
 }
+
+// dataChanged: the engine signalled that partitions of the group's topics
+// grew. Those found at their end are read again.
+func (m *machine) dataChanged() { m.dataSeq++ }
+
+// readRetryWait is how long a partition waits after a failed read.
+const readRetryWait = 500 * time.Millisecond
 
 // wantsData reports whether some partition has room for records: the
 // driver waits for the engine's notification only then.
@@ -447,10 +482,13 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 	// Settle the read's reservation in the memory budget: what the records
 	// kept hold is charged below.
 	g := p.grant
-	p.grant = grant{}
+	p.grant, p.reading = grant{}, false
 	defer func() { m.bud.settle(g) }()
-	if offset != p.fetchAt {
-		return // an answer to a read made before a reset
+	if offset != p.fetchAt || m.draining || !m.delivering(p) {
+		// An answer to a read made before a reset, or that came back once
+		// the partition stopped delivering here (revoked, or the group
+		// drains): its records are read again if they are wanted.
+		return
 	}
 	var oor *engine.OffsetOutOfRangeError
 	if errors.As(err, &oor) && p.fetchAt < oor.Start {
@@ -464,10 +502,12 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 		return
 	}
 	if err != nil {
-		m.log.Error("fetch failed; retrying at the next wake-up", "topic", s.cfg.Topic, "partition", p.num, "offset", p.fetchAt, "err", err)
+		p.retryAt = now.Add(readRetryWait)
+		m.log.Error("fetch failed; retrying shortly", "topic", s.cfg.Topic, "partition", p.num, "offset", p.fetchAt, "retry_in", readRetryWait, "err", err)
 		return
 	}
 	if len(recs) == 0 {
+		p.endAt, p.endSeq = offset, p.readSeq
 		return
 	}
 	p.avgRecordBytes = recordBytes(recs)
@@ -868,6 +908,9 @@ func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
 			}
 			if p.own == ownRevoking && !p.handing && p.revokeBy.Before(w) {
 				w = p.revokeBy
+			}
+			if p.retryAt.After(now) && p.retryAt.Before(w) {
+				w = p.retryAt
 			}
 		}
 		if s.brk != nil {

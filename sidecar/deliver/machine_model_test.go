@@ -62,6 +62,11 @@ type modelTest struct {
 	dls       []*dlqJob
 	commits   []*commitJob
 	committed map[int32]int64 // last Next emitted per partition
+	// asyncReads: reads are answered later, in any order across
+	// partitions, as the readers of a broker backend answer them; reads
+	// holds those not yet answered.
+	asyncReads bool
+	reads      []pendingRead
 	// unwritten: ids with a settlement the machine accepted and not yet
 	// handed to the ledger pipeline.
 	unwritten map[string]bool
@@ -105,7 +110,7 @@ func newModelTest(t *rapid.T) *modelTest {
 	mc.byTop[tTopic] = s
 	return &modelTest{t: t, mc: mc, led: led, maxAtt: cfg.Subscriptions[0].Tracker.MaxAttempts, now: time.Unix(1_000_000, 0),
 		log: make([][]engine.Record, modelParts), msgs: map[string]*mMsg{}, committed: map[int32]int64{},
-		unwritten: map[string]bool{}, chaos: true}
+		unwritten: map[string]bool{}, chaos: true, asyncReads: rapid.Bool().Draw(t, "asyncReads")}
 }
 
 // round is the driver's loop body: reads, then work, carrying out actions.
@@ -139,11 +144,18 @@ func (x *modelTest) do(a *action) {
 	t := x.t
 	switch a.kind {
 	case actFetch:
-		var recs []engine.Record
-		for o := a.offset; o < int64(len(x.log[a.p.num])) && len(recs) < 3; o++ {
-			recs = append(recs, x.log[a.p.num][o])
+		for _, r := range x.reads {
+			if r.a.p == a.p {
+				t.Fatalf("partition %d: a read from %d emitted while the read from %d is under way", a.p.num, a.offset, r.a.offset)
+			}
 		}
-		x.mc.fetched(x.now, a.s, a.p, a.offset, recs, nil)
+		if x.asyncReads {
+			// The broker answers with the log as of now; the answer
+			// reaches the machine later.
+			x.reads = append(x.reads, pendingRead{a: *a, end: len(x.log[a.p.num])})
+			return
+		}
+		x.answerRead(a, len(x.log[a.p.num]))
 	case actSend:
 		mcn := x.consumerOf(a.c)
 		ds := a.frame.GetDeliveries()
@@ -224,6 +236,39 @@ func (x *modelTest) do(a *action) {
 	}
 }
 
+// pendingRead is a read under way (async reads) and the log's end when
+// the broker read it.
+type pendingRead struct {
+	a   action
+	end int
+}
+
+// answerRead answers a read with what the log held up to end from its
+// offset on.
+func (x *modelTest) answerRead(a *action, end int) {
+	var recs []engine.Record
+	for o := a.offset; o < int64(end) && len(recs) < 3; o++ {
+		recs = append(recs, x.log[a.p.num][o])
+	}
+	x.mc.fetched(x.now, a.s, a.p, a.offset, recs, nil)
+}
+
+// readStep answers one read under way (async reads), the oldest or, with
+// chaos, any.
+func (x *modelTest) readStep() {
+	if len(x.reads) == 0 {
+		return
+	}
+	i := 0
+	if x.chaos {
+		i = rapid.IntRange(0, len(x.reads)-1).Draw(x.t, "read")
+	}
+	r := x.reads[i]
+	x.reads = append(x.reads[:i], x.reads[i+1:]...)
+	x.answerRead(&r.a, r.end)
+	x.drive()
+}
+
 // pipelineStep carries out the oldest ledger op, as the pipeline does.
 func (x *modelTest) pipelineStep() {
 	if len(x.pipeline) == 0 {
@@ -257,6 +302,7 @@ func (x *modelTest) publish() {
 	size := rapid.IntRange(0, 200).Draw(x.t, "size")
 	x.log[p] = append(x.log[p], engine.Record{ID: []byte(id), Key: []byte(key), Value: make([]byte, size), Offset: int64(off)})
 	x.msgs[id] = &mMsg{id: id}
+	x.mc.dataChanged() // the engine's Watch signal
 }
 
 func (x *modelTest) join() {
@@ -411,7 +457,7 @@ func (x *modelTest) answerCommit() {
 
 func (x *modelTest) step() {
 	t := x.t
-	switch rapid.IntRange(0, 11).Draw(t, "event") {
+	switch rapid.IntRange(0, 13).Draw(t, "event") {
 	case 0, 1:
 		x.publish()
 	case 2:
@@ -432,6 +478,8 @@ func (x *modelTest) step() {
 		x.answerCommit()
 	case 10, 11:
 		x.advance(time.Duration(rapid.IntRange(0, 3000).Draw(t, "ms")) * time.Millisecond)
+	case 12, 13:
+		x.readStep()
 	}
 	x.round()
 }
@@ -460,6 +508,9 @@ func (x *modelTest) finish() {
 		}
 		for len(x.commits) > 0 {
 			x.answerCommit()
+		}
+		for len(x.reads) > 0 {
+			x.readStep()
 		}
 		x.advance(time.Second)
 		x.round()

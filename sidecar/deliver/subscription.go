@@ -62,6 +62,13 @@ type GroupConfig struct {
 	CommitInterval time.Duration
 	// FetchMaxBytes bounds one read from a partition (default 1 MiB).
 	FetchMaxBytes int
+	// ReadsInFlight, when > 0, makes the group's reads on that many
+	// readers, off the delivery loop, at most one per partition at a time:
+	// for an engine whose reads are network round trips (a broker backend,
+	// a cluster member reading from a peer), so that sends and acks go on
+	// while partitions' reads overlap. 0 (the default) reads on the loop
+	// itself, cheapest when a read is a file read.
+	ReadsInFlight int
 	// MemoryBytes bounds what the group holds for delivery: fetched records
 	// in every partition's window, the windows' rings and dead letters being
 	// published (budget.go). Default DefaultMemoryBytes; the sidecar gives

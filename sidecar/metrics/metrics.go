@@ -44,10 +44,12 @@ type Metrics struct {
 	DeliveryMemory       *prometheus.GaugeVec   // group
 	DeliveryMemoryLimit  *prometheus.GaugeVec   // group
 	DeliveryMemoryPaused *prometheus.CounterVec // group
-	LagMessages          *prometheus.GaugeVec   // group, topic, partition
-	LagSeconds           *prometheus.GaugeVec   // group, topic, partition
-	Consumers            *prometheus.GaugeVec   // group
-	MemberDegraded       *prometheus.GaugeVec   // group, topic
+	// Reads made off the loop (delivery.reads_in_flight).
+	DeliveryReadsInFlight *prometheus.GaugeVec // group
+	LagMessages           *prometheus.GaugeVec // group, topic, partition
+	LagSeconds            *prometheus.GaugeVec // group, topic, partition
+	Consumers             *prometheus.GaugeVec // group
+	MemberDegraded        *prometheus.GaugeVec // group, topic
 	// Consumer groups across a cluster's sidecars (docs/groups.md).
 	GroupGeneration      *prometheus.GaugeVec   // group
 	GroupMembers         *prometheus.GaugeVec   // group, topic
@@ -113,39 +115,40 @@ func New() *Metrics {
 		return h
 	}
 	m := &Metrics{
-		Registry:             r,
-		PublishMessages:      counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
-		PublishBytes:         counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
-		PublishMemory:        prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_bytes", Help: "Bytes of publish requests in flight (received, not yet answered); bounded by publish.memory_bytes."}),
-		LogSyncs:             newLogSyncs(),
-		MemoryLimit:          prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "memory_limit_bytes", Help: "The Go runtime's soft memory limit (node.memory_limit, or GOMEMLIMIT when set); 0: none."}),
-		PublishMemoryLimit:   prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_limit_bytes", Help: "publish.memory_bytes: what publish requests in flight may hold."}),
-		PublishMemoryWaits:   prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_waits_total", Help: "Publish requests that waited for room in publish.memory_bytes (their stream read nothing more meanwhile)."}),
-		PublishRejected:      counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
-		PublishLatency:       hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
-		Deliveries:           counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
-		Settlements:          counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release (the app's acks and nacks), stream_closed (released because the app's stream ended). Lease expiries: spool_lease_expiries_total.", "group", "topic", "outcome"),
-		Redeliveries:         counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
-		LeaseExpiries:        counter("lease_expiries_total", "Leases (visibility timeouts) that ended without a settlement.", "group", "topic"),
-		DeadLettered:         counter("dead_lettered_total", "Messages moved to the dead-letter topic, by reason.", "group", "topic", "reason"),
-		SettleErrors:         counter("settle_errors_total", "Settlements that changed nothing (stale fencing token, unknown delivery).", "group", "reason"),
-		HandleLatency:        hist("handle_latency_seconds", "Time from delivery to settlement (ack or nack) by the application.", "group", "topic"),
-		InFlight:             gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
-		ParkedKeys:           gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
-		WindowMessages:       gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
-		DeliveryMemory:       gauge("delivery_memory_bytes", "Bytes the group holds for delivery: fetched-but-unfinished records (at the app too), the windows' rings, dead letters being published; bounded by its share of delivery.memory_bytes.", "group"),
-		DeliveryMemoryLimit:  gauge("delivery_memory_limit_bytes", "The group's share of delivery.memory_bytes.", "group"),
-		DeliveryMemoryPaused: counter("delivery_memory_paused_seconds_total", "Time some partition of the group waited to fetch because the group's memory budget was full.", "group"),
-		LagMessages:          gauge("lag_messages", "Messages appended and not yet finished by the group: log end minus committed offset, less those finished out of order.", "group", "topic", "partition"),
-		LagSeconds:           gauge("lag_seconds", "Age of the oldest unfinished message of the group, in seconds (0 when caught up).", "group", "topic", "partition"),
-		Consumers:            gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),
-		GroupGeneration:      gauge("group_generation", "In a cluster: the generation of the group's assignment this sidecar last applied (it grows with every rebalance).", "group"),
-		GroupMembers:         gauge("group_members", "In a cluster: the group's members taking the topic (sidecars whose app consumes it), as the coordinator holds them.", "group", "topic"),
-		GroupPartitionsOwned: gauge("group_partitions_owned", "In a cluster: the topic's partitions this sidecar's member owns (being revoked included). Summed over the sidecars it is the partition count once the group is settled.", "group", "topic"),
-		GroupPartitionMoves:  counter("group_partition_moves_total", "In a cluster: partitions this sidecar started delivering (direction in) or gave up (out: handed over after a revocation, or stopped at once when fenced).", "group", "topic", "direction"),
-		MemberDegraded:       gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
-		ExpiredUnread:        counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
-		CommitErrors:         counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
+		Registry:              r,
+		PublishMessages:       counter("publish_messages_total", "Messages appended durably by Publish and PublishStream.", "topic"),
+		PublishBytes:          counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
+		PublishMemory:         prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_bytes", Help: "Bytes of publish requests in flight (received, not yet answered); bounded by publish.memory_bytes."}),
+		LogSyncs:              newLogSyncs(),
+		MemoryLimit:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "memory_limit_bytes", Help: "The Go runtime's soft memory limit (node.memory_limit, or GOMEMLIMIT when set); 0: none."}),
+		PublishMemoryLimit:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_limit_bytes", Help: "publish.memory_bytes: what publish requests in flight may hold."}),
+		PublishMemoryWaits:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_waits_total", Help: "Publish requests that waited for room in publish.memory_bytes (their stream read nothing more meanwhile)."}),
+		PublishRejected:       counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
+		PublishLatency:        hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
+		Deliveries:            counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
+		Settlements:           counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release (the app's acks and nacks), stream_closed (released because the app's stream ended). Lease expiries: spool_lease_expiries_total.", "group", "topic", "outcome"),
+		Redeliveries:          counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
+		LeaseExpiries:         counter("lease_expiries_total", "Leases (visibility timeouts) that ended without a settlement.", "group", "topic"),
+		DeadLettered:          counter("dead_lettered_total", "Messages moved to the dead-letter topic, by reason.", "group", "topic", "reason"),
+		SettleErrors:          counter("settle_errors_total", "Settlements that changed nothing (stale fencing token, unknown delivery).", "group", "reason"),
+		HandleLatency:         hist("handle_latency_seconds", "Time from delivery to settlement (ack or nack) by the application.", "group", "topic"),
+		InFlight:              gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
+		ParkedKeys:            gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
+		WindowMessages:        gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
+		DeliveryMemory:        gauge("delivery_memory_bytes", "Bytes the group holds for delivery: fetched-but-unfinished records (at the app too), the windows' rings, dead letters being published; bounded by its share of delivery.memory_bytes.", "group"),
+		DeliveryMemoryLimit:   gauge("delivery_memory_limit_bytes", "The group's share of delivery.memory_bytes.", "group"),
+		DeliveryMemoryPaused:  counter("delivery_memory_paused_seconds_total", "Time some partition of the group waited to fetch because the group's memory budget was full.", "group"),
+		DeliveryReadsInFlight: gauge("delivery_reads_in_flight", "Reads of the group's partitions under way on its readers (a broker backend or a cluster; bounded by delivery.reads_in_flight, one per partition).", "group"),
+		LagMessages:           gauge("lag_messages", "Messages appended and not yet finished by the group: log end minus committed offset, less those finished out of order.", "group", "topic", "partition"),
+		LagSeconds:            gauge("lag_seconds", "Age of the oldest unfinished message of the group, in seconds (0 when caught up).", "group", "topic", "partition"),
+		Consumers:             gauge("consumers", "Application streams (or callback dispatchers) connected per group.", "group"),
+		GroupGeneration:       gauge("group_generation", "In a cluster: the generation of the group's assignment this sidecar last applied (it grows with every rebalance).", "group"),
+		GroupMembers:          gauge("group_members", "In a cluster: the group's members taking the topic (sidecars whose app consumes it), as the coordinator holds them.", "group", "topic"),
+		GroupPartitionsOwned:  gauge("group_partitions_owned", "In a cluster: the topic's partitions this sidecar's member owns (being revoked included). Summed over the sidecars it is the partition count once the group is settled.", "group", "topic"),
+		GroupPartitionMoves:   counter("group_partition_moves_total", "In a cluster: partitions this sidecar started delivering (direction in) or gave up (out: handed over after a revocation, or stopped at once when fenced).", "group", "topic", "direction"),
+		MemberDegraded:        gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
+		ExpiredUnread:         counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
+		CommitErrors:          counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
 
 		DedupeHits:          counter("dedupe_hits_total", "Deliveries the ledger found already done (or dead-lettered) for the group: acked without reaching the app.", "group", "topic"),
 		UndedupedDeliveries: counter("undeduped_deliveries_total", "Deliveries made without a ledger check because the ledger was unavailable (redis_unavailable: deliver).", "group", "topic"),
