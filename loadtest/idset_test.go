@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -34,5 +36,30 @@ func TestIDSet(t *testing.T) {
 	}
 	if s.count() != 1 || s.missing(want) != 2 || !s.has(64) || s.has(0) {
 		t.Fatalf("count %d missing %d", s.count(), s.missing(want))
+	}
+}
+
+// TestWaitCoveredTimesOut: a run whose deadline comes before every
+// acknowledged message was handled ends with errNotCovered (the result
+// says timed_out), and one where all were handled ends without error.
+func TestWaitCoveredTimesOut(t *testing.T) {
+	ps := &pubStats{acked: newIDSet(4), lat: new(histogram), done: make(chan struct{})}
+	cs := newConsStats(4, 1)
+	for seq := range uint64(4) {
+		ps.acked.add(seq)
+	}
+	ps.ackedN.Store(4)
+	close(ps.done)
+	for seq := range uint64(3) {
+		cs.seen.add(seq)
+	}
+	cs.distinct.Store(3)
+	if _, err := waitCovered(context.Background(), ps, cs, 50*time.Millisecond); !errors.Is(err, errNotCovered) {
+		t.Fatalf("3 of 4 handled: %v, want errNotCovered", err)
+	}
+	cs.seen.add(3)
+	cs.distinct.Store(4)
+	if _, err := waitCovered(context.Background(), ps, cs, time.Minute); err != nil {
+		t.Fatalf("all handled: %v", err)
 	}
 }

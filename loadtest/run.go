@@ -15,16 +15,20 @@ import (
 
 // Result is the one JSON line a run prints.
 type Result struct {
-	Scenario           string  `json:"scenario"`
-	Mode               string  `json:"mode"`
-	MsgsPerS           float64 `json:"msgs_per_s"`
-	MBPerS             float64 `json:"mb_per_s"` // payload MiB/s
-	P50Ms              float64 `json:"p50_ms"`
-	P99Ms              float64 `json:"p99_ms"`
-	P999Ms             float64 `json:"p999_ms"`
-	MaxMs              float64 `json:"max_ms"`
-	Duplicates         int64   `json:"duplicates"`
-	Lost               int64   `json:"lost"`
+	Scenario   string  `json:"scenario"`
+	Mode       string  `json:"mode"`
+	MsgsPerS   float64 `json:"msgs_per_s"`
+	MBPerS     float64 `json:"mb_per_s"` // payload MiB/s
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	P999Ms     float64 `json:"p999_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	Duplicates int64   `json:"duplicates"`
+	Lost       int64   `json:"lost"`
+	// TimedOut: the run ended at its deadline (max_duration) before every
+	// acknowledged message was handled; lost then counts those not handled
+	// yet, late or lost (the run also fails).
+	TimedOut           bool    `json:"timed_out,omitempty"`
 	Verified           bool    `json:"verified"` // duplicates/lost come from consuming every message
 	PublishFailed      int64   `json:"publish_failed"`
 	SidecarRSSMBPeak   float64 `json:"sidecar_rss_mb_peak"`
@@ -481,6 +485,9 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 		r.Verified = true
 		r.Duplicates = cs.handled.Load() - cs.distinct.Load() + cs.badIDs.Load()
 		r.Lost = int64(cs.seen.missing(ps.acked))
+		for _, err := range errs {
+			r.TimedOut = r.TimedOut || errors.Is(err, errNotCovered)
+		}
 		r.Reconnects, r.SettleErrors, _ = cs.sdkTotals()
 		if progs != nil {
 			r.Reconnects, r.SettleErrors = progs.totals()
@@ -611,11 +618,15 @@ func waitCovered(ctx context.Context, ps *pubStats, cs *consStats, within time.D
 		case <-ctx.Done():
 			return last(), ctx.Err()
 		case <-deadline.C:
-			return last(), fmt.Errorf("not every acknowledged message was handled within %s: %d of %d", within, cs.distinct.Load(), ps.ackedN.Load())
+			return last(), fmt.Errorf("%w within %s: %d of %d", errNotCovered, within, cs.distinct.Load(), ps.ackedN.Load())
 		case <-tick.C:
 		}
 	}
 }
+
+// errNotCovered: the run's deadline came before every acknowledged
+// message was handled.
+var errNotCovered = errors.New("not every acknowledged message was handled")
 
 // quantile is the nearest-rank q-quantile of xs (0 for none).
 func quantile(xs []float64, q float64) float64 {
