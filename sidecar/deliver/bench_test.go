@@ -56,6 +56,12 @@ func benchDeliverAck(b *testing.B, cfg GroupConfig) {
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	defer func() { cancel(); <-done }()
+	benchAckAll(ctx, b, g)
+}
+
+// benchAckAll runs the benchmark's loop: a stream consumer with 256 credit
+// acks b.N deliveries, settlements coalesced per frame as the SDKs do.
+func benchAckAll(ctx context.Context, b *testing.B, g *Group) {
 	c := newConsumer("bench", ModeStream, nil, 256)
 	post := func(ev event) {
 		if err := g.post(ctx, ev); err != nil {
@@ -144,37 +150,7 @@ func BenchmarkDeliverRemoteReads(b *testing.B) {
 			done := make(chan error, 1)
 			go func() { done <- g.Run(ctx) }()
 			defer func() { cancel(); <-done }()
-			c := newConsumer("bench", ModeStream, nil, 256)
-			post := func(ev event) {
-				if err := g.post(ctx, ev); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			post(joinEvent{c})
-			post(settleEvent{c, &spoolv1.SubscribeRequest{Credit: 256}})
-			timeout := time.NewTimer(time.Minute)
-			defer timeout.Stop()
-			for acked := 0; acked < b.N; {
-				var f *spoolv1.SubscribeResponse
-				select {
-				case f = <-c.out:
-				case <-timeout.C:
-					b.Fatalf("%d of %d acked after a minute", acked, b.N)
-				}
-				ds := f.GetDeliveries()
-				if len(ds) == 0 {
-					continue
-				}
-				req := &spoolv1.SubscribeRequest{Acks: make([]*spoolv1.Ack, len(ds)), Credit: uint32(len(ds))}
-				for i, d := range ds {
-					req.Acks[i] = &spoolv1.Ack{Ref: refOf(d)}
-				}
-				post(settleEvent{c, req})
-				acked += len(ds)
-			}
-			b.StopTimer()
+			benchAckAll(ctx, b, g)
 		})
 	}
 }
