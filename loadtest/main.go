@@ -99,21 +99,30 @@ func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileD
 		}
 		sc.Rounds = rounds
 	}
-	tmp, err := os.MkdirTemp("", "spool-loadtest-")
+	tmp, done, err := runDir(keep)
 	if err != nil {
 		return nil, err
 	}
-	if keep {
-		fmt.Fprintln(os.Stderr, "loadtest: keeping", tmp)
-	} else {
-		defer os.RemoveAll(tmp)
-	}
+	defer done()
 	if bin == "" {
 		if bin, err = buildSpoold(root, tmp, pkg); err != nil {
 			return nil, err
 		}
 	}
 	return run(ctx, bin, tmp, sc, profileDir)
+}
+
+// runDir makes the run's temp dir; done removes it, unless keep.
+func runDir(keep bool) (dir string, done func(), err error) {
+	dir, err = os.MkdirTemp("", "spool-loadtest-")
+	if err != nil {
+		return "", nil, err
+	}
+	if keep {
+		fmt.Fprintln(os.Stderr, "loadtest: keeping", dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
 }
 
 func runBrokerTools(ctx context.Context, name string, keep bool) ([]*ToolResult, error) {
@@ -128,15 +137,11 @@ func runBrokerTools(ctx context.Context, name string, keep bool) ([]*ToolResult,
 	if err := checkBrokerTool(sc); err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "spool-loadtest-")
+	tmp, done, err := runDir(keep)
 	if err != nil {
 		return nil, err
 	}
-	if keep {
-		fmt.Fprintln(os.Stderr, "loadtest: keeping", tmp)
-	} else {
-		defer os.RemoveAll(tmp)
-	}
+	defer done()
 	return runBrokerTool(ctx, sc, tmp)
 }
 
