@@ -48,6 +48,13 @@ func benchDeliverAck(b *testing.B, cfg GroupConfig) {
 	}
 	cfg.Name = tGroup
 	cfg.Subscriptions = []Subscription{testSub(tracker.Config{MaxInFlight: 256})}
+	benchAckAll(b, cfg, eng)
+}
+
+// benchAckAll runs the group over eng and the benchmark's loop: a stream
+// consumer with 256 credit acks b.N deliveries, settlements coalesced per
+// frame as the SDKs do.
+func benchAckAll(b *testing.B, cfg GroupConfig, eng Engine) {
 	g, err := NewGroup(cfg, eng, metrics.New(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
@@ -56,12 +63,6 @@ func benchDeliverAck(b *testing.B, cfg GroupConfig) {
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	benchAckAll(ctx, b, g)
-}
-
-// benchAckAll runs the benchmark's loop: a stream consumer with 256 credit
-// acks b.N deliveries, settlements coalesced per frame as the SDKs do.
-func benchAckAll(ctx context.Context, b *testing.B, g *Group) {
 	c := newConsumer("bench", ModeStream, nil, 256)
 	post := func(ev event) {
 		if err := g.post(ctx, ev); err != nil {
@@ -142,15 +143,7 @@ func BenchmarkDeliverRemoteReads(b *testing.B) {
 				}
 			}
 			cfg := GroupConfig{Name: tGroup, ReadsInFlight: readers, Subscriptions: []Subscription{testSub(tracker.Config{MaxInFlight: 256})}}
-			g, err := NewGroup(cfg, slowReads{eng, time.Millisecond}, metrics.New(), slog.New(slog.DiscardHandler))
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- g.Run(ctx) }()
-			defer func() { cancel(); <-done }()
-			benchAckAll(ctx, b, g)
+			benchAckAll(b, cfg, slowReads{eng, time.Millisecond})
 		})
 	}
 }
