@@ -211,13 +211,21 @@ type cluster struct {
 	ready    chan struct{}         // closed once this node is a member with a known state
 	readyErr error                 // why the node could not start, set before ready is closed
 	opened   map[uint64]bool       // groups whose replica this node runs
-	ccBusy   bool                  // a controller conf change is in flight
+	// straysDue: the data of partitions this node no longer holds may need
+	// deleting (set at start and by dropReplica; the chores clear it once
+	// removeStrayReplicas could ask the controller's leader).
+	straysDue bool
+	ccBusy    bool // a controller conf change is in flight
 
 	// Owned by the register loop (the chores): since when the controller
 	// leader has not reached each node (reset when it stops leading).
 	unreached map[uint64]time.Time
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
+
+	// applyBound, if set (tests only), is the next offset of group 0's log
+	// this node may apply: a node whose view of the cluster lags.
+	applyBound func() int64
 }
 
 // newCluster prepares the cluster side of a Node; Run starts it.
@@ -610,10 +618,18 @@ func (c *cluster) register(ctx context.Context) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	balanced := time.Now()
-	strays := false // the data of partitions no longer held was deleted
+	c.mu.Lock()
+	c.straysDue = true // replicas a move took away while this node was down
+	c.mu.Unlock()
 	for {
-		if !strays {
-			strays = c.removeStrayReplicas(ctx)
+		c.mu.Lock()
+		due := c.straysDue
+		c.straysDue = false
+		c.mu.Unlock()
+		if due && !c.removeStrayReplicas(ctx) {
+			c.mu.Lock()
+			c.straysDue = true // no leader to ask: the next round tries again
+			c.mu.Unlock()
 		}
 		c.leaderChores()
 		c.driveMoves(ctx)
@@ -721,6 +737,9 @@ func (c *cluster) runController(ctx context.Context) error {
 // (and run, before it starts) calls it.
 func (c *cluster) applyController() {
 	end := c.ctrlCommitted()
+	if c.applyBound != nil {
+		end = min(end, c.applyBound())
+	}
 	c.mu.Lock()
 	from := c.applied
 	st := c.state
@@ -838,21 +857,32 @@ func (c *cluster) retain(part *partition) {
 }
 
 // dropReplica stops this node's replica of a partition a move took away
-// from it and deletes its data (the log, then the raft state).
+// from it. Its data stays until the controller's leader confirms that no
+// replica of the partition is wanted here (removeStrayReplicas, which the
+// chores run next): this node's view of the cluster may lag, and the group
+// may already count this node again — a move back added it, and this copy,
+// still running under the old view, answered the leader as the returning
+// replica. Deleted then and opened empty under the same raft id (the node
+// id), the new copy would be addressed at the index the old one
+// acknowledged (raft stops the node: "tocommit(N) is out of range"), and
+// once promoted it would count as holding entries it does not have. Kept,
+// the copy is opened again from disk if the partition comes back.
 func (c *cluster) dropReplica(part *partition) {
-	c.mu.Lock()
-	delete(c.opened, part.group)
-	c.mu.Unlock()
+	name := PartitionName(part.topic.name, part.num)
 	if err := c.host.Remove(part.group); err != nil {
 		c.logger.Warn("spool cluster: cannot stop a replica moved away from this node", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
-		return
 	}
-	name := PartitionName(part.topic.name, part.num)
-	if err := errors.Join(c.n.store.Drop(name), removeTree(c.fs, c.groupDir(part.group))); err != nil {
-		c.logger.Warn("spool cluster: cannot delete the data of a replica moved away from this node; the next start tries again", "partition", name, "group", part.group, "err", err)
-		return
+	// Forgotten only once stopped: the stray chore skips groups still
+	// opened, so it never deletes the log of a running replica.
+	c.mu.Lock()
+	delete(c.opened, part.group)
+	c.straysDue = true
+	c.mu.Unlock()
+	select {
+	case c.choresWake <- struct{}{}:
+	default:
 	}
-	c.logger.Info("spool cluster: a replica moved away from this node; its data is deleted", "partition", name, "group", part.group)
+	c.logger.Info("spool cluster: a replica moved away from this node; stopped, its data is deleted once the controller's leader confirms", "partition", name, "group", part.group)
 }
 
 // openReplica starts this node's replica of a partition (once).
@@ -1002,6 +1032,18 @@ func (c *cluster) awaitState(ctx context.Context, cond func(*meta.State) bool) e
 			return ctx.Err()
 		}
 	}
+}
+
+// appliedState returns the controller's state once this node has applied
+// every command committed when it was called (false: ctx ended first).
+func (c *cluster) appliedState(ctx context.Context) (*meta.State, bool) {
+	end := c.ctrlCommitted()
+	var st *meta.State
+	err := c.awaitState(ctx, func(s *meta.State) bool {
+		st = s
+		return c.applied >= end // awaitState holds c.mu
+	})
+	return st, err == nil
 }
 
 // ensureTopic records a topic in the controller (idempotent) and waits

@@ -167,15 +167,18 @@ func (c *cluster) pollRemote() {
 	}
 }
 
-// Metadata answers a client node with the state this member applied.
-func (s *nodeService) Metadata(_ context.Context, req *clusterv1.MetadataRequest) (*clusterv1.MetadataResponse, error) {
+// Metadata answers a client node (or a member checking its strays) with
+// the state this member applied, once it applied every command committed
+// when asked.
+func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataRequest) (*clusterv1.MetadataResponse, error) {
 	c := s.c
 	if id := req.GetClusterId(); id != "" && id != c.id.ClusterID {
 		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, id)
 	}
-	c.mu.Lock()
-	st := c.state
-	c.mu.Unlock()
+	st, ok := c.appliedState(ctx)
+	if !ok {
+		return nil, status.Errorf(codes.Unavailable, "this node has not applied the cluster's committed state yet (%v); ask again, or another member", ctx.Err())
+	}
 	b, err := meta.EncodeState(st)
 	if err != nil {
 		return nil, err

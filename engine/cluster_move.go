@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"time"
@@ -153,23 +154,34 @@ func sameSet(a, b []uint64) bool {
 
 // removeStrayReplicas deletes the data of partitions this node no longer
 // holds and has not opened, once they do not move: replicas a move took
-// away while it was down (and the rest of a deletion a crash cut short). The chores call it until
-// it returns true, once per start. A node's own view may be behind after a
-// power loss (the commit index is not fsynced on every change), and a
-// replica given to it after that point must not be taken for a stray: a
-// partition is deleted only when the controller leader's state says so
-// too (asked through Metadata; its applied state holds every committed
-// command). No leader known or reachable: nothing is deleted, try again.
+// away while it was down or this run (dropReplica stops those and leaves
+// their data here), and the rest of a deletion a crash cut short. The
+// chores call it at start and after each drop, until it could ask. A
+// node's own view may be behind (after a power loss the commit index is
+// not fsynced on every change; a busy node applies the controller's
+// commands late), and a replica given to it again after that point must
+// not be taken for a stray: a partition is deleted only when the
+// controller leader's state says so too (asked through Metadata, which
+// answers once the leader applied every command committed when asked).
+// No leader known or reachable: nothing is deleted, try again.
 func (c *cluster) removeStrayReplicas(ctx context.Context) bool {
 	st, ok := c.host.Status(controllerGroup)
 	if !ok || st.Leader == 0 {
 		return false
 	}
+	// Groups still opened are skipped: dropReplica forgets a group only
+	// once its replica is stopped, so no running replica's log is deleted.
+	c.mu.Lock()
+	opened := maps.Clone(c.opened)
+	c.mu.Unlock()
 	var lead *meta.State
 	if st.Leader == c.id.NodeID {
-		c.mu.Lock()
-		lead = c.state
-		c.mu.Unlock()
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		lead, ok = c.appliedState(actx)
+		cancel()
+		if !ok {
+			return false
+		}
 	} else {
 		cl, err := c.peers.client(st.Leader)
 		if err != nil {
@@ -212,7 +224,7 @@ func (c *cluster) removeStrayReplicas(ctx context.Context) bool {
 			}
 			group, leadKeeps, _ := holds(lead, t.Spec.Name, i)
 			lgroup, localKeeps, known := holds(local, t.Spec.Name, i)
-			if leadKeeps || localKeeps || !known || lgroup != group {
+			if leadKeeps || localKeeps || !known || lgroup != group || opened[group] {
 				continue
 			}
 			// Checked and deleted under the engine's lock: placing a topic

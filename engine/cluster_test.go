@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,9 +32,12 @@ type clusterNode struct {
 	deadAfter time.Duration // DeadNodeTimeout; default the engine's
 	ckEvery   int           // GroupsCheckpointRecords; default the engine's
 	expect    int           // BootstrapExpect
-	n         *Node
-	cancel    context.CancelFunc
-	done      chan error
+	// hold, if set, bounds how far the node applies the controller's log
+	// (the next offset it may apply; math.MaxInt64: no bound).
+	hold   *atomic.Int64
+	n      *Node
+	cancel context.CancelFunc
+	done   chan error
 }
 
 func freeTCPAddr(t testing.TB) string {
@@ -58,6 +62,9 @@ func (tc *testCluster) start(cn *clusterNode) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cn.hold != nil {
+		n.cl.applyBound = cn.hold.Load
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cn.n, cn.cancel, cn.done = n, cancel, make(chan error, 1)

@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
+)
+
+// A node whose view of the cluster lags behind two moves of a partition —
+// its replica moved away, then back — must not lose the copy the group
+// counts. While the node still applies the older state, its running copy
+// answers the leader as the returning replica (raft knows a replica by its
+// node id), and the leader records how far that copy's log goes. The node
+// then applies the state in which the partition left it: it stops the
+// copy but keeps its data, because the group may count it again (here it
+// does), and when it applies the move back it reopens the copy from disk.
+// Deleting the data there and opening an empty replica under the same id
+// made the leader address an empty log at the index the old copy had
+// acknowledged (raft panics: "tocommit(N) is out of range [lastIndex(0)]",
+// the node was gone) — and had the copy been promoted, a voter counted as
+// holding entries it did not have. The node's stray-data chore deletes a
+// stopped copy's data only when the controller's leader confirms that no
+// replica of the partition is wanted there.
+func TestClusterLaggingNodeKeepsACopyMovedBack(t *testing.T) {
+	holdAll := func(_ int, cn *clusterNode) {
+		cn.hold = new(atomic.Int64)
+		cn.hold.Store(math.MaxInt64)
+	}
+	tc := newTestCluster(t, 3, holdAll)
+	n4 := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), join: []string{tc.nodes[0].addr}}
+	holdAll(3, n4)
+	tc.nodes = append(tc.nodes, n4)
+	tc.start(n4)
+	if err := tc.nodes[0].n.EnsureTopic(TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	byID := map[uint64]*clusterNode{}
+	awaitCond(t, 30*time.Second, "four members and the topic placed", func() error {
+		for _, cn := range tc.nodes {
+			cs, _ := cn.n.ClusterStatus()
+			if !cs.Ready {
+				return fmt.Errorf("node at %s not ready", cn.addr)
+			}
+			byID[cs.NodeID] = cn
+		}
+		topic, _ := controllerState(tc.nodes[0].n).Topic("orders")
+		if topic.Pending() || len(controllerState(tc.nodes[0].n).Nodes()) != 4 {
+			return fmt.Errorf("not placed yet")
+		}
+		return nil
+	})
+	var acked []log.Record
+	publish := func(via *Node, round string, k int) {
+		t.Helper()
+		for i := range k {
+			v := fmt.Sprintf("%s-%d", round, i)
+			off, err := produce(via, "orders", 0, v)
+			if err != nil {
+				t.Fatalf("publish %s: %v", v, err)
+			}
+			acked = append(acked, log.Record{Offset: off, Value: []byte(v)})
+		}
+	}
+	publish(tc.nodes[0].n, "first", 20)
+
+	// The lagging node x: a replica that neither leads the partition nor
+	// the controller (it must not be the one to drive either move).
+	topic, _ := controllerState(tc.nodes[0].n).Topic("orders")
+	group, replicas := topic.Partitions[0].Group, topic.Partitions[0].Replicas
+	var x, other uint64
+	awaitCond(t, 10*time.Second, "a replica leading neither the partition nor the controller", func() error {
+		for _, id := range replicas {
+			h := byID[id].n.cl.host
+			pst, _ := h.Status(group)
+			cst, _ := h.Status(controllerGroup)
+			if pst.Leader != 0 && cst.Leader != 0 && !pst.IsLeader && !cst.IsLeader {
+				x = id
+				break
+			}
+		}
+		if x == 0 {
+			return fmt.Errorf("no such replica among %v", replicas)
+		}
+		return nil
+	})
+	for id := range byID {
+		if !slices.Contains(replicas, id) {
+			other = id
+		}
+	}
+	xn, xc := byID[x], byID[x].n.cl
+	var driver *cluster // a node that applies every command
+	for id, cn := range byID {
+		if id != x {
+			driver = cn.n.cl
+		}
+	}
+	applied := func(c *cluster) int64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.applied
+	}
+	xn.hold.Store(applied(xc)) // x applies nothing from here on
+	t.Logf("partition group %d on %v; node %d lags", group, replicas, x)
+
+	move := func(to []uint64) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := driver.proposeMeta(ctx, meta.Command{MoveReplicas: &meta.MoveReplicas{Group: group, Replicas: to}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := driver.awaitState(ctx, func(st *meta.State) bool {
+			tp, _ := st.Topic("orders")
+			mp := tp.Partitions[0]
+			return mp.Target == nil && slices.Equal(mp.Replicas, to)
+		}); err != nil {
+			t.Fatalf("the move to %v did not finish: %v", to, err)
+		}
+	}
+	without := slices.DeleteFunc(slices.Clone(replicas), func(id uint64) bool { return id == x })
+	move(append(slices.Clone(without), other))
+	away := applied(driver) // the state in which the partition left x
+	publish(driver.n, "away", 20)
+	move(append(slices.Clone(without), x))
+	publish(driver.n, "back", 20)
+
+	// x catches up in two steps: first the state without its replica.
+	xn.hold.Store(away)
+	xc.signalController()
+	awaitCond(t, 20*time.Second, "node x applied the move away", func() error {
+		if a := applied(xc); a < away {
+			return fmt.Errorf("applied %d, want %d", a, away)
+		}
+		return nil
+	})
+	xn.hold.Store(math.MaxInt64)
+	xc.signalController()
+	publish(driver.n, "caught-up", 20)
+	awaitCond(t, 30*time.Second, "node x serves every record from its own replica", func() error {
+		if st, ok := xc.host.Status(group); !ok || st.Err != nil {
+			return fmt.Errorf("x's replica of group %d: running %v, %v", group, ok, st.Err)
+		}
+		got, err := localRecords(xn.n, "orders", 0)
+		if err != nil {
+			return err
+		}
+		return sameRecords(got, acked)
+	})
+}
