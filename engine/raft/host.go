@@ -188,6 +188,7 @@ type hostGroup struct {
 	sinceHeard int  // ticks delivered since its last heartbeat (or response)
 	slow       bool // ticked once every IdleTickEvery ticks
 	skipped    int  // ticks withheld since the last one delivered
+	wakes      int  // times it left the slow clock (tests read it)
 
 	// Owned by the worker holding the group (or, once dead, by finalize).
 	track    *tracker
@@ -550,7 +551,12 @@ func (h *Host) Tick() {
 }
 
 // wake puts a slowed group back on the normal clock; the caller holds g.mu.
-func (g *hostGroup) wake() { g.slow, g.idleTicks, g.skipped = false, 0, 0 }
+func (g *hostGroup) wake() {
+	if g.slow {
+		g.wakes++
+	}
+	g.slow, g.idleTicks, g.skipped = false, 0, 0
+}
 
 // idleMessage: what an idle group still exchanges.
 func idleMessage(t raftpb.MessageType) bool {
