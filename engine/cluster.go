@@ -458,8 +458,8 @@ func (c *cluster) handOff(d time.Duration) {
 			}
 			var others []uint64
 			for _, v := range st.Voters {
-				if v != c.id.NodeID {
-					others = append(others, v)
+				if n := transport.NodeOf(v); n != c.id.NodeID {
+					others = append(others, n)
 				}
 			}
 			if len(others) == 0 {
@@ -840,7 +840,7 @@ func (c *cluster) reconcile(st *meta.State) {
 			}
 		}
 	}
-	ops := replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica}
+	ops := replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica}
 	for _, t := range st.Topics() {
 		c.n.placeTopic(t, c.id.NodeID, ops)
 	}
@@ -869,13 +869,8 @@ func (c *cluster) retain(part *partition) {
 // the copy is opened again from disk if the partition comes back.
 func (c *cluster) dropReplica(part *partition) {
 	name := PartitionName(part.topic.name, part.num)
-	if err := c.host.Remove(part.group); err != nil {
-		c.logger.Warn("spool cluster: cannot stop a replica moved away from this node", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
-	}
-	// Forgotten only once stopped: the stray chore skips groups still
-	// opened, so it never deletes the log of a running replica.
+	c.stopReplica(part)
 	c.mu.Lock()
-	delete(c.opened, part.group)
 	c.straysDue = true
 	c.mu.Unlock()
 	select {
@@ -883,6 +878,18 @@ func (c *cluster) dropReplica(part *partition) {
 	default:
 	}
 	c.logger.Info("spool cluster: a replica moved away from this node; stopped, its data is deleted once the controller's leader confirms", "partition", name, "group", part.group)
+}
+
+// stopReplica stops this node's replica of a partition and keeps its data.
+func (c *cluster) stopReplica(part *partition) {
+	if err := c.host.Remove(part.group); err != nil {
+		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+	}
+	// Forgotten only once stopped: the stray chore skips groups still
+	// opened, so it never deletes the log of a running replica.
+	c.mu.Lock()
+	delete(c.opened, part.group)
+	c.mu.Unlock()
 }
 
 // openReplica starts this node's replica of a partition (once).
@@ -905,8 +912,8 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 	spec := part.topic.spec
 	c.n.mu.RUnlock()
 	var voters []uint64
-	if bootstrap {
-		voters = part.replicas()
+	if m := part.mem.Load(); bootstrap && m != nil {
+		voters = m.replicaIDs(m.replicas)
 	}
 	err := c.host.Add(part.group, raft.ReplicaConfig{
 		Partition:      part.log,
@@ -916,7 +923,7 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 		FS:             c.fs,
 		Dir:            c.groupDir(part.group),
 		Voters:         voters,
-		Group:          raft.GroupConfig{ID: c.id.NodeID},
+		Group:          raft.GroupConfig{ID: part.replica},
 		MaxBatchBytes:  c.n.cfg.Log.MaxBatchBytes,
 		OnCommitted:    part.setCommitted,
 		OnApply:        part.producers.applied,

@@ -11,23 +11,22 @@ import (
 
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // A node whose view of the cluster lags behind two moves of a partition —
-// its replica moved away, then back — must not lose the copy the group
-// counts. While the node still applies the older state, its running copy
-// answers the leader as the returning replica (raft knows a replica by its
-// node id), and the leader records how far that copy's log goes. The node
-// then applies the state in which the partition left it: it stops the
-// copy but keeps its data, because the group may count it again (here it
-// does), and when it applies the move back it reopens the copy from disk.
-// Deleting the data there and opening an empty replica under the same id
-// made the leader address an empty log at the index the old copy had
-// acknowledged (raft panics: "tocommit(N) is out of range [lastIndex(0)]",
-// the node was gone) — and had the copy been promoted, a voter counted as
-// holding entries it did not have. The node's stray-data chore deletes a
-// stopped copy's data only when the controller's leader confirms that no
-// replica of the partition is wanted there.
+// its replica moved away, then back — while its old copy still runs under
+// the state it last applied. The move back gives the node's replica a new
+// incarnation (a new raft id): the old copy does not answer for it, and
+// nothing it acknowledged counts for the new replica. The node then applies
+// the move away (it stops the copy and keeps its data: the stray chore
+// deletes data only once the controller's leader confirms no replica is
+// wanted there) and the move back (it opens the new replica from that
+// data); the move finishes and the node serves every acknowledged record
+// from its own replica. With one raft id per node, the old copy answered
+// the leader as the returning replica, the drop deleted its data and the
+// empty replica opened under the same id was sent a commit index past its
+// end (raft panics: "tocommit(N) is out of range [lastIndex(0)]").
 func TestClusterLaggingNodeKeepsACopyMovedBack(t *testing.T) {
 	holdAll := func(_ int, cn *clusterNode) {
 		cn.hold = new(atomic.Int64)
@@ -110,40 +109,78 @@ func TestClusterLaggingNodeKeepsACopyMovedBack(t *testing.T) {
 	xn.hold.Store(applied(xc)) // x applies nothing from here on
 	t.Logf("partition group %d on %v; node %d lags", group, replicas, x)
 
-	move := func(to []uint64) {
+	propose := func(to []uint64) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		if _, err := driver.proposeMeta(ctx, meta.Command{MoveReplicas: &meta.MoveReplicas{Group: group, Replicas: to}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := driver.awaitState(ctx, func(st *meta.State) bool {
+	}
+	partitionIs := func(cond func(mp meta.Partition) bool) func(*meta.State) bool {
+		return func(st *meta.State) bool {
 			tp, _ := st.Topic("orders")
-			mp := tp.Partitions[0]
-			return mp.Target == nil && slices.Equal(mp.Replicas, to)
-		}); err != nil {
-			t.Fatalf("the move to %v did not finish: %v", to, err)
+			return cond(tp.Partitions[0])
 		}
 	}
 	without := slices.DeleteFunc(slices.Clone(replicas), func(id uint64) bool { return id == x })
-	move(append(slices.Clone(without), other))
-	away := applied(driver) // the state in which the partition left x
+	away := append(slices.Clone(without), other)
+	propose(away)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := driver.awaitState(ctx, partitionIs(func(mp meta.Partition) bool {
+		return mp.Target == nil && slices.Equal(mp.Replicas, away)
+	})); err != nil {
+		t.Fatalf("the move away did not finish: %v", err)
+	}
+	awayAt := applied(driver) // the state in which the partition left x
 	publish(driver.n, "away", 20)
-	move(append(slices.Clone(without), x))
+
+	// The move back: the group gets x's replica as a learner under a new
+	// incarnation, which x has not opened. Its old copy, still running
+	// under the state x last applied, does not answer for it.
+	back := append(slices.Clone(without), x)
+	propose(back)
+	var newID uint64
+	if err := driver.awaitState(ctx, partitionIs(func(mp meta.Partition) bool {
+		newID = transport.ReplicaID(x, mp.Incarnation(x))
+		return slices.Equal(mp.Target, back)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if newID == x {
+		t.Fatalf("node %d moved back keeps replica id %d, want a new incarnation", x, newID)
+	}
+	awaitCond(t, 20*time.Second, "x's new replica a learner of the group", func() error {
+		for _, cn := range byID {
+			if st, ok := cn.n.cl.host.Status(group); ok && st.IsLeader {
+				if !slices.Contains(st.Learners, newID) {
+					return fmt.Errorf("learners %v, want %d", st.Learners, newID)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no leader")
+	})
 	publish(driver.n, "back", 20)
 
 	// x catches up in two steps: first the state without its replica.
-	xn.hold.Store(away)
+	xn.hold.Store(awayAt)
 	xc.signalController()
 	awaitCond(t, 20*time.Second, "node x applied the move away", func() error {
-		if a := applied(xc); a < away {
-			return fmt.Errorf("applied %d, want %d", a, away)
+		if a := applied(xc); a < awayAt {
+			return fmt.Errorf("applied %d, want %d", a, awayAt)
 		}
 		return nil
 	})
 	xn.hold.Store(math.MaxInt64)
 	xc.signalController()
 	publish(driver.n, "caught-up", 20)
+	if err := driver.awaitState(ctx, partitionIs(func(mp meta.Partition) bool {
+		return mp.Target == nil && slices.Equal(mp.Replicas, back)
+	})); err != nil {
+		t.Fatalf("the move back did not finish: %v", err)
+	}
 	awaitCond(t, 30*time.Second, "node x serves every record from its own replica", func() error {
 		if st, ok := xc.host.Status(group); !ok || st.Err != nil {
 			return fmt.Errorf("x's replica of group %d: running %v, %v", group, ok, st.Err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // LeaveReport says how far Leave got.
@@ -121,7 +122,7 @@ func (c *cluster) handOffLeaderships() {
 		}
 		order := append(slices.Clone(a.Target), a.Replicas...)
 		for _, to := range order {
-			if to != self && !leaving[to] && slices.Contains(st.Voters, to) {
+			if to != self && !leaving[to] && slices.ContainsFunc(st.Voters, func(id uint64) bool { return transport.NodeOf(id) == to }) {
 				_ = c.host.PreferLeader(a.Group, to)
 				break
 			}

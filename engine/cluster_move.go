@@ -34,12 +34,13 @@ import (
 func (c *cluster) driveMoves(ctx context.Context) {
 	type move struct {
 		group  uint64
-		target []uint64
+		target []uint64 // nodes
+		ids    []uint64 // their replica ids
 	}
 	var moves []move
 	add := func(p *partition) {
 		if m := p.mem.Load(); p.log != nil && m != nil && m.target != nil {
-			moves = append(moves, move{p.group, m.target})
+			moves = append(moves, move{p.group, m.target, m.replicaIDs(m.target)})
 		}
 	}
 	c.n.mu.RLock()
@@ -57,8 +58,8 @@ func (c *cluster) driveMoves(ctx context.Context) {
 		if !ok || !st.IsLeader {
 			continue
 		}
-		if st.Joint || len(st.Learners) > 0 || !sameSet(st.Voters, m.target) {
-			_ = c.host.Reconfigure(m.group, m.target)
+		if st.Joint || len(st.Learners) > 0 || !sameSet(st.Voters, m.ids) {
+			_ = c.host.Reconfigure(m.group, m.ids)
 			continue
 		}
 		_, err := c.proposeMeta(ctx, meta.Command{FinishMove: &meta.FinishMove{Group: m.group, Replicas: m.target}})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // controllerState is a copy of the controller's state as n applied it.
@@ -303,7 +304,14 @@ func TestClusterMoveGivenUpHalfWay(t *testing.T) {
 			return raftStatus{}, errors.New("no leader")
 		}
 		st, _ := ld.n.cl.host.Status(mp.Group)
-		return raftStatus{voters: st.Voters, learners: st.Learners, joint: st.Joint}, nil
+		nodes := func(ids []uint64) []uint64 { // the test names nodes
+			out := make([]uint64, len(ids))
+			for i, id := range ids {
+				out[i] = transport.NodeOf(id)
+			}
+			return out
+		}
+		return raftStatus{voters: nodes(st.Voters), learners: nodes(st.Learners), joint: st.Joint}, nil
 	}
 	// Throughout, a node the group's configuration counts keeps its copy
 	// once it has opened it (a node may open its copy after the leader

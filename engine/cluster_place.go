@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // maxParallelOpens bounds the replicas opened at once.
@@ -23,6 +24,8 @@ type replicaOps struct {
 	retain func(*partition)
 	// drop stops this node's replica of a partition moved away from it.
 	drop func(*partition)
+	// stop stops a replica that is opened again (under another id).
+	stop func(*partition)
 }
 
 // placeTopic makes a topic of the controller's state known on this node:
@@ -45,7 +48,7 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 		bootstrap bool
 	}
 	var toOpen []opening
-	var retune, toDrop []*partition
+	var retune, toDrop, toStop []*partition
 	n.mu.Lock()
 	t, ok := n.topics[spec.Name]
 	if !ok {
@@ -80,7 +83,7 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	newPart := func(i int, mp meta.Partition, local bool) *partition {
 		part := &partition{topic: t, num: int32(i), group: mp.Group}
 		part.limit.Store(noLimit)
-		part.mem.Store(&membership{replicas: slices.Clone(mp.Replicas), target: slices.Clone(mp.Target)})
+		part.mem.Store(newMembership(mp))
 		if !local {
 			return part
 		}
@@ -93,6 +96,7 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 			return part
 		}
 		part.log = lp
+		part.replica = transport.ReplicaID(self, mp.Incarnation(self))
 		return part
 	}
 	if len(mt.Partitions) == len(t.parts) {
@@ -101,10 +105,30 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 			gets := self != 0 && !holds && slices.Contains(mp.Target, self)
 			cur, lp := t.parts[i], t.learning[int32(i)]
 			if cur.group != 0 {
-				cur.mem.Store(&membership{replicas: slices.Clone(mp.Replicas), target: slices.Clone(mp.Target)})
+				cur.mem.Store(newMembership(mp))
 				if lp != nil {
 					lp.mem.Store(cur.mem.Load())
 				}
+			}
+			// A copy open under another incarnation than the state gives
+			// this node (it left the partition and was given it again
+			// while this node applied neither step) is stopped and opened
+			// again, from its data on disk, under the new one: the group
+			// knows this node's replica only by that id.
+			want := transport.ReplicaID(self, mp.Incarnation(self))
+			if holds && cur.log != nil && cur.replica != want {
+				toStop = append(toStop, cur)
+				part := newPart(i, mp, true)
+				part.committed.Store(cur.committed.Load())
+				t.parts[i], cur = part, part
+				if part.log != nil {
+					toOpen = append(toOpen, opening{part, false})
+				}
+			}
+			if gets && lp != nil && lp.replica != want {
+				toStop = append(toStop, lp)
+				lp = nil
+				delete(t.learning, int32(i))
 			}
 			switch {
 			case cur.group == 0 || holds && cur.log == nil && lp == nil:
@@ -156,6 +180,9 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 		}
 	}
 	n.mu.Unlock()
+	for _, part := range toStop {
+		ops.stop(part)
+	}
 	for _, part := range toDrop {
 		ops.drop(part)
 	}
@@ -176,7 +203,7 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	for _, part := range retune {
 		ops.retain(part)
 	}
-	if len(toOpen) > 0 || len(toDrop) > 0 || !ok {
+	if len(toOpen) > 0 || len(toDrop) > 0 || len(toStop) > 0 || !ok {
 		t.notify()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/spoolmq/spool/engine/groups"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // Config configures a Node.
@@ -84,8 +87,11 @@ type partition struct {
 	// while a topic waits for enough nodes); placing a topic replaces its
 	// partition values. mem is its membership, which replica moves change
 	// (nil with group 0).
-	group     uint64
-	mem       atomic.Pointer[membership]
+	group uint64
+	mem   atomic.Pointer[membership]
+	// replica is the raft id of this node's replica (transport.ReplicaID;
+	// 0 when log is nil).
+	replica   uint64
 	committed atomic.Int64  // Fetch, Offsets and notifications use this end
 	compl     completer     // runs Produce callbacks off the appender
 	fwdMu     sync.Mutex    // a leaf: guards fwd
@@ -101,6 +107,21 @@ type partition struct {
 // the preferred leader) and, during a replica move, target.
 type membership struct {
 	replicas, target []uint64
+	incs             map[uint64]uint32 // meta.Partition.Incarnations
+}
+
+// newMembership is mp's membership, copied.
+func newMembership(mp meta.Partition) *membership {
+	return &membership{replicas: slices.Clone(mp.Replicas), target: slices.Clone(mp.Target), incs: maps.Clone(mp.Incarnations)}
+}
+
+// replicaIDs are the raft ids of the replicas on nodes.
+func (m *membership) replicaIDs(nodes []uint64) []uint64 {
+	ids := make([]uint64, len(nodes))
+	for i, n := range nodes {
+		ids[i] = transport.ReplicaID(n, m.incs[n])
+	}
+	return ids
 }
 
 // replicas are the nodes holding the partition (nil on a single node).

@@ -339,7 +339,20 @@ func (s *State) applyMove(m MoveReplicas) Result {
 	// group's leader, walking it back and recording the end (FinishMove),
 	// can say it holds exactly Replicas again. Until then no node deletes
 	// its copy (see placeTopic).
+	// A node that neither holds nor gets a replica gets a new incarnation:
+	// its replica is a new member of the group, whatever it held before.
+	holders := p.Holders()
+	for _, id := range m.Replicas {
+		if !slices.Contains(holders, id) {
+			s.lastInc++
+			if p.Incarnations == nil {
+				p.Incarnations = map[NodeID]uint32{}
+			}
+			p.Incarnations[id] = s.lastInc
+		}
+	}
 	p.Target, p.Moved = slices.Clone(m.Replicas), true
+	p.keepIncarnations()
 	return Result{}
 }
 
@@ -388,6 +401,7 @@ func (s *State) applyFinishMove(m FinishMove) Result {
 		return Result{Err: fmt.Errorf("%w: %s/%d (group %d) is moving to %v, not %v; the group's leader continues toward the current target", ErrStaleMove, t.Spec.Name, i, m.Group, p.Target, m.Replicas)}
 	}
 	p.Replicas, p.Target = p.Target, nil
+	p.keepIncarnations()
 	return Result{}
 }
 

@@ -82,6 +82,11 @@ func (s *State) check() error {
 			if part.Target != nil && (len(part.Target) != int(t.Spec.ReplicationFactor) || !part.Moved) {
 				return fmt.Errorf("topic %q partition %d: move target %v is not %d replicas, or the partition is not marked moved", name, p, part.Target, t.Spec.ReplicationFactor)
 			}
+			for n, inc := range part.Incarnations {
+				if inc == 0 || inc > s.lastInc || !slices.Contains(part.Holders(), n) {
+					return fmt.Errorf("topic %q partition %d: node %d has incarnation %d: 0, above the last given (%d), or the node neither holds nor gets a replica", name, p, n, inc, s.lastInc)
+				}
+			}
 			for _, list := range [][]NodeID{part.Replicas, part.Target} {
 				for j, r := range list {
 					if _, ok := s.Node(r); !ok {

@@ -122,7 +122,7 @@ func DecodeCommand(b []byte) (Command, error) {
 // EncodeState encodes the whole state as a MetaState (meta.proto): nodes by
 // id, topics by name. The same state always encodes to the same bytes.
 func EncodeState(s *State) ([]byte, error) {
-	m := &clusterv1.MetaState{ClusterId: s.clusterID, NextNodeId: s.nextNode, NextGroupId: s.nextGroup}
+	m := &clusterv1.MetaState{ClusterId: s.clusterID, NextNodeId: s.nextNode, NextGroupId: s.nextGroup, LastIncarnation: s.lastInc}
 	for _, n := range s.nodes {
 		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token, Down: n.Down, Leaving: n.Leaving})
 	}
@@ -130,7 +130,7 @@ func EncodeState(s *State) ([]byte, error) {
 		t := s.topics[name]
 		pt := &clusterv1.MetaTopic{Spec: specToProto(t.Spec)}
 		for _, p := range t.Partitions {
-			pt.Partitions = append(pt.Partitions, &clusterv1.MetaPartition{GroupId: p.Group, Replicas: p.Replicas, Target: p.Target, Moved: p.Moved, Pinned: p.Pinned})
+			pt.Partitions = append(pt.Partitions, &clusterv1.MetaPartition{GroupId: p.Group, Replicas: p.Replicas, Target: p.Target, Moved: p.Moved, Pinned: p.Pinned, Incarnations: p.Incarnations})
 		}
 		m.Topics = append(m.Topics, pt)
 	}
@@ -161,7 +161,7 @@ func DecodeState(b []byte) (*State, error) {
 		return nil, fmt.Errorf("%w state: %d nodes and %d topics, more than %d (MaxNodes) or %d (MaxTopics)", ErrMalformed, len(m.Nodes), len(m.Topics), MaxNodes, MaxTopics)
 	}
 	s := NewState()
-	s.clusterID, s.nextNode, s.nextGroup = m.ClusterId, m.NextNodeId, m.NextGroupId
+	s.clusterID, s.nextNode, s.nextGroup, s.lastInc = m.ClusterId, m.NextNodeId, m.NextGroupId, m.LastIncarnation
 	for _, n := range m.Nodes {
 		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken(), Down: n.GetDown(), Leaving: n.GetLeaving()})
 		s.byToken[n.GetToken()] = n.GetId()
@@ -180,9 +180,12 @@ func DecodeState(b []byte) (*State, error) {
 		if len(pt.Partitions) > 0 {
 			t.Partitions = make([]Partition, len(pt.Partitions))
 			for j, p := range pt.Partitions {
-				t.Partitions[j] = Partition{Group: p.GetGroupId(), Replicas: p.GetReplicas(), Target: p.GetTarget(), Moved: p.GetMoved(), Pinned: p.GetPinned()}
+				t.Partitions[j] = Partition{Group: p.GetGroupId(), Replicas: p.GetReplicas(), Target: p.GetTarget(), Moved: p.GetMoved(), Pinned: p.GetPinned(), Incarnations: p.GetIncarnations()}
 				if len(t.Partitions[j].Target) == 0 {
 					t.Partitions[j].Target = nil
+				}
+				if len(t.Partitions[j].Incarnations) == 0 {
+					t.Partitions[j].Incarnations = nil
 				}
 			}
 		}

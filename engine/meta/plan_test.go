@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -339,5 +340,79 @@ func TestMoveBack(t *testing.T) {
 	}
 	if r := s.Apply(Command{FinishMove: &FinishMove{Group: p.Group, Replicas: reps}}); r.Err != nil || part().Target != nil {
 		t.Fatalf("the move back's end: %v, partition %+v", r.Err, part())
+	}
+}
+
+// A replica a move gives a node that neither holds nor gets one is a new
+// incarnation, unique in the cluster; a node keeps its incarnation while
+// it holds or gets the replica (a redirected move, a move back), and
+// loses it with the replica, so that a later move back gives a new one.
+// The state encodes and decodes with them.
+func TestMoveIncarnations(t *testing.T) {
+	s := NewState()
+	s.Apply(Command{Init: &Init{ClusterID: "c"}})
+	for i := range 5 {
+		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
+	}
+	s.Apply(Command{CreateTopic: &CreateTopic{Spec: TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 3}}})
+	part := func() Partition { tp, _ := s.Topic("a"); return tp.Partitions[0] }
+	p := part()
+	reps := slices.Clone(p.Replicas)
+	var spare []NodeID
+	for id := NodeID(1); id <= 5; id++ {
+		if !slices.Contains(reps, id) {
+			spare = append(spare, id)
+		}
+	}
+	for _, id := range reps {
+		if inc := p.Incarnation(id); inc != 0 {
+			t.Fatalf("node %d placed with the topic has incarnation %d, want 0", id, inc)
+		}
+	}
+	must := func(c Command) {
+		t.Helper()
+		if r := s.Apply(c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if err := s.check(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := EncodeState(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := DecodeState(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := d.Clone(), s.Clone(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("decoded state differs:\n%+v\nwant\n%+v", got, want)
+		}
+	}
+	// Away from reps[2] onto spare[0]: spare[0] gets incarnation 1.
+	away := []NodeID{reps[0], reps[1], spare[0]}
+	must(Command{MoveReplicas: &MoveReplicas{Group: p.Group, Replicas: away}})
+	if inc := part().Incarnation(spare[0]); inc != 1 {
+		t.Fatalf("incarnation of the node a move adds: %d, want 1", inc)
+	}
+	// Redirected onto spare[1] too: spare[0] keeps 1, spare[1] gets 2.
+	wider := []NodeID{reps[0], spare[0], spare[1]}
+	must(Command{MoveReplicas: &MoveReplicas{Group: p.Group, Replicas: wider}})
+	if a, b := part().Incarnation(spare[0]), part().Incarnation(spare[1]); a != 1 || b != 2 {
+		t.Fatalf("after a redirect: incarnations %d, %d, want 1, 2", a, b)
+	}
+	must(Command{FinishMove: &FinishMove{Group: p.Group, Replicas: wider}})
+	// reps[1] and reps[2] left with the finished move; moved back, each
+	// is a new incarnation.
+	must(Command{MoveReplicas: &MoveReplicas{Group: p.Group, Replicas: reps}})
+	if a, b := part().Incarnation(reps[1]), part().Incarnation(reps[2]); a != 3 || b != 4 {
+		t.Fatalf("nodes moved back: incarnations %d, %d, want 3, 4", a, b)
+	}
+	if inc := part().Incarnation(reps[0]); inc != 0 {
+		t.Fatalf("a node that kept its replica: incarnation %d, want 0", inc)
+	}
+	must(Command{FinishMove: &FinishMove{Group: p.Group, Replicas: reps}})
+	if got := part().Incarnations; len(got) != 2 {
+		t.Fatalf("after the move back: incarnations %v, want only reps[1] and reps[2]", got)
 	}
 }

@@ -2,12 +2,14 @@ package meta
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 )
 
-// NodeID is a node's id in the cluster, also its replica id in every raft
-// group. Ids start at 1 and are never reused.
+// NodeID is a node's id in the cluster; with the replica's incarnation
+// (Partition.Incarnations), it makes the replica's id in a raft group. Ids
+// start at 1 and are never reused.
 type NodeID = uint64
 
 // Node is one node of the cluster.
@@ -62,6 +64,33 @@ type Partition struct {
 	// NextMove's balancing leaves it where it is; its repairs still
 	// replace a replica on a node that is down or leaving.
 	Pinned bool
+	// Incarnations: for each node a move gave a replica (MoveReplicas to a
+	// node that did not hold or get one), that replica's incarnation,
+	// unique in the cluster; a node not listed has incarnation 0 (the
+	// replicas placed with the topic). Only nodes of Replicas and Target
+	// are listed; nil when none is. A replica's raft id is its node id
+	// with the incarnation in the high 32 bits (transport.ReplicaID): a
+	// replica given to a node again is a new member of the group, so
+	// nothing an earlier copy there acknowledged — a message of it still
+	// in flight included — is taken for the new one's.
+	Incarnations map[NodeID]uint32
+}
+
+// Incarnation is the incarnation of node n's replica (0: placed with the
+// topic, or n holds none).
+func (p Partition) Incarnation(n NodeID) uint32 { return p.Incarnations[n] }
+
+// keepIncarnations drops the incarnations of nodes that neither hold nor
+// get a replica any more.
+func (p *Partition) keepIncarnations() {
+	for n := range p.Incarnations {
+		if !slices.Contains(p.Replicas, n) && !slices.Contains(p.Target, n) {
+			delete(p.Incarnations, n)
+		}
+	}
+	if len(p.Incarnations) == 0 {
+		p.Incarnations = nil
+	}
 }
 
 // Holders are the nodes that hold or are getting a replica: Replicas and
@@ -113,6 +142,7 @@ type State struct {
 	names     []string          // the topic names, sorted (byte order)
 	byFold    map[string]string // lower-case name → name (unique ignoring case)
 	total     int               // partitions of all topics, pending included
+	lastInc   uint32            // the incarnation the last replica a move added got
 }
 
 // NewState returns the state of a cluster before its first command.
@@ -241,6 +271,7 @@ func (s *State) Clone() *State {
 		names:     slices.Clone(s.names),
 		byFold:    make(map[string]string, len(s.byFold)),
 		total:     s.total,
+		lastInc:   s.lastInc,
 	}
 	for k, v := range s.byToken {
 		c.byToken[k] = v
@@ -260,7 +291,7 @@ func copyTopic(t *Topic) Topic {
 	if t.Partitions != nil {
 		c.Partitions = make([]Partition, len(t.Partitions))
 		for i, p := range t.Partitions {
-			c.Partitions[i] = Partition{Group: p.Group, Replicas: slices.Clone(p.Replicas), Target: slices.Clone(p.Target), Moved: p.Moved, Pinned: p.Pinned}
+			c.Partitions[i] = Partition{Group: p.Group, Replicas: slices.Clone(p.Replicas), Target: slices.Clone(p.Target), Moved: p.Moved, Pinned: p.Pinned, Incarnations: maps.Clone(p.Incarnations)}
 		}
 	}
 	return c

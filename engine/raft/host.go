@@ -21,7 +21,8 @@ import (
 // HostConfig configures the Host of one node. Zero fields take the defaults
 // named below.
 type HostConfig struct {
-	// NodeID is this node's id: the replica id of every group it holds.
+	// NodeID is this node's id: every replica it holds has a replica id on
+	// it (transport.NodeOf of the id is NodeID).
 	NodeID uint64
 	// Send is the transport's Send: it must not block.
 	Send func([]transport.Message)
@@ -109,6 +110,7 @@ func (c *HostConfig) validate() error {
 
 // GroupStatus is a group's state as of the end of its last processing.
 type GroupStatus struct {
+	// Leader is the node of the group's leader (0: none known).
 	Leader, Term uint64
 	// CommitIndex is the last raft index applied here: every entry up to it
 	// is committed and its records are below CommittedEnd.
@@ -116,8 +118,9 @@ type GroupStatus struct {
 	IsLeader     bool
 	CommittedEnd int64
 	// Voters and Learners are the membership of the last applied
-	// configuration (or the bootstrap); in a joint configuration, Voters
-	// are the incoming voters and Joint is set.
+	// configuration (or the bootstrap), as replica ids
+	// (transport.ReplicaID; transport.NodeOf gives their nodes); in a
+	// joint configuration, Voters are the incoming voters and Joint is set.
 	Voters, Learners []uint64
 	Joint            bool
 	// Err is what the replica stopped with (ErrReplicaStopped wrapping the
@@ -256,7 +259,8 @@ func NewHost(cfg HostConfig) (*Host, error) {
 }
 
 // Add opens the replica of group (OpenReplica) and starts driving it.
-// cfg.Group.ID is the host's NodeID (set if 0). The replica's OnCommitted
+// cfg.Group.ID is a replica id on this node (transport.ReplicaID; the
+// host's NodeID if 0). The replica's OnCommitted
 // is called on a worker.
 func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	if cfg.Group.ID == 0 {
@@ -265,8 +269,8 @@ func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	if cfg.Logger == nil {
 		cfg.Logger = h.cfg.Logger.With("group", group)
 	}
-	if cfg.Group.ID != h.cfg.NodeID {
-		return fmt.Errorf("raft host: group %d: replica id %d is not this node's id %d (a replica's id is its node's)", group, cfg.Group.ID, h.cfg.NodeID)
+	if transport.NodeOf(cfg.Group.ID) != h.cfg.NodeID {
+		return fmt.Errorf("raft host: group %d: replica id %d is not on this node (%d): transport.ReplicaID makes it from the node's id", group, cfg.Group.ID, h.cfg.NodeID)
 	}
 	if h.stopped.Load() {
 		return fmt.Errorf("raft host: add group %d: %w", group, ErrHostStopped)
@@ -433,13 +437,13 @@ func (h *Host) Campaign(group uint64) error {
 }
 
 // TransferLeadership asks this node, if it leads group, to hand leadership
-// to node to (on its next visit).
+// to the group's member on node to (on its next visit).
 func (h *Host) TransferLeadership(group, to uint64) error {
 	return h.post(group, func(b *mailbox) { b.transfers = append(b.transfers, to) })
 }
 
 // PreferLeader asks the group, if this node leads it, to hand leadership
-// to node to — only if to is a voter that raft has heard from recently and
+// to its member on node to — only if that is a voter that raft has heard from recently and
 // that holds every entry of the leader's log (a transfer to a lagging or
 // absent replica would stall the group's writes until it aborts). For
 // leadership balancing: the preferred leader took over after a restart.
@@ -452,7 +456,7 @@ func (h *Host) PreferLeader(group, to uint64) error {
 // replica as a learner, promote caught-up learners and remove the voters
 // not in target (joint consensus), hand the leadership to a target voter
 // first when this node is not one of them, then remove stray learners
-// (nextMove). One step per call at most, and none while the previous step's
+// (nextMove). target holds replica ids (transport.ReplicaID). One step per call at most, and none while the previous step's
 // change is in flight: the caller asks again (the engine, every second
 // while the move lasts) until Status shows the target's voters, no learners
 // and no joint configuration.
@@ -605,11 +609,18 @@ func (h *Host) Stats() HostStats {
 }
 
 // HandleMessage queues a received message for its group's next visit
-// (transport.Handler). A full inbox drops it (counted).
+// (transport.Handler). A full inbox drops it (counted). A message for
+// another replica of the group on this node than the one it runs (an
+// earlier incarnation, or one the node has not opened yet) is refused
+// like one for an unknown group: raft does not look at To, and the replica
+// must not answer in another's name.
 func (h *Host) HandleMessage(m transport.Message) error {
 	g := h.group(m.Group)
 	if g == nil {
 		return fmt.Errorf("raft host: message for group %d: %w", m.Group, transport.ErrUnknownGroup)
+	}
+	if id := g.r.ID(); m.Msg.To != id {
+		return fmt.Errorf("raft host: message for replica %d of group %d, which this node runs as replica %d: %w", m.Msg.To, m.Group, id, transport.ErrUnknownGroup)
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -780,8 +791,8 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 			h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
 		}
 	}
-	for _, id := range box.unreachable {
-		r.ReportUnreachable(id)
+	for _, node := range box.unreachable {
+		r.ReportUnreachable(node)
 	}
 	if len(box.unreachable) > 0 && r.leaderUnreachable(box.unreachable) {
 		h.c.hastened.Add(1)
@@ -793,7 +804,9 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		_ = r.Campaign()
 	}
 	for _, to := range box.transfers {
-		r.TransferLeadership(to)
+		if id := r.memberOn(to); id != 0 {
+			r.TransferLeadership(id)
+		}
 	}
 	if box.prefer != 0 {
 		r.transferIfCaughtUp(box.prefer)
@@ -870,7 +883,7 @@ func (h *Host) propose(g *hostGroup, p *proposal, now time.Time) {
 	}
 	bs := r.BasicStatus()
 	if bs.RaftState != etcdraft.StateLeader {
-		g.track.reject(p, &NotLeaderError{Group: g.id, Leader: bs.Lead})
+		g.track.reject(p, &NotLeaderError{Group: g.id, Leader: transport.NodeOf(bs.Lead)})
 		return
 	}
 	var err error
@@ -936,7 +949,7 @@ func (g *hostGroup) pace(t *throttle, now time.Time, out []transport.Message) []
 func (g *hostGroup) refresh() {
 	r := g.r
 	bs, cs, prev := r.BasicStatus(), r.ConfState(), g.status.Load()
-	st := GroupStatus{Leader: bs.Lead, Term: bs.Term, CommitIndex: r.CommitIndex(), IsLeader: bs.RaftState == etcdraft.StateLeader,
+	st := GroupStatus{Leader: transport.NodeOf(bs.Lead), Term: bs.Term, CommitIndex: r.CommitIndex(), IsLeader: bs.RaftState == etcdraft.StateLeader,
 		CommittedEnd: r.CommittedEnd(), Err: r.Err(), Joint: len(cs.VotersOutgoing) > 0 || len(cs.LearnersNext) > 0}
 	if prev != nil && slices.Equal(prev.Voters, cs.Voters) && slices.Equal(prev.Learners, cs.Learners) && prev.Joint == st.Joint {
 		st.Voters, st.Learners = prev.Voters, prev.Learners

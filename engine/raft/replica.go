@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	slog "github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // ReplicaConfig configures the Replica of one partition on one node.
@@ -383,10 +384,26 @@ func (r *Replica) TransferLeadership(to uint64) {
 	}
 }
 
-// transferIfCaughtUp hands leadership to voter to when this replica leads
-// and to is recently active with every entry of the log.
-func (r *Replica) transferIfCaughtUp(to uint64) {
-	if r.failed != nil || to == r.ID() {
+// memberOn is the replica id of the group's member on node (voters
+// first, then learners, as of the last applied configuration); 0: none.
+func (r *Replica) memberOn(node uint64) uint64 {
+	cs := r.ConfState()
+	for _, l := range [][]uint64{cs.Voters, cs.VotersOutgoing, cs.Learners, cs.LearnersNext} {
+		for _, id := range l {
+			if transport.NodeOf(id) == node {
+				return id
+			}
+		}
+	}
+	return 0
+}
+
+// transferIfCaughtUp hands leadership to the voter on node when this
+// replica leads and that voter is recently active with every entry of the
+// log.
+func (r *Replica) transferIfCaughtUp(node uint64) {
+	to := r.memberOn(node)
+	if r.failed != nil || to == 0 || to == r.ID() {
 		return
 	}
 	st := r.g.Status()
@@ -415,7 +432,7 @@ func (r *Replica) leaderUnreachable(peers []uint64) bool {
 		return false
 	}
 	bs := r.g.BasicStatus()
-	if bs.RaftState != etcdraft.StateFollower || bs.Lead == 0 || !slices.Contains(peers, bs.Lead) {
+	if bs.RaftState != etcdraft.StateFollower || bs.Lead == 0 || !slices.Contains(peers, transport.NodeOf(bs.Lead)) {
 		return false
 	}
 	ticks := r.cfg.Group.ElectionTicks
@@ -428,10 +445,19 @@ func (r *Replica) leaderUnreachable(peers []uint64) bool {
 	return true
 }
 
-// ReportUnreachable says that messages to peer id were lost.
-func (r *Replica) ReportUnreachable(id uint64) {
-	if r.failed == nil {
-		_ = r.guard(func() error { r.g.rn.ReportUnreachable(id); return nil })
+// ReportUnreachable says that messages to node were lost (to every
+// member of the group on it).
+func (r *Replica) ReportUnreachable(node uint64) {
+	if r.failed != nil {
+		return
+	}
+	cs := r.ConfState()
+	for _, l := range [][]uint64{cs.Voters, cs.VotersOutgoing, cs.Learners, cs.LearnersNext} {
+		for _, id := range l {
+			if transport.NodeOf(id) == node {
+				_ = r.guard(func() error { r.g.rn.ReportUnreachable(id); return nil })
+			}
+		}
 	}
 }
 

@@ -140,9 +140,9 @@ var (
 // raft only uses locally (MsgHup, MsgStorageAppend, ...) or of no known type.
 func checkMessage(m *raftpb.Message, peer, local uint64) error {
 	switch {
-	case m.From != peer:
+	case NodeOf(m.From) != peer:
 		return errSender
-	case m.To != local:
+	case NodeOf(m.To) != local:
 		return errReceiver
 	case raftpb.MessageType_name[int32(m.Type)] == "" || raft.IsLocalMsg(m.Type):
 		return errLocalType

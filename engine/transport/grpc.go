@@ -343,12 +343,12 @@ func (t *GRPC) Send(msgs []Message) {
 				sizes[i], single = -1, false
 			}
 		}
-		if single && i > 0 && (m.Msg.To != msgs[0].Msg.To || laneOf(m.Group) != laneOf(msgs[0].Group)) {
+		if single && i > 0 && (NodeOf(m.Msg.To) != NodeOf(msgs[0].Msg.To) || laneOf(m.Group) != laneOf(msgs[0].Group)) {
 			single = false
 		}
 	}
 	if single && len(msgs) > 0 {
-		t.push(msgs[0].Msg.To, laneOf(msgs[0].Group), msgs, sizes)
+		t.push(NodeOf(msgs[0].Msg.To), laneOf(msgs[0].Group), msgs, sizes)
 		return
 	}
 	// Group by (peer, lane) so one call's messages to one peer are queued
@@ -370,7 +370,7 @@ func (t *GRPC) Send(msgs []Message) {
 			t.c.droppedTooLarge.Add(1)
 			continue
 		}
-		to, ln := m.Msg.To, laneOf(m.Group)
+		to, ln := NodeOf(m.Msg.To), laneOf(m.Group)
 		j := 0
 		for j < len(batches) && (batches[j].peer != to || batches[j].lane != ln) {
 			j++

@@ -157,8 +157,8 @@ func (n *Network) Advance(d time.Duration) int {
 			return delivered
 		}
 		f := heap.Pop(&n.flights).(*flight)
-		to, from := n.nodes[f.m.Msg.To], n.nodes[f.m.Msg.From]
-		cut := n.cut[link{f.m.Msg.From, f.m.Msg.To}]
+		to, from := n.nodes[NodeOf(f.m.Msg.To)], n.nodes[NodeOf(f.m.Msg.From)]
+		cut := n.cut[link{NodeOf(f.m.Msg.From), NodeOf(f.m.Msg.To)}]
 		var toH, fromH Handler
 		if to != nil {
 			toH = to.handler
@@ -219,7 +219,7 @@ func (n *Network) send(from *Endpoint, msgs []Message) {
 		if m.Msg.Type == raftpb.MsgSnap {
 			kind = flightSnap
 		}
-		if !from.peers[m.Msg.To] {
+		if !from.peers[NodeOf(m.Msg.To)] {
 			from.c.droppedNoPeer.Add(1)
 			if kind == flightSnap {
 				n.push(Message{Group: m.Group, Msg: raftpb.Message{From: from.id, To: m.Msg.To}}, flightSnapFailed, n.now)
@@ -232,7 +232,7 @@ func (n *Network) send(from *Endpoint, msgs []Message) {
 			continue
 		}
 		from.c.messagesSent.Add(1)
-		if n.cut[link{from.id, m.Msg.To}] {
+		if n.cut[link{from.id, NodeOf(m.Msg.To)}] {
 			from.c.faultCut.Add(1)
 			if kind == flightSnap {
 				n.push(cp, flightSnapFailed, n.now+n.faults.Delay)

@@ -58,7 +58,7 @@ func (q *snapQueue) take() (refused []Message, next *Message) {
 
 func (t *GRPC) queueSnapshot(m Message) {
 	t.mu.Lock()
-	p := t.peers[m.Msg.To]
+	p := t.peers[NodeOf(m.Msg.To)]
 	t.mu.Unlock()
 	if p == nil {
 		t.c.droppedNoPeer.Add(1)
@@ -75,7 +75,7 @@ func (t *GRPC) runSnapshots(ctx context.Context, p *peer) {
 		refused, next := p.snaps.take()
 		for _, m := range refused {
 			t.c.snapshotsFailed.Add(1)
-			t.cfg.Handler.SnapshotDone(m.Group, p.id, ErrSnapshotBusy)
+			t.cfg.Handler.SnapshotDone(m.Group, m.Msg.To, ErrSnapshotBusy)
 		}
 		if next == nil {
 			select {
@@ -92,7 +92,7 @@ func (t *GRPC) runSnapshots(ctx context.Context, p *peer) {
 		} else {
 			t.c.snapshotsSent.Add(1)
 		}
-		t.cfg.Handler.SnapshotDone(next.Group, p.id, err)
+		t.cfg.Handler.SnapshotDone(next.Group, next.Msg.To, err)
 	}
 }
 

@@ -14,11 +14,25 @@ import (
 const ProtocolVersion = 1
 
 // Message is one raft message of one raft group. Msg.To and Msg.From are
-// node ids: a group's replica id is the id of the node that holds it.
+// replica ids (ReplicaID): the message goes to the node NodeOf(Msg.To).
 type Message struct {
 	Group uint64
 	Msg   raftpb.Message
 }
+
+// ReplicaID is the raft id of a replica: the id of the node that holds it
+// in the low 32 bits, the replica's incarnation in the high ones. A
+// replica placed with its partition has incarnation 0 (its id is the
+// node's); one a move gives a node gets a new incarnation
+// (meta.Partition.Incarnations), so that raft never takes it for an
+// earlier replica of the same group on that node — whose acknowledgements
+// may still be in flight, and whose log it does not hold.
+func ReplicaID(node uint64, incarnation uint32) uint64 {
+	return uint64(incarnation)<<32 | NodeOf(node)
+}
+
+// NodeOf is the node that holds replica id.
+func NodeOf(replica uint64) uint64 { return replica & (1<<32 - 1) }
 
 // Transport sends raft messages to peers and hands received ones to a
 // Handler. GRPC is the real one; Network's endpoints are the in-memory twin.
@@ -61,9 +75,9 @@ type Handler interface {
 	// PeerUnreachable says the connection to peer failed; what was queued
 	// for it was dropped (raft's ReportUnreachable for its groups).
 	PeerUnreachable(peer uint64)
-	// SnapshotDone reports the outcome of a MsgSnap sent to peer for group:
-	// nil when the peer took it (raft's ReportSnapshot).
-	SnapshotDone(group, peer uint64, err error)
+	// SnapshotDone reports the outcome of a MsgSnap sent to replica to of
+	// group: nil when the peer took it (raft's ReportSnapshot).
+	SnapshotDone(group, to uint64, err error)
 }
 
 // Errors. Handshake refusals are *HandshakeError values that match

@@ -1036,7 +1036,13 @@ type MetaPartition struct {
 	Moved bool `protobuf:"varint,4,opt,name=moved,proto3" json:"moved,omitempty"`
 	// pinned: an operator placed it (MetaMoveReplicas with pin); the
 	// controller's balancing does not move it (repairs still do).
-	Pinned        bool `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Pinned bool `protobuf:"varint,5,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// incarnations: for each node a move gave a replica of the partition
+	// (one that did not hold or get one), that replica's incarnation; a
+	// node not listed has incarnation 0. A replica's raft id is its node id
+	// with the incarnation in the high 32 bits, so a replica given to a
+	// node again is a new member of the group.
+	Incarnations  map[uint64]uint32 `protobuf:"bytes,6,rep,name=incarnations,proto3" json:"incarnations,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1104,6 +1110,13 @@ func (x *MetaPartition) GetPinned() bool {
 		return x.Pinned
 	}
 	return false
+}
+
+func (x *MetaPartition) GetIncarnations() map[uint64]uint32 {
+	if x != nil {
+		return x.Incarnations
+	}
+	return nil
 }
 
 // MetaTopic is one topic: its spec and, once placed, one entry per
@@ -1175,9 +1188,12 @@ type MetaState struct {
 	// nodes, by increasing id.
 	Nodes []*MetaNode `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	// topics, by name (byte order).
-	Topics        []*MetaTopic `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Topics []*MetaTopic `protobuf:"bytes,5,rep,name=topics,proto3" json:"topics,omitempty"`
+	// last_incarnation is the incarnation the last replica a move added got
+	// (0: none yet).
+	LastIncarnation uint32 `protobuf:"varint,6,opt,name=last_incarnation,json=lastIncarnation,proto3" json:"last_incarnation,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *MetaState) Reset() {
@@ -1243,6 +1259,13 @@ func (x *MetaState) GetTopics() []*MetaTopic {
 		return x.Topics
 	}
 	return nil
+}
+
+func (x *MetaState) GetLastIncarnation() uint32 {
+	if x != nil {
+		return x.LastIncarnation
+	}
+	return 0
 }
 
 var File_spool_cluster_v1_meta_proto protoreflect.FileDescriptor
@@ -1311,18 +1334,22 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x12\x12\n" +
 	"\x04down\x18\x04 \x01(\bR\x04down\x12\x18\n" +
-	"\aleaving\x18\x05 \x01(\bR\aleaving\"\x8c\x01\n" +
+	"\aleaving\x18\x05 \x01(\bR\aleaving\"\xa4\x02\n" +
 	"\rMetaPartition\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12\x16\n" +
 	"\x06target\x18\x03 \x03(\x04R\x06target\x12\x14\n" +
 	"\x05moved\x18\x04 \x01(\bR\x05moved\x12\x16\n" +
-	"\x06pinned\x18\x05 \x01(\bR\x06pinned\"\x81\x01\n" +
+	"\x06pinned\x18\x05 \x01(\bR\x06pinned\x12U\n" +
+	"\fincarnations\x18\x06 \x03(\v21.spool.cluster.v1.MetaPartition.IncarnationsEntryR\fincarnations\x1a?\n" +
+	"\x11IncarnationsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x81\x01\n" +
 	"\tMetaTopic\x123\n" +
 	"\x04spec\x18\x01 \x01(\v2\x1f.spool.cluster.v1.MetaTopicSpecR\x04spec\x12?\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x1f.spool.cluster.v1.MetaPartitionR\n" +
-	"partitions\"\xd7\x01\n" +
+	"partitions\"\x82\x02\n" +
 	"\tMetaState\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12 \n" +
@@ -1330,7 +1357,8 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"nextNodeId\x12\"\n" +
 	"\rnext_group_id\x18\x03 \x01(\x04R\vnextGroupId\x120\n" +
 	"\x05nodes\x18\x04 \x03(\v2\x1a.spool.cluster.v1.MetaNodeR\x05nodes\x123\n" +
-	"\x06topics\x18\x05 \x03(\v2\x1b.spool.cluster.v1.MetaTopicR\x06topicsB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
+	"\x06topics\x18\x05 \x03(\v2\x1b.spool.cluster.v1.MetaTopicR\x06topics\x12)\n" +
+	"\x10last_incarnation\x18\x06 \x01(\rR\x0flastIncarnationB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_spool_cluster_v1_meta_proto_rawDescOnce sync.Once
@@ -1344,7 +1372,7 @@ func file_spool_cluster_v1_meta_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_meta_proto_rawDescData
 }
 
-var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_spool_cluster_v1_meta_proto_goTypes = []any{
 	(*MetaCommand)(nil),          // 0: spool.cluster.v1.MetaCommand
 	(*MetaInit)(nil),             // 1: spool.cluster.v1.MetaInit
@@ -1363,6 +1391,7 @@ var file_spool_cluster_v1_meta_proto_goTypes = []any{
 	(*MetaPartition)(nil),        // 14: spool.cluster.v1.MetaPartition
 	(*MetaTopic)(nil),            // 15: spool.cluster.v1.MetaTopic
 	(*MetaState)(nil),            // 16: spool.cluster.v1.MetaState
+	nil,                          // 17: spool.cluster.v1.MetaPartition.IncarnationsEntry
 }
 var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	1,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
@@ -1377,15 +1406,16 @@ var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
 	11, // 9: spool.cluster.v1.MetaCommand.remove_node:type_name -> spool.cluster.v1.MetaRemoveNode
 	12, // 10: spool.cluster.v1.MetaCommand.delete_topic:type_name -> spool.cluster.v1.MetaDeleteTopic
 	4,  // 11: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	4,  // 12: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	14, // 13: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
-	13, // 14: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
-	15, // 15: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	17, // 12: spool.cluster.v1.MetaPartition.incarnations:type_name -> spool.cluster.v1.MetaPartition.IncarnationsEntry
+	4,  // 13: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	14, // 14: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
+	13, // 15: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
+	15, // 16: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_meta_proto_init() }
@@ -1412,7 +1442,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_meta_proto_rawDesc), len(file_spool_cluster_v1_meta_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
