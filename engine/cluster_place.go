@@ -110,20 +110,21 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 					lp.mem.Store(cur.mem.Load())
 				}
 			}
-			// A copy open under another incarnation than the state gives
-			// this node (it left the partition and was given it again
-			// while this node applied neither step) is stopped and opened
-			// again, from its data on disk, under the new one: the group
-			// knows this node's replica only by that id.
+			// This node's copies must run under the replica id the state
+			// gives it (its incarnation): a node that left the partition
+			// and is given it again while it applied neither step (a node
+			// back after the dead-node timeout opens the copies of the
+			// state it last applied) still runs its old copy under the old
+			// id, which the group no longer counts. Such a copy is stopped
+			// and opened again, from its data on disk, under the new id.
 			want := transport.ReplicaID(self, mp.Incarnation(self))
-			if holds && cur.log != nil && cur.replica != want {
+			if gets && cur.log != nil {
+				// Served from a copy of an earlier state: the partition
+				// is coming back; the copy becomes the learning one.
 				toStop = append(toStop, cur)
-				part := newPart(i, mp, true)
+				part := newPart(i, mp, false)
 				part.committed.Store(cur.committed.Load())
 				t.parts[i], cur = part, part
-				if part.log != nil {
-					toOpen = append(toOpen, opening{part, false})
-				}
 			}
 			if gets && lp != nil && lp.replica != want {
 				toStop = append(toStop, lp)
@@ -175,6 +176,15 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 				if lp != nil {
 					toDrop = append(toDrop, lp)
 					delete(t.learning, int32(i))
+				}
+			}
+			if cur := t.parts[i]; holds && cur.log != nil && cur.replica != want {
+				toStop = append(toStop, cur)
+				part := newPart(i, mp, true)
+				part.committed.Store(cur.committed.Load())
+				t.parts[i] = part
+				if part.log != nil {
+					toOpen = append(toOpen, opening{part, false})
 				}
 			}
 		}
