@@ -62,14 +62,23 @@ type claimJob struct {
 // whose attempts are used up goes to the dead-letter topic.
 func (m *machine) claim(now time.Time, cands []candidate) {
 	for _, s := range m.subs {
-		var mine []candidate
-		for _, cd := range cands {
-			if cd.s == s {
-				mine = append(mine, cd)
+		// One allocation of the right size: a candidate is ~300 bytes, and
+		// growing the batch by appends was a sixth of all bytes spoold
+		// allocated at a steady rate (heap profile of steady at 5k/s).
+		n := 0
+		for i := range cands {
+			if cands[i].s == s {
+				n++
 			}
 		}
-		if len(mine) == 0 {
+		if n == 0 {
 			continue
+		}
+		mine := make([]candidate, 0, n)
+		for i := range cands {
+			if cands[i].s == s {
+				mine = append(mine, cands[i])
+			}
 		}
 		if now.Before(m.ledgerRetryAt) && s.cfg.RedisPolicy == PolicyPause {
 			for _, cd := range mine {
