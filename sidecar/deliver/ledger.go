@@ -144,9 +144,10 @@ func (m *machine) claimed(now time.Time, j *claimJob) {
 	m.send(now, out)
 }
 
-// admitted applies claim results and returns the granted candidates.
+// admitted applies claim results and returns the granted candidates, in
+// place of cands (the batch is the claim's own, not used after its answer).
 func (m *machine) admitted(now time.Time, s *sub, cands []candidate, res []ledger.ClaimResult) []candidate {
-	out := make([]candidate, 0, len(cands))
+	out := cands[:0]
 	for i, r := range res {
 		cd := cands[i]
 		off, tok := cd.d.Offset, cd.d.Token
