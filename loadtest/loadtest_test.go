@@ -90,7 +90,7 @@ func smoke(t *testing.T, name string) *Result {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r, err := run(ctx, bin, tmp, sc, "")
+	r, err := run(ctx, bin, tmp, sc, profileSpec{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestSmokeConsumerPrograms(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second) // a JVM start on a busy machine
 			defer cancel()
-			r, err := run(ctx, bin, tmp, sc, "")
+			r, err := run(ctx, bin, tmp, sc, profileSpec{})
 			if err != nil {
 				t.Fatal(err)
 			}

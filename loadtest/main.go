@@ -36,6 +36,7 @@ func main() {
 	pkg := flag.String("spoold-pkg", "./cmd/spoold", "package to build as the sidecar")
 	keep := flag.Bool("keep", false, "keep the temp dir (config, data, spoold log)")
 	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (fetched from its admin port)")
+	profileSeconds := flag.Int("profile-seconds", defaultCPUSeconds, "with --profile: length of the CPU profile, from the start of the measured phase")
 	rounds := flag.Int("rounds", 0, "failover scenarios: kill rounds (0: the scenario's rounds, 20 by default)")
 	brokerTool := flag.Bool("broker-tool", false, "drain-kafka, drain-jetstream: instead of spoold, write and read the backlog with the broker's own tools (kafka-*-perf-test, nats bench) on the same broker")
 	flag.Parse()
@@ -67,7 +68,7 @@ func main() {
 		}
 		return
 	}
-	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, *profile, *rounds)
+	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, profileSpec{Dir: *profile, CPUSeconds: *profileSeconds}, *rounds)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -84,7 +85,7 @@ func main() {
 	}
 }
 
-func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileDir string, rounds int) (*Result, error) {
+func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profile profileSpec, rounds int) (*Result, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profileD
 			return nil, err
 		}
 	}
-	return run(ctx, bin, tmp, sc, profileDir)
+	return run(ctx, bin, tmp, sc, profile)
 }
 
 // runDir makes the run's temp dir; done removes it, unless keep.

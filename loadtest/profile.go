@@ -9,20 +9,34 @@ import (
 	"time"
 )
 
+// profileSpec asks for profiles of spoold: none when Dir is empty.
+type profileSpec struct {
+	Dir string
+	// CPUSeconds is the length of the CPU profile (0: defaultCPUSeconds).
+	// pprof's endpoint profiles for a fixed time, so it covers the first
+	// CPUSeconds of the measured phase; a run at a moderate rate needs a
+	// longer one than the default for enough samples.
+	CPUSeconds int
+}
+
+// defaultCPUSeconds is the CPU profile's length unless --profile-seconds says.
+const defaultCPUSeconds = 5
+
 // profiler fetches pprof profiles from spoold's admin port: a CPU profile
 // of the first cpuSeconds of the measured phase and a heap profile at its end.
 type profiler struct {
 	addr, dir, name string
+	cpuSeconds      int
 	cpuDone         chan error
 }
 
-func newProfiler(addr, dir, name string) *profiler {
-	return &profiler{addr: addr, dir: dir, name: name}
+func newProfiler(addr string, spec profileSpec, name string) *profiler {
+	secs := spec.CPUSeconds
+	if secs <= 0 {
+		secs = defaultCPUSeconds
+	}
+	return &profiler{addr: addr, dir: spec.Dir, name: name, cpuSeconds: secs}
 }
-
-// cpuSeconds is the length of the CPU profile: pprof's endpoint profiles for
-// a fixed time, so it covers the first cpuSeconds of the measured phase.
-const cpuSeconds = 5
 
 func (p *profiler) startCPU() {
 	if p.addr == "" {
@@ -30,7 +44,7 @@ func (p *profiler) startCPU() {
 	}
 	p.cpuDone = make(chan error, 1)
 	go func() {
-		p.cpuDone <- p.fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", cpuSeconds), p.name+".cpu.pprof", cpuSeconds+10)
+		p.cpuDone <- p.fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", p.cpuSeconds), p.name+".cpu.pprof", p.cpuSeconds+10)
 	}()
 }
 

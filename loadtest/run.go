@@ -198,10 +198,10 @@ func mark(pp procs) (phase, error) {
 }
 
 // run starts spoold from bin (one process, or sc.Nodes forming a cluster),
-// runs sc against it and returns the result. With profileDir set, a CPU
+// runs sc against it and returns the result. With profile.Dir set, a CPU
 // profile of the measured phase and a heap profile at its end are fetched
 // from (the first) spoold's admin port (/debug/pprof).
-func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) (*Result, error) {
+func run(ctx context.Context, bin, tmp string, sc *Scenario, profile profileSpec) (*Result, error) {
 	var rds *redisProc
 	redisAddr := ""
 	if sc.Redis {
@@ -321,10 +321,10 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profileDir string) 
 	var start, end phase
 	var lat *histogram
 	profAddr := "" // no profiles unless asked for
-	if profileDir != "" {
+	if profile.Dir != "" {
 		profAddr = p.adminAddr
 	}
-	prof := newProfiler(profAddr, profileDir, sc.Name)
+	prof := newProfiler(profAddr, profile, sc.Name)
 	measuredPeak := int64(-1)       // peak RSS of the measured phase, when other phases follow it
 	var ledgerBefore ledgerCounters // counted by processes stopped before the end (rebalance)
 

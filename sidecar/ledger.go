@@ -55,8 +55,9 @@ type ledgerHooks struct {
 	m *metrics.Metrics
 }
 
-func (h ledgerHooks) LedgerCall(op string, _ int, d time.Duration, err error) {
+func (h ledgerHooks) LedgerCall(op string, items int, d time.Duration, err error) {
 	h.m.LedgerLatency.WithLabelValues(op).Observe(d.Seconds())
+	h.m.LedgerBatch.WithLabelValues(op).Observe(float64(items))
 	if err != nil {
 		h.m.LedgerErrors.WithLabelValues(op).Inc()
 		return

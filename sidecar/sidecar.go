@@ -411,7 +411,8 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 		gc, ok := byGroup[sc.Group]
 		if !ok {
 			gc = &deliver.GroupConfig{Name: sc.Group, DrainTimeout: cfg.Node.DrainTimeout, CommitInterval: cfg.Node.CommitInterval,
-				SidecarVersion: Version, Ledger: led, Owner: owner, Tracer: tracer, MemoryBytes: groupMemory(cfg)}
+				SidecarVersion: Version, Ledger: led, Owner: owner, Tracer: tracer, MemoryBytes: groupMemory(cfg),
+				LedgerWriteDelay: cfg.Delivery.LedgerWriteDelay}
 			if remoteReads(cfg, eng) {
 				gc.ReadsInFlight = cfg.Delivery.ReadsInFlight
 			}

@@ -528,6 +528,7 @@ func (p *Partition) syncFailed(seg *segment, err error) error {
 		return p.failed
 	}
 	p.mu.Lock()
+	p.clearReadHints()
 	seg.size, seg.next, seg.nextIndex, seg.dirty = seg.synced, seg.syncedNext, seg.syncedIdx, false
 	for len(seg.entries) > 0 && int64(seg.entries[len(seg.entries)-1].pos) >= seg.size {
 		seg.entries = seg.entries[:len(seg.entries)-1]
@@ -656,6 +657,7 @@ func (p *Partition) maintain() error {
 		return err
 	}
 	p.mu.Lock()
+	p.clearReadHints()
 	gone := slices.Clone(p.segs[:i])
 	p.segs = slices.Clone(p.segs[i:])
 	p.start = newStart

@@ -159,6 +159,7 @@ func (p *Partition) CompactTo(index uint64, offset int64) error {
 		return err
 	}
 	p.mu.Lock()
+	p.clearReadHints()
 	gone := slices.Clone(p.segs[:i])
 	p.segs = slices.Clone(p.segs[i:])
 	p.start = newStart
@@ -211,6 +212,7 @@ func (p *Partition) ResetTo(index, term uint64, offset int64) error {
 		return p.quarantineError(ce)
 	}
 	p.mu.Lock()
+	p.clearReadHints()
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed

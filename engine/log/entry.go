@@ -487,6 +487,7 @@ func (p *Partition) truncateAfter(index uint64, floor bool) error {
 	// The view first: readers hold mu.RLock for a whole read, so once this
 	// is published none reads what is about to be cut or deleted.
 	p.mu.Lock()
+	p.clearReadHints()
 	p.segs = p.segs[:cut.seg+1]
 	keep.size, keep.next, keep.nextIndex = cut.pos, cut.next, index+1
 	keep.entries, keep.maxTs, keep.sinceIdx = cut.entries, cut.maxTs, cut.since

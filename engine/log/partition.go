@@ -59,6 +59,11 @@ type Partition struct {
 	// onDurable is told each new durable end (SetOnDurable); guarded by Store.roundMu.
 	onDurable func(end int64)
 
+	// Where recent reads ended (read.go, readHint): set under mu.RLock,
+	// cleared under mu.
+	hints    [readHints]atomic.Pointer[readHint]
+	hintTurn atomic.Uint32
+
 	// Retention of this partition (SetRetention); guarded by Store.roundMu.
 	// Unset, the Store's Options apply.
 	retention    bool

@@ -57,24 +57,32 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, a
 	corrupt := func(pos, off int64, err error) error {
 		return &CorruptionError{File: seg.path, Position: pos, Offset: off, Reason: err.Error()}
 	}
-	pos, first, err := seg.findBatch(offset)
-	if err != nil || first.Length == 0 {
-		return dst, 0, err
+	hint, pos, first, buf := p.readHinted(seg, offset, maxBytes)
+	if hint == nil {
+		var err error
+		pos, first, err = seg.findBatch(offset)
+		if err != nil || first.Length == 0 {
+			return dst, 0, err
+		}
 	}
 	if !atLeastOne && int(first.Length) > maxBytes {
 		return dst, 0, nil
 	}
-	n := min(max(int64(maxBytes), int64(first.Length)), seg.size-pos)
-	buf := make([]byte, n)
-	got, err := seg.log.ReadAt(buf, pos)
-	if int64(got) < n && err != nil && err != io.EOF {
-		return dst, 0, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+	if n := min(max(int64(maxBytes), int64(first.Length)), seg.size-pos); int64(len(buf)) < n {
+		// Read what the hinted read did not (the first batch was larger
+		// than maxBytes), or everything (no hint).
+		have := len(buf)
+		buf = append(buf, make([]byte, int(n)-have)...)
+		got, err := seg.log.ReadAt(buf[have:], pos+int64(have))
+		if int64(have+got) < n && err != nil && err != io.EOF {
+			return dst, 0, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)
+		}
+		buf = buf[:have+got]
 	}
-	buf = buf[:got]
-	used := 0
 	// next is the offset expected at pos: where the good data ends if the
 	// batch at pos turns out damaged (CorruptionError.Offset).
 	next := min(offset, first.BaseOffset)
+	used := 0
 	for len(buf) >= BatchHeaderSize {
 		h, err := DecodeBatchHeader(buf)
 		if err != nil {
@@ -105,7 +113,80 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, a
 		used += int(h.Length)
 		buf = buf[h.Length:]
 	}
+	if used > 0 {
+		p.setReadHint(hint, seg, next, pos)
+	}
 	return dst, used, nil
+}
+
+// readHint says where a read ended: the data batch holding offset starts
+// at pos of seg (or will, once written there). A reader that goes on from
+// there — delivery following a partition's tail — finds its batch without
+// the index and without reading batch headers one by one: its read is one
+// pread instead of two to four. Hints are dropped whenever batches are
+// taken back or segments rewritten (clearReadHints, under mu), so one is
+// never stale; and it is only a shortcut: a hinted read whose first batch
+// is not a data batch holding offset is made again the long way.
+type readHint struct {
+	seg    *segment
+	offset int64
+	pos    int64
+}
+
+// readHints is how many readers of a partition (consumer groups, the admin
+// tail) keep their place at once.
+const readHints = 4
+
+// readHinted makes the read at a hint for (seg, offset), if there is one:
+// at most maxBytes (at least a batch header) from the hinted position. It
+// returns the hint used (nil: none, or the read must be made the long way),
+// the position and header of the first batch, and the bytes read.
+// Caller holds p.mu.RLock.
+func (p *Partition) readHinted(seg *segment, offset int64, maxBytes int) (*readHint, int64, BatchHeader, []byte) {
+	var hint *readHint
+	for i := range p.hints {
+		if h := p.hints[i].Load(); h != nil && h.seg == seg && h.offset == offset {
+			hint = h
+			break
+		}
+	}
+	if hint == nil || hint.pos+BatchHeaderSize > seg.size {
+		return nil, 0, BatchHeader{}, nil
+	}
+	n := min(max(int64(maxBytes), BatchHeaderSize), seg.size-hint.pos)
+	buf := make([]byte, n)
+	if got, _ := seg.log.ReadAt(buf, hint.pos); int64(got) < n {
+		return nil, 0, BatchHeader{}, nil
+	}
+	h, err := DecodeBatchHeader(buf)
+	if err != nil || h.Type != BatchData || h.BaseOffset > offset || h.BaseOffset+int64(h.Count) <= offset ||
+		int64(h.Length) > seg.size-hint.pos {
+		return nil, 0, BatchHeader{}, nil
+	}
+	return hint, hint.pos, h, buf
+}
+
+// setReadHint records that a read of seg ended at pos, where the batch
+// holding next starts, in place of the hint the read used (or of the
+// oldest). Caller holds p.mu.RLock.
+func (p *Partition) setReadHint(used *readHint, seg *segment, next, pos int64) {
+	h := &readHint{seg: seg, offset: next, pos: pos}
+	if used != nil {
+		for i := range p.hints {
+			if p.hints[i].CompareAndSwap(used, h) {
+				return
+			}
+		}
+	}
+	p.hints[p.hintTurn.Add(1)%readHints].Store(h)
+}
+
+// clearReadHints drops every hint: batches were taken back or segments
+// replaced. Caller holds p.mu (write).
+func (p *Partition) clearReadHints() {
+	for i := range p.hints {
+		p.hints[i].Store(nil)
+	}
 }
 
 // findBatch returns the position and header of the data batch of seg that

@@ -253,6 +253,7 @@ func (p *Partition) close() error {
 		}
 	}
 	p.mu.Lock()
+	p.clearReadHints()
 	p.closed = true
 	for _, seg := range p.segs {
 		seg.closeFiles()

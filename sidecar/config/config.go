@@ -58,6 +58,10 @@ type DeliveryConfig struct {
 	// member reading a partition from a peer. On one node's embedded log
 	// reads are file reads, made on the loop.
 	ReadsInFlight int `yaml:"reads_in_flight"`
+	// LedgerWriteDelay is how long a group may gather settlements (acks,
+	// releases, dead letters) before it writes them to the Redis ledger in
+	// one call; a gathered batch of 256 is written at once.
+	LedgerWriteDelay time.Duration `yaml:"ledger_write_delay"`
 }
 
 // TracingConfig makes spoold record OpenTelemetry spans of publishes and

@@ -77,6 +77,13 @@ const (
 	DefaultDeliveryReadsInFlight      = 8
 	// MaxDeliveryReadsInFlight bounds delivery.reads_in_flight.
 	MaxDeliveryReadsInFlight = 1024
+	// DefaultLedgerWriteDelay is delivery.ledger_write_delay: at 5,000
+	// msgs/s it makes a completion call carry ~25 acks instead of one
+	// frame's few (docs/benchmarks.md, "Steady load").
+	DefaultLedgerWriteDelay = 5 * time.Millisecond
+	// MaxLedgerWriteDelay bounds delivery.ledger_write_delay: settlements
+	// not yet written are redelivered after a crash.
+	MaxLedgerWriteDelay = time.Second
 	// DefaultPublishMemoryBytes is publish.memory_bytes: publish requests
 	// in flight, for the whole sidecar. Each is held twice until it is on
 	// disk (the request and the log batch it is encoded into).
@@ -126,6 +133,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Delivery.ReadsInFlight == 0 {
 		c.Delivery.ReadsInFlight = DefaultDeliveryReadsInFlight
 	}
+	setDur(&c.Delivery.LedgerWriteDelay, DefaultLedgerWriteDelay)
 
 	s := &c.Storage
 	setString(&s.Backend, BackendEmbedded)

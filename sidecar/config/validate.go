@@ -107,6 +107,7 @@ func (c *Config) Validate() error {
 	if n := c.Delivery.ReadsInFlight; n < 0 || n > MaxDeliveryReadsInFlight {
 		v.add("delivery.reads_in_flight", strconv.Itoa(n), "1 to 1024 reads (0 = default, 8)")
 	}
+	v.durRange("delivery.ledger_write_delay", c.Delivery.LedgerWriteDelay, time.Millisecond, MaxLedgerWriteDelay)
 	if m := c.Publish.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
 		v.add("publish.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
 	}

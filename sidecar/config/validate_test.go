@@ -94,6 +94,7 @@ func TestValidateErrors(t *testing.T) {
 		{"memory limit", func(c *Config) { c.Node.MemoryLimit = 1 << 20 }, "node.memory_limit", "1048576", "or -1 for no limit"},
 		{"memory limit below the budgets", func(c *Config) { c.Node.MemoryLimit = 64 << 20; c.Delivery.MemoryBytes = 48 << 20 }, "node.memory_limit", "67108864", "at least 2 × publish.memory_bytes + delivery.memory_bytes (83886080)"},
 		{"too many reads in flight", func(c *Config) { c.Delivery.ReadsInFlight = 5000 }, "delivery.reads_in_flight", "5000", "1 to 1024 reads"},
+		{"ledger write delay too long", func(c *Config) { c.Delivery.LedgerWriteDelay = 2 * time.Second }, "delivery.ledger_write_delay", "2s", "between 1ms and 1s"},
 		{"fsync enum", func(c *Config) { c.Storage.Fsync = "sometimes" }, "storage.fsync", "sometimes", "always or interval"},
 		{"sync enum", func(c *Config) { c.Storage.Sync = "fs" }, "storage.sync", "fs", "files or filesystem"},
 		{"sync filesystem with interval", func(c *Config) { c.Storage.Sync = SyncFileSystem; c.Storage.Fsync = FsyncInterval }, "storage.sync", "filesystem", "files with storage.fsync interval"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/tracing"
 	"github.com/spoolmq/spool/sidecar/tracker"
@@ -28,6 +29,12 @@ import (
 // cost, without the export).
 func BenchmarkDeliverAck(b *testing.B) {
 	b.Run("tracing=off", func(b *testing.B) { benchDeliverAck(b, GroupConfig{}) })
+	// ledger=memory claims and completes every message in the in-process
+	// ledger: the machine's and the pipeline's share of the ledger's cost,
+	// without Redis.
+	b.Run("ledger=memory", func(b *testing.B) {
+		benchDeliverAck(b, GroupConfig{Ledger: ledger.NewMemory(nil), Owner: "n1"})
+	})
 	b.Run("tracing=on", func(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()))
 		benchDeliverAck(b, GroupConfig{Tracer: tracing.Tracer(tp)})

@@ -168,7 +168,7 @@ func (g *Group) Run(ctx context.Context) error {
 	if g.cfg.Ledger != nil {
 		ledgerOps = newMailbox[ledgerOp]()
 		pl := &pipeline{led: g.cfg.Ledger, group: g.cfg.Name, owner: g.cfg.Owner, log: g.log, in: ledgerOps,
-			answers: func(j *claimJob) { g.results.put(result{claim: j}) }}
+			answers: func(j *claimJob) { g.results.put(result{claim: j}) }, writeDelay: g.cfg.LedgerWriteDelay}
 		finish := make(chan struct{})
 		plCtx, stopPipeline := context.WithCancel(context.Background())
 		goFunc(func() { pl.run(plCtx, finish) })

@@ -62,14 +62,23 @@ type claimJob struct {
 // whose attempts are used up goes to the dead-letter topic.
 func (m *machine) claim(now time.Time, cands []candidate) {
 	for _, s := range m.subs {
-		var mine []candidate
-		for _, cd := range cands {
-			if cd.s == s {
-				mine = append(mine, cd)
+		// One allocation of the right size: a candidate is ~300 bytes, and
+		// growing the batch by appends was a sixth of all bytes spoold
+		// allocated at a steady rate (heap profile of steady at 5k/s).
+		n := 0
+		for i := range cands {
+			if cands[i].s == s {
+				n++
 			}
 		}
-		if len(mine) == 0 {
+		if n == 0 {
 			continue
+		}
+		mine := make([]candidate, 0, n)
+		for i := range cands {
+			if cands[i].s == s {
+				mine = append(mine, cands[i])
+			}
 		}
 		if now.Before(m.ledgerRetryAt) && s.cfg.RedisPolicy == PolicyPause {
 			for _, cd := range mine {
@@ -135,9 +144,10 @@ func (m *machine) claimed(now time.Time, j *claimJob) {
 	m.send(now, out)
 }
 
-// admitted applies claim results and returns the granted candidates.
+// admitted applies claim results and returns the granted candidates, in
+// place of cands (the batch is the claim's own, not used after its answer).
 func (m *machine) admitted(now time.Time, s *sub, cands []candidate, res []ledger.ClaimResult) []candidate {
-	out := make([]candidate, 0, len(cands))
+	out := cands[:0]
 	for i, r := range res {
 		cd := cands[i]
 		off, tok := cd.d.Offset, cd.d.Token

@@ -75,6 +75,14 @@ var errSettlementAhead = fmt.Errorf("%w: an earlier settlement is not written ye
 // failed write is kept and retried every ledgerRetryWait, later writes
 // queue behind it, at most maxLedgerBacklog (the oldest are dropped and
 // counted: a dropped write can only cause a redelivery, never a loss).
+//
+// The writer gathers settlements for up to writeDelay before it writes
+// them, so that at a moderate rate one script call carries the acks of
+// several frames instead of each frame's few (the call, not the message,
+// is most of a small batch's cost, in spoold and in Redis). It writes at
+// once when it holds ledgerWriteBatch messages, when the dispatcher waits
+// for one of them (a claim of a message whose settlement is gathered:
+// hurry), and when the loop ends.
 type pipeline struct {
 	led     ledger.Ledger
 	group   string
@@ -82,6 +90,9 @@ type pipeline struct {
 	log     *slog.Logger
 	in      *mailbox[ledgerOp]
 	answers func(*claimJob) // must not block
+	// writeDelay is how long the writer may gather settlements before
+	// writing them (GroupConfig.LedgerWriteDelay; 0: at once).
+	writeDelay time.Duration
 
 	// Dispatcher state.
 	queue   []ledgerOp
@@ -92,11 +103,19 @@ type pipeline struct {
 	writes  *mailbox[ledgerOp]
 	written *mailbox[[]string] // ids of writes finished (written or dropped)
 	failing atomic.Bool        // the writer holds a write it could not write
+	hurry   atomic.Bool        // the dispatcher waits for a write: no gathering
 
 	// Writer state.
-	held    []ledgerOp // settlement writes not yet written, oldest first
-	retryAt time.Time
+	held        []ledgerOp // settlement writes not yet written, oldest first
+	retryAt     time.Time
+	gathered    []ledgerOp // handed over, waiting for the write delay
+	gatherItems int        // messages in gathered
+	gatherSince time.Time  // when the oldest of gathered was taken
 }
+
+// ledgerWriteBatch is how many gathered settlements make the writer write
+// without waiting out the write delay.
+const ledgerWriteBatch = 256
 
 // run dispatches until finish is closed (the loop has ended: what is
 // queued is written within ctx) or ctx ends. It owns the writer goroutine.
@@ -172,13 +191,22 @@ func (pl *pipeline) step(ctx context.Context) {
 // returns false when one cannot be written now (the ledger fails) or ctx
 // ends.
 func (pl *pipeline) awaitSettlements(ctx context.Context, j *claimJob) bool {
-	for {
+	for hurried := false; ; {
 		pl.collect()
 		if !pl.conflicts(j) {
 			return true
 		}
 		if pl.failing.Load() {
 			return false
+		}
+		if !hurried {
+			// The write may be gathering: have it written now.
+			pl.hurry.Store(true)
+			select {
+			case pl.writes.signal <- struct{}{}:
+			default:
+			}
+			hurried = true
 		}
 		select {
 		case <-pl.written.signal:
@@ -206,22 +234,26 @@ func (pl *pipeline) runWriter(ctx context.Context, finish <-chan struct{}) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		var retry <-chan time.Time
-		if len(pl.held) > 0 {
-			resetTimer(timer, time.Until(pl.retryAt))
-			retry = timer.C
+		var wake <-chan time.Time
+		if at, ok := pl.nextWrite(); ok {
+			resetTimer(timer, time.Until(at))
+			wake = timer.C
 		}
+		force := false
 		select {
 		case <-pl.writes.signal:
-		case <-retry:
+			force = pl.hurry.Swap(false)
+			pl.gather()
+		case <-wake:
 		case <-finish:
-			pl.writeStep(ctx)
+			pl.gather()
+			pl.writeStep(ctx, true)
 			for len(pl.held) > 0 && ctx.Err() == nil {
 				select {
 				case <-time.After(time.Until(pl.retryAt)):
 				case <-ctx.Done():
 				}
-				pl.writeStep(ctx)
+				pl.writeStep(ctx, true)
 			}
 			if n := pl.heldItems(); n > 0 {
 				pl.log.Warn("ledger writes not finished at shutdown; those messages may be redelivered after the restart", "writes", n)
@@ -230,12 +262,41 @@ func (pl *pipeline) runWriter(ctx context.Context, finish <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
-		pl.writeStep(ctx)
+		pl.writeStep(ctx, force)
 	}
 }
 
-// writeStep retries held writes when due, then writes what was handed over.
-func (pl *pipeline) writeStep(ctx context.Context) {
+// gather takes the writes handed over since the last call.
+func (pl *pipeline) gather() {
+	n := len(pl.gathered)
+	pl.gathered = pl.writes.take(pl.gathered)
+	if n == 0 && len(pl.gathered) > 0 {
+		pl.gatherSince = time.Now()
+	}
+	for _, op := range pl.gathered[n:] {
+		pl.gatherItems += op.ops.len()
+	}
+}
+
+// nextWrite is when the writer has something to do without being
+// signalled: retry the held writes, or write what it gathered.
+func (pl *pipeline) nextWrite() (time.Time, bool) {
+	var at time.Time
+	if len(pl.held) > 0 {
+		at = pl.retryAt
+	}
+	if len(pl.gathered) > 0 {
+		if g := pl.gatherSince.Add(pl.writeDelay); at.IsZero() || g.Before(at) {
+			at = g
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// writeStep retries held writes when due, then writes what was gathered
+// if force, if it is enough or has waited the write delay, or if writes are
+// held (it then queues behind them).
+func (pl *pipeline) writeStep(ctx context.Context, force bool) {
 	if len(pl.held) > 0 && !time.Now().Before(pl.retryAt) {
 		for len(pl.held) > 0 {
 			if err := pl.write(ctx, &pl.held[0]); err != nil {
@@ -245,15 +306,29 @@ func (pl *pipeline) writeStep(ctx context.Context) {
 			pl.held = pl.held[1:]
 		}
 	}
-	for _, op := range pl.writes.take(nil) {
-		if len(pl.held) > 0 {
-			pl.hold(op)
-			continue
+	due := force || len(pl.held) > 0 || pl.gatherItems >= ledgerWriteBatch ||
+		!time.Now().Before(pl.gatherSince.Add(pl.writeDelay))
+	if len(pl.gathered) > 0 && due {
+		for i := 0; i < len(pl.gathered); i++ {
+			op := pl.gathered[i]
+			// Merge consecutive writes of the same subscription into one
+			// call per kind (as the dispatcher does with what it finds
+			// queued together).
+			for i+1 < len(pl.gathered) && pl.gathered[i+1].s == op.s {
+				i++
+				op.ops.append(pl.gathered[i].ops)
+			}
+			if len(pl.held) > 0 {
+				pl.hold(op)
+				continue
+			}
+			if err := pl.write(ctx, &op); err != nil {
+				pl.retryAt = time.Now().Add(ledgerRetryWait)
+				pl.hold(op)
+			}
 		}
-		if err := pl.write(ctx, &op); err != nil {
-			pl.retryAt = time.Now().Add(ledgerRetryWait)
-			pl.hold(op)
-		}
+		clear(pl.gathered)
+		pl.gathered, pl.gatherItems = pl.gathered[:0], 0
 	}
 	pl.failing.Store(len(pl.held) > 0)
 	if len(pl.held) > 0 {

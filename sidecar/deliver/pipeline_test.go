@@ -51,10 +51,14 @@ func (l *gateLedger) Claim(ctx context.Context, group, owner string, now time.Ti
 }
 
 func startPipeline(t *testing.T, led ledger.Ledger) (*mailbox[ledgerOp], chan *claimJob) {
+	return startPipelineDelay(t, led, 0)
+}
+
+func startPipelineDelay(t *testing.T, led ledger.Ledger, writeDelay time.Duration) (*mailbox[ledgerOp], chan *claimJob) {
 	t.Helper()
 	in := newMailbox[ledgerOp]()
 	answers := make(chan *claimJob, 16)
-	pl := &pipeline{led: led, group: "g", owner: "n1", log: discardLogger(), in: in, answers: func(j *claimJob) { answers <- j }}
+	pl := &pipeline{led: led, group: "g", owner: "n1", log: discardLogger(), in: in, answers: func(j *claimJob) { answers <- j }, writeDelay: writeDelay}
 	ctx, cancel := context.WithCancel(context.Background())
 	finish := make(chan struct{})
 	done := make(chan struct{})
@@ -113,6 +117,89 @@ func TestPipelineOrdersOnlyWhatMustBeOrdered(t *testing.T) {
 	last := ev[len(ev)-1]
 	if last != "claim a" || ev[len(ev)-2] != "release end a" {
 		t.Fatalf("calls %v: the second claim of a must come after a's release ended", ev)
+	}
+}
+
+// countLedger counts Complete calls and the messages they carry.
+type countLedger struct {
+	ledger.Ledger
+	mu    sync.Mutex
+	calls []int
+}
+
+func (l *countLedger) Complete(ctx context.Context, group string, ttl time.Duration, items []ledger.Finish) error {
+	l.mu.Lock()
+	l.calls = append(l.calls, len(items))
+	l.mu.Unlock()
+	return l.Ledger.Complete(ctx, group, ttl, items)
+}
+
+func (l *countLedger) completes() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]int(nil), l.calls...)
+}
+
+// claimAll claims ids through the pipeline and returns their tokens.
+func claimAll(t *testing.T, in *mailbox[ledgerOp], answers chan *claimJob, s *sub, ids ...string) map[string]uint64 {
+	t.Helper()
+	tokens := map[string]uint64{}
+	for _, id := range ids {
+		in.put(ledgerOp{claim: claimOf(s, id)})
+		j := <-answers
+		if j.err != nil || j.res[0].Status != ledger.Granted {
+			t.Fatalf("claim of %s: %v %+v", id, j.err, j.res)
+		}
+		tokens[id] = j.res[0].Token
+	}
+	return tokens
+}
+
+// Settlements handed over one at a time within the write delay reach the
+// ledger in one call: at a moderate rate each frame's few acks made a
+// script call of their own, and the call is what costs.
+func TestPipelineGathersWritesWithinTheDelay(t *testing.T) {
+	led := &countLedger{Ledger: ledger.NewMemory(nil)}
+	in, answers := startPipelineDelay(t, led, 300*time.Millisecond)
+	s := &sub{cfg: Subscription{DedupeTTL: time.Hour}}
+	ids := []string{"a", "b", "c", "d"}
+	tokens := claimAll(t, in, answers, s, ids...)
+	start := time.Now()
+	for _, id := range ids {
+		in.put(ledgerOp{s: s, ops: ledgerOps{complete: []ledger.Finish{{ID: id, Token: tokens[id]}}}})
+		time.Sleep(10 * time.Millisecond) // sleep-ok: acks arriving apart, as frames do (the gap is what is gathered)
+	}
+	await(t, 10*time.Second, "a complete call", func() bool { return len(led.completes()) > 0 })
+	if got := led.completes(); len(got) != 1 || got[0] != len(ids) {
+		t.Fatalf("complete calls %v, want one call of %d", got, len(ids))
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Fatalf("written after %v, before the write delay of 300ms", waited)
+	}
+}
+
+// A claim of a message whose settlement is being gathered does not wait
+// out the write delay: the writer is told to write at once, and the claim
+// still comes after the settlement.
+func TestPipelineClaimHurriesAGatheredWrite(t *testing.T) {
+	led := &gateLedger{Ledger: ledger.NewMemory(nil), gate: make(chan struct{})}
+	close(led.gate)
+	in, answers := startPipelineDelay(t, led, time.Hour)
+	s := &sub{cfg: Subscription{DedupeTTL: time.Hour}}
+	tokens := claimAll(t, in, answers, s, "a")
+	in.put(ledgerOp{s: s, ops: ledgerOps{release: []ledger.Release{{ID: "a", Token: tokens["a"], Uncount: true}}}})
+	in.put(ledgerOp{claim: claimOf(s, "a")})
+	select {
+	case j := <-answers:
+		if j.err != nil || j.res[0].Status != ledger.Granted {
+			t.Fatalf("second claim of a: %v %+v", j.err, j.res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the claim of a waited for the write delay of its release: %v", led.events())
+	}
+	ev := led.events()
+	if len(ev) < 2 || ev[len(ev)-1] != "claim a" || ev[len(ev)-2] != "release end a" {
+		t.Fatalf("calls %v: the second claim of a must come after a's release", ev)
 	}
 }
 

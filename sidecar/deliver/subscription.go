@@ -91,6 +91,11 @@ type GroupConfig struct {
 	Ledger ledger.Ledger
 	// Owner names this sidecar in the ledger (its node id).
 	Owner string
+	// LedgerWriteDelay is how long settlements (acks, releases, dead
+	// letters) may be gathered before they are written to the ledger, so
+	// that one call carries many (0: each batch is written at once). A
+	// claim of a message whose settlement is gathered does not wait for it.
+	LedgerWriteDelay time.Duration
 	// Coordinator, in a cluster, shares the group's partitions with the
 	// other sidecars whose apps consume it, and keeps its committed
 	// positions (docs/groups.md, "In the sidecar"); nil: this sidecar

@@ -63,6 +63,7 @@ type Metrics struct {
 	UncountedFailures   *prometheus.CounterVec   // group, topic
 	LedgerDropped       *prometheus.CounterVec   // group, topic
 	LedgerLatency       *prometheus.HistogramVec // op
+	LedgerBatch         *prometheus.HistogramVec // op
 	LedgerErrors        *prometheus.CounterVec   // op
 	LedgerAvailable     prometheus.Gauge
 	BreakerState        *prometheus.GaugeVec   // group, topic, downstream
@@ -155,12 +156,19 @@ func New() *Metrics {
 		UncountedFailures:   counter("uncounted_failures_total", "Failed attempts not counted because the named downstream's breaker was open.", "group", "topic"),
 		LedgerDropped:       counter("ledger_dropped_total", "Ledger writes dropped because the backlog limit was reached while the ledger was unavailable (may cause redeliveries).", "group", "topic"),
 		LedgerLatency:       hist("ledger_latency_seconds", "Time of one ledger call (one batch), by operation.", "op"),
-		LedgerErrors:        counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
-		LedgerAvailable:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 once Redis has answered; 0 after a failed startup ping or while the breaker toward Redis is open, until Redis answers again."}),
-		BreakerState:        gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
-		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
-		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
-		RedriveSkipped:      counter("redrive_skipped_total", "Dead letters matched by a redrive but not redriven, by reason (already_done: the ledger shows the message was handled).", "group", "topic", "reason"),
+		LedgerBatch: func() *prometheus.HistogramVec {
+			h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "spool", Name: "ledger_batch_messages",
+				Help:    "Messages in one ledger call, by operation (completions are gathered for up to delivery.ledger_write_delay).",
+				Buckets: prometheus.ExponentialBuckets(1, 2, 11)}, []string{"op"})
+			r.MustRegister(h)
+			return h
+		}(),
+		LedgerErrors:       counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
+		LedgerAvailable:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 once Redis has answered; 0 after a failed startup ping or while the breaker toward Redis is open, until Redis answers again."}),
+		BreakerState:       gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
+		BreakerTransitions: counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
+		Redriven:           counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
+		RedriveSkipped:     counter("redrive_skipped_total", "Dead letters matched by a redrive but not redriven, by reason (already_done: the ledger shows the message was handled).", "group", "topic", "reason"),
 
 		KafkaPositionsTruncated: counter("kafka_positions_truncated_total", "Finished offsets left out of a Kafka offset commit because they did not fit in its metadata (storage.backend kafka): they are delivered again after a restart. Growing: many finished offsets above a stuck one; look for a hung handler or a parked key.", "group", "topic"),
 		PartitionQuarantined:    gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),
