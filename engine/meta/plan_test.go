@@ -234,11 +234,7 @@ func allFit(s *State, up int) bool {
 // A move NextMove cannot make (no up node left outside the partition)
 // leaves the partition as it is.
 func TestNextMoveNowhereToGo(t *testing.T) {
-	s := NewState()
-	s.Apply(Command{Init: &Init{ClusterID: "c"}})
-	for i := range 3 {
-		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
-	}
+	s := withNodes(3)
 	s.Apply(Command{CreateTopic: &CreateTopic{Spec: TopicSpec{Name: "a", Partitions: 2, ReplicationFactor: 3}}})
 	s.Apply(Command{SetNodeDown: &SetNodeDown{ID: 2, Down: true}})
 	if m, ok := NextMove(s); ok {
@@ -260,11 +256,7 @@ func TestNextMoveNowhereToGo(t *testing.T) {
 // moving other partitions (without the rule it moved partition 0 straight
 // back from node 4 to node 1).
 func TestOperatorMoveIsNotBalancedBack(t *testing.T) {
-	s := NewState()
-	s.Apply(Command{Init: &Init{ClusterID: "c"}})
-	for i := range 4 {
-		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
-	}
+	s := withNodes(4)
 	mustApply(t, s, create("a", 4, 3))
 	topic, _ := s.Topic("a")
 	p0 := topic.Partitions[0]
@@ -309,11 +301,7 @@ func TestOperatorMoveIsNotBalancedBack(t *testing.T) {
 // configuration may hold what the given-up move added. Only a move to
 // where a partition already is while it does not move changes nothing.
 func TestMoveBack(t *testing.T) {
-	s := NewState()
-	s.Apply(Command{Init: &Init{ClusterID: "c"}})
-	for i := range 4 {
-		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
-	}
+	s := withNodes(4)
 	s.Apply(Command{CreateTopic: &CreateTopic{Spec: TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 3}}})
 	part := func() Partition { tp, _ := s.Topic("a"); return tp.Partitions[0] }
 	p := part()
@@ -349,11 +337,7 @@ func TestMoveBack(t *testing.T) {
 // loses it with the replica, so that a later move back gives a new one.
 // The state encodes and decodes with them.
 func TestMoveIncarnations(t *testing.T) {
-	s := NewState()
-	s.Apply(Command{Init: &Init{ClusterID: "c"}})
-	for i := range 5 {
-		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
-	}
+	s := withNodes(5)
 	s.Apply(Command{CreateTopic: &CreateTopic{Spec: TopicSpec{Name: "a", Partitions: 1, ReplicationFactor: 3}}})
 	part := func() Partition { tp, _ := s.Topic("a"); return tp.Partitions[0] }
 	p := part()
@@ -415,4 +399,14 @@ func TestMoveIncarnations(t *testing.T) {
 	if got := part().Incarnations; len(got) != 2 {
 		t.Fatalf("after the move back: incarnations %v, want only reps[1] and reps[2]", got)
 	}
+}
+
+// withNodes is a cluster's state with nodes 1 to n (addresses n1:1, ...).
+func withNodes(n int) *State {
+	s := NewState()
+	s.Apply(Command{Init: &Init{ClusterID: "c"}})
+	for i := range n {
+		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
+	}
+	return s
 }
