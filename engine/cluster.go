@@ -859,14 +859,11 @@ func (c *cluster) retain(part *partition) {
 // dropReplica stops this node's replica of a partition a move took away
 // from it. Its data stays until the controller's leader confirms that no
 // replica of the partition is wanted here (removeStrayReplicas, which the
-// chores run next): this node's view of the cluster may lag, and the group
-// may already count this node again — a move back added it, and this copy,
-// still running under the old view, answered the leader as the returning
-// replica. Deleted then and opened empty under the same raft id (the node
-// id), the new copy would be addressed at the index the old one
-// acknowledged (raft stops the node: "tocommit(N) is out of range"), and
-// once promoted it would count as holding entries it does not have. Kept,
-// the copy is opened again from disk if the partition comes back.
+// chores run next): this node's view of the cluster may lag, and a move
+// back may already have given the partition to it again. The copy is then
+// opened again from disk, under the replica id the move back gave it
+// (transport.ReplicaID: a new incarnation), instead of copying the whole
+// log anew.
 func (c *cluster) dropReplica(part *partition) {
 	name := PartitionName(part.topic.name, part.num)
 	c.stopReplica(part)
