@@ -260,8 +260,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 
 // Add opens the replica of group (OpenReplica) and starts driving it.
 // cfg.Group.ID is a replica id on this node (transport.ReplicaID; the
-// host's NodeID if 0). The replica's OnCommitted
-// is called on a worker.
+// host's NodeID if 0). The replica's OnCommitted is called on a worker.
 func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	if cfg.Group.ID == 0 {
 		cfg.Group.ID = h.cfg.NodeID
@@ -443,10 +442,11 @@ func (h *Host) TransferLeadership(group, to uint64) error {
 }
 
 // PreferLeader asks the group, if this node leads it, to hand leadership
-// to its member on node to — only if that is a voter that raft has heard from recently and
-// that holds every entry of the leader's log (a transfer to a lagging or
-// absent replica would stall the group's writes until it aborts). For
-// leadership balancing: the preferred leader took over after a restart.
+// to its member on node to — only if that is a voter that raft has heard
+// from recently and that holds every entry of the leader's log (a transfer
+// to a lagging or absent replica would stall the group's writes until it
+// aborts). For leadership balancing: the preferred leader took over after
+// a restart.
 func (h *Host) PreferLeader(group, to uint64) error {
 	return h.post(group, func(b *mailbox) { b.prefer = to })
 }
@@ -456,10 +456,11 @@ func (h *Host) PreferLeader(group, to uint64) error {
 // replica as a learner, promote caught-up learners and remove the voters
 // not in target (joint consensus), hand the leadership to a target voter
 // first when this node is not one of them, then remove stray learners
-// (nextMove). target holds replica ids (transport.ReplicaID). One step per call at most, and none while the previous step's
-// change is in flight: the caller asks again (the engine, every second
-// while the move lasts) until Status shows the target's voters, no learners
-// and no joint configuration.
+// (nextMove). target holds replica ids (transport.ReplicaID). One step
+// per call at most, and none while the previous step's change is in
+// flight: the caller asks again (the engine, every second while the move
+// lasts) until Status shows the target's voters, no learners and no joint
+// configuration.
 func (h *Host) Reconfigure(group uint64, target []uint64) error {
 	if len(target) == 0 {
 		return fmt.Errorf("raft host: reconfigure group %d: the target has no voters", group)
