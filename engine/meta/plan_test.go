@@ -52,11 +52,15 @@ func TestNextMoveModel(t *testing.T) {
 				if m, ok := NextMove(s); ok {
 					checkMove(t, s, m)
 					checkPinned(t, s, m)
+					before := s.Moving()
 					if r := apply(Command{MoveReplicas: &m}); r.Err != nil {
 						t.Fatalf("NextMove gave %+v, refused: %v", m, r.Err)
 					}
-					if s.Moving() > MaxMovesInFlight {
-						t.Fatalf("%d partitions moving, more than %d", s.Moving(), MaxMovesInFlight)
+					// Operators' moves are not bounded (they may put more
+					// than MaxMovesInFlight in flight); NextMove never
+					// starts one beyond it.
+					if after := s.Moving(); after > MaxMovesInFlight && after > before {
+						t.Fatalf("NextMove took the partitions moving from %d to %d, more than %d", before, after, MaxMovesInFlight)
 					}
 					continue
 				}
