@@ -154,6 +154,9 @@ func (s *Server) Submit(topic string, acks spoolv1.Acks, msgs []*spoolv1.Publish
 	b.pending.Store(int32(len(chunks)))
 	for _, c := range chunks {
 		s.cfg.Engine.ProduceWith(topic, c.part, c.recs, opts, func(base int64, err error) { b.complete(c, base, err) })
+		// The engine has taken the records (the log has encoded them):
+		// the decoded payloads need not live until the answer.
+		c.recs = nil
 	}
 }
 
