@@ -27,7 +27,8 @@ type broker struct {
 	pid     int
 }
 
-func startBroker(ctx context.Context, backend, tmp string) (*broker, error) {
+func startBroker(ctx context.Context, sc *Scenario, tmp string) (*broker, error) {
+	backend := sc.Backend
 	dir := filepath.Join(tmp, "broker")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -48,7 +49,17 @@ func startBroker(ctx context.Context, backend, tmp string) (*broker, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.CommandContext(ctx, bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "store"))
+		args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "store")}
+		if sc.BrokerSync == "always" {
+			// No flag sets it: a configuration file, merged with the flags.
+			conf := filepath.Join(dir, "nats-server.conf")
+			if err := os.WriteFile(conf, []byte("jetstream {\n  sync_interval: always\n}\n"), 0o644); err != nil {
+				logf.Close()
+				return nil, err
+			}
+			args = append([]string{"-c", conf}, args...)
+		}
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			logf.Close()

@@ -17,6 +17,9 @@ package main
 //     message ids (Spool's duplicate window), then three readers of the whole
 //     backlog one after another: an ordered ephemeral consumer, a durable
 //     consumer with explicit acks, and batched direct gets (Spool's own read).
+//     A publish scenario (publish-sync-jetstream) runs only the producer,
+//     one synchronous publish at a time (`js pub sync`), and reports the
+//     rate and the latencies it prints.
 //
 // Each tool runs as a process of its own; its CPU is its rusage at exit
 // (all its threads, start-up included: /proc/PID/stat, which procCPU
@@ -63,6 +66,10 @@ type ToolResult struct {
 	MsgsPerS      float64 `json:"msgs_per_s"`
 	FetchMsgsPerS float64 `json:"fetch_msgs_per_s,omitempty"`
 	RebalanceMs   int64   `json:"rebalance_ms,omitempty"`
+	// P50Ms, P99Ms (mode publish, nats bench js pub sync): the publish
+	// latencies the tool printed, request to acknowledgement.
+	P50Ms float64 `json:"p50_ms,omitempty"`
+	P99Ms float64 `json:"p99_ms,omitempty"`
 	// WallMsgsPerS: messages over the tool process's whole life (JVM or
 	// process start, connect, read, exit).
 	WallMsgsPerS      float64 `json:"wall_msgs_per_s"`
@@ -99,12 +106,17 @@ const toolTimeout = 5 * time.Minute
 
 func checkBrokerTool(sc *Scenario) error {
 	if sc.Backend != "kafka" && sc.Backend != "jetstream" {
-		return fmt.Errorf("loadtest: --broker-tool runs the brokers' own tools: scenario %s has backend %q, want kafka or jetstream (drain-kafka, drain-jetstream)", sc.Name, sc.Backend)
+		return fmt.Errorf("loadtest: --broker-tool runs the brokers' own tools: scenario %s has backend %q, want kafka or jetstream (drain-kafka, drain-jetstream, publish-sync-jetstream)", sc.Name, sc.Backend)
 	}
-	if sc.Mode != "drain" {
-		return fmt.Errorf("loadtest: --broker-tool measures a drain (a backlog written, then read): scenario %s is mode %s; use drain-%s", sc.Name, sc.Mode, sc.Backend)
+	switch {
+	case sc.Mode == "drain":
+		return nil
+	case sc.Mode == "publish" && sc.Backend == "jetstream" && max(sc.PipelineDepth, 1) == 1 && max(sc.BatchMessages, 1) == 1:
+		return nil
+	case sc.Mode == "publish":
+		return fmt.Errorf("loadtest: --broker-tool measures publishes one at a time (nats bench js pub sync): scenario %s is mode publish with backend %s, pipeline_depth %d, batch_messages %d; use publish-sync-jetstream", sc.Name, sc.Backend, sc.PipelineDepth, sc.BatchMessages)
 	}
-	return nil
+	return fmt.Errorf("loadtest: --broker-tool measures a drain (a backlog written, then read) or synchronous publishes: scenario %s is mode %s; use drain-%s or publish-sync-jetstream", sc.Name, sc.Mode, sc.Backend)
 }
 
 // runBrokerTool starts sc's broker, writes and reads the backlog with the
@@ -126,7 +138,7 @@ func runBrokerTool(ctx context.Context, sc *Scenario, tmp string) ([]*ToolResult
 		if err != nil {
 			return nil, fmt.Errorf("loadtest: Kafka's tools: %w", err)
 		}
-		brk, err := startBroker(ctx, sc.Backend, tmp)
+		brk, err := startBroker(ctx, sc, tmp)
 		if err != nil {
 			return nil, err
 		}
@@ -148,12 +160,16 @@ func runBrokerTool(ctx context.Context, sc *Scenario, tmp string) ([]*ToolResult
 		if err != nil {
 			return nil, fmt.Errorf("loadtest: nats bench: %w", err)
 		}
-		brk, err := startBroker(ctx, sc.Backend, tmp)
+		brk, err := startBroker(ctx, sc, tmp)
 		if err != nil {
 			return nil, err
 		}
 		defer brk.stop()
 		base.Partitions = 1
+		if sc.Mode == "publish" {
+			return measurePublishTool(ctx, brk.pid, tmp, sc, base, "nats bench "+testnats.CLIVersion+" js pub sync",
+				natsPublishArgs(bin, brk.addr, brokerToolTopic, sc), parseNatsBench)
+		}
 		base.ProduceTool = "nats bench " + testnats.CLIVersion + " js pub async"
 		produce = natsPublishArgs(bin, brk.addr, brokerToolTopic, sc)
 		for _, kind := range natsReaders {
@@ -178,7 +194,32 @@ type toolFigures struct {
 	msgsPerS      float64
 	fetchMsgsPerS float64 // Kafka's consumer only
 	rebalanceMs   int64   // Kafka's consumer only
+	p50Ms, p99Ms  float64 // nats bench only: the latencies it printed
 	line          string  // the printed result, as it was
+}
+
+// measurePublishTool runs a producer tool alone (mode publish): one
+// result, the producer's rate and latencies.
+func measurePublishTool(ctx context.Context, brokerPid int, tmp string, sc *Scenario, base ToolResult, name string, argv []string,
+	parse func(string, int64) (toolFigures, error)) ([]*ToolResult, error) {
+	p, err := runTool(ctx, brokerPid, tmp, "produce", argv)
+	if err != nil {
+		return nil, err
+	}
+	f, err := parse(p.output, int64(sc.Messages))
+	if err != nil {
+		return nil, fmt.Errorf("loadtest: %s: %w\n%s", name, err, lastLines(p.output, 30))
+	}
+	n := float64(sc.Messages)
+	r := base
+	r.Tool, r.ProduceTool, r.Output = name, name, f.line
+	r.MsgsPerS, r.ProduceMsgsPerS = round(f.msgsPerS, 0), round(f.msgsPerS, 0)
+	r.P50Ms, r.P99Ms = f.p50Ms, f.p99Ms
+	r.WallMsgsPerS = round(n/p.wall.Seconds(), 0)
+	r.ToolCPUUsPerMsg = round(p.toolCPU.Seconds()*1e6/n, 2)
+	r.BrokerCPUUsPerMsg = round(p.brokerCPU.Seconds()*1e6/n, 2)
+	r.ProduceToolCPUUsPerMsg, r.ProduceBrokerCPUUsPerMsg = r.ToolCPUUsPerMsg, r.BrokerCPUUsPerMsg
+	return []*ToolResult{&r}, nil
 }
 
 func measureTools(ctx context.Context, brokerPid int, tmp string, sc *Scenario, base ToolResult, produce []string,
@@ -369,13 +410,22 @@ var natsReaders = []string{"ordered", "consume", "get batch"}
 // natsPublishArgs: the stream created file storage, R1, message ids
 // (deduplication, 2 min window, as Spool publishes), room for twice the
 // backlog; the scenario's producers as clients, each with up to
-// batch_messages asynchronous publishes awaiting their acks.
+// batch_messages asynchronous publishes awaiting their acks, or (mode
+// publish) one synchronous publish at a time.
 func natsPublishArgs(bin, url, stream string, sc *Scenario) []string {
 	maxBytes := 2*int64(sc.Messages)*int64(sc.MessageBytes) + 64<<20
-	return []string{bin, "--server", url, "bench", "js", "pub", "async", stream + ".data",
+	kind := []string{"async"}
+	if sc.Mode == "publish" {
+		kind = []string{"sync"}
+	}
+	argv := append([]string{bin, "--server", url, "bench", "js", "pub"}, kind...)
+	argv = append(argv, stream+".data",
 		"--create", "--storage", "file", "--replicas", "1", "--dedup", "--maxbytes", strconv.FormatInt(maxBytes, 10),
-		"--stream", stream, "--clients", strconv.Itoa(max(sc.Producers, 1)), "--batch", strconv.Itoa(max(sc.BatchMessages, 1)),
-		"--msgs", strconv.Itoa(sc.Messages), "--size", strconv.Itoa(sc.MessageBytes), "--no-progress"}
+		"--stream", stream, "--clients", strconv.Itoa(max(sc.Producers, 1)))
+	if sc.Mode != "publish" {
+		argv = append(argv, "--batch", strconv.Itoa(max(sc.BatchMessages, 1)))
+	}
+	return append(argv, "--msgs", strconv.Itoa(sc.Messages), "--size", strconv.Itoa(sc.MessageBytes), "--no-progress")
 }
 
 // natsConsumeArgs: one client reads the whole stream.
@@ -405,7 +455,38 @@ func parseNatsBench(output string, _ int64) (toolFigures, error) {
 		return toolFigures{}, errors.New("nats bench warned that its results are not valid (a timeout, a disconnection, fewer messages than asked): see its output")
 	}
 	rate, err := strconv.ParseFloat(strings.ReplaceAll(m[1], ",", ""), 64)
-	return toolFigures{msgsPerS: rate, line: strings.TrimSpace(m[0])}, err
+	if err != nil {
+		return toolFigures{}, err
+	}
+	f := toolFigures{msgsPerS: rate, line: strings.TrimSpace(m[0])}
+	if f.p50Ms, err = natsBenchLatency(m[0], "P50"); err != nil {
+		return toolFigures{}, err
+	}
+	if f.p99Ms, err = natsBenchLatency(m[0], "P99"); err != nil {
+		return toolFigures{}, err
+	}
+	return f, nil
+}
+
+// natsBenchPercentile is one latency on a nats bench stats line: "~ P50:
+// 231.25us ~" (publishers print them, readers do not).
+var natsBenchPercentile = regexp.MustCompile(`\b(P[0-9.]+): ([0-9,.]+)(ns|us|µs|ms|s)\b`)
+
+// natsBenchLatency is the latency named q ("P50") on line, in
+// milliseconds; 0 when the line has none.
+func natsBenchLatency(line, q string) (float64, error) {
+	for _, m := range natsBenchPercentile.FindAllStringSubmatch(line, -1) {
+		if m[1] != q {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.ReplaceAll(m[2], ",", ""), 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s latency %q: %w", q, m[0], err)
+		}
+		scale := map[string]float64{"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1, "s": 1e3}[m[3]]
+		return round(v*scale, 3), nil
+	}
+	return 0, nil
 }
 
 func loadAvg() string {

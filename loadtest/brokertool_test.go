@@ -70,6 +70,7 @@ func TestParseNatsBench(t *testing.T) {
 		"nats-bench-js-ordered.txt":   22296,
 		"nats-bench-js-consume.txt":   9132,
 		"nats-bench-js-get-batch.txt": 7067,
+		"nats-bench-js-pub-sync.txt":  2082,
 	} {
 		out := readTestdata(t, file)
 		f, err := parseNatsBench(out+"\n02:00:01 Starting JetStream benchmark [clients=1]\n", 100_000)
@@ -87,6 +88,20 @@ func TestParseNatsBench(t *testing.T) {
 	}
 	if _, err := parseNatsBench("No publisher or subscribers. Nothing to report.\n", 100_000); err == nil {
 		t.Error("no result was accepted")
+	}
+	// The synchronous publisher prints its latencies: 347.64us, 2,960.29us.
+	f, err := parseNatsBench(readTestdata(t, "nats-bench-js-pub-sync.txt"), 2000)
+	if err != nil || f.p50Ms != 0.348 || f.p99Ms != 2.96 {
+		t.Errorf("js pub sync: p50 %v ms, p99 %v ms, %v; want 0.348, 2.96", f.p50Ms, f.p99Ms, err)
+	}
+	for line, want := range map[string]float64{
+		"NATS x stats: 1 msgs/sec ~ P50: 1.5ms ~ P99: 2s": 1.5,
+		"NATS x stats: 1 msgs/sec ~ P50: 900ns":           0.001,
+		"NATS x stats: 1 msgs/sec ~ P90: 3us":             0,
+	} {
+		if got, err := natsBenchLatency(line, "P50"); got != want || err != nil {
+			t.Errorf("%q: P50 %v ms, %v; want %v", line, got, err, want)
+		}
 	}
 }
 
@@ -111,6 +126,11 @@ func TestBrokerToolArgs(t *testing.T) {
 	if want := "nats --server nats://127.0.0.1:4222 bench js pub async spoolbench.data --create --storage file --replicas 1 --dedup --maxbytes 69156864 --stream spoolbench --clients 4 --batch 100 --msgs 1000 --size 1024 --no-progress"; pub != want {
 		t.Errorf("publisher:\n got %s\nwant %s", pub, want)
 	}
+	sync := &Scenario{Name: "publish-sync-jetstream", Mode: "publish", Backend: "jetstream", Messages: 1000, MessageBytes: 1024, Producers: 1, PipelineDepth: 1, BatchMessages: 1}
+	if got, want := strings.Join(natsPublishArgs("nats", "nats://127.0.0.1:4222", "spoolbench", sync), " "),
+		"nats --server nats://127.0.0.1:4222 bench js pub sync spoolbench.data --create --storage file --replicas 1 --dedup --maxbytes 69156864 --stream spoolbench --clients 1 --msgs 1000 --size 1024 --no-progress"; got != want {
+		t.Errorf("synchronous publisher:\n got %s\nwant %s", got, want)
+	}
 	get := strings.Join(natsConsumeArgs("nats", "nats://127.0.0.1:4222", "spoolbench", "get batch", sc), " ")
 	if want := "nats --server nats://127.0.0.1:4222 bench js get batch --stream spoolbench --clients 1 --msgs 1000 --size 1024 --no-progress"; get != want {
 		t.Errorf("getter:\n got %s\nwant %s", get, want)
@@ -123,7 +143,7 @@ func TestCheckBrokerTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(root, "loadtest", "scenarios")
-	for name, ok := range map[string]bool{"drain-kafka": true, "drain-jetstream": true, "e2e-kafka": false, "drain": false} {
+	for name, ok := range map[string]bool{"drain-kafka": true, "drain-jetstream": true, "publish-sync-jetstream": true, "e2e-kafka": false, "drain": false, "e2e-jetstream": false} {
 		sc, err := loadScenario(dir, name)
 		if err != nil {
 			t.Fatal(err)

@@ -38,7 +38,7 @@ func main() {
 	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (fetched from its admin port)")
 	profileSeconds := flag.Int("profile-seconds", defaultCPUSeconds, "with --profile: length of the CPU profile, from the start of the measured phase")
 	rounds := flag.Int("rounds", 0, "failover scenarios: kill rounds (0: the scenario's rounds, 20 by default)")
-	brokerTool := flag.Bool("broker-tool", false, "drain-kafka, drain-jetstream: instead of spoold, write and read the backlog with the broker's own tools (kafka-*-perf-test, nats bench) on the same broker")
+	brokerTool := flag.Bool("broker-tool", false, "drain-kafka, drain-jetstream: instead of spoold, write and read the backlog with the broker's own tools (kafka-*-perf-test, nats bench) on the same broker; publish-sync-jetstream: nats bench js pub sync")
 	flag.Parse()
 	if *scenario == "" {
 		fmt.Fprintln(os.Stderr, "loadtest: --scenario NAME is required (see loadtest/scenarios/)")

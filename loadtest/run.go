@@ -221,7 +221,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profile profileSpec
 	var brk *broker
 	if sc.Backend == "jetstream" || sc.Backend == "kafka" {
 		var err error
-		if brk, err = startBroker(ctx, sc.Backend, tmp); err != nil {
+		if brk, err = startBroker(ctx, sc, tmp); err != nil {
 			return nil, err
 		}
 		defer brk.stop()

@@ -77,6 +77,11 @@ type Scenario struct {
 	// embedded (default), jetstream (nats-server) or kafka (Apache Kafka,
 	// KRaft). Its CPU is reported as broker_cpu_us_per_msg. One node only.
 	Backend string `yaml:"backend"`
+	// BrokerSync: always makes the broker sync every write to disk before
+	// it answers, as spoold's `fsync: always` does: nats-server's
+	// `jetstream { sync_interval: always }` (its default syncs every 2
+	// minutes). jetstream only; unset: the broker's default.
+	BrokerSync string `yaml:"broker_sync"`
 	// brokerStorage is the storage section of spoold's config once the
 	// run has started the backend's broker.
 	brokerStorage string
@@ -127,6 +132,9 @@ func (s *Scenario) validate() error {
 		}
 	default:
 		bad("backend = %q: must be embedded (the default), jetstream or kafka", s.Backend)
+	}
+	if s.BrokerSync != "" && (s.BrokerSync != "always" || s.Backend != "jetstream") {
+		bad("broker_sync = %q with backend %q: only always, with backend jetstream", s.BrokerSync, s.Backend)
 	}
 	if s.Acks != "" && s.Acks != "all" && s.Acks != "leader" {
 		bad("acks = %q: must be all (the default) or leader", s.Acks)
