@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 )
 
@@ -23,11 +24,15 @@ type profileSpec struct {
 const defaultCPUSeconds = 5
 
 // profiler fetches pprof profiles from spoold's admin port: a CPU profile
-// of the first cpuSeconds of the measured phase and a heap profile at its end.
+// of the first cpuSeconds of the measured phase and a heap profile at its
+// end. It also profiles the loadtest process itself over the same
+// seconds (NAME.loadtest.cpu.pprof): the Go SDK's consumers and the
+// publishers run in it.
 type profiler struct {
 	addr, dir, name string
 	cpuSeconds      int
 	cpuDone         chan error
+	selfDone        chan error
 }
 
 func newProfiler(addr string, spec profileSpec, name string) *profiler {
@@ -46,6 +51,26 @@ func (p *profiler) startCPU() {
 	go func() {
 		p.cpuDone <- p.fetch(fmt.Sprintf("/debug/pprof/profile?seconds=%d", p.cpuSeconds), p.name+".cpu.pprof", p.cpuSeconds+10)
 	}()
+	p.selfDone = make(chan error, 1)
+	go func() { p.selfDone <- p.profileSelf() }()
+}
+
+// profileSelf writes the loadtest process's CPU profile of cpuSeconds.
+func (p *profiler) profileSelf() error {
+	if err := os.MkdirAll(p.dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(p.dir, p.name+".loadtest.cpu.pprof"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return fmt.Errorf("profile of the loadtest process: %w", err)
+	}
+	time.Sleep(time.Duration(p.cpuSeconds) * time.Second) // sleep-ok: the profile's length
+	pprof.StopCPUProfile()
+	return nil
 }
 
 // finish writes the heap profile and waits for the CPU profile.
@@ -62,6 +87,12 @@ func (p *profiler) finish() []error {
 			errs = append(errs, err)
 		}
 		p.cpuDone = nil
+	}
+	if p.selfDone != nil {
+		if err := <-p.selfDone; err != nil {
+			errs = append(errs, err)
+		}
+		p.selfDone = nil
 	}
 	return errs
 }

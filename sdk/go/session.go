@@ -397,14 +397,18 @@ func buildFrame(o *outbox) *spoolv1.SubscribeRequest {
 // waitingLeases extends the leases of deliveries received ahead (prefetch)
 // while they wait for a worker: at 2/3 of the lease, then every 2/3 of the
 // visibility timeout, like a running delivery's leaseKeeper. One timer for
-// all of them, armed for the earliest. A worker takes a delivery out
-// (remove) before its own keeper starts.
+// all of them, armed for the earliest: adding one earlier than the timer
+// re-arms it, removing one does not (the timer may then fire with nothing
+// due, and re-arms). Only fire looks at every delivery waiting, so adding
+// and removing cost the same with one or prefetch's worth waiting. A
+// worker takes a delivery out (remove) before its own keeper starts.
 type waitingLeases struct {
 	mu    sync.Mutex // taken before session.mu (fire calls session.extend with it held), never after
 	due   map[deliveryRef]time.Time
 	every time.Duration
 	s     *session
 	timer *time.Timer
+	armed time.Time // when the timer fires; zero: not armed
 }
 
 func (w *waitingLeases) add(s *session, ref deliveryRef, deadlineMs int64) {
@@ -428,10 +432,15 @@ func (w *waitingLeases) add(s *session, ref deliveryRef, deadlineMs int64) {
 		w.due = map[deliveryRef]time.Time{}
 		w.s = s
 		w.timer = time.AfterFunc(time.Hour, w.fire)
+		w.armed = time.Time{}
 	}
 	w.every = max(vis*2/3, minExtendEvery)
-	w.due[ref] = time.Now().Add(at)
-	w.armLocked()
+	t := time.Now().Add(at)
+	w.due[ref] = t
+	if w.armed.IsZero() || t.Before(w.armed) {
+		w.armed = t
+		w.timer.Reset(max(time.Until(t), 0))
+	}
 }
 
 func (w *waitingLeases) remove(ref deliveryRef) {
@@ -450,18 +459,18 @@ func (w *waitingLeases) stop() {
 	w.due = nil
 }
 
-// armLocked sets the timer for the earliest extension due.
+// armLocked sets the timer for the earliest extension due, if any.
 func (w *waitingLeases) armLocked() {
+	w.armed = time.Time{}
 	if w.timer == nil || len(w.due) == 0 {
 		return
 	}
-	var next time.Time
 	for _, t := range w.due {
-		if next.IsZero() || t.Before(next) {
-			next = t
+		if w.armed.IsZero() || t.Before(w.armed) {
+			w.armed = t
 		}
 	}
-	w.timer.Reset(max(time.Until(next), 0))
+	w.timer.Reset(max(time.Until(w.armed), 0))
 }
 
 // fire queues the extensions due. It queues them with w.mu held: a worker
