@@ -97,7 +97,8 @@ func (c *consumer) send(f *spoolv1.SubscribeResponse) bool {
 func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candidate, traced bool) *spoolv1.Delivery {
 	d := &cd.d
 	r := &d.Value
-	o := sent{token: d.Token, wire: cd.wire, id: string(r.ID), attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
+	id := string(r.ID) // one string for the record kept and the frame
+	o := sent{token: d.Token, wire: cd.wire, id: id, attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
 	s.deliveries.Inc()
 	if cd.attempt > 1 {
 		s.redeliveries.Inc()
@@ -107,7 +108,7 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 		lastErr = cd.lastError
 	}
 	out := &spoolv1.Delivery{
-		MessageId:           string(r.ID),
+		MessageId:           id,
 		Topic:               s.cfg.Topic,
 		Partition:           p.num,
 		Offset:              d.Offset,
