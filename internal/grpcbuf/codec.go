@@ -65,7 +65,8 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 			return data, nil
 		}
 		// A string that is not UTF-8, or a message changed while it was
-		// marshalled: protobuf-go's error.
+		// marshalled: protobuf-go's error (or bytes, if it stopped
+		// changing).
 	}
 	size := proto.Size(m)
 	opts := proto.MarshalOptions{UseCachedSize: true} // the size was just computed
@@ -89,8 +90,11 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // marshalVT encodes vm with its generated code; false if protobuf-go would
-// not have encoded it (a string that is not UTF-8: see wireValid).
-func (c Codec) marshalVT(vm vtMessage, m proto.Message) (mem.BufferSlice, bool) {
+// not have encoded it (a string that is not UTF-8: see wireValid), or if
+// the message grew after it was sized: the generated code then writes
+// below the buffer's start and panics, where protobuf-go's marshal (and
+// this codec before it) returns an error.
+func (c Codec) marshalVT(vm vtMessage, m proto.Message) (data mem.BufferSlice, ok bool) {
 	size := vm.SizeVT()
 	var buf *[]byte
 	var b []byte
@@ -100,11 +104,16 @@ func (c Codec) marshalVT(vm vtMessage, m proto.Message) (mem.BufferSlice, bool) 
 		buf = c.pool.Get(size)
 		b = *buf
 	}
+	defer func() {
+		if recover() != nil || !ok {
+			if buf != nil {
+				c.pool.Put(buf)
+			}
+			data, ok = nil, false
+		}
+	}()
 	n, err := vm.MarshalToSizedBufferVT(b)
 	if err != nil || n != size || !wireValid(b, c.plans.of(m.ProtoReflect().Descriptor()), true) {
-		if buf != nil {
-			c.pool.Put(buf)
-		}
 		return nil, false
 	}
 	if buf == nil {

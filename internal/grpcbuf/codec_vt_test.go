@@ -228,3 +228,30 @@ func TestCodecConcurrentFirstUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// undersized is a publish request whose SizeVT is one byte short, as a
+// message that grew while it was marshalled would be.
+type undersized struct{ *spoolv1.PublishStreamRequest }
+
+func (u undersized) SizeVT() int { return u.PublishStreamRequest.SizeVT() - 1 }
+
+// A message larger than its size (changed while marshalled) makes the
+// generated code write out of its buffer: the codec does not panic, it
+// falls back to protobuf-go, which sizes it again, as before vtproto.
+func TestCodecVTMessageLargerThanItsSize(t *testing.T) {
+	c := NewCodec(New())
+	for _, m := range []*spoolv1.PublishStreamRequest{{Topic: "t"}, benchPublish()} {
+		want, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := c.Marshal(undersized{m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := data.Materialize(); !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes: the codec wrote %x, want %x", len(want), got, want)
+		}
+		data.Free()
+	}
+}
