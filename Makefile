@@ -7,6 +7,11 @@ export PATH := $(BIN):$(PATH)
 
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+# The generator of the fast marshal/unmarshal methods (*_vtproto.pb.go) that
+# internal/grpcbuf's codec uses. The same version as the vtprotobuf module in
+# go.mod (grpc requires this commit after v0.6.0; v0.6.0's generator drops a
+# oneof's empty message where protobuf-go writes it).
+PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.1-0.20240319094008-0393e58bdf10
 BUF_VERSION := 1.75.0
 STATICCHECK_VERSION := v0.8.2
 
@@ -23,13 +28,16 @@ build:
 	$(GO) build ./...
 
 ## tools: pinned code generators and buf, installed under .tools/ (not on the system).
-tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/buf
+tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf
 
 $(BIN)/protoc-gen-go:
 	GOBIN=$(BIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 
 $(BIN)/protoc-gen-go-grpc:
 	GOBIN=$(BIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+$(BIN)/protoc-gen-go-vtproto:
+	GOBIN=$(BIN) $(GO) install github.com/planetscale/vtprotobuf/cmd/protoc-gen-go-vtproto@$(PROTOC_GEN_GO_VTPROTO_VERSION)
 
 $(BIN)/buf:
 	mkdir -p $(TOOLS)/npm $(BIN)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
@@ -454,7 +455,9 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 		if sc.Delivery == config.DeliveryCallback {
 			sub.Mode = deliver.ModeCallback
 			if gc.Handler == nil {
-				conn, err := grpc.NewClient(dialTarget(sc.AppAddress), grpc.WithTransportCredentials(insecure.NewCredentials()))
+				// The app's answers and the deliveries sent to it go
+				// through the same codec as the Subscribe stream.
+				conn, err := grpc.NewClient(dialTarget(sc.AppAddress), grpc.WithTransportCredentials(insecure.NewCredentials()), grpcbuf.ClientCodec())
 				if err != nil {
 					closeAll()
 					return nil, nil, fmt.Errorf("subscription %s/%s: app_address %q: %w", sc.Topic, sc.Group, sc.AppAddress, err)

@@ -1,5 +1,6 @@
-// Package grpcbuf gives spoold's gRPC servers and clients a buffer pool
-// sized for its messages that does not zero what it hands out.
+// Package grpcbuf gives spoold's gRPC servers and clients (and the Go SDK's)
+// a buffer pool sized for its messages that does not zero what it hands
+// out, and a proto codec that uses it and vtproto's generated code (Codec).
 //
 // grpc-go's default pool has tiers of 256 B, 4, 16 and 32 KiB and 1 MiB,
 // and zeroes a buffer when it hands it out: every message between 32 KiB
@@ -13,7 +14,8 @@
 // the bytes a read returned (grpc-go keeps a non-zeroing pool of its own for
 // those paths, internal to it) — so this pool skips the zeroing.
 //
-// It imports only gRPC, so that both the engine and the sidecar may.
+// It imports only gRPC and protobuf-go, so that the engine, the sidecar and
+// the SDK may.
 package grpcbuf
 
 import (

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/spoolmq/spool/internal/grpcbuf"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 
@@ -66,7 +67,10 @@ func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error)
 	if addr == "" {
 		addr = DefaultAddr
 	}
-	gopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.grpcOpts...)
+	// The sidecar's codec: vtproto's generated code instead of protobuf-go's
+	// reflection for the delivery frames read and the acks and publish
+	// batches written (options given by the caller come after, and win).
+	gopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpcbuf.ClientCodec()}, cfg.grpcOpts...)
 	conn, err := grpc.NewClient(addr, gopts...)
 	if err != nil {
 		return nil, fmt.Errorf("spool: dial %q: %w: give host:port or unix:///path/to.sock (or set %s)", addr, err, EnvAddr)
