@@ -165,8 +165,9 @@ type dirtySeg struct {
 	err error
 }
 
-// round is one group commit: write every pending batch and fdatasync every
-// dirty file. It returns the batch with each request's result set; the
+// round is one group commit: write every pending batch, with one write per
+// partition and segment where it can (see run), and fdatasync every dirty
+// file. It returns the batch with each request's result set; the
 // caller completes it with unlockRound once roundMu is released, so that no
 // waiter's callback runs under a lock of this package. Caller holds roundMu.
 func (s *Store) round() []*request {
@@ -180,10 +181,10 @@ func (s *Store) round() []*request {
 	// never share an array: appends during this round must not overwrite batch.
 	s.pending, s.spare = s.spare[:0], nil
 	s.mu.Unlock()
-	var dirty []dirtySeg
 	bytes := 0
 	for i, r := range batch {
 		if r.kind == reqTruncate {
+			r.p.flush() // the appends before it, which it may remove
 			r.err = r.p.truncateAfter(r.index, true)
 			if r.err == nil {
 				truncatedInRound(batch[:i], r.p, r.index)
@@ -191,12 +192,22 @@ func (s *Store) round() []*request {
 			continue
 		}
 		bytes += len(*r.buf)
-		if seg, newly := r.p.write(r); newly {
-			dirty = append(dirty, dirtySeg{p: r.p, seg: seg})
-		}
-		putBuf(r.buf)
-		r.buf = nil
+		r.p.add(r)
 	}
+	for _, r := range batch {
+		r.p.flush() // a no-op once the partition's run is written
+	}
+	for _, r := range batch {
+		if r.buf != nil {
+			putBuf(r.buf)
+			r.buf = nil
+		}
+	}
+	dirty := s.dirty
+	defer func() {
+		clear(dirty)
+		s.dirty = dirty[:0]
+	}()
 	if s.opts.Fsync == FsyncAlways {
 		s.syncRound(dirty)
 		for _, d := range dirty {
@@ -358,145 +369,235 @@ func syncParallel(dirty []dirtySeg) int {
 	return len(todo)
 }
 
-// write appends r's frames to the active segment (rolling first when
-// needed, possibly between frames). It returns the last segment written and
-// whether it just became dirty; on failure r.err is set and nothing of r
-// stays in the log.
-func (p *Partition) write(r *request) (*segment, bool) {
+// maxRunBufs bounds the buffers of one run, so that it is written with one
+// pwritev (IOV_MAX is 1024 on Linux).
+const maxRunBufs = 1024
+
+// run gathers the frames of one partition's consecutive requests in a round
+// that go to the end of one segment, to write them with one call and
+// publish them together (flush). A roll, a truncation and the end of the
+// round end a run; a request cut by a roll has frames in two runs. The
+// cursor fields say where the segment and the partition will end once the
+// run is written. Owned by Store.roundMu's holder; empty outside a round.
+type run struct {
+	seg  *segment
+	bufs [][]byte   // whole frames, in order: a request's, or part of one cut by a roll
+	reqs []*request // reqs[i] owns bufs[i]
+	// spill: reqs[0] has frames in an earlier run, written already, after
+	// the raft index before; they go too if this run's write fails.
+	spill  bool
+	before uint64
+
+	size      int64
+	next      int64
+	nextIndex uint64
+	lastTerm  uint64
+}
+
+// gather returns p's run, starting it at the end of the active segment if
+// it is empty.
+func (p *Partition) gather() *run {
+	rn := &p.run
+	if len(rn.bufs) == 0 {
+		seg := p.active()
+		*rn = run{seg: seg, bufs: rn.bufs, reqs: rn.reqs, size: seg.size, next: seg.next, nextIndex: seg.nextIndex, lastTerm: p.lastTerm}
+	}
+	return rn
+}
+
+// add gathers r's frames into p's run, after writing the run where it must
+// end first: before a roll (a run never crosses a segment's end, and the
+// roll needs the old segment written) or when it is full. On failure r.err
+// is set and nothing of r stays in the log; if the run holding r fails to
+// be written, r fails with it (flush). Caller holds roundMu.
+func (p *Partition) add(r *request) {
 	if p.failed != nil {
 		r.err = p.failed
-		return nil, false
+		return
 	}
 	if ce := p.quarantine.Load(); ce != nil {
 		r.err = p.quarantineError(ce)
-		return nil, false
+		return
 	}
 	o := &p.s.opts
 	b := *r.buf
-	if r.kind == reqEntries {
-		if err := p.continues(b); err != nil {
-			r.err = err
-			return nil, false
-		}
-	}
-	before := p.active().nextIndex - 1
-	var seg *segment
-	newly, wrote, first := false, false, true
+	first, before := true, uint64(0)
 	for len(b) > 0 {
-		seg = p.active()
-		if seg.size > 0 && (seg.size+int64(frameLen(b)) > o.SegmentBytes || o.Now().Sub(seg.created) >= o.SegmentAge) {
+		if p.failed != nil { // a write of the run failed, and so did its truncation
+			r.err = p.failed
+			return
+		}
+		rn := p.gather()
+		if first && r.kind == reqEntries {
+			// Against the end of the run: the log once it is written. If a
+			// write of the run fails below, the loop checks again against
+			// the log as it is then.
+			if err := p.continues(b, rn.nextIndex, rn.lastTerm); err != nil {
+				r.err = err
+				return
+			}
+		}
+		roll := rn.size > 0 && (rn.size+int64(frameLen(b)) > o.SegmentBytes ||
+			rn.seg.size > 0 && o.Now().Sub(rn.seg.created) >= o.SegmentAge)
+		if len(rn.bufs) > 0 && (roll || len(rn.bufs) == maxRunBufs) {
+			if p.flush(); r.err != nil {
+				return // r had frames in the run
+			}
+			continue
+		}
+		if roll {
 			if err := p.roll(); err != nil {
 				r.err = err
-				break
+				if !first {
+					p.takeBack(before, err) // r's frames in the old segment
+				}
+				return
 			}
-			seg = p.active()
+			rn = p.gather() // the new segment (or the same: roll keeps a record-less one)
 		}
 		n := frameLen(b) // at least one frame, then as many as fit
-		for n < len(b) && seg.size+int64(n+frameLen(b[n:])) <= o.SegmentBytes {
+		for n < len(b) && rn.size+int64(n+frameLen(b[n:])) <= o.SegmentBytes {
 			n += frameLen(b[n:])
 		}
-		base := seg.next
-		if err := p.writeChunk(seg, b[:n], r.kind == reqRecords); err != nil {
-			r.err = err
-			break
-		}
 		if first {
-			r.base, first = base, false
+			r.base, before, first = rn.next, rn.nextIndex-1, false
+		} else if len(rn.bufs) == 0 {
+			rn.spill, rn.before = true, before
 		}
-		wrote = true
-		if !seg.dirty {
-			newly, seg.dirty = true, true
-		}
+		rn.add(r, b[:n])
 		b = b[n:]
 	}
-	if r.err != nil {
-		if wrote && p.failed == nil {
-			// Frames of r went to an earlier segment: take them back.
-			if err := p.truncateAfter(before, false); err != nil {
-				p.failed = fmt.Errorf("spool log: partition %s: cannot take back a partly written append (%v); reopen the store: %w", p.name, err, r.err)
-			}
+}
+
+// add fills the placement of the whole frames b of r and appends them to
+// the run. Base offsets are always assigned here, from the run's end;
+// single-node records (reqRecords) also get raft indexes from there and the
+// last term (1 in an empty log), raft entries carry theirs.
+func (rn *run) add(r *request, b []byte) {
+	le := binary.LittleEndian
+	term := max(rn.lastTerm, 1)
+	for f := b; len(f) > 0; {
+		l := frameLen(f)
+		idx, t := le.Uint64(f[offRaftIndex:]), le.Uint64(f[offRaftTerm:])
+		if r.kind == reqRecords {
+			idx, t = rn.nextIndex, term
 		}
-		return nil, false
+		setPlacement(f[:l], idx, t, rn.next)
+		if EntryType(f[offType]) == EntryData {
+			rn.next += int64(le.Uint32(f[offCount:]))
+		}
+		rn.nextIndex, rn.lastTerm = idx+1, t
+		f = f[l:]
 	}
-	r.end, r.endIdx = seg.next, seg.nextIndex-1
-	return seg, newly
+	rn.size += int64(len(b))
+	rn.bufs = append(rn.bufs, b)
+	rn.reqs = append(rn.reqs, r)
+}
+
+// flush writes p's run with one call at the end of its segment and
+// publishes it. If the write fails, the file is cut back to where the run
+// began and every request of the run fails (with the frames the first one
+// had in an earlier run), even those whose bytes the write may have
+// reached: none is reported durable. Caller holds roundMu.
+func (p *Partition) flush() {
+	rn := &p.run
+	if len(rn.bufs) == 0 {
+		return
+	}
+	defer func() {
+		clear(rn.bufs)
+		clear(rn.reqs)
+		rn.bufs, rn.reqs = rn.bufs[:0], rn.reqs[:0]
+	}()
+	seg := rn.seg
+	if _, err := seg.log.WriteAtv(rn.bufs, seg.size); err != nil {
+		err = ioError("write", seg.path, err)
+		for _, r := range rn.reqs {
+			r.err = err
+		}
+		if terr := seg.log.Truncate(seg.size); terr != nil {
+			p.failed = fmt.Errorf("spool log: partition %s: cannot truncate %s after a failed write (%v); reopen the store: %w", p.name, seg.path, terr, err)
+			p.s.opts.Logger.Error("spool log: partition failed", "partition", p.name, "err", p.failed)
+			return
+		}
+		if rn.spill {
+			p.takeBack(rn.before, err)
+		}
+		return
+	}
+	p.publish(rn)
+	if !seg.dirty {
+		seg.dirty = true
+		p.s.dirty = append(p.s.dirty, dirtySeg{p: p, seg: seg})
+	}
+}
+
+// takeBack removes what a request that failed part way wrote: the entries
+// after before. Caller holds roundMu.
+func (p *Partition) takeBack(before uint64, cause error) {
+	if p.failed != nil {
+		return
+	}
+	if err := p.truncateAfter(before, false); err != nil {
+		p.failed = fmt.Errorf("spool log: partition %s: cannot take back a partly written append (%v); reopen the store: %w", p.name, err, cause)
+	}
 }
 
 // frameLen returns the Length field of the frame at the start of b.
 func frameLen(b []byte) int { return int(binary.LittleEndian.Uint32(b[offLength:])) }
 
-// continues checks that the frames b (from AppendEntries) continue the log:
-// the first raft index is LastIndex()+1 and the term does not go down.
-func (p *Partition) continues(b []byte) error {
+// continues checks that the frames b (from AppendEntries) continue a log
+// whose next raft index is next and whose last term is last: the first
+// raft index is next and the term does not go down.
+func (p *Partition) continues(b []byte, next, last uint64) error {
 	le := binary.LittleEndian
 	idx, term := le.Uint64(b[offRaftIndex:]), le.Uint64(b[offRaftTerm:])
-	if next := p.active().nextIndex; idx != next {
+	if idx != next {
 		return fmt.Errorf("%w: %s: entries start at index %d, the log ends at %d (TruncateAfter first to replace entries)", ErrNotContiguous, p.name, idx, next-1)
 	}
-	if term < p.lastTerm {
-		return fmt.Errorf("%w: %s: entry %d has term %d, the last entry has term %d", ErrTermDecrease, p.name, idx, term, p.lastTerm)
+	if term < last {
+		return fmt.Errorf("%w: %s: entry %d has term %d, the last entry has term %d", ErrTermDecrease, p.name, idx, term, last)
 	}
 	return nil
 }
 
-// writeChunk writes the whole frames b at the end of seg, which must have
-// room for them, and publishes them. With assign (single-node records) it
-// gives them raft indexes from LastIndex()+1 and the last term (1 in an
-// empty log); otherwise the frames carry theirs. Base offsets are always
-// assigned here, from the partition's end.
-func (p *Partition) writeChunk(seg *segment, b []byte, assign bool) error {
+// publish makes the frames of the run, just written at the end of its
+// segment, visible: sizes, offsets, index entries, terms, and the end of
+// each request.
+func (p *Partition) publish(rn *run) {
 	o := &p.s.opts
 	le := binary.LittleEndian
-	next, nextIdx, term := seg.next, seg.nextIndex, max(p.lastTerm, 1)
-	for f := b; len(f) > 0; {
-		l := frameLen(f)
-		idx, t := le.Uint64(f[offRaftIndex:]), le.Uint64(f[offRaftTerm:])
-		if assign {
-			idx, t = nextIdx, term
-		}
-		setPlacement(f[:l], idx, t, next)
-		if EntryType(f[offType]) == EntryData {
-			next += int64(le.Uint32(f[offCount:]))
-		}
-		nextIdx++
-		f = f[l:]
-	}
-	if _, err := seg.log.WriteAt(b, seg.size); err != nil {
-		err = ioError("write", seg.path, err)
-		if terr := seg.log.Truncate(seg.size); terr != nil {
-			p.failed = fmt.Errorf("spool log: partition %s: cannot truncate %s after a failed write (%v); reopen the store: %w", p.name, seg.path, terr, err)
-			o.Logger.Error("spool log: partition failed", "partition", p.name, "err", p.failed)
-		}
-		return err
-	}
+	seg := rn.seg
 	now := o.Now()
 	p.mu.Lock()
 	if seg.size == 0 {
 		seg.created = now
 	}
-	for f := b; len(f) > 0; {
-		l := frameLen(f)
-		if seg.size > 0 && seg.sinceIdx >= o.IndexIntervalBytes {
-			seg.entries = append(seg.entries, indexEntry{rel: uint32(seg.next - seg.base), pos: uint32(seg.size),
-				irel: uint32(seg.nextIndex - seg.firstIndex), ts: seg.maxTs})
-			seg.sinceIdx = 0
+	for i, b := range rn.bufs {
+		for f := b; len(f) > 0; {
+			l := frameLen(f)
+			if seg.size > 0 && seg.sinceIdx >= o.IndexIntervalBytes {
+				seg.entries = append(seg.entries, indexEntry{rel: uint32(seg.next - seg.base), pos: uint32(seg.size),
+					irel: uint32(seg.nextIndex - seg.firstIndex), ts: seg.maxTs})
+				seg.sinceIdx = 0
+			}
+			idx, t := le.Uint64(f[offRaftIndex:]), le.Uint64(f[offRaftTerm:])
+			if EntryType(f[offType]) == EntryData {
+				seg.next += int64(le.Uint32(f[offCount:]))
+				seg.maxTs = max(seg.maxTs, int64(le.Uint64(f[offMaxTs:])))
+			}
+			seg.size += int64(l)
+			seg.sinceIdx += l
+			seg.nextIndex = idx + 1
+			p.terms = addRun(p.terms, idx, t)
+			p.lastTerm = t
+			f = f[l:]
 		}
-		idx, t := le.Uint64(f[offRaftIndex:]), le.Uint64(f[offRaftTerm:])
-		if EntryType(f[offType]) == EntryData {
-			seg.next += int64(le.Uint32(f[offCount:]))
-			seg.maxTs = max(seg.maxTs, int64(le.Uint64(f[offMaxTs:])))
-		}
-		seg.size += int64(l)
-		seg.sinceIdx += l
-		seg.nextIndex = idx + 1
-		p.terms = addRun(p.terms, idx, t)
-		p.lastTerm = t
-		f = f[l:]
+		rn.reqs[i].end, rn.reqs[i].endIdx = seg.next, seg.nextIndex-1
 	}
 	p.mu.Unlock()
 	p.next.Store(seg.next)
 	p.lastIdx.Store(seg.nextIndex - 1)
-	return nil
 }
 
 // synced records a successful fdatasync of seg, and the durable end's move

@@ -317,3 +317,70 @@ func BenchmarkEncodeRecords(b *testing.B) {
 		_ = EncodeRecords(nil, BatchHeader{}, recs, 1_700_000_000_000)
 	}
 }
+
+// BenchmarkAppendRound is a steady keyed load as the publish path makes it:
+// each op is one append round of 64 requests of 1 or 2 records of 1 KiB
+// spread over 8 partitions (8 requests per partition), on the real file
+// system: with FsyncAlways, and with FsyncInterval (no sync in the round:
+// the cost of the writes alone). It reports the write syscalls (pwrite,
+// pwritev: syscw of /proc/self/io) and fdatasyncs per round.
+func BenchmarkAppendRound(b *testing.B) {
+	for _, mode := range []FsyncMode{FsyncAlways, FsyncInterval} {
+		b.Run("fsync="+mode.String(), func(b *testing.B) {
+			s, err := OpenStore(b.TempDir(), Options{Fsync: mode})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			parts := make([]*Partition, 8)
+			for i := range parts {
+				parts[i], _ = s.Partition(fmt.Sprintf("bench-%d", i))
+			}
+			recs := benchRecords(2)
+			const requests = 64
+			var failed atomic.Int64
+			done := func(_ int64, err error) {
+				if err != nil {
+					failed.Add(1)
+				}
+			}
+			round := func() { // as Run does, with every request queued first
+				for i := range requests {
+					parts[(i*5)%len(parts)].AppendAsync(recs[:1+i%2], done)
+				}
+				s.roundMu.Lock()
+				s.unlockRound(s.round())
+			}
+			round() // create the segments' first pages
+			writes, syncs := procWrites(), s.SyncStats().Files
+			b.SetBytes(requests * 3 / 2 * benchValue)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				round()
+			}
+			b.StopTimer()
+			if failed.Load() > 0 {
+				b.Fatalf("%d appends failed", failed.Load())
+			}
+			b.ReportMetric(float64(procWrites()-writes)/float64(b.N), "writes/round")
+			b.ReportMetric(float64(s.SyncStats().Files-syncs)/float64(b.N), "fdatasyncs/round")
+		})
+	}
+}
+
+// procWrites returns the write syscalls this process made (syscw of
+// /proc/self/io), or -1.
+func procWrites() float64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "syscw:"); ok {
+			n, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return n
+		}
+	}
+	return -1
+}

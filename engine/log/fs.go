@@ -15,6 +15,10 @@ import (
 type File interface {
 	io.ReaderAt
 	io.WriterAt
+	// WriteAtv writes bufs back to back at off, as WriteAt would their
+	// concatenation: with one pwritev(2) on the OS. On failure it returns
+	// how many bytes it wrote.
+	WriteAtv(bufs [][]byte, off int64) (int, error)
 	// Sync makes the file's data durable (fdatasync on the OS).
 	Sync() error
 	Truncate(size int64) error
@@ -115,6 +119,46 @@ func (f osFile) Sync() error {
 			return nil
 		}
 	}
+}
+
+// maxIovecs is IOV_MAX on Linux: the most buffers one pwritev takes.
+const maxIovecs = 1024
+
+func (f osFile) WriteAtv(bufs [][]byte, off int64) (int, error) {
+	if len(bufs) == 1 {
+		return f.WriteAt(bufs[0], off) // pwrite, without pwritev's iovec array
+	}
+	total := 0
+	for len(bufs) > 0 {
+		iovs, want := bufs[:min(len(bufs), maxIovecs)], 0
+		for _, b := range iovs {
+			want += len(b)
+		}
+		n, err := unix.Pwritev(f.fd, iovs, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return total, &os.PathError{Op: "pwritev", Path: f.Name(), Err: err}
+		}
+		total, off = total+n, off+int64(n)
+		short := n < want
+		for len(bufs) > 0 && n >= len(bufs[0]) {
+			n -= len(bufs[0])
+			bufs = bufs[1:]
+		}
+		if short {
+			// The write ended inside bufs[0] (a full disk, a signal): finish
+			// that buffer as WriteAt does, which says why it cannot.
+			m, err := f.WriteAt(bufs[0][n:], off)
+			total, off = total+m, off+int64(m)
+			if err != nil {
+				return total, err
+			}
+			bufs = bufs[1:]
+		}
+	}
+	return total, nil
 }
 
 func (OSFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {

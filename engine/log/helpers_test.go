@@ -87,6 +87,14 @@ func (h *harness) stop() {
 	h.done = nil
 }
 
+// resume starts Run again after stop, on the same store.
+func (h *harness) resume() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	h.cancel, h.done = cancel, done
+	go func() { done <- h.s.Run(ctx) }()
+}
+
 func (h *harness) close() {
 	h.stop()
 	if err := h.s.Close(); err != nil {

@@ -44,8 +44,8 @@ func NewMemFS() *MemFS {
 func (m *MemFS) SetCapacity(n int64) { m.mu.Lock(); m.capacity = n; m.mu.Unlock() }
 
 // SetFault installs f, called before every operation with op one of open,
-// write, sync, truncate, remove, rename, readdir, mkdir, syncdir, lock. A
-// non-nil result fails the operation with that error.
+// write (a WriteAt or a WriteAtv), sync, truncate, remove, rename, readdir,
+// mkdir, syncdir, lock. A non-nil result fails the operation with that error.
 func (m *MemFS) SetFault(f func(op, name string) error) { m.mu.Lock(); m.fault = f; m.mu.Unlock() }
 
 // Crash simulates power loss: every byte not fsynced and every directory
@@ -296,9 +296,20 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	return f.writeLocked(p, off)
+}
+
+// WriteAtv is one write (one "write" for SetFault) of the buffers' concatenation.
+func (f *memFile) WriteAtv(bufs [][]byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	return f.writeLocked(slices.Concat(bufs...), off)
+}
+
+func (f *memFile) writeLocked(p []byte, off int64) (int, error) {
 	m := f.fs
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if f.closed {
 		return 0, os.ErrClosed
 	}

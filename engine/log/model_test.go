@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,9 +35,15 @@ func (m *logMachine) open(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("Partition: %v", err)
 	}
+	m.s, m.p = s, p
+	m.startRun()
+}
+
+func (m *logMachine) startRun() {
 	ctx, cancel := context.WithCancel(context.Background())
-	m.s, m.p, m.cancel, m.done = s, p, cancel, make(chan error, 1)
-	go func() { m.done <- s.Run(ctx) }()
+	done := make(chan error, 1)
+	m.cancel, m.done = cancel, done
+	go func() { done <- m.s.Run(ctx) }()
 }
 
 func (m *logMachine) stopRun() {
@@ -44,6 +52,76 @@ func (m *logMachine) stopRun() {
 }
 
 func (m *logMachine) Append(t *rapid.T) {
+	recs := m.drawRecords(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	base, err := m.p.Append(ctx, recs)
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	if base != int64(len(m.model)) {
+		t.Fatalf("base %d, want %d", base, len(m.model))
+	}
+	m.model = append(m.model, m.stamped(recs)...)
+}
+
+// AppendRound queues 2 to 8 appends for one round (written together, a
+// run per segment), sometimes failing one of its writes: the appends of
+// the failed run fail, the others land in order.
+func (m *logMachine) AppendRound(t *rapid.T) {
+	m.stopRun()
+	defer m.startRun()
+	batches := make([][]Record, rapid.IntRange(2, 8).Draw(t, "requests"))
+	for i := range batches {
+		batches[i] = m.drawRecords(t)
+	}
+	fail := rapid.IntRange(0, 3).Draw(t, "failWrite") // 0: none; else the n-th write of the round
+	var writes int
+	m.fsys.SetFault(func(op, name string) error {
+		if op == "write" && strings.HasSuffix(name, ".log") {
+			if writes++; writes == fail {
+				return syscall.EIO
+			}
+		}
+		return nil
+	})
+	defer m.fsys.SetFault(nil)
+	res := queueAppends(m.p, batches)
+	oneRound(m.s)
+	failed := false
+	for i, recs := range batches {
+		r := <-res
+		switch {
+		case r.err == nil:
+			if r.base != int64(len(m.model)) {
+				t.Fatalf("request %d: base %d, want %d", i, r.base, len(m.model))
+			}
+			m.model = append(m.model, m.stamped(recs)...)
+		case errors.Is(r.err, syscall.EIO) && fail > 0 && writes >= fail:
+			failed = true
+		default:
+			t.Fatalf("request %d: %v", i, r.err)
+		}
+	}
+	if fail > 0 && writes >= fail && !failed {
+		t.Fatalf("write %d of the round failed, no append did", fail)
+	}
+}
+
+// stamped returns recs with the timestamps Append gives them.
+func (m *logMachine) stamped(recs []Record) []Record {
+	now := m.clock.Now().UnixMilli()
+	out := make([]Record, len(recs))
+	for i, r := range recs {
+		if r.Timestamp == 0 {
+			r.Timestamp = now
+		}
+		out[i] = r
+	}
+	return out
+}
+
+func (m *logMachine) drawRecords(t *rapid.T) []Record {
 	n := rapid.IntRange(1, 6).Draw(t, "n")
 	recs := make([]Record, n)
 	now := m.clock.Now().UnixMilli()
@@ -61,21 +139,7 @@ func (m *logMachine) Append(t *rapid.T) {
 		}
 		recs[i] = r
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	base, err := m.p.Append(ctx, recs)
-	if err != nil {
-		t.Fatalf("Append: %v", err)
-	}
-	if base != int64(len(m.model)) {
-		t.Fatalf("base %d, want %d", base, len(m.model))
-	}
-	for _, r := range recs {
-		if r.Timestamp == 0 {
-			r.Timestamp = now
-		}
-		m.model = append(m.model, r)
-	}
+	return recs
 }
 
 func (m *logMachine) Read(t *rapid.T) {

@@ -41,6 +41,7 @@ type Partition struct {
 	// or by a read); once set, appends are refused. See Quarantine.
 	quarantine atomic.Pointer[CorruptionError]
 	syncErr    error // fdatasync failure of the current round
+	run        run   // frames of this round not written yet; guarded by Store.roundMu
 
 	// The raft view of the log (entries, not offsets). terms, prevIndex and
 	// prevTerm are (view) fields: written under mu while holding

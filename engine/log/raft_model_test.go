@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,9 +45,15 @@ func (m *raftMachine) open(t *rapid.T) {
 		t.Fatalf("Partition: %v", err)
 	}
 	p.SetTruncateFloor(m.floor) // not persisted: the owner sets it again, as raft's adapter would
+	m.s, m.p = s, p
+	m.startRun()
+}
+
+func (m *raftMachine) startRun() {
 	ctx, cancel := context.WithCancel(context.Background())
-	m.s, m.p, m.cancel, m.done = s, p, cancel, make(chan error, 1)
-	go func() { m.done <- s.Run(ctx) }()
+	done := make(chan error, 1)
+	m.cancel, m.done = cancel, done
+	go func() { done <- m.s.Run(ctx) }()
 }
 
 func (m *raftMachine) stopRun() {
@@ -92,8 +101,18 @@ func (m *raftMachine) AppendEntries(t *rapid.T) {
 		}
 		m.ents = m.ents[:from-1]
 	}
-	term := max(m.lastTerm(), 1) + rapid.Uint64Range(0, 2).Draw(t, "dterm")
-	var ents []Entry
+	model := m.drawEntries(t, from, max(m.lastTerm(), 1))
+	errc := make(chan error, 1)
+	m.p.AppendEntries(entriesOf(model), func(err error) { errc <- err })
+	if err := <-errc; err != nil {
+		t.Fatalf("AppendEntries from %d: %v", from, err)
+	}
+	m.ents = append(m.ents, model...)
+}
+
+// drawEntries draws 1 to 4 entries from index from, of a term at least min.
+func (m *raftMachine) drawEntries(t *rapid.T, from, min uint64) []modelEntry {
+	term := min + rapid.Uint64Range(0, 2).Draw(t, "dterm")
 	var model []modelEntry
 	for k := range rapid.IntRange(1, 4).Draw(t, "entries") {
 		e := modelEntry{Entry: Entry{Index: from + uint64(k), Term: term}}
@@ -106,15 +125,121 @@ func (m *raftMachine) AppendEntries(t *rapid.T) {
 			e.Type, e.recs = EntryData, m.drawRecords(t)
 			e.Data = EncodeRecords(nil, BatchHeader{}, e.recs, 0)
 		}
-		ents = append(ents, e.Entry)
 		model = append(model, e)
 	}
-	errc := make(chan error, 1)
-	m.p.AppendEntries(ents, func(err error) { errc <- err })
-	if err := <-errc; err != nil {
-		t.Fatalf("AppendEntries from %d: %v", from, err)
+	return model
+}
+
+func entriesOf(model []modelEntry) []Entry {
+	ents := make([]Entry, len(model))
+	for k, e := range model {
+		ents[k] = e.Entry
 	}
-	m.ents = append(m.ents, model...)
+	return ents
+}
+
+// roundOp is one request of a Round: entries to append (ents), records for
+// a single-node append (recs), or a truncation (truncate, after index).
+type roundOp struct {
+	ents     []modelEntry
+	recs     []Record
+	truncate bool
+	index    uint64
+	err      chan error
+	base     chan appendResult
+}
+
+// Round queues 2 to 8 requests for one round — entries continuing one
+// another, single-node appends, truncations above the floor between them —
+// and sometimes fails one of the round's writes. Without a failure every
+// request succeeds (appends a later truncation in the round removes fail
+// with ErrTruncated); with one, the appends of the failed run fail with
+// EIO, and later ones that no longer continue the log are refused, while
+// the log holds exactly what succeeded, in order.
+func (m *raftMachine) Round(t *rapid.T) {
+	m.stopRun()
+	defer m.startRun()
+	plan := slices.Clone(m.ents) // the log if everything succeeds
+	lastTerm := func() uint64 {
+		if len(plan) == 0 {
+			return 0
+		}
+		return plan[len(plan)-1].Term
+	}
+	fail := rapid.IntRange(0, 3).Draw(t, "failWrite") // 0: none; else the n-th write of the round
+	var writes int
+	m.fsys.SetFault(func(op, name string) error {
+		if op == "write" && strings.HasSuffix(name, ".log") {
+			if writes++; writes == fail {
+				return syscall.EIO
+			}
+		}
+		return nil
+	})
+	defer m.fsys.SetFault(nil)
+	var ops []roundOp
+	for range rapid.IntRange(2, 8).Draw(t, "requests") {
+		var op roundOp
+		switch kind := rapid.IntRange(0, 4).Draw(t, "kind"); {
+		case kind == 0 && uint64(len(plan)) > m.floor:
+			op.truncate, op.index = true, rapid.Uint64Range(m.floor, uint64(len(plan))-1).Draw(t, "after")
+			op.err = make(chan error, 1)
+			go func() { op.err <- m.p.TruncateAfter(op.index) }()
+			waitQueued(t, m.s, len(ops)+1)
+			plan = plan[:op.index]
+		case kind == 1:
+			op.recs = m.drawRecords(t)
+			op.base = queueAppends(m.p, [][]Record{op.recs})
+			e := modelEntry{Entry: Entry{Index: uint64(len(plan)) + 1, Term: max(lastTerm(), 1), Type: EntryData}, recs: op.recs}
+			plan = append(plan, e)
+		default:
+			op.ents = m.drawEntries(t, uint64(len(plan))+1, max(lastTerm(), 1))
+			op.err = queueEntries(m.p, entriesOf(op.ents))
+			plan = append(plan, op.ents...)
+		}
+		ops = append(ops, op)
+	}
+	oneRound(m.s)
+	fired := fail > 0 && writes >= fail
+	eio := false
+	for i, op := range ops {
+		var err error
+		var base int64
+		if op.base != nil {
+			r := <-op.base
+			err, base = r.err, r.base
+		} else {
+			err = <-op.err
+		}
+		switch {
+		case op.truncate && err == nil:
+			m.ents = m.ents[:min(op.index, uint64(len(m.ents)))]
+		case err == nil || errors.Is(err, ErrTruncated): // written (then removed by a truncation)
+			if op.recs != nil {
+				if want := int64(len(m.records())); err == nil && base != want {
+					t.Fatalf("op %d: base %d, want %d", i, base, want)
+				}
+				e := modelEntry{Entry: Entry{Index: uint64(len(m.ents)) + 1, Term: max(m.lastTerm(), 1), Type: EntryData}, recs: op.recs}
+				e.Data = EncodeRecords(nil, BatchHeader{}, op.recs, 0)
+				m.ents = append(m.ents, e)
+				break
+			}
+			if op.ents[0].Index != uint64(len(m.ents))+1 {
+				t.Fatalf("op %d: entries from %d written after entry %d", i, op.ents[0].Index, len(m.ents))
+			}
+			m.ents = append(m.ents, op.ents...)
+		case !fired:
+			t.Fatalf("op %d: %v, with no failed write", i, err)
+		case errors.Is(err, syscall.EIO):
+			eio = true
+		case errors.Is(err, ErrNotContiguous), errors.Is(err, ErrTermDecrease):
+		default:
+			t.Fatalf("op %d: %v", i, err)
+		}
+	}
+	if fired && !eio {
+		t.Fatalf("write %d of the round failed, no request did", fail)
+	}
 }
 
 // Append is the single-node path: it takes index last+1 and the last term (1 at first).

@@ -40,6 +40,9 @@ type Store struct {
 	// moved lists durable ends that moved under roundMu, for the partitions'
 	// OnDurable hooks; unlockRound reports them. Owned by roundMu's holder.
 	moved []durableMove
+	// dirty lists the segments an append round made dirty, for its syncs.
+	// Owned by roundMu's holder.
+	dirty []dirtySeg
 
 	// fsSync syncs the store's file system at once (Options.SyncFileSystem);
 	// nil: file by file. Used under roundMu.

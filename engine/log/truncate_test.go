@@ -260,7 +260,10 @@ func recordsOf(ents []Entry) []Record {
 }
 
 // waitQueued waits until n requests wait for the appender.
-func waitQueued(t *testing.T, s *Store, n int) {
+func waitQueued(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, s *Store, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
