@@ -412,11 +412,12 @@ type waitingLeases struct {
 }
 
 func (w *waitingLeases) add(s *session, ref deliveryRef, deadlineMs int64) {
+	now := time.Now() // one reading of the clock per delivery: it is not free on every machine
 	vis := time.Duration(s.visibilityMs.Load()) * time.Millisecond
 	var at time.Duration
 	switch {
 	case deadlineMs > 0:
-		lease := time.Until(time.UnixMilli(deadlineMs))
+		lease := time.UnixMilli(deadlineMs).Sub(now)
 		at = max(lease*2/3, 0)
 		if vis <= 0 {
 			vis = lease
@@ -435,11 +436,11 @@ func (w *waitingLeases) add(s *session, ref deliveryRef, deadlineMs int64) {
 		w.armed = time.Time{}
 	}
 	w.every = max(vis*2/3, minExtendEvery)
-	t := time.Now().Add(at)
+	t := now.Add(at)
 	w.due[ref] = t
 	if w.armed.IsZero() || t.Before(w.armed) {
 		w.armed = t
-		w.timer.Reset(max(time.Until(t), 0))
+		w.timer.Reset(max(at, 0))
 	}
 }
 
