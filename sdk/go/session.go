@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +184,11 @@ func (s *session) settle(st settlement) {
 		s.pending.credit++
 	}
 	s.pending.settles = append(s.pending.settles, st)
+	// An extension of the same delivery still queued would go in the same
+	// frame, and the sidecar applies settlements first: it would refuse the
+	// extension (NOT_IN_FLIGHT, docs/protocol.md). Extensions are few: the
+	// queue is short.
+	s.pending.extends = slices.DeleteFunc(s.pending.extends, func(r deliveryRef) bool { return r == st.ref })
 	s.mu.Unlock()
 	s.notify()
 	switch st.outcome {

@@ -3,6 +3,8 @@ package spool
 import (
 	"testing"
 	"time"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 
 // BenchmarkWaitingLeases: a delivery received ahead of its worker is
@@ -62,4 +64,21 @@ func TestWaitingLeasesArmForTheEarliest(t *testing.T) {
 	w.stop()
 	w.add(s, deliveryRef{offset: 4}, ms(30*time.Millisecond))
 	await("a delivery added after stop extended", func() bool { return extended(4) })
+}
+
+// A settlement queued while an extension of the same delivery still waits
+// in the outbox drops the extension: the sidecar applies a frame's
+// settlements before its extends, so the two in one frame would answer
+// the extend with a NOT_IN_FLIGHT settle error (docs/protocol.md).
+func TestSettleDropsAQueuedExtension(t *testing.T) {
+	s := &session{sub: &subscriber{stats: new(Stats)}, wake: make(chan struct{}, 1)}
+	a, b := deliveryRef{topic: "orders", offset: 1, token: 1}, deliveryRef{topic: "orders", offset: 2, token: 2}
+	s.extend(a)
+	s.extend(b)
+	s.settle(settlement{ref: a, outcome: spoolv1.Outcome_OUTCOME_ACK})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending.extends) != 1 || s.pending.extends[0] != b {
+		t.Fatalf("extensions queued after a's ack: %+v, want only b's", s.pending.extends)
+	}
 }
