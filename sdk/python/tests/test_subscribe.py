@@ -231,3 +231,23 @@ async def test_subscription_refused_for_good(start_spoold: Any) -> None:
         assert "check the group and topics" in str(e)
     else:
         raise AssertionError("subscribe to an unknown group returned")
+
+
+def test_settlement_drops_a_queued_extension() -> None:
+    """The sidecar applies a frame's settlements before its extends: a
+    settled delivery's extension still queued must not go in the same frame
+    (it would come back as a NOT_IN_FLIGHT settle error, docs/protocol.md)."""
+    from spool import _subscribe
+    from spool.v1 import message_pb2
+
+    class Sub:
+        stats = spool.Stats()
+
+    s = _subscribe._Session(Sub(), None)  # type: ignore[arg-type]
+    a = message_pb2.DeliveryRef(topic="orders", partition=0, offset=1, fencing_token=7)
+    b = message_pb2.DeliveryRef(topic="orders", partition=0, offset=2, fencing_token=8)
+    s.extend(a)
+    s.extend(b)
+    again = message_pb2.DeliveryRef(topic="orders", partition=0, offset=1, fencing_token=7)
+    s.settle(again, _subscribe.Settlement(message_pb2.OUTCOME_ACK), return_credit=True)
+    assert [e.ref for e in s.extends] == [b]

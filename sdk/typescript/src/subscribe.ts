@@ -314,6 +314,16 @@ function refOf(d: Delivery): DeliveryRef {
   return { topic: d.topic, partition: d.partition, offset: d.offset, fencingToken: d.fencingToken };
 }
 
+/** Whether two refs name the same delivery (offsets and tokens may be numbers, strings or Longs). */
+export function sameRef(a: DeliveryRef, b: DeliveryRef): boolean {
+  return a.topic === b.topic && a.partition === b.partition && String(a.offset) === String(b.offset) && String(a.fencingToken) === String(b.fencingToken);
+}
+
+/** The queued extensions but those of ref's delivery, which is being settled. */
+export function withoutExtensionsOf<E extends { ref: DeliveryRef }>(queued: E[], ref: DeliveryRef): E[] {
+  return queued.filter((e) => !sameRef(e.ref, ref));
+}
+
 /**
  * Extends a delivery's lease from its receipt until its handler returns: at
  * 2/3 of the lease (from the delivery's lease deadline), then every 2/3 of
@@ -498,6 +508,10 @@ class Session {
       return;
     }
     if (returnCredit && !this.noCredit) this.pending.credit++;
+    // An extension of the same delivery still queued would go in the same
+    // frame, and the sidecar applies settlements first: it would refuse the
+    // extension (NOT_IN_FLIGHT, docs/protocol.md). Extensions are few.
+    if (this.pending.extends.length > 0) this.pending.extends = withoutExtensionsOf(this.pending.extends, ref);
     if (st.outcome === "OUTCOME_ACK") {
       this.pending.acks.push({ ref });
       stats.acked++;

@@ -15,6 +15,8 @@ import { REPO_DIR } from "./harness";
 const outcome = require(path.join(PROTO_DIR, "..", "dist", "outcome.js")) as typeof import("../dist/outcome");
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const backoff = require(path.join(PROTO_DIR, "..", "dist", "backoff.js")) as typeof import("../dist/backoff");
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const subscribe = require(path.join(PROTO_DIR, "..", "dist", "subscribe.js")) as typeof import("../dist/subscribe");
 
 test("the packaged protocol equals the repository's", () => {
   const repo = path.join(REPO_DIR, "proto", "spool", "v1");
@@ -72,4 +74,15 @@ test("ErrorInfo is read from grpc-status-details-bin", () => {
   md.set("grpc-status-details-bin", Buffer.from(st));
   assert.deepEqual(errorInfo(md), { reason: "UNKNOWN_TOPIC", domain: "spool.dev", metadata: { topic: "x" } });
   assert.equal(errorInfo(new Metadata()), undefined);
+});
+
+// The sidecar applies a frame's settlements before its extends: a settled
+// delivery's extension still queued must not go in the same frame (it
+// would come back as a NOT_IN_FLIGHT settle error, docs/protocol.md).
+test("a settlement drops the queued extensions of its delivery", () => {
+  const a = { topic: "orders", partition: 0, offset: "1", fencingToken: "7" };
+  const b = { topic: "orders", partition: 0, offset: "2", fencingToken: "8" };
+  const queued = [{ ref: a, extendByMs: 0 }, { ref: b, extendByMs: 0 }];
+  assert.deepEqual(subscribe.withoutExtensionsOf(queued, { ...a, offset: 1, fencingToken: 7 }), [{ ref: b, extendByMs: 0 }]);
+  assert.equal(subscribe.withoutExtensionsOf(queued, { ...a, fencingToken: "9" }).length, 2, "another attempt of the message keeps its extension");
 });

@@ -508,6 +508,11 @@ class _Session:
             return
         if return_credit and not self.no_credit:
             self.pending_credit += 1
+        # An extension of the same delivery still queued would go in the same
+        # frame, and the sidecar applies settlements first: it would refuse the
+        # extension (NOT_IN_FLIGHT, docs/protocol.md). Extensions are few.
+        if self.extends:
+            self.extends = [e for e in self.extends if e.ref != ref]
         if st.outcome == message_pb2.OUTCOME_ACK:
             self.acks.append(subscriber_pb2.Ack(ref=ref))
             self.stats.acked += 1
