@@ -207,6 +207,10 @@ func (s *Store) round() []*request {
 	defer func() {
 		clear(dirty)
 		s.dirty = dirty[:0]
+		for _, r := range batch {
+			clear(r.p.written)
+			r.p.written = r.p.written[:0]
+		}
 	}()
 	if s.opts.Fsync == FsyncAlways {
 		s.syncRound(dirty)
@@ -532,6 +536,18 @@ func (p *Partition) flush() {
 	}
 }
 
+// cutWritten fails the requests of this round written to p whose entries
+// reach next or beyond: a failed sync cut them back. Their end offsets
+// alone would not say so once later appends of the round take the same
+// offsets again. Caller holds roundMu.
+func (p *Partition) cutWritten(next uint64, err error) {
+	for _, r := range p.written {
+		if r.err == nil && r.endIdx >= next {
+			r.err = err
+		}
+	}
+}
+
 // takeBack removes what a request that failed part way wrote: the entries
 // after before. Caller holds roundMu.
 func (p *Partition) takeBack(before uint64, cause error) {
@@ -593,7 +609,11 @@ func (p *Partition) publish(rn *run) {
 			p.lastTerm = t
 			f = f[l:]
 		}
-		rn.reqs[i].end, rn.reqs[i].endIdx = seg.next, seg.nextIndex-1
+		r := rn.reqs[i]
+		r.end, r.endIdx = seg.next, seg.nextIndex-1
+		if n := len(p.written); n == 0 || p.written[n-1] != r {
+			p.written = append(p.written, r)
+		}
 	}
 	p.mu.Unlock()
 	p.next.Store(seg.next)
@@ -689,7 +709,9 @@ func (p *Partition) roll() error {
 	if old.synced < old.size || old.dirty {
 		old.dirty = false
 		if err := old.log.Sync(); err != nil {
-			return p.syncFailed(old, err)
+			err = p.syncFailed(old, err)
+			p.cutWritten(old.nextIndex, err)
+			return err
 		}
 		p.synced(old)
 	}

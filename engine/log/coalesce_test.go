@@ -464,3 +464,53 @@ func TestRunHoldsAtMostIOVMax(t *testing.T) {
 	}
 	checkContents(t, p, want)
 }
+
+// TestRollSyncFailureFailsTheAppendsItCutBack: when the fdatasync a roll
+// makes of the full segment fails, the appends of the round already written
+// to that segment are cut back with its unsynced tail, so each of them must
+// fail, with the fdatasync's error. Reporting them appended would
+// acknowledge records the log no longer holds, at offsets the round's later
+// appends then take.
+func TestRollSyncFailureFailsTheAppendsItCutBack(t *testing.T) {
+	fsys := NewMemFS()
+	h := openHarness(t, "/data", Options{FS: fsys, Fsync: FsyncAlways, SegmentBytes: 2 << 10, IndexIntervalBytes: 100, Logger: quietLogger()})
+	p := h.part("p")
+	h.stop()
+	var batches [][]Record
+	for i := range 8 {
+		batches = append(batches, genRecords(i, 1, 600)) // the third rolls the segment
+	}
+	res := queueAppends(p, batches)
+	syncs := 0
+	fsys.SetFault(func(op, name string) error {
+		if op == "sync" && strings.HasSuffix(name, ".log") {
+			if syncs++; syncs == 1 {
+				return syscall.EIO // the roll's fdatasync of the full segment; the round's own succeed
+			}
+		}
+		return nil
+	})
+	oneRound(h.s)
+	fsys.SetFault(nil)
+	failed := 0
+	var want []Record
+	for i := range batches {
+		r := <-res
+		switch {
+		case r.err != nil:
+			failed++
+			if !errors.Is(r.err, syscall.EIO) {
+				t.Errorf("append %d: %v, want the fdatasync's error (EIO)", i, r.err)
+			}
+		case r.base != int64(len(want)):
+			t.Errorf("append %d reported at offset %d, want %d: an acknowledged append was cut back", i, r.base, len(want))
+		default:
+			want = append(want, batches[i]...)
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no append failed: the round did not roll, or the sync fault did not fire")
+	}
+	checkContents(t, p, want)
+	h.resume()
+}

@@ -42,6 +42,10 @@ type Partition struct {
 	quarantine atomic.Pointer[CorruptionError]
 	syncErr    error // fdatasync failure of the current round
 	run        run   // frames of this round not written yet; guarded by Store.roundMu
+	// written are the requests of this round written to the partition so
+	// far, for a cut back later in the round (cutWritten); guarded by
+	// Store.roundMu, emptied at the end of each round.
+	written []*request
 
 	// The raft view of the log (entries, not offsets). terms, prevIndex and
 	// prevTerm are (view) fields: written under mu while holding
