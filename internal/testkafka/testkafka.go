@@ -132,6 +132,20 @@ type Broker struct {
 	exited chan struct{}
 }
 
+// clusterID is a random cluster id as Kafka's Uuid.randomUuid makes them:
+// 16 random bytes in unpadded base64url, never starting with "-" (the
+// storage tool would read such an id as an option, and refuse the format:
+// one launch in 64 failed so).
+func clusterID() string {
+	id := make([]byte, 16)
+	for {
+		_, _ = rand.Read(id)
+		if s := base64.RawURLEncoding.EncodeToString(id); s[0] != '-' {
+			return s
+		}
+	}
+}
+
 // Launch formats a log directory under dir and starts a broker on it.
 // Errors wrapping ErrUnavailable mean the machine cannot run one.
 func Launch(dir string) (*Broker, error) {
@@ -149,10 +163,8 @@ func Launch(dir string) (*Broker, error) {
 	if err := b.writeConfig(); err != nil {
 		return nil, err
 	}
-	id := make([]byte, 16)
-	_, _ = rand.Read(id)
 	format := exec.Command("java", "-Xmx256m", "-cp", filepath.Join(libs, "*"), "-Dlog4j2.configurationFile="+b.path("log4j2.properties"),
-		"kafka.tools.StorageTool", "format", "-t", base64.RawURLEncoding.EncodeToString(id), "-c", b.path("server.properties"))
+		"kafka.tools.StorageTool", "format", "-t", clusterID(), "-c", b.path("server.properties"))
 	if out, err := format.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("testkafka: formatting the log directory: %v: %s", err, out)
 	}
