@@ -112,6 +112,12 @@ func (sub *subscriber) open(ctx context.Context) (*session, error) {
 	}
 	s.handlerCtx, s.cancelHandle = context.WithCancel(sub.handlerBase)
 	s.available.Store(int64(credit))
+	// Counted before the receiver starts: a delivery of this stream can be
+	// handled and acked at once, and whoever reads the stats after the ack
+	// must see the stream that carried it.
+	if sub.opened++; sub.opened > 1 {
+		sub.stats.Reconnects.Add(1)
+	}
 	s.g.Go(s.recvLoop)
 	s.g.Go(s.sendLoop)
 	return s, nil

@@ -72,6 +72,7 @@ type subscriber struct {
 	log     *slog.Logger
 	stats   *Stats
 	tracer  *handlerTracer
+	opened  int // streams opened so far; only run's goroutine touches it
 
 	work        chan workItem // deliveries received, not yet started
 	stopWorkers chan struct{} // closed at drain: workers exit after their current handler
@@ -117,14 +118,10 @@ func (sub *subscriber) run(ctx context.Context) error {
 		live    *session // the session to drain with, if any
 		runErr  error
 		attempt int
-		opened  int
 	)
 	for ctx.Err() == nil {
 		s, err := sub.open(ctx)
 		if err == nil {
-			if opened++; opened > 1 {
-				sub.stats.Reconnects.Add(1)
-			}
 			err = s.serve(ctx)
 			if err == nil { // ctx ended with the stream alive: drain through it
 				live = s

@@ -254,7 +254,7 @@ func TestReconnectAfterBrokenStream(t *testing.T) {
 	block := make(chan struct{})
 	stuck := make(chan struct{})
 	stats := new(spool.Stats)
-	e.subscribe(func(ctx context.Context, m *spool.Message) error {
+	stop := e.subscribe(func(ctx context.Context, m *spool.Message) error {
 		if string(m.Payload) == "stuck" && m.Attempt == 1 {
 			close(stuck)
 			<-ctx.Done() // the stream breaks: the lease is gone
@@ -276,6 +276,12 @@ func TestReconnectAfterBrokenStream(t *testing.T) {
 	}
 	if r.SettleErrors != 0 || len(r.Nacks) != 0 {
 		t.Fatalf("the settlement of the broken stream was not dropped: %+v", r)
+	}
+	// The stuck handler's settlement is dropped after it returns, which
+	// can be after the other deliveries are acked: read the counters once
+	// Subscribe has returned (its workers are done).
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 	if stats.Reconnects.Load() != 1 || stats.Dropped.Load() != 1 {
 		t.Fatalf("reconnects = %d dropped = %d, want 1 and 1", stats.Reconnects.Load(), stats.Dropped.Load())
