@@ -73,7 +73,7 @@ const (
 	DefaultBreakerOpenTimeout         = 5 * time.Second
 	DefaultBreakerMaxOpenTimeout      = 60 * time.Second
 	DefaultTracingSampleRatio         = 1.0
-	DefaultDeliveryMemoryBytes        = 32 << 20
+	DefaultDeliveryMemoryBytes        = 16 << 20
 	DefaultDeliveryReadsInFlight      = 8
 	// MaxDeliveryReadsInFlight bounds delivery.reads_in_flight.
 	MaxDeliveryReadsInFlight = 1024
@@ -90,9 +90,11 @@ const (
 	DefaultPublishMemoryBytes = 16 << 20
 	// DefaultMemoryLimit is node.memory_limit of a sidecar that holds no
 	// replicated partitions (one node, storage off, a broker backend):
-	// with the default budgets its peak RSS stays near 150 MiB whatever
-	// the message size (docs/benchmarks.md, e2e-16k).
-	DefaultMemoryLimit = 128 << 20
+	// with the default budgets its peak RSS stays under 140 MiB whatever
+	// the message size and the number of partitions (docs/benchmarks.md,
+	// e2e-16k and e2e-64p). The runtime's own memory and the binary come on
+	// top of it: peak RSS is this plus ~22 MiB when the budgets are full.
+	DefaultMemoryLimit = 112 << 20
 	// DefaultClusterMemoryLimit is node.memory_limit of a cluster member
 	// holding replicas: raft's messages and followers' appends in flight
 	// come on top of the budgets.

@@ -102,7 +102,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateTracing(&v)
 	if m := c.Delivery.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
-		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 33554432)")
+		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
 	}
 	if n := c.Delivery.ReadsInFlight; n < 0 || n > MaxDeliveryReadsInFlight {
 		v.add("delivery.reads_in_flight", strconv.Itoa(n), "1 to 1024 reads (0 = default, 8)")
@@ -114,7 +114,7 @@ func (c *Config) Validate() error {
 	switch m := c.Node.MemoryLimit; {
 	case m == -1 || m == 0: // none, or the default
 	case m < MinMemoryLimit || m > MaxDeliveryMemoryBytes:
-		v.add("node.memory_limit", strconv.FormatInt(m, 10), "33554432 to 1099511627776 bytes, or -1 for no limit (0 = default: 134217728, 536870912 on a cluster member holding replicas)")
+		v.add("node.memory_limit", strconv.FormatInt(m, 10), "33554432 to 1099511627776 bytes, or -1 for no limit (0 = default: 117440512, 536870912 on a cluster member holding replicas)")
 	case 2*c.Publish.MemoryBytes+c.Delivery.MemoryBytes > m:
 		// Publishes are held twice (request and log batch) until on disk.
 		v.add("node.memory_limit", strconv.FormatInt(m, 10), fmt.Sprintf(

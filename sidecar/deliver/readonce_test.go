@@ -153,7 +153,7 @@ func TestLargeBatchesAreReadOnce(t *testing.T) {
 		window int
 	}{
 		{"budget", 256 << 10, 0}, // room for 15 of a batch's 64 messages
-		{"window", 0, 10},        // room for 10 (the default budget: 32 MiB)
+		{"window", 0, 10},        // room for 10 (the default budget: 16 MiB)
 		{"both", 512 << 10, 100}, // the budget binds first
 		{"tiny budget", 1, 0},    // the progress rule: a batch per partition at a time
 	} {
@@ -237,7 +237,7 @@ func TestResetDropsRecordsReadAhead(t *testing.T) {
 
 // BenchmarkDeliverLargeMessages is e2e-16k's delivery side on the real
 // log: 8 partitions of 16 KiB messages in log batches of 64 (one publish
-// chunk each), the default delivery budget (32 MiB, a quarter of the
+// chunk each), the default delivery budget (16 MiB, an eighth of the
 // windows' room), one stream consumer holding 64 deliveries and acking
 // each at once. One op delivers the whole topic (64 MiB) to a new group.
 //

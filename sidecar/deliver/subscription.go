@@ -113,7 +113,7 @@ type GroupConfig struct {
 const (
 	DefaultCommitInterval = 200 * time.Millisecond
 	DefaultFetchMaxBytes  = 1 << 20
-	DefaultMemoryBytes    = 32 << 20
+	DefaultMemoryBytes    = 16 << 20
 	DefaultDrainTimeout   = 30 * time.Second
 	DefaultInboxSize      = 1024
 	DefaultDedupeTTL      = 7 * 24 * time.Hour

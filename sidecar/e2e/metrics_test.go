@@ -58,7 +58,7 @@ func TestMemoryLimitApplied(t *testing.T) {
 		nodeExtra string
 		want      float64
 	}{
-		{"", 128 << 20},
+		{"", 112 << 20},
 		{"  memory_limit: 268435456\n", 256 << 20},
 	} {
 		n := startNodeWith(t, c.nodeExtra, "")
