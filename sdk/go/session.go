@@ -211,9 +211,7 @@ func (s *session) settle(st settlement) {
 
 // release hands back a delivery that was never started, without credit.
 func (s *session) release(d *spoolv1.Delivery) {
-	ref := refOf(d)
-	s.waiting.remove(ref)
-	s.settle(settlement{ref: ref, outcome: spoolv1.Outcome_OUTCOME_RELEASE})
+	s.settle(settlement{ref: refOf(d), outcome: spoolv1.Outcome_OUTCOME_RELEASE})
 }
 
 // extend queues a lease extension (extend_by_ms 0: the visibility timeout).
@@ -266,21 +264,32 @@ func (s *session) recvLoop() {
 		// it for the whole frame before any delivery reaches a worker, whose
 		// settlement would return credit the sidecar had not seen.
 		within := s.takeCredit(len(ds))
+		for _, d := range ds[within:] {
+			s.sub.log.Warn("spool: the sidecar sent more deliveries than the credit granted; handing the excess back",
+				"topic", d.GetTopic(), "partition", d.GetPartition(), "offset", d.GetOffset())
+			s.release(d)
+		}
+		ds = ds[:within]
+		// Their leases run from now: keep them while they wait for a worker.
+		refs := make([]deliveryRef, len(ds))
+		var deadline int64 // the earliest
 		for i, d := range ds {
-			if i >= within {
-				s.sub.log.Warn("spool: the sidecar sent more deliveries than the credit granted; handing the excess back",
-					"topic", d.GetTopic(), "partition", d.GetPartition(), "offset", d.GetOffset())
-				s.release(d)
-				continue
+			refs[i] = refOf(d)
+			if dl := d.GetLeaseDeadlineMs(); dl > 0 && (deadline == 0 || dl < deadline) {
+				deadline = dl
 			}
+		}
+		f := s.waiting.add(s, refs, deadline)
+		for i, d := range ds {
+			// The drain may start while this frame is handed over: what
+			// is left of it goes back now, not after the running handlers.
 			if s.sub.draining.Load() {
+				s.waiting.take(f, i)
 				s.release(d)
 				continue
 			}
-			// Its lease runs from now: keep it while it waits for a worker.
-			s.waiting.add(s, refOf(d), d.GetLeaseDeadlineMs())
 			select {
-			case s.sub.work <- workItem{s: s, d: d}:
+			case s.sub.work <- workItem{s: s, d: d, wait: f, i: i}:
 			case <-s.broken:
 				return
 			}
@@ -408,23 +417,40 @@ func buildFrame(o *outbox) *spoolv1.SubscribeRequest {
 
 // waitingLeases extends the leases of deliveries received ahead (prefetch)
 // while they wait for a worker: at 2/3 of the lease, then every 2/3 of the
-// visibility timeout, like a running delivery's leaseKeeper. One timer for
-// all of them, armed for the earliest: adding one earlier than the timer
-// re-arms it, removing one does not (the timer may then fire with nothing
-// due, and re-arms). Only fire looks at every delivery waiting, so adding
-// and removing cost the same with one or prefetch's worth waiting. A
-// worker takes a delivery out (remove) before its own keeper starts.
+// visibility timeout, like a running delivery's leaseKeeper. It watches
+// frames, not deliveries: a frame's deliveries arrive together with leases
+// that end together, so one entry per frame holds them, with which of them
+// no worker has taken yet; a worker taking one (take) marks it, and the
+// frame goes when its last is taken. One timer for all of them, armed for
+// the earliest: adding a frame due earlier than the timer re-arms it,
+// taking does not (the timer may then fire with nothing due, and re-arms).
+// Only fire looks at every frame waiting. A worker takes a delivery before
+// its own keeper starts.
 type waitingLeases struct {
-	mu    sync.Mutex // taken before session.mu (fire calls session.extend with it held), never after
-	due   map[deliveryRef]time.Time
-	every time.Duration
-	s     *session
-	timer *time.Timer
-	armed time.Time // when the timer fires; zero: not armed
+	mu     sync.Mutex // taken before session.mu (fire calls session.extend with it held), never after
+	frames map[*waitFrame]struct{}
+	every  time.Duration
+	s      *session
+	timer  *time.Timer
+	armed  time.Time // when the timer fires; zero: not armed
 }
 
-func (w *waitingLeases) add(s *session, ref deliveryRef, deadlineMs int64) {
-	now := time.Now() // one reading of the clock per delivery: it is not free on every machine
+// waitFrame is the deliveries of one frame handed to the workers.
+type waitFrame struct {
+	refs  []deliveryRef
+	taken []bool // by a worker (or handed back)
+	left  int    // not taken
+	due   time.Time
+}
+
+// add watches the leases of refs, deliveries of one frame, the earliest of
+// whose lease deadlines is deadlineMs (0: none given). It returns nil when
+// there is nothing to extend (no lease information); take accepts that.
+func (w *waitingLeases) add(s *session, refs []deliveryRef, deadlineMs int64) *waitFrame {
+	if len(refs) == 0 {
+		return nil
+	}
+	now := time.Now() // one reading of the clock per frame: it is not free on every machine
 	vis := time.Duration(s.visibilityMs.Load()) * time.Millisecond
 	var at time.Duration
 	switch {
@@ -437,28 +463,39 @@ func (w *waitingLeases) add(s *session, ref deliveryRef, deadlineMs int64) {
 	case vis > 0:
 		at = vis * 2 / 3
 	default:
-		return // no lease information: nothing to extend
+		return nil // no lease information: nothing to extend
 	}
+	f := &waitFrame{refs: refs, taken: make([]bool, len(refs)), left: len(refs), due: now.Add(at)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.due == nil {
-		w.due = map[deliveryRef]time.Time{}
+	if w.frames == nil {
+		w.frames = map[*waitFrame]struct{}{}
 		w.s = s
 		w.timer = time.AfterFunc(time.Hour, w.fire)
 		w.armed = time.Time{}
 	}
 	w.every = max(vis*2/3, minExtendEvery)
-	t := now.Add(at)
-	w.due[ref] = t
-	if w.armed.IsZero() || t.Before(w.armed) {
-		w.armed = t
+	w.frames[f] = struct{}{}
+	if w.armed.IsZero() || f.due.Before(w.armed) {
+		w.armed = f.due
 		w.timer.Reset(max(at, 0))
 	}
+	return f
 }
 
-func (w *waitingLeases) remove(ref deliveryRef) {
+// take ends the watch of delivery i of f (a worker's keeper takes over its
+// lease, or it is handed back). f may be nil (add watched nothing).
+func (w *waitingLeases) take(f *waitFrame, i int) {
+	if f == nil {
+		return
+	}
 	w.mu.Lock()
-	delete(w.due, ref)
+	if !f.taken[i] {
+		f.taken[i] = true
+		if f.left--; f.left == 0 && w.frames != nil {
+			delete(w.frames, f)
+		}
+	}
 	w.mu.Unlock()
 }
 
@@ -469,36 +506,41 @@ func (w *waitingLeases) stop() {
 	if w.timer != nil {
 		w.timer.Stop()
 	}
-	w.due = nil
+	w.frames = nil
 }
 
 // armLocked sets the timer for the earliest extension due, if any.
 func (w *waitingLeases) armLocked() {
 	w.armed = time.Time{}
-	if w.timer == nil || len(w.due) == 0 {
+	if w.timer == nil || len(w.frames) == 0 {
 		return
 	}
-	for _, t := range w.due {
-		if w.armed.IsZero() || t.Before(w.armed) {
-			w.armed = t
+	for f := range w.frames {
+		if w.armed.IsZero() || f.due.Before(w.armed) {
+			w.armed = f.due
 		}
 	}
 	w.timer.Reset(max(time.Until(w.armed), 0))
 }
 
 // fire queues the extensions due. It queues them with w.mu held: a worker
-// taking a delivery (remove) then either finds its extension already
-// queued, ahead of the delivery's settlement in the stream, or removes it
-// before it is queued — never an extension sent after the settlement (the
-// sidecar would answer it with a settle error).
+// taking a delivery (take) then either finds its extension already queued,
+// ahead of the delivery's settlement in the stream, or takes it before it
+// is queued — never an extension sent after the settlement (the sidecar
+// would answer it with a settle error).
 func (w *waitingLeases) fire() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
-	for ref, t := range w.due {
-		if !t.After(now) {
-			w.due[ref] = now.Add(w.every)
-			w.s.extend(ref)
+	for f := range w.frames {
+		if f.due.After(now) {
+			continue
+		}
+		f.due = now.Add(w.every)
+		for i, ref := range f.refs {
+			if !f.taken[i] {
+				w.s.extend(ref)
+			}
 		}
 	}
 	w.armLocked()

@@ -88,8 +88,10 @@ type subscriber struct {
 }
 
 type workItem struct {
-	s *session
-	d *spoolv1.Delivery
+	s    *session
+	d    *spoolv1.Delivery
+	wait *waitFrame // its frame in s.waiting (nil: not watched)
+	i    int        // its index in wait
 }
 
 func newSubscriber(c *Client, cfg subscribeConfig, group string, topics []string, h Handler) *subscriber {
@@ -211,6 +213,7 @@ func (sub *subscriber) releaseQueued() {
 	for {
 		select {
 		case it := <-sub.work:
+			it.s.waiting.take(it.wait, it.i)
 			it.s.release(it.d)
 		default:
 			return
@@ -263,12 +266,12 @@ func (sub *subscriber) process(w *leaseKeeper, it workItem) {
 	if s.isDead() {
 		return // the stream broke: the sidecar released the delivery already
 	}
+	s.waiting.take(it.wait, it.i) // this worker's keeper takes over the lease, or it goes back
 	if sub.draining.Load() {
 		s.release(d)
 		return
 	}
 	ref := refOf(d)
-	s.waiting.remove(ref) // this worker's keeper takes over the lease
 	w.begin(s, ref, d.GetLeaseDeadlineMs())
 	m := newMessage(d)
 	ctx, span := sub.tracer.start(s.handlerCtx, m)
