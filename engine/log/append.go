@@ -186,7 +186,9 @@ func (s *Store) round() []*request {
 		if r.kind == reqTruncate {
 			r.p.flush() // the appends before it, which it may remove
 			r.err = r.p.truncateAfter(r.index, true)
-			if r.err == nil {
+			if r.p.lastIdx.Load() <= r.index {
+				// Cut, even if it then failed (a failed fdatasync fails
+				// the partition): the appends it removed fail alike.
 				truncatedInRound(batch[:i], r.p, r.index)
 			}
 			continue

@@ -514,3 +514,61 @@ func TestRollSyncFailureFailsTheAppendsItCutBack(t *testing.T) {
 	checkContents(t, p, want)
 	h.resume()
 }
+
+// TestFailedTruncationFailsTheAppendsItRemoved: a TruncateAfter whose
+// fdatasync fails has already removed the entries after its index, from
+// the view and the file, and fails the partition. The appends of its round
+// whose entries it removed must fail with ErrTruncated, as when it
+// succeeds: with fsync always they failed with an error that said nothing
+// ("batch not durable after sync", marked unreachable), with fsync interval
+// they were reported appended. The partition refuses later appends with
+// the truncation's error until reopened, which recovers the truncated log.
+func TestFailedTruncationFailsTheAppendsItRemoved(t *testing.T) {
+	for _, mode := range []FsyncMode{FsyncAlways, FsyncInterval} {
+		t.Run(mode.String(), func(t *testing.T) {
+			fsys := NewMemFS()
+			h := openHarness(t, "/data", Options{FS: fsys, Fsync: mode, FsyncInterval: time.Hour, IndexIntervalBytes: 100, Logger: quietLogger()})
+			p := h.part("p")
+			ents := raftEntries(1, 6, 1, 0)
+			if err := <-queueEntries(p, ents[:3]); err != nil {
+				t.Fatalf("entries 1-3: %v", err)
+			}
+			h.stop()
+			r1 := queueEntries(p, ents[3:])
+			rt := queueTruncate(t, p, 4, 1)
+			syncs := 0
+			fsys.SetFault(func(op, name string) error {
+				if op == "sync" && strings.HasSuffix(name, ".log") {
+					if syncs++; syncs == 1 {
+						return syscall.EIO // the truncation's fdatasync
+					}
+				}
+				return nil
+			})
+			oneRound(h.s)
+			fsys.SetFault(nil)
+			terr := <-rt
+			if !errors.Is(terr, syscall.EIO) {
+				t.Fatalf("TruncateAfter(4) with its fdatasync failing: %v, want EIO", terr)
+			}
+			if err := <-r1; !errors.Is(err, ErrTruncated) {
+				t.Errorf("entries 4-6, removed by the failed truncation after 4 in their round: %v, want ErrTruncated", err)
+			}
+			h.resume()
+			if err := <-queueEntries(p, raftEntries(5, 1, 2, 1)); !errors.Is(err, terr) {
+				t.Errorf("entry 5 after the failed truncation: %v, want the truncation's error", err)
+			}
+			if p.LastIndex() != 4 || !sameEntries(readEntries(t, p), ents[:4]) {
+				t.Fatalf("last %d; want entries 1-4", p.LastIndex())
+			}
+			h.reopen()
+			p = h.part("p")
+			if p.LastIndex() != 4 || !sameEntries(readEntries(t, p), ents[:4]) {
+				t.Fatalf("reopened: last %d; want entries 1-4", p.LastIndex())
+			}
+			if err := <-queueEntries(p, raftEntries(5, 1, 2, 1)); err != nil {
+				t.Fatalf("entry 5 after the reopen: %v", err)
+			}
+		})
+	}
+}

@@ -415,7 +415,10 @@ func (p *Partition) encodeEntries(dst []byte, ents []Entry) ([]byte, error) {
 // done, so it must not be called from an append callback. index below the
 // truncate floor is ErrBelowTruncateFloor; below FirstIndex()-1
 // ErrCompacted. An append of this partition that a TruncateAfter removes in
-// the same group commit fails with ErrTruncated.
+// the same group commit fails with ErrTruncated. A TruncateAfter that fails
+// once it has removed entries (a failed unlink, directory sync or
+// fdatasync) fails the partition: every later change of it fails with the
+// same error until the store is reopened.
 //
 // Crash safety: the segments after the one holding index are deleted from
 // the last one back, each followed by a directory fsync; then that segment

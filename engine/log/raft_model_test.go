@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"syscall"
@@ -33,6 +34,48 @@ type raftMachine struct {
 
 	ents  []modelEntry // ents[k] has index k+1
 	floor uint64
+	// failed is the error of a TruncateAfter whose fdatasync failed: the
+	// partition refuses every change with it until the store is reopened
+	// (reads serve the truncated log). old is the log before that
+	// truncation: after a crash the log is a prefix of it.
+	failed error
+	old    []modelEntry
+}
+
+// refused reports whether the partition has failed, and then checks that
+// err, what an operation on it returned, is the partition's error.
+func (m *raftMachine) refused(t *rapid.T, what string, err error) bool {
+	if m.failed == nil {
+		return false
+	}
+	if !errors.Is(err, m.failed) {
+		t.Fatalf("%s on the failed partition: %v, want %v", what, err, m.failed)
+	}
+	return true
+}
+
+// checkLog compares the whole log with the model.
+func (m *raftMachine) checkLog(t *rapid.T) {
+	last := uint64(len(m.ents))
+	if got := m.p.LastIndex(); got != last {
+		t.Fatalf("LastIndex %d, model %d", got, last)
+	}
+	for lo := uint64(1); lo <= last; {
+		got, err := m.p.Entries(lo, last+1, 1<<20)
+		if err != nil || len(got) == 0 {
+			t.Fatalf("Entries(%d, %d): %d entries, %v", lo, last+1, len(got), err)
+		}
+		for _, e := range got {
+			if want := m.ents[lo-1]; !sameEntry(e, want) {
+				t.Fatalf("entry %d = {%d %d %v %q}, want {%d %d %v %q}", lo, e.Index, e.Term, e.Type, e.Data, want.Index, want.Term, want.Type, want.Data)
+			}
+			lo++
+		}
+	}
+}
+
+func sameEntry(e Entry, want modelEntry) bool {
+	return e.Index == want.Index && e.Term == want.Term && e.Type == want.Type && bytes.Equal(e.Data, want.Data)
 }
 
 func (m *raftMachine) open(t *rapid.T) {
@@ -96,15 +139,20 @@ func (m *raftMachine) AppendEntries(t *rapid.T) {
 	from := last + 1
 	if rapid.IntRange(0, 3).Draw(t, "conflict") == 0 && last > m.floor {
 		from = rapid.Uint64Range(m.floor+1, last).Draw(t, "from")
-		if err := m.p.TruncateAfter(from - 1); err != nil {
+		switch err := m.p.TruncateAfter(from - 1); {
+		case m.refused(t, "TruncateAfter", err):
+		case err != nil:
 			t.Fatalf("TruncateAfter(%d): %v", from-1, err)
+		default:
+			m.ents = m.ents[:from-1]
 		}
-		m.ents = m.ents[:from-1]
 	}
 	model := m.drawEntries(t, from, max(m.lastTerm(), 1))
 	errc := make(chan error, 1)
 	m.p.AppendEntries(entriesOf(model), func(err error) { errc <- err })
-	if err := <-errc; err != nil {
+	if err := <-errc; m.refused(t, "AppendEntries", err) {
+		return
+	} else if err != nil {
 		t.Fatalf("AppendEntries from %d: %v", from, err)
 	}
 	m.ents = append(m.ents, model...)
@@ -151,11 +199,30 @@ type roundOp struct {
 
 // Round queues 2 to 8 requests for one round — entries continuing one
 // another, single-node appends, truncations above the floor between them —
-// and sometimes fails one of the round's writes. Without a failure every
-// request succeeds (appends a later truncation in the round removes fail
-// with ErrTruncated); with one, the appends of the failed run fail with
-// EIO, and later ones that no longer continue the log are refused, while
-// the log holds exactly what succeeded, in order.
+// and sometimes fails one of the round's writes or fdatasyncs (a roll's, a
+// truncation's or, with fsync always, the round's). The model follows what
+// the store promises, request by request in the order they were queued:
+//
+//   - With no failure every request succeeds, but an append that a later
+//     truncation of the round removes fails with ErrTruncated.
+//   - A failed write fails the appends of its run with EIO; the log holds
+//     exactly what succeeded, in order.
+//   - A failed fdatasync of a roll or of the round cuts the segment back to
+//     what was synced (the DurableIndex the store reported when it failed)
+//     and fails with EIO the appends of the round it cut. It cuts nothing
+//     durable and no append the round reports as succeeded. With fsync
+//     interval it may cut entries that earlier rounds acknowledged but did
+//     not sync yet (docs/semantics.md): the model drops them. An
+//     AppendEntries whose first entries went to the segment before a roll
+//     that synced them fails, but keeps those entries in the log.
+//   - A failed fdatasync of a truncation fails the partition: the
+//     truncation was applied to the view and the file, but is not known
+//     durable. It fails with that error, and so does every later request
+//     until the store is reopened (see failed). The appends of the round it
+//     removed fail with ErrTruncated, as when it succeeds.
+//   - After a failure, entries planned on the log that was to be are refused
+//     when they no longer continue the log (ErrNotContiguous,
+//     ErrTermDecrease); single-node appends go where the log now ends.
 func (m *raftMachine) Round(t *rapid.T) {
 	m.stopRun()
 	defer m.startRun()
@@ -166,17 +233,21 @@ func (m *raftMachine) Round(t *rapid.T) {
 		}
 		return plan[len(plan)-1].Term
 	}
-	fail := rapid.IntRange(0, 3).Draw(t, "failWrite") // 0: none; else the n-th write of the round
-	var writes int
+	failOp := rapid.SampledFrom([]string{"write", "sync"}).Draw(t, "failOp")
+	fail := rapid.IntRange(0, 3).Draw(t, "fail") // 0: none; else the n-th such call of the round
+	var calls int
+	var cutAt uint64 // the failed fdatasync's: where the store said the log was durable
 	m.fsys.SetFault(func(op, name string) error {
-		if op == "write" && strings.HasSuffix(name, ".log") {
-			if writes++; writes == fail {
+		if op == failOp && strings.HasSuffix(name, ".log") {
+			if calls++; calls == fail {
+				cutAt = m.p.DurableIndex()
 				return syscall.EIO
 			}
 		}
 		return nil
 	})
 	defer m.fsys.SetFault(nil)
+	durable := m.p.DurableIndex() // no failure may cut below it (a truncation may)
 	var ops []roundOp
 	for range rapid.IntRange(2, 8).Draw(t, "requests") {
 		var op roundOp
@@ -200,45 +271,122 @@ func (m *raftMachine) Round(t *rapid.T) {
 		ops = append(ops, op)
 	}
 	oneRound(m.s)
-	fired := fail > 0 && writes >= fail
-	eio := false
+	fired := fail > 0 && calls >= fail
+	errs, bases := make([]error, len(ops)), make([]int64, len(ops))
 	for i, op := range ops {
-		var err error
-		var base int64
 		if op.base != nil {
 			r := <-op.base
-			err, base = r.err, r.base
+			errs[i], bases[i] = r.err, r.base
 		} else {
-			err = <-op.err
+			errs[i] = <-op.err
 		}
+	}
+	if m.failed != nil {
+		for i, err := range errs {
+			m.refused(t, fmt.Sprintf("op %d", i), err)
+		}
+		return
+	}
+	// live are the appends of this round written and still in the model, by
+	// the raft index they end at.
+	type liveOp struct {
+		i   int
+		end uint64
+	}
+	var live []liveOp
+	// removed checks that the appends of this round a truncation after
+	// index removed failed with ErrTruncated.
+	removed := func(index uint64) {
+		kept := live[:0]
+		for _, l := range live {
+			if l.end <= index {
+				kept = append(kept, l)
+			} else if !errors.Is(errs[l.i], ErrTruncated) {
+				t.Fatalf("op %d (entries up to %d) removed by a truncation after %d: %v, want ErrTruncated", l.i, l.end, index, errs[l.i])
+			}
+		}
+		live = kept
+	}
+	eio, cut := false, false
+	for i, op := range ops {
+		err := errs[i]
 		switch {
+		case m.failed != nil: // a truncation earlier in the round failed the partition
+			m.refused(t, fmt.Sprintf("op %d", i), err)
 		case op.truncate && err == nil:
+			if op.index < uint64(len(m.ents)) {
+				removed(op.index)
+				m.ents = m.ents[:op.index]
+				durable = op.index // the truncation synced what it kept
+			}
+		case op.truncate:
+			if !fired || failOp != "sync" || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("op %d: TruncateAfter(%d): %v (failed %s %d: %v)", i, op.index, err, failOp, fail, fired)
+			}
+			removed(op.index)
+			m.failed, m.old = err, slices.Clone(m.ents)
 			m.ents = m.ents[:min(op.index, uint64(len(m.ents)))]
-		case err == nil || errors.Is(err, ErrTruncated): // written (then removed by a truncation)
+			eio = true
+		case err == nil || errors.Is(err, ErrTruncated):
+			// Written (ErrTruncated: then removed by a truncation, checked there).
 			if op.recs != nil {
-				if want := int64(len(m.records())); err == nil && base != want {
-					t.Fatalf("op %d: base %d, want %d", i, base, want)
+				if want := int64(len(m.records())); err == nil && bases[i] != want {
+					t.Fatalf("op %d: base %d, want %d", i, bases[i], want)
 				}
 				e := modelEntry{Entry: Entry{Index: uint64(len(m.ents)) + 1, Term: max(m.lastTerm(), 1), Type: EntryData}, recs: op.recs}
 				e.Data = EncodeRecords(nil, BatchHeader{}, op.recs, 0)
 				m.ents = append(m.ents, e)
-				break
+			} else {
+				if op.ents[0].Index != uint64(len(m.ents))+1 {
+					t.Fatalf("op %d: entries from %d written after entry %d", i, op.ents[0].Index, len(m.ents))
+				}
+				m.ents = append(m.ents, op.ents...)
 			}
-			if op.ents[0].Index != uint64(len(m.ents))+1 {
-				t.Fatalf("op %d: entries from %d written after entry %d", i, op.ents[0].Index, len(m.ents))
-			}
-			m.ents = append(m.ents, op.ents...)
+			live = append(live, liveOp{i: i, end: uint64(len(m.ents))})
 		case !fired:
-			t.Fatalf("op %d: %v, with no failed write", i, err)
+			t.Fatalf("op %d: %v, with no failed %s", i, err, failOp)
 		case errors.Is(err, syscall.EIO):
 			eio = true
-		case errors.Is(err, ErrNotContiguous), errors.Is(err, ErrTermDecrease):
+			if failOp != "sync" || cut {
+				break
+			}
+			// The first append the failed fdatasync cut: the cut is here.
+			// If a roll of the round synced the first entries of this one
+			// before, they stay, though it fails (not taken back as after a
+			// failed write).
+			cut = true
+			if have := uint64(len(m.ents)); op.ents != nil && op.ents[0].Index == have+1 && cutAt > have {
+				m.ents = append(m.ents, op.ents[:min(cutAt-have, uint64(len(op.ents)-1))]...)
+			}
+			if cutAt < durable || cutAt > uint64(len(m.ents)) {
+				t.Fatalf("op %d: fdatasync failed with DurableIndex %d; the model's log ends at %d, durable up to %d", i, cutAt, len(m.ents), durable)
+			}
+			if n := len(live); n > 0 && live[n-1].end > cutAt {
+				t.Fatalf("op %d: a failed fdatasync cut the log to %d, losing op %d (up to %d), reported %v", i, cutAt, live[n-1].i, live[n-1].end, errs[live[n-1].i])
+			}
+			m.ents = m.ents[:cutAt]
+		case errors.Is(err, ErrNotContiguous):
+			if op.ents == nil || op.ents[0].Index == uint64(len(m.ents))+1 {
+				t.Fatalf("op %d: %v, after entry %d", i, err, len(m.ents))
+			}
+		case errors.Is(err, ErrTermDecrease):
+			if op.ents == nil || op.ents[0].Index != uint64(len(m.ents))+1 || op.ents[0].Term >= m.lastTerm() {
+				t.Fatalf("op %d: %v, after entry %d of term %d", i, err, len(m.ents), m.lastTerm())
+			}
 		default:
 			t.Fatalf("op %d: %v", i, err)
 		}
 	}
+	for _, l := range live {
+		if errs[l.i] != nil {
+			t.Fatalf("op %d: %v, its entries (up to %d) still in the log", l.i, errs[l.i], l.end)
+		}
+	}
 	if fired && !eio {
-		t.Fatalf("write %d of the round failed, no request did", fail)
+		t.Fatalf("%s %d of the round failed, no request did", failOp, fail)
+	}
+	if fired {
+		m.checkLog(t)
 	}
 }
 
@@ -248,6 +396,9 @@ func (m *raftMachine) Append(t *rapid.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	base, err := m.p.Append(ctx, recs)
+	if m.refused(t, "Append", err) {
+		return
+	}
 	if err != nil {
 		t.Fatalf("Append: %v", err)
 	}
@@ -278,7 +429,7 @@ func (m *raftMachine) BadAppend(t *rapid.T) {
 	}
 	errc := make(chan error, 1)
 	m.p.AppendEntries([]Entry{e}, func(err error) { errc <- err })
-	if err := <-errc; !errors.Is(err, want) {
+	if err := <-errc; !m.refused(t, "AppendEntries", err) && !errors.Is(err, want) {
 		t.Fatalf("AppendEntries(%d, term %d) after %d (term %d): %v, want %v", e.Index, e.Term, last, m.lastTerm(), err, want)
 	}
 }
@@ -291,6 +442,9 @@ func (m *raftMachine) TruncateAfter(t *rapid.T) {
 		if !errors.Is(err, ErrBelowTruncateFloor) {
 			t.Fatalf("TruncateAfter(%d) below the floor %d: %v", i, m.floor, err)
 		}
+		return
+	}
+	if m.refused(t, "TruncateAfter", err) {
 		return
 	}
 	if err != nil {
@@ -351,7 +505,7 @@ func (m *raftMachine) Entries(t *rapid.T) {
 	var size uint64
 	for k, e := range got {
 		want := m.ents[lo-1+uint64(k)]
-		if e.Index != want.Index || e.Term != want.Term || e.Type != want.Type || !bytes.Equal(e.Data, want.Data) {
+		if !sameEntry(e, want) {
 			t.Fatalf("Entries(%d, %d): entry %d = {%d %d %v %q}, want {%d %d %v %q}", lo, hi, k,
 				e.Index, e.Term, e.Type, e.Data, want.Index, want.Term, want.Type, want.Data)
 		}
@@ -389,7 +543,7 @@ func (m *raftMachine) Read(t *rapid.T) {
 }
 
 func (m *raftMachine) Roll(t *rapid.T) {
-	if err := m.p.Roll(); err != nil {
+	if err := m.p.Roll(); !m.refused(t, "Roll", err) && err != nil {
 		t.Fatalf("Roll: %v", err)
 	}
 }
@@ -398,9 +552,24 @@ func (m *raftMachine) Crash(t *rapid.T) {
 	m.stopRun()
 	durable := m.p.DurableIndex()
 	m.fsys.Crash()
-	m.ents = m.ents[:durable]
 	m.floor = min(m.floor, durable)
-	m.open(t) // the crashed store is abandoned, as a dead process would be
+	if m.failed == nil {
+		m.ents = m.ents[:durable]
+		m.open(t) // the crashed store is abandoned, as a dead process would be
+		return
+	}
+	// A failed truncation's changes may or may not have reached the disk:
+	// the log is a prefix of the one before it, holding what was durable
+	// (the truncation's index at least, with fsync always).
+	old := m.old
+	m.failed, m.old = nil, nil
+	m.open(t)
+	last := m.p.LastIndex()
+	if last < durable || last > uint64(len(old)) {
+		t.Fatalf("after a failed truncation and a crash the log ends at %d: durable up to %d, %d entries before the truncation", last, durable, len(old))
+	}
+	m.ents = old[:last]
+	m.checkLog(t)
 }
 
 func (m *raftMachine) Reopen(t *rapid.T) {
@@ -408,7 +577,12 @@ func (m *raftMachine) Reopen(t *rapid.T) {
 	if err := m.s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
+	failed := m.failed != nil
+	m.failed, m.old = nil, nil // the failed truncation's cut is on disk, if not durable
 	m.open(t)
+	if failed {
+		m.checkLog(t)
+	}
 }
 
 func (m *raftMachine) Check(t *rapid.T) {
@@ -429,9 +603,10 @@ func (m *raftMachine) Check(t *rapid.T) {
 
 // TestRaftLogModel: the partition log as a raft log matches a slice of
 // entries through appends, conflicting suffixes replaced, truncations
-// refused below the floor, crashes that lose what was not fsynced, and
-// reopens; over both fsync modes, several segment sizes and index
-// intervals, with and without FastOpen.
+// refused below the floor, failed writes and fdatasyncs (Round), a
+// partition failed by a truncation's fdatasync, crashes that lose what was
+// not fsynced, and reopens; over both fsync modes, several segment sizes
+// and index intervals, with and without FastOpen.
 func TestRaftLogModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := &raftMachine{fsys: NewMemFS(), clock: newFakeClock()}
