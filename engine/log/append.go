@@ -220,12 +220,19 @@ func (s *Store) round() []*request {
 			d.p.syncErr = nil
 		}
 		for _, d := range dirty {
-			if d.seg.removed {
-				continue // deleted by a TruncateAfter later in the round
-			}
-			if d.err != nil {
+			switch {
+			case d.seg.removed:
+				// deleted by a TruncateAfter later in the round
+			case d.p.failed != nil:
+				// Failed in this round, by a truncation whose fdatasync
+				// failed, say: the kernel may have dropped pages written
+				// before it (syncFailed), so this sync vouches for nothing.
+				// The round's appends not yet durable fail with the
+				// partition's error; reopening recovers what is on disk.
+				d.p.syncErr = d.p.failed
+			case d.err != nil:
 				d.p.syncErr = d.p.syncFailed(d.seg, d.err)
-			} else {
+			default:
 				d.p.synced(d.seg)
 			}
 		}

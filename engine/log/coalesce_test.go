@@ -572,3 +572,47 @@ func TestFailedTruncationFailsTheAppendsItRemoved(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedTruncationSyncVouchesForNothing: after a TruncateAfter's
+// fdatasync fails, the kernel may have dropped the pages written before it
+// (syncFailed), among them those of the round's appends below its index.
+// The round's closing fdatasync of the same file may then succeed, but it
+// does not make them durable: they must fail, and the durable index must
+// not move, on the failed partition.
+func TestFailedTruncationSyncVouchesForNothing(t *testing.T) {
+	fsys := NewMemFS()
+	h := openHarness(t, "/data", Options{FS: fsys, Fsync: FsyncAlways, IndexIntervalBytes: 100, Logger: quietLogger()})
+	p := h.part("p")
+	ents := raftEntries(1, 6, 1, 0)
+	if err := <-queueEntries(p, ents[:3]); err != nil {
+		t.Fatalf("entries 1-3: %v", err)
+	}
+	h.stop()
+	kept := queueEntries(p, ents[3:5]) // below the truncation's index: kept
+	removed := queueEntries(p, ents[5:])
+	rt := queueTruncate(t, p, 5, 2)
+	syncs := 0
+	fsys.SetFault(func(op, name string) error {
+		if op == "sync" && strings.HasSuffix(name, ".log") {
+			if syncs++; syncs == 1 {
+				return syscall.EIO // the truncation's fdatasync
+			}
+		}
+		return nil
+	})
+	oneRound(h.s)
+	fsys.SetFault(nil)
+	if err := <-rt; !errors.Is(err, syscall.EIO) {
+		t.Fatalf("TruncateAfter(5) with its fdatasync failing: %v, want EIO", err)
+	}
+	if err := <-removed; !errors.Is(err, ErrTruncated) {
+		t.Errorf("entry 6, removed by the truncation: %v, want ErrTruncated", err)
+	}
+	if err := <-kept; !errors.Is(err, syscall.EIO) {
+		t.Errorf("entries 4-5, written before the failed fdatasync: %v, want the failed sync's error (EIO): the round's later sync cannot vouch for pages the kernel may have dropped", err)
+	}
+	if d := p.DurableIndex(); d != 3 {
+		t.Errorf("durable index %d after the failed truncation sync, want 3", d)
+	}
+	h.resume()
+}

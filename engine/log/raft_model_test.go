@@ -219,7 +219,12 @@ type roundOp struct {
 //     truncation was applied to the view and the file, but is not known
 //     durable. It fails with that error, and so does every later request
 //     until the store is reopened (see failed). The appends of the round it
-//     removed fail with ErrTruncated, as when it succeeds.
+//     removed fail with ErrTruncated, as when it succeeds. With fsync always
+//     nothing of the round becomes durable after it (the kernel may have
+//     dropped pages written before the failed fdatasync): the appends it
+//     kept fail with the partition's error unless a roll synced them
+//     before, their entries still in the view, and DurableIndex stays where
+//     it was when the fdatasync failed.
 //   - After a failure, entries planned on the log that was to be are refused
 //     when they no longer continue the log (ErrNotContiguous,
 //     ErrTermDecrease); single-node appends go where the log now ends.
@@ -307,6 +312,21 @@ func (m *raftMachine) Round(t *rapid.T) {
 		}
 		live = kept
 	}
+	// A truncation whose fdatasync failed fails the partition, and with
+	// fsync always the round's closing sync then vouches for nothing: the
+	// appends before it that it kept and no roll had synced fail with the
+	// partition's error, their entries still in the log (syncFailed: the
+	// kernel may have dropped their pages).
+	truncFailed := len(ops)
+	for i, op := range ops {
+		if op.truncate && errs[i] != nil {
+			truncFailed = i
+			break
+		}
+	}
+	unvouched := func(i int) bool {
+		return i < truncFailed && truncFailed < len(ops) && m.o.Fsync == FsyncAlways && errs[i] != nil && errors.Is(errs[i], errs[truncFailed])
+	}
 	eio, cut := false, false
 	for i, op := range ops {
 		err := errs[i]
@@ -327,8 +347,9 @@ func (m *raftMachine) Round(t *rapid.T) {
 			m.failed, m.old = err, slices.Clone(m.ents)
 			m.ents = m.ents[:min(op.index, uint64(len(m.ents)))]
 			eio = true
-		case err == nil || errors.Is(err, ErrTruncated):
-			// Written (ErrTruncated: then removed by a truncation, checked there).
+		case err == nil || errors.Is(err, ErrTruncated) || unvouched(i):
+			// Written (ErrTruncated: then removed by a truncation, checked
+			// there; unvouched: not durable, see truncFailed).
 			if op.recs != nil {
 				if want := int64(len(m.records())); err == nil && bases[i] != want {
 					t.Fatalf("op %d: base %d, want %d", i, bases[i], want)
@@ -377,8 +398,25 @@ func (m *raftMachine) Round(t *rapid.T) {
 			t.Fatalf("op %d: %v", i, err)
 		}
 	}
+	if truncFailed < len(ops) && m.o.Fsync == FsyncAlways {
+		// Nothing of the round becomes durable after the failed sync:
+		// what was durable then is all that is (cutAt).
+		if d := m.p.DurableIndex(); d != cutAt {
+			t.Fatalf("DurableIndex %d after the round; %d when the truncation's fdatasync failed", d, cutAt)
+		}
+		for _, l := range live {
+			if (errs[l.i] == nil) != (l.end <= cutAt) {
+				t.Fatalf("op %d (entries up to %d), before the truncation whose fdatasync failed with DurableIndex %d: %v", l.i, l.end, cutAt, errs[l.i])
+			}
+		}
+	}
 	for _, l := range live {
-		if errs[l.i] != nil {
+		switch {
+		case errs[l.i] == nil:
+			if d := m.p.DurableIndex(); m.o.Fsync == FsyncAlways && l.end > d {
+				t.Fatalf("op %d (entries up to %d) reported durable, DurableIndex %d", l.i, l.end, d)
+			}
+		case !unvouched(l.i):
 			t.Fatalf("op %d: %v, its entries (up to %d) still in the log", l.i, errs[l.i], l.end)
 		}
 	}
@@ -596,7 +634,7 @@ func (m *raftMachine) Check(t *rapid.T) {
 	if got, want := m.p.NextOffset(), int64(len(m.records())); got != want {
 		t.Fatalf("NextOffset %d, model %d", got, want)
 	}
-	if d := m.p.DurableIndex(); d > last || (m.o.Fsync == FsyncAlways && d != last) {
+	if d := m.p.DurableIndex(); d > last || (m.o.Fsync == FsyncAlways && m.failed == nil && d != last) {
 		t.Fatalf("DurableIndex %d, last %d", d, last)
 	}
 }
