@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/internal/testport"
 )
 
 // testCluster runs engine Nodes as cluster members in this process, over
@@ -43,23 +42,15 @@ type clusterNode struct {
 
 func freeTCPAddr(t testing.TB) string {
 	t.Helper()
-	// A port the kernel hands out for listen(":0") is an ephemeral one:
-	// once closed, the nodes' own outgoing connections may take it as
-	// their local port before the node listens there ("bind: address
-	// already in use", once in a few runs of ./engine). Ports below the
-	// ephemeral range (Linux: 32768 and up) are never given to outgoing
-	// connections; a random one that binds now is free for the test.
-	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue // taken
-		}
-		l.Close()
-		return addr
+	// Not a port from listen(":0"): that is an ephemeral one, which the
+	// nodes' own outgoing connections may take before the node listens
+	// there ("bind: address already in use", once in a few runs of
+	// ./engine). See internal/testport.
+	addr, err := testport.Free("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port between 20000 and 32000 on 127.0.0.1")
-	return ""
+	return addr
 }
 
 // start opens and runs a node (again, after stop, on the same data dir).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/testkafka"
 	"github.com/spoolmq/spool/internal/testnats"
+	"github.com/spoolmq/spool/internal/testport"
 )
 
 // broker is the message broker a scenario with `backend: jetstream` or
@@ -39,12 +40,13 @@ func startBroker(ctx context.Context, sc *Scenario, tmp string) (*broker, error)
 		if err != nil {
 			return nil, fmt.Errorf("loadtest: nats-server: %w", err)
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		// Outside the ephemeral range: a port from listen(":0") may be
+		// taken by an outgoing connection before nats-server binds it.
+		ports, err := testport.Ports("127.0.0.1", 1)
 		if err != nil {
 			return nil, err
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+		port := ports[0]
 		logf, err := os.Create(filepath.Join(dir, "nats-server.log"))
 		if err != nil {
 			return nil, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testport"
 )
 
 // moduleRoot finds the directory of Spool's go.mod from the working directory.
@@ -45,15 +46,9 @@ func buildSpoold(root, dir, pkg string) (string, error) {
 	return bin, nil
 }
 
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freePort is a free TCP address on 127.0.0.1 outside the ephemeral
+// port range, for a child process to listen on (see internal/testport).
+func freePort() (string, error) { return testport.Free("127.0.0.1") }
 
 // sidecarProc is one spoold process started for a run. In a cluster run it
 // is one node; restart starts it again with the same config and data dir.
@@ -128,16 +123,17 @@ func newNode(base string, index int, clustered bool, join string, rf int) (node,
 	if nd.dir, err = os.MkdirTemp(base, fmt.Sprintf("run-%d-", index+1)); err != nil {
 		return nd, err
 	}
-	if nd.app, err = freePort(); err != nil {
-		return nd, err
-	}
-	if nd.admin, err = freePort(); err != nil {
-		return nd, err
-	}
+	k := 2
 	if clustered {
-		if nd.cluster, err = freePort(); err != nil {
-			return nd, err
-		}
+		k = 3
+	}
+	addrs, err := testport.FreeN("127.0.0.1", k)
+	if err != nil {
+		return nd, err
+	}
+	nd.app, nd.admin = addrs[0], addrs[1]
+	if clustered {
+		nd.cluster = addrs[2]
 	}
 	return nd, nil
 }

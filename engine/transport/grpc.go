@@ -132,7 +132,8 @@ type peer struct {
 type lane struct {
 	q *queue
 	// back (capacity 1) cuts the lane's backoff short: the peer dialed us,
-	// so it is up again (peerBack).
+	// so it is up again (peerBack); sent while the lane is up too, it cuts
+	// the backoff after the lane's stream fails.
 	back      chan struct{}
 	connected atomic.Bool
 	lastErr   atomic.Pointer[errBox]
@@ -406,6 +407,15 @@ func (t *GRPC) push(peer uint64, lane int, msgs []Message, sizes []int) {
 // as soon as it dials them. (gRPC's ResetConnectBackoff would be quicker
 // still, but in grpc-go 1.85 it reads the channel's connection map without
 // its lock: a data race the race detector caught.)
+//
+// A lane that still looks connected gets the signal too: a restarted peer
+// may dial us before we see its old process's streams end (at once on a
+// busy machine, or only when keepalive gives up on a half-open connection
+// after a crash); the signal then waits in l.back and cuts the backoff
+// after that stream fails. A lane drops a signal that predates its
+// handshake (session). One left by a peer that dialed in long before its
+// stream fails costs one retry without backoff (DefaultBackoffBase is
+// 100 ms), waiting for the channel for up to HandshakeTimeout.
 func (t *GRPC) peerBack(id uint64) {
 	t.mu.Lock()
 	p := t.peers[id]
@@ -414,9 +424,6 @@ func (t *GRPC) peerBack(id uint64) {
 		return
 	}
 	for _, l := range p.lanes {
-		if l.connected.Load() {
-			continue
-		}
 		select {
 		case l.back <- struct{}{}:
 		default:
@@ -513,6 +520,12 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 	l.connected.Store(true)
 	l.lastErr.Store(nil)
 	t.c.connects.Add(1)
+	// A peerBack signal from before this handshake is spent: the lane is
+	// up. One that arrives from now on cuts the backoff after this stream.
+	select {
+	case <-l.back:
+	default:
+	}
 
 	// The server sends nothing after its Hello: a Recv that returns means
 	// the stream is gone, which ends the session.

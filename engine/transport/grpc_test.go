@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/spoolmq/spool/internal/testport"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
@@ -375,7 +376,7 @@ func TestGRPCReconnectsAtOnceWhenThePeerDialsIn(t *testing.T) {
 	slow := func(c *GRPCConfig) { c.Backoff = Backoff{Base: 10 * time.Second, Max: 10 * time.Second} }
 	a := startNode(t, 1, "127.0.0.1:0", slow)
 	defer a.stop(t)
-	b := startNode(t, 2, "127.0.0.1:0", slow)
+	b := startNode(t, 2, freeAddr(t), slow) // restarted on its address below
 	addr := b.addr
 	if err := a.t.AddPeer(2, addr); err != nil {
 		t.Fatal(err)
@@ -397,4 +398,53 @@ func TestGRPCReconnectsAtOnceWhenThePeerDialsIn(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("reconnected %v after the peer dialed in; want at once, not after the 5-10 s backoff", took)
 	}
+}
+
+// The restarted peer may dial in while our streams to its old process
+// still look up (the old process's connections not yet seen to close, or
+// half-open after a crash until keepalive notices). Those streams then
+// fail, and their lanes must still reconnect at once, not after their
+// backoff: the Hello that arrived meanwhile said the peer is back. Here
+// node 2's new process dials node 1 from another address while the old
+// one is still connected; then the old one stops and the new one takes
+// over its address.
+func TestGRPCReconnectsAtOnceWhenThePeerDialedInWhileConnected(t *testing.T) {
+	slow := func(c *GRPCConfig) { c.Backoff = Backoff{Base: 10 * time.Second, Max: 10 * time.Second} }
+	a := startNode(t, 1, "127.0.0.1:0", slow)
+	defer a.stop(t)
+	b := startNode(t, 2, freeAddr(t), slow)
+	addr := b.addr
+	if err := a.t.AddPeer(2, addr); err != nil {
+		t.Fatal(err)
+	}
+	waitConnected(t, a, 2)
+	back := startNode(t, 2, "127.0.0.1:0", slow) // node 2's new process, before the old one's streams end
+	defer back.stop(t)
+	if err := back.t.AddPeer(1, a.addr); err != nil {
+		t.Fatal(err)
+	}
+	waitConnected(t, back, 1) // its Hello reached node 1 while node 1's lanes to 2 were up
+	b.stop(t)
+	b2 := startNode(t, 2, addr, slow)
+	defer b2.stop(t)
+	start := time.Now()
+	waitFor(t, "node 1's lanes to node 2 reconnected", func() bool {
+		s, ok := a.t.Peer(2)
+		return ok && s.Connected && a.t.Stats().Connects >= 2*numLanes
+	})
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("reconnected %v after the peer's old process stopped; want at once, not after the 5-10 s backoff", took)
+	}
+}
+
+// freeAddr is an address on 127.0.0.1 for a node that is stopped and
+// started again on it: a port from listen(":0") is an ephemeral one, which
+// an outgoing connection may take in between (see internal/testport).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	addr, err := testport.Free("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

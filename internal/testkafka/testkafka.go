@@ -23,7 +23,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +33,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testport"
 )
 
 //go:embed pom.xml
@@ -154,10 +155,7 @@ func Launch(dir string) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{libs: libs, dir: dir}
-	if b.port, err = freePort(); err != nil {
-		return nil, err
-	}
-	if b.ctrlPort, err = freePort(); err != nil {
+	if b.port, b.ctrlPort, err = freePorts(); err != nil {
 		return nil, err
 	}
 	if err := b.writeConfig(); err != nil {
@@ -332,13 +330,16 @@ func (b *Broker) logTail(lines int) string {
 	return tail(string(log), lines) + "\n" + tail(string(out), 10)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// freePorts are two distinct free ports for the broker's and the
+// controller's listeners, outside the ephemeral port range: the broker
+// keeps them across restarts, and a port from listen(":0") may be taken
+// by an outgoing connection meanwhile (see internal/testport).
+func freePorts() (broker, controller int, err error) {
+	ports, err := testport.Ports("127.0.0.1", 2)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], ports[1], nil
 }
 
 func tail(s string, lines int) string {

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testport"
 )
 
 // Module is the nats-server module built for the tests.
@@ -199,14 +201,16 @@ func (s *Server) signalAndWait(sig syscall.Signal) {
 	s.cmd = nil
 }
 
+// freePort is a free port outside the ephemeral port range: the server
+// keeps it across restarts, and a port from listen(":0") may be taken by
+// an outgoing connection meanwhile (see internal/testport).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := testport.Ports("127.0.0.1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports[0]
 }
 
 func tail(s string, lines int) string {

@@ -15,9 +15,7 @@ package testredis
 import (
 	"bytes"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/internal/testport"
 )
 
 // startTimeout bounds how long a server may take to answer PING.
@@ -113,8 +113,8 @@ func StartWith(t testing.TB, opts Options) *Server {
 		}
 	}
 	t.Cleanup(s.stop)
-	// A free port found by listening on :0 can be taken again before
-	// redis-server binds it; try a few ports.
+	// Another process may pick the same free port in the same instant;
+	// try a few ports.
 	var lastErr error
 	for range 5 {
 		var err error
@@ -354,35 +354,20 @@ func pingTLS(addr string, tc *tls.Config) error {
 	return nil
 }
 
+// freePort is a free port outside the ephemeral port range: the server
+// keeps it across restarts, and a port from listen(":0") may be taken by
+// an outgoing connection meanwhile (see internal/testport).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := testport.Ports("127.0.0.1", 1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // freeClusterPort is a free port whose cluster bus port (port+10000) is
-// free too.
-func freeClusterPort() (int, error) {
-	for range 50 {
-		p, err := freePort()
-		if err != nil {
-			return 0, err
-		}
-		if p+10000 > 65535 {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		return p, nil
-	}
-	return 0, errors.New("no free port with a free cluster bus port (port+10000)")
-}
+// free too, both outside the ephemeral port range.
+func freeClusterPort() (int, error) { return testport.FreeSpaced("127.0.0.1", 10000) }
 
 // syncBuffer collects the server's output; written by exec's copier.
 type syncBuffer struct {

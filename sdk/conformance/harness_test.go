@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/spoolmq/spool/internal/testport"
 	"github.com/spoolmq/spool/internal/testredis"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
@@ -439,21 +439,25 @@ type node struct {
 	logPath string
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs returns k distinct free addresses on 127.0.0.1 for spoold to
+// listen on, outside the ephemeral port range: a port from listen(":0")
+// may be taken by an outgoing connection before spoold binds it (see
+// internal/testport).
+func freeAddrs(t *testing.T, k int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := testport.FreeN("127.0.0.1", k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 func startNode(t *testing.T, config string) *node {
 	t.Helper()
 	dir := t.TempDir()
 	n := &node{t: t, cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
-	n.app, n.admin = freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 2)
+	n.app, n.admin = addrs[0], addrs[1]
 	full := fmt.Sprintf("node:\n  id: conformance\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\n", filepath.Join(dir, "data"), n.app, n.admin) + config
 	if err := os.WriteFile(n.cfgPath, []byte(full), 0o644); err != nil {
 		t.Fatal(err)

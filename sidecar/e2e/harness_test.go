@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/spoolmq/spool/internal/testport"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
@@ -48,22 +48,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freeAddrs returns k distinct free addresses on 127.0.0.1: the listeners
-// are all held open until the last is taken, so that the kernel cannot hand
-// a port closed a moment ago out again (one spoold's cluster and app ports
-// came out equal on a busy machine).
+// freeAddrs returns k distinct free addresses on 127.0.0.1, outside the
+// ephemeral port range, for spoold processes to listen on (see
+// internal/testport: a port from listen(":0") may be taken by an outgoing
+// connection before spoold binds it).
 func freeAddrs(t *testing.T, k int) []string {
 	t.Helper()
-	var out []string
-	for range k {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		out = append(out, l.Addr().String())
+	addrs, err := testport.FreeN("127.0.0.1", k)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return addrs
 }
 
 // node is a running spoold process.

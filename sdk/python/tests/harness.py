@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,10 +20,54 @@ from spool.v1 import admin_pb2_grpc
 REPO = Path(__file__).resolve().parents[3]
 
 
+def _port_window() -> tuple[int, int]:
+    """The ports [lo, hi) free ports are picked from: below the kernel's
+    ephemeral range (Linux: 32768-60999), whose ports any outgoing
+    connection may take as its local port. A port from bind(0) is an
+    ephemeral one: between the close and spoold's or redis-server's bind,
+    a connection on the machine may take it ("address already in use").
+    Above the range when there is no room below it."""
+    start, end = 32768, 60999
+    try:
+        start, end = (int(f) for f in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        pass  # not Linux: 32768 is below macOS's range too
+    if start - 10000 >= 1000:
+        return 10000, start
+    if 65536 - (end + 1) >= 1000:
+        return end + 1, 65536
+    raise AssertionError(f"the ephemeral port range {start}-{end} leaves no room for test servers: narrow it (sysctl net.ipv4.ip_local_port_range)")
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct ports on 127.0.0.1 that are free now, outside the
+    ephemeral range (see _port_window); each is held until all are found."""
+    lo, hi = _port_window()
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        for _ in range(200):
+            if len(ports) == n:
+                return ports
+            port = random.randrange(lo, hi)
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+            ports.append(port)
+        if len(ports) == n:
+            return ports
+        raise AssertionError(f"found {len(ports)} of {n} free ports in {lo}-{hi - 1} on 127.0.0.1")
+    finally:
+        for s in held:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -54,7 +99,7 @@ class Spoold:
     def __init__(self, binary: str, workdir: Path, config: str, extra_args: list[str] | None = None) -> None:
         self.binary = binary
         self.workdir = workdir
-        self.app_port, self.admin_port = free_port(), free_port()
+        self.app_port, self.admin_port = free_ports(2)
         self.addr = f"127.0.0.1:{self.app_port}"
         self.admin = f"127.0.0.1:{self.admin_port}"
         self.log_path = workdir / "spoold.log"
@@ -75,7 +120,8 @@ class Spoold:
 
     def start_fresh(self) -> None:
         """start, on other free ports if another process took ours meanwhile
-        (other test suites on the machine pick free ports too)."""
+        (other test suites on the machine pick free ports too, and may pick
+        the same one in the same instant)."""
         for _ in range(3):
             try:
                 self.start()
@@ -83,7 +129,7 @@ class Spoold:
             except AssertionError as e:
                 if "address already in use" not in str(e):
                     raise
-            self.app_port, self.admin_port = free_port(), free_port()
+            self.app_port, self.admin_port = free_ports(2)
             self.addr, self.admin = f"127.0.0.1:{self.app_port}", f"127.0.0.1:{self.admin_port}"
             self._write_config()
         self.start()

@@ -24,15 +24,56 @@ export function spoold(): string {
   return (spooldBin = out);
 }
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/**
+ * The ports [lo, hi) free ports are picked from: below the kernel's ephemeral
+ * range (Linux: 32768-60999), whose ports any outgoing connection may take as
+ * its local port. A port from listen(0) is an ephemeral one: between the close
+ * and spoold's or redis-server's bind, a connection on the machine may take it
+ * ("address already in use"). Above the range when there is no room below it.
+ */
+function portWindow(): [number, number] {
+  let [start, end] = [32768, 60999];
+  try {
+    const f = fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    if (f.length === 2 && f.every(Number.isInteger)) [start, end] = f;
+  } catch {
+    // not Linux: 32768 is below macOS's range too
+  }
+  if (start - 10000 >= 1000) return [10000, start];
+  if (65536 - (end + 1) >= 1000) return [end + 1, 65536];
+  throw new Error(`the ephemeral port range ${start}-${end} leaves no room for test servers: narrow it (sysctl net.ipv4.ip_local_port_range)`);
+}
+
+function listenOn(port: number): Promise<net.Server | undefined> {
+  return new Promise((resolve) => {
     const s = net.createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
-    });
+    s.once("error", () => resolve(undefined));
+    s.listen(port, "127.0.0.1", () => resolve(s));
   });
+}
+
+/** n distinct ports on 127.0.0.1 that are free now, outside the ephemeral range (see portWindow); each is held until all are found. */
+export async function freePorts(n: number): Promise<number[]> {
+  const [lo, hi] = portWindow();
+  const held: net.Server[] = [];
+  const ports: number[] = [];
+  try {
+    for (let i = 0; i < 200 && ports.length < n; i++) {
+      const port = lo + Math.floor(Math.random() * (hi - lo));
+      const s = await listenOn(port);
+      if (!s) continue;
+      held.push(s);
+      ports.push(port);
+    }
+  } finally {
+    await Promise.all(held.map((s) => new Promise((r) => s.close(r))));
+  }
+  if (ports.length < n) throw new Error(`found ${ports.length} of ${n} free ports in ${lo}-${hi - 1} on 127.0.0.1`);
+  return ports;
+}
+
+export async function freePort(): Promise<number> {
+  return (await freePorts(1))[0];
 }
 
 /** Polls cond every 20 ms until it holds, or fails after timeoutMs saying what was awaited. */
@@ -77,8 +118,9 @@ export class Node {
   /** spoold --config with this YAML (without the node section), on a fresh data dir. */
   static async start(config: string): Promise<Node> {
     const n = new Node((n) => ["--config", path.join(n.dir, "spool.yaml")]);
-    n.app = `127.0.0.1:${await freePort()}`;
-    n.admin = `127.0.0.1:${await freePort()}`;
+    const [app, admin] = await freePorts(2);
+    n.app = `127.0.0.1:${app}`;
+    n.admin = `127.0.0.1:${admin}`;
     const full = `node:\n  id: ts\n  data_dir: ${path.join(n.dir, "data")}\n  app_listen: [${JSON.stringify(n.app)}]\n  admin_listen: ${JSON.stringify(n.admin)}\n  drain_timeout: 5s\n` + config;
     fs.writeFileSync(path.join(n.dir, "spool.yaml"), full);
     await n.run();
@@ -88,8 +130,9 @@ export class Node {
   /** spoold --dev (topic "demo", group "demo-app") on free ports. */
   static async dev(): Promise<Node> {
     const n = new Node((n) => ["--dev", "--app-listen", n.app, "--admin-listen", n.admin]);
-    n.app = `127.0.0.1:${await freePort()}`;
-    n.admin = `127.0.0.1:${await freePort()}`;
+    const [app, admin] = await freePorts(2);
+    n.app = `127.0.0.1:${app}`;
+    n.admin = `127.0.0.1:${admin}`;
     await n.run();
     return n;
   }

@@ -20,6 +20,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -64,12 +65,72 @@ final class Harness {
     }
   }
 
-  static int freePort() {
-    try (ServerSocket s = new ServerSocket(0, 0, java.net.InetAddress.getLoopbackAddress())) {
-      return s.getLocalPort();
-    } catch (IOException e) {
-      throw new AssertionError(e);
+  /**
+   * The ports [lo, hi) free ports are picked from: below the kernel's
+   * ephemeral range (Linux: 32768-60999), whose ports any outgoing connection
+   * may take as its local port. A port from new ServerSocket(0) is an
+   * ephemeral one: between the close and spoold's or redis-server's bind, a
+   * connection on the machine may take it ("address already in use"). Above
+   * the range when there is no room below it.
+   */
+  private static int[] portWindow() {
+    int start = 32768;
+    int end = 60999;
+    try {
+      String[] f = Files.readString(Path.of("/proc/sys/net/ipv4/ip_local_port_range")).trim().split("\\s+");
+      if (f.length == 2) {
+        start = Integer.parseInt(f[0]);
+        end = Integer.parseInt(f[1]);
+      }
+    } catch (IOException | NumberFormatException e) {
+      // not Linux: 32768 is below macOS's range too
     }
+    if (start - 10000 >= 1000) {
+      return new int[] {10000, start};
+    }
+    if (65536 - (end + 1) >= 1000) {
+      return new int[] {end + 1, 65536};
+    }
+    throw new AssertionError("the ephemeral port range " + start + "-" + end
+        + " leaves no room for test servers: narrow it (sysctl net.ipv4.ip_local_port_range)");
+  }
+
+  /**
+   * n distinct ports on 127.0.0.1 that are free now, outside the ephemeral
+   * range (see portWindow); each is held until all are found.
+   */
+  static int[] freePorts(int n) {
+    int[] w = portWindow();
+    List<ServerSocket> held = new ArrayList<>();
+    int[] ports = new int[n];
+    int found = 0;
+    try {
+      for (int i = 0; i < 200 && found < n; i++) {
+        int port = ThreadLocalRandom.current().nextInt(w[0], w[1]);
+        try {
+          held.add(new ServerSocket(port, 0, java.net.InetAddress.getLoopbackAddress()));
+        } catch (IOException e) {
+          continue; // taken
+        }
+        ports[found++] = port;
+      }
+    } finally {
+      for (ServerSocket s : held) {
+        try {
+          s.close();
+        } catch (IOException e) {
+          // closing a listener that never accepted
+        }
+      }
+    }
+    if (found < n) {
+      throw new AssertionError("found " + found + " of " + n + " free ports in " + w[0] + "-" + (w[1] - 1) + " on 127.0.0.1");
+    }
+    return ports;
+  }
+
+  static int freePort() {
+    return freePorts(1)[0];
   }
 
   static Path tmpDir(String prefix) {
@@ -157,8 +218,9 @@ final class Harness {
     }
 
     private void pickPorts() {
-      app = "127.0.0.1:" + freePort();
-      admin = "127.0.0.1:" + freePort();
+      int[] ports = freePorts(2);
+      app = "127.0.0.1:" + ports[0];
+      admin = "127.0.0.1:" + ports[1];
       if (config != null) {
         String listen = "\"" + app + "\"" + (unix ? ", \"" + unixAddr() + "\"" : "");
         String node = "node:\n  id: java\n  data_dir: " + dir.resolve("data") + "\n  app_listen: [" + listen + "]\n  admin_listen: \"" + admin
