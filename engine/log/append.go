@@ -672,21 +672,22 @@ func (p *Partition) syncFailed(seg *segment, err error) error {
 }
 
 // syncDirty fdatasyncs the active segment if it has unsynced bytes
-// (FsyncInterval timer, Close).
-func (p *Partition) syncDirty() {
+// (FsyncInterval timer, Close). A failure drops the unsynced tail
+// (syncFailed, which logs it) and is returned.
+func (p *Partition) syncDirty() error {
 	if p.failed != nil {
-		return
+		return nil
 	}
 	seg := p.active()
 	if seg.synced == seg.size && p.durable.Load() == seg.next && p.durIdx.Load() == seg.nextIndex-1 {
-		return
+		return nil
 	}
 	seg.dirty = false
 	if err := seg.log.Sync(); err != nil {
-		p.syncFailed(seg, err)
-		return
+		return p.syncFailed(seg, err)
 	}
 	p.synced(seg)
+	return nil
 }
 
 // Roll closes the active segment and starts a new one (no-op if it is empty).

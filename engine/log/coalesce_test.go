@@ -616,3 +616,33 @@ func TestFailedTruncationSyncVouchesForNothing(t *testing.T) {
 	}
 	h.resume()
 }
+
+// TestCloseReportsAFailedFinalSync: with fsync interval, Close fdatasyncs
+// what was written since the last sync. When that fails, the store drops
+// the unsynced tail (syncFailed) — appends already acknowledged — and
+// Close must say so rather than return nil.
+func TestCloseReportsAFailedFinalSync(t *testing.T) {
+	fsys := NewMemFS()
+	s, err := OpenStore("/data", Options{FS: fsys, Fsync: FsyncInterval, FsyncInterval: time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Partition("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := queueAppends(p, [][]Record{{{Timestamp: 1_700_000_000_000, Value: []byte("acknowledged, not synced")}}})
+	oneRound(s)
+	if r := <-res; r.err != nil {
+		t.Fatalf("append: %v", r.err)
+	}
+	fsys.SetFault(func(op, name string) error {
+		if op == "sync" && strings.HasSuffix(name, ".log") {
+			return syscall.EIO
+		}
+		return nil
+	})
+	if err := s.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close with its fdatasync failing: %v, want an error wrapping EIO", err)
+	}
+}

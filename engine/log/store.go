@@ -196,7 +196,7 @@ func (s *Store) Run(ctx context.Context) error {
 		case <-syncC:
 			s.roundMu.Lock()
 			for _, p := range s.partitions() {
-				p.syncDirty()
+				_ = p.syncDirty() // a failure is logged by syncFailed; the appends it drops were never promised durable
 			}
 			s.unlockRound(nil)
 		case <-maint.C:
@@ -249,7 +249,9 @@ func (s *Store) Close() error {
 func (p *Partition) close() error {
 	var errs []error
 	if p.failed == nil {
-		p.syncDirty()
+		if err := p.syncDirty(); err != nil {
+			errs = append(errs, fmt.Errorf("spool log: partition %s: the last fdatasync before closing failed and the appends written since the one before are lost (check the disk; the data dir holds what was synced): %w", p.name, err))
+		}
 		seg := p.active()
 		if err := seg.writeIndexes(p.s.opts.FS); err != nil {
 			errs = append(errs, fmt.Errorf("spool log: write index of %s: %w", seg.path, err))
