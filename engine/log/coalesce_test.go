@@ -481,15 +481,7 @@ func TestRollSyncFailureFailsTheAppendsItCutBack(t *testing.T) {
 		batches = append(batches, genRecords(i, 1, 600)) // the third rolls the segment
 	}
 	res := queueAppends(p, batches)
-	syncs := 0
-	fsys.SetFault(func(op, name string) error {
-		if op == "sync" && strings.HasSuffix(name, ".log") {
-			if syncs++; syncs == 1 {
-				return syscall.EIO // the roll's fdatasync of the full segment; the round's own succeed
-			}
-		}
-		return nil
-	})
+	failFirstLogSync(fsys) // the roll's fdatasync of the full segment; the round's own succeed
 	oneRound(h.s)
 	fsys.SetFault(nil)
 	failed := 0
@@ -536,15 +528,7 @@ func TestFailedTruncationFailsTheAppendsItRemoved(t *testing.T) {
 			h.stop()
 			r1 := queueEntries(p, ents[3:])
 			rt := queueTruncate(t, p, 4, 1)
-			syncs := 0
-			fsys.SetFault(func(op, name string) error {
-				if op == "sync" && strings.HasSuffix(name, ".log") {
-					if syncs++; syncs == 1 {
-						return syscall.EIO // the truncation's fdatasync
-					}
-				}
-				return nil
-			})
+			failFirstLogSync(fsys) // the truncation's fdatasync
 			oneRound(h.s)
 			fsys.SetFault(nil)
 			terr := <-rt
@@ -591,15 +575,7 @@ func TestFailedTruncationSyncVouchesForNothing(t *testing.T) {
 	kept := queueEntries(p, ents[3:5]) // below the truncation's index: kept
 	removed := queueEntries(p, ents[5:])
 	rt := queueTruncate(t, p, 5, 2)
-	syncs := 0
-	fsys.SetFault(func(op, name string) error {
-		if op == "sync" && strings.HasSuffix(name, ".log") {
-			if syncs++; syncs == 1 {
-				return syscall.EIO // the truncation's fdatasync
-			}
-		}
-		return nil
-	})
+	failFirstLogSync(fsys) // the truncation's fdatasync
 	oneRound(h.s)
 	fsys.SetFault(nil)
 	if err := <-rt; !errors.Is(err, syscall.EIO) {
@@ -645,4 +621,18 @@ func TestCloseReportsAFailedFinalSync(t *testing.T) {
 	if err := s.Close(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Close with its fdatasync failing: %v, want an error wrapping EIO", err)
 	}
+}
+
+// failFirstLogSync makes the next fdatasync of a segment file (.log) fail
+// with EIO, and those after it succeed.
+func failFirstLogSync(fsys *MemFS) {
+	syncs := 0
+	fsys.SetFault(func(op, name string) error {
+		if op == "sync" && strings.HasSuffix(name, ".log") {
+			if syncs++; syncs == 1 {
+				return syscall.EIO
+			}
+		}
+		return nil
+	})
 }
