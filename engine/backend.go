@@ -108,11 +108,3 @@ func (e *UnsupportedError) Error() string {
 
 // Is makes errors.Is(err, ErrUnsupported) true.
 func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
-
-// The embedded log implements every part of the seam.
-var (
-	_ Backend          = (*Node)(nil)
-	_ ClusterAdmin     = (*Node)(nil)
-	_ GroupCoordinator = (*Node)(nil)
-	_ Quarantiner      = (*Node)(nil)
-)

@@ -1,42 +1,23 @@
-// Package engine is the sidecar's way into the partitioned log: topics,
-// produce, fetch, change notification and committed group positions.
+// Package engine is the API of the log the sidecar stores its messages in:
+// the Backend interface and its capability interfaces (ClusterAdmin,
+// GroupCoordinator, Quarantiner), the record and position types, topic
+// specs, produce options, the errors callers classify, limits, the key
+// partitioner and the status values operators read.
 //
-// Every call names a (topic, partition) and works the same whether the
-// partition is stored on this node or led by a peer: Produce is asynchronous
-// and may complete with ErrNotLeader (retry at the named leader) or
-// ErrOutcomeUnknown (the append may or may not have happened: retry with the
-// same message ids). Today one node stores every partition (engine/log);
-// replication (engine/raft) keeps this API.
+// It holds no implementation. Three packages implement it: engine/embedded
+// (Spool's own log, on one node or replicated among the sidecars with
+// raft), engine/kafka and engine/jetstream (a broker the user already
+// runs). The sidecar sees only this package; sidecar/backend.go opens the
+// backend the configuration names.
 //
-// # Two ends of a partition
+// Every call names a (topic, partition). Produce is asynchronous: done never
+// runs on the caller's goroutine nor under a backend lock, and runs in
+// append order per partition; it may complete with a *NotLeaderError or
+// ErrOutcomeUnknown (retry with the same message ids). Fetch, Offsets,
+// RecordTime and Watch see only what is committed. Backend says the whole
+// contract; docs/backends.md how each backend maps it.
 //
-// A partition has a durable end (engine/log's DurableOffset: fsynced on this
-// node) and a committed end (what readers may see). Fetch, Offsets (lag),
-// RecordTime and the notifications of Watch and Changed use the committed
-// end only. On one node the committed end follows the durable end: the log
-// reports every move of the durable end (group commit, a timer fsync with
-// FsyncInterval, a roll, Close) through its OnDurable hook, and the engine
-// partition's setCommitted moves the committed end and signals watchers.
-// With raft, the same setCommitted is called with the commit index instead,
-// which may lag the local durable end; nothing above the engine changes.
-//
-// # Completions
-//
-// Produce callbacks never run on the caller's goroutine, on the log's
-// appender, or under any lock: the appender only queues a result on the
-// partition's completer, whose own goroutine calls done in append order. A
-// done that blocks delays the later completions of its own partition and
-// nothing else (other partitions, publishers, Run and Close carry on).
-//
-// # Damage
-//
-// A partition whose data fails its checks (at open, or when a read finds
-// it) is quarantined rather than failing the node: it serves the records
-// before the damage, never past it, refuses appends with ErrQuarantined, and
-// is reported once (an ERROR log with file, byte position and offset, and
-// Hooks.PartitionQuarantined). Quarantined lists them; RepairPartition
-// truncates one offline to its last good offset (docs/operations.md).
-//
-// The engine imports no Redis, no Prometheus and nothing from the sidecar;
-// it reports what operators need through Hooks.
+// This package imports no raft, transport, controller state machine, gRPC
+// server, Redis or Prometheus (scripts/banned.sh checks it with go list
+// -deps): a broker backend links only what it uses.
 package engine

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
@@ -20,7 +21,7 @@ import (
 // Defect 13: admin answers engine errors with their reasons (it answered
 // INTERNAL for all of them), and its own refusals have reasons too.
 func TestAdminErrorsHaveReasons(t *testing.T) {
-	eng, err := engine.Open(engine.Config{DataDir: t.TempDir()})
+	eng, err := embedded.Open(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,9 +58,9 @@ func TestAdminErrorsHaveReasons(t *testing.T) {
 
 // openNode opens a single-node engine in dir and runs it until the
 // returned stop is called.
-func openNode(t *testing.T, dir string) (*engine.Node, func()) {
+func openNode(t *testing.T, dir string) (*embedded.Node, func()) {
 	t.Helper()
-	eng, err := engine.Open(engine.Config{DataDir: dir})
+	eng, err := embedded.Open(embedded.Config{DataDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,14 +190,14 @@ func TestAdminTopics(t *testing.T) {
 	}
 }
 
-// onlyBackend hides everything of a *engine.Node but the engine.Backend
+// onlyBackend hides everything of a *embedded.Node but the engine.Backend
 // seam, as a broker backend offers it.
 type onlyBackend struct{ engine.Backend }
 
 // Embedded-cluster operations asked of a broker backend answer
 // BACKEND_UNSUPPORTED naming the backend, not INTERNAL or a nil deref.
 func TestAdminClusterOpsOnABrokerBackend(t *testing.T) {
-	eng, err := engine.Open(engine.Config{DataDir: t.TempDir()})
+	eng, err := embedded.Open(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

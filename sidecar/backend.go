@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 	"github.com/spoolmq/spool/engine/jetstream"
 	"github.com/spoolmq/spool/engine/kafka"
 	"github.com/spoolmq/spool/sidecar/config"
@@ -29,7 +30,7 @@ import (
 func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, error) {
 	switch cfg.Storage.Backend {
 	case config.BackendEmbedded, "":
-		return engine.Open(engine.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: engine.Hooks{
+		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: embedded.Hooks{
 			// The engine logs the damage once; operators see it here and in /readyz.
 			PartitionQuarantined: func(q engine.Quarantine) {
 				m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
@@ -195,4 +196,25 @@ func (a *admin) clusterAdmin(op string) (engine.ClusterAdmin, error) {
 	}
 	return nil, &engine.UnsupportedError{Backend: a.cfg.Storage.Backend, Op: op,
 		Instead: "the broker's own tools manage its servers and replicas (docs/backends.md)"}
+}
+
+// clusterConfig is the engine's view of the cluster section (nil: a
+// single node).
+func clusterConfig(cfg *config.Config) *embedded.ClusterConfig {
+	cl := cfg.Cluster
+	if !cl.Enabled() {
+		return nil
+	}
+	return &embedded.ClusterConfig{
+		Listen:             cl.Listen,
+		Advertise:          cl.Advertise,
+		Join:               cl.Join,
+		BootstrapExpect:    cl.BootstrapExpect,
+		ReplicationFactor:  int32(cl.ReplicationFactor),
+		ProduceTimeout:     cl.ProduceTimeout,
+		DeadNodeTimeout:    cl.DeadNodeTimeout,
+		MoveBytesPerSecond: cl.MoveBytesPerSecond,
+		TLS:                embedded.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
+		NoReplicas:         cl.Storage == config.StorageOff,
+	}
 }

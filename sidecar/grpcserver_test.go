@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
@@ -28,7 +29,7 @@ import (
 // and sub as the subscriber service.
 func serveApp(t *testing.T, sub spoolv1.SubscriberServiceServer) *grpc.ClientConn {
 	t.Helper()
-	eng, err := engine.Open(engine.Config{DataDir: t.TempDir()})
+	eng, err := embedded.Open(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

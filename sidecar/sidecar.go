@@ -318,27 +318,6 @@ func stopGRPC(s *grpc.Server, grace time.Duration) {
 	}
 }
 
-// clusterConfig is the engine's view of the cluster section (nil: a
-// single node).
-func clusterConfig(cfg *config.Config) *engine.ClusterConfig {
-	cl := cfg.Cluster
-	if !cl.Enabled() {
-		return nil
-	}
-	return &engine.ClusterConfig{
-		Listen:             cl.Listen,
-		Advertise:          cl.Advertise,
-		Join:               cl.Join,
-		BootstrapExpect:    cl.BootstrapExpect,
-		ReplicationFactor:  int32(cl.ReplicationFactor),
-		ProduceTimeout:     cl.ProduceTimeout,
-		DeadNodeTimeout:    cl.DeadNodeTimeout,
-		MoveBytesPerSecond: cl.MoveBytesPerSecond,
-		TLS:                engine.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
-		NoReplicas:         cl.Storage == config.StorageOff,
-	}
-}
-
 // readyDetail lists what /readyz reports beyond ready: quarantined
 // partitions. They do not make the node unready: readiness gates the whole
 // pod (the app with it), while the other partitions serve; alert on

@@ -6,7 +6,7 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 )
 
 // repair runs `spoold repair --data-dir D --partition topic-N`: it truncates
@@ -30,7 +30,7 @@ func repair(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	res, err := engine.RepairPartition(engine.Config{DataDir: *dataDir, Logger: logger}, *partition)
+	res, err := embedded.RepairPartition(embedded.Config{DataDir: *dataDir, Logger: logger}, *partition)
 	if err != nil {
 		fmt.Fprintln(stderr, "spoold repair:", err)
 		return 1

@@ -46,7 +46,7 @@ var ErrCorrupt = errors.New("offsets file is corrupt")
 type Store struct {
 	fsys  log.FS
 	dir   string
-	mu    sync.Mutex      // serializes writers of the same file; see engine/LOCKS.md
+	mu    sync.Mutex      // serializes writers of the same file; see engine/embedded/LOCKS.md
 	known map[string]bool // group directories known to exist durably (under mu)
 }
 

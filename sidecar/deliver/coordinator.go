@@ -13,7 +13,7 @@ import (
 )
 
 // Coordinator is what a group needs from the cluster's group coordinator
-// (docs/groups.md). The sidecar adapts the backend's (*engine.Node's in a
+// (docs/groups.md). The sidecar adapts the backend's (*embedded.Node's in a
 // cluster, JetStream's, Kafka's) and adds Node and Replicas from its
 // cluster status.
 type Coordinator interface {

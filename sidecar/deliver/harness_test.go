@@ -48,7 +48,7 @@ func startGroupLogging(t *testing.T, eng *fakeEngine, cfg GroupConfig, logger *s
 }
 
 // startGroupOn runs a group over any engine (h.eng is then nil): a real
-// engine.Node where the log's own behaviour matters (whole batches read).
+// embedded.Node where the log's own behaviour matters (whole batches read).
 func startGroupOn(t *testing.T, eng Engine, cfg GroupConfig, logger *slog.Logger) *harness {
 	t.Helper()
 	if cfg.Name == "" {

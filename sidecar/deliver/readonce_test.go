@@ -10,16 +10,17 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
-// logEngine is a real engine (engine.Node over a log in a temp dir) that
+// logEngine is a real engine (embedded.Node over a log in a temp dir) that
 // counts what its reads return: how often each record came back from
 // Fetch, and their bytes. The log reads whole batches, as in production.
 type logEngine struct {
-	*engine.Node
+	*embedded.Node
 	mu        sync.Mutex
 	reads     map[refKey]int
 	readBytes int64
@@ -40,7 +41,7 @@ func (e *logEngine) Fetch(topic string, p int32, offset int64, maxBytes int, dst
 // tDLQ) and runs its appender until the test ends.
 func openLogEngine(tb testing.TB, partitions int32) *logEngine {
 	tb.Helper()
-	n, err := engine.Open(engine.Config{DataDir: tb.TempDir(), Log: engine.LogOptions{Fsync: engine.FsyncInterval},
+	n, err := embedded.Open(embedded.Config{DataDir: tb.TempDir(), Log: engine.LogOptions{Fsync: engine.FsyncInterval},
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)

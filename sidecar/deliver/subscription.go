@@ -14,7 +14,7 @@ import (
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
-// Engine is what delivery needs from the log. engine.Node implements it.
+// Engine is what delivery needs from the log. embedded.Node implements it.
 type Engine interface {
 	Partitions(topic string) (int32, error)
 	Produce(topic string, p int32, recs []engine.Record, done func(base int64, err error))

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/ledger"
@@ -33,9 +34,9 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // newNode opens a real engine in a temp dir with topic (4 partitions) and
 // its dead-letter topic (2 partitions), and runs its appender until the
 // test ends.
-func newNode(t *testing.T) *engine.Node {
+func newNode(t *testing.T) *embedded.Node {
 	t.Helper()
-	n, err := engine.Open(engine.Config{DataDir: t.TempDir(), Log: engine.LogOptions{}})
+	n, err := embedded.Open(embedded.Config{DataDir: t.TempDir(), Log: engine.LogOptions{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 
@@ -18,7 +19,7 @@ import (
 // asked for (what a single node does with them is the same: a cluster
 // test in engine/ shows the difference).
 type acksSeen struct {
-	*engine.Node
+	*embedded.Node
 	mu   sync.Mutex
 	acks []engine.Acks
 }

@@ -24,7 +24,7 @@ import (
 // cannot be a topic's: names starting with "__" are reserved.
 const OtherTopic = "__other"
 
-// Engine is what publishing needs from the log. engine.Node implements it.
+// Engine is what publishing needs from the log. embedded.Node implements it.
 type Engine interface {
 	Partitions(topic string) (int32, error)
 	ProduceWith(topic string, p int32, recs []engine.Record, opts engine.ProduceOptions, done func(base int64, err error))

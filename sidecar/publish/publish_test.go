@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
@@ -25,9 +26,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // node opens a real engine in a temp dir with topic "orders" (4 partitions)
 // and runs its appender until the test ends.
-func node(t *testing.T) *engine.Node {
+func node(t *testing.T) *embedded.Node {
 	t.Helper()
-	n, err := engine.Open(engine.Config{DataDir: t.TempDir()})
+	n, err := embedded.Open(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-func ends(t *testing.T, n *engine.Node) []int64 {
+func ends(t *testing.T, n *embedded.Node) []int64 {
 	t.Helper()
 	var out []int64
 	for p := range int32(4) {
@@ -305,7 +306,7 @@ func TestEngineFailuresKeepTheirReasonInTheMetric(t *testing.T) {
 // A caller that gives up before the log answers is told the outcome is
 // unknown; closing the node answers SHUTTING_DOWN.
 func TestClosedEngine(t *testing.T) {
-	n, err := engine.Open(engine.Config{DataDir: t.TempDir()})
+	n, err := embedded.Open(embedded.Config{DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"errors"
+	"strconv"
+	"time"
+)
+
+// TopicSpec declares a topic.
+type TopicSpec struct {
+	Name           string
+	Partitions     int32
+	RetentionAge   time.Duration // 0 keeps forever
+	RetentionBytes int64         // per partition; 0 is unlimited
+}
+
+// ErrDeleteUnsupported: topic deletion is not available here (an internal
+// topic, or a cluster sidecar with storage off, which is not a member).
+var ErrDeleteUnsupported = errors.New("topic deletion not supported")
+
+// PartitionName is the log's name for a topic partition: "<topic>-<n>".
+func PartitionName(topic string, p int32) string {
+	return topic + "-" + strconv.Itoa(int(p))
+}
+
+// Acks chooses when a produce completes in a cluster (docs/semantics.md,
+// "Replication").
+type Acks uint8
+
+const (
+	// AcksAll (the default) completes once the records are committed: on
+	// disk on a quorum of the partition's replicas.
+	AcksAll Acks = iota
+	// AcksLeader completes once the records are on disk on the partition's
+	// leader, before its followers have them: faster, and lossy — the
+	// records are lost if the leader fails or is cut off before a follower
+	// has them and a new leader is elected without them. Readers still see
+	// the records only once committed. On a single node it is AcksAll.
+	AcksLeader
+)
+
+func (a Acks) String() string {
+	if a == AcksLeader {
+		return "leader"
+	}
+	return "all"
+}
+
+// ProduceOptions are the choices of one ProduceWith.
+type ProduceOptions struct {
+	Acks Acks
+}
+
+// ErrTopicInUse: a topic a consumer group's member subscribes to (or owns
+// a partition of) cannot be deleted.
+
+var ErrTopicInUse = errors.New("topic in use")
+
+// ErrNotPlaced: the topic's partitions have no replicas yet (fewer nodes
+// than its replication factor).
+var ErrNotPlaced = errors.New("engine: topic not placed yet")
+
+// ErrNoLeader: no leader of the partition could be found or reached in time.
+
+var ErrNoLeader = errors.New("engine: no leader")
+
+// ErrQuarantined: the partition is quarantined because its data is damaged.
+// It serves the records before the damage and refuses appends until an
+// operator repairs it (spoold repair, docs/operations.md). Not retryable.
+var ErrQuarantined = errors.New("partition quarantined")
