@@ -1,7 +1,7 @@
 package main
 
 // --broker-tool: the brokers' own benchmark tools, on the broker a
-// backend scenario starts, to set Spool's figures beside (docs/benchmarks.md,
+// backend scenario starts, to set Spool's figures beside (docs/benchmarks/backends.md,
 // "The brokers' own tools beside drain-<backend>"). Instead of spoold, the run starts the
 // scenario's broker as a spoold run would (broker.go), writes the
 // scenario's backlog (messages × message_bytes) with the broker's own

@@ -55,7 +55,7 @@ type procSpec struct {
 	Prefetch    int    `json:"prefetch"` // -1: the SDK's default
 	ReportMs    int    `json:"report_ms"`
 	// Options are the scenario's consumer_options, passed through: knobs
-	// one SDK has and the others do not (docs/benchmarks.md).
+	// one SDK has and the others do not (docs/benchmarks/sdks.md).
 	Options map[string]string `json:"options,omitempty"`
 }
 

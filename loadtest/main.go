@@ -12,7 +12,9 @@
 // processes (cluster.go); mode rebalance restarts them one after another
 // under load and measures the partitions' pauses (rebalance.go, pause.go).
 // Scenarios are loadtest/scenarios/NAME.yaml; results are recorded in
-// docs/benchmarks.md ("Sidecar load tests"). With --broker-tool a
+// docs/benchmarks.md (today's figures) and docs/benchmarks/ (the dated
+// runs; the harness and its fields: docs/benchmarks/single-node.md,
+// "Sidecar load tests"). With --broker-tool a
 // drain-kafka or drain-jetstream scenario runs the broker's own benchmark
 // tools instead of spoold (brokertool.go).
 package main

@@ -13,7 +13,7 @@ import (
 // windows) to the figures. No clock, no goroutines, no I/O: the driver
 // (rebalance.go) records the events and calls accountPauses once at the end.
 //
-// Definitions (docs/benchmarks.md, "Rebalance and e2e over a cluster"):
+// Definitions (docs/benchmarks/consumer-groups.md, "What rebalance reports"):
 //
 //   - A message of partition p is **waiting** at time t when it was
 //     acknowledged to its producer at or before t (it was committed and

@@ -103,7 +103,7 @@ type Result struct {
 	LedPartitions []int `json:"led_partitions,omitempty"`
 	// IdleS (idle mode): seconds of the idle measurement.
 	IdleS float64 `json:"idle_s,omitempty"`
-	// Rebalance: the longest pause (docs/benchmarks.md, pause.go) of a
+	// Rebalance: the longest pause (docs/benchmarks/consumer-groups.md, pause.go) of a
 	// partition that did not move and of one that moved, over the
 	// restarts, and of any partition in the steady load before the first
 	// restart; each restart's figures; producer streams opened again after

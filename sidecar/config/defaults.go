@@ -79,7 +79,7 @@ const (
 	MaxDeliveryReadsInFlight = 1024
 	// DefaultLedgerWriteDelay is delivery.ledger_write_delay: at 5,000
 	// msgs/s it makes a completion call carry ~25 acks instead of one
-	// frame's few (docs/benchmarks.md, "Steady load").
+	// frame's few (docs/benchmarks/memory-and-cpu.md, "Steady load").
 	DefaultLedgerWriteDelay = 5 * time.Millisecond
 	// MaxLedgerWriteDelay bounds delivery.ledger_write_delay: settlements
 	// not yet written are redelivered after a crash.

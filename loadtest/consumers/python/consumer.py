@@ -6,7 +6,7 @@ write the ids left and an exit line, exit 0. The handler acks (returns)
 after appending the id to a list.
 
 consumer_options: ``loop: uvloop`` runs the event loop on uvloop (when it is
-installed in the venv; docs/benchmarks.md says whether the SDK supports it).
+installed in the venv; docs/benchmarks/sdks.md says whether the SDK supports it).
 """
 
 from __future__ import annotations
