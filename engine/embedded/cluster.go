@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded/route"
+	"github.com/spoolmq/spool/engine/internal/rsm"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
@@ -197,21 +199,24 @@ type cluster struct {
 	tr    *transport.GRPC
 	ctrlP *log.Partition // group 0's log
 
-	peers *peerClients
-	coord *coordinators // consumer-group coordinators (groups_cluster.go)
+	peers  *peerClients
+	router *route.Router // runs calls at a raft group's leader; set by run once the node has its id
+	coord  *coordinators // consumer-group coordinators (groups_cluster.go)
 
 	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
 	choresWake chan struct{} // cap 1: run the chores now (a controller membership step applied)
 	ctrlEnd    atomic.Int64  // group 0's committed end, from OnCommitted
 
+	// ctrl applies group 0's log to the state (a member; nil on a client
+	// node, which polls the state instead).
+	ctrl *rsm.Applier[meta.Command, meta.Result]
+
 	mu       sync.Mutex // guards the fields below; never held while calling out
 	state    *meta.State
-	applied  int64                 // next offset of group 0's log to apply
-	results  map[int64]meta.Result // recent results by offset, for proposers
-	changed  chan struct{}         // closed and replaced after each apply
-	ready    chan struct{}         // closed once this node is a member with a known state
-	readyErr error                 // why the node could not start, set before ready is closed
-	opened   map[uint64]bool       // groups whose replica this node runs
+	changed  chan struct{}   // closed and replaced after each change of state
+	ready    chan struct{}   // closed once this node is a member with a known state
+	readyErr error           // why the node could not start, set before ready is closed
+	opened   map[uint64]bool // groups whose replica this node runs
 	// straysDue: the data of partitions this node no longer holds may need
 	// deleting (set at start and by dropReplica; the chores clear it once
 	// removeStrayReplicas could ask the controller's leader).
@@ -246,7 +251,6 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 		ctrlSignal: make(chan struct{}, 1),
 		choresWake: make(chan struct{}, 1),
 		state:      meta.NewState(),
-		results:    map[int64]meta.Result{},
 		changed:    make(chan struct{}),
 		ready:      make(chan struct{}),
 		opened:     map[uint64]bool{},
@@ -324,6 +328,7 @@ func (c *cluster) run(ctx context.Context) error {
 			c.peers.set(nd.GetId(), nd.GetAddr())
 		}
 	}
+	c.router = c.newRouter()
 	c.host, err = raft.NewHost(raft.HostConfig{
 		NodeID:          c.id.NodeID,
 		Send:            func(msgs []transport.Message) { c.tr.Send(msgs) },
@@ -339,14 +344,26 @@ func (c *cluster) run(ctx context.Context) error {
 		c.fail(err)
 		return err
 	}
+	if c.ctrlP, err = c.n.store.Partition(controllerPartition); err == nil {
+		err = c.ctrlP.SetRetention(0, 0) // the controller's log is kept whole
+	}
+	if err != nil {
+		_ = l.Close()
+		c.fail(fmt.Errorf("engine: open the controller's log: %w", err))
+		return c.readyErr
+	}
+	// Before the transport: its NodeService answers Metadata from it.
+	c.ctrl = rsm.New(rsm.Config{Name: "the controller's log (" + controllerPartition + ")", MaxResults: maxRecentResults, Logger: c.logger},
+		c.ctrlP, controllerMachine{c})
 	c.tr, err = transport.NewGRPC(transport.GRPCConfig{
-		ClusterID:     c.id.ClusterID,
-		NodeID:        c.id.NodeID,
-		Handler:       c.host,
-		Listener:      l,
-		Logger:        c.n.cfg.Logger,
-		DialOptions:   []grpc.DialOption{c.dialCreds()},
-		ServerOptions: c.serverCreds(),
+		ClusterID:   c.id.ClusterID,
+		NodeID:      c.id.NodeID,
+		Handler:     c.host,
+		Listener:    l,
+		Logger:      c.n.cfg.Logger,
+		DialOptions: []grpc.DialOption{c.dialCreds()},
+		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(
+			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName))),
 		Register: func(s *grpc.Server) {
 			clusterv1.RegisterNodeServiceServer(s, &nodeService{c: c})
 		},
@@ -360,14 +377,6 @@ func (c *cluster) run(ctx context.Context) error {
 		if id != c.id.NodeID {
 			_ = c.tr.AddPeer(id, addr)
 		}
-	}
-	if c.ctrlP, err = c.n.store.Partition(controllerPartition); err == nil {
-		err = c.ctrlP.SetRetention(0, 0) // the controller's log is kept whole
-	}
-	if err != nil {
-		_ = l.Close()
-		c.fail(fmt.Errorf("engine: open the controller's log: %w", err))
-		return c.readyErr
 	}
 	var voters []uint64
 	if c.bootstrap {
@@ -428,6 +437,14 @@ func (c *cluster) run(ctx context.Context) error {
 		_ = c.host.Remove(g)
 	}
 	return err2
+}
+
+// newRouter is the router of this node's calls to raft groups' leaders.
+func (c *cluster) newRouter() *route.Router {
+	return &route.Router{Self: c.id.NodeID, Tick: c.cfg.TickInterval, Status: func(group uint64) (bool, uint64, bool) {
+		st, ok := c.status(group)
+		return st.IsLeader, st.Leader, ok
+	}}
 }
 
 // idleTickEvery slows the raft clock of idle groups tenfold (Host's
@@ -731,61 +748,44 @@ func (c *cluster) runController(ctx context.Context) error {
 	}
 }
 
-// applyController applies the committed commands not applied yet to a
-// copy of the state, brings this node in line with it (peers, topics,
-// replicas), and only then publishes it: whoever sees a state through
-// c.state finds this node already matching it. Only the controller loop
-// (and run, before it starts) calls it.
+// applyController applies the committed commands not applied yet
+// (controllerMachine). Only the controller loop (and run, before it
+// starts) calls it.
 func (c *cluster) applyController() {
 	end := c.ctrlCommitted()
 	if c.applyBound != nil {
 		end = min(end, c.applyBound())
 	}
+	_ = c.ctrl.CatchUp(end) // a stopped applier logged why; Status reports it
+}
+
+// controllerMachine applies group 0's log to the controller's state
+// (engine/meta) through the one applier (engine/internal/rsm). A batch is
+// applied to a copy of the state; this node is brought in line with it
+// (peers, topics, replicas) and only then is it published: whoever sees a
+// state through c.state finds this node already matching it.
+type controllerMachine struct{ c *cluster }
+
+// Decode reads one controller command; meta.State.Apply checks its values
+// (and refuses a bad one, with a result, like every other node does).
+func (m controllerMachine) Decode(b []byte) (meta.Command, error) { return meta.DecodeCommand(b) }
+
+func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Result, int, error) {
+	c := m.c
 	c.mu.Lock()
-	from := c.applied
-	st := c.state
+	st := c.state.Clone()
 	c.mu.Unlock()
-	if from >= end {
-		return
-	}
-	st = st.Clone()
-	results := map[int64]meta.Result{}
+	res := make([]meta.Result, len(entries))
 	var deleted []meta.Topic // topics deleted by these commands, as they were
-	var recs []log.Record
-	for from < end {
-		var err error
-		recs, err = c.ctrlP.Read(from, 1<<20, end, recs[:0])
-		if err == nil && len(recs) == 0 {
-			err = errors.New("no records below the committed end")
+	for i, e := range entries {
+		var gone meta.Topic
+		var had bool
+		if e.Cmd.DeleteTopic != nil {
+			gone, had = st.Topic(e.Cmd.DeleteTopic.Name)
 		}
-		if err != nil {
-			c.logger.Error("spool cluster: cannot read the controller's log; this node's view of the cluster is stuck until it is restarted", "offset", from, "err", err)
-			break
-		}
-		stuck := false
-		for _, r := range recs {
-			cmd, err := meta.DecodeCommand(r.Value)
-			if err != nil {
-				// Every node must apply the same commands: one this release
-				// cannot read (a newer node wrote it) stops the controller
-				// here rather than letting this node's view drift.
-				c.logger.Error("spool cluster: a controller command this spoold cannot read; upgrade it to the cluster's release", "offset", r.Offset, "err", err)
-				stuck = true
-				break
-			}
-			var gone meta.Topic
-			var had bool
-			if cmd.DeleteTopic != nil {
-				gone, had = st.Topic(cmd.DeleteTopic.Name)
-			}
-			results[r.Offset] = st.Apply(cmd)
-			if had && results[r.Offset].Err == nil {
-				deleted = append(deleted, gone)
-			}
-			from = r.Offset + 1
-		}
-		if stuck {
-			break
+		res[i] = st.Apply(e.Cmd)
+		if had && res[i].Err == nil {
+			deleted = append(deleted, gone)
 		}
 	}
 	for _, t := range deleted { // before placing what the state holds (the name may be created again)
@@ -793,18 +793,17 @@ func (c *cluster) applyController() {
 	}
 	c.reconcile(st)
 	c.mu.Lock()
-	c.state, c.applied = st, from
-	for off, res := range results {
-		c.results[off] = res
-	}
-	for off := range c.results { // keep the recent ones only
-		if off < c.applied-maxRecentResults {
-			delete(c.results, off)
-		}
-	}
+	c.state = st
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
+	return res, len(entries), nil
+}
+
+// Restore: the controller's log is kept whole (no retention, no
+// checkpoints), so it never starts past what this node applied.
+func (m controllerMachine) Restore(_ rsm.Log, start, _ int64) (int64, error) {
+	return 0, fmt.Errorf("the controller's log is kept whole, yet it starts at offset %d here: wipe this node's data dir and join it again", start)
 }
 
 // maxRecentResults is how many controller results are kept for proposers
@@ -959,8 +958,12 @@ var errAlreadyApplied = errors.New("already applied")
 // and returns its result once this node has applied it.
 func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Result, error) {
 	b, err := meta.EncodeCommand(cmd)
+	if err == nil {
+		// Validated before it is proposed: what every node will decode.
+		_, err = controllerMachine{c}.Decode(b)
+	}
 	if err != nil {
-		return meta.Result{}, err
+		return meta.Result{}, fmt.Errorf("engine: controller command refused before it was proposed: %w", err)
 	}
 	data := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: b}}, time.Now().UnixMilli())
 	// Committing takes up to ProduceTimeout; applying a command here can
@@ -985,29 +988,16 @@ func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Resul
 		// effect shows in the state it polls (see ensureTopic).
 		return meta.Result{}, nil
 	}
-	for {
-		c.mu.Lock()
-		applied, ch := c.applied, c.changed
-		res, have := c.results[base]
-		c.mu.Unlock()
-		if applied > base {
-			if !have {
-				return meta.Result{}, fmt.Errorf("engine: controller command at offset %d applied too long ago to know its result", base)
-			}
-			if cmd.Init != nil && res.Err != nil && c.stateClusterID() == c.id.ClusterID {
-				return res, errAlreadyApplied
-			}
-			if res.Err != nil {
-				return res, res.Err
-			}
-			return res, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return meta.Result{}, fmt.Errorf("engine: controller command committed at offset %d, not applied here yet: %w", base, ctx.Err())
-		}
+	res, err := c.ctrl.WaitApplied(ctx, base)
+	switch {
+	case err != nil:
+		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
+	case cmd.Init != nil && res.Err != nil && c.stateClusterID() == c.id.ClusterID:
+		return res, errAlreadyApplied
+	case res.Err != nil:
+		return res, res.Err
 	}
+	return res, nil
 }
 
 func (c *cluster) stateNextNodeID() uint64 {
@@ -1040,15 +1030,17 @@ func (c *cluster) awaitState(ctx context.Context, cond func(*meta.State) bool) e
 }
 
 // appliedState returns the controller's state once this node has applied
-// every command committed when it was called (false: ctx ended first).
+// every command committed when it was called (false: ctx ended first, or
+// the applier stopped). A client node returns the state it last polled.
 func (c *cluster) appliedState(ctx context.Context) (*meta.State, bool) {
-	end := c.ctrlCommitted()
-	var st *meta.State
-	err := c.awaitState(ctx, func(s *meta.State) bool {
-		st = s
-		return c.applied >= end // awaitState holds c.mu
-	})
-	return st, err == nil
+	if c.ctrl != nil {
+		if err := c.ctrl.AwaitApplied(ctx, c.ctrlCommitted()); err != nil {
+			return nil, false
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state, true
 }
 
 // ensureTopic records a topic in the controller (idempotent) and waits

@@ -51,6 +51,7 @@ func (c *cluster) runRemotePoll(ctx context.Context) error {
 func (c *cluster) runClient(ctx context.Context) error {
 	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes, c.dialCreds())
 	defer c.peers.close()
+	c.router = c.newRouter()
 	for i, addr := range c.cfg.Join {
 		c.peers.set(seedPeer(i), addr)
 	}
@@ -172,9 +173,6 @@ func (c *cluster) pollRemote() {
 // when asked.
 func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataRequest) (*clusterv1.MetadataResponse, error) {
 	c := s.c
-	if id := req.GetClusterId(); id != "" && id != c.id.ClusterID {
-		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, id)
-	}
 	st, ok := c.appliedState(ctx)
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "this node has not applied the cluster's committed state yet (%v); ask again, or another member", ctx.Err())

@@ -111,11 +111,7 @@ func laggingNodeMovedBack(t *testing.T, steps int) {
 			driver = cn.n.cl
 		}
 	}
-	applied := func(c *cluster) int64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.applied
-	}
+	applied := func(c *cluster) int64 { return c.ctrl.Applied() }
 	xn.hold.Store(applied(xc)) // x applies nothing from here on
 	t.Logf("partition group %d on %v; node %d lags", group, replicas, x)
 

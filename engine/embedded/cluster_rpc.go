@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded/route"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
@@ -50,7 +51,7 @@ func (c *cluster) produce(part *partition, recs []log.Record, acks engine.Acks, 
 		// and results of one partition reach their callers in order.
 		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
 		c.host.ProposeWith(part.group, data, proposeOptions(acks), func(res raft.Proposed, err error) {
-			if err == nil || !retryable(err) {
+			if err == nil || !route.NothingDone(err) {
 				part.compl.add(done, res.Base, c.produceError(part, err))
 				return
 			}
@@ -83,13 +84,6 @@ func acksProto(acks engine.Acks) spoolv1.Acks {
 	return spoolv1.Acks_ACKS_ALL
 }
 
-// retryable: the records were certainly not stored, and another attempt
-// (at the leader) may succeed.
-func retryable(err error) bool {
-	var nl *raft.NotLeaderError
-	return errors.As(err, &nl) || errors.Is(err, raft.ErrProposalLost)
-}
-
 // produceError names the partition in an error and maps the raft host's
 // errors to the engine's.
 func (c *cluster) produceError(part *partition, err error) error {
@@ -109,97 +103,45 @@ func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, n
 }
 
 // produceWaitAcks is produceWait answering as acks asks (AcksLeader: once
-// the leader has the entry on disk).
+// the leader has the entry on disk). A batch with a producer id may be
+// sent again when its outcome is unknown: the leader recognises it
+// (cluster_dedupe.go).
 func (c *cluster) produceWaitAcks(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte, acks engine.Acks) (int64, error) {
 	if group == controllerGroup {
 		acks = engine.AcksAll // the controller's commands are never acknowledged early
 	}
-	// A batch with a producer id may be sent again when its outcome is
-	// unknown: the leader recognises it (cluster_dedupe.go).
 	id, _, _, _ := log.RecordsProducer(data)
-	idempotent := id != 0
-	var lastErr error
-	maybeStored := false // an attempt's outcome was unknown: the records may be stored
-	var hint uint64
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			wait := min(time.Duration(attempt)*c.cfg.TickInterval/2, 4*c.cfg.TickInterval)
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				if lastErr == nil {
-					lastErr = ctx.Err()
-				}
-				if maybeStored { // not "no leader": an earlier attempt may have stored them
-					return 0, fmt.Errorf("%w: no answer after %v: %w", raft.ErrOutcomeUnknown, c.cfg.ProduceTimeout, lastErr)
-				}
-				return 0, fmt.Errorf("%w after %v: %w", engine.ErrNoLeader, c.cfg.ProduceTimeout, lastErr)
-			case <-t.C:
-			}
-		}
-		leader := hint
-		hint = 0
-		if st, ok := c.status(group); ok {
-			if st.IsLeader {
-				var base int64
-				var err error
-				if part, perr := c.n.partition(topic, num); idempotent && perr == nil && group != controllerGroup {
-					if !leaderCaughtUp(part, st) {
-						lastErr = fmt.Errorf("node %d just became the leader and is applying its predecessors' entries", c.id.NodeID)
-						continue
-					}
-					base, err = c.proposeOnce(ctx, part, id, seqOf(data), data, acks)
-				} else {
-					var res raft.Proposed
-					res, err = c.proposeLocalWith(ctx, group, data, acks)
-					base = res.Base
-				}
-				switch {
-				case err == nil:
-					return base, nil
-				case retryable(err):
-					lastErr = err
-					continue
-				case idempotent && errors.Is(err, raft.ErrOutcomeUnknown) && ctx.Err() == nil:
-					lastErr, maybeStored = err, true
-					continue
-				}
-				return base, err
-			}
-			if leader == 0 {
-				leader = st.Leader
-			}
-		}
-		if leader == 0 || leader == c.id.NodeID {
-			if len(replicas) == 0 {
-				lastErr = errors.New("no leader known (an election may be running)")
-				continue
-			}
-			leader = replicas[attempt%len(replicas)] // ask one; it names the leader
-			if leader == c.id.NodeID {
-				continue
-			}
-		}
-		base, err := c.forwardTo(ctx, leader, group, topic, num, data, acks)
-		var nl *raft.NotLeaderError
-		switch {
-		case err == nil:
-			return base, nil
-		case errors.As(err, &nl):
-			hint = nl.Leader
-			lastErr = err
-		case errors.Is(err, raft.ErrProposalLost), errors.Is(err, errUnreachable):
-			lastErr = err
-		case idempotent && errors.Is(err, raft.ErrOutcomeUnknown):
-			lastErr, maybeStored = err, true
-			if ctx.Err() != nil {
-				return 0, err // out of time: the outcome stays unknown
-			}
-		default:
-			return 0, err
-		}
+	var base int64
+	err := c.router.Do(ctx, route.Call{
+		Group:      group,
+		Holders:    replicas,
+		Idempotent: id != 0,
+		Local: func(ctx context.Context) error {
+			var err error
+			base, err = c.proposeHere(ctx, group, topic, num, id, data, acks)
+			return err
+		},
+		Remote: func(ctx context.Context, node uint64) error {
+			var err error
+			base, err = c.forwardTo(ctx, node, group, topic, num, data, acks)
+			return err
+		},
+	})
+	return base, err
+}
+
+// proposeHere proposes data on this node, which leads group; a batch with a
+// producer id goes through the partition's producer table (proposeOnce).
+func (c *cluster) proposeHere(ctx context.Context, group uint64, topic string, num int32, id int64, data []byte, acks engine.Acks) (int64, error) {
+	part, err := c.n.partition(topic, num)
+	if id == 0 || err != nil || group == controllerGroup {
+		res, err := c.proposeLocalWith(ctx, group, data, acks)
+		return res.Base, err
 	}
+	if st, ok := c.status(group); !ok || !leaderCaughtUp(part, st) {
+		return 0, fmt.Errorf("%w: node %d just became the leader and is applying its predecessors' entries", route.ErrNotReady, c.id.NodeID)
+	}
+	return c.proposeOnce(ctx, part, id, seqOf(data), data, acks)
 }
 
 // seqOf is a record payload's base sequence.
@@ -225,41 +167,21 @@ func (c *cluster) proposeLocalWith(ctx context.Context, group uint64, data []byt
 	}
 }
 
-// errUnreachable: a peer could not be asked (nothing was stored there).
-var errUnreachable = errors.New("peer unreachable")
-
-// neverSent reports whether a failed call certainly never reached the
-// peer: no connection could be made (grpc-go fails such calls with
-// UNAVAILABLE "connection error" or a resolver error before sending
-// anything). Any other UNAVAILABLE ("error reading from server: EOF",
-// "transport is closing") may come after the request left.
-func neverSent(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable {
-		return false
-	}
-	msg := st.Message()
-	return strings.HasPrefix(msg, "connection error:") || strings.Contains(msg, "produced zero addresses")
-}
-
 // forwardTo asks node to propose data in group.
 func (c *cluster) forwardTo(ctx context.Context, node, group uint64, topic string, num int32, data []byte, acks engine.Acks) (int64, error) {
 	cl, err := c.peers.client(node)
 	if err != nil {
-		return 0, fmt.Errorf("%w: node %d: %w", errUnreachable, node, err)
+		return 0, fmt.Errorf("%w: node %d: %w", route.ErrUnreachable, node, err)
 	}
-	resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: c.id.ClusterID, Topic: topic, Partition: num, Group: group, Records: data, Acks: acksProto(acks)})
+	sentOpt, sent := route.NeverSent()
+	resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: c.id.ClusterID, Topic: topic, Partition: num, Group: group, Records: data, Acks: acksProto(acks)}, sentOpt)
 	if err != nil {
 		// A peer's gRPC status is text here (%v), never wrapped: the
 		// sidecar's error mapping must see the engine's error, not a status
-		// of another node's making.
-		if neverSent(err) {
-			return 0, fmt.Errorf("%w: node %d: %v", errUnreachable, node, err)
-		}
-		// The request may have reached the leader, and been replicated
-		// before the connection broke: sending it again could store it
-		// twice.
-		return 0, fmt.Errorf("%w: forwarded to node %d, no answer: %v", raft.ErrOutcomeUnknown, node, err)
+		// of another node's making. A request that left may have reached the
+		// leader, and been replicated before the connection broke: sending
+		// it again could store it twice (the outcome is unknown).
+		return 0, route.Unsent(node, sent, err)
 	}
 	switch resp.GetError() {
 	case clusterv1.ProduceError_PRODUCE_ERROR_UNSPECIFIED:
@@ -271,7 +193,7 @@ func (c *cluster) forwardTo(ctx context.Context, node, group uint64, topic strin
 	case clusterv1.ProduceError_PRODUCE_ERROR_OUTCOME_UNKNOWN:
 		return 0, fmt.Errorf("%w: at node %d: %s", raft.ErrOutcomeUnknown, node, resp.GetMessage())
 	case clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE:
-		return 0, fmt.Errorf("%w: node %d: %s", errUnreachable, node, resp.GetMessage())
+		return 0, fmt.Errorf("%w: node %d: %s", route.ErrUnreachable, node, resp.GetMessage())
 	default:
 		return 0, fmt.Errorf("engine: node %d refused the records: %s", node, resp.GetMessage())
 	}
@@ -360,9 +282,6 @@ type nodeService struct {
 // request asks for ACKS_LEADER.
 func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest) (*clusterv1.ProduceResponse, error) {
 	c := s.c
-	if req.GetClusterId() != c.id.ClusterID {
-		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, req.GetClusterId())
-	}
 	refuse := func(code clusterv1.ProduceError, format string, args ...any) (*clusterv1.ProduceResponse, error) {
 		return &clusterv1.ProduceResponse{Error: code, Message: fmt.Sprintf(format, args...)}, nil
 	}
@@ -426,9 +345,6 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 // asks for the offsets only.
 func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*clusterv1.FetchResponse, error) {
 	c := s.c
-	if req.GetClusterId() != c.id.ClusterID {
-		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, req.GetClusterId())
-	}
 	part, err := c.n.partition(req.GetTopic(), req.GetPartition())
 	if err != nil {
 		return nil, status.Error(codes.NotFound, err.Error())

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded/route"
 	"github.com/spoolmq/spool/engine/groups/coord"
+	"github.com/spoolmq/spool/engine/internal/rsm"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
@@ -51,7 +53,7 @@ var ErrNotClustered = errors.New("engine: not a cluster node")
 // (nothing was proposed): no replica here, its applier stopped, or a new
 // leader still applying its predecessors' entries. Worth retrying at the
 // leader.
-var errCoordUnavailable = errors.New("coordinator unavailable here")
+var errCoordUnavailable = fmt.Errorf("coordinator unavailable here (%w)", route.ErrNotReady)
 
 // CoordinatorPartition is the partition of the groups topic coordinating
 // a group: FNV-1a (64 bits) of the group's name, modulo the topic's
@@ -74,30 +76,35 @@ type coordinators struct {
 }
 
 // coordPart is this node's coordinator state of one partition of the
-// groups topic, built from its log.
+// groups topic, built from its log by the one applier (engine/internal/rsm;
+// coordPart is its Machine).
 type coordPart struct {
-	num int32
-	log *log.Partition // the log the state is built from
+	num    int32
+	log    *log.Partition // the log the state is built from
+	app    *rsm.Applier[coord.Command, coord.Result]
+	logger interface{ Info(string, ...any) }
 
 	// propose is held shared by each proposal of this coordinator and
 	// exclusively while a checkpoint is written, so that nothing this node
 	// proposes lands between the state a checkpoint holds and its chunks.
 	propose sync.RWMutex
 
-	mu      sync.Mutex // guards the fields below; a leaf
-	state   *coord.State
-	applied int64                  // next offset of the log to apply
-	results map[int64]coord.Result // recent results by offset, for proposers
-	changed chan struct{}          // closed and replaced after each apply
-	err     error                  // why the applier stopped (nil: running)
+	mu    sync.Mutex // guards the fields below; a leaf
+	state *coord.State
 	// sinceCheckpoint counts the commands applied since the newest valid
 	// checkpoint (or the start of the log); checkpointAt is that
 	// checkpoint's offset (-1: none applied here).
 	sinceCheckpoint int
 	checkpointAt    int64
+	// next is the offset after the last command the state holds: the
+	// applier's Applied, or behind it while the applier publishes a batch.
+	next int64
 
-	// Owned by the applier goroutine: the checkpoint chunks it follows.
-	run coord.CheckpointRun
+	// Owned by the applier goroutine: the checkpoint chunks it follows,
+	// and the offset the log may start at once a checkpoint is applied
+	// (0: none new).
+	run    coord.CheckpointRun
+	retain int64
 
 	// Owned by the driver goroutine: the term this node leads the
 	// partition in (0: it does not) and since when; when a failed
@@ -196,7 +203,8 @@ func (g *coordinators) partFor(part *partition) *coordPart {
 	}
 	// The applier builds the state from the start of the log: from offset 0,
 	// or from the checkpoint a compacted log starts with (restore).
-	cp = &coordPart{num: part.num, log: part.log, state: coord.NewState(), results: map[int64]coord.Result{}, changed: make(chan struct{}), checkpointAt: -1}
+	cp = &coordPart{num: part.num, log: part.log, state: coord.NewState(), checkpointAt: -1, logger: g.c.logger}
+	cp.app = rsm.New(rsm.Config{Name: engine.PartitionName(meta.GroupsTopic, part.num), MaxResults: maxCoordResults, Logger: g.c.logger}, part.log, cp)
 	g.parts[part.num] = cp
 	return cp
 }
@@ -221,109 +229,55 @@ func (g *coordinators) stopAll(err error) {
 }
 
 // stop ends the applier of cp and releases its waiters.
-func (cp *coordPart) stop(err error) {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	if cp.err == nil {
-		cp.err = err
-		close(cp.changed)
-		cp.changed = make(chan struct{})
+func (cp *coordPart) stop(err error) { cp.app.Stop(err) }
+
+// apply applies the committed commands of part not applied yet, in log
+// order (coordPart.Apply), then lets the log start at the newest
+// checkpoint applied.
+func (g *coordinators) apply(cp *coordPart, part *partition) {
+	if err := cp.app.CatchUp(part.committed.Load()); err != nil {
+		return // the applier logged why it stopped
+	}
+	if cp.retain > 0 {
+		if err := g.c.host.SetRetainFrom(part.group, cp.retain); err != nil {
+			g.c.logger.Warn("spool groups: cannot let a coordinator's log start at its checkpoint", "partition", part.num, "offset", cp.retain, "err", err)
+		}
+		cp.retain = 0
 	}
 }
 
-// apply applies the committed commands of part not applied yet, in log
-// order. A record that does not decode stops the applier: every replica
-// must apply the same commands, and one this release cannot read (a newer
-// node wrote it) is never skipped. Checkpoint chunks change nothing; a
+// Decode reads one coordinator command (coord.State.Apply checks its
+// values, refusing a bad one with a result, like every replica does).
+func (cp *coordPart) Decode(b []byte) (coord.Command, error) { return coord.DecodeCommand(b) }
+
+// Apply applies commands in log order. Checkpoint chunks change nothing; a
 // complete, valid checkpoint is checked against this replica's state and
-// lets the log start there (SetRetainFrom). When the log starts past what
-// this replica applied (it starts anew, or a snapshot replaced its log),
-// the state is rebuilt from the checkpoint the log starts with.
-func (g *coordinators) apply(cp *coordPart, part *partition) {
-	end := part.committed.Load()
+// lets the log start there (retain, then SetRetainFrom); one that differs
+// stops the applier (the state diverged: a restart rebuilds it from the
+// newest checkpoint).
+func (cp *coordPart) Apply(entries []rsm.Entry[coord.Command]) ([]coord.Result, int, error) {
+	res := make([]coord.Result, 0, len(entries))
 	cp.mu.Lock()
-	from, stopped := cp.applied, cp.err != nil
-	cp.mu.Unlock()
-	var recs []log.Record
-	for !stopped && from < end {
-		if start := part.log.StartOffset(); from < start {
-			next, err := g.restore(cp, part, start, end)
-			if err != nil {
-				g.c.logger.Error("spool groups: cannot rebuild a coordinator's state from its checkpoint; this node stops applying the partition", "partition", part.num, "err", err)
-				cp.stop(err)
-				return
+	defer cp.mu.Unlock()
+	for i, e := range entries {
+		complete := cp.run.Add(e.Offset, e.Cmd)
+		switch {
+		case e.Cmd.Checkpoint == nil:
+			res = append(res, cp.state.Apply(e.Cmd))
+			cp.sinceCheckpoint++
+		case complete:
+			res = append(res, coord.Result{})
+			if err := checkAgainst(cp.state, cp.run.Sum()); err != nil {
+				cp.next = e.Offset + 1
+				return res, i + 1, fmt.Errorf("%w: %s/%d: this replica's state differs from the checkpoint at offset %d (%w); restart the node: it rebuilds the state from the newest checkpoint", errCoordUnavailable, meta.GroupsTopic, cp.num, cp.run.Start(), err)
 			}
-			if next < 0 {
-				return // the checkpoint's chunks are not all committed yet
-			}
-			from = next
-			continue
+			cp.sinceCheckpoint, cp.checkpointAt, cp.retain = 0, cp.run.Start(), cp.run.Start()
+		default:
+			res = append(res, coord.Result{})
 		}
-		var err error
-		recs, err = part.log.Read(from, 1<<20, end, recs[:0])
-		if err == nil && len(recs) == 0 {
-			err = errors.New("no records below the committed end")
-		}
-		if err != nil && from < part.log.StartOffset() {
-			continue // compacted meanwhile: rebuild from the checkpoint
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: cannot read %s/%d at offset %d: %w; restart the node once the log is repaired", errCoordUnavailable, meta.GroupsTopic, part.num, from, err)
-			g.c.logger.Error("spool groups: a coordinator's log cannot be read; this node stops applying it", "partition", part.num, "err", err)
-			cp.stop(err)
-			return
-		}
-		cmds := make([]coord.Command, 0, len(recs))
-		var bad error
-		for _, r := range recs {
-			cmd, err := coord.DecodeCommand(r.Value)
-			if err != nil {
-				bad = fmt.Errorf("%w: %s/%d offset %d holds a coordinator command this spoold cannot read (%w); upgrade it to the cluster's release", errCoordUnavailable, meta.GroupsTopic, part.num, r.Offset, err)
-				break
-			}
-			cmds = append(cmds, cmd)
-		}
-		var retain int64
-		var diverged error
-		cp.mu.Lock()
-		for i, cmd := range cmds {
-			off := recs[i].Offset
-			complete := cp.run.Add(off, cmd)
-			switch {
-			case cmd.Checkpoint == nil:
-				cp.results[off] = cp.state.Apply(cmd)
-				cp.sinceCheckpoint++
-			case complete:
-				cp.results[off] = coord.Result{}
-				if err := checkAgainst(cp.state, cp.run.Sum()); err != nil {
-					diverged = fmt.Errorf("%w: %s/%d: this replica's state differs from the checkpoint at offset %d (%w); restart the node: it rebuilds the state from the newest checkpoint", errCoordUnavailable, meta.GroupsTopic, part.num, cp.run.Start(), err)
-				}
-				cp.sinceCheckpoint, cp.checkpointAt, retain = 0, cp.run.Start(), cp.run.Start()
-			default:
-				cp.results[off] = coord.Result{}
-			}
-			delete(cp.results, off-maxCoordResults)
-			cp.applied = off + 1
-			if diverged != nil {
-				bad = diverged // apply nothing more
-				break
-			}
-		}
-		from = cp.applied
-		close(cp.changed)
-		cp.changed = make(chan struct{})
-		cp.mu.Unlock()
-		if bad != nil {
-			g.c.logger.Error("spool groups: this node stops applying a coordinator's partition", "partition", part.num, "err", bad)
-			cp.stop(bad)
-			return
-		}
-		if retain > 0 {
-			if err := g.c.host.SetRetainFrom(part.group, retain); err != nil {
-				g.c.logger.Warn("spool groups: cannot let a coordinator's log start at its checkpoint", "partition", part.num, "offset", retain, "err", err)
-			}
-		}
+		cp.next = e.Offset + 1
 	}
+	return res, len(entries), nil
 }
 
 // checkAgainst checks that s encodes to the state a checkpoint's sum says.
@@ -338,22 +292,22 @@ func checkAgainst(s *coord.State, sum []byte) error {
 	return nil
 }
 
-// restore rebuilds cp's state from the checkpoint part's log starts with
+// Restore rebuilds cp's state from the checkpoint its log starts with
 // (at start, the log's first offset): every record from start on is the
 // next chunk of it, the first one right after the offset it is as of. It
 // returns the offset after the checkpoint, or -1 while its chunks are not
 // all committed.
-func (g *coordinators) restore(cp *coordPart, part *partition, start, end int64) (int64, error) {
+func (cp *coordPart) Restore(lg rsm.Log, start, end int64) (int64, error) {
 	run := coord.CheckpointRun{Keep: true}
 	var recs []log.Record
 	for from := start; from < end; {
 		var err error
-		recs, err = part.log.Read(from, 1<<20, end, recs[:0])
+		recs, err = lg.Read(from, 1<<20, end, recs[:0])
 		if err == nil && len(recs) == 0 {
 			err = errors.New("no records below the committed end")
 		}
 		if err != nil {
-			return 0, fmt.Errorf("%w: cannot read %s/%d's checkpoint at offset %d: %w; restart the node once the log is repaired", errCoordUnavailable, meta.GroupsTopic, part.num, from, err)
+			return 0, fmt.Errorf("%w: cannot read %s/%d's checkpoint at offset %d: %w; restart the node once the log is repaired", errCoordUnavailable, meta.GroupsTopic, cp.num, from, err)
 		}
 		for _, r := range recs {
 			cmd, err := coord.DecodeCommand(r.Value)
@@ -363,26 +317,23 @@ func (g *coordinators) restore(cp *coordPart, part *partition, start, end int64)
 			}
 			if err != nil {
 				return 0, fmt.Errorf("%w: %s/%d's log starts at offset %d, and its record at offset %d cannot be read as the checkpoint it must start with (%w); remove this replica so that it is re-created from its peers",
-					errCoordUnavailable, meta.GroupsTopic, part.num, start, r.Offset, err)
+					errCoordUnavailable, meta.GroupsTopic, cp.num, start, r.Offset, err)
 			}
 			if !run.Add(r.Offset, cmd) {
 				if k.Chunk+1 == k.Chunks {
-					return 0, fmt.Errorf("%w: %s/%d's log starts with a checkpoint whose chunks do not match (offsets %d to %d); remove this replica so that it is re-created from its peers", errCoordUnavailable, meta.GroupsTopic, part.num, start, r.Offset)
+					return 0, fmt.Errorf("%w: %s/%d's log starts with a checkpoint whose chunks do not match (offsets %d to %d); remove this replica so that it is re-created from its peers", errCoordUnavailable, meta.GroupsTopic, cp.num, start, r.Offset)
 				}
 				continue
 			}
 			st, err := run.State()
 			if err != nil {
-				return 0, fmt.Errorf("%w: %s/%d's checkpoint at offset %d: %w; remove this replica so that it is re-created from its peers", errCoordUnavailable, meta.GroupsTopic, part.num, start, err)
+				return 0, fmt.Errorf("%w: %s/%d's checkpoint at offset %d: %w; remove this replica so that it is re-created from its peers", errCoordUnavailable, meta.GroupsTopic, cp.num, start, err)
 			}
 			cp.mu.Lock()
-			cp.state, cp.applied, cp.sinceCheckpoint, cp.checkpointAt = st, r.Offset+1, 0, start
-			clear(cp.results)
-			close(cp.changed)
-			cp.changed = make(chan struct{})
+			cp.state, cp.sinceCheckpoint, cp.checkpointAt, cp.next = st, 0, start, r.Offset+1
 			cp.mu.Unlock()
 			cp.run = coord.CheckpointRun{}
-			g.c.logger.Info("spool groups: rebuilt a coordinator's state from its checkpoint", "partition", part.num, "offset", start, "chunks", k.Chunks)
+			cp.logger.Info("spool groups: rebuilt a coordinator's state from its checkpoint", "partition", cp.num, "offset", start, "chunks", k.Chunks)
 			return r.Offset + 1, nil
 		}
 		from = recs[len(recs)-1].Offset + 1
@@ -393,25 +344,7 @@ func (g *coordinators) restore(cp *coordPart, part *partition, start, end int64)
 // waitApplied waits until cp has applied the command at offset off and
 // returns its result.
 func (cp *coordPart) waitApplied(ctx context.Context, off int64) (coord.Result, error) {
-	for {
-		cp.mu.Lock()
-		applied, ch, stopped := cp.applied, cp.changed, cp.err
-		res, have := cp.results[off]
-		cp.mu.Unlock()
-		switch {
-		case applied > off && have:
-			return res, nil
-		case applied > off:
-			return coord.Result{}, fmt.Errorf("%w: the command at offset %d was applied too long ago to know its result", engine.ErrOutcomeUnknown, off)
-		case stopped != nil:
-			return coord.Result{}, fmt.Errorf("%w: committed at offset %d, not applied here: %w", engine.ErrOutcomeUnknown, off, stopped)
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return coord.Result{}, fmt.Errorf("%w: committed at offset %d, not applied here in time: %w", engine.ErrOutcomeUnknown, off, ctx.Err())
-		}
-	}
+	return cp.app.WaitApplied(ctx, off)
 }
 
 // awaitCaughtUp waits until this leader's state holds every committed
@@ -425,23 +358,13 @@ func (g *coordinators) awaitCaughtUp(ctx context.Context, part *partition, cp *c
 	if !leaderCaughtUp(part, st) {
 		return fmt.Errorf("%w: node %d just became the leader of %s/%d and is applying its predecessors' entries", errCoordUnavailable, g.c.id.NodeID, meta.GroupsTopic, part.num)
 	}
-	end := part.committed.Load()
-	for {
-		cp.mu.Lock()
-		applied, ch, stopped := cp.applied, cp.changed, cp.err
-		cp.mu.Unlock()
-		switch {
-		case stopped != nil:
-			return stopped
-		case applied >= end:
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
+	if err := cp.app.AwaitApplied(ctx, part.committed.Load()); err != nil {
+		if ctx.Err() != nil {
 			return fmt.Errorf("%w: node %d has not applied %s/%d up to its committed end in time", errCoordUnavailable, g.c.id.NodeID, meta.GroupsTopic, part.num)
 		}
+		return err
 	}
+	return nil
 }
 
 // proposeLocal stamps cmd with this leader's clock, proposes it, and
@@ -562,11 +485,10 @@ func (g *coordinators) drive(ctx context.Context, part *partition, now time.Time
 		return
 	}
 	nowMs, sinceMs := now.UnixMilli(), cp.since.UnixMilli()
-	cp.mu.Lock()
-	if cp.err != nil {
-		cp.mu.Unlock()
+	if cp.app.Err() != nil {
 		return
 	}
+	cp.mu.Lock()
 	due, _ := coord.Next(cp.state, nowMs)
 	checkpoint := cp.sinceCheckpoint >= g.c.cfg.GroupsCheckpointRecords
 	due = slices.DeleteFunc(due, func(cmd coord.Command) bool {
@@ -612,8 +534,15 @@ func (g *coordinators) checkpoint(ctx context.Context, part *partition, cp *coor
 	if err := g.awaitCaughtUp(ctx, part, cp); err != nil {
 		return err
 	}
+	applied := cp.app.Applied()
 	cp.mu.Lock()
-	asOf := cp.applied - 1
+	if cp.next > applied {
+		cp.mu.Unlock() // the applier is publishing a batch: the state is ahead of applied
+		return fmt.Errorf("%w: %s/%d is being applied; the checkpoint is tried again", errCoordUnavailable, meta.GroupsTopic, part.num)
+	}
+	// The records between the state's last command and applied were
+	// skipped (they changed nothing): the state is the state as of applied-1.
+	asOf := applied - 1
 	cmds, err := coord.CheckpointOf(cp.state, asOf)
 	cp.mu.Unlock()
 	if err != nil || asOf < 0 {

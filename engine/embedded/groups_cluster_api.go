@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/embedded/route"
 	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
@@ -67,12 +65,10 @@ func (n *Node) coordinateAt(ctx context.Context, part *partition, cmd coord.Comm
 		res, err = g.proposeLocal(ctx, part, cmd)
 		return err
 	}, func(ctx context.Context, node uint64, cl clusterv1.NodeServiceClient) error {
-		resp, err := cl.Coordinate(ctx, &clusterv1.CoordinateRequest{ClusterId: n.cl.id.ClusterID, Partition: part.num, Group: part.group, Command: wire})
+		sentOpt, sent := route.NeverSent()
+		resp, err := cl.Coordinate(ctx, &clusterv1.CoordinateRequest{ClusterId: n.cl.id.ClusterID, Partition: part.num, Group: part.group, Command: wire}, sentOpt)
 		if err != nil {
-			if neverSent(err) {
-				return fmt.Errorf("%w: node %d: %v", errUnreachable, node, err)
-			}
-			return fmt.Errorf("%w: forwarded to node %d, no answer: %v", engine.ErrOutcomeUnknown, node, err)
+			return route.Unsent(node, sent, err)
 		}
 		if err := coordinateError(node, part, resp.GetError(), resp.GetLeader(), resp.GetMessage()); err != nil {
 			return err
@@ -116,7 +112,7 @@ func (n *Node) DescribeGroup(ctx context.Context, group string) (*coord.State, e
 	}, func(ctx context.Context, node uint64, cl clusterv1.NodeServiceClient) error {
 		resp, err := cl.DescribeGroup(ctx, &clusterv1.DescribeGroupRequest{ClusterId: n.cl.id.ClusterID, Partition: part.num, Group: part.group, Name: group})
 		if err != nil { // a read: safe to ask again
-			return fmt.Errorf("%w: node %d: %v", errUnreachable, node, err)
+			return fmt.Errorf("%w: node %d: %v", route.ErrUnreachable, node, err)
 		}
 		if err := coordinateError(node, part, resp.GetError(), resp.GetLeader(), resp.GetMessage()); err != nil {
 			return err
@@ -187,67 +183,31 @@ func (g *coordinators) partitionOf(ctx context.Context, group string) (*partitio
 }
 
 // atLeader runs local when this node leads part's group, remote at the
-// leader otherwise (found as produceWait finds it: the leader this node
-// knows, the one a refusal names, else each holder in turn), retrying
-// while nothing was done (not the leader, proposal lost, unreachable,
-// coordinator not ready) until ctx ends.
+// leader otherwise (the one router: engine/embedded/route), retrying while
+// nothing was done until ctx ends. An outcome that may be stored comes back
+// as engine.ErrOutcomeUnknown.
 func (g *coordinators) atLeader(ctx context.Context, part *partition,
 	local func(context.Context) error, remote func(context.Context, uint64, clusterv1.NodeServiceClient) error) error {
 	c := g.c
-	var lastErr error
-	var hint uint64
-	for attempt := 0; ; attempt++ {
-		if attempt > 0 {
-			t := time.NewTimer(min(time.Duration(attempt)*c.cfg.TickInterval/2, 4*c.cfg.TickInterval))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fmt.Errorf("%w for %s/%d after %v: %w", engine.ErrNoLeader, meta.GroupsTopic, part.num, c.cfg.ProduceTimeout, lastErr)
-			case <-t.C:
+	err := c.router.Do(ctx, route.Call{
+		Group:   part.group,
+		Holders: part.holders(),
+		Local:   local,
+		Remote: func(ctx context.Context, node uint64) error {
+			cl, err := c.peers.client(node)
+			if err != nil {
+				return fmt.Errorf("%w: node %d: %w", route.ErrUnreachable, node, err)
 			}
-		}
-		leader := hint
-		hint = 0
-		var err error
-		if st, ok := c.status(part.group); ok && st.IsLeader {
-			err = local(ctx)
-		} else {
-			if leader == 0 && ok {
-				leader = st.Leader
-			}
-			if leader == 0 || leader == c.id.NodeID {
-				holders := part.holders()
-				if len(holders) == 0 {
-					lastErr = errors.New("no leader known (an election may be running)")
-					continue
-				}
-				leader = holders[attempt%len(holders)] // ask one; it names the leader
-				if leader == c.id.NodeID {
-					lastErr = errors.New("no leader known (an election may be running)")
-					continue
-				}
-			}
-			cl, cerr := c.peers.client(leader)
-			if cerr != nil {
-				err = fmt.Errorf("%w: node %d: %w", errUnreachable, leader, cerr)
-			} else {
-				err = remote(ctx, leader, cl)
-			}
-		}
-		var nl *raft.NotLeaderError
-		switch {
-		case err == nil:
-			return nil
-		case errors.As(err, &nl):
-			hint, lastErr = nl.Leader, err
-		case errors.Is(err, raft.ErrProposalLost), errors.Is(err, errUnreachable), errors.Is(err, errCoordUnavailable):
-			lastErr = err
-		case errors.Is(err, raft.ErrOutcomeUnknown) && !errors.Is(err, engine.ErrOutcomeUnknown):
-			return fmt.Errorf("%w: %s/%d: %w", engine.ErrOutcomeUnknown, meta.GroupsTopic, part.num, err)
-		default:
-			return err
-		}
+			return remote(ctx, node, cl)
+		},
+	})
+	if errors.Is(err, raft.ErrOutcomeUnknown) && !errors.Is(err, engine.ErrOutcomeUnknown) {
+		return fmt.Errorf("%w: %s/%d: %w", engine.ErrOutcomeUnknown, meta.GroupsTopic, part.num, err)
 	}
+	if err != nil && errors.Is(err, engine.ErrNoLeader) {
+		return fmt.Errorf("%s/%d: %w", meta.GroupsTopic, part.num, err)
+	}
+	return err
 }
 
 // coordinateError is the error a forwarded call's answer stands for (nil
@@ -320,9 +280,6 @@ func refusalFromProto(reason clusterv1.GroupsRefusal, msg string) error {
 // leader it names).
 func (s *nodeService) Coordinate(ctx context.Context, req *clusterv1.CoordinateRequest) (*clusterv1.CoordinateResponse, error) {
 	c := s.c
-	if req.GetClusterId() != c.id.ClusterID {
-		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, req.GetClusterId())
-	}
 	part, code, leader, err := s.coordinatorPart(req.GetPartition(), req.GetGroup())
 	if err != nil {
 		return &clusterv1.CoordinateResponse{Error: code, Leader: leader, Message: err.Error()}, nil
@@ -359,9 +316,6 @@ func (s *nodeService) Coordinate(ctx context.Context, req *clusterv1.CoordinateR
 // DescribeGroup answers with one group as this leader applied it.
 func (s *nodeService) DescribeGroup(ctx context.Context, req *clusterv1.DescribeGroupRequest) (*clusterv1.DescribeGroupResponse, error) {
 	c := s.c
-	if req.GetClusterId() != c.id.ClusterID {
-		return nil, status.Errorf(codes.FailedPrecondition, "this node belongs to cluster %s, the request to %s", c.id.ClusterID, req.GetClusterId())
-	}
 	part, code, leader, err := s.coordinatorPart(req.GetPartition(), req.GetGroup())
 	if err != nil {
 		return &clusterv1.DescribeGroupResponse{Error: code, Leader: leader, Message: err.Error()}, nil

@@ -667,7 +667,7 @@ func TestClusterGroupsCheckpoint(t *testing.T) {
 				}
 				start := part.log.StartOffset()
 				cp.mu.Lock()
-				at, applied := cp.checkpointAt, cp.applied
+				at, applied := cp.checkpointAt, cp.app.Applied()
 				cp.mu.Unlock()
 				switch {
 				case start <= past:

@@ -1,0 +1,206 @@
+// Package route runs a call at the leader of a raft group: on this node when
+// it leads the group, forwarded to the leader otherwise (the role of
+// CockroachDB's DistSender). It is the one place that finds a leader,
+// follows a refusal's hint, backs off between attempts and decides what may
+// be tried again. Publishes and controller commands (a Produce forwarded to
+// the leader) and consumer-group coordinator calls use it.
+//
+// # What is tried again
+//
+// An attempt is tried again, at the leader it names or the next node asked,
+// only when nothing was done:
+//   - a *raft.NotLeaderError (the node asked does not lead; it may name the
+//     one that does),
+//   - raft.ErrProposalLost (the proposal was dropped before it took a place
+//     in the log: a leader change),
+//   - ErrUnreachable (the call never left this node: see NeverSent),
+//   - ErrNotReady (the leader could not act yet, and did nothing: a new
+//     leader still applying its predecessors' entries).
+//
+// An attempt whose outcome is unknown (raft.ErrOutcomeUnknown or
+// engine.ErrOutcomeUnknown: the request may have been stored) is tried again
+// only when the call is idempotent (Call.Idempotent: a batch with a producer
+// id, which the leader recognises); otherwise it ends the call with that
+// error. Any other error ends the call as it is. When ctx ends, the call
+// fails with engine.ErrOutcomeUnknown if an attempt's outcome was unknown,
+// else with engine.ErrNoLeader, each wrapping the last attempt's error.
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/raft"
+)
+
+// ErrUnreachable: the call never left this node (no connection to the
+// peer); nothing was done there.
+var ErrUnreachable = errors.New("peer unreachable")
+
+// ErrNotReady: the leader could not act yet and did nothing; worth asking
+// again. Errors that mean it wrap it.
+var ErrNotReady = errors.New("leader not ready")
+
+// Router finds the leaders of this node's raft groups.
+type Router struct {
+	// Self is this node's id (0 on a node that holds no replicas).
+	Self uint64
+	// Status says whether this node leads group, and the leader it knows
+	// (0: none known); ok is false when this node has no replica of it.
+	Status func(group uint64) (leads bool, leader uint64, ok bool)
+	// Tick is raft's tick: attempts back off by half a tick more each
+	// time, up to four ticks.
+	Tick time.Duration
+}
+
+// Call is one call to run at a group's leader.
+type Call struct {
+	Group uint64
+	// Holders are the nodes holding (or getting) a replica of the group:
+	// any of them names the leader when this node knows none.
+	Holders []uint64
+	// Local runs the call on this node, which leads the group.
+	Local func(ctx context.Context) error
+	// Remote runs the call at node, which this node takes for the leader.
+	Remote func(ctx context.Context, node uint64) error
+	// Idempotent: an attempt whose outcome is unknown may be made again
+	// (the leader recognises a second copy).
+	Idempotent bool
+}
+
+// Backoff is the wait before attempt (1, 2, ...): half a tick more each
+// time, at most four ticks.
+func (r *Router) Backoff(attempt int) time.Duration {
+	return min(time.Duration(attempt)*r.Tick/2, 4*r.Tick)
+}
+
+// Do runs c at the group's leader, trying again while nothing was done
+// (see the package doc) until ctx ends.
+func (r *Router) Do(ctx context.Context, c Call) error {
+	start := time.Now()
+	var lastErr error
+	maybeDone := false // an attempt's outcome was unknown
+	var hint uint64
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			t := time.NewTimer(r.Backoff(attempt))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				if lastErr == nil {
+					lastErr = ctx.Err()
+				}
+				took := time.Since(start).Round(time.Millisecond)
+				if maybeDone { // not "no leader": an earlier attempt may have done it
+					return fmt.Errorf("%w: no answer after %v: %w", engine.ErrOutcomeUnknown, took, lastErr)
+				}
+				return fmt.Errorf("%w after %v: %w", engine.ErrNoLeader, took, lastErr)
+			case <-t.C:
+			}
+		}
+		err := r.attempt(ctx, c, attempt, &hint)
+		var nl *raft.NotLeaderError
+		switch {
+		case err == nil:
+			return nil
+		case NothingDone(err):
+			lastErr = err
+			if errors.As(err, &nl) {
+				hint = nl.Leader
+			}
+		case errors.Is(err, raft.ErrOutcomeUnknown), errors.Is(err, engine.ErrOutcomeUnknown):
+			if !c.Idempotent || ctx.Err() != nil {
+				return err
+			}
+			lastErr, maybeDone = err, true
+		default:
+			return err
+		}
+	}
+}
+
+// NothingDone reports whether a failed attempt certainly did nothing, so
+// that another one (at the leader) may be made: the rule of the package
+// doc.
+func NothingDone(err error) bool {
+	var nl *raft.NotLeaderError
+	return errors.As(err, &nl) || errors.Is(err, raft.ErrProposalLost) || errors.Is(err, ErrUnreachable) || errors.Is(err, ErrNotReady)
+}
+
+// errNoLeaderKnown: no node to ask this attempt.
+var errNoLeaderKnown = fmt.Errorf("%w: no leader known (an election may be running)", ErrNotReady)
+
+// attempt makes one attempt: here when this node leads, else at the hinted
+// leader, the known one, or a holder asked in turn (it names the leader).
+func (r *Router) attempt(ctx context.Context, c Call, attempt int, hint *uint64) error {
+	leader := *hint
+	*hint = 0
+	leads, known, ok := r.Status(c.Group)
+	if ok && leads {
+		return c.Local(ctx)
+	}
+	if leader == 0 {
+		leader = known
+	}
+	if leader == 0 || leader == r.Self {
+		if len(c.Holders) == 0 {
+			return errNoLeaderKnown
+		}
+		leader = c.Holders[attempt%len(c.Holders)]
+		if leader == r.Self {
+			return errNoLeaderKnown
+		}
+	}
+	return c.Remote(ctx, leader)
+}
+
+// NeverSent is gRPC's own answer to "did a failed call leave this node?":
+// a call that never got a transport stream was never handed to a
+// connection (grpc-go runs a grpc.Peer option's after hook only once a
+// stream exists). Pass the returned option to the call; after it failed,
+// sent() is false only when the request certainly never left. A call that
+// got a stream may have reached the peer even if it failed at once.
+func NeverSent() (opt grpc.CallOption, sent func() bool) {
+	p := &peer.Peer{}
+	return grpc.Peer(p), func() bool { return p.Addr != nil }
+}
+
+// Unsent wraps err of a failed call that never left this node in
+// ErrUnreachable, naming node; any other failure may have reached the
+// peer, and comes back as engine.ErrOutcomeUnknown.
+func Unsent(node uint64, sent func() bool, err error) error {
+	if !sent() {
+		return fmt.Errorf("%w: node %d: %v", ErrUnreachable, node, err)
+	}
+	return fmt.Errorf("%w: forwarded to node %d, no answer: %v", engine.ErrOutcomeUnknown, node, err)
+}
+
+// clusterScoped is a peer request that names the cluster it is for.
+type clusterScoped interface{ GetClusterId() string }
+
+// ClusterCheck is the one check of every NodeService request that names a
+// cluster (the place peer authentication goes): a request for another
+// cluster is refused with FAILED_PRECONDITION, without naming this node's
+// cluster. clusterID is this node's (it may change while the node joins);
+// a request that names none is let through only for the methods in
+// anonymous (a client node asks Metadata before it knows the id).
+func ClusterCheck(clusterID func() string, anonymous ...string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if r, ok := req.(clusterScoped); ok {
+			id := r.GetClusterId()
+			if id != clusterID() && (id != "" || !slices.Contains(anonymous, info.FullMethod)) {
+				return nil, status.Errorf(codes.FailedPrecondition, "the request is for cluster %q, which this node does not belong to", id)
+			}
+		}
+		return handler(ctx, req)
+	}
+}
