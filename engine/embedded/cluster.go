@@ -467,6 +467,7 @@ const handOffTimeout = 3 * time.Second
 // after an election timeout; the group then elects as after a crash.
 func (c *cluster) handOff(d time.Duration) {
 	deadline := time.Now().Add(d)
+	orders := c.leaderOrders()
 	for round := 0; time.Now().Before(deadline); round++ {
 		led := 0
 		for _, g := range c.host.Groups() {
@@ -474,18 +475,15 @@ func (c *cluster) handOff(d time.Duration) {
 			if !ok || !st.IsLeader {
 				continue
 			}
-			var others []uint64
-			for _, v := range st.Voters {
-				if n := transport.NodeOf(v); n != c.id.NodeID {
-					others = append(others, n)
-				}
-			}
-			if len(others) == 0 {
+			// Rotated by group and every 10 rounds: a transfer to a replica
+			// that turned out to be down goes to the next one.
+			to, ok := c.nextLeader(st, orders[g], true, int(g)+round/10)
+			if !ok {
 				continue // the only voter: nobody to hand it to
 			}
 			led++
 			if round%10 == 0 { // ask again every 10 rounds (a transfer may have aborted)
-				_ = c.host.TransferLeadership(g, others[(int(g)+round/10)%len(others)])
+				_ = c.host.TransferLeadership(g, to)
 			}
 		}
 		if led == 0 {
@@ -494,6 +492,30 @@ func (c *cluster) handOff(d time.Duration) {
 		time.Sleep(c.cfg.TickInterval) // sleep-ok: polling raft status while stopping
 	}
 	c.logger.Warn("spool cluster: stopping while still leading some groups (their replicas elect a new leader)")
+}
+
+// leaderOrders are the placement orders of the groups this node holds a
+// replica of (meta.LeaderMove.Order): a move's target, then the replicas.
+func (c *cluster) leaderOrders() map[uint64][]uint64 {
+	c.mu.Lock()
+	held := c.state.PartitionsOf(c.id.NodeID)
+	c.mu.Unlock()
+	orders := make(map[uint64][]uint64, len(held))
+	for _, a := range held {
+		orders[a.Group] = append(slices.Clone(a.Target), a.Replicas...)
+	}
+	return orders
+}
+
+// nextLeader is where the leadership of a group this node leads goes
+// (meta.LeaderMove: the one leader-transfer policy), given its placement
+// order; a leaving or down node is given none.
+func (c *cluster) nextLeader(st raft.GroupStatus, order []uint64, away bool, attempt int) (uint64, bool) {
+	voters := make([]uint64, len(st.Voters))
+	for i, v := range st.Voters {
+		voters[i] = transport.NodeOf(v)
+	}
+	return meta.LeaderMove{Self: c.id.NodeID, Order: order, Voters: voters, Away: away, Excluded: c.leavingNode, Attempt: attempt}.Next()
 }
 
 func (c *cluster) groupDir(group uint64) string {
@@ -679,17 +701,19 @@ func (c *cluster) balanceLeaders() {
 	var parts []*partition
 	for _, t := range c.n.topics {
 		for _, p := range t.parts {
-			// A preferred leader that is leaving or down is given nothing:
-			// it is about to lose its replica (cluster_leave.go).
-			if reps := p.replicas(); p.log != nil && len(reps) > 1 && reps[0] != c.id.NodeID && !c.leavingNode(reps[0]) {
+			if p.log != nil && len(p.replicas()) > 1 {
 				parts = append(parts, p)
 			}
 		}
 	}
 	c.n.mu.RUnlock()
 	for _, p := range parts {
+		// A preferred leader that is leaving or down is given nothing: it
+		// is about to lose its replica (cluster_leave.go).
 		if st, ok := c.host.Status(p.group); ok && st.IsLeader {
-			_ = c.host.PreferLeader(p.group, p.replicas()[0])
+			if to, ok := c.nextLeader(st, p.replicas(), false, 0); ok {
+				_ = c.host.PreferLeader(p.group, to)
+			}
 		}
 	}
 }

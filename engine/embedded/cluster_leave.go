@@ -8,7 +8,6 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/meta"
-	"github.com/spoolmq/spool/engine/transport"
 )
 
 // Leave makes this node leave the cluster before it stops for good (a
@@ -87,26 +86,10 @@ func (c *cluster) leaveProgress() engine.LeaveReport {
 // membership chores, which transfer its leadership before removing a
 // leader.
 func (c *cluster) handOffLeaderships() {
-	self := c.id.NodeID
-	c.mu.Lock()
-	held := c.state.PartitionsOf(self)
-	leaving := map[uint64]bool{}
-	for _, nd := range c.state.Nodes() {
-		if nd.Leaving || nd.Down {
-			leaving[nd.ID] = true
-		}
-	}
-	c.mu.Unlock()
-	for _, a := range held {
-		st, ok := c.host.Status(a.Group)
-		if !ok || !st.IsLeader {
-			continue
-		}
-		order := append(slices.Clone(a.Target), a.Replicas...)
-		for _, to := range order {
-			if to != self && !leaving[to] && slices.ContainsFunc(st.Voters, func(id uint64) bool { return transport.NodeOf(id) == to }) {
-				_ = c.host.PreferLeader(a.Group, to)
-				break
+	for g, order := range c.leaderOrders() {
+		if st, ok := c.host.Status(g); ok && st.IsLeader {
+			if to, ok := c.nextLeader(st, order, true, 0); ok {
+				_ = c.host.PreferLeader(g, to)
 			}
 		}
 	}
