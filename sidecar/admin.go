@@ -226,7 +226,7 @@ func (a *admin) ListGroups(ctx context.Context, req *spoolv1.ListGroupsRequest) 
 			return nil, apierr.ToStatus(apierr.Wrap(apierr.ShuttingDown, err, "list groups: group %q is not running (spoold is shutting down): retry against the restarted sidecar", g.Name()))
 		}
 		for _, t := range snap.Topics {
-			gi := &spoolv1.GroupInfo{Group: g.Name(), Topic: t.Topic, Consumers: uint32(snap.Consumers)}
+			gi := &spoolv1.GroupInfo{Group: g.Name(), Topic: t.Topic, Consumers: uint32(t.Consumers)}
 			addBreakersAndParked(gi, mfs)
 			for _, p := range t.Partitions {
 				gi.Partitions = append(gi.Partitions, &spoolv1.PartitionLag{

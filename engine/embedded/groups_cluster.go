@@ -422,7 +422,7 @@ func groupProto(s *coord.State, name string) *clusterv1.GroupsState {
 	pg := &clusterv1.GroupsGroup{Name: name, Generation: gen}
 	for _, m := range s.Members(name) {
 		pm := &clusterv1.GroupsMember{MemberId: m.ID, Session: m.Session, NodeId: m.Node, Topics: m.Topics, LastHeartbeatMs: m.LastHeartbeatMs,
-			SessionTimeoutMs: m.SessionTimeoutMs, RevokeTimeoutMs: m.RevokeTimeoutMs, Yield: m.Yield, Degraded: m.Degraded}
+			SessionTimeoutMs: m.SessionTimeoutMs, RevokeTimeoutMs: m.RevokeTimeoutMs, Yield: m.Yield, Degraded: m.Degraded, Consumers: m.Consumers}
 		for _, o := range m.Owned {
 			pm.Owned = append(pm.Owned, &clusterv1.GroupsOwned{Partition: tp(o.TopicPartition), GrantedGeneration: o.GrantedGen,
 				Revoking: o.Revoking, RevokeGeneration: o.RevokeGen, RevokeDeadlineMs: o.RevokeDeadlineMs})

@@ -23,6 +23,24 @@
 //     outcome may be stored twice, and the consumer's ledger drops the copy.
 //   - Fetch is one fetch request to the partition's leader (no consumer
 //     group): records from an offset up to the high watermark.
+//   - Offsets are the log start offset and the high watermark (what a
+//     read_uncommitted reader sees; Fetch reads up to it, and Spool writes
+//     no transactions, so it is also the last stable offset). The engine's
+//     Offsets asks for one partition, and its callers loop over
+//     partitions, so the batching is per topic and by time, not by API: a
+//     call joins the topic's listing that has not been sent yet, or opens
+//     one, which lists start and end of every partition of the topic with
+//     kadm (ListStartOffsets and ListEndOffsets, sent together: one
+//     ListOffsets request each per leader broker). One listing per topic
+//     is in flight at a time; calls that arrive meanwhile share the next
+//     (offsets.go, offsetsBatch). No call is answered from a listing sent
+//     before it began, so a produce acked before the call, or records
+//     deleted before it, are seen; a cache with an age was rejected for
+//     that (a reset to the end would miss a message just published through
+//     another sidecar). A call alone pays one round trip, as before, with
+//     start and end asked in parallel instead of one after the other.
+//     OffsetForTime is kadm's ListOffsetsAfterMilli (the end when no record
+//     is that recent).
 //   - Watch polls the end offsets of watched topics (Config.WatchInterval)
 //     and signals when one moved; a publish through this backend signals
 //     at once.

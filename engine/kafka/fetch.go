@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -180,49 +179,6 @@ func (b *Backend) connErr(part *partition, err error) error {
 	return fmt.Errorf("kafka: reading %s/%d: %w (is Kafka reachable?)", part.t.spec.Name, part.num, err)
 }
 
-// Offsets are the partition's log start offset and high watermark.
-func (b *Backend) Offsets(topic string, p int32) (start, end int64, err error) {
-	part, err := b.partition(topic, p)
-	if err != nil {
-		return 0, 0, err
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
-	defer cancel()
-	if start, _, err = b.listOffset(ctx, part, -2); err != nil {
-		return 0, 0, err
-	}
-	if end, _, err = b.listOffset(ctx, part, -1); err != nil {
-		return 0, 0, err
-	}
-	return start, end, nil
-}
-
-// listOffset is one ListOffsets of the partition: ts -2 is the log
-// start, -1 the high watermark, else the first offset at or after ts (ms),
-// -1 when there is none.
-func (b *Backend) listOffset(ctx context.Context, part *partition, ts int64) (offset, recordTS int64, err error) {
-	req := kmsg.NewPtrListOffsetsRequest()
-	req.ReplicaID = -1
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = part.t.kname
-	rp := kmsg.NewListOffsetsRequestTopicPartition()
-	rp.Partition, rp.Timestamp = part.num, ts
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, b.cl) // the client sends it to the leader
-	if err != nil {
-		return 0, 0, b.connErr(part, err)
-	}
-	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		return 0, 0, fmt.Errorf("kafka: list offsets of %s/%d: the broker answered for %d topics, want 1", part.t.spec.Name, part.num, len(resp.Topics))
-	}
-	rpr := resp.Topics[0].Partitions[0]
-	if err := kerr.ErrorForCode(rpr.ErrorCode); err != nil {
-		return 0, 0, fmt.Errorf("kafka: list offsets of %s/%d: %w", part.t.spec.Name, part.num, err)
-	}
-	return rpr.Offset, rpr.Timestamp, nil
-}
-
 // RecordTime is the Kafka timestamp (Unix ms) of the record at offset.
 func (b *Backend) RecordTime(topic string, p int32, offset int64) (int64, error) {
 	part, err := b.partition(topic, p)
@@ -241,23 +197,4 @@ func (b *Backend) RecordTime(topic string, p int32, offset int64) (int64, error)
 		}
 	}
 	return 0, fmt.Errorf("kafka: %s/%d: no record at offset %d", topic, p, offset)
-}
-
-// OffsetForTime is the first offset whose timestamp is at or after ts;
-// the end when none is.
-func (b *Backend) OffsetForTime(topic string, p int32, ts time.Time) (int64, error) {
-	part, err := b.partition(topic, p)
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
-	defer cancel()
-	off, _, err := b.listOffset(ctx, part, max(ts.UnixMilli(), 0))
-	if err != nil {
-		return 0, err
-	}
-	if off < 0 {
-		off, _, err = b.listOffset(ctx, part, -1)
-	}
-	return off, err
 }

@@ -90,6 +90,7 @@ type member struct {
 	owned    map[engine.GroupTopicPartition]*ownedPart
 	yield    bool      // told to yield: owns nothing, takes nothing
 	degraded bool      // told it is degraded (logged; Kafka's assignment ignores it)
+	apps     uint32    // the sidecar's apps taking the subscription (Join, Heartbeat): GroupMember.Consumers
 	draining bool      // yielding: revoking everything, then leaving the Kafka group
 	drainBy  time.Time // when the drain gives up waiting
 	// losses counts the times it lost partitions; reported, those a read
@@ -149,7 +150,7 @@ func (b *Backend) join(group string, j *engine.GroupJoin) error {
 	if m, ok := b.groups.m[key]; ok {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.yield = false
+		m.yield, m.apps = false, j.Consumers
 		if m.cl == nil {
 			return m.start()
 		}
@@ -158,7 +159,7 @@ func (b *Backend) join(group string, j *engine.GroupJoin) error {
 	kgroup, _ := b.kafkaGroup(group, "")
 	m := &member{b: b, group: group, id: j.Member, kgroup: kgroup, topics: map[string]string{}, owned: map[engine.GroupTopicPartition]*ownedPart{},
 		session: time.Duration(cmp.Or(j.SessionTimeoutMs, engine.GroupDefaultSessionTimeoutMs)) * time.Millisecond,
-		revoke:  time.Duration(cmp.Or(j.RevokeTimeoutMs, engine.GroupDefaultRevokeTimeoutMs)) * time.Millisecond}
+		revoke:  time.Duration(cmp.Or(j.RevokeTimeoutMs, engine.GroupDefaultRevokeTimeoutMs)) * time.Millisecond, apps: j.Consumers}
 	for _, t := range j.Topics {
 		m.topics[b.cfg.Prefix+t.Name] = t.Name
 	}
@@ -377,6 +378,7 @@ func (b *Backend) heartbeat(group string, h *engine.GroupHeartbeat) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.apps = h.Consumers
 	if h.Degraded != m.degraded {
 		m.degraded = h.Degraded
 		if h.Degraded {
@@ -585,7 +587,9 @@ func (v *GroupView) Assignment(group, member string) (engine.GroupAssignmentOf, 
 }
 
 // Members are the Kafka group's members (Kafka's member ids), with the
-// topics they subscribe to.
+// topics they subscribe to and their apps: this process's members' count
+// as the sidecar said it, 1 for the others (in the Kafka group only while
+// an app is connected to their sidecar; Kafka does not carry the count).
 func (v *GroupView) Members(group string) []engine.GroupMember {
 	if group != v.group {
 		return nil
@@ -614,8 +618,14 @@ func (b *Backend) DescribeGroup(ctx context.Context, group string) (*GroupView, 
 	}
 	b.groups.mu.Unlock()
 	lossesOf := map[*member]uint64{}
+	apps := map[string]uint32{} // Kafka member id → apps, of this process's members
 	for _, m := range ms {
 		m.mu.Lock()
+		if m.cl != nil {
+			if id, _ := m.cl.GroupMetadata(); id != "" {
+				apps[id] = m.apps
+			}
+		}
 		m.maybeLeave() // a drain past its bound
 		if m.losses != m.reported {
 			lossesOf[m] = m.losses
@@ -664,7 +674,14 @@ func (b *Backend) DescribeGroup(ctx context.Context, group string) (*GroupView, 
 	}
 	for _, d := range described {
 		for _, dm := range d.Members {
-			gm := engine.GroupMember{ID: dm.MemberID}
+			// A member of another process is in the Kafka group only while
+			// an app is connected to its sidecar (it leaves when it yields),
+			// or it is a plain Kafka consumer: one app at least, and Kafka
+			// knows no more.
+			gm := engine.GroupMember{ID: dm.MemberID, Consumers: 1}
+			if n, ok := apps[dm.MemberID]; ok {
+				gm.Consumers = n
+			}
 			if c, ok := dm.Join.AsConsumer(); ok {
 				for _, kt := range c.Topics {
 					if t, ok := strings.CutPrefix(kt, b.cfg.Prefix); ok {

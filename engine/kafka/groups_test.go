@@ -183,7 +183,7 @@ func TestGroupSharedAcrossBackends(t *testing.T) {
 		}
 	}
 	h := &holders{of: map[int32]string{}}
-	join := engine.GroupJoin{Topics: []engine.GroupTopic{{Name: "orders", Partitions: 6}}, SessionTimeoutMs: 3000, RevokeTimeoutMs: 10000}
+	join := engine.GroupJoin{Topics: []engine.GroupTopic{{Name: "orders", Partitions: 6}}, SessionTimeoutMs: 3000, RevokeTimeoutMs: 10000, Consumers: 2}
 	d1 := startDriver(t, b1, "workers", "s1/orders", h, join)
 	runDrivers(t, d1)
 	awaitCounts(t, h, map[string]int{"s1/orders": 6}, 30*time.Second, "the only member holds every partition")
@@ -218,6 +218,16 @@ func TestGroupSharedAcrossBackends(t *testing.T) {
 	v, err := b2.DescribeGroup(ctx, "workers")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The group's apps as b2 sees them: its own member's two, and one for
+	// the other sidecar's member (Kafka carries no count; it is in the
+	// group only while an app is connected).
+	apps := uint32(0)
+	for _, m := range v.Members("workers") {
+		apps += m.Consumers
+	}
+	if apps != 3 {
+		t.Errorf("the group's consumers as b2 describes them: %d, want 3 (its 2, and 1 for the other member): %+v", apps, v.Members("workers"))
 	}
 	mine, _ := v.Assignment("workers", "s2/orders")
 	var notMine int32 = -1

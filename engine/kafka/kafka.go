@@ -114,6 +114,8 @@ type topic struct {
 	kname string // the Kafka topic
 	parts []*partition
 
+	offsets offsetsBatch // Offsets calls sharing listings (offsets.go)
+
 	watchMu  sync.Mutex // guards watchers and ends
 	watchers map[*watcher]struct{}
 	ends     map[int32]int64 // end offsets the last poll saw

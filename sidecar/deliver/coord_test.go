@@ -25,6 +25,9 @@ type inProcCoord struct {
 	st   *engine.GroupState
 	log  []string // "member cmd topic/partition", in apply order
 	skew time.Duration
+	// old: refuse a Join or Heartbeat carrying a count of apps, as a node
+	// of a release before the count does (it rejects unknown fields).
+	old bool
 }
 
 func newInProcCoord() *inProcCoord { return &inProcCoord{st: engine.NewGroupState()} }
@@ -33,6 +36,9 @@ func (c *inProcCoord) Coordinate(_ context.Context, cmd engine.GroupCommand) (en
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cmd.AtMs = time.Now().Add(c.skew).UnixMilli()
+	if c.old && (cmd.Join != nil && cmd.Join.Consumers > 0 || cmd.Heartbeat != nil && cmd.Heartbeat.Consumers > 0) {
+		return engine.GroupResult{}, errors.New("engine: node 1 refused the coordinator request: coord: malformed command: unknown field 7")
+	}
 	res := c.st.Apply(cmd)
 	switch {
 	case cmd.Commit != nil:
@@ -431,6 +437,91 @@ func TestReconnectWithLongCommitInterval(t *testing.T) {
 		}
 		if ev := co.events(); len(ev) < 2 || ev[0] != memberA+" commit "+tTopic+"/0@0 err=false" || ev[1] != memberA+" revokedone "+tTopic+"/0 err=false" {
 			t.Fatalf("coordinator saw %v; want the yielded partition committed at 0, then RevokeDone", ev)
+		}
+	})
+}
+
+// Two sidecars' members of one group on one coordinator, with one and two
+// apps connected: the group's consumers, as spool group describe shows
+// them on either sidecar, are three. (Each sidecar counted only its own.)
+func TestGroupConsumersCountedAcrossSidecars(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 2, tDLQ: 1})
+		co := newInProcCoord()
+		a := startGroup(t, eng, clusterGroup(co, 50*time.Millisecond))
+		cfgB := clusterGroup(co, 50*time.Millisecond)
+		cfgB.Membership.MemberPrefix, cfgB.Membership.Session = "b", "sb"
+		b := startGroup(t, eng, cfgB)
+		a.join(16, 2)
+		b1 := b.join(16, 2)
+		b2 := b.join(16, 2)
+		await(t, 10*time.Second, "both sidecars' members joined", func() bool {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			return len(co.st.Members(tGroup)) == 2
+		})
+		for i, h := range []*harness{a, b} {
+			got := -1
+			ok := awaitOr(10*time.Second, func() bool {
+				snap, err := h.g.Snapshot(context.Background())
+				if err != nil || len(snap.Topics) != 1 {
+					return false
+				}
+				got = snap.Topics[0].Consumers
+				return got == 3
+			})
+			if !ok {
+				t.Fatalf("sidecar %c describes the group with %d consumers after 10s, want 3 (1 on sidecar a, 2 on b)", 'a'+i, got)
+			}
+			if snap, err := h.g.Snapshot(context.Background()); err != nil || snap.Consumers != i+1 {
+				t.Fatalf("sidecar %c's own consumers: %d, %v; want %d (readiness counts its own)", 'a'+i, snap.Consumers, err, i+1)
+			}
+		}
+
+		// b's apps leave: b yields, and the group has a's one app.
+		for _, c := range []*tconsumer{b1, b2} {
+			if err := b.g.post(context.Background(), leaveEvent{c.c}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		await(t, 10*time.Second, "the group's consumers down to a's one", func() bool {
+			snap, err := a.g.Snapshot(context.Background())
+			return err == nil && len(snap.Topics) == 1 && snap.Topics[0].Consumers == 1
+		})
+	})
+}
+
+// A coordinator of a release before the count refuses commands carrying
+// it (a rolling upgrade): the member joins and heartbeats without the
+// count, takes its partitions as ever, and reports the count again once
+// the coordinator takes it.
+func TestConsumersCountLeftOutForAnOlderCoordinator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 2, tDLQ: 1})
+		co := newInProcCoord()
+		co.old = true
+		h := startGroup(t, eng, clusterGroup(co, 50*time.Millisecond))
+		h.join(16, 2)
+		await(t, 10*time.Second, "member a owns both partitions", func() bool { return len(co.assignment(memberA).Owned) == 2 })
+		count := func() uint32 {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			for _, m := range co.st.Members(tGroup) {
+				if m.ID == memberA {
+					return m.Consumers
+				}
+			}
+			return 99
+		}
+		if n := count(); n != 0 {
+			t.Fatalf("count of apps at an older coordinator: %d, want none", n)
+		}
+		co.mu.Lock()
+		co.old = false // the coordinator's node is upgraded
+		co.mu.Unlock()
+		await(t, 2*countsOffFor, "the count reported again", func() bool { return count() == 1 })
+		if got := len(co.assignment(memberA).Owned); got != 2 {
+			t.Fatalf("member a owns %d partitions, want 2", got)
 		}
 	})
 }

@@ -76,6 +76,9 @@ const (
 	DefaultDegradeAfter          = 2 * time.Minute
 	// coordCallTimeout bounds one call to the coordinator.
 	coordCallTimeout = 5 * time.Second
+	// countsOffFor: how long a member leaves its count of apps out of its
+	// commands once the coordinator refused one carrying it.
+	countsOffFor = time.Minute
 )
 
 func (c *Membership) validate(group string) error {
@@ -140,13 +143,19 @@ type memberSub struct {
 	s         *sub
 	id        string
 	partitons int32
-	connected atomic.Bool // written by the loop (actConnected)
-	degraded  atomic.Bool // written by the loop (actConnected)
+	connected atomic.Bool   // written by the loop (actConnected)
+	degraded  atomic.Bool   // written by the loop (actConnected)
+	consumers atomic.Uint32 // this sidecar's apps taking the topic; written by the loop (actConnected)
 	joined    bool
 	yielding  bool
-	degrades  bool // the degraded flag the coordinator last took
-	lastBeat  time.Time
-	stale     bool // another process took the member over: give up
+	degrades  bool   // the degraded flag the coordinator last took
+	reported  uint32 // the count of apps the coordinator last took
+	// countsOffUntil: the coordinator refused a command carrying the
+	// count and took it without (callCounted); the count is left out until
+	// then.
+	countsOffUntil time.Time
+	lastBeat       time.Time
+	stale          bool // another process took the member over: give up
 }
 
 func newMembership(g *Group) *membership {
@@ -162,7 +171,11 @@ func newMembership(g *Group) *membership {
 func (ms *membership) consumersChanged(mc *machine) {
 	changed := false
 	for _, x := range ms.subs {
-		if c := mc.connected(x.s); x.connected.Swap(c) != c {
+		n := mc.consumersOf(x.s)
+		if c := n > 0; x.connected.Swap(c) != c {
+			changed = true
+		}
+		if x.consumers.Swap(uint32(n)) != uint32(n) {
 			changed = true
 		}
 		if d := x.s.degraded; x.degraded.Swap(d) != d {
@@ -208,7 +221,7 @@ func (ms *membership) round(ctx context.Context) {
 		switch {
 		case !x.joined && want:
 			ms.join(ctx, x)
-		case x.joined && (x.yielding == want || x.degrades != x.degraded.Load() || !now.Before(x.lastBeat.Add(beatEvery))):
+		case x.joined && (x.yielding == want || x.degrades != x.degraded.Load() || x.reported != ms.countOf(x, now) || !now.Before(x.lastBeat.Add(beatEvery))):
 			ms.heartbeat(ctx, x, !want, x.degraded.Load())
 		}
 	}
@@ -223,22 +236,30 @@ func (ms *membership) join(ctx context.Context, x *memberSub) {
 		return
 	}
 	topic := engine.GroupTopic{Name: x.s.cfg.Topic, Partitions: x.partitons, Replicas: ms.co.Replicas(x.s.cfg.Topic)}
-	_, err := ms.call(ctx, engine.GroupCommand{Join: &engine.GroupJoin{Member: x.id, Session: ms.cfg.Session, Node: node,
-		Topics: []engine.GroupTopic{topic}, SessionTimeoutMs: ms.cfg.SessionTimeout.Milliseconds(), RevokeTimeoutMs: ms.cfg.RevokeTimeout.Milliseconds()}})
+	n, err := ms.callCounted(ctx, x, ms.countOf(x, time.Now()), func(n uint32) engine.GroupCommand {
+		return engine.GroupCommand{Join: &engine.GroupJoin{Member: x.id, Session: ms.cfg.Session, Node: node, Topics: []engine.GroupTopic{topic},
+			SessionTimeoutMs: ms.cfg.SessionTimeout.Milliseconds(), RevokeTimeoutMs: ms.cfg.RevokeTimeout.Milliseconds(), Consumers: n}}
+	})
 	if err != nil {
 		ms.log.Warn("joining the group's coordinator failed; retrying", "topic", x.s.cfg.Topic, "member", x.id, "err", err)
 		return
 	}
-	x.joined, x.yielding, x.degrades, x.lastBeat = true, false, false, time.Now()
+	x.joined, x.yielding, x.degrades, x.reported, x.lastBeat = true, false, false, n, time.Now()
 	ms.log.Info("joined the group", "topic", x.s.cfg.Topic, "member", x.id, "session", ms.cfg.Session)
 }
 
 func (ms *membership) heartbeat(ctx context.Context, x *memberSub, yield, degraded bool) {
 	sentAt := time.Now()
-	_, err := ms.call(ctx, engine.GroupCommand{Heartbeat: &engine.GroupHeartbeat{Member: x.id, Session: ms.cfg.Session, Yield: yield, Degraded: degraded}})
+	n := ms.countOf(x, sentAt)
+	if yield {
+		n = 0 // none connected (the count may lag the flag by a change)
+	}
+	n, err := ms.callCounted(ctx, x, n, func(n uint32) engine.GroupCommand {
+		return engine.GroupCommand{Heartbeat: &engine.GroupHeartbeat{Member: x.id, Session: ms.cfg.Session, Yield: yield, Degraded: degraded, Consumers: n}}
+	})
 	switch {
 	case err == nil:
-		x.lastBeat, x.yielding, x.degrades = sentAt, yield, degraded
+		x.lastBeat, x.yielding, x.degrades, x.reported = sentAt, yield, degraded, n
 	case errors.Is(err, engine.ErrGroupUnknownMember):
 		ms.log.Warn("the group's coordinator no longer knows this member (expired): joining again", "member", x.id, "err", err)
 		x.joined = false
@@ -249,6 +270,49 @@ func (ms *membership) heartbeat(ctx context.Context, x *memberSub, yield, degrad
 	default:
 		ms.log.Warn("heartbeat to the group's coordinator failed; retrying", "member", x.id, "err", err)
 	}
+}
+
+// countOf is the count of apps the member's commands carry: none while
+// its coordinator refuses counts (countsOffUntil).
+func (ms *membership) countOf(x *memberSub, now time.Time) uint32 {
+	if now.Before(x.countsOffUntil) {
+		return 0
+	}
+	return x.consumers.Load()
+}
+
+// callCounted sends the Join or Heartbeat that cmd makes with the
+// member's count of apps n, and says which count went through. A
+// coordinator of an older release refuses a command carrying a count (a
+// field it does not know; during a rolling upgrade): a failure that is
+// none of the coordinator's refusals is sent again at once without the
+// count, and if that goes through, the member leaves the count out for
+// countsOffFor. The count is only reported, so leaving it out costs the
+// describe's figure, never the member's partitions.
+func (ms *membership) callCounted(ctx context.Context, x *memberSub, n uint32, cmd func(n uint32) engine.GroupCommand) (uint32, error) {
+	_, err := ms.call(ctx, cmd(n))
+	if err == nil || n == 0 || coordRefusal(err) || ctx.Err() != nil {
+		return n, err
+	}
+	if _, err0 := ms.call(ctx, cmd(0)); err0 != nil {
+		return n, err
+	}
+	x.countsOffUntil = time.Now().Add(countsOffFor)
+	ms.log.Warn("the group's coordinator refused a command carrying this member's count of apps, and took it without (a node of an older release, during an upgrade?): the count is left out for a while, and spool group describe counts none for this member meanwhile",
+		"member", x.id, "err", err)
+	return 0, nil
+}
+
+// coordRefusal: err is one of the coordinator's refusals, which a command
+// without the count would get as well.
+func coordRefusal(err error) bool {
+	for _, r := range []error{engine.ErrGroupFenced, engine.ErrGroupUnknownMember, engine.ErrGroupStaleSession, engine.ErrGroupNotRevoking,
+		engine.ErrGroupTopicConflict, engine.ErrGroupActive} {
+		if errors.Is(err, r) {
+			return true
+		}
+	}
+	return false
 }
 
 // poll reads the group once and hands every subscription's view to the loop.
@@ -281,6 +345,7 @@ func (ms *membership) poll(ctx context.Context) {
 		for _, mb := range st.Members(ms.g.cfg.Name) {
 			if !mb.Yield && slices.Contains(mb.Topics, x.s.cfg.Topic) {
 				v.members++
+				v.consumers += int(mb.Consumers)
 			}
 		}
 		a, ok := st.Assignment(ms.g.cfg.Name, x.id)

@@ -151,13 +151,22 @@ func msg(id string, value []byte) engine.Record {
 // await polls cond every 10 ms (fake time in a bubble) for up to d.
 func await(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !awaitOr(d, cond) {
+		t.Fatalf("not within %v: %s", d, what)
+	}
+}
+
+// awaitOr is await that says whether cond came true, for a caller that
+// reports what it saw instead.
+func awaitOr(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond) // sleep-ok: polling a condition under fake time
 	}
+	return true
 }
 
 func header(r engine.Record, key string) string {

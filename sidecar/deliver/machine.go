@@ -160,6 +160,10 @@ type sub struct {
 	// degraded, and since when it has owned no partition while degraded.
 	heldSince, idleSince time.Time
 	degraded             bool
+	// groupConsumers: the apps connected to every sidecar of the group that
+	// take the topic, as the coordinator's last view summed its members'
+	// counts (cluster only; Snapshot).
+	groupConsumers int
 	// probePending: the probe was taken and waits for the ledger's answer.
 	probePending bool
 	ledger       ledgerOps // ledger writes not yet handed to the pipeline

@@ -47,8 +47,8 @@ type assignView struct {
 	committed map[int32]engine.Position
 	starts    map[int32]int64
 	// members counts the group's members taking the topic (subscribing,
-	// not yielding).
-	members int
+	// not yielding); consumers sums their counts of connected apps.
+	members, consumers int
 }
 
 // delivering reports whether the partition's records are fetched and handed out.
@@ -62,6 +62,7 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 			s.parts[num].coordPos = pos
 		}
 	}
+	s.groupConsumers = v.consumers // whether this sidecar is a member or not
 	if !v.member {
 		if s.joinedGen != 0 {
 			m.log.Warn("the group's coordinator does not know this member (expired?): stopping its partitions; joining again", "topic", s.cfg.Topic)
@@ -320,13 +321,17 @@ func (m *machine) handedOver(s *sub, h *handover) {
 
 // connected reports whether some consumer receives the subscription's
 // deliveries (the member yields its partitions otherwise).
-func (m *machine) connected(s *sub) bool {
+func (m *machine) connected(s *sub) bool { return m.consumersOf(s) > 0 }
+
+// consumersOf counts this sidecar's apps connected that take s.
+func (m *machine) consumersOf(s *sub) int {
+	n := 0
 	for _, c := range m.consumers {
 		if !c.closed && c.wants(s) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // Degradation (docs/groups.md, "Degraded members"). A subscription whose

@@ -9,13 +9,21 @@ import (
 
 // Snapshot is a group's progress, taken by its loop.
 type Snapshot struct {
+	// Consumers are this sidecar's apps connected to the group (readiness
+	// asks for at least one).
 	Consumers int
 	Topics    []TopicSnapshot
 }
 
 // TopicSnapshot is a group's progress on one topic.
 type TopicSnapshot struct {
-	Topic      string
+	Topic string
+	// Consumers are the group's apps that take the topic: in a cluster,
+	// on every sidecar of the group, as the coordinator's last view sums
+	// its members' counts (each member's as of its last heartbeat, which
+	// a change of the count sends at once; the view is read every poll
+	// interval); otherwise this sidecar's.
+	Consumers  int
 	Partitions []PartitionSnapshot
 }
 
@@ -35,7 +43,10 @@ func (g *Group) Snapshot(ctx context.Context) (Snapshot, error) {
 		var s Snapshot
 		s.Consumers = len(g.mc.consumers)
 		for _, sb := range g.mc.subs {
-			ts := TopicSnapshot{Topic: sb.cfg.Topic}
+			ts := TopicSnapshot{Topic: sb.cfg.Topic, Consumers: g.mc.consumersOf(sb)}
+			if g.mc.cluster {
+				ts.Consumers = sb.groupConsumers
+			}
 			for _, p := range sb.parts {
 				pos := g.mc.lagPosition(p)
 				_, end, _ := g.eng.Offsets(sb.cfg.Topic, p.num)

@@ -307,3 +307,31 @@ func TestClusterGroupOnStorageOffSidecar(t *testing.T) {
 	acks, _ := l.finish()
 	eventually(t, 30*time.Second, "every acknowledged message delivered to the storage-off sidecar's app", func() bool { return ga.deliveredAll(acks) })
 }
+
+// Three sidecars of a cluster, each with its own app in one group: spool
+// group describe, asked of any of them, counts the group's three apps,
+// not the answering sidecar's one. (Each said 1 before members reported
+// their counts to the coordinator.)
+func TestClusterGroupDescribeCountsEverySidecarsApps(t *testing.T) {
+	sc := startCluster(t, 3, "  produce_timeout: 3s\n")
+	awaitPlaced(t, sc.nodes[0])
+	startGroupApps(t, sc.nodes)
+	for i, n := range sc.nodes {
+		adm := n.adminClient()
+		said := uint32(1 << 31) // none yet
+		eventually(t, 30*time.Second, fmt.Sprintf("node %d describing group verify with 3 consumers", i+1), func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			resp, err := adm.ListGroups(ctx, &spoolv1.ListGroupsRequest{Group: "verify"})
+			if err != nil || len(resp.GetGroups()) != 1 {
+				return false
+			}
+			c := resp.GetGroups()[0].GetConsumers()
+			if c != said {
+				t.Logf("node %d describes group verify with %d consumers", i+1, c)
+				said = c
+			}
+			return c == 3
+		})
+	}
+}

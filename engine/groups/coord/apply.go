@@ -59,6 +59,9 @@ type Join struct {
 	// SessionTimeoutMs and RevokeTimeoutMs (0: the defaults).
 	SessionTimeoutMs int64
 	RevokeTimeoutMs  int64
+	// Consumers are the apps connected to the member's sidecar that take
+	// the subscription (Member.Consumers).
+	Consumers uint32
 }
 
 // Heartbeat says the member is alive at AtMs, and whether it yields: gives
@@ -68,11 +71,14 @@ type Join struct {
 // partitions to members that are not, and takes partitions only when every
 // member that could take them is degraded too (then the flag counts for
 // nothing: a downstream down for everyone does not empty the group).
+// Consumers is the member's count of connected apps as of the heartbeat
+// (Member.Consumers); a change of it alone moves no partition.
 type Heartbeat struct {
-	Member   string
-	Session  string
-	Yield    bool
-	Degraded bool
+	Member    string
+	Session   string
+	Yield     bool
+	Degraded  bool
+	Consumers uint32
 }
 
 // Leave removes a member (a sidecar stopping: it has drained and committed
@@ -406,7 +412,7 @@ func (s *State) applyJoin(name string, at int64, j Join) Result {
 		m = &Member{ID: j.Member}
 		g.members = slices.Insert(g.members, at0, m)
 	}
-	m.Session, m.Node, m.Topics, m.Yield, m.Degraded = j.Session, j.Node, topics, false, false
+	m.Session, m.Node, m.Topics, m.Yield, m.Degraded, m.Consumers = j.Session, j.Node, topics, false, false, j.Consumers
 	m.LastHeartbeatMs = max(m.LastHeartbeatMs, at)
 	m.SessionTimeoutMs = cmpOr(j.SessionTimeoutMs, DefaultSessionTimeoutMs)
 	m.RevokeTimeoutMs = cmpOr(j.RevokeTimeoutMs, DefaultRevokeTimeoutMs)
@@ -460,6 +466,7 @@ func (g *group) applyHeartbeat(at int64, h Heartbeat) Result {
 		return Result{Err: err}
 	}
 	m.LastHeartbeatMs = max(m.LastHeartbeatMs, at)
+	m.Consumers = h.Consumers
 	if m.Yield == h.Yield && m.Degraded == h.Degraded {
 		return Result{}
 	}

@@ -40,14 +40,14 @@ func EncodeCommand(c Command) ([]byte, error) {
 	switch {
 	case c.Join != nil:
 		j := c.Join
-		pj := &clusterv1.GroupsJoin{MemberId: j.Member, Session: j.Session, NodeId: j.Node, SessionTimeoutMs: j.SessionTimeoutMs, RevokeTimeoutMs: j.RevokeTimeoutMs}
+		pj := &clusterv1.GroupsJoin{MemberId: j.Member, Session: j.Session, NodeId: j.Node, SessionTimeoutMs: j.SessionTimeoutMs, RevokeTimeoutMs: j.RevokeTimeoutMs, Consumers: j.Consumers}
 		for _, t := range j.Topics {
 			pj.Topics = append(pj.Topics, topicToProto(t))
 		}
 		m.Command = &clusterv1.GroupsCommand_Join{Join: pj}
 	case c.Heartbeat != nil:
 		h := c.Heartbeat
-		m.Command = &clusterv1.GroupsCommand_Heartbeat{Heartbeat: &clusterv1.GroupsHeartbeat{MemberId: h.Member, Session: h.Session, Yield: h.Yield, Degraded: h.Degraded}}
+		m.Command = &clusterv1.GroupsCommand_Heartbeat{Heartbeat: &clusterv1.GroupsHeartbeat{MemberId: h.Member, Session: h.Session, Yield: h.Yield, Degraded: h.Degraded, Consumers: h.Consumers}}
 	case c.Leave != nil:
 		m.Command = &clusterv1.GroupsCommand_Leave{Leave: &clusterv1.GroupsLeave{MemberId: c.Leave.Member, Session: c.Leave.Session}}
 	case c.Expire != nil:
@@ -106,14 +106,14 @@ func DecodeCommand(b []byte) (Command, error) {
 	switch x := m.Command.(type) {
 	case *clusterv1.GroupsCommand_Join:
 		j := x.Join
-		cj := &Join{Member: j.GetMemberId(), Session: j.GetSession(), Node: j.GetNodeId(), SessionTimeoutMs: j.GetSessionTimeoutMs(), RevokeTimeoutMs: j.GetRevokeTimeoutMs()}
+		cj := &Join{Member: j.GetMemberId(), Session: j.GetSession(), Node: j.GetNodeId(), SessionTimeoutMs: j.GetSessionTimeoutMs(), RevokeTimeoutMs: j.GetRevokeTimeoutMs(), Consumers: j.GetConsumers()}
 		for _, t := range j.GetTopics() {
 			cj.Topics = append(cj.Topics, topicFromProto(t))
 		}
 		c.Join = cj
 	case *clusterv1.GroupsCommand_Heartbeat:
 		h := x.Heartbeat
-		c.Heartbeat = &Heartbeat{Member: h.GetMemberId(), Session: h.GetSession(), Yield: h.GetYield(), Degraded: h.GetDegraded()}
+		c.Heartbeat = &Heartbeat{Member: h.GetMemberId(), Session: h.GetSession(), Yield: h.GetYield(), Degraded: h.GetDegraded(), Consumers: h.GetConsumers()}
 	case *clusterv1.GroupsCommand_Leave:
 		c.Leave = &Leave{Member: x.Leave.GetMemberId(), Session: x.Leave.GetSession()}
 	case *clusterv1.GroupsCommand_Expire:
@@ -155,7 +155,7 @@ func EncodeState(s *State) ([]byte, error) {
 		pg := &clusterv1.GroupsGroup{Name: name, Generation: g.generation}
 		for _, mb := range g.members {
 			pm := &clusterv1.GroupsMember{MemberId: mb.ID, Session: mb.Session, NodeId: mb.Node, Topics: mb.Topics, LastHeartbeatMs: mb.LastHeartbeatMs,
-				SessionTimeoutMs: mb.SessionTimeoutMs, RevokeTimeoutMs: mb.RevokeTimeoutMs, Yield: mb.Yield, Degraded: mb.Degraded}
+				SessionTimeoutMs: mb.SessionTimeoutMs, RevokeTimeoutMs: mb.RevokeTimeoutMs, Yield: mb.Yield, Degraded: mb.Degraded, Consumers: mb.Consumers}
 			for _, o := range mb.Owned {
 				pm.Owned = append(pm.Owned, &clusterv1.GroupsOwned{Partition: tpToProto(o.TopicPartition), GrantedGeneration: o.GrantedGen,
 					Revoking: o.Revoking, RevokeGeneration: o.RevokeGen, RevokeDeadlineMs: o.RevokeDeadlineMs})
@@ -209,7 +209,7 @@ func DecodeState(b []byte) (*State, error) {
 		g := &group{name: pg.GetName(), generation: pg.GetGeneration(), lastGen: &s.lastGen, positions: make(map[TopicPartition]Position, len(pg.Positions))}
 		for _, pm := range pg.Members {
 			mb := &Member{ID: pm.GetMemberId(), Session: pm.GetSession(), Node: pm.GetNodeId(), Topics: pm.GetTopics(), LastHeartbeatMs: pm.GetLastHeartbeatMs(),
-				SessionTimeoutMs: pm.GetSessionTimeoutMs(), RevokeTimeoutMs: pm.GetRevokeTimeoutMs(), Yield: pm.GetYield(), Degraded: pm.GetDegraded()}
+				SessionTimeoutMs: pm.GetSessionTimeoutMs(), RevokeTimeoutMs: pm.GetRevokeTimeoutMs(), Yield: pm.GetYield(), Degraded: pm.GetDegraded(), Consumers: pm.GetConsumers()}
 			for _, o := range pm.Owned {
 				mb.Owned = append(mb.Owned, Owned{TopicPartition: tpFromProto(o.GetPartition()), GrantedGen: o.GetGrantedGeneration(),
 					Revoking: o.GetRevoking(), RevokeGen: o.GetRevokeGeneration(), RevokeDeadlineMs: o.GetRevokeDeadlineMs()})

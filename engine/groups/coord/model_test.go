@@ -267,10 +267,12 @@ func drawCommand(t *rapid.T, s *State, m *model, now int64) Command {
 		}
 		j.SessionTimeoutMs = rapid.SampledFrom([]int64{0, MinSessionTimeoutMs, 30_000}).Draw(t, "session timeout")
 		j.RevokeTimeoutMs = rapid.SampledFrom([]int64{0, MinRevokeTimeoutMs}).Draw(t, "revoke timeout")
+		j.Consumers = uint32(rapid.IntRange(0, 3).Draw(t, "consumers"))
 		c.Join = j
 	case 2:
 		id := memberID()
-		c.Heartbeat = &Heartbeat{Member: id, Session: session(id), Yield: rapid.IntRange(0, 4).Draw(t, "yield") == 0, Degraded: rapid.IntRange(0, 3).Draw(t, "degraded") == 0}
+		c.Heartbeat = &Heartbeat{Member: id, Session: session(id), Yield: rapid.IntRange(0, 4).Draw(t, "yield") == 0, Degraded: rapid.IntRange(0, 3).Draw(t, "degraded") == 0,
+			Consumers: uint32(rapid.IntRange(0, 3).Draw(t, "consumers"))}
 	case 3:
 		id := memberID()
 		c.Leave = &Leave{Member: id, Session: session(id)}

@@ -130,6 +130,12 @@ type Member struct {
 	// partitions of a topic only when every member taking the topic is
 	// degraded.
 	Degraded bool
+	// Consumers are the apps connected to the member's sidecar that take
+	// its subscription, as its last Join or Heartbeat said (0 from a
+	// release before the count, or yielding: none connected). Only
+	// reported (spool group describe sums them over the group's members):
+	// assignment never reads it.
+	Consumers uint32
 	// Owned are the partitions it owns, sorted by topic and partition.
 	Owned []Owned
 }

@@ -625,8 +625,12 @@ type GroupsJoin struct {
 	SessionTimeoutMs int64 `protobuf:"varint,5,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
 	// revoke_timeout_ms (0: the default).
 	RevokeTimeoutMs int64 `protobuf:"varint,6,opt,name=revoke_timeout_ms,json=revokeTimeoutMs,proto3" json:"revoke_timeout_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// consumers are the apps connected to the member's sidecar that take the
+	// subscription (informational: spool group describe sums them). Absent
+	// in records of releases before it: 0.
+	Consumers     uint32 `protobuf:"varint,7,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupsJoin) Reset() {
@@ -701,6 +705,13 @@ func (x *GroupsJoin) GetRevokeTimeoutMs() int64 {
 	return 0
 }
 
+func (x *GroupsJoin) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
 // GroupsHeartbeat says a member is alive.
 type GroupsHeartbeat struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -712,7 +723,10 @@ type GroupsHeartbeat struct {
 	Yield bool `protobuf:"varint,3,opt,name=yield,proto3" json:"yield,omitempty"`
 	// degraded: its breakers have held its deliveries past their threshold;
 	// it takes partitions only when every member taking them is degraded.
-	Degraded      bool `protobuf:"varint,4,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	Degraded bool `protobuf:"varint,4,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	// consumers are the apps connected to the member's sidecar that take the
+	// subscription, as of this heartbeat (0 in records of releases before it).
+	Consumers     uint32 `protobuf:"varint,5,opt,name=consumers,proto3" json:"consumers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -773,6 +787,13 @@ func (x *GroupsHeartbeat) GetDegraded() bool {
 		return x.Degraded
 	}
 	return false
+}
+
+func (x *GroupsHeartbeat) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
 }
 
 // GroupsLeave removes a member that stops.
@@ -1230,7 +1251,10 @@ type GroupsMember struct {
 	// owned are the partitions it owns, sorted.
 	Owned []*GroupsOwned `protobuf:"bytes,9,rep,name=owned,proto3" json:"owned,omitempty"`
 	// degraded: its breakers have held its deliveries too long.
-	Degraded      bool `protobuf:"varint,10,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	Degraded bool `protobuf:"varint,10,opt,name=degraded,proto3" json:"degraded,omitempty"`
+	// consumers: the apps connected to its sidecar that take its
+	// subscription, as its last Join or Heartbeat said.
+	Consumers     uint32 `protobuf:"varint,11,opt,name=consumers,proto3" json:"consumers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1333,6 +1357,13 @@ func (x *GroupsMember) GetDegraded() bool {
 		return x.Degraded
 	}
 	return false
+}
+
+func (x *GroupsMember) GetConsumers() uint32 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
 }
 
 // GroupsCommitted is a group's committed position on one partition.
@@ -1574,7 +1605,7 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"partitions\x12<\n" +
 	"\breplicas\x18\x03 \x03(\v2 .spool.cluster.v1.GroupsReplicasR\breplicas\"+\n" +
 	"\x0eGroupsReplicas\x12\x19\n" +
-	"\bnode_ids\x18\x01 \x03(\x04R\anodeIds\"\xed\x01\n" +
+	"\bnode_ids\x18\x01 \x03(\x04R\anodeIds\"\x8b\x02\n" +
 	"\n" +
 	"GroupsJoin\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
@@ -1582,12 +1613,14 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\anode_id\x18\x03 \x01(\x04R\x06nodeId\x125\n" +
 	"\x06topics\x18\x04 \x03(\v2\x1d.spool.cluster.v1.GroupsTopicR\x06topics\x12,\n" +
 	"\x12session_timeout_ms\x18\x05 \x01(\x03R\x10sessionTimeoutMs\x12*\n" +
-	"\x11revoke_timeout_ms\x18\x06 \x01(\x03R\x0frevokeTimeoutMs\"z\n" +
+	"\x11revoke_timeout_ms\x18\x06 \x01(\x03R\x0frevokeTimeoutMs\x12\x1c\n" +
+	"\tconsumers\x18\a \x01(\rR\tconsumers\"\x98\x01\n" +
 	"\x0fGroupsHeartbeat\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x14\n" +
 	"\x05yield\x18\x03 \x01(\bR\x05yield\x12\x1a\n" +
-	"\bdegraded\x18\x04 \x01(\bR\bdegraded\"D\n" +
+	"\bdegraded\x18\x04 \x01(\bR\bdegraded\x12\x1c\n" +
+	"\tconsumers\x18\x05 \x01(\rR\tconsumers\"D\n" +
 	"\vGroupsLeave\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\"+\n" +
@@ -1619,7 +1652,7 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\x12granted_generation\x18\x02 \x01(\x04R\x11grantedGeneration\x12\x1a\n" +
 	"\brevoking\x18\x03 \x01(\bR\brevoking\x12+\n" +
 	"\x11revoke_generation\x18\x04 \x01(\x04R\x10revokeGeneration\x12,\n" +
-	"\x12revoke_deadline_ms\x18\x05 \x01(\x03R\x10revokeDeadlineMs\"\xe3\x02\n" +
+	"\x12revoke_deadline_ms\x18\x05 \x01(\x03R\x10revokeDeadlineMs\"\x81\x03\n" +
 	"\fGroupsMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x17\n" +
@@ -1631,7 +1664,8 @@ const file_spool_cluster_v1_groups_proto_rawDesc = "" +
 	"\x05yield\x18\b \x01(\bR\x05yield\x123\n" +
 	"\x05owned\x18\t \x03(\v2\x1d.spool.cluster.v1.GroupsOwnedR\x05owned\x12\x1a\n" +
 	"\bdegraded\x18\n" +
-	" \x01(\bR\bdegraded\"\x90\x01\n" +
+	" \x01(\bR\bdegraded\x12\x1c\n" +
+	"\tconsumers\x18\v \x01(\rR\tconsumers\"\x90\x01\n" +
 	"\x0fGroupsCommitted\x12?\n" +
 	"\tpartition\x18\x01 \x01(\v2!.spool.cluster.v1.GroupsPartitionR\tpartition\x12<\n" +
 	"\bposition\x18\x02 \x01(\v2 .spool.cluster.v1.GroupsPositionR\bposition\"\xf3\x01\n" +

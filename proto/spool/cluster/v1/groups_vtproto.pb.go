@@ -616,6 +616,11 @@ func (m *GroupsJoin) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Consumers != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Consumers))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.RevokeTimeoutMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.RevokeTimeoutMs))
 		i--
@@ -689,6 +694,11 @@ func (m *GroupsHeartbeat) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Consumers != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Consumers))
+		i--
+		dAtA[i] = 0x28
 	}
 	if m.Degraded {
 		i--
@@ -1137,6 +1147,11 @@ func (m *GroupsMember) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Consumers != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Consumers))
+		i--
+		dAtA[i] = 0x58
 	}
 	if m.Degraded {
 		i--
@@ -1692,6 +1707,9 @@ func (m *GroupsJoin) SizeVT() (n int) {
 	if m.RevokeTimeoutMs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.RevokeTimeoutMs))
 	}
+	if m.Consumers != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Consumers))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1715,6 +1733,9 @@ func (m *GroupsHeartbeat) SizeVT() (n int) {
 	}
 	if m.Degraded {
 		n += 2
+	}
+	if m.Consumers != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Consumers))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1906,6 +1927,9 @@ func (m *GroupsMember) SizeVT() (n int) {
 	}
 	if m.Degraded {
 		n += 2
+	}
+	if m.Consumers != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Consumers))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -3366,6 +3390,25 @@ func (m *GroupsJoin) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Consumers", wireType)
+			}
+			m.Consumers = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Consumers |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -3521,6 +3564,25 @@ func (m *GroupsHeartbeat) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Degraded = bool(v != 0)
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Consumers", wireType)
+			}
+			m.Consumers = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Consumers |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -4738,6 +4800,25 @@ func (m *GroupsMember) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Degraded = bool(v != 0)
+		case 11:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Consumers", wireType)
+			}
+			m.Consumers = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Consumers |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
