@@ -1,14 +1,23 @@
 package embedded
 
 import (
-	"slices"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/transport"
 )
+
+// copyID is the replica id a partition value runs this node's copy under
+// (0: none; the partition is served from other nodes).
+func copyID(p *partition) uint64 {
+	if p == nil || p.log == nil {
+		return 0
+	}
+	return p.replica
+}
 
 // maxParallelOpens bounds the replicas opened at once.
 const maxParallelOpens = 64
@@ -102,8 +111,6 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	}
 	if len(mt.Partitions) == len(t.parts) {
 		for i, mp := range mt.Partitions {
-			holds := self != 0 && slices.Contains(mp.Replicas, self)
-			gets := self != 0 && !holds && slices.Contains(mp.Target, self)
 			cur, lp := t.parts[i], t.learning[int32(i)]
 			if cur.group != 0 {
 				cur.mem.Store(newMembership(mp))
@@ -112,80 +119,45 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 				}
 			}
 			// This node's copies must run under the replica id the state
-			// gives it (its incarnation): a node that left the partition
-			// and is given it again while it applied neither step (a node
-			// back after the dead-node timeout opens the copies of the
-			// state it last applied) still runs its old copy under the old
-			// id, which the group no longer counts. Such a copy is stopped
-			// and opened again, from its data on disk, under the new id.
-			want := transport.ReplicaID(self, mp.Incarnation(self))
-			if gets && cur.log != nil {
-				// Served from a copy of an earlier state: the partition
-				// is coming back; the copy becomes the learning one.
-				toStop = append(toStop, cur)
-				part := newPart(i, mp, false)
-				part.committed.Store(cur.committed.Load())
-				t.parts[i], cur = part, part
-			}
-			if gets && lp != nil && lp.replica != want {
+			// gives it (its incarnation): meta.PlanLocal says what to stop,
+			// drop, promote and open.
+			plan := meta.PlanLocal(self, mp, transport.ReplicaID(self, mp.Incarnation(self)),
+				meta.LocalCopies{Placed: cur.group != 0, Serving: copyID(cur), Learning: copyID(lp)})
+			switch {
+			case plan.StopLearning:
 				toStop = append(toStop, lp)
-				lp = nil
+			case plan.DropLearning:
+				toDrop = append(toDrop, lp)
+			}
+			if plan.StopLearning || plan.DropLearning {
 				delete(t.learning, int32(i))
 			}
 			switch {
-			case cur.group == 0 || holds && cur.log == nil && lp == nil:
-				// Placed (or held) here for the first time this run.
-				part := newPart(i, mp, holds)
-				if part.log != nil {
-					toOpen = append(toOpen, opening{part, !mp.Moved})
-				}
+			case plan.StopServing:
+				toStop = append(toStop, cur)
+			case plan.DropServing:
+				toDrop = append(toDrop, cur)
+			}
+			if plan.StopServing || plan.DropServing || plan.OpenServing || cur.group == 0 {
+				// A new partition value: served from this node's copy when
+				// one opens, from the other replicas otherwise.
+				part := newPart(i, mp, plan.OpenServing)
 				if cur.group != 0 {
 					part.committed.Store(cur.committed.Load())
 				}
 				t.parts[i] = part
-				if gets {
-					if l := newPart(i, mp, true); l.log != nil {
-						t.learning[int32(i)] = l
-						toOpen = append(toOpen, opening{l, false})
-					}
+				if part.log != nil {
+					toOpen = append(toOpen, opening{part, plan.Bootstrap})
 				}
-			case holds && cur.log == nil:
-				// The move finished: serve from this node's replica.
+			}
+			if plan.Promote {
 				t.parts[i] = lp
 				delete(t.learning, int32(i))
-			case gets && lp == nil && cur.log == nil:
+			}
+			if plan.OpenLearning {
 				if l := newPart(i, mp, true); l.log != nil {
 					t.learning[int32(i)] = l
 					toOpen = append(toOpen, opening{l, false})
-				}
-			case !holds && !gets && (cur.log != nil || lp != nil) && mp.Target == nil:
-				// Moved away from this node, and the move is over. While a
-				// partition moves, the group's configuration may still
-				// count this node (a learner a given-up move added, not
-				// yet taken out): its copy is kept, and opened again if
-				// the partition comes back here, because a replica opened
-				// empty under an id the leader thinks caught up would be
-				// taken for one that holds what it acknowledged. Once
-				// the move ends (FinishMove: the configuration is exactly
-				// Replicas) nothing counts it any more.
-				if cur.log != nil {
-					toDrop = append(toDrop, cur)
-					part := newPart(i, mp, false)
-					part.committed.Store(cur.committed.Load())
-					t.parts[i] = part
-				}
-				if lp != nil {
-					toDrop = append(toDrop, lp)
-					delete(t.learning, int32(i))
-				}
-			}
-			if cur := t.parts[i]; holds && cur.log != nil && cur.replica != want {
-				toStop = append(toStop, cur)
-				part := newPart(i, mp, true)
-				part.committed.Store(cur.committed.Load())
-				t.parts[i] = part
-				if part.log != nil {
-					toOpen = append(toOpen, opening{part, false})
 				}
 			}
 		}
@@ -200,17 +172,15 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	// Opening a new replica writes and fsyncs its first entries and state:
 	// a topic of many partitions opens them together, so that their writes
 	// share the store's group commits.
-	sem := make(chan struct{}, maxParallelOpens)
-	var wg sync.WaitGroup
+	var opens errgroup.Group
+	opens.SetLimit(maxParallelOpens)
 	for _, o := range toOpen {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() { // owned: awaited below
-			defer func() { <-sem; wg.Done() }()
-			_ = ops.open(o.part, o.bootstrap) // logged by open
-		}()
+		opens.Go(func() error {
+			_ = ops.open(o.part, o.bootstrap) // logged by open; the next reconcile tries again
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = opens.Wait()
 	for _, part := range retune {
 		ops.retain(part)
 	}
