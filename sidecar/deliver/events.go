@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"time"
 
@@ -11,20 +10,9 @@ import (
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
-// event is something for the loop to apply.
+// event is something for the loop to apply. Group.post (group.go) queues
+// one on the loop's inbox.
 type event interface{ apply(g *Group, now time.Time) }
-
-// post queues an event for the loop, giving up when ctx ends.
-func (g *Group) post(ctx context.Context, ev event) error {
-	select {
-	case g.inbox <- ev:
-		return nil
-	case <-g.stopped:
-		return errStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 type joinEvent struct{ c *consumer }
 
@@ -195,8 +183,3 @@ func (m *machine) settleError(ref *spoolv1.DeliveryRef, err error) *spoolv1.Sett
 	m.met.SettleErrors.WithLabelValues(m.cfg.Name, reason).Inc()
 	return &spoolv1.SettleError{Ref: ref, Reason: reason, Message: err.Error()}
 }
-
-// queryEvent runs f on the loop (for admin snapshots and resets).
-type queryEvent struct{ f func(g *Group, now time.Time) }
-
-func (e queryEvent) apply(g *Group, now time.Time) { e.f(g, now) }

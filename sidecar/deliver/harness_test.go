@@ -160,6 +160,11 @@ func await(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// queryEvent runs f on the loop: a test looking at the machine's state.
+type queryEvent struct{ f func(g *Group, now time.Time) }
+
+func (e queryEvent) apply(g *Group, now time.Time) { e.f(g, now) }
+
 func header(r engine.Record, key string) string {
 	for _, h := range r.Headers {
 		if h.Key == key {

@@ -72,6 +72,10 @@ type machine struct {
 	dataSeq uint64
 	// pausedSeen is the budget's paused total already counted in the metric.
 	pausedSeen time.Duration
+	// nextLag: when gauges are refreshed next (snapshot.go); lagging: the
+	// lag prober has a round it has not answered.
+	nextLag time.Time
+	lagging bool
 
 	acts []action // output of the current event
 }
@@ -108,6 +112,10 @@ const (
 	// actSpan: record span, one delivery attempt, with the group's Tracer
 	// (emitted only when tracing is on). No answer.
 	actSpan
+	// actGauges: refresh the gauges of the group's in-memory state, and,
+	// when lag is set, have the lag prober read those partitions' ends
+	// (off the loop); answer with machine.lagged once it has.
+	actGauges
 )
 
 // action is one piece of work for the driver. Ledger work (claims and
@@ -130,6 +138,10 @@ type action struct {
 	handovers []*handover
 	trace     *spoolv1.TailDelivery
 	span      *attemptSpan
+	lag       []partProgress
+	// reset: an actCommit that ends an offset reset (reset.go); the
+	// driver answers its caller with the commit's result.
+	reset *resetJob
 }
 
 func (m *machine) emit(a action) { m.acts = append(m.acts, a) }
@@ -674,6 +686,7 @@ func (m *machine) work(now time.Time) {
 	m.health(now)
 	m.flushLedger()
 	m.maybeCommit(now)
+	m.gaugesDue(now)
 }
 
 // tick advances the trackers' clocks: lease expiries and due retries.
@@ -896,8 +909,9 @@ func (m *machine) finished() bool {
 }
 
 // nextWake is the earliest time the machine has timed work: a lease or
-// retry deadline, the next commit, or a breaker change.
-func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
+// retry deadline, the next commit, a breaker change, or the gauges.
+func (m *machine) nextWake(now time.Time) time.Time {
+	w := m.nextLag
 	if m.dirty() && m.nextCommit.Before(w) {
 		w = m.nextCommit
 	}
