@@ -22,4 +22,16 @@ fi
 if git grep -n -E '"github.com/spoolmq/spool/engine/' -- 'sidecar/*.go' 'cmd/*.go' 'loadtest/*.go' | grep -v -E '^sidecar/backend\.go:[0-9]+:\s*"github.com/spoolmq/spool/engine/(jetstream|kafka)"$'; then
   echo "banned: sidecar/, cmd/ and loadtest/ import github.com/spoolmq/spool/engine only (sidecar/backend.go also the backends engine/jetstream and engine/kafka), never its subpackages"; fail=1
 fi
+# The delivery machine is pure (sidecar/deliver/doc.go, "Machine and driver"):
+# its files start no goroutine, hold no channel, lock nothing and read no
+# clock. The list is explicit: a new machine file is added here on purpose.
+# A `go` statement is `go` at the start of a statement (not in prose or
+# strings); comment lines are left out.
+deliver_machine=(machine.go events.go consumer.go member.go commit.go deadletter.go ledger.go breakers.go budget.go spans.go snapshot.go)
+for f in "${deliver_machine[@]}"; do
+  [ -f "sidecar/deliver/$f" ] || { echo "banned.sh: machine file sidecar/deliver/$f is gone: update the list"; fail=1; }
+done
+if (cd sidecar/deliver && grep -n -H -E '(^[[:space:]]*|[{;][[:space:]]*)go[[:space:]]+[[:alnum:]_(]|\bchan\b|\bsync\.|\btime\.Now\b' -- "${deliver_machine[@]}") | grep -v -E '^[^:]+:[0-9]+:[[:space:]]*//'; then
+  echo "banned: a go statement, chan, sync. or time.Now in a machine file of sidecar/deliver (listed in scripts/banned.sh): move it to the driver (group.go and the files doc.go names)"; fail=1
+fi
 exit $fail
