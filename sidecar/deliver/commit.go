@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
@@ -130,8 +131,8 @@ func (m *machine) positions(s *sub) (map[int32]engine.Position, bool) {
 func (m *machine) committedPositions(j *commitJob) {
 	j.s.committing = false
 	if j.err != nil {
-		m.met.CommitErrors.WithLabelValues(m.cfg.Name, j.s.cfg.Topic).Inc()
-		m.log.Error("committing offsets failed; retrying at the next interval", "topic", j.s.cfg.Topic, "err", j.err)
+		m.count(metricKey{id: metCommitErrors, l1: j.s.cfg.Topic}, 1)
+		m.note(slog.LevelError, "committing offsets failed; retrying at the next interval", "topic", j.s.cfg.Topic, "err", j.err)
 		return
 	}
 	for _, p := range j.s.parts {

@@ -76,9 +76,9 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 	r := &d.Value
 	id := string(r.ID) // one string for the record kept and the frame
 	o := sent{token: d.Token, wire: cd.wire, id: id, attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
-	s.deliveries.Inc()
+	s.stats[statDeliveries]++
 	if cd.attempt > 1 {
-		s.redeliveries.Inc()
+		s.stats[statRedeliveries]++
 	}
 	lastErr := d.LastError
 	if lastErr == "" {

@@ -40,16 +40,18 @@
 //	budget.go     the memory budget of reads
 //	spans.go      attempt spans and Tail steps to emit
 //	snapshot.go   progress: what lag and snapshots are measured from
+//	observe.go    counters, gauges and log lines, kept as data
 //
 // The rule, checked by scripts/banned.sh (which lists these files; a new
 // machine file is added there deliberately): a machine file has no `go`
-// statement, no channel, nothing from package sync and no time.Now; it
-// makes no engine, ledger or network call. Its only side effects besides
-// its own state are observations — Prometheus counters and gauges of its
-// own state and log lines — which are not decisions (tests discard them).
+// statement, no channel, nothing from package sync and no time.Now, and
+// neither logs nor touches a Prometheus metric; it makes no engine, ledger
+// or network call. What it counts and has to say is data in its own state
+// (observe.go), which the driver publishes after each round (report.go).
 //
 // Driver files: group.go (Run, the loop and the actions), conn.go (a
-// consumer's queue of frames), progress.go (snapshots, the lag prober),
+// consumer's queue of frames), report.go (metrics and log lines of the
+// machine's observations), progress.go (snapshots, the lag prober),
 // reset.go (the offset reset API), trace.go (Tail streams, span
 // recording), pipeline.go (the ledger pipeline), coordinator.go (cluster
 // membership), callback.go and stream.go (the consumers' goroutines) and

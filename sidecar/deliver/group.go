@@ -52,7 +52,7 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 	log := logger.With("group", cfg.Name)
 	g := &Group{cfg: cfg, eng: eng, met: m, log: log,
 		inbox: make(chan event, cfg.InboxSize), stopped: make(chan struct{}), results: newMailbox[result]()}
-	g.mc = &machine{cfg: cfg, met: m, log: log, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: cfg.Coordinator != nil,
+	g.mc = &machine{cfg: cfg, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: cfg.Coordinator != nil,
 		bud: memBudget{limit: cfg.MemoryBytes}}
 	m.DeliveryMemoryLimit.WithLabelValues(cfg.Name).Set(float64(cfg.MemoryBytes))
 	for _, sc := range cfg.Subscriptions {
@@ -91,6 +91,7 @@ func (g *Group) newSub(sc Subscription) (*sub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deliver: group %q topic %q: %w", g.cfg.Name, sc.Topic, err)
 	}
+	s.metrics = newSubMetrics(g.met, g.cfg.Name, sc.Topic, len(s.parts))
 	return s, nil
 }
 
@@ -277,6 +278,7 @@ func (d *driver) loop(ctx context.Context, changed <-chan struct{}) {
 		d.run(now)
 		mc.work(now)
 		d.run(now)
+		g.report()
 		if mc.finished() {
 			break
 		}
@@ -417,6 +419,7 @@ func (d *driver) stop() error {
 	mc := d.g.mc
 	mc.flushLedger()
 	d.run(time.Now())
+	d.g.report()
 	return d.g.finalCommit()
 }
 

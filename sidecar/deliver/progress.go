@@ -87,9 +87,10 @@ func (g *Group) runLagProber(rounds *mailbox[[]partProgress], stop <-chan struct
 				if !ok {
 					continue
 				}
-				pp.lagMsgs.Set(float64(lag))
+				pm := pp.metrics
+				pm.lagMsgs[pp.num].Set(float64(lag))
 				if lagMs >= 0 {
-					pp.lagSecs.Set(float64(lagMs) / 1000)
+					pm.lagSecs[pp.num].Set(float64(lagMs) / 1000)
 				}
 			}
 		}
@@ -108,9 +109,9 @@ func (g *Group) refreshGauges() {
 			parked += p.tr.Parked()
 			window += p.tr.Pending() + p.tr.InFlight()
 		}
-		s.inFlight.Set(float64(inflight))
-		s.parked.Set(float64(parked))
-		s.window.Set(float64(window))
+		s.metrics.inFlight.Set(float64(inflight))
+		s.metrics.parked.Set(float64(parked))
+		s.metrics.window.Set(float64(window))
 	}
 	g.met.Consumers.WithLabelValues(g.cfg.Name).Set(float64(len(g.mc.consumers)))
 }

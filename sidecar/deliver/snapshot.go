@@ -4,8 +4,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/spoolmq/spool/engine"
 )
 
@@ -42,13 +40,13 @@ type PartitionSnapshot struct {
 
 // partProgress is one partition's progress as the loop knows it: what
 // lag is measured from, copied so that another goroutine may read it, and
-// the partition's lag gauges (set by the lag prober).
+// the driver's metric handles of its topic (the lag prober sets its gauges).
 type partProgress struct {
-	topic            string
-	num              int32
-	pos              engine.Position
-	inFlight         int
-	lagMsgs, lagSecs prometheus.Gauge
+	topic    string
+	num      int32
+	pos      engine.Position
+	inFlight int
+	metrics  *subMetrics
 }
 
 // progress returns every partition's progress now, appended to dst.
@@ -58,7 +56,7 @@ func (m *machine) progress(dst []partProgress) []partProgress {
 			pos := m.lagPosition(p)
 			pos.Done = slices.Clone(pos.Done)
 			dst = append(dst, partProgress{topic: s.cfg.Topic, num: p.num, pos: pos, inFlight: p.tr.InFlight(),
-				lagMsgs: p.lagMsgs, lagSecs: p.lagSecs})
+				metrics: s.metrics})
 		}
 	}
 	return dst
