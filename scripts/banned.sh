@@ -32,4 +32,21 @@ if deps=$(go list -deps ./engine ./engine/kafka ./engine/jetstream) && \
   echo "$deps" | grep -E '^(github.com/spoolmq/spool/engine/(embedded|raft|transport|meta)|go\.etcd\.io/raft)'; then
   echo "banned: engine, engine/kafka and engine/jetstream must not depend on engine/embedded, engine/raft, engine/transport, engine/meta or etcd raft (go list -deps)"; fail=1
 fi
+# The delivery machine is pure (sidecar/deliver/doc.go, "Machine and driver"):
+# its files start no goroutine, hold no channel, lock nothing and read no
+# clock. The list is explicit: a new machine file is added here on purpose.
+# A `go` statement is `go` at the start of a statement (not in prose or
+# strings); comment lines are left out.
+deliver_machine=(machine.go events.go consumer.go member.go commit.go deadletter.go ledger.go breakers.go budget.go spans.go snapshot.go observe.go)
+for f in "${deliver_machine[@]}"; do
+  [ -f "sidecar/deliver/$f" ] || { echo "banned.sh: machine file sidecar/deliver/$f is gone: update the list"; fail=1; }
+done
+if (cd sidecar/deliver && grep -n -H -E '(^[[:space:]]*|[{;][[:space:]]*)go[[:space:]]+[[:alnum:]_(]|\bchan\b|\bsync\.|\btime\.Now\b' -- "${deliver_machine[@]}") | grep -v -E '^[^:]+:[0-9]+:[[:space:]]*//'; then
+  echo "banned: a go statement, chan, sync. or time.Now in a machine file of sidecar/deliver (listed in scripts/banned.sh): move it to the driver (group.go and the files doc.go names)"; fail=1
+fi
+# Nor do they log or touch Prometheus: they record observations as data
+# (observe.go) that the driver publishes (report.go).
+if (cd sidecar/deliver && grep -n -H -E 'client_golang/prometheus|"github.com/spoolmq/spool/sidecar/metrics"|\bslog\.(Debug|Info|Warn|Error|Log|New|Default)\b|\.log\.(Debug|Info|Warn|Error|Log)\(' -- "${deliver_machine[@]}") | grep -v -E '^[^:]+:[0-9]+:[[:space:]]*//'; then
+  echo "banned: logging or metrics in a machine file of sidecar/deliver: record it with m.note, m.count or m.gauge (observe.go); the driver publishes it"; fail=1
+fi
 exit $fail

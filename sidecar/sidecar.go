@@ -9,12 +9,10 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
@@ -31,7 +29,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -88,7 +85,26 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-func run(ctx context.Context, cfg *config.Config, opts Options) error {
+// run builds spoold's components and runs them until ctx ends (SIGTERM)
+// or one fails. They stop in one order, the reverse of the order they are
+// added below (runner.go; docs/architecture.md, "Shutdown"):
+//
+//  1. readiness: health and /readyz say not serving;
+//  2. delivery: every group stops fetching and drains — in-flight deliveries
+//     finish within node.drain_timeout, acks still flowing over the open app
+//     streams — commits and leaves its group;
+//  3. the cluster, with cluster.leave_on_shutdown, when told to stop: this
+//     node hands its leaderships and replicas over (the app server is still
+//     up: the app's publishes go through this node to the new leaders);
+//  4. the app gRPC server (2 s for unary calls, then streams are cut);
+//  5. the admin gRPC (1 s) and HTTP (2 s) servers;
+//  6. the cluster metrics;
+//  7. the clients of the apps' Handle callbacks;
+//  8. the Redis ledger;
+//  9. the engine, then the backend is closed (the log flushes);
+//  10. tracing: spans of everything above are exported (at most 5 s);
+//  11. the temporary data dir of --dev.
+func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -97,31 +113,23 @@ func run(ctx context.Context, cfg *config.Config, opts Options) error {
 		logger = slog.Default()
 	}
 	logger = logger.With("node", cfg.Node.ID)
+	r := newRunner()
+	ready := false
+	defer func() {
+		err = errors.Join(err, r.stop())
+		if ready {
+			logger.Info("spoold stopped")
+		}
+	}()
 	dataDir := cfg.Node.DataDir
 	if dataDir == "" && cfg.Node.Dev {
-		dir, err := os.MkdirTemp("", "spoold-dev-")
-		if err != nil {
-			return fmt.Errorf("spoold --dev: temporary data dir: %w", err)
-		}
-		defer os.RemoveAll(dir)
-		dataDir = dir
-		logger.Info("dev mode: temporary data dir, removed on exit", "data_dir", dir)
-	}
-	tp := opts.TracerProvider
-	if tp == nil && cfg.Tracing.Enabled() {
-		p, err := tracing.NewProvider(tracing.Config{Endpoint: cfg.Tracing.OTLPEndpoint, SampleRatio: cfg.Tracing.Ratio(), Node: cfg.Node.ID, Version: Version})
-		if err != nil {
+		if dataDir, err = devDataDir(r, logger); err != nil {
 			return err
 		}
-		defer func() { // last: after every component that records spans has stopped
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := p.Shutdown(ctx); err != nil {
-				logger.Warn("tracing: spans not exported at shutdown", "endpoint", cfg.Tracing.OTLPEndpoint, "err", err)
-			}
-		}()
-		tp = p
-		logger.Info("tracing: exporting spans over OTLP/gRPC", "endpoint", cfg.Tracing.OTLPEndpoint, "sample_ratio", cfg.Tracing.Ratio())
+	}
+	tp, err := startTracing(cfg, opts, r, logger)
+	if err != nil {
+		return err
 	}
 	tracer := tracing.Tracer(tp)
 	m := metrics.New()
@@ -138,16 +146,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return st.Files, st.FileSystem, st.Fallbacks
 		})
 	}
-	engCtx, stopEngine := context.WithCancel(context.Background())
-	engDone := make(chan error, 1)
-	go func() { engDone <- eng.Run(engCtx) }() // owned: stopped and awaited at the end of Run
-	defer func() {
-		stopEngine()
-		<-engDone
-		if err := eng.Close(); err != nil {
-			logger.Error("closing the log", "backend", cfg.Storage.Backend, "err", err)
-		}
-	}()
+	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
 	for _, t := range cfg.AllTopics() {
 		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
 		if err := eng.EnsureTopic(spec); err != nil {
@@ -171,121 +170,51 @@ func run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	if led != nil {
-		defer led.Close()
+		r.onStop("ledger", func() error { _ = led.Close(); return nil })
 	}
 	// The ledger owner is the node id: a restarted spoold (which holds the
 	// data dir's lock, so its predecessor is gone) takes over its own
 	// leases at once instead of waiting for them to expire.
-	owner := cfg.Node.ID
-	groups, closeClients, err := newGroups(cfg, eng, m, led, owner, tracer, logger)
+	groups, closeClients, err := newGroups(cfg, eng, m, led, cfg.Node.ID, tracer, logger)
 	if err != nil {
 		return err
 	}
-	defer closeClients()
+	r.onStop("handler clients", func() error { closeClients(); return nil })
 
-	healthSrv := health.NewServer()
-	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10))
-	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
-	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger))
-	healthpb.RegisterHealthServer(appSrv, healthSrv)
-
-	adminGRPC := newGRPCServer(logger, MaxRequestBytes)
-	adm := newAdmin(cfg, eng, groups, led, m)
-	adm.catalog = catalog
-	spoolv1.RegisterAdminServiceServer(adminGRPC, adm)
-	healthpb.RegisterHealthServer(adminGRPC, healthSrv)
-
-	var addrs Addrs
-	var listeners []net.Listener
-	closeListeners := func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}
-	for _, a := range cfg.Node.AppListen {
-		l, err := listen(a)
-		if err != nil {
-			closeListeners()
-			return err
-		}
-		listeners = append(listeners, l)
-		addrs.App = append(addrs.App, addrString(l))
-	}
-	adminL, err := listen(cfg.Node.AdminListen)
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog)
+	appLs, adminL, addrs, err := listenAll(cfg)
 	if err != nil {
-		closeListeners()
 		return err
 	}
-	addrs.Admin = addrString(adminL)
 	rd := &readiness{eng: eng, groups: groups, requireApp: cfg.Node.ReadyRequiresApp}
 	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC, rd, readyDetail(eng))
 
-	var wg sync.WaitGroup
-	serveErr := make(chan error, len(listeners)+1)
-	for _, l := range listeners {
-		wg.Add(1)
-		go func() { // owned: ends when appSrv stops
-			defer wg.Done()
-			if err := appSrv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				serveErr <- fmt.Errorf("app listener %s: %w", l.Addr(), err)
+	r.start("cluster metrics", componentFunc(func(ctx context.Context) error { clusterMetrics(ctx, eng, m); return nil }))
+	r.start("admin server", adminServer{http: adminHTTP, grpc: adminGRPC, l: adminL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
+	r.start("app server", appServer{srv: appSrv, ls: appLs, grace: 2 * time.Second, fail: r.fail})
+	stopped := false // told to stop (SIGTERM), not failing
+	if cl, ok := eng.(engine.ClusterAdmin); ok && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
+		r.onStop("leave the cluster", func() error {
+			if stopped {
+				leaveCluster(cl, cfg.Cluster.LeaveTimeout, logger)
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Add(1)
-	go func() { // owned: ends when adminHTTP shuts down
-		defer wg.Done()
-		if err := adminHTTP.Serve(adminL); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			serveErr <- fmt.Errorf("admin listener %s: %w", adminL.Addr(), err)
-		}
-	}()
-
-	metricsCtx, stopMetrics := context.WithCancel(context.Background())
-	metricsDone := make(chan struct{})
-	go func() { defer close(metricsDone); clusterMetrics(metricsCtx, eng, m) }() // owned: stopped below
-	defer func() { stopMetrics(); <-metricsDone }()
-
-	groupsCtx, stopGroups := context.WithCancel(context.Background())
-	groupErrs := make(chan error, len(groups))
-	for _, g := range groups {
-		go func() { groupErrs <- g.Run(groupsCtx) }() // owned: awaited below
-	}
+	r.start("delivery", delivery{groups: groups, log: logger})
+	r.onStop("readiness", func() error {
+		logger.Info("shutting down", "drain_timeout", cfg.Node.DrainTimeout)
+		healthSrv.Shutdown()
+		return nil
+	})
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "backend", cfg.Storage.Backend, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
 	if opts.Ready != nil {
 		opts.Ready(addrs)
 	}
-
-	var runErr error
-	stopped := false // told to stop (SIGTERM), not failing
-	select {
-	case <-ctx.Done():
-		stopped = true
-	case runErr = <-serveErr:
-	}
-	// Graceful shutdown: not ready; groups stop fetching and drain (acks still
-	// flow over the open streams); then the servers stop; then the log flushes.
-	logger.Info("shutting down", "drain_timeout", cfg.Node.DrainTimeout)
-	healthSrv.Shutdown()
-	stopGroups()
-	for range groups {
-		if err := <-groupErrs; err != nil {
-			logger.Error("group stopped with an error", "err", err)
-			runErr = errors.Join(runErr, err)
-		}
-	}
-	if cl, ok := eng.(engine.ClusterAdmin); ok && stopped && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
-		// The app server stays up meanwhile: the app's publishes still go
-		// through this node to the partitions' leaders.
-		leaveCluster(cl, cfg.Cluster.LeaveTimeout, logger)
-	}
-	stopGRPC(appSrv, 2*time.Second)
-	stopGRPC(adminGRPC, time.Second)
-	shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = adminHTTP.Shutdown(shutCtx)
-	cancel()
-	wg.Wait()
-	logger.Info("spoold stopped")
-	return runErr
+	ready = true
+	stopped, err = r.wait(ctx)
+	return err
 }
 
 // leaveCluster hands this node's leaderships and replicas to the other

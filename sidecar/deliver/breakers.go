@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/spoolmq/spool/sidecar/breaker"
@@ -77,15 +78,15 @@ func (s *sub) paused(now time.Time) bool {
 // report turns breaker transitions into metrics and log lines.
 func (m *machine) report(s *sub, trs []breaker.Transition) {
 	for _, tr := range trs {
-		m.met.BreakerTransitions.WithLabelValues(m.cfg.Name, s.cfg.Topic, tr.Downstream, tr.To.String()).Inc()
-		m.met.BreakerState.WithLabelValues(m.cfg.Name, s.cfg.Topic, tr.Downstream).Set(stateValue(tr.To))
+		m.count(metricKey{id: metBreakerTransitions, l1: s.cfg.Topic, l2: tr.Downstream, l3: tr.To.String()}, 1)
+		m.gauge(metricKey{id: metBreakerState, l1: s.cfg.Topic, l2: tr.Downstream}, stateValue(tr.To))
 		switch tr.To {
 		case breaker.Open:
-			m.log.Warn("circuit breaker open: delivery paused, attempts not counted", "topic", s.cfg.Topic, "downstream", tr.Downstream, "wait", tr.Wait)
+			m.note(slog.LevelWarn, "circuit breaker open: delivery paused, attempts not counted", "topic", s.cfg.Topic, "downstream", tr.Downstream, "wait", tr.Wait)
 		case breaker.HalfOpen:
-			m.log.Info("circuit breaker half-open: sending one probe", "topic", s.cfg.Topic, "downstream", tr.Downstream)
+			m.note(slog.LevelInfo, "circuit breaker half-open: sending one probe", "topic", s.cfg.Topic, "downstream", tr.Downstream)
 		case breaker.Closed:
-			m.log.Info("circuit breaker closed: delivery resumes", "topic", s.cfg.Topic, "downstream", tr.Downstream)
+			m.note(slog.LevelInfo, "circuit breaker closed: delivery resumes", "topic", s.cfg.Topic, "downstream", tr.Downstream)
 		}
 	}
 }

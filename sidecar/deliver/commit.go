@@ -1,9 +1,12 @@
 package deliver
 
 import (
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
 // position is the partition's committed position now: the tracker's lowest
@@ -128,11 +131,52 @@ func (m *machine) positions(s *sub) (map[int32]engine.Position, bool) {
 func (m *machine) committedPositions(j *commitJob) {
 	j.s.committing = false
 	if j.err != nil {
-		m.met.CommitErrors.WithLabelValues(m.cfg.Name, j.s.cfg.Topic).Inc()
-		m.log.Error("committing offsets failed; retrying at the next interval", "topic", j.s.cfg.Topic, "err", j.err)
+		m.count(metricKey{id: metCommitErrors, l1: j.s.cfg.Topic}, 1)
+		m.note(slog.LevelError, "committing offsets failed; retrying at the next interval", "topic", j.s.cfg.Topic, "err", j.err)
 		return
 	}
 	for _, p := range j.s.parts {
 		p.committed = j.pos[p.num]
 	}
+}
+
+// reset moves the positions of j's topic to j.next (one per partition),
+// as an offset reset asks. It is refused while a consumer is connected
+// (their deliveries would refer to the old positions). Unless it is a dry
+// run, the partitions get new trackers at once and the new positions are
+// committed: an actCommit carrying j, answered when it is written.
+func (m *machine) reset(j *resetJob) error {
+	if n := len(m.consumers); n > 0 {
+		return fmt.Errorf("%w (%d; callback subscriptions count as one): stop them, reset, start them again", ErrConsumersConnected, n)
+	}
+	if j.dryRun {
+		return nil
+	}
+	s := j.s
+	pos := make(map[int32]engine.Position, len(s.parts))
+	for i, p := range s.parts {
+		tr, err := tracker.New[engine.Record](s.cfg.Tracker, j.next[i])
+		if err != nil {
+			return err
+		}
+		p.tr, p.fetchAt, p.skip, p.skipAt = tr, j.next[i], nil, 0
+		p.dropAhead()
+		p.wire, p.history = nil, nil
+		pos[p.num] = engine.Position{Next: j.next[i]}
+	}
+	// Dead letters of the old trackers waiting their turn are forgotten
+	// with them (the reset decides where the group resumes).
+	kept := m.dlWait[:0]
+	for _, w := range m.dlWait {
+		if w.s != s {
+			kept = append(kept, w)
+		}
+	}
+	clear(m.dlWait[len(kept):])
+	m.dlWait = kept
+	// Written by the committer after any commit of the old positions it
+	// has (one at a time, in order), so none lands after it.
+	s.committing = true
+	m.emit(action{kind: actCommit, s: s, pos: pos, reset: j})
+	return nil
 }

@@ -10,17 +10,17 @@ import (
 )
 
 // consumer is one receiver of deliveries: an app's Subscribe stream or the
-// callback dispatcher. Its fields below `out` are owned by the group loop.
+// callback dispatcher, as the machine sees it. Its fields below conn are
+// owned by the group loop; conn is the driver's side (conn.go: the queue
+// of frames to the consumer's sender), which the machine never touches:
+// it emits actSend, and the driver queues the frame.
 type consumer struct {
+	conn
 	name        string
 	appVersion  string          // from Start, recorded with failed attempts
 	topics      map[string]bool // nil: every topic of its mode
 	mode        Mode
 	maxInFlight int
-	// out carries frames to the consumer's sender. Its capacity exceeds
-	// maxInFlight, and every delivery frame uses credit, so the loop never
-	// blocks on it; settle-error frames are dropped (and counted) when full.
-	out chan *spoolv1.SubscribeResponse
 
 	credit      int
 	reserved    int // deliveries taken for this consumer, waiting for the ledger
@@ -57,18 +57,6 @@ type sent struct {
 	expired                 bool
 }
 
-func newConsumer(name string, mode Mode, topics []string, maxInFlight int) *consumer {
-	c := &consumer{name: name, mode: mode, maxInFlight: maxInFlight,
-		out: make(chan *spoolv1.SubscribeResponse, maxInFlight+16), outstanding: map[refKey]sent{}}
-	if len(topics) > 0 {
-		c.topics = map[string]bool{}
-		for _, t := range topics {
-			c.topics[t] = true
-		}
-	}
-	return c
-}
-
 func (c *consumer) wants(s *sub) bool {
 	if s.cfg.Mode != c.mode {
 		return false
@@ -81,17 +69,6 @@ func (c *consumer) free() int {
 	return min(c.credit, c.maxInFlight-len(c.outstanding)-c.reserved)
 }
 
-// send queues a frame without blocking; false if the consumer's queue is
-// full (the driver then tells the machine: frameUnsent).
-func (c *consumer) send(f *spoolv1.SubscribeResponse) bool {
-	select {
-	case c.out <- f:
-		return true
-	default:
-		return false
-	}
-}
-
 // track records a delivery as outstanding at c and converts it for the wire.
 // With traced, the message's trace context is kept for the attempt's span.
 func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candidate, traced bool) *spoolv1.Delivery {
@@ -99,9 +76,9 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 	r := &d.Value
 	id := string(r.ID) // one string for the record kept and the frame
 	o := sent{token: d.Token, wire: cd.wire, id: id, attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
-	s.deliveries.Inc()
+	s.stats[statDeliveries]++
 	if cd.attempt > 1 {
-		s.redeliveries.Inc()
+		s.stats[statRedeliveries]++
 	}
 	lastErr := d.LastError
 	if lastErr == "" {

@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -216,7 +217,7 @@ func (m *machine) deadLettered(now time.Time, r *dlqJob) {
 	}
 	r.p.dlPending--
 	if r.err != nil {
-		m.log.Warn("dead-letter publish failed; will retry after backoff", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "dlq_topic", r.s.cfg.DLQTopic, "err", r.err)
+		m.note(slog.LevelWarn, "dead-letter publish failed; will retry after backoff", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "dlq_topic", r.s.cfg.DLQTopic, "err", r.err)
 		_ = r.p.tr.DeadLetterFailed(now, r.offset)
 		return
 	}
@@ -226,8 +227,8 @@ func (m *machine) deadLettered(now time.Time, r *dlqJob) {
 		if m.cfg.Ledger != nil && r.id != "" {
 			r.s.ledger.dead = append(r.s.ledger.dead, ledger.Finish{ID: r.id, Token: r.p.takeWire(r.offset)})
 		}
-		m.met.DeadLettered.WithLabelValues(m.cfg.Name, r.s.cfg.Topic, r.reason).Inc()
-		m.log.Info("message dead-lettered", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "reason", r.reason, "dlq_topic", r.s.cfg.DLQTopic)
+		m.count(metricKey{id: metDeadLettered, l1: r.s.cfg.Topic, l2: r.reason}, 1)
+		m.note(slog.LevelInfo, "message dead-lettered", "topic", r.s.cfg.Topic, "partition", r.p.num, "offset", r.offset, "reason", r.reason, "dlq_topic", r.s.cfg.DLQTopic)
 	}
 }
 

@@ -2,7 +2,6 @@ package deliver
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"time"
 
@@ -11,20 +10,9 @@ import (
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
-// event is something for the loop to apply.
+// event is something for the loop to apply. Group.post (group.go) queues
+// one on the loop's inbox.
 type event interface{ apply(g *Group, now time.Time) }
-
-// post queues an event for the loop, giving up when ctx ends.
-func (g *Group) post(ctx context.Context, ev event) error {
-	select {
-	case g.inbox <- ev:
-		return nil
-	case <-g.stopped:
-		return errStopped
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 type joinEvent struct{ c *consumer }
 
@@ -50,14 +38,14 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 		s, p, o, err := m.settleTarget(c, ref)
 		if err == nil {
 			if err = p.tr.Ack(now, ref.GetOffset(), o.token); err == nil {
-				s.acks.Inc()
+				s.stats[statAcks]++
 				if s.traced > 0 {
 					m.trace(now, s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_ACKED, p.num, ref.GetOffset(), o.id, int32(o.attempt), c, "", "")
 				}
 				if m.cfg.Tracer != nil && !o.expired { // a late ack's attempt was recorded when its lease expired
 					m.span(now, s, p, ref.GetOffset(), o, c, OutcomeAck, "")
 				}
-				s.handleLatency.Observe(now.Sub(o.at).Seconds())
+				s.latencies = append(s.latencies, now.Sub(o.at).Seconds())
 				delete(c.outstanding, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()})
 				m.ledgerDone(s, p, ref.GetOffset(), o)
 				if s.brk != nil {
@@ -86,7 +74,7 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 					// The downstream's breaker is open: this failure is the
 					// outage's, not the message's. No attempt is counted.
 					if err = p.tr.Defer(now, off, tok, now); err == nil {
-						s.uncounted.Inc()
+						s.stats[statUncounted]++
 						m.ledgerRelease(s, o, cutText(n.GetError(), MaxErrorBytes), true)
 					}
 					break
@@ -94,7 +82,7 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 				after := time.Duration(n.GetRetryAfterMs()) * time.Millisecond
 				errText := cutText(n.GetError(), MaxErrorBytes)
 				if err = p.tr.Retry(now, off, tok, after, errText); err == nil {
-					s.retries.Inc()
+					s.stats[statRetries]++
 					p.recordFailure(now, off, o.attempt, errText, o.appVersion)
 					m.ledgerRelease(s, o, errText, false)
 				}
@@ -104,13 +92,13 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 					reason = "dead-lettered by the application"
 				}
 				if err = p.tr.DeadLetter(now, off, tok, reason); err == nil {
-					s.deadLetters.Inc()
+					s.stats[statDeadLetters]++
 					m.probeLost(now, s, o)
 					p.recordFailure(now, off, o.attempt, cmp.Or(cutText(n.GetError(), MaxErrorBytes), reason), o.appVersion)
 				}
 			case spoolv1.Outcome_OUTCOME_RELEASE:
 				if err = p.tr.Release(now, off, tok, false); err == nil {
-					s.releases.Inc()
+					s.stats[statReleases]++
 					m.probeLost(now, s, o)
 					m.ledgerRelease(s, o, "", true)
 				}
@@ -125,7 +113,7 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 			}
 			if err == nil {
 				if n.GetOutcome() != spoolv1.Outcome_OUTCOME_RELEASE {
-					s.handleLatency.Observe(now.Sub(o.at).Seconds())
+					s.latencies = append(s.latencies, now.Sub(o.at).Seconds())
 				}
 				delete(c.outstanding, refKey{ref.GetTopic(), ref.GetPartition(), off})
 			}
@@ -192,11 +180,6 @@ func (m *machine) settleError(ref *spoolv1.DeliveryRef, err error) *spoolv1.Sett
 	case errors.Is(err, errUnknownPart):
 		reason = "UNKNOWN_PARTITION"
 	}
-	m.met.SettleErrors.WithLabelValues(m.cfg.Name, reason).Inc()
+	m.count(metricKey{id: metSettleErrors, l1: reason}, 1)
 	return &spoolv1.SettleError{Ref: ref, Reason: reason, Message: err.Error()}
 }
-
-// queryEvent runs f on the loop (for admin snapshots and resets).
-type queryEvent struct{ f func(g *Group, now time.Time) }
-
-func (e queryEvent) apply(g *Group, now time.Time) { e.f(g, now) }

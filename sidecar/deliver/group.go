@@ -38,6 +38,7 @@ type result struct {
 	dl     *dlqJob
 	commit *commitJob
 	assign *assignView
+	lagged bool // the lag prober finished a round
 }
 
 // NewGroup restores the group's committed positions and returns it ready to Run.
@@ -51,7 +52,7 @@ func NewGroup(cfg GroupConfig, eng Engine, m *metrics.Metrics, logger *slog.Logg
 	log := logger.With("group", cfg.Name)
 	g := &Group{cfg: cfg, eng: eng, met: m, log: log,
 		inbox: make(chan event, cfg.InboxSize), stopped: make(chan struct{}), results: newMailbox[result]()}
-	g.mc = &machine{cfg: cfg, met: m, log: log, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: cfg.Coordinator != nil,
+	g.mc = &machine{cfg: cfg, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: cfg.Coordinator != nil,
 		bud: memBudget{limit: cfg.MemoryBytes}}
 	m.DeliveryMemoryLimit.WithLabelValues(cfg.Name).Set(float64(cfg.MemoryBytes))
 	for _, sc := range cfg.Subscriptions {
@@ -90,7 +91,20 @@ func (g *Group) newSub(sc Subscription) (*sub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("deliver: group %q topic %q: %w", g.cfg.Name, sc.Topic, err)
 	}
+	s.metrics = newSubMetrics(g.met, g.cfg.Name, sc.Topic, len(s.parts))
 	return s, nil
+}
+
+// post queues an event for the loop, giving up when ctx ends.
+func (g *Group) post(ctx context.Context, ev event) error {
+	select {
+	case g.inbox <- ev:
+		return nil
+	case <-g.stopped:
+		return errStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Name returns the group's name.
@@ -138,7 +152,9 @@ func (g *Group) Subscription(topic string) (Subscription, bool) {
 //
 // Goroutines, all owned here and awaited before Run returns: the loop (the
 // caller's), the ledger pipeline (when there is a ledger), the committer,
-// and the callback dispatcher (when there are callback subscriptions).
+// the membership (in a cluster), the callback dispatcher (when there are
+// callback subscriptions), the lag prober and the readers (when
+// ReadsInFlight is set). Only the loop touches the machine.
 func (g *Group) Run(ctx context.Context) error {
 	defer close(g.stopped)
 	topics := make([]string, 0, len(g.cfg.Subscriptions))
@@ -210,8 +226,12 @@ func (g *Group) Run(ctx context.Context) error {
 	stopCallbacks := make(chan struct{})
 	goFunc(func() { g.runCallbacks(stopCallbacks) })
 	defer close(stopCallbacks)
+	// The lag prober: the engine calls behind the lag gauges, off the loop.
+	lagRounds, stopLag := newMailbox[[]partProgress](), make(chan struct{})
+	goFunc(func() { g.runLagProber(lagRounds, stopLag) })
+	defer close(stopLag)
 
-	d := &driver{g: g, ledger: ledgerOps, commits: commits, ms: ms}
+	d := &driver{g: g, ledger: ledgerOps, commits: commits, lag: lagRounds, ms: ms}
 	if n := g.cfg.ReadsInFlight; n > 0 {
 		// Readers: at most one read per partition is under way (the
 		// machine's rule), so the queue never blocks the loop.
@@ -238,11 +258,11 @@ type driver struct {
 	g       *Group
 	ledger  *mailbox[ledgerOp]
 	commits *mailbox[*commitJob]
+	lag     *mailbox[[]partProgress]
 	ms      *membership   // nil: a single node
 	reads   chan *readJob // nil: reads are made on the loop
 	acts    []action
 	res     []result
-	nextLag time.Time
 }
 
 // loop runs until the drain is complete or its budget is used up.
@@ -258,14 +278,11 @@ func (d *driver) loop(ctx context.Context, changed <-chan struct{}) {
 		d.run(now)
 		mc.work(now)
 		d.run(now)
-		if !now.Before(d.nextLag) {
-			g.refreshGauges(now)
-			d.nextLag = now.Add(lagInterval)
-		}
+		g.report()
 		if mc.finished() {
 			break
 		}
-		resetTimer(timer, mc.nextWake(now, d.nextLag).Sub(now))
+		resetTimer(timer, mc.nextWake(now).Sub(now))
 		var dataCh <-chan struct{}
 		if mc.wantsData() {
 			dataCh = changed
@@ -340,7 +357,7 @@ func (d *driver) do(now time.Time, a *action) {
 			g.results.put(result{dl: j})
 		})
 	case actCommit:
-		j := &commitJob{s: a.s, pos: a.pos, gens: a.gens, handovers: a.handovers}
+		j := &commitJob{s: a.s, pos: a.pos, gens: a.gens, handovers: a.handovers, reset: a.reset}
 		if mc.cluster {
 			j.inc = make(map[int32]uint64, len(a.pos))
 			for num := range a.pos {
@@ -355,6 +372,11 @@ func (d *driver) do(now time.Time, a *action) {
 	case actConnected:
 		if d.ms != nil {
 			d.ms.consumersChanged(mc)
+		}
+	case actGauges:
+		g.refreshGauges()
+		if a.lag != nil {
+			d.lag.put(a.lag)
 		}
 	}
 }
@@ -376,8 +398,13 @@ func (d *driver) applyResults(now time.Time) {
 			mc.committedCluster(now, r.commit)
 		case r.commit != nil:
 			mc.committedPositions(r.commit)
+			if r.commit.reset != nil {
+				r.commit.reset.done <- r.commit.err
+			}
 		case r.assign != nil:
 			mc.assigned(now, r.assign)
+		case r.lagged:
+			mc.lagged()
 		}
 	}
 	clear(d.res)
@@ -392,6 +419,7 @@ func (d *driver) stop() error {
 	mc := d.g.mc
 	mc.flushLedger()
 	d.run(time.Now())
+	d.g.report()
 	return d.g.finalCommit()
 }
 
@@ -431,6 +459,7 @@ type commitJob struct {
 	inc       map[int32]uint64
 	errs      map[int32]error
 	handovers []*handover
+	reset     *resetJob // the commit of an offset reset (single node)
 }
 
 // runCommitter writes positions off the loop (an fsync per topic) and
@@ -516,42 +545,4 @@ func gensOf(s *sub, pos map[int32]engine.Position) map[int32]uint64 {
 		gens[num] = s.parts[num].gen
 	}
 	return gens
-}
-
-// refreshGauges sets in-flight, parked, window and lag gauges.
-func (g *Group) refreshGauges(now time.Time) {
-	for _, s := range g.mc.subs {
-		inflight, parked, window := 0, 0, 0
-		for _, p := range s.parts {
-			inflight += p.tr.InFlight()
-			parked += p.tr.Parked()
-			window += p.tr.Pending() + p.tr.InFlight()
-			g.refreshLag(now, s, p)
-		}
-		s.inFlight.Set(float64(inflight))
-		s.parked.Set(float64(parked))
-		s.window.Set(float64(window))
-	}
-	g.met.Consumers.WithLabelValues(g.cfg.Name).Set(float64(len(g.mc.consumers)))
-}
-
-// refreshLag computes lag in messages (appended, not finished) and seconds
-// (age of the oldest unfinished message, from its append time alone).
-func (g *Group) refreshLag(now time.Time, s *sub, p *part) {
-	_, end, err := g.eng.Offsets(s.cfg.Topic, p.num)
-	if err != nil {
-		return
-	}
-	pos := g.mc.lagPosition(p)
-	lag := lagMessages(pos, end)
-	p.lagMsgs.Set(float64(lag))
-	if lag <= 0 {
-		p.lagSecs.Set(0)
-		return
-	}
-	ts, err := g.eng.RecordTime(s.cfg.Topic, p.num, pos.Next)
-	if err != nil {
-		return
-	}
-	p.lagSecs.Set(max(now.Sub(time.UnixMilli(ts)).Seconds(), 0))
 }

@@ -169,6 +169,11 @@ func awaitOr(d time.Duration, cond func() bool) bool {
 	return true
 }
 
+// queryEvent runs f on the loop: a test looking at the machine's state.
+type queryEvent struct{ f func(g *Group, now time.Time) }
+
+func (e queryEvent) apply(g *Group, now time.Time) { e.f(g, now) }
+
 func header(r engine.Record, key string) string {
 	for _, h := range r.Headers {
 		if h.Key == key {

@@ -1,6 +1,7 @@
 package deliver
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/spoolmq/spool/sidecar/ledger"
@@ -114,7 +115,7 @@ func (m *machine) claimed(now time.Time, j *claimJob) {
 		granted = m.ledgerDown(now, s, j.cands, j.err)
 	} else {
 		if !s.ledgerDownSince.IsZero() {
-			m.log.Info("ledger available again: delivery with dedupe resumes", "topic", s.cfg.Topic, "down_for", now.Sub(s.ledgerDownSince).Round(time.Millisecond))
+			m.note(slog.LevelInfo, "ledger available again: delivery with dedupe resumes", "topic", s.cfg.Topic, "down_for", now.Sub(s.ledgerDownSince).Round(time.Millisecond))
 			s.ledgerDownSince = time.Time{}
 		}
 		granted = m.admitted(now, s, j.cands, j.res)
@@ -167,7 +168,7 @@ func (m *machine) admitted(now time.Time, s *sub, cands []candidate, res []ledge
 		case ledger.Done, ledger.Dead:
 			_ = cd.p.tr.Ack(now, off, tok)
 			delete(cd.p.history, off)
-			s.dedupeHits.Inc()
+			s.stats[statDedupeHits]++
 		case ledger.Busy:
 			_ = cd.p.tr.Defer(now, off, tok, r.BusyUntil)
 		}
@@ -186,16 +187,16 @@ func (m *machine) ledgerDown(now time.Time, s *sub, cands []candidate, err error
 	}
 	if s.cfg.RedisPolicy == PolicyDeliver {
 		if first {
-			m.log.Warn("ledger unavailable: delivering without dedupe (redis_unavailable: deliver); duplicates are counted in spool_undeduped_deliveries_total", "topic", s.cfg.Topic, "err", err)
+			m.note(slog.LevelWarn, "ledger unavailable: delivering without dedupe (redis_unavailable: deliver); duplicates are counted in spool_undeduped_deliveries_total", "topic", s.cfg.Topic, "err", err)
 		}
-		s.undeduped.Add(float64(len(cands)))
+		s.stats[statUndeduped] += float64(len(cands))
 		for i := range cands {
 			cands[i].wire, cands[i].attempt = cands[i].d.Token, cands[i].d.Attempt
 		}
 		return cands
 	}
 	if first {
-		m.log.Warn("ledger unavailable: pausing delivery (redis_unavailable: pause); nothing is lost", "topic", s.cfg.Topic, "err", err)
+		m.note(slog.LevelWarn, "ledger unavailable: pausing delivery (redis_unavailable: pause); nothing is lost", "topic", s.cfg.Topic, "err", err)
 	}
 	m.ledgerRetryAt = now.Add(ledgerRetryWait)
 	for _, cd := range cands {

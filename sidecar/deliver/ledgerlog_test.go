@@ -3,6 +3,7 @@ package deliver
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,12 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
 
+func (r *logRecorder) lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.msgs)
+}
+
 func (r *logRecorder) count(prefix string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -85,8 +92,11 @@ func TestLedgerOutageLogsStateChanges(t *testing.T) {
 		led.down.Store(false)
 		d := c.deliveries(1, time.Minute)[0]
 		c.send(&spoolv1.SubscribeRequest{Acks: []*spoolv1.Ack{{Ref: refOf(d)}}})
+		// The loop publishes its log lines after the round that sent the
+		// delivery: the line may follow it by a moment.
+		await(t, 10*time.Second, "the INFO line of the ledger's return", func() bool { return rec.count("INFO ledger available again") >= 1 })
 		if n := rec.count("INFO ledger available again"); n != 1 {
-			t.Fatalf("%d INFO lines when the ledger came back, want 1; log: %v", n, rec.msgs)
+			t.Fatalf("%d INFO lines when the ledger came back, want 1; log: %v", n, rec.lines())
 		}
 	}()
 }

@@ -7,13 +7,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/ledger"
-	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -26,12 +23,11 @@ import (
 // do comes out as actions appended to m.acts, which the driver (Group.Run)
 // carries out, feeding the answers back as events.
 //
-// Metrics and log lines are observations, not decisions: the machine writes
-// them directly (in-memory counters; a logger the tests discard).
+// Metrics and log lines are observations, not decisions: the machine keeps
+// them as data (observe.go), and the driver publishes them after each round.
 type machine struct {
 	cfg GroupConfig
-	met *metrics.Metrics
-	log *slog.Logger
+	obs observations // counted and said since the driver last published (observe.go)
 
 	subs  []*sub
 	byTop map[string]*sub
@@ -72,6 +68,10 @@ type machine struct {
 	dataSeq uint64
 	// pausedSeen is the budget's paused total already counted in the metric.
 	pausedSeen time.Duration
+	// nextLag: when gauges are refreshed next (snapshot.go); lagging: the
+	// lag prober has a round it has not answered.
+	nextLag time.Time
+	lagging bool
 
 	acts []action // output of the current event
 }
@@ -108,6 +108,10 @@ const (
 	// actSpan: record span, one delivery attempt, with the group's Tracer
 	// (emitted only when tracing is on). No answer.
 	actSpan
+	// actGauges: refresh the gauges of the group's in-memory state, and,
+	// when lag is set, have the lag prober read those partitions' ends
+	// (off the loop); answer with machine.lagged once it has.
+	actGauges
 )
 
 // action is one piece of work for the driver. Ledger work (claims and
@@ -130,6 +134,10 @@ type action struct {
 	handovers []*handover
 	trace     *spoolv1.TailDelivery
 	span      *attemptSpan
+	lag       []partProgress
+	// reset: an actCommit that ends an offset reset (reset.go); the
+	// driver answers its caller with the commit's result.
+	reset *resetJob
 }
 
 func (m *machine) emit(a action) { m.acts = append(m.acts, a) }
@@ -170,12 +178,13 @@ type sub struct {
 	// ledgerDownSince: when claims began failing (zero while the ledger
 	// answers); the outage is logged at its start and end only.
 	ledgerDownSince time.Time
-	// Metric children resolved once (no label lookups on the hot path).
-	deliveries, redeliveries, leaseExpiries            prometheus.Counter
-	acks, retries, deadLetters, releases, streamClosed prometheus.Counter
-	handleLatency                                      prometheus.Observer
-	inFlight, parked, window                           prometheus.Gauge
-	dedupeHits, undeduped, uncounted, ledgerDropped    prometheus.Counter
+	// Observations since the driver last published them (observe.go):
+	// counters, and the handle latencies of settlements (seconds).
+	stats     [numStats]float64
+	latencies []float64
+	// metrics: the driver's metric handles for the topic (report.go),
+	// set by Group.newSub; the machine only hands the pointer on.
+	metrics *subMetrics
 }
 
 type part struct {
@@ -221,12 +230,11 @@ type part struct {
 	// partition while dataSeq was endSeq: it is not read again from there
 	// until the engine signals new data. retryAt: a read failed; the next
 	// one waits until then.
-	endAt            int64
-	endSeq           uint64
-	retryAt          time.Time
-	budgetWait       bool
-	fetchRound       uint64 // the last round of fetches that asked for it
-	lagMsgs, lagSecs prometheus.Gauge
+	endAt      int64
+	endSeq     uint64
+	retryAt    time.Time
+	budgetWait bool
+	fetchRound uint64 // the last round of fetches that asked for it
 
 	// In a cluster (member.go): whether this member owns the partition,
 	// the generation to stamp its commits with, when a revocation's drain
@@ -248,26 +256,7 @@ type part struct {
 // partition count, the dead-letter topic's partition count, each
 // partition's log start and the committed positions.
 func (m *machine) newSub(sc Subscription, dlqParts int32, starts []int64, pos map[int32]engine.Position) (*sub, error) {
-	gl, tl := m.cfg.Name, sc.Topic
-	mt := m.met
-	s := &sub{cfg: sc, dlqParts: dlqParts,
-		deliveries:    mt.Deliveries.WithLabelValues(gl, tl),
-		redeliveries:  mt.Redeliveries.WithLabelValues(gl, tl),
-		leaseExpiries: mt.LeaseExpiries.WithLabelValues(gl, tl),
-		acks:          mt.Settlements.WithLabelValues(gl, tl, "ack"),
-		retries:       mt.Settlements.WithLabelValues(gl, tl, "retry"),
-		deadLetters:   mt.Settlements.WithLabelValues(gl, tl, "dead_letter"),
-		releases:      mt.Settlements.WithLabelValues(gl, tl, "release"),
-		streamClosed:  mt.Settlements.WithLabelValues(gl, tl, "stream_closed"),
-		handleLatency: mt.HandleLatency.WithLabelValues(gl, tl),
-		inFlight:      mt.InFlight.WithLabelValues(gl, tl),
-		parked:        mt.ParkedKeys.WithLabelValues(gl, tl),
-		window:        mt.WindowMessages.WithLabelValues(gl, tl),
-		dedupeHits:    mt.DedupeHits.WithLabelValues(gl, tl),
-		undeduped:     mt.UndedupedDeliveries.WithLabelValues(gl, tl),
-		uncounted:     mt.UncountedFailures.WithLabelValues(gl, tl),
-		ledgerDropped: mt.LedgerDropped.WithLabelValues(gl, tl),
-	}
+	s := &sub{cfg: sc, dlqParts: dlqParts}
 	if sc.Breaker != nil {
 		brk, err := breaker.NewSet(*sc.Breaker)
 		if err != nil {
@@ -283,9 +272,7 @@ func (m *machine) newSub(sc Subscription, dlqParts int32, starts []int64, pos ma
 		if err != nil {
 			return nil, err
 		}
-		pl := strconv.Itoa(i)
-		pt := &part{num: p, tr: tr, fetchAt: next, endAt: -1, committed: committed, avgRecordBytes: 1024,
-			lagMsgs: mt.LagMessages.WithLabelValues(gl, tl, pl), lagSecs: mt.LagSeconds.WithLabelValues(gl, tl, pl)}
+		pt := &part{num: p, tr: tr, fetchAt: next, endAt: -1, committed: committed, avgRecordBytes: 1024}
 		for _, o := range committed.Done {
 			if o >= next {
 				pt.skip = append(pt.skip, o)
@@ -334,9 +321,9 @@ func (m *machine) fetches(now time.Time) {
 			}
 		}
 	}
-	m.met.DeliveryMemory.WithLabelValues(m.cfg.Name).Set(float64(m.bud.held))
+	m.gauge(metricKey{id: metMemory}, float64(m.bud.held))
 	if d := m.bud.pausedTotal - m.pausedSeen; d > 0 {
-		m.met.DeliveryMemoryPaused.WithLabelValues(m.cfg.Name).Add(d.Seconds())
+		m.count(metricKey{id: metMemoryPaused}, d.Seconds())
 		m.pausedSeen = m.bud.pausedTotal
 	}
 }
@@ -498,8 +485,8 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 	if errors.As(err, &oor) && p.fetchAt < oor.Start {
 		// Retention deleted records the group had not finished.
 		lost := oor.Start - p.fetchAt
-		m.met.ExpiredUnread.WithLabelValues(m.cfg.Name, s.cfg.Topic).Add(float64(lost))
-		m.log.Error("records expired before the group finished them (lag exceeded retention)",
+		m.count(metricKey{id: metExpiredUnread, l1: s.cfg.Topic}, float64(lost))
+		m.note(slog.LevelError, "records expired before the group finished them (lag exceeded retention)",
 			"topic", s.cfg.Topic, "partition", p.num, "from", p.fetchAt, "to", oor.Start)
 		p.fetchAt = oor.Start
 		m.fetchPart(now, s, p)
@@ -507,7 +494,7 @@ func (m *machine) fetched(now time.Time, s *sub, p *part, offset int64, recs []e
 	}
 	if err != nil {
 		p.retryAt = now.Add(readRetryWait)
-		m.log.Error("fetch failed; retrying shortly", "topic", s.cfg.Topic, "partition", p.num, "offset", p.fetchAt, "retry_in", readRetryWait, "err", err)
+		m.note(slog.LevelError, "fetch failed; retrying shortly", "topic", s.cfg.Topic, "partition", p.num, "offset", p.fetchAt, "retry_in", readRetryWait, "err", err)
 		return
 	}
 	if len(recs) == 0 {
@@ -585,7 +572,7 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 	if err := p.tr.Add(now, batch...); err != nil {
 		// Cannot happen: offsets increase and batch ≤ Wants. Stop feeding
 		// this partition loudly rather than deliver out of order.
-		m.log.Error("tracker refused records", "topic", s.cfg.Topic, "partition", p.num, "err", err)
+		m.note(slog.LevelError, "tracker refused records", "topic", s.cfg.Topic, "partition", p.num, "err", err)
 		p.dropAhead()
 	}
 	m.bud.use(p.heldBytes() - before)
@@ -678,6 +665,7 @@ func (m *machine) work(now time.Time) {
 	m.health(now)
 	m.flushLedger()
 	m.maybeCommit(now)
+	m.gaugesDue(now)
 }
 
 // tick advances the trackers' clocks: lease expiries and due retries.
@@ -690,14 +678,14 @@ func (m *machine) tick(now time.Time) {
 			m.evBuf = p.tr.Tick(now, m.evBuf[:0])
 			for _, ev := range m.evBuf {
 				if ev.Kind == tracker.EventLeaseExpired {
-					s.leaseExpiries.Inc()
+					s.stats[statLeaseExpiries]++
 					o := m.forget(s, p, ev.Offset, ev.Token)
 					if m.cfg.Tracer != nil && o.id != "" {
 						m.span(now, s, p, ev.Offset, o, nil, OutcomeLeaseExpired, tracker.ErrTextLeaseExpired)
 					}
 					p.recordFailure(now, ev.Offset, o.attempt, tracker.ErrTextLeaseExpired, o.appVersion)
 					m.probeLost(now, s, o)
-					m.log.Debug("lease expired", "topic", s.cfg.Topic, "partition", p.num, "offset", ev.Offset, "attempt", ev.Attempt)
+					m.note(slog.LevelDebug, "lease expired", "topic", s.cfg.Topic, "partition", p.num, "offset", ev.Offset, "attempt", ev.Attempt)
 				}
 			}
 		}
@@ -815,8 +803,8 @@ func (m *machine) tooLarge(now time.Time, c *consumer, s *sub, p *part, d *track
 	msg := "delivery of " + strconv.Itoa(size) + " bytes (topic " + s.cfg.Topic + " partition " + strconv.Itoa(int(p.num)) +
 		" offset " + strconv.FormatInt(d.Offset, 10) + ") exceeds this stream's frame limit of " + strconv.Itoa(c.maxFrameBytes) +
 		" bytes: raise the client's receive limit and Start.max_receive_bytes (the Go SDK's MaxReceiveBytes option); it is kept and offered again"
-	m.met.SettleErrors.WithLabelValues(m.cfg.Name, ReasonDeliveryTooLarge).Inc()
-	m.log.Warn("delivery too large for the consumer's receive limit", "consumer", c.name, "topic", s.cfg.Topic, "partition", p.num,
+	m.count(metricKey{id: metSettleErrors, l1: ReasonDeliveryTooLarge}, 1)
+	m.note(slog.LevelWarn, "delivery too large for the consumer's receive limit", "consumer", c.name, "topic", s.cfg.Topic, "partition", p.num,
 		"offset", d.Offset, "bytes", size, "frame_limit", c.maxFrameBytes)
 	ref := &spoolv1.DeliveryRef{Topic: s.cfg.Topic, Partition: p.num, Offset: d.Offset}
 	m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{SettleErrors: []*spoolv1.SettleError{{Ref: ref, Reason: ReasonDeliveryTooLarge, Message: msg}}}})
@@ -875,13 +863,13 @@ func (m *machine) frameUnsent(now time.Time, c *consumer, f *spoolv1.SubscribeRe
 			if m.cfg.Tracer != nil {
 				m.span(now, s, p, k.offset, o, c, OutcomeHandedBack, "")
 			}
-			s.uncounted.Inc()
+			s.stats[statUncounted]++
 			m.probeLost(now, s, o)
 			m.ledgerRelease(s, o, "", true)
 		}
 	}
 	if n := len(f.GetSettleErrors()); n > 0 {
-		m.log.Warn("settle errors dropped: consumer not reading", "consumer", c.name, "count", n)
+		m.note(slog.LevelWarn, "settle errors dropped: consumer not reading", "consumer", c.name, "count", n)
 	}
 }
 
@@ -900,8 +888,9 @@ func (m *machine) finished() bool {
 }
 
 // nextWake is the earliest time the machine has timed work: a lease or
-// retry deadline, the next commit, or a breaker change.
-func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
+// retry deadline, the next commit, a breaker change, or the gauges.
+func (m *machine) nextWake(now time.Time) time.Time {
+	w := m.nextLag
 	if m.dirty() && m.nextCommit.Before(w) {
 		w = m.nextCommit
 	}
@@ -936,7 +925,7 @@ func (m *machine) nextWake(now time.Time, w time.Time) time.Time {
 func (m *machine) join(c *consumer) {
 	m.consumers = append(m.consumers, c)
 	m.emit(action{kind: actConnected})
-	m.met.Consumers.WithLabelValues(m.cfg.Name).Set(float64(len(m.consumers)))
+	m.gauge(metricKey{id: metConsumers}, float64(len(m.consumers)))
 }
 
 // leave releases everything the consumer still holds at once: each counts
@@ -953,7 +942,7 @@ func (m *machine) leave(now time.Time, c *consumer) {
 			if m.cfg.Tracer != nil {
 				m.span(now, s, p, k.offset, o, c, OutcomeStreamClosed, tracker.ErrTextReleased)
 			}
-			s.streamClosed.Inc()
+			s.stats[statStreamClosed]++
 			m.probeLost(now, s, o)
 			m.ledgerRelease(s, o, tracker.ErrTextReleased, false)
 			p.recordFailure(now, k.offset, o.attempt, tracker.ErrTextReleased, o.appVersion)
@@ -966,7 +955,7 @@ func (m *machine) leave(now time.Time, c *consumer) {
 			break
 		}
 	}
-	m.met.Consumers.WithLabelValues(m.cfg.Name).Set(float64(len(m.consumers)))
+	m.gauge(metricKey{id: metConsumers}, float64(len(m.consumers)))
 	m.emit(action{kind: actConnected})
 }
 

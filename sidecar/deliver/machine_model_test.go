@@ -3,7 +3,6 @@ package deliver
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/ledger"
-	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -100,7 +98,7 @@ func newModelTest(t *rapid.T) *modelTest {
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	mc := &machine{cfg: cfg, met: metrics.New(), log: slog.New(slog.DiscardHandler), byTop: map[string]*sub{}, expired: map[refKey]sent{},
+	mc := &machine{cfg: cfg, byTop: map[string]*sub{}, expired: map[refKey]sent{},
 		bud: memBudget{limit: cfg.MemoryBytes}}
 	s, err := mc.newSub(cfg.Subscriptions[0], 1, make([]int64, modelParts), nil)
 	if err != nil {

@@ -2,6 +2,7 @@ package deliver
 
 import (
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -65,7 +66,7 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 	s.groupConsumers = v.consumers // whether this sidecar is a member or not
 	if !v.member {
 		if s.joinedGen != 0 {
-			m.log.Warn("the group's coordinator does not know this member (expired?): stopping its partitions; joining again", "topic", s.cfg.Topic)
+			m.note(slog.LevelWarn, "the group's coordinator does not know this member (expired?): stopping its partitions; joining again", "topic", s.cfg.Topic)
 		}
 		for _, p := range s.parts {
 			if p.own != ownNone {
@@ -79,8 +80,8 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 		return // an older read than one already applied
 	}
 	s.joinedGen = v.generation
-	m.met.GroupGeneration.WithLabelValues(m.cfg.Name).Set(float64(v.generation))
-	m.met.GroupMembers.WithLabelValues(m.cfg.Name, s.cfg.Topic).Set(float64(v.members))
+	m.gauge(metricKey{id: metGeneration}, float64(v.generation))
+	m.gauge(metricKey{id: metMembers, l1: s.cfg.Topic}, float64(v.members))
 	for _, p := range s.parts {
 		owned, revoking := slices.Contains(v.owned, p.num), slices.Contains(v.revoking, p.num)
 		switch {
@@ -94,7 +95,7 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 				p.own, p.gen = ownRevoking, v.generation
 				p.revokeBy = now.Add(m.cfg.Membership.RevokeDrain)
 				p.dropAhead() // nothing new is delivered from it here
-				m.log.Info("partition revoked: draining it", "topic", s.cfg.Topic, "partition", p.num, "in_flight", p.tr.InFlight(), "generation", v.generation)
+				m.note(slog.LevelInfo, "partition revoked: draining it", "topic", s.cfg.Topic, "partition", p.num, "in_flight", p.tr.InFlight(), "generation", v.generation)
 			case ownNone:
 				// Never started here (a new process): nothing to drain or commit.
 				if !p.handing {
@@ -125,14 +126,14 @@ func (m *machine) startPart(s *sub, p *part, committed engine.Position, start in
 	next := max(committed.Next, start)
 	tr, err := tracker.New[engine.Record](s.cfg.Tracker, next)
 	if err != nil {
-		m.log.Error("cannot start a partition", "topic", s.cfg.Topic, "partition", p.num, "err", err)
+		m.note(slog.LevelError, "cannot start a partition", "topic", s.cfg.Topic, "partition", p.num, "err", err)
 		return
 	}
 	p.resetTo(tr, next, committed)
 	p.own, p.gen = ownActive, gen
-	m.met.GroupPartitionMoves.WithLabelValues(m.cfg.Name, s.cfg.Topic, "in").Inc()
+	m.count(metricKey{id: metPartitionMoves, l1: s.cfg.Topic, l2: "in"}, 1)
 	m.countOwned(s)
-	m.log.Info("partition assigned: delivering it", "topic", s.cfg.Topic, "partition", p.num, "from", next, "generation", gen)
+	m.note(slog.LevelInfo, "partition assigned: delivering it", "topic", s.cfg.Topic, "partition", p.num, "from", next, "generation", gen)
 }
 
 // resetTo gives the partition a new tracker starting at next.
@@ -154,9 +155,9 @@ func (p *part) resetTo(tr *tracker.Tracker[engine.Record], next int64, committed
 // app are forgotten (their settlements are refused as not in flight), its
 // dead letters waiting are dropped, nothing of it is committed.
 func (m *machine) stopPart(now time.Time, s *sub, p *part, why string) {
-	m.log.Warn("partition stopped", "topic", s.cfg.Topic, "partition", p.num, "reason", why, "in_flight", p.tr.InFlight())
+	m.note(slog.LevelWarn, "partition stopped", "topic", s.cfg.Topic, "partition", p.num, "reason", why, "in_flight", p.tr.InFlight())
 	if p.own != ownNone {
-		m.met.GroupPartitionMoves.WithLabelValues(m.cfg.Name, s.cfg.Topic, "out").Inc()
+		m.count(metricKey{id: metPartitionMoves, l1: s.cfg.Topic, l2: "out"}, 1)
 	}
 	m.handBack(now, s, p, false)
 	kept := m.dlWait[:0]
@@ -186,7 +187,7 @@ func (m *machine) countOwned(s *sub) {
 			n++
 		}
 	}
-	m.met.GroupPartitionsOwned.WithLabelValues(m.cfg.Name, s.cfg.Topic).Set(float64(n))
+	m.gauge(metricKey{id: metPartitionsOwned, l1: s.cfg.Topic}, float64(n))
 }
 
 // handBack takes the partition's deliveries back from the consumers
@@ -240,7 +241,7 @@ func (m *machine) revocations(now time.Time) {
 			}
 			if busy {
 				n := m.handBack(now, s, p, true)
-				m.log.Warn("revoked partition not drained within its bound: handing its deliveries back", "topic", s.cfg.Topic, "partition", p.num, "handed_back", n)
+				m.note(slog.LevelWarn, "revoked partition not drained within its bound: handing its deliveries back", "topic", s.cfg.Topic, "partition", p.num, "handed_back", n)
 			}
 			p.handing = true
 			if a.pos == nil {
@@ -280,11 +281,11 @@ func (m *machine) committedCluster(now time.Time, j *commitJob) {
 		case err == nil:
 			p.committed = pos
 		case errors.Is(err, engine.ErrGroupFenced):
-			m.met.CommitErrors.WithLabelValues(m.cfg.Name, s.cfg.Topic).Inc()
+			m.count(metricKey{id: metCommitErrors, l1: s.cfg.Topic}, 1)
 			m.stopPart(now, s, p, "commit fenced: the partition moved to another member")
 		default:
-			m.met.CommitErrors.WithLabelValues(m.cfg.Name, s.cfg.Topic).Inc()
-			m.log.Error("committing offsets through the group's coordinator failed; retrying at the next interval", "topic", s.cfg.Topic, "partition", num, "err", err)
+			m.count(metricKey{id: metCommitErrors, l1: s.cfg.Topic}, 1)
+			m.note(slog.LevelError, "committing offsets through the group's coordinator failed; retrying at the next interval", "topic", s.cfg.Topic, "partition", num, "err", err)
 		}
 	}
 	for _, h := range j.handovers {
@@ -300,9 +301,9 @@ func (m *machine) handedOver(s *sub, h *handover) {
 	p := h.p
 	switch {
 	case h.err == nil, errors.Is(h.err, engine.ErrGroupNotRevoking) && p.own == ownNone:
-		m.log.Info("revoked partition handed over", "topic", s.cfg.Topic, "partition", p.num, "committed", p.committed.Next)
+		m.note(slog.LevelInfo, "revoked partition handed over", "topic", s.cfg.Topic, "partition", p.num, "committed", p.committed.Next)
 		if p.own != ownNone {
-			m.met.GroupPartitionMoves.WithLabelValues(m.cfg.Name, s.cfg.Topic, "out").Inc()
+			m.count(metricKey{id: metPartitionMoves, l1: s.cfg.Topic, l2: "out"}, 1)
 		}
 		tr, _ := tracker.New[engine.Record](s.cfg.Tracker, 0)
 		p.resetTo(tr, 0, engine.Position{})
@@ -315,7 +316,7 @@ func (m *machine) handedOver(s *sub, h *handover) {
 		// Not known to be done: try again (a retried RevokeDone that was
 		// applied is refused as not revoking, handled above).
 		p.handing = false
-		m.log.Error("handing a revoked partition over failed; retrying", "topic", s.cfg.Topic, "partition", p.num, "err", h.err)
+		m.note(slog.LevelError, "handing a revoked partition over failed; retrying", "topic", s.cfg.Topic, "partition", p.num, "err", h.err)
 	}
 }
 
@@ -370,7 +371,7 @@ func (m *machine) health(now time.Time) {
 			if now.Sub(s.idleSince) >= after {
 				m.resetBreakers(s)
 				s.heldSince, deg = time.Time{}, false
-				m.log.Info("degraded member idle long enough: forgetting its breakers' state and taking its share again to probe the downstream", "topic", s.cfg.Topic)
+				m.note(slog.LevelInfo, "degraded member idle long enough: forgetting its breakers' state and taking its share again to probe the downstream", "topic", s.cfg.Topic)
 			}
 		}
 		if !deg || m.owns(s) {
@@ -381,11 +382,11 @@ func (m *machine) health(now time.Time) {
 			v := 0.0
 			if deg {
 				v = 1
-				m.log.Warn("breakers have held deliveries too long: telling the coordinator this member is degraded (its partitions go to healthy members)", "topic", s.cfg.Topic, "held_for", now.Sub(s.heldSince).Round(time.Second))
+				m.note(slog.LevelWarn, "breakers have held deliveries too long: telling the coordinator this member is degraded (its partitions go to healthy members)", "topic", s.cfg.Topic, "held_for", now.Sub(s.heldSince).Round(time.Second))
 			} else {
-				m.log.Info("member healthy again", "topic", s.cfg.Topic)
+				m.note(slog.LevelInfo, "member healthy again", "topic", s.cfg.Topic)
 			}
-			m.met.MemberDegraded.WithLabelValues(m.cfg.Name, s.cfg.Topic).Set(v)
+			m.gauge(metricKey{id: metMemberDegraded, l1: s.cfg.Topic}, v)
 		}
 	}
 	if changed {
@@ -424,7 +425,7 @@ func (m *machine) resetBreakers(s *sub) {
 		return // the config was validated when the set was made
 	}
 	for name := range s.brk.States() {
-		m.met.BreakerState.WithLabelValues(m.cfg.Name, s.cfg.Topic, name).Set(stateValue(breaker.Closed))
+		m.gauge(metricKey{id: metBreakerState, l1: s.cfg.Topic, l2: name}, stateValue(breaker.Closed))
 	}
 	s.brk, s.probePending = fresh, false
 }

@@ -351,7 +351,7 @@ func (pl *pipeline) hold(op ledgerOp) {
 			h.ops.release, ids = trimOldestIDs(h.ops.release, &drop, ids, func(r ledger.Release) string { return r.ID })
 			h.ops.dead, ids = trimOldestIDs(h.ops.dead, &drop, ids, func(f ledger.Finish) string { return f.ID })
 			pl.finished(ids)
-			h.s.ledgerDropped.Add(float64(k - drop))
+			h.s.metrics.ledgerDropped.Add(float64(k - drop))
 			if drop == 0 {
 				break
 			}

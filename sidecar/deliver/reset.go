@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
 // ErrConsumersConnected: offsets of a group can only be moved while no
@@ -28,80 +27,72 @@ func (g *Group) ResetOffsets(ctx context.Context, topic string, target func(p in
 	if g.cfg.Coordinator != nil {
 		return g.resetCluster(ctx, topic, target, dryRun)
 	}
-	type reply struct {
-		out []PartitionSnapshot
-		err error
-	}
-	ch := make(chan reply, 1)
-	err := g.post(ctx, queryEvent{func(g *Group, now time.Time) {
-		out, err := g.resetOffsets(now, topic, target, dryRun)
-		ch <- reply{out, err}
-	}})
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case r := <-ch:
-		return r.out, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, start, end int64) (int64, error), dryRun bool) ([]PartitionSnapshot, error) {
-	s := g.mc.byTop[topic]
+	s := g.mc.byTop[topic] // fixed after NewGroup
 	if s == nil {
 		return nil, fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)
 	}
-	if n := len(g.mc.consumers); n > 0 {
-		return nil, fmt.Errorf("%w (%d; callback subscriptions count as one): stop them, reset, start them again", ErrConsumersConnected, n)
-	}
-	out := make([]PartitionSnapshot, 0, len(s.parts))
-	next := make([]int64, len(s.parts))
-	for i, p := range s.parts {
-		start, end, err := g.eng.Offsets(topic, p.num)
-		if err != nil {
-			return nil, err
-		}
-		off, err := target(p.num, start, end)
-		if err != nil {
-			return nil, err
-		}
-		next[i] = min(max(off, start), end)
-		out = append(out, PartitionSnapshot{Partition: p.num, Committed: next[i], End: end, LagMessages: end - next[i]})
-	}
-	if dryRun {
-		return out, nil
-	}
-	pos := make(map[int32]engine.Position, len(s.parts))
-	for i, p := range s.parts {
-		tr, err := tracker.New[engine.Record](s.cfg.Tracker, next[i])
-		if err != nil {
-			return nil, err
-		}
-		p.tr, p.fetchAt, p.skip, p.skipAt = tr, next[i], nil, 0
-		p.dropAhead()
-		p.wire, p.history = nil, nil
-		pos[p.num] = engine.Position{Next: next[i]}
-	}
-	// Dead letters of the old trackers waiting their turn are forgotten
-	// with them (the reset decides where the group resumes).
-	kept := g.mc.dlWait[:0]
-	for _, w := range g.mc.dlWait {
-		if w.s != s {
-			kept = append(kept, w)
-		}
-	}
-	clear(g.mc.dlWait[len(kept):])
-	g.mc.dlWait = kept
-	if err := g.eng.CommitPositions(g.cfg.Name, topic, pos); err != nil {
+	// The targets are read here, off the loop: the log's range of each
+	// partition may be a round trip to a broker or a peer.
+	out, next, err := g.resetTargets(topic, int32(len(s.parts)), target)
+	if err != nil {
 		return nil, err
 	}
-	for _, p := range s.parts {
-		p.committed = pos[p.num]
+	j := &resetJob{s: s, next: next, dryRun: dryRun, done: make(chan error, 1)}
+	if err := g.post(ctx, resetEvent{j}); err != nil {
+		return nil, err
 	}
-	g.log.Info("offsets reset", "topic", topic, "positions", out)
+	select {
+	case err = <-j.done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-g.stopped:
+		return nil, errStopped
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !dryRun {
+		g.log.Info("offsets reset", "topic", topic, "positions", out)
+	}
 	return out, nil
+}
+
+// resetTargets reads each partition's stored range and asks target where
+// the partition resumes (clamped to the range).
+func (g *Group) resetTargets(topic string, parts int32, target func(p int32, start, end int64) (int64, error)) ([]PartitionSnapshot, []int64, error) {
+	out := make([]PartitionSnapshot, 0, parts)
+	next := make([]int64, parts)
+	for p := range parts {
+		start, end, err := g.eng.Offsets(topic, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		off, err := target(p, start, end)
+		if err != nil {
+			return nil, nil, err
+		}
+		next[p] = min(max(off, start), end)
+		out = append(out, PartitionSnapshot{Partition: p, Committed: next[p], End: end, LagMessages: end - next[p]})
+	}
+	return out, next, nil
+}
+
+// resetJob is an offset reset handed to the loop (resetEvent): the
+// machine refuses it (consumers connected) or applies it and commits the
+// new positions (an actCommit carrying the job); done gets the answer.
+type resetJob struct {
+	s      *sub
+	next   []int64 // per partition
+	dryRun bool
+	done   chan error // buffered: the loop never waits on it
+}
+
+type resetEvent struct{ j *resetJob }
+
+func (e resetEvent) apply(g *Group, _ time.Time) {
+	if err := g.mc.reset(e.j); err != nil || e.j.dryRun {
+		e.j.done <- err
+	} // else answered when its commit is written
 }
 
 // resetCluster resets the group's positions on topic through the
@@ -111,48 +102,20 @@ func (g *Group) resetOffsets(now time.Time, topic string, target func(p int32, s
 // the topic; the members that start the partitions afterwards start from
 // the new positions.
 func (g *Group) resetCluster(ctx context.Context, topic string, target func(p int32, start, end int64) (int64, error), dryRun bool) ([]PartitionSnapshot, error) {
-	type reply struct {
-		parts int32
-		err   error
+	s := g.mc.byTop[topic] // fixed after NewGroup
+	if s == nil {
+		return nil, fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)
 	}
-	ch := make(chan reply, 1)
-	err := g.post(ctx, queryEvent{func(g *Group, _ time.Time) {
-		s := g.mc.byTop[topic]
-		if s == nil {
-			ch <- reply{err: fmt.Errorf("group %q does not subscribe to topic %q", g.cfg.Name, topic)}
-			return
-		}
-		ch <- reply{parts: int32(len(s.parts))}
-	}})
+	out, next, err := g.resetTargets(topic, int32(len(s.parts)), target)
 	if err != nil {
 		return nil, err
 	}
-	var r reply
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if r.err != nil {
-		return nil, r.err
-	}
-	out := make([]PartitionSnapshot, 0, r.parts)
-	cmd := &engine.GroupReset{Topic: topic}
-	for p := range r.parts {
-		start, end, err := g.eng.Offsets(topic, p)
-		if err != nil {
-			return nil, err
-		}
-		off, err := target(p, start, end)
-		if err != nil {
-			return nil, err
-		}
-		next := min(max(off, start), end)
-		out = append(out, PartitionSnapshot{Partition: p, Committed: next, End: end, LagMessages: end - next})
-		cmd.Next = append(cmd.Next, engine.GroupPartitionNext{Partition: p, Next: next})
-	}
 	if dryRun {
 		return out, nil
+	}
+	cmd := &engine.GroupReset{Topic: topic}
+	for p, n := range next {
+		cmd.Next = append(cmd.Next, engine.GroupPartitionNext{Partition: int32(p), Next: n})
 	}
 	c, cancel := context.WithTimeout(ctx, coordCallTimeout)
 	defer cancel()

@@ -1,11 +1,21 @@
 package deliver
 
 import (
-	"context"
+	"slices"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
 )
+
+// Progress: lag gauges and admin snapshots. Both need the log's end of
+// every partition (and the append time of the oldest unfinished message),
+// which on a broker backend or a cluster member is a round trip (two
+// ListOffsets on Kafka; a NodeService.Fetch to a peer). The machine only
+// says what each partition's position is; the engine is asked off the loop
+// (progress.go: the lag prober for the gauges, the admin caller's own
+// goroutine for a snapshot), so a slow answer never holds up deliveries
+// and acks. A snapshot's positions are the loop's at the time it was
+// asked; its ends are read just after.
 
 // Snapshot is a group's progress, taken by its loop.
 type Snapshot struct {
@@ -36,43 +46,48 @@ type PartitionSnapshot struct {
 	InFlight       int
 }
 
-// Snapshot asks the loop for the group's progress.
-func (g *Group) Snapshot(ctx context.Context) (Snapshot, error) {
-	reply := make(chan Snapshot, 1)
-	err := g.post(ctx, queryEvent{func(g *Group, now time.Time) {
-		var s Snapshot
-		s.Consumers = len(g.mc.consumers)
-		for _, sb := range g.mc.subs {
-			ts := TopicSnapshot{Topic: sb.cfg.Topic, Consumers: g.mc.consumersOf(sb)}
-			if g.mc.cluster {
-				ts.Consumers = sb.groupConsumers
-			}
-			for _, p := range sb.parts {
-				pos := g.mc.lagPosition(p)
-				_, end, _ := g.eng.Offsets(sb.cfg.Topic, p.num)
-				lag := lagMessages(pos, end)
-				ps := PartitionSnapshot{Partition: p.num, Committed: pos.Next, End: end, LagMessages: lag, InFlight: p.tr.InFlight()}
-				if lag > 0 {
-					if ts, err := g.eng.RecordTime(sb.cfg.Topic, p.num, pos.Next); err == nil {
-						ps.LagMs = max(now.UnixMilli()-ts, 0)
-					}
-				}
-				ts.Partitions = append(ts.Partitions, ps)
-			}
-			s.Topics = append(s.Topics, ts)
-		}
-		reply <- s
-	}})
-	if err != nil {
-		return Snapshot{}, err
-	}
-	select {
-	case s := <-reply:
-		return s, nil
-	case <-ctx.Done():
-		return Snapshot{}, ctx.Err()
-	}
+// partProgress is one partition's progress as the loop knows it: what
+// lag is measured from, copied so that another goroutine may read it, and
+// the driver's metric handles of its topic (the lag prober sets its gauges).
+type partProgress struct {
+	topic    string
+	num      int32
+	pos      engine.Position
+	inFlight int
+	metrics  *subMetrics
 }
+
+// progress returns every partition's progress now, appended to dst.
+func (m *machine) progress(dst []partProgress) []partProgress {
+	for _, s := range m.subs {
+		for _, p := range s.parts {
+			pos := m.lagPosition(p)
+			pos.Done = slices.Clone(pos.Done)
+			dst = append(dst, partProgress{topic: s.cfg.Topic, num: p.num, pos: pos, inFlight: p.tr.InFlight(),
+				metrics: s.metrics})
+		}
+	}
+	return dst
+}
+
+// gaugesDue emits actGauges every lagInterval. It carries the partitions'
+// progress for the lag prober unless the prober's last round has not
+// answered yet (lagged): rounds never pile up behind a slow engine.
+func (m *machine) gaugesDue(now time.Time) {
+	if now.Before(m.nextLag) {
+		return
+	}
+	m.nextLag = now.Add(lagInterval)
+	a := action{kind: actGauges}
+	if !m.lagging {
+		m.lagging = true
+		a.lag = m.progress(nil)
+	}
+	m.emit(a)
+}
+
+// lagged: the lag prober finished the round it was given.
+func (m *machine) lagged() { m.lagging = false }
 
 // lagPosition is the position lag is measured from: the group's committed
 // position as its coordinator holds it in a cluster (every member reports

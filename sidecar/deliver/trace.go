@@ -3,10 +3,15 @@ package deliver
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/tracing"
 )
 
 // Tracing deliveries for the admin Tail (`spool tail --group`): while a
@@ -92,23 +97,28 @@ func (g *Group) traced(topic string, d *spoolv1.TailDelivery) {
 	}
 }
 
-// trace emits one step of a delivery of s (only while a stream follows it).
-func (m *machine) trace(now time.Time, s *sub, kind spoolv1.TailDeliveryKind, partition int32, offset int64, id string, attempt int32, c *consumer, errText, reason string) {
-	m.emit(action{kind: actTrace, s: s, trace: &spoolv1.TailDelivery{
-		Kind: kind, Partition: partition, Offset: offset, Id: id, Attempt: attempt,
-		Consumer: c.name, Error: errText, Reason: reason, TimeMs: now.UnixMilli(),
-	}})
-}
-
-// traceKind is the step a settlement outcome is.
-func traceKind(o spoolv1.Outcome) spoolv1.TailDeliveryKind {
-	switch o {
-	case spoolv1.Outcome_OUTCOME_RETRY:
-		return spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_RETRY
-	case spoolv1.Outcome_OUTCOME_DEAD_LETTER:
-		return spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_DEAD_LETTER
-	case spoolv1.Outcome_OUTCOME_RELEASE:
-		return spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_RELEASED
+// recordSpan records one attempt with the group's tracer (driver side).
+func recordSpan(tr trace.Tracer, sp *attemptSpan) {
+	ctx := tracing.Parent(context.Background(), sp.traceparent, sp.tracestate)
+	_, span := tr.Start(ctx, sp.topic+" deliver",
+		trace.WithTimestamp(sp.start),
+		trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(
+			tracing.System.String(tracing.SystemName),
+			tracing.Operation.String("deliver"),
+			tracing.Destination.String(sp.topic),
+			tracing.Partition.String(strconv.Itoa(int(sp.partition))),
+			tracing.Group.String(sp.group),
+			tracing.MessageID.String(sp.id),
+			tracing.Attempt.Int(sp.attempt),
+			tracing.Offset.Int64(sp.offset),
+			tracing.Outcome.String(sp.outcome),
+			tracing.Consumer.String(sp.consumer),
+		))
+	switch sp.outcome {
+	case OutcomeAck, OutcomeRelease, OutcomeHandedBack:
+	default:
+		span.SetStatus(codes.Error, sp.errText)
 	}
-	return spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_UNSPECIFIED
+	span.End(trace.WithTimestamp(sp.end))
 }
