@@ -29,10 +29,6 @@ import (
 // createdTopicsFile is the catalogue's name in node.data_dir.
 const createdTopicsFile = "admin-topics.json"
 
-// MaxCreatePartitions bounds the partitions of a topic made by CreateTopic
-// (each is a directory of segment files and an open file).
-const MaxCreatePartitions = 1024
-
 // createdTopic is one catalogue entry.
 type createdTopic struct {
 	Name           string `json:"name"`
@@ -189,8 +185,8 @@ func checkTopicSpec(name string, partitions int32, retentionMs, retentionBytes i
 		return apierr.New(apierr.TopicRequired, "name the topic")
 	case len(name) > config.MaxNameBytes || !config.ValidNameBytes(name) || strings.HasPrefix(name, "__") || name == "." || name == "..":
 		return apierr.New(apierr.InvalidTopicName, "topic name %q is not allowed ("+rule+"): choose another", clipName(name), config.MaxNameBytes)
-	case partitions < 1 || partitions > MaxCreatePartitions:
-		return apierr.New(apierr.InvalidTopicSpec, "topic %s: %d partitions: use 1..%d", name, partitions, MaxCreatePartitions)
+	case partitions < 1 || partitions > config.MaxPartitions:
+		return apierr.New(apierr.InvalidTopicSpec, "topic %s: %d partitions: use 1..%d", name, partitions, config.MaxPartitions)
 	case retentionMs < 0:
 		return apierr.New(apierr.InvalidTopicSpec, "topic %s: retention of %d ms: use 0 (keep forever) or more", name, retentionMs)
 	case retentionBytes < 0:

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/spoolmq/spool/engine/internal/limits"
 )
 
 // Limits of the coordinator's state. They are constants, not settings:
@@ -23,12 +25,13 @@ const (
 	// MaxTopicsPerGroup is the most topics a group's members subscribe to
 	// together.
 	MaxTopicsPerGroup = 64
-	// MaxPartitions is the most partitions of one topic (engine/meta's
-	// MaxPartitions).
-	MaxPartitions = 4096
-	// MaxReplicas is the most replica nodes a Join names for one partition
-	// (engine/meta's MaxReplicationFactor).
-	MaxReplicas = 7
+	// MaxPartitions is the most partitions of one topic, as the controller
+	// allows (engine/internal/limits).
+	MaxPartitions = limits.MaxPartitions
+	// MaxReplicas is the most replica nodes a Join names for one partition:
+	// the most replicas the controller allows (engine/internal/limits
+	// MaxReplicationFactor).
+	MaxReplicas = limits.MaxReplicationFactor
 	// MaxDonePerPosition is the most finished offsets above Next a
 	// committed position keeps. A commit is one record of the offsets
 	// topic; a sidecar whose window holds more finished offsets above its
@@ -39,9 +42,9 @@ const (
 	// MaxPositionsPerGroup is the most partitions a group keeps committed
 	// positions for.
 	MaxPositionsPerGroup = 16_384
-	// MaxNameBytes is the longest group or topic name, as in the sidecar's
-	// config.
-	MaxNameBytes = 200
+	// MaxNameBytes is the longest group or topic name (engine/internal/limits),
+	// as in the sidecar's config.
+	MaxNameBytes = limits.MaxNameBytes
 	// MaxMemberIDBytes is the longest member id (a node id of up to 253
 	// bytes and a subscription).
 	MaxMemberIDBytes = 512

@@ -1,0 +1,31 @@
+// Package limits defines the bounds of a topic that more than one part of
+// the engine enforces: the controller's state machine (engine/meta), the
+// consumer-group coordinator (engine/groups/coord) and the API (engine,
+// which re-exports them for the sidecar). Each is defined here once, so the
+// controller and the coordinator can never disagree about what a topic may
+// be.
+//
+// It lives here, not in engine, because engine imports engine/groups/coord
+// (to re-export the coordinator's types), so coord cannot import engine.
+// It imports nothing, and must not: every package of the engine may import
+// it.
+//
+// They are constants, not settings: every replica must refuse exactly the
+// same commands, so raising one is a release change (every node of the
+// cluster on the new release first).
+package limits
+
+const (
+	// MaxPartitions is the most partitions of one topic. Each partition is
+	// a raft group with ReplicationFactor replicas; 4096 partitions of RF 3
+	// on 3 nodes are 4096 replicas per node, four times the 1,000 idle
+	// replicas a node is measured with (docs/benchmarks.md), and a topic
+	// needing more parallelism than that is better split.
+	MaxPartitions = 4096
+	// MaxReplicationFactor is the most replicas of one partition. Raft
+	// groups past 7 voters commit slower and tolerate more failures than
+	// any deployment needs.
+	MaxReplicationFactor = 7
+	// MaxNameBytes is the longest topic or consumer group name.
+	MaxNameBytes = 200
+)
