@@ -1,12 +1,12 @@
 package engine
 
 import (
-	"github.com/spoolmq/spool/engine/internal/limits"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/internal/limits"
 )
 
 // Limits of a topic, the same in the controller (engine/meta) and the group
-// coordinator (engine/groups/coord); engine/internal/limits defines them and
+// coordinator (engine/groups/coord); internal/limits defines them and
 // says why. The sidecar may allow less (sidecar/config.MaxPartitions).
 const (
 	// MaxPartitions is the most partitions of one topic.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/spoolmq/spool/engine/internal/limits"
+	"github.com/spoolmq/spool/internal/limits"
 )
 
 // Limits of the controller's state. They are constants, not settings: every
@@ -23,7 +23,7 @@ const (
 	// MaxTopics is the most topics a cluster holds.
 	MaxTopics = 10_000
 	// MaxPartitions is the most partitions of one topic
-	// (engine/internal/limits says why). The sidecar makes topics of at most
+	// (internal/limits says why). The sidecar makes topics of at most
 	// 1024 partitions (sidecar/config.MaxPartitions), from its config file
 	// or AdminService.CreateTopic; the engine's internal topics (the groups'
 	// coordinators, embedded.ClusterConfig.GroupsPartitions) may have up to
@@ -34,7 +34,7 @@ const (
 	// state (a snapshot of it) to a few MiB.
 	MaxTotalPartitions = 100_000
 	// MaxReplicationFactor is the most replicas of one partition
-	// (engine/internal/limits).
+	// (internal/limits).
 	MaxReplicationFactor = limits.MaxReplicationFactor
 	// MaxControllerVoters is how many nodes vote in group 0 (the lowest
 	// ids); the others are learners.
@@ -43,7 +43,7 @@ const (
 	// each move copies a whole partition log to a new node, so a node that
 	// dies does not start thousands of copies together.
 	MaxMovesInFlight = 8
-	// MaxNameBytes is the longest topic name (engine/internal/limits), as in
+	// MaxNameBytes is the longest topic name (internal/limits), as in
 	// the sidecar's config.
 	MaxNameBytes = limits.MaxNameBytes
 	// MaxClusterIDBytes is the longest cluster id.

@@ -3,7 +3,7 @@ package config
 import (
 	"time"
 
-	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/internal/limits"
 	"github.com/spoolmq/spool/sidecar/backoff"
 	"github.com/spoolmq/spool/sidecar/breaker"
 )
@@ -52,8 +52,8 @@ const (
 	DefaultLeaveTimeout       = 60 * time.Second
 	DefaultMoveBytesPerSecond = 32 << 20
 	// MaxReplicationFactor is the most replicas a partition may have: what
-	// the engine allows.
-	MaxReplicationFactor = engine.MaxReplicationFactor
+	// the engine allows (internal/limits).
+	MaxReplicationFactor = limits.MaxReplicationFactor
 
 	DefaultPartitions = 4
 	DefaultRetention  = 168 * time.Hour

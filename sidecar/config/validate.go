@@ -10,13 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/internal/limits"
 	"github.com/spoolmq/spool/sidecar/breaker"
 )
 
 // The sidecar never allows more partitions than the engine does (a
 // compile-time check: a negative constant does not convert to uint).
-const _ = uint(engine.MaxPartitions - MaxPartitions)
+const _ = uint(limits.MaxPartitions - MaxPartitions)
 
 // FieldError is one problem with one configuration value. Validate and
 // ApplyEnv return them joined (errors.Join); find them with errors.As.
@@ -38,7 +38,7 @@ func (e *FieldError) Error() string {
 const (
 	// MaxNameBytes is the longest topic, group or subscription name: what
 	// the engine allows a topic or group name.
-	MaxNameBytes = engine.MaxNameBytes
+	MaxNameBytes = limits.MaxNameBytes
 	// MaxPartitions is the most partitions of a topic the sidecar makes,
 	// declared here or created with AdminService.CreateTopic. A product
 	// limit, a quarter of what the engine accepts (engine.MaxPartitions,

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/spoolmq/spool/engine/internal/limits"
+	"github.com/spoolmq/spool/internal/limits"
 )
 
 // Limits of the coordinator's state. They are constants, not settings:
@@ -26,10 +26,10 @@ const (
 	// together.
 	MaxTopicsPerGroup = 64
 	// MaxPartitions is the most partitions of one topic, as the controller
-	// allows (engine/internal/limits).
+	// allows (internal/limits).
 	MaxPartitions = limits.MaxPartitions
 	// MaxReplicas is the most replica nodes a Join names for one partition:
-	// the most replicas the controller allows (engine/internal/limits
+	// the most replicas the controller allows (internal/limits
 	// MaxReplicationFactor).
 	MaxReplicas = limits.MaxReplicationFactor
 	// MaxDonePerPosition is the most finished offsets above Next a
@@ -42,7 +42,7 @@ const (
 	// MaxPositionsPerGroup is the most partitions a group keeps committed
 	// positions for.
 	MaxPositionsPerGroup = 16_384
-	// MaxNameBytes is the longest group or topic name (engine/internal/limits),
+	// MaxNameBytes is the longest group or topic name (internal/limits),
 	// as in the sidecar's config.
 	MaxNameBytes = limits.MaxNameBytes
 	// MaxMemberIDBytes is the longest member id (a node id of up to 253

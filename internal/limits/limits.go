@@ -1,14 +1,14 @@
 // Package limits defines the bounds of a topic that more than one part of
-// the engine enforces: the controller's state machine (engine/meta), the
-// consumer-group coordinator (engine/groups/coord) and the API (engine,
-// which re-exports them for the sidecar). Each is defined here once, so the
-// controller and the coordinator can never disagree about what a topic may
-// be.
+// Spool enforces: the controller's state machine (engine/meta), the
+// consumer-group coordinator (engine/groups/coord), the engine's API (which
+// re-exports them) and the sidecar's config (sidecar/config). Each is
+// defined here once, so that the controller, the coordinator and the
+// config can never disagree about what a topic may be.
 //
-// It lives here, not in engine, because engine imports engine/groups/coord
-// (to re-export the coordinator's types), so coord cannot import engine.
-// It imports nothing, and must not: every package of the engine may import
-// it.
+// It is not in package engine because engine imports engine/groups/coord
+// (to re-export the coordinator's types), so coord cannot import engine,
+// and because sidecar/config is a leaf that must not import the engine. It
+// imports nothing, and must not: anything of Spool's may import it.
 //
 // They are constants, not settings: every replica must refuse exactly the
 // same commands, so raising one is a release change (every node of the
