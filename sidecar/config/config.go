@@ -7,7 +7,7 @@
 // does the whole sequence for spoold; Load and Parse read a file alone.
 //
 // It is a leaf: it imports only the standard library, the YAML decoder,
-// sidecar/backoff (whose defaults it shares) and internal/limits (the
+// internal/backoff (whose defaults it shares) and internal/limits (the
 // engine's topic limits). It must never import the engine, Redis, gRPC or
 // Prometheus, so that anything may import it.
 //
@@ -18,7 +18,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/spoolmq/spool/sidecar/backoff"
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // Config is the whole sidecar configuration. The zero value is not usable:

@@ -3,8 +3,8 @@ package config
 import (
 	"time"
 
+	"github.com/spoolmq/spool/internal/backoff"
 	"github.com/spoolmq/spool/internal/limits"
-	"github.com/spoolmq/spool/sidecar/backoff"
 	"github.com/spoolmq/spool/sidecar/breaker"
 )
 
