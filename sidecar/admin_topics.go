@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/internal/atomicfile"
 	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/config"
 )
@@ -105,32 +106,13 @@ func (c *topicCatalog) update(name string, t *createdTopic) error {
 	return writeFileSynced(c.path, append(b, '\n'))
 }
 
+// writeFileSynced replaces the catalogue durably (internal/atomicfile: a
+// crash leaves the old catalogue or the new one).
 func writeFileSynced(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, b); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // openCreatedTopics opens the topics of the catalogue that the config does
