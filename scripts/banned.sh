@@ -32,4 +32,9 @@ if deps=$(go list -deps ./engine ./engine/kafka ./engine/jetstream) && \
   echo "$deps" | grep -E '^(github.com/spoolmq/spool/engine/(embedded|raft|transport|meta)|go\.etcd\.io/raft)'; then
   echo "banned: engine, engine/kafka and engine/jetstream must not depend on engine/embedded, engine/raft, engine/transport, engine/meta or etcd raft (go list -deps)"; fail=1
 fi
+# No function over 120 lines outside tests and generated code, but those
+# scripts/funclen-allow.txt lists with a reason (and it lists only those).
+if ! go run ./scripts/funclen; then
+  echo "banned: functions over 120 lines (scripts/funclen): split them, or list one in scripts/funclen-allow.txt with the reason"; fail=1
+fi
 exit $fail
