@@ -32,7 +32,6 @@ var (
 	ErrGroupUnknownMember = coord.ErrUnknownMember
 	ErrGroupStaleSession  = coord.ErrStaleSession
 	ErrGroupNotRevoking   = coord.ErrNotRevoking
-	ErrGroupTopicConflict = coord.ErrTopicConflict
 	ErrGroupActive        = coord.ErrGroupActive
 )
 

@@ -86,7 +86,6 @@ type Handler interface {
 // ErrWrongCluster, ErrProtocolVersion or ErrWrongNode with errors.Is.
 var (
 	ErrUnknownGroup    = errors.New("transport: no such raft group on this node")
-	ErrUnknownPeer     = errors.New("transport: no such peer")
 	ErrWrongCluster    = errors.New("transport: peer belongs to another cluster")
 	ErrProtocolVersion = errors.New("transport: peer speaks another protocol version")
 	ErrWrongNode       = errors.New("transport: peer address reaches another node")
