@@ -75,9 +75,10 @@ const GroupsTopic = "__groups"
 func IsInternalTopic(name string) bool { return name == GroupsTopic }
 
 // validTopicName is the sidecar's rule for topic names (sidecar/config
-// validName and ValidNameBytes), copied because engine must not import the
-// sidecar; keep the two the same. Names must also be unique ignoring case
-// (checked by Apply against the topics that exist).
+// validName; the bytes are internal/limits.ValidNameBytes, shared with
+// it); keep the length and prefix checks the same as there. Names must
+// also be unique ignoring case (checked by Apply against the topics that
+// exist).
 func validTopicName(s string) bool {
 	if IsInternalTopic(s) {
 		return true
@@ -88,16 +89,8 @@ func validTopicName(s string) bool {
 	return validNameBytes(s)
 }
 
-// validNameBytes: only a-z A-Z 0-9 . _ - (sidecar/config.ValidNameBytes).
-func validNameBytes(s string) bool {
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
-}
+// validNameBytes: only a-z A-Z 0-9 . _ - (internal/limits).
+func validNameBytes(s string) bool { return limits.ValidNameBytes(s) }
 
 func validClusterID(s string) bool {
 	return len(s) > 0 && len(s) <= MaxClusterIDBytes && validNameBytes(s)

@@ -1,5 +1,5 @@
-// Package limits defines the bounds of a topic that more than one part of
-// Spool enforces: the controller's state machine (engine/meta), the
+// Package limits defines the bounds of a topic, and the bytes its name may
+// use, that more than one part of Spool enforces: the controller's state machine (engine/meta), the
 // consumer-group coordinator (engine/groups/coord), the engine's API (which
 // re-exports them) and the sidecar's config (sidecar/config). Each is
 // defined here once, so that the controller, the coordinator and the
@@ -29,3 +29,16 @@ const (
 	// MaxNameBytes is the longest topic or consumer group name.
 	MaxNameBytes = 200
 )
+
+// ValidNameBytes reports whether s uses only the bytes allowed in topic,
+// group and node names: a-z A-Z 0-9 . _ -. (The length, and the prefix
+// "__" kept for internal topics, each user checks with its own message.)
+func ValidNameBytes(s string) bool {
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -396,16 +396,9 @@ func validNodeID(s string) bool {
 // ValidNameBytes reports whether s uses only the bytes allowed in topic,
 // group and node names: a-z A-Z 0-9 . _ - (publish checks topic names
 // against the same rule, so that a name no config can declare is refused
-// as invalid rather than unknown).
-func ValidNameBytes(s string) bool {
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
-}
+// as invalid rather than unknown). The rule is internal/limits', the
+// engine's too.
+func ValidNameBytes(s string) bool { return limits.ValidNameBytes(s) }
 
 // validListen accepts host:port with a numeric port, and unix:///path when
 // unix is allowed.

@@ -84,19 +84,10 @@ const (
 	allowedSession = "1 to 128 printable ASCII bytes without spaces (an id the sidecar draws when it starts)"
 )
 
-// validName: only a-z A-Z 0-9 . _ -, as sidecar/config.ValidNameBytes
-// (copied: engine must not import the sidecar; keep the two the same).
+// validName: 1 to MaxNameBytes bytes of a-z A-Z 0-9 . _ - (the rule of
+// internal/limits, the sidecar's config's too).
 func validName(s string) bool {
-	if len(s) == 0 || len(s) > MaxNameBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
+	return len(s) > 0 && len(s) <= MaxNameBytes && limits.ValidNameBytes(s)
 }
 
 func validPrintable(s string, limit int) bool {
