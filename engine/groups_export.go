@@ -32,6 +32,7 @@ var (
 	ErrGroupUnknownMember = coord.ErrUnknownMember
 	ErrGroupStaleSession  = coord.ErrStaleSession
 	ErrGroupNotRevoking   = coord.ErrNotRevoking
+	ErrGroupTopicConflict = coord.ErrTopicConflict
 	ErrGroupActive        = coord.ErrGroupActive
 )
 
