@@ -71,7 +71,7 @@ SDK_TESTS :=
 .PHONY: test-sdks
 test-sdks: $(SDK_TESTS)
 
-## lint: gofmt, go vet, staticcheck, buf lint, buf breaking, stale generated code, banned patterns.
+## lint: gofmt, go vet, staticcheck, buf lint, buf breaking, stale generated code, banned patterns, functions over 120 lines.
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

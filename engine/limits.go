@@ -1,6 +1,21 @@
 package engine
 
-import "github.com/spoolmq/spool/engine/log"
+import (
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/internal/limits"
+)
+
+// Limits of a topic, the same in the controller (engine/meta) and the group
+// coordinator (engine/groups/coord); internal/limits defines them and
+// says why. The sidecar may allow less (sidecar/config.MaxPartitions).
+const (
+	// MaxPartitions is the most partitions of one topic.
+	MaxPartitions = limits.MaxPartitions
+	// MaxReplicationFactor is the most replicas of one partition.
+	MaxReplicationFactor = limits.MaxReplicationFactor
+	// MaxNameBytes is the longest topic or consumer group name.
+	MaxNameBytes = limits.MaxNameBytes
+)
 
 // DeadLetterHeadroomBytes is the room a log batch keeps, beyond the largest
 // message, for what dead-lettering adds to it: the dead-letter headers

@@ -82,6 +82,43 @@ type inflight struct {
 	sentAt   time.Time
 }
 
+// owed is the requests of one stream not answered yet, by sequence: the
+// sender puts, the receiver takes.
+type owed struct {
+	mu sync.Mutex
+	m  map[uint64]inflight
+}
+
+func (o *owed) put(seq uint64, f inflight) {
+	o.mu.Lock()
+	o.m[seq] = f
+	o.mu.Unlock()
+}
+
+func (o *owed) take(seq uint64) (inflight, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f, ok := o.m[seq]
+	delete(o.m, seq)
+	return f, ok
+}
+
+func (o *owed) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.m)
+}
+
+// failAll counts every request still owed as failed with err.
+func (o *owed) failAll(ps *pubStats, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, f := range o.m {
+		ps.fail(int(f.n), err)
+	}
+	clear(o.m)
+}
+
 // produce runs producer id's streams: one, or with ps.reopen a new one
 // after each that broke, until the ids run out or ctx ends.
 func produce(ctx context.Context, addr string, sc *Scenario, ps *pubStats, next *atomic.Int64, id int, start time.Time) error {
@@ -111,6 +148,55 @@ func produce(ctx context.Context, addr string, sc *Scenario, ps *pubStats, next 
 	}
 }
 
+// newBatch returns the messages a producer reuses for each request: a
+// payload of sc.MessageBytes whose first 16 bytes fillBatch sets.
+func newBatch(sc *Scenario) []*spoolv1.PublishMessage {
+	msgs := make([]*spoolv1.PublishMessage, sc.BatchMessages)
+	for i := range msgs {
+		msgs[i] = &spoolv1.PublishMessage{Payload: make([]byte, sc.MessageBytes)}
+		for j := 16; j < sc.MessageBytes; j++ {
+			msgs[i].Payload[j] = byte('a' + j%26)
+		}
+	}
+	return msgs
+}
+
+// fillBatch makes msgs the messages of ids first, first+1, ...: the id and
+// the send time in the payload's first 16 bytes, the id, the key.
+func (ps *pubStats) fillBatch(sc *Scenario, msgs []*spoolv1.PublishMessage, first int64, now time.Time) {
+	for i, m := range msgs {
+		s := first + int64(i)
+		binary.LittleEndian.PutUint64(m.Payload[0:8], uint64(s))
+		binary.LittleEndian.PutUint64(m.Payload[8:16], uint64(now.UnixNano()))
+		m.Id = strconv.FormatInt(s, 10)
+		if s < int64(len(ps.sentNs)) {
+			ps.sentNs[s].Store(now.UnixNano())
+		}
+		if sc.Keys > 0 {
+			m.Key = strconv.AppendInt(m.Key[:0], s%int64(sc.Keys), 10)
+		}
+	}
+}
+
+// answered counts the sidecar's answer to request f, received at now.
+func (ps *pubStats) answered(f inflight, resp *spoolv1.PublishStreamResponse, now time.Time) {
+	if e := resp.GetError(); e != nil || len(resp.GetResults()) != int(f.n) {
+		ps.fail(int(f.n), fmt.Errorf("publish refused: %v (%d results for %d messages)", e, len(resp.GetResults()), f.n))
+		return
+	}
+	for s := f.first; s < f.first+f.n; s++ {
+		ps.acked.add(uint64(s))
+	}
+	ps.ackedN.Add(f.n)
+	d := now.Sub(f.sentAt)
+	for range f.n {
+		ps.lat.record(d)
+	}
+	if ps.tl != nil {
+		ps.tl.acked(f.first, resp.GetResults(), now)
+	}
+}
+
 // produceStream publishes over one PublishStream until the ids run out or
 // ctx ends (nil), or the stream breaks. Every request it sent is answered
 // or counted as failed when it returns.
@@ -122,8 +208,7 @@ func produceStream(ctx context.Context, client spoolv1.PublisherServiceClient, s
 		return fmt.Errorf("producer %d: open PublishStream: %w", id, err)
 	}
 	var (
-		mu       sync.Mutex
-		waiting  = map[uint64]inflight{}
+		waiting  = &owed{m: map[uint64]inflight{}}
 		slots    = make(chan struct{}, sc.PipelineDepth)
 		recvDone = make(chan struct{}) // closed when Recv failed; recvErr is then set
 		recvErr  error
@@ -137,41 +222,18 @@ func produceStream(ctx context.Context, client spoolv1.PublisherServiceClient, s
 				return
 			}
 			now := time.Now()
-			mu.Lock()
-			f, ok := waiting[resp.GetSequence()]
-			delete(waiting, resp.GetSequence())
-			mu.Unlock()
+			f, ok := waiting.take(resp.GetSequence())
 			if !ok {
 				continue
 			}
-			if e := resp.GetError(); e != nil || len(resp.GetResults()) != int(f.n) {
-				ps.fail(int(f.n), fmt.Errorf("publish refused: %v (%d results for %d messages)", e, len(resp.GetResults()), f.n))
-			} else {
-				for s := f.first; s < f.first+f.n; s++ {
-					ps.acked.add(uint64(s))
-				}
-				ps.ackedN.Add(f.n)
-				d := now.Sub(f.sentAt)
-				for range f.n {
-					ps.lat.record(d)
-				}
-				if ps.tl != nil {
-					ps.tl.acked(f.first, resp.GetResults(), now)
-				}
-			}
+			ps.answered(f, resp, now)
 			<-slots
 		}
 	}()
 
 	batch := int64(sc.BatchMessages)
 	total := int64(sc.Messages)
-	msgs := make([]*spoolv1.PublishMessage, batch)
-	for i := range msgs {
-		msgs[i] = &spoolv1.PublishMessage{Payload: make([]byte, sc.MessageBytes)}
-		for j := 16; j < sc.MessageBytes; j++ {
-			msgs[i].Payload[j] = byte('a' + j%26)
-		}
-	}
+	msgs := newBatch(sc)
 	req := &spoolv1.PublishStreamRequest{Topic: topicName}
 	if sc.Acks == "leader" {
 		req.Acks = spoolv1.Acks_ACKS_LEADER
@@ -205,24 +267,10 @@ send:
 		n := min(batch, total-first)
 		*due = due.Add(perBatch)
 		now := time.Now()
-		for i := range n {
-			m := msgs[i]
-			s := first + i
-			binary.LittleEndian.PutUint64(m.Payload[0:8], uint64(s))
-			binary.LittleEndian.PutUint64(m.Payload[8:16], uint64(now.UnixNano()))
-			m.Id = strconv.FormatInt(s, 10)
-			if s < int64(len(ps.sentNs)) {
-				ps.sentNs[s].Store(now.UnixNano())
-			}
-			if sc.Keys > 0 {
-				m.Key = strconv.AppendInt(m.Key[:0], s%int64(sc.Keys), 10)
-			}
-		}
+		ps.fillBatch(sc, msgs[:n], first, now)
 		seq++
 		req.Sequence, req.Messages = seq, msgs[:n]
-		mu.Lock()
-		waiting[seq] = inflight{first: first, n: n, sentAt: now}
-		mu.Unlock()
+		waiting.put(seq, inflight{first: first, n: n, sentAt: now})
 		ps.sent.Add(n)
 		if err := stream.Send(req); err != nil { // Send encodes req before it returns: msgs may be reused
 			sendErr = err
@@ -231,26 +279,15 @@ send:
 	}
 	_ = stream.CloseSend()
 	// Wait for the answers still owed (bounded: a stuck sidecar must not hang the run).
-	failWaiting := func(err error) {
-		mu.Lock()
-		for _, f := range waiting {
-			ps.fail(int(f.n), err)
-		}
-		clear(waiting)
-		mu.Unlock()
-	}
 	deadline := time.After(10 * time.Second)
 	for {
-		mu.Lock()
-		left := len(waiting)
-		mu.Unlock()
-		if left == 0 {
+		if waiting.len() == 0 {
 			break
 		}
 		select {
 		case <-recvDone:
 			err := recvErr
-			failWaiting(fmt.Errorf("producer %d: stream ended before the answer: %w", id, err))
+			waiting.failAll(ps, fmt.Errorf("producer %d: stream ended before the answer: %w", id, err))
 			if !errors.Is(err, io.EOF) {
 				sendErr = errors.Join(sendErr, err)
 			}
@@ -259,7 +296,7 @@ send:
 			}
 			return fmt.Errorf("producer %d: %w", id, sendErr)
 		case <-deadline:
-			failWaiting(fmt.Errorf("producer %d: no answer within 10s", id))
+			waiting.failAll(ps, fmt.Errorf("producer %d: no answer within 10s", id))
 			return errors.Join(sendErr, errors.New("publish answers missing after 10s"))
 		case <-time.After(5 * time.Millisecond):
 		}

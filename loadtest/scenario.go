@@ -115,6 +115,15 @@ type Scenario struct {
 func (s *Scenario) validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	s.validateCluster(bad)
+	s.validateMode(bad)
+	s.validateLoad(bad)
+	return errors.Join(errs...)
+}
+
+// validateCluster checks the mode, the backend and the cluster's shape,
+// filling defaults; bad records a problem.
+func (s *Scenario) validateCluster(bad func(format string, a ...any)) {
 	switch s.Mode {
 	case "publish", "drain", "e2e":
 	case "failover", "idle", "rebalance":
@@ -154,6 +163,11 @@ func (s *Scenario) validate() error {
 	if s.Nodes == 1 && s.ReplicationFactor != 0 {
 		bad("replication_factor = %d without a cluster: set nodes too", s.ReplicationFactor)
 	}
+}
+
+// validateMode checks the settings of modes failover, rebalance and idle,
+// filling defaults.
+func (s *Scenario) validateMode(bad func(format string, a ...any)) {
 	if s.Mode == "failover" {
 		if s.Rounds == 0 {
 			s.Rounds = 20
@@ -193,6 +207,11 @@ func (s *Scenario) validate() error {
 			bad("idle_duration = %s: must be 1s..5m", s.IdleDuration)
 		}
 	}
+}
+
+// validateLoad checks the load's settings (messages, producers,
+// consumers, storage), filling defaults.
+func (s *Scenario) validateLoad(bad func(format string, a ...any)) {
 	if s.MessageBytes == 0 {
 		s.MessageBytes = 1024
 	}
@@ -264,7 +283,6 @@ func (s *Scenario) validate() error {
 	if s.Ordering != "key" && s.Ordering != "partition" && s.Ordering != "none" {
 		bad("ordering = %q: must be key, partition or none", s.Ordering)
 	}
-	return errors.Join(errs...)
 }
 
 // maxNodes bounds a cluster run (each node is a spoold process on this machine).

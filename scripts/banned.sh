@@ -49,4 +49,9 @@ fi
 if (cd sidecar/deliver && grep -n -H -E 'client_golang/prometheus|"github.com/spoolmq/spool/sidecar/metrics"|\bslog\.(Debug|Info|Warn|Error|Log|New|Default)\b|\.log\.(Debug|Info|Warn|Error|Log)\(' -- "${deliver_machine[@]}") | grep -v -E '^[^:]+:[0-9]+:[[:space:]]*//'; then
   echo "banned: logging or metrics in a machine file of sidecar/deliver: record it with m.note, m.count or m.gauge (observe.go); the driver publishes it"; fail=1
 fi
+# No function over 120 lines outside tests and generated code, but those
+# scripts/funclen-allow.txt lists with a reason (and it lists only those).
+if ! go run ./scripts/funclen; then
+  echo "banned: functions over 120 lines (scripts/funclen): split them, or list one in scripts/funclen-allow.txt with the reason"; fail=1
+fi
 exit $fail

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -32,37 +33,9 @@ const tailFetchBytes = 256 << 10
 func (a *admin) Tail(req *spoolv1.TailRequest, stream spoolv1.AdminService_TailServer) error {
 	ctx := stream.Context()
 	topic := req.GetTopic()
-	n, err := a.eng.Partitions(topic)
+	parts, pos, err := a.tailStarts(req)
 	if err != nil {
-		return apierr.ToStatus(fmt.Errorf("tail %s: %w", topic, err))
-	}
-	parts := req.GetPartitions()
-	if len(parts) == 0 {
-		for p := range n {
-			parts = append(parts, p)
-		}
-	}
-	pos := map[int32]int64{}
-	for _, p := range parts {
-		if p < 0 || p >= n {
-			return apierr.ToStatus(apierr.New(apierr.BadPartition, "tail %s: no partition %d (it has 0..%d)", topic, p, n-1))
-		}
-		start, end, err := a.eng.Offsets(topic, p)
-		if err != nil {
-			return apierr.ToStatus(fmt.Errorf("tail %s: %w", topic, err))
-		}
-		switch from := req.GetFrom().(type) {
-		case *spoolv1.TailRequest_Earliest:
-			pos[p] = start
-		case *spoolv1.TailRequest_Offset:
-			pos[p] = min(max(from.Offset, start), end)
-		case *spoolv1.TailRequest_TimeMs:
-			if pos[p], err = a.eng.OffsetForTime(topic, p, time.UnixMilli(from.TimeMs)); err != nil {
-				return apierr.ToStatus(fmt.Errorf("tail %s: partition %d by time: %w", topic, p, err))
-			}
-		default:
-			pos[p] = end
-		}
+		return err
 	}
 	watched := []string{topic}
 	var g *deliver.Group
@@ -136,30 +109,8 @@ func (a *admin) Tail(req *spoolv1.TailRequest, stream spoolv1.AdminService_TailS
 			}
 		}
 		if g != nil {
-			snap, err := g.Snapshot(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return apierr.ToStatus(apierr.Wrap(apierr.ShuttingDown, err, "tail %s: group %q is not running (spoold is shutting down): retry against the restarted sidecar", topic, g.Name()))
-			}
-			for _, t := range snap.Topics {
-				if t.Topic != topic {
-					continue
-				}
-				for _, ps := range t.Partitions {
-					if !followed[ps.Partition] {
-						continue
-					}
-					pl := &spoolv1.PartitionLag{Partition: ps.Partition, CommittedOffset: ps.Committed, EndOffset: ps.End, LagMessages: ps.LagMessages, InFlight: uint32(ps.InFlight)}
-					if old := last[ps.Partition]; old != nil && old.CommittedOffset == pl.CommittedOffset && old.EndOffset == pl.EndOffset && old.InFlight == pl.InFlight {
-						continue
-					}
-					last[ps.Partition] = pl
-					if err := stream.Send(&spoolv1.TailResponse{Event: &spoolv1.TailResponse_Progress{Progress: pl}}); err != nil {
-						return err
-					}
-				}
+			if done, err := tailProgress(ctx, stream, g, topic, followed, last); done || err != nil {
+				return err
 			}
 		}
 		select {
@@ -183,6 +134,77 @@ func (a *admin) Tail(req *spoolv1.TailRequest, stream spoolv1.AdminService_TailS
 			}
 		}
 	}
+}
+
+// tailStarts resolves the partitions a Tail follows (all when it names
+// none) and the offset each starts from; errors are gRPC statuses.
+func (a *admin) tailStarts(req *spoolv1.TailRequest) ([]int32, map[int32]int64, error) {
+	topic := req.GetTopic()
+	n, err := a.eng.Partitions(topic)
+	if err != nil {
+		return nil, nil, apierr.ToStatus(fmt.Errorf("tail %s: %w", topic, err))
+	}
+	parts := req.GetPartitions()
+	if len(parts) == 0 {
+		for p := range n {
+			parts = append(parts, p)
+		}
+	}
+	pos := map[int32]int64{}
+	for _, p := range parts {
+		if p < 0 || p >= n {
+			return nil, nil, apierr.ToStatus(apierr.New(apierr.BadPartition, "tail %s: no partition %d (it has 0..%d)", topic, p, n-1))
+		}
+		start, end, err := a.eng.Offsets(topic, p)
+		if err != nil {
+			return nil, nil, apierr.ToStatus(fmt.Errorf("tail %s: %w", topic, err))
+		}
+		switch from := req.GetFrom().(type) {
+		case *spoolv1.TailRequest_Earliest:
+			pos[p] = start
+		case *spoolv1.TailRequest_Offset:
+			pos[p] = min(max(from.Offset, start), end)
+		case *spoolv1.TailRequest_TimeMs:
+			if pos[p], err = a.eng.OffsetForTime(topic, p, time.UnixMilli(from.TimeMs)); err != nil {
+				return nil, nil, apierr.ToStatus(fmt.Errorf("tail %s: partition %d by time: %w", topic, p, err))
+			}
+		default:
+			pos[p] = end
+		}
+	}
+	return parts, pos, nil
+}
+
+// tailProgress sends the group's progress on each followed partition of
+// topic that changed since last (and records it there). done: the tail
+// ends (the stream's context ended, or the group stopped: err says so).
+func tailProgress(ctx context.Context, stream spoolv1.AdminService_TailServer, g *deliver.Group, topic string, followed map[int32]bool, last map[int32]*spoolv1.PartitionLag) (done bool, err error) {
+	snap, err := g.Snapshot(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return true, nil
+		}
+		return true, apierr.ToStatus(apierr.Wrap(apierr.ShuttingDown, err, "tail %s: group %q is not running (spoold is shutting down): retry against the restarted sidecar", topic, g.Name()))
+	}
+	for _, t := range snap.Topics {
+		if t.Topic != topic {
+			continue
+		}
+		for _, ps := range t.Partitions {
+			if !followed[ps.Partition] {
+				continue
+			}
+			pl := &spoolv1.PartitionLag{Partition: ps.Partition, CommittedOffset: ps.Committed, EndOffset: ps.End, LagMessages: ps.LagMessages, InFlight: uint32(ps.InFlight)}
+			if old := last[ps.Partition]; old != nil && old.CommittedOffset == pl.CommittedOffset && old.EndOffset == pl.EndOffset && old.InFlight == pl.InFlight {
+				continue
+			}
+			last[ps.Partition] = pl
+			if err := stream.Send(&spoolv1.TailResponse{Event: &spoolv1.TailResponse_Progress{Progress: pl}}); err != nil {
+				return true, err
+			}
+		}
+	}
+	return false, nil
 }
 
 // tailPartition sends the records of one partition from pos[p] to its

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/internal/atomicfile"
 	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/config"
 )
@@ -28,10 +29,6 @@ import (
 
 // createdTopicsFile is the catalogue's name in node.data_dir.
 const createdTopicsFile = "admin-topics.json"
-
-// MaxCreatePartitions bounds the partitions of a topic made by CreateTopic
-// (each is a directory of segment files and an open file).
-const MaxCreatePartitions = 1024
 
 // createdTopic is one catalogue entry.
 type createdTopic struct {
@@ -109,32 +106,13 @@ func (c *topicCatalog) update(name string, t *createdTopic) error {
 	return writeFileSynced(c.path, append(b, '\n'))
 }
 
+// writeFileSynced replaces the catalogue durably (internal/atomicfile: a
+// crash leaves the old catalogue or the new one).
 func writeFileSynced(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, b); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // openCreatedTopics opens the topics of the catalogue that the config does
@@ -189,8 +167,8 @@ func checkTopicSpec(name string, partitions int32, retentionMs, retentionBytes i
 		return apierr.New(apierr.TopicRequired, "name the topic")
 	case len(name) > config.MaxNameBytes || !config.ValidNameBytes(name) || strings.HasPrefix(name, "__") || name == "." || name == "..":
 		return apierr.New(apierr.InvalidTopicName, "topic name %q is not allowed ("+rule+"): choose another", clipName(name), config.MaxNameBytes)
-	case partitions < 1 || partitions > MaxCreatePartitions:
-		return apierr.New(apierr.InvalidTopicSpec, "topic %s: %d partitions: use 1..%d", name, partitions, MaxCreatePartitions)
+	case partitions < 1 || partitions > config.MaxPartitions:
+		return apierr.New(apierr.InvalidTopicSpec, "topic %s: %d partitions: use 1..%d", name, partitions, config.MaxPartitions)
 	case retentionMs < 0:
 		return apierr.New(apierr.InvalidTopicSpec, "topic %s: retention of %d ms: use 0 (keep forever) or more", name, retentionMs)
 	case retentionBytes < 0:

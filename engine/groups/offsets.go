@@ -27,11 +27,19 @@ func (p Position) Equal(o Position) bool {
 	return p.Next == o.Next && slices.Equal(p.Done, o.Done)
 }
 
-// Limits on what one file may hold, so that a hostile or corrupt file cannot
-// make the node allocate without bound.
+// Limits on what stored bytes may hold, so that a hostile or corrupt file
+// cannot make the node allocate without bound. They are far above what
+// Spool writes, so only damaged bytes are refused.
 const (
-	MaxPartitions      = 1 << 16
-	MaxDonePerPosition = 1 << 20
+	// maxPositionsPerFile is the most positions one file (a group on a
+	// topic) holds, and bounds the partition numbers in it: 16 times the
+	// most partitions of a topic (engine.MaxPartitions).
+	maxPositionsPerFile = 1 << 16
+	// MaxDecodedDone is the most finished offsets of one position a
+	// decoder accepts from stored bytes (an offsets file, a broker's
+	// commit metadata, engine/kafka). It is 256 times what a sidecar
+	// commits (coord.MaxDonePerPosition, 4096), so it refuses only damage.
+	MaxDecodedDone = 1 << 20
 	// maxFileBytes bounds what one offsets file may make the node read
 	// into memory (a done list is bounded by the group's window in practice).
 	maxFileBytes = 1 << 30
@@ -204,8 +212,8 @@ func Decode(b []byte) (map[int32]Position, error) {
 	}
 	r := reader{b: body}
 	n := r.uvarint()
-	if n > MaxPartitions {
-		return nil, fmt.Errorf("%w: %d partitions (limit %d)", ErrCorrupt, n, MaxPartitions)
+	if n > maxPositionsPerFile {
+		return nil, fmt.Errorf("%w: %d partitions (limit %d)", ErrCorrupt, n, maxPositionsPerFile)
 	}
 	out := make(map[int32]Position, n)
 	for range n {
@@ -215,7 +223,7 @@ func Decode(b []byte) (map[int32]Position, error) {
 		if r.err != nil {
 			break
 		}
-		if p < 0 || p >= MaxPartitions || next < 0 || nd > MaxDonePerPosition || nd > uint64(len(r.b)) {
+		if p < 0 || p >= maxPositionsPerFile || next < 0 || nd > MaxDecodedDone || nd > uint64(len(r.b)) {
 			return nil, fmt.Errorf("%w: bad entry (partition %d, next %d, %d done)", ErrCorrupt, p, next, nd)
 		}
 		pos := Position{Next: next}

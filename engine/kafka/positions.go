@@ -73,7 +73,7 @@ func decodeDone(next int64, meta string) ([]int64, error) {
 		g, l, ok := strings.Cut(run, ".")
 		gap, err1 := strconv.ParseInt(g, 36, 64)
 		n, err2 := strconv.ParseInt(l, 36, 64)
-		if !ok || err1 != nil || err2 != nil || gap < 1 || n < 1 || n > groups.MaxDonePerPosition-int64(len(done)) || end > (1<<62)-gap-n {
+		if !ok || err1 != nil || err2 != nil || gap < 1 || n < 1 || n > groups.MaxDecodedDone-int64(len(done)) || end > (1<<62)-gap-n {
 			return nil, fmt.Errorf("bad run %q in the commit metadata", run)
 		}
 		start := end + gap

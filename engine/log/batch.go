@@ -22,8 +22,8 @@ import (
 const (
 	// BatchHeaderSize is the fixed size of a batch header in bytes.
 	BatchHeaderSize = 74
-	// BatchMagic is the format version byte at offset 8 of every batch.
-	BatchMagic = 2
+	// batchMagic is the format version byte at offset 8 of every batch.
+	batchMagic = 2
 	// PlacementSize is the size of the placement prefix: an EntryData
 	// entry's Data is its frame from this position on.
 	PlacementSize = 36
@@ -88,16 +88,6 @@ func (t EntryType) String() string {
 	}
 	return fmt.Sprintf("EntryType(%d)", uint8(t))
 }
-
-// BatchType is the former name of EntryType.
-type BatchType = EntryType
-
-const (
-	// BatchData is EntryData.
-	BatchData = EntryData
-	// BatchRaft is EntryNormal: a raft entry without records.
-	BatchRaft = EntryNormal
-)
 
 // BatchHeader is the fixed-size header in front of every batch on disk.
 type BatchHeader struct {
@@ -292,7 +282,7 @@ func putHeader(b []byte, h BatchHeader) {
 	le := binary.LittleEndian
 	le.PutUint32(b[offLength:], h.Length)
 	le.PutUint32(b[offCRC:], h.CRC)
-	b[offMagic] = BatchMagic
+	b[offMagic] = batchMagic
 	b[offType] = byte(h.Type)
 	le.PutUint16(b[offFlags:], 0)
 	le.PutUint64(b[offRaftIndex:], h.RaftIndex)
@@ -317,11 +307,11 @@ func DecodeBatchHeader(buf []byte) (BatchHeader, error) {
 	le := binary.LittleEndian
 	h.Length = le.Uint32(buf[offLength:])
 	h.CRC = le.Uint32(buf[offCRC:])
-	if m := buf[offMagic]; m != BatchMagic {
+	if m := buf[offMagic]; m != batchMagic {
 		if m == 1 {
-			return h, badBatch("format 1 batch (written by an older Spool; this one reads format %d only)", BatchMagic)
+			return h, badBatch("format 1 batch (written by an older Spool; this one reads format %d only)", batchMagic)
 		}
-		return h, badBatch("magic %d, want %d", m, BatchMagic)
+		return h, badBatch("magic %d, want %d", m, batchMagic)
 	}
 	h.Type = EntryType(buf[offType])
 	if h.Type > maxEntryType {

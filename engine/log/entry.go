@@ -332,7 +332,7 @@ func CheckRecords(data []byte, maxBatchBytes int) error {
 	copy(hb[PlacementSize:], data)
 	le := binary.LittleEndian
 	le.PutUint32(hb[offLength:], uint32(PlacementSize+len(data)))
-	hb[offMagic], hb[offType] = BatchMagic, byte(EntryData)
+	hb[offMagic], hb[offType] = batchMagic, byte(EntryData)
 	h, err := DecodeBatchHeader(hb[:])
 	if err == nil {
 		if c := crc32.Checksum(data[offBody-PlacementSize:], castagnoli); c != h.BodyCRC {
@@ -354,7 +354,7 @@ func CheckRecords(data []byte, maxBatchBytes int) error {
 func checkRecordsFrame(f []byte) error {
 	le := binary.LittleEndian
 	le.PutUint32(f[offLength:], uint32(len(f)))
-	f[offMagic], f[offType] = BatchMagic, byte(EntryData)
+	f[offMagic], f[offType] = batchMagic, byte(EntryData)
 	h, err := DecodeBatchHeader(f)
 	if err != nil {
 		return err

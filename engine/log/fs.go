@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/spoolmq/spool/internal/atomicfile"
 )
 
 // File is the part of an open file the log uses.
@@ -45,27 +47,24 @@ type FS interface {
 // leaves either the old file or the new one, never a mix: it writes
 // path+".tmp", fsyncs it, renames it over path and fsyncs the directory.
 // On failure the temporary file is removed (best effort).
+//
+// The sequence is internal/atomicfile's, Spool's one implementation (the
+// sidecar uses it too, on the OS); this runs it through fsys, so MemFS's
+// crashes and faults reach it.
 func WriteFileAtomic(fsys FS, path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	return atomicfile.Write(atomicFS{fsys}, path, data)
+}
+
+// atomicFS is an FS as internal/atomicfile takes it (its OpenFile returns
+// the smaller atomicfile.File).
+type atomicFS struct{ FS }
+
+func (a atomicFS) OpenFile(name string, flag int, perm os.FileMode) (atomicfile.File, error) {
+	f, err := a.FS.OpenFile(name, flag, perm)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = f.WriteAt(data, 0)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fsys.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = fsys.Remove(tmp)
-		return err
-	}
-	return fsys.SyncDir(filepath.Dir(path))
+	return f, nil
 }
 
 // MkdirAllSynced creates dir and any missing parents, and makes each new

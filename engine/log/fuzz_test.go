@@ -22,7 +22,7 @@ func seedBatches() [][]byte {
 		{Timestamp: 1_699_999_999_000, Value: []byte{}, Headers: []Header{{Key: "traceparent", Value: []byte("00-ab")}, {Key: "", Value: nil}}},
 		{Timestamp: 1_700_000_005_000, Key: []byte("k2"), Value: make([]byte, 300)},
 	}
-	full := EncodeBatch(nil, BatchHeader{Type: BatchData, BaseOffset: 42, RaftIndex: 7, RaftTerm: 2, ProducerID: 9, ProducerEpoch: 1, BaseSequence: 100}, recs)
+	full := EncodeBatch(nil, BatchHeader{Type: EntryData, BaseOffset: 42, RaftIndex: 7, RaftTerm: 2, ProducerID: 9, ProducerEpoch: 1, BaseSequence: 100}, recs)
 	return [][]byte{
 		full,
 		full[:len(full)-1],
@@ -43,7 +43,7 @@ func frameOf(data []byte, index, term uint64, base int64) []byte {
 	f := make([]byte, PlacementSize, PlacementSize+len(data))
 	f = append(f, data...)
 	binary.LittleEndian.PutUint32(f[offLength:], uint32(len(f)))
-	f[offMagic], f[offType] = BatchMagic, byte(EntryData)
+	f[offMagic], f[offType] = batchMagic, byte(EntryData)
 	setPlacement(f, index, term, base)
 	return f
 }

@@ -99,7 +99,7 @@ func (p *Partition) readSegment(seg *segment, offset, end int64, maxBytes int, a
 		}
 		before := len(dst)
 		lo, hi := offset, end
-		if h.Type != BatchData {
+		if h.Type != EntryData {
 			lo, hi = 0, 0 // validate, return nothing: raft-internal entries take no offset
 		}
 		if _, dst, err = decodeBatchInto(buf, dst, lo, hi); err != nil {
@@ -159,7 +159,7 @@ func (p *Partition) readHinted(seg *segment, offset int64, maxBytes int) (*readH
 		return nil, 0, BatchHeader{}, nil
 	}
 	h, err := DecodeBatchHeader(buf)
-	if err != nil || h.Type != BatchData || h.BaseOffset > offset || h.BaseOffset+int64(h.Count) <= offset ||
+	if err != nil || h.Type != EntryData || h.BaseOffset > offset || h.BaseOffset+int64(h.Count) <= offset ||
 		int64(h.Length) > seg.size-hint.pos {
 		return nil, 0, BatchHeader{}, nil
 	}
@@ -215,11 +215,11 @@ func (seg *segment) findBatch(offset int64) (int64, BatchHeader, error) {
 		if int64(h.Length) > seg.size-pos {
 			return 0, BatchHeader{}, corrupt(pos, fmt.Errorf("batch of %d bytes runs past the segment end", h.Length))
 		}
-		if h.Type == BatchData && h.BaseOffset > offset {
+		if h.Type == EntryData && h.BaseOffset > offset {
 			// The index or the segment list led past the offset: never skip records.
 			return 0, BatchHeader{}, corrupt(pos, fmt.Errorf("batch at this position starts at offset %d", h.BaseOffset))
 		}
-		if h.Type == BatchData && h.BaseOffset+int64(h.Count) > offset {
+		if h.Type == EntryData && h.BaseOffset+int64(h.Count) > offset {
 			return pos, h, nil
 		}
 		good = min(h.BaseOffset+h.Offsets(), offset)
@@ -284,7 +284,7 @@ func (p *Partition) searchTime(seg *segment, ts int64) (int64, bool, error) {
 		if err != nil || int64(h.Length) > seg.size-pos {
 			return 0, false, &CorruptionError{File: seg.path, Position: pos, Offset: -1, Reason: fmt.Sprint("bad batch header: ", err)}
 		}
-		if h.Type == BatchData && h.MaxTimestamp >= ts && h.BaseOffset+int64(h.Count) > p.start {
+		if h.Type == EntryData && h.MaxTimestamp >= ts && h.BaseOffset+int64(h.Count) > p.start {
 			buf := make([]byte, h.Length)
 			if _, err := seg.log.ReadAt(buf, pos); err != nil {
 				return 0, false, fmt.Errorf("spool log: read %s at %d: %w", seg.path, pos, err)

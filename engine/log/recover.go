@@ -193,7 +193,7 @@ func findValidAfter(w *windowReader, from, minBase int64) int64 {
 		if err != nil {
 			return -1
 		}
-		if hb[offMagic] != BatchMagic {
+		if hb[offMagic] != batchMagic {
 			continue
 		}
 		h, err := DecodeBatchHeader(hb)

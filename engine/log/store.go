@@ -267,9 +267,9 @@ func (p *Partition) close() error {
 	return errors.Join(errs...)
 }
 
-// FormatVersion is the on-disk format this package reads and writes. It is
-// recorded in the data dir's FORMAT file and in every batch (BatchMagic).
-const FormatVersion = BatchMagic
+// formatVersion is the on-disk format this package reads and writes. It is
+// recorded in the data dir's FORMAT file and in every batch (batchMagic).
+const formatVersion = batchMagic
 
 const formatFile = "FORMAT"
 
@@ -282,11 +282,11 @@ var ErrFormat = errors.New("spool log: data dir in another on-disk format")
 // a data dir with partition directories and no FORMAT file is format 1.
 func checkFormat(fsys FS, dir string) error {
 	name := filepath.Join(dir, formatFile)
-	want := fmt.Sprintf("spool-log %d\n", FormatVersion)
+	want := fmt.Sprintf("spool-log %d\n", formatVersion)
 	refuse := func(found string) error {
 		return fmt.Errorf("%w: %s holds %s; this spoold reads and writes format %d only (the raft log format). "+
 			"There is no converter: move the data dir aside (or delete it) and start again; docs/storage-format.md, Format versions",
-			ErrFormat, dir, found, FormatVersion)
+			ErrFormat, dir, found, formatVersion)
 	}
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if err == nil {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/spoolmq/spool/internal/limits"
 )
 
 // Limits of the controller's state. They are constants, not settings: every
@@ -20,22 +22,20 @@ const (
 	MaxNodes = 128
 	// MaxTopics is the most topics a cluster holds.
 	MaxTopics = 10_000
-	// MaxPartitions is the most partitions of one topic. Each partition is a
-	// raft group with ReplicationFactor replicas; 4096 partitions of RF 3 on
-	// 3 nodes are 4096 replicas per node, four times the 1,000 idle replicas
-	// a node is measured with (docs/benchmarks.md), and a topic needing more
-	// parallelism than that is better split. The sidecar's config file
-	// allows 1024 (sidecar/config.MaxPartitions); the admin API may ask for
-	// more.
-	MaxPartitions = 4096
+	// MaxPartitions is the most partitions of one topic
+	// (internal/limits says why). The sidecar makes topics of at most
+	// 1024 partitions (sidecar/config.MaxPartitions), from its config file
+	// or AdminService.CreateTopic; the engine's internal topics (the groups'
+	// coordinators, embedded.ClusterConfig.GroupsPartitions) may have up to
+	// this.
+	MaxPartitions = limits.MaxPartitions
 	// MaxTotalPartitions is the most partitions of all topics together,
 	// pending ones included (what placement may yet add): it bounds the
 	// state (a snapshot of it) to a few MiB.
 	MaxTotalPartitions = 100_000
-	// MaxReplicationFactor is the most replicas of one partition. Raft
-	// groups past 7 voters commit slower and tolerate more failures than any
-	// deployment needs.
-	MaxReplicationFactor = 7
+	// MaxReplicationFactor is the most replicas of one partition
+	// (internal/limits).
+	MaxReplicationFactor = limits.MaxReplicationFactor
 	// MaxControllerVoters is how many nodes vote in group 0 (the lowest
 	// ids); the others are learners.
 	MaxControllerVoters = 3
@@ -43,8 +43,9 @@ const (
 	// each move copies a whole partition log to a new node, so a node that
 	// dies does not start thousands of copies together.
 	MaxMovesInFlight = 8
-	// MaxNameBytes is the longest topic name, as in the sidecar's config.
-	MaxNameBytes = 200
+	// MaxNameBytes is the longest topic name (internal/limits), as in
+	// the sidecar's config.
+	MaxNameBytes = limits.MaxNameBytes
 	// MaxClusterIDBytes is the longest cluster id.
 	MaxClusterIDBytes = 128
 	// MaxAddrBytes is the longest node address (a 253-byte host name, the
@@ -74,9 +75,10 @@ const GroupsTopic = "__groups"
 func IsInternalTopic(name string) bool { return name == GroupsTopic }
 
 // validTopicName is the sidecar's rule for topic names (sidecar/config
-// validName and ValidNameBytes), copied because engine must not import the
-// sidecar; keep the two the same. Names must also be unique ignoring case
-// (checked by Apply against the topics that exist).
+// validName; the bytes are internal/limits.ValidNameBytes, shared with
+// it); keep the length and prefix checks the same as there. Names must
+// also be unique ignoring case (checked by Apply against the topics that
+// exist).
 func validTopicName(s string) bool {
 	if IsInternalTopic(s) {
 		return true
@@ -87,16 +89,8 @@ func validTopicName(s string) bool {
 	return validNameBytes(s)
 }
 
-// validNameBytes: only a-z A-Z 0-9 . _ - (sidecar/config.ValidNameBytes).
-func validNameBytes(s string) bool {
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
-}
+// validNameBytes: only a-z A-Z 0-9 . _ - (internal/limits).
+func validNameBytes(s string) bool { return limits.ValidNameBytes(s) }
 
 func validClusterID(s string) bool {
 	return len(s) > 0 && len(s) <= MaxClusterIDBytes && validNameBytes(s)

@@ -45,19 +45,19 @@ const (
 	logStartBytes   = 32
 )
 
-// LogStart is a decoded log-start command: the entries before Index and
+// logStart is a decoded log-start command: the entries before Index and
 // the records before Offset are given up.
-type LogStart struct {
+type logStart struct {
 	Index  uint64
 	Offset int64
 }
 
-// ErrBadLogStart is wrapped by DecodeLogStart for bytes that start like a
+// ErrBadLogStart is wrapped by decodeLogStart for bytes that start like a
 // log-start command but fail a check.
 var ErrBadLogStart = errors.New("raft: bad log-start command")
 
-// EncodeLogStart returns the log-start command for c.
-func EncodeLogStart(c LogStart) []byte {
+// encodeLogStart returns the log-start command for c.
+func encodeLogStart(c logStart) []byte {
 	b := make([]byte, logStartBytes)
 	copy(b, logStartMagic)
 	b[8] = logStartVersion
@@ -66,18 +66,18 @@ func EncodeLogStart(c LogStart) []byte {
 	return b
 }
 
-// IsLogStart reports whether data is meant as a log-start command (its
+// isLogStart reports whether data is meant as a log-start command (its
 // magic), valid or not.
-func IsLogStart(data []byte) bool {
+func isLogStart(data []byte) bool {
 	return len(data) >= 8 && string(data[:4]) == logStartMagic && binary.LittleEndian.Uint32(data[4:]) == 0
 }
 
-// DecodeLogStart decodes a log-start command. It never panics.
-func DecodeLogStart(b []byte) (LogStart, error) {
-	bad := func(format string, a ...any) (LogStart, error) {
-		return LogStart{}, fmt.Errorf("%w: %s", ErrBadLogStart, fmt.Sprintf(format, a...))
+// decodeLogStart decodes a log-start command. It never panics.
+func decodeLogStart(b []byte) (logStart, error) {
+	bad := func(format string, a ...any) (logStart, error) {
+		return logStart{}, fmt.Errorf("%w: %s", ErrBadLogStart, fmt.Sprintf(format, a...))
 	}
-	if !IsLogStart(b) {
+	if !isLogStart(b) {
 		return bad("no log-start magic")
 	}
 	if len(b) != logStartBytes {
@@ -91,14 +91,14 @@ func DecodeLogStart(b []byte) (LogStart, error) {
 			return bad("reserved bytes are not zero")
 		}
 	}
-	c := LogStart{Index: binary.LittleEndian.Uint64(b[16:]), Offset: int64(binary.LittleEndian.Uint64(b[24:]))}
+	c := logStart{Index: binary.LittleEndian.Uint64(b[16:]), Offset: int64(binary.LittleEndian.Uint64(b[24:]))}
 	if c.Index < 2 || c.Offset < 0 {
 		return bad("first index %d, offset %d: want an index of at least 2 and an offset not negative", c.Index, c.Offset)
 	}
 	return c, nil
 }
 
-// SnapshotData is what Spool puts in SnapshotMeta.Data: where the
+// snapshotData is what Spool puts in SnapshotMeta.Data: where the
 // partition's records continue after the snapshot, and the application's
 // state as of the snapshot (engine/'s producer dedupe table), opaque here.
 //
@@ -112,7 +112,7 @@ func DecodeLogStart(b []byte) (LogStart, error) {
 //
 // Little-endian; version 1 (16 bytes) when App is empty; SnapshotMeta's
 // encoding carries a CRC over it.
-type SnapshotData struct {
+type snapshotData struct {
 	Offset int64
 	App    []byte
 }
@@ -121,17 +121,17 @@ const (
 	snapDataMagic   = "SPSD"
 	snapDataVersion = 2
 	snapDataBytes   = 16 // version 1; version 2 adds 4 + len(App)
-	// MaxSnapshotAppBytes bounds SnapshotData.App (the whole data is at
+	// MaxSnapshotAppBytes bounds snapshotData.App (the whole data is at
 	// most MaxSnapshotDataBytes).
 	MaxSnapshotAppBytes = MaxSnapshotDataBytes - snapDataBytes - 4
 )
 
-// ErrBadSnapshotData is wrapped by DecodeSnapshotData.
+// ErrBadSnapshotData is wrapped by decodeSnapshotData.
 var ErrBadSnapshotData = errors.New("raft: bad snapshot data")
 
-// EncodeSnapshotData returns the encoding of d. An App larger than
+// encodeSnapshotData returns the encoding of d. An App larger than
 // MaxSnapshotAppBytes is the caller's error (compact leaves it out).
-func EncodeSnapshotData(d SnapshotData) []byte {
+func encodeSnapshotData(d snapshotData) []byte {
 	n := snapDataBytes
 	if len(d.App) > 0 {
 		n += 4 + len(d.App)
@@ -148,11 +148,11 @@ func EncodeSnapshotData(d SnapshotData) []byte {
 	return b
 }
 
-// DecodeSnapshotData decodes the Data of a snapshot (App aliases b). It
+// decodeSnapshotData decodes the Data of a snapshot (App aliases b). It
 // never panics.
-func DecodeSnapshotData(b []byte) (SnapshotData, error) {
-	bad := func(format string, a ...any) (SnapshotData, error) {
-		return SnapshotData{}, fmt.Errorf("%w: %s", ErrBadSnapshotData, fmt.Sprintf(format, a...))
+func decodeSnapshotData(b []byte) (snapshotData, error) {
+	bad := func(format string, a ...any) (snapshotData, error) {
+		return snapshotData{}, fmt.Errorf("%w: %s", ErrBadSnapshotData, fmt.Sprintf(format, a...))
 	}
 	if len(b) < snapDataBytes {
 		return bad("%d bytes, want at least %d", len(b), snapDataBytes)
@@ -166,7 +166,7 @@ func DecodeSnapshotData(b []byte) (SnapshotData, error) {
 	if b[5]|b[6]|b[7] != 0 {
 		return bad("reserved bytes are not zero")
 	}
-	d := SnapshotData{Offset: int64(binary.LittleEndian.Uint64(b[8:]))}
+	d := snapshotData{Offset: int64(binary.LittleEndian.Uint64(b[8:]))}
 	if d.Offset < 0 {
 		return bad("negative offset %d", d.Offset)
 	}

@@ -53,18 +53,18 @@ func FuzzDecodeSnapshotMeta(f *testing.F) {
 		{},
 		{Index: 10, Term: 5, ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}, Learners: []uint64{4}}, Data: []byte("dedupe table")},
 	} {
-		b, err := EncodeSnapshotMeta(m)
+		b, err := encodeSnapshotMeta(m)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeSnapshotMeta(b)
+		m, err := decodeSnapshotMeta(b)
 		if err != nil {
 			return
 		}
-		again, err := EncodeSnapshotMeta(m)
+		again, err := encodeSnapshotMeta(m)
 		if err != nil {
 			t.Fatalf("re-encode a decoded snapshot: %v", err)
 		}
@@ -75,21 +75,21 @@ func FuzzDecodeSnapshotMeta(f *testing.F) {
 }
 
 // FuzzDecodeLogStart: any bytes decode without panicking; a valid command
-// re-encodes to the same bytes, and anything IsLogStart refuses is never a
+// re-encodes to the same bytes, and anything isLogStart refuses is never a
 // record payload's prefix mistaken for a command (and vice versa).
 func FuzzDecodeLogStart(f *testing.F) {
-	f.Add(EncodeLogStart(LogStart{Index: 2, Offset: 0}))
-	f.Add(EncodeLogStart(LogStart{Index: 1 << 40, Offset: 1 << 50}))
+	f.Add(encodeLogStart(logStart{Index: 2, Offset: 0}))
+	f.Add(encodeLogStart(logStart{Index: 1 << 40, Offset: 1 << 50}))
 	f.Add([]byte("SPLS\x00\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := DecodeLogStart(b)
-		if IsLogStart(b) && slog.PayloadType(b) == slog.EntryData {
+		c, err := decodeLogStart(b)
+		if isLogStart(b) && slog.PayloadType(b) == slog.EntryData {
 			t.Fatalf("%x is both a log-start command and a record payload", b)
 		}
 		if err != nil {
 			return
 		}
-		if again := EncodeLogStart(c); !bytes.Equal(again, b) {
+		if again := encodeLogStart(c); !bytes.Equal(again, b) {
 			t.Fatalf("decoded %+v re-encodes differently", c)
 		}
 	})
@@ -98,15 +98,15 @@ func FuzzDecodeLogStart(f *testing.F) {
 // FuzzDecodeSnapshotData: any bytes decode without panicking; valid data
 // re-encodes to the same bytes.
 func FuzzDecodeSnapshotData(f *testing.F) {
-	f.Add(EncodeSnapshotData(SnapshotData{}))
-	f.Add(EncodeSnapshotData(SnapshotData{Offset: 123456}))
-	f.Add(EncodeSnapshotData(SnapshotData{Offset: 7, App: []byte("producers")}))
+	f.Add(encodeSnapshotData(snapshotData{}))
+	f.Add(encodeSnapshotData(snapshotData{Offset: 123456}))
+	f.Add(encodeSnapshotData(snapshotData{Offset: 7, App: []byte("producers")}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := DecodeSnapshotData(b)
+		d, err := decodeSnapshotData(b)
 		if err != nil {
 			return
 		}
-		if again := EncodeSnapshotData(d); !bytes.Equal(again, b) {
+		if again := encodeSnapshotData(d); !bytes.Equal(again, b) {
 			t.Fatalf("decoded %+v re-encodes differently", d)
 		}
 	})

@@ -185,7 +185,7 @@ func (t *tracker) appended(ents []raftpb.Entry) {
 		switch {
 		case e.Type == raftpb.EntryNormal && len(e.Data) == 0 && first:
 			continue // the leader's own empty entry, first of its term
-		case e.Type == raftpb.EntryNormal && IsLogStart(e.Data):
+		case e.Type == raftpb.EntryNormal && isLogStart(e.Data):
 			continue // proposed by the replica itself (retention), not through the Host
 		case e.Type == raftpb.EntryNormal && slog.PayloadType(e.Data) == slog.EntryData && p.kind == kindRecords,
 			(e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2) && p.kind == kindConfChange:

@@ -177,7 +177,7 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		ss.Close()
 		return nil, err
 	}
-	snap, err := LoadSnapshotMeta(cfg.FS, cfg.Dir)
+	snap, err := loadSnapshotMeta(cfg.FS, cfg.Dir)
 	if err != nil {
 		return fail(err)
 	}
@@ -232,7 +232,7 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	}
 	r.endsBase, r.applied, r.committed = base, base, r.ends[0]
 	if snap.Index != 0 && cfg.OnSnapshot != nil {
-		d, _ := DecodeSnapshotData(snap.Data) // checked by recoverSnapshot
+		d, _ := decodeSnapshotData(snap.Data) // checked by recoverSnapshot
 		cfg.OnSnapshot(d.App)
 	}
 	if cfg.OnCommitted != nil {

@@ -49,7 +49,7 @@ func (r *Replica) Snapshot() SnapshotMeta { return r.snap }
 //   - a log that starts after the snapshot is left to NewStorage, which
 //     refuses it.
 func recoverSnapshot(p *slog.Partition, snap SnapshotMeta) error {
-	d, err := DecodeSnapshotData(snap.Data)
+	d, err := decodeSnapshotData(snap.Data)
 	if err != nil {
 		return fmt.Errorf("%w: the saved snapshot at index %d: %v; rebuild this replica from its peers", ErrInconsistent, snap.Index, err)
 	}
@@ -97,7 +97,7 @@ func checkSnapshot(s *raftpb.Snapshot) error {
 	if s.Metadata.Index == 0 || s.Metadata.Term == 0 {
 		return fmt.Errorf("index %d, term %d", s.Metadata.Index, s.Metadata.Term)
 	}
-	if _, err := DecodeSnapshotData(s.Data); err != nil {
+	if _, err := decodeSnapshotData(s.Data); err != nil {
 		return err
 	}
 	return nil
@@ -105,7 +105,7 @@ func checkSnapshot(s *raftpb.Snapshot) error {
 
 // install makes a snapshot received from the leader this replica's state:
 // in this order, each step durable before the next,
-//  1. the snapshot metadata is saved (SaveSnapshotMeta);
+//  1. the snapshot metadata is saved (saveSnapshotMeta);
 //  2. the log is reset to start empty after its index, its next record at
 //     its offset (log ResetTo);
 //  3. the state is saved: hs (or the current HardState) with a commit of at
@@ -116,15 +116,15 @@ func checkSnapshot(s *raftpb.Snapshot) error {
 // NewStorage, which takes the snapshot's ConfState and index over an older
 // saved state).
 func (r *Replica) install(s raftpb.Snapshot, hs raftpb.HardState) error {
-	m := SnapshotMetaFromRaft(s)
-	d, err := DecodeSnapshotData(m.Data)
+	m := snapshotMetaFromRaft(s)
+	d, err := decodeSnapshotData(m.Data)
 	if err != nil {
 		return fmt.Errorf("raft replica %s: install the snapshot at index %d: %w", r.p.Name(), m.Index, err)
 	}
 	if m.Index <= r.snap.Index || m.Index <= r.applied {
 		return fmt.Errorf("raft replica %s: raft asked to install a snapshot at index %d, at or below the snapshot (%d) or applied index (%d)", r.p.Name(), m.Index, r.snap.Index, r.applied)
 	}
-	if err := SaveSnapshotMeta(r.cfg.FS, r.cfg.Dir, m); err != nil {
+	if err := saveSnapshotMeta(r.cfg.FS, r.cfg.Dir, m); err != nil {
 		return fmt.Errorf("raft replica %s: %w", r.p.Name(), err)
 	}
 	if err := r.p.ResetTo(m.Index, m.Term, d.Offset); err != nil {
@@ -198,8 +198,8 @@ func (r *Replica) applyCommands(ents []raftpb.Entry) error {
 			}
 			r.confSeen = e.Index
 		}
-		if e.Type == raftpb.EntryNormal && IsLogStart(e.Data) {
-			c, err := DecodeLogStart(e.Data)
+		if e.Type == raftpb.EntryNormal && isLogStart(e.Data) {
+			c, err := decodeLogStart(e.Data)
 			if err != nil {
 				r.cfg.Logger.Error("raft replica: log-start command skipped", "partition", r.p.Name(), "index", e.Index, "err", err)
 				continue
@@ -218,7 +218,7 @@ func (r *Replica) applyCommands(ents []raftpb.Entry) error {
 // command at or before the current snapshot is a no-op; one that does not
 // fit this log is skipped with an error logged (every replica sees the
 // same committed command, so this is a bug, never a choice).
-func (r *Replica) compact(at uint64, c LogStart) error {
+func (r *Replica) compact(at uint64, c logStart) error {
 	s := c.Index - 1
 	if s <= r.snap.Index {
 		return nil
@@ -249,7 +249,7 @@ func (r *Replica) compact(at uint64, c LogStart) error {
 	if err != nil {
 		return err
 	}
-	d := SnapshotData{Offset: c.Offset}
+	d := snapshotData{Offset: c.Offset}
 	if r.cfg.SnapshotApp != nil {
 		d.App = r.cfg.SnapshotApp()
 		if len(d.App) > MaxSnapshotAppBytes {
@@ -257,8 +257,8 @@ func (r *Replica) compact(at uint64, c LogStart) error {
 			d.App = nil
 		}
 	}
-	m := SnapshotMeta{Index: s, Term: term, ConfState: cs, Data: EncodeSnapshotData(d)}
-	if err := SaveSnapshotMeta(r.cfg.FS, r.cfg.Dir, m); err != nil {
+	m := SnapshotMeta{Index: s, Term: term, ConfState: cs, Data: encodeSnapshotData(d)}
+	if err := saveSnapshotMeta(r.cfg.FS, r.cfg.Dir, m); err != nil {
 		return fmt.Errorf("raft replica %s: %w", r.p.Name(), err)
 	}
 	if err := r.storage.SetSnapshot(m); err != nil {
@@ -338,7 +338,7 @@ func (r *Replica) checkRetention() {
 			return
 		}
 	}
-	data := EncodeLogStart(LogStart{Index: idx, Offset: off})
+	data := encodeLogStart(logStart{Index: idx, Offset: off})
 	err := r.guard(func() error { return r.g.Propose(data) })
 	if err != nil && !errors.Is(err, etcdraft.ErrProposalDropped) && r.failed == nil {
 		r.cfg.Logger.Warn("raft replica: log-start proposal failed", "partition", r.p.Name(), "err", err)

@@ -14,9 +14,9 @@ import (
 	slog "github.com/spoolmq/spool/engine/log"
 )
 
-// SnapshotFileName is the name of a group's snapshot metadata file inside
+// snapshotFileName is the name of a group's snapshot metadata file inside
 // its directory.
-const SnapshotFileName = "raft.snap"
+const snapshotFileName = "raft.snap"
 
 // MaxSnapshotDataBytes bounds the application blob of a snapshot (the
 // producer dedupe table): a decoder refuses a larger length before
@@ -52,15 +52,15 @@ func (m SnapshotMeta) Raft() raftpb.Snapshot {
 	}
 }
 
-// SnapshotMetaFromRaft is the inverse of SnapshotMeta.Raft.
-func SnapshotMetaFromRaft(s raftpb.Snapshot) SnapshotMeta {
+// snapshotMetaFromRaft is the inverse of SnapshotMeta.Raft.
+func snapshotMetaFromRaft(s raftpb.Snapshot) SnapshotMeta {
 	return SnapshotMeta{Index: s.Metadata.Index, Term: s.Metadata.Term, ConfState: s.Metadata.ConfState, Data: s.Data}
 }
 
-// EncodeSnapshotMeta returns the encoding of m (format in
+// encodeSnapshotMeta returns the encoding of m (format in
 // docs/replication.md). It fails if m exceeds MaxConfStateIDs or
 // MaxSnapshotDataBytes.
-func EncodeSnapshotMeta(m SnapshotMeta) ([]byte, error) {
+func encodeSnapshotMeta(m SnapshotMeta) ([]byte, error) {
 	if ids := confStateIDs(m.ConfState); ids > MaxConfStateIDs {
 		return nil, fmt.Errorf("raft snapshot: ConfState has %d node ids, the limit is %d", ids, MaxConfStateIDs)
 	}
@@ -78,10 +78,10 @@ func EncodeSnapshotMeta(m SnapshotMeta) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
 }
 
-// DecodeSnapshotMeta decodes b, which must be exactly one encoding. It never
+// decodeSnapshotMeta decodes b, which must be exactly one encoding. It never
 // panics; any failed check is an ErrSnapshotDamaged saying what was wrong.
 // The returned Data is a copy.
-func DecodeSnapshotMeta(b []byte) (SnapshotMeta, error) {
+func decodeSnapshotMeta(b []byte) (SnapshotMeta, error) {
 	damaged := func(format string, a ...any) (SnapshotMeta, error) {
 		return SnapshotMeta{}, fmt.Errorf("%w: %s", ErrSnapshotDamaged, fmt.Sprintf(format, a...))
 	}
@@ -127,28 +127,28 @@ func DecodeSnapshotMeta(b []byte) (SnapshotMeta, error) {
 	return m, nil
 }
 
-// SaveSnapshotMeta makes m the group's snapshot metadata in dir, atomically:
-// it writes a temporary file, fsyncs it, renames it over SnapshotFileName and
-// fsyncs the directory. After a crash LoadSnapshotMeta returns either the
+// saveSnapshotMeta makes m the group's snapshot metadata in dir, atomically:
+// it writes a temporary file, fsyncs it, renames it over snapshotFileName and
+// fsyncs the directory. After a crash loadSnapshotMeta returns either the
 // previous metadata or m, never a mix.
-func SaveSnapshotMeta(fsys slog.FS, dir string, m SnapshotMeta) error {
-	b, err := EncodeSnapshotMeta(m)
+func saveSnapshotMeta(fsys slog.FS, dir string, m SnapshotMeta) error {
+	b, err := encodeSnapshotMeta(m)
 	if err != nil {
 		return err
 	}
 	if err := slog.MkdirAllSynced(fsys, dir); err != nil {
 		return fmt.Errorf("raft snapshot: create directory %s: %w", dir, err)
 	}
-	if err := slog.WriteFileAtomic(fsys, filepath.Join(dir, SnapshotFileName), b); err != nil {
-		return fmt.Errorf("raft snapshot: write %s: %w", filepath.Join(dir, SnapshotFileName), err)
+	if err := slog.WriteFileAtomic(fsys, filepath.Join(dir, snapshotFileName), b); err != nil {
+		return fmt.Errorf("raft snapshot: write %s: %w", filepath.Join(dir, snapshotFileName), err)
 	}
 	return nil
 }
 
-// LoadSnapshotMeta returns the group's snapshot metadata in dir, or the zero
+// loadSnapshotMeta returns the group's snapshot metadata in dir, or the zero
 // SnapshotMeta (index 0: the log starts at 1) if none was saved.
-func LoadSnapshotMeta(fsys slog.FS, dir string) (SnapshotMeta, error) {
-	path := filepath.Join(dir, SnapshotFileName)
+func loadSnapshotMeta(fsys slog.FS, dir string) (SnapshotMeta, error) {
+	path := filepath.Join(dir, snapshotFileName)
 	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return SnapshotMeta{}, nil
@@ -168,7 +168,7 @@ func LoadSnapshotMeta(fsys slog.FS, dir string) (SnapshotMeta, error) {
 	if _, err := f.ReadAt(b, 0); err != nil && len(b) > 0 {
 		return SnapshotMeta{}, fmt.Errorf("raft snapshot: read %s: %w", path, err)
 	}
-	m, err := DecodeSnapshotMeta(b)
+	m, err := decodeSnapshotMeta(b)
 	if err != nil {
 		return SnapshotMeta{}, fmt.Errorf("%s: %w", path, err)
 	}

@@ -10,14 +10,14 @@ import (
 	slog "github.com/spoolmq/spool/engine/log"
 )
 
-// A crash at any operation of SaveSnapshotMeta leaves the previous
+// A crash at any operation of saveSnapshotMeta leaves the previous
 // metadata or the new one, never a mix; once it returned, the new one.
 func TestSnapshotMetaSaveCrash(t *testing.T) {
 	prev := SnapshotMeta{Index: 10, Term: 2, ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 3}}, Data: []byte("old")}
 	next := SnapshotMeta{Index: 20, Term: 3, ConfState: raftpb.ConfState{Voters: []uint64{1, 2, 4}}, Data: []byte("new table")}
 	for k := 0; ; k++ {
 		fsys := slog.NewMemFS()
-		if err := SaveSnapshotMeta(fsys, testDir, prev); err != nil {
+		if err := saveSnapshotMeta(fsys, testDir, prev); err != nil {
 			t.Fatal(err)
 		}
 		ops := 0
@@ -27,10 +27,10 @@ func TestSnapshotMetaSaveCrash(t *testing.T) {
 			}
 			return nil
 		})
-		err := SaveSnapshotMeta(fsys, testDir, next)
+		err := saveSnapshotMeta(fsys, testDir, next)
 		fsys.SetFault(nil)
 		fsys.Crash()
-		got, lerr := LoadSnapshotMeta(fsys, testDir)
+		got, lerr := loadSnapshotMeta(fsys, testDir)
 		if lerr != nil {
 			t.Fatalf("crash at op %d: load: %v", k, lerr)
 		}
@@ -48,19 +48,19 @@ func TestSnapshotMetaSaveCrash(t *testing.T) {
 
 func TestSnapshotMetaNoneAndDamaged(t *testing.T) {
 	fsys := slog.NewMemFS()
-	if m, err := LoadSnapshotMeta(fsys, testDir); err != nil || !reflect.DeepEqual(m, SnapshotMeta{}) {
+	if m, err := loadSnapshotMeta(fsys, testDir); err != nil || !reflect.DeepEqual(m, SnapshotMeta{}) {
 		t.Fatalf("no snapshot: %+v, %v; want the zero SnapshotMeta", m, err)
 	}
-	if err := SaveSnapshotMeta(fsys, testDir, SnapshotMeta{Index: 3, Term: 1}); err != nil {
+	if err := saveSnapshotMeta(fsys, testDir, SnapshotMeta{Index: 3, Term: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := fsys.Corrupt(testDir+"/"+SnapshotFileName, func(b []byte) []byte { b[9] ^= 1; return b }); err != nil {
+	if err := fsys.Corrupt(testDir+"/"+snapshotFileName, func(b []byte) []byte { b[9] ^= 1; return b }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadSnapshotMeta(fsys, testDir); !errors.Is(err, ErrSnapshotDamaged) {
+	if _, err := loadSnapshotMeta(fsys, testDir); !errors.Is(err, ErrSnapshotDamaged) {
 		t.Fatalf("damaged snapshot: %v, want ErrSnapshotDamaged", err)
 	}
-	if _, err := EncodeSnapshotMeta(SnapshotMeta{Data: make([]byte, MaxSnapshotDataBytes+1)}); err == nil {
+	if _, err := encodeSnapshotMeta(SnapshotMeta{Data: make([]byte, MaxSnapshotDataBytes+1)}); err == nil {
 		t.Fatal("encoded data over MaxSnapshotDataBytes")
 	}
 }

@@ -14,8 +14,8 @@ import (
 	slog "github.com/spoolmq/spool/engine/log"
 )
 
-// StateFileName is the name of a group's state file inside its directory.
-const StateFileName = "raft.state"
+// stateFileName is the name of a group's state file inside its directory.
+const stateFileName = "raft.state"
 
 // Limits of the state file format.
 const (
@@ -174,7 +174,7 @@ func OpenStateStore(fsys slog.FS, dir string) (*StateStore, State, error) {
 	if err := slog.MkdirAllSynced(fsys, dir); err != nil {
 		return nil, State{}, fmt.Errorf("raft state: create directory %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, StateFileName)
+	path := filepath.Join(dir, stateFileName)
 	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, State{}, fmt.Errorf("raft state: open %s: %w", path, err)

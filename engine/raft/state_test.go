@@ -79,7 +79,7 @@ func TestStateDamage(t *testing.T) {
 	if err := s.Save(second); err != nil { // seq 2, slot 0
 		t.Fatal(err)
 	}
-	path := testDir + "/" + StateFileName
+	path := testDir + "/" + stateFileName
 	flip := func(off int) {
 		t.Helper()
 		if err := fsys.Corrupt(path, func(b []byte) []byte { b[off] ^= 0x40; return b }); err != nil {

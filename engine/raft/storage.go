@@ -131,7 +131,7 @@ func (s *Storage) InitialState() (raftpb.HardState, raftpb.ConfState, error) {
 }
 
 // SetSnapshot makes m the snapshot raft sees, once the caller has saved it
-// (SaveSnapshotMeta) and, for a received snapshot, reset the log to start at
+// (saveSnapshotMeta) and, for a received snapshot, reset the log to start at
 // m.Index+1; for a snapshot created locally the log's prefix up to m.Index
 // may be deleted after this call. An older snapshot than the current one is
 // refused with raft's ErrSnapOutOfDate.

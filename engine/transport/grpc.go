@@ -462,7 +462,7 @@ func (t *GRPC) runLane(ctx context.Context, p *peer, li int) {
 		}
 		attempt++
 		switch {
-		case IsHandshakeRefusal(err):
+		case isHandshakeRefusal(err):
 			t.cfg.Logger.Error("spool transport: "+err.Error(), "peer", p.id, "addr", p.addr)
 		case attempt == 1:
 			t.cfg.Logger.Warn("spool transport: lost the stream to a peer; reconnecting with backoff", "peer", p.id, "addr", p.addr, "lane", li, "err", err)

@@ -150,7 +150,7 @@ func TestGRPCRefusesWrongCluster(t *testing.T) {
 	waitFor(t, "refusal", func() bool {
 		s, _ := a.t.Peer(2)
 		err = s.LastErr
-		return IsHandshakeRefusal(err)
+		return isHandshakeRefusal(err)
 	})
 	if !errors.Is(err, ErrWrongCluster) {
 		t.Fatalf("err = %v, want ErrWrongCluster", err)
@@ -181,7 +181,7 @@ func TestGRPCRefusesOtherProtocolVersion(t *testing.T) {
 	waitFor(t, "refusal", func() bool {
 		s, _ := b.t.Peer(1)
 		err = s.LastErr
-		return IsHandshakeRefusal(err)
+		return isHandshakeRefusal(err)
 	})
 	if !errors.Is(err, ErrProtocolVersion) {
 		t.Fatalf("err = %v, want ErrProtocolVersion", err)

@@ -127,8 +127,8 @@ func refusedBy(err error, peer uint64, addr string) *HandshakeError {
 	return nil
 }
 
-// IsHandshakeRefusal reports whether err is a refused handshake.
-func IsHandshakeRefusal(err error) bool {
+// isHandshakeRefusal reports whether err is a refused handshake.
+func isHandshakeRefusal(err error) bool {
 	var h *HandshakeError
 	return errors.As(err, &h)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // ProtocolVersion is the version of proto/spool/cluster/v1 this code speaks.
@@ -84,7 +86,6 @@ type Handler interface {
 // ErrWrongCluster, ErrProtocolVersion or ErrWrongNode with errors.Is.
 var (
 	ErrUnknownGroup    = errors.New("transport: no such raft group on this node")
-	ErrUnknownPeer     = errors.New("transport: no such peer")
 	ErrWrongCluster    = errors.New("transport: peer belongs to another cluster")
 	ErrProtocolVersion = errors.New("transport: peer speaks another protocol version")
 	ErrWrongNode       = errors.New("transport: peer address reaches another node")
@@ -165,6 +166,8 @@ func setInt(p *int, def int) {
 
 // Backoff spaces reconnection attempts: the delay before attempt n (n ≥ 1)
 // is drawn uniformly from [Base·2^(n-1)/2, Base·2^(n-1)], capped at Max.
+// The formula is internal/backoff's, with multiplier 2 and jitter 0.5
+// (every delay at least half its cap).
 type Backoff struct {
 	Base time.Duration
 	Max  time.Duration
@@ -187,10 +190,5 @@ func (b *Backoff) validate() error {
 // random draw r in [0, 1): half the capped exponential plus r times the
 // other half, so reconnecting peers spread out. Pure: it replays in tests.
 func (b Backoff) Delay(attempt int, r float64) time.Duration {
-	c := b.Base
-	for i := 1; i < attempt && c < b.Max; i++ {
-		c *= 2
-	}
-	c = min(c, b.Max)
-	return c/2 + time.Duration(r*float64(c/2))
+	return backoff.Config{Base: b.Base, Max: b.Max, Multiplier: 2, Jitter: 0.5}.Delay(attempt, r)
 }

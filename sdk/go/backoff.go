@@ -1,12 +1,16 @@
 package spool
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // backoffConfig is an exponential backoff with full jitter: attempt n waits a
-// uniformly random time in [0, min(max, base*2^n)).
+// uniformly random time in [0, min(max, base*2^n)). The formula is
+// internal/backoff's, the sidecar's own.
 type backoffConfig struct {
 	base time.Duration
 	max  time.Duration
@@ -14,14 +18,8 @@ type backoffConfig struct {
 
 // delay is pure: attempt counts from 0, draw is a uniform number in [0, 1).
 func (b backoffConfig) delay(attempt int, draw float64) time.Duration {
-	ceiling := b.base
-	for i := 0; i < attempt && ceiling < b.max; i++ {
-		ceiling *= 2
-	}
-	if ceiling > b.max {
-		ceiling = b.max
-	}
-	return time.Duration(draw * float64(ceiling))
+	c := backoff.Config{Base: b.base, Max: b.max, Multiplier: 2}
+	return c.Delay(min(attempt, math.MaxInt-1)+1, draw)
 }
 
 // next draws the delay for attempt from the global random source.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // Defaults filled in by Validate for zero fields. They match the sidecar's
@@ -122,16 +124,12 @@ func DefaultConsecutiveFailuresFor(maxAttempts int) int {
 
 // OpenWait returns how long a breaker stays open after the given number of
 // consecutive reopens (0 for the open that follows the closed state):
-// min(MaxOpenTimeout, OpenTimeout·2^reopens). It never overflows.
+// min(MaxOpenTimeout, OpenTimeout·2^reopens), the cap of internal/backoff's
+// formula without jitter (a breaker's probe is one request, not a crowd of
+// clients to spread). It never overflows.
 func (c Config) OpenWait(reopens int) time.Duration {
-	w := c.OpenTimeout
-	for i := 0; i < reopens && w < c.MaxOpenTimeout; i++ {
-		if w > c.MaxOpenTimeout/2 {
-			return c.MaxOpenTimeout
-		}
-		w *= 2
-	}
-	return min(w, c.MaxOpenTimeout)
+	b := backoff.Config{Base: c.OpenTimeout, Max: c.MaxOpenTimeout, Multiplier: 2}
+	return b.Cap(min(reopens, math.MaxInt-1) + 1)
 }
 
 // State is the state of one breaker. Its values are those of the

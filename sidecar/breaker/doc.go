@@ -68,6 +68,7 @@
 // of distinct names cannot grow memory. Names are kept for the life of the
 // Set.
 //
-// This package must never import anything from Spool, nor any I/O,
-// Prometheus or gRPC package; gobreaker is its only dependency.
+// This package must never import anything from Spool but internal/backoff
+// (a pure formula that imports nothing), nor any I/O, Prometheus or gRPC
+// package; gobreaker is its only other dependency.
 package breaker

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -380,9 +381,9 @@ func TestOpenWait(t *testing.T) {
 		}
 	}
 	big := Config{OpenTimeout: time.Hour, MaxOpenTimeout: 1<<63 - 1}
-	for _, r := range []int{0, 1, 40, 100, 1 << 30} {
-		if got := big.OpenWait(r); got < time.Hour {
-			t.Errorf("OpenWait(%d) = %v: overflowed", r, got)
+	for r, want := range map[int]time.Duration{0: time.Hour, 1: 2 * time.Hour, 40: big.MaxOpenTimeout, 100: big.MaxOpenTimeout, 1 << 30: big.MaxOpenTimeout, math.MaxInt: big.MaxOpenTimeout} {
+		if got := big.OpenWait(r); got != want {
+			t.Errorf("OpenWait(%d) = %v, want %v (overflowed?)", r, got, want)
 		}
 	}
 }

@@ -6,9 +6,10 @@
 // Precedence, lowest first: defaults < file < environment < flags. Resolve
 // does the whole sequence for spoold; Load and Parse read a file alone.
 //
-// It is a leaf: it imports only the standard library, the YAML decoder and
-// sidecar/backoff (whose defaults it shares). It must never import the
-// engine, Redis, gRPC or Prometheus, so that anything may import it.
+// It is a leaf: it imports only the standard library, the YAML decoder,
+// internal/backoff (whose defaults it shares) and internal/limits (the
+// engine's topic limits). It must never import the engine, Redis, gRPC or
+// Prometheus, so that anything may import it.
 //
 // docs/configuration.md describes every field for users; keep it in step.
 package config
@@ -17,7 +18,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/spoolmq/spool/sidecar/backoff"
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // Config is the whole sidecar configuration. The zero value is not usable:

@@ -3,7 +3,8 @@ package config
 import (
 	"time"
 
-	"github.com/spoolmq/spool/sidecar/backoff"
+	"github.com/spoolmq/spool/internal/backoff"
+	"github.com/spoolmq/spool/internal/limits"
 	"github.com/spoolmq/spool/sidecar/breaker"
 )
 
@@ -50,8 +51,9 @@ const (
 	// node.drain_timeout + cluster.leave_timeout.
 	DefaultLeaveTimeout       = 60 * time.Second
 	DefaultMoveBytesPerSecond = 32 << 20
-	// MaxReplicationFactor is the most replicas a partition may have.
-	MaxReplicationFactor = 7
+	// MaxReplicationFactor is the most replicas a partition may have: what
+	// the engine allows (internal/limits).
+	MaxReplicationFactor = limits.MaxReplicationFactor
 
 	DefaultPartitions = 4
 	DefaultRetention  = 168 * time.Hour

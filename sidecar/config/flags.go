@@ -9,14 +9,6 @@ import (
 	"time"
 )
 
-// EnvVars lists the environment variables ApplyEnv reads.
-var EnvVars = []string{
-	"SPOOL_DATA_DIR", "SPOOL_APP_LISTEN", "SPOOL_ADMIN_LISTEN", "SPOOL_NODE_ID", "SPOOL_DEV",
-	"SPOOL_FSYNC", "SPOOL_REDIS_ADDRS", "SPOOL_REDIS_PASSWORD", "SPOOL_DRAIN_TIMEOUT",
-	"SPOOL_CLUSTER_LISTEN", "SPOOL_CLUSTER_ADVERTISE", "SPOOL_JOIN", "SPOOL_CLUSTER_STORAGE",
-	"SPOOL_OTLP_ENDPOINT",
-}
-
 // ApplyEnv overrides c with the SPOOL_* environment variables that lookup
 // finds (pass os.LookupEnv). An empty value counts as unset, so a blank
 // variable in a manifest changes nothing. Lists (SPOOL_APP_LISTEN,

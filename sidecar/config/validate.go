@@ -10,8 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spoolmq/spool/internal/limits"
 	"github.com/spoolmq/spool/sidecar/breaker"
 )
+
+// The sidecar never allows more partitions than the engine does (a
+// compile-time check: a negative constant does not convert to uint).
+const _ = uint(limits.MaxPartitions - MaxPartitions)
 
 // FieldError is one problem with one configuration value. Validate and
 // ApplyEnv return them joined (errors.Join); find them with errors.As.
@@ -31,7 +36,16 @@ func (e *FieldError) Error() string {
 
 // Bounds of the ranges Validate enforces.
 const (
-	MaxNameBytes        = 200
+	// MaxNameBytes is the longest topic, group or subscription name: what
+	// the engine allows a topic or group name.
+	MaxNameBytes = limits.MaxNameBytes
+	// MaxPartitions is the most partitions of a topic the sidecar makes,
+	// declared here or created with AdminService.CreateTopic. A product
+	// limit, a quarter of what the engine accepts (engine.MaxPartitions,
+	// 4096): on one node each partition is a directory of segment files and
+	// open files, and in a cluster a raft group on every replica; a topic
+	// needing more parallelism is better split. The engine's own internal
+	// topics may have more.
 	MaxPartitions       = 1024
 	MaxMaxAttempts      = 1000
 	MinVisibility       = time.Second
@@ -382,16 +396,9 @@ func validNodeID(s string) bool {
 // ValidNameBytes reports whether s uses only the bytes allowed in topic,
 // group and node names: a-z A-Z 0-9 . _ - (publish checks topic names
 // against the same rule, so that a name no config can declare is refused
-// as invalid rather than unknown).
-func ValidNameBytes(s string) bool {
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
-}
+// as invalid rather than unknown). The rule is internal/limits', the
+// engine's too.
+func ValidNameBytes(s string) bool { return limits.ValidNameBytes(s) }
 
 // validListen accepts host:port with a numeric port, and unix:///path when
 // unix is allowed.

@@ -66,14 +66,14 @@ type Hooks interface {
 	LedgerBreaker(from, to string)
 }
 
-// NopHooks observes nothing.
-type NopHooks struct{}
+// nopHooks observes nothing.
+type nopHooks struct{}
 
 // LedgerCall implements Hooks.
-func (NopHooks) LedgerCall(string, int, time.Duration, error) {}
+func (nopHooks) LedgerCall(string, int, time.Duration, error) {}
 
 // LedgerBreaker implements Hooks.
-func (NopHooks) LedgerBreaker(string, string) {}
+func (nopHooks) LedgerBreaker(string, string) {}
 
 // Breaker wraps a Ledger (normally Redis) with a per-call timeout and a
 // circuit breaker: timeout → breaker, as one runner. While it is open every
@@ -95,13 +95,13 @@ type Breaker struct {
 
 var _ Ledger = (*Breaker)(nil)
 
-// NewBreaker wraps l. hooks may be nil (NopHooks).
+// NewBreaker wraps l. hooks may be nil (nopHooks).
 func NewBreaker(l Ledger, cfg BreakerConfig, hooks Hooks) *Breaker {
 	if l == nil {
 		panic("ledger.NewBreaker: nil Ledger")
 	}
 	if hooks == nil {
-		hooks = NopHooks{}
+		hooks = nopHooks{}
 	}
 	cfg.validate()
 	b := &Breaker{l: l, cfg: cfg, hooks: hooks}

@@ -32,9 +32,9 @@ var DefaultLimits = Limits{
 	MaxBatchMessages: config.DefaultMaxBatchMessages,
 }
 
-// ReservedHeaderPrefix marks headers that Spool itself sets (dead-letter
+// reservedHeaderPrefix marks headers that Spool itself sets (dead-letter
 // metadata, trace context handling); producers may not send them.
-const ReservedHeaderPrefix = "spool-"
+const reservedHeaderPrefix = "spool-"
 
 // limitErr is message i breaking a limit (i < 0: the request itself).
 // Nothing of the request is written.
@@ -94,8 +94,8 @@ func (l Limits) check(i int, m *spoolv1.PublishMessage) (int, error) {
 		if k == "" {
 			return 0, limitErr(apierr.InvalidHeaderName, i, "", "a header has an empty name: give every header a name")
 		}
-		if strings.HasPrefix(strings.ToLower(k), ReservedHeaderPrefix) {
-			return 0, limitErr(apierr.ReservedHeader, i, "", "header %s: names starting with %q are reserved for Spool: rename it", quoteShort(k), ReservedHeaderPrefix)
+		if strings.HasPrefix(strings.ToLower(k), reservedHeaderPrefix) {
+			return 0, limitErr(apierr.ReservedHeader, i, "", "header %s: names starting with %q are reserved for Spool: rename it", quoteShort(k), reservedHeaderPrefix)
 		}
 		hdrBytes += len(k) + len(v)
 	}

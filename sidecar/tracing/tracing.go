@@ -28,8 +28,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of spoold's spans.
-const ScopeName = "github.com/spoolmq/spool/sidecar"
+// scopeName is the instrumentation scope of spoold's spans.
+const scopeName = "github.com/spoolmq/spool/sidecar"
 
 // Header names of the W3C trace context carried by a message. spoold
 // passes them through untouched.
@@ -135,5 +135,5 @@ func Tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		return nil
 	}
-	return tp.Tracer(ScopeName)
+	return tp.Tracer(scopeName)
 }

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/spoolmq/spool/sidecar/backoff"
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // Ordering says which messages of a partition may be in flight together.

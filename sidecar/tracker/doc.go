@@ -17,7 +17,7 @@
 // Next(now) whenever now ≥ NextDeadline().
 //
 // This package must never import the engine, Redis, Prometheus, gRPC or
-// anything that does I/O; its only Spool dependency is sidecar/backoff.
+// anything that does I/O; its only Spool dependency is internal/backoff.
 package tracker
 
 // Semantics decided here (each checked by the model test, model_test.go):

@@ -10,7 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/spoolmq/spool/sidecar/backoff"
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // The model: every message ever added, in a slice, with its state; every

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spoolmq/spool/sidecar/backoff"
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

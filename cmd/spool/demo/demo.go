@@ -116,21 +116,11 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	logs := newLogBuffer()
 	logger := logs.logger()
 
-	// One TracerProvider for the demo's apps and its sidecar, passed to
-	// each (never set globally); without an endpoint, no-op.
-	var tp trace.TracerProvider = noop.NewTracerProvider()
-	if o.OTLPEndpoint != "" {
-		p, err := tracing.NewProvider(tracing.Config{Endpoint: o.OTLPEndpoint, SampleRatio: 1, Node: "spool-demo", Version: sidecar.Version})
-		if err != nil {
-			return nil, err
-		}
-		defer func() { // last: after the apps and the sidecar stopped
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = p.Shutdown(ctx)
-		}()
-		tp = p
+	tp, shutdownTracing, err := tracerProvider(o)
+	if err != nil {
+		return nil, err
 	}
+	defer shutdownTracing() // last: after the apps and the sidecar stopped
 
 	sc, err := startSidecar(logger, o.AdminListen, tp)
 	if err != nil {
@@ -223,7 +213,33 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	stopWorker()
 	wg.Wait()
 	if o.Keep && !interrupted {
-		fmt.Fprintf(o.Out, `
+		printKeepHints(o.Out, sc.adminAddr)
+		<-ctx.Done()
+	}
+	return s, errors.Join(dlqErr, workerErr)
+}
+
+// tracerProvider is the one TracerProvider for the demo's apps and its
+// sidecar, passed to each (never set globally): no-op without an endpoint.
+// shutdown flushes it.
+func tracerProvider(o Options) (tp trace.TracerProvider, shutdown func(), err error) {
+	if o.OTLPEndpoint == "" {
+		return noop.NewTracerProvider(), func() {}, nil
+	}
+	p, err := tracing.NewProvider(tracing.Config{Endpoint: o.OTLPEndpoint, SampleRatio: 1, Node: "spool-demo", Version: sidecar.Version})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	}, nil
+}
+
+// printKeepHints tells how to look at the sidecar the demo leaves running.
+func printKeepHints(out io.Writer, adminAddr string) {
+	fmt.Fprintf(out, `
 The sidecar keeps running with what the demo did in it; look at it with spool
 from another terminal (Ctrl-C here stops it):
 
@@ -232,8 +248,5 @@ from another terminal (Ctrl-C here stops it):
   spool --admin %[1]s dlq list --group %[3]s --topic %[2]s
   spool --admin %[1]s dlq peek --group %[3]s --topic %[2]s --limit 3
   spool --admin %[1]s tail %[2]s --from-beginning --limit 5
-`, sc.adminAddr, Topic, Group)
-		<-ctx.Done()
-	}
-	return s, errors.Join(dlqErr, workerErr)
+`, adminAddr, Topic, Group)
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/spoolmq/spool/internal/limits"
 )
 
 // Limits of the coordinator's state. They are constants, not settings:
@@ -23,12 +25,13 @@ const (
 	// MaxTopicsPerGroup is the most topics a group's members subscribe to
 	// together.
 	MaxTopicsPerGroup = 64
-	// MaxPartitions is the most partitions of one topic (engine/meta's
-	// MaxPartitions).
-	MaxPartitions = 4096
-	// MaxReplicas is the most replica nodes a Join names for one partition
-	// (engine/meta's MaxReplicationFactor).
-	MaxReplicas = 7
+	// MaxPartitions is the most partitions of one topic, as the controller
+	// allows (internal/limits).
+	MaxPartitions = limits.MaxPartitions
+	// MaxReplicas is the most replica nodes a Join names for one partition:
+	// the most replicas the controller allows (internal/limits
+	// MaxReplicationFactor).
+	MaxReplicas = limits.MaxReplicationFactor
 	// MaxDonePerPosition is the most finished offsets above Next a
 	// committed position keeps. A commit is one record of the offsets
 	// topic; a sidecar whose window holds more finished offsets above its
@@ -39,9 +42,9 @@ const (
 	// MaxPositionsPerGroup is the most partitions a group keeps committed
 	// positions for.
 	MaxPositionsPerGroup = 16_384
-	// MaxNameBytes is the longest group or topic name, as in the sidecar's
-	// config.
-	MaxNameBytes = 200
+	// MaxNameBytes is the longest group or topic name (internal/limits),
+	// as in the sidecar's config.
+	MaxNameBytes = limits.MaxNameBytes
 	// MaxMemberIDBytes is the longest member id (a node id of up to 253
 	// bytes and a subscription).
 	MaxMemberIDBytes = 512
@@ -81,19 +84,10 @@ const (
 	allowedSession = "1 to 128 printable ASCII bytes without spaces (an id the sidecar draws when it starts)"
 )
 
-// validName: only a-z A-Z 0-9 . _ -, as sidecar/config.ValidNameBytes
-// (copied: engine must not import the sidecar; keep the two the same).
+// validName: 1 to MaxNameBytes bytes of a-z A-Z 0-9 . _ - (the rule of
+// internal/limits, the sidecar's config's too).
 func validName(s string) bool {
-	if len(s) == 0 || len(s) > MaxNameBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		b := s[i]
-		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return false
-		}
-	}
-	return true
+	return len(s) > 0 && len(s) <= MaxNameBytes && limits.ValidNameBytes(s)
 }
 
 func validPrintable(s string, limit int) bool {
@@ -140,88 +134,22 @@ func (c Command) Validate() error {
 	if c.AtMs < 0 {
 		return invalid("command time", strconv.FormatInt(c.AtMs, 10)+" ms", "0 or more (the coordinator's clock, in ms)")
 	}
-	member := func(id string) error {
-		if !validPrintable(id, MaxMemberIDBytes) {
-			return invalid("member id", id, allowedMember)
-		}
-		return nil
-	}
-	session := func(s string) error {
-		if !validPrintable(s, MaxSessionBytes) {
-			return invalid("session", s, allowedSession)
-		}
-		return nil
-	}
 	switch {
 	case c.Join != nil:
-		j := c.Join
-		if err := cmpErr(member(j.Member), session(j.Session)); err != nil {
-			return err
-		}
-		if len(j.Topics) == 0 || len(j.Topics) > MaxTopicsPerMember {
-			return invalid("topics", strconv.Itoa(len(j.Topics)), fmt.Sprintf("1 to %d topics (MaxTopicsPerMember)", MaxTopicsPerMember))
-		}
-		for i, t := range j.Topics {
-			if err := validateTopic(t); err != nil {
-				return err
-			}
-			if slices.ContainsFunc(j.Topics[:i], func(o Topic) bool { return o.Name == t.Name }) {
-				return invalid("topics", t.Name, "distinct topic names (this one is named twice)")
-			}
-		}
-		if v := j.SessionTimeoutMs; v != 0 && (v < MinSessionTimeoutMs || v > MaxSessionTimeoutMs) {
-			return invalid("session timeout", strconv.FormatInt(v, 10)+" ms", fmt.Sprintf("0 (the default, %d ms) or between %d and %d ms", DefaultSessionTimeoutMs, MinSessionTimeoutMs, MaxSessionTimeoutMs))
-		}
-		if v := j.RevokeTimeoutMs; v != 0 && (v < MinRevokeTimeoutMs || v > MaxRevokeTimeoutMs) {
-			return invalid("revoke timeout", strconv.FormatInt(v, 10)+" ms", fmt.Sprintf("0 (the default, %d ms) or between %d and %d ms", DefaultRevokeTimeoutMs, MinRevokeTimeoutMs, MaxRevokeTimeoutMs))
-		}
+		return validateJoin(c.Join)
 	case c.Heartbeat != nil:
-		return cmpErr(member(c.Heartbeat.Member), session(c.Heartbeat.Session))
+		return cmpErr(validateMember(c.Heartbeat.Member), validateSession(c.Heartbeat.Session))
 	case c.Leave != nil:
-		return cmpErr(member(c.Leave.Member), session(c.Leave.Session))
+		return cmpErr(validateMember(c.Leave.Member), validateSession(c.Leave.Session))
 	case c.Expire != nil:
-		return member(c.Expire.Member)
+		return validateMember(c.Expire.Member)
 	case c.RevokeDone != nil:
-		r := c.RevokeDone
-		if err := member(r.Member); err != nil {
-			return err
-		}
-		if r.Generation == 0 {
-			return invalid("generation", "0", "the generation of the member's assignment (1 up)")
-		}
-		if len(r.Partitions) == 0 || len(r.Partitions) > MaxTopicsPerMember*MaxPartitions {
-			return invalid("partitions", strconv.Itoa(len(r.Partitions)), "at least one partition the member was asked to revoke")
-		}
-		for i, tp := range r.Partitions {
-			if err := validateTP(tp); err != nil {
-				return err
-			}
-			if slices.Contains(r.Partitions[:i], tp) {
-				return invalid("partitions", fmt.Sprintf("%s/%d", tp.Topic, tp.Partition), "distinct partitions (this one is named twice)")
-			}
-		}
+		return validateRevokeDone(c.RevokeDone)
 	case c.Reset != nil:
-		r := c.Reset
-		if !validName(r.Topic) {
-			return invalid("topic name", r.Topic, allowedNames)
-		}
-		if len(r.Next) == 0 || len(r.Next) > MaxPartitions {
-			return invalid("positions", strconv.Itoa(len(r.Next)), fmt.Sprintf("1 to %d partitions (MaxPartitions)", MaxPartitions))
-		}
-		for i, pn := range r.Next {
-			if err := validateTP(TopicPartition{r.Topic, pn.Partition}); err != nil {
-				return err
-			}
-			if pn.Next < 0 {
-				return invalid("position", strconv.FormatInt(pn.Next, 10), "an offset (0 or more)")
-			}
-			if i > 0 && pn.Partition <= r.Next[i-1].Partition {
-				return invalid("positions", fmt.Sprintf("partition %d after %d", pn.Partition, r.Next[i-1].Partition), "partitions in ascending order, each once")
-			}
-		}
+		return validateReset(c.Reset)
 	case c.Commit != nil:
 		m := c.Commit
-		if err := member(m.Member); err != nil {
+		if err := validateMember(m.Member); err != nil {
 			return err
 		}
 		if m.Generation == 0 {
@@ -231,6 +159,86 @@ func (c Command) Validate() error {
 			return err
 		}
 		return validatePosition(m.Position)
+	}
+	return nil
+}
+
+func validateMember(id string) error {
+	if !validPrintable(id, MaxMemberIDBytes) {
+		return invalid("member id", id, allowedMember)
+	}
+	return nil
+}
+
+func validateSession(s string) error {
+	if !validPrintable(s, MaxSessionBytes) {
+		return invalid("session", s, allowedSession)
+	}
+	return nil
+}
+
+func validateJoin(j *Join) error {
+	if err := cmpErr(validateMember(j.Member), validateSession(j.Session)); err != nil {
+		return err
+	}
+	if len(j.Topics) == 0 || len(j.Topics) > MaxTopicsPerMember {
+		return invalid("topics", strconv.Itoa(len(j.Topics)), fmt.Sprintf("1 to %d topics (MaxTopicsPerMember)", MaxTopicsPerMember))
+	}
+	for i, t := range j.Topics {
+		if err := validateTopic(t); err != nil {
+			return err
+		}
+		if slices.ContainsFunc(j.Topics[:i], func(o Topic) bool { return o.Name == t.Name }) {
+			return invalid("topics", t.Name, "distinct topic names (this one is named twice)")
+		}
+	}
+	if v := j.SessionTimeoutMs; v != 0 && (v < MinSessionTimeoutMs || v > MaxSessionTimeoutMs) {
+		return invalid("session timeout", strconv.FormatInt(v, 10)+" ms", fmt.Sprintf("0 (the default, %d ms) or between %d and %d ms", DefaultSessionTimeoutMs, MinSessionTimeoutMs, MaxSessionTimeoutMs))
+	}
+	if v := j.RevokeTimeoutMs; v != 0 && (v < MinRevokeTimeoutMs || v > MaxRevokeTimeoutMs) {
+		return invalid("revoke timeout", strconv.FormatInt(v, 10)+" ms", fmt.Sprintf("0 (the default, %d ms) or between %d and %d ms", DefaultRevokeTimeoutMs, MinRevokeTimeoutMs, MaxRevokeTimeoutMs))
+	}
+	return nil
+}
+
+func validateRevokeDone(r *RevokeDone) error {
+	if err := validateMember(r.Member); err != nil {
+		return err
+	}
+	if r.Generation == 0 {
+		return invalid("generation", "0", "the generation of the member's assignment (1 up)")
+	}
+	if len(r.Partitions) == 0 || len(r.Partitions) > MaxTopicsPerMember*MaxPartitions {
+		return invalid("partitions", strconv.Itoa(len(r.Partitions)), "at least one partition the member was asked to revoke")
+	}
+	for i, tp := range r.Partitions {
+		if err := validateTP(tp); err != nil {
+			return err
+		}
+		if slices.Contains(r.Partitions[:i], tp) {
+			return invalid("partitions", fmt.Sprintf("%s/%d", tp.Topic, tp.Partition), "distinct partitions (this one is named twice)")
+		}
+	}
+	return nil
+}
+
+func validateReset(r *ResetPositions) error {
+	if !validName(r.Topic) {
+		return invalid("topic name", r.Topic, allowedNames)
+	}
+	if len(r.Next) == 0 || len(r.Next) > MaxPartitions {
+		return invalid("positions", strconv.Itoa(len(r.Next)), fmt.Sprintf("1 to %d partitions (MaxPartitions)", MaxPartitions))
+	}
+	for i, pn := range r.Next {
+		if err := validateTP(TopicPartition{r.Topic, pn.Partition}); err != nil {
+			return err
+		}
+		if pn.Next < 0 {
+			return invalid("position", strconv.FormatInt(pn.Next, 10), "an offset (0 or more)")
+		}
+		if i > 0 && pn.Partition <= r.Next[i-1].Partition {
+			return invalid("positions", fmt.Sprintf("partition %d after %d", pn.Partition, r.Next[i-1].Partition), "partitions in ascending order, each once")
+		}
 	}
 	return nil
 }

@@ -30,6 +30,9 @@ func TestValidateRejects(t *testing.T) {
 		{Config{Multiplier: 0.5}, "Multiplier"},
 		{Config{Multiplier: math.NaN()}, "Multiplier"},
 		{Config{Multiplier: math.Inf(1)}, "Multiplier"},
+		{Config{Jitter: -0.1}, "Jitter"},
+		{Config{Jitter: 1.5}, "Jitter"},
+		{Config{Jitter: math.NaN()}, "Jitter"},
 	} {
 		err := tc.c.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -98,6 +101,52 @@ func TestDelayProperties(t *testing.T) {
 			if got := float64(c.Cap(a)); math.Abs(got-want) > want*1e-9+1 {
 				t.Fatalf("Cap(%d) = %v, want %v", a, got, want)
 			}
+		}
+	})
+}
+
+// A partial jitter keeps the delay in [(1-Jitter)·Cap, Cap]: engine/transport
+// reconnects after at least half the cap.
+func TestDelayPartialJitter(t *testing.T) {
+	c := Config{Base: time.Second, Max: 8 * time.Second, Multiplier: 2, Jitter: 0.5}
+	for _, tc := range []struct {
+		attempt int
+		rand    float64
+		want    time.Duration
+	}{
+		{1, 0, 500 * time.Millisecond},
+		{1, 0.5, 750 * time.Millisecond},
+		{1, 1, time.Second},
+		{3, 0, 2 * time.Second},
+		{3, math.NaN(), 2 * time.Second},
+		{3, -1, 2 * time.Second},
+		{3, 2, 4 * time.Second},
+		{9, 0.5, 6 * time.Second},
+	} {
+		if got := c.Delay(tc.attempt, tc.rand); got != tc.want {
+			t.Errorf("Delay(%d, %v) = %v, want %v", tc.attempt, tc.rand, got, tc.want)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		c := Config{
+			Base:       time.Duration(rapid.Int64Range(1, int64(time.Hour)).Draw(t, "base")),
+			Multiplier: rapid.Float64Range(1, 1000).Draw(t, "mult"),
+			Jitter:     rapid.Float64Range(0, 1).Draw(t, "jitter"),
+		}
+		c.Max = c.Base + time.Duration(rapid.Int64Range(0, int64(24*time.Hour)).Draw(t, "extra"))
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		a := rapid.IntRange(-5, 100).Draw(t, "attempt")
+		r := rapid.Float64Range(0, 1).Draw(t, "rand")
+		limit := c.Cap(a)
+		j := c.Jitter
+		if j == 0 {
+			j = 1
+		}
+		lo := time.Duration((1 - j) * float64(limit))
+		if d := c.Delay(a, r); d < lo-1 || d > limit {
+			t.Fatalf("Delay(%d, %v) = %v outside [%v, %v]", a, r, d, lo, limit)
 		}
 	})
 }
