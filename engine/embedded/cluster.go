@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -297,37 +298,63 @@ func (c *cluster) run(ctx context.Context) error {
 	if c.cfg.NoReplicas {
 		return c.runClient(ctx)
 	}
+	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes, c.dialCreds())
+	defer c.peers.close()
+	l, err := c.listenAndJoin(ctx)
+	if err == nil {
+		err = c.start(l)
+	}
+	if err != nil {
+		c.fail(err)
+		return err
+	}
+	// What this node already knows of the cluster (its committed controller
+	// log) places its replicas before the first election.
+	c.applyController()
+	return c.serve(ctx)
+}
+
+// listenAndJoin takes the cluster port and, for a node with no identity
+// yet, joins the cluster (or creates it) first.
+func (c *cluster) listenAndJoin(ctx context.Context) (net.Listener, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", c.cfg.Listen)
 	if err != nil {
-		c.fail(fmt.Errorf("engine: cluster listener %s: %w", c.cfg.Listen, err))
-		return c.readyErr
+		return nil, fmt.Errorf("engine: cluster listener %s: %w", c.cfg.Listen, err)
 	}
-	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes, c.dialCreds())
-	defer c.peers.close()
-	if c.id.NodeID == 0 {
-		// While it joins, the node answers other joining nodes that it is
-		// forming too (cluster.bootstrap_expect counts on that answer),
-		// then gives the port to the transport.
-		stopForming := serveForming(l, c.serverCreds(), c.cfg.Advertise)
-		nodes, err := c.join(ctx)
-		stopForming()
-		if errors.Is(err, errCreateCluster) {
-			err = c.createCluster()
-		}
-		if err == nil {
-			if l, err = lc.Listen(ctx, "tcp", c.cfg.Listen); err != nil {
-				err = fmt.Errorf("engine: cluster listener %s, after joining: %w", c.cfg.Listen, err)
-			}
-		}
+	if c.id.NodeID != 0 {
+		return l, nil
+	}
+	// While it joins, the node answers other joining nodes that it is
+	// forming too (cluster.bootstrap_expect counts on that answer), then
+	// gives the port to the transport.
+	stopForming := serveForming(l, c.serverCreds(), c.cfg.Advertise)
+	nodes, err := c.join(ctx)
+	stopForming()
+	if errors.Is(err, errCreateCluster) {
+		err = c.createCluster()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if l, err = lc.Listen(ctx, "tcp", c.cfg.Listen); err != nil {
+		return nil, fmt.Errorf("engine: cluster listener %s, after joining: %w", c.cfg.Listen, err)
+	}
+	for _, nd := range nodes {
+		c.peers.set(nd.GetId(), nd.GetAddr())
+	}
+	return l, nil
+}
+
+// start makes the node's raft host, opens the controller's log and its
+// applier, starts serving peers on l and opens the controller's replica.
+// It closes l when it fails.
+func (c *cluster) start(l net.Listener) (err error) {
+	defer func() {
 		if err != nil {
-			c.fail(err)
-			return err
+			_ = l.Close()
 		}
-		for _, nd := range nodes {
-			c.peers.set(nd.GetId(), nd.GetAddr())
-		}
-	}
+	}()
 	c.router = c.newRouter()
 	c.host, err = raft.NewHost(raft.HostConfig{
 		NodeID:          c.id.NodeID,
@@ -340,17 +367,13 @@ func (c *cluster) run(ctx context.Context) error {
 		CatchUpBytesPerSecond: max(0, c.cfg.MoveBytesPerSecond),
 	})
 	if err != nil {
-		_ = l.Close()
-		c.fail(err)
 		return err
 	}
 	if c.ctrlP, err = c.n.store.Partition(controllerPartition); err == nil {
 		err = c.ctrlP.SetRetention(0, 0) // the controller's log is kept whole
 	}
 	if err != nil {
-		_ = l.Close()
-		c.fail(fmt.Errorf("engine: open the controller's log: %w", err))
-		return c.readyErr
+		return fmt.Errorf("engine: open the controller's log: %w", err)
 	}
 	// Before the transport: its NodeService answers Metadata from it.
 	c.ctrl = rsm.New(rsm.Config{Name: "the controller's log (" + controllerPartition + ")", MaxResults: maxRecentResults, Logger: c.logger},
@@ -369,8 +392,6 @@ func (c *cluster) run(ctx context.Context) error {
 		},
 	})
 	if err != nil {
-		_ = l.Close()
-		c.fail(err)
 		return err
 	}
 	for id, addr := range c.peers.all() {
@@ -391,52 +412,53 @@ func (c *cluster) run(ctx context.Context) error {
 		MaxBatchBytes: c.n.cfg.Log.MaxBatchBytes,
 		OnCommitted:   func(end int64) { c.ctrlEnd.Store(end); c.signalController() },
 	}); err != nil {
-		_ = l.Close()
-		c.fail(fmt.Errorf("engine: open the controller's replica: %w", err))
-		return c.readyErr
+		return fmt.Errorf("engine: open the controller's replica: %w", err)
 	}
-	// What this node already knows of the cluster (its committed controller
-	// log) places its replicas before the first election.
-	c.applyController()
+	return nil
+}
 
-	// The components run on their own context: when ctx ends, this node
-	// first hands the leadership of its groups to other replicas, so that
-	// publishes in flight at it complete instead of being cut.
+// serve runs the node's components until ctx ends or one fails. They run
+// on their own context: when ctx ends, this node first hands the
+// leadership of its groups to other replicas, so that publishes in flight
+// at it complete instead of being cut. It returns the first component's
+// error (errors while stopping are not a failure).
+func (c *cluster) serve(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	var wg sync.WaitGroup
-	const components = 6
-	errs := make(chan error, components)
-	goRun := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() { // owned: awaited below
-			defer wg.Done()
-			if err := f(runCtx); err != nil {
-				errs <- fmt.Errorf("engine: %s: %w", name, err)
+	g, gctx := errgroup.WithContext(runCtx)
+	for _, comp := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"transport", c.tr.Run},
+		{"raft host", c.host.Run},
+		{"controller", c.runController},
+		{"membership", c.register},
+		{"remote reads", c.runRemotePoll},
+		{"groups coordinators", c.coord.Run}, // groups_cluster.go
+	} {
+		g.Go(func() error {
+			if err := comp.run(gctx); err != nil {
+				return fmt.Errorf("engine: %s: %w", comp.name, err)
 			}
-		}()
+			return nil
+		})
 	}
-	goRun("transport", c.tr.Run)
-	goRun("raft host", c.host.Run)
-	goRun("controller", c.runController)
-	goRun("membership", c.register)
-	goRun("remote reads", c.runRemotePoll)
-	goRun("groups coordinators", c.coord.Run) // groups_cluster.go
-
-	var err2 error
+	var failed error
 	select {
 	case <-ctx.Done():
 		c.handOff(handOffTimeout)
-	case err2 = <-errs:
-		c.fail(err2)
+	case <-gctx.Done(): // a component failed (runCtx is not cancelled yet)
+		failed = context.Cause(gctx)
+		c.fail(failed)
 	}
 	cancel()
-	wg.Wait()
+	_ = g.Wait()
 	// The replicas' state files; their logs are the store's, closed by Close.
 	for _, g := range c.host.Groups() {
 		_ = c.host.Remove(g)
 	}
-	return err2
+	return failed
 }
 
 // newRouter is the router of this node's calls to raft groups' leaders.

@@ -53,10 +53,6 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 		RetentionAge:   time.Duration(mt.Spec.RetentionAgeMs) * time.Millisecond,
 		RetentionBytes: mt.Spec.RetentionBytes,
 	}
-	type opening struct {
-		part      *partition
-		bootstrap bool
-	}
 	var toOpen []opening
 	var retune, toDrop, toStop []*partition
 	n.mu.Lock()
@@ -87,79 +83,9 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	if t.learning == nil {
 		t.learning = map[int32]*partition{}
 	}
-	// newPart is a partition value of this placement; with a log when this
-	// node holds a replica (nil if its log cannot be opened: the partition
-	// is then served from the other replicas).
-	newPart := func(i int, mp meta.Partition, local bool) *partition {
-		part := &partition{topic: t, num: int32(i), group: mp.Group}
-		part.limit.Store(noLimit)
-		part.mem.Store(newMembership(mp))
-		if !local {
-			return part
-		}
-		lp, err := n.store.Partition(engine.PartitionName(spec.Name, int32(i)))
-		if err == nil {
-			err = lp.SetRetention(0, 0) // the group's retention, not the log's
-		}
-		if err != nil {
-			n.cfg.Logger.Error("spool cluster: cannot open a partition's log", "topic", spec.Name, "partition", i, "err", err)
-			return part
-		}
-		part.log = lp
-		part.replica = transport.ReplicaID(self, mp.Incarnation(self))
-		return part
-	}
 	if len(mt.Partitions) == len(t.parts) {
 		for i, mp := range mt.Partitions {
-			cur, lp := t.parts[i], t.learning[int32(i)]
-			if cur.group != 0 {
-				cur.mem.Store(newMembership(mp))
-				if lp != nil {
-					lp.mem.Store(cur.mem.Load())
-				}
-			}
-			// This node's copies must run under the replica id the state
-			// gives it (its incarnation): meta.PlanLocal says what to stop,
-			// drop, promote and open.
-			plan := meta.PlanLocal(self, mp, transport.ReplicaID(self, mp.Incarnation(self)),
-				meta.LocalCopies{Placed: cur.group != 0, Serving: copyID(cur), Learning: copyID(lp)})
-			switch {
-			case plan.StopLearning:
-				toStop = append(toStop, lp)
-			case plan.DropLearning:
-				toDrop = append(toDrop, lp)
-			}
-			if plan.StopLearning || plan.DropLearning {
-				delete(t.learning, int32(i))
-			}
-			switch {
-			case plan.StopServing:
-				toStop = append(toStop, cur)
-			case plan.DropServing:
-				toDrop = append(toDrop, cur)
-			}
-			if plan.StopServing || plan.DropServing || plan.OpenServing || cur.group == 0 {
-				// A new partition value: served from this node's copy when
-				// one opens, from the other replicas otherwise.
-				part := newPart(i, mp, plan.OpenServing)
-				if cur.group != 0 {
-					part.committed.Store(cur.committed.Load())
-				}
-				t.parts[i] = part
-				if part.log != nil {
-					toOpen = append(toOpen, opening{part, plan.Bootstrap})
-				}
-			}
-			if plan.Promote {
-				t.parts[i] = lp
-				delete(t.learning, int32(i))
-			}
-			if plan.OpenLearning {
-				if l := newPart(i, mp, true); l.log != nil {
-					t.learning[int32(i)] = l
-					toOpen = append(toOpen, opening{l, false})
-				}
-			}
+			toOpen, toStop, toDrop = n.placePartition(t, i, mp, self, toOpen, toStop, toDrop)
 		}
 	}
 	n.mu.Unlock()
@@ -187,4 +113,90 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	if len(toOpen) > 0 || len(toDrop) > 0 || len(toStop) > 0 || !ok {
 		t.notify()
 	}
+}
+
+// placePartition follows partition i of t to the controller's placement mp
+// (meta.PlanLocal decides; it executes), with n.mu held, and returns the
+// replicas to open, stop and drop once n.mu is released.
+func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, toOpen []opening, toStop, toDrop []*partition) ([]opening, []*partition, []*partition) {
+	newPart := func(local bool) *partition { return n.newPart(t, i, mp, self, local) }
+	cur, lp := t.parts[i], t.learning[int32(i)]
+	if cur.group != 0 {
+		cur.mem.Store(newMembership(mp))
+		if lp != nil {
+			lp.mem.Store(cur.mem.Load())
+		}
+	}
+	// This node's copies must run under the replica id the state
+	// gives it (its incarnation): meta.PlanLocal says what to stop,
+	// drop, promote and open.
+	plan := meta.PlanLocal(self, mp, transport.ReplicaID(self, mp.Incarnation(self)),
+		meta.LocalCopies{Placed: cur.group != 0, Serving: copyID(cur), Learning: copyID(lp)})
+	switch {
+	case plan.StopLearning:
+		toStop = append(toStop, lp)
+	case plan.DropLearning:
+		toDrop = append(toDrop, lp)
+	}
+	if plan.StopLearning || plan.DropLearning {
+		delete(t.learning, int32(i))
+	}
+	switch {
+	case plan.StopServing:
+		toStop = append(toStop, cur)
+	case plan.DropServing:
+		toDrop = append(toDrop, cur)
+	}
+	if plan.StopServing || plan.DropServing || plan.OpenServing || cur.group == 0 {
+		// A new partition value: served from this node's copy when
+		// one opens, from the other replicas otherwise.
+		part := newPart(plan.OpenServing)
+		if cur.group != 0 {
+			part.committed.Store(cur.committed.Load())
+		}
+		t.parts[i] = part
+		if part.log != nil {
+			toOpen = append(toOpen, opening{part, plan.Bootstrap})
+		}
+	}
+	if plan.Promote {
+		t.parts[i] = lp
+		delete(t.learning, int32(i))
+	}
+	if plan.OpenLearning {
+		if l := newPart(true); l.log != nil {
+			t.learning[int32(i)] = l
+			toOpen = append(toOpen, opening{l, false})
+		}
+	}
+	return toOpen, toStop, toDrop
+}
+
+// newPart is a partition value of a placement; with a log when this node
+// holds a replica (nil if its log cannot be opened: the partition is then
+// served from the other replicas).
+func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bool) *partition {
+	part := &partition{topic: t, num: int32(i), group: mp.Group}
+	part.limit.Store(noLimit)
+	part.mem.Store(newMembership(mp))
+	if !local {
+		return part
+	}
+	lp, err := n.store.Partition(engine.PartitionName(t.name, int32(i)))
+	if err == nil {
+		err = lp.SetRetention(0, 0) // the group's retention, not the log's
+	}
+	if err != nil {
+		n.cfg.Logger.Error("spool cluster: cannot open a partition's log", "topic", t.name, "partition", i, "err", err)
+		return part
+	}
+	part.log = lp
+	part.replica = transport.ReplicaID(self, mp.Incarnation(self))
+	return part
+}
+
+// opening is a replica to open; bootstrap: see replicaOps.open.
+type opening struct {
+	part      *partition
+	bootstrap bool
 }
