@@ -215,6 +215,6 @@ func clusterConfig(cfg *config.Config) *embedded.ClusterConfig {
 		DeadNodeTimeout:    cl.DeadNodeTimeout,
 		MoveBytesPerSecond: cl.MoveBytesPerSecond,
 		TLS:                embedded.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
-		NoReplicas:         cl.Storage == config.StorageOff,
+		StorageOff:         cl.Storage == config.StorageOff,
 	}
 }

@@ -81,12 +81,12 @@ type ClusterConfig struct {
 	// producers' writes and the replication to existing replicas are not
 	// paced). Default DefaultMoveBytesPerSecond; < 0: not paced.
 	MoveBytesPerSecond int64
-	// NoReplicas makes a client node (storage off): it is not a member,
+	// StorageOff makes a storage-off node (cluster.storage: off): it is not a member,
 	// holds no replicas, learns the cluster from the members in Join
 	// (Metadata), publishes through the partitions' leaders and reads from
 	// their replicas. For autoscaled stateless pods next to a few storage
 	// nodes. Listen is not used.
-	NoReplicas bool
+	StorageOff bool
 	// GroupsPartitions is the number of partitions of the consumer groups'
 	// internal topic (coordinators) when this node's controller leader
 	// creates it; fixed from then on (docs/groups.md, "Running on the
@@ -117,7 +117,7 @@ const (
 )
 
 func (c *ClusterConfig) validate() error {
-	if c.NoReplicas {
+	if c.StorageOff {
 		if len(c.Join) == 0 {
 			return errors.New("engine: a node without replicas (storage off) needs cluster.join: the members it learns the cluster from")
 		}
@@ -240,7 +240,7 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if n.cfg.Log.Fsync != log.FsyncAlways && !cfg.NoReplicas {
+	if n.cfg.Log.Fsync != log.FsyncAlways && !cfg.StorageOff {
 		return nil, errors.New("engine: a cluster node needs storage.fsync: always (a replica acknowledges only what is on disk)")
 	}
 	c := &cluster{
@@ -264,7 +264,7 @@ func newCluster(n *Node, cfg ClusterConfig) (*cluster, error) {
 			return nil, err
 		}
 	}
-	if cfg.NoReplicas {
+	if cfg.StorageOff {
 		return c, nil // not a member: no identity
 	}
 	id, ok, err := loadIdentity(c.fs, c.dir)
@@ -295,7 +295,7 @@ func (c *cluster) createCluster() error {
 // run joins (when needed), starts the transport, the replicas and the
 // controller, and serves until ctx ends.
 func (c *cluster) run(ctx context.Context) error {
-	if c.cfg.NoReplicas {
+	if c.cfg.StorageOff {
 		return c.runClient(ctx)
 	}
 	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes, c.dialCreds())
@@ -591,7 +591,7 @@ func (c *cluster) awaitReady(d time.Duration) error {
 
 // whyNotReady explains the wait for operators.
 func (c *cluster) whyNotReady() error {
-	if c.cfg.NoReplicas {
+	if c.cfg.StorageOff {
 		return fmt.Errorf("no member in cluster.join %v has answered with the cluster's state", c.cfg.Join)
 	}
 	st, ok := c.status(controllerGroup)
@@ -732,9 +732,9 @@ func (c *cluster) balanceLeaders() {
 	for _, p := range parts {
 		// A preferred leader that is leaving or down is given nothing: it
 		// is about to lose its replica (cluster_leave.go).
-		if st, ok := c.host.Status(p.group); ok && st.IsLeader {
+		if st, ok := c.host.Status(p.raftGroup); ok && st.IsLeader {
 			if to, ok := c.nextLeader(st, p.replicas(), false, 0); ok {
-				_ = c.host.PreferLeader(p.group, to)
+				_ = c.host.PreferLeader(p.raftGroup, to)
 			}
 		}
 	}
@@ -867,12 +867,12 @@ func (c *cluster) reconcile(st *meta.State) {
 	for id := range c.peers.all() {
 		if _, ok := st.Node(id); !ok && id < st.NextNodeID() { // removed
 			c.peers.remove(id)
-			if c.tr != nil { // a client node has no raft transport
+			if c.tr != nil { // a storage-off node has no raft transport
 				c.tr.RemovePeer(id)
 			}
 		}
 	}
-	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID != 0 && c.id.NodeID < st.NextNodeID() && !c.removedSeen { // 0: a client node
+	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID != 0 && c.id.NodeID < st.NextNodeID() && !c.removedSeen { // 0: a storage-off node
 		c.removedSeen = true
 		c.logger.Error("spool cluster: this node was removed from the cluster (decommissioned); it holds no replicas and takes no part in it any more: stop it, and wipe its data dir to join again as a new node", "node", c.id.NodeID)
 	}
@@ -897,7 +897,7 @@ func (c *cluster) retain(part *partition) {
 	c.n.mu.RLock()
 	spec := part.topic.spec
 	c.n.mu.RUnlock()
-	if err := c.host.SetRetention(part.group, spec.RetentionAge, spec.RetentionBytes); err != nil {
+	if err := c.host.SetRetention(part.raftGroup, spec.RetentionAge, spec.RetentionBytes); err != nil {
 		c.logger.Error("spool cluster: cannot change a partition's retention", "topic", part.topic.name, "partition", part.num, "err", err)
 	}
 }
@@ -920,35 +920,35 @@ func (c *cluster) dropReplica(part *partition) {
 	case c.choresWake <- struct{}{}:
 	default:
 	}
-	c.logger.Info("spool cluster: a replica moved away from this node; stopped, its data is deleted once the controller's leader confirms", "partition", name, "group", part.group)
+	c.logger.Info("spool cluster: a replica moved away from this node; stopped, its data is deleted once the controller's leader confirms", "partition", name, "group", part.raftGroup)
 }
 
 // stopReplica stops this node's replica of a partition and keeps its data.
 func (c *cluster) stopReplica(part *partition) {
-	if err := c.host.Remove(part.group); err != nil {
-		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+	if err := c.host.Remove(part.raftGroup); err != nil {
+		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.raftGroup, "err", err)
 	}
 	// Forgotten only once stopped: the stray chore skips groups still
 	// opened, so it never deletes the log of a running replica.
 	c.mu.Lock()
-	delete(c.opened, part.group)
+	delete(c.opened, part.raftGroup)
 	c.mu.Unlock()
 }
 
 // openReplica starts this node's replica of a partition (once).
 func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 	c.mu.Lock()
-	done := c.opened[part.group]
-	c.opened[part.group] = true
+	done := c.opened[part.raftGroup]
+	c.opened[part.raftGroup] = true
 	c.mu.Unlock()
 	if done {
 		return nil
 	}
 	if err := c.checkLogOwner(part); err != nil {
 		c.mu.Lock()
-		delete(c.opened, part.group) // the next reconcile looks again
+		delete(c.opened, part.raftGroup) // the next reconcile looks again
 		c.mu.Unlock()
-		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.raftGroup, "err", err)
 		return err
 	}
 	c.n.mu.RLock()
@@ -958,13 +958,13 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 	if m := part.mem.Load(); bootstrap && m != nil {
 		voters = m.replicaIDs(m.replicas)
 	}
-	err := c.host.Add(part.group, raft.ReplicaConfig{
+	err := c.host.Add(part.raftGroup, raft.ReplicaConfig{
 		Partition:      part.log,
 		RetentionAge:   spec.RetentionAge,
 		RetentionBytes: spec.RetentionBytes,
 		Logger:         c.n.cfg.Logger,
 		FS:             c.fs,
-		Dir:            c.groupDir(part.group),
+		Dir:            c.groupDir(part.raftGroup),
 		Voters:         voters,
 		Group:          raft.GroupConfig{ID: part.replica},
 		MaxBatchBytes:  c.n.cfg.Log.MaxBatchBytes,
@@ -977,12 +977,12 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 	})
 	if err != nil {
 		c.mu.Lock()
-		delete(c.opened, part.group) // the next reconcile tries again
+		delete(c.opened, part.raftGroup) // the next reconcile tries again
 		c.mu.Unlock()
-		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.group, "err", err)
+		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.topic.name, "partition", part.num, "group", part.raftGroup, "err", err)
 		return err
 	}
-	if st, ok := c.host.Status(part.group); ok {
+	if st, ok := c.host.Status(part.raftGroup); ok {
 		if err := part.producers.rebuild(part.log, st.CommitIndex); err != nil {
 			c.logger.Warn("spool cluster: cannot read the log's tail for producer deduplication; resends of batches stored before this restart may be stored twice", "topic", part.topic.name, "partition", part.num, "err", err)
 		}
@@ -991,7 +991,7 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 	// an election at once: leaders spread over the cluster instead of
 	// going to whichever replica's election timer fires first.
 	if reps := part.replicas(); bootstrap && len(reps) > 0 && reps[0] == c.id.NodeID {
-		_ = c.host.Campaign(part.group)
+		_ = c.host.Campaign(part.raftGroup)
 	}
 	return nil
 }
@@ -1020,17 +1020,17 @@ func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Resul
 	pctx, pcancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
 	defer pcancel()
 	var voters []uint64
-	if c.host == nil { // a client node: ask the controller's voters
+	if c.host == nil { // a storage-off node: ask the controller's voters
 		c.mu.Lock()
 		voters, _ = meta.ControllerMembers(c.state)
 		c.mu.Unlock()
 	}
-	base, err := c.produceWait(pctx, controllerGroup, "", 0, voters, data)
+	base, err := c.produceAtLeader(pctx, controllerGroup, "", 0, voters, data, engine.AcksAll)
 	if err != nil {
 		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
 	}
 	if c.host == nil {
-		// A client node does not apply the controller's log: the command's
+		// A storage-off node does not apply the controller's log: the command's
 		// effect shows in the state it polls (see ensureTopic).
 		return meta.Result{}, nil
 	}
@@ -1077,7 +1077,7 @@ func (c *cluster) awaitState(ctx context.Context, cond func(*meta.State) bool) e
 
 // appliedState returns the controller's state once this node has applied
 // every command committed when it was called (false: ctx ended first, or
-// the applier stopped). A client node returns the state it last polled.
+// the applier stopped). A storage-off node returns the state it last polled.
 func (c *cluster) appliedState(ctx context.Context) (*meta.State, bool) {
 	if c.ctrl != nil {
 		if err := c.ctrl.AwaitApplied(ctx, c.ctrlCommitted()); err != nil {

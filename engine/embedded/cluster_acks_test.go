@@ -72,10 +72,10 @@ func (tc *testCluster) leaderOf(topic string, p int32) *clusterNode {
 			continue
 		}
 		part, err := cn.n.partition(topic, p)
-		if err != nil || part.group == 0 {
+		if err != nil || part.raftGroup == 0 {
 			continue
 		}
-		if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
+		if st, ok := cn.n.cl.host.Status(part.raftGroup); ok && st.IsLeader {
 			return cn
 		}
 	}
@@ -97,7 +97,7 @@ func TestClusterAcksLeader(t *testing.T) {
 	var leader *clusterNode
 	awaitCond(t, 30*time.Second, "the topic placed on every node, and a leader", func() error {
 		for _, cn := range tc.nodes {
-			if part, err := cn.n.partition("orders", 0); err != nil || part.group == 0 {
+			if part, err := cn.n.partition("orders", 0); err != nil || part.raftGroup == 0 {
 				return fmt.Errorf("not on node at %s yet", cn.addr)
 			}
 		}
@@ -131,7 +131,7 @@ func TestClusterAcksLeader(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		base, err := cn.n.cl.produceWaitAcks(ctx, part.group, "orders", 0, part.replicas(), data, acks)
+		base, err := cn.n.cl.produceAtLeader(ctx, part.raftGroup, "orders", 0, part.replicas(), data, acks)
 		if err != nil {
 			t.Fatalf("producer batch, acks=%v: %v", acks, err)
 		}
@@ -195,7 +195,7 @@ func TestClusterAcksLeaderWithoutQuorum(t *testing.T) {
 		}
 	}
 	part, _ := leader.n.partition("orders", 0)
-	if st, _ := leader.n.cl.host.Status(part.group); !st.IsLeader {
+	if st, _ := leader.n.cl.host.Status(part.raftGroup); !st.IsLeader {
 		t.Fatal("the leader stepped down right after its followers stopped, within less than an election timeout")
 	}
 	all := produceAsync(leader.n, "orders", 0, "all", engine.ProduceOptions{})
@@ -226,7 +226,7 @@ func TestClusterAcksLeaderWithoutQuorum(t *testing.T) {
 	if n := part.log.LastIndex(); n == 0 {
 		t.Fatal("empty log")
 	}
-	if st, _ := leader.n.cl.host.Status(part.group); !st.IsLeader {
+	if st, _ := leader.n.cl.host.Status(part.raftGroup); !st.IsLeader {
 		t.Fatalf("the leader stepped down during the test: the window assumption failed: %+v", st)
 	}
 	r := <-all // after ProduceTimeout at most

@@ -14,7 +14,7 @@ import (
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
-// Client nodes (ClusterConfig.NoReplicas): no raft, no replicas; the
+// Storage-off nodes (ClusterConfig.StorageOff): no raft, no replicas; the
 // controller's state comes from a member's Metadata every
 // metadataInterval, and the committed ends of watched partitions from
 // their replicas every remotePollInterval.
@@ -47,7 +47,7 @@ func (c *cluster) runRemotePoll(ctx context.Context) error {
 	}
 }
 
-// runClient keeps a client node's view of the cluster current until ctx ends.
+// runClient keeps a storage-off node's view of the cluster current until ctx ends.
 func (c *cluster) runClient(ctx context.Context) error {
 	c.peers = newPeerClients(c.n.cfg.Log.MaxBatchBytes, c.dialCreds())
 	defer c.peers.close()
@@ -157,7 +157,7 @@ func (c *cluster) pollRemote() {
 			continue
 		}
 		for _, p := range t.parts {
-			if p.log == nil && p.group != 0 {
+			if p.log == nil && p.raftGroup != 0 {
 				parts = append(parts, p)
 			}
 		}
@@ -168,7 +168,7 @@ func (c *cluster) pollRemote() {
 	}
 }
 
-// Metadata answers a client node (or a member checking its strays) with
+// Metadata answers a storage-off node (or a member checking its strays) with
 // the state this member applied, once it applied every command committed
 // when asked.
 func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataRequest) (*clusterv1.MetadataResponse, error) {

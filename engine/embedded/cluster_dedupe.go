@@ -303,7 +303,7 @@ func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, se
 	t.pending[id] = p
 	t.mu.Unlock()
 
-	res, err := c.proposeLocalWith(ctx, part.group, data, acks)
+	res, err := c.propose(ctx, part.raftGroup, data, acks)
 
 	t.mu.Lock()
 	var answer []waiter

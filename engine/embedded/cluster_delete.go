@@ -68,7 +68,7 @@ func (g *coordinators) dropTopic(ctx context.Context, topic string) error {
 		return nil // no coordinator ever ran: no group knows the topic
 	}
 	for _, part := range c.n.internalParts(meta.GroupsTopic) {
-		if part.group == 0 {
+		if part.raftGroup == 0 {
 			continue
 		}
 		_, err := c.n.coordinateAt(ctx, part, coord.Command{DropTopic: &coord.DropTopic{Topic: topic}})
@@ -113,7 +113,7 @@ func (c *cluster) deleteTopicData(t meta.Topic) {
 	et, known := c.n.topics[name]
 	if known {
 		for _, p := range et.parts {
-			if p.group != 0 && p.group != groupOf(int(p.num)) {
+			if p.raftGroup != 0 && p.raftGroup != groupOf(int(p.num)) {
 				known = false // another incarnation of the name (not expected: reconcile runs after)
 				break
 			}
@@ -166,9 +166,9 @@ func (c *cluster) checkLogOwner(part *partition) error {
 	if part.log.LastIndex() == 0 {
 		return nil // an empty log: a new replica
 	}
-	if _, err := c.fs.ReadDir(c.groupDir(part.group)); errors.Is(err, fs.ErrNotExist) {
+	if _, err := c.fs.ReadDir(c.groupDir(part.raftGroup)); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("the log of %s/%d holds raft entries (up to index %d) but group %d has no raft state here: they belong to another group (the topic was deleted and created again); waiting for the controller's log to catch up",
-			part.topic.name, part.num, part.log.LastIndex(), part.group)
+			part.topic.name, part.num, part.log.LastIndex(), part.raftGroup)
 	}
 	return nil
 }

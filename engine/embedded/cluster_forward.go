@@ -99,7 +99,7 @@ func (c *cluster) drainForward(part *partition) {
 		// when it is sent again (cluster_dedupe.go).
 		data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: pid, BaseSequence: seq}, recs, time.Now().UnixMilli())
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
-		base, err := c.produceWaitAcks(ctx, part.group, part.topic.name, part.num, part.holders(), data, acks)
+		base, err := c.produceAtLeader(ctx, part.raftGroup, part.topic.name, part.num, part.holders(), data, acks)
 		cancel()
 		err = c.produceError(part, err)
 		for i, call := range batch {

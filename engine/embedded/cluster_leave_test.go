@@ -142,7 +142,7 @@ func TestClusterLeave(t *testing.T) {
 
 // A storage-off node learns that a member was removed (a node left the
 // cluster) and forgets it. It crashed doing so: it asked its raft
-// transport, which a client node does not have, to drop the peer.
+// transport, which a storage-off node does not have, to drop the peer.
 func TestClusterClientNodeSeesAMemberLeave(t *testing.T) {
 	tc := newTestCluster(t, 4)
 	client := &clusterNode{dir: t.TempDir(), join: []string{tc.nodes[1].addr}, client: true}
@@ -151,7 +151,7 @@ func TestClusterClientNodeSeesAMemberLeave(t *testing.T) {
 	if err := client.n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
-	awaitCond(t, 20*time.Second, "a publish through the client node", func() error { _, err := produce(client.n, "orders", 0, "before"); return err })
+	awaitCond(t, 20*time.Second, "a publish through the storage-off node", func() error { _, err := produce(client.n, "orders", 0, "before"); return err })
 	leaving := tc.nodes[3]
 	cs, _ := leaving.n.ClusterStatus()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -160,7 +160,7 @@ func TestClusterClientNodeSeesAMemberLeave(t *testing.T) {
 		t.Fatalf("Leave: %+v, %v", rep, err)
 	}
 	tc.stop(leaving)
-	awaitCond(t, 30*time.Second, "the client node seeing the member removed", func() error {
+	awaitCond(t, 30*time.Second, "the storage-off node seeing the member removed", func() error {
 		st, _ := client.n.ClusterStatus()
 		for _, m := range st.Members {
 			if m.ID == cs.NodeID {
@@ -169,7 +169,7 @@ func TestClusterClientNodeSeesAMemberLeave(t *testing.T) {
 		}
 		return nil
 	})
-	awaitCond(t, 20*time.Second, "a publish through the client node after the removal", func() error { _, err := produce(client.n, "orders", 1, "after"); return err })
+	awaitCond(t, 20*time.Second, "a publish through the storage-off node after the removal", func() error { _, err := produce(client.n, "orders", 1, "after"); return err })
 }
 
 // Nodes that all start at once with the same join list — each one's own

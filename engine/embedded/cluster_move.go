@@ -41,7 +41,7 @@ func (c *cluster) driveMoves(ctx context.Context) {
 	var moves []move
 	add := func(p *partition) {
 		if m := p.mem.Load(); p.log != nil && m != nil && m.target != nil {
-			moves = append(moves, move{p.group, m.target, m.replicaIDs(m.target)})
+			moves = append(moves, move{p.raftGroup, m.target, m.replicaIDs(m.target)})
 		}
 	}
 	c.n.mu.RLock()

@@ -23,7 +23,7 @@ func copyID(p *partition) uint64 {
 const maxParallelOpens = 64
 
 // replicaOps are what placing a topic does with this node's replicas; each
-// is called with no engine lock held. A client node (storage off) has none.
+// is called with no engine lock held. A storage-off node has none.
 type replicaOps struct {
 	// open starts this node's replica of a partition; bootstrap: the
 	// partition never moved, so an empty replica writes the group's first
@@ -69,7 +69,7 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	// Retention of a replicated partition is the raft group's (its leader
 	// proposes the new log start, so every replica gives up the same
 	// records), never the log's own.
-	if ok && t.spec != spec && t.parts[0].group != 0 {
+	if ok && t.spec != spec && t.parts[0].raftGroup != 0 {
 		for _, p := range t.parts {
 			if p.log != nil {
 				retune = append(retune, p)
@@ -121,8 +121,8 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, toOpen []opening, toStop, toDrop []*partition) ([]opening, []*partition, []*partition) {
 	newPart := func(local bool) *partition { return n.newPart(t, i, mp, self, local) }
 	cur, lp := t.parts[i], t.learning[int32(i)]
-	if cur.group != 0 {
-		cur.mem.Store(newMembership(mp))
+	if cur.raftGroup != 0 {
+		cur.mem.Store(newReplicaSet(mp))
 		if lp != nil {
 			lp.mem.Store(cur.mem.Load())
 		}
@@ -131,7 +131,7 @@ func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, t
 	// gives it (its incarnation): meta.PlanLocal says what to stop,
 	// drop, promote and open.
 	plan := meta.PlanLocal(self, mp, transport.ReplicaID(self, mp.Incarnation(self)),
-		meta.LocalCopies{Placed: cur.group != 0, Serving: copyID(cur), Learning: copyID(lp)})
+		meta.LocalCopies{Placed: cur.raftGroup != 0, Serving: copyID(cur), Learning: copyID(lp)})
 	switch {
 	case plan.StopLearning:
 		toStop = append(toStop, lp)
@@ -147,11 +147,11 @@ func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, t
 	case plan.DropServing:
 		toDrop = append(toDrop, cur)
 	}
-	if plan.StopServing || plan.DropServing || plan.OpenServing || cur.group == 0 {
+	if plan.StopServing || plan.DropServing || plan.OpenServing || cur.raftGroup == 0 {
 		// A new partition value: served from this node's copy when
 		// one opens, from the other replicas otherwise.
 		part := newPart(plan.OpenServing)
-		if cur.group != 0 {
+		if cur.raftGroup != 0 {
 			part.committed.Store(cur.committed.Load())
 		}
 		t.parts[i] = part
@@ -176,9 +176,9 @@ func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, t
 // holds a replica (nil if its log cannot be opened: the partition is then
 // served from the other replicas).
 func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bool) *partition {
-	part := &partition{topic: t, num: int32(i), group: mp.Group}
+	part := &partition{topic: t, num: int32(i), raftGroup: mp.Group}
 	part.limit.Store(noLimit)
-	part.mem.Store(newMembership(mp))
+	part.mem.Store(newReplicaSet(mp))
 	if !local {
 		return part
 	}

@@ -39,18 +39,18 @@ import (
 // elsewhere, made without waiting for the first, may be stored in either
 // order (docs/semantics.md).
 func (c *cluster) produce(part *partition, recs []log.Record, acks engine.Acks, done func(int64, error)) {
-	if part.group == 0 {
+	if part.raftGroup == 0 {
 		go done(0, fmt.Errorf("%w: topic %q waits for %d nodes to place its replicas (the cluster has %d): start more spoold with --join, or lower cluster.replication_factor",
 			engine.ErrNotPlaced, part.topic.name, c.topicRF(part.topic.name), c.nodeCount()))
 		return
 	}
-	if st, ok := c.status(part.group); ok && st.IsLeader {
+	if st, ok := c.status(part.raftGroup); ok && st.IsLeader {
 		// The fast path: proposed on the caller's goroutine, in call order.
 		// Results go through the partition's completer: done never runs on
 		// a raft worker (a slow done would stall every group of the node),
 		// and results of one partition reach their callers in order.
 		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
-		c.host.ProposeWith(part.group, data, proposeOptions(acks), func(res raft.Proposed, err error) {
+		c.host.ProposeWith(part.raftGroup, data, proposeOptions(acks), func(res raft.Proposed, err error) {
 			if err == nil || !route.NothingDone(err) {
 				part.compl.add(done, res.Base, c.produceError(part, err))
 				return
@@ -96,17 +96,12 @@ func (c *cluster) produceError(part *partition, err error) error {
 	return fmt.Errorf("%s/%d: %w", part.topic.name, part.num, err)
 }
 
-// produceWait proposes data to a group's leader, here or at a peer,
-// retrying while that is safe (nothing was stored) until ctx ends.
-func (c *cluster) produceWait(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte) (int64, error) {
-	return c.produceWaitAcks(ctx, group, topic, num, replicas, data, engine.AcksAll)
-}
-
-// produceWaitAcks is produceWait answering as acks asks (AcksLeader: once
-// the leader has the entry on disk). A batch with a producer id may be
-// sent again when its outcome is unknown: the leader recognises it
-// (cluster_dedupe.go).
-func (c *cluster) produceWaitAcks(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte, acks engine.Acks) (int64, error) {
+// produceAtLeader proposes data to a raft group's leader, here or at a
+// peer (the router), retrying while that is safe (nothing was stored)
+// until ctx ends, and answers as acks asks (AcksLeader: once the leader
+// has the entry on disk). A batch with a producer id may be sent again
+// when its outcome is unknown: the leader recognises it (cluster_dedupe.go).
+func (c *cluster) produceAtLeader(ctx context.Context, group uint64, topic string, num int32, replicas []uint64, data []byte, acks engine.Acks) (int64, error) {
 	if group == controllerGroup {
 		acks = engine.AcksAll // the controller's commands are never acknowledged early
 	}
@@ -135,7 +130,7 @@ func (c *cluster) produceWaitAcks(ctx context.Context, group uint64, topic strin
 func (c *cluster) proposeHere(ctx context.Context, group uint64, topic string, num int32, id int64, data []byte, acks engine.Acks) (int64, error) {
 	part, err := c.n.partition(topic, num)
 	if id == 0 || err != nil || group == controllerGroup {
-		res, err := c.proposeLocalWith(ctx, group, data, acks)
+		res, err := c.propose(ctx, group, data, acks)
 		return res.Base, err
 	}
 	if st, ok := c.status(group); !ok || !leaderCaughtUp(part, st) {
@@ -150,9 +145,9 @@ func seqOf(data []byte) int32 {
 	return seq
 }
 
-// proposeLocalWith proposes on this node and waits for the outcome acks
+// propose proposes data in a raft group this node leads and waits for the outcome acks
 // asks for.
-func (c *cluster) proposeLocalWith(ctx context.Context, group uint64, data []byte, acks engine.Acks) (raft.Proposed, error) {
+func (c *cluster) propose(ctx context.Context, group uint64, data []byte, acks engine.Acks) (raft.Proposed, error) {
 	type outcome struct {
 		res raft.Proposed
 		err error
@@ -236,7 +231,7 @@ func (c *cluster) offsetsRemote(part *partition) (int64, int64, error) {
 
 // askReplica calls the replicas of a partition in turn until one answers.
 func (c *cluster) askReplica(part *partition, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
-	if part.group == 0 { // not placed: nothing to read yet
+	if part.raftGroup == 0 { // not placed: nothing to read yet
 		return &clusterv1.FetchResponse{}, nil
 	}
 	var errs []error
@@ -291,8 +286,8 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 		if err != nil {
 			return refuse(clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE, "%v", err)
 		}
-		if part.group != group {
-			return refuse(clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE, "%s/%d is group %d here, not %d: the nodes' views of the cluster differ for now", req.GetTopic(), req.GetPartition(), part.group, group)
+		if part.raftGroup != group {
+			return refuse(clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE, "%s/%d is group %d here, not %d: the nodes' views of the cluster differ for now", req.GetTopic(), req.GetPartition(), part.raftGroup, group)
 		}
 	}
 	if err := log.CheckRecords(req.GetRecords(), c.n.cfg.Log.MaxBatchBytes); err != nil {
@@ -323,7 +318,7 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 		base, err = c.proposeOnce(ctx, part, id, seq, req.GetRecords(), acks)
 	} else {
 		var res raft.Proposed
-		res, err = c.proposeLocalWith(ctx, group, req.GetRecords(), acks)
+		res, err = c.propose(ctx, group, req.GetRecords(), acks)
 		base = res.Base
 	}
 	var nl *raft.NotLeaderError

@@ -25,7 +25,7 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a controller command")}}, time.Now().UnixMilli())
-	if _, err := tc.nodes[0].n.cl.produceWait(ctx, controllerGroup, "", 0, nil, garbage); err != nil {
+	if _, err := tc.nodes[0].n.cl.produceAtLeader(ctx, controllerGroup, "", 0, nil, garbage, engine.AcksAll); err != nil {
 		t.Fatalf("appending the record to group 0: %v", err)
 	}
 	if err := tc.nodes[1].n.EnsureTopic(engine.TopicSpec{Name: "after", Partitions: 2}); err != nil {

@@ -30,7 +30,7 @@ func (n *Node) ClusterStatus() (engine.ClusterStatus, bool) {
 		return engine.ClusterStatus{}, true
 	}
 	out := engine.ClusterStatus{ClusterID: c.id.ClusterID, NodeID: c.id.NodeID, Ready: true}
-	if c.host == nil { // a client node: the members, nothing of raft
+	if c.host == nil { // a storage-off node: the members, nothing of raft
 		c.mu.Lock()
 		for _, nd := range c.state.Nodes() {
 			out.Members = append(out.Members, engine.ClusterMember{ID: nd.ID, Addr: nd.Addr})
@@ -55,14 +55,14 @@ func (n *Node) ClusterStatus() (engine.ClusterStatus, bool) {
 	n.mu.RLock()
 	for _, t := range n.topics {
 		for _, p := range t.parts {
-			if p.log == nil || p.group == 0 {
+			if p.log == nil || p.raftGroup == 0 {
 				continue
 			}
-			r := engine.ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.group, Replicas: slices.Clone(p.replicas()), CommittedEnd: p.committed.Load(), StartOffset: p.log.StartOffset()}
+			r := engine.ReplicaStatus{Topic: t.name, Partition: p.num, Group: p.raftGroup, Replicas: slices.Clone(p.replicas()), CommittedEnd: p.committed.Load(), StartOffset: p.log.StartOffset()}
 			if m := p.mem.Load(); m != nil {
 				r.Target = slices.Clone(m.target)
 			}
-			if st, ok := c.host.Status(p.group); ok {
+			if st, ok := c.host.Status(p.raftGroup); ok {
 				r.Leader, r.IsLeader, r.Term = st.Leader, st.IsLeader, st.Term
 				if st.Err != nil {
 					r.Err = st.Err.Error()

@@ -27,7 +27,7 @@ type clusterNode struct {
 	dir, addr string
 	join      []string
 	tls       ClusterTLS
-	client    bool          // NoReplicas: storage off
+	client    bool          // StorageOff: storage off
 	segBytes  int64         // log segment size; default the log's
 	joinWait  time.Duration // JoinTimeout; default 20 s
 	deadAfter time.Duration // DeadNodeTimeout; default the engine's
@@ -62,7 +62,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes},
 		Logger:  quietLogger(),
-		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, NoReplicas: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
+		Cluster: &ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestClusterJoinReplicateFailover(t *testing.T) {
 	var leader *clusterNode
 	for _, cn := range tc.nodes {
 		part, _ := cn.n.partition("orders", 0)
-		if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
+		if st, ok := cn.n.cl.host.Status(part.raftGroup); ok && st.IsLeader {
 			leader = cn
 		}
 	}
@@ -275,7 +275,7 @@ func TestClusterNoQuorumRefuses(t *testing.T) {
 	t.Logf("the error a user sees: %v", err)
 }
 
-// A node with storage off (NoReplicas) holds no replicas and is not a
+// A node with storage off (StorageOff) holds no replicas and is not a
 // member: it learns the cluster from a member, creates topics through the
 // controller, publishes through the leaders and reads from the replicas,
 // and its watchers hear of records committed elsewhere.
@@ -297,14 +297,14 @@ func TestClusterClientNode(t *testing.T) {
 	}
 	defer cancel()
 	var base int64
-	awaitCond(t, 20*time.Second, "a publish through the client node", func() (err error) {
+	awaitCond(t, 20*time.Second, "a publish through the storage-off node", func() (err error) {
 		base, err = produce(client.n, "orders", 1, "from-client")
 		return err
 	})
 	if _, err := produce(tc.nodes[0].n, "orders", 1, "from-member"); err != nil {
 		t.Fatal(err)
 	}
-	awaitCond(t, 10*time.Second, "both records read through the client node", func() error {
+	awaitCond(t, 10*time.Second, "both records read through the storage-off node", func() error {
 		recs, err := readAll(client.n, "orders", 1)
 		if err != nil {
 			return err
@@ -336,7 +336,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 	awaitCond(t, 20*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
 	awaitCond(t, 20*time.Second, "the topic placed on every node", func() error {
 		for _, cn := range tc.nodes {
-			if part, err := cn.n.partition("orders", 0); err != nil || part.group == 0 {
+			if part, err := cn.n.partition("orders", 0); err != nil || part.raftGroup == 0 {
 				return fmt.Errorf("not on node at %s yet", cn.addr)
 			}
 		}
@@ -369,7 +369,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 			if err != nil {
 				continue // restarted, not caught up with the controller yet
 			}
-			if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
+			if st, ok := cn.n.cl.host.Status(part.raftGroup); ok && st.IsLeader {
 				return cn
 			}
 		}
@@ -408,7 +408,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 	part, _ := survivor.n.partition("orders", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := survivor.n.cl.produceWait(ctx, part.group, "orders", 0, part.replicas(), batch(7, "seven")); err == nil || !strings.Contains(err.Error(), "older than its last") {
+	if _, err := survivor.n.cl.produceAtLeader(ctx, part.raftGroup, "orders", 0, part.replicas(), batch(7, "seven"), engine.AcksAll); err == nil || !strings.Contains(err.Error(), "older than its last") {
 		t.Fatalf("a stray copy of an older batch: %v, want it refused", err)
 	}
 	if b9 := send(survivor, batch(9, "nine")); b9 <= b8 {
@@ -425,7 +425,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if st, ok := cn.n.cl.host.Status(part.group); !ok || st.CommittedEnd <= b10 {
+			if st, ok := cn.n.cl.host.Status(part.raftGroup); !ok || st.CommittedEnd <= b10 {
 				return fmt.Errorf("node at %s: committed end %d", cn.addr, st.CommittedEnd)
 			}
 		}
@@ -562,11 +562,11 @@ func TestClusterLeadershipRebalances(t *testing.T) {
 			var preferred uint64
 			for _, cn := range tc.nodes {
 				part, err := cn.n.partition("orders", p)
-				if err != nil || part.group == 0 {
+				if err != nil || part.raftGroup == 0 {
 					return fmt.Errorf("partition %d not placed on %s", p, cn.addr)
 				}
 				preferred = part.replicas()[0]
-				if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
+				if st, ok := cn.n.cl.host.Status(part.raftGroup); ok && st.IsLeader {
 					leaders = append(leaders, cn.n.cl.id.NodeID)
 				}
 			}
@@ -607,7 +607,7 @@ func TestClusterProducerTableInSnapshot(t *testing.T) {
 		for _, cn := range tc.nodes {
 			cs, _ := cn.n.ClusterStatus()
 			byID[cs.NodeID] = cn
-			if part, err := cn.n.partition("orders", 0); err != nil || part.group == 0 {
+			if part, err := cn.n.partition("orders", 0); err != nil || part.raftGroup == 0 {
 				return fmt.Errorf("not on node at %s yet", cn.addr)
 			}
 		}
@@ -664,20 +664,20 @@ func TestClusterProducerTableInSnapshot(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			st, _ := down.n.cl.host.Status(p.group)
+			st, _ := down.n.cl.host.Status(p.raftGroup)
 			if st.IsLeader {
 				term = st.Term
 				return nil
 			}
 			if ld := tc.leaderOf("orders", 0); ld != nil {
-				_ = ld.n.cl.host.TransferLeadership(p.group, reps[2])
+				_ = ld.n.cl.host.TransferLeadership(p.raftGroup, reps[2])
 			}
 			return fmt.Errorf("leader %d", st.Leader)
 		})
 		if again := send(down); again != first {
 			t.Fatalf("the batch resent to a leader that installed a snapshot: offset %d, the first copy %d", again, first)
 		}
-		st, _ := down.n.cl.host.Status(part.group)
+		st, _ := down.n.cl.host.Status(part.raftGroup)
 		if st.IsLeader && st.Term == term {
 			return
 		}
@@ -698,7 +698,7 @@ func sendBatch(t *testing.T, cn *clusterNode, topic string, p int32, data []byte
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	base, err := cn.n.cl.produceWait(ctx, part.group, topic, p, part.replicas(), data)
+	base, err := cn.n.cl.produceAtLeader(ctx, part.raftGroup, topic, p, part.replicas(), data, engine.AcksAll)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,12 +76,12 @@ type partition struct {
 	// log is the partition's log on this node; nil in a cluster when this
 	// node holds no replica of it (reads and writes go to peers).
 	log *log.Partition
-	// group places the partition in a cluster (0 on a single node, and
-	// while a topic waits for enough nodes); placing a topic replaces its
-	// partition values. mem is its membership, which replica moves change
-	// (nil with group 0).
-	group uint64
-	mem   atomic.Pointer[membership]
+	// raftGroup places the partition in a cluster: the raft group of its
+	// replicas (0 on a single node, and while a topic waits for enough
+	// nodes); placing a topic replaces its partition values. mem is its
+	// replica set, which replica moves change (nil with raft group 0).
+	raftGroup uint64
+	mem       atomic.Pointer[replicaSet]
 	// replica is the raft id of this node's replica (transport.ReplicaID;
 	// 0 when log is nil).
 	replica   uint64
@@ -96,20 +96,20 @@ type partition struct {
 	reported atomic.Bool // the quarantine was logged and hooked
 }
 
-// membership is where a partition's replicas are: replicas (the first is
+// replicaSet is where a partition's replicas are: replicas (the first is
 // the preferred leader) and, during a replica move, target.
-type membership struct {
+type replicaSet struct {
 	replicas, target []uint64
 	incs             map[uint64]uint32 // meta.Partition.Incarnations
 }
 
-// newMembership is mp's membership, copied.
-func newMembership(mp meta.Partition) *membership {
-	return &membership{replicas: slices.Clone(mp.Replicas), target: slices.Clone(mp.Target), incs: maps.Clone(mp.Incarnations)}
+// newReplicaSet is mp's replica set, copied.
+func newReplicaSet(mp meta.Partition) *replicaSet {
+	return &replicaSet{replicas: slices.Clone(mp.Replicas), target: slices.Clone(mp.Target), incs: maps.Clone(mp.Incarnations)}
 }
 
 // replicaIDs are the raft ids of the replicas on nodes.
-func (m *membership) replicaIDs(nodes []uint64) []uint64 {
+func (m *replicaSet) replicaIDs(nodes []uint64) []uint64 {
 	ids := make([]uint64, len(nodes))
 	for i, n := range nodes {
 		ids[i] = transport.ReplicaID(n, m.incs[n])

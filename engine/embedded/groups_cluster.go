@@ -239,7 +239,7 @@ func (g *coordinators) apply(cp *coordPart, part *partition) {
 		return // the applier logged why it stopped
 	}
 	if cp.retain > 0 {
-		if err := g.c.host.SetRetainFrom(part.group, cp.retain); err != nil {
+		if err := g.c.host.SetRetainFrom(part.raftGroup, cp.retain); err != nil {
 			g.c.logger.Warn("spool groups: cannot let a coordinator's log start at its checkpoint", "partition", part.num, "offset", cp.retain, "err", err)
 		}
 		cp.retain = 0
@@ -351,7 +351,7 @@ func (cp *coordPart) waitApplied(ctx context.Context, off int64) (coord.Result, 
 // command: it has applied an entry of its own term (so every earlier
 // leader's entries are committed) and everything committed when asked.
 func (g *coordinators) awaitCaughtUp(ctx context.Context, part *partition, cp *coordPart) error {
-	st, ok := g.c.status(part.group)
+	st, ok := g.c.status(part.raftGroup)
 	if !ok || !st.IsLeader {
 		return fmt.Errorf("%w: node %d does not lead %s/%d", errCoordUnavailable, g.c.id.NodeID, meta.GroupsTopic, part.num)
 	}
@@ -367,10 +367,10 @@ func (g *coordinators) awaitCaughtUp(ctx context.Context, part *partition, cp *c
 	return nil
 }
 
-// proposeLocal stamps cmd with this leader's clock, proposes it, and
+// propose stamps cmd with this leader's clock, proposes it, and
 // returns its result once applied here. A command that breaks a value rule
 // is refused (Result.Err) without taking a place in the log.
-func (g *coordinators) proposeLocal(ctx context.Context, part *partition, cmd coord.Command) (coord.Result, error) {
+func (g *coordinators) propose(ctx context.Context, part *partition, cmd coord.Command) (coord.Result, error) {
 	cp, err := g.lookup(part)
 	if err != nil {
 		return coord.Result{}, err
@@ -386,7 +386,7 @@ func (g *coordinators) proposeLocal(ctx context.Context, part *partition, cmd co
 		return coord.Result{Err: err}, nil
 	}
 	data := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: b}}, cmd.AtMs)
-	res, err := g.c.proposeLocalWith(ctx, part.group, data, engine.AcksAll)
+	res, err := g.c.propose(ctx, part.raftGroup, data, engine.AcksAll)
 	if err != nil {
 		return coord.Result{}, err
 	}
@@ -472,7 +472,7 @@ func (g *coordinators) drive(ctx context.Context, part *partition, now time.Time
 	if err != nil {
 		return
 	}
-	st, ok := g.c.status(part.group)
+	st, ok := g.c.status(part.raftGroup)
 	if !ok || !st.IsLeader {
 		cp.term = 0
 		return
@@ -502,7 +502,7 @@ func (g *coordinators) drive(ctx context.Context, part *partition, now time.Time
 	cp.mu.Unlock()
 	for _, cmd := range due {
 		pctx, cancel := context.WithTimeout(ctx, g.c.cfg.ProduceTimeout)
-		res, err := g.proposeLocal(pctx, part, cmd)
+		res, err := g.propose(pctx, part, cmd)
 		cancel()
 		switch {
 		case err != nil:
@@ -556,7 +556,7 @@ func (g *coordinators) checkpoint(ctx context.Context, part *partition, cp *coor
 		if len(recs) == 0 {
 			return nil
 		}
-		res, err := g.c.proposeLocalWith(ctx, part.group, log.EncodeRecords(nil, log.BatchHeader{}, recs, at), engine.AcksAll)
+		res, err := g.c.propose(ctx, part.raftGroup, log.EncodeRecords(nil, log.BatchHeader{}, recs, at), engine.AcksAll)
 		if err != nil {
 			return err
 		}
@@ -615,7 +615,7 @@ func (c *cluster) ensureGroupsTopic(ctx context.Context) error {
 		}
 		c.logger.Info("spool groups: the consumer groups' topic exists", "topic", meta.GroupsTopic)
 	}
-	if c.host == nil { // a client node learns it from its next metadata poll
+	if c.host == nil { // a storage-off node learns it from its next metadata poll
 		return fmt.Errorf("%w: the consumer groups' topic %s is being created; try again in a second", engine.ErrNotPlaced, meta.GroupsTopic)
 	}
 	if err := c.awaitState(ctx, func(s *meta.State) bool { _, ok := s.Topic(meta.GroupsTopic); return ok }); err != nil {

@@ -62,11 +62,11 @@ func (n *Node) coordinateAt(ctx context.Context, part *partition, cmd coord.Comm
 	var res coord.Result
 	err = g.atLeader(ctx, part, func(ctx context.Context) error {
 		var err error
-		res, err = g.proposeLocal(ctx, part, cmd)
+		res, err = g.propose(ctx, part, cmd)
 		return err
 	}, func(ctx context.Context, node uint64, cl clusterv1.NodeServiceClient) error {
 		sentOpt, sent := route.NeverSent()
-		resp, err := cl.Coordinate(ctx, &clusterv1.CoordinateRequest{ClusterId: n.cl.id.ClusterID, Partition: part.num, Group: part.group, Command: wire}, sentOpt)
+		resp, err := cl.Coordinate(ctx, &clusterv1.CoordinateRequest{ClusterId: n.cl.id.ClusterID, Partition: part.num, Group: part.raftGroup, Command: wire}, sentOpt)
 		if err != nil {
 			return route.Unsent(node, sent, err)
 		}
@@ -110,7 +110,7 @@ func (n *Node) DescribeGroup(ctx context.Context, group string) (*coord.State, e
 		st, err = g.describeLocal(ctx, part, group)
 		return err
 	}, func(ctx context.Context, node uint64, cl clusterv1.NodeServiceClient) error {
-		resp, err := cl.DescribeGroup(ctx, &clusterv1.DescribeGroupRequest{ClusterId: n.cl.id.ClusterID, Partition: part.num, Group: part.group, Name: group})
+		resp, err := cl.DescribeGroup(ctx, &clusterv1.DescribeGroupRequest{ClusterId: n.cl.id.ClusterID, Partition: part.num, Group: part.raftGroup, Name: group})
 		if err != nil { // a read: safe to ask again
 			return fmt.Errorf("%w: node %d: %v", route.ErrUnreachable, node, err)
 		}
@@ -175,7 +175,7 @@ func (g *coordinators) partitionOf(ctx context.Context, group string) (*partitio
 		}
 	}
 	part := parts[CoordinatorPartition(group, int32(len(parts)))]
-	if part.group == 0 {
+	if part.raftGroup == 0 {
 		return nil, fmt.Errorf("%w: the consumer groups' topic %s waits for %d nodes to place its replicas (the cluster has %d): start more spoold with --join",
 			engine.ErrNotPlaced, meta.GroupsTopic, c.topicRF(meta.GroupsTopic), c.nodeCount())
 	}
@@ -190,7 +190,7 @@ func (g *coordinators) atLeader(ctx context.Context, part *partition,
 	local func(context.Context) error, remote func(context.Context, uint64, clusterv1.NodeServiceClient) error) error {
 	c := g.c
 	err := c.router.Do(ctx, route.Call{
-		Group:   part.group,
+		Group:   part.raftGroup,
 		Holders: part.holders(),
 		Local:   local,
 		Remote: func(ctx context.Context, node uint64) error {
@@ -217,7 +217,7 @@ func coordinateError(node uint64, part *partition, code clusterv1.CoordinateErro
 	case clusterv1.CoordinateError_COORDINATE_ERROR_UNSPECIFIED, clusterv1.CoordinateError_COORDINATE_ERROR_REFUSED:
 		return nil
 	case clusterv1.CoordinateError_COORDINATE_ERROR_NOT_LEADER:
-		return &raft.NotLeaderError{Group: part.group, Leader: leader}
+		return &raft.NotLeaderError{Group: part.raftGroup, Leader: leader}
 	case clusterv1.CoordinateError_COORDINATE_ERROR_LOST:
 		return fmt.Errorf("%w: at node %d: %s", raft.ErrProposalLost, node, msg)
 	case clusterv1.CoordinateError_COORDINATE_ERROR_OUTCOME_UNKNOWN:
@@ -292,7 +292,7 @@ func (s *nodeService) Coordinate(ctx context.Context, req *clusterv1.CoordinateR
 	if err != nil {
 		return &clusterv1.CoordinateResponse{Error: clusterv1.CoordinateError_COORDINATE_ERROR_INVALID, Message: err.Error()}, nil
 	}
-	res, err := c.coord.proposeLocal(ctx, part, cmd)
+	res, err := c.coord.propose(ctx, part, cmd)
 	var nl *raft.NotLeaderError
 	switch {
 	case err == nil && res.Err == nil:
@@ -336,8 +336,8 @@ func (s *nodeService) coordinatorPart(num int32, group uint64) (*partition, clus
 	if err != nil {
 		return nil, unavailable, 0, err
 	}
-	if part.group != group {
-		return nil, unavailable, 0, fmt.Errorf("%s/%d is group %d here, not %d: the nodes' views of the cluster differ for now", meta.GroupsTopic, num, part.group, group)
+	if part.raftGroup != group {
+		return nil, unavailable, 0, fmt.Errorf("%s/%d is group %d here, not %d: the nodes' views of the cluster differ for now", meta.GroupsTopic, num, part.raftGroup, group)
 	}
 	st, ok := c.status(group)
 	if !ok {

@@ -189,7 +189,7 @@ func coordLeader(t *testing.T, nodes []*clusterNode, group string) (*clusterNode
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, ok := cn.n.cl.host.Status(part.group); ok && st.IsLeader {
+		if st, ok := cn.n.cl.host.Status(part.raftGroup); ok && st.IsLeader {
 			return cn, part
 		}
 	}
@@ -351,7 +351,7 @@ func TestClusterGroupsCoordinate(t *testing.T) {
 	}
 	_, p1 := coordLeader(t, tc.nodes, group)
 	_, p2 := coordLeader(t, tc.nodes, other)
-	if p1.num == p2.num || p1.group == p2.group {
+	if p1.num == p2.num || p1.raftGroup == p2.raftGroup {
 		t.Fatalf("groups %s and %s share coordinator partition %d", group, other, p1.num)
 	}
 }
