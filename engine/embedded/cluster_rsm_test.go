@@ -2,11 +2,14 @@ package embedded
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
 )
 
 // One record in the controller's log that no node can decode (a forged
@@ -56,5 +59,43 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 	case err := <-restarted.done:
 		t.Fatalf("the restarted node stopped: %v", err)
 	default:
+	}
+}
+
+// The same for a consumer-group coordinator's log (a partition of
+// __groups): a record that does not decode is skipped on every replica,
+// and the coordinator goes on answering (it used to stop applying the
+// partition on every replica).
+func TestClusterSkipsUndecodableCoordinatorRecord(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	const group = "billing"
+	for _, cn := range tc.nodes {
+		if err := cn.n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitCoordinators(t, tc.nodes, group)
+	_, part := coordLeader(t, tc.nodes, group)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a coordinator command")}}, time.Now().UnixMilli())
+	if _, err := tc.nodes[0].n.cl.produceAtLeader(ctx, part.raftGroup, meta.GroupsTopic, part.num, part.holders(), garbage, engine.AcksAll); err != nil {
+		t.Fatalf("appending the record to %s/%d: %v", meta.GroupsTopic, part.num, err)
+	}
+	m := &testMember{group: group, id: "m1", session: "s1", via: tc.nodes[1]}
+	if res, err := m.join(t, coord.Topic{Name: "orders", Partitions: 2}); err != nil || res.Err != nil {
+		t.Fatalf("joining after the record: %+v, %v", res, err)
+	}
+	for i, cn := range tc.nodes {
+		awaitCond(t, 20*time.Second, "the record skipped on every replica", func() error {
+			_, cp, err := coordLog(t, cn, group)
+			if err != nil {
+				return err
+			}
+			if got := cp.app.Skipped(); got != 1 {
+				return fmt.Errorf("node %d skipped %d records, want 1 (stopped: %v)", i, got, cp.app.Err())
+			}
+			return cp.app.Err()
+		})
 	}
 }
