@@ -139,6 +139,7 @@ type HostStats struct {
 	ProposalsNotLeader uint64 // *NotLeaderError
 	ProposalsRefused   uint64 // any other error: a bad payload, an unknown group, a refused conf change
 	InboxDropped       uint64 // received messages dropped: a group's inbox held MaxInboxMsgs
+	Malformed          uint64 // received messages a replica refused before raft saw them (ErrMalformedMessage)
 	ReplicasStopped    uint64 // replicas that stopped with an error
 	ElectionsHastened  uint64 // followers whose election clock jumped: their leader's connection failed
 	// CatchUpDelayed counts the appends to moving learners that waited for
@@ -168,7 +169,7 @@ type Host struct {
 	async   sync.WaitGroup // completions of proposals that never reached a worker
 
 	c struct {
-		readies, ok, lost, unknown, notLeader, refused, inboxDropped, stopped, hastened atomic.Uint64
+		readies, ok, lost, unknown, notLeader, refused, inboxDropped, malformed, stopped, hastened atomic.Uint64
 	}
 }
 
@@ -600,7 +601,7 @@ func (h *Host) Stats() HostStats {
 		Groups: n, Readies: h.c.readies.Load(),
 		ProposalsOK: h.c.ok.Load(), ProposalsLost: h.c.lost.Load(), ProposalsUnknown: h.c.unknown.Load(),
 		ProposalsNotLeader: h.c.notLeader.Load(), ProposalsRefused: h.c.refused.Load(),
-		InboxDropped: h.c.inboxDropped.Load(), ReplicasStopped: h.c.stopped.Load(),
+		InboxDropped: h.c.inboxDropped.Load(), Malformed: h.c.malformed.Load(), ReplicasStopped: h.c.stopped.Load(),
 		ElectionsHastened: h.c.hastened.Load(),
 	}
 	if h.thr != nil {
@@ -789,6 +790,11 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	}
 	for _, m := range box.msgs {
 		if err := r.Step(m); err != nil && r.Err() == nil {
+			if errors.Is(err, ErrMalformedMessage) {
+				h.c.malformed.Add(1)
+				h.cfg.Logger.Warn("raft message refused: malformed", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
+				continue
+			}
 			h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
 		}
 	}

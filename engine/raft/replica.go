@@ -141,6 +141,11 @@ type Replica struct {
 // ErrReplicaStopped wraps the error a replica stopped with.
 var ErrReplicaStopped = errors.New("raft replica stopped")
 
+// ErrMalformedMessage: a message from a peer that no honest replica sends
+// and raft would panic on; it is refused before raft sees it, and the
+// replica runs on.
+var ErrMalformedMessage = errors.New("malformed raft message")
+
 // OpenReplica opens the replica from what is durable: the state file, the
 // snapshot metadata and the partition log.
 func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
@@ -323,6 +328,14 @@ func (r *Replica) Step(m raftpb.Message) error {
 	if m.Type == raftpb.MsgSnap {
 		if err := checkSnapshot(m.Snapshot); err != nil {
 			return fmt.Errorf("raft replica %s: snapshot from node %d refused: %w", r.p.Name(), m.From, err)
+		}
+	}
+	// A leader's heartbeat commits at most what this follower acknowledged
+	// having (min of its match and the commit index), so never past its
+	// log; raft panics on one that does.
+	if m.Type == raftpb.MsgHeartbeat {
+		if last, err := r.storage.LastIndex(); err == nil && m.Commit > last {
+			return fmt.Errorf("raft replica %s: %w: a heartbeat from %d commits index %d, past this replica's last index %d", r.p.Name(), ErrMalformedMessage, m.From, m.Commit, last)
 		}
 	}
 	return r.guard(func() error { return r.g.Step(m) })

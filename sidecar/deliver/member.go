@@ -320,10 +320,6 @@ func (m *machine) handedOver(s *sub, h *handover) {
 	}
 }
 
-// connected reports whether some consumer receives the subscription's
-// deliveries (the member yields its partitions otherwise).
-func (m *machine) connected(s *sub) bool { return m.consumersOf(s) > 0 }
-
 // consumersOf counts this sidecar's apps connected that take s.
 func (m *machine) consumersOf(s *sub) int {
 	n := 0
