@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
@@ -12,7 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -23,6 +24,7 @@ import (
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
 	"github.com/spoolmq/spool/engine/transport"
+	"github.com/spoolmq/spool/internal/backoff"
 	"github.com/spoolmq/spool/internal/grpcbuf"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -407,6 +409,10 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 // forwardedKey marks a Join passed on by a peer (gRPC metadata).
 const forwardedKey = "spool-forwarded"
 
+// joinBackoff spaces a joining node's rounds of asking the peers in Join:
+// from 250 ms, doubling up to 2 s, each wait at least half its cap.
+var joinBackoff = backoff.Config{Base: 250 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2, Jitter: 0.5}
+
 // errCreateCluster: join found no cluster among the candidates, and this
 // node is the one to create it (ClusterConfig.BootstrapExpect).
 var errCreateCluster = errors.New("create the cluster")
@@ -466,7 +472,7 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 				"candidates", len(cands)+1, "bootstrap_expect", n, "advertise", c.cfg.Advertise)
 			return nil, errCreateCluster
 		}
-		t := time.NewTimer(min(time.Duration(attempt+1)*250*time.Millisecond, 2*time.Second))
+		t := time.NewTimer(joinBackoff.Delay(attempt+1, rand.Float64()))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -647,7 +653,7 @@ func (p *peerClients) client(id uint64) (clusterv1.NodeServiceClient, error) {
 		// gRPC's default reconnect backoff grows to 120 s: a node back after
 		// a minute down would take forwarded publishes and reads minutes
 		// later. The raft transport's bounds instead.
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: transport.DefaultBackoffBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: transport.DefaultBackoffMax},
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.Config{BaseDelay: transport.DefaultBackoffBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: transport.DefaultBackoffMax},
 			MinConnectTimeout: 5 * time.Second}))
 	if err != nil {
 		return nil, err

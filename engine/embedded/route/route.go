@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -40,6 +41,7 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/raft"
+	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // ErrUnreachable: the call never left this node (no connection to the
@@ -57,8 +59,8 @@ type Router struct {
 	// Status says whether this node leads group, and the leader it knows
 	// (0: none known); ok is false when this node has no replica of it.
 	Status func(group uint64) (leads bool, leader uint64, ok bool)
-	// Tick is raft's tick: attempts back off by half a tick more each
-	// time, up to four ticks.
+	// Tick is raft's tick: attempts back off from half a tick, doubling up
+	// to four ticks (Backoff).
 	Tick time.Duration
 }
 
@@ -77,10 +79,12 @@ type Call struct {
 	Idempotent bool
 }
 
-// Backoff is the wait before attempt (1, 2, ...): half a tick more each
-// time, at most four ticks.
+// Backoff is the wait before attempt (1, 2, ...): Spool's one backoff
+// formula (internal/backoff) from half a tick, doubling up to four ticks,
+// each wait at least half its cap (the rest drawn at random, so that the
+// nodes that lost a leader together do not ask again together).
 func (r *Router) Backoff(attempt int) time.Duration {
-	return min(time.Duration(attempt)*r.Tick/2, 4*r.Tick)
+	return backoff.Config{Base: r.Tick / 2, Max: 4 * r.Tick, Multiplier: 2, Jitter: 0.5}.Delay(attempt, rand.Float64())
 }
 
 // Do runs c at the group's leader, trying again while nothing was done
