@@ -16,21 +16,26 @@ if git grep -n -E '"github.com/spoolmq/spool/sidecar|"github.com/redis/|"github.
   echo "banned: engine/ must not import sidecar, Redis or Prometheus"; fail=1
 fi
 # The sidecar (and the commands above it) see only the engine's own API.
-# The storage backends that implement it (engine/embedded, engine/jetstream,
-# engine/kafka) are opened in one place, sidecar/backend.go; tests may open the
-# embedded log, and `spoold repair` repairs its files. No other subpackage of
-# engine is reached from above.
+# The storage backends that implement it (engine/embedded, engine/cluster,
+# engine/jetstream, engine/kafka) are opened in one place, sidecar/backend.go;
+# tests may open the embedded log, and `spoold repair` repairs its files. No
+# other subpackage of engine is reached from above.
 if git grep -n -E '"github.com/spoolmq/spool/engine/' -- 'sidecar/*.go' 'cmd/*.go' 'loadtest/*.go' \
-  | grep -v -E '^sidecar/backend\.go:[0-9]+:\s*"github.com/spoolmq/spool/engine/(embedded|jetstream|kafka)"$' \
+  | grep -v -E '^sidecar/backend\.go:[0-9]+:\s*"github.com/spoolmq/spool/engine/(embedded|cluster|jetstream|kafka)"$' \
   | grep -v -E '^(sidecar/[^:]*_test\.go|cmd/spoold/repair\.go):[0-9]+:\s*"github.com/spoolmq/spool/engine/embedded"$'; then
-  echo "banned: sidecar/, cmd/ and loadtest/ import github.com/spoolmq/spool/engine only (sidecar/backend.go also the backends engine/embedded, engine/jetstream and engine/kafka; tests and cmd/spoold/repair.go engine/embedded), never its other subpackages"; fail=1
+  echo "banned: sidecar/, cmd/ and loadtest/ import github.com/spoolmq/spool/engine only (sidecar/backend.go also the backends engine/embedded, engine/cluster, engine/jetstream and engine/kafka; tests and cmd/spoold/repair.go engine/embedded), never its other subpackages"; fail=1
 fi
 # Package engine is the API only, and the broker backends depend on it alone:
-# none of them links the embedded log's replication (raft, the transport, the
-# controller's state machine) or the embedded log itself.
+# none of them links Spool's own log or its replication (raft, the transport,
+# the controller's state machine). The single node links no replication
+# either: that is engine/cluster's.
 if deps=$(go list -deps ./engine ./engine/kafka ./engine/jetstream) && \
-  echo "$deps" | grep -E '^(github.com/spoolmq/spool/engine/(embedded|raft|transport|meta)|go\.etcd\.io/raft)'; then
-  echo "banned: engine, engine/kafka and engine/jetstream must not depend on engine/embedded, engine/raft, engine/transport, engine/meta or etcd raft (go list -deps)"; fail=1
+  echo "$deps" | grep -E '^(github.com/spoolmq/spool/engine/(embedded|cluster|raft|transport|meta)|go\.etcd\.io/raft)'; then
+  echo "banned: engine, engine/kafka and engine/jetstream must not depend on engine/embedded, engine/cluster, engine/raft, engine/transport, engine/meta or etcd raft (go list -deps)"; fail=1
+fi
+if deps=$(go list -deps ./engine/embedded) && \
+  echo "$deps" | grep -E '^(github.com/spoolmq/spool/engine/(cluster|raft|transport|meta)|go\.etcd\.io/raft)'; then
+  echo "banned: engine/embedded (the single node) must not depend on engine/cluster, engine/raft, engine/transport, engine/meta or etcd raft (go list -deps)"; fail=1
 fi
 # The delivery machine is pure (sidecar/deliver/doc.go, "Machine and driver"):
 # its files start no goroutine, hold no channel, lock nothing and read no

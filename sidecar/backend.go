@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/cluster"
 	"github.com/spoolmq/spool/engine/embedded"
 	"github.com/spoolmq/spool/engine/jetstream"
 	"github.com/spoolmq/spool/engine/kafka"
@@ -30,12 +31,14 @@ import (
 func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, error) {
 	switch cfg.Storage.Backend {
 	case config.BackendEmbedded, "":
-		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: embedded.Hooks{
-			// The engine logs the damage once; operators see it here and in /readyz.
-			PartitionQuarantined: func(q engine.Quarantine) {
-				m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
-			},
-		}})
+		// The engine logs the damage once; operators see it here and in /readyz.
+		hooks := embedded.Hooks{PartitionQuarantined: func(q engine.Quarantine) {
+			m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
+		}}
+		if cfg.Cluster.Enabled() {
+			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: hooks})
+		}
+		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks})
 	case config.BackendJetStream:
 		js := cfg.Storage.JetStream
 		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,
@@ -198,14 +201,10 @@ func (a *admin) clusterAdmin(op string) (engine.ClusterAdmin, error) {
 		Instead: "the broker's own tools manage its servers and replicas (docs/backends.md)"}
 }
 
-// clusterConfig is the engine's view of the cluster section (nil: a
-// single node).
-func clusterConfig(cfg *config.Config) *embedded.ClusterConfig {
+// clusterConfig is the engine's view of the cluster section.
+func clusterConfig(cfg *config.Config) cluster.ClusterConfig {
 	cl := cfg.Cluster
-	if !cl.Enabled() {
-		return nil
-	}
-	return &embedded.ClusterConfig{
+	return cluster.ClusterConfig{
 		Listen:             cl.Listen,
 		Advertise:          cl.Advertise,
 		Join:               cl.Join,
@@ -214,7 +213,7 @@ func clusterConfig(cfg *config.Config) *embedded.ClusterConfig {
 		ProduceTimeout:     cl.ProduceTimeout,
 		DeadNodeTimeout:    cl.DeadNodeTimeout,
 		MoveBytesPerSecond: cl.MoveBytesPerSecond,
-		TLS:                embedded.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
+		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
 		StorageOff:         cl.Storage == config.StorageOff,
 	}
 }

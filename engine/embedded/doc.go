@@ -1,16 +1,10 @@
-// Package embedded is Spool's own log, the storage backend that implements
-// every interface of package engine (Backend, ClusterAdmin,
-// GroupCoordinator, Quarantiner): on one node, a Node holds every partition
-// in engine/log; with a ClusterConfig, the sidecars form a cluster and each
-// partition is a raft group (engine/raft) replicated to ReplicationFactor
-// nodes, placed by the controller (engine/meta, raft group 0), with consumer
-// groups coordinated on the internal __groups topic (engine/groups/coord).
-//
-// Every call names a (topic, partition) and works the same whether the
-// partition is stored on this node or led by a peer: Produce is asynchronous
-// and may complete with an *engine.NotLeaderError (retry at the named leader) or
-// engine.ErrOutcomeUnknown (the append may or may not have happened: retry
-// with the same message ids).
+// Package embedded is Spool's own log on one node: a Node holds every
+// partition of its topics in engine/log and implements engine.Backend and
+// engine.Quarantiner; as engine.ClusterAdmin and engine.GroupCoordinator it
+// says it is in no cluster (notclustered.go). The sidecars' cluster, where
+// each partition is a raft group, is engine/cluster; what both share (the
+// topic table, watchers, completions, the committed end, the local read
+// path and quarantine) is engine/internal/table.
 //
 // # Two ends of a partition
 //
@@ -20,9 +14,9 @@
 // end only. On one node the committed end follows the durable end: the log
 // reports every move of the durable end (group commit, a timer fsync with
 // FsyncInterval, a roll, Close) through its OnDurable hook, and the
-// partition's setCommitted moves the committed end and signals watchers.
-// With raft, the same setCommitted is called with the commit index instead,
-// which may lag the local durable end; nothing above the engine changes.
+// partition's SetCommitted moves the committed end and signals watchers.
+// In engine/cluster the same SetCommitted is called with the raft commit
+// index instead, which may lag the local durable end.
 //
 // # Completions
 //
@@ -41,7 +35,8 @@
 // Hooks.PartitionQuarantined). Quarantined lists them; RepairPartition
 // truncates one offline to its last good offset (docs/operations.md).
 //
-// It imports no Redis, no Prometheus and nothing from the sidecar; it
-// reports what operators need through Hooks and ClusterStatus. Its lock
+// It imports no raft, transport or controller state machine
+// (scripts/banned.sh checks it), no Redis, no Prometheus and nothing from
+// the sidecar; it reports what operators need through Hooks. Its lock
 // order is in LOCKS.md.
 package embedded

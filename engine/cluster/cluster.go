@@ -1,0 +1,1142 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/spoolmq/spool/engine/groups"
+	"github.com/spoolmq/spool/engine/internal/table"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/cluster/route"
+	"github.com/spoolmq/spool/engine/internal/rsm"
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/raft"
+	"github.com/spoolmq/spool/engine/transport"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+)
+
+// ClusterConfig makes a Node a member of a Spool cluster: its partitions
+// are raft groups replicated to ReplicationFactor nodes, and group 0 (the
+// controller) keeps the members, the topics and where each partition's
+// replicas are (docs/replication.md).
+type ClusterConfig struct {
+	// Listen is where peers reach this node (host:port): raft messages,
+	// joins, forwarded publishes and remote reads share this port.
+	Listen string
+	// Advertise is the address peers dial; default Listen. Set it when
+	// Listen is a wildcard (0.0.0.0:7072).
+	Advertise string
+	// Join lists peers (host:port) of an existing cluster. A node with no
+	// identity in its data dir asks them to admit it; with Join empty it
+	// bootstraps a new cluster of one. A node that has an identity ignores
+	// Join: it rejoins its own cluster.
+	Join []string
+	// BootstrapExpect lets nodes that all start with the same Join (the
+	// pods of one Deployment, Join naming their headless Service) form the
+	// cluster without one of them being told to create it: a node with no
+	// identity that no candidate in Join admits, and that sees at least
+	// this many candidates counting itself, every other one answering that
+	// it is joining too, creates the cluster if its address is the lowest
+	// of them; the others join it.
+	// Set it to the number of nodes that start together (the Deployment's
+	// replicas): a node that sees that many sees all of them. 0: a node
+	// creates a cluster only when Join is empty.
+	BootstrapExpect int
+	// ReplicationFactor is the number of replicas of the partitions of a
+	// topic created by this node. Default 3.
+	ReplicationFactor int32
+	// ProduceTimeout bounds how long Produce looks for a leader and waits
+	// for a commit before failing. Default 10 s.
+	ProduceTimeout time.Duration
+	// JoinTimeout bounds how long a new node tries to be admitted. Default 60 s.
+	JoinTimeout time.Duration
+	// TickInterval is raft's tick (elections after 10 ticks, heartbeats
+	// every tick). Default 100 ms; tests shorten it.
+	TickInterval time.Duration
+	// TLS, when set, is mutual TLS between the nodes (all three files).
+	TLS ClusterTLS
+	// DeadNodeTimeout is how long the controller's leader goes without
+	// reaching a node before it marks the node down: its replicas are then
+	// re-created on other nodes (replica moves) and it stops voting in the
+	// controller. A node that comes back is marked up again and may be
+	// given replicas anew. Default 5 minutes; long enough that a restart or
+	// a rolling update never moves data.
+	DeadNodeTimeout time.Duration
+	// MoveBytesPerSecond paces the copies replica moves make: the log this
+	// node, as a partition's leader, streams to the new replicas of moving
+	// partitions takes at most this many bytes per second in all (the
+	// producers' writes and the replication to existing replicas are not
+	// paced). Default DefaultMoveBytesPerSecond; < 0: not paced.
+	MoveBytesPerSecond int64
+	// StorageOff makes a storage-off node (cluster.storage: off): it is not a member,
+	// holds no replicas, learns the cluster from the members in Join
+	// (Metadata), publishes through the partitions' leaders and reads from
+	// their replicas. For autoscaled stateless pods next to a few storage
+	// nodes. Listen is not used.
+	StorageOff bool
+	// GroupsPartitions is the number of partitions of the consumer groups'
+	// internal topic (coordinators) when this node's controller leader
+	// creates it; fixed from then on (docs/groups.md, "Running on the
+	// cluster"). Default DefaultGroupsPartitions.
+	GroupsPartitions int32
+	// GroupsCheckpointRecords is how many records a coordinator's log
+	// takes after its last checkpoint before its leader writes the next one
+	// (docs/groups.md, "Checkpoints"); the log then starts at the newest
+	// checkpoint. Default DefaultGroupsCheckpointRecords.
+	GroupsCheckpointRecords int
+}
+
+// Defaults of ClusterConfig.
+const (
+	DefaultReplicationFactor = 3
+	DefaultProduceTimeout    = 10 * time.Second
+	DefaultJoinTimeout       = 60 * time.Second
+	DefaultDeadNodeTimeout   = 5 * time.Minute
+	// DefaultMoveBytesPerSecond: 32 MiB/s, a fraction of a disk's or a
+	// network link's bandwidth (CockroachDB's rebalancing snapshots
+	// default to the same rate).
+	DefaultMoveBytesPerSecond = 32 << 20
+	// controllerPartition is group 0's log in the node's store. Topic names
+	// cannot start with "__" (the sidecar refuses them), so it never clashes.
+	controllerPartition = "__controller-0"
+	// controllerGroup is the raft group of the controller.
+	controllerGroup = 0
+)
+
+func (c *ClusterConfig) validate() error {
+	if c.StorageOff {
+		if len(c.Join) == 0 {
+			return errors.New("engine: a node without replicas (storage off) needs cluster.join: the members it learns the cluster from")
+		}
+		c.Listen, c.Advertise = "", ""
+		return c.validateTimes()
+	}
+	if c.Listen == "" {
+		return errors.New("engine: cluster.listen is empty: give the host:port peers reach this node at")
+	}
+	if c.Advertise == "" {
+		c.Advertise = c.Listen
+	}
+	if h, _, err := net.SplitHostPort(c.Advertise); err != nil || h == "" || h == "0.0.0.0" || h == "::" {
+		return fmt.Errorf("engine: cluster advertise address %q: want the host:port peers dial (not a wildcard): set cluster.advertise", c.Advertise)
+	}
+	return c.validateTimes()
+}
+
+func (c *ClusterConfig) validateTimes() error {
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = DefaultReplicationFactor
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > meta.MaxReplicationFactor {
+		return fmt.Errorf("engine: cluster.replication_factor %d: want 1 to %d", c.ReplicationFactor, meta.MaxReplicationFactor)
+	}
+	if c.ProduceTimeout == 0 {
+		c.ProduceTimeout = DefaultProduceTimeout
+	}
+	if c.BootstrapExpect < 0 || c.BootstrapExpect > meta.MaxNodes {
+		return fmt.Errorf("engine: cluster.bootstrap_expect %d: want 0 (off) to %d", c.BootstrapExpect, meta.MaxNodes)
+	}
+	if c.JoinTimeout == 0 {
+		c.JoinTimeout = DefaultJoinTimeout
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = raft.TickInterval
+	}
+	if c.DeadNodeTimeout == 0 {
+		c.DeadNodeTimeout = DefaultDeadNodeTimeout
+	}
+	if c.MoveBytesPerSecond == 0 {
+		c.MoveBytesPerSecond = DefaultMoveBytesPerSecond
+	}
+	if c.GroupsPartitions == 0 {
+		c.GroupsPartitions = DefaultGroupsPartitions
+	}
+	if c.GroupsCheckpointRecords == 0 {
+		c.GroupsCheckpointRecords = DefaultGroupsCheckpointRecords
+	}
+	if c.GroupsCheckpointRecords < 1 {
+		return fmt.Errorf("engine: cluster groups checkpoint records %d: want 1 or more", c.GroupsCheckpointRecords)
+	}
+	if c.GroupsPartitions < 1 || c.GroupsPartitions > meta.MaxPartitions {
+		return fmt.Errorf("engine: cluster groups partitions %d: want 1 to %d", c.GroupsPartitions, meta.MaxPartitions)
+	}
+	if c.ProduceTimeout < 0 || c.JoinTimeout < 0 || c.TickInterval < 0 || c.DeadNodeTimeout < 0 {
+		return errors.New("engine: cluster timeouts must be positive")
+	}
+	return nil
+}
+
+// Node is a sidecar's node of a Spool cluster: its log store and topic
+// table, its identity, transport, replicas (the Host) and the controller's
+// state (docs/replication.md). A storage-off node has no log of its own
+// beside the controller's view: it publishes and reads through members.
+type Node struct {
+	conf   Config // the node's configuration; cfg is its Cluster, validated
+	store  *log.Store
+	groups *groups.Store
+	tab    *table.Table[part]
+
+	cfg    ClusterConfig
+	fs     log.FS
+	dir    string // DataDir/cluster
+	logger interface {
+		Info(string, ...any)
+		Warn(string, ...any)
+		Error(string, ...any)
+	}
+
+	id        identity
+	bootstrap bool      // this node created the cluster (no identity, no Join)
+	tls       *tlsFiles // nil: plaintext between nodes
+
+	host  *raft.Host
+	tr    *transport.GRPC
+	ctrlP *log.Partition // group 0's log
+
+	peers  *peerClients
+	router *route.Router // runs calls at a raft group's leader; set by run once the node has its id
+	coord  *coordinators // consumer-group coordinators (groups_cluster.go)
+
+	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
+	choresWake chan struct{} // cap 1: run the chores now (a controller membership step applied)
+	ctrlEnd    atomic.Int64  // group 0's committed end, from OnCommitted
+
+	// ctrl applies group 0's log to the state (a member; nil on a client
+	// node, which polls the state instead).
+	ctrl *rsm.Applier[meta.Command, meta.Result]
+
+	mu       sync.Mutex // guards the fields below; never held while calling out
+	state    *meta.State
+	changed  chan struct{}   // closed and replaced after each change of state
+	ready    chan struct{}   // closed once this node is a member with a known state
+	readyErr error           // why the node could not start, set before ready is closed
+	opened   map[uint64]bool // groups whose replica this node runs
+	// straysDue: the data of partitions this node no longer holds may need
+	// deleting (set at start and by dropReplica; the chores clear it once
+	// removeStrayReplicas could ask the controller's leader).
+	straysDue bool
+	ccBusy    bool // a controller conf change is in flight
+
+	// Owned by the register loop (the chores): since when the controller
+	// leader has not reached each node (reset when it stops leading).
+	unreached map[uint64]time.Time
+
+	removedSeen bool // owned by the controller loop: this node's removal was logged
+
+	// applyBound, if set (tests only), is the next offset of group 0's log
+	// this node may apply: a node whose view of the cluster lags.
+	applyBound func() int64
+}
+
+// cluster is the name the cluster's own methods give a Node.
+type cluster = Node
+
+// init prepares the cluster side of a Node that Open made; Run starts it.
+func (c *cluster) init(cfg ClusterConfig) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if c.conf.Log.Fsync != log.FsyncAlways && !cfg.StorageOff {
+		return errors.New("engine: a cluster node needs storage.fsync: always (a replica acknowledges only what is on disk)")
+	}
+	c.cfg = cfg
+	c.fs = c.conf.Log.FS
+	c.dir = filepath.Join(c.conf.DataDir, "cluster")
+	c.logger = c.conf.Logger
+	c.ctrlSignal, c.choresWake = make(chan struct{}, 1), make(chan struct{}, 1)
+	c.state, c.changed, c.ready = meta.NewState(), make(chan struct{}), make(chan struct{})
+	c.opened, c.unreached = map[uint64]bool{}, map[uint64]time.Time{}
+	c.coord = newCoordinators(c)
+	if cfg.TLS.Enabled() {
+		var err error
+		if c.tls, err = newTLSFiles(cfg.TLS); err != nil {
+			return err
+		}
+	}
+	if cfg.StorageOff {
+		return nil // not a member: no identity
+	}
+	id, ok, err := loadIdentity(c.fs, c.dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ok:
+		c.id = id
+	case len(cfg.Join) == 0:
+		if err := c.createCluster(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createCluster makes this node the first of a new cluster.
+func (c *cluster) createCluster() error {
+	if len(c.store.Partitions()) > 0 {
+		return fmt.Errorf("engine: %s holds partitions written without a cluster: a cluster node starts from an empty data dir (or run without cluster settings)", c.conf.DataDir)
+	}
+	c.bootstrap = true
+	c.id = identity{ClusterID: randomID(8), NodeID: 1, Token: randomID(16)}
+	return saveIdentity(c.fs, c.dir, c.id)
+}
+
+// run joins (when needed), starts the transport, the replicas and the
+// controller, and serves until ctx ends.
+func (c *cluster) run(ctx context.Context) error {
+	if c.cfg.StorageOff {
+		return c.runClient(ctx)
+	}
+	c.peers = newPeerClients(c.conf.Log.MaxBatchBytes, c.dialCreds())
+	defer c.peers.close()
+	l, err := c.listenAndJoin(ctx)
+	if err == nil {
+		err = c.start(l)
+	}
+	if err != nil {
+		c.fail(err)
+		return err
+	}
+	// What this node already knows of the cluster (its committed controller
+	// log) places its replicas before the first election.
+	c.applyController()
+	return c.serve(ctx)
+}
+
+// listenAndJoin takes the cluster port and, for a node with no identity
+// yet, joins the cluster (or creates it) first.
+func (c *cluster) listenAndJoin(ctx context.Context) (net.Listener, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", c.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("engine: cluster listener %s: %w", c.cfg.Listen, err)
+	}
+	if c.id.NodeID != 0 {
+		return l, nil
+	}
+	// While it joins, the node answers other joining nodes that it is
+	// forming too (cluster.bootstrap_expect counts on that answer), then
+	// gives the port to the transport.
+	stopForming := serveForming(l, c.serverCreds(), c.cfg.Advertise)
+	nodes, err := c.join(ctx)
+	stopForming()
+	if errors.Is(err, errCreateCluster) {
+		err = c.createCluster()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if l, err = lc.Listen(ctx, "tcp", c.cfg.Listen); err != nil {
+		return nil, fmt.Errorf("engine: cluster listener %s, after joining: %w", c.cfg.Listen, err)
+	}
+	for _, nd := range nodes {
+		c.peers.set(nd.GetId(), nd.GetAddr())
+	}
+	return l, nil
+}
+
+// start makes the node's raft host, opens the controller's log and its
+// applier, starts serving peers on l and opens the controller's replica.
+// It closes l when it fails.
+func (c *cluster) start(l net.Listener) (err error) {
+	defer func() {
+		if err != nil {
+			_ = l.Close()
+		}
+	}()
+	c.router = c.newRouter()
+	c.host, err = raft.NewHost(raft.HostConfig{
+		NodeID:          c.id.NodeID,
+		Send:            func(msgs []transport.Message) { c.tr.Send(msgs) },
+		TickInterval:    c.cfg.TickInterval,
+		ProposalTimeout: c.cfg.ProduceTimeout,
+		IdleTickEvery:   idleTickEvery,
+		Logger:          c.conf.Logger,
+		// max(0, …): < 0 is "not paced", which the Host spells 0.
+		CatchUpBytesPerSecond: max(0, c.cfg.MoveBytesPerSecond),
+	})
+	if err != nil {
+		return err
+	}
+	if c.ctrlP, err = c.store.Partition(controllerPartition); err == nil {
+		err = c.ctrlP.SetRetention(0, 0) // the controller's log is kept whole
+	}
+	if err != nil {
+		return fmt.Errorf("engine: open the controller's log: %w", err)
+	}
+	// Before the transport: its NodeService answers Metadata from it.
+	c.ctrl = rsm.New(rsm.Config{Name: "the controller's log (" + controllerPartition + ")", MaxResults: maxRecentResults, Logger: c.logger},
+		c.ctrlP, controllerMachine{c})
+	c.tr, err = transport.NewGRPC(transport.GRPCConfig{
+		ClusterID:   c.id.ClusterID,
+		NodeID:      c.id.NodeID,
+		Handler:     c.host,
+		Listener:    l,
+		Logger:      c.conf.Logger,
+		DialOptions: []grpc.DialOption{c.dialCreds()},
+		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(
+			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName))),
+		Register: func(s *grpc.Server) {
+			clusterv1.RegisterNodeServiceServer(s, &nodeService{c: c})
+		},
+	})
+	if err != nil {
+		return err
+	}
+	for id, addr := range c.peers.all() {
+		if id != c.id.NodeID {
+			_ = c.tr.AddPeer(id, addr)
+		}
+	}
+	var voters []uint64
+	if c.bootstrap {
+		voters = []uint64{c.id.NodeID}
+	}
+	if err := c.host.Add(controllerGroup, raft.ReplicaConfig{
+		Partition:     c.ctrlP,
+		FS:            c.fs,
+		Dir:           c.groupDir(controllerGroup),
+		Voters:        voters,
+		Group:         raft.GroupConfig{ID: c.id.NodeID},
+		MaxBatchBytes: c.conf.Log.MaxBatchBytes,
+		OnCommitted:   func(end int64) { c.ctrlEnd.Store(end); c.signalController() },
+	}); err != nil {
+		return fmt.Errorf("engine: open the controller's replica: %w", err)
+	}
+	return nil
+}
+
+// serve runs the node's components until ctx ends or one fails. They run
+// on their own context: when ctx ends, this node first hands the
+// leadership of its groups to other replicas, so that publishes in flight
+// at it complete instead of being cut. It returns the first component's
+// error (errors while stopping are not a failure).
+func (c *cluster) serve(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	g, gctx := errgroup.WithContext(runCtx)
+	for _, comp := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"transport", c.tr.Run},
+		{"raft host", c.host.Run},
+		{"controller", c.runController},
+		{"membership", c.register},
+		{"remote reads", c.runRemotePoll},
+		{"groups coordinators", c.coord.Run}, // groups_cluster.go
+	} {
+		g.Go(func() error {
+			if err := comp.run(gctx); err != nil {
+				return fmt.Errorf("engine: %s: %w", comp.name, err)
+			}
+			return nil
+		})
+	}
+	var failed error
+	select {
+	case <-ctx.Done():
+		c.handOff(handOffTimeout)
+	case <-gctx.Done(): // a component failed (runCtx is not cancelled yet)
+		failed = context.Cause(gctx)
+		c.fail(failed)
+	}
+	cancel()
+	_ = g.Wait()
+	// The replicas' state files; their logs are the store's, closed by Close.
+	for _, g := range c.host.Groups() {
+		_ = c.host.Remove(g)
+	}
+	return failed
+}
+
+// newRouter is the router of this node's calls to raft groups' leaders.
+func (c *cluster) newRouter() *route.Router {
+	return &route.Router{Self: c.id.NodeID, Tick: c.cfg.TickInterval, Status: func(group uint64) (bool, uint64, bool) {
+		st, ok := c.status(group)
+		return st.IsLeader, st.Leader, ok
+	}}
+}
+
+// idleTickEvery slows the raft clock of idle groups tenfold (Host's
+// IdleTickEvery): 1,000 idle partitions cost a node a tenth of the ticks
+// and heartbeats. A dead leader's followers still elect at the normal pace
+// (its connection failing wakes them); behind a network partition that
+// leaves connections open, an idle group elects after 10–20 s instead of
+// 1–2 s.
+const idleTickEvery = 10
+
+// handOffTimeout bounds how long a stopping node waits for the leadership
+// of its groups to move.
+const handOffTimeout = 3 * time.Second
+
+// handOff transfers the leadership of every group this node leads to
+// another voter and waits (up to d) until it leads none: a stopping leader
+// would otherwise cut the publishes in flight at it (their outcome then
+// unknown to the producers), and its groups would wait an election
+// timeout for a new leader. A transfer to a replica that is down fails
+// after an election timeout; the group then elects as after a crash.
+func (c *cluster) handOff(d time.Duration) {
+	deadline := time.Now().Add(d)
+	orders := c.leaderOrders()
+	for round := 0; time.Now().Before(deadline); round++ {
+		led := 0
+		for _, g := range c.host.Groups() {
+			st, ok := c.host.Status(g)
+			if !ok || !st.IsLeader {
+				continue
+			}
+			// Rotated by group and every 10 rounds: a transfer to a replica
+			// that turned out to be down goes to the next one.
+			to, ok := c.nextLeader(st, orders[g], true, int(g)+round/10)
+			if !ok {
+				continue // the only voter: nobody to hand it to
+			}
+			led++
+			if round%10 == 0 { // ask again every 10 rounds (a transfer may have aborted)
+				_ = c.host.TransferLeadership(g, to)
+			}
+		}
+		if led == 0 {
+			return
+		}
+		time.Sleep(c.cfg.TickInterval) // sleep-ok: polling raft status while stopping
+	}
+	c.logger.Warn("spool cluster: stopping while still leading some groups (their replicas elect a new leader)")
+}
+
+// leaderOrders are the placement orders of the groups this node holds a
+// replica of (meta.LeaderMove.Order): a move's target, then the replicas.
+func (c *cluster) leaderOrders() map[uint64][]uint64 {
+	c.mu.Lock()
+	held := c.state.PartitionsOf(c.id.NodeID)
+	c.mu.Unlock()
+	orders := make(map[uint64][]uint64, len(held))
+	for _, a := range held {
+		orders[a.Group] = append(slices.Clone(a.Target), a.Replicas...)
+	}
+	return orders
+}
+
+// nextLeader is where the leadership of a group this node leads goes
+// (meta.LeaderMove: the one leader-transfer policy), given its placement
+// order; a leaving or down node is given none.
+func (c *cluster) nextLeader(st raft.GroupStatus, order []uint64, away bool, attempt int) (uint64, bool) {
+	voters := make([]uint64, len(st.Voters))
+	for i, v := range st.Voters {
+		voters[i] = transport.NodeOf(v)
+	}
+	return meta.LeaderMove{Self: c.id.NodeID, Order: order, Voters: voters, Away: away, Excluded: c.leavingNode, Attempt: attempt}.Next()
+}
+
+func (c *cluster) groupDir(group uint64) string {
+	return filepath.Join(c.conf.DataDir, "raft", strconv.FormatUint(group, 10))
+}
+
+// dialCreds are the credentials of every connection to a peer.
+func (c *cluster) dialCreds() grpc.DialOption {
+	if c.tls == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(c.tls.clientConfig()))
+}
+
+// serverCreds are the cluster listener's.
+func (c *cluster) serverCreds() []grpc.ServerOption {
+	if c.tls == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.Creds(credentials.NewTLS(c.tls.serverConfig()))}
+}
+
+// fail records why the node cannot serve and releases everyone waiting for
+// it to be ready.
+func (c *cluster) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.ready:
+		return
+	default:
+	}
+	c.readyErr = err
+	close(c.ready)
+}
+
+// awaitReady waits until this node is a member of the cluster with a known
+// state, or d passes.
+func (c *cluster) awaitReady(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.ready:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.readyErr
+	case <-t.C:
+		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", c.id.NodeID, c.id.ClusterID, d, c.whyNotReady())
+	}
+}
+
+// whyNotReady explains the wait for operators.
+func (c *cluster) whyNotReady() error {
+	if c.cfg.StorageOff {
+		return fmt.Errorf("no member in cluster.join %v has answered with the cluster's state", c.cfg.Join)
+	}
+	st, ok := c.status(controllerGroup)
+	switch {
+	case !ok:
+		return errors.New("the controller's replica is not open")
+	case st.Err != nil:
+		return st.Err
+	case st.Leader == 0:
+		return fmt.Errorf("the controller has no leader (voters %v): a majority of them must be running and reachable at cluster.listen", st.Voters)
+	default:
+		return fmt.Errorf("the controller (led by node %d) has not admitted this node yet", st.Leader)
+	}
+}
+
+// register makes this node a member: a bootstrapping node initialises the
+// cluster and adds itself; every node keeps its advertised address current.
+// Then it does the controller leader's chores while it leads.
+func (c *cluster) register(ctx context.Context) error {
+	if c.bootstrap {
+		_ = c.host.Campaign(controllerGroup)
+		for c.stateClusterID() == "" {
+			_, err := c.proposeMeta(ctx, meta.Command{Init: &meta.Init{ClusterID: c.id.ClusterID}})
+			if err == nil || errors.Is(err, errAlreadyApplied) {
+				break
+			}
+			c.logger.Warn("spool cluster: initialising the cluster failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(c.cfg.TickInterval * 5):
+			}
+		}
+	}
+	// A node's own log may not show its removal (the entry committed after
+	// it left group 0): its peers' state says.
+	if !c.bootstrap && c.removedByPeers(ctx) {
+		return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", engine.ErrRemoved, c.id.NodeID, c.id.ClusterID, c.conf.DataDir)
+	}
+	for {
+		c.mu.Lock()
+		self, known := c.state.Node(c.id.NodeID)
+		c.mu.Unlock()
+		if known && self.Addr == c.cfg.Advertise {
+			break
+		}
+		var cmd meta.Command
+		switch {
+		case known: // the node came back at another address (a new pod IP)
+			cmd.SetNodeAddr = &meta.SetNodeAddr{ID: c.id.NodeID, Addr: c.cfg.Advertise}
+		case c.bootstrap:
+			cmd.AddNode = &meta.AddNode{Addr: c.cfg.Advertise, Token: c.id.Token}
+		case c.id.NodeID < c.stateNextNodeID():
+			return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", engine.ErrRemoved, c.id.NodeID, c.id.ClusterID, c.conf.DataDir)
+		default: // admitted (Join answered) but not applied here yet
+			ctx2, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
+			err := c.awaitState(ctx2, func(s *meta.State) bool { _, ok := s.Node(c.id.NodeID); return ok })
+			cancel()
+			if err != nil {
+				return fmt.Errorf("admitted as node %d but the controller's log has not reached this node: %w", c.id.NodeID, c.whyNotReady())
+			}
+			continue
+		}
+		res, err := c.proposeMeta(ctx, cmd)
+		if err != nil {
+			c.logger.Warn("spool cluster: registering this node failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(c.cfg.TickInterval * 5):
+			}
+			continue
+		}
+		if cmd.AddNode != nil && res.NodeID != c.id.NodeID {
+			return fmt.Errorf("the new cluster gave this node id %d, want %d: remove %s and start again", res.NodeID, c.id.NodeID, c.dir)
+		}
+	}
+	c.mu.Lock()
+	select {
+	case <-c.ready:
+	default:
+		close(c.ready)
+	}
+	c.mu.Unlock()
+	every := max(c.cfg.TickInterval*10, 100*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	balanced := time.Now()
+	c.mu.Lock()
+	c.straysDue = true // replicas a move took away while this node was down
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		due := c.straysDue
+		c.straysDue = false
+		c.mu.Unlock()
+		if due && !c.removeStrayReplicas(ctx) {
+			c.mu.Lock()
+			c.straysDue = true // no leader to ask: the next round tries again
+			c.mu.Unlock()
+		}
+		c.leaderChores()
+		c.driveMoves(ctx)
+		c.planMoves(ctx)
+		if time.Since(balanced) >= balanceEveryChores*every {
+			c.balanceLeaders()
+			balanced = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-c.choresWake: // a controller membership step applied: take the next at once
+		}
+	}
+}
+
+// balanceEveryChores: leadership is rebalanced every this many chores
+// rounds (every 5 s with the default tick).
+const balanceEveryChores = 5
+
+// balanceLeaders asks each group this node leads, and whose preferred
+// leader (the first replica placement chose) is another node, to hand its
+// leadership back once that node has caught up: after a restart the
+// preferred leader finds its groups led elsewhere, and one node would end
+// up leading everything.
+func (c *cluster) balanceLeaders() {
+	c.tab.Mu.RLock()
+	var parts []*partition
+	for _, t := range c.tab.Topics {
+		for _, p := range t.Parts {
+			if p.Log != nil && len(p.X.replicas()) > 1 {
+				parts = append(parts, p)
+			}
+		}
+	}
+	c.tab.Mu.RUnlock()
+	for _, p := range parts {
+		// A preferred leader that is leaving or down is given nothing: it
+		// is about to lose its replica (cluster_leave.go).
+		if st, ok := c.host.Status(p.X.raftGroup); ok && st.IsLeader {
+			if to, ok := c.nextLeader(st, p.X.replicas(), false, 0); ok {
+				_ = c.host.PreferLeader(p.X.raftGroup, to)
+			}
+		}
+	}
+}
+
+// leaderChores: while this node leads the controller, move group 0's
+// membership one step toward meta.ControllerMembers.
+func (c *cluster) leaderChores() {
+	st, ok := c.host.Status(controllerGroup)
+	if !ok || !st.IsLeader {
+		return
+	}
+	c.mu.Lock()
+	if c.ccBusy {
+		c.mu.Unlock()
+		return
+	}
+	cc, change := meta.NextConfChange(confState(st), c.state)
+	if change {
+		c.ccBusy = true
+	}
+	c.mu.Unlock()
+	if !change {
+		return
+	}
+	c.host.ProposeConfChange(controllerGroup, cc, func(err error) {
+		c.mu.Lock()
+		c.ccBusy = false
+		c.mu.Unlock()
+		select { // the next step (a promotion after an added learner) goes at once
+		case c.choresWake <- struct{}{}:
+		default:
+		}
+		if err != nil {
+			c.logger.Warn("spool cluster: controller membership change failed; retrying", "change", cc.String(), "err", err)
+		}
+	})
+}
+
+// signalController wakes the controller loop (group 0's committed end moved).
+func (c *cluster) signalController() {
+	select {
+	case c.ctrlSignal <- struct{}{}:
+	default:
+	}
+}
+
+// runController applies group 0's committed commands as they commit.
+func (c *cluster) runController(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.ctrlSignal:
+			c.applyController()
+		}
+	}
+}
+
+// applyController applies the committed commands not applied yet
+// (controllerMachine). Only the controller loop (and run, before it
+// starts) calls it.
+func (c *cluster) applyController() {
+	end := c.ctrlCommitted()
+	if c.applyBound != nil {
+		end = min(end, c.applyBound())
+	}
+	_ = c.ctrl.CatchUp(end) // a stopped applier logged why; Status reports it
+}
+
+// controllerMachine applies group 0's log to the controller's state
+// (engine/meta) through the one applier (engine/internal/rsm). A batch is
+// applied to a copy of the state; this node is brought in line with it
+// (peers, topics, replicas) and only then is it published: whoever sees a
+// state through c.state finds this node already matching it.
+type controllerMachine struct{ c *cluster }
+
+// Decode reads one controller command; meta.State.Apply checks its values
+// (and refuses a bad one, with a result, like every other node does).
+func (m controllerMachine) Decode(b []byte) (meta.Command, error) { return meta.DecodeCommand(b) }
+
+func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Result, int, error) {
+	c := m.c
+	c.mu.Lock()
+	st := c.state.Clone()
+	c.mu.Unlock()
+	res := make([]meta.Result, len(entries))
+	var deleted []meta.Topic // topics deleted by these commands, as they were
+	for i, e := range entries {
+		var gone meta.Topic
+		var had bool
+		if e.Cmd.DeleteTopic != nil {
+			gone, had = st.Topic(e.Cmd.DeleteTopic.Name)
+		}
+		res[i] = st.Apply(e.Cmd)
+		if had && res[i].Err == nil {
+			deleted = append(deleted, gone)
+		}
+	}
+	for _, t := range deleted { // before placing what the state holds (the name may be created again)
+		c.deleteTopicData(t)
+	}
+	c.reconcile(st)
+	c.mu.Lock()
+	c.state = st
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+	return res, len(entries), nil
+}
+
+// Restore: the controller's log is kept whole (no retention, no
+// checkpoints), so it never starts past what this node applied.
+func (m controllerMachine) Restore(_ rsm.Log, start, _ int64) (int64, error) {
+	return 0, fmt.Errorf("the controller's log is kept whole, yet it starts at offset %d here: wipe this node's data dir and join it again", start)
+}
+
+// maxRecentResults is how many controller results are kept for proposers
+// waiting on them.
+const maxRecentResults = 4096
+
+// ctrlCommitted is group 0's committed end. It comes from OnCommitted
+// itself: the host's status is refreshed only after the Process that
+// called it, so a wake-up reading the status could miss the last commit.
+func (c *cluster) ctrlCommitted() int64 { return c.ctrlEnd.Load() }
+
+// reconcile makes this node match the controller's state: a connection to
+// every member, every topic known, a replica of every partition placed here.
+func (c *cluster) reconcile(st *meta.State) {
+	for id := range c.peers.all() {
+		if _, ok := st.Node(id); !ok && id < st.NextNodeID() { // removed
+			c.peers.remove(id)
+			if c.tr != nil { // a storage-off node has no raft transport
+				c.tr.RemovePeer(id)
+			}
+		}
+	}
+	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID != 0 && c.id.NodeID < st.NextNodeID() && !c.removedSeen { // 0: a storage-off node
+		c.removedSeen = true
+		c.logger.Error("spool cluster: this node was removed from the cluster (decommissioned); it holds no replicas and takes no part in it any more: stop it, and wipe its data dir to join again as a new node", "node", c.id.NodeID)
+	}
+	for _, nd := range st.Nodes() {
+		if nd.ID == c.id.NodeID {
+			continue
+		}
+		if c.peers.set(nd.ID, nd.Addr) && c.tr != nil {
+			if err := c.tr.AddPeer(nd.ID, nd.Addr); err != nil {
+				c.logger.Error("spool cluster: cannot add peer", "node", nd.ID, "addr", nd.Addr, "err", err)
+			}
+		}
+	}
+	ops := replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica}
+	for _, t := range st.Topics() {
+		c.placeTopic(t, c.id.NodeID, ops)
+	}
+}
+
+// retain gives a running replica its topic's current retention.
+func (c *cluster) retain(part *partition) {
+	c.tab.Mu.RLock()
+	spec := part.Topic.Spec
+	c.tab.Mu.RUnlock()
+	if err := c.host.SetRetention(part.X.raftGroup, spec.RetentionAge, spec.RetentionBytes); err != nil {
+		c.logger.Error("spool cluster: cannot change a partition's retention", "topic", part.Topic.Name, "partition", part.Num, "err", err)
+	}
+}
+
+// dropReplica stops this node's replica of a partition a move took away
+// from it. Its data stays until the controller's leader confirms that no
+// replica of the partition is wanted here (removeStrayReplicas, which the
+// chores run next): this node's view of the cluster may lag, and a move
+// back may already have given the partition to it again. The copy is then
+// opened again from disk, under the replica id the move back gave it
+// (transport.ReplicaID: a new incarnation), instead of copying the whole
+// log anew.
+func (c *cluster) dropReplica(part *partition) {
+	name := engine.PartitionName(part.Topic.Name, part.Num)
+	c.stopReplica(part)
+	c.mu.Lock()
+	c.straysDue = true
+	c.mu.Unlock()
+	select {
+	case c.choresWake <- struct{}{}:
+	default:
+	}
+	c.logger.Info("spool cluster: a replica moved away from this node; stopped, its data is deleted once the controller's leader confirms", "partition", name, "group", part.X.raftGroup)
+}
+
+// stopReplica stops this node's replica of a partition and keeps its data.
+func (c *cluster) stopReplica(part *partition) {
+	if err := c.host.Remove(part.X.raftGroup); err != nil {
+		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
+	}
+	// Forgotten only once stopped: the stray chore skips groups still
+	// opened, so it never deletes the log of a running replica.
+	c.mu.Lock()
+	delete(c.opened, part.X.raftGroup)
+	c.mu.Unlock()
+}
+
+// openReplica starts this node's replica of a partition (once).
+func (c *cluster) openReplica(part *partition, bootstrap bool) error {
+	c.mu.Lock()
+	done := c.opened[part.X.raftGroup]
+	c.opened[part.X.raftGroup] = true
+	c.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := c.checkLogOwner(part); err != nil {
+		c.mu.Lock()
+		delete(c.opened, part.X.raftGroup) // the next reconcile looks again
+		c.mu.Unlock()
+		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
+		return err
+	}
+	c.tab.Mu.RLock()
+	spec := part.Topic.Spec
+	c.tab.Mu.RUnlock()
+	var voters []uint64
+	if m := part.X.mem.Load(); bootstrap && m != nil {
+		voters = m.replicaIDs(m.replicas)
+	}
+	err := c.host.Add(part.X.raftGroup, raft.ReplicaConfig{
+		Partition:      part.Log,
+		RetentionAge:   spec.RetentionAge,
+		RetentionBytes: spec.RetentionBytes,
+		Logger:         c.conf.Logger,
+		FS:             c.fs,
+		Dir:            c.groupDir(part.X.raftGroup),
+		Voters:         voters,
+		Group:          raft.GroupConfig{ID: part.X.replica},
+		MaxBatchBytes:  c.conf.Log.MaxBatchBytes,
+		OnCommitted:    part.SetCommitted,
+		OnApply:        part.X.producers.applied,
+		SnapshotApp:    part.X.producers.snapshot,
+		OnSnapshot: func(app []byte) {
+			part.X.producers.restore(app, c.conf.Logger, engine.PartitionName(part.Topic.Name, part.Num))
+		},
+	})
+	if err != nil {
+		c.mu.Lock()
+		delete(c.opened, part.X.raftGroup) // the next reconcile tries again
+		c.mu.Unlock()
+		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
+		return err
+	}
+	if st, ok := c.host.Status(part.X.raftGroup); ok {
+		if err := part.X.producers.rebuild(part.Log, st.CommitIndex); err != nil {
+			c.logger.Warn("spool cluster: cannot read the log's tail for producer deduplication; resends of batches stored before this restart may be stored twice", "topic", part.Topic.Name, "partition", part.Num, "err", err)
+		}
+	}
+	// The preferred leader (placement balances them over the nodes) starts
+	// an election at once: leaders spread over the cluster instead of
+	// going to whichever replica's election timer fires first.
+	if reps := part.X.replicas(); bootstrap && len(reps) > 0 && reps[0] == c.id.NodeID {
+		_ = c.host.Campaign(part.X.raftGroup)
+	}
+	return nil
+}
+
+// errAlreadyApplied: a command the state refused because it is already in
+// effect (Init of this cluster).
+var errAlreadyApplied = errors.New("already applied")
+
+// proposeMeta puts a command in the controller's log (through its leader)
+// and returns its result once this node has applied it.
+func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Result, error) {
+	b, err := meta.EncodeCommand(cmd)
+	if err == nil {
+		// Validated before it is proposed: what every node will decode.
+		_, err = controllerMachine{c}.Decode(b)
+	}
+	if err != nil {
+		return meta.Result{}, fmt.Errorf("engine: controller command refused before it was proposed: %w", err)
+	}
+	data := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: b}}, time.Now().UnixMilli())
+	// Committing takes up to ProduceTimeout; applying a command here can
+	// take longer (a topic of thousands of partitions opens as many
+	// replicas), up to JoinTimeout.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
+	defer cancel()
+	pctx, pcancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
+	defer pcancel()
+	var voters []uint64
+	if c.host == nil { // a storage-off node: ask the controller's voters
+		c.mu.Lock()
+		voters, _ = meta.ControllerMembers(c.state)
+		c.mu.Unlock()
+	}
+	base, err := c.produceAtLeader(pctx, controllerGroup, "", 0, voters, data, engine.AcksAll)
+	if err != nil {
+		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
+	}
+	if c.host == nil {
+		// A storage-off node does not apply the controller's log: the command's
+		// effect shows in the state it polls (see ensureTopic).
+		return meta.Result{}, nil
+	}
+	res, err := c.ctrl.WaitApplied(ctx, base)
+	switch {
+	case err != nil:
+		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
+	case cmd.Init != nil && res.Err != nil && c.stateClusterID() == c.id.ClusterID:
+		return res, errAlreadyApplied
+	case res.Err != nil:
+		return res, res.Err
+	}
+	return res, nil
+}
+
+func (c *cluster) stateNextNodeID() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.NextNodeID()
+}
+
+func (c *cluster) stateClusterID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.ClusterID()
+}
+
+// awaitState waits until cond holds on the controller's state, or ctx ends.
+func (c *cluster) awaitState(ctx context.Context, cond func(*meta.State) bool) error {
+	for {
+		c.mu.Lock()
+		ok, ch := cond(c.state), c.changed
+		c.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// appliedState returns the controller's state once this node has applied
+// every command committed when it was called (false: ctx ended first, or
+// the applier stopped). A storage-off node returns the state it last polled.
+func (c *cluster) appliedState(ctx context.Context) (*meta.State, bool) {
+	if c.ctrl != nil {
+		if err := c.ctrl.AwaitApplied(ctx, c.ctrlCommitted()); err != nil {
+			return nil, false
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state, true
+}
+
+// ensureTopic records a topic in the controller (idempotent) and waits
+// until this node knows it.
+func (c *cluster) ensureTopic(spec engine.TopicSpec) error {
+	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.JoinTimeout)
+	defer cancel()
+	ms := meta.TopicSpec{Name: spec.Name, Partitions: spec.Partitions, ReplicationFactor: c.cfg.ReplicationFactor,
+		RetentionAgeMs: spec.RetentionAge.Milliseconds(), RetentionBytes: spec.RetentionBytes}
+	c.mu.Lock()
+	t, known := c.state.Topic(spec.Name)
+	c.mu.Unlock()
+	if known {
+		ms.ReplicationFactor = t.Spec.ReplicationFactor // set at creation; changing it is a replica move
+	}
+	if !known || t.Spec != ms {
+		if _, err := c.proposeMeta(ctx, meta.Command{CreateTopic: &meta.CreateTopic{Spec: ms}}); err != nil {
+			var tc *meta.TopicConflictError
+			if errors.As(err, &tc) {
+				return &engine.TopicConflictError{Topic: spec.Name, Stored: tc.Existing.Partitions, Declared: spec.Partitions}
+			}
+			return err
+		}
+	}
+	if err := c.awaitState(ctx, func(s *meta.State) bool { _, ok := s.Topic(spec.Name); return ok }); err != nil {
+		return fmt.Errorf("engine: topic %q was created but this node has not seen it: %w", spec.Name, err)
+	}
+	c.mu.Lock()
+	t, _ = c.state.Topic(spec.Name)
+	c.mu.Unlock()
+	if t.Spec.Partitions != spec.Partitions {
+		return &engine.TopicConflictError{Topic: spec.Name, Stored: t.Spec.Partitions, Declared: spec.Partitions}
+	}
+	c.tab.Mu.RLock()
+	_, ok := c.tab.Topics[spec.Name]
+	c.tab.Mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("engine: topic %q is in the controller but not open here: see the log for why", spec.Name)
+	}
+	return nil
+}
+
+// confState is the membership in a group status.
+func confState(st raft.GroupStatus) raftpb.ConfState {
+	return raftpb.ConfState{Voters: slices.Clone(st.Voters), Learners: slices.Clone(st.Learners)}
+}

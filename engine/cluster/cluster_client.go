@@ -1,0 +1,211 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/raft"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+)
+
+// Storage-off nodes (ClusterConfig.StorageOff): no raft, no replicas; the
+// controller's state comes from a member's Metadata every
+// metadataInterval, and the committed ends of watched partitions from
+// their replicas every remotePollInterval.
+const (
+	metadataInterval   = time.Second
+	remotePollInterval = 200 * time.Millisecond
+)
+
+// status is the raft status of a group on this node; false on a client
+// node or for a group it does not hold.
+func (c *cluster) status(group uint64) (raft.GroupStatus, bool) {
+	if c.host == nil {
+		return raft.GroupStatus{}, false
+	}
+	return c.host.Status(group)
+}
+
+// runRemotePoll polls, on a member, the partitions it holds no replica
+// of (clusters larger than the replication factor).
+func (c *cluster) runRemotePoll(ctx context.Context) error {
+	t := time.NewTicker(remotePollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			c.pollRemote()
+		}
+	}
+}
+
+// runClient keeps a storage-off node's view of the cluster current until ctx ends.
+func (c *cluster) runClient(ctx context.Context) error {
+	c.peers = newPeerClients(c.conf.Log.MaxBatchBytes, c.dialCreds())
+	defer c.peers.close()
+	c.router = c.newRouter()
+	for i, addr := range c.cfg.Join {
+		c.peers.set(seedPeer(i), addr)
+	}
+	deadline := time.Now().Add(c.cfg.JoinTimeout)
+	tick := time.NewTicker(metadataInterval)
+	defer tick.Stop()
+	poll := time.NewTicker(remotePollInterval)
+	defer poll.Stop()
+	var lastErr error
+	for {
+		if err := c.refreshMetadata(ctx); err != nil {
+			lastErr = err
+			select {
+			case <-c.ready:
+			default:
+				if time.Now().After(deadline) {
+					err := fmt.Errorf("engine: no member of the cluster answered within %v (cluster.join %v): %w", c.cfg.JoinTimeout, c.cfg.Join, lastErr)
+					c.fail(err)
+					return err
+				}
+			}
+		}
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-poll.C:
+				c.pollRemote()
+			case <-tick.C:
+				waiting = false
+			}
+		}
+	}
+}
+
+// seedPeer names the addresses of cluster.join before their node ids are
+// known (ids the controller never gives: counting down from the top).
+func seedPeer(i int) uint64 { return ^uint64(0) - uint64(i) }
+
+// refreshMetadata asks the members in turn for the controller's state and
+// brings this node in line with it.
+func (c *cluster) refreshMetadata(ctx context.Context) error {
+	var errs []error
+	for id, addr := range c.peers.all() {
+		cl, err := c.peers.client(id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID})
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
+			continue
+		}
+		st, err := meta.DecodeState(resp.GetState())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s sent a controller state this spoold cannot read (upgrade it): %w", addr, err))
+			continue
+		}
+		if st.ClusterID() == "" || len(st.Nodes()) == 0 {
+			errs = append(errs, fmt.Errorf("%s: the cluster is not initialised yet", addr))
+			continue
+		}
+		if c.id.ClusterID == "" {
+			c.id.ClusterID = st.ClusterID()
+		}
+		if st.ClusterID() != c.id.ClusterID {
+			errs = append(errs, fmt.Errorf("%s belongs to cluster %s, this node to %s", addr, st.ClusterID(), c.id.ClusterID))
+			continue
+		}
+		for _, nd := range st.Nodes() {
+			c.peers.set(nd.ID, nd.Addr)
+		}
+		c.reconcile(st)
+		c.mu.Lock()
+		c.state = st
+		close(c.changed)
+		c.changed = make(chan struct{})
+		select {
+		case <-c.ready:
+		default:
+			close(c.ready)
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// pollRemote refreshes the committed end of the partitions of watched
+// topics this node holds no replica of, which signals their watchers when
+// it moved: nothing pushes remote commits to this node.
+func (c *cluster) pollRemote() {
+	c.tab.Mu.RLock()
+	var parts []*partition
+	for _, t := range c.tab.Topics {
+		if !t.Watched() {
+			continue
+		}
+		for _, p := range t.Parts {
+			if p.Log == nil && p.X.raftGroup != 0 {
+				parts = append(parts, p)
+			}
+		}
+	}
+	c.tab.Mu.RUnlock()
+	for _, p := range parts {
+		_, _, _ = c.offsetsRemote(p) // setCommitted signals; failures are retried next poll
+	}
+}
+
+// Metadata answers a storage-off node (or a member checking its strays) with
+// the state this member applied, once it applied every command committed
+// when asked.
+func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataRequest) (*clusterv1.MetadataResponse, error) {
+	c := s.c
+	st, ok := c.appliedState(ctx)
+	if !ok {
+		return nil, status.Errorf(codes.Unavailable, "this node has not applied the cluster's committed state yet (%v); ask again, or another member", ctx.Err())
+	}
+	b, err := meta.EncodeState(st)
+	if err != nil {
+		return nil, err
+	}
+	return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, State: b}, nil
+}
+
+// removedByPeers asks the peers for the cluster's state (the first that
+// answers decides) and reports whether it no longer has this node: a node
+// id below the next one that is not a member was removed. Best effort: no
+// answer (peers down) is not a removal.
+func (c *cluster) removedByPeers(ctx context.Context) bool {
+	for id := range c.peers.all() {
+		if id == c.id.NodeID {
+			continue
+		}
+		cl, err := c.peers.client(id)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID})
+		cancel()
+		if err != nil {
+			continue
+		}
+		st, err := meta.DecodeState(resp.GetState())
+		if err != nil || st.ClusterID() != c.id.ClusterID {
+			continue
+		}
+		_, known := st.Node(c.id.NodeID)
+		return !known && c.id.NodeID < st.NextNodeID()
+	}
+	return false
+}

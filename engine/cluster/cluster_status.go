@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/meta"
+)
+
+// ClusterStatus returns the node's cluster status; ok is false on a single
+// node (no cluster configured). Before the node is a working member only
+// Ready (false) is filled in.
+func (n *Node) ClusterStatus() (engine.ClusterStatus, bool) {
+	c := n
+	if c == nil {
+		return engine.ClusterStatus{}, false
+	}
+	// Until the node is ready, its identity, host and transport are being
+	// set up by Run (a joining node learns its id then): report only that.
+	select {
+	case <-c.ready:
+	default:
+		return engine.ClusterStatus{}, true
+	}
+	c.mu.Lock()
+	failed := c.readyErr != nil
+	c.mu.Unlock()
+	if failed {
+		return engine.ClusterStatus{}, true
+	}
+	out := engine.ClusterStatus{ClusterID: c.id.ClusterID, NodeID: c.id.NodeID, Ready: true}
+	if c.host == nil { // a storage-off node: the members, nothing of raft
+		c.mu.Lock()
+		for _, nd := range c.state.Nodes() {
+			out.Members = append(out.Members, engine.ClusterMember{ID: nd.ID, Addr: nd.Addr})
+		}
+		c.mu.Unlock()
+		return out, true
+	}
+	if st, ok := c.host.Status(controllerGroup); ok {
+		out.ControllerLeader = st.Leader
+	}
+	c.mu.Lock()
+	nodes := c.state.Nodes()
+	out.PartitionsMoving, out.UnderReplicated = moveCounts(c.state)
+	c.mu.Unlock()
+	for _, nd := range nodes {
+		m := engine.ClusterMember{ID: nd.ID, Addr: nd.Addr, Connected: nd.ID == c.id.NodeID, Down: nd.Down, Leaving: nd.Leaving}
+		if ps, ok := c.tr.Peer(nd.ID); ok && nd.ID != c.id.NodeID {
+			m.Connected = ps.Connected
+		}
+		out.Members = append(out.Members, m)
+	}
+	n.tab.Mu.RLock()
+	for _, t := range n.tab.Topics {
+		for _, p := range t.Parts {
+			if p.Log == nil || p.X.raftGroup == 0 {
+				continue
+			}
+			r := engine.ReplicaStatus{Topic: t.Name, Partition: p.Num, Group: p.X.raftGroup, Replicas: slices.Clone(p.X.replicas()), CommittedEnd: p.Committed.Load(), StartOffset: p.Log.StartOffset()}
+			if m := p.X.mem.Load(); m != nil {
+				r.Target = slices.Clone(m.target)
+			}
+			if st, ok := c.host.Status(p.X.raftGroup); ok {
+				r.Leader, r.IsLeader, r.Term = st.Leader, st.IsLeader, st.Term
+				if st.Err != nil {
+					r.Err = st.Err.Error()
+				}
+			}
+			out.Replicas = append(out.Replicas, r)
+		}
+	}
+	n.tab.Mu.RUnlock()
+	slices.SortFunc(out.Replicas, func(a, b engine.ReplicaStatus) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition - b.Partition)
+	})
+	hs, ts := c.host.Stats(), c.tr.Stats()
+	out.Proposals = map[string]uint64{"ok": hs.ProposalsOK, "lost": hs.ProposalsLost, "unknown": hs.ProposalsUnknown, "not_leader": hs.ProposalsNotLeader, "refused": hs.ProposalsRefused}
+	out.InboxDropped, out.ReplicasStopped = hs.InboxDropped, hs.ReplicasStopped
+	out.MoveCopiesDelayed, out.MoveCopyWaitingBytes = hs.CatchUpDelayed, hs.CatchUpWaitingBytes
+	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed+hs.Malformed
+	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
+	return out, true
+}
+
+// moveCounts counts the partitions moving and those left under-replicated:
+// a replica on a down node with no move under way.
+func moveCounts(st *meta.State) (moving, under int) {
+	down := map[uint64]bool{}
+	for _, nd := range st.Nodes() {
+		if nd.Down {
+			down[nd.ID] = true
+		}
+	}
+	for _, t := range st.Topics() {
+		for _, p := range t.Partitions {
+			switch {
+			case p.Target != nil:
+				moving++
+			case slices.ContainsFunc(p.Replicas, func(id uint64) bool { return down[id] }):
+				under++
+			}
+		}
+	}
+	return moving, under
+}
