@@ -62,7 +62,7 @@ func (n *Node) PlanMove(topic string, partition int32, replicas []uint64) (engin
 // operator's change.
 func (n *Node) operatorCluster() (*cluster, error) {
 	c := n
-	if c == nil || c.host == nil {
+	if c.host == nil {
 		return nil, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrMoveRefused)
 	}
 	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {

@@ -23,7 +23,7 @@ import (
 func (n *Node) Leave(ctx context.Context) (engine.LeaveReport, error) {
 	start := time.Now()
 	c := n
-	if c == nil || c.host == nil {
+	if c.host == nil {
 		return engine.LeaveReport{}, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): it has nothing to hand over", engine.ErrDecommissionRefused)
 	}
 	if err := n.DecommissionNode(ctx, c.id.NodeID); err != nil {

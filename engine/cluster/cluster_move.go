@@ -284,7 +284,7 @@ func removeTree(fsys log.FS, dir string) error {
 // when the others would be fewer than a topic's replication factor.
 func (n *Node) DecommissionNode(ctx context.Context, id uint64) error {
 	c := n
-	if c == nil || c.host == nil {
+	if c.host == nil {
 		return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrDecommissionRefused)
 	}
 	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {
