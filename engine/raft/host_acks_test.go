@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	slog "github.com/spoolmq/spool/engine/log"
 )
@@ -66,6 +67,13 @@ func TestHostAcksLeader(t *testing.T) {
 	slow := c.proposeWith(l, 1, "slow", ProposeOptions{})
 	for range 2 { // well inside the election timeout (DefaultElectionTicks rounds)
 		c.round()
+	}
+	// The leader's fsync runs on the log's goroutine in real time, not in
+	// rounds: on a loaded machine it can outlast them. Wait for it without
+	// advancing virtual time (no election), up to 10 s.
+	for deadline := time.Now().Add(10 * time.Second); c.outcome(fast).calls == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // sleep-ok: the log's fsync goroutine signals nothing the test can wait on
+		c.idle()
 	}
 	if o := c.outcome(fast); o.calls != 1 || o.err != nil || o.base != 1 {
 		t.Fatalf("acks=leader on a leader cut off from its followers: %+v", o)
