@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -109,27 +108,14 @@ func (x *part) holders() []uint64 {
 // Open opens (or creates) the node's data dir and its identity (a node
 // with none joins at Run). Call Run, and Close when done.
 func Open(cfg Config) (*Node, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("engine: no data dir: set node.data_dir (or run spoold --dev for a temporary one)")
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Log.Logger == nil {
-		cfg.Log.Logger = cfg.Logger
-	}
-	// A damaged partition is quarantined, not fatal: the rest of the node serves.
-	cfg.Log.QuarantineCorrupt = true
-	st, err := log.OpenStore(filepath.Join(cfg.DataDir, "log"), cfg.Log)
+	st, gs, opts, err := table.OpenStorage(cfg.DataDir, cfg.Log, cfg.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
-	cfg.Log = st.Options()
-	gs, err := groups.Open(cfg.Log.FS, filepath.Join(cfg.DataDir, "groups"))
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("engine: %w", err)
-	}
+	cfg.Log = opts
 	n := &Node{conf: cfg, store: st, groups: gs, tab: table.New[part](cfg.DataDir, cfg.Logger, cfg.Hooks.PartitionQuarantined)}
 	if err := n.init(cfg.Cluster); err != nil {
 		_ = st.Close()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -40,35 +39,19 @@ type Node struct {
 	tab    *table.Table[struct{}] // engine/embedded/LOCKS.md
 }
 
-type (
-	partition = table.Partition[struct{}]
-	topic     = table.Topic[struct{}]
-)
+type partition = table.Partition[struct{}]
 
 // Open opens (or creates) the node's data dir. Call Run to start the
 // appender, and Close when done.
 func Open(cfg Config) (*Node, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("engine: no data dir: set node.data_dir (or run spoold --dev for a temporary one)")
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Log.Logger == nil {
-		cfg.Log.Logger = cfg.Logger
-	}
-	// A damaged partition is quarantined, not fatal: the rest of the node serves.
-	cfg.Log.QuarantineCorrupt = true
-	st, err := log.OpenStore(filepath.Join(cfg.DataDir, "log"), cfg.Log)
+	st, gs, opts, err := table.OpenStorage(cfg.DataDir, cfg.Log, cfg.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
-	cfg.Log = st.Options()
-	gs, err := groups.Open(cfg.Log.FS, filepath.Join(cfg.DataDir, "groups"))
-	if err != nil {
-		_ = st.Close()
-		return nil, fmt.Errorf("engine: %w", err)
-	}
+	cfg.Log = opts
 	return &Node{cfg: cfg, store: st, groups: gs, tab: table.New[struct{}](cfg.DataDir, cfg.Logger, cfg.Hooks.PartitionQuarantined)}, nil
 }
 
