@@ -111,8 +111,9 @@ func (p *Partition) Append(ctx context.Context, recs []Record) (int64, error) {
 // AppendAsync is Append with a callback, called in append order on the
 // appender goroutine once the round is over and no lock of this package is
 // held. done must not block: the appender waits for it before its next
-// round (engine.Node.Produce hands callbacks to other goroutines). AppendAsync itself blocks while the
-// pending queue is full (MaxPendingBytes) and fails at once on a closed store.
+// round (engine/embedded and engine/cluster hand Produce callbacks to
+// other goroutines). AppendAsync itself blocks while the pending queue is
+// full (MaxPendingBytes) and fails at once on a closed store.
 func (p *Partition) AppendAsync(recs []Record, done func(base int64, err error)) {
 	r, err := p.prepare(recs)
 	if err != nil {
