@@ -8,18 +8,25 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/spoolmq/spool/engine/cluster/peerauth"
 )
 
 // ClusterTLS turns on mutual TLS between the nodes of a cluster: every
 // connection (raft streams, joins, forwarded publishes, remote reads) is
-// TLS 1.3, and each side must present a certificate signed by the CA. The
-// files are read again when they change (checked at most once per
-// tlsReloadInterval, on a new connection), so certificates rotate without
-// a restart.
+// TLS 1.3, and each side must present a certificate signed by the CA, good
+// for server and client authentication, naming a node of this cluster
+// (package peerauth). The files are read again when they change (checked
+// at most once per tlsReloadInterval, on a new connection), so
+// certificates rotate without a restart.
 type ClusterTLS struct {
 	CertFile string // this node's certificate (PEM), with its chain
 	KeyFile  string // its private key (PEM)
 	CAFile   string // the CA certificates peers' certificates must chain to (PEM)
+	// PeerURIPrefix names the identities (URI SANs) of the cluster's
+	// nodes: equal to it, or any URI below it when it ends in "/". Empty:
+	// this node's own identity (every node shares one).
+	PeerURIPrefix string
 }
 
 // Enabled reports whether TLS is configured.
@@ -38,7 +45,8 @@ type tlsFiles struct {
 	mu      sync.Mutex
 	cert    *tls.Certificate
 	pool    *x509.CertPool
-	stamp   string // the files' sizes and modification times when loaded
+	policy  peerauth.Policy // from cfg.PeerURIPrefix and the certificate
+	stamp   string          // the files' sizes and modification times when loaded
 	checked time.Time
 }
 
@@ -97,7 +105,11 @@ func (f *tlsFiles) reload(force bool) error {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return fmt.Errorf("engine: cluster TLS: %s holds no PEM certificate", f.cfg.CAFile)
 	}
-	f.cert, f.pool, f.stamp = &cert, pool, stamp
+	pol, err := peerauth.PolicyFor(cert.Leaf, f.cfg.PeerURIPrefix)
+	if err != nil {
+		return fmt.Errorf("engine: cluster TLS: %s: %w", f.cfg.CertFile, err)
+	}
+	f.cert, f.pool, f.policy, f.stamp = &cert, pool, pol, stamp
 	return nil
 }
 
@@ -109,27 +121,44 @@ func (f *tlsFiles) current() (*tls.Certificate, *x509.CertPool) {
 	return f.cert, f.pool
 }
 
-// serverConfig requires and verifies a client certificate on every
-// inbound connection.
+// peerPolicy is the policy peers' certificates are checked against.
+func (f *tlsFiles) peerPolicy() peerauth.Policy {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.policy
+}
+
+// verifyPeer checks a peer's certificate, on either end of a connection.
+func (f *tlsFiles) verifyPeer(raw [][]byte, _ [][]*x509.Certificate) error {
+	_, pool := f.current()
+	if _, err := f.peerPolicy().Verify(raw, pool); err != nil {
+		return fmt.Errorf("engine: cluster TLS: the peer: %w", err)
+	}
+	return nil
+}
+
+// serverConfig requires a client certificate on every inbound connection
+// and verifies it as verifyPeer does (chain, both usages, identity).
 func (f *tlsFiles) serverConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			cert, pool := f.current()
+			cert, _ := f.current()
 			return &tls.Config{
-				MinVersion:   tls.VersionTLS13,
-				Certificates: []tls.Certificate{*cert},
-				ClientCAs:    pool,
-				ClientAuth:   tls.RequireAndVerifyClientCert,
+				MinVersion:            tls.VersionTLS13,
+				Certificates:          []tls.Certificate{*cert},
+				ClientAuth:            tls.RequireAnyClientCert, // verified below
+				VerifyPeerCertificate: f.verifyPeer,
 			}, nil
 		},
 	}
 }
 
-// clientConfig presents this node's certificate and verifies the peer's
-// chain against the CA. Peers are dialled at addresses the controller
-// recorded (often pod IPs), so the chain is what is checked, not a host
-// name; which node answered is checked by the raft handshake (node ids).
+// clientConfig presents this node's certificate and verifies the peer's.
+// Peers are dialled at addresses the controller recorded (often pod IPs),
+// so no host name is checked: the chain and the identity are, and which
+// node answered is checked by the raft handshake (node ids) against the
+// identity the controller recorded for it.
 func (f *tlsFiles) clientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
@@ -137,28 +166,7 @@ func (f *tlsFiles) clientConfig() *tls.Config {
 			cert, _ := f.current()
 			return cert, nil
 		},
-		InsecureSkipVerify: true, // the chain is verified below, against the CA pool
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			_, pool := f.current()
-			if len(raw) == 0 {
-				return errors.New("engine: cluster TLS: the peer presented no certificate")
-			}
-			certs := make([]*x509.Certificate, len(raw))
-			for i, b := range raw {
-				c, err := x509.ParseCertificate(b)
-				if err != nil {
-					return fmt.Errorf("engine: cluster TLS: the peer's certificate: %w", err)
-				}
-				certs[i] = c
-			}
-			inter := x509.NewCertPool()
-			for _, c := range certs[1:] {
-				inter.AddCert(c)
-			}
-			if _, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-				return fmt.Errorf("engine: cluster TLS: the peer's certificate is not signed by cluster.tls.ca_file: %w", err)
-			}
-			return nil
-		},
+		InsecureSkipVerify:    true, // verified below, against the CA pool and the policy
+		VerifyPeerCertificate: f.verifyPeer,
 	}
 }

@@ -4,10 +4,14 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,9 +47,24 @@ func newTestCA(t *testing.T, name string) *testCA {
 	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
 }
 
-// issue writes a node certificate signed by ca and the CA file into dir.
-func (ca *testCA) issue(t *testing.T, dir, name string, caPEM []byte) ClusterTLS {
+// testIdentity is the identity the test clusters' certificates carry.
+const testIdentity = "spiffe://spool.test/cluster"
+
+// certShape is what a test certificate carries beyond its name.
+type certShape struct {
+	uris []string
+	eku  []x509.ExtKeyUsage
+}
+
+// issue writes a node certificate signed by ca and the CA file into dir:
+// by default with the test clusters' identity, good for both ends of a
+// connection.
+func (ca *testCA) issue(t *testing.T, dir, name string, caPEM []byte, shape ...certShape) ClusterTLS {
 	t.Helper()
+	sh := certShape{uris: []string{testIdentity}, eku: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	if len(shape) > 0 {
+		sh = shape[0]
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +73,14 @@ func (ca *testCA) issue(t *testing.T, dir, name string, caPEM []byte) ClusterTLS
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage: sh.eku,
+	}
+	for _, s := range sh.uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -100,6 +126,60 @@ func TestClusterMutualTLS(t *testing.T) {
 		t.Fatalf("a node with another CA's certificate: %v; want a refused join", err)
 	}
 	t.Logf("the intruder's error: %v", err)
+}
+
+// A certificate of the cluster's own CA is not enough to talk to a node:
+// one that names another workload, one without identity and one good for
+// client authentication only are refused in the TLS handshake by the node
+// (a CA that signs for other workloads must not let them in).
+func TestClusterTLSRefusesOtherCertificatesOfTheCA(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "spool-test-ca")
+	tc := newTestCluster(t, 1, func(i int, cn *clusterNode) { cn.tls = ca.issue(t, dir, "member", ca.pem) })
+	awaitCond(t, 20*time.Second, "the first node leads", func() error { return tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}) })
+	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	if err := tlsHandshake(t, tc.nodes[0].addr, ca.issue(t, dir, "another-member", ca.pem)); err != nil {
+		t.Fatalf("a member's certificate: %v", err)
+	}
+	for name, shape := range map[string]certShape{
+		"another-workload": {uris: []string{"spiffe://spool.test/checkout"}, eku: both},
+		"a-sibling":        {uris: []string{testIdentity + "-evil"}, eku: both},
+		"no-identity":      {eku: both},
+		"client-auth-only": {uris: []string{testIdentity}, eku: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+	} {
+		err := tlsHandshake(t, tc.nodes[0].addr, ca.issue(t, dir, name, ca.pem, shape))
+		if err == nil {
+			t.Fatalf("%s: the node accepted the certificate", name)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+}
+
+// tlsHandshake connects to a node with files' certificate, as any process
+// holding it could, and returns the node's verdict: TLS 1.3 reports a
+// refused client certificate on the first read, a kept connection times
+// out.
+func tlsHandshake(t *testing.T, addr string, files ClusterTLS) error {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = conn.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return nil
+	}
+	if err == nil {
+		return nil // the server spoke (HTTP/2 settings): accepted
+	}
+	return err
 }
 
 // Rotated files are picked up without a restart: a new certificate is
