@@ -40,6 +40,12 @@ type GRPCConfig struct {
 	// ServerOptions come after the defaults (message size limits,
 	// keepalive): pass grpc.Creds here for mTLS.
 	ServerOptions []grpc.ServerOption
+	// Authorize, if set, decides whether the peer of an inbound stream
+	// (its TLS identity, read from ctx) is the node its Hello claims to
+	// be; a refused stream ends with PERMISSION_DENIED before anything it
+	// carries reaches raft. Nil: the claim is believed (a cluster without
+	// TLS, whose network is its only boundary).
+	Authorize func(ctx context.Context, node uint64) error
 	// Register, if set, registers more services on the transport's gRPC
 	// server (engine's NodeService), so that a node has one cluster port.
 	Register func(*grpc.Server)

@@ -136,8 +136,9 @@ func TestGRPCReconnectsAfterPeerRestart(t *testing.T) {
 	}
 }
 
-// A node of another cluster is refused on both sides with an error naming
-// both cluster ids and what to do; nothing is delivered.
+// A node of another cluster is refused on both sides with an error saying
+// what to do; nothing is delivered. The refusing node does not tell the
+// dialer its cluster id (the dialer may be anyone who reached the port).
 func TestGRPCRefusesWrongCluster(t *testing.T) {
 	a := startNode(t, 1, "127.0.0.1:0", nil)
 	defer a.stop(t)
@@ -155,16 +156,52 @@ func TestGRPCRefusesWrongCluster(t *testing.T) {
 	if !errors.Is(err, ErrWrongCluster) {
 		t.Fatalf("err = %v, want ErrWrongCluster", err)
 	}
-	for _, want := range []string{`"other"`, `"test"`, "node 2", b.addr, "cluster id"} {
+	for _, want := range []string{`"test"`, "node 2", b.addr, "cluster id"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not name %s", err, want)
 		}
+	}
+	if strings.Contains(err.Error(), `"other"`) {
+		t.Fatalf("the refusal names the refusing node's cluster: %v", err)
 	}
 	t.Logf("the dialing node says: %v", err)
 	a.t.Send([]Message{app(1, 1, 2, 1, "x")})
 	if s := b.t.Stats(); s.HandshakesRefused == 0 || s.MessagesReceived != 0 {
 		t.Fatalf("refusing node: %+v", s)
 	}
+}
+
+// A stream whose peer Authorize does not take for the node its Hello
+// claims is refused before anything it carries is delivered, and counted.
+func TestGRPCRefusesUnauthorizedPeer(t *testing.T) {
+	a := startNode(t, 1, "127.0.0.1:0", func(c *GRPCConfig) {
+		c.Authorize = func(_ context.Context, node uint64) error {
+			if node == 2 {
+				return errors.New("the certificate is not node 2's")
+			}
+			return nil
+		}
+	})
+	defer a.stop(t)
+	b := startNode(t, 2, "127.0.0.1:0", nil)
+	defer b.stop(t)
+	if err := b.t.AddPeer(1, a.addr); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	waitFor(t, "refusal", func() bool {
+		s, _ := b.t.Peer(1)
+		err = s.LastErr
+		return a.t.Stats().Unauthorized > 0 && err != nil
+	})
+	if status.Code(errors.Unwrap(err)) != codes.PermissionDenied && !strings.Contains(err.Error(), "PermissionDenied") {
+		t.Fatalf("the dialer's error: %v", err)
+	}
+	b.t.Send([]Message{app(1, 2, 1, 1, "x")})
+	if s := a.t.Stats(); s.MessagesReceived != 0 {
+		t.Fatalf("refusing node delivered: %+v", s)
+	}
+	t.Logf("the dialing node says: %v", err)
 }
 
 // A node speaking another protocol version is refused with an error naming

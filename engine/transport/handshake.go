@@ -34,6 +34,11 @@ func (e *HandshakeError) Error() string {
 	}
 	switch e.Kind {
 	case ErrWrongCluster:
+		if e.Remote == "" { // a refusing node does not name its cluster
+			return fmt.Sprintf("peer handshake refused: node %d%s is in another cluster than this node's (%q): "+
+				"nodes only talk within one cluster; check the peer addresses and the cluster id this node and that one were started with",
+				e.Peer, at, e.Local)
+		}
 		return fmt.Sprintf("peer handshake refused: node %d%s is in cluster %q, this node is in cluster %q: "+
 			"nodes only talk within one cluster; check the peer addresses and the cluster id this node and that one were started with",
 			e.Peer, at, e.Remote, e.Local)
@@ -82,8 +87,15 @@ func checkHello(clusterID string, version uint32, local uint64, h *clusterv1.Hel
 // refusal is the gRPC status a refusing server returns: FAILED_PRECONDITION,
 // the message as the refusing node words it (with the values from its side),
 // and an ErrorInfo that lets the dialing node rebuild the error from its side.
+// A refusal never names this node's cluster id: whoever dialed may be no
+// node at all.
 func refusal(e *HandshakeError, local uint64) error {
-	st := status.New(codes.FailedPrecondition, e.Error())
+	msg := e.Error()
+	if e.Kind == ErrWrongCluster {
+		e = &HandshakeError{Kind: ErrWrongCluster, Remote: e.Remote, Peer: e.Peer}
+		msg = fmt.Sprintf("peer handshake refused: node %d is not in cluster %q", local, e.Remote)
+	}
+	st := status.New(codes.FailedPrecondition, msg)
 	if d, err := st.WithDetails(&errdetails.ErrorInfo{
 		Reason: reasons[e.Kind], Domain: errorDomain,
 		Metadata: map[string]string{

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"io"
 
@@ -31,10 +32,8 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 		return status.Error(codes.InvalidArgument, "the first frame of a Raft stream must be a Hello")
 	}
 	peer := h.GetFromNode()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true); e != nil {
-		t.c.handshakesRefused.Add(1)
-		t.cfg.Logger.Error("spool transport: refused an inbound stream: "+e.Error(), "peer", peer)
-		return refusal(e, t.cfg.NodeID)
+	if err := t.admit(stream.Context(), h); err != nil {
+		return err
 	}
 	if err := stream.Send(&clusterv1.RaftResponse{Hello: t.hello(peer)}); err != nil {
 		return err
@@ -71,6 +70,26 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 		clear(msgs)
 		buf = msgs
 	}
+}
+
+// admit checks an inbound stream's Hello: same cluster and protocol,
+// addressed to this node, and (Authorize) from the node it claims to be.
+func (t *GRPC) admit(ctx context.Context, h *clusterv1.Hello) error {
+	peer := h.GetFromNode()
+	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true); e != nil {
+		t.c.handshakesRefused.Add(1)
+		t.cfg.Logger.Error("spool transport: refused an inbound stream: "+e.Error(), "peer", peer)
+		return refusal(e, t.cfg.NodeID)
+	}
+	if t.cfg.Authorize == nil {
+		return nil
+	}
+	if err := t.cfg.Authorize(ctx, peer); err != nil {
+		t.c.unauthorized.Add(1)
+		t.cfg.Logger.Error("spool transport: refused an inbound stream: the peer is not the node it claims to be", "claimed_node", peer, "err", err)
+		return status.Errorf(codes.PermissionDenied, "this node does not take the stream as node %d: %v", peer, err)
+	}
+	return nil
 }
 
 func (t *GRPC) deliver(m Message) {

@@ -164,9 +164,8 @@ func (s *server) Snapshot(stream clusterv1.PeerService_SnapshotServer) error {
 		return status.Error(codes.InvalidArgument, "the first frame of a Snapshot stream must be a SnapshotHeader")
 	}
 	peer := hdr.GetHello().GetFromNode()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, hdr.GetHello(), peer, true); e != nil {
-		t.c.handshakesRefused.Add(1)
-		return refusal(e, t.cfg.NodeID)
+	if err := t.admit(stream.Context(), hdr.GetHello()); err != nil {
+		return err
 	}
 	if int64(hdr.GetDataBytes()) > t.cfg.Limits.MaxSnapshotBytes || int64(hdr.GetDataBytes()) < 0 {
 		return status.Errorf(codes.ResourceExhausted, "snapshot of group %d from node %d announces %d bytes, above this node's limit of %d (MaxSnapshotBytes): raise the limit on every node",

@@ -18,6 +18,7 @@ type Stats struct {
 	UnknownGroup        uint64 // Handler answered ErrUnknownGroup
 	HandlerErrors       uint64 // Handler answered another error
 	HandshakesRefused   uint64 // by this node (inbound) or by the peer (outbound)
+	Unauthorized        uint64 // inbound streams whose peer is not the node it claims (GRPCConfig.Authorize)
 	Connects            uint64 // outbound streams that completed the handshake
 	SnapshotsSent       uint64
 	SnapshotsFailed     uint64
@@ -33,6 +34,7 @@ type counters struct {
 	droppedQueueFull, droppedTooLarge, droppedNoPeer, droppedUnsent                atomic.Uint64
 	messagesReceived, framesReceived, malformed, unknownGroup, handlerErrors       atomic.Uint64
 	handshakesRefused, connects, snapshotsSent, snapshotsFailed, snapshotsReceived atomic.Uint64
+	unauthorized                                                                   atomic.Uint64
 	faultDropped, faultDuplicated, faultCut                                        atomic.Uint64
 }
 
@@ -45,7 +47,7 @@ func (c *counters) stats() Stats {
 		MessagesReceived: c.messagesReceived.Load(), FramesReceived: c.framesReceived.Load(),
 		Malformed:    c.malformed.Load(),
 		UnknownGroup: c.unknownGroup.Load(), HandlerErrors: c.handlerErrors.Load(),
-		HandshakesRefused: c.handshakesRefused.Load(), Connects: c.connects.Load(),
+		HandshakesRefused: c.handshakesRefused.Load(), Unauthorized: c.unauthorized.Load(), Connects: c.connects.Load(),
 		SnapshotsSent: c.snapshotsSent.Load(), SnapshotsFailed: c.snapshotsFailed.Load(),
 		SnapshotsReceived: c.snapshotsReceived.Load(),
 		FaultDropped:      c.faultDropped.Load(), FaultDuplicated: c.faultDuplicated.Load(), FaultCut: c.faultCut.Load(),
