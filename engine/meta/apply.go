@@ -82,7 +82,7 @@ type Init struct{ ClusterID string }
 // node id (1, 2, ...; never reused); a token already known is a retried
 // join and gets the same id again (its address updated if it changed).
 // Pending topics the new node makes placeable are placed.
-type AddNode struct{ Addr, Token string }
+type AddNode struct{ Addr, Token, Identity string }
 
 // SetNodeAddr changes the address peers dial for a known node.
 type SetNodeAddr struct {
@@ -265,13 +265,18 @@ func (s *State) nodeIndex(id NodeID) (int, bool) {
 func (s *State) applyAddNode(a AddNode) Result {
 	if id, ok := s.byToken[a.Token]; ok {
 		i, _ := s.nodeIndex(id)
+		if s.nodes[i].Identity != a.Identity {
+			// A retried join comes from the node itself: another
+			// certificate holding its token must not take its id or move it.
+			return Result{Err: fmt.Errorf("%w: the join token is node %d's, whose certificate identity is not the one presented", ErrInvalid, id)}
+		}
 		s.nodes[i].Addr = a.Addr
 		return Result{NodeID: id}
 	}
 	if len(s.nodes) >= MaxNodes {
 		return Result{Err: fmt.Errorf("%w: the cluster has %d nodes (MaxNodes): it cannot take node %s; run fewer, larger nodes", ErrLimit, len(s.nodes), a.Addr)}
 	}
-	id := s.addNode(a.Addr, a.Token)
+	id := s.addNode(a)
 	// Place the pending topics this node makes placeable, in name order.
 	var reps, leads []int
 	for _, name := range s.names {

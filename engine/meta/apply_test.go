@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -315,5 +316,66 @@ func TestLimits(t *testing.T) {
 	t.Logf("state with %d partitions on 3 nodes: %d bytes", MaxTotalPartitions, len(b))
 	if reps, leads := spread(s, 0); reps != 0 || leads > 1 {
 		t.Fatalf("replica spread %d, leader spread %d", reps, leads)
+	}
+}
+
+// A join token is bound to the identity of the node it admitted: the same
+// token from another certificate (or none) neither takes the node's id nor
+// moves its address; the node itself retrying is answered its id.
+func TestAddNodeTokenBoundToIdentity(t *testing.T) {
+	s := NewState()
+	mustApply(t, s, Command{Init: &Init{ClusterID: "c"}})
+	const id = "spiffe://td/spool/node-1"
+	mustApply(t, s, Command{AddNode: &AddNode{Addr: "a:1", Token: "a", Identity: id}})
+	for _, other := range []string{"", "spiffe://td/spool/node-2"} {
+		r := s.Apply(Command{AddNode: &AddNode{Addr: "evil:1", Token: "a", Identity: other}})
+		if !errors.Is(r.Err, ErrInvalid) {
+			t.Fatalf("token from identity %q: %+v", other, r)
+		}
+	}
+	if n, _ := s.NodeByToken("a"); n.Addr != "a:1" || n.Identity != id {
+		t.Fatalf("node after refused joins: %+v", n)
+	}
+	if r := mustApply(t, s, Command{AddNode: &AddNode{Addr: "a:2", Token: "a", Identity: id}}); r.NodeID != 1 {
+		t.Fatalf("retried join: %+v", r)
+	}
+	b, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := back.Node(1); n.Identity != id {
+		t.Fatalf("identity after a state round trip: %+v", n)
+	}
+	if err := (Command{AddNode: &AddNode{Addr: "b:1", Token: "b", Identity: "spiffe://td/has space"}}).Validate(); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("identity with a space: %v", err)
+	}
+}
+
+// WithoutTokens shows no join token and still decodes as a state.
+func TestWithoutTokens(t *testing.T) {
+	s := NewState()
+	mustApply(t, s, Command{Init: &Init{ClusterID: "c"}})
+	mustApply(t, s, Command{AddNode: &AddNode{Addr: "a:1", Token: "secret-a"}})
+	mustApply(t, s, Command{AddNode: &AddNode{Addr: "b:1", Token: "secret-b"}})
+	b, err := EncodeState(s.WithoutTokens())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("secret-")) {
+		t.Fatal("a join token in the state shown to non-members")
+	}
+	back, err := DecodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := back.Node(2); !ok || n.Addr != "b:1" {
+		t.Fatalf("node 2: %+v", n)
+	}
+	if _, ok := s.NodeByToken("secret-a"); !ok {
+		t.Fatal("WithoutTokens changed the state it copied")
 	}
 }

@@ -40,6 +40,9 @@ func (s *State) check() error {
 		if s.byToken[n.Token] != n.ID {
 			return fmt.Errorf("node %d's join token is another node's", n.ID)
 		}
+		if !validIdentity(n.Identity) {
+			return invalid(fmt.Sprintf("node %d identity", n.ID), n.Identity, allowedIdentity)
+		}
 	}
 	if len(s.names) > MaxTopics {
 		return fmt.Errorf("%d topics, more than %d (MaxTopics)", len(s.names), MaxTopics)

@@ -39,7 +39,7 @@ func EncodeCommand(c Command) ([]byte, error) {
 	case c.Init != nil:
 		m.Command = &clusterv1.MetaCommand_Init{Init: &clusterv1.MetaInit{ClusterId: c.Init.ClusterID}}
 	case c.AddNode != nil:
-		m.Command = &clusterv1.MetaCommand_AddNode{AddNode: &clusterv1.MetaAddNode{Addr: c.AddNode.Addr, Token: c.AddNode.Token}}
+		m.Command = &clusterv1.MetaCommand_AddNode{AddNode: &clusterv1.MetaAddNode{Addr: c.AddNode.Addr, Token: c.AddNode.Token, Identity: c.AddNode.Identity}}
 	case c.SetNodeAddr != nil:
 		m.Command = &clusterv1.MetaCommand_SetNodeAddr{SetNodeAddr: &clusterv1.MetaSetNodeAddr{NodeId: c.SetNodeAddr.ID, Addr: c.SetNodeAddr.Addr}}
 	case c.CreateTopic != nil:
@@ -91,7 +91,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	case *clusterv1.MetaCommand_Init:
 		return Command{Init: &Init{ClusterID: x.Init.GetClusterId()}}, nil
 	case *clusterv1.MetaCommand_AddNode:
-		return Command{AddNode: &AddNode{Addr: x.AddNode.GetAddr(), Token: x.AddNode.GetToken()}}, nil
+		return Command{AddNode: &AddNode{Addr: x.AddNode.GetAddr(), Token: x.AddNode.GetToken(), Identity: x.AddNode.GetIdentity()}}, nil
 	case *clusterv1.MetaCommand_SetNodeAddr:
 		return Command{SetNodeAddr: &SetNodeAddr{ID: x.SetNodeAddr.GetNodeId(), Addr: x.SetNodeAddr.GetAddr()}}, nil
 	case *clusterv1.MetaCommand_CreateTopic:
@@ -124,7 +124,7 @@ func DecodeCommand(b []byte) (Command, error) {
 func EncodeState(s *State) ([]byte, error) {
 	m := &clusterv1.MetaState{ClusterId: s.clusterID, NextNodeId: s.nextNode, NextGroupId: s.nextGroup, LastIncarnation: s.lastInc}
 	for _, n := range s.nodes {
-		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token, Down: n.Down, Leaving: n.Leaving})
+		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token, Down: n.Down, Leaving: n.Leaving, Identity: n.Identity})
 	}
 	for _, name := range s.names {
 		t := s.topics[name]
@@ -163,7 +163,7 @@ func DecodeState(b []byte) (*State, error) {
 	s := NewState()
 	s.clusterID, s.nextNode, s.nextGroup, s.lastInc = m.ClusterId, m.NextNodeId, m.NextGroupId, m.LastIncarnation
 	for _, n := range m.Nodes {
-		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken(), Down: n.GetDown(), Leaving: n.GetLeaving()})
+		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken(), Down: n.GetDown(), Leaving: n.GetLeaving(), Identity: n.GetIdentity()})
 		s.byToken[n.GetToken()] = n.GetId()
 	}
 	for i, pt := range m.Topics {

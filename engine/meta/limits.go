@@ -53,6 +53,9 @@ const (
 	MaxAddrBytes = 300
 	// MaxTokenBytes is the longest join token.
 	MaxTokenBytes = 128
+	// MaxIdentityBytes is the longest node identity (a certificate's URI
+	// SAN; engine/cluster/peerauth.MaxIdentityBytes).
+	MaxIdentityBytes = 512
 )
 
 // The rules, as they read after "must be" in an error.
@@ -61,6 +64,7 @@ const (
 	allowedClusterID = "1 to 128 bytes of a-z A-Z 0-9 . _ -"
 	allowedAddr      = "host:port peers can dial: a host name (a-z A-Z 0-9 . _ -, at most 253 bytes) or an IP address ([ ] around IPv6), and a port 1 to 65535"
 	allowedToken     = "1 to 128 printable ASCII bytes without spaces"
+	allowedIdentity  = "empty or up to 512 printable ASCII bytes without spaces (a URI)"
 )
 
 // GroupsTopic is the internal topic holding the consumer groups'
@@ -95,6 +99,9 @@ func validNameBytes(s string) bool { return limits.ValidNameBytes(s) }
 func validClusterID(s string) bool {
 	return len(s) > 0 && len(s) <= MaxClusterIDBytes && validNameBytes(s)
 }
+
+// validIdentity: empty (no TLS) or a URI SAN of printable ASCII.
+func validIdentity(s string) bool { return s == "" || (len(s) <= MaxIdentityBytes && validToken(s)) }
 
 func validToken(s string) bool {
 	if len(s) == 0 || len(s) > MaxTokenBytes {
@@ -147,6 +154,9 @@ func (c Command) Validate() error {
 		}
 		if !validToken(c.AddNode.Token) {
 			return invalid("join token", c.AddNode.Token, allowedToken)
+		}
+		if !validIdentity(c.AddNode.Identity) {
+			return invalid("node identity", c.AddNode.Identity, allowedIdentity)
 		}
 	case c.SetNodeAddr != nil:
 		if c.SetNodeAddr.ID == 0 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -19,6 +20,10 @@ type Node struct {
 	Addr string
 	// Token is the id of the join request that added the node.
 	Token string
+	// Identity is the URI SAN of the node's TLS certificate when it joined
+	// (empty: it joined without TLS). Peers take a stream or a request as
+	// this node's only from a certificate with this identity.
+	Identity string
 	// Down: the controller leader has not reached the node for the
 	// dead-node timeout (SetNodeDown). Its replicas move to other nodes
 	// (NextMove) and it does not vote in the controller.
@@ -177,6 +182,19 @@ func (s *State) Node(id NodeID) (Node, bool) {
 	return s.nodes[i], true
 }
 
+// WithoutTokens is a copy of s whose nodes' join tokens are replaced by
+// placeholders ("node-<id>"): the state a member shows a node that is not
+// one (Metadata), which must not learn the tokens that admit members again.
+func (s *State) WithoutTokens() *State {
+	c := s.Clone()
+	clear(c.byToken)
+	for i := range c.nodes {
+		c.nodes[i].Token = "node-" + strconv.FormatUint(c.nodes[i].ID, 10)
+		c.byToken[c.nodes[i].Token] = c.nodes[i].ID
+	}
+	return c
+}
+
 // NodeByToken returns the node a join request with this token added.
 func (s *State) NodeByToken(token string) (Node, bool) {
 	id, ok := s.byToken[token]
@@ -318,10 +336,10 @@ func (s *State) removeNode(id NodeID) {
 }
 
 // addNode appends a new node with the next id.
-func (s *State) addNode(addr, token string) NodeID {
+func (s *State) addNode(a AddNode) NodeID {
 	id := s.nextNode
 	s.nextNode++
-	s.nodes = append(s.nodes, Node{ID: id, Addr: addr, Token: token})
-	s.byToken[token] = id
+	s.nodes = append(s.nodes, Node{ID: id, Addr: a.Addr, Token: a.Token, Identity: a.Identity})
+	s.byToken[a.Token] = id
 	return id
 }

@@ -318,7 +318,11 @@ type MetaAddNode struct {
 	Addr string `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
 	// token is the join request's id: the same token again is the same node
 	// (a retried join) and gets the same node id.
-	Token         string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	// identity is the URI SAN of the joining node's TLS certificate (empty in
+	// a cluster without TLS): peers check that a node claiming this node's id
+	// holds a certificate with it. A retried join must carry the same one.
+	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +367,13 @@ func (x *MetaAddNode) GetAddr() string {
 func (x *MetaAddNode) GetToken() string {
 	if x != nil {
 		return x.Token
+	}
+	return ""
+}
+
+func (x *MetaAddNode) GetIdentity() string {
+	if x != nil {
+		return x.Identity
 	}
 	return ""
 }
@@ -950,7 +961,10 @@ type MetaNode struct {
 	// other nodes and it does not vote in the controller.
 	Down bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
 	// leaving: decommissioned; its replicas move away, then it is removed.
-	Leaving       bool `protobuf:"varint,5,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,5,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// identity is the URI SAN of the node's TLS certificate when it joined
+	// (empty: joined without TLS).
+	Identity      string `protobuf:"bytes,6,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1018,6 +1032,13 @@ func (x *MetaNode) GetLeaving() bool {
 		return x.Leaving
 	}
 	return false
+}
+
+func (x *MetaNode) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 // MetaPartition is one placed partition: its raft group and replicas.
@@ -1292,10 +1313,11 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\acommand\")\n" +
 	"\bMetaInit\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"7\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\"S\n" +
 	"\vMetaAddNode\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\">\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\">\n" +
 	"\x0fMetaSetNodeAddr\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xc5\x01\n" +
@@ -1328,13 +1350,14 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\x0eMetaRemoveNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\"%\n" +
 	"\x0fMetaDeleteTopic\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"r\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x8e\x01\n" +
 	"\bMetaNode\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x12\x12\n" +
 	"\x04down\x18\x04 \x01(\bR\x04down\x12\x18\n" +
-	"\aleaving\x18\x05 \x01(\bR\aleaving\"\xa4\x02\n" +
+	"\aleaving\x18\x05 \x01(\bR\aleaving\x12\x1a\n" +
+	"\bidentity\x18\x06 \x01(\tR\bidentity\"\xa4\x02\n" +
 	"\rMetaPartition\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x1a\n" +
 	"\breplicas\x18\x02 \x03(\x04R\breplicas\x12\x16\n" +
