@@ -83,6 +83,11 @@ type ClusterConfig struct {
 	// producers' writes and the replication to existing replicas are not
 	// paced). Default DefaultMoveBytesPerSecond; < 0: not paced.
 	MoveBytesPerSecond int64
+	// JoinSecret, when set, is what a node must present to be admitted
+	// (cluster.join_secret_file): the same on every node. Empty: any node
+	// that reaches a member may join (with TLS: any holder of a
+	// certificate the peer policy accepts).
+	JoinSecret []byte
 	// StorageOff makes a storage-off node (cluster.storage: off): it is not a member,
 	// holds no replicas, learns the cluster from the members in Join
 	// (Metadata), publishes through the partitions' leaders and reads from
@@ -388,6 +393,7 @@ func (c *cluster) start(l net.Listener) (err error) {
 		Handler:     c.host,
 		Listener:    l,
 		Logger:      c.conf.Logger,
+		Authorize:   c.authorizeStream,
 		DialOptions: []grpc.DialOption{c.dialCreds()},
 		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(
 			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName))),
@@ -647,7 +653,7 @@ func (c *cluster) register(ctx context.Context) error {
 		case known: // the node came back at another address (a new pod IP)
 			cmd.SetNodeAddr = &meta.SetNodeAddr{ID: c.id.NodeID, Addr: c.cfg.Advertise}
 		case c.bootstrap:
-			cmd.AddNode = &meta.AddNode{Addr: c.cfg.Advertise, Token: c.id.Token}
+			cmd.AddNode = &meta.AddNode{Addr: c.cfg.Advertise, Token: c.id.Token, Identity: c.selfIdentity()}
 		case c.id.NodeID < c.stateNextNodeID():
 			return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", engine.ErrRemoved, c.id.NodeID, c.id.ClusterID, c.conf.DataDir)
 		default: // admitted (Join answered) but not applied here yet

@@ -174,7 +174,7 @@ func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataReque
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "this node has not applied the cluster's committed state yet (%v); ask again, or another member", ctx.Err())
 	}
-	b, err := meta.EncodeState(st)
+	b, err := meta.EncodeState(st.WithoutTokens()) // tokens admit members again
 	if err != nil {
 		return nil, err
 	}

@@ -283,6 +283,10 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 		return &clusterv1.ProduceResponse{Error: code, Message: fmt.Sprintf(format, args...)}, nil
 	}
 	group := req.GetGroup()
+	if err := c.checkPeerProduce(ctx, group, req); err != nil {
+		c.logger.Warn("spool cluster: refused a peer's produce", "group", group, "topic", req.GetTopic(), "err", err)
+		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_INVALID, "%v", err)
+	}
 	if group != controllerGroup {
 		part, err := c.partition(req.GetTopic(), req.GetPartition())
 		if err != nil {
@@ -375,6 +379,17 @@ const maxRemoteFetchBytes = 4 << 20
 // the request is passed to the leader.
 func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*clusterv1.JoinResponse, error) {
 	c := s.c
+	if err := c.checkJoinSecret(ctx); err != nil {
+		c.logger.Warn("spool cluster: refused a join", "addr", req.GetAddr(), "err", err)
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	forwarded := len(md.Get(forwardedKey)) > 0
+	who, err := c.joinerIdentity(ctx, forwarded)
+	if err != nil {
+		c.logger.Warn("spool cluster: refused a join", "addr", req.GetAddr(), "err", err)
+		return nil, status.Error(codes.PermissionDenied, err.Error())
+	}
 	if req.GetProtocolVersion() != transport.ProtocolVersion {
 		return nil, status.Errorf(codes.FailedPrecondition, "this node speaks cluster protocol %d, the joining node %d: run the same Spool release", transport.ProtocolVersion, req.GetProtocolVersion())
 	}
@@ -384,15 +399,20 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 	st, ok := c.host.Status(controllerGroup)
 	if ok && !st.IsLeader {
 		// Passed on once: a node that is asked by a peer answers itself.
-		if md, _ := metadata.FromIncomingContext(ctx); st.Leader != 0 && len(md.Get(forwardedKey)) == 0 {
+		if st.Leader != 0 && !forwarded {
 			cl, err := c.peers.client(st.Leader)
 			if err != nil {
 				return nil, status.Errorf(codes.Unavailable, "the controller's leader, node %d, is unreachable: %v", st.Leader, err)
 			}
-			return cl.Join(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), req)
+			out := metadata.AppendToOutgoingContext(ctx, forwardedKey, "1", joinSecretKey, string(c.cfg.JoinSecret), joinIdentityKey, who)
+			return cl.Join(out, req)
 		}
 	}
-	res, err := c.proposeMeta(ctx, meta.Command{AddNode: &meta.AddNode{Addr: req.GetAddr(), Token: req.GetToken()}})
+	res, err := c.proposeMeta(ctx, meta.Command{AddNode: &meta.AddNode{Addr: req.GetAddr(), Token: req.GetToken(), Identity: who}})
+	if errors.Is(err, meta.ErrInvalid) {
+		c.logger.Warn("spool cluster: refused a join", "addr", req.GetAddr(), "err", err)
+		return nil, status.Errorf(codes.PermissionDenied, "admitting %s: %v", req.GetAddr(), err)
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "admitting %s: %v", req.GetAddr(), err)
 	}
@@ -442,6 +462,7 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 			}
 			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
 			var trailer metadata.MD
+			cctx = metadata.AppendToOutgoingContext(cctx, joinSecretKey, string(c.cfg.JoinSecret))
 			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion}, grpc.Trailer(&trailer))
 			ccancel()
 			_ = conn.Close()
@@ -456,7 +477,7 @@ func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 				c.logger.Info("spool cluster: joined", "cluster", c.id.ClusterID, "node", c.id.NodeID, "via", addr)
 				return resp.GetNodes(), nil
 			}
-			if status.Code(err) == codes.FailedPrecondition {
+			if code := status.Code(err); code == codes.FailedPrecondition || code == codes.PermissionDenied {
 				return nil, fmt.Errorf("engine: --join %s refused this node: %s", addr, status.Convert(err).Message())
 			}
 			if len(trailer.Get(formingKey)) > 0 {

@@ -27,6 +27,7 @@ type clusterNode struct {
 	dir, addr string
 	join      []string
 	tls       ClusterTLS
+	secret    string        // JoinSecret
 	client    bool          // StorageOff: storage off
 	segBytes  int64         // log segment size; default the log's
 	joinWait  time.Duration // JoinTimeout; default 20 s
@@ -62,7 +63,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes},
 		Logger:  quietLogger(),
-		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
+		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, JoinSecret: []byte(cn.secret), StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"slices"
 	"sort"
 )
@@ -323,8 +324,20 @@ func RecordsProducer(data []byte) (id int64, epoch int16, seq int32, ok bool) {
 // record. A raft leader calls it before proposing bytes it received from a
 // peer: a payload the log refuses at append would stop the replica.
 func CheckRecords(data []byte, maxBatchBytes int) error {
+	_, err := decodePayload(data, maxBatchBytes, false)
+	return err
+}
+
+// DecodeRecords checks a record payload as CheckRecords does and returns
+// its records (aliasing data): what a leader reads of a payload a peer
+// asks it to propose when it must look inside (controller commands).
+func DecodeRecords(data []byte, maxBatchBytes int) ([]Record, error) {
+	return decodePayload(data, maxBatchBytes, true)
+}
+
+func decodePayload(data []byte, maxBatchBytes int, keep bool) ([]Record, error) {
 	if len(data) < BatchHeaderSize-PlacementSize || PlacementSize+len(data) > maxBatchBytes {
-		return fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
+		return nil, fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
 	}
 	// The header is checked on a copy with its placement prefix; the body
 	// (CRC and records) in place: no copy of the records.
@@ -339,13 +352,18 @@ func CheckRecords(data []byte, maxBatchBytes int) error {
 			err = badBatch("body crc %#08x, want %#08x", c, h.BodyCRC)
 		}
 	}
+	var recs []Record
 	if err == nil {
-		_, err = decodeRecords(data[BatchHeaderSize-PlacementSize:], h, nil, 0, 0)
+		lo, hi := int64(0), int64(0) // check only
+		if keep {
+			lo, hi = math.MinInt64, math.MaxInt64
+		}
+		recs, err = decodeRecords(data[BatchHeaderSize-PlacementSize:], h, nil, lo, hi)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadEntry, err)
+		return nil, fmt.Errorf("%w: %v", ErrBadEntry, err)
 	}
-	return nil
+	return recs, nil
 }
 
 // checkRecordsFrame checks a record frame whose placement prefix is not
