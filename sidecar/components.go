@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/sidecar/apps"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
@@ -171,7 +172,7 @@ func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addr
 		}
 	}
 	for _, a := range cfg.Node.AppListen {
-		l, err := listen(a)
+		l, err := listen(a, os.FileMode(cfg.Apps.SocketFileMode()))
 		if err != nil {
 			closeAll()
 			return nil, nil, Addrs{}, err
@@ -179,7 +180,7 @@ func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addr
 		app = append(app, l)
 		addrs.App = append(addrs.App, addrString(l))
 	}
-	admin, err = listen(cfg.Node.AdminListen)
+	admin, err = listen(cfg.Node.AdminListen, 0o600)
 	if err != nil {
 		closeAll()
 		return nil, nil, Addrs{}, err
@@ -190,15 +191,16 @@ func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addr
 
 // newGRPCServers builds the app's gRPC server (publish, subscribe, health)
 // and the admin gRPC server (AdminService, health), which share one health
-// server.
-func newGRPCServers(cfg *config.Config, logger *slog.Logger, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog) (*health.Server, *grpc.Server, *grpc.Server) {
+// server. gate authenticates every call to the app server and decides its
+// subscriptions (publishes: publish.Config.Admit).
+func newGRPCServers(cfg *config.Config, logger *slog.Logger, gate *apps.Gate, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog) (*health.Server, *grpc.Server, *grpc.Server) {
 	healthSrv := health.NewServer()
-	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10))
+	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10), gate)
 	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
-	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger))
+	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger).Authorize(gate.AdmitSubscribe))
 	healthpb.RegisterHealthServer(appSrv, healthSrv)
 
-	adminGRPC := newGRPCServer(logger, MaxRequestBytes)
+	adminGRPC := newGRPCServer(logger, MaxRequestBytes, nil)
 	adm.catalog = catalog
 	spoolv1.RegisterAdminServiceServer(adminGRPC, adm)
 	healthpb.RegisterHealthServer(adminGRPC, healthSrv)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/apierr"
+	"github.com/spoolmq/spool/sidecar/apps"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
@@ -29,9 +30,11 @@ const MaxRequestBytes = 32 << 20
 // newGRPCServer returns a server with Spool's interceptors: panic recovery
 // (a panic becomes INTERNAL and a log line, never a crash), structured
 // logging of failed calls with slog, and request validation (the Validate
-// methods of spool/v1, answered with reason INVALID_REQUEST). Reflection is
+// methods of spool/v1, answered with reason INVALID_REQUEST). With a gate
+// (the app server), every call is authenticated before it is validated:
+// a caller that is not who it must be learns nothing more. Reflection is
 // on.
-func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
+func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate) *grpc.Server {
 	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -51,20 +54,18 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 		logger.ErrorContext(ctx, "panic in a gRPC handler (recovered)", "panic", p)
 		return apierr.ToStatus(apierr.New(apierr.Internal, "internal error in spoold (a panic, logged with its stack): %v: this is a bug, please report it with spoold's log", p))
 	})
+	unary := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor(recoverOpt), logging.UnaryServerInterceptor(lg, logOpts...)}
+	stream := []grpc.StreamServerInterceptor{recovery.StreamServerInterceptor(recoverOpt), logging.StreamServerInterceptor(lg, logOpts...)}
+	if gate != nil {
+		unary = append(unary, gate.UnaryInterceptor)
+		stream = append(stream, gate.StreamInterceptor)
+	}
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpcbuf.ServerOption(),
 		grpcbuf.ServerCodec(),
-		grpc.ChainUnaryInterceptor(
-			recovery.UnaryServerInterceptor(recoverOpt),
-			logging.UnaryServerInterceptor(lg, logOpts...),
-			validateUnary,
-		),
-		grpc.ChainStreamInterceptor(
-			recovery.StreamServerInterceptor(recoverOpt),
-			logging.StreamServerInterceptor(lg, logOpts...),
-			validateStream,
-		),
+		grpc.ChainUnaryInterceptor(append(unary, validateUnary)...),
+		grpc.ChainStreamInterceptor(append(stream, validateStream)...),
 	)
 	reflection.Register(s)
 	return s

@@ -43,7 +43,7 @@ func serveApp(t *testing.T, sub spoolv1.SubscriberServiceServer) *grpc.ClientCon
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newGRPCServer(slog.New(slog.DiscardHandler), MaxRequestBytes)
+	srv := newGRPCServer(slog.New(slog.DiscardHandler), MaxRequestBytes, nil)
 	spoolv1.RegisterPublisherServiceServer(srv, pub)
 	if sub != nil {
 		spoolv1.RegisterSubscriberServiceServer(srv, sub)
