@@ -231,6 +231,7 @@ func All() []Reason {
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
 		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, BackendUnsupported,
 		OffsetOutOfRange,
+		Unauthenticated, PublishNotAllowed, SubscribeNotAllowed, RateLimited,
 		DiskFull,
 		ShuttingDown, NotLeader, LedgerUnavailable, NoLeader, TopicNotPlaced,
 		OutcomeUnknown,
