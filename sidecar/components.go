@@ -17,8 +17,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/sidecar/apps"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/apps"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/publish"

@@ -99,9 +99,13 @@ func TestValidateErrors(t *testing.T) {
 		{"app socket mode too wide", func(c *Config) { c.Apps.SocketMode = "01777" }, "apps.socket_mode", "01777", "four octal digits"},
 		{"default identity", func(c *Config) { c.Apps.DefaultIdentity = "a b" }, "apps.default_identity", "a b", "1 to 128 bytes"},
 		{"app identity duplicate", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a"}, {Name: "a"}} }, "apps.identities[1].name", "a", "unique"},
-		{"app publish scope with a group", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a", Publish: &[]string{"orders:mail"}}} }, "apps.identities[0].publish[0]", "orders:mail", "a topic name"},
+		{"app publish scope with a group", func(c *Config) {
+			c.Apps.Identities = []AppIdentityConfig{{Name: "a", Publish: &[]string{"orders:mail"}}}
+		}, "apps.identities[0].publish[0]", "orders:mail", "a topic name"},
 		{"app publish scope star inside", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a", Publish: &[]string{"or*ders"}}} }, "apps.identities[0].publish[0]", "or*ders", "ending in *"},
-		{"app subscribe scope", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a", Subscribe: &[]string{"orders:mail:x"}}} }, "apps.identities[0].subscribe[0]", "orders:mail:x", "topic:group"},
+		{"app subscribe scope", func(c *Config) {
+			c.Apps.Identities = []AppIdentityConfig{{Name: "a", Subscribe: &[]string{"orders:mail:x"}}}
+		}, "apps.identities[0].subscribe[0]", "orders:mail:x", "topic:group"},
 		{"app rate negative", func(c *Config) { c.Apps.PublishRate = -1 }, "apps.publish_rate", "-1", "0 (unlimited)"},
 		{"app identity burst negative", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a", PublishBurst: -1}} }, "apps.identities[0].publish_burst", "-1", "between 0"},
 		{"drain timeout", func(c *Config) { c.Node.DrainTimeout = -time.Second }, "node.drain_timeout", "-1s", "positive duration"},
