@@ -54,8 +54,11 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate) *grpc
 		logger.ErrorContext(ctx, "panic in a gRPC handler (recovered)", "panic", p)
 		return apierr.ToStatus(apierr.New(apierr.Internal, "internal error in spoold (a panic, logged with its stack): %v: this is a bug, please report it with spoold's log", p))
 	})
-	unary := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor(recoverOpt), logging.UnaryServerInterceptor(lg, logOpts...)}
-	stream := []grpc.StreamServerInterceptor{recovery.StreamServerInterceptor(recoverOpt), logging.StreamServerInterceptor(lg, logOpts...)}
+	// Invalid UTF-8 is answered first: the codec has decoded such a
+	// request to an empty message, which nothing else may see.
+	bad := &grpcbuf.UTF8Refusals{}
+	unary := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor(recoverOpt), logging.UnaryServerInterceptor(lg, logOpts...), utf8Unary(bad)}
+	stream := []grpc.StreamServerInterceptor{recovery.StreamServerInterceptor(recoverOpt), logging.StreamServerInterceptor(lg, logOpts...), utf8Stream(bad)}
 	if gate != nil {
 		unary = append(unary, gate.UnaryInterceptor)
 		stream = append(stream, gate.StreamInterceptor)
@@ -63,12 +66,53 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate) *grpc
 	s := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpcbuf.ServerOption(),
-		grpcbuf.ServerCodec(),
+		grpcbuf.UTF8ServerCodec(bad),
 		grpc.ChainUnaryInterceptor(append(unary, validateUnary)...),
 		grpc.ChainStreamInterceptor(append(stream, validateStream)...),
 	)
 	reflection.Register(s)
 	return s
+}
+
+// notUTF8 answers a request the codec found a string field of that is not
+// valid UTF-8 in (grpcbuf.UTF8Refusals).
+func notUTF8(field string) error {
+	return apierr.ToStatus(apierr.New(apierr.InvalidRequest,
+		"%s is not valid UTF-8: protobuf string fields (topic, group, message id, header names and values) must be UTF-8 text; keys and payloads are bytes and may hold anything", field).
+		With("field", field))
+}
+
+func utf8Unary(bad *grpcbuf.UTF8Refusals) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if field, ok := bad.Take(req); ok {
+			return nil, notUTF8(field)
+		}
+		return handler(ctx, req)
+	}
+}
+
+func utf8Stream(bad *grpcbuf.UTF8Refusals) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, utf8CheckingStream{ss, bad})
+	}
+}
+
+// utf8CheckingStream ends the stream at a frame with invalid UTF-8 (there
+// is no sequence to answer a PublishStream frame in band with: the frame
+// was not decoded).
+type utf8CheckingStream struct {
+	grpc.ServerStream
+	bad *grpcbuf.UTF8Refusals
+}
+
+func (s utf8CheckingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if field, ok := s.bad.Take(m); ok {
+		return notUTF8(field)
+	}
+	return nil
 }
 
 // newAdminHTTP serves /metrics, /healthz, /startupz, /readyz and, on the
