@@ -2,9 +2,18 @@ package sidecar
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"log/slog"
+	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +24,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -290,5 +300,126 @@ func TestAppCallbackScopesCheckedAtStart(t *testing.T) {
 	_, err := runSidecar(t, cfg, Options{})
 	if err == nil || !strings.Contains(err.Error(), "secret:spy") || !strings.Contains(err.Error(), "apps.identities") {
 		t.Fatalf("start with a callback subscription out of scope: %v, want a refusal naming secret:spy", err)
+	}
+}
+
+// testPKI is a CA with a server certificate for ip and client
+// certificates, written as PEM files.
+type testPKI struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	caPool *x509.CertPool
+	serial int64
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, caPool: x509.NewCertPool(), serial: 1}
+	p.caPool.AddCert(ca)
+	writePEM(t, filepath.Join(p.dir, "ca.crt"), "CERTIFICATE", der)
+	return p
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue makes a certificate signed by the CA and returns it as a
+// tls.Certificate, also writing name.crt and name.key.
+func (p *testPKI) issue(t *testing.T, name string, tmpl *x509.Certificate) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serial++
+	tmpl.SerialNumber = big.NewInt(p.serial)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, filepath.Join(p.dir, name+".crt"), "CERTIFICATE", der)
+	writePEM(t, filepath.Join(p.dir, name+".key"), "EC PRIVATE KEY", kder)
+	c, err := tls.LoadX509KeyPair(filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// With apps.tls_* an app address beyond loopback serves TLS; a client
+// certificate the CA signed names the caller's identity (its URI SAN), whose
+// scopes then apply; a caller without a certificate or token is
+// UNAUTHENTICATED, a certificate of another CA fails the handshake, and the
+// Unix socket stays plaintext.
+func TestAppClientCertificates(t *testing.T) {
+	ip := nonLoopbackIP(t)
+	pki := newTestPKI(t)
+	pki.issue(t, "server", &x509.Certificate{IPAddresses: []net.IP{net.ParseIP(ip)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	shopURI, _ := url.Parse("spiffe://test/ns/shop/sa/orders")
+	shop := pki.issue(t, "shop", &x509.Certificate{Subject: pkix.Name{CommonName: "ignored"}, URIs: []*url.URL{shopURI}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	rogue := newTestPKI(t).issue(t, "rogue", &x509.Certificate{URIs: []*url.URL{shopURI}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+
+	cfg := appsConfig(t)
+	cfg.Node.AppListen = append(cfg.Node.AppListen, ip+":0")
+	cfg.Apps.TLSCertFile = filepath.Join(pki.dir, "server.crt")
+	cfg.Apps.TLSKeyFile = filepath.Join(pki.dir, "server.key")
+	cfg.Apps.TLSClientCAFile = filepath.Join(pki.dir, "ca.crt")
+	only := []string{"orders"}
+	cfg.Apps.Identities = []config.AppIdentityConfig{{Name: "spiffe://test/ns/shop/sa/orders", Publish: &only}}
+	addrs, err := runSidecar(t, cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialTLS := func(certs ...tls.Certificate) *grpc.ClientConn {
+		conn, err := grpc.NewClient("passthrough:///"+addrs.App[1], grpcbuf.ClientCodec(),
+			grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pki.caPool, Certificates: certs, ServerName: ip})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return conn
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	withCert := dialTLS(shop)
+	if err := publishOne(ctx, withCert, "orders"); err != nil {
+		t.Errorf("publish to orders with the shop certificate: %v", err)
+	}
+	if err := publishOne(ctx, withCert, "secret"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "spiffe://test/ns/shop/sa/orders") {
+		t.Errorf("publish to secret with the shop certificate: %v, want PERMISSION_DENIED for the certificate's identity", err)
+	}
+	if err := publishOne(ctx, dialTLS(), "orders"); status.Code(err) != codes.Unauthenticated || reasonOf(err) != "UNAUTHENTICATED" {
+		t.Errorf("publish over TLS without a certificate or token: %v, want UNAUTHENTICATED", err)
+	}
+	if err := publishOne(ctx, dialTLS(rogue), "orders"); err == nil || status.Code(err) == codes.OK {
+		t.Errorf("publish with a certificate of another CA: %v, want the handshake refused", err)
+	}
+	if err := publishOne(ctx, dialApp(t, addrs.App[1]), "orders"); err == nil {
+		t.Error("a plaintext publish to the TLS address was served")
+	}
+	if err := publishOne(ctx, dialApp(t, addrs.App[0]), "orders"); err != nil {
+		t.Errorf("plaintext publish on the Unix socket: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -165,7 +167,8 @@ func startTracing(cfg *config.Config, opts Options, r *runner, logger *slog.Logg
 }
 
 // listenAll opens the app listeners and the admin listener (all or none).
-func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addrs Addrs, err error) {
+// With appTLS, app addresses beyond loopback serve TLS (appCreds).
+func listenAll(cfg *config.Config, appTLS bool) (app []net.Listener, admin net.Listener, addrs Addrs, err error) {
 	closeAll := func() {
 		for _, l := range app {
 			_ = l.Close()
@@ -176,6 +179,9 @@ func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addr
 		if err != nil {
 			closeAll()
 			return nil, nil, Addrs{}, err
+		}
+		if appTLS && config.BeyondLoopback(a) {
+			l = tlsListener{l}
 		}
 		app = append(app, l)
 		addrs.App = append(addrs.App, addrString(l))
@@ -192,10 +198,15 @@ func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addr
 // newGRPCServers builds the app's gRPC server (publish, subscribe, health)
 // and the admin gRPC server (AdminService, health), which share one health
 // server. gate authenticates every call to the app server and decides its
-// subscriptions (publishes: publish.Config.Admit).
-func newGRPCServers(cfg *config.Config, logger *slog.Logger, gate *apps.Gate, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog) (*health.Server, *grpc.Server, *grpc.Server) {
+// subscriptions (publishes: publish.Config.Admit). With appTLS, the app
+// server's listeners beyond loopback serve TLS (listenAll, appCreds).
+func newGRPCServers(cfg *config.Config, logger *slog.Logger, gate *apps.Gate, appTLS *tls.Config, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog) (*health.Server, *grpc.Server, *grpc.Server) {
 	healthSrv := health.NewServer()
-	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10), gate)
+	var creds []grpc.ServerOption
+	if appTLS != nil {
+		creds = append(creds, grpc.Creds(appCreds{credentials.NewTLS(appTLS)}))
+	}
+	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10), gate, creds...)
 	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
 	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger).Authorize(gate.AdmitSubscribe))
 	healthpb.RegisterHealthServer(appSrv, healthSrv)

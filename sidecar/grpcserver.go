@@ -34,7 +34,7 @@ const MaxRequestBytes = 32 << 20
 // (the app server), every call is authenticated before it is validated:
 // a caller that is not who it must be learns nothing more. Reflection is
 // on.
-func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate) *grpc.Server {
+func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate, extra ...grpc.ServerOption) *grpc.Server {
 	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -63,13 +63,13 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate) *grpc
 		unary = append(unary, gate.UnaryInterceptor)
 		stream = append(stream, gate.StreamInterceptor)
 	}
-	s := grpc.NewServer(
+	s := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpcbuf.ServerOption(),
 		grpcbuf.UTF8ServerCodec(bad),
 		grpc.ChainUnaryInterceptor(append(unary, validateUnary)...),
 		grpc.ChainStreamInterceptor(append(stream, validateStream)...),
-	)
+	}, extra...)...)
 	reflection.Register(s)
 	return s
 }

@@ -140,6 +140,10 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	appTLSConfig, err := appTLS(&cfg.Apps)
+	if err != nil {
+		return err
+	}
 	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
 		m.MemoryLimit.Set(float64(lim))
 	}
@@ -188,8 +192,8 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	r.onStop("handler clients", func() error { closeClients(); return nil })
 
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, gate, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog)
-	appLs, adminL, addrs, err := listenAll(cfg)
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog)
+	appLs, adminL, addrs, err := listenAll(cfg, appTLSConfig != nil)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package apps
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
@@ -109,7 +111,8 @@ func (g *Gate) deny(id string, err *apierr.Error) error {
 }
 
 // Authenticate says who the caller of ctx is. A bearer token, when sent,
-// must be one of apps.tokens_file (on any listener); without one, a caller
+// must be one of apps.tokens_file (on any listener); without one, a client
+// certificate verified against apps.tls_client_ca_file names it; else a caller
 // on a Unix socket or from a loopback address is apps.default_identity,
 // and one from beyond loopback is refused unless apps.allow_insecure_tcp.
 // Errors never quote the token.
@@ -133,6 +136,13 @@ func (g *Gate) Authenticate(ctx context.Context) (string, error) {
 		return id, nil
 	}
 	p, ok := peer.FromContext(ctx)
+	if ti, isTLS := peerTLS(p); isTLS && len(ti.State.VerifiedChains) > 0 {
+		id, named := CertIdentity(ti.State.VerifiedChains[0][0])
+		if !named {
+			return "", g.deny("", apierr.New(apierr.Unauthenticated, "the client certificate (signed by apps.tls_client_ca_file) names no identity: give it a URI SAN, a DNS SAN or a common name of 1 to %d bytes of a-z A-Z 0-9 . _ - @ : /", config.MaxAppIdentityBytes))
+		}
+		return id, nil
+	}
 	if (ok && local(p.Addr)) || g.apps.AllowInsecureTCP {
 		return g.apps.DefaultIdentity, nil
 	}
@@ -140,7 +150,31 @@ func (g *Gate) Authenticate(ctx context.Context) (string, error) {
 	if ok {
 		from = p.Addr.String()
 	}
-	return "", g.deny("", apierr.New(apierr.Unauthenticated, "a call from %s, beyond loopback, needs a token: send \"authorization: Bearer <token>\" with a token of spoold's apps.tokens_file", from))
+	return "", g.deny("", apierr.New(apierr.Unauthenticated, "a call from %s, beyond loopback, needs a token (\"authorization: Bearer <token>\" with a token of spoold's apps.tokens_file) or a client certificate signed by apps.tls_client_ca_file", from))
+}
+
+func peerTLS(p *peer.Peer) (credentials.TLSInfo, bool) {
+	if p == nil {
+		return credentials.TLSInfo{}, false
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	return ti, ok
+}
+
+// CertIdentity is the identity a verified client certificate names: its
+// first URI SAN (a SPIFFE id), else its first DNS SAN, else its subject's
+// common name; false if that is not a valid identity.
+func CertIdentity(c *x509.Certificate) (string, bool) {
+	var id string
+	switch {
+	case len(c.URIs) > 0:
+		id = c.URIs[0].String()
+	case len(c.DNSNames) > 0:
+		id = c.DNSNames[0]
+	default:
+		id = c.Subject.CommonName
+	}
+	return id, config.ValidAppIdentity(id)
 }
 
 // local reports whether a caller at addr is in the pod: on a Unix socket

@@ -29,6 +29,15 @@ type AppsConfig struct {
 	// presents its token as gRPC metadata "authorization: Bearer <token>".
 	// Required when an app address listens beyond loopback.
 	TokensFile string `yaml:"tokens_file"`
+	// TLSCertFile and TLSKeyFile are the app port's certificate: app
+	// addresses beyond loopback serve TLS with it (Unix sockets and
+	// loopback stay plaintext).
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+	// TLSClientCAFile verifies client certificates on those addresses; a
+	// verified certificate names the caller's identity (its first URI
+	// SAN, else its first DNS SAN, else its subject's common name).
+	TLSClientCAFile string `yaml:"tls_client_ca_file"`
 	// AllowInsecureTCP lets spoold start with an app address beyond
 	// loopback and no tokens_file: every host that reaches the port acts
 	// as default_identity. For development only; spoold logs a warning at
@@ -181,11 +190,17 @@ func (c *Config) validateApps(v *validator) {
 		v.add("apps.default_identity", a.DefaultIdentity, "1 to 128 bytes of a-z A-Z 0-9 . _ - @ : /")
 	}
 	for i, l := range c.Node.AppListen {
-		if validListen(l, true) && BeyondLoopback(l) && a.TokensFile == "" && !a.AllowInsecureTCP {
-			v.add(fmt.Sprintf("node.app_listen[%d]", i), l, "a Unix socket or a loopback address unless apps.tokens_file authenticates the apps: "+
-				"any host that reaches this port could publish and consume as "+a.DefaultIdentity+"; set apps.tokens_file, "+
+		if validListen(l, true) && BeyondLoopback(l) && a.TokensFile == "" && a.TLSClientCAFile == "" && !a.AllowInsecureTCP {
+			v.add(fmt.Sprintf("node.app_listen[%d]", i), l, "a Unix socket or a loopback address unless apps.tokens_file or apps.tls_client_ca_file authenticates the apps: "+
+				"any host that reaches this port could publish and consume as "+a.DefaultIdentity+"; set apps.tokens_file (or the apps.tls_* files), "+
 				"or apps.allow_insecure_tcp: true for development only")
 		}
+	}
+	if (a.TLSCertFile == "") != (a.TLSKeyFile == "") {
+		v.add("apps.tls_key_file", a.TLSKeyFile, "set together with apps.tls_cert_file (both or neither)")
+	}
+	if a.TLSClientCAFile != "" && a.TLSCertFile == "" {
+		v.add("apps.tls_client_ca_file", a.TLSClientCAFile, "set only with apps.tls_cert_file and apps.tls_key_file: client certificates are asked for in a TLS handshake")
 	}
 	validateAppRate(v, "apps", a.DefaultRate())
 	if len(a.Identities) > MaxAppIdentities {

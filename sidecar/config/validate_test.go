@@ -94,6 +94,8 @@ func TestValidateErrors(t *testing.T) {
 		// The app port beyond loopback needs authentication, or the loud opt-out.
 		{"app port beyond loopback without auth", func(c *Config) { c.Node.AppListen = []string{"0.0.0.0:7070"} }, "node.app_listen[0]", "0.0.0.0:7070", "apps.tokens_file"},
 		{"app port on a host name without auth", func(c *Config) { c.Node.AppListen = []string{"spool.local:7070"} }, "node.app_listen[0]", "spool.local:7070", "apps.allow_insecure_tcp"},
+		{"app tls key without cert", func(c *Config) { c.Apps.TLSKeyFile = "/k" }, "apps.tls_key_file", "/k", "both or neither"},
+		{"app client CA without cert", func(c *Config) { c.Apps.TLSClientCAFile = "/ca" }, "apps.tls_client_ca_file", "/ca", "only with apps.tls_cert_file"},
 		{"app socket mode without owner write", func(c *Config) { c.Apps.SocketMode = "0400" }, "apps.socket_mode", "0400", "owner read and write"},
 		{"app socket mode not octal", func(c *Config) { c.Apps.SocketMode = "rw-------" }, "apps.socket_mode", "rw-------", "four octal digits"},
 		{"app socket mode too wide", func(c *Config) { c.Apps.SocketMode = "01777" }, "apps.socket_mode", "01777", "four octal digits"},
