@@ -2,8 +2,11 @@ package apps
 
 import (
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"net"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -81,5 +84,27 @@ func TestAuthenticate(t *testing.T) {
 				t.Fatalf("Authenticate = %q, want %q", got, c.want)
 			}
 		})
+	}
+}
+
+func TestCertIdentity(t *testing.T) {
+	spiffe, _ := url.Parse("spiffe://cluster.local/ns/shop/sa/orders")
+	for _, c := range []struct {
+		name string
+		cert *x509.Certificate
+		want string
+		ok   bool
+	}{
+		{"URI SAN first", &x509.Certificate{URIs: []*url.URL{spiffe}, DNSNames: []string{"orders.shop"}, Subject: pkix.Name{CommonName: "cn"}}, "spiffe://cluster.local/ns/shop/sa/orders", true},
+		{"then DNS SAN", &x509.Certificate{DNSNames: []string{"orders.shop"}, Subject: pkix.Name{CommonName: "cn"}}, "orders.shop", true},
+		{"then CN", &x509.Certificate{Subject: pkix.Name{CommonName: "orders"}}, "orders", true},
+		{"nothing", &x509.Certificate{}, "", false},
+		{"a name with a space", &x509.Certificate{Subject: pkix.Name{CommonName: "orders app"}}, "orders app", false},
+		{"a name with a control byte", &x509.Certificate{Subject: pkix.Name{CommonName: "orders\n"}}, "orders\n", false},
+	} {
+		id, ok := CertIdentity(c.cert)
+		if id != c.want || ok != c.ok {
+			t.Errorf("%s: CertIdentity = %q, %v; want %q, %v", c.name, id, ok, c.want, c.ok)
+		}
 	}
 }
