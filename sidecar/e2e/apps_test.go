@@ -117,6 +117,19 @@ apps:
 	_, err = pub.Publish(auditor, &spoolv1.PublishRequest{Topic: "orders", Messages: msgs})
 	denied("the auditor publishes", err, "PUBLISH_NOT_ALLOWED", "orders")
 	denied("the auditor subscribes as mail", subscribe(auditor, "mail"), "SUBSCRIBE_NOT_ALLOWED", "orders", "mail")
+	// A stream carries its caller's identity to every request.
+	astream, err := pub.PublishStream(auditor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := astream.Send(&spoolv1.PublishStreamRequest{Sequence: 1, Topic: "orders", Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = astream.Recv()
+	if err != nil || resp.GetError().GetReason() != "PUBLISH_NOT_ALLOWED" || !strings.Contains(resp.GetError().GetMessage(), `"auditor"`) {
+		t.Errorf("the auditor's stream publish to orders: %v, %v; want an in-band PUBLISH_NOT_ALLOWED for the auditor", resp, err)
+	}
+	_ = astream.CloseSend()
 	audCtx, audCancel := context.WithCancel(auditor)
 	if err := subscribe(audCtx, "spy"); err != nil {
 		t.Errorf("the auditor subscribes as spy, in scope: %v", err)
@@ -126,7 +139,7 @@ apps:
 	for series, want := range map[string]float64{
 		`spool_app_denied_total{app="local",reason="PUBLISH_NOT_ALLOWED"}`:     2,
 		`spool_app_denied_total{app="local",reason="SUBSCRIBE_NOT_ALLOWED"}`:   1,
-		`spool_app_denied_total{app="auditor",reason="PUBLISH_NOT_ALLOWED"}`:   1,
+		`spool_app_denied_total{app="auditor",reason="PUBLISH_NOT_ALLOWED"}`:   2,
 		`spool_app_denied_total{app="auditor",reason="SUBSCRIBE_NOT_ALLOWED"}`: 1,
 	} {
 		if got := metricValue(t, n, series); got != want {
