@@ -143,7 +143,10 @@ func (g *Gate) Authenticate(ctx context.Context) (string, error) {
 		}
 		return id, nil
 	}
-	if (ok && local(p.Addr)) || g.apps.AllowInsecureTCP {
+	// The opt-out stands in for authentication only where none is
+	// configured: with tokens or client certificates, they are required.
+	insecure := g.apps.AllowInsecureTCP && g.tokens == nil && g.apps.TLSClientCAFile == ""
+	if (ok && local(p.Addr)) || insecure {
 		return g.apps.DefaultIdentity, nil
 	}
 	from := "an unknown address"

@@ -48,6 +48,7 @@ func TestAuthenticate(t *testing.T) {
 		{"two values", tk, false, remote, []string{"Bearer " + tokA, "Bearer " + tokA}, "error: 2 authorization values"},
 		{"token without a tokens file", nil, false, unix, []string{"Bearer " + tokA}, "error: no apps.tokens_file"},
 		{"remote, insecure opt-out", nil, true, remote, nil, "local"},
+		{"remote, insecure opt-out beside tokens", tk, true, remote, nil, "error: needs a token"},
 		{"no peer", tk, false, nil, nil, "error: an unknown address"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
