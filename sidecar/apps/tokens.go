@@ -20,8 +20,12 @@ const (
 	MinTokenBytes = 32
 	// MaxTokenBytes bounds a token (it travels in every call's metadata).
 	MaxTokenBytes = 4096
-	// MaxTokens bounds the file: every call compares its token with each.
-	MaxTokens = 1000
+	// MaxTokens bounds the file: every call (every unary call, every
+	// stream once) compares its token's digest with each entry
+	// (BenchmarkAuthenticate: ~5.7 µs a call with 100 on the test VM,
+	// ~28 µs with 1,000). A sidecar serves the apps of one pod: a few
+	// identities.
+	MaxTokens = 100
 	// maxTokensFileBytes bounds what is read of the file.
 	maxTokensFileBytes = 4 << 20
 )
