@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,11 +14,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/apps"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/publish"
@@ -164,22 +167,26 @@ func startTracing(cfg *config.Config, opts Options, r *runner, logger *slog.Logg
 }
 
 // listenAll opens the app listeners and the admin listener (all or none).
-func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addrs Addrs, err error) {
+// With appTLS, app addresses beyond loopback serve TLS (appCreds).
+func listenAll(cfg *config.Config, appTLS bool) (app []net.Listener, admin net.Listener, addrs Addrs, err error) {
 	closeAll := func() {
 		for _, l := range app {
 			_ = l.Close()
 		}
 	}
 	for _, a := range cfg.Node.AppListen {
-		l, err := listen(a)
+		l, err := listen(a, os.FileMode(cfg.Apps.SocketFileMode()))
 		if err != nil {
 			closeAll()
 			return nil, nil, Addrs{}, err
 		}
+		if appTLS && config.BeyondLoopback(a) {
+			l = tlsListener{l}
+		}
 		app = append(app, l)
 		addrs.App = append(addrs.App, addrString(l))
 	}
-	admin, err = listen(cfg.Node.AdminListen)
+	admin, err = listen(cfg.Node.AdminListen, 0o600)
 	if err != nil {
 		closeAll()
 		return nil, nil, Addrs{}, err
@@ -190,15 +197,21 @@ func listenAll(cfg *config.Config) (app []net.Listener, admin net.Listener, addr
 
 // newGRPCServers builds the app's gRPC server (publish, subscribe, health)
 // and the admin gRPC server (AdminService, health), which share one health
-// server.
-func newGRPCServers(cfg *config.Config, logger *slog.Logger, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog) (*health.Server, *grpc.Server, *grpc.Server) {
+// server. gate authenticates every call to the app server and decides its
+// subscriptions (publishes: publish.Config.Admit). With appTLS, the app
+// server's listeners beyond loopback serve TLS (listenAll, appCreds).
+func newGRPCServers(cfg *config.Config, logger *slog.Logger, gate *apps.Gate, appTLS *tls.Config, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog) (*health.Server, *grpc.Server, *grpc.Server) {
 	healthSrv := health.NewServer()
-	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10))
+	var creds []grpc.ServerOption
+	if appTLS != nil {
+		creds = append(creds, grpc.Creds(appCreds{credentials.NewTLS(appTLS)}))
+	}
+	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10), gate, creds...)
 	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
-	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger))
+	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger).Authorize(gate.AdmitSubscribe))
 	healthpb.RegisterHealthServer(appSrv, healthSrv)
 
-	adminGRPC := newGRPCServer(logger, MaxRequestBytes)
+	adminGRPC := newGRPCServer(logger, MaxRequestBytes, nil)
 	adm.catalog = catalog
 	spoolv1.RegisterAdminServiceServer(adminGRPC, adm)
 	healthpb.RegisterHealthServer(adminGRPC, healthSrv)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/apierr"
+	"github.com/spoolmq/spool/sidecar/apps"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
@@ -29,9 +30,11 @@ const MaxRequestBytes = 32 << 20
 // newGRPCServer returns a server with Spool's interceptors: panic recovery
 // (a panic becomes INTERNAL and a log line, never a crash), structured
 // logging of failed calls with slog, and request validation (the Validate
-// methods of spool/v1, answered with reason INVALID_REQUEST). Reflection is
+// methods of spool/v1, answered with reason INVALID_REQUEST). With a gate
+// (the app server), every call is authenticated before it is validated:
+// a caller that is not who it must be learns nothing more. Reflection is
 // on.
-func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
+func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate, extra ...grpc.ServerOption) *grpc.Server {
 	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -51,23 +54,65 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int) *grpc.Server {
 		logger.ErrorContext(ctx, "panic in a gRPC handler (recovered)", "panic", p)
 		return apierr.ToStatus(apierr.New(apierr.Internal, "internal error in spoold (a panic, logged with its stack): %v: this is a bug, please report it with spoold's log", p))
 	})
-	s := grpc.NewServer(
+	// Invalid UTF-8 is answered first: the codec has decoded such a
+	// request to an empty message, which nothing else may see.
+	bad := &grpcbuf.UTF8Refusals{}
+	unary := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor(recoverOpt), logging.UnaryServerInterceptor(lg, logOpts...), utf8Unary(bad)}
+	stream := []grpc.StreamServerInterceptor{recovery.StreamServerInterceptor(recoverOpt), logging.StreamServerInterceptor(lg, logOpts...), utf8Stream(bad)}
+	if gate != nil {
+		unary = append(unary, gate.UnaryInterceptor)
+		stream = append(stream, gate.StreamInterceptor)
+	}
+	s := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpcbuf.ServerOption(),
-		grpcbuf.ServerCodec(),
-		grpc.ChainUnaryInterceptor(
-			recovery.UnaryServerInterceptor(recoverOpt),
-			logging.UnaryServerInterceptor(lg, logOpts...),
-			validateUnary,
-		),
-		grpc.ChainStreamInterceptor(
-			recovery.StreamServerInterceptor(recoverOpt),
-			logging.StreamServerInterceptor(lg, logOpts...),
-			validateStream,
-		),
-	)
+		grpcbuf.UTF8ServerCodec(bad),
+		grpc.ChainUnaryInterceptor(append(unary, validateUnary)...),
+		grpc.ChainStreamInterceptor(append(stream, validateStream)...),
+	}, extra...)...)
 	reflection.Register(s)
 	return s
+}
+
+// notUTF8 answers a request the codec found a string field of that is not
+// valid UTF-8 in (grpcbuf.UTF8Refusals).
+func notUTF8(field string) error {
+	return apierr.ToStatus(apierr.New(apierr.InvalidRequest,
+		"%s is not valid UTF-8: protobuf string fields (topic, group, message id, header names and values) must be UTF-8 text; keys and payloads are bytes and may hold anything", field).
+		With("field", field))
+}
+
+func utf8Unary(bad *grpcbuf.UTF8Refusals) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if field, ok := bad.Take(req); ok {
+			return nil, notUTF8(field)
+		}
+		return handler(ctx, req)
+	}
+}
+
+func utf8Stream(bad *grpcbuf.UTF8Refusals) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, utf8CheckingStream{ss, bad})
+	}
+}
+
+// utf8CheckingStream ends the stream at a frame with invalid UTF-8 (there
+// is no sequence to answer a PublishStream frame in band with: the frame
+// was not decoded).
+type utf8CheckingStream struct {
+	grpc.ServerStream
+	bad *grpcbuf.UTF8Refusals
+}
+
+func (s utf8CheckingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if field, ok := s.bad.Take(m); ok {
+		return notUTF8(field)
+	}
+	return nil
 }
 
 // newAdminHTTP serves /metrics, /healthz, /startupz, /readyz and, on the

@@ -16,10 +16,12 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
 )
@@ -43,7 +45,7 @@ func serveApp(t *testing.T, sub spoolv1.SubscriberServiceServer) *grpc.ClientCon
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newGRPCServer(slog.New(slog.DiscardHandler), MaxRequestBytes)
+	srv := newGRPCServer(slog.New(slog.DiscardHandler), MaxRequestBytes, nil)
 	spoolv1.RegisterPublisherServiceServer(srv, pub)
 	if sub != nil {
 		spoolv1.RegisterSubscriberServiceServer(srv, sub)
@@ -170,17 +172,95 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 func (rawCodec) Name() string { return "proto" }
 
-// docs/errors.md: invalid UTF-8 in a string field is refused by gRPC's
-// protobuf decoder, before any Spool code runs, with INTERNAL.
-func TestInvalidUTF8IsRefusedByTheDecoder(t *testing.T) {
-	conn := serveApp(t, nil)
+// Invalid UTF-8 in a string field (topic, group, id, header) is
+// INVALID_ARGUMENT with reason INVALID_REQUEST naming the field, on every
+// RPC, unary or stream, of the app and admin servers: it used to be
+// gRPC's INTERNAL from the decoder, before any Spool code ran.
+func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
+	conn := serveApp(t, subscriber{})
+	admin := serveAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// PublishRequest{topic: "\xff\xfe"}: field 1, length-delimited, 2 bytes.
-	req := []byte{0x0a, 0x02, 0xff, 0xfe}
-	var resp []byte
-	err := conn.Invoke(ctx, "/spool.v1.PublisherService/Publish", req, &resp, grpc.ForceCodecV2(rawCodec{}))
-	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "invalid UTF-8") {
-		t.Fatalf("invalid UTF-8 topic: %v, want INTERNAL naming invalid UTF-8 (as docs/errors.md says)", err)
+	bad := []byte{0xff, 0xfe}
+	str := func(num protowire.Number, v []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), v)
 	}
+	// PublishMessage{payload: "x", headers: {"k": bad}}
+	entry := append(str(1, []byte("k")), str(2, bad)...)
+	badHeader := append(str(3, []byte("x")), str(4, entry)...)
+	want := func(what string, err error, field string) {
+		t.Helper()
+		if status.Code(err) != codes.InvalidArgument || reasonOf(err) != "INVALID_REQUEST" || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("%s: %v (reason %q), want INVALID_ARGUMENT INVALID_REQUEST naming %s and UTF-8", what, err, reasonOf(err), field)
+		}
+	}
+	var resp []byte
+	raw := grpc.ForceCodecV2(rawCodec{})
+	// PublishRequest{topic: bad}
+	err := conn.Invoke(ctx, "/spool.v1.PublisherService/Publish", str(1, bad), &resp, raw)
+	want("publish with a topic that is not UTF-8", err, "topic")
+	// PublishRequest{topic: "orders", messages: [ok, bad header]}
+	req := append(str(1, []byte("orders")), str(2, str(3, []byte("x")))...)
+	req = append(req, str(2, badHeader)...)
+	err = conn.Invoke(ctx, "/spool.v1.PublisherService/Publish", req, &resp, raw)
+	want("publish with a header value that is not UTF-8", err, "messages[1].headers.value")
+	// A PublishStream frame {sequence: 1, topic: bad}.
+	err = rawStream(ctx, conn, "/spool.v1.PublisherService/PublishStream", append([]byte{0x08, 0x01}, str(2, bad)...))
+	want("publish stream with a topic that is not UTF-8", err, "topic")
+	// SubscribeRequest{start: {group: bad}}
+	err = rawStream(ctx, conn, "/spool.v1.SubscriberService/Subscribe", str(1, str(1, bad)))
+	want("subscribe with a group that is not UTF-8", err, "start.group")
+	// AdminService.ListGroups{group: bad}
+	err = admin.Invoke(ctx, "/spool.v1.AdminService/ListGroups", str(1, bad), &resp, raw)
+	want("admin ListGroups with a group that is not UTF-8", err, "group")
+	// The server is fine afterwards.
+	if _, err := spoolv1.NewPublisherServiceClient(conn).Publish(ctx, &spoolv1.PublishRequest{Topic: "orders", Messages: []*spoolv1.PublishMessage{{Payload: []byte("x")}}}); err != nil {
+		t.Fatalf("a good publish after the refusals: %v", err)
+	}
+}
+
+// rawStream sends one raw frame on a new stream and returns the error that
+// ends it.
+func rawStream(ctx context.Context, conn *grpc.ClientConn, method string, frame []byte) error {
+	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method, grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		return err
+	}
+	if err := s.SendMsg(frame); err != nil {
+		return err
+	}
+	var resp []byte
+	for {
+		if err := s.RecvMsg(&resp); err != nil {
+			return err
+		}
+	}
+}
+
+// serveAdmin runs spoold's admin gRPC server (with its interceptors) on an
+// in-memory listener over a real engine.
+func serveAdmin(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	eng, err := embedded.Open(embedded.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newGRPCServer(slog.New(slog.DiscardHandler), MaxRequestBytes, nil)
+	spoolv1.RegisterAdminServiceServer(srv, newAdmin(&config.Config{}, eng, nil, nil, metrics.New()))
+	lis := bufconn.Listen(1 << 20)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.Stop()
+		<-served
+		_ = eng.Close()
+	})
+	return conn
 }

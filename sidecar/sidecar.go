@@ -48,6 +48,9 @@ type Options struct {
 	// that embed a sidecar, like `spool demo`). spoold never uses
 	// OpenTelemetry's global provider.
 	TracerProvider trace.TracerProvider
+	// Clock, if set, is the clock of the apps' publish rate buckets
+	// (apps.publish_rate) instead of time.Now: tests step it.
+	Clock func() time.Time
 }
 
 // Addrs are the addresses a running sidecar listens on.
@@ -133,6 +136,14 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	tracer := tracing.Tracer(tp)
 	m := metrics.New()
+	gate, err := newGate(cfg, opts, m, logger)
+	if err != nil {
+		return err
+	}
+	appTLSConfig, err := appTLS(&cfg.Apps)
+	if err != nil {
+		return err
+	}
 	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
 		m.MemoryLimit.Set(float64(lim))
 	}
@@ -161,7 +172,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 
-	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes})
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish})
 	if err != nil {
 		return err
 	}
@@ -181,8 +192,8 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	r.onStop("handler clients", func() error { closeClients(); return nil })
 
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog)
-	appLs, adminL, addrs, err := listenAll(cfg)
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog)
+	appLs, adminL, addrs, err := listenAll(cfg, appTLSConfig != nil)
 	if err != nil {
 		return err
 	}
@@ -388,13 +399,14 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 	return out, closeAll, nil
 }
 
-// listen opens host:port or unix:///path. A stale socket file is removed.
-func listen(addr string) (net.Listener, error) {
+// listen opens host:port or unix:///path, a socket with file mode mode. A
+// stale socket file is removed.
+func listen(addr string, mode os.FileMode) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
 		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 			_ = os.Remove(path)
 		}
-		l, err := net.Listen("unix", path)
+		l, err := listenUnix(path, mode)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w (check the directory exists and is writable)", addr, err)
 		}

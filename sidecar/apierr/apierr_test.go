@@ -177,6 +177,10 @@ func codeName(c codes.Code) string {
 		return "OUT_OF_RANGE"
 	case codes.ResourceExhausted:
 		return "RESOURCE_EXHAUSTED"
+	case codes.Unauthenticated:
+		return "UNAUTHENTICATED"
+	case codes.PermissionDenied:
+		return "PERMISSION_DENIED"
 	case codes.Unavailable:
 		return "UNAVAILABLE"
 	case codes.Unknown:

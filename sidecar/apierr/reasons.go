@@ -89,6 +89,16 @@ const (
 	// OUT_OF_RANGE.
 	OffsetOutOfRange Reason = "OFFSET_OUT_OF_RANGE"
 
+	// UNAUTHENTICATED, PERMISSION_DENIED and RESOURCE_EXHAUSTED for an app
+	// (sidecar/apps): who it is, what its scopes allow, how fast it may
+	// publish.
+	Unauthenticated     Reason = "UNAUTHENTICATED"
+	PublishNotAllowed   Reason = "PUBLISH_NOT_ALLOWED"
+	SubscribeNotAllowed Reason = "SUBSCRIBE_NOT_ALLOWED"
+	// RateLimited: the app's publish rate (apps.publish_rate) is used up
+	// for now; ErrorInfo metadata retry_after_ms says when it is not.
+	RateLimited Reason = "RATE_LIMITED"
+
 	// RESOURCE_EXHAUSTED.
 	DiskFull Reason = "DISK_FULL"
 
@@ -152,6 +162,12 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.FailedPrecondition, fix, "the partition's log is damaged: repair it (docs/operations.md), or publish without a key or partition that maps to it"}, true
 	case OffsetOutOfRange:
 		return entry{codes.OutOfRange, fix, "the offset is outside what the partition retains: start from the log start or end"}, true
+	case Unauthenticated:
+		return entry{codes.Unauthenticated, fix, "send \"authorization: Bearer <token>\" with a token of spoold's apps.tokens_file, or reach the sidecar on its Unix socket"}, true
+	case PublishNotAllowed, SubscribeNotAllowed:
+		return entry{codes.PermissionDenied, fix, "the app's scopes in spoold's apps.identities do not allow it: widen them, or use another identity"}, true
+	case RateLimited:
+		return entry{codes.ResourceExhausted, retry, "retry after retry_after_ms (ErrorInfo metadata) with the same message ids, or raise the identity's publish_rate"}, true
 	case DiskFull:
 		return entry{codes.ResourceExhausted, retry, "free disk space on spoold's data_dir (or shorten retention), then retry with the same message ids"}, true
 	case ShuttingDown:
@@ -215,6 +231,7 @@ func All() []Reason {
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
 		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, BackendUnsupported,
 		OffsetOutOfRange,
+		Unauthenticated, PublishNotAllowed, SubscribeNotAllowed, RateLimited,
 		DiskFull,
 		ShuttingDown, NotLeader, LedgerUnavailable, NoLeader, TopicNotPlaced,
 		OutcomeUnknown,

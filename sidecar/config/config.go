@@ -34,6 +34,7 @@ type Config struct {
 	Tracing       TracingConfig        `yaml:"tracing"`
 	Delivery      DeliveryConfig       `yaml:"delivery"`
 	Publish       PublishConfig        `yaml:"publish"`
+	Apps          AppsConfig           `yaml:"apps"`
 }
 
 // PublishConfig bounds what publishing holds in memory, for the whole

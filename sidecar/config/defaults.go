@@ -138,6 +138,7 @@ func (c *Config) ApplyDefaults() {
 		c.Delivery.ReadsInFlight = DefaultDeliveryReadsInFlight
 	}
 	setDur(&c.Delivery.LedgerWriteDelay, DefaultLedgerWriteDelay)
+	c.Apps.applyDefaults()
 
 	s := &c.Storage
 	setString(&s.Backend, BackendEmbedded)

@@ -115,6 +115,7 @@ func (c *Config) Validate() error {
 		c.validateCluster(&v) // a broker backend refuses the cluster section in validateJetStream
 	}
 	c.validateTracing(&v)
+	c.validateApps(&v)
 	if m := c.Delivery.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
 		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
 	}

@@ -52,6 +52,7 @@ func TestValidConfigs(t *testing.T) {
 	// Listen forms that are accepted.
 	c = valid()
 	c.Node.AppListen = []string{":7070", "[::1]:7070", "localhost:0", "unix:///run/spool/app.sock"}
+	c.Apps.TokensFile = "/etc/spool/app-tokens" // :7070 listens beyond loopback
 	c.Subscriptions[0].Delivery = DeliveryCallback
 	c.Subscriptions[0].AppAddress = "unix:///run/app.sock"
 	c.Redis.Addrs = []string{"redis-0:6379", "redis-1:6379"}
@@ -87,9 +88,28 @@ func TestValidateErrors(t *testing.T) {
 		{"app listen relative unix", func(c *Config) { c.Node.AppListen = []string{"unix://app.sock"} }, "node.app_listen[0]", "unix://app.sock", "must be absolute"},
 		{"app listen long unix", func(c *Config) { c.Node.AppListen = []string{"unix:///" + strings.Repeat("s", 120)} }, "node.app_listen[0]", "unix:///" + strings.Repeat("s", 120), "at most 107 bytes"},
 		{"app listen unix scheme typo", func(c *Config) { c.Node.AppListen = []string{"unix:/run/app.sock"} }, "node.app_listen[0]", "unix:/run/app.sock", "unix:///absolute/path"},
-		{"app listen duplicate", func(c *Config) { c.Node.AppListen = []string{":7070", ":7070"} }, "node.app_listen[1]", ":7070", "unique"},
+		{"app listen duplicate", func(c *Config) { c.Node.AppListen = []string{"127.0.0.1:7070", "127.0.0.1:7070"} }, "node.app_listen[1]", "127.0.0.1:7070", "unique"},
 		{"admin listen unix", func(c *Config) { c.Node.AdminListen = "unix:///run/admin.sock" }, "node.admin_listen", "unix:///run/admin.sock", "host:port"},
 		{"admin listen clash", func(c *Config) { c.Node.AdminListen = DefaultAppListen }, "node.admin_listen", DefaultAppListen, "different from every node.app_listen"},
+		// The app port beyond loopback needs authentication, or the loud opt-out.
+		{"app port beyond loopback without auth", func(c *Config) { c.Node.AppListen = []string{"0.0.0.0:7070"} }, "node.app_listen[0]", "0.0.0.0:7070", "apps.tokens_file"},
+		{"app port on a host name without auth", func(c *Config) { c.Node.AppListen = []string{"spool.local:7070"} }, "node.app_listen[0]", "spool.local:7070", "apps.allow_insecure_tcp"},
+		{"app tls key without cert", func(c *Config) { c.Apps.TLSKeyFile = "/k" }, "apps.tls_key_file", "/k", "both or neither"},
+		{"app client CA without cert", func(c *Config) { c.Apps.TLSClientCAFile = "/ca" }, "apps.tls_client_ca_file", "/ca", "only with apps.tls_cert_file"},
+		{"app socket mode without owner write", func(c *Config) { c.Apps.SocketMode = "0400" }, "apps.socket_mode", "0400", "owner read and write"},
+		{"app socket mode not octal", func(c *Config) { c.Apps.SocketMode = "rw-------" }, "apps.socket_mode", "rw-------", "four octal digits"},
+		{"app socket mode too wide", func(c *Config) { c.Apps.SocketMode = "01777" }, "apps.socket_mode", "01777", "four octal digits"},
+		{"default identity", func(c *Config) { c.Apps.DefaultIdentity = "a b" }, "apps.default_identity", "a b", "1 to 128 bytes"},
+		{"app identity duplicate", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a"}, {Name: "a"}} }, "apps.identities[1].name", "a", "unique"},
+		{"app publish scope with a group", func(c *Config) {
+			c.Apps.Identities = []AppIdentityConfig{{Name: "a", Publish: &[]string{"orders:mail"}}}
+		}, "apps.identities[0].publish[0]", "orders:mail", "a topic name"},
+		{"app publish scope star inside", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a", Publish: &[]string{"or*ders"}}} }, "apps.identities[0].publish[0]", "or*ders", "ending in *"},
+		{"app subscribe scope", func(c *Config) {
+			c.Apps.Identities = []AppIdentityConfig{{Name: "a", Subscribe: &[]string{"orders:mail:x"}}}
+		}, "apps.identities[0].subscribe[0]", "orders:mail:x", "topic:group"},
+		{"app rate negative", func(c *Config) { c.Apps.PublishRate = -1 }, "apps.publish_rate", "-1", "0 (unlimited)"},
+		{"app identity burst negative", func(c *Config) { c.Apps.Identities = []AppIdentityConfig{{Name: "a", PublishBurst: -1}} }, "apps.identities[0].publish_burst", "-1", "between 0"},
 		{"drain timeout", func(c *Config) { c.Node.DrainTimeout = -time.Second }, "node.drain_timeout", "-1s", "positive duration"},
 		{"memory limit", func(c *Config) { c.Node.MemoryLimit = 1 << 20 }, "node.memory_limit", "1048576", "or -1 for no limit"},
 		{"memory limit below the budgets", func(c *Config) { c.Node.MemoryLimit = 64 << 20; c.Delivery.MemoryBytes = 48 << 20 }, "node.memory_limit", "67108864", "at least 2 × publish.memory_bytes + delivery.memory_bytes (83886080)"},

@@ -19,6 +19,16 @@ type Server struct {
 	spoolv1.UnimplementedSubscriberServiceServer
 	groups map[string]*Group
 	log    *slog.Logger
+	// authorize, if set, decides whether the caller of ctx may consume
+	// topics as group (sidecar/apps scopes); its error ends the stream.
+	authorize func(ctx context.Context, group string, topics []string) error
+}
+
+// Authorize makes every Subscribe ask f, once its group and topics are
+// resolved, whether the caller may consume them. It returns s.
+func (s *Server) Authorize(f func(ctx context.Context, group string, topics []string) error) *Server {
+	s.authorize = f
+	return s
 }
 
 // NewServer returns a Subscribe server for groups.
@@ -48,6 +58,11 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 	g, topics, maxInFlight, err := s.resolve(st)
 	if err != nil {
 		return err
+	}
+	if s.authorize != nil {
+		if err := s.authorize(ctx, g.Name(), topics); err != nil {
+			return apierr.ToStatus(err)
+		}
 	}
 	c := newConsumer(st.GetConsumerName(), ModeStream, topics, maxInFlight)
 	c.appVersion = cutText(st.GetAppVersion(), maxAppVersionBytes)

@@ -27,6 +27,10 @@ type Metrics struct {
 	// or GOMEMLIMIT; 0: none).
 	MemoryLimit        prometheus.Gauge
 	PublishMemoryWaits prometheus.Counter
+	// Apps (sidecar/apps): refusals by identity and reason, and what each
+	// identity's publish buckets hold.
+	AppDenied     *prometheus.CounterVec // app, reason
+	AppRateTokens *prometheus.GaugeVec   // app, kind (messages, bytes)
 	// LogSyncs counts the embedded log's syncs (spool_log_syncs_total).
 	LogSyncs *LogSyncs
 
@@ -121,6 +125,8 @@ func New() *Metrics {
 		PublishBytes:          counter("publish_bytes_total", "Payload, key and header bytes appended durably.", "topic"),
 		PublishMemory:         prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_bytes", Help: "Bytes of publish requests in flight (received, not yet answered); bounded by publish.memory_bytes."}),
 		LogSyncs:              newLogSyncs(),
+		AppDenied:             counter("app_denied_total", "Calls and publish requests refused to an app, by identity (__other for one not configured) and reason: UNAUTHENTICATED, PUBLISH_NOT_ALLOWED, SUBSCRIBE_NOT_ALLOWED, RATE_LIMITED.", "app", "reason"),
+		AppRateTokens:         gauge("app_rate_tokens", "Tokens left in an identity's publish bucket (kind messages or bytes) after its last publish; negative while a batch larger than the burst is paid back.", "app", "kind"),
 		MemoryLimit:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "memory_limit_bytes", Help: "The Go runtime's soft memory limit (node.memory_limit, or GOMEMLIMIT when set); 0: none."}),
 		PublishMemoryLimit:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_limit_bytes", Help: "publish.memory_bytes: what publish requests in flight may hold."}),
 		PublishMemoryWaits:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_waits_total", Help: "Publish requests that waited for room in publish.memory_bytes (their stream read nothing more meanwhile)."}),

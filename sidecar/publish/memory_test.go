@@ -131,7 +131,7 @@ func TestSubmitDropsPayloadsTheEngineTook(t *testing.T) {
 		payload := make([]byte, 64<<10)
 		runtime.AddCleanup(&payload[0], func(ch chan struct{}) { close(ch) }, freed)
 		msgs := []*spoolv1.PublishMessage{{Id: "m1", Payload: payload}}
-		s.Submit("orders", spoolv1.Acks_ACKS_ALL, msgs, func(r []*spoolv1.PublishResult, err error) {
+		s.Submit(context.Background(), "orders", spoolv1.Acks_ACKS_ALL, msgs, func(r []*spoolv1.PublishResult, err error) {
 			if err != nil {
 				t.Error(err)
 			}

@@ -53,6 +53,11 @@ type Config struct {
 	// whole sidecar (publish.memory_bytes; memory.go). Default
 	// DefaultMemoryBytes.
 	MemoryBytes int64
+	// Admit, if set, decides a valid request of n messages and size bytes
+	// to topic before anything is stored: the caller's scopes and publish
+	// rate (sidecar/apps). ctx is the call's, carrying who the caller is.
+	// Its error is answered like a validation error.
+	Admit func(ctx context.Context, topic string, n, size int) error
 }
 
 // Server implements spoolv1.PublisherServiceServer.
@@ -93,7 +98,7 @@ func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spo
 	if err != nil {
 		return nil, err
 	}
-	s.Submit(req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
+	s.Submit(ctx, req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
 		s.mem.release(held)
 		ch <- answer{r, err}
 	})
@@ -135,13 +140,17 @@ type chunk struct {
 // message (in request order) or an error. acks says when: ACKS_UNSPECIFIED
 // and ACKS_ALL once committed, ACKS_LEADER once on the partition leader's
 // disk (engine.AcksLeader). done may run on the engine's appender goroutine
-// and must not block. A validation error writes nothing.
-func (s *Server) Submit(topic string, acks spoolv1.Acks, msgs []*spoolv1.PublishMessage, done func([]*spoolv1.PublishResult, error)) {
+// and must not block. A validation error, or a refusal of Config.Admit,
+// writes nothing. ctx is the caller's (Admit reads who it is).
+func (s *Server) Submit(ctx context.Context, topic string, acks spoolv1.Acks, msgs []*spoolv1.PublishMessage, done func([]*spoolv1.PublishResult, error)) {
 	b := &batch{s: s, topic: topic, start: time.Now(), done: done}
 	opts, err := produceOptions(acks)
 	var chunks []*chunk
 	if err == nil {
 		chunks, err = s.plan(b, msgs)
+	}
+	if err == nil && s.cfg.Admit != nil {
+		err = s.cfg.Admit(ctx, topic, len(msgs), b.bytes)
 	}
 	if err != nil {
 		b.reject(err, len(msgs))

@@ -49,7 +49,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[spoolv1.PublishSt
 			<-slots
 			return <-sendErr
 		}
-		s.Submit(req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
+		s.Submit(ctx, req.GetTopic(), req.GetAcks(), req.GetMessages(), func(r []*spoolv1.PublishResult, err error) {
 			s.mem.release(held)
 			resp := &spoolv1.PublishStreamResponse{Sequence: seq, Results: r}
 			if err != nil {
