@@ -36,7 +36,11 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 			m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
 		}}
 		if cfg.Cluster.Enabled() {
-			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: clusterConfig(cfg), Hooks: hooks})
+			cc, err := clusterConfig(cfg)
+			if err != nil {
+				return nil, err
+			}
+			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: cc, Hooks: hooks})
 		}
 		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks})
 	case config.BackendJetStream:
@@ -202,9 +206,17 @@ func (a *admin) clusterAdmin(op string) (engine.ClusterAdmin, error) {
 }
 
 // clusterConfig is the engine's view of the cluster section.
-func clusterConfig(cfg *config.Config) cluster.ClusterConfig {
+func clusterConfig(cfg *config.Config) (cluster.ClusterConfig, error) {
 	cl := cfg.Cluster
+	var secret []byte
+	if cl.JoinSecretFile != "" {
+		var err error
+		if secret, err = config.ReadJoinSecret(cl.JoinSecretFile); err != nil {
+			return cluster.ClusterConfig{}, fmt.Errorf("cluster.join_secret_file %s: want %v", cl.JoinSecretFile, err)
+		}
+	}
 	return cluster.ClusterConfig{
+		JoinSecret:         secret,
 		Listen:             cl.Listen,
 		Advertise:          cl.Advertise,
 		Join:               cl.Join,
@@ -213,7 +225,7 @@ func clusterConfig(cfg *config.Config) cluster.ClusterConfig {
 		ProduceTimeout:     cl.ProduceTimeout,
 		DeadNodeTimeout:    cl.DeadNodeTimeout,
 		MoveBytesPerSecond: cl.MoveBytesPerSecond,
-		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile},
+		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile, PeerURIPrefix: cl.TLS.PeerURIPrefix},
 		StorageOff:         cl.Storage == config.StorageOff,
-	}
+	}, nil
 }

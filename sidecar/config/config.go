@@ -135,7 +135,17 @@ type ClusterConfig struct {
 	// 32 MiB/s, 1 MiB/s to 10 GiB/s.
 	MoveBytesPerSecond int64 `yaml:"move_bytes_per_second"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
+	// Required outside node.dev unless Insecure is set (docs/security.md).
 	TLS ClusterTLSConfig `yaml:"tls"`
+	// Insecure runs the peer port without TLS outside node.dev: anything
+	// that reaches it can read the cluster's data and, without a join
+	// secret, join it. For networks where nothing else can reach the port.
+	// Default false.
+	Insecure bool `yaml:"insecure"`
+	// JoinSecretFile holds the secret a node must present to join (the
+	// same file content on every node; 16 to 1024 bytes, one trailing
+	// newline ignored). Read at start. Empty: no join secret.
+	JoinSecretFile string `yaml:"join_secret_file"`
 	// Storage "off" makes a sidecar that holds no replicas and is not a
 	// member: it learns the cluster from the nodes in Join and publishes
 	// and reads through them (autoscaled stateless pods). Default "on".
@@ -163,6 +173,11 @@ type ClusterTLSConfig struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
 	CAFile   string `yaml:"ca_file"`
+	// PeerURIPrefix names the cluster's nodes' certificate identities (URI
+	// SANs): equal to it, or any URI below it when it ends in "/".
+	// Default: this node's own certificate's spiffe:// URI SAN (every node
+	// shares one identity).
+	PeerURIPrefix string `yaml:"peer_uri_prefix"`
 }
 
 // Storage modes of a cluster node.

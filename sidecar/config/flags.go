@@ -171,6 +171,16 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		return nil
 	})
 	str("cluster-listen", "host:port where peers reach this node; turns clustering on (cluster.listen)", func(c *Config, v string) { c.Cluster.Listen = v })
+	fs.BoolFunc("cluster-insecure", "run the peer port without TLS outside --dev: only where nothing else can reach it (cluster.insecure)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		apply(func(c *Config) { c.Cluster.Insecure = b })
+		return nil
+	})
+	str("cluster-join-secret-file", "file holding the secret a node presents to join (cluster.join_secret_file)", func(c *Config, v string) { c.Cluster.JoinSecretFile = v })
+	str("cluster-tls-peer-uri-prefix", "the certificate identities (URI SANs) of the cluster's nodes (cluster.tls.peer_uri_prefix)", func(c *Config, v string) { c.Cluster.TLS.PeerURIPrefix = v })
 	str("cluster-advertise", "host:port peers dial, when cluster.listen is a wildcard (cluster.advertise)", func(c *Config, v string) { c.Cluster.Advertise = v })
 	list("join", "peer host:port of the cluster to join; repeatable or comma-separated (cluster.join)",
 		func(c *Config) *[]string { return &c.Cluster.Join })

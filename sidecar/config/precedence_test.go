@@ -214,8 +214,8 @@ func TestClusterStorageByEnvAndFlag(t *testing.T) {
 	}{
 		{"env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off", "SPOOL_JOIN": "spool-peers.shop.svc:7072"}, nil, StorageOff},
 		{"flag", nil, []string{"--cluster-storage", "off", "--join", "spool-peers.shop.svc:7072"}, StorageOff},
-		{"flag over env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off"}, []string{"--cluster-storage=on", "--cluster-listen", "0.0.0.0:7072", "--cluster-advertise", "10.0.0.7:7072"}, StorageOn},
-		{"empty env is unset", map[string]string{"SPOOL_CLUSTER_STORAGE": ""}, []string{"--cluster-listen", "127.0.0.1:7072"}, StorageOn},
+		{"flag over env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off"}, []string{"--cluster-storage=on", "--cluster-listen", "0.0.0.0:7072", "--cluster-advertise", "10.0.0.7:7072", "--cluster-insecure"}, StorageOn},
+		{"empty env is unset", map[string]string{"SPOOL_CLUSTER_STORAGE": ""}, []string{"--cluster-listen", "127.0.0.1:7072", "--cluster-insecure"}, StorageOn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("spoold", flag.ContinueOnError)

@@ -1,11 +1,13 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -435,6 +437,43 @@ func anyPort(addr string) bool {
 	return err == nil && port == "0"
 }
 
+// validateClusterSecurity: mutual TLS between the nodes unless the node
+// is a dev one or the operator says the peer port is unreachable to
+// others (cluster.insecure).
+func (c *Config) validateClusterSecurity(v *validator) {
+	cl := &c.Cluster
+	t := cl.TLS
+	switch {
+	case (t.CertFile != "" || t.KeyFile != "" || t.CAFile != "") && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == ""):
+		v.add("cluster.tls", fmt.Sprintf("cert_file=%q key_file=%q ca_file=%q", t.CertFile, t.KeyFile, t.CAFile), "all three files set (mutual TLS between nodes), or none")
+	case t.CertFile == "" && !cl.Insecure && !c.Node.Dev:
+		v.add("cluster.tls", "none", "cert_file, key_file and ca_file: a cluster's nodes authenticate each other with mutual TLS (docs/security.md, \"Peers\"); "+
+			"set cluster.insecure: true only where nothing else can reach cluster.listen")
+	case t.PeerURIPrefix != "" && t.CertFile == "":
+		v.add("cluster.tls.peer_uri_prefix", t.PeerURIPrefix, "unset unless cluster.tls names the certificate files")
+	}
+}
+
+// Join secrets' sizes.
+const (
+	MinJoinSecretBytes = 16
+	MaxJoinSecretBytes = 1024
+)
+
+// ReadJoinSecret reads a join secret file (cluster.join_secret_file, at
+// start): 16 to 1024 bytes, one trailing newline ignored.
+func ReadJoinSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("a readable file: %v", err)
+	}
+	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
+	if len(b) < MinJoinSecretBytes || len(b) > MaxJoinSecretBytes {
+		return nil, fmt.Errorf("a file of %d to %d bytes (it has %d): a random secret, like `head -c 32 /dev/urandom | base64`", MinJoinSecretBytes, MaxJoinSecretBytes, len(b))
+	}
+	return b, nil
+}
+
 func (c *Config) validateCluster(v *validator) {
 	cl := &c.Cluster
 	if !cl.Enabled() {
@@ -479,9 +518,7 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.ReplicationFactor < 1 || cl.ReplicationFactor > MaxReplicationFactor {
 		v.add("cluster.replication_factor", strconv.Itoa(cl.ReplicationFactor), fmt.Sprintf("1 to %d", MaxReplicationFactor))
 	}
-	if t := cl.TLS; (t.CertFile != "" || t.KeyFile != "" || t.CAFile != "") && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == "") {
-		v.add("cluster.tls", fmt.Sprintf("cert_file=%q key_file=%q ca_file=%q", t.CertFile, t.KeyFile, t.CAFile), "all three files set (mutual TLS between nodes), or none")
-	}
+	c.validateClusterSecurity(v)
 	if cl.ProduceTimeout <= 0 {
 		v.add("cluster.produce_timeout", cl.ProduceTimeout.String(), "a positive duration, like 10s")
 	}

@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -272,6 +274,7 @@ func TestValidateLeaveOnShutdown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()
 			c.Cluster.Listen = "127.0.0.1:7072"
+			c.Cluster.Insecure = true
 			c.Cluster.LeaveOnShutdown = true
 			c.ApplyDefaults()
 			if err := c.Validate(); err != nil {
@@ -372,5 +375,57 @@ func TestStorageBackend(t *testing.T) {
 	c.Node.DataDir = ""
 	if errs := fieldErrors(c.Validate()); len(errs) != 1 || errs[0].Field != "node.data_dir" {
 		t.Fatalf("embedded without data_dir: %v", errs)
+	}
+}
+
+// A cluster node outside dev mode needs mutual TLS between the nodes, or
+// the operator's explicit cluster.insecure; a join secret file (read at
+// start) must hold a secret of a sensible size.
+func TestValidateClusterSecurity(t *testing.T) {
+	dir := t.TempDir()
+	short, good := filepath.Join(dir, "short"), filepath.Join(dir, "good")
+	if err := os.WriteFile(short, []byte("pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		field  string // "" : valid
+	}{
+		{"no tls", func(c *Config) {}, "cluster.tls"},
+		{"insecure", func(c *Config) { c.Cluster.Insecure = true }, ""},
+		{"dev", func(c *Config) { c.Node.Dev = true }, ""},
+		{"tls", func(c *Config) {
+			c.Cluster.TLS = ClusterTLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca", PeerURIPrefix: "spiffe://td/spool/"}
+		}, ""},
+		{"prefix without tls", func(c *Config) { c.Cluster.Insecure = true; c.Cluster.TLS.PeerURIPrefix = "spiffe://td/" }, "cluster.tls.peer_uri_prefix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			c.Cluster.Listen = "127.0.0.1:7072"
+			tc.mutate(&c)
+			c.ApplyDefaults()
+			err := c.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("Validate = %v, want a refusal of %s", err, tc.field)
+			}
+		})
+	}
+	if b, err := ReadJoinSecret(good); err != nil || string(b) != "0123456789abcdef0123" {
+		t.Fatalf("ReadJoinSecret = %q, %v", b, err)
+	}
+	for _, bad := range []string{short, filepath.Join(dir, "none")} {
+		if _, err := ReadJoinSecret(bad); err == nil {
+			t.Fatalf("ReadJoinSecret(%s) took it", bad)
+		}
 	}
 }
