@@ -28,6 +28,11 @@ type RedisOptions struct {
 	// per-call Timeout) bounds the call as a whole.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	PoolSize                               int // 0: go-redis's default (10 per GOMAXPROCS)
+	// OnMalformed, if set, is called for every entry under the prefix that
+	// is not in the ledger's format (docs/ledger.md, "Malformed entries"),
+	// with the operation that met it. The sidecar counts them and warns.
+	// It runs on the caller's goroutine and must not block.
+	OnMalformed func(op, group, key string)
 }
 
 const (
@@ -66,8 +71,9 @@ func (o *RedisOptions) validate() error {
 // MaxBatch keys (EVALSHA, falling back to EVAL when the server lost its
 // script cache). Safe for concurrent use.
 type Redis struct {
-	c      redis.UniversalClient
-	closed atomic.Bool
+	c           redis.UniversalClient
+	onMalformed func(op, group, key string)
+	closed      atomic.Bool
 }
 
 var _ Ledger = (*Redis)(nil)
@@ -101,7 +107,7 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 		ClientName:      "spool-ledger",
 		DisableIdentity: true,
 	})
-	return &Redis{c: c}, nil
+	return &Redis{c: c, onMalformed: opts.OnMalformed}, nil
 }
 
 // Close releases the connections. Calls after Close fail with ErrClosed.
@@ -119,6 +125,15 @@ func (r *Redis) Ping(ctx context.Context) error {
 		return ErrClosed
 	}
 	return r.c.Ping(ctx).Err()
+}
+
+// malformedOf returns the decoders' callback for a batch of keys: it
+// reports keys[i] through OnMalformed (nil when there is no hook).
+func (r *Redis) malformedOf(op, group string, keys []string) func(i int) {
+	if r.onMalformed == nil {
+		return nil
+	}
+	return func(i int) { r.onMalformed(op, group, keys[i]) }
 }
 
 func (r *Redis) run(ctx context.Context, op string, s *redis.Script, keys []string, args []any) ([]any, error) {
@@ -158,7 +173,7 @@ func (r *Redis) Claim(ctx context.Context, group, owner string, now time.Time, t
 		if err != nil {
 			return nil, err
 		}
-		if out, err = decodeClaims(out, arr, len(chunk)); err != nil {
+		if out, err = decodeClaims(out, arr, len(chunk), r.malformedOf("claim", group, keys)); err != nil {
 			return nil, err
 		}
 	}
@@ -201,7 +216,7 @@ func (r *Redis) finish(ctx context.Context, op string, s *redis.Script, group st
 		if err != nil {
 			return err
 		}
-		if _, err := decodeFlags(arr, len(chunk)); err != nil {
+		if _, err := decodeFlags(arr, len(chunk), r.malformedOf(op, group, keys)); err != nil {
 			return fmt.Errorf("ledger %s: %w", op, err)
 		}
 	}
@@ -232,7 +247,7 @@ func (r *Redis) Release(ctx context.Context, group string, ttl time.Duration, it
 		if err != nil {
 			return err
 		}
-		if _, err := decodeFlags(arr, len(chunk)); err != nil {
+		if _, err := decodeFlags(arr, len(chunk), r.malformedOf("release", group, keys)); err != nil {
 			return fmt.Errorf("ledger release: %w", err)
 		}
 	}
@@ -255,7 +270,7 @@ func (r *Redis) Reset(ctx context.Context, group string, ids []string) ([]ResetR
 		if err != nil {
 			return nil, err
 		}
-		if out, err = decodeResets(out, arr, len(chunk)); err != nil {
+		if out, err = decodeResets(out, arr, len(chunk), r.malformedOf("reset", group, keys)); err != nil {
 			return nil, fmt.Errorf("ledger reset: %w", err)
 		}
 	}
