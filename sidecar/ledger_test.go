@@ -106,3 +106,49 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A malformed entry under the ledger's prefix is counted in
+// spool_ledger_malformed_entries_total{op} every time, and logged once (a
+// Redis someone fills with junk must not flood the log).
+func TestLedgerMalformedEntriesCountedAndWarnedOnce(t *testing.T) {
+	srv := testredis.Start(t)
+	var logs syncBuffer
+	m := metrics.New()
+	led, err := newLedger(&config.Config{Redis: config.RedisConfig{Addrs: []string{srv.Addr()}}}, m, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := srv.Do("SET", ledger.Key("g", id), "junk\x1b[31m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease := time.Now().Add(time.Minute)
+	if _, err := led.Claim(ctx, "g", "n1", time.Now(), 0, []ledger.Claim{{ID: "a", Lease: lease}, {ID: "b", Lease: lease}, {ID: "ok", Lease: lease}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := led.Reset(ctx, "g", []string{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	for op, want := range map[string]float64{"claim": 2, "reset": 1} {
+		var out dto.Metric
+		if err := m.LedgerMalformed.WithLabelValues(op).Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.GetCounter().GetValue(); got != want {
+			t.Errorf("spool_ledger_malformed_entries_total{op=%q} = %v, want %v", op, got, want)
+		}
+	}
+	n := 0
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "malformed") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d log lines about malformed entries, want 1:\n%s", n, logs.String())
+	}
+}
