@@ -28,6 +28,11 @@ type RedisOptions struct {
 	// per-call Timeout) bounds the call as a whole.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	PoolSize                               int // 0: go-redis's default (10 per GOMAXPROCS)
+	// KeyPrefix is put before every key (empty: DefaultKeyPrefix). One
+	// prefix per installation sharing a Redis; the ACL user's key pattern
+	// is KeyPrefix + "*". At most MaxKeyPrefixBytes, no whitespace, control
+	// characters or braces (a brace would change the Cluster hash tag).
+	KeyPrefix string
 	// OnMalformed, if set, is called for every entry under the prefix that
 	// is not in the ledger's format (docs/ledger.md, "Malformed entries"),
 	// with the operation that met it. The sidecar counts them and warns.
@@ -55,6 +60,12 @@ func (o *RedisOptions) validate() error {
 	if o.DB != 0 && o.MasterName == "" && len(o.Addrs) > 1 {
 		return fmt.Errorf("%w: redis db %d: a Cluster has only db 0", ErrInvalid, o.DB)
 	}
+	if err := CheckKeyPrefix(o.KeyPrefix); err != nil {
+		return err
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = DefaultKeyPrefix
+	}
 	if o.DialTimeout == 0 {
 		o.DialTimeout = defaultDialTimeout
 	}
@@ -72,6 +83,7 @@ func (o *RedisOptions) validate() error {
 // script cache). Safe for concurrent use.
 type Redis struct {
 	c           redis.UniversalClient
+	prefix      string
 	onMalformed func(op, group, key string)
 	closed      atomic.Bool
 }
@@ -107,7 +119,7 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 		ClientName:      "spool-ledger",
 		DisableIdentity: true,
 	})
-	return &Redis{c: c, onMalformed: opts.OnMalformed}, nil
+	return &Redis{c: c, prefix: opts.KeyPrefix, onMalformed: opts.OnMalformed}, nil
 }
 
 // Close releases the connections. Calls after Close fail with ErrClosed.
@@ -166,7 +178,7 @@ func (r *Redis) Claim(ctx context.Context, group, owner string, now time.Time, t
 		args := make([]any, 3, 3+len(chunk))
 		args[0], args[1], args[2] = owner, nowMs, ttlMs
 		for i, c := range chunk {
-			keys[i] = Key(group, c.ID)
+			keys[i] = keyOf(r.prefix, group, c.ID)
 			args = append(args, strconv.FormatInt(unixMs(c.Lease), 10))
 		}
 		arr, err := r.run(ctx, "claim", claimScript, keys, args)
@@ -209,7 +221,7 @@ func (r *Redis) finish(ctx context.Context, op string, s *redis.Script, group st
 		args := make([]any, 1, 1+2*len(chunk))
 		args[0] = ttlMs
 		for i, it := range chunk {
-			keys[i] = Key(group, it.ID)
+			keys[i] = keyOf(r.prefix, group, it.ID)
 			args = argsOf(args, it)
 		}
 		arr, err := r.run(ctx, op, s, keys, args)
@@ -236,7 +248,7 @@ func (r *Redis) Release(ctx context.Context, group string, ttl time.Duration, it
 		args := make([]any, 1, 1+3*len(chunk))
 		args[0] = ttlMs
 		for i, it := range chunk {
-			keys[i] = Key(group, it.ID)
+			keys[i] = keyOf(r.prefix, group, it.ID)
 			uncount := "0"
 			if it.Uncount {
 				uncount = "1"
@@ -264,7 +276,7 @@ func (r *Redis) Reset(ctx context.Context, group string, ids []string) ([]ResetR
 		chunk := ids[start:min(start+MaxBatch, len(ids))]
 		keys := make([]string, len(chunk))
 		for i, id := range chunk {
-			keys[i] = Key(group, id)
+			keys[i] = keyOf(r.prefix, group, id)
 		}
 		arr, err := r.run(ctx, "reset", resetScript, keys, nil)
 		if err != nil {
