@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -27,9 +26,13 @@ func newLedger(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (led
 		return nil, nil
 	}
 	opts := ledger.RedisOptions{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
-		OnMalformed: malformedHook(m, logger)}
-	if r.TLS {
-		opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		KeyPrefix: r.KeyPrefix, OnMalformed: malformedHook(m, logger)}
+	if r.TLS.On() {
+		tc, err := ledger.TLSFiles{CAFile: r.TLS.CAFile, CertFile: r.TLS.CertFile, KeyFile: r.TLS.KeyFile, ServerName: r.TLS.ServerName}.Config()
+		if err != nil {
+			return nil, fmt.Errorf("redis ledger: %w", err)
+		}
+		opts.TLS = tc
 	}
 	red, err := ledger.NewRedis(opts)
 	if err != nil {
