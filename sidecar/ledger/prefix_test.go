@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spoolmq/spool/internal/testredis"
@@ -53,4 +54,24 @@ func TestRedisKeyPrefixValidated(t *testing.T) {
 	r, err := NewRedis(RedisOptions{Addrs: []string{"127.0.0.1:1"}, KeyPrefix: strings.Repeat("p", MaxKeyPrefixBytes)})
 	must(t, err)
 	_ = r.Close()
+}
+
+// The documented ACL rule with the installation's prefix as its key
+// pattern (~<key_prefix>*) is enough for every call, and keeps the user
+// out of another installation's prefix on the same Redis.
+func TestACLKeyPatternPerPrefix(t *testing.T) {
+	rule := docACL(t, false)
+	shopA := strings.Replace(rule, "~spool:l:*", "~shop-a:l:*", 1)
+	if shopA == rule {
+		t.Fatalf("documented rule %q has no ~spool:l:* key pattern", rule)
+	}
+	srv := testredis.StartWith(t, testredis.Options{Users: []string{shopA}})
+	r := newACLRedis(t, RedisOptions{Addrs: []string{srv.Addr()}, Username: "spool", Password: "secret", KeyPrefix: "shop-a:l:"})
+	aclRoundTrip(t, r, "acl", flushScripts(t, srv))
+	other := newACLRedis(t, RedisOptions{Addrs: []string{srv.Addr()}, Username: "spool", Password: "secret", KeyPrefix: "shop-b:l:"})
+	_, err := other.Claim(ctxT(t), "acl", ownerA, t0, dayTTL, []Claim{{ID: "m", Lease: t0.Add(time.Minute)}})
+	if err == nil || !(strings.Contains(err.Error(), "NOPERM") || strings.Contains(err.Error(), "no permissions")) {
+		t.Fatalf("claim under another installation's prefix: %v, want a permission error", err)
+	}
+	t.Logf("claim under shop-b:l: as shop-a's user: %v", err)
 }
