@@ -246,9 +246,11 @@ join (the peers of this pod: a list of host:port).
   resources:
     {{- toYaml $v.spoold.resources | nindent 4 }}
   securityContext:
+    runAsNonRoot: true
     allowPrivilegeEscalation: false
     readOnlyRootFilesystem: true
     capabilities: {drop: [ALL]}
+    seccompProfile: {type: RuntimeDefault}
   volumeMounts:
     - {name: spool-config, mountPath: /etc/spool, readOnly: true}
     - {name: spool-socket, mountPath: /run/spool}
