@@ -255,3 +255,47 @@ func (l labelSet) Lookup(k string) (string, bool) {
 	v, ok := l[k]
 	return v, ok
 }
+
+// redis.keyPrefix and redis.tls.secretName reach spoold: the file names
+// the prefix and the Secret's files, and spoold's container mounts the
+// Secret read-only where the file says.
+func TestChartRedisKeyPrefixAndTLS(t *testing.T) {
+	vf := filepath.Join(t.TempDir(), "redis.yaml")
+	if err := os.WriteFile(vf, []byte("redis:\n  addrs: [\"redis.data:6379\"]\n  keyPrefix: \"shop-a:l:\"\n  tls: {secretName: orders-redis-tls, serverName: redis.data.svc}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render(t, vf, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkWorkloads(t, objs)
+	var text string
+	for _, o := range objs {
+		if cm, ok := o.obj.(*corev1.ConfigMap); ok {
+			for _, v := range cm.Data {
+				text += v
+			}
+		}
+	}
+	text = strings.ReplaceAll(text, "'", "")
+	for _, want := range []string{"key_prefix: shop-a:l:", "ca_file: /etc/spool-redis-tls/ca.crt", "cert_file: /etc/spool-redis-tls/tls.crt", "key_file: /etc/spool-redis-tls/tls.key", "server_name: redis.data.svc"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("spool.yaml lacks %q:\n%s", want, text)
+		}
+	}
+	for where, tmpl := range podsOf(objs) {
+		vol := slices.IndexFunc(tmpl.Spec.Volumes, func(v corev1.Volume) bool {
+			return v.Secret != nil && v.Secret.SecretName == "orders-redis-tls"
+		})
+		if vol < 0 {
+			t.Fatalf("%s: no volume of the Secret orders-redis-tls", where)
+		}
+		for _, c := range slices.Concat(tmpl.Spec.InitContainers, tmpl.Spec.Containers) {
+			if c.Name == "spoold" && !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == tmpl.Spec.Volumes[vol].Name && m.MountPath == "/etc/spool-redis-tls" && m.ReadOnly
+			}) {
+				t.Errorf("%s: spoold does not mount the Redis TLS Secret read-only at /etc/spool-redis-tls", where)
+			}
+		}
+	}
+}
