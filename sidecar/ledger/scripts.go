@@ -95,8 +95,8 @@ end
 
 // claimScript: ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] ttl (ms),
 // ARGV[3+i] lease deadline for KEYS[i] (unix ms).
-// Reply: 5 values per key: status, token, attempts, busy_until (unix ms,
-// 0 unless busy), last error.
+// Reply: 5 values per key: status (codeGranted..codeGrantedMalformed),
+// token, attempts, busy_until (unix ms, 0 unless busy), last error.
 var claimScript = redis.NewScript(entryLua + `
 local owner = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -148,7 +148,8 @@ return out
 
 // completeScript: ARGV[1] ttl (ms), then per KEYS[i] two values at
 // ARGV[2i], ARGV[2i+1]: token, attempts the claim answered ("0": unknown).
-// in_progress with that token → done. Reply: 1 applied / 0 not, per key.
+// in_progress with that token → done. Reply per key: flagApplied,
+// flagIgnored or flagMalformed.
 //
 // The common case is one command: SET XX GET writes the done entry the
 // caller expects (its token and attempts, no last error), and the old
@@ -184,7 +185,7 @@ return out
 // releaseScript: ARGV[1] ttl (ms), then per KEYS[i] three values at
 // ARGV[3i-1..3i+1]: token, error text (empty: keep the previous one),
 // uncount ("1": attempts -= 1, not below 0).
-// in_progress with that token → released. Reply: 1 applied / 0 not.
+// in_progress with that token → released. Reply: a flag per key.
 var releaseScript = redis.NewScript(entryLua + `
 local ttl = ARGV[1]
 local out = {}
@@ -214,7 +215,7 @@ return out
 `)
 
 // deadScript: ARGV[1] ttl (ms), ARGV[1+i] token for KEYS[i].
-// in_progress or released with that token → dead. Reply: 1 applied / 0 not.
+// in_progress or released with that token → dead. Reply: a flag per key.
 var deadScript = redis.NewScript(entryLua + `
 local ttl = ARGV[1]
 local out = {}
@@ -237,7 +238,7 @@ return out
 // resetScript: no ARGV. done → untouched (2); no state → absent (3);
 // anything else → every field but the token cleared (1): the next Claim
 // starts at attempt 1 with token+1, so a fencing token is never handed out
-// twice. The key keeps its TTL.
+// twice. The key keeps its TTL. Malformed → untouched (4).
 var resetScript = redis.NewScript(entryLua + `
 local out = {}
 for i = 1, #KEYS do
