@@ -167,6 +167,21 @@ for i = 1, #KEYS do
   if wrongtype(old) then
     out[i] = 2 -- SET ... GET wrote nothing to a key of another type
   elseif old then
+    -- The common case without a full parse: held under tok (the head),
+    -- a lease in range, the attempts the caller passed (digits: the Go
+    -- side formats them) and no last error; the owner may be any text
+    -- without a newline, which the field split ensures.
+    local head = 'in_progress\n' .. tok .. '\n'
+    if string.sub(old, 1, #head) == head then
+      local a = string.find(old, '\n', #head + 1, true)
+      local b = a and string.find(old, '\n', a + 1, true)
+      local c = b and string.find(old, '\n', b + 1, true)
+      if c == #old and string.sub(old, b + 1, c - 1) == att and num(string.sub(old, #head + 1, a - 1), 15) then
+        out[i] = 1
+      end
+    end
+  end
+  if out[i] == 0 and old and not wrongtype(old) then
     local e = parse(old)
     if e and e.state == 'in_progress' and e.token == tok then
       out[i] = 1
