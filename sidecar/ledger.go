@@ -2,9 +2,9 @@ package sidecar
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/sidecar/config"
@@ -25,9 +25,14 @@ func newLedger(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (led
 		logger.Warn("no redis.addrs: delivering without the idempotency ledger (at-least-once, no dedupe by message id)")
 		return nil, nil
 	}
-	opts := ledger.RedisOptions{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB}
-	if r.TLS {
-		opts.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	opts := ledger.RedisOptions{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
+		KeyPrefix: r.KeyPrefix, OnMalformed: malformedHook(m, logger)}
+	if r.TLS.On() {
+		tc, err := ledger.TLSFiles{CAFile: r.TLS.CAFile, CertFile: r.TLS.CertFile, KeyFile: r.TLS.KeyFile, ServerName: r.TLS.ServerName}.Config()
+		if err != nil {
+			return nil, fmt.Errorf("redis ledger: %w", err)
+		}
+		opts.TLS = tc
 	}
 	red, err := ledger.NewRedis(opts)
 	if err != nil {
@@ -44,6 +49,21 @@ func newLedger(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (led
 		m.LedgerAvailable.Set(1)
 	}
 	return ledger.NewBreaker(red, ledger.BreakerConfig{Logger: logger}, ledgerHooks{m: m}), nil
+}
+
+// malformedHook counts every malformed ledger entry met and logs the first
+// one only: entries under the prefix are written by whoever can write to
+// Redis, and a Redis filled with junk must not flood the log. The key is
+// logged quoted (%q): it may hold control characters.
+func malformedHook(m *metrics.Metrics, logger *slog.Logger) func(op, group, key string) {
+	var warned atomic.Bool
+	return func(op, group, key string) {
+		m.LedgerMalformed.WithLabelValues(op).Inc()
+		if !warned.Swap(true) {
+			logger.Warn("redis ledger: an entry under the key prefix is malformed; it is treated as unknown (claim overwrites it), only its own message is affected; further ones are counted in spool_ledger_malformed_entries_total",
+				"op", op, "group", group, "key", fmt.Sprintf("%q", key))
+		}
+	}
 }
 
 // ledgerHooks turns ledger events into metrics (the Breaker logs its own

@@ -106,3 +106,79 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A malformed entry under the ledger's prefix is counted in
+// spool_ledger_malformed_entries_total{op} every time, and logged once (a
+// Redis someone fills with junk must not flood the log).
+func TestLedgerMalformedEntriesCountedAndWarnedOnce(t *testing.T) {
+	srv := testredis.Start(t)
+	var logs syncBuffer
+	m := metrics.New()
+	led, err := newLedger(&config.Config{Redis: config.RedisConfig{Addrs: []string{srv.Addr()}}}, m, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := srv.Do("SET", ledger.Key("g", id), "junk\x1b[31m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease := time.Now().Add(time.Minute)
+	if _, err := led.Claim(ctx, "g", "n1", time.Now(), 0, []ledger.Claim{{ID: "a", Lease: lease}, {ID: "b", Lease: lease}, {ID: "ok", Lease: lease}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := led.Reset(ctx, "g", []string{"c"}); err != nil {
+		t.Fatal(err)
+	}
+	for op, want := range map[string]float64{"claim": 2, "reset": 1} {
+		var out dto.Metric
+		if err := m.LedgerMalformed.WithLabelValues(op).Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.GetCounter().GetValue(); got != want {
+			t.Errorf("spool_ledger_malformed_entries_total{op=%q} = %v, want %v", op, got, want)
+		}
+	}
+	n := 0
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "malformed") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d log lines about malformed entries, want 1:\n%s", n, logs.String())
+	}
+}
+
+// redis.key_prefix and redis.tls's files reach the ledger: a spoold with a
+// client certificate writes its entries under its prefix on a Redis that
+// requires client certificates. The config's prefix rule is the ledger's.
+func TestLedgerKeyPrefixAndTLSFilesFromConfig(t *testing.T) {
+	if config.MaxRedisKeyPrefixBytes != ledger.MaxKeyPrefixBytes || config.DefaultRedisKeyPrefix != ledger.DefaultKeyPrefix {
+		t.Fatal("sidecar/config and sidecar/ledger disagree on the key prefix's default or bound")
+	}
+	srv := testredis.StartWith(t, testredis.Options{TLS: true, TLSClientAuth: true})
+	ca, cert, key := srv.TLSFiles()
+	cfg := &config.Config{Redis: config.RedisConfig{Addrs: []string{srv.Addr()}, KeyPrefix: "shop-a:l:",
+		TLS: config.RedisTLSConfig{CAFile: ca, CertFile: cert, KeyFile: key, ServerName: "localhost"}}}
+	led, err := newLedger(cfg, metrics.New(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := led.Claim(ctx, "g", "n1", time.Now(), 0, []ledger.Claim{{ID: "m", Lease: time.Now().Add(time.Minute)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := srv.Do("EXISTS", "shop-a:l:{g}:m"); err != nil || n != int64(1) {
+		t.Fatalf("EXISTS shop-a:l:{g}:m = %v, %v; want 1", n, err)
+	}
+	cfg.Redis.TLS.CAFile = cert + ".missing"
+	if _, err := newLedger(cfg, metrics.New(), slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "CA file") {
+		t.Fatalf("a missing CA file: %v, want an error naming it", err)
+	}
+}

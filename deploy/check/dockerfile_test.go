@@ -7,6 +7,9 @@ import (
 	"testing"
 )
 
+// pinned is an image reference with a digest.
+var pinned = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
+
 // The Dockerfile builds static binaries and every image it ships runs them
 // as a non-root user (hadolint is not packaged in Debian; these are the
 // rules that matter for the sidecar).
@@ -20,6 +23,7 @@ func TestDockerfile(t *testing.T) {
 		builds           []string
 	}
 	var stages []*stage
+	args := map[string]string{} // ARGs before the first FROM: what FROM may use
 	// Join continued lines, drop comments.
 	text := strings.ReplaceAll(string(b), "\\\n", " ")
 	for _, line := range strings.Split(text, "\n") {
@@ -29,9 +33,14 @@ func TestDockerfile(t *testing.T) {
 		}
 		word, rest, _ := strings.Cut(line, " ")
 		switch strings.ToUpper(word) {
+		case "ARG":
+			if len(stages) == 0 {
+				name, def, _ := strings.Cut(strings.TrimSpace(rest), "=")
+				args[name] = def
+			}
 		case "FROM":
 			f := strings.Fields(rest)
-			s := &stage{base: f[0]}
+			s := &stage{base: os.Expand(f[0], func(k string) string { return args[k] })}
 			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
 				s.name = f[2]
 			}
@@ -50,7 +59,15 @@ func TestDockerfile(t *testing.T) {
 		t.Fatalf("want a build stage and image stages, found %d stages", len(stages))
 	}
 	images := 0
+	named := map[string]bool{}
 	for _, s := range stages {
+		// Every base from a registry is pinned by digest: a tag can be
+		// moved to another image (by its owner or by whoever takes over
+		// the registry account) and the next build would ship it.
+		if !named[s.base] && !pinned.MatchString(s.base) {
+			t.Errorf("stage %s is based on %q, not pinned by digest: write image:tag@sha256:<64 hex> (crane digest image:tag)", s.name, s.base)
+		}
+		named[s.name] = true
 		for _, cmd := range s.builds {
 			if !strings.Contains(cmd, "CGO_ENABLED=0") {
 				t.Errorf("stage %s: %q is not a static build: set CGO_ENABLED=0 (the images have no libc)", s.name, cmd)

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -57,6 +58,8 @@ func newTyped(apiVersion, kind string) (any, bool) {
 		return &rbacv1.Role{}, true
 	case "rbac.authorization.k8s.io/v1/RoleBinding":
 		return &rbacv1.RoleBinding{}, true
+	case "networking.k8s.io/v1/NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, true
 	}
 	return nil, false
 }

@@ -276,11 +276,16 @@ func sidecar(s settings) corev1.Container {
 		ReadinessProbe: probe("/readyz", 5, 3),
 		LivenessProbe:  probe("/healthz", 10, 3),
 		Resources:      s.resources,
+		// What the "restricted" Pod Security Standard asks of a container,
+		// set on spoold itself so that it holds whatever the pod says. No
+		// service account token is mounted: spoold never calls the API
+		// (the pod's automountServiceAccountToken is the app's).
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: &no,
 			ReadOnlyRootFilesystem:   &yes,
 			RunAsNonRoot:             &yes,
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 		VolumeMounts: mounts,
 	}

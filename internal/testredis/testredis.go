@@ -44,6 +44,10 @@ type Options struct {
 	// certificate signed by a CA generated for the test (in the server's
 	// temporary directory). Server.TLSConfig is a client config trusting it.
 	TLS bool
+	// TLSClientAuth (with TLS) makes the server require a client
+	// certificate signed by the test CA (--tls-auth-clients yes); the
+	// files are named by Server.TLSFiles.
+	TLSClientAuth bool
 	// Args are extra redis-server arguments, appended last.
 	Args []string
 
@@ -111,6 +115,14 @@ func StartWith(t testing.TB, opts Options) *Server {
 		if s.tls, err = writeCerts(s.dir); err != nil {
 			t.Fatalf("testredis: TLS certificates: %v", err)
 		}
+		if opts.TLSClientAuth {
+			_, cert, key := s.TLSFiles()
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				t.Fatalf("testredis: client certificate: %v", err)
+			}
+			s.tls.Certificates = []tls.Certificate{pair}
+		}
 	}
 	t.Cleanup(s.stop)
 	// Another process may pick the same free port in the same instant;
@@ -144,6 +156,15 @@ func (s *Server) TLSConfig() *tls.Config {
 		return nil
 	}
 	return s.tls.Clone()
+}
+
+// TLSFiles names the PEM files of a TLS server's test CA and of a client
+// certificate and key it signed (empty without TLS).
+func (s *Server) TLSFiles() (ca, cert, key string) {
+	if s.tls == nil {
+		return "", "", ""
+	}
+	return filepath.Join(s.dir, caFile), filepath.Join(s.dir, clientCertFile), filepath.Join(s.dir, clientKeyFile)
 }
 
 // Do sends one command over a fresh connection (TLS if the server uses it)
@@ -264,7 +285,7 @@ func (s *Server) args() ([]string, error) {
 			"--tls-cert-file", filepath.Join(s.dir, certFile),
 			"--tls-key-file", filepath.Join(s.dir, keyFile),
 			"--tls-ca-cert-file", filepath.Join(s.dir, caFile),
-			"--tls-auth-clients", "no",
+			"--tls-auth-clients", map[bool]string{true: "yes", false: "no"}[s.opts.TLSClientAuth],
 		)
 	} else {
 		args = append(args, "--port", port)

@@ -15,6 +15,8 @@
 package config
 
 import (
+	"go.yaml.in/yaml/v3"
+
 	"os"
 	"time"
 
@@ -464,8 +466,40 @@ type RedisConfig struct {
 	// Password; prefer the SPOOL_REDIS_PASSWORD environment variable to
 	// writing it into the file.
 	Password string `yaml:"password"`
-	TLS      bool   `yaml:"tls"`
 	DB       int    `yaml:"db"`
+
+	// TLS: `tls: true` (the system's CAs) or a mapping of files
+	// (docs/security.md, "Redis ledger").
+	TLS RedisTLSConfig `yaml:"tls"`
+	// KeyPrefix is put before every ledger key (DefaultRedisKeyPrefix): one
+	// per installation sharing a Redis, and the ACL user's key pattern.
+	KeyPrefix string `yaml:"key_prefix"`
+}
+
+// RedisTLSConfig is redis.tls. In the file it is either a bool (`tls:
+// true`, as before the files existed: TLS with the system's CAs) or a
+// mapping; TLS is on when Enabled or any file or the server name is set.
+type RedisTLSConfig struct {
+	Enabled    bool   `yaml:"enabled"`
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
+}
+
+// On reports whether the ledger connects with TLS.
+func (t RedisTLSConfig) On() bool {
+	return t.Enabled || t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
+}
+
+// UnmarshalYAML reads `tls: true|false` as Enabled, and a mapping as the
+// fields (the walker in load.go has already refused unknown ones).
+func (t *RedisTLSConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		return n.Decode(&t.Enabled)
+	}
+	type plain RedisTLSConfig
+	return n.Decode((*plain)(t))
 }
 
 // Topic returns the declared topic with that name.

@@ -25,6 +25,12 @@ const (
 	DefaultGroupDegradeAfter = 2 * time.Minute
 	DefaultCommitInterval    = 200 * time.Millisecond
 
+	// DefaultRedisKeyPrefix is redis.key_prefix's default, the ledger's
+	// prefix before it was configurable; MaxRedisKeyPrefixBytes bounds it
+	// (the same as ledger.MaxKeyPrefixBytes, which config may not import).
+	DefaultRedisKeyPrefix  = "spool:l:"
+	MaxRedisKeyPrefixBytes = 64
+
 	// DefaultJetStreamPrefix names Spool's streams, subjects and buckets
 	// in NATS.
 	DefaultJetStreamPrefix = "spool"
@@ -139,6 +145,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	setDur(&c.Delivery.LedgerWriteDelay, DefaultLedgerWriteDelay)
 	c.Apps.applyDefaults()
+	setString(&c.Redis.KeyPrefix, DefaultRedisKeyPrefix)
 
 	s := &c.Storage
 	setString(&s.Backend, BackendEmbedded)

@@ -127,7 +127,10 @@ type walker struct {
 	present map[string]bool
 }
 
-var durationType = reflect.TypeFor[time.Duration]()
+var (
+	durationType = reflect.TypeFor[time.Duration]()
+	redisTLSType = reflect.TypeFor[RedisTLSConfig]()
+)
 
 func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 	for n.Kind == yaml.AliasNode {
@@ -156,6 +159,11 @@ func (w *walker) walk(n *yaml.Node, t reflect.Type, path string) {
 		}
 	case n.ShortTag() == "!!null":
 		return // leaves the zero value: the default
+	case t == redisTLSType && n.Kind == yaml.ScalarNode:
+		// redis.tls: true|false, the form from before its files existed.
+		if n.ShortTag() != "!!bool" {
+			w.typeErr(n, path, "true, false or a mapping (ca_file, cert_file, key_file, server_name)")
+		}
 	case t.Kind() == reflect.Struct && n.Kind != yaml.MappingNode:
 		w.typeErr(n, path, "a mapping of fields (field: value)")
 	case t.Kind() == reflect.Slice && n.Kind != yaml.SequenceNode:

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spoolmq/spool/internal/limits"
 	"github.com/spoolmq/spool/sidecar/breaker"
@@ -377,9 +379,32 @@ func (c *Config) validateRedis(v *validator) {
 	} else if r.DB != 0 && len(r.Addrs) > 1 && r.MasterName == "" {
 		v.add("redis.db", strconv.Itoa(r.DB), "0 with a Redis Cluster (several addrs without master_name): a cluster has only database 0")
 	}
-	if r.MasterName == "" && len(r.Addrs) == 0 && (r.Username != "" || r.Password != "" || r.TLS) {
+	if r.MasterName == "" && len(r.Addrs) == 0 && (r.Username != "" || r.Password != "" || r.TLS.On()) {
 		// Credentials without a server are almost surely a forgotten address.
 		v.add("redis.addrs", "", "set when redis.username, redis.password or redis.tls is (no address means no ledger)")
+	}
+	r.validateKeyPrefixAndTLS(v)
+}
+
+// validateKeyPrefixAndTLS: redis.key_prefix and redis.tls. The prefix's
+// rule is ledger.CheckKeyPrefix's (config may not import the ledger):
+// bounded (it is sent with every key), no whitespace or control
+// characters (they make the ACL rule ambiguous), no braces (Redis Cluster
+// takes the first {...} of a key as its hash tag).
+func (r *RedisConfig) validateKeyPrefixAndTLS(v *validator) {
+	bad := len(r.KeyPrefix) == 0 || len(r.KeyPrefix) > MaxRedisKeyPrefixBytes || !utf8.ValidString(r.KeyPrefix)
+	for _, c := range r.KeyPrefix {
+		bad = bad || unicode.IsSpace(c) || unicode.IsControl(c) || c == '{' || c == '}'
+	}
+	if bad {
+		v.add("redis.key_prefix", r.KeyPrefix, fmt.Sprintf("1 to %d bytes of UTF-8 without whitespace, control characters or braces", MaxRedisKeyPrefixBytes))
+	}
+	if (r.TLS.CertFile == "") != (r.TLS.KeyFile == "") {
+		f, val := "redis.tls.key_file", r.TLS.KeyFile
+		if r.TLS.CertFile == "" {
+			f, val = "redis.tls.cert_file", r.TLS.CertFile
+		}
+		v.add(f, val, "set with redis.tls.cert_file and redis.tls.key_file both (a client certificate and its key), or neither")
 	}
 }
 

@@ -279,3 +279,39 @@ func TestSettlementIsDatedWhenItArrives(t *testing.T) {
 		}
 	})
 }
+
+// A malformed entry under the ledger's prefix (planted by anyone who can
+// write to Redis) affects only its own message: the messages claimed in
+// the same batch are delivered at attempt 1 and nothing is dead-lettered.
+// Before, the claim script failed on it after writing the keys before it,
+// so each retry of the batch counted an attempt of every message ahead of
+// it, and they reached the dead-letter topic without being delivered.
+func TestLedgerMalformedEntryAffectsOnlyItsMessage(t *testing.T) {
+	srv := testredis.Start(t)
+	r, err := ledger.NewRedis(ledger.RedisOptions{Addrs: []string{srv.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	if _, err := srv.Do("SET", ledger.Key(tGroup, "m-2"), "not a ledger entry"); err != nil {
+		t.Fatal(err)
+	}
+	eng := newTestEngine()
+	for _, id := range []string{"m-1", "m-2", "m-3"} {
+		eng.publish(tTopic, 0, msg(id, []byte("x")))
+	}
+	h := startGroup(t, eng, GroupConfig{Ledger: r, Subscriptions: []Subscription{testSub(tracker.Config{MaxAttempts: 3})}})
+	c := h.join(10, 10)
+	got := map[string]int32{}
+	for _, d := range c.deliveries(3, 20*time.Second) {
+		got[d.GetMessageId()] = d.GetAttempt()
+		c.send(&spoolv1.SubscribeRequest{Acks: []*spoolv1.Ack{{Ref: refOf(d)}}})
+	}
+	if want := map[string]int32{"m-1": 1, "m-2": 1, "m-3": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("deliveries (id: attempt) %v, want %v", got, want)
+	}
+	await(t, time.Minute, "offsets committed", func() bool { return eng.committed(tGroup, tTopic, 0) == 3 })
+	if n := len(eng.records(tDLQ, 0)); n != 0 {
+		t.Fatalf("%d dead letters, want none", n)
+	}
+}

@@ -25,8 +25,10 @@ func replyString(v any, what string) (string, error) {
 	return s, nil
 }
 
-// decodeClaims appends n ClaimResults decoded from a claimScript reply.
-func decodeClaims(out []ClaimResult, arr []any, n int) ([]ClaimResult, error) {
+// decodeClaims appends n ClaimResults decoded from a claimScript reply and
+// calls malformed (if not nil) with the index of each item granted over a
+// malformed entry.
+func decodeClaims(out []ClaimResult, arr []any, n int, malformed func(i int)) ([]ClaimResult, error) {
 	const per = 5
 	if len(arr) != per*n {
 		return out, fmt.Errorf("%w: claim reply has %d values for %d keys, want %d", ErrBadReply, len(arr), n, per*n)
@@ -56,12 +58,18 @@ func decodeClaims(out []ClaimResult, arr []any, n int) ([]ClaimResult, error) {
 		if token < 0 || attempts < 0 || attempts > math.MaxInt32 || busy < 0 {
 			return out, fmt.Errorf("%w: claim values out of range (token %d, attempts %d, busy_until %d)", ErrBadReply, token, attempts, busy)
 		}
+		if len(lastErr) > MaxErrorBytes {
+			return out, fmt.Errorf("%w: claim last error of %d bytes, over %d", ErrBadReply, len(lastErr), MaxErrorBytes)
+		}
 		r := ClaimResult{Token: uint64(token), Attempts: int(attempts), LastError: lastErr}
 		switch code {
-		case codeGranted:
+		case codeGranted, codeGrantedMalformed:
 			r.Status = Granted
 			if token == 0 || attempts == 0 {
 				return out, fmt.Errorf("%w: grant with token %d, attempts %d", ErrBadReply, token, attempts)
+			}
+			if code == codeGrantedMalformed && malformed != nil {
+				malformed(i)
 			}
 		case codeDone:
 			r.Status = Done
@@ -78,20 +86,25 @@ func decodeClaims(out []ClaimResult, arr []any, n int) ([]ClaimResult, error) {
 	return out, nil
 }
 
-// decodeFlags decodes the per-key 0/1 "applied" flags of the complete,
-// release and dead scripts and returns how many applied.
-func decodeFlags(arr []any, n int) (applied int, err error) {
+// decodeFlags decodes the per-key flags of the complete, release and dead
+// scripts, returns how many applied and calls malformed (if not nil) with
+// the index of each item whose entry was malformed (left alone).
+func decodeFlags(arr []any, n int, malformed func(i int)) (applied int, err error) {
 	if len(arr) != n {
 		return 0, fmt.Errorf("%w: reply has %d values for %d keys", ErrBadReply, len(arr), n)
 	}
-	for _, v := range arr {
+	for i, v := range arr {
 		f, err := replyInt(v, "applied flag")
 		if err != nil {
 			return 0, err
 		}
 		switch f {
-		case 0:
-		case 1:
+		case flagIgnored:
+		case flagMalformed:
+			if malformed != nil {
+				malformed(i)
+			}
+		case flagApplied:
 			applied++
 		default:
 			return 0, fmt.Errorf("%w: applied flag %d", ErrBadReply, f)
@@ -100,12 +113,14 @@ func decodeFlags(arr []any, n int) (applied int, err error) {
 	return applied, nil
 }
 
-// decodeResets appends n ResetResults decoded from a resetScript reply.
-func decodeResets(out []ResetResult, arr []any, n int) ([]ResetResult, error) {
+// decodeResets appends n ResetResults decoded from a resetScript reply and
+// calls malformed (if not nil) with the index of each item whose entry was
+// malformed (answered Absent, left alone).
+func decodeResets(out []ResetResult, arr []any, n int, malformed func(i int)) ([]ResetResult, error) {
 	if len(arr) != n {
 		return out, fmt.Errorf("%w: reset reply has %d values for %d keys", ErrBadReply, len(arr), n)
 	}
-	for _, v := range arr {
+	for i, v := range arr {
 		c, err := replyInt(v, "reset result")
 		if err != nil {
 			return out, err
@@ -117,6 +132,11 @@ func decodeResets(out []ResetResult, arr []any, n int) ([]ResetResult, error) {
 			out = append(out, AlreadyDone)
 		case codeAbsent:
 			out = append(out, Absent)
+		case codeAbsentMalformed:
+			out = append(out, Absent)
+			if malformed != nil {
+				malformed(i)
+			}
 		default:
 			return out, fmt.Errorf("%w: reset result %d", ErrBadReply, c)
 		}

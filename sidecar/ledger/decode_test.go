@@ -2,12 +2,13 @@ package ledger
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
 func TestDecodeRejectsBadReplies(t *testing.T) {
 	good := []any{int64(1), int64(1), int64(1), int64(0), ""}
-	if r, err := decodeClaims(nil, good, 1); err != nil || r[0].Status != Granted {
+	if r, err := decodeClaims(nil, good, 1, nil); err != nil || r[0].Status != Granted {
 		t.Fatalf("good reply: %v, %v", r, err)
 	}
 	for name, arr := range map[string][]any{
@@ -26,23 +27,24 @@ func TestDecodeRejectsBadReplies(t *testing.T) {
 		"negative busy":   {int64(4), int64(1), int64(1), int64(-5), ""},
 		"float token":     {int64(1), 1.5, int64(1), int64(0), ""},
 		"attempts string": {int64(1), int64(1), "1", int64(0), ""},
+		"long error":      {int64(3), int64(1), int64(1), int64(0), strings.Repeat("e", MaxErrorBytes+1)},
 	} {
-		if _, err := decodeClaims(nil, arr, 1); !errors.Is(err, ErrBadReply) {
+		if _, err := decodeClaims(nil, arr, 1, nil); !errors.Is(err, ErrBadReply) {
 			t.Errorf("claims %s: err = %v, want ErrBadReply", name, err)
 		}
 	}
 	for name, arr := range map[string][]any{
-		"short": {}, "type": {"1"}, "value": {int64(2)}, "nil": {nil},
+		"short": {}, "type": {"1"}, "value": {int64(3)}, "nil": {nil},
 	} {
-		if _, err := decodeFlags(arr, 1); !errors.Is(err, ErrBadReply) {
+		if _, err := decodeFlags(arr, 1, nil); !errors.Is(err, ErrBadReply) {
 			t.Errorf("flags %s: err = %v", name, err)
 		}
-		if _, err := decodeResets(nil, arr, 1); !errors.Is(err, ErrBadReply) && name != "value" {
+		if _, err := decodeResets(nil, arr, 1, nil); !errors.Is(err, ErrBadReply) && name != "value" {
 			t.Errorf("resets %s: err = %v", name, err)
 		}
 	}
-	if _, err := decodeResets(nil, []any{int64(4)}, 1); !errors.Is(err, ErrBadReply) {
-		t.Errorf("reset code 4: %v", err)
+	if _, err := decodeResets(nil, []any{int64(5)}, 1, nil); !errors.Is(err, ErrBadReply) {
+		t.Errorf("reset code 5: %v", err)
 	}
 }
 
@@ -54,7 +56,7 @@ func FuzzDecodeClaims(f *testing.F) {
 	f.Add(int64(-1), int64(-1), int64(-1), int64(-1), "", 0)
 	f.Fuzz(func(t *testing.T, a, b, c, d int64, s string, n int) {
 		arr := []any{a, b, c, d, s}
-		res, err := decodeClaims(nil, arr, n%3)
+		res, err := decodeClaims(nil, arr, n%3, nil)
 		if err == nil && len(res) != n%3 {
 			t.Fatalf("%d results for %d", len(res), n%3)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -142,8 +143,10 @@ const (
 	MaxErrorBytes = 1024
 	// DefaultTTL is the dedupe TTL when a call passes ttl == 0.
 	DefaultTTL = 7 * 24 * time.Hour
-	// keyPrefix: keys are keyPrefix + "{" + group + "}:" + id.
-	keyPrefix = "spool:l:"
+	// DefaultKeyPrefix: keys are prefix + "{" + group + "}:" + id.
+	DefaultKeyPrefix = "spool:l:"
+	// MaxKeyPrefixBytes bounds RedisOptions.KeyPrefix (redis.key_prefix).
+	MaxKeyPrefixBytes = 64
 )
 
 var (
@@ -166,7 +169,28 @@ var (
 // Key returns the Redis key of (group, id). The hash tag {group} keeps a
 // group's keys on one Cluster slot, so a whole batch is one script call.
 func Key(group, id string) string {
-	return keyPrefix + "{" + group + "}:" + id
+	return keyOf(DefaultKeyPrefix, group, id)
+}
+
+func keyOf(prefix, group, id string) string {
+	return prefix + "{" + group + "}:" + id
+}
+
+// CheckKeyPrefix refuses a key prefix that is too long (keys are sent
+// with every message), holds whitespace or control characters (they make
+// the ACL rule and redis-cli output ambiguous), or braces (Redis Cluster
+// takes the first {...} of a key as its hash tag: a brace in the prefix
+// would put a group's keys on several slots, or all groups on one).
+func CheckKeyPrefix(p string) error {
+	if len(p) > MaxKeyPrefixBytes {
+		return fmt.Errorf("%w: redis key prefix of %d bytes, over %d", ErrInvalid, len(p), MaxKeyPrefixBytes)
+	}
+	for _, c := range p {
+		if unicode.IsSpace(c) || unicode.IsControl(c) || c == '{' || c == '}' || c == utf8.RuneError {
+			return fmt.Errorf("%w: redis key prefix %q: no whitespace, control characters, braces or invalid UTF-8", ErrInvalid, p)
+		}
+	}
+	return nil
 }
 
 // checkGroup rejects groups that would break the hash tag: empty (the tag

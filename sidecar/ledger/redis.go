@@ -28,6 +28,16 @@ type RedisOptions struct {
 	// per-call Timeout) bounds the call as a whole.
 	DialTimeout, ReadTimeout, WriteTimeout time.Duration
 	PoolSize                               int // 0: go-redis's default (10 per GOMAXPROCS)
+	// KeyPrefix is put before every key (empty: DefaultKeyPrefix). One
+	// prefix per installation sharing a Redis; the ACL user's key pattern
+	// is KeyPrefix + "*". At most MaxKeyPrefixBytes, no whitespace, control
+	// characters or braces (a brace would change the Cluster hash tag).
+	KeyPrefix string
+	// OnMalformed, if set, is called for every entry under the prefix that
+	// is not in the ledger's format (docs/ledger.md, "Malformed entries"),
+	// with the operation that met it. The sidecar counts them and warns.
+	// It runs on the caller's goroutine and must not block.
+	OnMalformed func(op, group, key string)
 }
 
 const (
@@ -50,6 +60,12 @@ func (o *RedisOptions) validate() error {
 	if o.DB != 0 && o.MasterName == "" && len(o.Addrs) > 1 {
 		return fmt.Errorf("%w: redis db %d: a Cluster has only db 0", ErrInvalid, o.DB)
 	}
+	if err := CheckKeyPrefix(o.KeyPrefix); err != nil {
+		return err
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = DefaultKeyPrefix
+	}
 	if o.DialTimeout == 0 {
 		o.DialTimeout = defaultDialTimeout
 	}
@@ -66,8 +82,10 @@ func (o *RedisOptions) validate() error {
 // MaxBatch keys (EVALSHA, falling back to EVAL when the server lost its
 // script cache). Safe for concurrent use.
 type Redis struct {
-	c      redis.UniversalClient
-	closed atomic.Bool
+	c           redis.UniversalClient
+	prefix      string
+	onMalformed func(op, group, key string)
+	closed      atomic.Bool
 }
 
 var _ Ledger = (*Redis)(nil)
@@ -101,7 +119,7 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 		ClientName:      "spool-ledger",
 		DisableIdentity: true,
 	})
-	return &Redis{c: c}, nil
+	return &Redis{c: c, prefix: opts.KeyPrefix, onMalformed: opts.OnMalformed}, nil
 }
 
 // Close releases the connections. Calls after Close fail with ErrClosed.
@@ -119,6 +137,15 @@ func (r *Redis) Ping(ctx context.Context) error {
 		return ErrClosed
 	}
 	return r.c.Ping(ctx).Err()
+}
+
+// malformedOf returns the decoders' callback for a batch of keys: it
+// reports keys[i] through OnMalformed (nil when there is no hook).
+func (r *Redis) malformedOf(op, group string, keys []string) func(i int) {
+	if r.onMalformed == nil {
+		return nil
+	}
+	return func(i int) { r.onMalformed(op, group, keys[i]) }
 }
 
 func (r *Redis) run(ctx context.Context, op string, s *redis.Script, keys []string, args []any) ([]any, error) {
@@ -151,14 +178,14 @@ func (r *Redis) Claim(ctx context.Context, group, owner string, now time.Time, t
 		args := make([]any, 3, 3+len(chunk))
 		args[0], args[1], args[2] = owner, nowMs, ttlMs
 		for i, c := range chunk {
-			keys[i] = Key(group, c.ID)
+			keys[i] = keyOf(r.prefix, group, c.ID)
 			args = append(args, strconv.FormatInt(unixMs(c.Lease), 10))
 		}
 		arr, err := r.run(ctx, "claim", claimScript, keys, args)
 		if err != nil {
 			return nil, err
 		}
-		if out, err = decodeClaims(out, arr, len(chunk)); err != nil {
+		if out, err = decodeClaims(out, arr, len(chunk), r.malformedOf("claim", group, keys)); err != nil {
 			return nil, err
 		}
 	}
@@ -194,14 +221,14 @@ func (r *Redis) finish(ctx context.Context, op string, s *redis.Script, group st
 		args := make([]any, 1, 1+2*len(chunk))
 		args[0] = ttlMs
 		for i, it := range chunk {
-			keys[i] = Key(group, it.ID)
+			keys[i] = keyOf(r.prefix, group, it.ID)
 			args = argsOf(args, it)
 		}
 		arr, err := r.run(ctx, op, s, keys, args)
 		if err != nil {
 			return err
 		}
-		if _, err := decodeFlags(arr, len(chunk)); err != nil {
+		if _, err := decodeFlags(arr, len(chunk), r.malformedOf(op, group, keys)); err != nil {
 			return fmt.Errorf("ledger %s: %w", op, err)
 		}
 	}
@@ -221,7 +248,7 @@ func (r *Redis) Release(ctx context.Context, group string, ttl time.Duration, it
 		args := make([]any, 1, 1+3*len(chunk))
 		args[0] = ttlMs
 		for i, it := range chunk {
-			keys[i] = Key(group, it.ID)
+			keys[i] = keyOf(r.prefix, group, it.ID)
 			uncount := "0"
 			if it.Uncount {
 				uncount = "1"
@@ -232,7 +259,7 @@ func (r *Redis) Release(ctx context.Context, group string, ttl time.Duration, it
 		if err != nil {
 			return err
 		}
-		if _, err := decodeFlags(arr, len(chunk)); err != nil {
+		if _, err := decodeFlags(arr, len(chunk), r.malformedOf("release", group, keys)); err != nil {
 			return fmt.Errorf("ledger release: %w", err)
 		}
 	}
@@ -249,13 +276,13 @@ func (r *Redis) Reset(ctx context.Context, group string, ids []string) ([]ResetR
 		chunk := ids[start:min(start+MaxBatch, len(ids))]
 		keys := make([]string, len(chunk))
 		for i, id := range chunk {
-			keys[i] = Key(group, id)
+			keys[i] = keyOf(r.prefix, group, id)
 		}
 		arr, err := r.run(ctx, "reset", resetScript, keys, nil)
 		if err != nil {
 			return nil, err
 		}
-		if out, err = decodeResets(out, arr, len(chunk)); err != nil {
+		if out, err = decodeResets(out, arr, len(chunk), r.malformedOf("reset", group, keys)); err != nil {
 			return nil, fmt.Errorf("ledger reset: %w", err)
 		}
 	}

@@ -153,7 +153,19 @@ join (the peers of this pod: a list of host:port).
 {{- end -}}
 {{- if $v.redis.addrs -}}
 {{- $r := dict "addrs" $v.redis.addrs -}}
-{{- if $v.redis.tls -}}{{- $_ := set $r "tls" true -}}{{- end -}}
+{{- $rt := $v.redis.tls -}}
+{{- if kindIs "map" $rt -}}
+{{- $t := dict -}}
+{{- if $rt.enabled -}}{{- $_ := set $t "enabled" true -}}{{- end -}}
+{{- if $rt.secretName -}}
+{{- $_ := set $t "ca_file" "/etc/spool-redis-tls/ca.crt" -}}
+{{- $_ := set $t "cert_file" "/etc/spool-redis-tls/tls.crt" -}}
+{{- $_ := set $t "key_file" "/etc/spool-redis-tls/tls.key" -}}
+{{- end -}}
+{{- if $rt.serverName -}}{{- $_ := set $t "server_name" $rt.serverName -}}{{- end -}}
+{{- if $t -}}{{- $_ := set $r "tls" $t -}}{{- end -}}
+{{- else if $rt -}}{{- $_ := set $r "tls" true -}}{{- end -}}
+{{- if $v.redis.keyPrefix -}}{{- $_ := set $r "key_prefix" $v.redis.keyPrefix -}}{{- end -}}
 {{- if $v.redis.username -}}{{- $_ := set $r "username" $v.redis.username -}}{{- end -}}
 {{- if $v.redis.masterName -}}{{- $_ := set $r "master_name" $v.redis.masterName -}}{{- end -}}
 {{- if $v.redis.db -}}{{- $_ := set $r "db" $v.redis.db -}}{{- end -}}
@@ -246,9 +258,11 @@ join (the peers of this pod: a list of host:port).
   resources:
     {{- toYaml $v.spoold.resources | nindent 4 }}
   securityContext:
+    runAsNonRoot: true
     allowPrivilegeEscalation: false
     readOnlyRootFilesystem: true
     capabilities: {drop: [ALL]}
+    seccompProfile: {type: RuntimeDefault}
   volumeMounts:
     - {name: spool-config, mountPath: /etc/spool, readOnly: true}
     - {name: spool-socket, mountPath: /run/spool}
@@ -256,4 +270,13 @@ join (the peers of this pod: a list of host:port).
     {{- if and $v.cluster.enabled $v.cluster.tls.secretName }}
     - {name: spool-tls, mountPath: /etc/spool-tls, readOnly: true}
     {{- end }}
+    {{- if include "spool.redisTLSSecret" .root }}
+    - {name: spool-redis-tls, mountPath: /etc/spool-redis-tls, readOnly: true}
+    {{- end }}
+{{- end -}}
+
+{{/* The Secret of redis.tls.secretName (ca.crt, tls.crt, tls.key), or
+     nothing when redis.tls is a bool or names none. */}}
+{{- define "spool.redisTLSSecret" -}}
+{{- if and .Values.redis.addrs (kindIs "map" .Values.redis.tls) -}}{{- .Values.redis.tls.secretName -}}{{- end -}}
 {{- end -}}
