@@ -115,6 +115,7 @@ func (c *Config) Validate() error {
 		c.validateCluster(&v) // a broker backend refuses the cluster section in validateJetStream
 	}
 	c.validateTracing(&v)
+	c.validateAdmin(&v)
 	if m := c.Delivery.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
 		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
 	}
@@ -167,8 +168,8 @@ func (c *Config) validateNode(v *validator) {
 		}
 		seen[a] = i
 	}
-	if !validListen(n.AdminListen, false) {
-		v.add("node.admin_listen", n.AdminListen, allowedTCP)
+	if !validListen(n.AdminListen, true) {
+		v.add("node.admin_listen", n.AdminListen, allowedListen+unixHint(n.AdminListen))
 	} else if _, dup := seen[n.AdminListen]; dup && !anyPort(n.AdminListen) {
 		v.add("node.admin_listen", n.AdminListen, "different from every node.app_listen address")
 	}
