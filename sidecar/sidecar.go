@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -54,6 +55,8 @@ type Options struct {
 type Addrs struct {
 	App   []string
 	Admin string
+	// Probe is node.probe_listen's address; "" when it is not set.
+	Probe string
 }
 
 // Run runs a sidecar with cfg until ctx ends, then shuts down gracefully.
@@ -181,16 +184,26 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	r.onStop("handler clients", func() error { closeClients(); return nil })
 
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog)
-	appLs, adminL, addrs, err := listenAll(cfg)
+	auth, err := newAdminAuth(cfg, m.AdminRefused, logger)
+	if err != nil {
+		return err
+	}
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog, auth)
+	appLs, adminL, probeL, addrs, err := listenAll(cfg)
 	if err != nil {
 		return err
 	}
 	rd := &readiness{eng: eng, groups: groups, requireApp: cfg.Node.ReadyRequiresApp}
-	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC, rd, readyDetail(eng))
+	adminHTTP := newAdminHTTP(probeMux(m, healthSrv, rd, readyDetail(eng), func(h http.Handler) http.Handler { return auth.httpGate(roleRead, h) }), auth, adminGRPC, cfg.Admin)
 
 	r.start("cluster metrics", componentFunc(func(ctx context.Context) error { clusterMetrics(ctx, eng, m); return nil }))
-	r.start("admin server", adminServer{http: adminHTTP, grpc: adminGRPC, l: adminL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
+	r.start("admin server", adminServer{name: "admin", http: adminHTTP, grpc: adminGRPC, l: adminL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
+	if probeL != nil {
+		probeGRPC := grpc.NewServer()
+		healthpb.RegisterHealthServer(probeGRPC, healthSrv)
+		probeHTTP := newProbeHTTP(probeMux(m, healthSrv, rd, readyDetail(eng), func(h http.Handler) http.Handler { return h }), probeGRPC, cfg.Admin)
+		r.start("probe server", adminServer{name: "probe", http: probeHTTP, grpc: probeGRPC, l: probeL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
+	}
 	r.start("app server", appServer{srv: appSrv, ls: appLs, grace: 2 * time.Second, fail: r.fail})
 	stopped := false // told to stop (SIGTERM), not failing
 	if cl, ok := eng.(engine.ClusterAdmin); ok && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
@@ -208,7 +221,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return nil
 	})
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "backend", cfg.Storage.Backend, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
+	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "probe", addrs.Probe, "admin_auth", cfg.Admin.AuthConfigured(), "backend", cfg.Storage.Backend, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
 	if opts.Ready != nil {
 		opts.Ready(addrs)
 	}
