@@ -4,6 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net/url"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -18,6 +27,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -444,4 +454,169 @@ func TestAdminMethodRolesCoverEveryRPC(t *testing.T) {
 	if len(adminMethodRoles) != len(names) {
 		t.Errorf("adminMethodRoles has %d entries for %d methods", len(adminMethodRoles), len(names))
 	}
+}
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and client
+// certificates, as PEM files in a directory.
+type testPKI struct {
+	dir    string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	caPool *x509.CertPool
+	serial int64
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "spool test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	p := &testPKI{dir: t.TempDir(), ca: ca, caKey: key, caPool: x509.NewCertPool(), serial: 1}
+	p.caPool.AddCert(ca)
+	writePEM(t, filepath.Join(p.dir, "ca.crt"), "CERTIFICATE", der)
+	return p
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue writes name.crt and name.key: a server certificate for 127.0.0.1
+// (server), or a client certificate with common name cn and uri as URI SAN.
+func (p *testPKI) issue(t *testing.T, name, cn, uri string, server bool) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serial++
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	if uri != "" {
+		u, _ := url.Parse(uri)
+		tmpl.URIs = []*url.URL{u}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	writePEM(t, filepath.Join(p.dir, name+".crt"), "CERTIFICATE", der)
+	writePEM(t, filepath.Join(p.dir, name+".key"), "EC PRIVATE KEY", kb)
+	c, err := tls.LoadX509KeyPair(filepath.Join(p.dir, name+".crt"), filepath.Join(p.dir, name+".key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// An mTLS client certificate is a credential: its identity (here a URI
+// SAN, or the common name) maps to a role in admin.clients. A certificate
+// of the CA whose identity is not listed, or none, is refused.
+func TestAdminClientCertificates(t *testing.T) {
+	pki := newTestPKI(t)
+	pki.issue(t, "server", "spoold", "", true)
+	operate := pki.issue(t, "oncall", "oncall", "spiffe://example.org/ops/oncall", false)
+	read := pki.issue(t, "grafana", "grafana", "", false)
+	stranger := pki.issue(t, "stranger", "stranger", "", false)
+	cfg := adminTestConfig(t)
+	cfg.Node.AdminListen = "0.0.0.0:0" // beyond loopback: allowed, since certificates are required
+	cfg.Admin.TLS = config.AdminTLSConfig{CertFile: filepath.Join(pki.dir, "server.crt"), KeyFile: filepath.Join(pki.dir, "server.key"), ClientCAFile: filepath.Join(pki.dir, "ca.crt")}
+	cfg.Admin.Clients = []config.AdminClient{{Identity: "spiffe://example.org/ops/oncall", Role: config.RoleOperate}, {Identity: "grafana", Role: config.RoleRead}}
+	s := startAdminSidecar(t, cfg)
+	_, port, _ := net.SplitHostPort(s.addrs.Admin)
+	client := func(certs ...tls.Certificate) spoolv1.AdminServiceClient {
+		tc := &tls.Config{RootCAs: pki.caPool, Certificates: certs, MinVersion: tls.VersionTLS12}
+		conn, err := grpc.NewClient("passthrough:///127.0.0.1:"+port, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return spoolv1.NewAdminServiceClient(conn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := client(read).ListTopics(ctx, &spoolv1.ListTopicsRequest{}); err != nil {
+		t.Fatalf("ListTopics with a read certificate: %v", err)
+	}
+	_, err := client(read).CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "audit", Partitions: 1})
+	wantCode(t, "CreateTopic with a read certificate", err, codes.PermissionDenied, "CreateTopic", "operate", "grafana")
+	if _, err := client(operate).CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "audit", Partitions: 1}); err != nil {
+		t.Fatalf("CreateTopic with an operate certificate: %v", err)
+	}
+	_, err = client(stranger).ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+	wantCode(t, "ListTopics with a certificate not in admin.clients", err, codes.Unauthenticated, "admin.clients")
+	if _, err := client().ListTopics(ctx, &spoolv1.ListTopicsRequest{}); err == nil {
+		t.Error("ListTopics without a client certificate succeeded")
+	}
+	lines := s.log.auditLines(t)
+	if len(lines) != 2 || lines[1]["who"] != "spiffe://example.org/ops/oncall" || lines[1]["via"] != "certificate" || lines[1]["outcome"] != "ok" {
+		t.Errorf("audit lines %v, want the refusal then the create by the certificate's URI", lines)
+	}
+}
+
+// The tokens file is read again when it changes: a token added works, a
+// token removed stops working, without a restart; a file that no longer
+// loads keeps the tokens before.
+func TestAdminTokensFileReloads(t *testing.T) {
+	cfg := adminTestConfig(t)
+	cfg.Admin.TokensFile = writeTokens(t)
+	s := startAdminSidecar(t, cfg)
+	c := adminConn(t, s.addrs.Admin)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const newToken = "rotated-token-0123456789abcdef"
+	rewrite := func(body string) {
+		tmp := cfg.Admin.TokensFile + ".new"
+		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfg.Admin.TokensFile); err != nil { // as a Kubernetes secret changes
+			t.Fatal(err)
+		}
+	}
+	await := func(what string, token string, want codes.Code) {
+		t.Helper()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, err := c.ListTopics(withToken(ctx, token), &spoolv1.ListTopicsRequest{})
+			if status.Code(err) == want {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: still %v, want %s", what, err, want)
+			case <-tick.C:
+			}
+		}
+	}
+	rewrite(newToken + " rotated read\n")
+	await("the new token", newToken, codes.OK)
+	await("the removed token", readToken, codes.Unauthenticated)
+	rewrite("garbage\n")
+	for !strings.Contains(s.log.String(), "does not load") { // each call may find the change
+		_, _ = c.ListTopics(withToken(ctx, newToken), &spoolv1.ListTopicsRequest{})
+		select {
+		case <-ctx.Done():
+			t.Fatal("a tokens file that does not load was not reported")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	await("the new token after a bad file", newToken, codes.OK)
 }
