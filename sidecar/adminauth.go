@@ -19,6 +19,7 @@ import (
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/config"
+	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
 // Who may call what on the admin listener (docs/security.md, "Admin").
@@ -129,7 +130,8 @@ type adminAuth struct {
 	audit    *slog.Logger
 }
 
-func newAdminAuth(cfg *config.Config, refused *prometheus.CounterVec, logger *slog.Logger) (*adminAuth, error) {
+func newAdminAuth(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (*adminAuth, error) {
+	refused := m.AdminRefused
 	a := &adminAuth{
 		required: cfg.Admin.AuthConfigured(),
 		local:    principal{name: "loopback", via: "local", role: roleOperate},
@@ -148,7 +150,7 @@ func newAdminAuth(cfg *config.Config, refused *prometheus.CounterVec, logger *sl
 		a.clients[c.Identity] = r
 	}
 	if cfg.Admin.TokensFile != "" {
-		tf, err := openTokenFile(cfg.Admin.TokensFile, logger)
+		tf, err := openTokenFile(cfg.Admin.TokensFile, m.AdminTokens, logger)
 		if err != nil {
 			return nil, err
 		}

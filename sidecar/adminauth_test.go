@@ -223,6 +223,9 @@ func TestAdminRequiresAToken(t *testing.T) {
 	}
 
 	metrics := "http://" + s.addrs.Probe + "/metrics"
+	if got := metricValue(t, metrics, "spool_admin_tokens"); got != "2" {
+		t.Errorf("spool_admin_tokens = %s, want 2", got)
+	}
 	for reason, want := range map[string]string{"no_credentials": "2", "unknown_token": "1", "role_too_low": "2"} {
 		if got := metricValue(t, metrics, `spool_admin_refused_total{reason="`+reason+`"}`); got != want {
 			t.Errorf("spool_admin_refused_total{reason=%q} = %s, want %s", reason, got, want)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -49,8 +50,9 @@ type tokenEntry struct {
 // size changes (checked at most once a second, on a call). A file that
 // fails to load keeps the tokens loaded before and logs why.
 type tokenFile struct {
-	path string
-	log  *slog.Logger
+	path  string
+	log   *slog.Logger
+	gauge prometheus.Gauge // spool_admin_tokens
 
 	mu      sync.Mutex
 	entries []tokenEntry
@@ -59,8 +61,8 @@ type tokenFile struct {
 	size    int64
 }
 
-func openTokenFile(path string, logger *slog.Logger) (*tokenFile, error) {
-	f := &tokenFile{path: path, log: logger}
+func openTokenFile(path string, gauge prometheus.Gauge, logger *slog.Logger) (*tokenFile, error) {
+	f := &tokenFile{path: path, log: logger, gauge: gauge}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("admin.tokens_file: %w", err)
@@ -70,6 +72,7 @@ func openTokenFile(path string, logger *slog.Logger) (*tokenFile, error) {
 		return nil, err
 	}
 	f.entries, f.mtime, f.size, f.checked = entries, fi.ModTime(), fi.Size(), time.Now()
+	gauge.Set(float64(len(entries)))
 	logger.Info("admin tokens loaded", "tokens_file", path, "tokens", len(entries))
 	return f, nil
 }
@@ -96,6 +99,7 @@ func (f *tokenFile) current() []tokenEntry {
 		return f.entries
 	}
 	f.entries, f.mtime, f.size = entries, fi.ModTime(), fi.Size()
+	f.gauge.Set(float64(len(entries)))
 	f.log.Info("admin tokens reloaded", "tokens_file", f.path, "tokens", len(entries))
 	return f.entries
 }

@@ -184,7 +184,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	r.onStop("handler clients", func() error { closeClients(); return nil })
 
-	auth, err := newAdminAuth(cfg, m.AdminRefused, logger)
+	auth, err := newAdminAuth(cfg, m, logger)
 	if err != nil {
 		return err
 	}
