@@ -175,8 +175,8 @@ func (a *adminAuth) identify(authz string, cs *tls.ConnectionState) (principal, 
 		return a.local, ""
 	}
 	if authz != "" && a.tokens != nil {
-		tok, ok := strings.CutPrefix(authz, "Bearer ")
-		if !ok {
+		scheme, tok, ok := strings.Cut(strings.TrimSpace(authz), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") { // the scheme is case-insensitive (RFC 9110)
 			return principal{}, refusedUnknownToken
 		}
 		p, ok := a.tokens.lookup(strings.TrimSpace(tok))
