@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -100,7 +101,7 @@ func emptyDir(dir string) error {
 //     node hands its leaderships and replicas over (the app server is still
 //     up: the app's publishes go through this node to the new leaders);
 //  4. the app gRPC server (2 s for unary calls, then streams are cut);
-//  5. the admin gRPC (1 s) and HTTP (2 s) servers;
+//  5. the probe server, then the admin gRPC (1 s) and HTTP (2 s) servers;
 //  6. the cluster metrics;
 //  7. the clients of the apps' Handle callbacks;
 //  8. the Redis ledger;
@@ -194,16 +195,9 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 	rd := &readiness{eng: eng, groups: groups, requireApp: cfg.Node.ReadyRequiresApp}
-	adminHTTP := newAdminHTTP(probeMux(m, healthSrv, rd, readyDetail(eng), func(h http.Handler) http.Handler { return auth.httpGate(roleRead, h) }), auth, adminGRPC, cfg.Admin)
 
 	r.start("cluster metrics", componentFunc(func(ctx context.Context) error { clusterMetrics(ctx, eng, m); return nil }))
-	r.start("admin server", adminServer{name: "admin", http: adminHTTP, grpc: adminGRPC, l: adminL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
-	if probeL != nil {
-		probeGRPC := grpc.NewServer()
-		healthpb.RegisterHealthServer(probeGRPC, healthSrv)
-		probeHTTP := newProbeHTTP(probeMux(m, healthSrv, rd, readyDetail(eng), func(h http.Handler) http.Handler { return h }), probeGRPC, cfg.Admin)
-		r.start("probe server", adminServer{name: "probe", http: probeHTTP, grpc: probeGRPC, l: probeL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
-	}
+	startAdminServers(r, cfg, m, auth, healthSrv, adminGRPC, rd, readyDetail(eng), adminL, probeL)
 	r.start("app server", appServer{srv: appSrv, ls: appLs, grace: 2 * time.Second, fail: r.fail})
 	stopped := false // told to stop (SIGTERM), not failing
 	if cl, ok := eng.(engine.ClusterAdmin); ok && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
@@ -228,6 +222,21 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	ready = true
 	stopped, err = r.wait(ctx)
 	return err
+}
+
+// startAdminServers starts the admin listener's server and, with
+// node.probe_listen, the probe listener's (probes, /metrics, gRPC health on
+// a gRPC server of its own: nothing else is registered there).
+func startAdminServers(r *runner, cfg *config.Config, m *metrics.Metrics, auth *adminAuth, healthSrv *health.Server, adminGRPC *grpc.Server, rd *readiness, detail func() []string, adminL, probeL net.Listener) {
+	adminHTTP := newAdminHTTP(probeMux(m, healthSrv, rd, detail, func(h http.Handler) http.Handler { return auth.httpGate(roleRead, h) }), auth, adminGRPC, cfg.Admin)
+	r.start("admin server", adminServer{name: "admin", http: adminHTTP, grpc: adminGRPC, l: adminL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
+	if probeL == nil {
+		return
+	}
+	probeGRPC := grpc.NewServer()
+	healthpb.RegisterHealthServer(probeGRPC, healthSrv)
+	probeHTTP := newProbeHTTP(probeMux(m, healthSrv, rd, detail, func(h http.Handler) http.Handler { return h }), probeGRPC, cfg.Admin)
+	r.start("probe server", adminServer{name: "probe", http: probeHTTP, grpc: probeGRPC, l: probeL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
 }
 
 // leaveCluster hands this node's leaderships and replicas to the other

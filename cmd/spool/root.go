@@ -27,8 +27,8 @@ const (
 // app is one run of spool: the global flags and the connections it opened.
 type app struct {
 	env
-	admin   string        // --admin
-	auth    authFlags     // --token, --context, ...
+	admin   string    // --admin
+	auth    authFlags // --token, --context, ...
 	root    *cobra.Command
 	output  string        // -o
 	timeout time.Duration // --timeout
