@@ -1,10 +1,19 @@
 package main
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/sidecar/config"
 )
@@ -109,4 +118,79 @@ contexts:
 	wantExit(t, "an unknown context", r, exitUsage, `"nope"`, "view, ops, nowhere")
 	r = runSpool(t, env, "", false, "--context", "ops", "--admin", "127.0.0.1:1", "topic", "list")
 	wantExit(t, "--admin over the context", r, exitUnreachable, "127.0.0.1:1")
+}
+
+// writeTestPKI writes a CA (ca.crt), a server certificate for 127.0.0.1
+// (server.crt, server.key) and client certificates with the given common
+// names (<cn>.crt, <cn>.key) into dir.
+func writeTestPKI(t *testing.T, dir string, clients ...string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "spool test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	writePEMFile(t, filepath.Join(dir, "ca.crt"), "CERTIFICATE", caDER)
+	issue := func(name string, serial int64, server bool) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		if server {
+			tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, _ := x509.MarshalECPrivateKey(key)
+		writePEMFile(t, filepath.Join(dir, name+".crt"), "CERTIFICATE", der)
+		writePEMFile(t, filepath.Join(dir, name+".key"), "EC PRIVATE KEY", kb)
+	}
+	issue("server", 2, true)
+	for i, cn := range clients {
+		issue(cn, int64(3+i), false)
+	}
+}
+
+func writePEMFile(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	write(t, path, string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})))
+}
+
+// spool authenticates with a client certificate (--cacert, --cert, --key,
+// or a context's files) to a sidecar whose admin listener requires mTLS.
+func TestCLIClientCertificate(t *testing.T) {
+	dir := t.TempDir()
+	writeTestPKI(t, dir, "oncall", "grafana")
+	s := startSidecarWith(t, func(c *config.Config) {
+		c.Admin.TLS = config.AdminTLSConfig{CertFile: filepath.Join(dir, "server.crt"), KeyFile: filepath.Join(dir, "server.key"), ClientCAFile: filepath.Join(dir, "ca.crt")}
+		c.Admin.Clients = []config.AdminClient{{Identity: "oncall", Role: config.RoleOperate}, {Identity: "grafana", Role: config.RoleRead}}
+	})
+	env := s.envs()
+	flags := func(cn string) []string {
+		return []string{"--cacert", filepath.Join(dir, "ca.crt"), "--cert", filepath.Join(dir, cn+".crt"), "--key", filepath.Join(dir, cn+".key")}
+	}
+	r := runSpool(t, env, "", false, append(flags("grafana"), "topic", "list")...)
+	wantExit(t, "topic list with a read certificate", r, exitOK)
+	r = runSpool(t, env, "", false, append(flags("grafana"), "topic", "create", "audit", "--partitions", "1")...)
+	wantExit(t, "topic create with a read certificate", r, exitFailed, "CreateTopic needs the operate role", "grafana")
+	r = runSpool(t, env, "", false, append(flags("oncall"), "topic", "create", "audit", "--partitions", "1")...)
+	wantExit(t, "topic create with an operate certificate", r, exitOK)
+	r = runSpool(t, env, "", false, "--cert", filepath.Join(dir, "oncall.crt"), "topic", "list")
+	wantExit(t, "--cert without --key", r, exitUsage, "--key")
+
+	cfgPath := filepath.Join(dir, "config.yaml")
+	write(t, cfgPath, "current-context: ops\ncontexts:\n  - name: ops\n    admin: "+s.admin+"\n    ca-file: ca.crt\n    cert-file: oncall.crt\n    key-file: oncall.key\n")
+	r = runSpool(t, map[string]string{envConfig: cfgPath}, "", false, "topic", "delete", "audit", "--yes")
+	wantExit(t, "topic delete in a context with a certificate", r, exitOK)
 }
