@@ -264,33 +264,39 @@ func (a *adminAuth) authorize(ctx context.Context, full string) (principal, role
 }
 
 // unary is the admin gRPC server's gate for unary calls.
-func (a *adminAuth) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (a *adminAuth) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	p, need, err := a.authorize(ctx, info.FullMethod)
-	if err == nil {
-		var resp any
-		resp, err = handler(ctx, req)
-		if need == roleOperate {
-			a.writeAudit(ctx, p, info.FullMethod, req, err)
-		}
-		return resp, err
-	}
 	if need == roleOperate {
-		a.writeAudit(ctx, p, info.FullMethod, req, err)
+		defer a.auditDeferred(ctx, p, info.FullMethod, req, &err)
 	}
-	return nil, err
+	if err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
 }
 
 // stream is the gate for streaming calls (Tail). An operate stream would
 // be audited without its arguments, which arrive after the gate.
-func (a *adminAuth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (a *adminAuth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 	p, need, err := a.authorize(ss.Context(), info.FullMethod)
-	if err == nil {
-		err = handler(srv, ss)
-	}
 	if need == roleOperate {
-		a.writeAudit(ss.Context(), p, info.FullMethod, nil, err)
+		defer a.auditDeferred(ss.Context(), p, info.FullMethod, nil, &err)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// auditDeferred writes the audit line once the call is over, also when
+// its handler panicked (outcome Internal, as the recovery interceptor
+// answers), then lets the panic go on to that interceptor.
+func (a *adminAuth) auditDeferred(ctx context.Context, p principal, full string, req any, err *error) {
+	if r := recover(); r != nil {
+		a.writeAudit(ctx, p, full, req, status.Error(codes.Internal, "panic"))
+		panic(r)
+	}
+	a.writeAudit(ctx, p, full, req, *err)
 }
 
 // writeAudit writes the one audit line of a state-changing call.
