@@ -122,6 +122,9 @@ func resolveSpoold(t *testing.T, spec *corev1.PodSpec, configMaps map[string]*co
 	if err := checkAdminAndProbes(c, cfg, ports); err != nil {
 		return nil, err
 	}
+	if f := cfg.Admin.TokensFile; f != "" && !secretMounted(spec, c, filepath.Dir(f)) {
+		return nil, fmt.Errorf("spoold's admin.tokens_file %s is in no Secret volume the container mounts", f)
+	}
 	for what, addr := range map[string]string{"node.probe_listen": cfg.Node.ProbeListen, "cluster.listen": cfg.Cluster.Listen} {
 		if addr == "" {
 			continue
@@ -159,6 +162,21 @@ func checkAdminAndProbes(c *corev1.Container, cfg *config.Config, ports map[int3
 		}
 	}
 	return nil
+}
+
+// secretMounted reports whether c mounts a Secret volume at dir.
+func secretMounted(spec *corev1.PodSpec, c *corev1.Container, dir string) bool {
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != dir {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // mountedFile finds the ConfigMap key a container sees at path.

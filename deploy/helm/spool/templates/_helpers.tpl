@@ -133,6 +133,7 @@ join (the peers of this pod: a list of host:port).
 {{- $node := dict "data_dir" "/var/lib/spool" "app_listen" (list "unix:///run/spool/app.sock") "admin_listen" "127.0.0.1:7071" "probe_listen" "0.0.0.0:7073" "drain_timeout" $v.spoold.drainTimeout -}}
 {{- if $v.spoold.readyRequiresApp -}}{{- $_ := set $node "ready_requires_app" true -}}{{- end -}}
 {{- $cfg := dict "node" $node -}}
+{{- if $v.spoold.admin.tokensSecret -}}{{- $_ := set $cfg "admin" (dict "tokens_file" "/etc/spool-admin/tokens") -}}{{- end -}}
 {{- if $v.cluster.enabled -}}
 {{- $c := dict "replication_factor" $v.cluster.replicationFactor "dead_node_timeout" $v.cluster.deadNodeTimeout -}}
 {{- if eq (toString $v.cluster.storage) "off" -}}
@@ -257,5 +258,8 @@ join (the peers of this pod: a list of host:port).
     - {name: spool-data, mountPath: /var/lib/spool}
     {{- if and $v.cluster.enabled $v.cluster.tls.secretName }}
     - {name: spool-tls, mountPath: /etc/spool-tls, readOnly: true}
+    {{- end }}
+    {{- if $v.spoold.admin.tokensSecret }}
+    - {name: spool-admin-tokens, mountPath: /etc/spool-admin, readOnly: true}
     {{- end }}
 {{- end -}}
