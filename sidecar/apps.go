@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"syscall"
 
 	"google.golang.org/grpc/credentials"
 
@@ -48,29 +47,6 @@ func newGate(cfg *config.Config, opts Options, m *metrics.Metrics, logger *slog.
 		}
 	}
 	return g, nil
-}
-
-// listenUnix opens a Unix socket with file mode mode, whatever the umask.
-// The socket's inode gets the mode before bind (Linux gives the bound
-// file that mode less the umask), so no connection can be made while the
-// file is wider than configured; a chmod after bind then sets it exactly.
-func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var err error
-		if cerr := c.Control(func(fd uintptr) { err = syscall.Fchmod(int(fd), uint32(mode)) }); cerr != nil {
-			return cerr
-		}
-		return err
-	}}
-	l, err := lc.Listen(context.Background(), "unix", path)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("apps.socket_mode %#o: %w", mode, err)
-	}
-	return l, nil
 }
 
 // appTLS is the TLS configuration of app addresses beyond loopback

@@ -103,10 +103,12 @@ func (s appServer) Run(ctx context.Context) error {
 	return eg.Wait()
 }
 
-// adminServer serves the admin HTTP endpoints (metrics, probes, pprof) and
-// the admin gRPC API on the admin listener. Stopped: the gRPC calls get
-// grpcGrace, the HTTP requests httpGrace.
+// adminServer serves an HTTP listener and the gRPC server behind it: the
+// admin listener (AdminService, pprof, the probes and metrics for local
+// tools) or the probe listener (probes, metrics, gRPC health). Stopped: the
+// gRPC calls get grpcGrace, the HTTP requests httpGrace.
 type adminServer struct {
+	name                 string
 	http                 *http.Server
 	grpc                 *grpc.Server
 	l                    net.Listener
@@ -118,7 +120,7 @@ func (s adminServer) Run(ctx context.Context) error {
 	var eg errgroup.Group
 	eg.Go(func() error { // ends at Shutdown below
 		if err := s.http.Serve(s.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.fail(fmt.Errorf("admin listener %s: %w", s.l.Addr(), err))
+			s.fail(fmt.Errorf("%s listener %s: %w", s.name, s.l.Addr(), err))
 		}
 		return nil
 	})
@@ -166,19 +168,22 @@ func startTracing(cfg *config.Config, opts Options, r *runner, logger *slog.Logg
 	return p, nil
 }
 
-// listenAll opens the app listeners and the admin listener (all or none).
-// With appTLS, app addresses beyond loopback serve TLS (appCreds).
-func listenAll(cfg *config.Config, appTLS bool) (app []net.Listener, admin net.Listener, addrs Addrs, err error) {
+// listenAll opens the app listeners, the admin listener and the probe
+// listener when node.probe_listen is set (all or none). With appTLS, app
+// addresses beyond loopback serve TLS (appCreds).
+func listenAll(cfg *config.Config, appTLS bool) (app []net.Listener, admin, probe net.Listener, addrs Addrs, err error) {
 	closeAll := func() {
-		for _, l := range app {
-			_ = l.Close()
+		for _, l := range append(app, admin) {
+			if l != nil {
+				_ = l.Close()
+			}
 		}
 	}
 	for _, a := range cfg.Node.AppListen {
 		l, err := listen(a, os.FileMode(cfg.Apps.SocketFileMode()))
 		if err != nil {
 			closeAll()
-			return nil, nil, Addrs{}, err
+			return nil, nil, nil, Addrs{}, err
 		}
 		if appTLS && config.BeyondLoopback(a) {
 			l = tlsListener{l}
@@ -186,32 +191,41 @@ func listenAll(cfg *config.Config, appTLS bool) (app []net.Listener, admin net.L
 		app = append(app, l)
 		addrs.App = append(addrs.App, addrString(l))
 	}
-	admin, err = listen(cfg.Node.AdminListen, 0o600)
+	admin, err = listenAdmin(cfg)
 	if err != nil {
 		closeAll()
-		return nil, nil, Addrs{}, err
+		return nil, nil, nil, Addrs{}, err
 	}
 	addrs.Admin = addrString(admin)
-	return app, admin, addrs, nil
+	if cfg.Node.ProbeListen != "" {
+		if probe, err = listen(cfg.Node.ProbeListen, 0); err != nil {
+			closeAll()
+			return nil, nil, nil, Addrs{}, err
+		}
+		addrs.Probe = addrString(probe)
+	}
+	return app, admin, probe, addrs, nil
 }
 
 // newGRPCServers builds the app's gRPC server (publish, subscribe, health)
-// and the admin gRPC server (AdminService, health), which share one health
-// server. gate authenticates every call to the app server and decides its
-// subscriptions (publishes: publish.Config.Admit). With appTLS, the app
-// server's listeners beyond loopback serve TLS (listenAll, appCreds).
-func newGRPCServers(cfg *config.Config, logger *slog.Logger, gate *apps.Gate, appTLS *tls.Config, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog) (*health.Server, *grpc.Server, *grpc.Server) {
+// and the admin gRPC server (AdminService, health, behind auth's gate),
+// which share one health server. appGate authenticates every call to the
+// app server and decides its subscriptions (publishes:
+// publish.Config.Admit). With appTLS, the app server's listeners beyond
+// loopback serve TLS (listenAll, appCreds).
+func newGRPCServers(cfg *config.Config, logger *slog.Logger, appGate *apps.Gate, appTLS *tls.Config, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog, auth *adminAuth) (*health.Server, *grpc.Server, *grpc.Server) {
 	healthSrv := health.NewServer()
 	var creds []grpc.ServerOption
 	if appTLS != nil {
 		creds = append(creds, grpc.Creds(appCreds{credentials.NewTLS(appTLS)}))
 	}
-	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10), gate, creds...)
+	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10), creds,
+		gate{unary: appGate.UnaryInterceptor, stream: appGate.StreamInterceptor})
 	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
-	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger).Authorize(gate.AdmitSubscribe))
+	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger).Authorize(appGate.AdmitSubscribe))
 	healthpb.RegisterHealthServer(appSrv, healthSrv)
 
-	adminGRPC := newGRPCServer(logger, MaxRequestBytes, nil)
+	adminGRPC := newGRPCServer(logger, MaxRequestBytes, nil, gate{unary: auth.unary, stream: auth.stream})
 	adm.catalog = catalog
 	spoolv1.RegisterAdminServiceServer(adminGRPC, adm)
 	healthpb.RegisterHealthServer(adminGRPC, healthSrv)

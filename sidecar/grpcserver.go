@@ -18,7 +18,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/apierr"
-	"github.com/spoolmq/spool/sidecar/apps"
+	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
@@ -29,12 +29,12 @@ const MaxRequestBytes = 32 << 20
 
 // newGRPCServer returns a server with Spool's interceptors: panic recovery
 // (a panic becomes INTERNAL and a log line, never a crash), structured
-// logging of failed calls with slog, and request validation (the Validate
-// methods of spool/v1, answered with reason INVALID_REQUEST). With a gate
-// (the app server), every call is authenticated before it is validated:
-// a caller that is not who it must be learns nothing more. Reflection is
-// on.
-func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate, extra ...grpc.ServerOption) *grpc.Server {
+// logging of failed calls with slog, the gates (who may call: before
+// anything reads the request; the app server's authenticates and scopes
+// apps, the admin server's operators), and request validation (the
+// Validate methods of spool/v1, answered with reason INVALID_REQUEST). A
+// caller that is not who it must be learns nothing more. Reflection is on.
+func newGRPCServer(logger *slog.Logger, maxRecvBytes int, extra []grpc.ServerOption, gates ...gate) *grpc.Server {
 	lg := logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
 		logger.Log(ctx, slog.Level(lvl), msg, fields...)
 	})
@@ -59,9 +59,8 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int, gate *apps.Gate, extra
 	bad := &grpcbuf.UTF8Refusals{}
 	unary := []grpc.UnaryServerInterceptor{recovery.UnaryServerInterceptor(recoverOpt), logging.UnaryServerInterceptor(lg, logOpts...), utf8Unary(bad)}
 	stream := []grpc.StreamServerInterceptor{recovery.StreamServerInterceptor(recoverOpt), logging.StreamServerInterceptor(lg, logOpts...), utf8Stream(bad)}
-	if gate != nil {
-		unary = append(unary, gate.UnaryInterceptor)
-		stream = append(stream, gate.StreamInterceptor)
+	for _, g := range gates {
+		unary, stream = append(unary, g.unary), append(stream, g.stream)
 	}
 	s := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvBytes),
@@ -115,17 +114,15 @@ func (s utf8CheckingStream) RecvMsg(m any) error {
 	return nil
 }
 
-// newAdminHTTP serves /metrics, /healthz, /startupz, /readyz and, on the
-// same port, gRPC (AdminService, health, reflection) over cleartext HTTP/2.
+// probeMux serves /healthz, /startupz, /readyz and /metrics: what kubelet
+// and Prometheus need, and nothing that reads messages or changes state.
 // /readyz adds the lines of detail (a degraded but serving node) after
-// "ready"; a 503 lists what it waits for (readiness.go).
-func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server, rd *readiness, detail func() []string) *http.Server {
+// "ready"; a 503 lists what it waits for (readiness.go). metrics wraps the
+// /metrics handler (the admin listener's gate; identity on the probe
+// listener).
+func probeMux(m *metrics.Metrics, hs *health.Server, rd *readiness, detail func() []string, gateMetrics func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
-	// Profiles for operators chasing CPU or memory (admin port only).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/metrics", gateMetrics(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -166,17 +163,64 @@ func newAdminHTTP(m *metrics.Metrics, hs *health.Server, adminGRPC *grpc.Server,
 			w.Write([]byte(line + "\n"))
 		}
 	})
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return mux
+}
+
+// newAdminHTTP serves the admin listener: AdminService (and gRPC health,
+// reflection) over HTTP/2, pprof, and for local tools the probes and
+// /metrics. With admin authentication on, /metrics needs read and pprof
+// operate (a CPU profile or a trace costs the node); the probes answer
+// everyone.
+func newAdminHTTP(mux *http.ServeMux, auth *adminAuth, adminGRPC *grpc.Server, ac config.AdminConfig) *http.Server {
+	pp := http.NewServeMux()
+	pp.HandleFunc("/debug/pprof/", pprof.Index)
+	pp.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	pp.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/", auth.httpGate(roleOperate, pp))
+	return newHTTPServer(withGRPC(adminGRPC, mux), ac)
+}
+
+// newProbeHTTP serves the probe listener: the probes, /metrics and gRPC
+// health (probeGRPC has nothing else registered).
+func newProbeHTTP(mux *http.ServeMux, probeGRPC *grpc.Server, ac config.AdminConfig) *http.Server {
+	return newHTTPServer(withGRPC(probeGRPC, mux), ac)
+}
+
+// withGRPC sends gRPC requests (HTTP/2, application/grpc) to g, the rest
+// to h.
+func withGRPC(g *grpc.Server, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-			adminGRPC.ServeHTTP(w, r)
+			g.ServeHTTP(w, r)
 			return
 		}
-		mux.ServeHTTP(w, r)
-	})}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// newHTTPServer bounds what a connection may hold: its request headers
+// must arrive within admin.read_header_timeout (a half-open or trickling
+// connection is closed), an idle connection is closed after
+// admin.idle_timeout, headers are at most admin.max_header_bytes. No
+// read or write timeout: Tail and pprof's profile stream for long.
+func newHTTPServer(h http.Handler, ac config.AdminConfig) *http.Server {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ac.ReadHeaderTimeout,
+		IdleTimeout:       ac.IdleTimeout,
+		MaxHeaderBytes:    ac.MaxHeaderBytes,
+	}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true) // over TLS (admin.tls)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	return srv
+}
+
+// gate decides whether a call may proceed (adminAuth).
+type gate struct {
+	unary  grpc.UnaryServerInterceptor
+	stream grpc.StreamServerInterceptor
 }
 
 // publisherService is validated by the publish package itself: it answers

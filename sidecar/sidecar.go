@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -29,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -57,6 +59,8 @@ type Options struct {
 type Addrs struct {
 	App   []string
 	Admin string
+	// Probe is node.probe_listen's address; "" when it is not set.
+	Probe string
 }
 
 // Run runs a sidecar with cfg until ctx ends, then shuts down gracefully.
@@ -100,7 +104,7 @@ func emptyDir(dir string) error {
 //     node hands its leaderships and replicas over (the app server is still
 //     up: the app's publishes go through this node to the new leaders);
 //  4. the app gRPC server (2 s for unary calls, then streams are cut);
-//  5. the admin gRPC (1 s) and HTTP (2 s) servers;
+//  5. the probe server, then the admin gRPC (1 s) and HTTP (2 s) servers;
 //  6. the cluster metrics;
 //  7. the clients of the apps' Handle callbacks;
 //  8. the Redis ledger;
@@ -192,16 +196,19 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	r.onStop("handler clients", func() error { closeClients(); return nil })
 
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog)
-	appLs, adminL, addrs, err := listenAll(cfg, appTLSConfig != nil)
+	auth, err := newAdminAuth(cfg, m, logger)
+	if err != nil {
+		return err
+	}
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog, auth)
+	appLs, adminL, probeL, addrs, err := listenAll(cfg, appTLSConfig != nil)
 	if err != nil {
 		return err
 	}
 	rd := &readiness{eng: eng, groups: groups, requireApp: cfg.Node.ReadyRequiresApp}
-	adminHTTP := newAdminHTTP(m, healthSrv, adminGRPC, rd, readyDetail(eng))
 
 	r.start("cluster metrics", componentFunc(func(ctx context.Context) error { clusterMetrics(ctx, eng, m); return nil }))
-	r.start("admin server", adminServer{http: adminHTTP, grpc: adminGRPC, l: adminL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
+	startAdminServers(r, cfg, m, auth, healthSrv, adminGRPC, rd, readyDetail(eng), adminL, probeL)
 	r.start("app server", appServer{srv: appSrv, ls: appLs, grace: 2 * time.Second, fail: r.fail})
 	stopped := false // told to stop (SIGTERM), not failing
 	if cl, ok := eng.(engine.ClusterAdmin); ok && cfg.Cluster.Enabled() && cfg.Cluster.LeaveOnShutdown {
@@ -219,13 +226,28 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return nil
 	})
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "backend", cfg.Storage.Backend, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
+	logger.Info("spoold ready", "app", addrs.App, "admin", addrs.Admin, "probe", addrs.Probe, "admin_auth", cfg.Admin.AuthConfigured(), "backend", cfg.Storage.Backend, "data_dir", dataDir, "topics", len(cfg.AllTopics()), "groups", len(groups), "version", Version)
 	if opts.Ready != nil {
 		opts.Ready(addrs)
 	}
 	ready = true
 	stopped, err = r.wait(ctx)
 	return err
+}
+
+// startAdminServers starts the admin listener's server and, with
+// node.probe_listen, the probe listener's (probes, /metrics, gRPC health on
+// a gRPC server of its own: nothing else is registered there).
+func startAdminServers(r *runner, cfg *config.Config, m *metrics.Metrics, auth *adminAuth, healthSrv *health.Server, adminGRPC *grpc.Server, rd *readiness, detail func() []string, adminL, probeL net.Listener) {
+	adminHTTP := newAdminHTTP(probeMux(m, healthSrv, rd, detail, func(h http.Handler) http.Handler { return auth.httpGate(roleRead, h) }), auth, adminGRPC, cfg.Admin)
+	r.start("admin server", adminServer{name: "admin", http: adminHTTP, grpc: adminGRPC, l: adminL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
+	if probeL == nil {
+		return
+	}
+	probeGRPC := grpc.NewServer()
+	healthpb.RegisterHealthServer(probeGRPC, healthSrv)
+	probeHTTP := newProbeHTTP(probeMux(m, healthSrv, rd, detail, func(h http.Handler) http.Handler { return h }), probeGRPC, cfg.Admin)
+	r.start("probe server", adminServer{name: "probe", http: probeHTTP, grpc: probeGRPC, l: probeL, grpcGrace: time.Second, httpGrace: 2 * time.Second, fail: r.fail})
 }
 
 // leaveCluster hands this node's leaderships and replicas to the other
@@ -399,18 +421,12 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 	return out, closeAll, nil
 }
 
-// listen opens host:port or unix:///path, a socket with file mode mode. A
-// stale socket file is removed.
+// listen opens host:port or unix:///path, a socket with file mode mode
+// from before it has its name (listenUnixMode); a stale socket file is
+// replaced.
 func listen(addr string, mode os.FileMode) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			_ = os.Remove(path)
-		}
-		l, err := listenUnix(path, mode)
-		if err != nil {
-			return nil, fmt.Errorf("listen on %s: %w (check the directory exists and is writable)", addr, err)
-		}
-		return l, nil
+		return listenUnixMode(path, mode)
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

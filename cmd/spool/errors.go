@@ -77,6 +77,10 @@ func callError(what, addr, flag string, err error) error {
 		return &exitError{code: exitUnreachable, msg: fmt.Sprintf("%s: the sidecar at %s did not answer in time: check that it is running and not overloaded, or allow more with --timeout", what, addr)}
 	case st.Code() == codes.Canceled:
 		return failed("%s: interrupted", what)
+	case st.Code() == codes.Unauthenticated:
+		return failed("%s: %s: give spool a token (--token-file, %s or %s) or a client certificate (--cert and --key), or a context that has one (--context)", what, msg, envTokenFile, envToken)
+	case st.Code() == codes.PermissionDenied:
+		return failed("%s: %s: use a token or certificate with that role (PermissionDenied)", what, msg)
 	case st.Code() == codes.Unimplemented:
 		return failed("%s: the sidecar at %s does not know this call (%s): upgrade spoold to the version of this spool", what, addr, msg)
 	default:

@@ -45,6 +45,12 @@ type testSidecar struct {
 
 func startSidecar(t *testing.T) *testSidecar {
 	t.Helper()
+	return startSidecarWith(t, nil)
+}
+
+// startSidecarWith is startSidecar with the config changed by set first.
+func startSidecarWith(t *testing.T, set func(*config.Config)) *testSidecar {
+	t.Helper()
 	cfg := config.DevConfig()
 	cfg.Node.ID = nodeID
 	cfg.Node.DataDir = filepath.Join(t.TempDir(), "data")
@@ -57,6 +63,9 @@ func startSidecar(t *testing.T) *testSidecar {
 	jobs := config.NewSubscription(jobsT, workers)
 	jobs.Backoff = config.BackoffConfig{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2}
 	cfg.Subscriptions = []config.SubscriptionConfig{config.NewSubscription(ordersT, billing), jobs}
+	if set != nil {
+		set(&cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan sidecar.Addrs, 1)
 	done := make(chan error, 1)

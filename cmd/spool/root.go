@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
-	"github.com/spoolmq/spool/sidecar/config"
 )
 
 // Environment variables spool reads.
@@ -28,7 +27,9 @@ const (
 // app is one run of spool: the global flags and the connections it opened.
 type app struct {
 	env
-	admin   string        // --admin
+	admin   string    // --admin
+	auth    authFlags // --token, --context, ...
+	root    *cobra.Command
 	output  string        // -o
 	timeout time.Duration // --timeout
 	conns   []*grpc.ClientConn
@@ -63,10 +64,7 @@ func run(ctx context.Context, e env, args []string) int {
 }
 
 func (a *app) rootCommand() *cobra.Command {
-	admin, ok := a.getenv(envAdmin)
-	if !ok || admin == "" {
-		admin = config.DefaultAdminListen
-	}
+	admin := a.defaultAdmin()
 	root := &cobra.Command{
 		Use:   "spool",
 		Short: "Look at and operate Spool sidecars",
@@ -96,7 +94,9 @@ Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 		return usageErr("%s (see %s --help)", oneLine(err.Error()), cmd.CommandPath())
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.admin, "admin", admin, "spoold's admin address host:port ("+envAdmin+")")
+	pf.StringVar(&a.admin, "admin", admin, "spoold's admin address, host:port or unix:///path ("+envAdmin+", else the context's)")
+	a.bindAuthFlags(root)
+	a.root = root
 	pf.StringVarP(&a.output, "output", "o", "table", "output format: table, json or yaml")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for the sidecar to answer a call")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
@@ -109,19 +109,27 @@ Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 // adminClient connects to --admin. gRPC connects lazily: an absent
 // sidecar shows up as UNAVAILABLE on the first call (callError).
 func (a *app) adminClient() (spoolv1.AdminServiceClient, error) {
-	conn, err := a.dial(a.admin, "--admin")
+	addr, opts, err := a.adminTarget()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := a.dial(addr, "--admin", opts...)
 	if err != nil {
 		return nil, err
 	}
 	return spoolv1.NewAdminServiceClient(conn), nil
 }
 
-func (a *app) dial(addr, flag string) (*grpc.ClientConn, error) {
+// dial connects to addr, in plaintext unless opts say otherwise.
+func (a *app) dial(addr, flag string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	target := addr
 	if !strings.HasPrefix(addr, "unix:") {
 		target = "passthrough:///" + addr
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, usageErr("%s %q: %v: give host:port", flag, addr, err)
 	}

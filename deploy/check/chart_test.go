@@ -113,18 +113,18 @@ func checkWorkloads(t *testing.T, objs []object) []*corev1.PodSpec {
 	n := 0
 	for _, o := range objs {
 		var spec *corev1.PodSpec
-		var labels map[string]string
+		var labels, annotations map[string]string
 		replicas, claims, base := int32(1), []string(nil), o.name
 		wanted := int32(1) // replicas of the workload (a Deployment's pods are simulated once)
 		switch w := o.obj.(type) {
 		case *appsv1.Deployment:
-			spec, labels = &w.Spec.Template.Spec, w.Spec.Template.Labels
+			spec, labels, annotations = &w.Spec.Template.Spec, w.Spec.Template.Labels, w.Spec.Template.Annotations
 			base += "-7d9f8c6b5d-x2x9q"
 			if w.Spec.Replicas != nil {
 				wanted = *w.Spec.Replicas
 			}
 		case *appsv1.StatefulSet:
-			spec, labels = &w.Spec.Template.Spec, w.Spec.Template.Labels
+			spec, labels, annotations = &w.Spec.Template.Spec, w.Spec.Template.Labels, w.Spec.Template.Annotations
 			if w.Spec.Replicas != nil {
 				replicas = *w.Spec.Replicas
 			}
@@ -155,6 +155,9 @@ func checkWorkloads(t *testing.T, objs []object) []*corev1.PodSpec {
 			if err != nil {
 				t.Errorf("%s, pod %s: %v", o.source, pod, err)
 				continue
+			}
+			if port := annotations["prometheus.io/port"]; port != "" && !strings.HasSuffix(cfg.Node.ProbeListen, ":"+port) {
+				t.Errorf("%s, pod %s: Prometheus scrapes port %s, not node.probe_listen %q", o.source, pod, port, cfg.Node.ProbeListen)
 			}
 			if err := checkGrace(spec, cfg); err != nil {
 				t.Errorf("%s, pod %s: %v", o.source, pod, err)

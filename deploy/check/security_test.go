@@ -195,7 +195,7 @@ func TestChartNetworkPolicy(t *testing.T) {
 		peer[0].From[0].PodSelector == nil || fmt.Sprint(peer[0].From[0].PodSelector.MatchLabels) != fmt.Sprint(np.Spec.PodSelector.MatchLabels) {
 		t.Errorf("peer port rules %+v: want one, from the release's own pods only", peer)
 	}
-	admin := rulesFor(np, intstr.FromString("spool-admin"))
+	admin := rulesFor(np, intstr.FromString("spool-probe"))
 	if len(admin) != 1 || len(admin[0].From) != 1 || admin[0].From[0].PodSelector != nil || admin[0].From[0].NamespaceSelector == nil ||
 		admin[0].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" {
 		t.Errorf("metrics port rules %+v: want one, from the namespace monitoring only", admin)

@@ -119,7 +119,13 @@ func resolveSpoold(t *testing.T, spec *corev1.PodSpec, configMaps map[string]*co
 	for _, p := range c.Ports {
 		ports[p.ContainerPort] = p.Name
 	}
-	for what, addr := range map[string]string{"node.admin_listen": cfg.Node.AdminListen, "cluster.listen": cfg.Cluster.Listen} {
+	if err := checkAdminAndProbes(c, cfg, ports); err != nil {
+		return nil, err
+	}
+	if f := cfg.Admin.TokensFile; f != "" && !secretMounted(spec, c, filepath.Dir(f)) {
+		return nil, fmt.Errorf("spoold's admin.tokens_file %s is in no Secret volume the container mounts", f)
+	}
+	for what, addr := range map[string]string{"node.probe_listen": cfg.Node.ProbeListen, "cluster.listen": cfg.Cluster.Listen} {
 		if addr == "" {
 			continue
 		}
@@ -130,6 +136,47 @@ func resolveSpoold(t *testing.T, spec *corev1.PodSpec, configMaps map[string]*co
 		}
 	}
 	return cfg, nil
+}
+
+// checkAdminAndProbes: AdminService stays off the pod network (loopback or
+// a Unix socket) unless it authenticates its callers, and kubelet's probes
+// go to the probe listener, which listens beyond loopback (kubelet dials
+// the pod IP) and serves nothing else (docs/security.md, "Admin").
+func checkAdminAndProbes(c *corev1.Container, cfg *config.Config, ports map[int32]string) error {
+	if !config.LoopbackOrUnix(cfg.Node.AdminListen) && !cfg.Admin.AuthConfigured() {
+		return fmt.Errorf("spoold's node.admin_listen %s is on the pod network with no admin authentication", cfg.Node.AdminListen)
+	}
+	probe := cfg.Node.ProbeListen
+	if probe == "" || config.LoopbackOrUnix(probe) {
+		return fmt.Errorf("spoold's node.probe_listen is %q: kubelet and Prometheus need it on the pod IP (like 0.0.0.0:7073)", probe)
+	}
+	_, port, _ := net.SplitHostPort(probe)
+	n, _ := strconv.Atoi(port)
+	name := ports[int32(n)]
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil {
+			return fmt.Errorf("spoold lacks an HTTP probe")
+		}
+		if got := p.HTTPGet.Port; (got.StrVal == "" || got.StrVal != name) && got.IntVal != int32(n) {
+			return fmt.Errorf("spoold's probe of %s goes to port %s, not to node.probe_listen %s (port %d, %q)", p.HTTPGet.Path, got.String(), probe, n, name)
+		}
+	}
+	return nil
+}
+
+// secretMounted reports whether c mounts a Secret volume at dir.
+func secretMounted(spec *corev1.PodSpec, c *corev1.Container, dir string) bool {
+	for _, m := range c.VolumeMounts {
+		if filepath.Clean(m.MountPath) != dir {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // mountedFile finds the ConfigMap key a container sees at path.

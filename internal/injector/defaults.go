@@ -79,6 +79,7 @@ const (
 	DataDir        = "/var/lib/spool"
 	ConfigDir      = "/etc/spool"
 	AdminPort      = 7071
+	ProbePort      = 7073         // node.probe_listen: probes and /metrics; AdminService stays on 127.0.0.1:7071
 	AddrEnv        = "SPOOL_ADDR" // read by every SDK
 	configFileName = "spool.yaml"
 )

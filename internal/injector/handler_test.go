@@ -299,6 +299,27 @@ func TestInjectedArgsAreAcceptedBySpoold(t *testing.T) {
 		if err != nil {
 			t.Fatalf("spoold refuses the injected flags %q: %v", c.Args, err)
 		}
+		// AdminService stays inside the pod; kubelet and Prometheus use
+		// the probe listener, on the pod IP.
+		if !config.LoopbackOrUnix(cfg.Node.AdminListen) || cfg.Node.ProbeListen == "" || config.LoopbackOrUnix(cfg.Node.ProbeListen) {
+			t.Fatalf("injected admin_listen %q, probe_listen %q: want loopback admin and a probe listener on the pod IP", cfg.Node.AdminListen, cfg.Node.ProbeListen)
+		}
+		probePort := strconv.Itoa(ProbePort)
+		if !strings.HasSuffix(cfg.Node.ProbeListen, ":"+probePort) || len(c.Ports) != 1 || c.Ports[0].ContainerPort != ProbePort {
+			t.Fatalf("probe_listen %q, container ports %+v", cfg.Node.ProbeListen, c.Ports)
+		}
+		for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+			if p.HTTPGet.Port.String() != c.Ports[0].Name {
+				t.Errorf("probe %s on port %s, not the probe port %s", p.HTTPGet.Path, p.HTTPGet.Port.String(), c.Ports[0].Name)
+			}
+		}
+		for _, op := range res.Patch {
+			if strings.HasPrefix(op.Path, "/metadata/annotations") {
+				if b, _ := json.Marshal(op.Value); strings.Contains(string(b), "prometheus.io/port") && !strings.Contains(string(b), probePort) {
+					t.Errorf("Prometheus is pointed elsewhere than the probe port: %s", b)
+				}
+			}
+		}
 		return cfg
 	}
 	cfg := resolve(map[string]string{AnnotationInject: "true", AnnotationTopics: "orders:12,payments", AnnotationSubscriptions: "orders:billing,payments:audit", AnnotationDrainTimeout: "45s"})

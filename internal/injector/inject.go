@@ -97,7 +97,7 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 		}
 	}
 	add := map[string]string{AnnotationStatus: StatusInjected}
-	for k, v := range map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(AdminPort), "prometheus.io/path": "/metrics"} {
+	for k, v := range map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(ProbePort), "prometheus.io/path": "/metrics"} {
 		if _, ok := ann[k]; !ok {
 			add[k] = v
 		}
@@ -224,7 +224,10 @@ func settingsFor(ann map[string]string, d Defaults) (settings, error) {
 // (restartPolicy Always), started before the app and stopped after it.
 func sidecar(s settings) corev1.Container {
 	always := corev1.ContainerRestartPolicyAlways
-	args := []string{"--data-dir", DataDir, "--app-listen", SocketAddr, "--admin-listen", "0.0.0.0:" + strconv.Itoa(AdminPort),
+	// AdminService on loopback only (kubectl exec ... spool reaches it),
+	// probes and /metrics on the pod IP.
+	args := []string{"--data-dir", DataDir, "--app-listen", SocketAddr, "--admin-listen", "127.0.0.1:" + strconv.Itoa(AdminPort),
+		"--probe-listen", "0.0.0.0:" + strconv.Itoa(ProbePort),
 		"--drain-timeout", s.drain.String()}
 	mounts := []corev1.VolumeMount{{Name: SocketVolume, MountPath: SocketDir}, {Name: DataVolume, MountPath: DataDir}}
 	if s.config != "" {
@@ -254,7 +257,7 @@ func sidecar(s settings) corev1.Container {
 	}
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
-			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("spool-admin")}},
+			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString("spool-probe")}},
 			PeriodSeconds:    period,
 			TimeoutSeconds:   5,
 			FailureThreshold: failures,
@@ -268,7 +271,7 @@ func sidecar(s settings) corev1.Container {
 		RestartPolicy:   &always,
 		Args:            args,
 		Env:             env,
-		Ports:           []corev1.ContainerPort{{Name: "spool-admin", ContainerPort: AdminPort}},
+		Ports:           []corev1.ContainerPort{{Name: "spool-probe", ContainerPort: ProbePort}},
 		// The app starts once this passes: spoold serves and, in a cluster,
 		// has joined and every replica it holds knows its leader. Up to 3
 		// minutes (a cluster node may wait 60 s to join).

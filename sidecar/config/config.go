@@ -37,6 +37,7 @@ type Config struct {
 	Delivery      DeliveryConfig       `yaml:"delivery"`
 	Publish       PublishConfig        `yaml:"publish"`
 	Apps          AppsConfig           `yaml:"apps"`
+	Admin         AdminConfig          `yaml:"admin"`
 }
 
 // PublishConfig bounds what publishing holds in memory, for the whole
@@ -201,10 +202,15 @@ type NodeConfig struct {
 	// AppListen are the addresses where the app reaches the sidecar: TCP
 	// host:port or unix:///absolute/path. Default ["127.0.0.1:7070"].
 	AppListen []string `yaml:"app_listen"`
-	// AdminListen serves /metrics, /healthz, /readyz, gRPC health and
-	// AdminService. TCP host:port only (kubelet probes and Prometheus
-	// scrape over TCP). Default "127.0.0.1:7071".
+	// AdminListen serves AdminService and pprof (and, for local tools,
+	// /metrics and the probes): TCP host:port or unix:///absolute/path.
+	// Default "127.0.0.1:7071". Beyond loopback it needs authentication
+	// (AdminConfig).
 	AdminListen string `yaml:"admin_listen"`
+	// ProbeListen serves /healthz, /readyz, /startupz, gRPC health and
+	// /metrics, nothing else: the address kubelet and Prometheus reach
+	// (the pod IP). TCP host:port. Default "": none.
+	ProbeListen string `yaml:"probe_listen"`
 	// DrainTimeout is the graceful shutdown budget. Default 30s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// ReadyRequiresApp: /readyz waits, once, for an app stream on every

@@ -126,6 +126,7 @@ func (c *Config) ApplyDefaults() {
 		n.AppListen = []string{DefaultAppListen}
 	}
 	setString(&n.AdminListen, DefaultAdminListen)
+	c.Admin.applyDefaults()
 	setDur(&n.DrainTimeout, DefaultDrainTimeout)
 	setDur(&n.CommitInterval, DefaultCommitInterval)
 	if n.MemoryLimit == 0 {

@@ -30,6 +30,7 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	if v, ok := get("SPOOL_ADMIN_LISTEN"); ok {
 		c.Node.AdminListen = v
 	}
+	c.applyAdminEnv(get)
 	if v, ok := get("SPOOL_NODE_ID"); ok {
 		c.Node.ID = v
 	}
@@ -160,7 +161,8 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 	str("data-dir", "directory of the log (node.data_dir)", func(c *Config, v string) { c.Node.DataDir = v })
 	list("app-listen", "address where the app reaches the sidecar: host:port or unix:///path; repeatable or comma-separated (node.app_listen)",
 		func(c *Config) *[]string { return &c.Node.AppListen })
-	str("admin-listen", "host:port of /metrics, /healthz, /readyz and AdminService (node.admin_listen)", func(c *Config, v string) { c.Node.AdminListen = v })
+	str("admin-listen", "host:port or unix:///path of AdminService and pprof; loopback unless admin authentication is set (node.admin_listen)", func(c *Config, v string) { c.Node.AdminListen = v })
+	bindAdminFlags(str)
 	str("node-id", "name of this node (node.id; default the host name)", func(c *Config, v string) { c.Node.ID = v })
 	fs.BoolFunc("dev", "development mode: temporary data dir, in-process ledger, a demo topic when no --config (node.dev)", func(v string) error {
 		b, err := strconv.ParseBool(v)

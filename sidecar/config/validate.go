@@ -120,6 +120,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateTracing(&v)
 	c.validateApps(&v)
+	c.validateAdmin(&v)
 	if m := c.Delivery.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
 		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
 	}
@@ -172,8 +173,8 @@ func (c *Config) validateNode(v *validator) {
 		}
 		seen[a] = i
 	}
-	if !validListen(n.AdminListen, false) {
-		v.add("node.admin_listen", n.AdminListen, allowedTCP)
+	if !validListen(n.AdminListen, true) {
+		v.add("node.admin_listen", n.AdminListen, allowedListen+unixHint(n.AdminListen))
 	} else if _, dup := seen[n.AdminListen]; dup && !anyPort(n.AdminListen) {
 		v.add("node.admin_listen", n.AdminListen, "different from every node.app_listen address")
 	}

@@ -95,6 +95,10 @@ type Metrics struct {
 	RaftMessagesDropped *prometheus.CounterVec // reason
 	MoveCopiesDelayed   *prometheus.CounterVec // (none)
 	MoveCopyWaiting     *prometheus.GaugeVec   // (none)
+
+	// Admin calls refused (docs/security.md, "Admin").
+	AdminRefused *prometheus.CounterVec // reason
+	AdminTokens  prometheus.Gauge
 }
 
 // latencyBuckets span 100 µs to ~100 s.
@@ -131,6 +135,8 @@ func New() *Metrics {
 		MemoryLimit:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "memory_limit_bytes", Help: "The Go runtime's soft memory limit (node.memory_limit, or GOMEMLIMIT when set); 0: none."}),
 		PublishMemoryLimit:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_limit_bytes", Help: "publish.memory_bytes: what publish requests in flight may hold."}),
 		PublishMemoryWaits:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_waits_total", Help: "Publish requests that waited for room in publish.memory_bytes (their stream read nothing more meanwhile)."}),
+		AdminRefused:          counter("admin_refused_total", "Admin calls (AdminService, pprof, /metrics on the admin listener) refused, by reason: no_credentials, unknown_token, unknown_certificate (Unauthenticated), role_too_low (PermissionDenied), unknown_method.", "reason"),
+		AdminTokens:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "admin_tokens", Help: "Tokens loaded from admin.tokens_file (at most 10000)."}),
 		PublishRejected:       counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
 		PublishLatency:        hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
 		Deliveries:            counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
@@ -195,7 +201,7 @@ func New() *Metrics {
 	m.MoveCopiesDelayed = counter("move_copies_delayed_total", "Appends to the new replicas of moving partitions that waited for cluster.move_bytes_per_second.")
 	m.MoveCopyWaiting = gauge("move_copy_waiting_bytes", "Bytes of entries waiting for cluster.move_bytes_per_second before going to new replicas.")
 	r.MustRegister(m.LedgerAvailable)
-	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit, m.LogSyncs)
+	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit, m.LogSyncs, m.AdminTokens)
 	return m
 }
 

@@ -130,9 +130,10 @@ join (the peers of this pod: a list of host:port).
 */}}
 {{- define "spool.config" -}}
 {{- $v := .root.Values -}}
-{{- $node := dict "data_dir" "/var/lib/spool" "app_listen" (list "unix:///run/spool/app.sock") "admin_listen" "0.0.0.0:7071" "drain_timeout" $v.spoold.drainTimeout -}}
+{{- $node := dict "data_dir" "/var/lib/spool" "app_listen" (list "unix:///run/spool/app.sock") "admin_listen" "127.0.0.1:7071" "probe_listen" "0.0.0.0:7073" "drain_timeout" $v.spoold.drainTimeout -}}
 {{- if $v.spoold.readyRequiresApp -}}{{- $_ := set $node "ready_requires_app" true -}}{{- end -}}
 {{- $cfg := dict "node" $node -}}
+{{- if $v.spoold.admin.tokensSecret -}}{{- $_ := set $cfg "admin" (dict "tokens_file" "/etc/spool-admin/tokens") -}}{{- end -}}
 {{- if $v.cluster.enabled -}}
 {{- $c := dict "replication_factor" $v.cluster.replicationFactor "dead_node_timeout" $v.cluster.deadNodeTimeout -}}
 {{- if eq (toString $v.cluster.storage) "off" -}}
@@ -239,19 +240,21 @@ join (the peers of this pod: a list of host:port).
     {{- toYaml . | nindent 4 }}
     {{- end }}
   ports:
-    - {name: spool-admin, containerPort: 7071}
+    # The probe listener (probes, /metrics): AdminService stays on
+    # 127.0.0.1:7071, for `kubectl exec ... spool` and port-forward.
+    - {name: spool-probe, containerPort: 7073}
     {{- if and $v.cluster.enabled (eq (toString $v.cluster.storage) "on") }}
     - {name: spool-cluster, containerPort: 7072}
     {{- end }}
   startupProbe:
-    httpGet: {path: /startupz, port: spool-admin}
+    httpGet: {path: /startupz, port: spool-probe}
     periodSeconds: 2
     failureThreshold: 90
   readinessProbe:
-    httpGet: {path: /readyz, port: spool-admin}
+    httpGet: {path: /readyz, port: spool-probe}
     periodSeconds: 5
   livenessProbe:
-    httpGet: {path: /healthz, port: spool-admin}
+    httpGet: {path: /healthz, port: spool-probe}
     periodSeconds: 10
     timeoutSeconds: 5
     failureThreshold: 3
@@ -272,6 +275,9 @@ join (the peers of this pod: a list of host:port).
     {{- end }}
     {{- if include "spool.redisTLSSecret" .root }}
     - {name: spool-redis-tls, mountPath: /etc/spool-redis-tls, readOnly: true}
+    {{- end }}
+    {{- if $v.spoold.admin.tokensSecret }}
+    - {name: spool-admin-tokens, mountPath: /etc/spool-admin, readOnly: true}
     {{- end }}
 {{- end -}}
 
