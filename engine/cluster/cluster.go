@@ -181,10 +181,13 @@ func (c *ClusterConfig) validateTimes() error {
 	return nil
 }
 
-// Node is a sidecar's node of a Spool cluster: its log store and topic
-// table, its identity, transport, replicas (the Host) and the controller's
-// state (docs/replication.md). A storage-off node has no log of its own
-// beside the controller's view: it publishes and reads through members.
+// Node is a sidecar's node of a Spool cluster: what every node has — its
+// log store and topic table, its identity, the peers and the router to
+// groups' leaders, the controller's state as it last saw it, the
+// consumer-group coordinators' API — and its role, chosen once by Open:
+// a member (*member: raft, replicas, the controller's log) or a storage-off
+// node (*storageOff: no log of its own beside the controller's view; it
+// polls that view from members and publishes and reads through them).
 type Node struct {
 	conf   Config // the node's configuration; cfg is its Cluster, validated
 	store  *log.Store
@@ -200,32 +203,47 @@ type Node struct {
 		Error(string, ...any)
 	}
 
-	id        identity
-	bootstrap bool      // this node created the cluster (no identity, no Join)
-	tls       *tlsFiles // nil: plaintext between nodes
+	id  identity
+	tls *tlsFiles // nil: plaintext between nodes
 
-	host  *raft.Host
-	tr    *transport.GRPC
-	ctrlP *log.Partition // group 0's log
+	// role is what this node does as a member or as a storage-off node
+	// (role.go); set by Open, never changed.
+	role role
 
 	peers  *peerClients
 	router *route.Router // runs calls at a raft group's leader; set by run once the node has its id
 	coord  *coordinators // consumer-group coordinators (groups_cluster.go)
 
+	mu       sync.Mutex // guards the fields below (and member's: see there); never held while calling out
+	state    *meta.State
+	changed  chan struct{} // closed and replaced after each change of state
+	ready    chan struct{} // closed once this node is a member with a known state
+	readyErr error         // why the node could not start, set before ready is closed
+}
+
+// member is the role of a node that is a cluster member: its raft host and
+// transport, the controller's log (group 0) and its applier, the replicas
+// it opened and the chores of the controller's leader. It shares the Node
+// it plays the role of (embedded).
+type member struct {
+	*Node
+
+	bootstrap bool // this node created the cluster (no identity, no Join)
+
+	started atomic.Bool // host is set (start); until then the node is joining
+	host    *raft.Host
+	tr      *transport.GRPC
+	ctrlP   *log.Partition // group 0's log
+
 	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
 	choresWake chan struct{} // cap 1: run the chores now (a controller membership step applied)
 	ctrlEnd    atomic.Int64  // group 0's committed end, from OnCommitted
 
-	// ctrl applies group 0's log to the state (a member; nil on a client
-	// node, which polls the state instead).
+	// ctrl applies group 0's log to the state.
 	ctrl *rsm.Applier[meta.Command, meta.Result]
 
-	mu       sync.Mutex // guards the fields below; never held while calling out
-	state    *meta.State
-	changed  chan struct{}   // closed and replaced after each change of state
-	ready    chan struct{}   // closed once this node is a member with a known state
-	readyErr error           // why the node could not start, set before ready is closed
-	opened   map[uint64]bool // groups whose replica this node runs
+	// Guarded by Node.mu, with the state.
+	opened map[uint64]bool // groups whose replica this node runs
 	// straysDue: the data of partitions this node no longer holds may need
 	// deleting (set at start and by dropReplica; the chores clear it once
 	// removeStrayReplicas could ask the controller's leader).
@@ -243,10 +261,22 @@ type Node struct {
 	applyBound func() int64
 }
 
+// newMember makes n a member; Run starts it.
+func newMember(n *Node) *member {
+	return &member{
+		Node:       n,
+		ctrlSignal: make(chan struct{}, 1),
+		choresWake: make(chan struct{}, 1),
+		opened:     map[uint64]bool{},
+		unreached:  map[uint64]time.Time{},
+	}
+}
+
 // cluster is the name the cluster's own methods give a Node.
 type cluster = Node
 
-// init prepares the cluster side of a Node that Open made; Run starts it.
+// init prepares the cluster side of a Node that Open made, choosing its
+// role once from the configuration; Run starts it.
 func (c *cluster) init(cfg ClusterConfig) error {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -258,9 +288,7 @@ func (c *cluster) init(cfg ClusterConfig) error {
 	c.fs = c.conf.Log.FS
 	c.dir = filepath.Join(c.conf.DataDir, "cluster")
 	c.logger = c.conf.Logger
-	c.ctrlSignal, c.choresWake = make(chan struct{}, 1), make(chan struct{}, 1)
 	c.state, c.changed, c.ready = meta.NewState(), make(chan struct{}), make(chan struct{})
-	c.opened, c.unreached = map[uint64]bool{}, map[uint64]time.Time{}
 	c.coord = newCoordinators(c)
 	if cfg.TLS.Enabled() {
 		var err error
@@ -269,8 +297,17 @@ func (c *cluster) init(cfg ClusterConfig) error {
 		}
 	}
 	if cfg.StorageOff {
+		c.role = &storageOff{c}
 		return nil // not a member: no identity
 	}
+	m := newMember(c)
+	c.role = m
+	return m.loadIdentity()
+}
+
+// loadIdentity reads the member's identity from its data dir, or creates
+// a cluster when it has none and nothing to join.
+func (c *member) loadIdentity() error {
 	id, ok, err := loadIdentity(c.fs, c.dir)
 	if err != nil {
 		return err
@@ -278,7 +315,7 @@ func (c *cluster) init(cfg ClusterConfig) error {
 	switch {
 	case ok:
 		c.id = id
-	case len(cfg.Join) == 0:
+	case len(c.cfg.Join) == 0:
 		if err := c.createCluster(); err != nil {
 			return err
 		}
@@ -287,7 +324,7 @@ func (c *cluster) init(cfg ClusterConfig) error {
 }
 
 // createCluster makes this node the first of a new cluster.
-func (c *cluster) createCluster() error {
+func (c *member) createCluster() error {
 	if len(c.store.Partitions()) > 0 {
 		return fmt.Errorf("engine: %s holds partitions written without a cluster: a cluster node starts from an empty data dir (or run without cluster settings)", c.conf.DataDir)
 	}
@@ -298,10 +335,7 @@ func (c *cluster) createCluster() error {
 
 // run joins (when needed), starts the transport, the replicas and the
 // controller, and serves until ctx ends.
-func (c *cluster) run(ctx context.Context) error {
-	if c.cfg.StorageOff {
-		return c.runClient(ctx)
-	}
+func (c *member) run(ctx context.Context) error {
 	c.peers = newPeerClients(c.conf.Log.MaxBatchBytes, c.dialCreds())
 	defer c.peers.close()
 	l, err := c.listenAndJoin(ctx)
@@ -320,7 +354,7 @@ func (c *cluster) run(ctx context.Context) error {
 
 // listenAndJoin takes the cluster port and, for a node with no identity
 // yet, joins the cluster (or creates it) first.
-func (c *cluster) listenAndJoin(ctx context.Context) (net.Listener, error) {
+func (c *member) listenAndJoin(ctx context.Context) (net.Listener, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", c.cfg.Listen)
 	if err != nil {
@@ -353,7 +387,7 @@ func (c *cluster) listenAndJoin(ctx context.Context) (net.Listener, error) {
 // start makes the node's raft host, opens the controller's log and its
 // applier, starts serving peers on l and opens the controller's replica.
 // It closes l when it fails.
-func (c *cluster) start(l net.Listener) (err error) {
+func (c *member) start(l net.Listener) (err error) {
 	defer func() {
 		if err != nil {
 			_ = l.Close()
@@ -373,6 +407,7 @@ func (c *cluster) start(l net.Listener) (err error) {
 	if err != nil {
 		return err
 	}
+	c.started.Store(true)
 	if c.ctrlP, err = c.store.Partition(controllerPartition); err == nil {
 		err = c.ctrlP.SetRetention(0, 0) // the controller's log is kept whole
 	}
@@ -426,7 +461,7 @@ func (c *cluster) start(l net.Listener) (err error) {
 // leadership of its groups to other replicas, so that publishes in flight
 // at it complete instead of being cut. It returns the first component's
 // error (errors while stopping are not a failure).
-func (c *cluster) serve(ctx context.Context) error {
+func (c *member) serve(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	g, gctx := errgroup.WithContext(runCtx)
@@ -439,7 +474,7 @@ func (c *cluster) serve(ctx context.Context) error {
 		{"controller", c.runController},
 		{"membership", c.register},
 		{"remote reads", c.runRemotePoll},
-		{"groups coordinators", c.coord.Run}, // groups_cluster.go
+		{"groups coordinators", func(ctx context.Context) error { return c.coord.Run(ctx, c.host) }}, // groups_cluster.go
 	} {
 		g.Go(func() error {
 			if err := comp.run(gctx); err != nil {
@@ -491,7 +526,7 @@ const handOffTimeout = 3 * time.Second
 // unknown to the producers), and its groups would wait an election
 // timeout for a new leader. A transfer to a replica that is down fails
 // after an election timeout; the group then elects as after a crash.
-func (c *cluster) handOff(d time.Duration) {
+func (c *member) handOff(d time.Duration) {
 	deadline := time.Now().Add(d)
 	orders := c.leaderOrders()
 	for round := 0; time.Now().Before(deadline); round++ {
@@ -522,7 +557,7 @@ func (c *cluster) handOff(d time.Duration) {
 
 // leaderOrders are the placement orders of the groups this node holds a
 // replica of (meta.LeaderMove.Order): a move's target, then the replicas.
-func (c *cluster) leaderOrders() map[uint64][]uint64 {
+func (c *member) leaderOrders() map[uint64][]uint64 {
 	c.mu.Lock()
 	held := c.state.PartitionsOf(c.id.NodeID)
 	c.mu.Unlock()
@@ -536,7 +571,7 @@ func (c *cluster) leaderOrders() map[uint64][]uint64 {
 // nextLeader is where the leadership of a group this node leads goes
 // (meta.LeaderMove: the one leader-transfer policy), given its placement
 // order; a leaving or down node is given none.
-func (c *cluster) nextLeader(st raft.GroupStatus, order []uint64, away bool, attempt int) (uint64, bool) {
+func (c *member) nextLeader(st raft.GroupStatus, order []uint64, away bool, attempt int) (uint64, bool) {
 	voters := make([]uint64, len(st.Voters))
 	for i, v := range st.Voters {
 		voters[i] = transport.NodeOf(v)
@@ -589,15 +624,12 @@ func (c *cluster) awaitReady(d time.Duration) error {
 		defer c.mu.Unlock()
 		return c.readyErr
 	case <-t.C:
-		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", c.id.NodeID, c.id.ClusterID, d, c.whyNotReady())
+		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", c.id.NodeID, c.id.ClusterID, d, c.role.whyNotReady())
 	}
 }
 
 // whyNotReady explains the wait for operators.
-func (c *cluster) whyNotReady() error {
-	if c.cfg.StorageOff {
-		return fmt.Errorf("no member in cluster.join %v has answered with the cluster's state", c.cfg.Join)
-	}
+func (c *member) whyNotReady() error {
 	st, ok := c.status(controllerGroup)
 	switch {
 	case !ok:
@@ -614,7 +646,7 @@ func (c *cluster) whyNotReady() error {
 // register makes this node a member: a bootstrapping node initialises the
 // cluster and adds itself; every node keeps its advertised address current.
 // Then it does the controller leader's chores while it leads.
-func (c *cluster) register(ctx context.Context) error {
+func (c *member) register(ctx context.Context) error {
 	if c.bootstrap {
 		_ = c.host.Campaign(controllerGroup)
 		for c.stateClusterID() == "" {
@@ -722,7 +754,7 @@ const balanceEveryChores = 5
 // leadership back once that node has caught up: after a restart the
 // preferred leader finds its groups led elsewhere, and one node would end
 // up leading everything.
-func (c *cluster) balanceLeaders() {
+func (c *member) balanceLeaders() {
 	c.tab.Mu.RLock()
 	var parts []*partition
 	for _, t := range c.tab.Topics {
@@ -746,7 +778,7 @@ func (c *cluster) balanceLeaders() {
 
 // leaderChores: while this node leads the controller, move group 0's
 // membership one step toward meta.ControllerMembers.
-func (c *cluster) leaderChores() {
+func (c *member) leaderChores() {
 	st, ok := c.host.Status(controllerGroup)
 	if !ok || !st.IsLeader {
 		return
@@ -779,7 +811,7 @@ func (c *cluster) leaderChores() {
 }
 
 // signalController wakes the controller loop (group 0's committed end moved).
-func (c *cluster) signalController() {
+func (c *member) signalController() {
 	select {
 	case c.ctrlSignal <- struct{}{}:
 	default:
@@ -787,7 +819,7 @@ func (c *cluster) signalController() {
 }
 
 // runController applies group 0's committed commands as they commit.
-func (c *cluster) runController(ctx context.Context) error {
+func (c *member) runController(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -801,7 +833,7 @@ func (c *cluster) runController(ctx context.Context) error {
 // applyController applies the committed commands not applied yet
 // (controllerMachine). Only the controller loop (and run, before it
 // starts) calls it.
-func (c *cluster) applyController() {
+func (c *member) applyController() {
 	end := c.ctrlCommitted()
 	if c.applyBound != nil {
 		end = min(end, c.applyBound())
@@ -814,7 +846,7 @@ func (c *cluster) applyController() {
 // applied to a copy of the state; this node is brought in line with it
 // (peers, topics, replicas) and only then is it published: whoever sees a
 // state through c.state finds this node already matching it.
-type controllerMachine struct{ c *cluster }
+type controllerMachine struct{ c *member }
 
 // Decode reads one controller command; meta.State.Apply checks its values
 // (and refuses a bad one, with a result, like every other node does).
@@ -841,6 +873,7 @@ func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Resu
 	for _, t := range deleted { // before placing what the state holds (the name may be created again)
 		c.deleteTopicData(t)
 	}
+	c.noteRemoval(st)
 	c.reconcile(st)
 	c.mu.Lock()
 	c.state = st
@@ -863,7 +896,7 @@ const maxRecentResults = 4096
 // ctrlCommitted is group 0's committed end. It comes from OnCommitted
 // itself: the host's status is refreshed only after the Process that
 // called it, so a wake-up reading the status could miss the last commit.
-func (c *cluster) ctrlCommitted() int64 { return c.ctrlEnd.Load() }
+func (c *member) ctrlCommitted() int64 { return c.ctrlEnd.Load() }
 
 // reconcile makes this node match the controller's state: a connection to
 // every member, every topic known, a replica of every partition placed here.
@@ -871,33 +904,49 @@ func (c *cluster) reconcile(st *meta.State) {
 	for id := range c.peers.all() {
 		if _, ok := st.Node(id); !ok && id < st.NextNodeID() { // removed
 			c.peers.remove(id)
-			if c.tr != nil { // a storage-off node has no raft transport
-				c.tr.RemovePeer(id)
-			}
+			c.role.removePeer(id)
 		}
-	}
-	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID != 0 && c.id.NodeID < st.NextNodeID() && !c.removedSeen { // 0: a storage-off node
-		c.removedSeen = true
-		c.logger.Error("spool cluster: this node was removed from the cluster (decommissioned); it holds no replicas and takes no part in it any more: stop it, and wipe its data dir to join again as a new node", "node", c.id.NodeID)
 	}
 	for _, nd := range st.Nodes() {
 		if nd.ID == c.id.NodeID {
 			continue
 		}
-		if c.peers.set(nd.ID, nd.Addr) && c.tr != nil {
-			if err := c.tr.AddPeer(nd.ID, nd.Addr); err != nil {
-				c.logger.Error("spool cluster: cannot add peer", "node", nd.ID, "addr", nd.Addr, "err", err)
-			}
+		if c.peers.set(nd.ID, nd.Addr) {
+			c.role.addPeer(nd.ID, nd.Addr)
 		}
 	}
-	ops := replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica}
+	ops := c.role.replicaOps()
 	for _, t := range st.Topics() {
 		c.placeTopic(t, c.id.NodeID, ops)
 	}
 }
 
+// noteRemoval logs, once, that st no longer has this member: it was
+// removed from the cluster (decommissioned).
+func (c *member) noteRemoval(st *meta.State) {
+	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID < st.NextNodeID() && !c.removedSeen {
+		c.removedSeen = true
+		c.logger.Error("spool cluster: this node was removed from the cluster (decommissioned); it holds no replicas and takes no part in it any more: stop it, and wipe its data dir to join again as a new node", "node", c.id.NodeID)
+	}
+}
+
+// removePeer stops the raft transport's connection to a removed node.
+func (c *member) removePeer(id uint64) { c.tr.RemovePeer(id) }
+
+// addPeer gives the raft transport a new (or moved) node's address.
+func (c *member) addPeer(id uint64, addr string) {
+	if err := c.tr.AddPeer(id, addr); err != nil {
+		c.logger.Error("spool cluster: cannot add peer", "node", id, "addr", addr, "err", err)
+	}
+}
+
+// replicaOps are what placing a topic does with this member's replicas.
+func (c *member) replicaOps() replicaOps {
+	return replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica}
+}
+
 // retain gives a running replica its topic's current retention.
-func (c *cluster) retain(part *partition) {
+func (c *member) retain(part *partition) {
 	c.tab.Mu.RLock()
 	spec := part.Topic.Spec
 	c.tab.Mu.RUnlock()
@@ -914,7 +963,7 @@ func (c *cluster) retain(part *partition) {
 // opened again from disk, under the replica id the move back gave it
 // (transport.ReplicaID: a new incarnation), instead of copying the whole
 // log anew.
-func (c *cluster) dropReplica(part *partition) {
+func (c *member) dropReplica(part *partition) {
 	name := engine.PartitionName(part.Topic.Name, part.Num)
 	c.stopReplica(part)
 	c.mu.Lock()
@@ -928,7 +977,7 @@ func (c *cluster) dropReplica(part *partition) {
 }
 
 // stopReplica stops this node's replica of a partition and keeps its data.
-func (c *cluster) stopReplica(part *partition) {
+func (c *member) stopReplica(part *partition) {
 	if err := c.host.Remove(part.X.raftGroup); err != nil {
 		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
 	}
@@ -940,7 +989,7 @@ func (c *cluster) stopReplica(part *partition) {
 }
 
 // openReplica starts this node's replica of a partition (once).
-func (c *cluster) openReplica(part *partition, bootstrap bool) error {
+func (c *member) openReplica(part *partition, bootstrap bool) error {
 	c.mu.Lock()
 	done := c.opened[part.X.raftGroup]
 	c.opened[part.X.raftGroup] = true
@@ -1005,12 +1054,13 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 var errAlreadyApplied = errors.New("already applied")
 
 // proposeMeta puts a command in the controller's log (through its leader)
-// and returns its result once this node has applied it.
+// and returns its result once this node has applied it (a member; a
+// storage-off node applies nothing and returns once it is committed).
 func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Result, error) {
 	b, err := meta.EncodeCommand(cmd)
 	if err == nil {
 		// Validated before it is proposed: what every node will decode.
-		_, err = controllerMachine{c}.Decode(b)
+		_, err = controllerMachine{}.Decode(b)
 	}
 	if err != nil {
 		return meta.Result{}, fmt.Errorf("engine: controller command refused before it was proposed: %w", err)
@@ -1023,21 +1073,20 @@ func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Resul
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
 	defer pcancel()
-	var voters []uint64
-	if c.host == nil { // a storage-off node: ask the controller's voters
-		c.mu.Lock()
-		voters, _ = meta.ControllerMembers(c.state)
-		c.mu.Unlock()
-	}
-	base, err := c.produceAtLeader(pctx, controllerGroup, "", 0, voters, data, engine.AcksAll)
+	base, err := c.produceAtLeader(pctx, controllerGroup, "", 0, c.role.controllerHolders(), data, engine.AcksAll)
 	if err != nil {
 		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
 	}
-	if c.host == nil {
-		// A storage-off node does not apply the controller's log: the command's
-		// effect shows in the state it polls (see ensureTopic).
-		return meta.Result{}, nil
-	}
+	return c.role.awaitResult(ctx, cmd, base)
+}
+
+// controllerHolders: a member finds the controller's leader through its own
+// replica of group 0 (its raft status), so it names no holders.
+func (c *member) controllerHolders() []uint64 { return nil }
+
+// awaitResult returns the result of the controller command at base once
+// this member has applied it.
+func (c *member) awaitResult(ctx context.Context, cmd meta.Command, base int64) (meta.Result, error) {
 	res, err := c.ctrl.WaitApplied(ctx, base)
 	switch {
 	case err != nil:
@@ -1079,14 +1128,12 @@ func (c *cluster) awaitState(ctx context.Context, cond func(*meta.State) bool) e
 	}
 }
 
-// appliedState returns the controller's state once this node has applied
-// every command committed when it was called (false: ctx ended first, or
-// the applier stopped). A storage-off node returns the state it last polled.
-func (c *cluster) appliedState(ctx context.Context) (*meta.State, bool) {
-	if c.ctrl != nil {
-		if err := c.ctrl.AwaitApplied(ctx, c.ctrlCommitted()); err != nil {
-			return nil, false
-		}
+// appliedState returns the controller's state once this member has
+// applied every command committed when it was called (false: ctx ended
+// first, or the applier stopped).
+func (c *member) appliedState(ctx context.Context) (*meta.State, bool) {
+	if err := c.ctrl.AwaitApplied(ctx, c.ctrlCommitted()); err != nil {
+		return nil, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -32,7 +32,7 @@ import (
 // down or leaving, a topic waiting for nodes, or this node not a cluster
 // member).
 func (n *Node) MoveReplicas(ctx context.Context, topic string, partition int32, replicas []uint64) (engine.ReplicaMove, error) {
-	c, err := n.operatorCluster()
+	c, err := n.role.operator()
 	if err != nil {
 		return engine.ReplicaMove{}, err
 	}
@@ -50,7 +50,7 @@ func (n *Node) MoveReplicas(ctx context.Context, topic string, partition int32, 
 // PlanMove checks a replica move as MoveReplicas would and says what it
 // would do, without recording anything (spool cluster move --dry-run).
 func (n *Node) PlanMove(topic string, partition int32, replicas []uint64) (engine.ReplicaMove, error) {
-	c, err := n.operatorCluster()
+	c, err := n.role.operator()
 	if err != nil {
 		return engine.ReplicaMove{}, err
 	}
@@ -58,13 +58,8 @@ func (n *Node) PlanMove(topic string, partition int32, replicas []uint64) (engin
 	return mv, err
 }
 
-// operatorCluster is the cluster of a member that is ready, for an
-// operator's change.
-func (n *Node) operatorCluster() (*cluster, error) {
-	c := n
-	if c.host == nil {
-		return nil, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrMoveRefused)
-	}
+// operator is this member once it is ready, for an operator's change.
+func (c *member) operator() (*member, error) {
 	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {
 		return nil, err
 	}
