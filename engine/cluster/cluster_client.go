@@ -96,8 +96,8 @@ func (c *storageOff) deleteTopic(name string) error {
 	return fmt.Errorf("%w: deleting topic %q: this sidecar is not a cluster member (storage off): ask a member's admin address", engine.ErrDeleteUnsupported, name)
 }
 
-func (c *storageOff) operator() (*member, error) {
-	return nil, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrMoveRefused)
+func (c *storageOff) operatorReady() error {
+	return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrMoveRefused)
 }
 
 // runRemotePoll polls, on a member, the partitions it holds no replica

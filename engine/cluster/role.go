@@ -45,13 +45,13 @@ type role interface {
 	// clusterStatus fills in out (its identity filled) once the node is ready.
 	clusterStatus(out engine.ClusterStatus) engine.ClusterStatus
 
-	// The operators' calls, refused by a storage-off node: Leave,
-	// DecommissionNode, DeleteTopic, and MoveReplicas and PlanMove (which
-	// run on the member operator returns).
+	// The operators' calls, which a storage-off node refuses: Leave,
+	// DecommissionNode, DeleteTopic; MoveReplicas and PlanMove go ahead
+	// once operatorReady returns nil (a member, ready).
 	leave(ctx context.Context) (engine.LeaveReport, error)
 	decommission(ctx context.Context, id uint64) error
 	deleteTopic(name string) error
-	operator() (*member, error)
+	operatorReady() error
 }
 
 // The two roles.
