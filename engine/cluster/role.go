@@ -62,16 +62,3 @@ var (
 
 // status is raft's status of a group on this node (role.status).
 func (c *cluster) status(group uint64) (raft.GroupStatus, bool) { return c.role.status(group) }
-
-// status: nothing until the host is made (a joining node), then the host's.
-func (c *member) status(group uint64) (raft.GroupStatus, bool) {
-	if !c.started.Load() {
-		return raft.GroupStatus{}, false
-	}
-	return c.host.Status(group)
-}
-
-// proposeWith proposes on the member's raft host.
-func (c *member) proposeWith(group uint64, data []byte, opts raft.ProposeOptions, done func(raft.Proposed, error)) {
-	c.host.ProposeWith(group, data, opts, done)
-}
