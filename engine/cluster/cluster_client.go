@@ -84,6 +84,9 @@ func (c *storageOff) clusterStatus(out engine.ClusterStatus) engine.ClusterStatu
 	return out
 }
 
+// The operators' calls only a member can make are refused, naming where to
+// ask instead.
+
 func (c *storageOff) leave(context.Context) (engine.LeaveReport, error) {
 	return engine.LeaveReport{}, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): it has nothing to hand over", engine.ErrDecommissionRefused)
 }
