@@ -28,7 +28,10 @@
 // the transport's peers and the replicas placement opens, ClusterStatus,
 // and the operators' calls a storage-off node refuses), the core calls the
 // role. A method with a *member receiver runs only on a member; one with
-// a *Node (alias cluster) receiver runs on both.
+// a *Node (alias cluster) receiver runs on both. The roles embed the Node
+// (they use its state directly); the Node reaches a role only through the
+// interface. Node stays the one exported type, so Open and the engine API
+// are the same for both.
 //
 // What it owns: joining and identity (identity.go, cluster_rpc.go), the
 // configuration, the Node and the member's start and components
