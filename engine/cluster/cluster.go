@@ -250,7 +250,7 @@ func (c *cluster) init(cfg ClusterConfig) error {
 	}
 	m := newMember(c)
 	c.role = m
-	return m.loadIdentity()
+	return m.openIdentity()
 }
 
 // createCluster makes this node the first of a new cluster.

@@ -69,9 +69,9 @@ func newMember(n *Node) *member {
 	}
 }
 
-// loadIdentity reads the member's identity from its data dir, or creates
+// openIdentity reads the member's identity from its data dir, or creates
 // a cluster when it has none and nothing to join.
-func (c *member) loadIdentity() error {
+func (c *member) openIdentity() error {
 	id, ok, err := loadIdentity(c.fs, c.dir)
 	if err != nil {
 		return err
