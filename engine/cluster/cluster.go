@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -186,10 +185,13 @@ func (c *ClusterConfig) validateTimes() error {
 	return nil
 }
 
-// Node is a sidecar's node of a Spool cluster: its log store and topic
-// table, its identity, transport, replicas (the Host) and the controller's
-// state (docs/replication.md). A storage-off node has no log of its own
-// beside the controller's view: it publishes and reads through members.
+// Node is a sidecar's node of a Spool cluster: what every node has — its
+// log store and topic table, its identity, the peers and the router to
+// groups' leaders, the controller's state as it last saw it, the
+// consumer-group coordinators' API — and its role, chosen once by Open:
+// a member (*member: raft, replicas, the controller's log) or a storage-off
+// node (*storageOff: no log of its own beside the controller's view; it
+// polls that view from members and publishes and reads through them).
 type Node struct {
 	conf   Config // the node's configuration; cfg is its Cluster, validated
 	store  *log.Store
@@ -205,53 +207,29 @@ type Node struct {
 		Error(string, ...any)
 	}
 
-	id        identity
-	bootstrap bool      // this node created the cluster (no identity, no Join)
-	tls       *tlsFiles // nil: plaintext between nodes
+	id  identity
+	tls *tlsFiles // nil: plaintext between nodes
 
-	host  *raft.Host
-	tr    *transport.GRPC
-	ctrlP *log.Partition // group 0's log
+	// role is what this node does as a member or as a storage-off node
+	// (role.go); set by Open, never changed.
+	role role
 
 	peers  *peerClients
 	router *route.Router // runs calls at a raft group's leader; set by run once the node has its id
 	coord  *coordinators // consumer-group coordinators (groups_cluster.go)
 
-	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
-	choresWake chan struct{} // cap 1: run the chores now (a controller membership step applied)
-	ctrlEnd    atomic.Int64  // group 0's committed end, from OnCommitted
-
-	// ctrl applies group 0's log to the state (a member; nil on a client
-	// node, which polls the state instead).
-	ctrl *rsm.Applier[meta.Command, meta.Result]
-
-	mu       sync.Mutex // guards the fields below; never held while calling out
+	mu       sync.Mutex // guards the fields below (and member's: see there); never held while calling out
 	state    *meta.State
-	changed  chan struct{}   // closed and replaced after each change of state
-	ready    chan struct{}   // closed once this node is a member with a known state
-	readyErr error           // why the node could not start, set before ready is closed
-	opened   map[uint64]bool // groups whose replica this node runs
-	// straysDue: the data of partitions this node no longer holds may need
-	// deleting (set at start and by dropReplica; the chores clear it once
-	// removeStrayReplicas could ask the controller's leader).
-	straysDue bool
-	ccBusy    bool // a controller conf change is in flight
-
-	// Owned by the register loop (the chores): since when the controller
-	// leader has not reached each node (reset when it stops leading).
-	unreached map[uint64]time.Time
-
-	removedSeen bool // owned by the controller loop: this node's removal was logged
-
-	// applyBound, if set (tests only), is the next offset of group 0's log
-	// this node may apply: a node whose view of the cluster lags.
-	applyBound func() int64
+	changed  chan struct{} // closed and replaced after each change of state
+	ready    chan struct{} // closed once this node is a member with a known state
+	readyErr error         // why the node could not start, set before ready is closed
 }
 
 // cluster is the name the cluster's own methods give a Node.
 type cluster = Node
 
-// init prepares the cluster side of a Node that Open made; Run starts it.
+// init prepares the cluster side of a Node that Open made, choosing its
+// role once from the configuration; Run starts it.
 func (c *cluster) init(cfg ClusterConfig) error {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -263,9 +241,7 @@ func (c *cluster) init(cfg ClusterConfig) error {
 	c.fs = c.conf.Log.FS
 	c.dir = filepath.Join(c.conf.DataDir, "cluster")
 	c.logger = c.conf.Logger
-	c.ctrlSignal, c.choresWake = make(chan struct{}, 1), make(chan struct{}, 1)
 	c.state, c.changed, c.ready = meta.NewState(), make(chan struct{}), make(chan struct{})
-	c.opened, c.unreached = map[uint64]bool{}, map[uint64]time.Time{}
 	c.coord = newCoordinators(c)
 	if cfg.TLS.Enabled() {
 		var err error
@@ -274,25 +250,16 @@ func (c *cluster) init(cfg ClusterConfig) error {
 		}
 	}
 	if cfg.StorageOff {
+		c.role = &storageOff{c}
 		return nil // not a member: no identity
 	}
-	id, ok, err := loadIdentity(c.fs, c.dir)
-	if err != nil {
-		return err
-	}
-	switch {
-	case ok:
-		c.id = id
-	case len(cfg.Join) == 0:
-		if err := c.createCluster(); err != nil {
-			return err
-		}
-	}
-	return nil
+	m := newMember(c)
+	c.role = m
+	return m.openIdentity()
 }
 
 // createCluster makes this node the first of a new cluster.
-func (c *cluster) createCluster() error {
+func (c *member) createCluster() error {
 	if len(c.store.Partitions()) > 0 {
 		return fmt.Errorf("engine: %s holds partitions written without a cluster: a cluster node starts from an empty data dir (or run without cluster settings)", c.conf.DataDir)
 	}
@@ -303,10 +270,7 @@ func (c *cluster) createCluster() error {
 
 // run joins (when needed), starts the transport, the replicas and the
 // controller, and serves until ctx ends.
-func (c *cluster) run(ctx context.Context) error {
-	if c.cfg.StorageOff {
-		return c.runClient(ctx)
-	}
+func (c *member) run(ctx context.Context) error {
 	c.peers = newPeerClients(c.conf.Log.MaxBatchBytes, c.dialCreds())
 	defer c.peers.close()
 	l, err := c.listenAndJoin(ctx)
@@ -325,7 +289,7 @@ func (c *cluster) run(ctx context.Context) error {
 
 // listenAndJoin takes the cluster port and, for a node with no identity
 // yet, joins the cluster (or creates it) first.
-func (c *cluster) listenAndJoin(ctx context.Context) (net.Listener, error) {
+func (c *member) listenAndJoin(ctx context.Context) (net.Listener, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", c.cfg.Listen)
 	if err != nil {
@@ -358,7 +322,7 @@ func (c *cluster) listenAndJoin(ctx context.Context) (net.Listener, error) {
 // start makes the node's raft host, opens the controller's log and its
 // applier, starts serving peers on l and opens the controller's replica.
 // It closes l when it fails.
-func (c *cluster) start(l net.Listener) (err error) {
+func (c *member) start(l net.Listener) (err error) {
 	defer func() {
 		if err != nil {
 			_ = l.Close()
@@ -378,6 +342,7 @@ func (c *cluster) start(l net.Listener) (err error) {
 	if err != nil {
 		return err
 	}
+	c.started.Store(true)
 	if c.ctrlP, err = c.store.Partition(controllerPartition); err == nil {
 		err = c.ctrlP.SetRetention(0, 0) // the controller's log is kept whole
 	}
@@ -432,7 +397,7 @@ func (c *cluster) start(l net.Listener) (err error) {
 // leadership of its groups to other replicas, so that publishes in flight
 // at it complete instead of being cut. It returns the first component's
 // error (errors while stopping are not a failure).
-func (c *cluster) serve(ctx context.Context) error {
+func (c *member) serve(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	g, gctx := errgroup.WithContext(runCtx)
@@ -445,7 +410,7 @@ func (c *cluster) serve(ctx context.Context) error {
 		{"controller", c.runController},
 		{"membership", c.register},
 		{"remote reads", c.runRemotePoll},
-		{"groups coordinators", c.coord.Run}, // groups_cluster.go
+		{"groups coordinators", func(ctx context.Context) error { return c.coord.Run(ctx, c.host) }}, // groups_cluster.go
 	} {
 		g.Go(func() error {
 			if err := comp.run(gctx); err != nil {
@@ -497,7 +462,7 @@ const handOffTimeout = 3 * time.Second
 // unknown to the producers), and its groups would wait an election
 // timeout for a new leader. A transfer to a replica that is down fails
 // after an election timeout; the group then elects as after a crash.
-func (c *cluster) handOff(d time.Duration) {
+func (c *member) handOff(d time.Duration) {
 	deadline := time.Now().Add(d)
 	orders := c.leaderOrders()
 	for round := 0; time.Now().Before(deadline); round++ {
@@ -528,7 +493,7 @@ func (c *cluster) handOff(d time.Duration) {
 
 // leaderOrders are the placement orders of the groups this node holds a
 // replica of (meta.LeaderMove.Order): a move's target, then the replicas.
-func (c *cluster) leaderOrders() map[uint64][]uint64 {
+func (c *member) leaderOrders() map[uint64][]uint64 {
 	c.mu.Lock()
 	held := c.state.PartitionsOf(c.id.NodeID)
 	c.mu.Unlock()
@@ -542,7 +507,7 @@ func (c *cluster) leaderOrders() map[uint64][]uint64 {
 // nextLeader is where the leadership of a group this node leads goes
 // (meta.LeaderMove: the one leader-transfer policy), given its placement
 // order; a leaving or down node is given none.
-func (c *cluster) nextLeader(st raft.GroupStatus, order []uint64, away bool, attempt int) (uint64, bool) {
+func (c *member) nextLeader(st raft.GroupStatus, order []uint64, away bool, attempt int) (uint64, bool) {
 	voters := make([]uint64, len(st.Voters))
 	for i, v := range st.Voters {
 		voters[i] = transport.NodeOf(v)
@@ -595,281 +560,9 @@ func (c *cluster) awaitReady(d time.Duration) error {
 		defer c.mu.Unlock()
 		return c.readyErr
 	case <-t.C:
-		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", c.id.NodeID, c.id.ClusterID, d, c.whyNotReady())
+		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", c.id.NodeID, c.id.ClusterID, d, c.role.whyNotReady())
 	}
 }
-
-// whyNotReady explains the wait for operators.
-func (c *cluster) whyNotReady() error {
-	if c.cfg.StorageOff {
-		return fmt.Errorf("no member in cluster.join %v has answered with the cluster's state", c.cfg.Join)
-	}
-	st, ok := c.status(controllerGroup)
-	switch {
-	case !ok:
-		return errors.New("the controller's replica is not open")
-	case st.Err != nil:
-		return st.Err
-	case st.Leader == 0:
-		return fmt.Errorf("the controller has no leader (voters %v): a majority of them must be running and reachable at cluster.listen", st.Voters)
-	default:
-		return fmt.Errorf("the controller (led by node %d) has not admitted this node yet", st.Leader)
-	}
-}
-
-// register makes this node a member: a bootstrapping node initialises the
-// cluster and adds itself; every node keeps its advertised address current.
-// Then it does the controller leader's chores while it leads.
-func (c *cluster) register(ctx context.Context) error {
-	if c.bootstrap {
-		_ = c.host.Campaign(controllerGroup)
-		for c.stateClusterID() == "" {
-			_, err := c.proposeMeta(ctx, meta.Command{Init: &meta.Init{ClusterID: c.id.ClusterID}})
-			if err == nil || errors.Is(err, errAlreadyApplied) {
-				break
-			}
-			c.logger.Warn("spool cluster: initialising the cluster failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(c.cfg.TickInterval * 5):
-			}
-		}
-	}
-	// A node's own log may not show its removal (the entry committed after
-	// it left group 0): its peers' state says.
-	if !c.bootstrap && c.removedByPeers(ctx) {
-		return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", engine.ErrRemoved, c.id.NodeID, c.id.ClusterID, c.conf.DataDir)
-	}
-	for {
-		c.mu.Lock()
-		self, known := c.state.Node(c.id.NodeID)
-		c.mu.Unlock()
-		if known && self.Addr == c.cfg.Advertise {
-			break
-		}
-		var cmd meta.Command
-		switch {
-		case known: // the node came back at another address (a new pod IP)
-			cmd.SetNodeAddr = &meta.SetNodeAddr{ID: c.id.NodeID, Addr: c.cfg.Advertise}
-		case c.bootstrap:
-			cmd.AddNode = &meta.AddNode{Addr: c.cfg.Advertise, Token: c.id.Token, Identity: c.selfIdentity()}
-		case c.id.NodeID < c.stateNextNodeID():
-			return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", engine.ErrRemoved, c.id.NodeID, c.id.ClusterID, c.conf.DataDir)
-		default: // admitted (Join answered) but not applied here yet
-			ctx2, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
-			err := c.awaitState(ctx2, func(s *meta.State) bool { _, ok := s.Node(c.id.NodeID); return ok })
-			cancel()
-			if err != nil {
-				return fmt.Errorf("admitted as node %d but the controller's log has not reached this node: %w", c.id.NodeID, c.whyNotReady())
-			}
-			continue
-		}
-		res, err := c.proposeMeta(ctx, cmd)
-		if err != nil {
-			c.logger.Warn("spool cluster: registering this node failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(c.cfg.TickInterval * 5):
-			}
-			continue
-		}
-		if cmd.AddNode != nil && res.NodeID != c.id.NodeID {
-			return fmt.Errorf("the new cluster gave this node id %d, want %d: remove %s and start again", res.NodeID, c.id.NodeID, c.dir)
-		}
-	}
-	c.mu.Lock()
-	select {
-	case <-c.ready:
-	default:
-		close(c.ready)
-	}
-	c.mu.Unlock()
-	every := max(c.cfg.TickInterval*10, 100*time.Millisecond)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	balanced := time.Now()
-	c.mu.Lock()
-	c.straysDue = true // replicas a move took away while this node was down
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		due := c.straysDue
-		c.straysDue = false
-		c.mu.Unlock()
-		if due && !c.removeStrayReplicas(ctx) {
-			c.mu.Lock()
-			c.straysDue = true // no leader to ask: the next round tries again
-			c.mu.Unlock()
-		}
-		c.leaderChores()
-		c.driveMoves(ctx)
-		c.planMoves(ctx)
-		if time.Since(balanced) >= balanceEveryChores*every {
-			c.balanceLeaders()
-			balanced = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		case <-c.choresWake: // a controller membership step applied: take the next at once
-		}
-	}
-}
-
-// balanceEveryChores: leadership is rebalanced every this many chores
-// rounds (every 5 s with the default tick).
-const balanceEveryChores = 5
-
-// balanceLeaders asks each group this node leads, and whose preferred
-// leader (the first replica placement chose) is another node, to hand its
-// leadership back once that node has caught up: after a restart the
-// preferred leader finds its groups led elsewhere, and one node would end
-// up leading everything.
-func (c *cluster) balanceLeaders() {
-	c.tab.Mu.RLock()
-	var parts []*partition
-	for _, t := range c.tab.Topics {
-		for _, p := range t.Parts {
-			if p.Log != nil && len(p.X.replicas()) > 1 {
-				parts = append(parts, p)
-			}
-		}
-	}
-	c.tab.Mu.RUnlock()
-	for _, p := range parts {
-		// A preferred leader that is leaving or down is given nothing: it
-		// is about to lose its replica (cluster_leave.go).
-		if st, ok := c.host.Status(p.X.raftGroup); ok && st.IsLeader {
-			if to, ok := c.nextLeader(st, p.X.replicas(), false, 0); ok {
-				_ = c.host.PreferLeader(p.X.raftGroup, to)
-			}
-		}
-	}
-}
-
-// leaderChores: while this node leads the controller, move group 0's
-// membership one step toward meta.ControllerMembers.
-func (c *cluster) leaderChores() {
-	st, ok := c.host.Status(controllerGroup)
-	if !ok || !st.IsLeader {
-		return
-	}
-	c.mu.Lock()
-	if c.ccBusy {
-		c.mu.Unlock()
-		return
-	}
-	cc, change := meta.NextConfChange(confState(st), c.state)
-	if change {
-		c.ccBusy = true
-	}
-	c.mu.Unlock()
-	if !change {
-		return
-	}
-	c.host.ProposeConfChange(controllerGroup, cc, func(err error) {
-		c.mu.Lock()
-		c.ccBusy = false
-		c.mu.Unlock()
-		select { // the next step (a promotion after an added learner) goes at once
-		case c.choresWake <- struct{}{}:
-		default:
-		}
-		if err != nil {
-			c.logger.Warn("spool cluster: controller membership change failed; retrying", "change", cc.String(), "err", err)
-		}
-	})
-}
-
-// signalController wakes the controller loop (group 0's committed end moved).
-func (c *cluster) signalController() {
-	select {
-	case c.ctrlSignal <- struct{}{}:
-	default:
-	}
-}
-
-// runController applies group 0's committed commands as they commit.
-func (c *cluster) runController(ctx context.Context) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-c.ctrlSignal:
-			c.applyController()
-		}
-	}
-}
-
-// applyController applies the committed commands not applied yet
-// (controllerMachine). Only the controller loop (and run, before it
-// starts) calls it.
-func (c *cluster) applyController() {
-	end := c.ctrlCommitted()
-	if c.applyBound != nil {
-		end = min(end, c.applyBound())
-	}
-	_ = c.ctrl.CatchUp(end) // a stopped applier logged why; Status reports it
-}
-
-// controllerMachine applies group 0's log to the controller's state
-// (engine/meta) through the one applier (engine/internal/rsm). A batch is
-// applied to a copy of the state; this node is brought in line with it
-// (peers, topics, replicas) and only then is it published: whoever sees a
-// state through c.state finds this node already matching it.
-type controllerMachine struct{ c *cluster }
-
-// Decode reads one controller command; meta.State.Apply checks its values
-// (and refuses a bad one, with a result, like every other node does).
-func (m controllerMachine) Decode(b []byte) (meta.Command, error) { return meta.DecodeCommand(b) }
-
-func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Result, int, error) {
-	c := m.c
-	c.mu.Lock()
-	st := c.state.Clone()
-	c.mu.Unlock()
-	res := make([]meta.Result, len(entries))
-	var deleted []meta.Topic // topics deleted by these commands, as they were
-	for i, e := range entries {
-		var gone meta.Topic
-		var had bool
-		if e.Cmd.DeleteTopic != nil {
-			gone, had = st.Topic(e.Cmd.DeleteTopic.Name)
-		}
-		res[i] = st.Apply(e.Cmd)
-		if had && res[i].Err == nil {
-			deleted = append(deleted, gone)
-		}
-	}
-	for _, t := range deleted { // before placing what the state holds (the name may be created again)
-		c.deleteTopicData(t)
-	}
-	c.reconcile(st)
-	c.mu.Lock()
-	c.state = st
-	close(c.changed)
-	c.changed = make(chan struct{})
-	c.mu.Unlock()
-	return res, len(entries), nil
-}
-
-// Restore: the controller's log is kept whole (no retention, no
-// checkpoints), so it never starts past what this node applied.
-func (m controllerMachine) Restore(_ rsm.Log, start, _ int64) (int64, error) {
-	return 0, fmt.Errorf("the controller's log is kept whole, yet it starts at offset %d here: wipe this node's data dir and join it again", start)
-}
-
-// maxRecentResults is how many controller results are kept for proposers
-// waiting on them.
-const maxRecentResults = 4096
-
-// ctrlCommitted is group 0's committed end. It comes from OnCommitted
-// itself: the host's status is refreshed only after the Process that
-// called it, so a wake-up reading the status could miss the last commit.
-func (c *cluster) ctrlCommitted() int64 { return c.ctrlEnd.Load() }
 
 // reconcile makes this node match the controller's state: a connection to
 // every member, every topic known, a replica of every partition placed here.
@@ -877,133 +570,21 @@ func (c *cluster) reconcile(st *meta.State) {
 	for id := range c.peers.all() {
 		if _, ok := st.Node(id); !ok && id < st.NextNodeID() { // removed
 			c.peers.remove(id)
-			if c.tr != nil { // a storage-off node has no raft transport
-				c.tr.RemovePeer(id)
-			}
+			c.role.removePeer(id)
 		}
-	}
-	if _, ok := st.Node(c.id.NodeID); !ok && c.id.NodeID != 0 && c.id.NodeID < st.NextNodeID() && !c.removedSeen { // 0: a storage-off node
-		c.removedSeen = true
-		c.logger.Error("spool cluster: this node was removed from the cluster (decommissioned); it holds no replicas and takes no part in it any more: stop it, and wipe its data dir to join again as a new node", "node", c.id.NodeID)
 	}
 	for _, nd := range st.Nodes() {
 		if nd.ID == c.id.NodeID {
 			continue
 		}
-		if c.peers.set(nd.ID, nd.Addr) && c.tr != nil {
-			if err := c.tr.AddPeer(nd.ID, nd.Addr); err != nil {
-				c.logger.Error("spool cluster: cannot add peer", "node", nd.ID, "addr", nd.Addr, "err", err)
-			}
+		if c.peers.set(nd.ID, nd.Addr) {
+			c.role.addPeer(nd.ID, nd.Addr)
 		}
 	}
-	ops := replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica}
+	ops := c.role.replicaOps()
 	for _, t := range st.Topics() {
 		c.placeTopic(t, c.id.NodeID, ops)
 	}
-}
-
-// retain gives a running replica its topic's current retention.
-func (c *cluster) retain(part *partition) {
-	c.tab.Mu.RLock()
-	spec := part.Topic.Spec
-	c.tab.Mu.RUnlock()
-	if err := c.host.SetRetention(part.X.raftGroup, spec.RetentionAge, spec.RetentionBytes); err != nil {
-		c.logger.Error("spool cluster: cannot change a partition's retention", "topic", part.Topic.Name, "partition", part.Num, "err", err)
-	}
-}
-
-// dropReplica stops this node's replica of a partition a move took away
-// from it. Its data stays until the controller's leader confirms that no
-// replica of the partition is wanted here (removeStrayReplicas, which the
-// chores run next): this node's view of the cluster may lag, and a move
-// back may already have given the partition to it again. The copy is then
-// opened again from disk, under the replica id the move back gave it
-// (transport.ReplicaID: a new incarnation), instead of copying the whole
-// log anew.
-func (c *cluster) dropReplica(part *partition) {
-	name := engine.PartitionName(part.Topic.Name, part.Num)
-	c.stopReplica(part)
-	c.mu.Lock()
-	c.straysDue = true
-	c.mu.Unlock()
-	select {
-	case c.choresWake <- struct{}{}:
-	default:
-	}
-	c.logger.Info("spool cluster: a replica moved away from this node; stopped, its data is deleted once the controller's leader confirms", "partition", name, "group", part.X.raftGroup)
-}
-
-// stopReplica stops this node's replica of a partition and keeps its data.
-func (c *cluster) stopReplica(part *partition) {
-	if err := c.host.Remove(part.X.raftGroup); err != nil {
-		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
-	}
-	// Forgotten only once stopped: the stray chore skips groups still
-	// opened, so it never deletes the log of a running replica.
-	c.mu.Lock()
-	delete(c.opened, part.X.raftGroup)
-	c.mu.Unlock()
-}
-
-// openReplica starts this node's replica of a partition (once).
-func (c *cluster) openReplica(part *partition, bootstrap bool) error {
-	c.mu.Lock()
-	done := c.opened[part.X.raftGroup]
-	c.opened[part.X.raftGroup] = true
-	c.mu.Unlock()
-	if done {
-		return nil
-	}
-	if err := c.checkLogOwner(part); err != nil {
-		c.mu.Lock()
-		delete(c.opened, part.X.raftGroup) // the next reconcile looks again
-		c.mu.Unlock()
-		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
-		return err
-	}
-	c.tab.Mu.RLock()
-	spec := part.Topic.Spec
-	c.tab.Mu.RUnlock()
-	var voters []uint64
-	if m := part.X.mem.Load(); bootstrap && m != nil {
-		voters = m.replicaIDs(m.replicas)
-	}
-	err := c.host.Add(part.X.raftGroup, raft.ReplicaConfig{
-		Partition:      part.Log,
-		RetentionAge:   spec.RetentionAge,
-		RetentionBytes: spec.RetentionBytes,
-		Logger:         c.conf.Logger,
-		FS:             c.fs,
-		Dir:            c.groupDir(part.X.raftGroup),
-		Voters:         voters,
-		Group:          raft.GroupConfig{ID: part.X.replica},
-		MaxBatchBytes:  c.conf.Log.MaxBatchBytes,
-		OnCommitted:    part.SetCommitted,
-		OnApply:        part.X.producers.applied,
-		SnapshotApp:    part.X.producers.snapshot,
-		OnSnapshot: func(app []byte) {
-			part.X.producers.restore(app, c.conf.Logger, engine.PartitionName(part.Topic.Name, part.Num))
-		},
-	})
-	if err != nil {
-		c.mu.Lock()
-		delete(c.opened, part.X.raftGroup) // the next reconcile tries again
-		c.mu.Unlock()
-		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
-		return err
-	}
-	if st, ok := c.host.Status(part.X.raftGroup); ok {
-		if err := part.X.producers.rebuild(part.Log, st.CommitIndex); err != nil {
-			c.logger.Warn("spool cluster: cannot read the log's tail for producer deduplication; resends of batches stored before this restart may be stored twice", "topic", part.Topic.Name, "partition", part.Num, "err", err)
-		}
-	}
-	// The preferred leader (placement balances them over the nodes) starts
-	// an election at once: leaders spread over the cluster instead of
-	// going to whichever replica's election timer fires first.
-	if reps := part.X.replicas(); bootstrap && len(reps) > 0 && reps[0] == c.id.NodeID {
-		_ = c.host.Campaign(part.X.raftGroup)
-	}
-	return nil
 }
 
 // errAlreadyApplied: a command the state refused because it is already in
@@ -1011,12 +592,13 @@ func (c *cluster) openReplica(part *partition, bootstrap bool) error {
 var errAlreadyApplied = errors.New("already applied")
 
 // proposeMeta puts a command in the controller's log (through its leader)
-// and returns its result once this node has applied it.
+// and returns its result once this node has applied it (a member; a
+// storage-off node applies nothing and returns once it is committed).
 func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Result, error) {
 	b, err := meta.EncodeCommand(cmd)
 	if err == nil {
 		// Validated before it is proposed: what every node will decode.
-		_, err = controllerMachine{c}.Decode(b)
+		_, err = controllerMachine{}.Decode(b)
 	}
 	if err != nil {
 		return meta.Result{}, fmt.Errorf("engine: controller command refused before it was proposed: %w", err)
@@ -1029,31 +611,11 @@ func (c *cluster) proposeMeta(ctx context.Context, cmd meta.Command) (meta.Resul
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, c.cfg.ProduceTimeout)
 	defer pcancel()
-	var voters []uint64
-	if c.host == nil { // a storage-off node: ask the controller's voters
-		c.mu.Lock()
-		voters, _ = meta.ControllerMembers(c.state)
-		c.mu.Unlock()
-	}
-	base, err := c.produceAtLeader(pctx, controllerGroup, "", 0, voters, data, engine.AcksAll)
+	base, err := c.produceAtLeader(pctx, controllerGroup, "", 0, c.role.controllerHolders(), data, engine.AcksAll)
 	if err != nil {
 		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
 	}
-	if c.host == nil {
-		// A storage-off node does not apply the controller's log: the command's
-		// effect shows in the state it polls (see ensureTopic).
-		return meta.Result{}, nil
-	}
-	res, err := c.ctrl.WaitApplied(ctx, base)
-	switch {
-	case err != nil:
-		return meta.Result{}, fmt.Errorf("engine: controller command: %w", err)
-	case cmd.Init != nil && res.Err != nil && c.stateClusterID() == c.id.ClusterID:
-		return res, errAlreadyApplied
-	case res.Err != nil:
-		return res, res.Err
-	}
-	return res, nil
+	return c.role.awaitResult(ctx, cmd, base)
 }
 
 func (c *cluster) stateNextNodeID() uint64 {
@@ -1083,20 +645,6 @@ func (c *cluster) awaitState(ctx context.Context, cond func(*meta.State) bool) e
 			return ctx.Err()
 		}
 	}
-}
-
-// appliedState returns the controller's state once this node has applied
-// every command committed when it was called (false: ctx ended first, or
-// the applier stopped). A storage-off node returns the state it last polled.
-func (c *cluster) appliedState(ctx context.Context) (*meta.State, bool) {
-	if c.ctrl != nil {
-		if err := c.ctrl.AwaitApplied(ctx, c.ctrlCommitted()); err != nil {
-			return nil, false
-		}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.state, true
 }
 
 // ensureTopic records a topic in the controller (idempotent) and waits

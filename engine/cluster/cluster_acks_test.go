@@ -75,7 +75,7 @@ func (tc *testCluster) leaderOf(topic string, p int32) *clusterNode {
 		if err != nil || part.X.raftGroup == 0 {
 			continue
 		}
-		if st, ok := cn.n.host.Status(part.X.raftGroup); ok && st.IsLeader {
+		if st, ok := cn.n.asMember().host.Status(part.X.raftGroup); ok && st.IsLeader {
 			return cn
 		}
 	}
@@ -195,7 +195,7 @@ func TestClusterAcksLeaderWithoutQuorum(t *testing.T) {
 		}
 	}
 	part, _ := leader.n.partition("orders", 0)
-	if st, _ := leader.n.host.Status(part.X.raftGroup); !st.IsLeader {
+	if st, _ := leader.n.asMember().host.Status(part.X.raftGroup); !st.IsLeader {
 		t.Fatal("the leader stepped down right after its followers stopped, within less than an election timeout")
 	}
 	all := produceAsync(leader.n, "orders", 0, "all", engine.ProduceOptions{})
@@ -226,7 +226,7 @@ func TestClusterAcksLeaderWithoutQuorum(t *testing.T) {
 	if n := part.Log.LastIndex(); n == 0 {
 		t.Fatal("empty log")
 	}
-	if st, _ := leader.n.host.Status(part.X.raftGroup); !st.IsLeader {
+	if st, _ := leader.n.asMember().host.Status(part.X.raftGroup); !st.IsLeader {
 		t.Fatalf("the leader stepped down during the test: the window assumption failed: %+v", st)
 	}
 	r := <-all // after ProduceTimeout at most

@@ -32,8 +32,8 @@ import (
 // down or leaving, a topic waiting for nodes, or this node not a cluster
 // member).
 func (n *Node) MoveReplicas(ctx context.Context, topic string, partition int32, replicas []uint64) (engine.ReplicaMove, error) {
-	c, err := n.operatorCluster()
-	if err != nil {
+	c := n
+	if err := n.role.operatorReady(); err != nil {
 		return engine.ReplicaMove{}, err
 	}
 	cmd, mv, err := c.planMove(topic, partition, replicas)
@@ -50,26 +50,17 @@ func (n *Node) MoveReplicas(ctx context.Context, topic string, partition int32, 
 // PlanMove checks a replica move as MoveReplicas would and says what it
 // would do, without recording anything (spool cluster move --dry-run).
 func (n *Node) PlanMove(topic string, partition int32, replicas []uint64) (engine.ReplicaMove, error) {
-	c, err := n.operatorCluster()
-	if err != nil {
+	c := n
+	if err := n.role.operatorReady(); err != nil {
 		return engine.ReplicaMove{}, err
 	}
 	_, mv, err := c.planMove(topic, partition, replicas)
 	return mv, err
 }
 
-// operatorCluster is the cluster of a member that is ready, for an
-// operator's change.
-func (n *Node) operatorCluster() (*cluster, error) {
-	c := n
-	if c.host == nil {
-		return nil, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrMoveRefused)
-	}
-	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
+// operatorReady waits, before an operator's change, until this member is
+// ready.
+func (c *member) operatorReady() error { return c.awaitReady(c.cfg.JoinTimeout) }
 
 // planMove finds the partition's group in this node's state and checks
 // the command against a copy of it.

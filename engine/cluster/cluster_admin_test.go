@@ -36,9 +36,14 @@ func nodeByID(tc *testCluster) map[uint64]*clusterNode {
 func TestClusterOperatorMove(t *testing.T) {
 	tc := newTestCluster(t, 4, func(_ int, cn *clusterNode) { cn.deadAfter = time.Second })
 	n1 := tc.nodes[0].n
-	awaitCond(t, 20*time.Second, "4 nodes", func() error {
+	awaitCond(t, 20*time.Second, "4 nodes, each ready", func() error {
 		if nodes := controllerState(n1).Nodes(); len(nodes) != 4 {
 			return fmt.Errorf("%d nodes", len(nodes))
+		}
+		// A node is in the state once admitted, ready once it applied that:
+		// nodeByID (below) finds only the ready ones.
+		if ready := len(nodeByID(tc)); ready != 4 {
+			return fmt.Errorf("%d nodes ready", ready)
 		}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
@@ -23,18 +24,88 @@ const (
 	remotePollInterval = 200 * time.Millisecond
 )
 
-// status is the raft status of a group on this node; false on a client
-// node or for a group it does not hold.
-func (c *cluster) status(group uint64) (raft.GroupStatus, bool) {
-	if c.host == nil {
-		return raft.GroupStatus{}, false
+// storageOff is the role of a storage-off node (ClusterConfig.StorageOff):
+// not a member, no raft host or transport, no replicas. It learns the
+// controller's state from the members (runClient), publishes through the
+// partitions' leaders and reads from their replicas, and refuses the
+// operators' calls that only a member can make.
+type storageOff struct{ *Node }
+
+// run keeps the node's view of the cluster current until ctx ends.
+func (c *storageOff) run(ctx context.Context) error { return c.runClient(ctx) }
+
+func (c *storageOff) whyNotReady() error {
+	return fmt.Errorf("no member in cluster.join %v has answered with the cluster's state", c.cfg.Join)
+}
+
+// status: a storage-off node holds no replica of any group.
+func (c *storageOff) status(uint64) (raft.GroupStatus, bool) { return raft.GroupStatus{}, false }
+
+// proposeWith is never reached (status never finds a leader here): it
+// answers that this node leads nothing.
+func (c *storageOff) proposeWith(group uint64, _ []byte, _ raft.ProposeOptions, done func(raft.Proposed, error)) {
+	done(raft.Proposed{}, &raft.NotLeaderError{Group: group})
+}
+
+// controllerHolders: a storage-off node asks the controller's voters.
+func (c *storageOff) controllerHolders() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	voters, _ := meta.ControllerMembers(c.state)
+	return voters
+}
+
+// awaitResult: a storage-off node does not apply the controller's log: the
+// command's effect shows in the state it polls (see ensureTopic).
+func (c *storageOff) awaitResult(context.Context, meta.Command, int64) (meta.Result, error) {
+	return meta.Result{}, nil
+}
+
+// awaitGroupsTopic: a storage-off node learns the topic from its next
+// metadata poll.
+func (c *storageOff) awaitGroupsTopic(context.Context) error {
+	return fmt.Errorf("%w: the consumer groups' topic %s is being created; try again in a second", engine.ErrNotPlaced, meta.GroupsTopic)
+}
+
+// A storage-off node has no raft transport and no replicas: placement
+// never asks it to open, stop or drop one (no partition has a replica on
+// node 0).
+func (c *storageOff) addPeer(uint64, string) {}
+func (c *storageOff) removePeer(uint64)      {}
+func (c *storageOff) replicaOps() replicaOps { return replicaOps{} }
+
+// clusterStatus: the members, nothing of raft.
+func (c *storageOff) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, nd := range c.state.Nodes() {
+		out.Members = append(out.Members, engine.ClusterMember{ID: nd.ID, Addr: nd.Addr})
 	}
-	return c.host.Status(group)
+	return out
+}
+
+// The operators' calls only a member can make are refused, naming where to
+// ask instead.
+
+func (c *storageOff) leave(context.Context) (engine.LeaveReport, error) {
+	return engine.LeaveReport{}, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): it has nothing to hand over", engine.ErrDecommissionRefused)
+}
+
+func (c *storageOff) decommission(context.Context, uint64) error {
+	return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrDecommissionRefused)
+}
+
+func (c *storageOff) deleteTopic(name string) error {
+	return fmt.Errorf("%w: deleting topic %q: this sidecar is not a cluster member (storage off): ask a member's admin address", engine.ErrDeleteUnsupported, name)
+}
+
+func (c *storageOff) operatorReady() error {
+	return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrMoveRefused)
 }
 
 // runRemotePoll polls, on a member, the partitions it holds no replica
 // of (clusters larger than the replication factor).
-func (c *cluster) runRemotePoll(ctx context.Context) error {
+func (c *member) runRemotePoll(ctx context.Context) error {
 	t := time.NewTicker(remotePollInterval)
 	defer t.Stop()
 	for {
@@ -48,7 +119,7 @@ func (c *cluster) runRemotePoll(ctx context.Context) error {
 }
 
 // runClient keeps a storage-off node's view of the cluster current until ctx ends.
-func (c *cluster) runClient(ctx context.Context) error {
+func (c *storageOff) runClient(ctx context.Context) error {
 	c.peers = newPeerClients(c.conf.Log.MaxBatchBytes, c.dialCreds())
 	defer c.peers.close()
 	c.router = c.newRouter()
@@ -93,7 +164,7 @@ func seedPeer(i int) uint64 { return ^uint64(0) - uint64(i) }
 
 // refreshMetadata asks the members in turn for the controller's state and
 // brings this node in line with it.
-func (c *cluster) refreshMetadata(ctx context.Context) error {
+func (c *storageOff) refreshMetadata(ctx context.Context) error {
 	var errs []error
 	for id, addr := range c.peers.all() {
 		cl, err := c.peers.client(id)
@@ -185,7 +256,7 @@ func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataReque
 // answers decides) and reports whether it no longer has this node: a node
 // id below the next one that is not a member was removed. Best effort: no
 // answer (peers down) is not a removal.
-func (c *cluster) removedByPeers(ctx context.Context) bool {
+func (c *member) removedByPeers(ctx context.Context) bool {
 	for id := range c.peers.all() {
 		if id == c.id.NodeID {
 			continue

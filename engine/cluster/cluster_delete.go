@@ -24,10 +24,7 @@ import (
 // data of the deleted partitions still on its disk goes then.
 
 // deleteTopic deletes a topic of the cluster (Node.DeleteTopic).
-func (c *cluster) deleteTopic(name string) error {
-	if c.host == nil {
-		return fmt.Errorf("%w: deleting topic %q: this sidecar is not a cluster member (storage off): ask a member's admin address", engine.ErrDeleteUnsupported, name)
-	}
+func (c *member) deleteTopic(name string) error {
 	if strings.HasPrefix(name, "__") {
 		return fmt.Errorf("%w: topic %q is internal (the cluster's own: its controller or the consumer groups' coordinators) and cannot be deleted", engine.ErrDeleteUnsupported, name)
 	}
@@ -101,7 +98,7 @@ func (g *coordinators) dropTopic(ctx context.Context, topic string) error {
 // replays the controller's log) never deletes the new topic's data.
 // Called by the controller loop, before reconcile places what the state
 // holds.
-func (c *cluster) deleteTopicData(t meta.Topic) {
+func (c *member) deleteTopicData(t meta.Topic) {
 	name := t.Spec.Name
 	groupOf := func(i int) uint64 {
 		if i < len(t.Partitions) {
@@ -162,7 +159,7 @@ func (c *cluster) deleteTopicData(t meta.Topic) {
 // entries into the new data, and the deletion applied next would delete
 // it. Once the deletion applies, the name is placed with the new groups,
 // whose directories exist.
-func (c *cluster) checkLogOwner(part *partition) error {
+func (c *member) checkLogOwner(part *partition) error {
 	if part.Log.LastIndex() == 0 {
 		return nil // an empty log: a new replica
 	}

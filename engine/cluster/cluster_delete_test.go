@@ -181,7 +181,7 @@ func TestClusterDeleteTopic(t *testing.T) {
 		if len(recs) != 1 || recs[0].Offset != off || string(recs[0].Value) != "new" {
 			s1, e1, _ := tc.nodes[1].n.Offsets("orders", 0)
 			s0, e0, _ := n1.Offsets("orders", 0)
-			st, _ := tc.nodes[1].n.host.Status(again.Partitions[0].Group)
+			st, _ := tc.nodes[1].n.asMember().host.Status(again.Partitions[0].Group)
 			return fmt.Errorf("records %+v, want the one published at %d (node2 %d..%d node1 %d..%d, status %+v)", recs, off, s1, e1, s0, e0, st)
 		}
 		return nil

@@ -104,7 +104,7 @@ func TestClusterRandomFaults(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			_ = ld.n.host.TransferLeadership(part.X.raftGroup, cs.NodeID)
+			_ = ld.n.asMember().host.TransferLeadership(part.X.raftGroup, cs.NodeID)
 			steps = append(steps, fmt.Sprintf("transfer %d to node %d", p, cs.NodeID))
 		}
 		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond) // sleep-ok: random pacing of the faults is the test's input

@@ -86,7 +86,7 @@ func laggingNodeMovedBack(t *testing.T, steps int) {
 	var x, other uint64
 	awaitCond(t, 10*time.Second, "a replica leading neither the partition nor the controller", func() error {
 		for _, id := range replicas {
-			h := byID[id].n.host
+			h := byID[id].n.asMember().host
 			pst, _ := h.Status(group)
 			cst, _ := h.Status(controllerGroup)
 			if pst.Leader != 0 && cst.Leader != 0 && !pst.IsLeader && !cst.IsLeader {
@@ -111,7 +111,7 @@ func laggingNodeMovedBack(t *testing.T, steps int) {
 			driver = cn.n
 		}
 	}
-	applied := func(c *cluster) int64 { return c.ctrl.Applied() }
+	applied := func(c *cluster) int64 { return c.asMember().ctrl.Applied() }
 	xn.hold.Store(applied(xc)) // x applies nothing from here on
 	t.Logf("partition group %d on %v; node %d lags", group, replicas, x)
 
@@ -159,7 +159,7 @@ func laggingNodeMovedBack(t *testing.T, steps int) {
 	}
 	awaitCond(t, 20*time.Second, "x's new replica a learner of the group", func() error {
 		for _, cn := range byID {
-			if st, ok := cn.n.host.Status(group); ok && st.IsLeader {
+			if st, ok := cn.n.asMember().host.Status(group); ok && st.IsLeader {
 				if !slices.Contains(st.Learners, newID) {
 					return fmt.Errorf("learners %v, want %d", st.Learners, newID)
 				}
@@ -172,7 +172,7 @@ func laggingNodeMovedBack(t *testing.T, steps int) {
 
 	if steps == 2 { // first the state without its replica
 		xn.hold.Store(awayAt)
-		xc.signalController()
+		xc.asMember().signalController()
 		awaitCond(t, 20*time.Second, "node x applied the move away", func() error {
 			if a := applied(xc); a < awayAt {
 				return fmt.Errorf("applied %d, want %d", a, awayAt)
@@ -181,7 +181,7 @@ func laggingNodeMovedBack(t *testing.T, steps int) {
 		})
 	}
 	xn.hold.Store(math.MaxInt64)
-	xc.signalController()
+	xc.asMember().signalController()
 	publish(driver, "caught-up", 20)
 	if err := driver.awaitState(ctx, partitionIs(func(mp meta.Partition) bool {
 		return mp.Target == nil && slices.Equal(mp.Replicas, back)
@@ -189,7 +189,7 @@ func laggingNodeMovedBack(t *testing.T, steps int) {
 		t.Fatalf("the move back did not finish: %v", err)
 	}
 	awaitCond(t, 30*time.Second, "node x serves every record from its own replica", func() error {
-		if st, ok := xc.host.Status(group); !ok || st.Err != nil {
+		if st, ok := xc.asMember().host.Status(group); !ok || st.Err != nil {
 			return fmt.Errorf("x's replica of group %d: running %v, %v", group, ok, st.Err)
 		}
 		got, err := localRecords(xn.n, "orders", 0)

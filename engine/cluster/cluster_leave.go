@@ -20,13 +20,12 @@ import (
 // (ErrDecommissionRefused) when the others would be fewer than a topic's
 // replication factor: the node then holds its replicas as a node that
 // stops does, and comes back as the same node if it restarts.
-func (n *Node) Leave(ctx context.Context) (engine.LeaveReport, error) {
+func (n *Node) Leave(ctx context.Context) (engine.LeaveReport, error) { return n.role.leave(ctx) }
+
+// leave is Leave on a member.
+func (c *member) leave(ctx context.Context) (engine.LeaveReport, error) {
 	start := time.Now()
-	c := n
-	if c.host == nil {
-		return engine.LeaveReport{}, fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): it has nothing to hand over", engine.ErrDecommissionRefused)
-	}
-	if err := n.DecommissionNode(ctx, c.id.NodeID); err != nil {
+	if err := c.DecommissionNode(ctx, c.id.NodeID); err != nil {
 		return engine.LeaveReport{Took: time.Since(start)}, err
 	}
 	c.logger.Info("spool cluster: leaving the cluster: handing over leaderships and replicas", "node", c.id.NodeID)
@@ -55,7 +54,7 @@ func (n *Node) Leave(ctx context.Context) (engine.LeaveReport, error) {
 }
 
 // leaveProgress reports what this leaving node still holds.
-func (c *cluster) leaveProgress() engine.LeaveReport {
+func (c *member) leaveProgress() engine.LeaveReport {
 	self := c.id.NodeID
 	c.mu.Lock()
 	held := c.state.PartitionsOf(self)
@@ -85,7 +84,7 @@ func (c *cluster) leaveProgress() engine.LeaveReport {
 // to a caught-up voter). The controller's own group is left to its
 // membership chores, which transfer its leadership before removing a
 // leader.
-func (c *cluster) handOffLeaderships() {
+func (c *member) handOffLeaderships() {
 	for g, order := range c.leaderOrders() {
 		if st, ok := c.host.Status(g); ok && st.IsLeader {
 			if to, ok := c.nextLeader(st, order, true, 0); ok {

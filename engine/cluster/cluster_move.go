@@ -32,7 +32,7 @@ import (
 // it over, leadership balancing toward the target's first node) — then the
 // move was redirected, or has only its end left to record. It drives the
 // move as any leader does: nothing else would.
-func (c *cluster) driveMoves(ctx context.Context) {
+func (c *member) driveMoves(ctx context.Context) {
 	type move struct {
 		group  uint64
 		target []uint64 // nodes
@@ -72,7 +72,7 @@ func (c *cluster) driveMoves(ctx context.Context) {
 
 // planMoves: while this node leads the controller, mark nodes down or up
 // and start the replica moves meta.NextMove gives.
-func (c *cluster) planMoves(ctx context.Context) {
+func (c *member) planMoves(ctx context.Context) {
 	st, ok := c.host.Status(controllerGroup)
 	if !ok || !st.IsLeader {
 		clear(c.unreached) // a new leader starts its own clocks
@@ -130,7 +130,7 @@ func (c *cluster) planMoves(ctx context.Context) {
 	}
 }
 
-func (c *cluster) setDown(ctx context.Context, id uint64, down bool) {
+func (c *member) setDown(ctx context.Context, id uint64, down bool) {
 	if down {
 		c.logger.Warn("spool cluster: a node is unreachable past cluster.dead_node_timeout; marking it down and moving its replicas", "node", id, "timeout", c.cfg.DeadNodeTimeout)
 	} else {
@@ -166,7 +166,7 @@ func sameSet(a, b []uint64) bool {
 // controller leader's state says so too (asked through Metadata, which
 // answers once the leader applied every command committed when asked).
 // No leader known or reachable: nothing is deleted, try again.
-func (c *cluster) removeStrayReplicas(ctx context.Context) bool {
+func (c *member) removeStrayReplicas(ctx context.Context) bool {
 	st, ok := c.host.Status(controllerGroup)
 	if !ok || st.Leader == 0 {
 		return false
@@ -283,10 +283,11 @@ func removeTree(fsys log.FS, dir string) error {
 // shows the progress. Refused (an error saying why) for an unknown node or
 // when the others would be fewer than a topic's replication factor.
 func (n *Node) DecommissionNode(ctx context.Context, id uint64) error {
-	c := n
-	if c.host == nil {
-		return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrDecommissionRefused)
-	}
+	return n.role.decommission(ctx, id)
+}
+
+// decommission is DecommissionNode on a member.
+func (c *member) decommission(ctx context.Context, id uint64) error {
 	if err := c.awaitReady(c.cfg.JoinTimeout); err != nil {
 		return err
 	}

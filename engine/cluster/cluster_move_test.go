@@ -304,7 +304,7 @@ func TestClusterMoveGivenUpHalfWay(t *testing.T) {
 		if ld == nil {
 			return raftStatus{}, errors.New("no leader")
 		}
-		st, _ := ld.n.host.Status(mp.Group)
+		st, _ := ld.n.asMember().host.Status(mp.Group)
 		nodes := func(ids []uint64) []uint64 { // the test names nodes
 			out := make([]uint64, len(ids))
 			for i, id := range ids {

@@ -52,7 +52,7 @@ func (c *cluster) produce(part *partition, recs []log.Record, acks engine.Acks, 
 		// a raft worker (a slow done would stall every group of the node),
 		// and results of one partition reach their callers in order.
 		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
-		c.host.ProposeWith(part.X.raftGroup, data, proposeOptions(acks), func(res raft.Proposed, err error) {
+		c.role.proposeWith(part.X.raftGroup, data, proposeOptions(acks), func(res raft.Proposed, err error) {
 			if err == nil || !route.NothingDone(err) {
 				part.Compl.Add(done, res.Base, c.produceError(part, err))
 				return
@@ -155,7 +155,7 @@ func (c *cluster) propose(ctx context.Context, group uint64, data []byte, acks e
 		err error
 	}
 	ch := make(chan outcome, 1)
-	c.host.ProposeWith(group, data, proposeOptions(acks), func(res raft.Proposed, err error) { ch <- outcome{res, err} })
+	c.role.proposeWith(group, data, proposeOptions(acks), func(res raft.Proposed, err error) { ch <- outcome{res, err} })
 	select {
 	case o := <-ch:
 		return o.res, o.err
@@ -270,7 +270,7 @@ func (c *cluster) nodeCount() int {
 // nodeService answers peers: joins, forwarded publishes, remote reads.
 type nodeService struct {
 	clusterv1.UnimplementedNodeServiceServer
-	c *cluster
+	c *member
 }
 
 // Produce proposes a forwarded payload if this node leads the group; it
@@ -440,7 +440,7 @@ var errCreateCluster = errors.New("create the cluster")
 // join asks the candidates of cfg.Join (joinCandidates) to admit this
 // node, saves the identity it is given and returns the members it learned
 // of; or errCreateCluster when BootstrapExpect makes this node the first.
-func (c *cluster) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
+func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	token := randomID(16)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
@@ -537,7 +537,7 @@ func serveForming(l net.Listener, opts []grpc.ServerOption, addr string) (stop f
 // pod), each tried in turn. This node's own addresses (its advertised
 // address, resolved the same way) are left out; self is the first of them
 // ("" when it cannot be resolved), for BootstrapExpect's ordering.
-func (c *cluster) joinCandidates(ctx context.Context) (cands []string, self string, errs []error) {
+func (c *member) joinCandidates(ctx context.Context) (cands []string, self string, errs []error) {
 	mine, _ := resolveAddr(ctx, c.cfg.Advertise)
 	if len(mine) > 0 {
 		self = mine[0]

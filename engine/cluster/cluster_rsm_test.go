@@ -39,7 +39,7 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 			_, err := cn.n.Partitions("after")
 			return err
 		})
-		if got := cn.n.ctrl.Skipped(); got != 1 {
+		if got := cn.n.asMember().ctrl.Skipped(); got != 1 {
 			t.Errorf("node %d skipped %d records, want 1", i, got)
 		}
 	}
@@ -52,7 +52,7 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 	if _, err := produce(restarted.n, "after", 1, "x"); err != nil {
 		t.Fatalf("publishing through the restarted node: %v", err)
 	}
-	if got := restarted.n.ctrl.Skipped(); got != 1 {
+	if got := restarted.n.asMember().ctrl.Skipped(); got != 1 {
 		t.Errorf("the restarted node skipped %d records, want 1", got)
 	}
 	select {

@@ -29,15 +29,12 @@ func (n *Node) ClusterStatus() (engine.ClusterStatus, bool) {
 	if failed {
 		return engine.ClusterStatus{}, true
 	}
-	out := engine.ClusterStatus{ClusterID: c.id.ClusterID, NodeID: c.id.NodeID, Ready: true}
-	if c.host == nil { // a storage-off node: the members, nothing of raft
-		c.mu.Lock()
-		for _, nd := range c.state.Nodes() {
-			out.Members = append(out.Members, engine.ClusterMember{ID: nd.ID, Addr: nd.Addr})
-		}
-		c.mu.Unlock()
-		return out, true
-	}
+	return c.role.clusterStatus(engine.ClusterStatus{ClusterID: c.id.ClusterID, NodeID: c.id.NodeID, Ready: true}), true
+}
+
+// clusterStatus: the controller's leader, the members and their
+// connections, this member's replicas and its raft and transport counters.
+func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	if st, ok := c.host.Status(controllerGroup); ok {
 		out.ControllerLeader = st.Leader
 	}
@@ -52,8 +49,8 @@ func (n *Node) ClusterStatus() (engine.ClusterStatus, bool) {
 		}
 		out.Members = append(out.Members, m)
 	}
-	n.tab.Mu.RLock()
-	for _, t := range n.tab.Topics {
+	c.tab.Mu.RLock()
+	for _, t := range c.tab.Topics {
 		for _, p := range t.Parts {
 			if p.Log == nil || p.X.raftGroup == 0 {
 				continue
@@ -71,7 +68,7 @@ func (n *Node) ClusterStatus() (engine.ClusterStatus, bool) {
 			out.Replicas = append(out.Replicas, r)
 		}
 	}
-	n.tab.Mu.RUnlock()
+	c.tab.Mu.RUnlock()
 	slices.SortFunc(out.Replicas, func(a, b engine.ReplicaStatus) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
@@ -84,7 +81,7 @@ func (n *Node) ClusterStatus() (engine.ClusterStatus, bool) {
 	out.MoveCopiesDelayed, out.MoveCopyWaitingBytes = hs.CatchUpDelayed, hs.CatchUpWaitingBytes
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed+hs.Malformed
 	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
-	return out, true
+	return out
 }
 
 // moveCounts counts the partitions moving and those left under-replicated:

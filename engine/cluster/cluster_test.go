@@ -69,7 +69,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		t.Fatal(err)
 	}
 	if cn.hold != nil {
-		n.applyBound = cn.hold.Load
+		n.asMember().applyBound = cn.hold.Load
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cn.n, cn.cancel, cn.done = n, cancel, make(chan error, 1)
@@ -232,7 +232,7 @@ func TestClusterJoinReplicateFailover(t *testing.T) {
 	var leader *clusterNode
 	for _, cn := range tc.nodes {
 		part, _ := cn.n.partition("orders", 0)
-		if st, ok := cn.n.host.Status(part.X.raftGroup); ok && st.IsLeader {
+		if st, ok := cn.n.asMember().host.Status(part.X.raftGroup); ok && st.IsLeader {
 			leader = cn
 		}
 	}
@@ -370,7 +370,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 			if err != nil {
 				continue // restarted, not caught up with the controller yet
 			}
-			if st, ok := cn.n.host.Status(part.X.raftGroup); ok && st.IsLeader {
+			if st, ok := cn.n.asMember().host.Status(part.X.raftGroup); ok && st.IsLeader {
 				return cn
 			}
 		}
@@ -426,7 +426,7 @@ func TestClusterProducerDedupe(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if st, ok := cn.n.host.Status(part.X.raftGroup); !ok || st.CommittedEnd <= b10 {
+			if st, ok := cn.n.asMember().host.Status(part.X.raftGroup); !ok || st.CommittedEnd <= b10 {
 				return fmt.Errorf("node at %s: committed end %d", cn.addr, st.CommittedEnd)
 			}
 		}
@@ -567,7 +567,7 @@ func TestClusterLeadershipRebalances(t *testing.T) {
 					return fmt.Errorf("partition %d not placed on %s", p, cn.addr)
 				}
 				preferred = part.X.replicas()[0]
-				if st, ok := cn.n.host.Status(part.X.raftGroup); ok && st.IsLeader {
+				if st, ok := cn.n.asMember().host.Status(part.X.raftGroup); ok && st.IsLeader {
 					leaders = append(leaders, cn.n.id.NodeID)
 				}
 			}
@@ -665,20 +665,20 @@ func TestClusterProducerTableInSnapshot(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			st, _ := down.n.host.Status(p.X.raftGroup)
+			st, _ := down.n.asMember().host.Status(p.X.raftGroup)
 			if st.IsLeader {
 				term = st.Term
 				return nil
 			}
 			if ld := tc.leaderOf("orders", 0); ld != nil {
-				_ = ld.n.host.TransferLeadership(p.X.raftGroup, reps[2])
+				_ = ld.n.asMember().host.TransferLeadership(p.X.raftGroup, reps[2])
 			}
 			return fmt.Errorf("leader %d", st.Leader)
 		})
 		if again := send(down); again != first {
 			t.Fatalf("the batch resent to a leader that installed a snapshot: offset %d, the first copy %d", again, first)
 		}
-		st, _ := down.n.host.Status(part.X.raftGroup)
+		st, _ := down.n.asMember().host.Status(part.X.raftGroup)
 		if st.IsLeader && st.Term == term {
 			return
 		}

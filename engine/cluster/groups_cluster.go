@@ -15,6 +15,7 @@ import (
 	"github.com/spoolmq/spool/engine/internal/rsm"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/raft"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
@@ -126,20 +127,20 @@ func (g *coordinators) coordTick() time.Duration {
 }
 
 // Run applies the groups topic's committed commands and drives the
-// partitions this node leads until ctx ends.
-func (g *coordinators) Run(ctx context.Context) error {
+// partitions this member leads (its replicas: host's) until ctx ends.
+func (g *coordinators) Run(ctx context.Context, host *raft.Host) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // owned: awaited below
 		defer wg.Done()
 		g.runDriver(ctx)
 	}()
-	g.runApplier(ctx)
+	g.runApplier(ctx, host)
 	wg.Wait()
 	return nil
 }
 
-func (g *coordinators) runApplier(ctx context.Context) {
+func (g *coordinators) runApplier(ctx context.Context, host *raft.Host) {
 	tick := time.NewTicker(g.coordTick())
 	defer tick.Stop()
 	var unwatch func()
@@ -156,7 +157,7 @@ func (g *coordinators) runApplier(ctx context.Context) {
 		}
 		for _, part := range g.c.internalParts(meta.GroupsTopic) {
 			if cp := g.partFor(part); cp != nil {
-				g.apply(cp, part)
+				g.apply(cp, part, host)
 			}
 		}
 		select {
@@ -230,12 +231,12 @@ func (cp *coordPart) stop(err error) { cp.app.Stop(err) }
 // apply applies the committed commands of part not applied yet, in log
 // order (coordPart.Apply), then lets the log start at the newest
 // checkpoint applied.
-func (g *coordinators) apply(cp *coordPart, part *partition) {
+func (g *coordinators) apply(cp *coordPart, part *partition, host *raft.Host) {
 	if err := cp.app.CatchUp(part.Committed.Load()); err != nil {
 		return // the applier logged why it stopped
 	}
 	if cp.retain > 0 {
-		if err := g.c.host.SetRetainFrom(part.X.raftGroup, cp.retain); err != nil {
+		if err := host.SetRetainFrom(part.X.raftGroup, cp.retain); err != nil {
 			g.c.logger.Warn("spool groups: cannot let a coordinator's log start at its checkpoint", "partition", part.Num, "offset", cp.retain, "err", err)
 		}
 		cp.retain = 0
@@ -611,9 +612,12 @@ func (c *cluster) ensureGroupsTopic(ctx context.Context) error {
 		}
 		c.logger.Info("spool groups: the consumer groups' topic exists", "topic", meta.GroupsTopic)
 	}
-	if c.host == nil { // a storage-off node learns it from its next metadata poll
-		return fmt.Errorf("%w: the consumer groups' topic %s is being created; try again in a second", engine.ErrNotPlaced, meta.GroupsTopic)
-	}
+	return c.role.awaitGroupsTopic(ctx)
+}
+
+// awaitGroupsTopic waits until this member has applied the creation of the
+// groups topic.
+func (c *member) awaitGroupsTopic(ctx context.Context) error {
 	if err := c.awaitState(ctx, func(s *meta.State) bool { _, ok := s.Topic(meta.GroupsTopic); return ok }); err != nil {
 		return fmt.Errorf("%w: the consumer groups' topic %s was created but this node has not seen it yet: %w", engine.ErrNotPlaced, meta.GroupsTopic, err)
 	}

@@ -172,7 +172,7 @@ func coordLeader(t *testing.T, nodes []*clusterNode, group string) (*clusterNode
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st, ok := cn.n.host.Status(part.X.raftGroup); ok && st.IsLeader {
+		if st, ok := cn.n.asMember().host.Status(part.X.raftGroup); ok && st.IsLeader {
 			return cn, part
 		}
 	}

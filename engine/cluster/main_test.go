@@ -21,3 +21,6 @@ func quietLogger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+// asMember is the role of a node that is a cluster member.
+func (n *Node) asMember() *member { return n.role.(*member) }

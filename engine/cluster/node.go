@@ -130,7 +130,7 @@ func (n *Node) Run(ctx context.Context) error {
 	storeErr := make(chan error, 1)
 	storeCtx, stopStore := context.WithCancel(context.Background())
 	go func() { storeErr <- n.store.Run(storeCtx) }() // owned: stopped after the replicas
-	err := n.run(ctx)
+	err := n.role.run(ctx)
 	stopStore()
 	return errors.Join(err, <-storeErr)
 }
@@ -146,7 +146,7 @@ func (n *Node) SyncStats() engine.SyncStats { return n.store.SyncStats() }
 // ErrDeleteUnsupported for internal topics and on a storage-off node. It
 // returns once this node has applied the deletion; the other nodes apply it
 // as they apply the controller's log.
-func (n *Node) DeleteTopic(name string) error { return n.deleteTopic(name) }
+func (n *Node) DeleteTopic(name string) error { return n.role.deleteTopic(name) }
 
 // EnsureTopic records a topic in the controller (idempotent) and waits
 // until this node knows it. Declaring fewer partitions than the topic has

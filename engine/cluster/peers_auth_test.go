@@ -78,7 +78,7 @@ func TestClusterRefusesPeerAttacks(t *testing.T) {
 	var ctrlLeader *clusterNode
 	awaitCond(t, 20*time.Second, "a controller leader", func() error {
 		for _, cn := range tc.nodes {
-			if s, ok := cn.n.host.Status(controllerGroup); ok && s.IsLeader {
+			if s, ok := cn.n.asMember().host.Status(controllerGroup); ok && s.IsLeader {
 				ctrlLeader = cn
 				return nil
 			}
@@ -87,7 +87,7 @@ func TestClusterRefusesPeerAttacks(t *testing.T) {
 	})
 	lc := nodeClient(t, ctrlLeader.addr, nil)
 	clusterID := ctrlLeader.n.id.ClusterID
-	end := ctrlLeader.n.ctrlCommitted()
+	end := ctrlLeader.n.asMember().ctrlCommitted()
 	for name, data := range map[string][]byte{
 		"undecodable": controllerRecord([]byte("not a controller command")),
 		"invalid":     controllerRecord(mustEncode(t, meta.Command{CreateTopic: &meta.CreateTopic{Spec: meta.TopicSpec{Name: "bad name!", Partitions: 1, ReplicationFactor: 1}}})),
@@ -102,7 +102,7 @@ func TestClusterRefusesPeerAttacks(t *testing.T) {
 	if err != nil || resp.GetError() != clusterv1.ProduceError_PRODUCE_ERROR_INVALID || !strings.Contains(resp.GetMessage(), "internal") {
 		t.Fatalf("a record for the groups' coordinators: %v, %v", resp, err)
 	}
-	if got := ctrlLeader.n.ctrlCommitted(); got != end {
+	if got := ctrlLeader.n.asMember().ctrlCommitted(); got != end {
 		t.Fatalf("the controller's log moved from %d to %d", end, got)
 	}
 
@@ -190,7 +190,7 @@ func TestClusterPeerIdentities(t *testing.T) {
 	target := tc.nodes[1]
 	evil := issue("evil")
 	files := mustTLS(t, evil)
-	before := target.n.tr.Stats()
+	before := target.n.asMember().tr.Stats()
 	imp, err := transport.NewGRPC(transport.GRPCConfig{
 		ClusterID: target.n.id.ClusterID, NodeID: 1, Handler: nopHandler{}, Listener: listenTCP(t),
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(files.clientConfig()))},
@@ -206,12 +206,12 @@ func TestClusterPeerIdentities(t *testing.T) {
 	}
 	imp.Send([]transport.Message{{Group: controllerGroup, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat, From: 1, To: target.n.id.NodeID, Term: 1_000_000}}})
 	awaitCond(t, 20*time.Second, "the impersonator is refused", func() error {
-		if target.n.tr.Stats().Unauthorized == before.Unauthorized {
+		if target.n.asMember().tr.Stats().Unauthorized == before.Unauthorized {
 			return errNoLeaderYet
 		}
 		return nil
 	})
-	if s, _ := target.n.host.Status(controllerGroup); s.Term >= 1_000_000 {
+	if s, _ := target.n.asMember().host.Status(controllerGroup); s.Term >= 1_000_000 {
 		t.Fatalf("the impersonator raised group 0's term to %d", s.Term)
 	}
 
@@ -219,7 +219,7 @@ func TestClusterPeerIdentities(t *testing.T) {
 	var ctrlLeader *clusterNode
 	awaitCond(t, 20*time.Second, "a controller leader", func() error {
 		for _, cn := range tc.nodes {
-			if s, ok := cn.n.host.Status(controllerGroup); ok && s.IsLeader {
+			if s, ok := cn.n.asMember().host.Status(controllerGroup); ok && s.IsLeader {
 				ctrlLeader = cn
 				return nil
 			}
