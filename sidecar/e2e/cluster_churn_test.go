@@ -83,7 +83,7 @@ func TestClusterRollingReplacementUnderLoad(t *testing.T) {
 	tail := fmt.Sprintf("redis:\n  addrs: [%q]\n", r.Addr()) + clusterTopics
 	sc := startClusterWith(t, 3, "  produce_timeout: 3s\n  leave_on_shutdown: true\n  leave_timeout: 60s\n", tail)
 	awaitPlaced(t, sc.nodes[0])
-	client := startNode(t, fmt.Sprintf("cluster:\n  storage: off\n  join: [%q, %q, %q]\n", sc.nodes[0].peer, sc.nodes[1].peer, sc.nodes[2].peer)+tail)
+	client := startNode(t, fmt.Sprintf("cluster:\n%s  storage: off\n  join: [%q, %q, %q]\n", sc.creds.yaml, sc.nodes[0].peer, sc.nodes[1].peer, sc.nodes[2].peer)+tail)
 	// The app next to the storage-off sidecar consumes throughout, with
 	// the ledger on: its group's coordinator and positions live on the
 	// nodes being replaced.
@@ -231,7 +231,7 @@ func TestClusterDeploymentFormsAndReplaces(t *testing.T) {
 	if ips, err := net.LookupHost("localhost"); err != nil || len(ips) != 1 || ips[0] != "127.0.0.1" {
 		t.Skipf("localhost resolves to %v (%v) here, not to 127.0.0.1 alone, where the nodes listen", ips, err)
 	}
-	sc := &spoolCluster{t: t, tail: clusterTopics}
+	sc := &spoolCluster{t: t, creds: newPeerCreds(t), tail: clusterTopics}
 	var peers []string
 	for i := range 3 {
 		dir := t.TempDir()
@@ -252,8 +252,8 @@ func TestClusterDeploymentFormsAndReplaces(t *testing.T) {
 	}
 	sc.extra = fmt.Sprintf("  join: [%s]\n  bootstrap_expect: 3\n  produce_timeout: 3s\n  leave_on_shutdown: true\n", strings.Join(peers, ", "))
 	for i, n := range sc.nodes {
-		cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s",
-			i+1, n.dataDir, n.app, n.admin, n.peer, sc.extra) + sc.tail
+		cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s%s",
+			i+1, n.dataDir, n.app, n.admin, n.peer, sc.creds.yaml, sc.extra) + sc.tail
 		if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -33,7 +33,8 @@ type spoolCluster struct {
 	t     *testing.T
 	nodes []*node
 	seed  string // node 0's cluster address
-	extra string // more of the cluster section, for every node
+	creds *peerCreds // mutual TLS and the join secret, for every node
+	extra string     // more of the cluster section, for every node
 	tail  string // the rest of every node's config (topics, subscriptions, ...)
 }
 
@@ -62,7 +63,7 @@ func startCluster(t *testing.T, size int, clusterExtra string) *spoolCluster {
 // subscriptions, redis, ...) instead of clusterTopics.
 func startClusterWith(t *testing.T, size int, clusterExtra, config string) *spoolCluster {
 	t.Helper()
-	sc := &spoolCluster{t: t, extra: clusterExtra, tail: config}
+	sc := &spoolCluster{t: t, creds: newPeerCreds(t), extra: clusterExtra, tail: config}
 	for range size {
 		sc.addNode()
 	}
@@ -95,8 +96,8 @@ func (sc *spoolCluster) addNode() *node {
 		}
 		join = fmt.Sprintf("  join: [%s]\n", strings.Join(peers, ", "))
 	}
-	cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s%s",
-		i+1, n.dataDir, n.app, n.admin, peer, join, sc.extra) + sc.tail
+	cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s%s%s",
+		i+1, n.dataDir, n.app, n.admin, peer, sc.creds.yaml, join, sc.extra) + sc.tail
 	if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

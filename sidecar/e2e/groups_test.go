@@ -300,7 +300,7 @@ func TestClusterGroupMemberKilled(t *testing.T) {
 func TestClusterGroupOnStorageOffSidecar(t *testing.T) {
 	sc := startCluster(t, 3, "  produce_timeout: 3s\n")
 	awaitPlaced(t, sc.nodes[0])
-	client := startNode(t, fmt.Sprintf("cluster:\n  storage: off\n  join: [%q]\n", sc.seed)+clusterTopics)
+	client := startNode(t, fmt.Sprintf("cluster:\n%s  storage: off\n  join: [%q]\n", sc.creds.yaml, sc.seed)+clusterTopics)
 	ga := startGroupApps(t, []*node{client})
 	l := startLoad(t, sc.nodes[:1])
 	l.awaitMore(1, 50, 30*time.Second, "50 acknowledged publishes")

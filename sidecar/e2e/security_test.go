@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
+)
+
+// peerIdentity is the certificate identity of the test clusters' nodes.
+const peerIdentity = "spiffe://spool.e2e/cluster"
+
+// peerCreds are a test cluster's credentials, as the chart mounts them: a
+// CA, one node certificate every node shares, a join secret. yaml is the
+// cluster section's lines that use them.
+type peerCreds struct {
+	dir  string
+	ca   *x509.Certificate
+	key  *ecdsa.PrivateKey
+	yaml string
+}
+
+func newPeerCreds(t *testing.T) *peerCreds {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "spool e2e CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	pc := &peerCreds{dir: t.TempDir(), ca: ca, key: key}
+	writeFile(t, filepath.Join(pc.dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	pc.issue(t, "node", peerIdentity)
+	writeFile(t, filepath.Join(pc.dir, "join-secret"), []byte("e2e-join-secret-0123456789\n"))
+	pc.yaml = pc.section("node", filepath.Join(pc.dir, "join-secret"))
+	return pc
+}
+
+// section is the cluster section's lines for certificate name and a join
+// secret file (none when empty).
+func (pc *peerCreds) section(name, secretFile string) string {
+	s := fmt.Sprintf("  tls:\n    cert_file: %s\n    key_file: %s\n    ca_file: %s\n",
+		filepath.Join(pc.dir, name+".crt"), filepath.Join(pc.dir, name+".key"), filepath.Join(pc.dir, "ca.crt"))
+	if secretFile != "" {
+		s += fmt.Sprintf("  join_secret_file: %s\n", secretFile)
+	}
+	return s
+}
+
+// issue writes name.crt and name.key: a certificate of the CA with uri as
+// its identity, good for both ends of a connection.
+func (pc *peerCreds) issue(t *testing.T, name, uri string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), URIs: []*url.URL{u},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, pc.ca, &key.PublicKey, pc.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(pc.dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	writeFile(t, filepath.Join(pc.dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}))
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A cluster started as the chart starts it (mutual TLS, a join secret) is
+// closed to a process without its credentials: a plaintext client gets no
+// metadata; a spoold with a certificate of the cluster's own CA but without
+// the join secret, and one with the secret but another identity, are not
+// admitted and say why; the cluster keeps its members.
+func TestClusterRefusesOutsiders(t *testing.T) {
+	sc := startCluster(t, 3, "  produce_timeout: 3s\n")
+	awaitPlaced(t, sc.nodes[0])
+
+	conn, err := grpc.NewClient("passthrough:///"+sc.seed, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := clusterv1.NewNodeServiceClient(conn).Metadata(ctx, &clusterv1.MetadataRequest{}); err == nil {
+		t.Fatal("a plaintext client read the cluster's metadata")
+	}
+
+	// A certificate of the cluster's CA naming another workload: refused
+	// in the TLS handshake (the member's verdict comes on the first read).
+	sc.creds.issue(t, "other", "spiffe://spool.e2e/checkout")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(sc.creds.dir, "other.crt"), filepath.Join(sc.creds.dir, "other.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := tls.Dial("tcp", sc.seed, &tls.Config{Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err == nil {
+		_ = tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = tc.Read(make([]byte, 1))
+		tc.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a certificate of the CA naming another workload: %v, want a refused handshake", err)
+	}
+
+	// A spoold with the cluster's own certificate but no join secret.
+	dir := t.TempDir()
+	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
+	addrs := freeAddrs(t, 3)
+	n.app, n.admin = addrs[0], addrs[1]
+	cfg := fmt.Sprintf("node:\n  id: outsider\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n  join: [%q]\n%s",
+		n.dataDir, n.app, n.admin, addrs[2], sc.seed, sc.creds.section("node", "")) + clusterTopics
+	writeFile(t, n.cfgPath, []byte(cfg))
+	t.Cleanup(n.kill)
+	n.launch()
+	select {
+	case <-n.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("a spoold without the join secret is still running: admitted?")
+	}
+	if b, _ := os.ReadFile(n.logPath); !strings.Contains(string(b), "join secret") {
+		t.Fatalf("the outsider's log does not say why:\n%s", tail(string(b), 20))
+	}
+	if ids, _, _ := clusterMembers(t, sc.nodes[0]); len(ids) != 3 {
+		t.Fatalf("the cluster's members after the outsiders: %v, want 3", ids)
+	}
+}
