@@ -40,6 +40,7 @@ func main() {
 	profile := flag.String("profile", "", "write CPU and heap profiles of spoold here (fetched from its admin port)")
 	profileSeconds := flag.Int("profile-seconds", defaultCPUSeconds, "with --profile: length of the CPU profile, from the start of the measured phase")
 	rounds := flag.Int("rounds", 0, "failover scenarios: kill rounds (0: the scenario's rounds, 20 by default)")
+	clusterTLS := flag.Bool("cluster-tls", false, "cluster scenarios: the nodes talk mutual TLS (certificates made for the run) instead of plaintext")
 	brokerTool := flag.Bool("broker-tool", false, "drain-kafka, drain-jetstream: instead of spoold, write and read the backlog with the broker's own tools (kafka-*-perf-test, nats bench) on the same broker; publish-sync-jetstream: nats bench js pub sync")
 	flag.Parse()
 	if *scenario == "" {
@@ -70,7 +71,7 @@ func main() {
 		}
 		return
 	}
-	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, profileSpec{Dir: *profile, CPUSeconds: *profileSeconds}, *rounds)
+	r, err := runScenario(ctx, *scenario, *bin, *pkg, *keep, profileSpec{Dir: *profile, CPUSeconds: *profileSeconds}, *rounds, *clusterTLS)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -87,7 +88,7 @@ func main() {
 	}
 }
 
-func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profile profileSpec, rounds int) (*Result, error) {
+func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profile profileSpec, rounds int, clusterTLS bool) (*Result, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -107,6 +108,15 @@ func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profile 
 		return nil, err
 	}
 	defer done()
+	if clusterTLS {
+		if sc.Nodes < 2 {
+			return nil, fmt.Errorf("loadtest: --cluster-tls is for cluster scenarios; %s runs one node", sc.Name)
+		}
+		if sc.clusterTLS, err = peerCerts(tmp); err != nil {
+			return nil, err
+		}
+		sc.Name += "+tls"
+	}
 	if bin == "" {
 		if bin, err = buildSpoold(root, tmp, pkg); err != nil {
 			return nil, err
