@@ -283,7 +283,11 @@ func (s *nodeService) Coordinate(ctx context.Context, req *clusterv1.CoordinateR
 	if err == nil {
 		cmd, err = coord.DecodeCommand(b)
 	}
+	if err == nil {
+		err = c.checkCoordinate(ctx, cmd)
+	}
 	if err != nil {
+		c.logger.Warn("spool cluster: refused a peer's coordinator command", "group", cmd.Group, "err", err)
 		return &clusterv1.CoordinateResponse{Error: clusterv1.CoordinateError_COORDINATE_ERROR_INVALID, Message: err.Error()}, nil
 	}
 	res, err := c.coord.propose(ctx, part, cmd)

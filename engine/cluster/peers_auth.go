@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
@@ -128,6 +129,28 @@ func (c *cluster) checkPeerProduce(ctx context.Context, group uint64, req *clust
 func checkTopicProduce(topic string) error {
 	if strings.HasPrefix(topic, "__") {
 		return fmt.Errorf("topic %q is internal: its records are written by the cluster itself", topic)
+	}
+	return nil
+}
+
+// checkCoordinate is what a coordinator's leader checks of a command a
+// peer asks it to propose, beyond decoding: checkpoints are the leader's
+// own; dropping a topic's groups is a member's (a topic deletion); a
+// member joining on a node must be on that node (the node's recorded
+// identity), as its reads prefer that node's replicas.
+func (c *cluster) checkCoordinate(ctx context.Context, cmd coord.Command) error {
+	switch {
+	case cmd.Checkpoint != nil:
+		return errors.New("checkpoints are written by the coordinator's leader itself")
+	case cmd.DropTopic != nil:
+		member, err := c.callerIsMember(ctx)
+		if err != nil || !member {
+			return fmt.Errorf("only the cluster's members drop a topic's groups (%v)", err)
+		}
+	case cmd.Join != nil && cmd.Join.Node != 0:
+		if err := c.authorizeStream(ctx, uint64(cmd.Join.Node)); err != nil {
+			return fmt.Errorf("a member joining on node %d: %w", cmd.Join.Node, err)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -16,9 +17,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/transport"
@@ -251,4 +254,34 @@ func TestClusterPeerIdentities(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A coordinator command from the storage-off node's certificate: a
+	// member on node 1 is refused (it is not node 1), one on no node is
+	// not; checkpoints and topic drops are never a peer's to send.
+	asClient := peerContext(t, mustTLS(t, issue("client")))
+	n := tc.nodes[0].n
+	for _, tcase := range []struct {
+		cmd    coord.Command
+		refuse bool
+	}{
+		{coord.Command{Group: "g", Join: &coord.Join{Member: "m", Session: "s", Node: 1}}, true},
+		{coord.Command{Group: "g", Join: &coord.Join{Member: "m", Session: "s"}}, false},
+		{coord.Command{Checkpoint: &coord.Checkpoint{}}, true},
+		{coord.Command{DropTopic: &coord.DropTopic{Topic: "orders"}}, true},
+	} {
+		if err := n.checkCoordinate(asClient, tcase.cmd); (err != nil) != tcase.refuse {
+			t.Fatalf("%+v from a storage-off node's certificate: %v", tcase.cmd, err)
+		}
+	}
+	if err := n.checkCoordinate(peerContext(t, mustTLS(t, issue("node-0"))), coord.Command{Group: "g", Join: &coord.Join{Member: "m", Session: "s", Node: 1}}); err != nil {
+		t.Fatalf("node 1's own member: %v", err)
+	}
+}
+
+// peerContext is the context of a call from the holder of files'
+// certificate, as the gRPC server gives a handler.
+func peerContext(t *testing.T, files *tlsFiles) context.Context {
+	t.Helper()
+	cert, _ := files.current()
+	return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert.Leaf}}}})
 }
