@@ -26,7 +26,7 @@ func TestTokensFormat(t *testing.T) {
 	}
 	for _, c := range []struct{ file, want string }{
 		{tokA, "line 1: want 2 fields"},
-		{"short shop", "line 1: the token must be"},
+		{"short shop", "line 1: the token must be at least 32 bytes"},
 		{tokA + " sh#op!", "line 1: identity"},
 		{tokA + " shop extra", "line 1: want 2 fields"},
 	} {

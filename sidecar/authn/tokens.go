@@ -115,7 +115,7 @@ func parseLine(line string, f Format) (entry, error) {
 		copy(e.digest[:], b)
 	} else {
 		if len(fields[0]) < f.MinTokenBytes || len(fields[0]) > MaxTokenBytes || !visibleASCII(fields[0]) {
-			return entry{}, fmt.Errorf("the token must be %d to %d visible ASCII characters: use a random one, like openssl rand -hex 32", f.MinTokenBytes, MaxTokenBytes)
+			return entry{}, fmt.Errorf("the token must be at least %d bytes (and at most %d) of visible ASCII: use a random one, like openssl rand -hex 32", f.MinTokenBytes, MaxTokenBytes)
 		}
 		e.digest = sha256.Sum256([]byte(fields[0]))
 	}
