@@ -1,12 +1,12 @@
 package apps
 
 import (
-	"log/slog"
-	"os"
-	"path/filepath"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
