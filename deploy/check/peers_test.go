@@ -424,3 +424,54 @@ func TestChartInsecureCluster(t *testing.T) {
 		t.Errorf("NOTES.txt does not warn about cluster.insecure (%v):\n%s", err, notes)
 	}
 }
+
+// The plain manifests' cluster pods mount the Secret peer-certificate.yaml
+// asks cert-manager for, a certificate with a spiffe:// URI SAN usable as
+// server and client, signed by a CA issuer (a renewal chains to the same
+// ca.crt); and the join secret every cluster manifest tells how to make.
+func TestManifestsPeerCertificate(t *testing.T) {
+	objs := readManifests(t, "../kubernetes/*.yaml")
+	var peer map[string]any
+	for _, c := range certificates(objs) {
+		if spec, _ := c["spec"].(map[string]any); spec["isCA"] != true {
+			if peer != nil {
+				t.Fatal("more than one peer Certificate among the manifests")
+			}
+			peer = spec
+		}
+	}
+	if peer == nil {
+		t.Fatal("no peer Certificate among the manifests (peer-certificate.yaml)")
+	}
+	secret := fmt.Sprint(peer["secretName"])
+	uris := strs(peer["uris"])
+	if secret != "spool-peer-tls" || len(uris) != 1 || !strings.HasPrefix(uris[0], "spiffe://") {
+		t.Errorf("peer Certificate: secretName %s uris %q, want spool-peer-tls with one spiffe:// URI SAN", secret, uris)
+	}
+	usages := strs(peer["usages"])
+	if !slices.Contains(usages, "server auth") || !slices.Contains(usages, "client auth") {
+		t.Errorf("peer Certificate usages %q: want server auth and client auth", usages)
+	}
+	if ref, _ := peer["issuerRef"].(map[string]any); ref["name"] != "spool-ca" {
+		t.Errorf("peer Certificate issuerRef %v: want the CA issuer spool-ca", ref)
+	}
+	clustered := 0
+	for where, tmpl := range podsOf(objs) {
+		c := spooldContainer(&tmpl.Spec)
+		if c == nil {
+			continue
+		}
+		tlsSecret, _, tlsOK := secretKeyAt(&tmpl.Spec, c, peerTLSDir+"/tls.crt")
+		joinSecret, _, joinOK := secretKeyAt(&tmpl.Spec, c, joinSecretPath)
+		if !tlsOK && !joinOK {
+			continue // a single node
+		}
+		clustered++
+		if tlsSecret != secret || joinSecret != "spool-join-secret" {
+			t.Errorf("%s: mounts Secrets %q and %q, want %s and spool-join-secret", where, tlsSecret, joinSecret, secret)
+		}
+	}
+	if clustered != 3 {
+		t.Errorf("%d cluster workloads mount the peer Secrets, want 3 (statefulset, deployment-storage, deployment-storage-off)", clustered)
+	}
+}
