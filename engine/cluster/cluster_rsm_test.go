@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,11 +15,15 @@ import (
 )
 
 // One record in the controller's log that no node can decode (a forged
-// Produce to group 0, a newer release's command, damage) is skipped on
-// every node alike, never a halt: topics are still created on all nodes
-// afterwards, and a node restarted afterwards starts and applies the log
-// past it (docs/replication.md, "The controller"). It used to stop the
-// controller on every node for good, and a restarted node exited at start.
+// Produce to group 0, a newer release's command, damage), and one that
+// decodes but does not validate (a forged DeleteTopic of the internal
+// groups topic), are skipped on every node alike, never a halt: each node
+// counts both (and reports them in its ClusterStatus, which becomes
+// spool_cluster_commands_skipped_total), topics are still created on all
+// nodes afterwards, and a node restarted afterwards starts and applies the
+// log past them (docs/replication.md, "The controller"). The undecodable
+// one used to stop the controller on every node for good, and a restarted
+// node exited at start.
 func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	for i, cn := range tc.nodes {
@@ -27,9 +33,17 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a controller command")}}, time.Now().UnixMilli())
+	_, hadGroups := metaState(t, tc.nodes[0]).Topic(meta.GroupsTopic)
+	invalid, err := meta.EncodeCommand(meta.Command{DeleteTopic: &meta.DeleteTopic{Name: meta.GroupsTopic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.nodes[0].n.proposeMeta(ctx, meta.Command{DeleteTopic: &meta.DeleteTopic{Name: meta.GroupsTopic}}); err == nil {
+		t.Fatalf("a controller command that does not validate was proposed")
+	}
+	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a controller command")}, {Value: invalid}}, time.Now().UnixMilli())
 	if _, err := tc.nodes[0].n.produceAtLeader(ctx, controllerGroup, "", 0, nil, garbage, engine.AcksAll); err != nil {
-		t.Fatalf("appending the record to group 0: %v", err)
+		t.Fatalf("appending the records to group 0: %v", err)
 	}
 	if err := tc.nodes[1].n.EnsureTopic(engine.TopicSpec{Name: "after", Partitions: 2}); err != nil {
 		t.Fatalf("creating a topic after the record: %v", err)
@@ -39,10 +53,29 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 			_, err := cn.n.Partitions("after")
 			return err
 		})
-		if got := cn.n.ctrl.Skipped(); got != 1 {
-			t.Errorf("node %d skipped %d records, want 1", i, got)
+		if got := cn.n.ctrl.Skipped(); got != 2 {
+			t.Errorf("node %d skipped %d records, want 2", i, got)
+		}
+		if st, _ := cn.n.ClusterStatus(); st.CommandsSkipped["controller"] != 2 {
+			t.Errorf("node %d reports %v commands skipped, want 2 of the controller", i, st.CommandsSkipped)
+		}
+		if _, has := metaState(t, cn).Topic(meta.GroupsTopic); has != hadGroups {
+			t.Errorf("node %d: the groups topic in the state: %v, before the forged delete: %v", i, has, hadGroups)
 		}
 	}
+	awaitCond(t, 20*time.Second, "the same controller state on every node", func() error {
+		want, err := meta.EncodeState(metaState(t, tc.nodes[0]))
+		for i, cn := range tc.nodes[1:] {
+			got, gerr := meta.EncodeState(metaState(t, cn))
+			if err = errors.Join(err, gerr); err != nil {
+				return err
+			}
+			if !bytes.Equal(got, want) {
+				return fmt.Errorf("node %d's controller state differs from node 0's", i+1)
+			}
+		}
+		return nil
+	})
 	restarted := tc.nodes[2]
 	tc.stop(restarted)
 	tc.start(restarted)
@@ -52,8 +85,8 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 	if _, err := produce(restarted.n, "after", 1, "x"); err != nil {
 		t.Fatalf("publishing through the restarted node: %v", err)
 	}
-	if got := restarted.n.ctrl.Skipped(); got != 1 {
-		t.Errorf("the restarted node skipped %d records, want 1", got)
+	if got := restarted.n.ctrl.Skipped(); got != 2 {
+		t.Errorf("the restarted node skipped %d records, want 2", got)
 	}
 	select {
 	case err := <-restarted.done:
@@ -63,8 +96,9 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 }
 
 // The same for a consumer-group coordinator's log (a partition of
-// __groups): a record that does not decode is skipped on every replica,
-// and the coordinator goes on answering (it used to stop applying the
+// __groups): a record that does not decode, and one that decodes but does
+// not validate, are skipped on every replica and counted, and the
+// coordinator goes on answering (the first used to stop applying the
 // partition on every replica).
 func TestClusterSkipsUndecodableCoordinatorRecord(t *testing.T) {
 	tc := newTestCluster(t, 3)
@@ -78,7 +112,11 @@ func TestClusterSkipsUndecodableCoordinatorRecord(t *testing.T) {
 	_, part := coordLeader(t, tc.nodes, group)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a coordinator command")}}, time.Now().UnixMilli())
+	invalid, err := coord.EncodeCommand(coord.Command{Group: "not a group name!", AtMs: 1, Leave: &coord.Leave{Member: "m1", Session: "s1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a coordinator command")}, {Value: invalid}}, time.Now().UnixMilli())
 	if _, err := tc.nodes[0].n.produceAtLeader(ctx, part.X.raftGroup, meta.GroupsTopic, part.Num, part.X.holders(), garbage, engine.AcksAll); err != nil {
 		t.Fatalf("appending the record to %s/%d: %v", meta.GroupsTopic, part.Num, err)
 	}
@@ -92,10 +130,21 @@ func TestClusterSkipsUndecodableCoordinatorRecord(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if got := cp.app.Skipped(); got != 1 {
-				return fmt.Errorf("node %d skipped %d records, want 1 (stopped: %v)", i, got, cp.app.Err())
+			if got := cp.app.Skipped(); got != 2 {
+				return fmt.Errorf("node %d skipped %d records, want 2 (stopped: %v)", i, got, cp.app.Err())
+			}
+			if st, _ := cn.n.ClusterStatus(); st.CommandsSkipped["coordinator"] != 2 {
+				return fmt.Errorf("node %d reports %v commands skipped, want 2 of the coordinators", i, st.CommandsSkipped)
 			}
 			return cp.app.Err()
 		})
 	}
+}
+
+// metaState is a copy of cn's controller state.
+func metaState(t *testing.T, cn *clusterNode) *meta.State {
+	t.Helper()
+	cn.n.mu.Lock()
+	defer cn.n.mu.Unlock()
+	return cn.n.state.Clone()
 }
