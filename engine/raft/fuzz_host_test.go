@@ -85,6 +85,25 @@ func newFuzzHost(t testing.TB) *fuzzHost {
 	return fh
 }
 
+// lead makes node 1 the leader at term 3: it campaigns, node 2 grants its
+// pre-vote and vote, and node 2 acknowledges the new leader's empty entry
+// (index 7, committed). A hostile peer's messages then meet a leader.
+func (fh *fuzzHost) lead() {
+	fh.t.Helper()
+	if err := fh.h.Campaign(fuzzGroup); err != nil {
+		fh.t.Fatal(err)
+	}
+	fh.h.sched.waitIdle()
+	fh.deliver(raftpb.Message{Type: raftpb.MsgPreVoteResp, From: 2, To: 1, Term: 3})
+	fh.deliver(raftpb.Message{Type: raftpb.MsgVoteResp, From: 2, To: 1, Term: 3})
+	fh.deliver(raftpb.Message{Type: raftpb.MsgAppResp, From: 2, To: 1, Term: 3, Index: 7})
+	if st := fh.status(); !st.IsLeader || st.Term != 3 || st.CommitIndex != 7 || st.Err != nil {
+		fh.t.Fatalf("set-up: node 1 does not lead with its entry committed: %+v", st)
+	}
+	fh.commit = 7
+	fh.terms = append(fh.terms, 2, 3)
+}
+
 // deliver hands m to the host as the transport would (MsgSnap on the
 // snapshot path) and waits until the host has processed it.
 func (fh *fuzzHost) deliver(m raftpb.Message) {
@@ -140,14 +159,11 @@ func describeMsgs(ms []raftpb.Message) []string {
 // replica, of a type a peer may send. ok is false for a message the
 // transport never delivers.
 func asFromPeer(m *raftpb.Message) bool {
-	if raftpb.MessageType_name[int32(m.Type)] == "" || etcdraft.IsLocalMsg(m.Type) {
-		return false
-	}
 	if n := transport.NodeOf(m.From); n != 2 && n != 3 {
 		m.From = 2 + m.From%2
 	}
 	m.To = 1
-	return true
+	return raftpb.MessageType_name[int32(m.Type)] != "" && !etcdraft.IsLocalMsg(m.Type)
 }
 
 // FuzzHostStep feeds two raft messages a peer could send (any bytes that
@@ -157,25 +173,37 @@ func asFromPeer(m *raftpb.Message) bool {
 // the log: what raft would panic on is refused before raft sees it and
 // counted (HostStats.Malformed). Seeds: testdata/fuzz/FuzzHostStep.
 func FuzzHostStep(f *testing.F) {
-	f.Fuzz(func(t *testing.T, b1, b2 []byte) {
-		var ms []raftpb.Message
-		for _, b := range [][]byte{b1, b2} {
-			var m raftpb.Message
-			if m.Unmarshal(b) != nil || !asFromPeer(&m) {
-				continue
-			}
-			ms = append(ms, m)
+	f.Fuzz(func(t *testing.T, b1, b2 []byte) { fuzzHostStep(t, false, b1, b2) })
+}
+
+// FuzzHostStepLeader is FuzzHostStep against a Host that leads the group
+// (acknowledgements, votes and forwarded requests from followers meet a
+// leader's raft). Seeds: testdata/fuzz/FuzzHostStepLeader.
+func FuzzHostStepLeader(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b1, b2 []byte) { fuzzHostStep(t, true, b1, b2) })
+}
+
+func fuzzHostStep(t *testing.T, lead bool, b1, b2 []byte) {
+	var ms []raftpb.Message
+	for _, b := range [][]byte{b1, b2} {
+		var m raftpb.Message
+		if m.Unmarshal(b) != nil || !asFromPeer(&m) {
+			continue
 		}
-		if len(ms) == 0 {
-			return
-		}
-		fh := newFuzzHost(t)
-		defer fh.stop()
-		for i, m := range ms {
-			fh.deliver(m)
-			fh.check(ms[:i+1])
-		}
-	})
+		ms = append(ms, m)
+	}
+	if len(ms) == 0 {
+		return
+	}
+	fh := newFuzzHost(t)
+	defer fh.stop()
+	if lead {
+		fh.lead()
+	}
+	for i, m := range ms {
+		fh.deliver(m)
+		fh.check(ms[:i+1])
+	}
 }
 
 // hostileSeeds are the messages raft would panic on or a replica would stop
@@ -236,5 +264,26 @@ func hostileSeeds() []hostileSeed {
 		{"appresp-huge-index", [2]raftpb.Message{{Type: raftpb.MsgAppResp, From: 2, To: 1, Term: 2, Index: 1 << 60, RejectHint: 1 << 60, Reject: true}, hb}},
 		{"vote-huge-index", [2]raftpb.Message{{Type: raftpb.MsgVote, From: 3, To: 1, Term: 3, LogTerm: 1 << 40, Index: 1 << 60}, hb}},
 		{"timeout-now", [2]raftpb.Message{{Type: raftpb.MsgTimeoutNow, From: 2, To: 1, Term: 2}, hb}},
+	}
+}
+
+// leaderSeeds are messages a follower could send a leader that raft would
+// panic on, each with an honest acknowledgement after it.
+func leaderSeeds() []hostileSeed {
+	ack := raftpb.Message{Type: raftpb.MsgAppResp, From: 3, To: 1, Term: 3, Index: 7}
+	ctx := []raftpb.Entry{{Data: []byte("read-1")}}
+	return []hostileSeed{
+		{"honest-ack", [2]raftpb.Message{{Type: raftpb.MsgHeartbeatResp, From: 2, To: 1, Term: 3}, ack}},
+		{"ack-past-log", [2]raftpb.Message{{Type: raftpb.MsgAppResp, From: 2, To: 1, Term: 3, Index: 1 << 40}, ack}},
+		{"reject-hint-past-log", [2]raftpb.Message{{Type: raftpb.MsgAppResp, From: 2, To: 1, Term: 3, Index: 7, Reject: true, RejectHint: 1 << 40, LogTerm: 9}, ack}},
+		{"read-index-no-context", [2]raftpb.Message{{Type: raftpb.MsgReadIndex, From: 2, To: 1}, ack}},
+		{"read-index-with-term", [2]raftpb.Message{{Type: raftpb.MsgReadIndex, From: 2, To: 1, Term: 3, Entries: ctx}, ack}},
+		{"read-index-resp-no-context", [2]raftpb.Message{{Type: raftpb.MsgReadIndexResp, From: 2, To: 1, Term: 3}, ack}},
+		{"transfer-leader-with-term", [2]raftpb.Message{{Type: raftpb.MsgTransferLeader, From: 2, To: 1, Term: 3}, ack}},
+		{"transfer-leader-to-self", [2]raftpb.Message{{Type: raftpb.MsgTransferLeader, From: 1, To: 1}, ack}},
+		{"proposal", [2]raftpb.Message{{Type: raftpb.MsgProp, From: 2, To: 1, Entries: []raftpb.Entry{{Data: []byte{1, 2, 3}}}}, ack}},
+		{"heartbeat-resp-context", [2]raftpb.Message{{Type: raftpb.MsgHeartbeatResp, From: 2, To: 1, Term: 3, Context: []byte("read-1")}, ack}},
+		{"term-zero-heartbeat", [2]raftpb.Message{{Type: raftpb.MsgHeartbeat, From: 2, To: 1, Commit: 1}, ack}},
+		{"term-zero-append", [2]raftpb.Message{{Type: raftpb.MsgApp, From: 2, To: 1, Index: 7, LogTerm: 0, Commit: 7}, ack}},
 	}
 }

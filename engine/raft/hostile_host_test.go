@@ -9,10 +9,10 @@ import (
 	slog "github.com/spoolmq/spool/engine/log"
 )
 
-// Each hostile message is refused before raft sees it and counted as
-// malformed (or, for those raft handles itself, not counted), the replica
-// runs on, and an honest append from the leader after it commits: a
-// single message can neither crash the node nor halt its group.
+// Each hostile message to a follower is refused before raft sees it and
+// counted as malformed (or, for those raft handles itself, not counted),
+// the replica runs on, and an honest append from the leader after it
+// commits: a single message can neither crash the node nor halt its group.
 func TestHostRefusesHostileMessages(t *testing.T) {
 	handled := map[string]bool{ // raft answers these itself: nothing to refuse
 		"honest-append": true, "append-commit-past-log": true, "confchange-remove-self": true,
@@ -21,18 +21,7 @@ func TestHostRefusesHostileMessages(t *testing.T) {
 	}
 	for _, s := range hostileSeeds() {
 		t.Run(s.name, func(t *testing.T) {
-			fh := newFuzzHost(t)
-			defer fh.stop()
-			m := s.msgs[0]
-			fh.deliver(m)
-			fh.check(s.msgs[:1])
-			want := uint64(1)
-			if handled[s.name] {
-				want = 0
-			}
-			if got := fh.h.Stats().Malformed; got != want {
-				t.Fatalf("Malformed = %d after %s, want %d", got, etcdraft.DescribeMessage(m, nil), want)
-			}
+			fh := refuses(t, false, s.msgs[0], !handled[s.name])
 			if handled[s.name] {
 				return
 			}
@@ -44,6 +33,53 @@ func TestHostRefusesHostileMessages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The same for what a follower could send its leader: the leader refuses
+// and counts what raft would panic on and goes on leading and committing.
+func TestHostLeaderRefusesHostileMessages(t *testing.T) {
+	handled := map[string]bool{
+		"honest-ack": true, "reject-hint-past-log": true, "transfer-leader-to-self": true, "heartbeat-resp-context": true,
+	}
+	for _, s := range leaderSeeds() {
+		t.Run(s.name, func(t *testing.T) {
+			fh := refuses(t, true, s.msgs[0], !handled[s.name])
+			if handled[s.name] {
+				return
+			}
+			done := make(chan error, 1)
+			rec := slog.EncodeRecords(nil, slog.BatchHeader{}, []slog.Record{{Value: []byte("after")}}, 1_700_000_000_000)
+			fh.h.Propose(fuzzGroup, rec, func(_ int64, err error) { done <- err })
+			fh.h.sched.waitIdle()
+			fh.deliver(raftpb.Message{Type: raftpb.MsgAppResp, From: 2, To: 1, Term: 3, Index: 8})
+			if err := <-done; err != nil {
+				t.Fatalf("a proposal after the refused message: %v", err)
+			}
+		})
+	}
+}
+
+// refuses delivers m, as from a peer, to a Host's follower (or leader)
+// and checks that the replica runs on with its committed entries, and
+// that m was counted as malformed or not.
+func refuses(t *testing.T, lead bool, m raftpb.Message, malformed bool) *fuzzHost {
+	t.Helper()
+	fh := newFuzzHost(t)
+	t.Cleanup(fh.stop)
+	if lead {
+		fh.lead()
+	}
+	_ = asFromPeer(&m) // a Host survives what the transport refuses, too
+	fh.deliver(m)
+	fh.check([]raftpb.Message{m})
+	want := uint64(0)
+	if malformed {
+		want = 1
+	}
+	if got := fh.h.Stats().Malformed; got != want {
+		t.Fatalf("Malformed = %d after %s, want %d", got, etcdraft.DescribeMessage(m, nil), want)
+	}
+	return fh
 }
 
 // A committed configuration change that raft refuses to apply (here one

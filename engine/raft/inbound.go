@@ -20,16 +20,44 @@ import (
 // HostStats.Malformed), and the replica runs on. Raft sends again what an
 // honest leader meant, so nothing is lost by refusing.
 
+// local is what checkInbound needs of the replica a message is for.
+type local struct {
+	last          uint64 // its last log index
+	term          uint64 // its term
+	leads         bool   // it leads the group
+	maxBatchBytes int    // its log's MaxBatchBytes
+}
+
 // checkInbound says why m, from a peer, must not reach raft.
-// last is this replica's last log index.
-func checkInbound(m *raftpb.Message, last uint64, maxBatchBytes int) error {
+func checkInbound(m *raftpb.Message, l local) error {
+	// Raft sends every message with its term, but for the requests a
+	// follower forwards to its leader as they came (and panics when
+	// forwarding one that has a term). A message of term 0 is taken for a
+	// local one.
+	forwarded := m.Type == raftpb.MsgReadIndex || m.Type == raftpb.MsgTransferLeader || m.Type == raftpb.MsgProp
+	if forwarded != (m.Term == 0) {
+		return fmt.Errorf("a %s of term %d: raft sends term 0 with a forwarded request only, and with it only", m.Type, m.Term)
+	}
 	switch m.Type {
 	case raftpb.MsgHeartbeat:
 		// A leader's heartbeat commits at most what this follower
 		// acknowledged having (min of its match and the commit index), so
 		// never past its log; raft panics on one that does.
-		if m.Commit > last {
-			return fmt.Errorf("a heartbeat commits index %d, past this replica's last index %d", m.Commit, last)
+		if m.Commit > l.last {
+			return fmt.Errorf("a heartbeat commits index %d, past this replica's last index %d", m.Commit, l.last)
+		}
+	case raftpb.MsgAppResp:
+		// A follower acknowledges what the leader sent it in this term:
+		// never past the leader's log (raft would look for a snapshot to
+		// send it, and panic finding none).
+		if l.leads && m.Term == l.term && !m.Reject && m.Index > l.last {
+			return fmt.Errorf("an acknowledgement of index %d, past this leader's last index %d", m.Index, l.last)
+		}
+	case raftpb.MsgReadIndex, raftpb.MsgReadIndexResp:
+		// Both carry the request's context as their one entry; raft reads
+		// it without looking.
+		if len(m.Entries) != 1 {
+			return fmt.Errorf("a %s with %d entries, want the request context alone", m.Type, len(m.Entries))
 		}
 	case raftpb.MsgProp:
 		// Spool proposes on the leader only (Host.propose; forwarding is
@@ -37,7 +65,7 @@ func checkInbound(m *raftpb.Message, last uint64, maxBatchBytes int) error {
 		// leader's log unchecked.
 		return fmt.Errorf("a proposal of %d entries: replicas never forward proposals", len(m.Entries))
 	case raftpb.MsgApp:
-		return checkAppend(m, maxBatchBytes)
+		return checkAppend(m, l.maxBatchBytes)
 	case raftpb.MsgSnap:
 		return checkSnapshot(m.Snapshot)
 	}

@@ -331,7 +331,9 @@ func (r *Replica) Step(m raftpb.Message) error {
 		return r.failed
 	}
 	last, _ := r.storage.LastIndex() // an error is raft's to report
-	if err := checkInbound(&m, last, r.cfg.MaxBatchBytes); err != nil {
+	bs := r.g.BasicStatus()
+	l := local{last: last, term: bs.Term, leads: bs.RaftState == etcdraft.StateLeader, maxBatchBytes: r.cfg.MaxBatchBytes}
+	if err := checkInbound(&m, l); err != nil {
 		return fmt.Errorf("raft replica %s: %w: a %s from %d at term %d: %w", r.p.Name(), ErrMalformedMessage, m.Type, m.From, m.Term, err)
 	}
 	return r.guard(func() error { return r.g.Step(m) })
