@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target of the repository, one after another, each for
+# FUZZTIME (default 30s) with one worker (the machine is shared). The seed
+# corpora under testdata/fuzz run in plain `go test` already; this explores
+# past them. A crasher is written to the target's testdata/fuzz directory:
+# commit it with the fix, as a regression seed. FUZZ narrows the run to the
+# targets whose name matches a regexp (FUZZ=HostStep make fuzz).
+set -euo pipefail
+fuzztime=${FUZZTIME:-30s}
+only=${FUZZ:-.}
+go=${GO:-go}
+failed=()
+# Each package with fuzz targets, and its targets, from the test files.
+while read -r dir; do
+  for name in $(git grep -h -o -E '^func Fuzz[A-Za-z0-9_]+' -- ":(glob)$dir/*_test.go" | sed 's/^func //' | sort -u); do
+    [[ $name =~ $only ]] || continue
+    echo "== ./$dir $name ($fuzztime)"
+    if ! $go test "./$dir" -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 1; then
+      failed+=("./$dir $name")
+    fi
+  done
+done < <(git grep -l -E '^func Fuzz' -- '*_test.go' | xargs -n1 dirname | sort -u)
+if ((${#failed[@]})); then
+  printf 'fuzz: failed: %s\n' "${failed[@]}"
+  exit 1
+fi
