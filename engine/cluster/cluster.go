@@ -820,13 +820,7 @@ type controllerMachine struct{ c *cluster }
 // (Command.Validate, which depends on the bytes alone): a record that does
 // not decode or validate is skipped and counted by every node alike
 // (rsm's Skipped). meta.State.Apply checks what depends on the state.
-func (m controllerMachine) Decode(b []byte) (meta.Command, error) {
-	c, err := meta.DecodeCommand(b)
-	if err == nil {
-		err = c.Validate()
-	}
-	return c, err
-}
+func (m controllerMachine) Decode(b []byte) (meta.Command, error) { return decodeControllerCommand(b) }
 
 func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Result, int, error) {
 	c := m.c

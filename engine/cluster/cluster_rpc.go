@@ -295,6 +295,9 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 	if err := log.CheckRecords(req.GetRecords(), c.conf.Log.MaxBatchBytes); err != nil {
 		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_INVALID, "%v", err)
 	}
+	if err := checkCommands(group, req.GetTopic(), req.GetRecords(), c.conf.Log.MaxBatchBytes); err != nil {
+		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_INVALID, "group %d: %v", group, err)
+	}
 	st, ok := c.host.Status(group)
 	if !ok {
 		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_UNAVAILABLE, "node %d holds no replica of group %d", c.id.NodeID, group)

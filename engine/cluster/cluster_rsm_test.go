@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/engine/raft"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
 // One record in the controller's log that no node can decode (a forged
@@ -42,7 +45,7 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 		t.Fatalf("a controller command that does not validate was proposed")
 	}
 	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a controller command")}, {Value: invalid}}, time.Now().UnixMilli())
-	if _, err := tc.nodes[0].n.produceAtLeader(ctx, controllerGroup, "", 0, nil, garbage, engine.AcksAll); err != nil {
+	if _, err := proposeAtLeader(ctx, t, tc.nodes, controllerGroup, garbage); err != nil {
 		t.Fatalf("appending the records to group 0: %v", err)
 	}
 	if err := tc.nodes[1].n.EnsureTopic(engine.TopicSpec{Name: "after", Partitions: 2}); err != nil {
@@ -117,7 +120,7 @@ func TestClusterSkipsUndecodableCoordinatorRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a coordinator command")}, {Value: invalid}}, time.Now().UnixMilli())
-	if _, err := tc.nodes[0].n.produceAtLeader(ctx, part.X.raftGroup, meta.GroupsTopic, part.Num, part.X.holders(), garbage, engine.AcksAll); err != nil {
+	if _, err := proposeAtLeader(ctx, t, tc.nodes, part.X.raftGroup, garbage); err != nil {
 		t.Fatalf("appending the record to %s/%d: %v", meta.GroupsTopic, part.Num, err)
 	}
 	m := &testMember{group: group, id: "m1", session: "s1", via: tc.nodes[1]}
@@ -147,4 +150,98 @@ func metaState(t *testing.T, cn *clusterNode) *meta.State {
 	cn.n.mu.Lock()
 	defer cn.n.mu.Unlock()
 	return cn.n.state.Clone()
+}
+
+// proposeAtLeader puts data in group's log as its leader does, unchecked:
+// records that reached the log without a proposer's checks (a forged or
+// damaged record, a newer release's command).
+func proposeAtLeader(ctx context.Context, t *testing.T, nodes []*clusterNode, group uint64, data []byte) (int64, error) {
+	t.Helper()
+	var err error
+	for ctx.Err() == nil {
+		for _, cn := range nodes {
+			if st, ok := cn.n.host.Status(group); ok && st.IsLeader {
+				var res raft.Proposed
+				if res, err = cn.n.propose(ctx, group, data, engine.AcksAll); err == nil {
+					return res.Base, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond): // sleep-ok: waiting for a leader of the group
+		}
+	}
+	return 0, fmt.Errorf("no leader of group %d took the records: %w (%w)", group, ctx.Err(), err)
+}
+
+// A peer's forwarded Produce (NodeService.Produce) into the controller's
+// log or a coordinator's is refused before it is proposed unless each
+// record is a command that decodes and validates, as this node's own
+// proposers check theirs: nothing reaches those logs for every node to
+// skip, and the logs do not move.
+func TestClusterRefusesForwardedRecordsThatAreNoCommands(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	const group = "billing"
+	for _, cn := range tc.nodes {
+		if err := cn.n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitCoordinators(t, tc.nodes, group)
+	leader, part := coordLeader(t, tc.nodes, group)
+	badMeta, err := meta.EncodeCommand(meta.Command{DeleteTopic: &meta.DeleteTopic{Name: meta.GroupsTopic}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badCoord, err := coord.EncodeCommand(coord.Command{Group: "not a group name!", AtMs: 1, Leave: &coord.Leave{Member: "m1", Session: "s1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := func(v []byte) []byte {
+		return log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: v}}, time.Now().UnixMilli())
+	}
+	for _, c := range []struct {
+		name  string
+		req   *clusterv1.ProduceRequest
+		owner *clusterNode
+	}{
+		{"controller: undecodable", &clusterv1.ProduceRequest{Group: controllerGroup, Records: payload([]byte("\xff\xfe"))}, nil},
+		{"controller: invalid", &clusterv1.ProduceRequest{Group: controllerGroup, Records: payload(badMeta)}, nil},
+		{"coordinator: undecodable", &clusterv1.ProduceRequest{Group: part.X.raftGroup, Topic: meta.GroupsTopic, Partition: part.Num, Records: payload([]byte("\xff\xfe"))}, leader},
+		{"coordinator: invalid", &clusterv1.ProduceRequest{Group: part.X.raftGroup, Topic: meta.GroupsTopic, Partition: part.Num, Records: payload(badCoord)}, leader},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, cn := range tc.nodes {
+				if c.owner != nil && cn != c.owner {
+					continue
+				}
+				resp, err := (&nodeService{c: cn.n}).Produce(context.Background(), c.req)
+				if err != nil || resp.GetError() != clusterv1.ProduceError_PRODUCE_ERROR_INVALID {
+					t.Fatalf("node %s took the records: %v, %v", cn.addr, resp, err)
+				}
+				if !strings.Contains(resp.GetMessage(), "no command of this log") {
+					t.Fatalf("node %s refused the records for another reason: %s", cn.addr, resp.GetMessage())
+				}
+			}
+		})
+	}
+	// Commands applied after the refusals: had a record reached a log,
+	// every node would have skipped it by then.
+	if err := tc.nodes[1].n.EnsureTopic(engine.TopicSpec{Name: "after", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	m := &testMember{group: group, id: "m1", session: "s1", via: tc.nodes[2]}
+	if res, err := m.join(t, coord.Topic{Name: "orders", Partitions: 2}); err != nil || res.Err != nil {
+		t.Fatalf("joining after the refusals: %+v, %v", res, err)
+	}
+	for _, cn := range tc.nodes {
+		awaitCond(t, 20*time.Second, "the topic created after the refusals on every node", func() error {
+			_, err := cn.n.Partitions("after")
+			return err
+		})
+		if n, k := cn.n.ctrl.Skipped(), cn.n.coord.skipped(); n+k != 0 {
+			t.Errorf("node %s skipped %d controller and %d coordinator records", cn.addr, n, k)
+		}
+	}
 }

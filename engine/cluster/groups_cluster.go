@@ -262,13 +262,7 @@ func (g *coordinators) apply(cp *coordPart, part *partition) {
 // (Command.Validate, which depends on the bytes alone): a record that does
 // not decode or validate is skipped and counted by every replica alike
 // (rsm's Skipped). coord.State.Apply checks what depends on the state.
-func (cp *coordPart) Decode(b []byte) (coord.Command, error) {
-	c, err := coord.DecodeCommand(b)
-	if err == nil {
-		err = c.Validate()
-	}
-	return c, err
-}
+func (cp *coordPart) Decode(b []byte) (coord.Command, error) { return decodeCoordinatorCommand(b) }
 
 // Apply applies commands in log order. Checkpoint chunks change nothing; a
 // complete, valid checkpoint is checked against this replica's state and

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math"
 	"slices"
 	"sort"
 )
@@ -323,8 +324,21 @@ func RecordsProducer(data []byte) (id int64, epoch int16, seq int32, ok bool) {
 // record. A raft leader calls it before proposing bytes it received from a
 // peer: a payload the log refuses at append would stop the replica.
 func CheckRecords(data []byte, maxBatchBytes int) error {
+	_, err := payloadRecords(data, maxBatchBytes, nil, 0, 0)
+	return err
+}
+
+// RecordsOf checks a record payload as CheckRecords does and appends its
+// records to dst, their offsets counted from 0 (the payload has none yet)
+// and their keys and values aliasing data. A node reads what a peer asks
+// it to propose with it (a replicated state machine's commands).
+func RecordsOf(data []byte, maxBatchBytes int, dst []Record) ([]Record, error) {
+	return payloadRecords(data, maxBatchBytes, dst, math.MinInt64, math.MaxInt64)
+}
+
+func payloadRecords(data []byte, maxBatchBytes int, dst []Record, lo, hi int64) ([]Record, error) {
 	if len(data) < BatchHeaderSize-PlacementSize || PlacementSize+len(data) > maxBatchBytes {
-		return fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
+		return dst, fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
 	}
 	// The header is checked on a copy with its placement prefix; the body
 	// (CRC and records) in place: no copy of the records.
@@ -340,12 +354,12 @@ func CheckRecords(data []byte, maxBatchBytes int) error {
 		}
 	}
 	if err == nil {
-		_, err = decodeRecords(data[BatchHeaderSize-PlacementSize:], h, nil, 0, 0)
+		dst, err = decodeRecords(data[BatchHeaderSize-PlacementSize:], h, dst, lo, hi)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadEntry, err)
+		return dst, fmt.Errorf("%w: %v", ErrBadEntry, err)
 	}
-	return nil
+	return dst, nil
 }
 
 // checkRecordsFrame checks a record frame whose placement prefix is not
