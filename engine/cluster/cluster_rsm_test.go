@@ -45,9 +45,7 @@ func TestClusterSkipsUndecodableControllerRecord(t *testing.T) {
 		t.Fatalf("a controller command that does not validate was proposed")
 	}
 	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a controller command")}, {Value: invalid}}, time.Now().UnixMilli())
-	if _, err := proposeAtLeader(ctx, t, tc.nodes, controllerGroup, garbage); err != nil {
-		t.Fatalf("appending the records to group 0: %v", err)
-	}
+	proposeAtLeader(ctx, t, tc.nodes, controllerGroup, garbage)
 	if err := tc.nodes[1].n.EnsureTopic(engine.TopicSpec{Name: "after", Partitions: 2}); err != nil {
 		t.Fatalf("creating a topic after the record: %v", err)
 	}
@@ -120,9 +118,7 @@ func TestClusterSkipsUndecodableCoordinatorRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	garbage := log.EncodeRecords(nil, log.BatchHeader{}, []log.Record{{Value: []byte("\xff\xfe not a coordinator command")}, {Value: invalid}}, time.Now().UnixMilli())
-	if _, err := proposeAtLeader(ctx, t, tc.nodes, part.X.raftGroup, garbage); err != nil {
-		t.Fatalf("appending the record to %s/%d: %v", meta.GroupsTopic, part.Num, err)
-	}
+	proposeAtLeader(ctx, t, tc.nodes, part.X.raftGroup, garbage)
 	m := &testMember{group: group, id: "m1", session: "s1", via: tc.nodes[1]}
 	if res, err := m.join(t, coord.Topic{Name: "orders", Partitions: 2}); err != nil || res.Err != nil {
 		t.Fatalf("joining after the record: %+v, %v", res, err)
@@ -155,24 +151,26 @@ func metaState(t *testing.T, cn *clusterNode) *meta.State {
 // proposeAtLeader puts data in group's log as its leader does, unchecked:
 // records that reached the log without a proposer's checks (a forged or
 // damaged record, a newer release's command).
-func proposeAtLeader(ctx context.Context, t *testing.T, nodes []*clusterNode, group uint64, data []byte) (int64, error) {
+func proposeAtLeader(ctx context.Context, t *testing.T, nodes []*clusterNode, group uint64, data []byte) {
 	t.Helper()
-	var err error
-	for ctx.Err() == nil {
+	var failed error
+	awaitCond(t, 20*time.Second, fmt.Sprintf("a leader of group %d taking the records", group), func() error {
 		for _, cn := range nodes {
 			if st, ok := cn.n.host.Status(group); ok && st.IsLeader {
-				var res raft.Proposed
-				if res, err = cn.n.propose(ctx, group, data, engine.AcksAll); err == nil {
-					return res.Base, nil
+				_, err := cn.n.propose(ctx, group, data, engine.AcksAll)
+				var nl *raft.NotLeaderError
+				if errors.As(err, &nl) {
+					return err // nothing proposed: try the new leader
 				}
+				failed = err // proposing again might store the records twice
+				return nil
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(10 * time.Millisecond): // sleep-ok: waiting for a leader of the group
-		}
+		return errors.New("no leader")
+	})
+	if failed != nil {
+		t.Fatalf("appending the records to group %d: %v", group, failed)
 	}
-	return 0, fmt.Errorf("no leader of group %d took the records: %w (%w)", group, ctx.Err(), err)
 }
 
 // A peer's forwarded Produce (NodeService.Produce) into the controller's
