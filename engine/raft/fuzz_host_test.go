@@ -104,6 +104,14 @@ func (fh *fuzzHost) lead() {
 	fh.terms = append(fh.terms, 2, 3)
 }
 
+// elapse ticks the host n times, waiting for each tick's work.
+func (fh *fuzzHost) elapse(n int) {
+	for range n {
+		fh.h.Tick()
+		fh.h.sched.waitIdle()
+	}
+}
+
 // deliver hands m to the host as the transport would (MsgSnap on the
 // snapshot path) and waits until the host has processed it.
 func (fh *fuzzHost) deliver(m raftpb.Message) {
@@ -204,6 +212,8 @@ func fuzzHostStep(t *testing.T, lead bool, b1, b2 []byte) {
 		fh.deliver(m)
 		fh.check(ms[:i+1])
 	}
+	fh.elapse(2 * DefaultElectionTicks) // what the messages left for later: an election, heartbeats
+	fh.check(ms)
 }
 
 // hostileSeeds are the messages raft would panic on or a replica would stop
@@ -252,6 +262,7 @@ func hostileSeeds() []hostileSeed {
 		{"confchange-remove-all-voters", [2]raftpb.Message{app(6, 2, 7, raftpb.Entry{Term: 2, Index: 7, Type: raftpb.EntryConfChangeV2, Data: ccAll}), hb}},
 		// A huge term, an unknown type.
 		{"huge-term", [2]raftpb.Message{{Type: raftpb.MsgApp, From: 3, To: 1, Term: 1 << 63, LogTerm: 2, Index: 6, Commit: 6}, hb}},
+		{"last-term", [2]raftpb.Message{{Type: raftpb.MsgHeartbeat, From: 3, To: 1, Term: 1<<64 - 1, Commit: 5}, hb}},
 		{"message-type-unknown", [2]raftpb.Message{{Type: raftpb.MessageType(99), From: 2, To: 1, Term: 2}, hb}},
 		// Snapshots with bogus metadata.
 		{"snapshot-voter-and-learner", [2]raftpb.Message{{Type: raftpb.MsgSnap, From: 2, To: 1, Term: 2, Snapshot: &raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 100, Term: 2,

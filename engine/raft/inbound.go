@@ -28,8 +28,17 @@ type local struct {
 	maxBatchBytes int    // its log's MaxBatchBytes
 }
 
+// MaxTerm bounds the terms a peer's message may carry: no group holds
+// 2^62 elections, and raft, which adds one to the term at each campaign,
+// panics once a term wraps around to 0 (a node that took a term of 2^64-1
+// from a message crashed at its next election timeout).
+const MaxTerm = 1 << 62
+
 // checkInbound says why m, from a peer, must not reach raft.
 func checkInbound(m *raftpb.Message, l local) error {
+	if m.Term > MaxTerm || m.LogTerm > MaxTerm {
+		return fmt.Errorf("a %s of term %d (log term %d), above %d (MaxTerm)", m.Type, m.Term, m.LogTerm, uint64(MaxTerm))
+	}
 	// Raft sends every message with its term, but for the requests a
 	// follower forwards to its leader as they came (and panics when
 	// forwarding one that has a term). A message of term 0 is taken for a
@@ -67,7 +76,12 @@ func checkInbound(m *raftpb.Message, l local) error {
 	case raftpb.MsgApp:
 		return checkAppend(m, l.maxBatchBytes)
 	case raftpb.MsgSnap:
-		return checkSnapshot(m.Snapshot)
+		if err := checkSnapshot(m.Snapshot); err != nil {
+			return err
+		}
+		if t := m.Snapshot.Metadata.Term; t > m.Term {
+			return fmt.Errorf("a snapshot of term %d in a message of term %d", t, m.Term)
+		}
 	}
 	return nil
 }
