@@ -211,7 +211,8 @@ func newConfReplay(cs raftpb.ConfState, index uint64) (*confReplay, error) {
 
 // errConfRefused: a committed configuration change that raft refuses to
 // apply to the configuration in force (it would remove every voter, enter
-// a joint configuration from a joint one, ...). Raft panics on one; every
+// a joint configuration from a joint one, ...), or whose membership has
+// more than MaxConfStateIDs ids. Raft panics on one; every
 // replica skips it alike instead (Group.ApplyDone, Replica.applyCommands),
 // since every replica applies it to the same configuration.
 var errConfRefused = errors.New("configuration change refused")
@@ -248,6 +249,11 @@ func (c *confReplay) apply(e raftpb.Entry) error {
 	}
 	if err != nil {
 		return fmt.Errorf("entry %d: %w: %w", e.Index, errConfRefused, err)
+	}
+	// A membership the state file cannot hold would stop the replica at
+	// its next save: refused as raft refuses the others.
+	if n := confStateIDs(confStateOf(cfg)); n > MaxConfStateIDs {
+		return fmt.Errorf("entry %d: %w: it makes %d node ids, the limit is %d", e.Index, errConfRefused, n, MaxConfStateIDs)
 	}
 	c.trk.Config, c.trk.Progress = cfg, prs
 	return nil

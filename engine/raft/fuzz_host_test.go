@@ -241,6 +241,11 @@ func hostileSeeds() []hostileSeed {
 		return raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 1, Term: 2, LogTerm: logTerm, Index: index, Commit: commit, Entries: ents}
 	}
 	cc, _ := (&raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: 1}).Marshal()
+	var many raftpb.ConfChangeV2
+	for id := uint64(10); id < 10+MaxConfStateIDs; id++ {
+		many.Changes = append(many.Changes, raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id})
+	}
+	ccMany, _ := many.Marshal()
 	ccAll, _ := (&raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: 1}, {Type: raftpb.ConfChangeRemoveNode, NodeID: 2}, {Type: raftpb.ConfChangeRemoveNode, NodeID: 3}}}).Marshal()
 	return []hostileSeed{
 		{"honest-append", [2]raftpb.Message{app(6, 2, 6, raftpb.Entry{Term: 2, Index: 7, Data: rec}), hb}},
@@ -259,6 +264,7 @@ func hostileSeeds() []hostileSeed {
 		{"entry-type-unknown", [2]raftpb.Message{app(6, 2, 7, raftpb.Entry{Term: 2, Index: 7, Type: 9}), hb}},
 		{"confchange-undecodable", [2]raftpb.Message{app(6, 2, 7, raftpb.Entry{Term: 2, Index: 7, Type: raftpb.EntryConfChange, Data: []byte{0xff}}), hb}},
 		{"confchange-remove-self", [2]raftpb.Message{app(6, 2, 7, raftpb.Entry{Term: 2, Index: 7, Type: raftpb.EntryConfChange, Data: cc}), hb}},
+		{"confchange-too-many-learners", [2]raftpb.Message{app(6, 2, 7, raftpb.Entry{Term: 2, Index: 7, Type: raftpb.EntryConfChangeV2, Data: ccMany}), hb}},
 		{"confchange-remove-all-voters", [2]raftpb.Message{app(6, 2, 7, raftpb.Entry{Term: 2, Index: 7, Type: raftpb.EntryConfChangeV2, Data: ccAll}), hb}},
 		// A huge term, an unknown type.
 		{"huge-term", [2]raftpb.Message{{Type: raftpb.MsgApp, From: 3, To: 1, Term: 1 << 63, LogTerm: 2, Index: 6, Commit: 6}, hb}},

@@ -16,7 +16,7 @@ import (
 func TestHostRefusesHostileMessages(t *testing.T) {
 	handled := map[string]bool{ // raft answers these itself: nothing to refuse
 		"honest-append": true, "append-commit-past-log": true, "confchange-remove-self": true,
-		"confchange-remove-all-voters": true, "appresp-huge-index": true,
+		"confchange-remove-all-voters": true, "confchange-too-many-learners": true, "appresp-huge-index": true,
 		"vote-huge-index": true, "timeout-now": true, "message-type-unknown": true, "snapshot-below-commit": true,
 	}
 	for _, s := range hostileSeeds() {
