@@ -104,11 +104,14 @@ func (fh *fuzzHost) lead() {
 	fh.terms = append(fh.terms, 2, 3)
 }
 
-// elapse ticks the host n times, waiting for each tick's work.
+// elapse ticks the host n times, waiting for the work of each visit (a
+// visit takes up to maxTicksPerVisit ticks).
 func (fh *fuzzHost) elapse(n int) {
-	for range n {
+	for i := range n {
 		fh.h.Tick()
-		fh.h.sched.waitIdle()
+		if (i+1)%maxTicksPerVisit == 0 || i == n-1 {
+			fh.h.sched.waitIdle()
+		}
 	}
 }
 
