@@ -1,6 +1,9 @@
 package raft
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	etcdraft "go.etcd.io/raft/v3"
@@ -105,5 +108,24 @@ func TestHostSkipsRefusedConfChange(t *testing.T) {
 	}
 	if len(st.Voters) != 3 {
 		t.Fatalf("voters %v after a skipped change, want the three", st.Voters)
+	}
+}
+
+// The hostile messages are in the fuzz targets' corpora as they are
+// written here (go test runs the corpora): a seed changed here and not
+// there, or removed there, fails.
+func TestHostileSeedsAreInTheCorpora(t *testing.T) {
+	for dir, seeds := range map[string][]hostileSeed{
+		"FuzzHostStep":       append(hostileSeeds(), leaderSeeds()...),
+		"FuzzHostStepLeader": append(leaderSeeds(), hostileSeeds()...),
+	} {
+		for _, s := range seeds {
+			b1, b2 := s.encode(t)
+			want := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n[]byte(%q)\n", b1, b2)
+			path := filepath.Join("testdata", "fuzz", dir, s.name)
+			if got, err := os.ReadFile(path); err != nil || string(got) != want {
+				t.Errorf("%s (%v) differs from the seed; write it as:\n%s", path, err, want)
+			}
+		}
 	}
 }
