@@ -214,7 +214,7 @@ func TestClusterRefusesForwardedRecordsThatAreNoCommands(t *testing.T) {
 				if c.owner != nil && cn != c.owner {
 					continue
 				}
-				resp, err := (&nodeService{c: cn.n}).Produce(context.Background(), c.req)
+				resp, err := (&nodeService{c: cn.n.asMember()}).Produce(context.Background(), c.req)
 				if err != nil || resp.GetError() != clusterv1.ProduceError_PRODUCE_ERROR_INVALID {
 					t.Fatalf("node %s took the records: %v, %v", cn.addr, resp, err)
 				}
