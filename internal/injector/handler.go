@@ -84,6 +84,9 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return deny(fmt.Sprintf("spool injector: the pod in the request does not decode: %v", err))
 	}
+	// The request's namespace is the API server's; the object's may be
+	// empty or anything.
+	pod.Namespace = req.Namespace
 	res, err := Inject(&pod, h.Defaults)
 	name := pod.Name
 	if name == "" {

@@ -29,6 +29,7 @@ redis_password_secret: {name: spool-redis, key: password}
 cpu_request: 250m
 memory_request: 128Mi
 memory_limit: 512Mi
+trusted_namespaces: [shop]
 `
 
 // outcome is what a golden file holds: the answer, and the pod as the API
@@ -286,7 +287,7 @@ func TestInjectedArgsAreAcceptedBySpoold(t *testing.T) {
 	resolve := func(ann map[string]string) *config.Config {
 		t.Helper()
 		pod := &corev1.Pod{}
-		pod.Annotations = ann
+		pod.Namespace, pod.Annotations = "shop", ann
 		res, err := Inject(pod, d)
 		if err != nil {
 			t.Fatal(err)
