@@ -405,6 +405,9 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 						closeAll()
 						return nil, nil, fmt.Errorf("subscription %s/%s: %w", sc.Topic, sc.Group, err)
 					}
+					if !config.LoopbackOrUnix(sc.AppAddress) {
+						logger.Warn("the callback token goes in clear text to an app address beyond loopback: anyone on the way can read it", "topic", sc.Topic, "group", sc.Group, "app_address", sc.AppAddress)
+					}
 					dial = append(dial, grpc.WithPerRPCCredentials(tok))
 				}
 				conn, err := grpc.NewClient(dialTarget(sc.AppAddress), dial...)
