@@ -20,7 +20,7 @@ GO_TEST_FLAGS ?= -race -count=1 -timeout=15m
 # Every proto package whose Go code is generated and committed.
 PROTO_GEN_DIRS := proto/spool/v1 proto/spool/cluster/v1
 
-.PHONY: all build test test-go lint gen bench demo tools deps clean
+.PHONY: all build test test-go lint gen bench fuzz demo tools deps clean
 
 all: build
 
@@ -87,6 +87,13 @@ lint: tools
 ## bench: the Go benchmarks (figures go to docs/benchmarks.md).
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./...
+
+## fuzz: every Go fuzz target, one after another, each for FUZZTIME (default 30s) with one
+## worker; FUZZ=regexp narrows it to some targets. A crasher lands in the target's testdata/fuzz:
+## commit it with the fix. (The seed corpora run in `make test` already.)
+FUZZTIME ?= 30s
+fuzz:
+	@FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
 ## demo: a checkout producer and a flaky email worker on one in-process sidecar.
 demo:

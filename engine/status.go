@@ -48,6 +48,13 @@ type ClusterStatus struct {
 	MessagesReceived     uint64            // raft messages received from peers
 	Dropped              map[string]uint64 // raft messages not sent, by reason: queue_full, too_large, no_peer, unsent
 	Malformed            uint64            // received messages refused as malformed
+	// CommandsSkipped counts the records of a replicated state machine's
+	// log this node skipped because they do not decode or validate (every
+	// node skips them alike), by machine: controller, coordinator.
+	CommandsSkipped map[string]uint64
+	// ConfChangesSkipped counts the committed raft configuration changes
+	// skipped because raft refuses to apply them (every replica alike).
+	ConfChangesSkipped uint64
 }
 
 // ClusterMember is one node of the cluster.

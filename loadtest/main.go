@@ -112,9 +112,11 @@ func runScenario(ctx context.Context, name, bin, pkg string, keep bool, profile 
 		if sc.Nodes < 2 {
 			return nil, fmt.Errorf("loadtest: --cluster-tls is for cluster scenarios; %s runs one node", sc.Name)
 		}
-		if sc.clusterTLS, err = peerCerts(tmp); err != nil {
+		files, err := peerCerts(tmp)
+		if err != nil {
 			return nil, err
 		}
+		sc.clusterTLS = &files
 		sc.Name += "+tls"
 	}
 	if bin == "" {

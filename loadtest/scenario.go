@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spoolmq/spool/internal/testpki"
 )
 
 // Scenario is one loadtest/scenarios/NAME.yaml file.
@@ -85,9 +87,9 @@ type Scenario struct {
 	// brokerStorage is the storage section of spoold's config once the
 	// run has started the backend's broker.
 	brokerStorage string
-	// clusterTLS, when set (--cluster-tls), is the directory of the
-	// cluster's peer certificates (peerCerts): the nodes talk mutual TLS.
-	clusterTLS string
+	// clusterTLS, when set (--cluster-tls), are the cluster's peer
+	// certificate files (peerCerts): the nodes talk mutual TLS.
+	clusterTLS *testpki.Files
 
 	// Nodes > 1 runs a cluster of that many spoold processes on 127.0.0.1
 	// (the first bootstraps, the others join it) with ReplicationFactor

@@ -305,9 +305,8 @@ func sidecarConfigOn(sc *Scenario, nd node, dataDir, redisAddr, storage string) 
 	b.WriteString(sc.SidecarYAML)
 	if nd.cluster != "" {
 		fmt.Fprintf(&b, "cluster:\n  listen: %q\n  replication_factor: %d\n", nd.cluster, nd.replication)
-		if sc.clusterTLS != "" {
-			fmt.Fprintf(&b, "  tls:\n    cert_file: %s\n    key_file: %s\n    ca_file: %s\n",
-				filepath.Join(sc.clusterTLS, "node.crt"), filepath.Join(sc.clusterTLS, "node.key"), filepath.Join(sc.clusterTLS, "ca.crt"))
+		if f := sc.clusterTLS; f != nil {
+			fmt.Fprintf(&b, "  tls:\n    cert_file: %s\n    key_file: %s\n    ca_file: %s\n", f.Cert, f.Key, f.CA)
 		} else {
 			// Load runs are on one host's loopback, where nothing else
 			// reaches the peer port.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/authn"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
@@ -124,7 +125,7 @@ type adminAuth struct {
 	// every caller is local and operates.
 	required bool
 	local    principal
-	tokens   *tokenFile
+	tokens   *authn.File
 	clients  map[string]role // certificate identity → role
 	refused  *prometheus.CounterVec
 	audit    *slog.Logger
@@ -179,7 +180,7 @@ func (a *adminAuth) identify(authz string, cs *tls.ConnectionState) (principal, 
 		if !ok || !strings.EqualFold(scheme, "Bearer") { // the scheme is case-insensitive (RFC 9110)
 			return principal{}, refusedUnknownToken
 		}
-		p, ok := a.tokens.lookup(strings.TrimSpace(tok))
+		p, ok := tokenPrincipal(a.tokens, strings.TrimSpace(tok))
 		if !ok {
 			return principal{}, refusedUnknownToken
 		}

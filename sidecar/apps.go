@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/spoolmq/spool/sidecar/apps"
+	"github.com/spoolmq/spool/sidecar/authn"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
@@ -22,10 +23,10 @@ import (
 // subscriptions the scopes do not allow stop the start here, before
 // anything is opened.
 func newGate(cfg *config.Config, opts Options, m *metrics.Metrics, logger *slog.Logger) (*apps.Gate, error) {
-	var tokens *apps.Tokens
+	var tokens *authn.File
 	if f := cfg.Apps.TokensFile; f != "" {
 		var err error
-		if tokens, err = apps.LoadTokens(f); err != nil {
+		if tokens, err = apps.OpenTokens(f, logger); err != nil {
 			return nil, err
 		}
 	}

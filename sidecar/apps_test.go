@@ -152,7 +152,7 @@ func TestAppTokens(t *testing.T) {
 	ip := nonLoopbackIP(t)
 	cfg := appsConfig(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("# app tokens\n"+shopToken+",shop\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("# app tokens\n"+shopToken+" shop\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Apps.TokensFile = tokens

@@ -40,6 +40,10 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 			if err != nil {
 				return nil, err
 			}
+			if cfg.Cluster.Insecure && cfg.Cluster.TLS.CertFile == "" {
+				logger.Warn("INSECURE: cluster.insecure is set: the peer port takes plaintext from anyone who reaches it, who can read every topic"+
+					" and, without cluster.join_secret_file, join the cluster (docs/security.md, \"Peers\")", "cluster_listen", cfg.Cluster.Listen)
+			}
 			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: cc, Hooks: hooks})
 		}
 		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks})

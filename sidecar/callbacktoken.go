@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/spoolmq/spool/sidecar/apps"
+	"github.com/spoolmq/spool/sidecar/authn"
 )
 
 // callbackToken is what spoold sends to an app's HandlerService as
@@ -30,7 +31,7 @@ func (t callbackToken) GetRequestMetadata(context.Context, ...string) (map[strin
 func (callbackToken) RequireTransportSecurity() bool { return false }
 
 // loadCallbackToken reads a token file: one token of apps.MinTokenBytes to
-// apps.MaxTokenBytes visible ASCII characters, a trailing newline allowed.
+// authn.MaxTokenBytes visible ASCII characters, a trailing newline allowed.
 // Its errors name the file, never its content.
 func loadCallbackToken(path string) (callbackToken, error) {
 	f, err := os.Open(path)
@@ -38,17 +39,17 @@ func loadCallbackToken(path string) (callbackToken, error) {
 		return "", fmt.Errorf("app_token_file: %w", err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, apps.MaxTokenBytes+2))
+	b, err := io.ReadAll(io.LimitReader(f, authn.MaxTokenBytes+2))
 	if err != nil {
 		return "", fmt.Errorf("app_token_file %s: %w", path, err)
 	}
 	tok := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	ok := len(tok) >= apps.MinTokenBytes && len(tok) <= apps.MaxTokenBytes
+	ok := len(tok) >= apps.MinTokenBytes && len(tok) <= authn.MaxTokenBytes
 	for i := 0; ok && i < len(tok); i++ {
 		ok = tok[i] > ' ' && tok[i] <= '~'
 	}
 	if !ok {
-		return "", fmt.Errorf("app_token_file %s: must hold one token of %d to %d visible ASCII characters (openssl rand -hex 32 makes one)", path, apps.MinTokenBytes, apps.MaxTokenBytes)
+		return "", fmt.Errorf("app_token_file %s: must hold one token of %d to %d visible ASCII characters (openssl rand -hex 32 makes one)", path, apps.MinTokenBytes, authn.MaxTokenBytes)
 	}
 	return callbackToken(tok), nil
 }

@@ -95,4 +95,8 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	m.RaftMessagesDropped.WithLabelValues("malformed").Add(float64(st.Malformed - prev.Malformed))
 	m.MoveCopiesDelayed.WithLabelValues().Add(float64(st.MoveCopiesDelayed - prev.MoveCopiesDelayed))
 	m.MoveCopyWaiting.WithLabelValues().Set(float64(st.MoveCopyWaitingBytes))
+	for machine, v := range st.CommandsSkipped {
+		m.CommandsSkipped.WithLabelValues(machine).Add(float64(v - prev.CommandsSkipped[machine]))
+	}
+	m.ConfChangesSkipped.WithLabelValues().Add(float64(st.ConfChangesSkipped - prev.ConfChangesSkipped))
 }

@@ -24,11 +24,14 @@ func TestUpdateClusterMetrics(t *testing.T) {
 		InboxDropped:     1,
 		Malformed:        0,
 		MessagesReceived: 50,
+		CommandsSkipped:  map[string]uint64{"controller": 1},
 	}
 	updateClusterMetrics(m, engine.ClusterStatus{}, st1)
 	st2 := st1
 	st2.Proposals = map[string]uint64{"ok": 25, "lost": 1}
 	st2.MessagesSent = 130
+	st2.CommandsSkipped = map[string]uint64{"controller": 3, "coordinator": 2}
+	st2.ConfChangesSkipped = 1
 	st2.Replicas = []engine.ReplicaStatus{{Topic: "orders", Partition: 0, StartOffset: 90, CommittedEnd: 120}, {Topic: "orders", Partition: 1}}
 	updateClusterMetrics(m, st1, st2)
 	for _, c := range []struct {
@@ -46,6 +49,9 @@ func TestUpdateClusterMetrics(t *testing.T) {
 		{"messages sent", testutil.ToFloat64(m.RaftMessages.WithLabelValues("sent")), 130},
 		{"dropped queue_full", testutil.ToFloat64(m.RaftMessagesDropped.WithLabelValues("queue_full")), 2},
 		{"dropped inbox_full", testutil.ToFloat64(m.RaftMessagesDropped.WithLabelValues("inbox_full")), 1},
+		{"controller commands skipped", testutil.ToFloat64(m.CommandsSkipped.WithLabelValues("controller")), 3},
+		{"coordinator commands skipped", testutil.ToFloat64(m.CommandsSkipped.WithLabelValues("coordinator")), 2},
+		{"conf changes skipped", testutil.ToFloat64(m.ConfChangesSkipped.WithLabelValues()), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)

@@ -148,31 +148,8 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
-		m.MemoryLimit.Set(float64(lim))
-	}
-	eng, err := openBackend(cfg, dataDir, m, logger)
+	eng, catalog, err := startEngine(r, cfg, dataDir, m, logger)
 	if err != nil {
-		return err
-	}
-	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
-		m.LogSyncs.Read(func() (files, fileSystem, fallbacks uint64) {
-			st := ss.SyncStats()
-			return st.Files, st.FileSystem, st.Fallbacks
-		})
-	}
-	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
-	for _, t := range cfg.AllTopics() {
-		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
-		if err := eng.EnsureTopic(spec); err != nil {
-			return err
-		}
-	}
-	_, clustered := clusterStatus(eng)
-	// A broker keeps its topics itself; the catalogue is the embedded
-	// log's record of the topics created through spool.
-	catalog := newTopicCatalog(dataDir, clustered || cfg.Storage.Broker())
-	if err := openCreatedTopics(cfg, eng, catalog); err != nil {
 		return err
 	}
 
@@ -233,6 +210,39 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	ready = true
 	stopped, err = r.wait(ctx)
 	return err
+}
+
+// startEngine opens the log's backend, starts it under r and makes the
+// topics of the configuration and those created through spool.
+func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, *topicCatalog, error) {
+	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
+		m.MemoryLimit.Set(float64(lim))
+	}
+	eng, err := openBackend(cfg, dataDir, m, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
+		m.LogSyncs.Read(func() (files, fileSystem, fallbacks uint64) {
+			st := ss.SyncStats()
+			return st.Files, st.FileSystem, st.Fallbacks
+		})
+	}
+	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
+	for _, t := range cfg.AllTopics() {
+		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
+		if err := eng.EnsureTopic(spec); err != nil {
+			return nil, nil, err
+		}
+	}
+	_, clustered := clusterStatus(eng)
+	// A broker keeps its topics itself; the catalogue is the embedded
+	// log's record of the topics created through spool.
+	catalog := newTopicCatalog(dataDir, clustered || cfg.Storage.Broker())
+	if err := openCreatedTopics(cfg, eng, catalog); err != nil {
+		return nil, nil, err
+	}
+	return eng, catalog, nil
 }
 
 // startAdminServers starts the admin listener's server and, with

@@ -25,24 +25,22 @@ const chartDir = "../helm/spool"
 // defaults) as release "orders" in namespace "shop".
 func render(t *testing.T, valuesFile string, install bool) ([]object, error) {
 	t.Helper()
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals := chartutil.Values{}
-	if valuesFile != "" {
-		if vals, err = chartutil.ReadValuesFile(valuesFile); err != nil {
-			t.Fatal(err)
-		}
-	}
-	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
-	opts := chartutil.ReleaseOptions{Name: "orders", Namespace: "shop", Revision: 1, IsInstall: install, IsUpgrade: !install}
-	top, err := chartutil.ToRenderValues(ch, vals, opts, caps)
-	if err != nil {
-		return nil, err
-	}
-	files, err := engine.Render(ch, top)
+	return renderWith(t, renderOpts{install: install}, valuesFile)
+}
+
+// renderOpts: the release (default "orders"), install or upgrade, and the
+// Kubernetes objects the chart's lookups find (none: as helm template).
+type renderOpts struct {
+	release string
+	install bool
+	cluster engine.ClientProvider
+}
+
+// renderWith renders the chart with values files merged in order (a later
+// file's values win), in namespace "shop", and decodes what it renders.
+func renderWith(t *testing.T, o renderOpts, valuesFiles ...string) ([]object, error) {
+	t.Helper()
+	files, err := renderFiles(t, o, valuesFiles...)
 	if err != nil {
 		return nil, err
 	}
@@ -65,13 +63,66 @@ func render(t *testing.T, valuesFile string, install bool) ([]object, error) {
 	return objs, nil
 }
 
+// renderNotes is the NOTES.txt the chart prints after an install.
+func renderNotes(t *testing.T, valuesFiles ...string) (string, error) {
+	t.Helper()
+	files, err := renderFiles(t, renderOpts{install: true}, valuesFiles...)
+	return files["spool/templates/NOTES.txt"], err
+}
+
+// renderFiles is what the chart renders, file by file.
+func renderFiles(t *testing.T, o renderOpts, valuesFiles ...string) (map[string]string, error) {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := chartutil.Values{}
+	for _, vf := range valuesFiles {
+		if vf == "" {
+			continue
+		}
+		v, err := chartutil.ReadValuesFile(vf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals = chartutil.MergeTables(v, vals)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
+	opts := chartutil.ReleaseOptions{Name: cmpOr(o.release, "orders"), Namespace: "shop", Revision: 1, IsInstall: o.install, IsUpgrade: !o.install}
+	top, err := chartutil.ToRenderValues(ch, vals, opts, caps)
+	if err != nil {
+		return nil, err
+	}
+	var files map[string]string
+	if o.cluster != nil {
+		files, err = engine.RenderWithClientProvider(ch, top, o.cluster)
+	} else {
+		files, err = engine.Render(ch, top)
+	}
+	return files, err
+}
+
 // valuesFiles are the documented values: the defaults and every example.
 func valuesFiles(t *testing.T) []string {
 	ex, err := filepath.Glob(filepath.Join(chartDir, "examples", "*.yaml"))
 	if err != nil || len(ex) == 0 {
 		t.Fatalf("no example values files (%v)", err)
 	}
-	return append([]string{""}, ex...)
+	return append([]string{defaultsFile(t)}, ex...)
+}
+
+// defaultsFile is a values file named "defaults": the chart's defaults
+// with the one choice they leave to the user, how the nodes authenticate
+// each other (the defaults alone fail: TestChartRefusesClusterWithoutPeerTLS).
+func defaultsFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "defaults")
+	if err := writeFile(p, "cluster:\n  tls:\n    secretName: orders-peer-tls\n"); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // The chart renders with every documented values file, on install and on
@@ -313,7 +364,7 @@ func checkSidecar(spec *corev1.PodSpec) error {
 // upgrade; every other pod always joins through the pods before it.
 func TestChartBootstrapsOnInstallOnly(t *testing.T) {
 	for _, install := range []bool{true, false} {
-		objs, err := render(t, "", install)
+		objs, err := render(t, defaultsFile(t), install)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +418,7 @@ func TestChartRefusesNonsense(t *testing.T) {
 		if err := writeFile(f, c.values); err != nil {
 			t.Fatal(err)
 		}
-		_, err := render(t, f, true)
+		_, err := renderWith(t, renderOpts{install: true}, defaultsFile(t), f)
 		if err == nil || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%q: %v; want a failure saying %q", c.values, err, c.says)
 		}

@@ -21,6 +21,12 @@
 //     the workload starts and join through a headless Service that selects
 //     them and publishes not-ready addresses; no StatefulSet pod leaves
 //     the cluster when it stops;
+//   - peer security: every cluster pod runs its peer connections over
+//     mutual TLS or says cluster.insecure, storage nodes hold a join secret,
+//     and each of those files comes from the right key of a Secret the
+//     container mounts; the chart refuses a cluster without peer TLS, asks
+//     cert-manager for a certificate with the release's spiffe:// identity
+//     and both usages, and keeps its join secret across upgrades;
 //   - the Prometheus rules parse with Prometheus's own rule parser, and the
 //     rules, the Grafana dashboard and the autoscaling examples query only
 //     metrics spoold registers (sidecar/metrics);

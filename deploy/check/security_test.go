@@ -156,7 +156,7 @@ func rulesFor(np *networkingv1.NetworkPolicy, port intstr.IntOrString) []network
 // not restricted. Every port it names is a port of spoold's container, so
 // renaming one (the admin port's split) cannot silently close it.
 func TestChartNetworkPolicy(t *testing.T) {
-	objs, err := render(t, "", true)
+	objs, err := render(t, defaultsFile(t), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,8 @@ func TestChartNetworkPolicyOptions(t *testing.T) {
 		}
 		return p
 	}
-	objs, err := render(t, write("app.yaml", "app: {ports: [{name: http, containerPort: 8080}]}\n"), true)
+	defaults := defaultsFile(t)
+	objs, err := renderWith(t, renderOpts{install: true}, defaults, write("app.yaml", "app: {ports: [{name: http, containerPort: 8080}]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func TestChartNetworkPolicyOptions(t *testing.T) {
 	if r := rulesFor(networkPolicy(t, objs), intstr.FromString("spool-cluster")); len(r) != 1 || len(r[0].From) != 2 {
 		t.Errorf("storage nodes for other releases: peer port rules %+v, want the release's pods and peerFrom", r)
 	}
-	objs, err = render(t, write("off.yaml", "networkPolicy: {enabled: false}\n"), true)
+	objs, err = renderWith(t, renderOpts{install: true}, defaults, write("off.yaml", "networkPolicy: {enabled: false}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestChartRedisKeyPrefixAndTLS(t *testing.T) {
 	if err := os.WriteFile(vf, []byte("redis:\n  addrs: [\"redis.data:6379\"]\n  keyPrefix: \"shop-a:l:\"\n  tls: {secretName: orders-redis-tls, serverName: redis.data.svc}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := render(t, vf, true)
+	objs, err := renderWith(t, renderOpts{install: true}, defaultsFile(t), vf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,6 +122,9 @@ func resolveSpoold(t *testing.T, spec *corev1.PodSpec, configMaps map[string]*co
 	if err := checkAdminAndProbes(c, cfg, ports); err != nil {
 		return nil, err
 	}
+	if err := checkPeerSecurity(spec, c, cfg); err != nil {
+		return nil, err
+	}
 	if f := cfg.Admin.TokensFile; f != "" && !secretMounted(spec, c, filepath.Dir(f)) {
 		return nil, fmt.Errorf("spoold's admin.tokens_file %s is in no Secret volume the container mounts", f)
 	}

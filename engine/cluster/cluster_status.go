@@ -81,6 +81,14 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	out.MoveCopiesDelayed, out.MoveCopyWaitingBytes = hs.CatchUpDelayed, hs.CatchUpWaitingBytes
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed+hs.Malformed
 	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
+	out.ConfChangesSkipped = hs.ConfChangesSkipped
+	out.CommandsSkipped = map[string]uint64{}
+	if c.ctrl != nil {
+		out.CommandsSkipped["controller"] = c.ctrl.Skipped()
+	}
+	if c.coord != nil {
+		out.CommandsSkipped["coordinator"] = c.coord.skipped()
+	}
 	return out
 }
 

@@ -1,50 +1,30 @@
 package cluster
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/internal/testpki"
 )
 
 // testCA is a certificate authority for tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type testCA struct{ *testpki.CA }
 
-func newTestCA(t *testing.T, name string) *testCA {
+func newTestCA(t *testing.T, name string) testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return testCA{ca}
 }
 
 // testIdentity is the identity the test clusters' certificates carry.
@@ -56,25 +36,16 @@ type certShape struct {
 	eku  []x509.ExtKeyUsage
 }
 
-// issue writes a node certificate signed by ca and the CA file into dir:
-// by default with the test clusters' identity, good for both ends of a
-// connection.
-func (ca *testCA) issue(t *testing.T, dir, name string, caPEM []byte, shape ...certShape) ClusterTLS {
+// issue writes a node certificate signed by ca into dir (name.crt,
+// name.key, name-ca.crt): by default with the test clusters' identity,
+// good for both ends of a connection.
+func (ca testCA) issue(t *testing.T, dir, name string, shape ...certShape) ClusterTLS {
 	t.Helper()
 	sh := certShape{uris: []string{testIdentity}, eku: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	if len(shape) > 0 {
 		sh = shape[0]
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: sh.eku,
-	}
+	tmpl := &x509.Certificate{ExtKeyUsage: sh.eku}
 	for _, s := range sh.uris {
 		u, err := url.Parse(s)
 		if err != nil {
@@ -82,25 +53,11 @@ func (ca *testCA) issue(t *testing.T, dir, name string, caPEM []byte, shape ...c
 		}
 		tmpl.URIs = append(tmpl.URIs, u)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	f, err := ca.WriteFiles(dir, name, tmpl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := ClusterTLS{CertFile: filepath.Join(dir, name+".crt"), KeyFile: filepath.Join(dir, name+".key"), CAFile: filepath.Join(dir, name+"-ca.crt")}
-	for path, b := range map[string][]byte{
-		out.CertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		out.KeyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}),
-		out.CAFile:   caPEM,
-	} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
+	return ClusterTLS{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}
 }
 
 // With cluster TLS, nodes whose certificates chain to the cluster's CA
@@ -109,7 +66,7 @@ func (ca *testCA) issue(t *testing.T, dir, name string, caPEM []byte, shape ...c
 func TestClusterMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, "spool-test-ca")
-	tc := newTestCluster(t, 3, func(i int, cn *clusterNode) { cn.tls = ca.issue(t, dir, "node"+string(rune('a'+i)), ca.pem) })
+	tc := newTestCluster(t, 3, func(i int, cn *clusterNode) { cn.tls = ca.issue(t, dir, "node"+string(rune('a'+i))) })
 	if err := tc.nodes[1].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +74,7 @@ func TestClusterMutualTLS(t *testing.T) {
 
 	other := newTestCA(t, "another-ca")
 	intruder := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), join: []string{tc.nodes[0].addr},
-		tls: other.issue(t, dir, "intruder", other.pem), joinWait: 2 * time.Second}
+		tls: other.issue(t, dir, "intruder"), joinWait: 2 * time.Second}
 	tc.start(intruder)
 	err := <-intruder.done
 	_ = intruder.n.Close()
@@ -135,10 +92,10 @@ func TestClusterMutualTLS(t *testing.T) {
 func TestClusterTLSRefusesOtherCertificatesOfTheCA(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, "spool-test-ca")
-	tc := newTestCluster(t, 1, func(i int, cn *clusterNode) { cn.tls = ca.issue(t, dir, "member", ca.pem) })
+	tc := newTestCluster(t, 1, func(i int, cn *clusterNode) { cn.tls = ca.issue(t, dir, "member") })
 	awaitCond(t, 20*time.Second, "the first node leads", func() error { return tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}) })
 	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	if err := tlsHandshake(t, tc.nodes[0].addr, ca.issue(t, dir, "another-member", ca.pem)); err != nil {
+	if err := tlsHandshake(t, tc.nodes[0].addr, ca.issue(t, dir, "another-member")); err != nil {
 		t.Fatalf("a member's certificate: %v", err)
 	}
 	for name, shape := range map[string]certShape{
@@ -147,7 +104,7 @@ func TestClusterTLSRefusesOtherCertificatesOfTheCA(t *testing.T) {
 		"no-identity":      {eku: both},
 		"client-auth-only": {uris: []string{testIdentity}, eku: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 	} {
-		err := tlsHandshake(t, tc.nodes[0].addr, ca.issue(t, dir, name, ca.pem, shape))
+		err := tlsHandshake(t, tc.nodes[0].addr, ca.issue(t, dir, name, shape))
 		if err == nil {
 			t.Fatalf("%s: the node accepted the certificate", name)
 		}
@@ -187,7 +144,7 @@ func tlsHandshake(t *testing.T, addr string, files ClusterTLS) error {
 func TestClusterTLSReload(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, "ca")
-	files := ca.issue(t, dir, "node", ca.pem)
+	files := ca.issue(t, dir, "node")
 	f, err := newTLSFiles(files)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +152,7 @@ func TestClusterTLSReload(t *testing.T) {
 	now := time.Now()
 	f.now = func() time.Time { return now }
 	first, _ := f.current()
-	ca.issue(t, dir, "node", ca.pem) // rotate: same paths, new certificate
+	ca.issue(t, dir, "node") // rotate: same paths, new certificate
 	if c, _ := f.current(); c != first {
 		t.Fatal("reloaded before tlsReloadInterval passed")
 	}

@@ -68,8 +68,23 @@ type coordinators struct {
 	c      *cluster
 	signal chan struct{} // cap 1: a committed end of the groups topic moved
 
-	mu    sync.Mutex // guards parts; a leaf (never held while calling out)
+	mu    sync.Mutex // guards parts and skippedGone; a leaf (never held while calling out)
 	parts map[int32]*coordPart
+	// skippedGone counts the records skipped by appliers no longer in
+	// parts (a replica replaced by a move): skipped adds them.
+	skippedGone uint64
+}
+
+// skipped counts the records of the groups topic this node's appliers
+// skipped since it started (they do not decode or validate).
+func (g *coordinators) skipped() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := g.skippedGone
+	for _, cp := range g.parts {
+		n += cp.app.Skipped()
+	}
+	return n
 }
 
 // coordPart is this node's coordinator state of one partition of the
@@ -194,6 +209,7 @@ func (g *coordinators) partFor(part *partition) *coordPart {
 	if cp != nil {
 		cp.stop(fmt.Errorf("%w: the replica of %s/%d on this node changed (a replica move)", errCoordUnavailable, meta.GroupsTopic, part.Num))
 		delete(g.parts, part.Num)
+		g.skippedGone += cp.app.Skipped()
 	}
 	if part.Log == nil {
 		return nil
@@ -243,9 +259,11 @@ func (g *coordinators) apply(cp *coordPart, part *partition, host *raft.Host) {
 	}
 }
 
-// Decode reads one coordinator command (coord.State.Apply checks its
-// values, refusing a bad one with a result, like every replica does).
-func (cp *coordPart) Decode(b []byte) (coord.Command, error) { return coord.DecodeCommand(b) }
+// Decode reads one coordinator command and checks its values
+// (Command.Validate, which depends on the bytes alone): a record that does
+// not decode or validate is skipped and counted by every replica alike
+// (rsm's Skipped). coord.State.Apply checks what depends on the state.
+func (cp *coordPart) Decode(b []byte) (coord.Command, error) { return decodeCoordinatorCommand(b) }
 
 // Apply applies commands in log order. Checkpoint chunks change nothing; a
 // complete, valid checkpoint is checked against this replica's state and

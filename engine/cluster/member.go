@@ -320,9 +320,11 @@ func (c *member) applyController() {
 // state through c.state finds this node already matching it.
 type controllerMachine struct{ c *member }
 
-// Decode reads one controller command; meta.State.Apply checks its values
-// (and refuses a bad one, with a result, like every other node does).
-func (m controllerMachine) Decode(b []byte) (meta.Command, error) { return meta.DecodeCommand(b) }
+// Decode reads one controller command and checks its values
+// (Command.Validate, which depends on the bytes alone): a record that does
+// not decode or validate is skipped and counted by every node alike
+// (rsm's Skipped). meta.State.Apply checks what depends on the state.
+func (m controllerMachine) Decode(b []byte) (meta.Command, error) { return decodeControllerCommand(b) }
 
 func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Result, int, error) {
 	c := m.c

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/log"
-	"github.com/spoolmq/spool/engine/meta"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
@@ -93,16 +92,13 @@ func (c *cluster) callerIsMember(ctx context.Context) (bool, error) {
 // storage-off node) may only create topics. What reaches group 0's log
 // otherwise is skipped by every node's applier, but need not get there.
 func (c *cluster) checkControllerProduce(ctx context.Context, data []byte) error {
-	recs, err := log.DecodeRecords(data, c.conf.Log.MaxBatchBytes)
+	recs, err := log.RecordsOf(data, c.conf.Log.MaxBatchBytes, nil)
 	if err != nil || len(recs) != 1 {
 		return fmt.Errorf("a controller proposal is one record (%d here): %v", len(recs), err)
 	}
-	cmd, err := meta.DecodeCommand(recs[0].Value)
-	if err == nil {
-		err = cmd.Validate()
-	}
+	cmd, err := decodeControllerCommand(recs[0].Value)
 	if err != nil {
-		return fmt.Errorf("not a controller command this node takes: %w", err)
+		return fmt.Errorf("the record is no command of this log: %w", err)
 	}
 	member, err := c.callerIsMember(ctx)
 	switch {
@@ -124,8 +120,8 @@ func (c *cluster) checkPeerProduce(ctx context.Context, group uint64, req *clust
 }
 
 // checkTopicProduce refuses a peer's write to an internal topic: the
-// consumer groups' coordinators write their logs themselves (Coordinate),
-// and a record a peer put there would be a command nobody validated.
+// consumer groups' coordinators write their logs themselves (a peer asks
+// with Coordinate, whose command the leader decodes, checks and stamps).
 func checkTopicProduce(topic string) error {
 	if strings.HasPrefix(topic, "__") {
 		return fmt.Errorf("topic %q is internal: its records are written by the cluster itself", topic)

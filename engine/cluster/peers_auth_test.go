@@ -174,7 +174,7 @@ func TestClusterPeerIdentities(t *testing.T) {
 	issue := func(name string) ClusterTLS {
 		sh := both
 		sh.uris = []string{testIdentity + "/" + name}
-		f := ca.issue(t, dir, name, ca.pem, sh)
+		f := ca.issue(t, dir, name, sh)
 		f.PeerURIPrefix = testIdentity + "/"
 		return f
 	}

@@ -324,20 +324,21 @@ func RecordsProducer(data []byte) (id int64, epoch int16, seq int32, ok bool) {
 // record. A raft leader calls it before proposing bytes it received from a
 // peer: a payload the log refuses at append would stop the replica.
 func CheckRecords(data []byte, maxBatchBytes int) error {
-	_, err := decodePayload(data, maxBatchBytes, false)
+	_, err := payloadRecords(data, maxBatchBytes, nil, 0, 0)
 	return err
 }
 
-// DecodeRecords checks a record payload as CheckRecords does and returns
-// its records (aliasing data): what a leader reads of a payload a peer
-// asks it to propose when it must look inside (controller commands).
-func DecodeRecords(data []byte, maxBatchBytes int) ([]Record, error) {
-	return decodePayload(data, maxBatchBytes, true)
+// RecordsOf checks a record payload as CheckRecords does and appends its
+// records to dst, their offsets counted from 0 (the payload has none yet)
+// and their keys and values aliasing data. A node reads what a peer asks
+// it to propose with it (a replicated state machine's commands).
+func RecordsOf(data []byte, maxBatchBytes int, dst []Record) ([]Record, error) {
+	return payloadRecords(data, maxBatchBytes, dst, math.MinInt64, math.MaxInt64)
 }
 
-func decodePayload(data []byte, maxBatchBytes int, keep bool) ([]Record, error) {
+func payloadRecords(data []byte, maxBatchBytes int, dst []Record, lo, hi int64) ([]Record, error) {
 	if len(data) < BatchHeaderSize-PlacementSize || PlacementSize+len(data) > maxBatchBytes {
-		return nil, fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
+		return dst, fmt.Errorf("%w: %d bytes of records, want %d to %d (MaxBatchBytes)", ErrBadEntry, len(data), BatchHeaderSize-PlacementSize, maxBatchBytes-PlacementSize)
 	}
 	// The header is checked on a copy with its placement prefix; the body
 	// (CRC and records) in place: no copy of the records.
@@ -352,18 +353,13 @@ func decodePayload(data []byte, maxBatchBytes int, keep bool) ([]Record, error) 
 			err = badBatch("body crc %#08x, want %#08x", c, h.BodyCRC)
 		}
 	}
-	var recs []Record
 	if err == nil {
-		lo, hi := int64(0), int64(0) // check only
-		if keep {
-			lo, hi = math.MinInt64, math.MaxInt64
-		}
-		recs, err = decodeRecords(data[BatchHeaderSize-PlacementSize:], h, nil, lo, hi)
+		dst, err = decodeRecords(data[BatchHeaderSize-PlacementSize:], h, dst, lo, hi)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadEntry, err)
+		return dst, fmt.Errorf("%w: %v", ErrBadEntry, err)
 	}
-	return recs, nil
+	return dst, nil
 }
 
 // checkRecordsFrame checks a record frame whose placement prefix is not

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -34,7 +35,9 @@ func seedState(t testing.TB) *State {
 
 // FuzzDecodeCommand: any bytes decode without panicking; a decoded command
 // encodes again and decodes to the same command, with the same bytes; and
-// applying it to a state does not panic and keeps every invariant.
+// applying it to a state (applyEverywhere) does not panic, keeps every
+// invariant, gives the same state on every node, and changes nothing when
+// the command does not validate.
 func FuzzDecodeCommand(f *testing.F) {
 	for _, c := range seedCommands() {
 		b, err := EncodeCommand(c)
@@ -60,12 +63,37 @@ func FuzzDecodeCommand(f *testing.F) {
 		if enc2, _ := EncodeCommand(again); !bytes.Equal(enc2, enc) {
 			t.Fatalf("%+v encodes two ways", c)
 		}
-		s := base.Clone()
-		s.Apply(c)
-		if err := s.check(); err != nil {
-			t.Fatalf("after %+v: %v", c, err)
-		}
+		applyEverywhere(t, base, c)
 	})
+}
+
+// applyEverywhere applies c as every node's applier does (Validate first:
+// one that does not validate is skipped, rsm) to two copies of base: the
+// same result and the same state on both (no two nodes diverge), every
+// invariant kept, and a command that does not validate refused by Apply
+// too, changing nothing.
+func applyEverywhere(t *testing.T, base *State, c Command) {
+	t.Helper()
+	before, err := EncodeState(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := base.Clone(), base.Clone()
+	ra, rb := a.Apply(c), b.Apply(c)
+	if err := a.check(); err != nil {
+		t.Fatalf("after %+v: %v", c, err)
+	}
+	ea, erra := EncodeState(a)
+	eb, errb := EncodeState(b)
+	if erra != nil || errb != nil || !bytes.Equal(ea, eb) || fmt.Sprint(ra) != fmt.Sprint(rb) {
+		t.Fatalf("%+v applied to two copies of a state: results %v and %v (%v, %v)", c, ra, rb, erra, errb)
+	}
+	if c.Validate() == nil {
+		return
+	}
+	if ra.Err == nil || !bytes.Equal(ea, before) {
+		t.Fatalf("%+v does not validate, yet Apply took it (%v)", c, ra.Err)
+	}
 }
 
 // FuzzDecodeState: any bytes decode without panicking; a decoded state

@@ -209,7 +209,17 @@ func newConfReplay(cs raftpb.ConfState, index uint64) (*confReplay, error) {
 	return &confReplay{trk: trk}, nil
 }
 
+// errConfRefused: a committed configuration change that raft refuses to
+// apply to the configuration in force (it would remove every voter, enter
+// a joint configuration from a joint one, ...), or whose membership has
+// more than MaxConfStateIDs ids. Raft panics on one; every
+// replica skips it alike instead (Group.ApplyDone, Replica.applyCommands),
+// since every replica applies it to the same configuration.
+var errConfRefused = errors.New("configuration change refused")
+
 // apply applies the configuration change of entry e (a conf change type).
+// A change raft refuses leaves the configuration as it was and returns
+// errConfRefused (wrapped).
 func (c *confReplay) apply(e raftpb.Entry) error {
 	var cc raftpb.ConfChangeV2
 	switch e.Type {
@@ -238,7 +248,12 @@ func (c *confReplay) apply(e raftpb.Entry) error {
 		cfg, prs, err = chg.Simple(cc.Changes...)
 	}
 	if err != nil {
-		return fmt.Errorf("entry %d: conf change: %w", e.Index, err)
+		return fmt.Errorf("entry %d: %w: %w", e.Index, errConfRefused, err)
+	}
+	// A membership the state file cannot hold would stop the replica at
+	// its next save: refused as raft refuses the others.
+	if n := confStateIDs(confStateOf(cfg)); n > MaxConfStateIDs {
+		return fmt.Errorf("entry %d: %w: it makes %d node ids, the limit is %d", e.Index, errConfRefused, n, MaxConfStateIDs)
 	}
 	c.trk.Config, c.trk.Progress = cfg, prs
 	return nil

@@ -193,7 +193,11 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		// applies, and the remaining voters elect (moves transfer the
 		// leadership first when they can: reconfigure.go).
 		StepDownOnRemoval: true,
-		Logger:            cfg.Logger,
+		// The Host proposes on the leader only; with forwarding off no
+		// honest replica sends a MsgProp, and one from a peer is refused
+		// (checkInbound).
+		DisableProposalForwarding: true,
+		Logger:                    cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("raft group %d: %w", cfg.ID, err)
@@ -261,7 +265,9 @@ func (g *Group) AppendDone(a Append) ([]raftpb.Message, error) {
 }
 
 // ApplyDone reports that a is applied. Configuration changes among its
-// entries are applied to the group here.
+// entries are applied to the group here, but for one raft refuses to apply
+// to the configuration in force (it panics on it): that one is skipped, as
+// every replica skips it (errConfRefused).
 func (g *Group) ApplyDone(a Apply) (Applied, []raftpb.Message, error) {
 	var out Applied
 	for _, e := range a.Entries {
@@ -283,10 +289,23 @@ func (g *Group) ApplyDone(a Apply) (Applied, []raftpb.Message, error) {
 		default:
 			continue
 		}
+		if g.refuses(e) {
+			continue
+		}
 		out.ConfState = g.rn.ApplyConfChange(cc)
 	}
 	msgs, err := g.deliver(a.Responses)
 	return out, msgs, err
+}
+
+// refuses reports whether raft refuses to apply the configuration change
+// of entry e to the configuration in force: replayed on a copy of it.
+func (g *Group) refuses(e raftpb.Entry) bool {
+	rp, err := newConfReplay(confStateOf(g.rn.Status().Config), e.Index-1)
+	if err != nil {
+		return false // raft's own configuration: cannot happen
+	}
+	return errors.Is(rp.apply(e), errConfRefused)
 }
 
 func (g *Group) deliver(resps []raftpb.Message) ([]raftpb.Message, error) {

@@ -140,6 +140,7 @@ type HostStats struct {
 	ProposalsRefused   uint64 // any other error: a bad payload, an unknown group, a refused conf change
 	InboxDropped       uint64 // received messages dropped: a group's inbox held MaxInboxMsgs
 	Malformed          uint64 // received messages a replica refused before raft saw them (ErrMalformedMessage)
+	ConfChangesSkipped uint64 // committed configuration changes raft refuses, skipped by every replica alike
 	ReplicasStopped    uint64 // replicas that stopped with an error
 	ElectionsHastened  uint64 // followers whose election clock jumped: their leader's connection failed
 	// CatchUpDelayed counts the appends to moving learners that waited for
@@ -168,8 +169,12 @@ type Host struct {
 	stopped atomic.Bool
 	async   sync.WaitGroup // completions of proposals that never reached a worker
 
+	// The last log line about a malformed message (UnixNano of h.now) and
+	// the refusals not logged since (logMalformed).
+	malformedLoggedAt, malformedUnlogged atomic.Int64
+
 	c struct {
-		readies, ok, lost, unknown, notLeader, refused, inboxDropped, malformed, stopped, hastened atomic.Uint64
+		readies, ok, lost, unknown, notLeader, refused, inboxDropped, malformed, confSkipped, stopped, hastened atomic.Uint64
 	}
 }
 
@@ -602,7 +607,7 @@ func (h *Host) Stats() HostStats {
 		ProposalsOK: h.c.ok.Load(), ProposalsLost: h.c.lost.Load(), ProposalsUnknown: h.c.unknown.Load(),
 		ProposalsNotLeader: h.c.notLeader.Load(), ProposalsRefused: h.c.refused.Load(),
 		InboxDropped: h.c.inboxDropped.Load(), Malformed: h.c.malformed.Load(), ReplicasStopped: h.c.stopped.Load(),
-		ElectionsHastened: h.c.hastened.Load(),
+		ElectionsHastened: h.c.hastened.Load(), ConfChangesSkipped: h.c.confSkipped.Load(),
 	}
 	if h.thr != nil {
 		st.CatchUpDelayed, st.CatchUpWaitingBytes = h.thr.stats()
@@ -644,7 +649,8 @@ func (h *Host) HandleMessage(m transport.Message) error {
 }
 
 // HandleSnapshot takes a received MsgSnap (transport.Handler): one that
-// could not be installed (checkSnapshot) is refused with the reason, any
+// could not be installed (checkSnapshot) is refused with the reason and
+// counted (HostStats.Malformed), any
 // other is queued for its group's next visit, where the replica steps it in
 // and installs it (Replica.install). Snapshots carry metadata only, so
 // they are small; the inbox limit applies as to any message (a dropped one
@@ -654,7 +660,10 @@ func (h *Host) HandleSnapshot(_ context.Context, m transport.Message) error {
 		return fmt.Errorf("raft host: node %d: a %s from node %d on the snapshot path of group %d", h.cfg.NodeID, m.Msg.Type, m.Msg.From, m.Group)
 	}
 	if err := checkSnapshot(m.Msg.Snapshot); err != nil {
-		return fmt.Errorf("raft host: node %d refuses the snapshot of group %d at index %d from node %d: %w", h.cfg.NodeID, m.Group, snapIndex(m.Msg), m.Msg.From, err)
+		err = fmt.Errorf("raft host: node %d refuses the snapshot of group %d at index %d from node %d: %w: %w", h.cfg.NodeID, m.Group, snapIndex(m.Msg), m.Msg.From, ErrMalformedMessage, err)
+		h.c.malformed.Add(1)
+		h.logMalformed(m.Group, m.Msg, err)
+		return err
 	}
 	return h.HandleMessage(m)
 }
@@ -784,7 +793,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		busy = busy || !idleMessage(m.Type)
 		heard = heard || idleMessage(m.Type)
 	}
-	lastBefore, appliedBefore := r.p.LastIndex(), r.CommitIndex()
+	lastBefore, appliedBefore, confSkipped := r.p.LastIndex(), r.CommitIndex(), r.confSkipped
 	for range min(box.ticks, maxTicksPerVisit) {
 		r.Tick()
 	}
@@ -792,7 +801,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		if err := r.Step(m); err != nil && r.Err() == nil {
 			if errors.Is(err, ErrMalformedMessage) {
 				h.c.malformed.Add(1)
-				h.cfg.Logger.Warn("raft message refused: malformed", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
+				h.logMalformed(g.id, m, err)
 				continue
 			}
 			h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
@@ -836,6 +845,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		_ = r.Process(ctx, g.send)
 	}
 	g.track.expire(now)
+	h.c.confSkipped.Add(r.confSkipped - confSkipped)
 	if err := r.Err(); err != nil && !g.stopSeen {
 		g.stopSeen = true
 		h.c.stopped.Add(1)

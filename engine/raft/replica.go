@@ -136,6 +136,9 @@ type Replica struct {
 	// retainFrom is the offset SetRetainFrom allows giving up the records
 	// before (0: none).
 	retainFrom int64
+	// confSkipped counts the committed configuration changes skipped
+	// because raft refuses them (errConfRefused).
+	confSkipped uint64
 }
 
 // ErrReplicaStopped wraps the error a replica stopped with.
@@ -320,23 +323,18 @@ func (r *Replica) Tick() {
 
 // Step feeds a message from a peer. An error about the message (say, from
 // an unknown peer) leaves the replica running; ErrReplicaStopped does not.
-// A MsgSnap whose snapshot this replica could not install is refused.
+// A message no honest replica sends, that raft would panic on or this
+// replica stop at (checkInbound), is refused with ErrMalformedMessage; so
+// is a MsgSnap whose snapshot this replica could not install.
 func (r *Replica) Step(m raftpb.Message) error {
 	if r.failed != nil {
 		return r.failed
 	}
-	if m.Type == raftpb.MsgSnap {
-		if err := checkSnapshot(m.Snapshot); err != nil {
-			return fmt.Errorf("raft replica %s: snapshot from node %d refused: %w", r.p.Name(), m.From, err)
-		}
-	}
-	// A leader's heartbeat commits at most what this follower acknowledged
-	// having (min of its match and the commit index), so never past its
-	// log; raft panics on one that does.
-	if m.Type == raftpb.MsgHeartbeat {
-		if last, err := r.storage.LastIndex(); err == nil && m.Commit > last {
-			return fmt.Errorf("raft replica %s: %w: a heartbeat from %d commits index %d, past this replica's last index %d", r.p.Name(), ErrMalformedMessage, m.From, m.Commit, last)
-		}
+	last, _ := r.storage.LastIndex() // an error is raft's to report
+	bs := r.g.BasicStatus()
+	l := local{last: last, term: bs.Term, leads: bs.RaftState == etcdraft.StateLeader, maxBatchBytes: r.cfg.MaxBatchBytes}
+	if err := checkInbound(&m, l); err != nil {
+		return fmt.Errorf("raft replica %s: %w: a %s from %d at term %d: %w", r.p.Name(), ErrMalformedMessage, m.Type, m.From, m.Term, err)
 	}
 	return r.guard(func() error { return r.g.Step(m) })
 }

@@ -97,6 +97,9 @@ func checkSnapshot(s *raftpb.Snapshot) error {
 	if s.Metadata.Index == 0 || s.Metadata.Term == 0 {
 		return fmt.Errorf("index %d, term %d", s.Metadata.Index, s.Metadata.Term)
 	}
+	if err := checkConfState(s.Metadata.ConfState, s.Metadata.Index); err != nil {
+		return err
+	}
 	if _, err := decodeSnapshotData(s.Data); err != nil {
 		return err
 	}
@@ -191,10 +194,16 @@ func (r *Replica) applyCommands(ents []raftpb.Entry) error {
 	for _, e := range ents {
 		if e.Index > r.confSeen && len(r.confs) > 0 {
 			if e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2 {
-				if err := r.replay.apply(e); err != nil {
+				switch err := r.replay.apply(e); {
+				case errors.Is(err, errConfRefused):
+					r.confSkipped++
+					r.cfg.Logger.Error("raft replica: committed configuration change skipped: raft refuses it (every replica skips it alike)",
+						"partition", r.p.Name(), "index", e.Index, "err", err)
+				case err != nil:
 					return fmt.Errorf("raft replica %s: %w", r.p.Name(), err)
+				default:
+					r.confs = append(r.confs, confPoint{index: e.Index, cs: r.replay.state()})
 				}
-				r.confs = append(r.confs, confPoint{index: e.Index, cs: r.replay.state()})
 			}
 			r.confSeen = e.Index
 		}
@@ -299,7 +308,7 @@ func (r *Replica) confAt(s uint64) (raftpb.ConfState, error) {
 			return raftpb.ConfState{}, r.logFailure(fmt.Sprintf("read entries %d-%d for the membership", lo, s), err)
 		}
 		for _, e := range ents {
-			if err := rp.apply(e); err != nil {
+			if err := rp.apply(e); err != nil && !errors.Is(err, errConfRefused) {
 				return raftpb.ConfState{}, fmt.Errorf("raft replica %s: %w", r.p.Name(), err)
 			}
 		}

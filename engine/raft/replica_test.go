@@ -181,7 +181,7 @@ func (c *wcluster) elect(cand *wnode) {
 	switch cand.r.Status().RaftState {
 	case etcdraft.StateLeader:
 	case etcdraft.StateFollower:
-		err = cand.r.Step(raftpb.Message{Type: raftpb.MsgTimeoutNow, From: cand.id, To: cand.id})
+		err = cand.r.stepLocal(raftpb.Message{Type: raftpb.MsgTimeoutNow, From: cand.id, To: cand.id})
 	default:
 		for i := 0; i < 2*manualElectionTicks && !cand.r.HasReady(); i++ {
 			cand.r.Tick()
@@ -190,6 +190,15 @@ func (c *wcluster) elect(cand *wnode) {
 	if errors.Is(err, ErrReplicaStopped) {
 		c.failed(cand, "elect", err)
 	}
+}
+
+// stepLocal steps m into raft as the replica's own message: a test's
+// MsgTimeoutNow to itself (term 0, which Step refuses from a peer).
+func (r *Replica) stepLocal(m raftpb.Message) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	return r.guard(func() error { return r.g.Step(m) })
 }
 
 func (c *wcluster) crash(n *wnode) {

@@ -150,6 +150,27 @@ func (t *GRPC) sendSnapshot(ctx context.Context, client clusterv1.PeerServiceCli
 // receiver allocate up front; a hostile header gets no more.
 const maxSnapshotPrealloc = 4 << 20
 
+// decodeSnapshotHeader checks a snapshot header whose Hello passed, from
+// peer to local: the data it announces within maxBytes
+// (RESOURCE_EXHAUSTED), its message a MsgSnap with a snapshot from peer to
+// local (INVALID_ARGUMENT). It returns the message and the data's length.
+// It never panics on any input (FuzzSnapshotHeader).
+func decodeSnapshotHeader(hdr *clusterv1.SnapshotHeader, peer, local uint64, maxBytes int64) (raftpb.Message, int, error) {
+	var m raftpb.Message
+	if n := hdr.GetDataBytes(); n > uint64(maxBytes) {
+		return m, 0, status.Errorf(codes.ResourceExhausted, "snapshot of group %d from node %d announces %d bytes, above this node's limit of %d (MaxSnapshotBytes): raise the limit on every node",
+			hdr.GetGroupId(), peer, n, maxBytes)
+	}
+	if err := m.Unmarshal(hdr.GetMessage()); err != nil {
+		return m, 0, status.Errorf(codes.InvalidArgument, "snapshot header of group %d: undecodable raft message: %v", hdr.GetGroupId(), err)
+	}
+	if err := checkMessage(&m, peer, local); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil {
+		return m, 0, status.Errorf(codes.InvalidArgument, "snapshot header of group %d: not a MsgSnap from node %d to node %d (type %v, from %d, to %d)",
+			hdr.GetGroupId(), peer, local, m.Type, m.From, m.To)
+	}
+	return m, int(hdr.GetDataBytes()), nil
+}
+
 // Snapshot receives one MsgSnap: the header is checked like a Hello and a
 // message, the data must be exactly as long as announced and within
 // MaxSnapshotBytes, then the Handler takes it.
@@ -167,21 +188,13 @@ func (s *server) Snapshot(stream clusterv1.PeerService_SnapshotServer) error {
 	if err := t.admit(stream.Context(), hdr.GetHello()); err != nil {
 		return err
 	}
-	if int64(hdr.GetDataBytes()) > t.cfg.Limits.MaxSnapshotBytes || int64(hdr.GetDataBytes()) < 0 {
-		return status.Errorf(codes.ResourceExhausted, "snapshot of group %d from node %d announces %d bytes, above this node's limit of %d (MaxSnapshotBytes): raise the limit on every node",
-			hdr.GetGroupId(), peer, hdr.GetDataBytes(), t.cfg.Limits.MaxSnapshotBytes)
+	m, want, err := decodeSnapshotHeader(hdr, peer, t.cfg.NodeID, t.cfg.Limits.MaxSnapshotBytes)
+	if err != nil {
+		if status.Code(err) == codes.InvalidArgument {
+			t.c.malformed.Add(1)
+		}
+		return err
 	}
-	var m raftpb.Message
-	if err := m.Unmarshal(hdr.GetMessage()); err != nil {
-		t.c.malformed.Add(1)
-		return status.Errorf(codes.InvalidArgument, "snapshot header of group %d: undecodable raft message: %v", hdr.GetGroupId(), err)
-	}
-	if err := checkMessage(&m, peer, t.cfg.NodeID); err != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil {
-		t.c.malformed.Add(1)
-		return status.Errorf(codes.InvalidArgument, "snapshot header of group %d: not a MsgSnap from node %d to node %d (type %v, from %d, to %d)",
-			hdr.GetGroupId(), peer, t.cfg.NodeID, m.Type, m.From, m.To)
-	}
-	want := int(hdr.GetDataBytes())
 	data := make([]byte, 0, min(want, maxSnapshotPrealloc))
 	for {
 		req, err := stream.Recv()

@@ -43,6 +43,20 @@ type Defaults struct {
 	// client of it (--cluster-storage off --join), holding no data, with no
 	// config file needed. Empty: no cluster unless Config says so.
 	ClusterJoin []string `yaml:"cluster_join"`
+	// ClusterTLSSecret names a Secret in the pod's namespace with tls.crt,
+	// tls.key and ca.crt: the cluster's peer certificate (the Secret the
+	// chart's storage nodes use, <fullname>-peer-tls with cert-manager).
+	// Mounted at TLSDir and given to spoold as cluster.tls, in pods that
+	// get a cluster join list. One of it and ClusterInsecure is required
+	// with ClusterJoin: the members refuse peers without TLS.
+	ClusterTLSSecret string `yaml:"cluster_tls_secret"`
+	// ClusterJoinSecret names a Secret in the pod's namespace whose key
+	// "secret" is the cluster's join secret (cluster.join_secret_file),
+	// mounted at JoinSecretDir in pods that get a cluster join list.
+	ClusterJoinSecret string `yaml:"cluster_join_secret"`
+	// ClusterInsecure gives those pods --cluster-insecure instead of TLS:
+	// only for clusters whose peer port nothing else can reach.
+	ClusterInsecure bool `yaml:"cluster_insecure"`
 	// RedisPasswordSecret names a Secret (name and key) in the pod's
 	// namespace given to spoold as SPOOL_REDIS_PASSWORD.
 	RedisPasswordSecret SecretKey `yaml:"redis_password_secret"`
@@ -83,6 +97,10 @@ const (
 	SocketAddr     = "unix:///run/spool/app.sock"
 	DataDir        = "/var/lib/spool"
 	ConfigDir      = "/etc/spool"
+	TLSVolume      = "spool-tls"
+	TLSDir         = "/etc/spool-tls" // tls.crt, tls.key, ca.crt
+	JoinVolume     = "spool-join-secret"
+	JoinSecretDir  = "/etc/spool-join" // secret
 	AdminPort      = 7071
 	ProbePort      = 7073         // node.probe_listen: probes and /metrics; AdminService stays on 127.0.0.1:7071
 	AddrEnv        = "SPOOL_ADDR" // read by every SDK
@@ -149,6 +167,11 @@ func (d *Defaults) validate() error {
 		if err := checkHostPort(j); err != nil {
 			errs = append(errs, fmt.Errorf("injector: defaults: cluster_join: %q %v (members of the cluster, like spool-peers.shop.svc:7072)", j, err))
 		}
+	}
+	if d.ClusterTLSSecret != "" && d.ClusterInsecure {
+		errs = append(errs, errors.New("injector: defaults: cluster_tls_secret and cluster_insecure: set one (TLS between the cluster's nodes, or none)"))
+	} else if len(d.ClusterJoin) > 0 && d.ClusterTLSSecret == "" && !d.ClusterInsecure {
+		errs = append(errs, errors.New("injector: defaults: cluster_join needs cluster_tls_secret (a Secret with the cluster's tls.crt, tls.key and ca.crt) or cluster_insecure: true: the members talk to their peers over mutual TLS"))
 	}
 	if (d.RedisPasswordSecret.Name == "") != (d.RedisPasswordSecret.Key == "") {
 		errs = append(errs, errors.New("injector: defaults: redis_password_secret needs both name and key"))

@@ -29,6 +29,8 @@ redis_password_secret: {name: spool-redis, key: password}
 cpu_request: 250m
 memory_request: 128Mi
 memory_limit: 512Mi
+cluster_tls_secret: spool-peer-tls
+cluster_join_secret: spool-join-secret
 trusted_namespaces: [shop]
 `
 
@@ -173,6 +175,8 @@ func TestParseDefaults(t *testing.T) {
 		{"image: x\nredis_password_secret: {name: s}", "needs both name and key"},
 		{"image: x\nimagee: y", "field imagee not found"},
 		{"image: x\ncluster_join: [spool-peers]", "\"spool-peers\" is not host:port"},
+		{"image: x\ncluster_join: [\"spool-peers:7072\"]", "cluster_join needs cluster_tls_secret"},
+		{"image: x\ncluster_tls_secret: a\ncluster_insecure: true", "cluster_tls_secret and cluster_insecure: set one"},
 	} {
 		_, err := ParseDefaults([]byte(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.says) {
@@ -331,5 +335,51 @@ func TestInjectedArgsAreAcceptedBySpoold(t *testing.T) {
 	cfg = resolve(map[string]string{AnnotationInject: "true", AnnotationClusterJoin: "orders-spool-peers.shop.svc:7072", AnnotationSubscriptions: "orders:fulfilment", AnnotationTopics: "orders:12"})
 	if cfg.Cluster.Storage != config.StorageOff || !slices.Equal(cfg.Cluster.Join, []string{"orders-spool-peers.shop.svc:7072"}) || cfg.Cluster.Listen != "" {
 		t.Fatalf("spoold's view of the injected cluster flags: %+v", cfg.Cluster)
+	}
+	// It reaches the members over mutual TLS with the cluster's
+	// certificate and holds its join secret, from the Secrets mounted.
+	tls := cfg.Cluster.TLS
+	if tls.CertFile != TLSDir+"/tls.crt" || tls.KeyFile != TLSDir+"/tls.key" || tls.CAFile != TLSDir+"/ca.crt" || cfg.Cluster.JoinSecretFile != JoinSecretDir+"/secret" || cfg.Cluster.Insecure {
+		t.Fatalf("storage-off sidecar: cluster.tls %+v, join_secret_file %q, insecure %v", tls, cfg.Cluster.JoinSecretFile, cfg.Cluster.Insecure)
+	}
+	// The explicit opt-out.
+	cfg = resolve(map[string]string{AnnotationInject: "true", AnnotationClusterJoin: "orders-spool-peers.shop.svc:7072", AnnotationClusterTLSSecret: "", AnnotationClusterInsecure: "true"})
+	if !cfg.Cluster.Insecure || cfg.Cluster.TLS.CertFile != "" {
+		t.Fatalf("spool.dev/cluster-insecure: cluster.insecure %v, tls %+v", cfg.Cluster.Insecure, cfg.Cluster.TLS)
+	}
+}
+
+// A storage-off sidecar whose pod asks for no TLS and does not say
+// insecure is refused, naming what to set; single-node sidecars get no
+// cluster Secret from the defaults (it need not exist in their namespace).
+func TestInjectClusterPeerSecurity(t *testing.T) {
+	d, err := ParseDefaults([]byte(testDefaults))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inject := func(ann map[string]string) (Result, error) {
+		pod := &corev1.Pod{}
+		pod.Namespace, pod.Annotations = "shop", ann // trusted: may set the join list
+		return Inject(pod, d)
+	}
+	for _, c := range []struct {
+		ann  map[string]string
+		says string
+	}{
+		{map[string]string{AnnotationInject: "true", AnnotationClusterJoin: "a:7072", AnnotationClusterTLSSecret: ""}, "spool.dev/cluster-tls-secret"},
+		{map[string]string{AnnotationInject: "true", AnnotationClusterJoin: "a:7072", AnnotationClusterInsecure: "true"}, "set one"},
+		{map[string]string{AnnotationInject: "true", AnnotationClusterJoin: "a:7072", AnnotationClusterInsecure: "yes"}, "true or false"},
+	} {
+		if _, err := inject(c.ann); err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%v: %v; want a refusal saying %q", c.ann, err, c.says)
+		}
+	}
+	res, err := inject(map[string]string{AnnotationInject: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(res.Patch)
+	if strings.Contains(string(b), "spool-peer-tls") || strings.Contains(string(b), "spool-join-secret") {
+		t.Errorf("a single-node sidecar got the cluster's Secrets: %s", b)
 	}
 }

@@ -18,19 +18,23 @@ import (
 // The annotations the injector reads (and one it writes). Each override
 // replaces the default of the same name for this pod only.
 const (
-	AnnotationInject        = "spool.dev/inject"         // "true": add the sidecar
-	AnnotationStatus        = "spool.dev/status"         // written: "injected"
-	AnnotationImage         = "spool.dev/image"          // spoold's image
-	AnnotationConfig        = "spool.dev/config"         // ConfigMap with spool.yaml; "" for none
-	AnnotationTopics        = "spool.dev/topics"         // comma list of name[:partitions] (--topic)
-	AnnotationSubscriptions = "spool.dev/subscriptions"  // comma list of topic:group (--subscription)
-	AnnotationRedisAddrs    = "spool.dev/redis-addrs"    // comma list of host:port (--redis-addr)
-	AnnotationClusterJoin   = "spool.dev/cluster-join"   // comma list of host:port: a storage-off sidecar of that cluster (--cluster-storage off --join)
-	AnnotationDrainTimeout  = "spool.dev/drain-timeout"  // a duration, like 30s (--drain-timeout)
-	AnnotationCPURequest    = "spool.dev/cpu-request"    // quantity
-	AnnotationMemoryRequest = "spool.dev/memory-request" // quantity
-	AnnotationCPULimit      = "spool.dev/cpu-limit"      // quantity
-	AnnotationMemoryLimit   = "spool.dev/memory-limit"   // quantity
+	AnnotationInject        = "spool.dev/inject"        // "true": add the sidecar
+	AnnotationStatus        = "spool.dev/status"        // written: "injected"
+	AnnotationImage         = "spool.dev/image"         // spoold's image
+	AnnotationConfig        = "spool.dev/config"        // ConfigMap with spool.yaml; "" for none
+	AnnotationTopics        = "spool.dev/topics"        // comma list of name[:partitions] (--topic)
+	AnnotationSubscriptions = "spool.dev/subscriptions" // comma list of topic:group (--subscription)
+	AnnotationRedisAddrs    = "spool.dev/redis-addrs"   // comma list of host:port (--redis-addr)
+	AnnotationClusterJoin   = "spool.dev/cluster-join"  // comma list of host:port: a storage-off sidecar of that cluster (--cluster-storage off --join)
+	AnnotationDrainTimeout  = "spool.dev/drain-timeout" // a duration, like 30s (--drain-timeout)
+
+	AnnotationClusterTLSSecret  = "spool.dev/cluster-tls-secret"  // Secret with the cluster's tls.crt, tls.key, ca.crt; "" for none
+	AnnotationClusterJoinSecret = "spool.dev/cluster-join-secret" // Secret whose key "secret" is the join secret; "" for none
+	AnnotationClusterInsecure   = "spool.dev/cluster-insecure"    // "true": no TLS to the cluster's members (--cluster-insecure)
+	AnnotationCPURequest        = "spool.dev/cpu-request"         // quantity
+	AnnotationMemoryRequest     = "spool.dev/memory-request"      // quantity
+	AnnotationCPULimit          = "spool.dev/cpu-limit"           // quantity
+	AnnotationMemoryLimit       = "spool.dev/memory-limit"        // quantity
 )
 
 // The trust model (docs/kubernetes.md, "Who may change what"): a pod's
@@ -40,7 +44,9 @@ const (
 // defaults' trusted_namespaces; elsewhere a pod that sets one is refused.
 var (
 	podAnnotations = []string{AnnotationInject, AnnotationStatus, AnnotationConfig, AnnotationTopics, AnnotationSubscriptions,
-		AnnotationDrainTimeout, AnnotationCPURequest, AnnotationMemoryRequest, AnnotationCPULimit, AnnotationMemoryLimit}
+		AnnotationDrainTimeout, AnnotationCPURequest, AnnotationMemoryRequest, AnnotationCPULimit, AnnotationMemoryLimit,
+		// Secrets of the pod's own namespace, which any pod there may mount.
+		AnnotationClusterTLSSecret, AnnotationClusterJoinSecret, AnnotationClusterInsecure}
 	// The image runs with the Redis password Secret; the Redis addresses
 	// and the cluster's members are where the password and the sidecar's
 	// cluster credentials are sent.
@@ -89,7 +95,7 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 	}
 	for _, v := range pod.Spec.Volumes {
 		switch v.Name {
-		case SocketVolume, DataVolume, ConfigVolume:
+		case SocketVolume, DataVolume, ConfigVolume, TLSVolume, JoinVolume:
 			return Result{}, fmt.Errorf("spool injector: the pod already has a volume named %q, which the sidecar needs: rename it, or remove the %s annotation", v.Name, AnnotationInject)
 		}
 	}
@@ -103,6 +109,12 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 		vols = append(vols, corev1.Volume{Name: ConfigVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: s.config},
 		}}})
+	}
+	if s.tlsSecret != "" {
+		vols = append(vols, corev1.Volume{Name: TLSVolume, VolumeSource: corev1.VolumeSource{Secret: secretFiles(s.tlsSecret, "tls.crt", "tls.key", "ca.crt")}})
+	}
+	if s.joinSecret != "" {
+		vols = append(vols, corev1.Volume{Name: JoinVolume, VolumeSource: corev1.VolumeSource{Secret: secretFiles(s.joinSecret, "secret")}})
 	}
 	r.Patch = append(r.Patch, addAll("/spec/volumes", len(pod.Spec.Volumes) == 0, false, vols...)...)
 	for i, c := range pod.Spec.Containers {
@@ -179,6 +191,10 @@ type settings struct {
 	resources                 corev1.ResourceRequirements
 	redisSecret               SecretKey
 	extraArgs                 []string
+	// The cluster's peer certificate and join secret (Secret names), or
+	// insecure: for pods with a join list, or named by the pod itself.
+	tlsSecret, joinSecret string
+	insecure              bool
 }
 
 func settingsFor(ann map[string]string, d Defaults) (settings, error) {
@@ -212,6 +228,7 @@ func settingsFor(ann map[string]string, d Defaults) (settings, error) {
 			}
 		}
 	}
+	errs = append(errs, s.peerSecurity(ann, d)...)
 	if v, ok := ann[AnnotationDrainTimeout]; ok {
 		dt, err := time.ParseDuration(v)
 		if err != nil || dt <= 0 {
@@ -260,6 +277,49 @@ func settingsFor(ann map[string]string, d Defaults) (settings, error) {
 	return s, errors.Join(errs...)
 }
 
+// peerSecurity sets how the sidecar authenticates to the cluster's
+// members. The defaults' Secrets go to pods that get a join list (a
+// single-node pod's namespace need not hold them); an annotation applies
+// to its pod whatever it is (a cluster in its own spool.yaml). A pod with
+// a join list needs TLS or says insecure: the members refuse plaintext.
+func (s *settings) peerSecurity(ann map[string]string, d Defaults) []error {
+	var errs []error
+	if len(s.join) > 0 {
+		s.tlsSecret, s.joinSecret, s.insecure = d.ClusterTLSSecret, d.ClusterJoinSecret, d.ClusterInsecure
+	}
+	if v, ok := ann[AnnotationClusterTLSSecret]; ok {
+		s.tlsSecret = v
+	}
+	if v, ok := ann[AnnotationClusterJoinSecret]; ok {
+		s.joinSecret = v
+	}
+	if v, ok := ann[AnnotationClusterInsecure]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s = %q: must be true or false", AnnotationClusterInsecure, v))
+		}
+		s.insecure = b
+	}
+	switch {
+	case s.tlsSecret != "" && s.insecure:
+		errs = append(errs, fmt.Errorf("spool injector: %s and %s: set one (TLS to the cluster's members, or none)", AnnotationClusterTLSSecret, AnnotationClusterInsecure))
+	case len(s.join) > 0 && s.tlsSecret == "" && !s.insecure:
+		errs = append(errs, fmt.Errorf("spool injector: a storage-off sidecar (%s) needs the cluster's peer certificate: name a Secret with its tls.crt, tls.key and ca.crt in annotation %s (or the injector's default cluster_tls_secret), or set %s: \"true\" if nothing else can reach the members' peer port", AnnotationClusterJoin, AnnotationClusterTLSSecret, AnnotationClusterInsecure))
+	}
+	return errs
+}
+
+// secretFiles is a Secret volume of the given keys, each a file of its
+// own name, readable by the pod's user and group only.
+func secretFiles(name string, keys ...string) *corev1.SecretVolumeSource {
+	mode := int32(0o440)
+	v := &corev1.SecretVolumeSource{SecretName: name, DefaultMode: &mode}
+	for _, k := range keys {
+		v.Items = append(v.Items, corev1.KeyToPath{Key: k, Path: k})
+	}
+	return v
+}
+
 // sidecar is the spoold container: an init container that keeps running
 // (restartPolicy Always), started before the app and stopped after it.
 func sidecar(s settings) corev1.Container {
@@ -281,6 +341,17 @@ func sidecar(s settings) corev1.Container {
 		// A client of the cluster, holding nothing: its emptyDir may go
 		// with the pod.
 		args = append(args, "--cluster-storage", "off", "--join", strings.Join(s.join, ","))
+	}
+	if s.tlsSecret != "" {
+		args = append(args, "--cluster-tls-cert-file", TLSDir+"/tls.crt", "--cluster-tls-key-file", TLSDir+"/tls.key", "--cluster-tls-ca-file", TLSDir+"/ca.crt")
+		mounts = append(mounts, corev1.VolumeMount{Name: TLSVolume, MountPath: TLSDir, ReadOnly: true})
+	}
+	if s.insecure {
+		args = append(args, "--cluster-insecure")
+	}
+	if s.joinSecret != "" {
+		args = append(args, "--cluster-join-secret-file", JoinSecretDir+"/secret")
+		mounts = append(mounts, corev1.VolumeMount{Name: JoinVolume, MountPath: JoinSecretDir, ReadOnly: true})
 	}
 	for _, t := range s.topics {
 		args = append(args, "--topic", t)

@@ -3,7 +3,10 @@ package apps
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +23,13 @@ import (
 func BenchmarkAuthenticate(b *testing.B) {
 	var f strings.Builder
 	for i := range MaxTokens {
-		fmt.Fprintf(&f, "%064d,app-%d\n", i, i)
+		fmt.Fprintf(&f, "%064d app-%d\n", i, i)
 	}
-	tk, err := ParseTokens([]byte(f.String()))
+	path := filepath.Join(b.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte(f.String()), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	tk, err := OpenTokens(path, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/spoolmq/spool/sidecar/apierr"
+	"github.com/spoolmq/spool/sidecar/authn"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
@@ -29,7 +30,7 @@ const OtherApp = "__other"
 type Config struct {
 	Apps *config.AppsConfig
 	// Tokens from apps.tokens_file; nil: none (only the default identity).
-	Tokens *Tokens
+	Tokens *authn.File
 	// MaxMessageBytes is limits.max_message_bytes: a byte bucket always
 	// holds at least one largest message.
 	MaxMessageBytes int
@@ -42,7 +43,7 @@ type Config struct {
 // identity may do.
 type Gate struct {
 	policy  *Policy
-	tokens  *Tokens
+	tokens  *authn.File
 	apps    *config.AppsConfig
 	maxMsg  float64
 	m       *metrics.Metrics
@@ -73,7 +74,7 @@ func NewGate(cfg Config) *Gate {
 		}
 	}
 	if g.tokens != nil {
-		for _, id := range g.tokens.Identities() {
+		for _, id := range g.tokens.Current().Names() {
 			g.known[id] = true
 		}
 	}
@@ -129,7 +130,8 @@ func (g *Gate) Authenticate(ctx context.Context) (string, error) {
 		if g.tokens == nil {
 			return "", g.deny("", apierr.New(apierr.Unauthenticated, "a token was sent, but this sidecar has no apps.tokens_file: send none on its Unix socket or loopback, or configure the tokens"))
 		}
-		id, ok := g.tokens.Identity(strings.TrimSpace(tok))
+		e, ok := g.tokens.Lookup(strings.TrimSpace(tok))
+		id := e.Name
 		if !ok {
 			return "", g.deny("", apierr.New(apierr.Unauthenticated, "the token is not one of spoold's apps.tokens_file"))
 		}

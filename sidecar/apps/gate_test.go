@@ -5,8 +5,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,21 +17,19 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/spoolmq/spool/sidecar/apierr"
+	"github.com/spoolmq/spool/sidecar/authn"
 	"github.com/spoolmq/spool/sidecar/config"
 )
 
 func TestAuthenticate(t *testing.T) {
-	tk, err := ParseTokens([]byte(tokA + ",shop\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tk := tokensFile(t, tokA+" shop\n")
 	unix := &net.UnixAddr{Name: "@", Net: "unix"}
 	loop := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}
 	loop6 := &net.TCPAddr{IP: net.IPv6loopback, Port: 5000}
 	remote := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5000}
 	for _, c := range []struct {
 		name     string
-		tokens   *Tokens
+		tokens   *authn.File
 		insecure bool
 		from     net.Addr
 		auth     []string
@@ -108,4 +109,18 @@ func TestCertIdentity(t *testing.T) {
 			t.Errorf("%s: CertIdentity = %q, %v; want %q, %v", c.name, id, ok, c.want, c.ok)
 		}
 	}
+}
+
+// tokensFile is an apps.tokens_file holding content.
+func tokensFile(t *testing.T, content string) *authn.File {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenTokens(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -3,6 +3,8 @@ package apps
 import (
 	"strings"
 	"testing"
+
+	"github.com/spoolmq/spool/sidecar/authn"
 )
 
 const (
@@ -10,42 +12,34 @@ const (
 	tokB = "0123456789abcdef0123456789abcdef-b"
 )
 
-func TestParseTokens(t *testing.T) {
-	tk, err := ParseTokens([]byte("# apps\n\n" + tokA + ",shop\n " + tokB + " , billing \n"))
+// apps.tokens_file: "<token> <identity>" lines, identities as the scopes
+// name them, tokens of 32 bytes or more, at most MaxTokens.
+func TestTokensFormat(t *testing.T) {
+	tk, err := authn.Parse([]byte("# apps\n\n"+tokA+" shop\n "+tokB+"   billing \n"), TokensFormat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for tok, want := range map[string]string{tokA: "shop", tokB: "billing"} {
-		if id, ok := tk.Identity(tok); !ok || id != want {
-			t.Errorf("Identity(%s) = %q, %v; want %q", tok, id, ok, want)
-		}
-	}
-	for _, bad := range []string{"", tokA[:len(tokA)-1], tokA + "x", strings.ToUpper(tokA)} {
-		if id, ok := tk.Identity(bad); ok {
-			t.Errorf("Identity(%q) = %q, want not found", bad, id)
+		if e, ok := tk.Lookup(tok); !ok || e.Name != want {
+			t.Errorf("Lookup(%s) = %q, %v; want %q", tok, e.Name, ok, want)
 		}
 	}
 	for _, c := range []struct{ file, want string }{
-		{tokA, "line 1: want token,identity"},
-		{"short,shop", "line 1: the token must be"},
-		{tokA + ",", "line 1: identity"},
-		{tokA + ",sh op", "line 1: identity"},
-		{"x\x01" + tokA + ",shop", "line 1: the token must be"},
-		{tokA + ",shop\n" + tokA + ",billing", "line 2: the same token as line 1"},
+		{tokA, "line 1: want 2 fields"},
+		{"short shop", "line 1: the token must be at least 32 bytes"},
+		{tokA + " sh#op!", "line 1: identity"},
+		{tokA + " shop extra", "line 1: want 2 fields"},
 	} {
-		_, err := ParseTokens([]byte(c.file))
+		_, err := authn.Parse([]byte(c.file), TokensFormat)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("ParseTokens(%q) = %v, want %q", c.file, err, c.want)
-		}
-		if err != nil && strings.Contains(err.Error(), tokA) {
-			t.Errorf("the error quotes the token: %v", err)
+			t.Errorf("Parse(%q) = %v, want %q", c.file, err, c.want)
 		}
 	}
 	var many strings.Builder
 	for i := range MaxTokens + 1 {
-		many.WriteString(strings.Repeat("t", MinTokenBytes) + strings.Repeat("x", i%50) + strings.Repeat("y", i/50) + ",app\n")
+		many.WriteString(strings.Repeat("t", MinTokenBytes) + strings.Repeat("x", i%50) + strings.Repeat("y", i/50) + " app\n")
 	}
-	if _, err := ParseTokens([]byte(many.String())); err == nil || !strings.Contains(err.Error(), "more than") {
+	if _, err := authn.Parse([]byte(many.String()), TokensFormat); err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Errorf("%d tokens: %v, want refused", MaxTokens+1, err)
 	}
 }

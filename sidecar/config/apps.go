@@ -24,9 +24,9 @@ type AppsConfig struct {
 	// on a Unix socket or from a loopback address (the app in the pod).
 	// Default "local".
 	DefaultIdentity string `yaml:"default_identity"`
-	// TokensFile maps bearer tokens to identities, one "token,identity" a
-	// line (the format of kube-apiserver's static token file). A caller
-	// presents its token as gRPC metadata "authorization: Bearer <token>".
+	// TokensFile maps bearer tokens to identities, one "<token> <identity>"
+	// a line (sidecar/authn; read again when it changes). A caller presents
+	// its token as gRPC metadata "authorization: Bearer <token>".
 	// Required when an app address listens beyond loopback.
 	TokensFile string `yaml:"tokens_file"`
 	// TLSCertFile and TLSKeyFile are the app port's certificate: app

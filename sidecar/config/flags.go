@@ -182,6 +182,9 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		return nil
 	})
 	str("cluster-join-secret-file", "file holding the secret a node presents to join (cluster.join_secret_file)", func(c *Config, v string) { c.Cluster.JoinSecretFile = v })
+	str("cluster-tls-cert-file", "PEM certificate this node presents to its peers (cluster.tls.cert_file)", func(c *Config, v string) { c.Cluster.TLS.CertFile = v })
+	str("cluster-tls-key-file", "PEM key of --cluster-tls-cert-file (cluster.tls.key_file)", func(c *Config, v string) { c.Cluster.TLS.KeyFile = v })
+	str("cluster-tls-ca-file", "PEM CA the peers' certificates must chain to (cluster.tls.ca_file)", func(c *Config, v string) { c.Cluster.TLS.CAFile = v })
 	str("cluster-tls-peer-uri-prefix", "the certificate identities (URI SANs) of the cluster's nodes (cluster.tls.peer_uri_prefix)", func(c *Config, v string) { c.Cluster.TLS.PeerURIPrefix = v })
 	str("cluster-advertise", "host:port peers dial, when cluster.listen is a wildcard (cluster.advertise)", func(c *Config, v string) { c.Cluster.Advertise = v })
 	list("join", "peer host:port of the cluster to join; repeatable or comma-separated (cluster.join)",

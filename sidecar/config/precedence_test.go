@@ -213,8 +213,8 @@ func TestClusterStorageByEnvAndFlag(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off", "SPOOL_JOIN": "spool-peers.shop.svc:7072"}, nil, StorageOff},
-		{"flag", nil, []string{"--cluster-storage", "off", "--join", "spool-peers.shop.svc:7072"}, StorageOff},
+		{"env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off", "SPOOL_JOIN": "spool-peers.shop.svc:7072"}, []string{"--cluster-insecure"}, StorageOff},
+		{"flag", nil, []string{"--cluster-storage", "off", "--join", "spool-peers.shop.svc:7072", "--cluster-insecure"}, StorageOff},
 		{"flag over env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off"}, []string{"--cluster-storage=on", "--cluster-listen", "0.0.0.0:7072", "--cluster-advertise", "10.0.0.7:7072", "--cluster-insecure"}, StorageOn},
 		{"empty env is unset", map[string]string{"SPOOL_CLUSTER_STORAGE": ""}, []string{"--cluster-listen", "127.0.0.1:7072", "--cluster-insecure"}, StorageOn},
 	} {
@@ -230,7 +230,7 @@ func TestClusterStorageByEnvAndFlag(t *testing.T) {
 		})
 	}
 	fs := flag.NewFlagSet("spoold", flag.ContinueOnError)
-	_, err := Resolve(fs, []string{"--data-dir", t.TempDir(), "--cluster-storage", "none", "--cluster-listen", "127.0.0.1:7072"}, envOf(nil))
+	_, err := Resolve(fs, []string{"--data-dir", t.TempDir(), "--cluster-storage", "none", "--cluster-listen", "127.0.0.1:7072", "--cluster-insecure"}, envOf(nil))
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "cluster.storage" {
 		t.Fatalf("--cluster-storage none: %v, want a FieldError on cluster.storage", err)

@@ -489,15 +489,16 @@ const (
 )
 
 // ReadJoinSecret reads a join secret file (cluster.join_secret_file, at
-// start): 16 to 1024 bytes, one trailing newline ignored.
+// start): 16 to 1024 printable ASCII bytes without spaces (it travels in
+// gRPC metadata), one trailing newline ignored.
 func ReadJoinSecret(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("a readable file: %v", err)
 	}
 	b = bytes.TrimSuffix(bytes.TrimSuffix(b, []byte("\n")), []byte("\r"))
-	if len(b) < MinJoinSecretBytes || len(b) > MaxJoinSecretBytes {
-		return nil, fmt.Errorf("a file of %d to %d bytes (it has %d): a random secret, like `head -c 32 /dev/urandom | base64`", MinJoinSecretBytes, MaxJoinSecretBytes, len(b))
+	if len(b) < MinJoinSecretBytes || len(b) > MaxJoinSecretBytes || bytes.ContainsFunc(b, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return nil, fmt.Errorf("a file of %d to %d printable ASCII bytes without spaces (it has %d bytes): a random secret, like `head -c 32 /dev/urandom | base64`", MinJoinSecretBytes, MaxJoinSecretBytes, len(b))
 	}
 	return b, nil
 }
@@ -510,6 +511,7 @@ func (c *Config) validateCluster(v *validator) {
 		}
 		return
 	}
+	c.validateClusterSecurity(v) // a storage-off node's too: it reads every topic it serves
 	if cl.Storage != StorageOn && cl.Storage != StorageOff {
 		v.add("cluster.storage", cl.Storage, "on (a member holding replicas) or off (a client of the cluster's members)")
 	}
@@ -546,7 +548,6 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.ReplicationFactor < 1 || cl.ReplicationFactor > MaxReplicationFactor {
 		v.add("cluster.replication_factor", strconv.Itoa(cl.ReplicationFactor), fmt.Sprintf("1 to %d", MaxReplicationFactor))
 	}
-	c.validateClusterSecurity(v)
 	if cl.ProduceTimeout <= 0 {
 		v.add("cluster.produce_timeout", cl.ProduceTimeout.String(), "a positive duration, like 10s")
 	}

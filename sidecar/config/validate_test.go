@@ -405,6 +405,9 @@ func TestValidateClusterSecurity(t *testing.T) {
 		field  string // "" : valid
 	}{
 		{"no tls", func(c *Config) {}, "cluster.tls"},
+		{"storage off without tls", func(c *Config) {
+			c.Cluster.Listen, c.Cluster.Storage, c.Cluster.Join = "", StorageOff, []string{"spool-0:7072"}
+		}, "cluster.tls"},
 		{"insecure", func(c *Config) { c.Cluster.Insecure = true }, ""},
 		{"dev", func(c *Config) { c.Node.Dev = true }, ""},
 		{"tls", func(c *Config) {
@@ -432,7 +435,11 @@ func TestValidateClusterSecurity(t *testing.T) {
 	if b, err := ReadJoinSecret(good); err != nil || string(b) != "0123456789abcdef0123" {
 		t.Fatalf("ReadJoinSecret = %q, %v", b, err)
 	}
-	for _, bad := range []string{short, filepath.Join(dir, "none")} {
+	spaced := filepath.Join(dir, "spaced")
+	if err := os.WriteFile(spaced, []byte("0123456789 abcdef\x00123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{short, filepath.Join(dir, "none"), spaced} {
 		if _, err := ReadJoinSecret(bad); err == nil {
 			t.Fatalf("ReadJoinSecret(%s) took it", bad)
 		}

@@ -34,7 +34,7 @@ func errorInfo(err error) *errdetails.ErrorInfo {
 func TestAppScopes(t *testing.T) {
 	const auditorToken = "auditor-0123456789abcdef0123456789abcdef"
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte(auditorToken+",auditor\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(auditorToken+" auditor\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	n := startNode(t, `topics:

@@ -2,16 +2,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/spoolmq/spool/internal/testpki"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
@@ -32,27 +25,17 @@ const peerIdentity = "spiffe://spool.e2e/cluster"
 // cluster section's lines that use them.
 type peerCreds struct {
 	dir  string
-	ca   *x509.Certificate
-	key  *ecdsa.PrivateKey
+	ca   *testpki.CA
 	yaml string
 }
 
 func newPeerCreds(t *testing.T) *peerCreds {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("spool e2e CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "spool e2e CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	pc := &peerCreds{dir: t.TempDir(), ca: ca, key: key}
-	writeFile(t, filepath.Join(pc.dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	pc := &peerCreds{dir: t.TempDir(), ca: ca}
 	pc.issue(t, "node", peerIdentity)
 	writeFile(t, filepath.Join(pc.dir, "join-secret"), []byte("e2e-join-secret-0123456789\n"))
 	pc.yaml = pc.section("node", filepath.Join(pc.dir, "join-secret"))
@@ -63,38 +46,24 @@ func newPeerCreds(t *testing.T) *peerCreds {
 // secret file (none when empty).
 func (pc *peerCreds) section(name, secretFile string) string {
 	s := fmt.Sprintf("  tls:\n    cert_file: %s\n    key_file: %s\n    ca_file: %s\n",
-		filepath.Join(pc.dir, name+".crt"), filepath.Join(pc.dir, name+".key"), filepath.Join(pc.dir, "ca.crt"))
+		filepath.Join(pc.dir, name+".crt"), filepath.Join(pc.dir, name+".key"), filepath.Join(pc.dir, name+"-ca.crt"))
 	if secretFile != "" {
 		s += fmt.Sprintf("  join_secret_file: %s\n", secretFile)
 	}
 	return s
 }
 
-// issue writes name.crt and name.key: a certificate of the CA with uri as
-// its identity, good for both ends of a connection.
+// issue writes name.crt, name.key and name-ca.crt: a certificate of the CA
+// with uri as its identity, good for both ends of a connection.
 func (pc *peerCreds) issue(t *testing.T, name, uri string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl, err := testpki.Node(uri)
+	if err == nil {
+		_, err = pc.ca.WriteFiles(pc.dir, name, tmpl)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), URIs: []*url.URL{u},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, pc.ca, &key.PublicKey, pc.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, filepath.Join(pc.dir, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	writeFile(t, filepath.Join(pc.dir, name+".key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}))
 }
 
 func writeFile(t *testing.T, path string, b []byte) {

@@ -56,6 +56,68 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail (printf "terminationGracePeriodSeconds %d is shorter than spoold's own shutdown (%ds: node.drain_timeout %s%s, then up to 5 s to close its servers), which starts only after the app has exited: raise it, or leave it empty for the chart to compute it" (int .Values.terminationGracePeriodSeconds) (int $need) .Values.spoold.drainTimeout (ternary (printf " + cluster.leave_timeout %s" .Values.cluster.leaveTimeout) "" (eq (include "spool.leaves" .) "true"))) -}}
 {{- end -}}
 {{- end -}}
+{{- $_ := include "spool.shutdownSeconds" . -}}{{- /* its durations read before the peer checks */ -}}
+{{- include "spool.validatePeerSecurity" . -}}
+{{- end -}}
+
+{{/* The cluster's peer security: exactly one of cert-manager, an existing
+     TLS Secret or the explicit opt-out. Checked last, so that other
+     mistakes are named first. */}}
+{{- define "spool.validatePeerSecurity" -}}
+{{- if .Values.cluster.enabled -}}
+{{- $t := .Values.cluster.tls -}}
+{{- $set := list -}}
+{{- if $t.certManager.issuerRef.name -}}{{- $set = append $set "cluster.tls.certManager.issuerRef" -}}{{- end -}}
+{{- if $t.secretName -}}{{- $set = append $set "cluster.tls.secretName" -}}{{- end -}}
+{{- if .Values.cluster.insecure -}}{{- $set = append $set "cluster.insecure" -}}{{- end -}}
+{{- if not $set -}}
+{{- fail "cluster.enabled needs mutual TLS between the nodes (spoold refuses to start a cluster node without it): set one of cluster.tls.certManager.issuerRef (cert-manager issues the nodes' certificate), cluster.tls.secretName (an existing Secret with tls.crt, tls.key and ca.crt) or cluster.insecure: true (no TLS: anything that reaches the peer port can read, join and change the cluster) (docs/kubernetes.md, \"Peer TLS and the join secret\")" -}}
+{{- end -}}
+{{- if gt (len $set) 1 -}}
+{{- fail (printf "%s: set only one of cluster.tls.certManager.issuerRef, cluster.tls.secretName and cluster.insecure" (join " and " $set)) -}}
+{{- end -}}
+{{- if and .Values.cluster.insecure $t.peerURIPrefix -}}
+{{- fail "cluster.tls.peerURIPrefix with cluster.insecure: identities come from certificates; set cluster.tls too, or drop peerURIPrefix" -}}
+{{- end -}}
+{{- if and $t.certManager.issuerRef.name (eq (toString .Values.cluster.storage) "off") (not $t.peerURIPrefix) -}}
+{{- fail "cluster.storage \"off\" with cluster.tls.certManager: this release's certificate would name this release, and the storage nodes accept only their own identity; set cluster.tls.secretName to the storage nodes' Secret (<their fullname>-peer-tls), or give both releases a cluster.tls.peerURIPrefix that covers both" -}}
+{{- end -}}
+{{- if and $t.peerURIPrefix (not (hasPrefix "spiffe://" $t.peerURIPrefix)) -}}
+{{- fail (printf "cluster.tls.peerURIPrefix %q: must be a spiffe:// URI (spiffe://<trust domain>/...)" $t.peerURIPrefix) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the nodes' certificate (tls.crt, tls.key, ca.crt):
+     cert-manager's for this release, or cluster.tls.secretName; "" with
+     cluster.insecure or without a cluster. */}}
+{{- define "spool.peerTLSSecret" -}}
+{{- if .Values.cluster.enabled -}}
+{{- if .Values.cluster.tls.certManager.issuerRef.name -}}
+{{- include "spool.fullname" . }}-peer-tls
+{{- else -}}
+{{- .Values.cluster.tls.secretName -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The identity (URI SAN) of the certificate cert-manager issues. */}}
+{{- define "spool.peerURI" -}}
+{{- printf "spiffe://%s/ns/%s/spool/%s" .Values.cluster.tls.trustDomain .Release.Namespace .Release.Name -}}
+{{- end -}}
+
+{{/* The Secret holding the join secret (key "secret"):
+     cluster.joinSecret.secretName, or for storage nodes the one the chart
+     makes; "" for storage-off sidecars that name none (they are no members
+     and never ask to join). */}}
+{{- define "spool.joinSecret" -}}
+{{- if .Values.cluster.enabled -}}
+{{- if .Values.cluster.joinSecret.secretName -}}
+{{- .Values.cluster.joinSecret.secretName -}}
+{{- else if include "spool.storageOn" . -}}
+{{- include "spool.fullname" . }}-join-secret
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Are the sidecars storage nodes of a cluster? ("true" or "") */}}
@@ -147,8 +209,15 @@ join (the peers of this pod: a list of host:port).
 {{- $_ := set $c "leave_on_shutdown" true -}}
 {{- $_ := set $c "leave_timeout" $v.cluster.leaveTimeout -}}
 {{- end -}}
-{{- if $v.cluster.tls.secretName -}}
-{{- $_ := set $c "tls" (dict "cert_file" "/etc/spool-tls/tls.crt" "key_file" "/etc/spool-tls/tls.key" "ca_file" "/etc/spool-tls/ca.crt") -}}
+{{- if include "spool.peerTLSSecret" .root -}}
+{{- $t := dict "cert_file" "/etc/spool-tls/tls.crt" "key_file" "/etc/spool-tls/tls.key" "ca_file" "/etc/spool-tls/ca.crt" -}}
+{{- if $v.cluster.tls.peerURIPrefix -}}{{- $_ := set $t "peer_uri_prefix" $v.cluster.tls.peerURIPrefix -}}{{- end -}}
+{{- $_ := set $c "tls" $t -}}
+{{- else if $v.cluster.insecure -}}
+{{- $_ := set $c "insecure" true -}}
+{{- end -}}
+{{- if include "spool.joinSecret" .root -}}
+{{- $_ := set $c "join_secret_file" "/etc/spool-join/secret" -}}
 {{- end -}}
 {{- $_ := set $cfg "cluster" $c -}}
 {{- end -}}
@@ -270,8 +339,11 @@ join (the peers of this pod: a list of host:port).
     - {name: spool-config, mountPath: /etc/spool, readOnly: true}
     - {name: spool-socket, mountPath: /run/spool}
     - {name: spool-data, mountPath: /var/lib/spool}
-    {{- if and $v.cluster.enabled $v.cluster.tls.secretName }}
+    {{- if include "spool.peerTLSSecret" .root }}
     - {name: spool-tls, mountPath: /etc/spool-tls, readOnly: true}
+    {{- end }}
+    {{- if include "spool.joinSecret" .root }}
+    - {name: spool-join-secret, mountPath: /etc/spool-join, readOnly: true}
     {{- end }}
     {{- if include "spool.redisTLSSecret" .root }}
     - {name: spool-redis-tls, mountPath: /etc/spool-redis-tls, readOnly: true}
