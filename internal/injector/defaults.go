@@ -1,7 +1,9 @@
 // Package injector adds spoold to pods as a native sidecar: the mutating
 // admission webhook behind cmd/spool-injector. Inject is the decision, pure
 // (a pod and the defaults in, a JSONPatch out); Handler is the HTTP edge
-// that decodes an AdmissionReview, calls it and answers.
+// that decodes an AdmissionReview, calls it and answers; NewServer puts it
+// behind the limits and the client certificate check every request passes
+// first (server.go).
 //
 // What it does to a pod annotated spool.dev/inject: "true" is documented in
 // docs/kubernetes.md ("The injector"); the annotations it reads are the
