@@ -134,8 +134,13 @@ func NewServer(cfg ServerConfig) (*http.Server, error) {
 		tc.ClientAuth, tc.ClientCAs = tls.VerifyClientCertIfGiven, cfg.ClientCAs
 	}
 	return &http.Server{
-		Handler:           mux,
-		TLSConfig:         tc,
+		Handler:   mux,
+		TLSConfig: tc,
+		// HTTP/1.1 only: HTTP/2's many streams per connection slip past
+		// the per-connection limits (and rapid reset, CVE-2023-44487); the
+		// API server falls back to HTTP/1.1, as for Kubernetes' own
+		// webhook servers.
+		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.WriteTimeout,

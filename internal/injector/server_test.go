@@ -361,3 +361,21 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond) // sleep-ok: polling a condition
 	}
 }
+
+// The injector speaks HTTP/1.1 only, as Kubernetes' own webhook servers do
+// since HTTP/2's rapid reset (CVE-2023-44487): one HTTP/2 connection
+// carries many streams, each of which the per-connection limits above
+// would bound only loosely. The API server falls back to HTTP/1.1.
+func TestServerRefusesHTTP2(t *testing.T) {
+	s := startInjector(t, ServerConfig{})
+	cfg := s.tlsConfig()
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	c, err := tls.Dial("tcp", s.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if p := c.ConnectionState().NegotiatedProtocol; p == "h2" {
+		t.Fatalf("negotiated %q, want HTTP/1.1", p)
+	}
+}
