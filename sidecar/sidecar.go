@@ -408,7 +408,19 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 			if gc.Handler == nil {
 				// The app's answers and the deliveries sent to it go
 				// through the same codec as the Subscribe stream.
-				conn, err := grpc.NewClient(dialTarget(sc.AppAddress), grpc.WithTransportCredentials(insecure.NewCredentials()), grpcbuf.ClientCodec())
+				dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpcbuf.ClientCodec()}
+				if sc.AppTokenFile != "" {
+					tok, err := loadCallbackToken(sc.AppTokenFile)
+					if err != nil {
+						closeAll()
+						return nil, nil, fmt.Errorf("subscription %s/%s: %w", sc.Topic, sc.Group, err)
+					}
+					if !config.LoopbackOrUnix(sc.AppAddress) {
+						logger.Warn("the callback token goes in clear text to an app address beyond loopback: anyone on the way can read it", "topic", sc.Topic, "group", sc.Group, "app_address", sc.AppAddress)
+					}
+					dial = append(dial, grpc.WithPerRPCCredentials(tok))
+				}
+				conn, err := grpc.NewClient(dialTarget(sc.AppAddress), dial...)
 				if err != nil {
 					closeAll()
 					return nil, nil, fmt.Errorf("subscription %s/%s: app_address %q: %w", sc.Topic, sc.Group, sc.AppAddress, err)

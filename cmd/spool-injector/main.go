@@ -4,12 +4,15 @@
 //
 //	spool-injector --tls-cert-file /tls/tls.crt --tls-key-file /tls/tls.key --defaults /etc/spool-injector/defaults.yaml
 //
-// It serves HTTPS: POST /mutate (AdmissionReview) and GET /healthz.
+// It serves HTTPS: POST /mutate (AdmissionReview), GET /healthz and GET
+// /metrics. With --client-ca-file, /mutate answers only the API server's
+// client certificate (docs/kubernetes.md, "Authenticating the API server").
 package main
 
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,6 +41,11 @@ func run(args []string) error {
 	certFile := fs.String("tls-cert-file", "", "PEM certificate the API server checks against the webhook's caBundle (required)")
 	keyFile := fs.String("tls-key-file", "", "PEM private key of the certificate (required)")
 	defaultsFile := fs.String("defaults", "/etc/spool-injector/defaults.yaml", "YAML file of the sidecar's defaults (docs/kubernetes.md)")
+	clientCAFile := fs.String("client-ca-file", "", "PEM CA bundle: /mutate then answers only callers presenting a certificate it signed (the API server's, from its admission control config); empty: any caller that reaches the port")
+	clientNames := fs.String("client-names", "", "comma list of the identities allowed with --client-ca-file (a certificate's common name or DNS name; * for any certificate of the CA)")
+	maxConcurrent := fs.Int("max-concurrent-reviews", injector.DefaultMaxConcurrentReviews, "AdmissionReviews read and decided at once; more are refused at once (503)")
+	maxBytes := fs.Int64("max-review-bytes", injector.MaxReviewBytes, "largest AdmissionReview body accepted (413 above)")
+	readTimeout := fs.Duration("read-timeout", injector.DefaultReadTimeout, "time to read a whole request, body included")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -55,15 +64,33 @@ func run(args []string) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	mux := http.NewServeMux()
-	mux.Handle("/mutate", &injector.Handler{Defaults: d, Logger: logger})
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	srv := &http.Server{
-		Addr:              *listen,
-		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get},
+	cfg := injector.ServerConfig{Defaults: d, Logger: logger, GetCertificate: certs.get,
+		MaxConcurrentReviews: *maxConcurrent, MaxReviewBytes: *maxBytes, ReadTimeout: *readTimeout}
+	if *clientNames != "" && *clientCAFile == "" {
+		return errors.New("--client-names needs --client-ca-file: the CA that signs the API server's client certificate")
 	}
+	if *clientCAFile != "" {
+		pem, err := os.ReadFile(*clientCAFile)
+		if err != nil {
+			return fmt.Errorf("--client-ca-file: %w", err)
+		}
+		cfg.ClientCAs = x509.NewCertPool()
+		if !cfg.ClientCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--client-ca-file %s: no PEM certificate in it", *clientCAFile)
+		}
+		for _, n := range strings.Split(*clientNames, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				cfg.ClientNames = append(cfg.ClientNames, n)
+			}
+		}
+	} else {
+		logger.Warn("no --client-ca-file: any caller that reaches the injector's port gets answers (and the patches show the sidecar's image, Redis addresses and Secret name); set it and the API server's admission control config (docs/kubernetes.md)")
+	}
+	srv, err := injector.NewServer(cfg)
+	if err != nil {
+		return err
+	}
+	srv.Addr = *listen
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	errc := make(chan error, 1)

@@ -1,7 +1,9 @@
 // Package injector adds spoold to pods as a native sidecar: the mutating
 // admission webhook behind cmd/spool-injector. Inject is the decision, pure
 // (a pod and the defaults in, a JSONPatch out); Handler is the HTTP edge
-// that decodes an AdmissionReview, calls it and answers.
+// that decodes an AdmissionReview, calls it and answers; NewServer puts it
+// behind the limits and the client certificate check every request passes
+// first (server.go).
 //
 // What it does to a pod annotated spool.dev/inject: "true" is documented in
 // docs/kubernetes.md ("The injector"); the annotations it reads are the
@@ -71,6 +73,11 @@ type Defaults struct {
 	MemoryRequest string `yaml:"memory_request"`
 	CPULimit      string `yaml:"cpu_limit"`
 	MemoryLimit   string `yaml:"memory_limit"`
+	// TrustedNamespaces are the namespaces whose pods may also set the
+	// annotations that decide where the operator's credentials go: the
+	// image, the Redis addresses and the cluster to join. Elsewhere a pod
+	// setting one is refused (docs/kubernetes.md, "Who may change what").
+	TrustedNamespaces []string `yaml:"trusted_namespaces"`
 	// Args are extra spoold flags for every pod (docs/configuration.md,
 	// "Precedence"), after the injector's own.
 	Args []string `yaml:"args"`
@@ -170,6 +177,10 @@ func (d *Defaults) validate() error {
 	}
 	if (d.RedisPasswordSecret.Name == "") != (d.RedisPasswordSecret.Key == "") {
 		errs = append(errs, errors.New("injector: defaults: redis_password_secret needs both name and key"))
+	}
+	if d.RedisPasswordSecret.Name != "" && len(d.RedisAddrs) == 0 {
+		// The flag pins the address over a pod's own config file.
+		errs = append(errs, errors.New("injector: defaults: redis_password_secret needs redis_addrs: the password goes only to the injector's own Redis addresses"))
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package injector
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,15 +13,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// MaxReviewBytes bounds one AdmissionReview request body. The API server
-// sends the whole pod; Kubernetes objects are at most 1.5 MiB in etcd.
+// MaxReviewBytes is the default bound of one AdmissionReview request body:
+// the API server's own limit on a request body (3 MiB), which is the most a
+// pod it forwards can be (etcd then stores at most 1.5 MiB).
 const MaxReviewBytes = 3 << 20
 
 // Handler serves the webhook: POST an admission.k8s.io/v1 AdmissionReview
 // of a pod, get the AdmissionReview answer with a JSONPatch (or none).
+// NewServer puts it behind the limits every request must pass first.
 type Handler struct {
 	Defaults Defaults
 	Logger   *slog.Logger
+	// MaxBytes bounds the body; 0 = MaxReviewBytes.
+	MaxBytes int64
+	metrics  *metrics
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -28,21 +34,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "spool injector: POST an AdmissionReview (this is a Kubernetes admission webhook)", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
-	if err != nil {
-		http.Error(w, "spool injector: reading the request: "+err.Error(), http.StatusBadRequest)
+	limit := h.MaxBytes
+	if limit <= 0 {
+		limit = MaxReviewBytes
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		h.refused("too_large")
+		http.Error(w, fmt.Sprintf("spool injector: AdmissionReview over %d bytes", limit), http.StatusRequestEntityTooLarge)
 		return
 	}
-	if len(body) > MaxReviewBytes {
-		http.Error(w, fmt.Sprintf("spool injector: AdmissionReview over %d bytes", MaxReviewBytes), http.StatusRequestEntityTooLarge)
+	if err != nil {
+		h.refused("bad_request")
+		http.Error(w, "spool injector: reading the request failed", http.StatusBadRequest)
 		return
 	}
 	var review admissionv1.AdmissionReview
 	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+		h.refused("bad_request")
 		http.Error(w, fmt.Sprintf("spool injector: the body is not an admission.k8s.io/v1 AdmissionReview with a request (%v)", err), http.StatusBadRequest)
 		return
 	}
 	resp := h.review(review.Request)
+	if h.metrics != nil {
+		h.metrics.reviews.WithLabelValues(outcomeOf(resp)).Inc()
+	}
 	resp.UID = review.Request.UID
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	if out.APIVersion == "" {
@@ -68,6 +84,9 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return deny(fmt.Sprintf("spool injector: the pod in the request does not decode: %v", err))
 	}
+	// The request's namespace is the API server's; the object's may be
+	// empty or anything.
+	pod.Namespace = req.Namespace
 	res, err := Inject(&pod, h.Defaults)
 	name := pod.Name
 	if name == "" {
@@ -89,6 +108,22 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	allow.Patch, allow.PatchType = patch, &pt
 	h.log().Info("sidecar injected", "namespace", req.Namespace, "pod", name)
 	return allow
+}
+
+func (h *Handler) refused(reason string) {
+	if h.metrics != nil {
+		h.metrics.refused.WithLabelValues(reason).Inc()
+	}
+}
+
+func outcomeOf(r *admissionv1.AdmissionResponse) string {
+	switch {
+	case !r.Allowed:
+		return "denied"
+	case len(r.Patch) > 0:
+		return "injected"
+	}
+	return "unchanged"
 }
 
 func (h *Handler) log() *slog.Logger {

@@ -31,6 +31,7 @@ memory_request: 128Mi
 memory_limit: 512Mi
 cluster_tls_secret: spool-peer-tls
 cluster_join_secret: spool-join-secret
+trusted_namespaces: [shop]
 `
 
 // outcome is what a golden file holds: the answer, and the pod as the API
@@ -290,7 +291,7 @@ func TestInjectedArgsAreAcceptedBySpoold(t *testing.T) {
 	resolve := func(ann map[string]string) *config.Config {
 		t.Helper()
 		pod := &corev1.Pod{}
-		pod.Annotations = ann
+		pod.Namespace, pod.Annotations = "shop", ann
 		res, err := Inject(pod, d)
 		if err != nil {
 			t.Fatal(err)
@@ -358,7 +359,7 @@ func TestInjectClusterPeerSecurity(t *testing.T) {
 	}
 	inject := func(ann map[string]string) (Result, error) {
 		pod := &corev1.Pod{}
-		pod.Annotations = ann
+		pod.Namespace, pod.Annotations = "shop", ann // trusted: may set the join list
 		return Inject(pod, d)
 	}
 	for _, c := range []struct {

@@ -37,6 +37,22 @@ const (
 	AnnotationMemoryLimit       = "spool.dev/memory-limit"        // quantity
 )
 
+// The trust model (docs/kubernetes.md, "Who may change what"): a pod's
+// author chooses what concerns the pod alone; what decides where the
+// operator's credentials go, or what runs with them, is the operator's,
+// from the defaults file. restrictedAnnotations are honoured only in the
+// defaults' trusted_namespaces; elsewhere a pod that sets one is refused.
+var (
+	podAnnotations = []string{AnnotationInject, AnnotationStatus, AnnotationConfig, AnnotationTopics, AnnotationSubscriptions,
+		AnnotationDrainTimeout, AnnotationCPURequest, AnnotationMemoryRequest, AnnotationCPULimit, AnnotationMemoryLimit,
+		// Secrets of the pod's own namespace, which any pod there may mount.
+		AnnotationClusterTLSSecret, AnnotationClusterJoinSecret, AnnotationClusterInsecure}
+	// The image runs with the Redis password Secret; the Redis addresses
+	// and the cluster's members are where the password and the sidecar's
+	// cluster credentials are sent.
+	restrictedAnnotations = []string{AnnotationImage, AnnotationRedisAddrs, AnnotationClusterJoin}
+)
+
 // StatusInjected is the value of AnnotationStatus on an injected pod.
 const StatusInjected = "injected"
 
@@ -66,6 +82,12 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 	}
 	if injected(pod) {
 		return Result{}, nil
+	}
+	if pod.Spec.HostNetwork {
+		return Result{}, fmt.Errorf("spool injector: the pod has hostNetwork: true, where spoold's admin port (127.0.0.1:%d) would be the node's loopback and its probe port the node's: run the pod on its own network, or remove the %s annotation", AdminPort, AnnotationInject)
+	}
+	if err := checkAnnotations(ann, pod.Namespace, d); err != nil {
+		return Result{}, err
 	}
 	s, err := settingsFor(ann, d)
 	if err != nil {
@@ -125,6 +147,26 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 	return r, nil
 }
 
+// checkAnnotations refuses spool.dev annotations the injector does not
+// know (a misspelt one would change nothing, silently) and restricted ones
+// outside the operator's trusted namespaces.
+func checkAnnotations(ann map[string]string, namespace string, d Defaults) error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(ann)) {
+		if !strings.HasPrefix(k, "spool.dev/") || slices.Contains(podAnnotations, k) {
+			continue
+		}
+		if !slices.Contains(restrictedAnnotations, k) {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s is not one the injector reads (docs/kubernetes.md, \"The injector\"): remove it", k))
+			continue
+		}
+		if !slices.Contains(d.TrustedNamespaces, namespace) {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s may be set only in namespaces the injector's operator trusts (trusted_namespaces of its defaults): remove it to use the operator's setting, or ask the operator to trust namespace %q", k, namespace))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // injected reports whether the pod already has the sidecar (injected
 // before, or written into the pod by hand).
 func injected(pod *corev1.Pod) bool {
@@ -161,7 +203,7 @@ func settingsFor(ann map[string]string, d Defaults) (settings, error) {
 	var errs []error
 	if v, ok := ann[AnnotationImage]; ok {
 		if v == "" {
-			errs = append(errs, fmt.Errorf("spool injector: annotation %s is empty: give spoold's image, or remove the annotation to use the default (%s)", AnnotationImage, d.Image))
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s is empty: give spoold's image, or remove the annotation to use the operator's", AnnotationImage))
 		}
 		s.image = v
 	}

@@ -3,6 +3,7 @@ package injector
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,5 +58,100 @@ func TestInjectedSidecarIsRestrictedWithoutToken(t *testing.T) {
 	}
 	if !slices.ContainsFunc(got.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == token.Name && m.MountPath == token.MountPath }) {
 		t.Errorf("the app's token mount is gone: %+v", got.Spec.Containers[0].VolumeMounts)
+	}
+}
+
+// What a pod's author may change is an allow-list: the image, the Redis
+// addresses (where the operator's Redis password Secret goes) and the
+// cluster to join (where the sidecar's credentials go) are the operator's,
+// from the defaults file; a pod outside trusted_namespaces that sets one is
+// refused, naming it. Topics, subscriptions, the config file, the drain
+// timeout and resources are the pod's own.
+func TestRestrictedAnnotationsNeedATrustedNamespace(t *testing.T) {
+	d, err := ParseDefaults([]byte(strings.Replace(testDefaults, "[shop]", "[spool-ops]", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restricted := map[string]string{
+		AnnotationImage:       "attacker.example/spoold:latest",
+		AnnotationRedisAddrs:  "redis.attacker.example:6379",
+		AnnotationClusterJoin: "peers.attacker.example:7072",
+	}
+	for ann, v := range restricted {
+		for _, ns := range []string{"web", "spool-ops"} {
+			pod := &corev1.Pod{}
+			pod.Namespace = ns
+			pod.Annotations = map[string]string{AnnotationInject: "true", ann: v}
+			res, err := Inject(pod, d)
+			if ns == "spool-ops" {
+				if err != nil || len(res.Patch) == 0 {
+					t.Errorf("%s in a trusted namespace: %v", ann, err)
+				}
+				continue
+			}
+			if err == nil || !strings.Contains(err.Error(), ann) || !strings.Contains(err.Error(), "trusted_namespaces") {
+				t.Errorf("%s in namespace %s: %v; want a refusal naming the annotation and trusted_namespaces", ann, ns, err)
+			}
+			if err != nil && strings.Contains(err.Error(), d.Image) {
+				t.Errorf("the refusal shows the default image: %v", err)
+			}
+		}
+	}
+	pod := &corev1.Pod{}
+	pod.Namespace = "web"
+	pod.Annotations = map[string]string{AnnotationInject: "true", AnnotationTopics: "orders:4", AnnotationSubscriptions: "orders:billing",
+		AnnotationConfig: "orders-spool", AnnotationDrainTimeout: "20s", AnnotationCPURequest: "100m", AnnotationMemoryRequest: "64Mi",
+		AnnotationCPULimit: "1", AnnotationMemoryLimit: "256Mi"}
+	if _, err := Inject(pod, d); err != nil {
+		t.Errorf("the pod's own settings refused: %v", err)
+	}
+	// An annotation the injector does not know is refused, not ignored: a
+	// misspelt one would otherwise change nothing silently.
+	pod.Annotations["spool.dev/imagee"] = "x"
+	if _, err := Inject(pod, d); err == nil || !strings.Contains(err.Error(), "spool.dev/imagee") {
+		t.Errorf("an unknown spool.dev annotation: %v", err)
+	}
+}
+
+// A pod on the host's network is refused: spoold's admin port, on
+// loopback, would be the node's loopback, and its probe port the node's.
+func TestHostNetworkPodsRefused(t *testing.T) {
+	d, err := ParseDefaults([]byte(testDefaults))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{HostNetwork: true}}
+	pod.Annotations = map[string]string{AnnotationInject: "true"}
+	if _, err := Inject(pod, d); err == nil || !strings.Contains(err.Error(), "hostNetwork") {
+		t.Fatalf("a hostNetwork pod: %v; want a refusal naming hostNetwork", err)
+	}
+	pod.Annotations = nil // not asking for the sidecar: none of the injector's business
+	if res, err := Inject(pod, d); err != nil || len(res.Patch) != 0 {
+		t.Fatalf("a hostNetwork pod without the annotation: %v, %d ops", err, len(res.Patch))
+	}
+}
+
+// The Redis password Secret is given only with the injector's own Redis
+// addresses: a defaults file with the Secret and no address would let a
+// pod's config file choose where the password goes.
+func TestRedisSecretNeedsItsAddresses(t *testing.T) {
+	_, err := ParseDefaults([]byte("image: x\nredis_password_secret: {name: s, key: password}\n"))
+	if err == nil || !strings.Contains(err.Error(), "redis_addrs") {
+		t.Fatalf("a Redis Secret without redis_addrs: %v", err)
+	}
+}
+
+// A refusal says what to change, never what the operator's defaults are.
+func TestRefusalsDoNotShowDefaults(t *testing.T) {
+	d, err := ParseDefaults([]byte(testDefaults))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	pod.Namespace = "shop"
+	pod.Annotations = map[string]string{AnnotationInject: "true", AnnotationImage: ""}
+	_, err = Inject(pod, d)
+	if err == nil || strings.Contains(err.Error(), d.Image) {
+		t.Fatalf("an empty image annotation: %v; want a refusal without the default image %q", err, d.Image)
 	}
 }

@@ -418,7 +418,11 @@ type SubscriptionConfig struct {
 	Delivery Delivery `yaml:"delivery"`
 	// AppAddress is where the sidecar calls Handle; required for callback
 	// delivery and refused for stream delivery.
-	AppAddress        string        `yaml:"app_address"`
+	AppAddress string `yaml:"app_address"`
+	// AppTokenFile holds the token the sidecar sends to the app's Handle
+	// as "authorization: Bearer <token>" (callback delivery only), for an
+	// app that checks who calls it. Empty: no token.
+	AppTokenFile      string        `yaml:"app_token_file"`
 	MaxAttempts       int           `yaml:"max_attempts"`
 	Backoff           BackoffConfig `yaml:"backoff"`
 	VisibilityTimeout time.Duration `yaml:"visibility_timeout"`

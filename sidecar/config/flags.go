@@ -210,6 +210,13 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 			}
 		}
 	})
+	str("app-token-file", "file holding the token sent to the app's HandlerService, for every callback subscription without app_token_file", func(c *Config, v string) {
+		for i := range c.Subscriptions {
+			if s := &c.Subscriptions[i]; s.Delivery == DeliveryCallback && s.AppTokenFile == "" {
+				s.AppTokenFile = v
+			}
+		}
+	})
 	fs.Func("topic", "declare a topic as name:partitions (or name for 4 partitions); repeatable; overrides the partitions of a declared one", func(v string) error {
 		name, parts, hasParts := strings.Cut(v, ":")
 		n := 0

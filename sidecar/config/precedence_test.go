@@ -105,6 +105,7 @@ func TestResolveDeclaringFlags(t *testing.T) {
 		"--topic", "refunds:3", "--topic", "audit",
 		"--subscription", "refunds:ledger", "--subscription", "orders:mail", // the file's is kept
 		"--app-address", "unix:///run/app.sock",
+		"--app-token-file", "/etc/spool/callback-token",
 	}, envOf(nil))
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +122,7 @@ func TestResolveDeclaringFlags(t *testing.T) {
 	if s, ok := c.Subscription("refunds", "ledger"); !ok || !reflect.DeepEqual(*s, NewSubscription("refunds", "ledger")) {
 		t.Errorf("refunds/ledger = %+v %v", s, ok)
 	}
-	if s, _ := c.Subscription("orders", "mail"); s.Delivery != DeliveryCallback || s.AppAddress != "unix:///run/app.sock" {
+	if s, _ := c.Subscription("orders", "mail"); s.Delivery != DeliveryCallback || s.AppAddress != "unix:///run/app.sock" || s.AppTokenFile != "/etc/spool/callback-token" {
 		t.Errorf("orders/mail = %+v (want the file's callback with the flag's address)", s)
 	}
 	if s, _ := c.Subscription("orders", "billing"); s.AppAddress != "billing:9000" {

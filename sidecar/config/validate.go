@@ -289,6 +289,8 @@ func (c *Config) validateSubscriptions(v *validator) {
 			v.add(p+".app_address", s.AppAddress, allowedListen+unixHint(s.AppAddress))
 		case s.Delivery != DeliveryCallback && s.AppAddress != "":
 			v.add(p+".app_address", s.AppAddress, `empty unless delivery is callback (did you mean "delivery: callback"?)`)
+		case s.Delivery != DeliveryCallback && s.AppTokenFile != "":
+			v.add(p+".app_token_file", s.AppTokenFile, `empty unless delivery is callback: it is sent to the app's HandlerService`)
 		}
 		v.intRange(p+".max_attempts", int64(s.MaxAttempts), 1, MaxMaxAttempts)
 		b := &s.Backoff

@@ -162,6 +162,7 @@ func TestValidateErrors(t *testing.T) {
 			c.Subscriptions[0].AppAddress = "http://app:8080"
 		}, "subscriptions[0].app_address", "http://app:8080", "host:port"},
 		{"stream with address", func(c *Config) { c.Subscriptions[0].AppAddress = "app:8080" }, "subscriptions[0].app_address", "app:8080", "empty unless delivery is callback"},
+		{"stream with a token file", func(c *Config) { c.Subscriptions[0].AppTokenFile = "/etc/spool/token" }, "subscriptions[0].app_token_file", "/etc/spool/token", "empty unless delivery is callback"},
 		{"max attempts", func(c *Config) { c.Subscriptions[0].MaxAttempts = 0 }, "subscriptions[0].max_attempts", "0", "between 1 and 1000"},
 		{"backoff base", func(c *Config) { c.Subscriptions[0].Backoff.Base = -time.Second }, "subscriptions[0].backoff.base", "-1s", "positive duration"},
 		{"backoff max below base", func(c *Config) { c.Subscriptions[0].Backoff.Max = 500 * time.Millisecond }, "subscriptions[0].backoff.max", "500ms", "at least backoff.base (1s)"},

@@ -1,5 +1,6 @@
 // Callback mode: the application serves HandlerService and the sidecar
 // calls Handle once per delivery (subscriptions with `delivery: callback`).
+import { createHash, timingSafeEqual } from "node:crypto";
 import * as grpc from "@grpc/grpc-js";
 import type { TracerProvider } from "@opentelemetry/api";
 
@@ -11,10 +12,25 @@ import type { Handler } from "./subscribe";
 import type { HandleRequest__Output } from "./gen/spool/v1/HandleRequest";
 import { HandlerTracer } from "./trace";
 
+/**
+ * Where a callback server listens unless told otherwise: loopback (the
+ * sidecar is in the same pod), on a port none of spoold's (app 7070, admin
+ * 7071, cluster 7072, probe 7073). The same in every SDK.
+ */
+export const DEFAULT_HANDLER_ADDRESS = "127.0.0.1:7080";
+
 export interface ServeHandlerOptions {
-  /** host:port (or unix:///path) to listen on: the subscription's app_address. Port 0 picks a free one. */
-  address: string;
+  /**
+   * host:port (or unix:///path) to listen on: the subscription's app_address. Port 0 picks a free one.
+   * Default DEFAULT_HANDLER_ADDRESS; ":port" is loopback too.
+   */
+  address?: string;
   handler: Handler;
+  /**
+   * Required of every call when set: `authorization: Bearer <token>`, what spoold sends with the
+   * subscription's app_token_file. Other calls are refused with UNAUTHENTICATED before the handler runs.
+   */
+  token?: string;
   /** Stops the server: it stops taking calls, lets running ones finish (up to drainTimeoutMs), then closes. */
   signal?: AbortSignal;
   /** Process signals that stop the server (default ["SIGTERM", "SIGINT"]); [] leaves them to the application. */
@@ -38,6 +54,8 @@ export interface ServeHandlerOptions {
 export class HandlerServer {
   /** The port listened on (useful with port 0). */
   readonly port: number;
+  /** The address listened on, with the port chosen. */
+  readonly address: string;
   /** Resolves when the server has stopped. */
   readonly closed: Promise<void>;
   private stopped = false;
@@ -45,8 +63,9 @@ export class HandlerServer {
   private readonly calls = new Set<AbortController>();
 
   /** @internal */
-  constructor(private readonly server: grpc.Server, port: number, private readonly drainTimeoutMs: number, private readonly cleanup: () => void) {
+  constructor(private readonly server: grpc.Server, address: string, port: number, private readonly drainTimeoutMs: number, private readonly cleanup: () => void) {
     this.port = port;
+    this.address = address.startsWith("unix:") ? address : `${address.slice(0, address.lastIndexOf(":"))}:${port}`;
     this.closed = new Promise((r) => (this.onClosed = r));
   }
 
@@ -75,15 +94,41 @@ export class HandlerServer {
   }
 }
 
+/**
+ * tokenCheck compares a call's `authorization: Bearer <token>` with token in
+ * constant time: SHA-256 digests, so neither the token's length nor its
+ * bytes show in the time taken.
+ */
+function tokenCheck(token: string | undefined): ((md: grpc.Metadata) => boolean) | undefined {
+  if (token === undefined) return undefined;
+  if (token === "") throw new TypeError("spool: serveHandler: token is empty: pass the token of spoold's app_token_file, or leave it out");
+  const want = createHash("sha256").update(token).digest();
+  return (md) => {
+    const v = md.get("authorization")[0];
+    const given = typeof v === "string" ? v : (v?.toString("latin1") ?? "");
+    const sp = given.indexOf(" ");
+    const scheme = sp < 0 ? given : given.slice(0, sp);
+    const ok = timingSafeEqual(createHash("sha256").update(sp < 0 ? "" : given.slice(sp + 1)).digest(), want);
+    return ok && scheme.toLowerCase() === "bearer";
+  };
+}
+
 /** Serves HandlerService at opts.address until stopped; resolves once listening. */
 export async function serveHandler(opts: ServeHandlerOptions): Promise<HandlerServer> {
   if (typeof opts.handler !== "function") throw new TypeError("spool: serveHandler: handler is not a function: pass async (message, signal) => { ... }");
   const log = opts.logger ?? consoleLogger;
+  const allowed = tokenCheck(opts.token);
+  let address = opts.address ?? DEFAULT_HANDLER_ADDRESS;
+  if (address.startsWith(":")) address = "127.0.0.1" + address; // no host: loopback, not every interface
   const tracer = new HandlerTracer(opts.tracerProvider);
   const server = new grpc.Server();
   let hs: HandlerServer | undefined;
   const impl = {
     handle(call: grpc.ServerUnaryCall<HandleRequest__Output, HandleResponse>, callback: grpc.sendUnaryData<HandleResponse>) {
+      if (allowed && !allowed(call.metadata)) {
+        callback({ code: grpc.status.UNAUTHENTICATED, details: "spool: this handler needs the sidecar's token (app_token_file)" });
+        return;
+      }
       const d = call.request.delivery;
       if (!d) {
         callback({ code: grpc.status.INVALID_ARGUMENT, details: "HandleRequest without a delivery" });
@@ -106,15 +151,19 @@ export async function serveHandler(opts: ServeHandlerOptions): Promise<HandlerSe
   };
   server.addService(spoolv1().HandlerService.service, impl);
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(opts.address, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(new Error(`spool: serveHandler: listening on ${opts.address}: ${err.message}`, { cause: err })) : resolve(p)));
+    server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(new Error(`spool: serveHandler: listening on ${address}: ${err.message}`, { cause: err })) : resolve(p)));
   });
+  const host = address.slice(0, address.lastIndexOf(":"));
+  if (!allowed && !address.startsWith("unix:") && !["127.0.0.1", "localhost", "[::1]"].includes(host)) {
+    log.warn("spool: the callback server listens beyond loopback without a token: anyone who reaches it can hand it messages", { address });
+  }
   const signals = opts.shutdownSignals ?? ["SIGTERM", "SIGINT"];
   const onStop = () => void hs?.close();
   const cleanup = () => {
     opts.signal?.removeEventListener("abort", onStop);
     for (const s of signals) process.off(s, onStop);
   };
-  hs = new HandlerServer(server, port, opts.drainTimeoutMs ?? 30_000, cleanup);
+  hs = new HandlerServer(server, address, port, opts.drainTimeoutMs ?? 30_000, cleanup);
   opts.signal?.addEventListener("abort", onStop, { once: true });
   for (const s of signals) process.on(s, onStop);
   if (opts.signal?.aborted) onStop();

@@ -14,7 +14,7 @@ export { Publisher } from "./publisher";
 export type { PublisherOptions } from "./publisher";
 export { idempotent, IdempotentStats, DEFAULT_IDEMPOTENT_TABLE, createTableSQL } from "./idempotent";
 export type { IdempotentOptions, TxHandler, PgPoolLike, PgClientLike, PgClientOf } from "./idempotent";
-export { serveHandler, HandlerServer } from "./callback";
+export { serveHandler, HandlerServer, DEFAULT_HANDLER_ADDRESS } from "./callback";
 export type { ServeHandlerOptions } from "./callback";
 export { PROTO_DIR } from "./proto";
 export type { AdminServiceClient } from "./proto";

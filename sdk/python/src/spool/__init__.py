@@ -10,7 +10,7 @@
 docs/sdk-python.md is the guide; docs/protocol.md the protocol underneath.
 """
 
-from spool._callback import HandlerServer, serve_handler
+from spool._callback import DEFAULT_HANDLER_ADDRESS, HandlerServer, serve_handler
 from spool._client import (
     DEFAULT_ADDR,
     DEFAULT_MAX_RECEIVE_BYTES,
@@ -77,6 +77,7 @@ __all__ = [
     "connect",
     "idempotent",
     "serve_handler",
+    "DEFAULT_HANDLER_ADDRESS",
     "subscribe",
 ]
 

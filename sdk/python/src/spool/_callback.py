@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import hashlib
+import hmac
 import inspect
 import logging
 import signal
@@ -25,18 +27,53 @@ from spool._subscribe import Handler
 from spool._trace import handler_span, handler_tracer, record_outcome
 from spool.v1 import handler_pb2, handler_pb2_grpc, message_pb2
 
-__all__ = ["HandlerServer", "serve_handler"]
+__all__ = ["DEFAULT_HANDLER_ADDRESS", "HandlerServer", "serve_handler"]
 
 log = logging.getLogger("spool")
 
+#: Where a callback server listens unless told otherwise: loopback (the
+#: sidecar is in the same pod), on a port none of spoold's (app 7070, admin
+#: 7071, cluster 7072, probe 7073). The same in every SDK.
+DEFAULT_HANDLER_ADDRESS = "127.0.0.1:7080"
+
+
+def _loopback_if_no_host(address: str) -> str:
+    """``:port`` means loopback, not every interface."""
+    if address.startswith(":"):
+        return "127.0.0.1" + address
+    return address
+
+
+class _TokenCheck:
+    """Compares a call's ``authorization: Bearer <token>`` with the token in
+    constant time (SHA-256 digests, so neither the length nor the bytes of
+    the token show in the time taken)."""
+
+    def __init__(self, token: str) -> None:
+        if not token:
+            raise ValueError("spool: serve_handler: token is empty: pass the token of spoold's app_token_file, or None")
+        self._digest = hashlib.sha256(token.encode()).digest()
+
+    def allows(self, metadata: Any) -> bool:
+        given = ""
+        for key, value in metadata or ():
+            if key == "authorization":
+                given = value if isinstance(value, str) else value.decode("latin-1")
+        scheme, _, tok = given.partition(" ")
+        ok = hmac.compare_digest(hashlib.sha256(tok.encode()).digest(), self._digest)
+        return ok and scheme.lower() == "bearer"
+
 
 class _Servicer(handler_pb2_grpc.HandlerServiceServicer):
-    def __init__(self, handler: Handler, executor: ThreadPoolExecutor | None) -> None:
+    def __init__(self, handler: Handler, executor: ThreadPoolExecutor | None, token: _TokenCheck | None) -> None:
         self.handler = handler
         self.executor = executor
         self.tracer = handler_tracer()
+        self.token = token
 
     async def Handle(self, request: handler_pb2.HandleRequest, context: grpc.aio.ServicerContext) -> handler_pb2.HandleResponse:  # type: ignore[override]
+        if self.token is not None and not self.token.allows(context.invocation_metadata()):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "spool: this handler needs the sidecar's token (app_token_file)")
         m = Message.from_delivery(request.delivery)
         result: object
         with handler_span(m, self.tracer) as span:
@@ -71,21 +108,38 @@ class _Servicer(handler_pb2_grpc.HandlerServiceServicer):
 class HandlerServer:
     """A grpc.aio server serving HandlerService with ``handler``.
 
-    ``address`` is where the sidecar's ``app_address`` points
-    (``127.0.0.1:0`` picks a free port: read :attr:`port`). ``blocking=True``
-    runs a plain function in a thread pool of ``concurrency`` threads.
+    ``address`` is where the sidecar's ``app_address`` points (default
+    :data:`DEFAULT_HANDLER_ADDRESS`, loopback; ``:port`` is loopback too;
+    ``127.0.0.1:0`` picks a free port: read :attr:`port`). ``token``, when
+    given, is required of every call (``authorization: Bearer <token>``,
+    what spoold sends with ``app_token_file``); other calls are refused
+    with UNAUTHENTICATED. ``blocking=True`` runs a plain function in a
+    thread pool of ``concurrency`` threads.
     """
 
-    def __init__(self, handler: Handler, address: str = "127.0.0.1:7072", *, blocking: bool = False, concurrency: int = 64) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        address: str = DEFAULT_HANDLER_ADDRESS,
+        *,
+        token: str | None = None,
+        blocking: bool = False,
+        concurrency: int = 64,
+    ) -> None:
         if not callable(handler):
             raise TypeError("spool: serve_handler: handler is not callable")
-        self.address = address
+        address = _loopback_if_no_host(address)
+        check = _TokenCheck(token) if token is not None else None
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="spool-handler") if blocking else None
         self._server = grpc.aio.server()
-        handler_pb2_grpc.add_HandlerServiceServicer_to_server(_Servicer(handler, self._executor), self._server)
+        handler_pb2_grpc.add_HandlerServiceServicer_to_server(_Servicer(handler, self._executor, check), self._server)
         self.port = self._server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"spool: serve_handler: cannot listen on {address}")
+        host = address.rpartition(":")[0]
+        self.address = f"{host}:{self.port}" if not address.startswith("unix:") else address
+        if check is None and not address.startswith("unix:") and host not in ("127.0.0.1", "localhost", "[::1]"):
+            log.warning("spool: the callback server listens on %s without a token: anyone who reaches it can hand it messages", address)
 
     async def start(self) -> None:
         await self._server.start()
@@ -109,8 +163,9 @@ class HandlerServer:
 
 async def serve_handler(
     handler: Handler,
-    address: str = "127.0.0.1:7072",
+    address: str = DEFAULT_HANDLER_ADDRESS,
     *,
+    token: str | None = None,
     blocking: bool = False,
     concurrency: int = 64,
     grace: float = 30.0,
@@ -129,7 +184,7 @@ async def serve_handler(
                 installed.append(sig)
             except (NotImplementedError, RuntimeError):
                 pass
-    server = HandlerServer(handler, address, blocking=blocking, concurrency=concurrency)
+    server = HandlerServer(handler, address, token=token, blocking=blocking, concurrency=concurrency)
     await server.start()
     try:
         await stop.wait()

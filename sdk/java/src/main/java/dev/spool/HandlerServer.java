@@ -5,7 +5,12 @@ import dev.spool.v1.HandleResponse;
 import dev.spool.v1.HandlerServiceGrpc;
 import dev.spool.v1.Outcome;
 import io.grpc.Context;
+import io.grpc.Metadata;
 import io.grpc.Server;
+import io.grpc.ServerCall;
+import io.grpc.ServerCallHandler;
+import io.grpc.ServerInterceptor;
+import io.grpc.ServerInterceptors;
 import io.grpc.Status;
 import io.grpc.netty.shaded.io.grpc.netty.NettyServerBuilder;
 import io.grpc.stub.StreamObserver;
@@ -15,7 +20,11 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.System.Logger.Level;
 import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
@@ -38,12 +47,19 @@ import java.util.concurrent.locks.ReentrantLock;
  * sidecar cancels the call or its deadline passes.
  *
  * <pre>{@code
- * try (HandlerServer server = HandlerServer.start("127.0.0.1:7072", handler)) {
+ * try (HandlerServer server = HandlerServer.start(handler)) {   // 127.0.0.1:7080
  *   server.awaitTermination();   // until close() or SIGTERM (drains)
  * }
  * }</pre>
  */
 public final class HandlerServer implements AutoCloseable {
+  /**
+   * Where a callback server listens unless told otherwise: loopback (the sidecar is in the same
+   * pod), on a port none of spoold's (app 7070, admin 7071, cluster 7072, probe 7073). The same in
+   * every SDK.
+   */
+  public static final String DEFAULT_ADDRESS = "127.0.0.1:7080";
+
   private final Server server;
   private final ExecutorService executor;
   private final HandlerServerOptions opts;
@@ -60,7 +76,8 @@ public final class HandlerServer implements AutoCloseable {
       // On the host asked for only (the sidecar is local), not every interface.
       this.server = NettyServerBuilder.forAddress(sa)
           .executor(executor)
-          .addService(new Impl(handler))
+          .addService(opts.token() == null ? new Impl(handler).bindService()
+              : ServerInterceptors.intercept(new Impl(handler), new TokenCheck(opts.token())))
           .build()
           .start();
     } catch (IOException e) {
@@ -68,10 +85,24 @@ public final class HandlerServer implements AutoCloseable {
       throw new UncheckedIOException("spool: HandlerServer: listening on " + address + ": " + e.getMessage()
           + ": give a free host:port (the subscription's app_address)", e);
     }
+    if (opts.token() == null && sa.getAddress() != null && !sa.getAddress().isLoopbackAddress()) {
+      Log.log(opts.logger(), Level.WARNING, "spool: the callback server listens beyond loopback without a token: anyone who reaches it can hand it messages", null,
+          "address", address);
+    }
     this.hook = opts.drainOnShutdown() ? new Thread(this::close, "spool-callback-drain") : null;
     if (hook != null) {
       Runtime.getRuntime().addShutdownHook(hook);
     }
+  }
+
+  /** Serves HandlerService at {@link #DEFAULT_ADDRESS} with the default options. */
+  public static HandlerServer start(Handler handler) {
+    return start(DEFAULT_ADDRESS, handler, HandlerServerOptions.defaults());
+  }
+
+  /** Serves HandlerService at {@link #DEFAULT_ADDRESS}. */
+  public static HandlerServer start(Handler handler, HandlerServerOptions opts) {
+    return start(DEFAULT_ADDRESS, handler, opts);
   }
 
   /** Serves HandlerService at address ("host:port"; port 0 picks a free one) with the default options. */
@@ -86,6 +117,9 @@ public final class HandlerServer implements AutoCloseable {
   }
 
   private static InetSocketAddress parse(String address) {
+    if (address.startsWith(":")) {
+      address = "127.0.0.1" + address; // no host: loopback, not every interface
+    }
     try {
       URI u = new URI("tcp://" + address);
       if (u.getHost() == null || u.getPort() < 0) {
@@ -100,6 +134,51 @@ public final class HandlerServer implements AutoCloseable {
   /** The port listened on (useful with port 0). */
   public int port() {
     return server.getPort();
+  }
+
+  /** The address listened on, with the port chosen. */
+  public InetSocketAddress address() {
+    for (SocketAddress a : server.getListenSockets()) {
+      if (a instanceof InetSocketAddress) {
+        return (InetSocketAddress) a;
+      }
+    }
+    throw new IllegalStateException("spool: HandlerServer: not listening");
+  }
+
+  /**
+   * Refuses a call without {@code authorization: Bearer <token>} (UNAUTHENTICATED) before the
+   * handler runs. The comparison is of SHA-256 digests in constant time, so neither the token's
+   * length nor its bytes show in the time taken.
+   */
+  private static final class TokenCheck implements ServerInterceptor {
+    private static final Metadata.Key<String> AUTHORIZATION = Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+    private final byte[] want;
+
+    TokenCheck(String token) {
+      this.want = sha256(token);
+    }
+
+    private static byte[] sha256(String s) {
+      try {
+        return MessageDigest.getInstance("SHA-256").digest(s.getBytes(StandardCharsets.UTF_8));
+      } catch (NoSuchAlgorithmException e) {
+        throw new IllegalStateException("spool: SHA-256 is missing from this JVM", e);
+      }
+    }
+
+    @Override
+    public <Q, R> ServerCall.Listener<Q> interceptCall(ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
+      String given = headers.get(AUTHORIZATION);
+      given = given == null ? "" : given;
+      int sp = given.indexOf(' ');
+      boolean ok = MessageDigest.isEqual(sha256(sp < 0 ? "" : given.substring(sp + 1)), want);
+      if (!ok || !given.substring(0, Math.max(sp, 0)).equalsIgnoreCase("bearer")) {
+        call.close(Status.UNAUTHENTICATED.withDescription("spool: this handler needs the sidecar's token (app_token_file)"), new Metadata());
+        return new ServerCall.Listener<Q>() { };
+      }
+      return next.startCall(call, headers);
+    }
   }
 
   /**

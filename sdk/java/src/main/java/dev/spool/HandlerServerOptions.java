@@ -11,8 +11,10 @@ public final class HandlerServerOptions {
   private final boolean drainOnShutdown;
   private final System.Logger logger;
   private final TracerProvider tracerProvider;
+  private final String token;
 
   private HandlerServerOptions(Builder b) {
+    this.token = b.token;
     this.concurrency = b.concurrency;
     this.drainTimeout = b.drainTimeout;
     this.drainOnShutdown = b.drainOnShutdown;
@@ -34,6 +36,13 @@ public final class HandlerServerOptions {
   public System.Logger logger() { return logger; }
   /** The provider of the handler spans, or null for the global one. */
   public TracerProvider tracerProvider() { return tracerProvider; }
+  /** The token every call must carry, or null for none. */
+  String token() { return token; }
+
+  @Override
+  public String toString() {
+    return "HandlerServerOptions{concurrency=" + concurrency + ", drainTimeout=" + drainTimeout + ", token=" + (token == null ? "none" : "[redacted]") + "}";
+  }
 
   public static final class Builder {
     private int concurrency = SubscribeOptions.DEFAULT_CONCURRENCY;
@@ -41,8 +50,22 @@ public final class HandlerServerOptions {
     private boolean drainOnShutdown = true;
     private System.Logger logger;
     private TracerProvider tracerProvider;
+    private String token;
 
     private Builder() {}
+
+    /**
+     * Required of every call when set: {@code authorization: Bearer <token>}, what spoold sends
+     * with the subscription's {@code app_token_file}. Other calls are refused with
+     * UNAUTHENTICATED before the handler runs. Default: none.
+     */
+    public Builder token(String t) {
+      if (t != null && t.isEmpty()) {
+        throw new IllegalArgumentException("spool: token is empty: pass the token of spoold's app_token_file, or null for none");
+      }
+      token = t;
+      return this;
+    }
 
     /**
      * Platform threads for handlers where the JDK has no virtual threads

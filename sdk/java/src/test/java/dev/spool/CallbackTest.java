@@ -1,8 +1,23 @@
 package dev.spool;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.spool.v1.DeadLetter;
+import dev.spool.v1.Delivery;
+import dev.spool.v1.HandleRequest;
+import dev.spool.v1.HandleResponse;
+import dev.spool.v1.HandlerServiceGrpc;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.stub.MetadataUtils;
+import java.net.InetSocketAddress;
+import java.util.concurrent.TimeUnit;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -78,5 +93,53 @@ class CallbackTest {
     assertEquals(List.of(1, 2), attempts.get("cb-thrown"));
     assertEquals(List.of(1), attempts.get("cb-bad"));
     assertEquals(List.of(1, 1, 1), attempts.get("cb-release"), "a release counted an attempt");
+  }
+
+  private static final String TOKEN = "0123456789abcdef0123456789abcdef-java";
+
+  /** A raw Handle call, as any caller that reaches the port could make. */
+  private static HandleResponse handleCall(int port, String authorization) throws InterruptedException {
+    ManagedChannel ch = ManagedChannelBuilder.forAddress("127.0.0.1", port).usePlaintext().build();
+    try {
+      HandlerServiceGrpc.HandlerServiceBlockingStub stub = HandlerServiceGrpc.newBlockingStub(ch).withDeadlineAfter(10, TimeUnit.SECONDS);
+      if (authorization != null) {
+        Metadata md = new Metadata();
+        md.put(Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER), authorization);
+        stub = stub.withInterceptors(MetadataUtils.newAttachHeadersInterceptor(md));
+      }
+      return stub.handle(HandleRequest.newBuilder()
+          .setDelivery(Delivery.newBuilder().setTopic("orders").setMessageId("m1").setAttempt(1)).build());
+    } finally {
+      ch.shutdownNow();
+      ch.awaitTermination(5, TimeUnit.SECONDS);
+    }
+  }
+
+  /** With a token, a call without it or with another is refused (UNAUTHENTICATED) before the handler runs. */
+  @Test
+  void tokenRefusesOtherCallers() throws Exception {
+    List<String> ran = new CopyOnWriteArrayList<>();
+    HandlerServerOptions opts = HandlerServerOptions.builder().drainOnShutdown(false).token(TOKEN).build();
+    try (HandlerServer srv = HandlerServer.start("127.0.0.1:0", m -> ran.add(m.id()), opts)) {
+      for (String auth : new String[] {null, "Bearer wrong-token-0123456789abcdef0123456789", TOKEN}) {
+        StatusRuntimeException e = assertThrows(StatusRuntimeException.class, () -> handleCall(srv.port(), auth), "authorization " + auth);
+        assertEquals(Status.Code.UNAUTHENTICATED, e.getStatus().getCode(), "authorization " + auth);
+        assertFalse(String.valueOf(e.getStatus().getDescription()).contains(TOKEN));
+      }
+      assertEquals(List.of(), ran, "the handler ran for a refused call");
+      assertEquals(dev.spool.v1.Outcome.OUTCOME_ACK, handleCall(srv.port(), "Bearer " + TOKEN).getOutcome());
+      assertEquals(List.of("m1"), ran);
+    }
+  }
+
+  /** The default address is loopback on a port none of spoold's; an address without a host is loopback too. */
+  @Test
+  void defaultAddressIsLoopback() throws Exception {
+    assertEquals("127.0.0.1:7080", HandlerServer.DEFAULT_ADDRESS); // spoold: app 7070, admin 7071, cluster 7072, probe 7073
+    try (HandlerServer srv = HandlerServer.start(":0", m -> { }, HandlerServerOptions.builder().drainOnShutdown(false).build())) {
+      InetSocketAddress a = srv.address();
+      assertTrue(a.getAddress().isLoopbackAddress(), "listening on " + a);
+      assertEquals(dev.spool.v1.Outcome.OUTCOME_ACK, handleCall(srv.port(), null).getOutcome());
+    }
   }
 }
