@@ -3,9 +3,11 @@ package raft
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"pgregory.net/rapid"
 
 	slog "github.com/spoolmq/spool/engine/log"
@@ -446,5 +448,97 @@ func TestReplicaRetainFrom(t *testing.T) {
 	c.checkRetained()
 	if s := starts(); s[0] != 60 || s[1] != 60 || s[2] != 60 {
 		t.Fatalf("after a restart the log starts at %v, want 60 everywhere", s)
+	}
+}
+
+// TestReplicaInstallWithEntriesCrashAtEveryStep: a follower steps the
+// leader's MsgSnap and the MsgApp that follows it before one Ready, as a
+// Host visit does when both wait in the mailbox (the transport reports a
+// snapshot done once the receiver queued it, and the leader then probes
+// from the snapshot's index). Raft hands out one Append with the snapshot,
+// the entries after it and a HardState whose commit covers them. For every
+// k until the whole Append is written without the fault firing, the
+// follower loses power at its k-th file-system change (files cut back to
+// what was fsynced): restarted, it must open and converge. Saving that
+// commit before the entries were durable left a commit index past the end
+// of the log, and the replica refused to open.
+func TestReplicaInstallWithEntriesCrashAtEveryStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for k := 1; ; k++ {
+		c, down, last := lagBehind(t, ctx, 7)
+		l := c.leader()
+		c.start(down)
+		msgs := snapThenApp(t, l, down)
+		var oneReady bool
+		down.r.onReady = func(w *Work) {
+			for _, a := range w.Appends {
+				if a.Snapshot != nil && len(a.Entries) > 0 && a.HardState.Commit > a.Snapshot.Metadata.Index {
+					oneReady = true
+				}
+			}
+		}
+		c.armFault(down, k)
+		for _, m := range msgs {
+			if err := down.r.Step(m); err != nil {
+				t.Fatalf("fault after %d changes: step %v: %v", k, m.Type, err)
+			}
+		}
+		if err := down.r.Process(ctx, down.send); err != nil {
+			c.failed(down, "Process", err)
+		}
+		if !oneReady {
+			t.Fatalf("the follower did not get the snapshot, the entries after it and a commit covering them in one Ready")
+		}
+		fired := !down.up
+		if down.faulty {
+			c.crash(down)
+		}
+		if !down.up {
+			c.start(down) // fails the test if the replica refuses to open
+		}
+		c.converge(200)
+		for range 10 {
+			c.round()
+		}
+		c.converge(100)
+		c.checkIdentical()
+		c.checkRetained()
+		if down.r.Snapshot().Index <= last {
+			t.Fatalf("fault after %d changes: the follower's snapshot is at %d, its log ended at %d", k, down.r.Snapshot().Index, last)
+		}
+		c.close()
+		if !fired {
+			if k < 6 {
+				t.Fatalf("the install and its entries took only %d file-system changes", k-1)
+			}
+			t.Logf("the install with its entries takes %d file-system changes", k-1)
+			return
+		}
+	}
+}
+
+// snapThenApp is what leader l sends follower down, which lags behind l's
+// log start: its snapshot, and the entries after it with l's commit index.
+func snapThenApp(t *testing.T, l, down *wnode) []raftpb.Message {
+	t.Helper()
+	snap, err := l.r.storage.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := l.r.Status()
+	lo, hi := snap.Metadata.Index+1, l.r.Partition().LastIndex()
+	if hi < lo {
+		t.Fatalf("the leader holds no entry after its snapshot at %d", snap.Metadata.Index)
+	}
+	ents, err := l.r.storage.Entries(lo, hi+1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents = slices.Clone(ents)
+	return []raftpb.Message{
+		{Type: raftpb.MsgSnap, From: l.id, To: down.id, Term: st.Term, Snapshot: &snap},
+		{Type: raftpb.MsgApp, From: l.id, To: down.id, Term: st.Term, LogTerm: snap.Metadata.Term, Index: snap.Metadata.Index,
+			Entries: ents, Commit: min(st.Commit, ents[len(ents)-1].Index)},
 	}
 }
