@@ -200,8 +200,13 @@ func TestReplicaSnapshotCatchUp(t *testing.T) {
 // messages are lost, duplicated and reordered, and the network partitions.
 // Every record seen committed stays at its offset on every replica that
 // still holds it, the replicas give up the same prefix, and after healing
-// every replica catches up. Replay a failure with -rapid.seed.
+// every replica catches up. Nodes whose visits stall make messages pile
+// up and be stepped together before one Ready, as in a busy Host: a MsgSnap
+// and the next MsgApp then reach one Append (the snapshot, the entries
+// after it and a commit covering them); how many did is logged (-v), and a
+// full run must reach it. Replay a failure as TestReplicaRandomFaults says.
 func TestReplicaRetentionRandomFaults(t *testing.T) {
+	var cv coverage
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -212,6 +217,7 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 			c.start(n)
 		}
 		defer c.close()
+		c.setBusy(rapid.Float64Range(0, 0.5).Draw(rt, "busy"), rapid.Float64Range(0, 0.5).Draw(rt, "overlap"), rapid.Uint64().Draw(rt, "visitSeed"))
 		c.elect(c.nodes[0])
 		steps := rapid.IntRange(50, 250).Draw(rt, "steps")
 		for range steps {
@@ -237,14 +243,7 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 					}
 				}
 			case a < 75:
-				i := uint64(rapid.IntRange(1, 3).Draw(rt, "isolate"))
-				var others []uint64
-				for _, n := range c.nodes {
-					if n.id != i {
-						others = append(others, n.id)
-					}
-				}
-				c.net.Partition([]uint64{i}, others)
+				c.isolate(uint64(rapid.IntRange(1, 3).Draw(rt, "isolate")))
 			case a < 82:
 				c.net.Heal()
 			case a < 86:
@@ -255,20 +254,16 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 					Duplicate: rapid.Float64Range(0, 0.2).Draw(rt, "dup"),
 					Jitter:    time.Duration(rapid.IntRange(0, 30).Draw(rt, "jitterMs")) * time.Millisecond,
 				})
+			case a < 95:
+				c.nodes[rapid.IntRange(0, 2).Draw(rt, "stall")].stall = rapid.IntRange(1, 30).Draw(rt, "stallVisits")
+			case a < 100:
+				c.returnBehind(rt)
 			}
 			c.round()
 			c.checkIdentical()
 		}
-		c.net.Heal()
-		c.net.SetFaults(transport.Faults{})
-		for _, n := range c.nodes {
-			if n.faulty {
-				c.crash(n)
-			}
-			if !n.up {
-				c.start(n)
-			}
-		}
+		cv.add(c, len(c.committed) > 0)
+		c.heal(rt)
 		c.converge(400)
 		if err := c.propose(c.leader(), 1); err != nil {
 			rt.Fatalf("propose after healing: %v", err)
@@ -293,6 +288,50 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 			}
 		}
 	})
+	cv.check(t, 0.8)
+	if cv.cases >= minCoverageCases && cv.casesWithEnts*10 < cv.cases {
+		t.Errorf("only %d of %d cases installed a snapshot with the entries after it in one Ready, want at least 10%%", cv.casesWithEnts, cv.cases)
+	}
+}
+
+// returnBehind takes a follower away or brings one back behind the
+// leader's log start. With every node up, a drawn follower loses power.
+// Otherwise the leader goes on without the first node down (batches
+// proposed, rounds run) until its snapshot is past what that node held,
+// then the node is started (its links healed). Half the time the leader's
+// snapshot and the append after it are then put in its inbox together, as
+// a busy Host gets them when a heartbeat response crossed the snapshot
+// (the transport reports a snapshot done once queued; the leader then
+// probes from its index), and half of those times a disk fault is armed
+// for the visit that installs; otherwise raft sends its snapshot itself.
+func (c *wcluster) returnBehind(rt *rapid.T) {
+	var f *wnode
+	for _, n := range c.nodes {
+		if !n.up && f == nil {
+			f = n
+		}
+	}
+	if f == nil {
+		if f = c.nodes[rapid.IntRange(0, 2).Draw(rt, "away")]; f != c.leader() {
+			c.crash(f)
+		}
+		return
+	}
+	l := c.leader()
+	for i := 0; i < 50 && l != nil && l.r.Snapshot().Index <= f.downAt; i++ {
+		_ = c.propose(l, 8)
+		c.round()
+		l = c.leader()
+	}
+	c.start(f)
+	c.net.Heal()
+	if l == nil || l == f || f.r.Partition().LastIndex() >= l.r.Snapshot().Index || !rapid.Bool().Draw(rt, "together") {
+		return
+	}
+	f.inbox = append(f.inbox, snapThenApp(rt, l, f)...)
+	if rapid.Bool().Draw(rt, "faultInInstall") {
+		c.armFault(f, rapid.IntRange(1, 60).Draw(rt, "installFaultAfterOps"))
+	}
 }
 
 // lagBehind builds the cluster of TestReplicaSnapshotCatchUp up to the
@@ -470,6 +509,9 @@ func TestReplicaInstallWithEntriesCrashAtEveryStep(t *testing.T) {
 		l := c.leader()
 		c.start(down)
 		msgs := snapThenApp(t, l, down)
+		if msgs == nil {
+			t.Fatalf("the leader holds no snapshot with entries after it")
+		}
 		var oneReady bool
 		down.r.onReady = func(w *Work) {
 			for _, a := range w.Appends {
@@ -519,21 +561,23 @@ func TestReplicaInstallWithEntriesCrashAtEveryStep(t *testing.T) {
 }
 
 // snapThenApp is what leader l sends follower down, which lags behind l's
-// log start: its snapshot, and the entries after it with l's commit index.
-func snapThenApp(t *testing.T, l, down *wnode) []raftpb.Message {
+// log start: its snapshot, and the entries after it with l's commit index
+// (the MsgApp l sends once the snapshot is reported done and a heartbeat
+// response comes back). Nil if l has no snapshot or no entry after it.
+func snapThenApp(t tb, l, down *wnode) []raftpb.Message {
 	t.Helper()
 	snap, err := l.r.storage.Snapshot()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("leader's snapshot: %v", err)
 	}
 	st := l.r.Status()
 	lo, hi := snap.Metadata.Index+1, l.r.Partition().LastIndex()
-	if hi < lo {
-		t.Fatalf("the leader holds no entry after its snapshot at %d", snap.Metadata.Index)
+	if snap.Metadata.Index == 0 || hi < lo {
+		return nil
 	}
 	ents, err := l.r.storage.Entries(lo, hi+1, 1<<20)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("leader's entries %d-%d: %v", lo, hi, err)
 	}
 	ents = slices.Clone(ents)
 	return []raftpb.Message{
