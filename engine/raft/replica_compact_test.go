@@ -223,17 +223,18 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 		for range steps {
 			switch a := rapid.IntRange(0, 99).Draw(rt, "action"); {
 			case a < 50:
-				if l := c.leader(); l != nil {
-					for range rapid.IntRange(1, 4).Draw(rt, "batches") {
-						_ = c.propose(l, rapid.IntRange(1, 8).Draw(rt, "records"))
+				l := c.leader()
+				for range rapid.IntRange(1, 4).Draw(rt, "batches") {
+					if k := rapid.IntRange(1, 8).Draw(rt, "records"); l != nil {
+						_ = c.propose(l, k)
 					}
 				}
 			case a < 55:
 				c.crash(c.nodes[rapid.IntRange(0, 2).Draw(rt, "crash")])
 			case a < 62:
-				n := c.nodes[rapid.IntRange(0, 2).Draw(rt, "faulty")]
+				n, ops := c.nodes[rapid.IntRange(0, 2).Draw(rt, "faulty")], rapid.IntRange(1, 40).Draw(rt, "faultAfterOps")
 				if n.up {
-					c.armFault(n, rapid.IntRange(1, 40).Draw(rt, "faultAfterOps"))
+					c.armFault(n, ops)
 				}
 			case a < 70:
 				for _, n := range c.nodes {
@@ -305,6 +306,8 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 // probes from its index), and half of those times a disk fault is armed
 // for the visit that installs; otherwise raft sends its snapshot itself.
 func (c *wcluster) returnBehind(rt *rapid.T) {
+	away, together := rapid.IntRange(0, 2).Draw(rt, "away"), rapid.Bool().Draw(rt, "together")
+	fault, ops := rapid.Bool().Draw(rt, "faultInInstall"), rapid.IntRange(1, 60).Draw(rt, "installFaultAfterOps")
 	var f *wnode
 	for _, n := range c.nodes {
 		if !n.up && f == nil {
@@ -312,7 +315,7 @@ func (c *wcluster) returnBehind(rt *rapid.T) {
 		}
 	}
 	if f == nil {
-		if f = c.nodes[rapid.IntRange(0, 2).Draw(rt, "away")]; f != c.leader() {
+		if f = c.nodes[away]; f != c.leader() {
 			c.crash(f)
 		}
 		return
@@ -325,12 +328,12 @@ func (c *wcluster) returnBehind(rt *rapid.T) {
 	}
 	c.start(f)
 	c.net.Heal()
-	if l == nil || l == f || f.r.Partition().LastIndex() >= l.r.Snapshot().Index || !rapid.Bool().Draw(rt, "together") {
+	if l == nil || l == f || f.r.Partition().LastIndex() >= l.r.Snapshot().Index || !together {
 		return
 	}
 	f.inbox = append(f.inbox, snapThenApp(rt, l, f)...)
-	if rapid.Bool().Draw(rt, "faultInInstall") {
-		c.armFault(f, rapid.IntRange(1, 60).Draw(rt, "installFaultAfterOps"))
+	if fault {
+		c.armFault(f, ops)
 	}
 }
 

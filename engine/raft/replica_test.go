@@ -715,10 +715,13 @@ func (c *wcluster) isolate(i uint64) {
 // Replay: a failing run prints -rapid.seed=N and writes
 // testdata/rapid/TestReplicaRandomFaults/*.fail; run
 // go test ./engine/raft -run 'TestReplicaRandomFaults$' -rapid.seed=N (or
-// -rapid.failfile=PATH) -rapid.v to see every draw. Every fail file there is
-// replayed by each run; one whose draws no longer fit the generator is
-// reported "no longer valid" and must be removed (or regenerated with the
-// seed) when the generator changes.
+// -rapid.failfile=PATH) -rapid.v to see every draw. Every draw is made
+// whatever the cluster's state (an action draws all its values before
+// looking at it), so a seed replays the same choices even where the log
+// store's goroutine makes a run differ in detail (how many writes a group
+// commit took). A fail file kept there is replayed by every run, and
+// TestRapidFailFilesReplay fails once it no longer replays: remove it (or
+// keep a new one) when the generator changes.
 func TestReplicaRandomFaults(t *testing.T) {
 	var cv coverage
 	rapid.Check(t, func(rt *rapid.T) {
@@ -732,20 +735,21 @@ func TestReplicaRandomFaults(t *testing.T) {
 		for range steps {
 			switch a := rapid.IntRange(0, 99).Draw(rt, "action"); {
 			case a < 40:
+				cand, k := rapid.IntRange(0, 2).Draw(rt, "candidate"), rapid.IntRange(1, 4).Draw(rt, "records")
 				if c.leader() == nil {
-					c.elect(c.nodes[rapid.IntRange(0, 2).Draw(rt, "candidate")])
+					c.elect(c.nodes[cand])
 				}
 				if l := c.leader(); l != nil {
-					_ = c.propose(l, rapid.IntRange(1, 4).Draw(rt, "records"))
+					_ = c.propose(l, k)
 				}
 			case a < 46:
 				c.crash(c.nodes[rapid.IntRange(0, 2).Draw(rt, "crash")])
 			case a < 52:
 				// A disk fault on one of the next FS operations: the node's
 				// replica (or store) fails mid-write and the node loses power.
-				n := c.nodes[rapid.IntRange(0, 2).Draw(rt, "faulty")]
+				n, ops := c.nodes[rapid.IntRange(0, 2).Draw(rt, "faulty")], rapid.IntRange(1, 30).Draw(rt, "faultAfterOps")
 				if n.up {
-					c.armFault(n, rapid.IntRange(1, 30).Draw(rt, "faultAfterOps"))
+					c.armFault(n, ops)
 				}
 			case a < 62:
 				for _, n := range c.nodes {
