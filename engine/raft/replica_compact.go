@@ -118,10 +118,10 @@ func checkSnapshot(s *raftpb.Snapshot) error {
 //
 // The saved commit is the snapshot's index, never hs.Commit: when raft got
 // the snapshot and the entries after it before one Ready (a MsgSnap and the
-// next MsgApp stepped in one visit), hs.Commit covers entries persist
-// writes only after this; saved now, a power loss during their write would
-// leave a commit index past the end of the durable log, which no replica
-// opens. The saved commit must never be ahead of the durable log (etcd
+// next MsgApp stepped in one visit), hs.Commit covers entries that persist
+// writes only after this; saved now, a power loss during their write left
+// a commit index past the end of the durable log, and the replica refused
+// to open. The saved commit must never be ahead of the durable log (etcd
 // raft's storage contract); a lower one is learned again from the leader.
 func (r *Replica) install(s raftpb.Snapshot, hs raftpb.HardState) error {
 	m := snapshotMetaFromRaft(s)
