@@ -488,7 +488,9 @@ func TestHostLeaderStopsUnderLoad(t *testing.T) {
 // acknowledged record is committed at its offset on every replica, none
 // reported lost is committed, and after healing every group converges.
 // The hosts' workers run concurrently, so a seed replays the faults, not
-// the exact interleaving.
+// the exact interleaving: every draw is made whatever the cluster's state
+// (whether a group has a leader depends on the interleaving), so that a
+// seed or fail file replays the same choices (TestRapidFailFilesReplay).
 func TestHostRandomFaults(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		groups := rapid.IntRange(1, 6).Draw(rt, "groups")
@@ -499,12 +501,12 @@ func TestHostRandomFaults(t *testing.T) {
 			g := uint64(rapid.IntRange(1, groups).Draw(rt, "group"))
 			switch a := rapid.IntRange(0, 99).Draw(rt, "action"); {
 			case a < 45:
-				n := c.nodes[rapid.IntRange(0, 2).Draw(rt, "via")]
-				if l := c.leader(g); l != nil && rapid.Bool().Draw(rt, "toLeader") {
+				n, toLeader := c.nodes[rapid.IntRange(0, 2).Draw(rt, "via")], rapid.Bool().Draw(rt, "toLeader")
+				if l := c.leader(g); l != nil && toLeader {
 					n = l
 				}
-				if n.up {
-					for range rapid.IntRange(1, 4).Draw(rt, "count") {
+				if k := rapid.IntRange(1, 4).Draw(rt, "count"); n.up {
+					for range k {
 						c.propose(n, g)
 					}
 				}

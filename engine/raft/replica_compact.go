@@ -111,13 +111,21 @@ func checkSnapshot(s *raftpb.Snapshot) error {
 //  1. the snapshot metadata is saved (saveSnapshotMeta);
 //  2. the log is reset to start empty after its index, its next record at
 //     its offset (log ResetTo);
-//  3. the state is saved: hs (or the current HardState) with a commit of at
-//     least its index, its ConfState, Applied = its index;
+//  3. the state is saved: hs (or the current HardState) with a commit of
+//     its index, its ConfState, Applied = its index;
 //
 // then the storage serves it and the committed end becomes its offset.
 // OpenReplica recovers a crash at any point (recoverSnapshot, and
 // NewStorage, which takes the snapshot's ConfState and index over an older
 // saved state).
+//
+// The saved commit is the snapshot's index, never hs.Commit: when raft got
+// the snapshot and the entries after it before one Ready (a MsgSnap and the
+// next MsgApp stepped in one visit), hs.Commit covers entries that persist
+// writes only after this; saved now, a power loss during their write left
+// a commit index past the end of the durable log, and the replica refused
+// to open. The saved commit must never be ahead of the durable log (etcd
+// raft's storage contract); a lower one is learned again from the leader.
 func (r *Replica) install(s raftpb.Snapshot, hs raftpb.HardState) error {
 	m := snapshotMetaFromRaft(s)
 	d, err := decodeSnapshotData(m.Data)
@@ -137,7 +145,7 @@ func (r *Replica) install(s raftpb.Snapshot, hs raftpb.HardState) error {
 	if !etcdraft.IsEmptyHardState(hs) {
 		st.HardState = hs
 	}
-	st.HardState.Commit = max(st.HardState.Commit, m.Index)
+	st.HardState.Commit = m.Index // the durable log ends here (see above)
 	st.ConfState, st.Applied = m.ConfState, m.Index
 	if err := r.ss.Save(st); err != nil {
 		return err

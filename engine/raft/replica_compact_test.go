@@ -3,9 +3,11 @@ package raft
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"go.etcd.io/raft/v3/raftpb"
 	"pgregory.net/rapid"
 
 	slog "github.com/spoolmq/spool/engine/log"
@@ -198,8 +200,13 @@ func TestReplicaSnapshotCatchUp(t *testing.T) {
 // messages are lost, duplicated and reordered, and the network partitions.
 // Every record seen committed stays at its offset on every replica that
 // still holds it, the replicas give up the same prefix, and after healing
-// every replica catches up. Replay a failure with -rapid.seed.
+// every replica catches up. Nodes whose visits stall make messages pile
+// up and be stepped together before one Ready, as in a busy Host: a MsgSnap
+// and the next MsgApp then reach one Append (the snapshot, the entries
+// after it and a commit covering them); how many did is logged (-v), and a
+// full run must reach it. Replay a failure as TestReplicaRandomFaults says.
 func TestReplicaRetentionRandomFaults(t *testing.T) {
+	var cv coverage
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -210,22 +217,24 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 			c.start(n)
 		}
 		defer c.close()
+		c.setBusy(rapid.Float64Range(0, 0.5).Draw(rt, "busy"), rapid.Float64Range(0, 0.5).Draw(rt, "overlap"), rapid.Uint64().Draw(rt, "visitSeed"))
 		c.elect(c.nodes[0])
 		steps := rapid.IntRange(50, 250).Draw(rt, "steps")
 		for range steps {
 			switch a := rapid.IntRange(0, 99).Draw(rt, "action"); {
 			case a < 50:
-				if l := c.leader(); l != nil {
-					for range rapid.IntRange(1, 4).Draw(rt, "batches") {
-						_ = c.propose(l, rapid.IntRange(1, 8).Draw(rt, "records"))
+				l := c.leader()
+				for range rapid.IntRange(1, 4).Draw(rt, "batches") {
+					if k := rapid.IntRange(1, 8).Draw(rt, "records"); l != nil {
+						_ = c.propose(l, k)
 					}
 				}
 			case a < 55:
 				c.crash(c.nodes[rapid.IntRange(0, 2).Draw(rt, "crash")])
 			case a < 62:
-				n := c.nodes[rapid.IntRange(0, 2).Draw(rt, "faulty")]
+				n, ops := c.nodes[rapid.IntRange(0, 2).Draw(rt, "faulty")], rapid.IntRange(1, 40).Draw(rt, "faultAfterOps")
 				if n.up {
-					c.armFault(n, rapid.IntRange(1, 40).Draw(rt, "faultAfterOps"))
+					c.armFault(n, ops)
 				}
 			case a < 70:
 				for _, n := range c.nodes {
@@ -235,14 +244,7 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 					}
 				}
 			case a < 75:
-				i := uint64(rapid.IntRange(1, 3).Draw(rt, "isolate"))
-				var others []uint64
-				for _, n := range c.nodes {
-					if n.id != i {
-						others = append(others, n.id)
-					}
-				}
-				c.net.Partition([]uint64{i}, others)
+				c.isolate(uint64(rapid.IntRange(1, 3).Draw(rt, "isolate")))
 			case a < 82:
 				c.net.Heal()
 			case a < 86:
@@ -253,20 +255,16 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 					Duplicate: rapid.Float64Range(0, 0.2).Draw(rt, "dup"),
 					Jitter:    time.Duration(rapid.IntRange(0, 30).Draw(rt, "jitterMs")) * time.Millisecond,
 				})
+			case a < 95:
+				c.nodes[rapid.IntRange(0, 2).Draw(rt, "stall")].stall = rapid.IntRange(1, 30).Draw(rt, "stallVisits")
+			case a < 100:
+				c.returnBehind(rt)
 			}
 			c.round()
 			c.checkIdentical()
 		}
-		c.net.Heal()
-		c.net.SetFaults(transport.Faults{})
-		for _, n := range c.nodes {
-			if n.faulty {
-				c.crash(n)
-			}
-			if !n.up {
-				c.start(n)
-			}
-		}
+		cv.add(c, len(c.committed) > 0)
+		c.heal(rt)
 		c.converge(400)
 		if err := c.propose(c.leader(), 1); err != nil {
 			rt.Fatalf("propose after healing: %v", err)
@@ -291,6 +289,52 @@ func TestReplicaRetentionRandomFaults(t *testing.T) {
 			}
 		}
 	})
+	cv.check(t, 0.8)
+	if cv.cases >= minCoverageCases && cv.casesWithEnts*10 < cv.cases {
+		t.Errorf("only %d of %d cases installed a snapshot with the entries after it in one Ready, want at least 10%%", cv.casesWithEnts, cv.cases)
+	}
+}
+
+// returnBehind takes a follower away or brings one back behind the
+// leader's log start. With every node up, a drawn follower loses power.
+// Otherwise the leader goes on without the first node down (batches
+// proposed, rounds run) until its snapshot is past what that node held,
+// then the node is started (its links healed). Half the time the leader's
+// snapshot and the append after it are then put in its inbox together, as
+// a busy Host gets them when a heartbeat response crossed the snapshot
+// (the transport reports a snapshot done once queued; the leader then
+// probes from its index), and half of those times a disk fault is armed
+// for the visit that installs; otherwise raft sends its snapshot itself.
+func (c *wcluster) returnBehind(rt *rapid.T) {
+	away, together := rapid.IntRange(0, 2).Draw(rt, "away"), rapid.Bool().Draw(rt, "together")
+	fault, ops := rapid.Bool().Draw(rt, "faultInInstall"), rapid.IntRange(1, 60).Draw(rt, "installFaultAfterOps")
+	var f *wnode
+	for _, n := range c.nodes {
+		if !n.up && f == nil {
+			f = n
+		}
+	}
+	if f == nil {
+		if f = c.nodes[away]; f != c.leader() {
+			c.crash(f)
+		}
+		return
+	}
+	l := c.leader()
+	for i := 0; i < 50 && l != nil && l.r.Snapshot().Index <= f.downAt; i++ {
+		_ = c.propose(l, 8)
+		c.round()
+		l = c.leader()
+	}
+	c.start(f)
+	c.net.Heal()
+	if l == nil || l == f || f.r.Partition().LastIndex() >= l.r.Snapshot().Index || !together {
+		return
+	}
+	f.inbox = append(f.inbox, snapThenApp(rt, l, f)...)
+	if fault {
+		c.armFault(f, ops)
+	}
 }
 
 // lagBehind builds the cluster of TestReplicaSnapshotCatchUp up to the
@@ -446,5 +490,102 @@ func TestReplicaRetainFrom(t *testing.T) {
 	c.checkRetained()
 	if s := starts(); s[0] != 60 || s[1] != 60 || s[2] != 60 {
 		t.Fatalf("after a restart the log starts at %v, want 60 everywhere", s)
+	}
+}
+
+// TestReplicaInstallWithEntriesCrashAtEveryStep: a follower steps the
+// leader's MsgSnap and the MsgApp that follows it before one Ready, as a
+// Host visit does when both wait in the mailbox (the transport reports a
+// snapshot done once the receiver queued it, and the leader then probes
+// from the snapshot's index). Raft hands out one Append with the snapshot,
+// the entries after it and a HardState whose commit covers them. For every
+// k until the whole Append is written without the fault firing, the
+// follower loses power at its k-th file-system change (files cut back to
+// what was fsynced): restarted, it must open and converge. Saving that
+// commit before the entries were durable left a commit index past the end
+// of the log, and the replica refused to open.
+func TestReplicaInstallWithEntriesCrashAtEveryStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for k := 1; ; k++ {
+		c, down, last := lagBehind(t, ctx, 7)
+		l := c.leader()
+		c.start(down)
+		msgs := snapThenApp(t, l, down)
+		if msgs == nil {
+			t.Fatalf("the leader holds no snapshot with entries after it")
+		}
+		var oneReady bool
+		down.r.onReady = func(w *Work) {
+			for _, a := range w.Appends {
+				if a.Snapshot != nil && len(a.Entries) > 0 && a.HardState.Commit > a.Snapshot.Metadata.Index {
+					oneReady = true
+				}
+			}
+		}
+		c.armFault(down, k)
+		for _, m := range msgs {
+			if err := down.r.Step(m); err != nil {
+				t.Fatalf("fault after %d changes: step %v: %v", k, m.Type, err)
+			}
+		}
+		if err := down.r.Process(ctx, down.send); err != nil {
+			c.failed(down, "Process", err)
+		}
+		if !oneReady {
+			t.Fatalf("the follower did not get the snapshot, the entries after it and a commit covering them in one Ready")
+		}
+		fired := !down.up
+		if down.faulty {
+			c.crash(down)
+		}
+		if !down.up {
+			c.start(down) // fails the test if the replica refuses to open
+		}
+		c.converge(200)
+		for range 10 {
+			c.round()
+		}
+		c.converge(100)
+		c.checkIdentical()
+		c.checkRetained()
+		if down.r.Snapshot().Index <= last {
+			t.Fatalf("fault after %d changes: the follower's snapshot is at %d, its log ended at %d", k, down.r.Snapshot().Index, last)
+		}
+		c.close()
+		if !fired {
+			if k < 6 {
+				t.Fatalf("the install and its entries took only %d file-system changes", k-1)
+			}
+			t.Logf("the install with its entries takes %d file-system changes", k-1)
+			return
+		}
+	}
+}
+
+// snapThenApp is what leader l sends follower down, which lags behind l's
+// log start: its snapshot, and the entries after it with l's commit index
+// (the MsgApp l sends once the snapshot is reported done and a heartbeat
+// response comes back). Nil if l has no snapshot or no entry after it.
+func snapThenApp(t tb, l, down *wnode) []raftpb.Message {
+	t.Helper()
+	snap, err := l.r.storage.Snapshot()
+	if err != nil {
+		t.Fatalf("leader's snapshot: %v", err)
+	}
+	st := l.r.Status()
+	lo, hi := snap.Metadata.Index+1, l.r.Partition().LastIndex()
+	if snap.Metadata.Index == 0 || hi < lo {
+		return nil
+	}
+	ents, err := l.r.storage.Entries(lo, hi+1, 1<<20)
+	if err != nil {
+		t.Fatalf("leader's entries %d-%d: %v", lo, hi, err)
+	}
+	ents = slices.Clone(ents)
+	return []raftpb.Message{
+		{Type: raftpb.MsgSnap, From: l.id, To: down.id, Term: st.Term, Snapshot: &snap},
+		{Type: raftpb.MsgApp, From: l.id, To: down.id, Term: st.Term, LogTerm: snap.Metadata.Term, Index: snap.Metadata.Index,
+			Entries: ents, Commit: min(st.Commit, ents[len(ents)-1].Index)},
 	}
 }
