@@ -121,6 +121,7 @@ func (c *Config) Validate() error {
 	c.validateTracing(&v)
 	c.validateApps(&v)
 	c.validateAdmin(&v)
+	c.validateGuards(&v)
 	if m := c.Delivery.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
 		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
 	}

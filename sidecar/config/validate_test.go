@@ -340,6 +340,9 @@ func TestKafkaBackend(t *testing.T) {
 		}, "storage.kafka.sasl_mechanism", "plain, scram-sha-256 or scram-sha-512"},
 		{"sasl without password", func(c *Config) { c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername = "plain", "u" }, "storage.kafka.sasl_password_file", "a file holding the password"},
 		{"cluster with kafka", func(c *Config) { c.Cluster.Listen = "127.0.0.1:7072" }, "cluster.listen", "unset with storage.backend kafka"},
+		{"sasl plain without tls", func(c *Config) {
+			c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername, c.Storage.Kafka.SASLPasswordFile = "plain", "u", "/p"
+		}, "storage.kafka.sasl_mechanism", "guards.insecure_kafka_sasl_plain_without_tls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := kafka()
@@ -435,5 +438,27 @@ func TestValidateClusterSecurity(t *testing.T) {
 		if _, err := ReadJoinSecret(bad); err == nil {
 			t.Fatalf("ReadJoinSecret(%s) took it", bad)
 		}
+	}
+}
+
+// TestGuardsKafkaSASLPlain: plain is accepted with TLS or with the
+// explicit insecure setting, never silently in clear text.
+func TestGuardsKafkaSASLPlain(t *testing.T) {
+	c := kafka()
+	c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername, c.Storage.Kafka.SASLPasswordFile = "plain", "u", "/p"
+	c.Storage.Kafka.TLS = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("plain over TLS: %v", err)
+	}
+	c.Storage.Kafka.TLS = false
+	c.Guards.KafkaSASLPlainWithoutTLS = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("plain with the insecure setting: %v", err)
+	}
+	c.Guards.KafkaSASLPlainWithoutTLS = false
+	c.Guards.RedisMaxReplyBytes = 10
+	errs := fieldErrors(c.Validate())
+	if len(errs) != 2 || errs[0].Field != "guards.redis_max_reply_bytes" || errs[1].Field != "storage.kafka.sasl_mechanism" {
+		t.Fatalf("errors %v", errs)
 	}
 }

@@ -71,6 +71,7 @@ type Metrics struct {
 	LedgerErrors        *prometheus.CounterVec   // op
 	LedgerAvailable     prometheus.Gauge
 	LedgerMalformed     *prometheus.CounterVec // op
+	RemoteRefused       *prometheus.CounterVec // peer (redis, nats)
 	BreakerState        *prometheus.GaugeVec   // group, topic, downstream
 	BreakerTransitions  *prometheus.CounterVec // group, topic, downstream, to
 	Redriven            *prometheus.CounterVec // group, topic
@@ -179,6 +180,7 @@ func New() *Metrics {
 		LedgerErrors:       counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
 		LedgerAvailable:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 once Redis has answered; 0 after a failed startup ping or while the breaker toward Redis is open, until Redis answers again."}),
 		LedgerMalformed:    counter("ledger_malformed_entries_total", "Entries under the ledger's key prefix not in the ledger's format (or of another Redis type), by the operation that met them: claim overwrote it with a first attempt; complete, release, dead left it alone; reset answered absent. Each affects only its own message.", "op"),
+		RemoteRefused:      counter("remote_replies_refused_total", "Connections to the ledger's Redis (peer=redis) or a NATS server (peer=nats) closed because a reply declared or sent more than guards.redis_max_reply_bytes or guards.nats_max_frame_bytes, or was not the protocol; only the call that met it fails.", "peer"),
 		BreakerState:       gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
 		BreakerTransitions: counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
 		Redriven:           counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),

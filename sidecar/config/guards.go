@@ -1,0 +1,55 @@
+package config
+
+import "strconv"
+
+// GuardsConfig bounds what a hostile or intercepted server, and a hostile
+// request, can make spoold hold or do (docs/configuration.md, "guards";
+// docs/security.md). Every field has a default; 0 takes it.
+type GuardsConfig struct {
+	// RedisMaxReplyBytes bounds one reply of the ledger's Redis: a reply
+	// declaring more fails its call and closes the connection.
+	RedisMaxReplyBytes int64 `yaml:"redis_max_reply_bytes"`
+	// NATSMaxFrameBytes bounds one protocol frame of a NATS server (a
+	// message, its headers and payload, or a control line): more closes
+	// the connection.
+	NATSMaxFrameBytes int64 `yaml:"nats_max_frame_bytes"`
+	// KafkaSASLPlainWithoutTLS lets kafka.sasl_mechanism plain send the
+	// password in clear text (no kafka.tls).
+	KafkaSASLPlainWithoutTLS bool `yaml:"insecure_kafka_sasl_plain_without_tls"`
+}
+
+const (
+	// DefaultRedisMaxReplyBytes: the ledger's largest honest reply (a
+	// script's answer for 1,000 keys with 1 KiB errors) is under 2 MiB.
+	DefaultRedisMaxReplyBytes = 64 << 20
+	// DefaultNATSMaxFrameBytes is NATS's own largest max_payload (64 MiB)
+	// plus room for a message's subject, reply and headers.
+	DefaultNATSMaxFrameBytes = 64<<20 + 1<<20
+	// MinGuardReplyBytes and MaxGuardReplyBytes bound both reply limits.
+	MinGuardReplyBytes = 1 << 20
+	MaxGuardReplyBytes = 1 << 30
+)
+
+func (g *GuardsConfig) applyDefaults() {
+	if g.RedisMaxReplyBytes == 0 {
+		g.RedisMaxReplyBytes = DefaultRedisMaxReplyBytes
+	}
+	if g.NATSMaxFrameBytes == 0 {
+		g.NATSMaxFrameBytes = DefaultNATSMaxFrameBytes
+	}
+}
+
+func (c *Config) validateGuards(v *validator) {
+	g := c.Guards
+	v.intRange("guards.redis_max_reply_bytes", g.RedisMaxReplyBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	v.intRange("guards.nats_max_frame_bytes", g.NATSMaxFrameBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendJetStream && g.NATSMaxFrameBytes < m+64<<10 {
+		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
+			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a frame)")
+	}
+	k := c.Storage.Kafka
+	if c.Storage.Backend == BackendKafka && k.SASLMechanism == "plain" && k.SASLPasswordFile != "" && !k.TLS && !g.KafkaSASLPlainWithoutTLS {
+		v.add("storage.kafka.sasl_mechanism", k.SASLMechanism,
+			"scram-sha-256 or scram-sha-512, or plain with storage.kafka.tls: plain without TLS sends the password in clear text to anyone on the path (guards.insecure_kafka_sasl_plain_without_tls: true allows it)")
+	}
+}
