@@ -46,11 +46,12 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 	case config.BackendJetStream:
 		js := cfg.Storage.JetStream
 		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,
-			PublishTimeout: js.PublishTimeout, Name: "spoold " + cfg.Node.ID, Logger: logger})
+			PublishTimeout: js.PublishTimeout, Name: "spoold " + cfg.Node.ID, Logger: logger,
+			MaxFrameBytes: cfg.Guards.NATSMaxFrameBytes, OnFrameRefused: func() { m.RemoteRefused.WithLabelValues("nats").Inc() }})
 		if err != nil {
 			return nil, err
 		}
-		logger.Info("storage: NATS JetStream", "urls", js.URLs, "prefix", js.Prefix, "replicas", js.Replicas, "shared_groups", js.SharedGroups)
+		logger.Info("storage: NATS JetStream", "urls", jetstream.RedactURLs(js.URLs), "prefix", js.Prefix, "replicas", js.Replicas, "shared_groups", js.SharedGroups)
 		if !js.SharedGroups {
 			return privateGroups{b}, nil
 		}
