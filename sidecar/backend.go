@@ -42,7 +42,8 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 			}
 			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: cc, Hooks: hooks})
 		}
-		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks})
+		checkFileLimit(cfg.Guards.MaxNodePartitions, logger)
+		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks, MaxPartitions: cfg.Guards.MaxNodePartitions})
 	case config.BackendJetStream:
 		js := cfg.Storage.JetStream
 		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,

@@ -16,6 +16,9 @@ type GuardsConfig struct {
 	// KafkaSASLPlainWithoutTLS lets kafka.sasl_mechanism plain send the
 	// password in clear text (no kafka.tls).
 	KafkaSASLPlainWithoutTLS bool `yaml:"insecure_kafka_sasl_plain_without_tls"`
+	// MaxNodePartitions is a single node's partition budget (embedded
+	// storage without a cluster): a topic that would pass it is refused.
+	MaxNodePartitions int `yaml:"max_node_partitions"`
 }
 
 const (
@@ -25,6 +28,12 @@ const (
 	// DefaultNATSMaxFrameBytes is NATS's own largest max_payload (64 MiB)
 	// plus room for a message's subject, reply and headers.
 	DefaultNATSMaxFrameBytes = 64<<20 + 1<<20
+	// DefaultMaxNodePartitions: each partition holds three open files per
+	// segment, so 4,096 partitions of one segment take 12,288 descriptors.
+	DefaultMaxNodePartitions = 4096
+	// MaxMaxNodePartitions bounds max_node_partitions (the controller's
+	// MaxTotalPartitions).
+	MaxMaxNodePartitions = 100_000
 	// MinGuardReplyBytes and MaxGuardReplyBytes bound both reply limits.
 	MinGuardReplyBytes = 1 << 20
 	MaxGuardReplyBytes = 1 << 30
@@ -37,12 +46,16 @@ func (g *GuardsConfig) applyDefaults() {
 	if g.NATSMaxFrameBytes == 0 {
 		g.NATSMaxFrameBytes = DefaultNATSMaxFrameBytes
 	}
+	if g.MaxNodePartitions == 0 {
+		g.MaxNodePartitions = DefaultMaxNodePartitions
+	}
 }
 
 func (c *Config) validateGuards(v *validator) {
 	g := c.Guards
 	v.intRange("guards.redis_max_reply_bytes", g.RedisMaxReplyBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
 	v.intRange("guards.nats_max_frame_bytes", g.NATSMaxFrameBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	v.intRange("guards.max_node_partitions", int64(g.MaxNodePartitions), 1, MaxMaxNodePartitions)
 	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendJetStream && g.NATSMaxFrameBytes < m+64<<10 {
 		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
 			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a frame)")
