@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
@@ -58,5 +59,21 @@ func checkFileLimit(budget int, logger *slog.Logger) {
 	if rl.Cur < need {
 		logger.Warn("the file descriptor limit is below what guards.max_node_partitions needs: a node out of descriptors stops accepting on every port; raise the limit (ulimit -n) or lower guards.max_node_partitions",
 			"nofile", rl.Cur, "max_node_partitions", budget, "needs", need)
+	}
+}
+
+// warnPlaintextRemotes logs an INSECURE warning for each address of the
+// ledger or the broker reached without TLS beyond loopback, and counts
+// them in spool_plaintext_remotes{peer}. (With
+// guards.require_tls_beyond_loopback the config is refused before this.)
+func warnPlaintextRemotes(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) {
+	counts := map[string]int{"redis": 0, "nats": 0, "kafka": 0}
+	for _, r := range cfg.PlaintextRemotes() {
+		counts[r.Peer]++
+		logger.Warn("INSECURE: spoold reaches this address beyond loopback without TLS: anyone on the path reads and changes what it sends and receives (a hostile reply is bounded, not prevented); set TLS, and guards.require_tls_beyond_loopback to refuse this at start",
+			"peer", r.Peer, "setting", r.Field, "addr", r.Addr)
+	}
+	for peer, n := range counts {
+		m.PlaintextRemotes.WithLabelValues(peer).Set(float64(n))
 	}
 }

@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/engine/embedded"
+	"github.com/spoolmq/spool/internal/testnats"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
@@ -54,3 +57,69 @@ func TestAdminCreateTopicPartitionBudgetAndCase(t *testing.T) {
 		t.Errorf("spool_node_partitions %v, limit %v; want 3, 4", used, limit)
 	}
 }
+
+// TestCredentialsNeverLogged starts the JetStream backend and the Redis
+// ledger with known secrets in their URLs and passwords, and warns about
+// plaintext addresses: no log line and no error holds a secret, and
+// spool_plaintext_remotes counts the addresses.
+func TestCredentialsNeverLogged(t *testing.T) {
+	srv := testnats.Start(t)
+	port := strings.TrimPrefix(srv.URL(), "nats://127.0.0.1:")
+	secrets := []string{"nats-pw-s3cret", "nats-tok3n-s3cret", "redis-pw-s3cret"}
+	cfg := &config.Config{}
+	cfg.Node.ID = "n1"
+	cfg.Storage.Backend = config.BackendJetStream
+	cfg.Storage.JetStream.URLs = []string{"nats://alice:nats-pw-s3cret@127.0.0.1:" + port, "nats://nats-tok3n-s3cret@nats.example:4222"}
+	cfg.Redis.Addrs = []string{"127.0.0.1:1", "redis.example:6379"}
+	cfg.Redis.Password = "redis-pw-s3cret"
+	cfg.ApplyDefaults()
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m := metrics.New()
+	warnPlaintextRemotes(cfg, m, logger)
+	var errs []string
+	eng, err := openBackend(cfg, "", m, logger)
+	if err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		defer eng.Close()
+	}
+	led, err := newLedger(cfg, m, logger)
+	if err != nil {
+		errs = append(errs, err.Error())
+	} else if c, ok := led.(interface{ Close() error }); ok {
+		defer c.Close()
+	}
+	cfg.Storage.JetStream.URLs = cfg.Storage.JetStream.URLs[1:] // unreachable: Open fails
+	if _, err := openBackend(cfg, "", m, logger); err != nil {
+		errs = append(errs, err.Error())
+	} else {
+		t.Error("Open with no reachable server succeeded")
+	}
+	mu.Lock()
+	all := logs.String() + strings.Join(errs, "\n")
+	mu.Unlock()
+	for _, s := range secrets {
+		if strings.Contains(all, s) {
+			t.Errorf("%q appears in:\n%s", s, all)
+		}
+	}
+	if !strings.Contains(all, "alice:xxxxx@127.0.0.1") || !strings.Contains(all, "INSECURE") {
+		t.Errorf("the redacted URL or the INSECURE warning is missing:\n%s", all)
+	}
+	if got := testutil.ToFloat64(m.PlaintextRemotes.WithLabelValues("nats")); got != 1 {
+		t.Errorf("spool_plaintext_remotes{peer=nats} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.PlaintextRemotes.WithLabelValues("redis")); got != 1 {
+		t.Errorf("spool_plaintext_remotes{peer=redis} = %v, want 1", got)
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

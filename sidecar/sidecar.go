@@ -151,6 +151,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
 		m.MemoryLimit.Set(float64(lim))
 	}
+	warnPlaintextRemotes(cfg, m, logger)
 	eng, err := openBackend(cfg, dataDir, m, logger)
 	if err != nil {
 		return err

@@ -462,3 +462,37 @@ func TestGuardsKafkaSASLPlain(t *testing.T) {
 		t.Fatalf("errors %v", errs)
 	}
 }
+
+// TestPlaintextRemotes: addresses beyond loopback reached without TLS are
+// listed (credentials left out), and refused at start with
+// guards.require_tls_beyond_loopback.
+func TestPlaintextRemotes(t *testing.T) {
+	c := jetStream()
+	c.Storage.JetStream.URLs = append(c.Storage.JetStream.URLs, "nats://alice:secret-pw@nats-3:4222", "localhost:4222")
+	c.Redis.Addrs = []string{"127.0.0.1:6379", "redis:6379"}
+	var got []string
+	for _, r := range c.PlaintextRemotes() {
+		got = append(got, r.Peer+" "+r.Field+" "+r.Addr)
+	}
+	want := []string{"redis redis.addrs[1] redis:6379", "nats storage.jetstream.urls[1] nats-1:4222", "nats storage.jetstream.urls[3] nats-3:4222"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("PlaintextRemotes = %q, want %q", got, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("without the requirement: %v", err)
+	}
+	c.Guards.RequireTLSBeyondLoopback = true
+	errs := fieldErrors(c.Validate())
+	if len(errs) != 3 || errs[0].Field != "redis.addrs[1]" || strings.Contains(errors.Join(c.Validate()).Error(), "secret-pw") {
+		t.Fatalf("with the requirement: %v", errs)
+	}
+	k := kafka()
+	k.Guards.RequireTLSBeyondLoopback = true
+	if errs := fieldErrors(k.Validate()); len(errs) != 1 || errs[0].Field != "storage.kafka.brokers[1]" {
+		t.Fatalf("kafka: %v", errs)
+	}
+	k.Storage.Kafka.TLS = true
+	if err := k.Validate(); err != nil {
+		t.Fatalf("kafka over TLS: %v", err)
+	}
+}
