@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spoolmq/spool/internal/redact"
 )
 
 // DefaultMaxFrameBytes bounds one frame a NATS server sends (Config.MaxFrameBytes,
@@ -223,32 +225,10 @@ func tlsHostsOf(urls []string) map[string]bool {
 	return m
 }
 
-// RedactURLs returns urls with any user, password or token left out
+// RedactURLs returns urls with any password or token left out
 // (nats://user:xxxxx@host:4222, nats://xxxxx@host:4222), for logs and
 // errors.
-func RedactURLs(urls []string) []string {
-	out := make([]string, len(urls))
-	for i, s := range urls {
-		out[i] = redactURL(s)
-	}
-	return out
-}
-
-func redactURL(s string) string {
-	at := strings.LastIndexByte(s, '@')
-	if at < 0 {
-		return s
-	}
-	scheme := ""
-	if i := strings.Index(s, "://"); i >= 0 && i < at {
-		scheme = s[:i+3]
-	}
-	user := s[len(scheme):at]
-	if c := strings.IndexByte(user, ':'); c >= 0 {
-		return scheme + user[:c] + ":xxxxx" + s[at:]
-	}
-	return scheme + "xxxxx" + s[at:]
-}
+func RedactURLs(urls []string) []string { return redact.URLs(urls) }
 
 // redactErr returns err, or when its text holds a URL of urls with
 // credentials, an error whose text has them redacted.
@@ -258,7 +238,7 @@ func redactErr(err error, urls []string) error {
 	for _, u := range urls {
 		for _, one := range strings.Split(u, ",") {
 			one = strings.TrimSpace(one)
-			red = strings.ReplaceAll(red, one, redactURL(one))
+			red = strings.ReplaceAll(red, one, redact.URL(one))
 		}
 	}
 	if red == msg {

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spoolmq/spool/internal/limits"
+	"github.com/spoolmq/spool/internal/redact"
 	"github.com/spoolmq/spool/sidecar/breaker"
 )
 
@@ -598,7 +599,7 @@ func (c *Config) validateJetStream(v *validator) {
 	}
 	for i, u := range js.URLs {
 		if !validNATSURL(u) {
-			v.add(fmt.Sprintf("storage.jetstream.urls[%d]", i), u, "nats://host:port, tls://host:port or host:port")
+			v.add(fmt.Sprintf("storage.jetstream.urls[%d]", i), redact.URL(u), "nats://host:port, tls://host:port or host:port")
 		}
 	}
 	if !validPrefix(js.Prefix) {

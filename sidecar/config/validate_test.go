@@ -496,3 +496,13 @@ func TestPlaintextRemotes(t *testing.T) {
 		t.Fatalf("kafka over TLS: %v", err)
 	}
 }
+
+// TestNATSURLErrorRedacted: a malformed URL is quoted without its password.
+func TestNATSURLErrorRedacted(t *testing.T) {
+	c := jetStream()
+	c.Storage.JetStream.URLs = []string{"nats://alice:pw-s3cret@nats-1"}
+	err := c.Validate()
+	if err == nil || strings.Contains(err.Error(), "pw-s3cret") || !strings.Contains(err.Error(), "alice:xxxxx@nats-1") {
+		t.Fatalf("Validate = %v", err)
+	}
+}
