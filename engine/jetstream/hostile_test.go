@@ -3,9 +3,17 @@ package jetstream
 import (
 	"bufio"
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"runtime"
 	"strconv"
@@ -199,4 +207,66 @@ func TestNATSCredentialsRedacted(t *testing.T) {
 	if !strings.Contains(all, "alice:xxxxx@127.0.0.1:1") {
 		t.Errorf("redacted form missing: %s", all)
 	}
+}
+
+// TestNATSTLSIsVerified: a server whose INFO asks for TLS gets a TLS
+// handshake from spoold's dialer (above which the frame cap sits), and a
+// certificate no trusted CA signed is refused: the dialer never skips
+// verification.
+func TestNATSTLSIsVerified(t *testing.T) {
+	cert, err := tls.X509KeyPair(selfSignedPEM(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := ln.Accept()
+		if err != nil {
+			handshake <- err
+			return
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, `INFO {"server_id":"x","version":"2.10.0","proto":1,"tls_required":true,"max_payload":1048576}`+"\r\n")
+		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
+		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
+		handshake <- tc.Handshake()
+	}()
+	defer func() { _ = ln.Close(); wg.Wait() }()
+	d := &cappedDialer{timeout: 5 * time.Second, maxFrame: 1 << 20}
+	_, err = d.Dial("tcp", ln.Addr().String())
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("Dial = %v, want the certificate refused (unknown authority)", err)
+	}
+	if herr := <-handshake; herr == nil {
+		t.Fatal("the server saw a completed handshake")
+	}
+}
+
+// selfSignedPEM is a certificate for 127.0.0.1 that no CA signed.
+func selfSignedPEM(t *testing.T) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nats"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }
