@@ -32,10 +32,10 @@ import (
 type spoolCluster struct {
 	t     *testing.T
 	nodes []*node
-	seed  string // node 0's cluster address
+	seed  string     // node 0's cluster address
 	creds *peerCreds // mutual TLS and the join secret, for every node
 	extra string     // more of the cluster section, for every node
-	tail  string // the rest of every node's config (topics, subscriptions, ...)
+	tail  string     // the rest of every node's config (topics, subscriptions, ...)
 }
 
 // clusterTopics is the topic and subscription every node of the tests
