@@ -151,23 +151,9 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
 		m.MemoryLimit.Set(float64(lim))
 	}
-	warnPlaintextRemotes(cfg, m, logger)
-	eng, err := openBackend(cfg, dataDir, m, logger)
+	eng, err := startEngine(r, cfg, dataDir, m, logger)
 	if err != nil {
 		return err
-	}
-	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
-		m.LogSyncs.Read(func() (files, fileSystem, fallbacks uint64) {
-			st := ss.SyncStats()
-			return st.Files, st.FileSystem, st.Fallbacks
-		})
-	}
-	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
-	for _, t := range cfg.AllTopics() {
-		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
-		if err := eng.EnsureTopic(spec); err != nil {
-			return err
-		}
 	}
 	_, clustered := clusterStatus(eng)
 	// A broker keeps its topics itself; the catalogue is the embedded
@@ -209,7 +195,6 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	rd := &readiness{eng: eng, groups: groups, requireApp: cfg.Node.ReadyRequiresApp}
 
 	r.start("cluster metrics", componentFunc(func(ctx context.Context) error { clusterMetrics(ctx, eng, m); return nil }))
-	r.start("partition budget metrics", componentFunc(func(ctx context.Context) error { partitionMetrics(ctx, eng, m); return nil }))
 	startAdminServers(r, cfg, m, auth, healthSrv, adminGRPC, rd, readyDetail(eng), adminL, probeL)
 	r.start("app server", appServer{srv: appSrv, ls: appLs, grace: 2 * time.Second, fail: r.fail})
 	stopped := false // told to stop (SIGTERM), not failing
@@ -235,6 +220,32 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	ready = true
 	stopped, err = r.wait(ctx)
 	return err
+}
+
+// startEngine opens the storage backend, starts it (and the metrics of a
+// single node's partition budget), and opens the topics the config
+// declares.
+func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, error) {
+	warnPlaintextRemotes(cfg, m, logger)
+	eng, err := openBackend(cfg, dataDir, m, logger)
+	if err != nil {
+		return nil, err
+	}
+	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
+		m.LogSyncs.Read(func() (files, fileSystem, fallbacks uint64) {
+			st := ss.SyncStats()
+			return st.Files, st.FileSystem, st.Fallbacks
+		})
+	}
+	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
+	r.start("partition budget metrics", componentFunc(func(ctx context.Context) error { partitionMetrics(ctx, eng, m); return nil }))
+	for _, t := range cfg.AllTopics() {
+		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
+		if err := eng.EnsureTopic(spec); err != nil {
+			return nil, err
+		}
+	}
+	return eng, nil
 }
 
 // startAdminServers starts the admin listener's server and, with
