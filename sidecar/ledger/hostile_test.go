@@ -220,3 +220,20 @@ func TestRedisRealServerThroughTheCap(t *testing.T) {
 		t.Fatalf("Claim: %d results, %#v", len(res), err)
 	}
 }
+
+// TestRedisIdleConnectionClosedByServer: the reply cap keeps the pool's
+// check of idle plaintext connections (a peek at the socket), so the first
+// call after Redis restarted while the ledger was idle succeeds instead
+// of failing on the dead connection.
+func TestRedisIdleConnectionClosedByServer(t *testing.T) {
+	srv := testredis.Start(t)
+	r := newTestRedis(t, srv.Addr())
+	if err := claimOne(r, t, "a"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	srv.Restart()
+	if err := claimOne(r, t, "b"); err != nil {
+		t.Fatalf("first call after a restart: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -230,6 +231,20 @@ func cappedDialer(timeout time.Duration, tc *tls.Config, maxReply int64, refused
 		if err != nil {
 			return nil, err
 		}
-		return &cappedConn{Conn: conn, frames: respFrames{max: maxReply}, refused: refused}, nil
+		c := &cappedConn{Conn: conn, frames: respFrames{max: maxReply}, refused: refused}
+		if sc, ok := conn.(syscall.Conn); ok {
+			return sysCappedConn{c, sc}, nil
+		}
+		return c, nil
 	}
 }
+
+// sysCappedConn is a plaintext cappedConn that lets the client's pool
+// peek at the socket (MSG_PEEK: nothing is consumed) to drop connections
+// the server closed while idle, as it does for a bare TCP connection.
+type sysCappedConn struct {
+	*cappedConn
+	sc syscall.Conn
+}
+
+func (c sysCappedConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
