@@ -137,7 +137,7 @@ func (c *cappedConn) Read(p []byte) (int, error) {
 type cappedDialer struct {
 	timeout  time.Duration
 	maxFrame int64
-	tlsHosts map[string]bool // host:port given with a tls:// URL
+	tlsHosts map[string]bool // host:port given with a tls:// URL: all servers are TLS then
 	refused  func()
 }
 
@@ -164,7 +164,10 @@ func (d *cappedDialer) Dial(network, address string) (net.Conn, error) {
 		raw.Close()
 		return nil, fmt.Errorf("jetstream: NATS server at %s sent a malformed INFO", address)
 	}
-	if ti.TLSRequired || d.tlsHosts[address] {
+	// One tls:// URL makes every server TLS, those the cluster announces
+	// included (nats.go's own rule): no server is reached in plaintext
+	// because it says it does not need TLS.
+	if ti.TLSRequired || len(d.tlsHosts) > 0 {
 		host, _, _ := net.SplitHostPort(address)
 		tc := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host})
 		if err := tc.HandshakeContext(ctx); err != nil {

@@ -218,35 +218,45 @@ func TestNATSTLSIsVerified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	handshake := make(chan error, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		c, err := ln.Accept()
-		if err != nil {
-			handshake <- err
-			return
-		}
-		defer c.Close()
-		_, _ = io.WriteString(c, `INFO {"server_id":"x","version":"2.10.0","proto":1,"tls_required":true,"max_payload":1048576}`+"\r\n")
-		tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
-		_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
-		handshake <- tc.Handshake()
-	}()
-	defer func() { _ = ln.Close(); wg.Wait() }()
-	d := &cappedDialer{timeout: 5 * time.Second, maxFrame: 1 << 20}
-	_, err = d.Dial("tcp", ln.Addr().String())
-	var unknown x509.UnknownAuthorityError
-	if !errors.As(err, &unknown) {
-		t.Fatalf("Dial = %v, want the certificate refused (unknown authority)", err)
-	}
-	if herr := <-handshake; herr == nil {
-		t.Fatal("the server saw a completed handshake")
+	for name, tc := range map[string]struct {
+		required bool
+		tlsHosts map[string]bool
+	}{
+		"the server requires it":           {required: true},
+		"another configured URL is tls://": {tlsHosts: map[string]bool{"nats-1:4222": true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			handshake := make(chan error, 1)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := ln.Accept()
+				if err != nil {
+					handshake <- err
+					return
+				}
+				defer c.Close()
+				_, _ = io.WriteString(c, `INFO {"server_id":"x","version":"2.10.0","proto":1,"tls_required":`+strconv.FormatBool(tc.required)+`,"max_payload":1048576}`+"\r\n")
+				srv := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}})
+				_ = srv.SetDeadline(time.Now().Add(5 * time.Second))
+				handshake <- srv.Handshake()
+			}()
+			defer func() { _ = ln.Close(); wg.Wait() }()
+			d := &cappedDialer{timeout: 5 * time.Second, maxFrame: 1 << 20, tlsHosts: tc.tlsHosts}
+			_, err = d.Dial("tcp", ln.Addr().String())
+			var unknown x509.UnknownAuthorityError
+			if !errors.As(err, &unknown) {
+				t.Fatalf("Dial = %v, want the certificate refused (unknown authority)", err)
+			}
+			if herr := <-handshake; herr == nil {
+				t.Fatal("the server saw a completed handshake")
+			}
+		})
 	}
 }
 
