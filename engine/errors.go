@@ -32,6 +32,14 @@ var (
 	// ErrInvalidMove: an operator's replica move that names the wrong
 	// number of nodes (not the replication factor) or a node twice.
 	ErrInvalidMove = errors.New("invalid replica move")
+	// ErrTopicNameCase: a topic whose name differs from an existing one's
+	// only in case. Names become directory names, and case-insensitive
+	// file systems (macOS) would give both the same directory.
+	ErrTopicNameCase = errors.New("topic names that differ only in case")
+	// ErrPartitionBudget: creating the topic would take the node past its
+	// partition budget (each partition holds open files; a node out of
+	// file descriptors stops accepting on every port, probes included).
+	ErrPartitionBudget = errors.New("node partition budget reached")
 )
 
 // NotLeaderError says that another node leads the partition.

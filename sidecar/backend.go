@@ -46,15 +46,17 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 			}
 			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: cc, Hooks: hooks})
 		}
-		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks})
+		checkFileLimit(cfg.Guards.MaxNodePartitions, logger)
+		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks, MaxPartitions: cfg.Guards.MaxNodePartitions})
 	case config.BackendJetStream:
 		js := cfg.Storage.JetStream
 		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,
-			PublishTimeout: js.PublishTimeout, Name: "spoold " + cfg.Node.ID, Logger: logger})
+			PublishTimeout: js.PublishTimeout, Name: "spoold " + cfg.Node.ID, Logger: logger,
+			MaxFrameBytes: cfg.Guards.NATSMaxFrameBytes, OnFrameRefused: func() { m.RemoteRefused.WithLabelValues("nats").Inc() }})
 		if err != nil {
 			return nil, err
 		}
-		logger.Info("storage: NATS JetStream", "urls", js.URLs, "prefix", js.Prefix, "replicas", js.Replicas, "shared_groups", js.SharedGroups)
+		logger.Info("storage: NATS JetStream", "urls", jetstream.RedactURLs(js.URLs), "prefix", js.Prefix, "replicas", js.Replicas, "shared_groups", js.SharedGroups)
 		if !js.SharedGroups {
 			return privateGroups{b}, nil
 		}

@@ -26,7 +26,8 @@ func newLedger(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (led
 		return nil, nil
 	}
 	opts := ledger.RedisOptions{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username, Password: r.Password, DB: r.DB,
-		KeyPrefix: r.KeyPrefix, OnMalformed: malformedHook(m, logger)}
+		KeyPrefix: r.KeyPrefix, OnMalformed: malformedHook(m, logger),
+		MaxReplyBytes: cfg.Guards.RedisMaxReplyBytes, OnReplyRefused: func() { m.RemoteRefused.WithLabelValues("redis").Inc() }}
 	if r.TLS.On() {
 		tc, err := ledger.TLSFiles{CAFile: r.TLS.CAFile, CertFile: r.TLS.CertFile, KeyFile: r.TLS.KeyFile, ServerName: r.TLS.ServerName}.Config()
 		if err != nil {

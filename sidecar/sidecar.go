@@ -212,12 +212,14 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	return err
 }
 
-// startEngine opens the log's backend, starts it under r and makes the
-// topics of the configuration and those created through spool.
+// startEngine opens the storage backend, starts it (and the metrics of a
+// single node's partition budget), makes the topics the config declares
+// and opens those created through spool.
 func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metrics, logger *slog.Logger) (engine.Backend, *topicCatalog, error) {
 	if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 { // -1 reads it (set by cmd/spoold)
 		m.MemoryLimit.Set(float64(lim))
 	}
+	warnPlaintextRemotes(cfg, m, logger)
 	eng, err := openBackend(cfg, dataDir, m, logger)
 	if err != nil {
 		return nil, nil, err
@@ -229,6 +231,7 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		})
 	}
 	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
+	r.start("partition budget metrics", componentFunc(func(ctx context.Context) error { partitionMetrics(ctx, eng, m); return nil }))
 	for _, t := range cfg.AllTopics() {
 		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
 		if err := eng.EnsureTopic(spec); err != nil {

@@ -57,7 +57,7 @@ func loadIdentity(fsys log.FS, dir string) (id identity, ok bool, err error) {
 		return identity{}, false, fmt.Errorf("engine: %s is damaged (%v): restore it from a backup, or remove the data dir and join the node as a new one", path, err)
 	}
 	if id.Version != identityVersion || id.ClusterID == "" || id.NodeID == 0 || id.Token == "" {
-		return identity{}, false, fmt.Errorf("engine: %s holds version %d, cluster %q, node %d, token %q: this spoold reads version %d with all fields set; restore the file or remove the data dir and join as a new node", path, id.Version, id.ClusterID, id.NodeID, id.Token, identityVersion)
+		return identity{}, false, fmt.Errorf("engine: %s holds version %d, cluster %q, node %d, a token of %d bytes: this spoold reads version %d with all fields set; restore the file or remove the data dir and join as a new node", path, id.Version, id.ClusterID, id.NodeID, len(id.Token), identityVersion)
 	}
 	return id, true, nil
 }

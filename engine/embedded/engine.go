@@ -25,7 +25,16 @@ type Config struct {
 	Hooks Hooks
 	// Logger receives operational events; nil means slog.Default().
 	Logger *slog.Logger
+	// MaxPartitions is the node's partition budget: the most partitions of
+	// all its topics together (0: DefaultMaxPartitions). A topic that would
+	// pass it is refused with engine.ErrPartitionBudget.
+	MaxPartitions int
 }
+
+// DefaultMaxPartitions is Config.MaxPartitions's default. A partition
+// holds three open files per segment (log, offset index, time index), so
+// 4,096 partitions of one segment each take 12,288 descriptors.
+const DefaultMaxPartitions = 4096
 
 // Hooks tell the node's owner about events operators need to see
 // (quarantined partitions); see table.Hooks.
@@ -52,6 +61,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg.Log = opts
+	if cfg.MaxPartitions <= 0 {
+		cfg.MaxPartitions = DefaultMaxPartitions
+	}
 	return &Node{cfg: cfg, store: st, groups: gs, tab: table.New[struct{}](cfg.DataDir, cfg.Logger, cfg.Hooks.PartitionQuarantined)}, nil
 }
 
@@ -143,6 +155,9 @@ func (n *Node) ensureTopic(spec engine.TopicSpec) (damaged []*partition, err err
 		t.Spec = spec
 		return nil, nil
 	}
+	if err := n.admitLocked(spec); err != nil {
+		return nil, err
+	}
 	if stored := n.storedPartitions(spec.Name); stored > spec.Partitions {
 		return nil, &engine.TopicConflictError{Topic: spec.Name, Stored: stored, Declared: spec.Partitions}
 	}
@@ -168,6 +183,44 @@ func (n *Node) ensureTopic(spec engine.TopicSpec) (damaged []*partition, err err
 	}
 	n.tab.Topics[spec.Name] = t
 	return damaged, nil
+}
+
+// admitLocked refuses a new topic whose name folds to an open topic's or
+// to one whose partitions are on disk, and one that would pass the
+// partition budget. Called with n.tab.Mu held.
+func (n *Node) admitLocked(spec engine.TopicSpec) error {
+	for name := range n.tab.Topics {
+		if strings.EqualFold(name, spec.Name) {
+			return fmt.Errorf("engine: topic %q: topic %q exists: %w would share a directory on a case-insensitive file system: choose another name", spec.Name, name, engine.ErrTopicNameCase)
+		}
+	}
+	for _, pn := range n.store.Partitions() {
+		if i := strings.LastIndexByte(pn, '-'); i > 0 && pn[:i] != spec.Name && strings.EqualFold(pn[:i], spec.Name) {
+			return fmt.Errorf("engine: topic %q: topic %q is on disk: %w would share a directory on a case-insensitive file system: choose another name", spec.Name, pn[:i], engine.ErrTopicNameCase)
+		}
+	}
+	used := n.partitionsLocked()
+	if used+int(spec.Partitions) > n.cfg.MaxPartitions {
+		return fmt.Errorf("engine: topic %q: %w: this node has %d partitions and the topic asks for %d more, past %d (guards.max_node_partitions): create it with fewer partitions, delete topics, or raise the budget with the file descriptor limit",
+			spec.Name, engine.ErrPartitionBudget, used, spec.Partitions, n.cfg.MaxPartitions)
+	}
+	return nil
+}
+
+func (n *Node) partitionsLocked() int {
+	used := 0
+	for _, t := range n.tab.Topics {
+		used += len(t.Parts)
+	}
+	return used
+}
+
+// PartitionBudget returns the partitions of the node's topics and its
+// budget (Config.MaxPartitions).
+func (n *Node) PartitionBudget() (used, limit int) {
+	n.tab.Mu.RLock()
+	defer n.tab.Mu.RUnlock()
+	return n.partitionsLocked(), n.cfg.MaxPartitions
 }
 
 // Topics returns the declared topics, sorted by name.

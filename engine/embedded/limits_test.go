@@ -1,7 +1,9 @@
 package embedded
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,5 +40,51 @@ func TestMaxBatchBytesForAdmitsMaximalDeadLetter(t *testing.T) {
 	}
 	if got := engine.MaxBatchBytesFor(1<<20, 128, 64); got != log.DefaultMaxBatchBytes {
 		t.Fatalf("small limits give %d, want the log default %d", got, log.DefaultMaxBatchBytes)
+	}
+}
+
+// TestPartitionBudgetAndNameCase: a single node refuses, before creating
+// anything, a topic that would pass its partition budget (seven topics of
+// 1024 partitions once used up the file descriptors: spoold stopped
+// accepting on every port, health included), and a topic whose name
+// differs from another's only in case (one directory on a
+// case-insensitive file system), open or only on disk.
+func TestPartitionBudgetAndNameCase(t *testing.T) {
+	dir := t.TempDir()
+	n, err := Open(Config{DataDir: dir, Log: log.Options{MaintenanceInterval: time.Hour}, Logger: quietLogger(), MaxPartitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []engine.TopicSpec{{Name: "orders", Partitions: 4}, {Name: "audit", Partitions: 4}} {
+		if err := n.EnsureTopic(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.EnsureTopic(engine.TopicSpec{Name: "more", Partitions: 1}); !errors.Is(err, engine.ErrPartitionBudget) || !strings.Contains(err.Error(), "guards.max_node_partitions") {
+		t.Fatalf("past the budget: %v", err)
+	}
+	if used, limit := n.PartitionBudget(); used != 8 || limit != 8 {
+		t.Fatalf("PartitionBudget = %d, %d", used, limit)
+	}
+	if err := n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 4}); err != nil {
+		t.Fatalf("the same topic again: %v", err)
+	}
+	if err := n.EnsureTopic(engine.TopicSpec{Name: "Orders", Partitions: 1}); !errors.Is(err, engine.ErrTopicNameCase) {
+		t.Fatalf("Orders beside orders: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopened, orders is on disk but not declared yet.
+	n2, err := Open(Config{DataDir: dir, Log: log.Options{MaintenanceInterval: time.Hour}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if err := n2.EnsureTopic(engine.TopicSpec{Name: "ORDERS", Partitions: 1}); !errors.Is(err, engine.ErrTopicNameCase) {
+		t.Fatalf("ORDERS beside orders on disk: %v", err)
+	}
+	if _, limit := n2.PartitionBudget(); limit != DefaultMaxPartitions {
+		t.Fatalf("default budget %d", limit)
 	}
 }

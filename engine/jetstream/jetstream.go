@@ -32,6 +32,11 @@ type Config struct {
 	// Name is the connection's name as NATS monitoring shows it.
 	Name   string
 	Logger *slog.Logger
+	// MaxFrameBytes bounds one frame the server sends (0:
+	// DefaultMaxFrameBytes); OnFrameRefused, if set, is called for each
+	// connection closed for one over it (metrics).
+	MaxFrameBytes  int64
+	OnFrameRefused func()
 }
 
 func (c *Config) validate() error {
@@ -49,6 +54,9 @@ func (c *Config) validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	return nil
 }
@@ -112,9 +120,11 @@ func Open(cfg Config) (*Backend, error) {
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	}
+	opts = append(opts, nats.SetCustomDialer(&cappedDialer{timeout: 5 * time.Second, maxFrame: cfg.MaxFrameBytes,
+		tlsHosts: tlsHostsOf(cfg.URLs), refused: cfg.OnFrameRefused}))
 	nc, err := nats.Connect(strings.Join(cfg.URLs, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: connect to %s: %w (check storage.jetstream.urls and that nats-server runs with -js)", strings.Join(cfg.URLs, ","), err)
+		return nil, fmt.Errorf("jetstream: connect to %s: %w (check storage.jetstream.urls and that nats-server runs with -js)", strings.Join(RedactURLs(cfg.URLs), ","), redactErr(err, cfg.URLs))
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.PublishTimeout), jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {

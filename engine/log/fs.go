@@ -67,6 +67,15 @@ func (a atomicFS) OpenFile(name string, flag int, perm os.FileMode) (atomicfile.
 	return f, nil
 }
 
+// FileMode and DirMode are the modes of everything the log creates: the
+// owner only. Segments hold every message, and the data dir also holds
+// the node's identity (with its join token): no other user of the host
+// may read them, whatever the umask.
+const (
+	FileMode os.FileMode = 0o600
+	DirMode  os.FileMode = 0o700
+)
+
 // MkdirAllSynced creates dir and any missing parents, and makes each new
 // directory durable by syncing its parent (a directory entry, like a file's,
 // is lost on power loss until its parent is fsynced).
@@ -89,7 +98,7 @@ func MkdirAllSynced(fsys FS, dir string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+	if err := fsys.MkdirAll(dir, DirMode); err != nil {
 		return err
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
@@ -247,7 +256,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 }
 
 func (OSFS) Lock(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, FileMode)
 	if err != nil {
 		return nil, err
 	}

@@ -140,7 +140,7 @@ func openPartition(s *Store, name string) (*Partition, error) {
 	p := &Partition{s: s, name: name, dir: filepath.Join(s.dir, name)}
 	fsys := s.opts.FS
 	if _, err := fsys.ReadDir(p.dir); errors.Is(err, fs.ErrNotExist) {
-		if err := fsys.MkdirAll(p.dir, 0o755); err != nil {
+		if err := fsys.MkdirAll(p.dir, DirMode); err != nil {
 			return nil, fmt.Errorf("spool log: create partition %s: %w", name, err)
 		}
 		if err := fsys.SyncDir(s.dir); err != nil {

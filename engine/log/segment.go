@@ -240,15 +240,15 @@ func openSegment(fsys FS, dir string, base int64, create bool) (*segment, error)
 		flag |= os.O_CREATE | os.O_TRUNC
 	}
 	var err error
-	if s.log, err = fsys.OpenFile(s.path, flag, 0o644); err != nil {
+	if s.log, err = fsys.OpenFile(s.path, flag, FileMode); err != nil {
 		return nil, err
 	}
 	// Index files are derived data: always create them if missing.
-	if s.idx, err = fsys.OpenFile(s.idxPath(), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+	if s.idx, err = fsys.OpenFile(s.idxPath(), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		s.closeFiles()
 		return nil, err
 	}
-	if s.tidx, err = fsys.OpenFile(s.tidxPath(), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
+	if s.tidx, err = fsys.OpenFile(s.tidxPath(), os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		s.closeFiles()
 		return nil, err
 	}

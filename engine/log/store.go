@@ -73,7 +73,7 @@ func OpenStore(dir string, opts Options) (*Store, error) {
 	}
 	// Probe writability now rather than on the first append.
 	probe := filepath.Join(dir, "write-probe.tmp")
-	f, err := fsys.OpenFile(probe, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := fsys.OpenFile(probe, os.O_RDWR|os.O_CREATE, FileMode)
 	if err == nil {
 		_, err = f.WriteAt([]byte{0}, 0)
 		f.Close()

@@ -175,7 +175,7 @@ func OpenStateStore(fsys slog.FS, dir string) (*StateStore, State, error) {
 		return nil, State{}, fmt.Errorf("raft state: create directory %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, stateFileName)
-	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, State{}, fmt.Errorf("raft state: open %s: %w", path, err)
 	}

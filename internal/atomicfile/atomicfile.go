@@ -45,7 +45,7 @@ type FS interface {
 // old file is untouched. Errors are fsys's, unwrapped.
 func Write(fsys FS, path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -125,6 +125,10 @@ func Classify(err error) Reason {
 		return InvalidReplicas
 	case errors.Is(err, engine.ErrUnknownPartition):
 		return BadPartition
+	case errors.Is(err, engine.ErrTopicNameCase):
+		return TopicExists
+	case errors.Is(err, engine.ErrPartitionBudget):
+		return InvalidTopicSpec
 	case errors.As(err, &notLeader):
 		return NotLeader
 	case errors.Is(err, engine.ErrNoLeader):

@@ -38,6 +38,7 @@ type Config struct {
 	Publish       PublishConfig        `yaml:"publish"`
 	Apps          AppsConfig           `yaml:"apps"`
 	Admin         AdminConfig          `yaml:"admin"`
+	Guards        GuardsConfig         `yaml:"guards"`
 }
 
 // PublishConfig bounds what publishing holds in memory, for the whole

@@ -146,6 +146,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	setDur(&c.Delivery.LedgerWriteDelay, DefaultLedgerWriteDelay)
 	c.Apps.applyDefaults()
+	c.Guards.applyDefaults()
 	setString(&c.Redis.KeyPrefix, DefaultRedisKeyPrefix)
 
 	s := &c.Storage

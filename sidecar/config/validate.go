@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/spoolmq/spool/internal/limits"
+	"github.com/spoolmq/spool/internal/redact"
 	"github.com/spoolmq/spool/sidecar/breaker"
 )
 
@@ -121,6 +122,7 @@ func (c *Config) Validate() error {
 	c.validateTracing(&v)
 	c.validateApps(&v)
 	c.validateAdmin(&v)
+	c.validateGuards(&v)
 	if m := c.Delivery.MemoryBytes; m < 0 || m > MaxDeliveryMemoryBytes {
 		v.add("delivery.memory_bytes", strconv.FormatInt(m, 10), "1 to 1099511627776 bytes (0 = default, 16777216)")
 	}
@@ -600,7 +602,7 @@ func (c *Config) validateJetStream(v *validator) {
 	}
 	for i, u := range js.URLs {
 		if !validNATSURL(u) {
-			v.add(fmt.Sprintf("storage.jetstream.urls[%d]", i), u, "nats://host:port, tls://host:port or host:port")
+			v.add(fmt.Sprintf("storage.jetstream.urls[%d]", i), redact.URL(u), "nats://host:port, tls://host:port or host:port")
 		}
 	}
 	if !validPrefix(js.Prefix) {

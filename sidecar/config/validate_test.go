@@ -341,6 +341,9 @@ func TestKafkaBackend(t *testing.T) {
 		}, "storage.kafka.sasl_mechanism", "plain, scram-sha-256 or scram-sha-512"},
 		{"sasl without password", func(c *Config) { c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername = "plain", "u" }, "storage.kafka.sasl_password_file", "a file holding the password"},
 		{"cluster with kafka", func(c *Config) { c.Cluster.Listen = "127.0.0.1:7072" }, "cluster.listen", "unset with storage.backend kafka"},
+		{"sasl plain without tls", func(c *Config) {
+			c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername, c.Storage.Kafka.SASLPasswordFile = "plain", "u", "/p"
+		}, "storage.kafka.sasl_mechanism", "guards.insecure_kafka_sasl_plain_without_tls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := kafka()
@@ -443,5 +446,71 @@ func TestValidateClusterSecurity(t *testing.T) {
 		if _, err := ReadJoinSecret(bad); err == nil {
 			t.Fatalf("ReadJoinSecret(%s) took it", bad)
 		}
+	}
+}
+
+// TestGuardsKafkaSASLPlain: plain is accepted with TLS or with the
+// explicit insecure setting, never silently in clear text.
+func TestGuardsKafkaSASLPlain(t *testing.T) {
+	c := kafka()
+	c.Storage.Kafka.SASLMechanism, c.Storage.Kafka.SASLUsername, c.Storage.Kafka.SASLPasswordFile = "plain", "u", "/p"
+	c.Storage.Kafka.TLS = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("plain over TLS: %v", err)
+	}
+	c.Storage.Kafka.TLS = false
+	c.Guards.KafkaSASLPlainWithoutTLS = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("plain with the insecure setting: %v", err)
+	}
+	c.Guards.KafkaSASLPlainWithoutTLS = false
+	c.Guards.RedisMaxReplyBytes = 10
+	errs := fieldErrors(c.Validate())
+	if len(errs) != 2 || errs[0].Field != "guards.redis_max_reply_bytes" || errs[1].Field != "storage.kafka.sasl_mechanism" {
+		t.Fatalf("errors %v", errs)
+	}
+}
+
+// TestPlaintextRemotes: addresses beyond loopback reached without TLS are
+// listed (credentials left out), and refused at start with
+// guards.require_tls_beyond_loopback.
+func TestPlaintextRemotes(t *testing.T) {
+	c := jetStream()
+	c.Storage.JetStream.URLs = append(c.Storage.JetStream.URLs, "nats://alice:secret-pw@nats-3:4222", "localhost:4222")
+	c.Redis.Addrs = []string{"127.0.0.1:6379", "redis:6379"}
+	var got []string
+	for _, r := range c.PlaintextRemotes() {
+		got = append(got, r.Peer+" "+r.Field+" "+r.Addr)
+	}
+	want := []string{"redis redis.addrs[1] redis:6379", "nats storage.jetstream.urls[1] nats-1:4222", "nats storage.jetstream.urls[3] nats-3:4222"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("PlaintextRemotes = %q, want %q", got, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("without the requirement: %v", err)
+	}
+	c.Guards.RequireTLSBeyondLoopback = true
+	errs := fieldErrors(c.Validate())
+	if len(errs) != 3 || errs[0].Field != "redis.addrs[1]" || strings.Contains(errors.Join(c.Validate()).Error(), "secret-pw") {
+		t.Fatalf("with the requirement: %v", errs)
+	}
+	k := kafka()
+	k.Guards.RequireTLSBeyondLoopback = true
+	if errs := fieldErrors(k.Validate()); len(errs) != 1 || errs[0].Field != "storage.kafka.brokers[1]" {
+		t.Fatalf("kafka: %v", errs)
+	}
+	k.Storage.Kafka.TLS = true
+	if err := k.Validate(); err != nil {
+		t.Fatalf("kafka over TLS: %v", err)
+	}
+}
+
+// TestNATSURLErrorRedacted: a malformed URL is quoted without its password.
+func TestNATSURLErrorRedacted(t *testing.T) {
+	c := jetStream()
+	c.Storage.JetStream.URLs = []string{"nats://alice:pw-s3cret@nats-1"}
+	err := c.Validate()
+	if err == nil || strings.Contains(err.Error(), "pw-s3cret") || !strings.Contains(err.Error(), "alice:xxxxx@nats-1") {
+		t.Fatalf("Validate = %v", err)
 	}
 }

@@ -31,6 +31,10 @@ func (s *Server) Authorize(f func(ctx context.Context, group string, topics []st
 	return s
 }
 
+// MaxConsumerNameBytes bounds Start.consumer_name: the name is logged when
+// the stream connects and when it ends, and shown by the admin API.
+const MaxConsumerNameBytes = 256
+
 // NewServer returns a Subscribe server for groups.
 func NewServer(groups []*Group, logger *slog.Logger) *Server {
 	if logger == nil {
@@ -54,6 +58,10 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 	st := first.GetStart()
 	if st == nil {
 		return apierr.ToStatus(apierr.New(apierr.StartRequired, "subscribe: the first frame must carry start{group, topics}: send Start before acks or credit"))
+	}
+	if n := len(st.GetConsumerName()); n > MaxConsumerNameBytes {
+		return apierr.ToStatus(apierr.New(apierr.InvalidRequest,
+			"subscribe: start.consumer_name is %d bytes, the limit is %d (MaxConsumerNameBytes): name the consumer after its pod or process", n, MaxConsumerNameBytes))
 	}
 	g, topics, maxInFlight, err := s.resolve(st)
 	if err != nil {

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -116,6 +118,36 @@ func TestStartedReportsTheStreamsBound(t *testing.T) {
 		}
 		if got := int(f.GetStarted().GetMaxInFlight()); got != c.want {
 			t.Errorf("Start.max_in_flight %d: Started.max_in_flight = %d, want %d", c.asked, got, c.want)
+		}
+		cancel()
+	}
+}
+
+// TestConsumerNameBounded: a consumer name over MaxConsumerNameBytes is
+// INVALID_ARGUMENT before anything is logged (five 8 MB names once wrote
+// 320 MB of log: the name is logged at connect and disconnect).
+func TestConsumerNameBounded(t *testing.T) {
+	eng := newTestEngine()
+	h := startGroup(t, eng, GroupConfig{Subscriptions: []Subscription{testSub(tracker.Config{MaxInFlight: 256})}})
+	conn := serve(t, h)
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{{strings.Repeat("n", MaxConsumerNameBytes), true}, {strings.Repeat("n", MaxConsumerNameBytes+1), false}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		stream, err := spoolv1.NewSubscriberServiceClient(conn).Subscribe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&spoolv1.SubscribeRequest{Start: &spoolv1.Start{Group: tGroup, ConsumerName: c.name}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = stream.Recv()
+		if c.ok && err != nil {
+			t.Fatalf("%d bytes: %v", len(c.name), err)
+		}
+		if !c.ok && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "consumer_name")) {
+			t.Fatalf("%d bytes: %v, want INVALID_ARGUMENT naming consumer_name", len(c.name), err)
 		}
 		cancel()
 	}

@@ -38,6 +38,12 @@ type RedisOptions struct {
 	// with the operation that met it. The sidecar counts them and warns.
 	// It runs on the caller's goroutine and must not block.
 	OnMalformed func(op, group, key string)
+	// MaxReplyBytes bounds one reply of Redis (0: DefaultMaxReplyBytes):
+	// what its headers declare is checked before the client allocates it;
+	// a reply over it fails its call with ErrReplyTooLarge and closes the
+	// connection. OnReplyRefused, if set, is called for each (metrics).
+	MaxReplyBytes  int64
+	OnReplyRefused func()
 }
 
 const (
@@ -53,6 +59,12 @@ func (o *RedisOptions) validate() error {
 		if a == "" {
 			return fmt.Errorf("%w: empty redis address", ErrInvalid)
 		}
+	}
+	if o.MaxReplyBytes < 0 {
+		return fmt.Errorf("%w: negative redis max reply bytes", ErrInvalid)
+	}
+	if o.MaxReplyBytes == 0 {
+		o.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	if o.DB < 0 || o.PoolSize < 0 || o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0 {
 		return fmt.Errorf("%w: negative redis db, pool size or timeout", ErrInvalid)
@@ -98,11 +110,13 @@ func NewRedis(opts RedisOptions) (*Redis, error) {
 		return nil, err
 	}
 	c := redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:        opts.Addrs,
-		MasterName:   opts.MasterName,
-		Username:     opts.Username,
-		Password:     opts.Password,
-		TLSConfig:    opts.TLS,
+		Addrs:      opts.Addrs,
+		MasterName: opts.MasterName,
+		Username:   opts.Username,
+		Password:   opts.Password,
+		TLSConfig:  opts.TLS,
+		// The dialer does TLS itself, so that the reply cap sits above it.
+		Dialer:       cappedDialer(opts.DialTimeout, opts.TLS, opts.MaxReplyBytes, opts.OnReplyRefused),
 		DB:           opts.DB,
 		DialTimeout:  opts.DialTimeout,
 		ReadTimeout:  opts.ReadTimeout,

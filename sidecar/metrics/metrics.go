@@ -71,6 +71,10 @@ type Metrics struct {
 	LedgerErrors        *prometheus.CounterVec   // op
 	LedgerAvailable     prometheus.Gauge
 	LedgerMalformed     *prometheus.CounterVec // op
+	RemoteRefused       *prometheus.CounterVec // peer (redis, nats)
+	NodePartitions      *prometheus.GaugeVec   // (none)
+	PlaintextRemotes    *prometheus.GaugeVec   // peer
+	NodePartitionsLimit *prometheus.GaugeVec   // (none)
 	BreakerState        *prometheus.GaugeVec   // group, topic, downstream
 	BreakerTransitions  *prometheus.CounterVec // group, topic, downstream, to
 	Redriven            *prometheus.CounterVec // group, topic
@@ -178,13 +182,17 @@ func New() *Metrics {
 			r.MustRegister(h)
 			return h
 		}(),
-		LedgerErrors:       counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
-		LedgerAvailable:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 once Redis has answered; 0 after a failed startup ping or while the breaker toward Redis is open, until Redis answers again."}),
-		LedgerMalformed:    counter("ledger_malformed_entries_total", "Entries under the ledger's key prefix not in the ledger's format (or of another Redis type), by the operation that met them: claim overwrote it with a first attempt; complete, release, dead left it alone; reset answered absent. Each affects only its own message.", "op"),
-		BreakerState:       gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
-		BreakerTransitions: counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
-		Redriven:           counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
-		RedriveSkipped:     counter("redrive_skipped_total", "Dead letters matched by a redrive but not redriven, by reason (already_done: the ledger shows the message was handled).", "group", "topic", "reason"),
+		LedgerErrors:        counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
+		LedgerAvailable:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 once Redis has answered; 0 after a failed startup ping or while the breaker toward Redis is open, until Redis answers again."}),
+		LedgerMalformed:     counter("ledger_malformed_entries_total", "Entries under the ledger's key prefix not in the ledger's format (or of another Redis type), by the operation that met them: claim overwrote it with a first attempt; complete, release, dead left it alone; reset answered absent. Each affects only its own message.", "op"),
+		RemoteRefused:       counter("remote_replies_refused_total", "Connections to the ledger's Redis (peer=redis) or a NATS server (peer=nats) closed because a reply declared or sent more than guards.redis_max_reply_bytes or guards.nats_max_frame_bytes, or was not the protocol; only the call that met it fails.", "peer"),
+		PlaintextRemotes:    gauge("plaintext_remotes", "Addresses of the ledger's Redis (peer=redis) or the broker (nats, kafka) that spoold reaches without TLS beyond loopback (each logged as INSECURE at start; guards.require_tls_beyond_loopback refuses them).", "peer"),
+		NodePartitions:      gauge("node_partitions", "Partitions of all topics of a single node (embedded storage without a cluster), against guards.max_node_partitions."),
+		NodePartitionsLimit: gauge("node_partitions_limit", "guards.max_node_partitions: past it a new topic is refused (INVALID_TOPIC_SPEC)."),
+		BreakerState:        gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
+		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
+		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
+		RedriveSkipped:      counter("redrive_skipped_total", "Dead letters matched by a redrive but not redriven, by reason (already_done: the ledger shows the message was handled).", "group", "topic", "reason"),
 
 		KafkaPositionsTruncated: counter("kafka_positions_truncated_total", "Finished offsets left out of a Kafka offset commit because they did not fit in its metadata (storage.backend kafka): they are delivered again after a restart. Growing: many finished offsets above a stuck one; look for a hung handler or a parked key.", "group", "topic"),
 		PartitionQuarantined:    gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),

@@ -1,0 +1,131 @@
+package config
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// GuardsConfig bounds what a hostile or intercepted server, and a hostile
+// request, can make spoold hold or do (docs/configuration.md, "guards";
+// docs/security.md). Every field has a default; 0 takes it.
+type GuardsConfig struct {
+	// RedisMaxReplyBytes bounds one reply of the ledger's Redis: a reply
+	// declaring more fails its call and closes the connection.
+	RedisMaxReplyBytes int64 `yaml:"redis_max_reply_bytes"`
+	// NATSMaxFrameBytes bounds one protocol frame of a NATS server (a
+	// message, its headers and payload, or a control line): more closes
+	// the connection.
+	NATSMaxFrameBytes int64 `yaml:"nats_max_frame_bytes"`
+	// KafkaSASLPlainWithoutTLS lets kafka.sasl_mechanism plain send the
+	// password in clear text (no kafka.tls).
+	KafkaSASLPlainWithoutTLS bool `yaml:"insecure_kafka_sasl_plain_without_tls"`
+	// MaxNodePartitions is a single node's partition budget (embedded
+	// storage without a cluster): a topic that would pass it is refused.
+	MaxNodePartitions int `yaml:"max_node_partitions"`
+	// RequireTLSBeyondLoopback refuses to start when the ledger's Redis or
+	// the broker is reached in plaintext at an address beyond loopback (off:
+	// spoold logs an INSECURE warning at start and counts the addresses in
+	// spool_plaintext_remotes).
+	RequireTLSBeyondLoopback bool `yaml:"require_tls_beyond_loopback"`
+}
+
+// PlaintextRemote is an address of the ledger or the broker that spoold
+// reaches without TLS beyond loopback.
+type PlaintextRemote struct {
+	Peer  string // redis, nats or kafka
+	Field string // the setting that names it
+	Addr  string // credentials redacted
+}
+
+// PlaintextRemotes lists the addresses beyond loopback that the config
+// reaches without TLS: redis.addrs without redis.tls, storage.jetstream.urls
+// other than tls:// (the server may still ask for TLS: spoold then uses
+// it), storage.kafka.brokers without storage.kafka.tls.
+func (c *Config) PlaintextRemotes() []PlaintextRemote {
+	var out []PlaintextRemote
+	if !c.Redis.TLS.On() {
+		for i, a := range c.Redis.Addrs {
+			if !LoopbackOrUnix(a) {
+				out = append(out, PlaintextRemote{"redis", "redis.addrs[" + strconv.Itoa(i) + "]", a})
+			}
+		}
+	}
+	switch c.Storage.Backend {
+	case BackendJetStream:
+		for i, raw := range c.Storage.JetStream.URLs {
+			for _, one := range strings.Split(raw, ",") {
+				one = strings.TrimSpace(one)
+				hostport, scheme := one, ""
+				if u, err := url.Parse(one); err == nil && u.Host != "" {
+					hostport, scheme = u.Host, u.Scheme
+				} else if at := strings.LastIndexByte(one, '@'); at >= 0 {
+					hostport = one[at+1:]
+				}
+				if scheme != "tls" && !LoopbackOrUnix(hostport) {
+					out = append(out, PlaintextRemote{"nats", "storage.jetstream.urls[" + strconv.Itoa(i) + "]", hostport})
+				}
+			}
+		}
+	case BackendKafka:
+		if !c.Storage.Kafka.TLS {
+			for i, a := range c.Storage.Kafka.Brokers {
+				if !LoopbackOrUnix(a) {
+					out = append(out, PlaintextRemote{"kafka", "storage.kafka.brokers[" + strconv.Itoa(i) + "]", a})
+				}
+			}
+		}
+	}
+	return out
+}
+
+const (
+	// DefaultRedisMaxReplyBytes: the ledger's largest honest reply (a
+	// script's answer for 1,000 keys with 1 KiB errors) is under 2 MiB.
+	DefaultRedisMaxReplyBytes = 64 << 20
+	// DefaultNATSMaxFrameBytes is NATS's own largest max_payload (64 MiB)
+	// plus room for a message's subject, reply and headers.
+	DefaultNATSMaxFrameBytes = 64<<20 + 1<<20
+	// DefaultMaxNodePartitions: each partition holds three open files per
+	// segment, so 4,096 partitions of one segment take 12,288 descriptors.
+	DefaultMaxNodePartitions = 4096
+	// MaxMaxNodePartitions bounds max_node_partitions (the controller's
+	// MaxTotalPartitions).
+	MaxMaxNodePartitions = 100_000
+	// MinGuardReplyBytes and MaxGuardReplyBytes bound both reply limits.
+	MinGuardReplyBytes = 1 << 20
+	MaxGuardReplyBytes = 1 << 30
+)
+
+func (g *GuardsConfig) applyDefaults() {
+	if g.RedisMaxReplyBytes == 0 {
+		g.RedisMaxReplyBytes = DefaultRedisMaxReplyBytes
+	}
+	if g.NATSMaxFrameBytes == 0 {
+		g.NATSMaxFrameBytes = DefaultNATSMaxFrameBytes
+	}
+	if g.MaxNodePartitions == 0 {
+		g.MaxNodePartitions = DefaultMaxNodePartitions
+	}
+}
+
+func (c *Config) validateGuards(v *validator) {
+	g := c.Guards
+	v.intRange("guards.redis_max_reply_bytes", g.RedisMaxReplyBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	v.intRange("guards.nats_max_frame_bytes", g.NATSMaxFrameBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	v.intRange("guards.max_node_partitions", int64(g.MaxNodePartitions), 1, MaxMaxNodePartitions)
+	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendJetStream && g.NATSMaxFrameBytes < m+64<<10 {
+		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
+			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a frame)")
+	}
+	if g.RequireTLSBeyondLoopback {
+		for _, r := range c.PlaintextRemotes() {
+			v.add(r.Field, r.Addr, "a loopback address or TLS (redis.tls, a tls:// URL, storage.kafka.tls) with guards.require_tls_beyond_loopback: anyone on the path reads and changes what spoold sends and receives")
+		}
+	}
+	k := c.Storage.Kafka
+	if c.Storage.Backend == BackendKafka && k.SASLMechanism == "plain" && k.SASLPasswordFile != "" && !k.TLS && !g.KafkaSASLPlainWithoutTLS {
+		v.add("storage.kafka.sasl_mechanism", k.SASLMechanism,
+			"scram-sha-256 or scram-sha-512, or plain with storage.kafka.tls: plain without TLS sends the password in clear text to anyone on the path (guards.insecure_kafka_sasl_plain_without_tls: true allows it)")
+	}
+}
