@@ -199,7 +199,6 @@ func (m *machine) publishDeadLetter(now time.Time, s *sub, p *part, d *tracker.D
 // record encoded with its headers.
 func dlCopyBytes(r *engine.Record) int64 { return storedBytes(r) + 2<<10 }
 
-
 // deadLettered applies the answer to an actDeadLetter.
 func (m *machine) deadLettered(now time.Time, r *dlqJob) {
 	m.dlqInFlight--
