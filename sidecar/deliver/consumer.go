@@ -1,7 +1,6 @@
 package deliver
 
 import (
-	"encoding/base64"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
@@ -79,7 +78,7 @@ func (c *consumer) free() int {
 func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candidate, traced bool) *spoolv1.Delivery {
 	d := &cd.d
 	r := &d.Value
-	id := WireID(r.ID) // one string for the record kept and the frame
+	id := string(r.ID) // the ledger's key, as claimed (pipeline.go)
 	o := sent{token: d.Token, wire: cd.wire, id: id, attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
 	s.stats[statDeliveries]++
 	if cd.attempt > 1 {
@@ -90,7 +89,7 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 		lastErr = cd.lastError
 	}
 	out := &spoolv1.Delivery{
-		MessageId:           id,
+		MessageId:           WireID(r.ID),
 		Topic:               s.cfg.Topic,
 		Partition:           p.num,
 		Offset:              d.Offset,
@@ -124,7 +123,7 @@ const (
 // deliveryBytes estimates the wire size of a delivery before it is built.
 func deliveryBytes(d *tracker.Delivery[engine.Record]) int {
 	r := &d.Value
-	n := deliveryOverhead + 2*(len(DerivedIDPrefix)+base64.RawURLEncoding.EncodedLen(len(r.ID))) + len(r.Key) + len(r.Value) + len(d.LastError)
+	n := deliveryOverhead + 2*wireIDBytes(r.ID) + len(r.Key) + len(r.Value) + len(d.LastError)
 	for _, h := range r.Headers {
 		n += headerOverhead + wireHeaderBytes(h)
 	}

@@ -81,6 +81,14 @@ func WireHeaders(hs []engine.Header, keep func(name string) bool) map[string]str
 	return m
 }
 
+// wireIDBytes is the length of WireID(id).
+func wireIDBytes(id []byte) int {
+	if utf8.Valid(id) {
+		return len(id)
+	}
+	return len(DerivedIDPrefix) + base64.RawURLEncoding.EncodedLen(len(id))
+}
+
 // wireHeaderBytes bounds what a header takes as a proto map entry.
 func wireHeaderBytes(h engine.Header) int {
 	n := len(h.Key)
