@@ -13,7 +13,7 @@ import (
 // functions. A record holds bytes, and on Kafka or JetStream any producer
 // may have written them; a proto string must be UTF-8 (protobuf-go refuses
 // to encode a message holding one that is not, and so would the app's
-// decoder). docs/backends.md, "Records that are not UTF-8", is the
+// decoder). docs/backends.md, "Records Spool did not write", is the
 // contract these implement:
 //
 //   - an id that is not UTF-8 becomes "b64:" and the id in base64url

@@ -20,7 +20,7 @@ import (
 )
 
 // Records that a broker holds but Spool did not write are hostile input
-// (docs/backends.md, "Records that are not UTF-8"): each affects at most
+// (docs/backends.md, "Records Spool did not write"): each affects at most
 // itself. These tests write such records straight to the broker, between
 // good ones, and check what the app, `spool tail` and the dead-letter
 // topic see.
