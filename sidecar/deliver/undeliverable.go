@@ -41,11 +41,12 @@ func undecodable(r *engine.Record) (string, bool) {
 func (m *machine) refuseUndecodable(now time.Time, cd *candidate, what string) {
 	cd.c.credit++
 	reason := cutText(ReasonUndecodable+": "+what, MaxReasonBytes)
+	// Counted in dead_lettered_total{reason="undecodable_record"} and
+	// logged with the other dead letters once written; the backend warned
+	// once per partition when it read the first.
 	if cd.p.tr.DeadLetter(now, cd.d.Offset, cd.d.Token, reason) == nil {
 		cd.s.stats[statDeadLetters]++
 		cd.p.recordFailure(now, cd.d.Offset, cd.attempt, reason, "")
-		m.note(slog.LevelWarn, "record is no message (written by another publisher, or damaged): dead-lettered without delivery",
-			"topic", cd.s.cfg.Topic, "partition", cd.p.num, "offset", cd.d.Offset, "reason", reason)
 	}
 }
 

@@ -259,4 +259,6 @@ func testForeignNATSMessage(t *testing.T, srv *testnats.Server) {
 		!strings.HasPrefix(e.GetReason(), "undecodable_record") || e.GetMessage().GetAttempt() > 1 {
 		t.Fatalf("dead letters %v; want the foreign message at offset 3 with its raw bytes, reason undecodable_record, no attempt charged", entries)
 	}
+	series := `spool_dead_lettered_total{group="workers",reason="undecodable_record",topic="orders"}`
+	eventually(t, 10*time.Second, series+" = 1", func() bool { return metricValue(t, n, series) == 1 })
 }
