@@ -235,9 +235,6 @@ func (a *admin) tailPartition(topic string, p int32, pos map[int32]int64, send f
 }
 
 func tailRecord(p int32, r *engine.Record) *spoolv1.TailRecord {
-	h := make(map[string]string, len(r.Headers))
-	for _, x := range r.Headers {
-		h[x.Key] = string(x.Value)
-	}
-	return &spoolv1.TailRecord{Partition: p, Offset: r.Offset, Id: string(r.ID), Key: r.Key, Payload: r.Value, Headers: h, TimeMs: r.Timestamp}
+	return &spoolv1.TailRecord{Partition: p, Offset: r.Offset, Id: deliver.WireID(r.ID), Key: r.Key, Payload: r.Value,
+		Headers: deliver.WireHeaders(r.Headers, nil), TimeMs: r.Timestamp}
 }

@@ -346,7 +346,7 @@ func printable(b []byte) bool {
 }
 
 func writeDeadLetter(w io.Writer, v deadLetterView) {
-	fmt.Fprintf(w, "dead letter %d/%d  %s  reason: %s\n", v.DLQPartition, v.DLQOffset, v.DeadLettered, v.Reason)
+	fmt.Fprintf(w, "dead letter %d/%d  %s  reason: %s\n", v.DLQPartition, v.DLQOffset, v.DeadLettered, termText(v.Reason))
 	tw := newTable(w)
 	row(tw, "  message", fmt.Sprintf("%s (%s/%d offset %d, published %s)", v.MessageID, v.Topic, v.Partition, v.Offset, v.Published))
 	switch {
@@ -372,7 +372,7 @@ func writeDeadLetter(w io.Writer, v deadLetterView) {
 	case v.Payload != nil:
 		fmt.Fprintf(w, "  payload (%d bytes, text):\n", v.PayloadBytes)
 		for l := range strings.SplitSeq(*v.Payload, "\n") {
-			fmt.Fprintf(w, "    %s\n", l)
+			fmt.Fprintf(w, "    %s\n", termText(l))
 		}
 	default:
 		fmt.Fprintf(w, "  payload (%d bytes, hex):\n", v.PayloadBytes)

@@ -90,5 +90,5 @@ func callError(what, addr, flag string, err error) error {
 
 // oneLine keeps a message on one line.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return termText(strings.Join(strings.Fields(s), " "))
 }

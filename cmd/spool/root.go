@@ -182,13 +182,13 @@ func newTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }
 
-// row writes one table row.
+// row writes one table row, each cell through termText.
 func row(w io.Writer, cells ...any) {
 	for i, c := range cells {
 		if i > 0 {
 			fmt.Fprint(w, "\t")
 		}
-		fmt.Fprint(w, c)
+		fmt.Fprint(w, termText(fmt.Sprint(c)))
 	}
 	fmt.Fprintln(w)
 }

@@ -215,10 +215,10 @@ func (a *app) writeTailEvent(v tailEventView, headers bool) error {
 		} else {
 			payload = "0x" + *v.PayloadHx
 		}
-		fmt.Fprintf(w, "%s  %s/%d@%d  key %s  id %s  %s\n", v.Time, v.Topic, v.Partition, *v.Offset, key, v.ID, payload)
+		fmt.Fprintf(w, "%s  %s/%d@%d  key %s  id %s  %s\n", v.Time, v.Topic, v.Partition, *v.Offset, key, termText(v.ID), payload)
 		if headers {
 			for _, k := range slices.Sorted(maps.Keys(v.Headers)) {
-				fmt.Fprintf(w, "    %s: %s\n", k, v.Headers[k])
+				fmt.Fprintf(w, "    %s: %s\n", termText(k), termText(v.Headers[k]))
 			}
 		}
 	case "progress":
@@ -227,16 +227,16 @@ func (a *app) writeTailEvent(v tailEventView, headers bool) error {
 		what := v.Step
 		switch {
 		case v.Step == "delivered" && v.Consumer != "":
-			what = "delivered to " + v.Consumer
+			what = "delivered to " + oneLine(v.Consumer)
 		case v.Error != "" && v.Reason != "":
 			what += ": " + oneLine(v.Reason) + ": " + oneLine(v.Error)
 		case v.Error != "" || v.Reason != "":
 			what += ": " + oneLine(v.Error+v.Reason)
 		}
-		fmt.Fprintf(w, "%s  %s/%d@%d  group %s  id %s  attempt %d  %s\n", v.Time, v.Topic, v.Partition, *v.Offset, v.Group, v.ID, v.Attempt, what)
+		fmt.Fprintf(w, "%s  %s/%d@%d  group %s  id %s  attempt %d  %s\n", v.Time, v.Topic, v.Partition, *v.Offset, v.Group, termText(v.ID), v.Attempt, what)
 	case "dead_letter":
 		d := v.DeadLetter
-		fmt.Fprintf(w, "%s  %s/%d@%d  group %s dead-lettered %s after %d attempts: %s\n", v.Time, v.Topic, v.Partition, *v.Offset, v.Group, d.MessageID, d.AttemptsMade, strings.TrimSpace(d.Reason))
+		fmt.Fprintf(w, "%s  %s/%d@%d  group %s dead-lettered %s after %d attempts: %s\n", v.Time, v.Topic, v.Partition, *v.Offset, v.Group, termText(d.MessageID), d.AttemptsMade, oneLine(d.Reason))
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func (b *Backend) Fetch(topic string, p int32, offset int64, maxBytes int, dst [
 		first = false
 		var r engine.Record
 		if err := decodeRecord(m.Data, &r); err != nil {
-			return fmt.Errorf("%s/%d offset %d: %w", topic, p, seq-1, err)
+			r = b.undecodable(part, int64(seq)-1, m.Data, err)
 		}
 		r.Offset = int64(seq) - 1
 		r.Timestamp = storeTime(m)
@@ -69,6 +69,23 @@ func (b *Backend) Fetch(topic string, p int32, offset int64, maxBytes int, dst [
 		return nil
 	})
 	return dst, err
+}
+
+// undecodable is the record that stands for a message of the partition
+// that is no Spool record (engine.HeaderUndecodable): its raw bytes as the
+// value, the id jetstream:<partition>:<offset>, and what was wrong. The
+// partition goes on past it; the first of each partition is logged once
+// (delivery counts each when it dead-letters it).
+func (b *Backend) undecodable(part *partition, offset int64, data []byte, err error) engine.Record {
+	if part.undecodableSeen.CompareAndSwap(false, true) {
+		b.cfg.Logger.Warn("jetstream: a message on a partition's subject is no Spool record; it is dead-lettered, not delivered (keep other publishers off Spool's subjects: docs/backends.md)",
+			"stream", part.stream, "subject", part.subject, "offset", offset, "err", err)
+	}
+	return engine.Record{
+		ID:      fmt.Appendf(nil, "jetstream:%d:%d", part.num, offset),
+		Value:   data,
+		Headers: []engine.Header{{Key: engine.HeaderUndecodable, Value: []byte(err.Error())}},
+	}
 }
 
 // storeTime is a direct-get message's stream store time in Unix ms.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -99,6 +100,9 @@ type partition struct {
 	// together and its done runs after the previous call's.
 	pubMu sync.Mutex
 	last  chan struct{} // closed when the previous call's done has run
+
+	// undecodableSeen: a message that is no Spool record was logged.
+	undecodableSeen atomic.Bool
 }
 
 // Open connects to NATS, creates or finds the buckets, and loads the

@@ -107,6 +107,7 @@ type Server struct {
 	bin  string
 	port int
 	dir  string
+	conf string // a configuration file, if any (StartConfig)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -118,12 +119,25 @@ type Server struct {
 // the test if the binary cannot be had.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartConfig(t, "")
+}
+
+// StartConfig is Start with a configuration file holding conf (for
+// example an authorization block) besides the command line's options.
+func StartConfig(t testing.TB, conf string) *Server {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Skipf("no nats-server for the JetStream tests: %v", err)
 	}
 	s := &Server{t: t, bin: bin, port: freePort(t), dir: t.TempDir()}
 	s.log = filepath.Join(s.dir, "nats-server.log")
+	if conf != "" {
+		s.conf = filepath.Join(s.dir, "nats-server.conf")
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.Start()
 	t.Cleanup(func() {
 		s.Kill()
@@ -148,7 +162,11 @@ func (s *Server) Start() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	cmd := exec.Command(s.bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store"))
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store")}
+	if s.conf != "" {
+		args = append(args, "-c", s.conf)
+	}
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setDeathSignal(cmd) // dies with the test binary
 	if err := cmd.Start(); err != nil {

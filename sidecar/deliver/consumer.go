@@ -31,7 +31,11 @@ type consumer struct {
 	// callback dispatcher, whose deliveries never cross the wire together).
 	maxFrameBytes int
 	closed        bool
-	rr, rrPart    int
+	// sendFailed: the sidecar could not send a frame on the stream (its
+	// deliveries could not be encoded); the stream ended for it, and what
+	// it held goes back uncounted (machine.leave).
+	sendFailed bool
+	rr, rrPart int
 }
 
 type refKey struct {
@@ -74,7 +78,7 @@ func (c *consumer) free() int {
 func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candidate, traced bool) *spoolv1.Delivery {
 	d := &cd.d
 	r := &d.Value
-	id := string(r.ID) // one string for the record kept and the frame
+	id := string(r.ID) // the ledger's key, as claimed (pipeline.go)
 	o := sent{token: d.Token, wire: cd.wire, id: id, attempt: cd.attempt, appVersion: c.appVersion, probe: cd.probe, at: now}
 	s.stats[statDeliveries]++
 	if cd.attempt > 1 {
@@ -85,7 +89,7 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 		lastErr = cd.lastError
 	}
 	out := &spoolv1.Delivery{
-		MessageId:           id,
+		MessageId:           WireID(r.ID),
 		Topic:               s.cfg.Topic,
 		Partition:           p.num,
 		Offset:              d.Offset,
@@ -100,10 +104,7 @@ func (c *consumer) track(now time.Time, group string, s *sub, p *part, cd *candi
 		Group:               group,
 	}
 	if len(r.Headers) > 0 {
-		out.Headers = make(map[string]string, len(r.Headers))
-		for _, h := range r.Headers {
-			out.Headers[h.Key] = string(h.Value)
-		}
+		out.Headers = WireHeaders(r.Headers, nil)
 		if traced {
 			o.traceparent, o.tracestate = out.Headers[tracing.HeaderTraceparent], out.Headers[tracing.HeaderTracestate]
 		}
@@ -122,9 +123,9 @@ const (
 // deliveryBytes estimates the wire size of a delivery before it is built.
 func deliveryBytes(d *tracker.Delivery[engine.Record]) int {
 	r := &d.Value
-	n := deliveryOverhead + 2*len(r.ID) + len(r.Key) + len(r.Value) + len(d.LastError)
+	n := deliveryOverhead + 2*wireIDBytes(r.ID) + len(r.Key) + len(r.Value) + len(d.LastError)
 	for _, h := range r.Headers {
-		n += headerOverhead + len(h.Key) + len(h.Value)
+		n += headerOverhead + wireHeaderBytes(h)
 	}
 	return n
 }

@@ -199,15 +199,6 @@ func (m *machine) publishDeadLetter(now time.Time, s *sub, p *part, d *tracker.D
 // record encoded with its headers.
 func dlCopyBytes(r *engine.Record) int64 { return storedBytes(r) + 2<<10 }
 
-// reasonLabel maps a dead-letter reason to the fixed set of
-// dead_lettered_total labels.
-func reasonLabel(reason string) string {
-	if reason == tracker.ReasonMaxAttempts {
-		return tracker.ReasonMaxAttempts
-	}
-	return ReasonApplication
-}
-
 // deadLettered applies the answer to an actDeadLetter.
 func (m *machine) deadLettered(now time.Time, r *dlqJob) {
 	m.dlqInFlight--

@@ -20,7 +20,14 @@ func (e joinEvent) apply(g *Group, _ time.Time) { g.mc.join(e.c) }
 
 type leaveEvent struct{ c *consumer }
 
-func (e leaveEvent) apply(g *Group, now time.Time) { g.mc.leave(now, e.c) }
+// apply first hands back, uncounted, the frames still queued for the
+// consumer: its sender has stopped, so they never reached the app.
+func (e leaveEvent) apply(g *Group, now time.Time) {
+	for len(e.c.out) > 0 {
+		g.mc.frameUnsent(now, e.c, <-e.c.out)
+	}
+	g.mc.leave(now, e.c)
+}
 
 type settleEvent struct {
 	c   *consumer

@@ -816,6 +816,10 @@ func (m *machine) send(now time.Time, cands []candidate) {
 	for i := range cands {
 		cd := &cands[i]
 		c := cd.c
+		if what, ok := undecodable(&cd.d.Value); ok {
+			m.refuseUndecodable(now, cd, what)
+			continue
+		}
 		d := c.track(now, m.cfg.Name, cd.s, cd.p, cd, m.cfg.Tracer != nil)
 		if cd.s.traced > 0 {
 			m.trace(now, cd.s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_DELIVERED, cd.p.num, d.GetOffset(), d.GetMessageId(), d.GetAttempt(), c, "", "")
@@ -930,12 +934,21 @@ func (m *machine) join(c *consumer) {
 
 // leave releases everything the consumer still holds at once: each counts
 // as an attempt (the app may have started it) and is redelivered without
-// backoff.
+// backoff; unless the stream ended because the sidecar failed to send on
+// it (c.sendFailed): then none counts, as the app did nothing wrong.
 func (m *machine) leave(now time.Time, c *consumer) {
 	c.closed = true
 	for k, o := range c.outstanding {
 		s, p := m.lookup(k.topic, k.part)
 		if p == nil {
+			continue
+		}
+		if c.sendFailed {
+			if p.tr.Release(now, k.offset, o.token, false) == nil {
+				s.stats[statUncounted]++
+				m.probeLost(now, s, o)
+				m.ledgerRelease(s, o, "", true)
+			}
 			continue
 		}
 		if err := p.tr.Release(now, k.offset, o.token, true); err == nil {

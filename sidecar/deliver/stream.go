@@ -92,13 +92,13 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 	defer s.log.Info("consumer disconnected", "group", g.Name(), "consumer", st.GetConsumerName())
 
 	sendCtx, stopSend := context.WithCancel(ctx)
-	sendErr := make(chan error, 1)
+	sendDone := make(chan *spoolv1.SubscribeResponse, 1)
 	go func() { // owned by this call: stopped and awaited below
-		sendErr <- sendFrames(sendCtx, stream, c.out)
+		sendDone <- sendFrames(sendCtx, stream, c.out)
 	}()
 	defer func() {
 		stopSend()
-		<-sendErr
+		s.unsent(g, c, <-sendDone)
 	}()
 	if err := g.post(ctx, settleEvent{c, first}); err != nil {
 		return unavailable(err)
@@ -127,17 +127,43 @@ func unavailable(err error) error {
 	return apierr.ToStatus(err)
 }
 
-func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse], out <-chan *spoolv1.SubscribeResponse) error {
+// sendFrames sends the consumer's frames until ctx ends or a send fails;
+// it returns the frame that failed (nil if none did). A failed send ends
+// the stream (gRPC ends a stream whose message it cannot encode).
+func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse], out <-chan *spoolv1.SubscribeResponse) *spoolv1.SubscribeResponse {
 	for {
 		select {
 		case f := <-out:
 			if err := stream.Send(f); err != nil {
-				return err
+				return f
 			}
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil
 		}
 	}
+}
+
+// unsent hands the group what the stream did not send: the frame whose
+// send failed, if any, and those still queued. Before the consumer leaves,
+// so that none of their deliveries is charged an attempt, and a delivery
+// the sidecar cannot encode is dead-lettered alone (sendFailed).
+func (s *Server) unsent(g *Group, c *consumer, failed *spoolv1.SubscribeResponse) {
+	var frames []*spoolv1.SubscribeResponse
+	if failed != nil {
+		frames = append(frames, failed)
+	}
+	for len(c.out) > 0 {
+		frames = append(frames, <-c.out)
+	}
+	if len(frames) == 0 {
+		return
+	}
+	bad := unsendable(frames)
+	if len(bad) > 0 {
+		s.log.Error("a delivery could not be encoded for the app's stream; it is dead-lettered, the stream's other deliveries go back uncounted",
+			"group", g.Name(), "consumer", c.name, "deliveries", len(bad))
+	}
+	_ = g.post(context.Background(), sendFailedEvent{c: c, frames: frames, bad: bad})
 }
 
 // resolve checks Start against the configured subscriptions.

@@ -310,19 +310,21 @@ func (r *reader) matches(dl *spoolv1.DeadLetter) bool {
 }
 
 func toDeadLetter(r *engine.Record, dlqPartition int32) *spoolv1.DeadLetter {
+	// The entry's own headers (spool-dlq-*) are read as text; anyone who can
+	// write to the dead-letter topic could have written them, so they too
+	// are made valid UTF-8 before they become proto strings.
 	h := map[string]string{}
-	app := map[string]string{}
 	for _, x := range r.Headers {
-		h[x.Key] = string(x.Value)
-		if !strings.HasPrefix(x.Key, "spool-") {
-			app[x.Key] = string(x.Value)
+		if strings.HasPrefix(x.Key, "spool-") {
+			h[x.Key] = deliver.WireText(x.Value)
 		}
 	}
+	app := deliver.WireHeaders(r.Headers, func(name string) bool { return !strings.HasPrefix(name, "spool-") })
 	part, _ := strconv.Atoi(h[deliver.HeaderDLQPartition])
 	attempts, _ := strconv.Atoi(h[deliver.HeaderDLQAttempts])
 	return &spoolv1.DeadLetter{
 		Message: &spoolv1.Delivery{
-			MessageId:           string(r.ID),
+			MessageId:           deliver.WireID(r.ID),
 			Topic:               h[deliver.HeaderDLQTopic],
 			Partition:           int32(part),
 			Offset:              atoi64(h[deliver.HeaderDLQOffset]),

@@ -68,6 +68,11 @@ func TestBackendJetStream(t *testing.T) {
 	for _, s := range deliverySuite {
 		t.Run(s.name, func(t *testing.T) { s.run(t, jetStream) })
 	}
+	t.Run("foreign_binary_records", func(t *testing.T) {
+		srv := testnats.Start(t)
+		testForeignBinaryRecords(t, jetStreamOn(srv), writeJetStreamRecords(srv))
+	})
+	t.Run("foreign_message", func(t *testing.T) { testForeignNATSMessage(t, testnats.Start(t)) })
 	t.Run("broker_restart", func(t *testing.T) {
 		srv := testnats.Start(t)
 		storage := fmt.Sprintf("storage:\n  backend: jetstream\n  jetstream:\n    urls: [%q]\n", srv.URL())

@@ -25,6 +25,7 @@ func TestBackendKafka(t *testing.T) {
 	for _, s := range deliverySuite {
 		t.Run(s.name, func(t *testing.T) { s.run(t, kafka) })
 	}
+	t.Run("foreign_binary_records", func(t *testing.T) { testForeignBinaryRecords(t, kafka, writeKafkaRecords(brk)) })
 	t.Run("kafka_tools_see_positions", func(t *testing.T) { testKafkaToolsSeePositions(t, kafka, brk) })
 	t.Run("shared_group_rebalance", func(t *testing.T) { testKafkaGroupRebalance(t, brk) })
 	t.Run("shared_group_slow_handler", func(t *testing.T) { testKafkaGroupSlowHandler(t, brk) })
