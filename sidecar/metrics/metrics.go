@@ -27,6 +27,8 @@ type Metrics struct {
 	// or GOMEMLIMIT; 0: none).
 	MemoryLimit        prometheus.Gauge
 	PublishMemoryWaits prometheus.Counter
+	// PublishMemoryRefused: requests that got no room before they ended.
+	PublishMemoryRefused prometheus.Counter
 	// Apps (sidecar/apps): refusals by identity and reason, and what each
 	// identity's publish buckets hold.
 	AppDenied     *prometheus.CounterVec // app, reason
@@ -141,6 +143,7 @@ func New() *Metrics {
 		MemoryLimit:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "memory_limit_bytes", Help: "The Go runtime's soft memory limit (node.memory_limit, or GOMEMLIMIT when set); 0: none."}),
 		PublishMemoryLimit:    prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "publish_memory_limit_bytes", Help: "publish.memory_bytes: what publish requests in flight may hold."}),
 		PublishMemoryWaits:    prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_waits_total", Help: "Publish requests that waited for room in publish.memory_bytes (their stream read nothing more meanwhile)."}),
+		PublishMemoryRefused:  prometheus.NewCounter(prometheus.CounterOpts{Namespace: "spool", Name: "publish_memory_refused_total", Help: "Publish requests that ended (deadline, cancellation) before publish.memory_bytes had room for them: nothing of them was stored."}),
 		AdminRefused:          counter("admin_refused_total", "Admin calls (AdminService, pprof, /metrics on the admin listener) refused, by reason: no_credentials, unknown_token, unknown_certificate (Unauthenticated), role_too_low (PermissionDenied), unknown_method.", "reason"),
 		AdminTokens:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "admin_tokens", Help: "Tokens loaded from admin.tokens_file (at most 10000)."}),
 		PublishRejected:       counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
@@ -213,7 +216,7 @@ func New() *Metrics {
 	m.CommandsSkipped = counter("cluster_commands_skipped_total", "Records of a replicated state machine's log that this node skipped because they do not decode or validate, by machine: controller (raft group 0), coordinator (the consumer groups' topic __groups). Every node skips them alike; any rise means a hostile peer, damage or a newer release's command.", "machine")
 	m.ConfChangesSkipped = counter("raft_conf_changes_skipped_total", "Committed raft configuration changes skipped because raft refuses to apply them (every replica skips them alike): a hostile or broken leader.")
 	r.MustRegister(m.LedgerAvailable)
-	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit, m.LogSyncs, m.AdminTokens)
+	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.PublishMemoryRefused, m.MemoryLimit, m.LogSyncs, m.AdminTokens)
 	return m
 }
 

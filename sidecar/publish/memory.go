@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
 // DefaultMemoryBytes is publish.memory_bytes: what publishes in flight may
@@ -20,18 +21,19 @@ const DefaultMemoryBytes = 16 << 20
 // more meanwhile, which pushes back on the producer through gRPC's flow
 // control. A request larger than the whole budget takes all of it, alone.
 type memory struct {
-	limit int64
-	sem   *semaphore.Weighted
-	held  prometheus.Gauge
-	waits prometheus.Counter
+	limit   int64
+	sem     *semaphore.Weighted
+	held    prometheus.Gauge
+	waits   prometheus.Counter
+	refused prometheus.Counter
 }
 
-func newMemory(limit int64, held prometheus.Gauge, limitG prometheus.Gauge, waits prometheus.Counter) *memory {
+func newMemory(limit int64, m *metrics.Metrics) *memory {
 	if limit <= 0 {
 		limit = DefaultMemoryBytes
 	}
-	limitG.Set(float64(limit))
-	return &memory{limit: limit, sem: semaphore.NewWeighted(limit), held: held, waits: waits}
+	m.PublishMemoryLimit.Set(float64(limit))
+	return &memory{limit: limit, sem: semaphore.NewWeighted(limit), held: m.PublishMemory, waits: m.PublishMemoryWaits, refused: m.PublishMemoryRefused}
 }
 
 // requestBytes is what a request holds while in flight: its messages'
@@ -48,15 +50,23 @@ func requestBytes(msgs []*spoolv1.PublishMessage) int64 {
 }
 
 // acquire waits until n bytes (at most the whole budget) are free, or ctx
-// ends; it returns the bytes to give back with release.
+// ends; it returns the bytes to give back with release. A request whose
+// ctx has ended gets none, even when there is room (the semaphore may
+// grant it): its caller was told it failed, so it must not be stored.
 func (m *memory) acquire(ctx context.Context, n int64) (int64, error) {
 	n = min(max(n, 1), m.limit)
 	if !m.sem.TryAcquire(n) {
 		m.waits.Inc()
 		if err := m.sem.Acquire(ctx, n); err != nil {
+			m.refused.Inc()
 			return 0, status.Errorf(status.Code(status.FromContextError(err).Err()),
 				"publish.memory_bytes (%d) was full of publishes in flight until the request ended: nothing was stored; send it again", m.limit)
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		m.sem.Release(n)
+		m.refused.Inc()
+		return 0, status.FromContextError(err).Err()
 	}
 	m.held.Add(float64(n))
 	return n, nil

@@ -82,6 +82,9 @@ func TestPublishMemoryBudget(t *testing.T) {
 	if err == nil || eng.appends() != 2 {
 		t.Fatalf("a unary publish with the budget full: %v, %d appends; want an error and nothing appended", err, eng.appends())
 	}
+	// The server gives up on its own deadline, which may come after the
+	// client's: room made before that would still let the request in.
+	awaitTrue(t, "the unary publish refused by the server", func() bool { return testutil.ToFloat64(m.PublishMemoryRefused) == 1 })
 	eng.completeFirst()
 	if r, err := stream.Recv(); err != nil || r.GetSequence() != 1 {
 		t.Fatalf("first answer %v, %v", r, err)
@@ -153,5 +156,21 @@ func TestSubmitDropsPayloadsTheEngineTook(t *testing.T) {
 	eng.completeFirst()
 	if r := <-answered; len(r) != 1 || r[0].GetId() != "m1" {
 		t.Fatalf("results %v, want one for m1", r)
+	}
+}
+
+// A request whose caller has gone gets no room, even when there is some
+// (semaphore.Acquire may succeed on a done context): it must not be
+// appended after its caller was told it failed.
+func TestMemoryRefusesAGoneCaller(t *testing.T) {
+	m := metrics.New()
+	mem := newMemory(2<<10, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := mem.acquire(ctx, 1<<10); err == nil {
+		t.Fatalf("acquire on a done context took %d bytes", n)
+	}
+	if got := testutil.ToFloat64(m.PublishMemory); got != 0 || testutil.ToFloat64(m.PublishMemoryRefused) != 1 {
+		t.Fatalf("held %v bytes after a refusal, %v refusals counted", got, testutil.ToFloat64(m.PublishMemoryRefused))
 	}
 }

@@ -83,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	m := cfg.Metrics
-	return &Server{cfg: cfg, mem: newMemory(cfg.MemoryBytes, m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits)}, nil
+	return &Server{cfg: cfg, mem: newMemory(cfg.MemoryBytes, m)}, nil
 }
 
 // Publish appends one request's messages and answers once all are durable
