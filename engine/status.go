@@ -48,6 +48,11 @@ type ClusterStatus struct {
 	MessagesReceived     uint64            // raft messages received from peers
 	Dropped              map[string]uint64 // raft messages not sent, by reason: queue_full, too_large, no_peer, unsent
 	Malformed            uint64            // received messages refused as malformed
+	// ProducersEvicted counts the producers forgotten by this node's
+	// partitions' producer tables, the least recently used first, beyond
+	// 4,096 per partition: a batch of an evicted producer resent later is
+	// no longer recognised (docs/replication.md, "Producer deduplication").
+	ProducersEvicted uint64
 }
 
 // ClusterMember is one node of the cluster.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -217,6 +218,10 @@ type Node struct {
 	peers  *peerClients
 	router *route.Router // runs calls at a raft group's leader; set by run once the node has its id
 	coord  *coordinators // consumer-group coordinators (groups_cluster.go)
+
+	// producersEvicted counts the producers evicted from this node's
+	// partitions' producer tables (maxProducers).
+	producersEvicted atomic.Uint64
 
 	mu       sync.Mutex // guards the fields below (and member's: see there); never held while calling out
 	state    *meta.State

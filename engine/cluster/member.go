@@ -460,6 +460,7 @@ func (c *member) openReplica(part *partition, bootstrap bool) error {
 	if m := part.X.mem.Load(); bootstrap && m != nil {
 		voters = m.replicaIDs(m.replicas)
 	}
+	part.X.producers.countEvictions(&c.producersEvicted)
 	err := c.host.Add(part.X.raftGroup, raft.ReplicaConfig{
 		Partition:      part.Log,
 		RetentionAge:   spec.RetentionAge,

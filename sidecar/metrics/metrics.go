@@ -95,6 +95,7 @@ type Metrics struct {
 	RaftMessagesDropped *prometheus.CounterVec // reason
 	MoveCopiesDelayed   *prometheus.CounterVec // (none)
 	MoveCopyWaiting     *prometheus.GaugeVec   // (none)
+	ProducersEvicted    *prometheus.CounterVec // (none)
 
 	// Admin calls refused (docs/security.md, "Admin").
 	AdminRefused *prometheus.CounterVec // reason
@@ -199,6 +200,7 @@ func New() *Metrics {
 	m.RaftMessages = counter("raft_messages_total", "Raft messages exchanged with peers, by direction: sent, received.", "direction")
 	m.RaftMessagesDropped = counter("raft_messages_dropped_total", "Raft messages not sent or not taken, by reason: queue_full, too_large, no_peer, unsent, inbox_full, malformed (raft sends again).", "reason")
 	m.MoveCopiesDelayed = counter("move_copies_delayed_total", "Appends to the new replicas of moving partitions that waited for cluster.move_bytes_per_second.")
+	m.ProducersEvicted = counter("cluster_producers_evicted_total", "Producers (forwarding nodes' partition forwarders) forgotten by this node's partition producer tables, the least recently used first, beyond 4096 per partition: a resent batch of one is no longer recognised as a copy.")
 	m.MoveCopyWaiting = gauge("move_copy_waiting_bytes", "Bytes of entries waiting for cluster.move_bytes_per_second before going to new replicas.")
 	r.MustRegister(m.LedgerAvailable)
 	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.MemoryLimit, m.LogSyncs, m.AdminTokens)
