@@ -335,8 +335,12 @@ func (c *member) start(l net.Listener) (err error) {
 	}()
 	c.router = c.newRouter()
 	c.host, err = raft.NewHost(raft.HostConfig{
-		NodeID:          c.id.NodeID,
-		Send:            func(msgs []transport.Message) { c.tr.Send(msgs) },
+		NodeID: c.id.NodeID,
+		Send: func(msgs []transport.Message) {
+			if !c.gate.paused() {
+				c.tr.Send(msgs)
+			}
+		},
 		TickInterval:    c.cfg.TickInterval,
 		ProposalTimeout: c.cfg.ProduceTimeout,
 		IdleTickEvery:   idleTickEvery,
@@ -360,13 +364,13 @@ func (c *member) start(l net.Listener) (err error) {
 	c.tr, err = transport.NewGRPC(transport.GRPCConfig{
 		ClusterID:   c.id.ClusterID,
 		NodeID:      c.id.NodeID,
-		Handler:     c.host,
+		Handler:     pausable{c.host, &c.gate},
 		Listener:    l,
 		Logger:      c.conf.Logger,
 		Authorize:   c.authorizeStream,
 		DialOptions: []grpc.DialOption{c.dialCreds()},
 		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(
-			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName))),
+			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName), c.gate.hold)),
 		Register: func(s *grpc.Server) {
 			clusterv1.RegisterNodeServiceServer(s, &nodeService{c: c})
 		},

@@ -139,3 +139,111 @@ func logged(part *partition, id int64, seq int32) error {
 	}
 	return fmt.Errorf("producer %d's batch %d is not in the log", id, seq)
 }
+
+// A publish whose caller has gone is not appended later. Three nodes; the
+// partition's leader L stands still (paused, as by SIGSTOP). Through a
+// follower F: a publish X (a long deadline), forwarded to L, where it
+// hangs; then A with a 2 s deadline, which ends first. F becomes the
+// leader; the app publishes A again, then B and C, each acknowledged.
+// When X's forward ends (its outcome unknown, after produce_timeout), the
+// first A must not be appended after C: the log holds A once, before B.
+func TestClusterPublishOfAGoneCallerNotAppendedLater(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
+	var leader *clusterNode
+	awaitCond(t, 30*time.Second, "a leader with both followers caught up", func() error {
+		if leader = tc.leaderOf("orders", 0); leader == nil {
+			return errors.New("no leader")
+		}
+		for _, cn := range tc.nodes {
+			if _, end, err := cn.n.Offsets("orders", 0); err != nil || end != 1 {
+				return fmt.Errorf("node at %s: committed end %d (%v)", cn.addr, end, err)
+			}
+		}
+		return nil
+	})
+	var f *clusterNode
+	for _, cn := range tc.nodes {
+		if cn != leader {
+			f = cn
+			break
+		}
+	}
+	part, _ := f.n.partition("orders", 0)
+	gate := &leader.n.asMember().gate
+	gate.pause()
+	defer gate.resume()
+
+	x := produceAsync(f.n, "orders", 0, "X", engine.ProduceOptions{})
+	awaitCond(t, 5*time.Second, "X's forward held at the paused leader", func() error {
+		if gate.held.Load() == 0 {
+			return errors.New("nothing held yet")
+		}
+		return nil
+	})
+	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer acancel()
+	a := produceAsync(f.n, "orders", 0, "A", engine.ProduceOptions{Context: actx})
+	<-actx.Done() // the app's call ends: DeadlineExceeded
+
+	if err := f.n.asMember().host.Campaign(part.X.raftGroup); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, "F leads", func() error {
+		if st, _ := f.n.asMember().host.Status(part.X.raftGroup); !st.IsLeader {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	acked := map[string]int64{}
+	for _, v := range []string{"A", "B", "C"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		r := <-produceAsync(f.n, "orders", 0, v, engine.ProduceOptions{Context: ctx})
+		cancel()
+		if r.err != nil {
+			t.Fatalf("publish %s (the app's retry for A): %v", v, r.err)
+		}
+		acked[v] = r.base
+	}
+	t.Logf("acknowledged %v; X: %v; the first A: %v", acked, <-x, <-a)
+	gate.resume()
+	awaitCond(t, 30*time.Second, "every replica at the same committed end", func() error {
+		var ends []int64
+		for _, cn := range tc.nodes {
+			_, end, err := cn.n.Offsets("orders", 0)
+			if err != nil {
+				return err
+			}
+			ends = append(ends, end)
+		}
+		if ends[0] != ends[1] || ends[1] != ends[2] || ends[0] <= acked["C"] {
+			return fmt.Errorf("committed ends %v", ends)
+		}
+		return nil
+	})
+	for _, cn := range tc.nodes {
+		recs, err := readAll(cn.n, "orders", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log []string
+		for _, r := range recs {
+			log = append(log, string(r.Value))
+		}
+		n := 0
+		for i, v := range log {
+			if v == "A" {
+				n++
+				if int64(i) != acked["A"] {
+					t.Errorf("node at %s: A at offset %d, acknowledged at %d: the log is %v", cn.addr, i, acked["A"], log)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("node at %s: A stored %d times: the log is %v", cn.addr, n, log)
+		}
+	}
+}

@@ -53,6 +53,8 @@ type member struct {
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
 
+	gate pauseGate // fault injection in tests (pause.go); open otherwise
+
 	// applyBound, if set (tests only), is the next offset of group 0's log
 	// this node may apply: a node whose view of the cluster lags.
 	applyBound func() int64
