@@ -139,6 +139,19 @@ func (t *producerTable) lostAnswers(lost []*pendingBatch) []answer {
 	return out
 }
 
+// proposedHere records that this leader proposed its own batch seq of
+// producer id (not through admit: it is new by construction), so that a
+// copy of an older batch of id is refused from now on.
+func (t *producerTable) proposedHere(id int64, seq int32) {
+	t.mu.Lock()
+	t.book.proposedHere(id, seq)
+	answers := t.lostAnswers(nil)
+	t.mu.Unlock()
+	for _, a := range answers {
+		a.send()
+	}
+}
+
 // countEvictions makes the table count its evicted producers in n.
 func (t *producerTable) countEvictions(n *atomic.Uint64) {
 	t.mu.Lock()
@@ -307,6 +320,12 @@ func (t *producerTable) restore(b []byte, logger *slog.Logger, partition string)
 // or is known lost, whatever becomes of ctx: ctx bounds only this caller's
 // wait.
 func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, seq int32, data []byte, acks engine.Acks) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		// The sender has gone (its deadline passed on the way, or it gave
+		// up): proposing now could store the batch after what its
+		// producer published since. Nothing is done.
+		return 0, fmt.Errorf("%w: batch %d of producer %x arrived after its request ended: not proposed: %w", raft.ErrProposalLost, seq, uint64(id), err)
+	}
 	t := &part.X.producers
 	t.mu.Lock()
 	v, p, base, latest, lost := t.book.admit(id, seq, acks, func(index, term uint64) bool { return stillLogged(part, index, term) })

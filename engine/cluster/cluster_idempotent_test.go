@@ -189,14 +189,15 @@ func TestClusterPublishOfAGoneCallerNotAppendedLater(t *testing.T) {
 	a := produceAsync(f.n, "orders", 0, "A", engine.ProduceOptions{Context: actx})
 	<-actx.Done() // the app's call ends: DeadlineExceeded
 
-	if err := f.n.asMember().host.Campaign(part.X.raftGroup); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, 10*time.Second, "F leads", func() error {
-		if st, _ := f.n.asMember().host.Status(part.X.raftGroup); !st.IsLeader {
-			return errors.New("not yet")
+	// F leads (the other follower, if it won the election, hands over).
+	awaitCond(t, 20*time.Second, "F leads", func() error {
+		switch nl := tc.leaderOf("orders", 0); {
+		case nl == f:
+			return nil
+		case nl != nil && nl != leader:
+			_ = nl.n.asMember().host.TransferLeadership(part.X.raftGroup, f.n.id.NodeID)
 		}
-		return nil
+		return errors.New("not yet")
 	})
 	acked := map[string]int64{}
 	for _, v := range []string{"A", "B", "C"} {

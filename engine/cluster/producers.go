@@ -154,6 +154,15 @@ func (b *producerBook) appliedBatch(id int64, l producerLast) (answered *pending
 	return answered, lost
 }
 
+// proposedHere raises producer id's latest sequence to seq: a batch this
+// leader proposed itself, outside admit.
+func (b *producerBook) proposedHere(id int64, seq int32) {
+	s := b.touch(id)
+	if !s.hasLatest || after(seq, s.latest) {
+		s.hasLatest, s.latest = true, seq
+	}
+}
+
 // resolved removes pending batch p of producer id (its proposal failed:
 // never appended).
 func (b *producerBook) resolved(id int64, p *pendingBatch) {
