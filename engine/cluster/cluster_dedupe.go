@@ -21,19 +21,21 @@ import (
 
 // Producer deduplication (the idempotent producer, between nodes).
 //
-// A node forwarding records to a partition's leader is a producer: it has
-// a producer id (random, drawn when the node starts) and numbers its
-// batches to each partition (the base sequence); both travel in the batch
-// header. The forwarder sends one batch at a time per partition and resends
+// A node publishing to a partition is a producer: its forwarder for the
+// partition draws a producer id and numbers the calls in call order (a
+// batch's base sequence is its first call's); both travel in the batch
+// header, of the batches it forwards and of those it proposes as the
+// leader. The forwarder sends one batch at a time per partition and resends
 // the same bytes when it cannot know the outcome (the connection broke
 // after the request left, the leader changed), so a resent batch is always
 // that producer's latest one. Every replica records, as it applies record
 // entries, the last (sequence, base offset) of each producer id; the
-// leader answers a batch whose sequence is its producer's last applied one
-// with that base offset instead of proposing it again, and attaches a batch
-// already proposed and not yet answered to that proposal. A leader answers
-// such batches only once it has applied an entry of its own term: every
-// entry of earlier leaders is then applied and in the table.
+// leader also keeps the batches it proposed and has not applied yet, and
+// decides each arriving batch by producerBook's rules (producers.go): the
+// last applied one is answered with its base offset, a pending one waits
+// for its entry, an older one is refused, a new one is proposed. A leader
+// answers such batches only once it has applied an entry of its own term:
+// every entry of earlier leaders is then applied and in the table.
 //
 // With acks=leader (AcksLeader) a batch is answered once its entry is on
 // the leader's disk, before it commits, so a resend can arrive between the
