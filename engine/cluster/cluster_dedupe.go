@@ -169,16 +169,8 @@ func (t *producerTable) applied(e raftpb.Entry, base int64) {
 		return
 	}
 	t.mu.Lock()
-	done, lost := t.book.appliedBatch(id, producerLast{seq: seq, base: base})
-	answers := t.lostAnswers(lost)
-	if done != nil {
-		answers = append(answers, answer{done.waiters, produceOutcome{base: base}})
-		done.waiters = nil
-	}
-	t.mu.Unlock()
-	for _, a := range answers {
-		a.send()
-	}
+	defer t.mu.Unlock()
+	t.note(id, producerLast{seq: seq, base: base})
 }
 
 // rebuildTailEntries is how many of the last committed entries a replica
@@ -234,11 +226,18 @@ func (t *producerTable) rebuild(p *log.Partition, committed uint64) error {
 
 // note records l as producer id's last batch unless the table has a newer
 // one (a higher base offset: what was applied since the replica opened, or
-// a snapshot's table ahead of the entries applied after it). t.mu held; at
-// a replica's open or snapshot, where nothing is pending.
+// a snapshot's table ahead of the entries applied after it). t.mu held
+// (the answers go to buffered channels, one per waiter: never blocking).
 func (t *producerTable) note(id int64, l producerLast) {
-	t.book.appliedBatch(id, l)
-	_ = t.lostAnswers(nil) // nothing waits: nothing is pending yet
+	done, lost := t.book.appliedBatch(id, l)
+	answers := t.lostAnswers(lost)
+	if done != nil {
+		answers = append(answers, answer{done.waiters, produceOutcome{base: l.base}})
+		done.waiters = nil
+	}
+	for _, a := range answers {
+		a.send()
+	}
 }
 
 // producerTableVersion is the first byte of an encoded producer table.
