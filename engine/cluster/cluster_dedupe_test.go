@@ -206,3 +206,30 @@ func TestProducerBookEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("snapshot order %v, want least recently used first [3 1 4]", order)
 	}
 }
+
+// The producer table, full (maxProducers), forgets the producer used least
+// recently when a new one comes: a producer that keeps publishing stays,
+// however long ago it was first seen.
+func TestProducerTableKeepsActiveProducers(t *testing.T) {
+	var tab producerTable
+	tab.applied(producerEntry(1, 0), 0)
+	for id := int64(2); id <= maxProducers; id++ {
+		tab.applied(producerEntry(id, 0), id)
+	}
+	tab.applied(producerEntry(1, 1), maxProducers+1) // producer 1 is active
+	tab.applied(producerEntry(maxProducers+1, 0), maxProducers+2)
+	ids, lasts, err := decodeProducerTable(tab.snapshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[int64]producerLast{}
+	for i, id := range ids {
+		known[id] = lasts[i]
+	}
+	if l, ok := known[1]; !ok || l.seq != 1 {
+		t.Fatalf("the active producer 1: %+v (known: %v); want its last batch 1 kept", l, ok)
+	}
+	if _, ok := known[2]; ok || len(known) != maxProducers {
+		t.Fatalf("%d producers kept, producer 2 (the least recently used) among them: %v; want it evicted", len(known), ok)
+	}
+}
