@@ -55,7 +55,8 @@ type ProduceOptions struct {
 	// sent (done gets an error wrapping the context's), and a leader does
 	// not propose a forwarded batch whose every caller has gone. Records
 	// already proposed are not withdrawn: their outcome is unknown to the
-	// caller.
+	// caller. The cluster engine honours it; a single node appends at once
+	// and has nothing to hold back.
 	Context context.Context
 }
 
