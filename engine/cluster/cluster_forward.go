@@ -106,7 +106,7 @@ func (c *cluster) drainForward(part *partition) {
 		batch = append(batch[:0], f.queue[:n]...)
 		f.queue = append(f.queue[:0], f.queue[n:]...)
 		f.bytes -= size
-		pid, acks := f.pid, engine.AcksAll
+		pid := f.pid
 		part.X.fwdMu.Unlock()
 		for i, call := range gone {
 			part.Compl.Add(call.done, 0, callerGone(part, call.ctx))
@@ -115,8 +115,7 @@ func (c *cluster) drainForward(part *partition) {
 		if n == 0 {
 			return
 		}
-		acks = batch[0].acks
-
+		acks := batch[0].acks
 		recs = recs[:0]
 		for _, call := range batch {
 			recs = append(recs, call.recs...)
