@@ -248,3 +248,44 @@ func TestClusterPublishOfAGoneCallerNotAppendedLater(t *testing.T) {
 		}
 	}
 }
+
+// A leader proposes no producer batch whose request has already ended
+// when it gets to it (its sender gave up: a paused node's held request, a
+// deadline that passed on the way): nothing is stored, and the answer says
+// nothing was done.
+func TestClusterLeaderRefusesAnEndedRequest(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
+	var leader *clusterNode
+	awaitCond(t, 30*time.Second, "a leader caught up", func() error {
+		if leader = tc.leaderOf("orders", 0); leader == nil {
+			return errors.New("no leader")
+		}
+		part, _ := leader.n.partition("orders", 0)
+		if st, _ := leader.n.asMember().host.Status(part.X.raftGroup); !leaderCaughtUp(part, st) {
+			return errors.New("not caught up")
+		}
+		return nil
+	})
+	part, _ := leader.n.partition("orders", 0)
+	data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: 93, BaseSequence: 0}, []log.Record{{Value: []byte("late")}}, time.Now().UnixMilli())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	resp, err := (&nodeService{c: leader.n.asMember()}).Produce(ctx, &clusterv1.ProduceRequest{ClusterId: leader.n.id.ClusterID, Topic: "orders", Partition: 0, Group: part.X.raftGroup, Records: data})
+	if err != nil || resp.GetError() != clusterv1.ProduceError_PRODUCE_ERROR_LOST {
+		t.Fatalf("an ended request: %v, %v; want PRODUCE_ERROR_LOST (nothing done)", resp, err)
+	}
+	if _, err := produce(leader.n, "orders", 0, "after"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := countValues(leader.n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["late"] != 0 {
+		t.Fatalf("the ended request's batch was stored: %v", got)
+	}
+}
