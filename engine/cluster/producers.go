@@ -8,14 +8,14 @@ import (
 
 // producerBook is the producer table's rules (cluster_dedupe.go), pure: no
 // lock, no goroutine, no clock, no I/O. What it cannot know itself comes in
-// as arguments: whether the leader's log still holds an entry, the
-// leader's term. producerTable wraps it with a lock and the waiters'
+// as an argument: whether the leader's log still holds an entry.
+// producerTable wraps it with a lock and the waiters'
 // channels.
 //
 // Per producer it keeps the last batch applied (sequence, base offset),
 // the batches proposed by this leader and not yet applied (pending, in
-// sequence order), and the latest sequence it has seen proposed or
-// applied. The rules:
+// sequence order), and the latest sequence it has seen proposed (here, or
+// at this leader through admit) or applied. The rules:
 //
 //   - A batch whose sequence is the last applied one is answered with its
 //     base offset.
@@ -44,7 +44,7 @@ type producerBook struct {
 	limit   int
 	byID    map[int64]*list.Element // of *producerState
 	lru     list.List               // least recently used first
-	evicted uint64                  // producers evicted, ever
+	evicted uint64                  // producers evicted since the table last counted them
 	// evictedPending holds the pending batches of evicted producers until
 	// the table tells their waiters.
 	evictedPending []*pendingBatch
