@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -49,6 +50,14 @@ func (a Acks) String() string {
 // ProduceOptions are the choices of one ProduceWith.
 type ProduceOptions struct {
 	Acks Acks
+	// Context is the caller's (nil: none). Once it ends, the caller has
+	// gone: records not yet sent towards the partition's leader are not
+	// sent (done gets an error wrapping the context's), and a leader does
+	// not propose a forwarded batch whose every caller has gone. Records
+	// already proposed are not withdrawn: their outcome is unknown to the
+	// caller. The cluster engine honours it; a single node appends at once
+	// and has nothing to hold back.
+	Context context.Context
 }
 
 // ErrTopicInUse: a topic a consumer group's member subscribes to (or owns

@@ -55,6 +55,11 @@ type ClusterStatus struct {
 	// ConfChangesSkipped counts the committed raft configuration changes
 	// skipped because raft refuses to apply them (every replica alike).
 	ConfChangesSkipped uint64
+	// ProducersEvicted counts the producers forgotten by this node's
+	// partitions' producer tables, the least recently used first, beyond
+	// 4,096 per partition: a batch of an evicted producer resent later is
+	// no longer recognised (docs/replication.md, "Producer deduplication").
+	ProducersEvicted uint64
 }
 
 // ClusterMember is one node of the cluster.

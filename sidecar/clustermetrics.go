@@ -94,6 +94,7 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	m.RaftMessagesDropped.WithLabelValues("inbox_full").Add(float64(st.InboxDropped - prev.InboxDropped))
 	m.RaftMessagesDropped.WithLabelValues("malformed").Add(float64(st.Malformed - prev.Malformed))
 	m.MoveCopiesDelayed.WithLabelValues().Add(float64(st.MoveCopiesDelayed - prev.MoveCopiesDelayed))
+	m.ProducersEvicted.WithLabelValues().Add(float64(st.ProducersEvicted - prev.ProducersEvicted))
 	m.MoveCopyWaiting.WithLabelValues().Set(float64(st.MoveCopyWaitingBytes))
 	for machine, v := range st.CommandsSkipped {
 		m.CommandsSkipped.WithLabelValues(machine).Add(float64(v - prev.CommandsSkipped[machine]))

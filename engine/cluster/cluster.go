@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -218,6 +219,10 @@ type Node struct {
 	router *route.Router // runs calls at a raft group's leader; set by run once the node has its id
 	coord  *coordinators // consumer-group coordinators (groups_cluster.go)
 
+	// producersEvicted counts the producers evicted from this node's
+	// partitions' producer tables (maxProducers).
+	producersEvicted atomic.Uint64
+
 	mu       sync.Mutex // guards the fields below (and member's: see there); never held while calling out
 	state    *meta.State
 	changed  chan struct{} // closed and replaced after each change of state
@@ -330,8 +335,12 @@ func (c *member) start(l net.Listener) (err error) {
 	}()
 	c.router = c.newRouter()
 	c.host, err = raft.NewHost(raft.HostConfig{
-		NodeID:          c.id.NodeID,
-		Send:            func(msgs []transport.Message) { c.tr.Send(msgs) },
+		NodeID: c.id.NodeID,
+		Send: func(msgs []transport.Message) {
+			if !c.gate.paused() {
+				c.tr.Send(msgs)
+			}
+		},
 		TickInterval:    c.cfg.TickInterval,
 		ProposalTimeout: c.cfg.ProduceTimeout,
 		IdleTickEvery:   idleTickEvery,
@@ -355,13 +364,13 @@ func (c *member) start(l net.Listener) (err error) {
 	c.tr, err = transport.NewGRPC(transport.GRPCConfig{
 		ClusterID:   c.id.ClusterID,
 		NodeID:      c.id.NodeID,
-		Handler:     c.host,
+		Handler:     pausable{c.host, &c.gate},
 		Listener:    l,
 		Logger:      c.conf.Logger,
 		Authorize:   c.authorizeStream,
 		DialOptions: []grpc.DialOption{c.dialCreds()},
 		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(
-			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName))),
+			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName), c.gate.hold)),
 		Register: func(s *grpc.Server) {
 			clusterv1.RegisterNodeServiceServer(s, &nodeService{c: c})
 		},

@@ -7,30 +7,35 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/cluster/route"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/raft"
 )
 
 // Producer deduplication (the idempotent producer, between nodes).
 //
-// A node forwarding records to a partition's leader is a producer: it has
-// a producer id (random, drawn when the node starts) and numbers its
-// batches to each partition (the base sequence); both travel in the batch
-// header. The forwarder sends one batch at a time per partition and resends
+// A node publishing to a partition is a producer: its forwarder for the
+// partition draws a producer id and numbers the calls in call order (a
+// batch's base sequence is its first call's); both travel in the batch
+// header, of the batches it forwards and of those it proposes as the
+// leader. The forwarder sends one batch at a time per partition and resends
 // the same bytes when it cannot know the outcome (the connection broke
 // after the request left, the leader changed), so a resent batch is always
 // that producer's latest one. Every replica records, as it applies record
 // entries, the last (sequence, base offset) of each producer id; the
-// leader answers a batch whose sequence is its producer's last applied one
-// with that base offset instead of proposing it again, and attaches a batch
-// already proposed and not yet answered to that proposal. A leader answers
-// such batches only once it has applied an entry of its own term: every
-// entry of earlier leaders is then applied and in the table.
+// leader also keeps the batches it proposed and has not applied yet, and
+// decides each arriving batch by producerBook's rules (producers.go): the
+// last applied one is answered with its base offset, a pending one waits
+// for its entry, an older one is refused, a new one is proposed. A leader
+// answers such batches only once it has applied an entry of its own term:
+// every entry of earlier leaders is then applied and in the table.
 //
 // With acks=leader (AcksLeader) a batch is answered once its entry is on
 // the leader's disk, before it commits, so a resend can arrive between the
@@ -58,16 +63,18 @@ import (
 // producer's batches are stored in order) wins, whatever the order in
 // which they are seen.
 
-// maxProducers bounds the producer ids remembered per partition; the
-// oldest entries go first (a producer id lives as long as a node process,
-// and its batches are resent only within produce_timeout).
+// maxProducers bounds the producer ids remembered per partition; the one
+// used least recently goes first (ClusterStatus.ProducersEvicted counts
+// them). A producer id lives as long as a forwarder (a partition value of a
+// node process), and its batches are resent only within produce_timeout.
 const maxProducers = 4096
 
+// producerTable is a partition's producerBook behind a lock, with the
+// waiters' channels; the book decides, the table answers.
 type producerTable struct {
 	mu      sync.Mutex
-	last    map[int64]producerLast
-	order   []int64 // producer ids in the order first seen, for eviction
-	pending map[int64]*pendingBatch
+	book    producerBook
+	evicted *atomic.Uint64 // the node's count of evicted producers (nil: not counted)
 }
 
 type producerLast struct {
@@ -76,8 +83,8 @@ type producerLast struct {
 }
 
 // pendingBatch is a producer's batch proposed by this leader and not yet
-// committed; resends of it wait for the same outcome. durable: its first
-// copy was proposed with AcksLeader and its entry (index, term) is on this
+// applied; copies of it wait for the same outcome. durable: its first copy
+// was proposed with AcksLeader and its entry (index, term) is on this
 // leader's disk, at base.
 type pendingBatch struct {
 	seq     int32
@@ -88,8 +95,9 @@ type pendingBatch struct {
 	index, term uint64
 }
 
-// waiter is a resend waiting for a pending batch: acks says which outcome
-// answers it (AcksLeader: durable on the leader; AcksAll: committed).
+// waiter is a copy of a batch waiting for its outcome: acks says which
+// outcome answers it (AcksLeader: durable on the leader; AcksAll:
+// committed).
 type waiter struct {
 	ch   chan produceOutcome
 	acks engine.Acks
@@ -100,8 +108,61 @@ type produceOutcome struct {
 	err  error
 }
 
+// answer is one outcome for the waiters of a batch.
+type answer struct {
+	to  []waiter
+	out produceOutcome
+}
+
+func (a answer) send() {
+	for _, w := range a.to {
+		w.ch <- a.out // buffered: one answer per waiter
+	}
+}
+
+// lostAnswers answers the waiters of batches that will never be stored,
+// and of evicted producers' batches (their outcome unknown). t.mu held;
+// the answers are sent once it is released.
+func (t *producerTable) lostAnswers(lost []*pendingBatch) []answer {
+	var out []answer
+	for _, p := range lost {
+		out = append(out, answer{p.waiters, produceOutcome{err: fmt.Errorf("%w: a later batch of its producer was stored first, or a new leader replaced its entry", raft.ErrProposalLost)}})
+		p.waiters = nil
+	}
+	for _, p := range t.book.evictedPending {
+		out = append(out, answer{p.waiters, produceOutcome{err: fmt.Errorf("%w: its producer was evicted from the partition's producer table (maxProducers)", raft.ErrOutcomeUnknown)}})
+		p.waiters = nil
+	}
+	t.book.evictedPending = nil
+	if n := t.book.evicted; n > 0 && t.evicted != nil {
+		t.evicted.Add(n)
+		t.book.evicted = 0
+	}
+	return out
+}
+
+// proposedHere records that this leader proposed its own batch seq of
+// producer id (not through admit: it is new by construction), so that a
+// copy of an older batch of id is refused from now on.
+func (t *producerTable) proposedHere(id int64, seq int32) {
+	t.mu.Lock()
+	t.book.proposedHere(id, seq)
+	answers := t.lostAnswers(nil)
+	t.mu.Unlock()
+	for _, a := range answers {
+		a.send()
+	}
+}
+
+// countEvictions makes the table count its evicted producers in n.
+func (t *producerTable) countEvictions(n *atomic.Uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.evicted = n
+}
+
 // applied records a record entry's producer fields (OnApply of the
-// partition's replica).
+// partition's replica) and answers the copies waiting for it.
 func (t *producerTable) applied(e raftpb.Entry, base int64) {
 	id, _, seq, ok := log.RecordsProducer(e.Data)
 	if !ok || id == 0 || e.Type != raftpb.EntryNormal {
@@ -110,14 +171,6 @@ func (t *producerTable) applied(e raftpb.Entry, base int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.note(id, producerLast{seq: seq, base: base})
-	// A pending batch committed: its waiters have their answer.
-	if p := t.pending[id]; p != nil && p.seq == seq {
-		delete(t.pending, id)
-		for _, w := range p.waiters {
-			w.ch <- produceOutcome{base: base} // buffered: one answer per waiter
-		}
-		p.waiters = nil
-	}
 }
 
 // rebuildTailEntries is how many of the last committed entries a replica
@@ -138,7 +191,11 @@ func (t *producerTable) rebuild(p *log.Partition, committed uint64) error {
 	if err != nil {
 		return err
 	}
-	found := map[int64]producerLast{}
+	type found struct {
+		id int64
+		l  producerLast
+	}
+	var seen []found
 	for lo := first; lo <= committed; {
 		ents, err := p.Entries(lo, committed+1, 4<<20)
 		if err != nil {
@@ -153,7 +210,7 @@ func (t *producerTable) rebuild(p *log.Partition, committed uint64) error {
 				continue
 			}
 			if id != 0 {
-				found[id] = producerLast{seq: seq, base: base}
+				seen = append(seen, found{id, producerLast{seq: seq, base: base}})
 			}
 			base += int64(binary.LittleEndian.Uint32(e.Data[4:8])) // the record count (log.PayloadType)
 		}
@@ -161,30 +218,25 @@ func (t *producerTable) rebuild(p *log.Partition, committed uint64) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for id, l := range found {
-		t.note(id, l)
+	for _, f := range seen {
+		t.note(f.id, f.l)
 	}
 	return nil
 }
 
 // note records l as producer id's last batch unless the table has a newer
 // one (a higher base offset: what was applied since the replica opened, or
-// a snapshot's table ahead of the entries applied after it). t.mu held.
+// a snapshot's table ahead of the entries applied after it). t.mu held
+// (the answers go to buffered channels, one per waiter: never blocking).
 func (t *producerTable) note(id int64, l producerLast) {
-	if t.last == nil {
-		t.last = map[int64]producerLast{}
+	done, lost := t.book.appliedBatch(id, l)
+	answers := t.lostAnswers(lost)
+	if done != nil {
+		answers = append(answers, answer{done.waiters, produceOutcome{base: l.base}})
+		done.waiters = nil
 	}
-	old, known := t.last[id]
-	if known && old.base >= l.base {
-		return
-	}
-	t.last[id] = l
-	if !known {
-		t.order = append(t.order, id)
-		if len(t.order) > maxProducers {
-			delete(t.last, t.order[0])
-			t.order = t.order[1:]
-		}
+	for _, a := range answers {
+		a.send()
 	}
 }
 
@@ -197,23 +249,26 @@ const producerEntryBytes = 20
 // snapshot encodes the table for the partition's raft snapshots
 // (ReplicaConfig.SnapshotApp): version (1 byte), count (u32), then count ×
 // (producer id i64, sequence i32, base offset i64), little-endian, oldest
-// producer first. At most maxProducers entries: ~80 KiB.
+// producer (the least recently used) first. At most maxProducers entries:
+// ~80 KiB.
 func (t *producerTable) snapshot() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.order) == 0 {
+	var body []byte
+	n := 0
+	t.book.each(func(id int64, l producerLast) {
+		body = binary.LittleEndian.AppendUint64(body, uint64(id))
+		body = binary.LittleEndian.AppendUint32(body, uint32(l.seq))
+		body = binary.LittleEndian.AppendUint64(body, uint64(l.base))
+		n++
+	})
+	if n == 0 {
 		return nil
 	}
-	b := make([]byte, 0, 5+producerEntryBytes*len(t.order))
+	b := make([]byte, 0, 5+len(body))
 	b = append(b, producerTableVersion)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(t.order)))
-	for _, id := range t.order {
-		l := t.last[id]
-		b = binary.LittleEndian.AppendUint64(b, uint64(id))
-		b = binary.LittleEndian.AppendUint32(b, uint32(l.seq))
-		b = binary.LittleEndian.AppendUint64(b, uint64(l.base))
-	}
-	return b
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	return append(b, body...)
 }
 
 // decodeProducerTable decodes what snapshot encoded; it never panics and
@@ -258,79 +313,91 @@ func (t *producerTable) restore(b []byte, logger *slog.Logger, partition string)
 	}
 }
 
-// proposeOnce proposes a producer's batch at this leader unless it is its
-// last applied batch (answered with its base offset) or already proposed
-// (the caller waits for that proposal's outcome; see above for acks=leader).
+// proposeOnce proposes a producer's batch at this leader, which has
+// applied an entry of its own term, as the producer table's rules say
+// (producerBook): a copy of a batch applied or pending is answered with
+// the first copy's outcome, a stray copy of an older batch is refused, a
+// new batch is proposed. The batch stays pending until its entry applies
+// or is known lost, whatever becomes of ctx: ctx bounds only this caller's
+// wait.
 func (c *cluster) proposeOnce(ctx context.Context, part *partition, id int64, seq int32, data []byte, acks engine.Acks) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		// The sender has gone (its deadline passed on the way, or it gave
+		// up): proposing now could store the batch after what its
+		// producer published since. Nothing is done.
+		return 0, fmt.Errorf("%w: batch %d of producer %x arrived after its request ended: not proposed: %w", raft.ErrProposalLost, seq, uint64(id), err)
+	}
 	t := &part.X.producers
 	t.mu.Lock()
-	if l, ok := t.last[id]; ok {
-		if l.seq == seq {
-			t.mu.Unlock()
-			return l.base, nil
-		}
-		// An older batch than the producer's last (sequences wrap): its
-		// producer has moved on, so this is a stray copy; storing it would
-		// store it twice.
-		if d := seq - l.seq; d < 0 && d > -(1<<30) {
-			t.mu.Unlock()
-			return 0, fmt.Errorf("%w: batch %d of producer %x is older than its last stored batch %d: not stored again", errStaleBatch, seq, uint64(id), l.seq)
-		}
+	v, p, base, latest, lost := t.book.admit(id, seq, acks, func(index, term uint64) bool { return stillLogged(part, index, term) })
+	answers := t.lostAnswers(lost)
+	var ch chan produceOutcome
+	if v == verdictPropose || v == verdictWait {
+		ch = make(chan produceOutcome, 1)
+		p.waiters = append(p.waiters, waiter{ch: ch, acks: acks})
 	}
-	if p := t.pending[id]; p != nil && p.seq == seq {
-		if p.durable && !stillLogged(part, p.index, p.term) {
-			delete(t.pending, id) // replaced by a new leader's entry: lost, store it again
-		} else {
-			if p.durable && acks == engine.AcksLeader {
-				t.mu.Unlock()
-				return p.base, nil
-			}
-			ch := make(chan produceOutcome, 1)
-			p.waiters = append(p.waiters, waiter{ch: ch, acks: acks})
-			t.mu.Unlock()
-			select {
-			case o := <-ch:
-				return o.base, o.err
-			case <-ctx.Done():
-				return 0, raft.ErrOutcomeUnknown
-			}
-		}
-	}
-	if t.pending == nil {
-		t.pending = map[int64]*pendingBatch{}
-	}
-	p := &pendingBatch{seq: seq}
-	t.pending[id] = p
 	t.mu.Unlock()
+	for _, a := range answers {
+		a.send()
+	}
+	switch v {
+	case verdictApplied, verdictDurable:
+		return base, nil
+	case verdictStale:
+		return 0, fmt.Errorf("%w: batch %d of producer %x is older than its last batch %d, and neither stored nor pending: not stored again", errStaleBatch, seq, uint64(id), latest)
+	case verdictPropose:
+		c.role.proposeWith(part.X.raftGroup, data, proposeOptions(acks), func(res raft.Proposed, err error) {
+			t.proposalDone(id, p, acks, res, err)
+		})
+	}
+	select {
+	case o := <-ch:
+		return o.base, o.err
+	case <-ctx.Done():
+		t.mu.Lock()
+		p.waiters = slices.DeleteFunc(p.waiters, func(w waiter) bool { return w.ch == ch })
+		t.mu.Unlock()
+		return 0, fmt.Errorf("%w: batch %d of producer %x: no outcome in time (it stays pending: a copy sent again waits for the same entry): %w", raft.ErrOutcomeUnknown, seq, uint64(id), ctx.Err())
+	}
+}
 
-	res, err := c.propose(ctx, part.X.raftGroup, data, acks)
-
+// proposalDone is raft's outcome of pending batch p's proposal (it runs
+// on the raft worker: it only answers, on buffered channels). Durable with
+// AcksLeader: the copies asking for as much are answered, the others wait
+// for the commit (applied). Committed: every copy is answered; p stays
+// pending until applied removes it (a copy arriving meanwhile waits for
+// that). Never appended (nothing done): p is no longer pending. Outcome
+// unknown: the copies waiting are told so (their senders may try another
+// leader), and p stays pending — its entry may yet commit.
+func (t *producerTable) proposalDone(id int64, p *pendingBatch, acks engine.Acks, res raft.Proposed, err error) {
 	t.mu.Lock()
-	var answer []waiter
-	if err == nil && acks == engine.AcksLeader && t.pending[id] == p {
-		// Durable, not committed: answer the resends asking for as much,
-		// keep the others for the commit (applied).
+	if !t.book.isPending(id, p) {
+		t.mu.Unlock() // applied, or found lost, already: its copies were answered
+		return
+	}
+	var a answer
+	switch {
+	case err == nil && acks == engine.AcksLeader:
 		p.durable, p.base, p.index, p.term = true, res.Base, res.Index, res.Term
 		keep := p.waiters[:0]
 		for _, w := range p.waiters {
 			if w.acks == engine.AcksLeader {
-				answer = append(answer, w)
+				a.to = append(a.to, w)
 			} else {
 				keep = append(keep, w)
 			}
 		}
+		clear(p.waiters[len(keep):])
 		p.waiters = keep
-	} else {
-		if t.pending[id] == p {
-			delete(t.pending, id)
-		}
-		answer, p.waiters = p.waiters, nil
+	case err != nil && route.NothingDone(err):
+		t.book.resolved(id, p)
+		a.to, p.waiters = p.waiters, nil
+	default:
+		a.to, p.waiters = p.waiters, nil
 	}
+	a.out = produceOutcome{base: res.Base, err: err}
 	t.mu.Unlock()
-	for _, w := range answer {
-		w.ch <- produceOutcome{res.Base, err}
-	}
-	return res.Base, err
+	a.send()
 }
 
 // stillLogged: the partition's log (here, at the leader) holds the entry

@@ -36,32 +36,57 @@ import (
 // disk) — with AcksLeader, once they are on the leader's disk — or with
 // why not.
 //
-// Order: a proposal made here is taken in call order. A forwarded one
-// travels on its own call, so two Produce calls to a partition led
-// elsewhere, made without waiting for the first, may be stored in either
-// order (docs/semantics.md).
-func (c *cluster) produce(part *partition, recs []log.Record, acks engine.Acks, done func(int64, error)) {
+// Order: a proposal made here is taken in call order, and only once
+// nothing this node forwarded to the partition is still on its way (its
+// forwarder is idle); forwarded calls are sent in call order
+// (cluster_forward.go).
+//
+// Every batch carries this node's producer id for the partition and a
+// sequence drawn in call order (the forwarder's): a leader never stores a
+// batch below its producer's latest one (producerBook), so a late copy of
+// a batch cannot land after the batches published after it.
+func (c *cluster) produce(part *partition, recs []log.Record, opts engine.ProduceOptions, done func(int64, error)) {
 	if part.X.raftGroup == 0 {
 		go done(0, fmt.Errorf("%w: topic %q waits for %d nodes to place its replicas (the cluster has %d): start more spoold with --join, or lower cluster.replication_factor",
 			engine.ErrNotPlaced, part.Topic.Name, c.topicRF(part.Topic.Name), c.nodeCount()))
 		return
 	}
-	if st, ok := c.status(part.X.raftGroup); ok && st.IsLeader {
-		// The fast path: proposed on the caller's goroutine, in call order.
-		// Results go through the partition's completer: done never runs on
-		// a raft worker (a slow done would stall every group of the node),
-		// and results of one partition reach their callers in order.
-		data := log.EncodeRecords(nil, log.BatchHeader{}, recs, time.Now().UnixMilli())
-		c.role.proposeWith(part.X.raftGroup, data, proposeOptions(acks), func(res raft.Proposed, err error) {
-			if err == nil || !route.NothingDone(err) {
-				part.Compl.Add(done, res.Base, c.produceError(part, err))
-				return
-			}
-			c.forward(part, recs, acks, done) // not stored: look for the new leader
-		})
+	if ctx := opts.Context; ctx != nil && ctx.Err() != nil {
+		part.Compl.Add(done, 0, callerGone(part, ctx))
 		return
 	}
-	c.forward(part, recs, acks, done)
+	if st, ok := c.status(part.X.raftGroup); !ok || !st.IsLeader {
+		c.forward(part, recs, opts, done)
+		return
+	}
+	part.X.fwdMu.Lock()
+	f := &part.X.fwd
+	if f.running || len(f.queue) > 0 {
+		part.X.fwdMu.Unlock()
+		c.forward(part, recs, opts, done) // after what waits, in call order
+		return
+	}
+	pid, seq := f.next()
+	part.X.fwdMu.Unlock()
+	// The fast path: proposed on the caller's goroutine, in call order.
+	// Results go through the partition's completer: done never runs on a
+	// raft worker (a slow done would stall every group of the node), and
+	// results of one partition reach their callers in order.
+	part.X.producers.proposedHere(pid, seq)
+	data := log.EncodeRecords(nil, log.BatchHeader{ProducerID: pid, BaseSequence: seq}, recs, time.Now().UnixMilli())
+	c.role.proposeWith(part.X.raftGroup, data, proposeOptions(opts.Acks), func(res raft.Proposed, err error) {
+		if err == nil || !route.NothingDone(err) {
+			part.Compl.Add(done, res.Base, c.produceError(part, err))
+			return
+		}
+		c.forward(part, recs, opts, done) // not stored: look for the new leader (a new sequence)
+	})
+}
+
+// callerGone is the answer to records not sent because their caller's
+// context ended first: nothing was stored.
+func callerGone(part *partition, ctx context.Context) error {
+	return fmt.Errorf("engine: %s/%d: not sent: the caller stopped waiting first: %w", part.Topic.Name, part.Num, context.Cause(ctx))
 }
 
 // proposeOptions: AcksLeader completes at the leader's fsync.

@@ -79,6 +79,7 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	out.Proposals = map[string]uint64{"ok": hs.ProposalsOK, "lost": hs.ProposalsLost, "unknown": hs.ProposalsUnknown, "not_leader": hs.ProposalsNotLeader, "refused": hs.ProposalsRefused}
 	out.InboxDropped, out.ReplicasStopped = hs.InboxDropped, hs.ReplicasStopped
 	out.MoveCopiesDelayed, out.MoveCopyWaitingBytes = hs.CatchUpDelayed, hs.CatchUpWaitingBytes
+	out.ProducersEvicted = c.producersEvicted.Load()
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed+hs.Malformed
 	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
 	out.ConfChangesSkipped = hs.ConfChangesSkipped

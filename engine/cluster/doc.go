@@ -40,9 +40,10 @@
 // in cluster_client.go), placement as meta.PlanLocal's plan executed
 // (cluster_place.go), replica moves, leaving and deleting (cluster_move.go,
 // cluster_leave.go, cluster_delete.go), the producer dedupe table
-// (cluster_dedupe.go), forwarding to leaders (cluster_forward.go and the
+// (cluster_dedupe.go; its rules, pure, in producers.go), forwarding to leaders (cluster_forward.go and the
 // router, route/), the coordinators (groups_cluster*.go) and the
-// NodeService server (a member's). Both replicated state machines are
+// NodeService server (a member's), and a pause gate that stands a member
+// still for fault injection in tests (pause.go). Both replicated state machines are
 // applied by engine/internal/rsm. The topic table, watchers, completions,
 // the committed end and the local read path are engine/internal/table's,
 // shared with the single node (engine/embedded).

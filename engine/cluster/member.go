@@ -53,6 +53,8 @@ type member struct {
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
 
+	gate pauseGate // fault injection in tests (pause.go); open otherwise
+
 	// applyBound, if set (tests only), is the next offset of group 0's log
 	// this node may apply: a node whose view of the cluster lags.
 	applyBound func() int64
@@ -462,6 +464,7 @@ func (c *member) openReplica(part *partition, bootstrap bool) error {
 	if m := part.X.mem.Load(); bootstrap && m != nil {
 		voters = m.replicaIDs(m.replicas)
 	}
+	part.X.producers.countEvictions(&c.producersEvicted)
 	err := c.host.Add(part.X.raftGroup, raft.ReplicaConfig{
 		Partition:      part.Log,
 		RetentionAge:   spec.RetentionAge,

@@ -192,7 +192,7 @@ func (n *Node) ProduceWith(topicName string, p int32, recs []log.Record, opts en
 		go done(0, err) // not on the caller's goroutine, as promised
 		return
 	}
-	n.produce(part, recs, opts.Acks, done)
+	n.produce(part, recs, opts, done)
 }
 
 // Fetch reads committed records of one partition from offset on, at most

@@ -103,6 +103,7 @@ type Metrics struct {
 	MoveCopyWaiting     *prometheus.GaugeVec   // (none)
 	CommandsSkipped     *prometheus.CounterVec // machine
 	ConfChangesSkipped  *prometheus.CounterVec // (none)
+	ProducersEvicted    *prometheus.CounterVec // (none)
 
 	// Admin calls refused (docs/security.md, "Admin").
 	AdminRefused *prometheus.CounterVec // reason
@@ -212,6 +213,7 @@ func New() *Metrics {
 	m.RaftMessages = counter("raft_messages_total", "Raft messages exchanged with peers, by direction: sent, received.", "direction")
 	m.RaftMessagesDropped = counter("raft_messages_dropped_total", "Raft messages not sent or not taken, by reason: queue_full, too_large, no_peer, unsent, inbox_full, malformed (raft sends again).", "reason")
 	m.MoveCopiesDelayed = counter("move_copies_delayed_total", "Appends to the new replicas of moving partitions that waited for cluster.move_bytes_per_second.")
+	m.ProducersEvicted = counter("cluster_producers_evicted_total", "Producers (forwarding nodes' partition forwarders) forgotten by this node's partition producer tables, the least recently used first, beyond 4096 per partition: a resent batch of one is no longer recognised as a copy.")
 	m.MoveCopyWaiting = gauge("move_copy_waiting_bytes", "Bytes of entries waiting for cluster.move_bytes_per_second before going to new replicas.")
 	m.CommandsSkipped = counter("cluster_commands_skipped_total", "Records of a replicated state machine's log that this node skipped because they do not decode or validate, by machine: controller (raft group 0), coordinator (the consumer groups' topic __groups). Every node skips them alike; any rise means a hostile peer, damage or a newer release's command.", "machine")
 	m.ConfChangesSkipped = counter("raft_conf_changes_skipped_total", "Committed raft configuration changes skipped because raft refuses to apply them (every replica skips them alike): a hostile or broken leader.")

@@ -141,10 +141,14 @@ type chunk struct {
 // and ACKS_ALL once committed, ACKS_LEADER once on the partition leader's
 // disk (engine.AcksLeader). done may run on the engine's appender goroutine
 // and must not block. A validation error, or a refusal of Config.Admit,
-// writes nothing. ctx is the caller's (Admit reads who it is).
+// writes nothing. ctx is the caller's (Admit reads who it is); once it
+// ends, messages not yet sent towards their partition's leader are not
+// sent (engine.ProduceOptions.Context): an app that retries after its
+// deadline does not find the first attempt stored after its retry.
 func (s *Server) Submit(ctx context.Context, topic string, acks spoolv1.Acks, msgs []*spoolv1.PublishMessage, done func([]*spoolv1.PublishResult, error)) {
 	b := &batch{s: s, topic: topic, start: time.Now(), done: done}
 	opts, err := produceOptions(acks)
+	opts.Context = ctx
 	var chunks []*chunk
 	if err == nil {
 		chunks, err = s.plan(b, msgs)
