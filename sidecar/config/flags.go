@@ -193,6 +193,14 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		func(c *Config, v string) { c.Cluster.Storage = v })
 	str("fsync", "always or interval (storage.fsync); interval can lose acknowledged messages on power loss", func(c *Config, v string) { c.Storage.Fsync = FsyncMode(v) })
 	str("otlp-endpoint", "host:port of an OTLP/gRPC collector: record spans of publishes and deliveries (tracing.otlp_endpoint)", func(c *Config, v string) { c.Tracing.OTLPEndpoint = v })
+	fs.BoolFunc("insecure-plaintext-remotes", "reach Redis and the broker without TLS beyond loopback: only where nothing else can reach them (guards.insecure_plaintext_remotes)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		apply(func(c *Config) { c.Guards.InsecurePlaintextRemotes = b })
+		return nil
+	})
 	list("redis-addr", "Redis address host:port of the dedupe ledger; repeatable or comma-separated (redis.addrs)",
 		func(c *Config) *[]string { return &c.Redis.Addrs })
 	fs.Func("drain-timeout", "graceful shutdown budget, like 30s (node.drain_timeout)", func(v string) error {

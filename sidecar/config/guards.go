@@ -23,11 +23,16 @@ type GuardsConfig struct {
 	// MaxNodePartitions is a single node's partition budget (embedded
 	// storage without a cluster): a topic that would pass it is refused.
 	MaxNodePartitions int `yaml:"max_node_partitions"`
-	// RequireTLSBeyondLoopback refuses to start when the ledger's Redis or
-	// the broker is reached in plaintext at an address beyond loopback (off:
-	// spoold logs an INSECURE warning at start and counts the addresses in
-	// spool_plaintext_remotes).
-	RequireTLSBeyondLoopback bool `yaml:"require_tls_beyond_loopback"`
+	// InsecurePlaintextRemotes lets spoold reach the ledger's Redis or the
+	// broker in plaintext at an address beyond loopback (each logged as
+	// INSECURE at start and counted in spool_plaintext_remotes). Off (the
+	// default, as node.dev aside), such a config is refused at start.
+	InsecurePlaintextRemotes bool `yaml:"insecure_plaintext_remotes"`
+	// RequireTLSBeyondLoopback is the earlier form of the requirement,
+	// which is now the default: true (or unset) changes nothing; false,
+	// which used to turn it off, is refused with the name of
+	// InsecurePlaintextRemotes rather than quietly read as it.
+	RequireTLSBeyondLoopback *bool `yaml:"require_tls_beyond_loopback"`
 }
 
 // PlaintextRemote is an address of the ledger or the broker that spoold
@@ -118,9 +123,14 @@ func (c *Config) validateGuards(v *validator) {
 		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
 			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a frame)")
 	}
-	if g.RequireTLSBeyondLoopback {
+	if r := g.RequireTLSBeyondLoopback; r != nil && !*r {
+		v.add("guards.require_tls_beyond_loopback", "false",
+			"true or unset: TLS beyond loopback is now required by default; to reach Redis or the broker in plaintext, set guards.insecure_plaintext_remotes: true instead")
+	}
+	if !g.InsecurePlaintextRemotes && !c.Node.Dev {
 		for _, r := range c.PlaintextRemotes() {
-			v.add(r.Field, r.Addr, "a loopback address or TLS (redis.tls, a tls:// URL, storage.kafka.tls) with guards.require_tls_beyond_loopback: anyone on the path reads and changes what spoold sends and receives")
+			v.add(r.Field, r.Addr, "a loopback address or TLS (redis.tls, a tls:// URL, storage.kafka.tls): anyone on the path reads and changes what spoold sends and receives; "+
+				"set guards.insecure_plaintext_remotes: true only where nothing else can reach "+r.Peer+" (docs/security.md)")
 		}
 	}
 	k := c.Storage.Kafka
