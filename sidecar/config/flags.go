@@ -193,6 +193,10 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		func(c *Config, v string) { c.Cluster.Storage = v })
 	str("fsync", "always or interval (storage.fsync); interval can lose acknowledged messages on power loss", func(c *Config, v string) { c.Storage.Fsync = FsyncMode(v) })
 	str("otlp-endpoint", "host:port of an OTLP/gRPC collector: record spans of publishes and deliveries (tracing.otlp_endpoint)", func(c *Config, v string) { c.Tracing.OTLPEndpoint = v })
+	str("redis-tls-ca-file", "PEM CAs that sign Redis's certificate; turns TLS to Redis on (redis.tls.ca_file)", func(c *Config, v string) { c.Redis.TLS.CAFile = v })
+	str("redis-tls-cert-file", "PEM client certificate presented to Redis (redis.tls.cert_file)", func(c *Config, v string) { c.Redis.TLS.CertFile = v })
+	str("redis-tls-key-file", "PEM key of --redis-tls-cert-file (redis.tls.key_file)", func(c *Config, v string) { c.Redis.TLS.KeyFile = v })
+	str("redis-tls-server-name", "the name Redis's certificate must hold; turns TLS to Redis on (redis.tls.server_name)", func(c *Config, v string) { c.Redis.TLS.ServerName = v })
 	fs.BoolFunc("insecure-plaintext-remotes", "reach Redis and the broker without TLS beyond loopback: only where nothing else can reach them (guards.insecure_plaintext_remotes)", func(v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {

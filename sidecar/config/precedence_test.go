@@ -209,6 +209,15 @@ func TestBindFlags(t *testing.T) {
 	if err := c.Validate(); err != nil || !c.Guards.InsecurePlaintextRemotes {
 		t.Fatalf("with --insecure-plaintext-remotes: %v", err)
 	}
+	if err := fs.Parse([]string{"--insecure-plaintext-remotes=false", "--redis-tls-ca-file=/t/ca.crt", "--redis-tls-cert-file=/t/tls.crt", "--redis-tls-key-file=/t/tls.key", "--redis-tls-server-name=redis.svc"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (RedisTLSConfig{CAFile: "/t/ca.crt", CertFile: "/t/tls.crt", KeyFile: "/t/tls.key", ServerName: "redis.svc"}); c.Redis.TLS != want {
+		t.Fatalf("redis.tls from flags: %+v", c.Redis.TLS)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Redis over TLS from flags: %v", err)
+	}
 }
 
 // cluster.storage is settable without a file, by environment and by flag:
