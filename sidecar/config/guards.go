@@ -45,8 +45,9 @@ type PlaintextRemote struct {
 
 // PlaintextRemotes lists the addresses beyond loopback that the config
 // reaches without TLS: redis.addrs without redis.tls, storage.jetstream.urls
-// other than tls:// (the server may still ask for TLS: spoold then uses
-// it), storage.kafka.brokers without storage.kafka.tls.
+// when none is tls:// (one tls:// URL makes every NATS server TLS,
+// engine/jetstream; without one, a server may still ask for TLS and spoold
+// then uses it), storage.kafka.brokers without storage.kafka.tls.
 func (c *Config) PlaintextRemotes() []PlaintextRemote {
 	var out []PlaintextRemote
 	if !c.Redis.TLS.On() {
@@ -58,7 +59,18 @@ func (c *Config) PlaintextRemotes() []PlaintextRemote {
 	}
 	switch c.Storage.Backend {
 	case BackendJetStream:
+		anyTLS := false
+		for _, raw := range c.Storage.JetStream.URLs {
+			for _, one := range strings.Split(raw, ",") {
+				if u, err := url.Parse(strings.TrimSpace(one)); err == nil && u.Scheme == "tls" {
+					anyTLS = true
+				}
+			}
+		}
 		for i, raw := range c.Storage.JetStream.URLs {
+			if anyTLS {
+				break
+			}
 			for _, one := range strings.Split(raw, ",") {
 				one = strings.TrimSpace(one)
 				hostport, scheme := one, ""

@@ -482,7 +482,7 @@ func TestGuardsKafkaSASLPlain(t *testing.T) {
 func TestPlaintextRemotes(t *testing.T) {
 	c := jetStream()
 	c.Guards.InsecurePlaintextRemotes = false
-	c.Storage.JetStream.URLs = append(c.Storage.JetStream.URLs, "nats://alice:secret-pw@nats-3:4222", "localhost:4222")
+	c.Storage.JetStream.URLs = []string{"nats://127.0.0.1:4222", "nats-1:4222", "nats://[::1]:4222", "nats://alice:secret-pw@nats-3:4222", "localhost:4222"}
 	c.Redis.Addrs = []string{"127.0.0.1:6379", "redis:6379"}
 	var got []string
 	for _, r := range c.PlaintextRemotes() {
@@ -513,6 +513,12 @@ func TestPlaintextRemotes(t *testing.T) {
 	c.Storage.JetStream.URLs = []string{"nats://127.0.0.1:4222", "tls://nats-2:4222", "[::1]:4222"}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("loopback and tls:// only: %v", err)
+	}
+	// One tls:// URL makes every NATS server TLS (engine/jetstream), so
+	// the others are not plaintext.
+	c.Storage.JetStream.URLs = []string{"nats://nats-1:4222", "tls://user:pw@nats-2:4222"}
+	if r := c.PlaintextRemotes(); len(r) != 0 {
+		t.Fatalf("with a tls:// URL: %v", r)
 	}
 	c.Redis.Addrs = []string{"redis:6379"}
 	c.Redis.TLS.Enabled = true
