@@ -64,13 +64,13 @@ func checkFileLimit(budget int, logger *slog.Logger) {
 
 // warnPlaintextRemotes logs an INSECURE warning for each address of the
 // ledger or the broker reached without TLS beyond loopback, and counts
-// them in spool_plaintext_remotes{peer}. (With
-// guards.require_tls_beyond_loopback the config is refused before this.)
+// them in spool_plaintext_remotes{peer}. Such a config is refused before
+// this unless guards.insecure_plaintext_remotes or node.dev allows it.
 func warnPlaintextRemotes(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) {
 	counts := map[string]int{"redis": 0, "nats": 0, "kafka": 0}
 	for _, r := range cfg.PlaintextRemotes() {
 		counts[r.Peer]++
-		logger.Warn("INSECURE: spoold reaches this address beyond loopback without TLS: anyone on the path reads and changes what it sends and receives (a hostile reply is bounded, not prevented); set TLS, and guards.require_tls_beyond_loopback to refuse this at start",
+		logger.Warn("INSECURE: spoold reaches this address beyond loopback without TLS: anyone on the path reads and changes what it sends and receives (a hostile reply is bounded, not prevented); set TLS and drop guards.insecure_plaintext_remotes, which allows this",
 			"peer", r.Peer, "setting", r.Field, "addr", r.Addr)
 	}
 	for peer, n := range counts {

@@ -27,6 +27,9 @@
 //     container mounts; the chart refuses a cluster without peer TLS, asks
 //     cert-manager for a certificate with the release's spiffe:// identity
 //     and both usages, and keeps its join secret across upgrades;
+//   - the ledger's Redis beyond the pod is reached over TLS unless the pod
+//     says otherwise (spoold's own check, above); the chart refuses
+//     redis.addrs without redis.tls or redis.insecure;
 //   - the Prometheus rules parse with Prometheus's own rule parser, and the
 //     rules, the Grafana dashboard and the autoscaling examples query only
 //     metrics spoold registers (sidecar/metrics);

@@ -300,3 +300,56 @@ func TestChartRedisKeyPrefixAndTLS(t *testing.T) {
 		}
 	}
 }
+
+// Redis beyond the pod in plaintext, the ledger's counterpart of peer TLS:
+// redis.addrs without redis.tls does not render unless redis.insecure says
+// so, and the message names both; with it, spoold is told so
+// (guards.insecure_plaintext_remotes) and the release notes warn. A
+// loopback Redis (a container of the pod) needs neither.
+func TestChartRedisPlaintextNeedsTheOptOut(t *testing.T) {
+	defaults := defaultsFile(t)
+	write := func(s string) string {
+		f := filepath.Join(t.TempDir(), "values.yaml")
+		if err := writeFile(f, s); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	_, err := renderWith(t, renderOpts{install: true}, defaults, write("redis: {addrs: [\"redis.data:6379\"]}\n"))
+	for _, want := range []string{"redis.tls", "redis.insecure: true", "Redis ledger"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("plaintext Redis without the opt-out: %v; want a failure naming %q", err, want)
+		}
+	}
+	if _, err := renderWith(t, renderOpts{install: true}, defaults, write("redis: {addrs: [\"redis.data:6379\"], tls: true, insecure: true}\n")); err == nil || !strings.Contains(err.Error(), "set only one of redis.tls and redis.insecure") {
+		t.Errorf("redis.tls and redis.insecure together: %v", err)
+	}
+	for _, ok := range []string{
+		"redis: {addrs: [\"redis.data:6379\"], tls: true}\n",
+		"redis: {addrs: [\"redis.data:6379\"], tls: {serverName: redis.data.svc}}\n",
+		"redis: {addrs: [\"127.0.0.1:6379\", \"localhost:6380\"]}\n",
+	} {
+		objs, err := renderWith(t, renderOpts{install: true}, defaults, write(ok))
+		if err != nil {
+			t.Errorf("%q: %v", ok, err)
+			continue
+		}
+		checkWorkloads(t, objs)
+		if strings.Contains(configText(objs), "insecure_plaintext_remotes") {
+			t.Errorf("%q: spool.yaml allows plaintext remotes", ok)
+		}
+	}
+	f := write("redis: {addrs: [\"redis.data:6379\"], insecure: true}\n")
+	objs, err := renderWith(t, renderOpts{install: true}, defaults, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkWorkloads(t, objs) // spoold accepts it
+	if text := configText(objs); !strings.Contains(text, "insecure_plaintext_remotes: true") {
+		t.Errorf("spool.yaml with redis.insecure:\n%s", text)
+	}
+	notes, err := renderNotes(t, defaults, f)
+	if err != nil || !strings.Contains(notes, "WARNING: redis.insecure") {
+		t.Errorf("NOTES.txt does not warn about redis.insecure (%v):\n%s", err, notes)
+	}
+}

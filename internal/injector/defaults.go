@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -59,6 +60,19 @@ type Defaults struct {
 	// ClusterInsecure gives those pods --cluster-insecure instead of TLS:
 	// only for clusters whose peer port nothing else can reach.
 	ClusterInsecure bool `yaml:"cluster_insecure"`
+	// RedisTLSSecret names a Secret in the pod's namespace with ca.crt
+	// (Redis's CA), tls.crt and tls.key (a client certificate), as
+	// cert-manager writes them: mounted at RedisTLSDir and given to spoold
+	// as redis.tls, in pods that get Redis addresses.
+	RedisTLSSecret string `yaml:"redis_tls_secret"`
+	// RedisTLSServerName is the name Redis's certificate must hold
+	// (redis.tls.server_name); alone, TLS with the system's CAs.
+	RedisTLSServerName string `yaml:"redis_tls_server_name"`
+	// RedisInsecure gives pods that get Redis addresses
+	// --insecure-plaintext-remotes instead of TLS: only for a Redis whose
+	// path from the pods nothing else can reach. One of it and TLS is
+	// required with a Redis beyond loopback: spoold refuses plaintext.
+	RedisInsecure bool `yaml:"redis_insecure"`
 	// RedisPasswordSecret names a Secret (name and key) in the pod's
 	// namespace given to spoold as SPOOL_REDIS_PASSWORD.
 	RedisPasswordSecret SecretKey `yaml:"redis_password_secret"`
@@ -103,6 +117,8 @@ const (
 	TLSDir         = "/etc/spool-tls" // tls.crt, tls.key, ca.crt
 	JoinVolume     = "spool-join-secret"
 	JoinSecretDir  = "/etc/spool-join" // secret
+	RedisTLSVolume = "spool-redis-tls"
+	RedisTLSDir    = "/etc/spool-redis-tls" // ca.crt, tls.crt, tls.key
 	AdminPort      = 7071
 	ProbePort      = 7073         // node.probe_listen: probes and /metrics; AdminService stays on 127.0.0.1:7071
 	AddrEnv        = "SPOOL_ADDR" // read by every SDK
@@ -175,6 +191,9 @@ func (d *Defaults) validate() error {
 	} else if len(d.ClusterJoin) > 0 && d.ClusterTLSSecret == "" && !d.ClusterInsecure {
 		errs = append(errs, errors.New("injector: defaults: cluster_join needs cluster_tls_secret (a Secret with the cluster's tls.crt, tls.key and ca.crt) or cluster_insecure: true: the members talk to their peers over mutual TLS"))
 	}
+	if msg := redisSecurity(d.RedisAddrs, *d); msg != "" {
+		errs = append(errs, errors.New("injector: defaults: "+msg))
+	}
 	if (d.RedisPasswordSecret.Name == "") != (d.RedisPasswordSecret.Key == "") {
 		errs = append(errs, errors.New("injector: defaults: redis_password_secret needs both name and key"))
 	}
@@ -183,4 +202,36 @@ func (d *Defaults) validate() error {
 		errs = append(errs, errors.New("injector: defaults: redis_password_secret needs redis_addrs: the password goes only to the injector's own Redis addresses"))
 	}
 	return errors.Join(errs...)
+}
+
+// redisTLS reports whether the defaults give spoold TLS to Redis.
+func (d Defaults) redisTLS() bool { return d.RedisTLSSecret != "" || d.RedisTLSServerName != "" }
+
+// redisSecurity says what is wrong with reaching the Redis at addrs with
+// the defaults' TLS and opt-out ("" if nothing): both at once, or an
+// address beyond loopback with neither (spoold would refuse to start).
+func redisSecurity(addrs []string, d Defaults) string {
+	if d.redisTLS() && d.RedisInsecure {
+		return "redis_tls_secret and redis_insecure: set one (TLS to Redis, or none)"
+	}
+	if d.redisTLS() || d.RedisInsecure {
+		return ""
+	}
+	for _, a := range addrs {
+		if !loopback(a) {
+			return fmt.Sprintf("redis_addrs needs redis_tls_secret (a Secret with Redis's ca.crt and a client tls.crt and tls.key; redis_tls_server_name alone for the system's CAs) or redis_insecure: true: spoold refuses to reach Redis in plaintext beyond loopback (%q)", a)
+		}
+	}
+	return ""
+}
+
+// loopback reports whether host:port names this host (localhost or a
+// loopback IP), as spoold's own check does.
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }

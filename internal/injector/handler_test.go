@@ -26,6 +26,8 @@ const testDefaults = `
 image: spool/spoold:v0.9.0
 redis_addrs: ["redis.spool:6379"]
 redis_password_secret: {name: spool-redis, key: password}
+redis_tls_secret: spool-redis-tls
+redis_tls_server_name: redis.spool.svc
 cpu_request: 250m
 memory_request: 128Mi
 memory_limit: 512Mi
@@ -177,6 +179,10 @@ func TestParseDefaults(t *testing.T) {
 		{"image: x\ncluster_join: [spool-peers]", "\"spool-peers\" is not host:port"},
 		{"image: x\ncluster_join: [\"spool-peers:7072\"]", "cluster_join needs cluster_tls_secret"},
 		{"image: x\ncluster_tls_secret: a\ncluster_insecure: true", "cluster_tls_secret and cluster_insecure: set one"},
+		{"image: x\nredis_addrs: [\"redis.spool:6379\"]", "redis_addrs needs redis_tls_secret"},
+		{"image: x\nredis_addrs: [\"redis.spool:6379\"]", "redis_insecure: true"},
+		{"image: x\nredis_tls_secret: a\nredis_insecure: true", "redis_tls_secret and redis_insecure: set one"},
+		{"image: x\nredis_tls_server_name: r\nredis_insecure: true", "set one"},
 	} {
 		_, err := ParseDefaults([]byte(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.says) {
@@ -330,6 +336,10 @@ func TestInjectedArgsAreAcceptedBySpoold(t *testing.T) {
 	cfg := resolve(map[string]string{AnnotationInject: "true", AnnotationTopics: "orders:12,payments", AnnotationSubscriptions: "orders:billing,payments:audit", AnnotationDrainTimeout: "45s"})
 	if cfg.Node.AppListen[0] != SocketAddr || cfg.Node.DataDir != DataDir || len(cfg.Subscriptions) != 2 || cfg.Node.DrainTimeout.String() != "45s" || cfg.Cluster.Enabled() {
 		t.Fatalf("spoold's view of the injected flags: %+v, cluster %+v", cfg.Node, cfg.Cluster)
+	}
+	// It reaches the operator's Redis over TLS, with the Secret's files.
+	if rt := cfg.Redis.TLS; rt.CAFile != RedisTLSDir+"/ca.crt" || rt.CertFile != RedisTLSDir+"/tls.crt" || rt.KeyFile != RedisTLSDir+"/tls.key" || rt.ServerName != "redis.spool.svc" || cfg.Guards.InsecurePlaintextRemotes {
+		t.Fatalf("redis.tls %+v, insecure_plaintext_remotes %v", rt, cfg.Guards.InsecurePlaintextRemotes)
 	}
 	// A storage-off client of a cluster, from annotations alone.
 	cfg = resolve(map[string]string{AnnotationInject: "true", AnnotationClusterJoin: "orders-spool-peers.shop.svc:7072", AnnotationSubscriptions: "orders:fulfilment", AnnotationTopics: "orders:12"})

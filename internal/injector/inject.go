@@ -95,7 +95,7 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 	}
 	for _, v := range pod.Spec.Volumes {
 		switch v.Name {
-		case SocketVolume, DataVolume, ConfigVolume, TLSVolume, JoinVolume:
+		case SocketVolume, DataVolume, ConfigVolume, TLSVolume, JoinVolume, RedisTLSVolume:
 			return Result{}, fmt.Errorf("spool injector: the pod already has a volume named %q, which the sidecar needs: rename it, or remove the %s annotation", v.Name, AnnotationInject)
 		}
 	}
@@ -115,6 +115,9 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 	}
 	if s.joinSecret != "" {
 		vols = append(vols, corev1.Volume{Name: JoinVolume, VolumeSource: corev1.VolumeSource{Secret: secretFiles(s.joinSecret, "secret")}})
+	}
+	if s.redisTLSSecret != "" {
+		vols = append(vols, corev1.Volume{Name: RedisTLSVolume, VolumeSource: corev1.VolumeSource{Secret: secretFiles(s.redisTLSSecret, "ca.crt", "tls.crt", "tls.key")}})
 	}
 	r.Patch = append(r.Patch, addAll("/spec/volumes", len(pod.Spec.Volumes) == 0, false, vols...)...)
 	for i, c := range pod.Spec.Containers {
@@ -195,6 +198,10 @@ type settings struct {
 	// insecure: for pods with a join list, or named by the pod itself.
 	tlsSecret, joinSecret string
 	insecure              bool
+	// TLS to Redis (a Secret's name, a server name) or the opt-out: the
+	// defaults', for pods that get Redis addresses.
+	redisTLSSecret, redisServerName string
+	redisInsecure                   bool
 }
 
 func settingsFor(ann map[string]string, d Defaults) (settings, error) {
@@ -219,6 +226,12 @@ func settingsFor(ann map[string]string, d Defaults) (settings, error) {
 	}
 	if v, ok := ann[AnnotationRedisAddrs]; ok {
 		s.redis = list(v)
+	}
+	if len(s.redis) > 0 {
+		s.redisTLSSecret, s.redisServerName, s.redisInsecure = d.RedisTLSSecret, d.RedisTLSServerName, d.RedisInsecure
+		if redisSecurity(s.redis, d) != "" {
+			errs = append(errs, fmt.Errorf("spool injector: annotation %s: the injector's defaults give no TLS to Redis: its operator sets redis_tls_secret or redis_insecure: true", AnnotationRedisAddrs))
+		}
 	}
 	if v, ok := ann[AnnotationClusterJoin]; ok {
 		s.join = list(v)
@@ -336,6 +349,16 @@ func sidecar(s settings) corev1.Container {
 	}
 	if len(s.redis) > 0 {
 		args = append(args, "--redis-addr", strings.Join(s.redis, ","))
+	}
+	if s.redisTLSSecret != "" {
+		args = append(args, "--redis-tls-ca-file", RedisTLSDir+"/ca.crt", "--redis-tls-cert-file", RedisTLSDir+"/tls.crt", "--redis-tls-key-file", RedisTLSDir+"/tls.key")
+		mounts = append(mounts, corev1.VolumeMount{Name: RedisTLSVolume, MountPath: RedisTLSDir, ReadOnly: true})
+	}
+	if s.redisServerName != "" {
+		args = append(args, "--redis-tls-server-name", s.redisServerName)
+	}
+	if s.redisInsecure {
+		args = append(args, "--insecure-plaintext-remotes")
 	}
 	if len(s.join) > 0 {
 		// A client of the cluster, holding nothing: its emptyDir may go

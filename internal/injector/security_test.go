@@ -2,11 +2,14 @@ package injector
 
 import (
 	"encoding/json"
+	"flag"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/spoolmq/spool/sidecar/config"
 )
 
 // The sidecar the injector adds meets the "restricted" Pod Security
@@ -138,6 +141,39 @@ func TestRedisSecretNeedsItsAddresses(t *testing.T) {
 	_, err := ParseDefaults([]byte("image: x\nredis_password_secret: {name: s, key: password}\n"))
 	if err == nil || !strings.Contains(err.Error(), "redis_addrs") {
 		t.Fatalf("a Redis Secret without redis_addrs: %v", err)
+	}
+}
+
+// The operator's Redis beyond the pod is reached over TLS (redis_tls_secret,
+// redis_tls_server_name) or the operator says redis_insecure: spoold gets
+// --insecure-plaintext-remotes and starts. A trusted pod that names a Redis
+// of its own when the defaults say neither is refused, naming both.
+func TestRedisPlaintextNeedsTheOptOut(t *testing.T) {
+	d, err := ParseDefaults([]byte("image: x\nredis_addrs: [\"redis.spool:6379\"]\nredis_insecure: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	pod.Namespace, pod.Annotations = "shop", map[string]string{AnnotationInject: "true"}
+	res, err := Inject(pod, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := res.Patch[0].Value.([]corev1.Container)[0].Args
+	cfg, err := config.Resolve(flag.NewFlagSet("spoold", flag.ContinueOnError), args, func(string) (string, bool) { return "", false })
+	if err != nil || !cfg.Guards.InsecurePlaintextRemotes || cfg.Redis.TLS.On() {
+		t.Fatalf("redis_insecure: spoold's view of %q: %v", args, err)
+	}
+	if _, err := ParseDefaults([]byte("image: x\nredis_addrs: [\"127.0.0.1:6379\"]\n")); err != nil {
+		t.Fatalf("a loopback Redis needs neither TLS nor the opt-out: %v", err)
+	}
+	d, err = ParseDefaults([]byte("image: x\ntrusted_namespaces: [spool-ops]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Namespace, pod.Annotations = "spool-ops", map[string]string{AnnotationInject: "true", AnnotationRedisAddrs: "redis.ops:6379"}
+	if _, err := Inject(pod, d); err == nil || !strings.Contains(err.Error(), "redis_tls_secret") || !strings.Contains(err.Error(), "redis_insecure") {
+		t.Fatalf("a Redis beyond the pod with neither TLS nor the opt-out in the defaults: %v", err)
 	}
 }
 

@@ -193,6 +193,7 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		func(c *Config, v string) { c.Cluster.Storage = v })
 	str("fsync", "always or interval (storage.fsync); interval can lose acknowledged messages on power loss", func(c *Config, v string) { c.Storage.Fsync = FsyncMode(v) })
 	str("otlp-endpoint", "host:port of an OTLP/gRPC collector: record spans of publishes and deliveries (tracing.otlp_endpoint)", func(c *Config, v string) { c.Tracing.OTLPEndpoint = v })
+	bindRedisTLSFlags(fs, str, apply)
 	list("redis-addr", "Redis address host:port of the dedupe ledger; repeatable or comma-separated (redis.addrs)",
 		func(c *Config) *[]string { return &c.Redis.Addrs })
 	fs.Func("drain-timeout", "graceful shutdown budget, like 30s (node.drain_timeout)", func(v string) error {
@@ -250,6 +251,23 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 				c.Subscriptions = append(c.Subscriptions, NewSubscription(topic, group))
 			}
 		})
+		return nil
+	})
+}
+
+// bindRedisTLSFlags registers TLS to Redis and the opt-out from TLS beyond
+// loopback: what the injector gives the sidecars it adds.
+func bindRedisTLSFlags(fs *flag.FlagSet, str func(name, usage string, set func(*Config, string)), apply func(func(*Config))) {
+	str("redis-tls-ca-file", "PEM CAs that sign Redis's certificate; turns TLS to Redis on (redis.tls.ca_file)", func(c *Config, v string) { c.Redis.TLS.CAFile = v })
+	str("redis-tls-cert-file", "PEM client certificate presented to Redis (redis.tls.cert_file)", func(c *Config, v string) { c.Redis.TLS.CertFile = v })
+	str("redis-tls-key-file", "PEM key of --redis-tls-cert-file (redis.tls.key_file)", func(c *Config, v string) { c.Redis.TLS.KeyFile = v })
+	str("redis-tls-server-name", "the name Redis's certificate must hold; turns TLS to Redis on (redis.tls.server_name)", func(c *Config, v string) { c.Redis.TLS.ServerName = v })
+	fs.BoolFunc("insecure-plaintext-remotes", "reach Redis and the broker without TLS beyond loopback: only where nothing else can reach them (guards.insecure_plaintext_remotes)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		apply(func(c *Config) { c.Guards.InsecurePlaintextRemotes = b })
 		return nil
 	})
 }

@@ -23,11 +23,16 @@ type GuardsConfig struct {
 	// MaxNodePartitions is a single node's partition budget (embedded
 	// storage without a cluster): a topic that would pass it is refused.
 	MaxNodePartitions int `yaml:"max_node_partitions"`
-	// RequireTLSBeyondLoopback refuses to start when the ledger's Redis or
-	// the broker is reached in plaintext at an address beyond loopback (off:
-	// spoold logs an INSECURE warning at start and counts the addresses in
-	// spool_plaintext_remotes).
-	RequireTLSBeyondLoopback bool `yaml:"require_tls_beyond_loopback"`
+	// InsecurePlaintextRemotes lets spoold reach the ledger's Redis or the
+	// broker in plaintext at an address beyond loopback (each logged as
+	// INSECURE at start and counted in spool_plaintext_remotes). Off (the
+	// default, as node.dev aside), such a config is refused at start.
+	InsecurePlaintextRemotes bool `yaml:"insecure_plaintext_remotes"`
+	// RequireTLSBeyondLoopback is the earlier form of the requirement,
+	// which is now the default: true (or unset) changes nothing; false,
+	// which used to turn it off, is refused with the name of
+	// InsecurePlaintextRemotes rather than quietly read as it.
+	RequireTLSBeyondLoopback *bool `yaml:"require_tls_beyond_loopback"`
 }
 
 // PlaintextRemote is an address of the ledger or the broker that spoold
@@ -40,8 +45,9 @@ type PlaintextRemote struct {
 
 // PlaintextRemotes lists the addresses beyond loopback that the config
 // reaches without TLS: redis.addrs without redis.tls, storage.jetstream.urls
-// other than tls:// (the server may still ask for TLS: spoold then uses
-// it), storage.kafka.brokers without storage.kafka.tls.
+// when none is tls:// (one tls:// URL makes every NATS server TLS,
+// engine/jetstream; without one, a server may still ask for TLS and spoold
+// then uses it), storage.kafka.brokers without storage.kafka.tls.
 func (c *Config) PlaintextRemotes() []PlaintextRemote {
 	var out []PlaintextRemote
 	if !c.Redis.TLS.On() {
@@ -53,7 +59,18 @@ func (c *Config) PlaintextRemotes() []PlaintextRemote {
 	}
 	switch c.Storage.Backend {
 	case BackendJetStream:
+		anyTLS := false
+		for _, raw := range c.Storage.JetStream.URLs {
+			for _, one := range strings.Split(raw, ",") {
+				if u, err := url.Parse(strings.TrimSpace(one)); err == nil && u.Scheme == "tls" {
+					anyTLS = true
+				}
+			}
+		}
 		for i, raw := range c.Storage.JetStream.URLs {
+			if anyTLS {
+				break
+			}
 			for _, one := range strings.Split(raw, ",") {
 				one = strings.TrimSpace(one)
 				hostport, scheme := one, ""
@@ -118,9 +135,14 @@ func (c *Config) validateGuards(v *validator) {
 		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
 			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a frame)")
 	}
-	if g.RequireTLSBeyondLoopback {
+	if r := g.RequireTLSBeyondLoopback; r != nil && !*r {
+		v.add("guards.require_tls_beyond_loopback", "false",
+			"true or unset: TLS beyond loopback is now required by default; to reach Redis or the broker in plaintext, set guards.insecure_plaintext_remotes: true instead")
+	}
+	if !g.InsecurePlaintextRemotes && !c.Node.Dev {
 		for _, r := range c.PlaintextRemotes() {
-			v.add(r.Field, r.Addr, "a loopback address or TLS (redis.tls, a tls:// URL, storage.kafka.tls) with guards.require_tls_beyond_loopback: anyone on the path reads and changes what spoold sends and receives")
+			v.add(r.Field, r.Addr, "a loopback address or TLS (redis.tls, a tls:// URL, storage.kafka.tls): anyone on the path reads and changes what spoold sends and receives; "+
+				"set guards.insecure_plaintext_remotes: true only where nothing else can reach "+r.Peer+" (docs/security.md)")
 		}
 	}
 	k := c.Storage.Kafka

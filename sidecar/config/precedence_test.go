@@ -38,6 +38,7 @@ subscriptions:
   - {topic: orders, group: mail, delivery: callback}
   - {topic: orders, group: billing, delivery: callback, app_address: "billing:9000"}
 redis: {addrs: ["file-redis:6379"], password: file-secret}
+guards: {insecure_plaintext_remotes: true}
 `
 
 // Each row sets one setting in some of the layers; the highest layer wins.
@@ -199,8 +200,23 @@ func TestBindFlags(t *testing.T) {
 	if c.Node.DataDir != "/flag" || !reflect.DeepEqual(c.Redis.Addrs, []string{"r:1", "r:2"}) || len(c.Topics) != 3 {
 		t.Fatalf("after flags: %+v %+v %d topics", c.Node, c.Redis, len(c.Topics))
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "guards.insecure_plaintext_remotes") {
+		t.Fatalf("plaintext Redis beyond loopback: %v", err)
+	}
+	if err := fs.Parse([]string{"--insecure-plaintext-remotes"}); err != nil {
 		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil || !c.Guards.InsecurePlaintextRemotes {
+		t.Fatalf("with --insecure-plaintext-remotes: %v", err)
+	}
+	if err := fs.Parse([]string{"--insecure-plaintext-remotes=false", "--redis-tls-ca-file=/t/ca.crt", "--redis-tls-cert-file=/t/tls.crt", "--redis-tls-key-file=/t/tls.key", "--redis-tls-server-name=redis.svc"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (RedisTLSConfig{CAFile: "/t/ca.crt", CertFile: "/t/tls.crt", KeyFile: "/t/tls.key", ServerName: "redis.svc"}); c.Redis.TLS != want {
+		t.Fatalf("redis.tls from flags: %+v", c.Redis.TLS)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Redis over TLS from flags: %v", err)
 	}
 }
 

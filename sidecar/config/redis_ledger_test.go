@@ -25,7 +25,7 @@ func TestRedisTLSAndKeyPrefixDecode(t *testing.T) {
 	if c.Redis.TLS != want || !c.Redis.TLS.On() || c.Redis.KeyPrefix != "shop-a:l:" {
 		t.Fatalf("got %+v, prefix %q", c.Redis.TLS, c.Redis.KeyPrefix)
 	}
-	if c, err = Parse([]byte(base + "redis: {addrs: [r:6379], tls: false}\n")); err != nil || c.Redis.TLS.On() {
+	if c, err = Parse([]byte(base + "redis: {addrs: [127.0.0.1:6379], tls: false}\n")); err != nil || c.Redis.TLS.On() {
 		t.Fatalf("tls: false → %+v, %v", c.Redis.TLS, err)
 	}
 	for in, msg := range map[string]string{

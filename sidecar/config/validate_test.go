@@ -58,6 +58,7 @@ func TestValidConfigs(t *testing.T) {
 	c.Subscriptions[0].Delivery = DeliveryCallback
 	c.Subscriptions[0].AppAddress = "unix:///run/app.sock"
 	c.Redis.Addrs = []string{"redis-0:6379", "redis-1:6379"}
+	c.Redis.TLS.Enabled = true // beyond loopback
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
@@ -187,12 +188,14 @@ func TestValidateErrors(t *testing.T) {
 		{"breaker window", func(c *Config) { c.Subscriptions[0].Breaker.Window = time.Millisecond }, "subscriptions[0].breaker.window", "1ms", "between 100ms and 1h0m0s"},
 		{"breaker open timeout", func(c *Config) { c.Subscriptions[0].Breaker.OpenTimeout = 2 * time.Hour }, "subscriptions[0].breaker.open_timeout", "2h0m0s", "between 100ms and 1h0m0s"},
 		{"breaker max open timeout", func(c *Config) { c.Subscriptions[0].Breaker.MaxOpenTimeout = time.Second }, "subscriptions[0].breaker.max_open_timeout", "1s", "between breaker.open_timeout (5s) and 24h"},
-		{"redis addr", func(c *Config) { c.Redis.Addrs = []string{"redis"} }, "redis.addrs[0]", "redis", "host:port"},
-		{"redis addr duplicate", func(c *Config) { c.Redis.Addrs = []string{"redis:6379", "redis:6379"} }, "redis.addrs[1]", "redis:6379", "unique"},
+		{"redis addr", func(c *Config) { c.Redis.Addrs, c.Redis.TLS.Enabled = []string{"redis"}, true }, "redis.addrs[0]", "redis", "host:port"},
+		{"redis addr duplicate", func(c *Config) { c.Redis.Addrs, c.Redis.TLS.Enabled = []string{"redis:6379", "redis:6379"}, true }, "redis.addrs[1]", "redis:6379", "unique"},
 		{"sentinel without addrs", func(c *Config) { c.Redis.MasterName = "mymaster" }, "redis.addrs", "", "at least one sentinel address"},
 		{"password without addrs", func(c *Config) { c.Redis.Password = "secret" }, "redis.addrs", "", "no address means no ledger"},
 		{"redis db negative", func(c *Config) { c.Redis.DB = -1 }, "redis.db", "-1", "0 or more"},
-		{"redis db in cluster", func(c *Config) { c.Redis.Addrs = []string{"a:6379", "b:6379"}; c.Redis.DB = 3 }, "redis.db", "3", "a cluster has only database 0"},
+		{"redis db in cluster", func(c *Config) {
+			c.Redis.Addrs, c.Redis.TLS.Enabled, c.Redis.DB = []string{"a:6379", "b:6379"}, true, 3
+		}, "redis.db", "3", "a cluster has only database 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()
@@ -304,6 +307,7 @@ func jetStream() Config {
 	c.Node.DataDir = "" // a broker backend keeps nothing on the sidecar's disk
 	c.Storage.Backend = BackendJetStream
 	c.Storage.JetStream.URLs = []string{"nats://127.0.0.1:4222", "nats-1:4222", "tls://user:pw@nats-2:4222"}
+	c.Guards.InsecurePlaintextRemotes = true // nats-1 in plaintext (TestPlaintextRemotes)
 	c.ApplyDefaults()
 	return c
 }
@@ -314,6 +318,7 @@ func kafka() Config {
 	c.Node.DataDir = ""
 	c.Storage.Backend = BackendKafka
 	c.Storage.Kafka.Brokers = []string{"127.0.0.1:9092", "kafka-1.kafka:9092"}
+	c.Guards.InsecurePlaintextRemotes = true // kafka-1 in plaintext (TestPlaintextRemotes)
 	c.ApplyDefaults()
 	return c
 }
@@ -472,11 +477,12 @@ func TestGuardsKafkaSASLPlain(t *testing.T) {
 }
 
 // TestPlaintextRemotes: addresses beyond loopback reached without TLS are
-// listed (credentials left out), and refused at start with
-// guards.require_tls_beyond_loopback.
+// listed (credentials left out) and refused at start, the error naming the
+// opt-out, unless guards.insecure_plaintext_remotes or node.dev allows them.
 func TestPlaintextRemotes(t *testing.T) {
 	c := jetStream()
-	c.Storage.JetStream.URLs = append(c.Storage.JetStream.URLs, "nats://alice:secret-pw@nats-3:4222", "localhost:4222")
+	c.Guards.InsecurePlaintextRemotes = false
+	c.Storage.JetStream.URLs = []string{"nats://127.0.0.1:4222", "nats-1:4222", "nats://[::1]:4222", "nats://alice:secret-pw@nats-3:4222", "localhost:4222"}
 	c.Redis.Addrs = []string{"127.0.0.1:6379", "redis:6379"}
 	var got []string
 	for _, r := range c.PlaintextRemotes() {
@@ -486,22 +492,66 @@ func TestPlaintextRemotes(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("PlaintextRemotes = %q, want %q", got, want)
 	}
-	if err := c.Validate(); err != nil {
-		t.Fatalf("without the requirement: %v", err)
-	}
-	c.Guards.RequireTLSBeyondLoopback = true
 	errs := fieldErrors(c.Validate())
-	if len(errs) != 3 || errs[0].Field != "redis.addrs[1]" || strings.Contains(errors.Join(c.Validate()).Error(), "secret-pw") {
-		t.Fatalf("with the requirement: %v", errs)
+	if len(errs) != 3 || errs[0].Field != "redis.addrs[1]" {
+		t.Fatalf("by default: %v", errs)
 	}
+	if msg := errors.Join(c.Validate()).Error(); strings.Contains(msg, "secret-pw") || !strings.Contains(msg, "guards.insecure_plaintext_remotes: true") {
+		t.Fatalf("the error quotes a secret or does not name the opt-out: %s", msg)
+	}
+	c.Guards.InsecurePlaintextRemotes = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("with guards.insecure_plaintext_remotes: %v", err)
+	}
+	c.Guards.InsecurePlaintextRemotes = false
+	c.Node.Dev = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("with node.dev: %v", err)
+	}
+	c.Node.Dev = false
+	c.Redis.Addrs = []string{"127.0.0.1:6379"}
+	c.Storage.JetStream.URLs = []string{"nats://127.0.0.1:4222", "tls://nats-2:4222", "[::1]:4222"}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("loopback and tls:// only: %v", err)
+	}
+	// One tls:// URL makes every NATS server TLS (engine/jetstream), so
+	// the others are not plaintext.
+	c.Storage.JetStream.URLs = []string{"nats://nats-1:4222", "tls://user:pw@nats-2:4222"}
+	if r := c.PlaintextRemotes(); len(r) != 0 {
+		t.Fatalf("with a tls:// URL: %v", r)
+	}
+	c.Redis.Addrs = []string{"redis:6379"}
+	c.Redis.TLS.Enabled = true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("redis.tls: %v", err)
+	}
+
 	k := kafka()
-	k.Guards.RequireTLSBeyondLoopback = true
+	k.Guards.InsecurePlaintextRemotes = false
 	if errs := fieldErrors(k.Validate()); len(errs) != 1 || errs[0].Field != "storage.kafka.brokers[1]" {
 		t.Fatalf("kafka: %v", errs)
 	}
 	k.Storage.Kafka.TLS = true
 	if err := k.Validate(); err != nil {
 		t.Fatalf("kafka over TLS: %v", err)
+	}
+}
+
+// TestRequireTLSBeyondLoopbackKept: the earlier setting still reads; true
+// is the default, and false, which used to turn the requirement off, is
+// refused with the name of the opt-out rather than ignored.
+func TestRequireTLSBeyondLoopbackKept(t *testing.T) {
+	c, err := Parse([]byte("node: {data_dir: /d}\nredis: {addrs: [127.0.0.1:6379]}\nguards: {require_tls_beyond_loopback: true}\n"))
+	if err != nil {
+		t.Fatalf("require_tls_beyond_loopback: true: %v", err)
+	}
+	if c.Guards.InsecurePlaintextRemotes {
+		t.Fatal("require_tls_beyond_loopback: true allowed plaintext")
+	}
+	_, err = Parse([]byte("node: {data_dir: /d}\nredis: {addrs: [127.0.0.1:6379]}\nguards: {require_tls_beyond_loopback: false}\n"))
+	errs := fieldErrors(err)
+	if len(errs) != 1 || errs[0].Field != "guards.require_tls_beyond_loopback" || !strings.Contains(err.Error(), "guards.insecure_plaintext_remotes: true") {
+		t.Fatalf("require_tls_beyond_loopback: false: %v", err)
 	}
 }
 

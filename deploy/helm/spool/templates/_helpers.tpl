@@ -58,6 +58,37 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- $_ := include "spool.shutdownSeconds" . -}}{{- /* its durations read before the peer checks */ -}}
 {{- include "spool.validatePeerSecurity" . -}}
+{{- include "spool.validateRedisSecurity" . -}}
+{{- end -}}
+
+{{/* The ledger's Redis beyond the pod: TLS (redis.tls) or the explicit
+     opt-out (redis.insecure), as spoold asks (guards.insecure_plaintext_remotes).
+     A loopback address (a Redis container of the pod) needs neither. */}}
+{{- define "spool.validateRedisSecurity" -}}
+{{- if .Values.redis.addrs -}}
+{{- if and (include "spool.redisTLSOn" .) .Values.redis.insecure -}}
+{{- fail "redis.tls and redis.insecure: set only one of redis.tls and redis.insecure" -}}
+{{- end -}}
+{{- if and (include "spool.redisBeyondLoopback" .) (not (include "spool.redisTLSOn" .)) (not .Values.redis.insecure) -}}
+{{- fail "redis.addrs beyond the pod needs TLS (spoold refuses to reach its ledger's Redis in plaintext beyond loopback): set redis.tls (true for the system's CAs, or secretName and serverName) or redis.insecure: true (no TLS: anyone on the path between the pods and Redis reads and changes the ledger and reads its password) (docs/security.md, \"Redis ledger\")" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Is redis.tls on? ("true" or "") As spoold reads it: true, or a mapping
+     with enabled, secretName or serverName. */}}
+{{- define "spool.redisTLSOn" -}}
+{{- $rt := .Values.redis.tls -}}
+{{- if kindIs "map" $rt -}}
+{{- if or $rt.enabled $rt.secretName $rt.serverName -}}true{{- end -}}
+{{- else if $rt -}}true{{- end -}}
+{{- end -}}
+
+{{/* Does redis.addrs name an address beyond loopback? ("true" or "") */}}
+{{- define "spool.redisBeyondLoopback" -}}
+{{- range .Values.redis.addrs -}}
+{{- if not (regexMatch "^(localhost|127\\.[0-9.]+|\\[::1\\]):[0-9]+$" (toString .)) -}}true{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The cluster's peer security: exactly one of cert-manager, an existing
@@ -240,6 +271,7 @@ join (the peers of this pod: a list of host:port).
 {{- if $v.redis.masterName -}}{{- $_ := set $r "master_name" $v.redis.masterName -}}{{- end -}}
 {{- if $v.redis.db -}}{{- $_ := set $r "db" $v.redis.db -}}{{- end -}}
 {{- $_ := set $cfg "redis" $r -}}
+{{- if $v.redis.insecure -}}{{- $_ := set $cfg "guards" (dict "insecure_plaintext_remotes" true) -}}{{- end -}}
 {{- end -}}
 {{- $topics := list -}}
 {{- range $v.topics -}}
