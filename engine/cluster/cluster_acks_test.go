@@ -172,29 +172,7 @@ func TestClusterAcksLeader(t *testing.T) {
 // and does not succeed. A producer batch resent with acks=leader while its
 // first copy is durable but uncommitted gets the first copy's offset.
 func TestClusterAcksLeaderWithoutQuorum(t *testing.T) {
-	tc := newAcksCluster(t)
-	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
-	var leader *clusterNode
-	awaitCond(t, 30*time.Second, "a leader with both followers caught up", func() error {
-		if leader = tc.leaderOf("orders", 0); leader == nil {
-			return errors.New("no leader")
-		}
-		for _, cn := range tc.nodes {
-			if _, end, err := cn.n.Offsets("orders", 0); err != nil || end != 1 {
-				return fmt.Errorf("node at %s: committed end %d (%v)", cn.addr, end, err)
-			}
-		}
-		return nil
-	})
-	for _, cn := range tc.nodes {
-		if cn != leader {
-			tc.stop(cn)
-		}
-	}
-	part, _ := leader.n.partition("orders", 0)
+	_, leader, part := quorumlessLeader(t)
 	if st, _ := leader.n.asMember().host.Status(part.X.raftGroup); !st.IsLeader {
 		t.Fatal("the leader stepped down right after its followers stopped, within less than an election timeout")
 	}
