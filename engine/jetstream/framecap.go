@@ -12,10 +12,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spoolmq/spool/internal/redact"
+
+	"github.com/spoolmq/spool/internal/capconn"
 )
 
 // DefaultMaxFrameBytes bounds one frame a NATS server sends (Config.MaxFrameBytes,
@@ -38,7 +39,8 @@ type natsFrames struct {
 	payload int64 // payload bytes (and CRLF) still to pass
 }
 
-func (f *natsFrames) feed(p []byte) error {
+// Feed follows the frames in p (capconn.Framer).
+func (f *natsFrames) Feed(p []byte) error {
 	for len(p) > 0 {
 		if f.payload > 0 {
 			n := min(int64(len(p)), f.payload)
@@ -93,43 +95,6 @@ func msgSize(line []byte) (int64, error) {
 	return n, nil
 }
 
-// cappedConn checks every byte the server sends against natsFrames before
-// nats.go sees it; a frame over the limit closes the connection (nats.go
-// then reconnects, and only what was in flight on it fails).
-type cappedConn struct {
-	net.Conn
-	mu      sync.Mutex
-	pending []byte // the INFO line the dialer read, handed over first
-	frames  natsFrames
-	err     error
-	refused func()
-}
-
-func (c *cappedConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return 0, c.err
-	}
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		if ferr := c.frames.feed(p[:n]); ferr != nil {
-			c.err = ferr
-			_ = c.Conn.Close()
-			if c.refused != nil {
-				c.refused()
-			}
-			return 0, ferr
-		}
-	}
-	return n, err
-}
-
 // cappedDialer is nats.go's dialer: it reads the server's INFO itself,
 // does TLS when the server or the URL asks for it (verifying the server's
 // name), and puts the frame cap above TLS, where the protocol is. nats.go
@@ -177,7 +142,7 @@ func (d *cappedDialer) Dial(network, address string) (net.Conn, error) {
 		conn = tc
 	}
 	_ = raw.SetReadDeadline(time.Time{})
-	return &cappedConn{Conn: conn, pending: info, frames: natsFrames{max: d.maxFrame}, refused: d.refused}, nil
+	return capconn.New(conn, &natsFrames{max: d.maxFrame}, info, d.refused), nil
 }
 
 // maxInfoBytes bounds the INFO line read at connect.

@@ -173,10 +173,10 @@ func TestNATSFramesHonest(t *testing.T) {
 	in := "INFO {\"a\":1}\r\nPING\r\n+OK\r\nMSG a.b 1 5\r\nhello\r\nHMSG a 2 r 12 14\r\nNATS/1.0\r\n\r\nhi\r\n-ERR 'x'\r\nMSG a 1 0\r\n\r\n"
 	for split := 1; split < len(in); split++ {
 		f := natsFrames{max: 64}
-		if err := f.feed([]byte(in[:split])); err != nil {
+		if err := f.Feed([]byte(in[:split])); err != nil {
 			t.Fatal(split, err)
 		}
-		if err := f.feed([]byte(in[split:])); err != nil {
+		if err := f.Feed([]byte(in[split:])); err != nil {
 			t.Fatal(split, err)
 		}
 		if f.payload != 0 || len(f.line) != 0 {
@@ -184,7 +184,7 @@ func TestNATSFramesHonest(t *testing.T) {
 		}
 	}
 	f := natsFrames{max: 64}
-	if err := f.feed([]byte("MSG a 1 65\r\n")); !errors.Is(err, ErrFrameTooLarge) {
+	if err := f.Feed([]byte("MSG a 1 65\r\n")); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatal(err)
 	}
 }

@@ -181,7 +181,7 @@ func TestRespFramesHonestReplies(t *testing.T) {
 		f := respFrames{max: 1024}
 		for rep := range 20 {
 			for i := 0; i < len(replies); i++ {
-				if err := f.feed([]byte{replies[i]}); err != nil {
+				if err := f.Feed([]byte{replies[i]}); err != nil {
 					t.Fatalf("round %d rep %d byte %d: %v", round, rep, i, err)
 				}
 			}
@@ -191,11 +191,11 @@ func TestRespFramesHonestReplies(t *testing.T) {
 		}
 	}
 	f := respFrames{max: 1024}
-	if err := f.feed([]byte("$1025\r\n")); !errors.Is(err, ErrReplyTooLarge) {
+	if err := f.Feed([]byte("$1025\r\n")); !errors.Is(err, ErrReplyTooLarge) {
 		t.Fatalf("over the limit: %v", err)
 	}
 	f = respFrames{max: 1024}
-	if err := f.feed([]byte("?x\r\n")); !errors.Is(err, ErrBadReply) {
+	if err := f.Feed([]byte("?x\r\n")); !errors.Is(err, ErrBadReply) {
 		t.Fatalf("unknown type: %v", err)
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/spoolmq/spool/internal/capconn"
 )
 
 // DefaultMaxReplyBytes bounds one reply of Redis (RedisOptions.MaxReplyBytes,
@@ -50,7 +51,8 @@ const maxHeaderLine = 32
 // feed takes the next bytes read from the connection. An error means the
 // connection must be closed: the stream holds a reply over the limit or
 // is not RESP.
-func (f *respFrames) feed(p []byte) error {
+// Feed follows the replies in p (capconn.Framer).
+func (f *respFrames) Feed(p []byte) error {
 	for len(p) > 0 {
 		if f.bulk > 0 {
 			n := min(int64(len(p)), f.bulk)
@@ -183,38 +185,6 @@ func respLen(b []byte) (int64, bool) {
 	return n, true
 }
 
-// cappedConn checks every byte Redis sends against respFrames before the
-// client sees it. A reply over the limit (or not RESP) closes the
-// connection and fails the read that met it, and every read after: the
-// client reports the error on that call and dials afresh on the next.
-type cappedConn struct {
-	net.Conn
-	mu      sync.Mutex
-	frames  respFrames
-	err     error
-	refused func()
-}
-
-func (c *cappedConn) Read(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return 0, c.err
-	}
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		if ferr := c.frames.feed(p[:n]); ferr != nil {
-			c.err = ferr
-			_ = c.Conn.Close()
-			if c.refused != nil {
-				c.refused()
-			}
-			return 0, ferr
-		}
-	}
-	return n, err
-}
-
 // cappedDialer is the client's dialer: TCP (then TLS when tc is set, with
 // the address's host as the name to verify unless tc names one) and the
 // reply cap above TLS, where the RESP bytes are.
@@ -231,7 +201,7 @@ func cappedDialer(timeout time.Duration, tc *tls.Config, maxReply int64, refused
 		if err != nil {
 			return nil, err
 		}
-		c := &cappedConn{Conn: conn, frames: respFrames{max: maxReply}, refused: refused}
+		c := capconn.New(conn, &respFrames{max: maxReply}, nil, refused)
 		if sc, ok := conn.(syscall.Conn); ok {
 			return sysCappedConn{c, sc}, nil
 		}
@@ -239,11 +209,11 @@ func cappedDialer(timeout time.Duration, tc *tls.Config, maxReply int64, refused
 	}
 }
 
-// sysCappedConn is a plaintext cappedConn that lets the client's pool
+// sysCappedConn is a plaintext capped connection that lets the client's pool
 // peek at the socket (MSG_PEEK: nothing is consumed) to drop connections
 // the server closed while idle, as it does for a bare TCP connection.
 type sysCappedConn struct {
-	*cappedConn
+	*capconn.Conn
 	sc syscall.Conn
 }
 
