@@ -46,7 +46,7 @@ func BenchmarkReplicaCommit(b *testing.B) {
 				for done := 0; done < b.N; {
 					n := min(window, b.N-done)
 					for range n {
-						if err := l.r.ProposeRecords(payload); err != nil {
+						if err := l.r.ProposeRecords(payload, 1_700_000_000_000); err != nil {
 							b.Fatal(err)
 						}
 					}

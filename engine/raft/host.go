@@ -905,7 +905,7 @@ func (h *Host) propose(g *hostGroup, p *proposal, now time.Time) {
 	}
 	var err error
 	if p.kind == kindRecords {
-		err = r.ProposeRecords(p.data)
+		err = r.ProposeRecords(p.data, now.UnixMilli())
 	} else {
 		err = r.ProposeConfChange(p.cc)
 	}

@@ -7,6 +7,7 @@ import (
 	stdslog "log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,9 @@ type hostNode struct {
 	ep         *transport.Endpoint
 	up         bool
 	partitions map[uint64]*slog.Partition
+	// skew moves this host's clock from the virtual time (ns; tests of
+	// clocks that disagree).
+	skew atomic.Int64
 }
 
 // hcluster is 3 hosts holding the same groups, connected by the transport
@@ -61,6 +65,10 @@ type hprop struct {
 	base  int64
 	err   error
 }
+
+// hclusterEpochMs is where the hosts' virtual clocks start (unix ms) and
+// the time of the records c.propose encodes.
+const hclusterEpochMs = 1_700_000_000_000
 
 func newHCluster(t tb, seed uint64, groups int, hcfg HostConfig) *hcluster {
 	c := &hcluster{t: t, net: transport.NewNetwork(seed), groups: groups, props: map[string]*hprop{}, hcfg: hcfg,
@@ -101,7 +109,10 @@ func (c *hcluster) start(n *hostNode) {
 	if err != nil {
 		c.t.Fatalf("NewHost: %v", err)
 	}
-	h.now = func() time.Time { return time.Unix(0, 0).Add(c.net.Now()) } // virtual: rounds advance it
+	// Virtual: rounds advance it, from the time the proposals' records carry.
+	h.now = func() time.Time {
+		return time.UnixMilli(hclusterEpochMs).Add(c.net.Now() + time.Duration(n.skew.Load()))
+	}
 	n.host = h
 	n.ep = c.net.Endpoint(n.id, h)
 	n.partitions = map[uint64]*slog.Partition{}
@@ -222,7 +233,7 @@ func (c *hcluster) propose(n *hostNode, g uint64) {
 	p := &hprop{group: g, node: n.id, value: fmt.Sprintf("g%d-v%d", g, c.nextVal)}
 	c.props[p.value] = p
 	c.mu.Unlock()
-	data := slog.EncodeRecords(nil, slog.BatchHeader{}, []slog.Record{{Value: []byte(p.value)}}, 1_700_000_000_000)
+	data := slog.EncodeRecords(nil, slog.BatchHeader{}, []slog.Record{{Value: []byte(p.value)}}, hclusterEpochMs)
 	n.host.Propose(g, data, func(base int64, err error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()

@@ -106,9 +106,15 @@ type Replica struct {
 
 	applied   uint64
 	committed int64 // data offset below which every record is committed and applied
-	done      chan error
-	ents      []slog.Entry
-	failed    error
+	// lastTs is the largest record time (unix ms) of the entries this
+	// replica has written or proposed: the floor of the times it gives the
+	// batches it proposes as leader (log.StampRecords), so that publish
+	// times never decrease along the partition, whichever node encoded a
+	// batch and whichever node leads.
+	lastTs int64
+	done   chan error
+	ents   []slog.Entry
+	failed error
 
 	// Hooks of the Host's proposal tracker (nil for a bare Replica), called
 	// on the goroutine calling Process: onReady with each Ready's work
@@ -239,6 +245,7 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 		r.ends[k] = r.ends[k+1] - counts[k]
 	}
 	r.endsBase, r.applied, r.committed = base, base, r.ends[0]
+	r.lastTs = p.MaxTimestamp()
 	if snap.Index != 0 && cfg.OnSnapshot != nil {
 		d, _ := decodeSnapshotData(snap.Data) // checked by recoverSnapshot
 		cfg.OnSnapshot(d.App)
@@ -350,14 +357,22 @@ func (r *Replica) Campaign() error {
 // ProposeRecords proposes a record payload (log.EncodeRecords) if this node
 // leads; raft's ErrProposalDropped says it was not taken (no leader, or
 // too much uncommitted). The payload is checked by the log when written.
-func (r *Replica) ProposeRecords(data []byte) error {
+// Its record times are the leader's (log.StampRecords with the replica's
+// largest time and nowMs, the leader's clock in unix ms): they never
+// decrease along the partition.
+func (r *Replica) ProposeRecords(data []byte, nowMs int64) error {
 	if r.failed != nil {
 		return r.failed
 	}
 	if err := r.CheckRecords(data); err != nil {
 		return err
 	}
-	return r.guard(func() error { return r.g.Propose(data) })
+	data, last := slog.StampRecords(data, r.lastTs, nowMs)
+	err := r.guard(func() error { return r.g.Propose(data) })
+	if err == nil {
+		r.lastTs = last
+	}
+	return err
 }
 
 // ErrBadProposal is wrapped by the errors refusing a proposal that could
@@ -613,6 +628,9 @@ func (r *Replica) persist(ctx context.Context, a Append) error {
 			}
 			r.ents = append(r.ents, le)
 			r.ends = append(r.ends, r.ends[len(r.ends)-1]+recordCount(le.Type, le.Data))
+			if ts, ok := slog.PayloadMaxTimestamp(le.Data); ok && le.Type == slog.EntryData {
+				r.lastTs = max(r.lastTs, ts)
+			}
 		}
 		r.p.AppendEntries(r.ents, func(err error) { r.done <- err })
 		select {

@@ -426,7 +426,7 @@ func (c *wcluster) propose(n *wnode, k int) error {
 		c.nextVal++
 		recs[i] = slog.Record{Key: []byte("k"), Value: []byte(fmt.Sprintf("v%d", c.nextVal))}
 	}
-	return n.r.ProposeRecords(slog.EncodeRecords(nil, slog.BatchHeader{}, recs, 1_700_000_000_000))
+	return n.r.ProposeRecords(slog.EncodeRecords(nil, slog.BatchHeader{}, recs, 1_700_000_000_000), 1_700_000_000_000)
 }
 
 // readRecords returns the values of p's records in [from, to).
