@@ -47,6 +47,11 @@ func (c *storageOff) proposeWith(group uint64, _ []byte, _ raft.ProposeOptions, 
 	done(raft.Proposed{}, &raft.NotLeaderError{Group: group})
 }
 
+// readIndex: a storage-off node leads nothing.
+func (c *storageOff) readIndex(group uint64, done func(raft.Proposed, error)) {
+	done(raft.Proposed{}, &raft.NotLeaderError{Group: group})
+}
+
 // controllerHolders: a storage-off node asks the controller's voters.
 func (c *storageOff) controllerHolders() []uint64 {
 	c.mu.Lock()

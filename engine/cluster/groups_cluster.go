@@ -362,9 +362,13 @@ func (cp *coordPart) waitApplied(ctx context.Context, off int64) (coord.Result, 
 	return cp.app.WaitApplied(ctx, off)
 }
 
-// awaitCaughtUp waits until this leader's state holds every committed
-// command: it has applied an entry of its own term (so every earlier
-// leader's entries are committed) and everything committed when asked.
+// awaitCaughtUp waits until this leader's state holds every command
+// committed before it was called, anywhere: it has applied an entry of its
+// own term (so every earlier leader's entries are committed), a quorum has
+// confirmed that it still leads (raft ReadIndex: a leader cut off from
+// its peers, which others may have replaced without it knowing yet, gets
+// no answer), and its state is applied up to the commit index the quorum
+// confirmed.
 func (g *coordinators) awaitCaughtUp(ctx context.Context, part *partition, cp *coordPart) error {
 	st, ok := g.c.status(part.X.raftGroup)
 	if !ok || !st.IsLeader {
@@ -373,7 +377,11 @@ func (g *coordinators) awaitCaughtUp(ctx context.Context, part *partition, cp *c
 	if !leaderCaughtUp(part, st) {
 		return fmt.Errorf("%w: node %d just became the leader of %s/%d and is applying its predecessors' entries", errCoordUnavailable, g.c.id.NodeID, meta.GroupsTopic, part.Num)
 	}
-	if err := cp.app.AwaitApplied(ctx, part.Committed.Load()); err != nil {
+	upTo, err := g.c.readIndex(ctx, part.X.raftGroup)
+	if err != nil {
+		return err
+	}
+	if err := cp.app.AwaitApplied(ctx, upTo); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: node %d has not applied %s/%d up to its committed end in time", errCoordUnavailable, g.c.id.NodeID, meta.GroupsTopic, part.Num)
 		}
@@ -640,4 +648,22 @@ func (c *member) awaitGroupsTopic(ctx context.Context) error {
 		return fmt.Errorf("%w: the consumer groups' topic %s was created but this node has not seen it yet: %w", engine.ErrNotPlaced, meta.GroupsTopic, err)
 	}
 	return nil
+}
+
+// readIndex confirms with a quorum that this node still leads group and
+// returns the data offset its state must be applied up to for a
+// linearizable read (role.readIndex).
+func (c *cluster) readIndex(ctx context.Context, group uint64) (int64, error) {
+	type outcome struct {
+		res raft.Proposed
+		err error
+	}
+	ch := make(chan outcome, 1)
+	c.role.readIndex(group, func(res raft.Proposed, err error) { ch <- outcome{res, err} })
+	select {
+	case o := <-ch:
+		return o.res.Base, o.err
+	case <-ctx.Done():
+		return 0, fmt.Errorf("%w: node %d: no quorum confirmed its leadership of raft group %d in time: %w", errCoordUnavailable, c.id.NodeID, group, ctx.Err())
+	}
 }

@@ -85,11 +85,10 @@ func (n *Node) coordinateAt(ctx context.Context, part *partition, cmd coord.Comm
 // DescribeGroup returns the group as the leader of its coordinator
 // partition has applied it: a coord.State holding that group alone (none
 // when the group has no members and no committed positions), to query
-// with its Assignment, Members, Position and LagInputs. The leader answers
-// only once it holds every committed command (a new leader first applies
-// its predecessors'). A leader that lost its majority without knowing it
-// yet may answer with a state missing the newest commands, for at most an
-// election timeout (CheckQuorum); committed positions never go back.
+// with its Assignment, Members, Position and LagInputs. The read is
+// linearizable: the leader answers once a quorum has confirmed that it
+// still leads and its state holds every command committed before the call
+// (awaitCaughtUp); a leader cut off from its majority answers nothing.
 func (n *Node) DescribeGroup(ctx context.Context, group string) (*coord.State, error) {
 	g := n.coord
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ProduceTimeout)

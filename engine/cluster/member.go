@@ -102,6 +102,15 @@ func (c *member) proposeWith(group uint64, data []byte, opts raft.ProposeOptions
 	c.host.ProposeWith(group, data, opts, done)
 }
 
+// readIndex confirms the member's leadership of group on its raft host.
+func (c *member) readIndex(group uint64, done func(raft.Proposed, error)) {
+	if !c.started.Load() {
+		done(raft.Proposed{}, &raft.NotLeaderError{Group: group})
+		return
+	}
+	c.host.ReadIndex(group, done)
+}
+
 // whyNotReady explains the wait for operators.
 func (c *member) whyNotReady() error {
 	st, ok := c.status(controllerGroup)

@@ -25,6 +25,10 @@ type role interface {
 	status(group uint64) (raft.GroupStatus, bool)
 	// proposeWith proposes data in a group whose leader status found here.
 	proposeWith(group uint64, data []byte, opts raft.ProposeOptions, done func(raft.Proposed, error))
+	// readIndex confirms with a quorum that this node still leads group
+	// (raft.Host.ReadIndex): done gets the offset a linearizable read
+	// waits for its state to be applied up to.
+	readIndex(group uint64, done func(raft.Proposed, error))
 
 	// controllerHolders are the nodes to ask for the controller's leader
 	// (route.Call.Holders of a controller command).

@@ -133,6 +133,9 @@ type Work struct {
 	Applies []Apply
 	// SoftState is the new leader and role, nil if unchanged.
 	SoftState *etcdraft.SoftState
+	// ReadStates answer ReadIndex requests: each read is linearizable once
+	// the state applied here reaches its Index.
+	ReadStates []etcdraft.ReadState
 }
 
 // Append is one MsgStorageAppend: what must be durable before Responses are
@@ -227,6 +230,12 @@ func (g *Group) Propose(data []byte) error { return g.rn.Propose(data) }
 // ProposeConfChange proposes a membership change.
 func (g *Group) ProposeConfChange(cc raftpb.ConfChangeI) error { return g.rn.ProposeConfChange(cc) }
 
+// ReadIndex asks the leader to confirm with a quorum that it still leads
+// (ReadOnlySafe); the answer comes as a ReadState in a later Ready,
+// carrying rctx. Raft drops the request silently when this node does not
+// lead or stops leading before a quorum answers.
+func (g *Group) ReadIndex(rctx []byte) { g.rn.ReadIndex(rctx) }
+
 // HasReady reports whether Ready has work.
 func (g *Group) HasReady() bool { return g.rn.HasReady() }
 
@@ -240,7 +249,7 @@ func (g *Group) Status() etcdraft.Status { return g.rn.Status() }
 // Ready takes the group's pending work and splits it.
 func (g *Group) Ready() Work {
 	rd := g.rn.Ready()
-	w := Work{SoftState: rd.SoftState}
+	w := Work{SoftState: rd.SoftState, ReadStates: rd.ReadStates}
 	for _, m := range rd.Messages {
 		switch m.To {
 		case etcdraft.LocalAppendThread:

@@ -2,6 +2,7 @@ package raft
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	stdslog "log/slog"
@@ -295,7 +296,12 @@ func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 		return fmt.Errorf("raft host: group %d: %w", group, err)
 	}
 	g := &hostGroup{id: group, h: h, r: r, track: newTracker()}
-	r.onReady, r.onApply = g.track.ready, g.track.applied
+	g.track.group = group
+	r.onReady = func(w *Work) {
+		g.track.ready(w)
+		g.track.readStates(w.ReadStates, r.endAt)
+	}
+	r.onApply = g.track.applied
 	r.onDurable = func(ents []raftpb.Entry) { g.track.durable(ents, r.entryBase) }
 	if apply := cfg.OnApply; apply != nil {
 		r.onApply = func(e raftpb.Entry, base int64) { g.track.applied(e, base); apply(e, base) }
@@ -396,6 +402,20 @@ func (h *Host) ProposeWith(group uint64, data []byte, opts ProposeOptions, done 
 // refused it (another change pending, or a joint state to leave first).
 func (h *Host) ProposeConfChange(group uint64, cc raftpb.ConfChangeV2, done func(err error)) {
 	h.submit(group, &proposal{kind: kindConfChange, cc: cc, ccDone: done})
+}
+
+// ReadIndex confirms with a quorum of group's voters that this node still
+// leads it (raft's ReadIndex, ReadOnlySafe) and calls done with the place
+// a linearizable read must wait for: Proposed.Index, the leader's commit
+// index when the quorum answered, and Proposed.Base, the data offset after
+// it. A state applied here up to Base holds every command committed before
+// ReadIndex was called. Reads asked in one visit share one request (one
+// round of heartbeats). Errors: *NotLeaderError when this node does not
+// lead or stops leading before a quorum answers; ErrProposalLost (wrapped)
+// when no quorum answered within the proposal timeout. Nothing is written
+// either way: a failed read is safe to ask again. done as for Propose.
+func (h *Host) ReadIndex(group uint64, done func(res Proposed, err error)) {
+	h.submit(group, &proposal{kind: kindRead, done: done})
 }
 
 func (h *Host) submit(group uint64, p *proposal) {
@@ -837,14 +857,23 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		g.reconfiguredAt.Store(now.UnixNano())
 		h.reconfigure(g, box.reconfigure, now)
 	}
+	var reads []*proposal
 	for _, p := range box.props {
+		if p.kind == kindRead {
+			reads = append(reads, p)
+			continue
+		}
 		h.propose(g, p, now)
+	}
+	if len(reads) > 0 {
+		h.readIndex(g, reads, now)
 	}
 	if r.Err() == nil && r.HasReady() {
 		h.c.readies.Add(1)
 		_ = r.Process(ctx, g.send)
 	}
 	g.track.expire(now)
+	g.track.expireReads(now)
 	h.c.confSkipped.Add(r.confSkipped - confSkipped)
 	if err := r.Err(); err != nil && !g.stopSeen {
 		g.stopSeen = true
@@ -919,6 +948,25 @@ func (h *Host) propose(g *hostGroup, p *proposal, now time.Time) {
 		g.track.reject(p, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
 	default:
 		g.track.reject(p, err)
+	}
+}
+
+// readIndex asks raft, in one ReadIndex request, to confirm that this
+// node still leads g for the reads of a visit.
+func (h *Host) readIndex(g *hostGroup, reads []*proposal, now time.Time) {
+	r := g.r
+	bs := r.BasicStatus()
+	if r.Err() != nil || bs.RaftState != etcdraft.StateLeader {
+		for _, p := range reads {
+			g.track.reject(p, &NotLeaderError{Group: g.id, Leader: transport.NodeOf(bs.Lead)})
+		}
+		return
+	}
+	id := g.track.read(reads, bs.Term, now.Add(h.cfg.ProposalTimeout))
+	var rctx [8]byte
+	binary.BigEndian.PutUint64(rctx[:], id)
+	if err := r.ReadIndex(rctx[:]); err != nil {
+		g.track.failAll(fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
 	}
 }
 

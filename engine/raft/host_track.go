@@ -1,13 +1,16 @@
 package raft
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
+	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	slog "github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/transport"
 )
 
 // Outcomes of a proposal other than success (docs/replication.md, "The
@@ -85,6 +88,20 @@ type tracker struct {
 	out       []*proposal            // resolved, not yet taken
 	live      int                    // proposals neither resolved nor dropped
 	early     int                    // matched AtLeaderDurable proposals not resolved yet
+
+	// reads are the ReadIndex requests raft has not answered, by the
+	// number carried as their context; the reads of one visit go as one.
+	reads    map[uint64]*readReq
+	nextRead uint64
+	group    uint64 // for errors
+}
+
+// readReq is one ReadIndex request: the reads it answers, the term it was
+// asked in, and when it is given up.
+type readReq struct {
+	props    []*proposal
+	term     uint64
+	deadline time.Time
 }
 
 type propKind uint8
@@ -92,6 +109,7 @@ type propKind uint8
 const (
 	kindRecords propKind = iota
 	kindConfChange
+	kindRead // Host.ReadIndex: nothing is proposed
 )
 
 // proposal is one Propose or ProposeConfChange call.
@@ -131,7 +149,68 @@ func (p *proposal) complete() {
 	}
 }
 
-func newTracker() *tracker { return &tracker{byIndex: map[uint64][]*proposal{}} }
+func newTracker() *tracker {
+	return &tracker{byIndex: map[uint64][]*proposal{}, reads: map[uint64]*readReq{}}
+}
+
+// read records reads asked of raft as one ReadIndex request of the given
+// term, and returns the context number the request carries.
+func (t *tracker) read(props []*proposal, term uint64, deadline time.Time) uint64 {
+	t.nextRead++
+	t.live += len(props)
+	t.reads[t.nextRead] = &readReq{props: props, term: term, deadline: deadline}
+	return t.nextRead
+}
+
+// readStates resolves the reads raft answered: each with the index up to
+// which the state must be applied, and endAt's data offset after it.
+func (t *tracker) readStates(rss []etcdraft.ReadState, endAt func(index uint64) (int64, bool)) {
+	for _, rs := range rss {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(rs.RequestCtx)
+		req := t.reads[id]
+		if req == nil {
+			continue
+		}
+		delete(t.reads, id)
+		end, ok := endAt(rs.Index)
+		for _, p := range req.props {
+			if !ok {
+				t.resolve(p, 0, fmt.Errorf("%w: read index %d is past this leader's log", ErrProposalLost, rs.Index))
+				continue
+			}
+			p.index = rs.Index
+			t.resolve(p, end, nil)
+		}
+	}
+}
+
+// dropReads resolves every read raft has not answered with err: raft
+// forgets them when the leadership changes.
+func (t *tracker) dropReads(err error) {
+	for id, req := range t.reads {
+		for _, p := range req.props {
+			t.resolve(p, 0, err)
+		}
+		delete(t.reads, id)
+	}
+}
+
+// expireReads gives up the reads not answered by their deadline (nothing
+// was done: safe to ask again).
+func (t *tracker) expireReads(now time.Time) {
+	for id, req := range t.reads {
+		if now.Before(req.deadline) {
+			continue
+		}
+		for _, p := range req.props {
+			t.resolve(p, 0, fmt.Errorf("%w: read not confirmed by a quorum within the proposal timeout (term %d)", ErrProposalLost, req.term))
+		}
+		delete(t.reads, id)
+	}
+}
 
 // resolve sets p's outcome once; later calls are ignored.
 func (t *tracker) resolve(p *proposal, base int64, err error) {
@@ -162,6 +241,9 @@ func (t *tracker) proposed(p *proposal) {
 // ready matches the unmatched proposals against the entries of w's
 // appends; those not found are resolved as unknown.
 func (t *tracker) ready(w *Work) {
+	if ss := w.SoftState; ss != nil && ss.RaftState != etcdraft.StateLeader {
+		t.dropReads(&NotLeaderError{Group: t.group, Leader: transport.NodeOf(ss.Lead)})
+	}
 	for _, a := range w.Appends {
 		t.appended(a.Entries)
 	}
@@ -296,6 +378,7 @@ func (t *tracker) unindex(p *proposal) {
 
 // failAll resolves every pending proposal with err.
 func (t *tracker) failAll(err error) {
+	t.dropReads(err)
 	for _, p := range t.unmatched {
 		t.resolve(p, 0, err)
 	}

@@ -393,6 +393,28 @@ func (r *Replica) CheckRecords(data []byte) error {
 	return nil
 }
 
+// ReadIndex asks raft to confirm this node's leadership with a quorum
+// (Group.ReadIndex); the answer comes in a Ready's ReadStates.
+func (r *Replica) ReadIndex(rctx []byte) error {
+	if r.failed != nil {
+		return r.failed
+	}
+	return r.guard(func() error { r.g.ReadIndex(rctx); return nil })
+}
+
+// endAt is the data offset after the entry at index: everything below it
+// is at or before index (ok false when index is past what this replica
+// has written).
+func (r *Replica) endAt(index uint64) (int64, bool) {
+	if index <= r.endsBase {
+		return r.ends[0], true
+	}
+	if k := index - r.endsBase; k < uint64(len(r.ends)) {
+		return r.ends[k], true
+	}
+	return 0, false
+}
+
 // ProposeConfChange proposes a membership change if this node leads. Raft
 // replaces a change it refuses (another one pending, or a joint state to
 // leave first) with an empty entry.
