@@ -34,6 +34,7 @@ type clusterNode struct {
 	deadAfter time.Duration // DeadNodeTimeout; default the engine's
 	ckEvery   int           // GroupsCheckpointRecords; default the engine's
 	expect    int           // BootstrapExpect
+	fs        *log.MemFS    // the node's file system; nil: the real disk
 	// hold, if set, bounds how far the node applies the controller's log
 	// (the next offset it may apply; math.MaxInt64: no bound).
 	hold   *atomic.Int64
@@ -61,7 +62,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 	t.Helper()
 	n, err := Open(Config{
 		DataDir: cn.dir,
-		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes},
+		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes, FS: cn.fsys()},
 		Logger:  quietLogger(),
 		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, JoinSecret: []byte(cn.secret), StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
 	})
@@ -74,6 +75,14 @@ func (tc *testCluster) start(cn *clusterNode) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cn.n, cn.cancel, cn.done = n, cancel, make(chan error, 1)
 	go func() { cn.done <- n.Run(ctx) }()
+}
+
+// fsys is the node's file system for log.Options (nil: the real disk).
+func (cn *clusterNode) fsys() log.FS {
+	if cn.fs == nil {
+		return nil
+	}
+	return cn.fs
 }
 
 // stop ends a node's Run and closes it.

@@ -126,7 +126,9 @@ type GroupStatus struct {
 	Joint            bool
 	// Err is what the replica stopped with (ErrReplicaStopped wrapping the
 	// cause); nil while it runs. A stopped replica is not driven any more:
-	// Remove it and Add it again to reopen it from disk.
+	// Remove it and Add it again to reopen it from disk. A stopped replica
+	// names no leader (Leader 0, IsLeader false), whatever its raft state
+	// said when it stopped: the other replicas elect without it.
 	Err error
 }
 
@@ -203,6 +205,9 @@ type hostGroup struct {
 	// Owned by the worker holding the group (or, once dead, by finalize).
 	track    *tracker
 	stopSeen bool
+	// Once the replica stopped: the node whose leader messages it received
+	// last, and their term (noteLeader).
+	heardLeader, heardTerm uint64
 
 	moving atomic.Bool // a configuration change of a replica move is in flight
 	// reconfiguredAt: the host clock (UnixNano) of the last Reconfigure;
@@ -818,6 +823,10 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		r.Tick()
 	}
 	for _, m := range box.msgs {
+		if r.Err() != nil {
+			g.noteLeader(m)
+			continue
+		}
 		if err := r.Step(m); err != nil && r.Err() == nil {
 			if errors.Is(err, ErrMalformedMessage) {
 				h.c.malformed.Add(1)
@@ -1016,6 +1025,15 @@ func (g *hostGroup) refresh() {
 	bs, cs, prev := r.BasicStatus(), r.ConfState(), g.status.Load()
 	st := GroupStatus{Leader: transport.NodeOf(bs.Lead), Term: bs.Term, CommitIndex: r.CommitIndex(), IsLeader: bs.RaftState == etcdraft.StateLeader,
 		CommittedEnd: r.CommittedEnd(), Err: r.Err(), Joint: len(cs.VotersOutgoing) > 0 || len(cs.LearnersNext) > 0}
+	if st.Err != nil {
+		// A stopped replica's raft state is frozen at the stop: it may say
+		// "leader" while the others elect another. It names only the leader
+		// it has heard from since, so that this node's callers go there.
+		st.Leader, st.IsLeader = 0, false
+		if g.heardTerm >= bs.Term && g.heardLeader != 0 {
+			st.Leader, st.Term = g.heardLeader, g.heardTerm
+		}
+	}
 	if prev != nil && slices.Equal(prev.Voters, cs.Voters) && slices.Equal(prev.Learners, cs.Learners) && prev.Joint == st.Joint {
 		st.Voters, st.Learners = prev.Voters, prev.Learners
 		if st.Leader == prev.Leader && st.Term == prev.Term && st.CommitIndex == prev.CommitIndex && st.IsLeader == prev.IsLeader &&
@@ -1026,6 +1044,19 @@ func (g *hostGroup) refresh() {
 		st.Voters, st.Learners = slices.Clone(cs.Voters), slices.Clone(cs.Learners)
 	}
 	g.status.Store(&st)
+}
+
+// noteLeader: a stopped replica steps nothing, but a message only a leader
+// sends (an append, a heartbeat, a snapshot) still says who leads and in
+// which term; the latest is what its status names (refresh). Routing takes
+// it as a hint, which a wrong node answers with the leader it knows.
+func (g *hostGroup) noteLeader(m raftpb.Message) {
+	switch m.Type {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+		if m.Term >= g.heardTerm && m.From != 0 {
+			g.heardLeader, g.heardTerm = transport.NodeOf(m.From), m.Term
+		}
+	}
 }
 
 // complete calls the callbacks of resolved proposals (on a worker, no lock

@@ -1,0 +1,111 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/raft"
+)
+
+// diskFullCluster is three nodes, each on its own in-memory file system
+// (log.MemFS: its capacity is what fills), with topic orders of one
+// partition placed on all three and a first record committed.
+func diskFullCluster(t *testing.T) *testCluster {
+	t.Helper()
+	tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.fs = log.NewMemFS() })
+	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
+	awaitCond(t, 30*time.Second, "the topic placed on every node, and a leader", func() error {
+		for _, cn := range tc.nodes {
+			if part, err := cn.n.partition("orders", 0); err != nil || part.X.raftGroup == 0 || part.Log == nil {
+				return fmt.Errorf("node at %s has no replica yet", cn.addr)
+			}
+		}
+		if tc.leaderOf("orders", 0) == nil {
+			return fmt.Errorf("no leader")
+		}
+		return nil
+	})
+	return tc
+}
+
+// fill leaves no free space on cn's file system (every write that grows a
+// file fails with ENOSPC) and returns when.
+func fill(cn *clusterNode) time.Time {
+	cn.fs.SetCapacity(cn.fs.Used())
+	return time.Now()
+}
+
+// publishBound is what docs/semantics.md promises after a fault: an
+// election timeout (at most twice the configured one, raft's randomised
+// timeout) plus 2 s.
+func publishBound(tick time.Duration) time.Duration {
+	return 2*time.Duration(raft.DefaultElectionTicks)*tick + 2*time.Second
+}
+
+// publishUntilAcked publishes through cn, each attempt bounded by a 1 s
+// deadline, until one is acknowledged (or 20 s pass: the test fails); it
+// returns when, and the errors of the attempts before.
+func publishUntilAcked(t *testing.T, cn *clusterNode, prefix string) (time.Time, []string) {
+	t.Helper()
+	var errs []string
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		start := time.Now()
+		r := <-produceAsync(cn.n, "orders", 0, fmt.Sprintf("%s-%d", prefix, i), engine.ProduceOptions{Context: ctx})
+		cancel()
+		if r.err == nil {
+			return time.Now(), errs
+		}
+		errs = append(errs, r.err.Error())
+		if len(errs) > 20 {
+			t.Fatalf("no publish through the node at %s acknowledged after %d attempts; errors: %q", cn.addr, len(errs), errs)
+		}
+		if d := time.Since(start); d < 100*time.Millisecond {
+			time.Sleep(100*time.Millisecond - d) // sleep-ok: pacing a client's retries, as an app would
+		}
+	}
+}
+
+// TestClusterDiskFullLeaderForwards (defect 14): the disk of the
+// partition's leader fills. Its replica stops (ENOSPC), and from then on
+// it claims no leadership: the other two elect a leader, publishes through
+// the full node are forwarded there and acknowledged within an election
+// timeout + 2 s of the fill, and the full node's status names the real
+// leader (what `spool topic describe` and spool_partition_leader show).
+func TestClusterDiskFullLeaderForwards(t *testing.T) {
+	tc := diskFullCluster(t)
+	full := tc.leaderOf("orders", 0)
+	at := fill(full)
+	acked, errs := publishUntilAcked(t, full, "via-full")
+	took := acked.Sub(at)
+	t.Logf("the first publish through the full node acknowledged %v after the fill; errors before: %q", took.Round(time.Millisecond), errs)
+	if bound := publishBound(20 * time.Millisecond); took > bound {
+		t.Fatalf("first publish through the full node acknowledged %v after the fill, want within %v", took, bound)
+	}
+	leader := tc.leaderOf("orders", 0)
+	if leader == nil || leader == full {
+		t.Fatalf("the partition's leader after the fill: %v; want one of the other nodes", leader)
+	}
+	ls, _ := leader.n.ClusterStatus()
+	awaitCond(t, 5*time.Second, "the full node's status naming the real leader", func() error {
+		fs, _ := full.n.ClusterStatus()
+		for _, r := range fs.Replicas {
+			if r.Topic != "orders" {
+				continue
+			}
+			if r.IsLeader || r.Leader != ls.NodeID || !strings.Contains(r.Err, "no space") {
+				return fmt.Errorf("the full node says: leader %d (itself: %v), err %q; want leader %d and the stop error", r.Leader, r.IsLeader, r.Err, ls.NodeID)
+			}
+			return nil
+		}
+		return fmt.Errorf("the full node lists no replica of orders/0")
+	})
+}
