@@ -39,6 +39,9 @@ type ClusterStatus struct {
 	Proposals       map[string]uint64 // by outcome: ok, lost, unknown, not_leader, refused
 	InboxDropped    uint64            // raft messages dropped: a group's inbox was full
 	ReplicasStopped uint64            // replicas stopped by a storage error
+	// ReplicasReopened counts the stopped replicas (a full disk) opened
+	// again from disk by this node (cluster.ReopenStoppedEvery).
+	ReplicasReopened uint64
 	// MoveCopiesDelayed counts the appends to new replicas of moving
 	// partitions that waited for MoveBytesPerSecond; MoveCopyWaitingBytes
 	// is what waits now.
@@ -84,6 +87,10 @@ type ReplicaStatus struct {
 	CommittedEnd int64
 	StartOffset  int64  // the first record this replica's log holds
 	Err          string // why the replica stopped, empty while it runs
+	// StopReason classifies Err: disk_full (reopened by itself once space
+	// returns), damaged (stays stopped until repaired), other (until the
+	// node restarts); empty while it runs.
+	StopReason string
 }
 
 // ReplicaMove is what an operator's replica move does (or, checked with

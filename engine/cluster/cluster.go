@@ -104,6 +104,11 @@ type ClusterConfig struct {
 	// (docs/groups.md, "Checkpoints"); the log then starts at the newest
 	// checkpoint. Default DefaultGroupsCheckpointRecords.
 	GroupsCheckpointRecords int
+	// ReopenStoppedEvery is how often a replica of this node that stopped
+	// because its disk was full is opened again from disk: once space
+	// returns it runs and catches up from the leader without a restart.
+	// Default DefaultReopenStoppedEvery.
+	ReopenStoppedEvery time.Duration
 }
 
 // Defaults of ClusterConfig.
@@ -112,6 +117,10 @@ const (
 	DefaultProduceTimeout    = 10 * time.Second
 	DefaultJoinTimeout       = 60 * time.Second
 	DefaultDeadNodeTimeout   = 5 * time.Minute
+	// DefaultReopenStoppedEvery: a replica stopped by a full disk runs
+	// again at most 2 s after space returns; each try reads the replica's
+	// state from disk once (no write while the disk is still full).
+	DefaultReopenStoppedEvery = 2 * time.Second
 	// DefaultMoveBytesPerSecond: 32 MiB/s, a fraction of a disk's or a
 	// network link's bandwidth (CockroachDB's rebalancing snapshots
 	// default to the same rate).
@@ -168,6 +177,9 @@ func (c *ClusterConfig) validateTimes() error {
 	if c.MoveBytesPerSecond == 0 {
 		c.MoveBytesPerSecond = DefaultMoveBytesPerSecond
 	}
+	if c.ReopenStoppedEvery == 0 {
+		c.ReopenStoppedEvery = DefaultReopenStoppedEvery
+	}
 	if c.GroupsPartitions == 0 {
 		c.GroupsPartitions = DefaultGroupsPartitions
 	}
@@ -180,7 +192,7 @@ func (c *ClusterConfig) validateTimes() error {
 	if c.GroupsPartitions < 1 || c.GroupsPartitions > meta.MaxPartitions {
 		return fmt.Errorf("engine: cluster groups partitions %d: want 1 to %d", c.GroupsPartitions, meta.MaxPartitions)
 	}
-	if c.ProduceTimeout < 0 || c.JoinTimeout < 0 || c.TickInterval < 0 || c.DeadNodeTimeout < 0 {
+	if c.ProduceTimeout < 0 || c.JoinTimeout < 0 || c.TickInterval < 0 || c.DeadNodeTimeout < 0 || c.ReopenStoppedEvery < 0 {
 		return errors.New("engine: cluster timeouts must be positive")
 	}
 	return nil
@@ -347,6 +359,7 @@ func (c *member) start(l net.Listener) (err error) {
 		Logger:          c.conf.Logger,
 		// max(0, …): < 0 is "not paced", which the Host spells 0.
 		CatchUpBytesPerSecond: max(0, c.cfg.MoveBytesPerSecond),
+		OnStop:                c.onStop,
 	})
 	if err != nil {
 		return err
@@ -383,6 +396,12 @@ func (c *member) start(l net.Listener) (err error) {
 			_ = c.tr.AddPeer(id, addr)
 		}
 	}
+	return c.openController()
+}
+
+// openController adds the controller's replica (group 0) to the host: at
+// start, and again after it stopped (reopenStopped).
+func (c *member) openController() error {
 	var voters []uint64
 	if c.bootstrap {
 		voters = []uint64{c.id.NodeID}

@@ -109,3 +109,127 @@ func TestClusterDiskFullLeaderForwards(t *testing.T) {
 		return fmt.Errorf("the full node lists no replica of orders/0")
 	})
 }
+
+// replicaOf is cn's status of its replica of orders/0.
+func replicaOf(cn *clusterNode) (engine.ReplicaStatus, bool) {
+	st, _ := cn.n.ClusterStatus()
+	for _, r := range st.Replicas {
+		if r.Topic == "orders" && r.Partition == 0 {
+			return r, true
+		}
+	}
+	return engine.ReplicaStatus{}, false
+}
+
+// TestClusterDiskFullReplicaReopens (defect 16): one node's disk fills —
+// the partition's leader's, or a follower's. Its replica stops (disk_full)
+// while publishes through the other nodes go on; the node logs the stop
+// once however many reopens fail meanwhile. Once space returns its
+// replica runs again and catches up with the leader's committed end, with
+// the same records, within ReopenStoppedEvery + 2 s, without a restart;
+// the recovery is logged once.
+func TestClusterDiskFullReplicaReopens(t *testing.T) {
+	for _, role := range []string{"leader", "follower"} {
+		t.Run(role, func(t *testing.T) {
+			tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.fs, cn.logs = log.NewMemFS(), &logLines{} })
+			if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+				t.Fatal(err)
+			}
+			awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
+			awaitCond(t, 30*time.Second, "the topic placed on every node, and a leader", func() error {
+				for _, cn := range tc.nodes {
+					if part, err := cn.n.partition("orders", 0); err != nil || part.X.raftGroup == 0 || part.Log == nil {
+						return fmt.Errorf("node at %s has no replica yet", cn.addr)
+					}
+				}
+				if tc.leaderOf("orders", 0) == nil {
+					return fmt.Errorf("no leader")
+				}
+				return nil
+			})
+			full := tc.leaderOf("orders", 0)
+			if role == "follower" {
+				for _, cn := range tc.nodes {
+					if cn != full {
+						full = cn
+						break
+					}
+				}
+			}
+			var others []*clusterNode
+			for _, cn := range tc.nodes {
+				if cn != full {
+					others = append(others, cn)
+				}
+			}
+			fill(full)
+			// Publishes through the others go on; the full node's replica
+			// stops at its first write.
+			sent := 0
+			awaitCond(t, 10*time.Second, "the full node's replica stopped (disk_full)", func() error {
+				if _, err := produce(others[sent%2].n, "orders", 0, fmt.Sprintf("while-full-%d", sent)); err == nil {
+					sent++
+				}
+				if r, _ := replicaOf(full); r.StopReason != StopDiskFull {
+					return fmt.Errorf("the full node's replica: err %q, reason %q", r.Err, r.StopReason)
+				}
+				return nil
+			})
+			// Still full for more than two reopen intervals.
+			stillFull := time.Now().Add(2*DefaultReopenStoppedEvery + 500*time.Millisecond)
+			for time.Now().Before(stillFull) {
+				if _, err := produce(others[sent%2].n, "orders", 0, fmt.Sprintf("while-full-%d", sent)); err != nil {
+					t.Fatalf("a publish through node at %s while the other's disk is full: %v", others[sent%2].addr, err)
+				}
+				sent++
+			}
+			if r, _ := replicaOf(full); r.StopReason != StopDiskFull {
+				t.Fatalf("the full node's replica while still full: err %q, reason %q; want stopped, disk_full", r.Err, r.StopReason)
+			}
+			if n := full.logs.matching("a replica on this node stopped", "replica=orders-0"); n != 1 {
+				t.Fatalf("the full node logged the stop of orders-0 %d times, want once", n)
+			}
+			full.fs.SetCapacity(0)
+			freed := time.Now()
+			leader := tc.leaderOf("orders", 0)
+			var caughtUp time.Duration
+			awaitCond(t, 20*time.Second, "the full node's replica running and caught up", func() error {
+				r, _ := replicaOf(full)
+				if r.Err != "" {
+					return fmt.Errorf("still stopped: %s", r.Err)
+				}
+				want, err := readAll(leader.n, "orders", 0)
+				if err != nil {
+					return err
+				}
+				got, err := readAll(full.n, "orders", 0)
+				if err != nil {
+					return err
+				}
+				if len(got) != len(want) {
+					return fmt.Errorf("the full node holds %d committed records, the leader %d", len(got), len(want))
+				}
+				for i := range want {
+					if string(got[i].Value) != string(want[i].Value) || got[i].Offset != want[i].Offset {
+						return fmt.Errorf("record %d: %q at %d, the leader's %q at %d", i, got[i].Value, got[i].Offset, want[i].Value, want[i].Offset)
+					}
+				}
+				caughtUp = time.Since(freed)
+				return nil
+			})
+			t.Logf("%d records published while full; caught up %v after space returned", sent, caughtUp.Round(time.Millisecond))
+			if bound := DefaultReopenStoppedEvery + 2*time.Second; caughtUp > bound {
+				t.Fatalf("caught up %v after space returned, want within %v", caughtUp, bound)
+			}
+			awaitCond(t, 5*time.Second, "the recovery logged", func() error {
+				if n := full.logs.matching("runs again", "replica=orders-0"); n != 1 {
+					return fmt.Errorf("the recovery of orders-0 logged %d times, want once", n)
+				}
+				return nil
+			})
+			if st, _ := full.n.ClusterStatus(); st.ReplicasReopened == 0 {
+				t.Fatalf("ReplicasReopened %d, want the reopen counted", st.ReplicasReopened)
+			}
+		})
+	}
+}

@@ -49,6 +49,7 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 		}
 		out.Members = append(out.Members, m)
 	}
+	stops := c.stops.episodes()
 	c.tab.Mu.RLock()
 	for _, t := range c.tab.Topics {
 		for _, p := range t.Parts {
@@ -62,8 +63,10 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 			if st, ok := c.host.Status(p.X.raftGroup); ok {
 				r.Leader, r.IsLeader, r.Term = st.Leader, st.IsLeader, st.Term
 				if st.Err != nil {
-					r.Err = st.Err.Error()
+					r.Err, r.StopReason = st.Err.Error(), stopReason(st.Err)
 				}
+			} else if e, ok := stops[p.X.raftGroup]; ok && e.detached { // a reopen could not add it again
+				r.Err, r.StopReason = e.err.Error(), e.reason
 			}
 			out.Replicas = append(out.Replicas, r)
 		}
@@ -78,6 +81,7 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	hs, ts := c.host.Stats(), c.tr.Stats()
 	out.Proposals = map[string]uint64{"ok": hs.ProposalsOK, "lost": hs.ProposalsLost, "unknown": hs.ProposalsUnknown, "not_leader": hs.ProposalsNotLeader, "refused": hs.ProposalsRefused}
 	out.InboxDropped, out.ReplicasStopped = hs.InboxDropped, hs.ReplicasStopped
+	out.ReplicasReopened = c.replicasReopened.Load()
 	out.MoveCopiesDelayed, out.MoveCopyWaitingBytes = hs.CatchUpDelayed, hs.CatchUpWaitingBytes
 	out.ProducersEvicted = c.producersEvicted.Load()
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed+hs.Malformed

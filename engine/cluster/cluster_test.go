@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +37,7 @@ type clusterNode struct {
 	ckEvery   int           // GroupsCheckpointRecords; default the engine's
 	expect    int           // BootstrapExpect
 	fs        *log.MemFS    // the node's file system; nil: the real disk
+	logs      *logLines     // the node's log lines, if set (else discarded)
 	// hold, if set, bounds how far the node applies the controller's log
 	// (the next offset it may apply; math.MaxInt64: no bound).
 	hold   *atomic.Int64
@@ -63,7 +66,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 	n, err := Open(Config{
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes, FS: cn.fsys()},
-		Logger:  quietLogger(),
+		Logger:  cn.logger(),
 		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, JoinSecret: []byte(cn.secret), StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
 	})
 	if err != nil {
@@ -84,6 +87,76 @@ func (cn *clusterNode) fsys() log.FS {
 	}
 	return cn.fs
 }
+
+// logger is the node's: into logs if set, else quietLogger.
+func (cn *clusterNode) logger() *slog.Logger {
+	if cn.logs == nil {
+		return quietLogger()
+	}
+	return slog.New(cn.logs)
+}
+
+// logLines is a slog.Handler that keeps the messages of the lines logged
+// at Info and above, with their attributes, for tests that count log lines.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(_ context.Context, lvl slog.Level) bool { return lvl >= slog.LevelInfo }
+
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+	l.mu.Lock()
+	l.lines = append(l.lines, b.String())
+	l.mu.Unlock()
+	return nil
+}
+
+// WithAttrs and WithGroup: the attributes go into every line (groups are
+// not kept apart: tests match on text).
+func (l *logLines) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logLinesView{l, as}
+}
+func (l *logLines) WithGroup(string) slog.Handler { return l }
+
+// matching counts the lines containing every one of subs.
+func (l *logLines) matching(subs ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		ok := true
+		for _, s := range subs {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// logLinesView is a logLines with attributes added (WithAttrs).
+type logLinesView struct {
+	l     *logLines
+	attrs []slog.Attr
+}
+
+func (v *logLinesView) Enabled(ctx context.Context, lvl slog.Level) bool {
+	return v.l.Enabled(ctx, lvl)
+}
+func (v *logLinesView) Handle(ctx context.Context, r slog.Record) error {
+	r = r.Clone()
+	r.AddAttrs(v.attrs...)
+	return v.l.Handle(ctx, r)
+}
+func (v *logLinesView) WithAttrs(as []slog.Attr) slog.Handler {
+	return &logLinesView{v.l, append(slices.Clone(v.attrs), as...)}
+}
+func (v *logLinesView) WithGroup(string) slog.Handler { return v }
 
 // stop ends a node's Run and closes it.
 func (tc *testCluster) stop(cn *clusterNode) {

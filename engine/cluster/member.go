@@ -53,6 +53,12 @@ type member struct {
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
 
+	// stops: the replicas stopped by a storage error, and when each is
+	// reopened (cluster_reopen.go); replicasReopened counts the reopens
+	// that added a replica again.
+	stops            *stoppedReplicas
+	replicasReopened atomic.Uint64
+
 	gate pauseGate // fault injection in tests (pause.go); open otherwise
 
 	// applyBound, if set (tests only), is the next offset of group 0's log
@@ -68,6 +74,7 @@ func newMember(n *Node) *member {
 		choresWake: make(chan struct{}, 1),
 		opened:     map[uint64]bool{},
 		unreached:  map[uint64]time.Time{},
+		stops:      newStoppedReplicas(n.cfg.ReopenStoppedEvery),
 	}
 }
 
@@ -212,6 +219,7 @@ func (c *member) register(ctx context.Context) error {
 			c.straysDue = true // no leader to ask: the next round tries again
 			c.mu.Unlock()
 		}
+		c.reopenStopped(time.Now())
 		c.leaderChores()
 		c.driveMoves(ctx)
 		c.planMoves(ctx)

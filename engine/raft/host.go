@@ -59,6 +59,11 @@ type HostConfig struct {
 	// reconfigured share one budget of this many bytes of entries per
 	// second; the rest waits (throttle.go). 0: not paced.
 	CatchUpBytesPerSecond int64
+	// OnStop, if set, is told once when a replica stops with an error (on
+	// the worker that saw it; it must not block), and the host logs nothing
+	// of it: the owner decides what to say and do (reopen it, repair it).
+	// Nil: the host logs the stop at ERROR.
+	OnStop func(group uint64, err error)
 }
 
 // Defaults of HostConfig.
@@ -887,7 +892,11 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	if err := r.Err(); err != nil && !g.stopSeen {
 		g.stopSeen = true
 		h.c.stopped.Add(1)
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case h.cfg.OnStop != nil:
+			h.cfg.OnStop(g.id, err)
+		default:
 			h.cfg.Logger.Error("raft replica stopped; remove and add it again to reopen it from disk", "group", g.id, "err", err)
 		}
 		g.track.failAll(fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
