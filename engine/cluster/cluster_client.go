@@ -109,7 +109,8 @@ func (c *storageOff) operatorReady() error {
 }
 
 // runRemotePoll polls, on a member, the partitions it holds no replica
-// of (clusters larger than the replication factor).
+// of (clusters larger than the replication factor) and those whose replica
+// here stopped (pollRemote).
 func (c *member) runRemotePoll(ctx context.Context) error {
 	t := time.NewTicker(remotePollInterval)
 	defer t.Stop()
@@ -220,7 +221,8 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 }
 
 // pollRemote refreshes the committed end of the partitions of watched
-// topics this node holds no replica of, which signals their watchers when
+// topics this node reads from other replicas (it holds no replica of them,
+// or its replica stopped: readsRemote), which signals their watchers when
 // it moved: nothing pushes remote commits to this node.
 func (c *cluster) pollRemote() {
 	c.tab.Mu.RLock()
@@ -230,7 +232,7 @@ func (c *cluster) pollRemote() {
 			continue
 		}
 		for _, p := range t.Parts {
-			if p.Log == nil && p.X.raftGroup != 0 {
+			if p.X.raftGroup != 0 && c.readsRemote(p) {
 				parts = append(parts, p)
 			}
 		}

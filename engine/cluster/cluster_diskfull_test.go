@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/raft"
+	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
 // diskFullCluster is three nodes, each on its own in-memory file system
@@ -202,7 +206,7 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				got, err := readAll(full.n, "orders", 0)
+				got, err := readLocal(full) // its own log, not the others' (readsRemote)
 				if err != nil {
 					return err
 				}
@@ -231,5 +235,99 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 				t.Fatalf("ReplicasReopened %d, want the reopen counted", st.ReplicasReopened)
 			}
 		})
+	}
+}
+
+// readLocal reads orders/0 from cn's own log, up to its own committed end.
+func readLocal(cn *clusterNode) ([]log.Record, error) {
+	part, err := cn.n.partition("orders", 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []log.Record
+	for off, end := int64(0), part.Committed.Load(); off < end; {
+		recs, err := cn.n.tab.Read(part, off, 1<<20, nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(recs) == 0 {
+			return nil, fmt.Errorf("read at %d returned nothing below the end %d", off, end)
+		}
+		out = append(out, recs...)
+		off = recs[len(recs)-1].Offset + 1
+	}
+	return out, nil
+}
+
+// TestClusterDiskFullReadsFromReplicas (defect 15): while a node's replica
+// is stopped (its disk full), what consumers on that node read does not
+// stop at the replica's frozen end: its fetches and offsets go to the other
+// replicas, and its watchers hear of the records committed there — within
+// the remote poll (200 ms) of their commit. No other node reads from it.
+func TestClusterDiskFullReadsFromReplicas(t *testing.T) {
+	tc := diskFullCluster(t)
+	full := tc.leaderOf("orders", 0)
+	var other *clusterNode
+	for _, cn := range tc.nodes {
+		if cn != full {
+			other = cn
+			break
+		}
+	}
+	watch := make(chan struct{}, 1)
+	cancel, err := full.n.Watch([]string{"orders"}, watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	fill(full)
+	awaitCond(t, 10*time.Second, "the full node's replica stopped", func() error {
+		_, _ = produce(other.n, "orders", 0, "while-full")
+		if r, _ := replicaOf(full); r.Err == "" {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+	var base int64
+	awaitCond(t, 10*time.Second, "a publish through another node", func() (err error) {
+		base, err = produce(other.n, "orders", 0, "after-stop")
+		return err
+	})
+	select { // drain what the stop's time signalled
+	case <-watch:
+	default:
+	}
+	committed := time.Now()
+	awaitCond(t, 5*time.Second, "the full node reading the record committed elsewhere", func() error {
+		_, end, err := full.n.Offsets("orders", 0)
+		if err != nil {
+			return err
+		}
+		if end <= base {
+			return fmt.Errorf("the full node's committed end %d, the record is at %d", end, base)
+		}
+		recs, err := readAll(full.n, "orders", 0)
+		if err != nil {
+			return err
+		}
+		if len(recs) <= int(base) || string(recs[base].Value) != "after-stop" {
+			return fmt.Errorf("the full node read %d records", len(recs))
+		}
+		return nil
+	})
+	select {
+	case <-watch:
+		t.Logf("the full node's watcher was signalled %v after the commit", time.Since(committed).Round(time.Millisecond))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the full node's watcher was not signalled of a record committed on the others")
+	}
+	// The local log is untouched (its own committed end did not move
+	// past what it holds), and other nodes do not read from it.
+	if _, err := readLocal(full); err != nil {
+		t.Fatalf("the full node's own log: %v", err)
+	}
+	part, _ := full.n.partition("orders", 0)
+	if _, err := (&nodeService{c: full.n.asMember()}).Fetch(context.Background(), &clusterv1.FetchRequest{Topic: "orders", Partition: 0, Offset: 0, MaxBytes: 1 << 20}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a peer's fetch from the stopped replica (local end %d): %v, want Unavailable", part.Committed.Load(), err)
 	}
 }

@@ -230,7 +230,7 @@ func (c *cluster) fetchRemote(part *partition, offset int64, maxBytes int, dst [
 	if err != nil {
 		return dst, err
 	}
-	part.SetCommitted(resp.GetEnd())
+	noteRemoteEnd(part, resp.GetEnd())
 	if len(resp.GetBatch()) == 0 {
 		if offset < resp.GetStart() {
 			return dst, &log.OffsetOutOfRangeError{Offset: offset, Start: resp.GetStart(), End: resp.GetEnd()}
@@ -252,17 +252,21 @@ func (c *cluster) offsetsRemote(part *partition) (int64, int64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	part.SetCommitted(resp.GetEnd())
+	noteRemoteEnd(part, resp.GetEnd())
 	return resp.GetStart(), resp.GetEnd(), nil
 }
 
-// askReplica calls the replicas of a partition in turn until one answers.
+// askReplica calls the other replicas of a partition in turn until one
+// answers.
 func (c *cluster) askReplica(part *partition, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
 	if part.X.raftGroup == 0 { // not placed: nothing to read yet
 		return &clusterv1.FetchResponse{}, nil
 	}
 	var errs []error
 	for _, node := range part.X.holders() {
+		if node == c.id.NodeID {
+			continue // a member reads remotely only when its own replica cannot serve
+		}
 		cl, err := c.peers.client(node)
 		if err != nil {
 			errs = append(errs, err)
@@ -378,12 +382,15 @@ func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*cl
 	if part.Log == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %d holds no replica of %s/%d", c.id.NodeID, req.GetTopic(), req.GetPartition())
 	}
+	if c.readsRemote(part) { // its end may be behind: the asker goes to the next replica
+		return nil, status.Errorf(codes.Unavailable, "node %d's replica of %s/%d is stopped or catching up after a stop", c.id.NodeID, req.GetTopic(), req.GetPartition())
+	}
 	resp := &clusterv1.FetchResponse{Start: part.Log.StartOffset(), End: part.Committed.Load()}
 	if req.GetOffset() < 0 {
 		return resp, nil
 	}
 	maxBytes := int(min(max(req.GetMaxBytes(), 1), maxRemoteFetchBytes))
-	recs, err := c.Fetch(req.GetTopic(), req.GetPartition(), req.GetOffset(), maxBytes, nil)
+	recs, err := c.tab.Read(part, req.GetOffset(), maxBytes, nil)
 	if err != nil {
 		var oor *log.OffsetOutOfRangeError
 		if errors.As(err, &oor) {

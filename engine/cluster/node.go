@@ -52,6 +52,10 @@ type part struct {
 	fwdMu     sync.Mutex    // a leaf: guards fwd
 	fwd       forwarder     // records on their way to the leader (cluster_forward.go)
 	producers producerTable // the last batch of each producer (cluster_dedupe.go)
+	// remoteEnd is the highest committed end the other replicas reported
+	// while this node's replica was stopped: reads go to them until the
+	// local replica has caught up past it (readsRemote).
+	remoteEnd atomic.Int64
 }
 
 type (
@@ -202,10 +206,47 @@ func (n *Node) Fetch(topicName string, p int32, offset int64, maxBytes int, dst 
 	if err != nil {
 		return dst, err
 	}
-	if part.Log == nil {
+	if n.readsRemote(part) {
 		return n.fetchRemote(part, offset, maxBytes, dst)
 	}
 	return n.tab.Read(part, offset, maxBytes, dst)
+}
+
+// readsRemote: part is read from the other replicas, not from this node's
+// log — it holds none, or its replica stopped (a full disk) and has not
+// caught up past what the others served since. Committed records are the
+// same on every replica, so a consumer here goes on from where it was.
+func (n *Node) readsRemote(part *partition) bool {
+	if part.Log == nil {
+		return true
+	}
+	if part.X.raftGroup == 0 {
+		return false
+	}
+	st, ok := n.status(part.X.raftGroup)
+	return !ok || st.Err != nil || part.Committed.Load() < part.X.remoteEnd.Load()
+}
+
+// noteRemoteEnd takes a committed end another replica reported: the
+// committed end of a partition without a log here (its watchers are
+// signalled); for a local replica read remotely, the end reads go to,
+// which never moves the local committed end (the local log may not hold
+// it yet), and its watchers are signalled when it moves.
+func noteRemoteEnd(part *partition, end int64) {
+	if part.Log == nil {
+		part.SetCommitted(end)
+		return
+	}
+	for {
+		cur := part.X.remoteEnd.Load()
+		if end <= cur {
+			return
+		}
+		if part.X.remoteEnd.CompareAndSwap(cur, end) {
+			part.Topic.Notify()
+			return
+		}
+	}
 }
 
 // Changed returns a channel that is closed when the committed end of any
@@ -227,7 +268,7 @@ func (n *Node) Offsets(topicName string, p int32) (start, end int64, err error) 
 	if part.Log == nil {
 		return n.offsetsRemote(part)
 	}
-	return part.Log.StartOffset(), part.Committed.Load(), nil
+	return part.Log.StartOffset(), max(part.Committed.Load(), part.X.remoteEnd.Load()), nil
 }
 
 // OffsetForTime returns the first offset of the partition whose record was
