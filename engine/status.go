@@ -42,6 +42,9 @@ type ClusterStatus struct {
 	// ReplicasReopened counts the stopped replicas (a full disk) opened
 	// again from disk by this node (cluster.ReopenStoppedEvery).
 	ReplicasReopened uint64
+	// StoppedNow counts this node's replicas stopped now (the controller's
+	// included), by ReplicaStatus.StopReason: disk_full, damaged, other.
+	StoppedNow map[string]int
 	// MoveCopiesDelayed counts the appends to new replicas of moving
 	// partitions that waited for MoveBytesPerSecond; MoveCopyWaitingBytes
 	// is what waits now.
@@ -92,6 +95,22 @@ type ReplicaStatus struct {
 	// node restarts); empty while it runs.
 	StopReason string
 }
+
+// Why a replica of a cluster node stopped (ReplicaStatus.StopReason, the
+// reason label of spool_replicas_stopped).
+const (
+	// StopDiskFull: a write found no space (ENOSPC). The node opens the
+	// replica again from disk every cluster reopen interval until it runs:
+	// once space returns it catches up from the leader by itself.
+	StopDiskFull = "disk_full"
+	// StopDamaged: its log failed a check (corruption, quarantine). It
+	// stays stopped: it must not vote or lead until repaired
+	// (docs/operations.md).
+	StopDamaged = "damaged"
+	// StopOther: any other storage error (EIO, a failed fsync). It stays
+	// stopped until the node restarts: the disk may be failing.
+	StopOther = "other"
+)
 
 // ReplicaMove is what an operator's replica move does (or, checked with
 // PlanMove, would do).

@@ -100,4 +100,8 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 		m.CommandsSkipped.WithLabelValues(machine).Add(float64(v - prev.CommandsSkipped[machine]))
 	}
 	m.ConfChangesSkipped.WithLabelValues().Add(float64(st.ConfChangesSkipped - prev.ConfChangesSkipped))
+	for reason, n := range st.StoppedNow {
+		m.ReplicasStopped.WithLabelValues(reason).Set(float64(n))
+	}
+	m.ReplicasReopened.WithLabelValues().Add(float64(st.ReplicasReopened - prev.ReplicasReopened))
 }

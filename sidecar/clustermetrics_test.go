@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -25,6 +26,8 @@ func TestUpdateClusterMetrics(t *testing.T) {
 		Malformed:        0,
 		MessagesReceived: 50,
 		CommandsSkipped:  map[string]uint64{"controller": 1},
+		StoppedNow:       map[string]int{"disk_full": 2, "damaged": 0, "other": 0},
+		ReplicasReopened: 3,
 	}
 	updateClusterMetrics(m, engine.ClusterStatus{}, st1)
 	st2 := st1
@@ -32,6 +35,8 @@ func TestUpdateClusterMetrics(t *testing.T) {
 	st2.MessagesSent = 130
 	st2.CommandsSkipped = map[string]uint64{"controller": 3, "coordinator": 2}
 	st2.ConfChangesSkipped = 1
+	st2.StoppedNow = map[string]int{"disk_full": 0, "damaged": 1, "other": 0}
+	st2.ReplicasReopened = 5
 	st2.Replicas = []engine.ReplicaStatus{{Topic: "orders", Partition: 0, StartOffset: 90, CommittedEnd: 120}, {Topic: "orders", Partition: 1}}
 	updateClusterMetrics(m, st1, st2)
 	for _, c := range []struct {
@@ -52,9 +57,44 @@ func TestUpdateClusterMetrics(t *testing.T) {
 		{"controller commands skipped", testutil.ToFloat64(m.CommandsSkipped.WithLabelValues("controller")), 3},
 		{"coordinator commands skipped", testutil.ToFloat64(m.CommandsSkipped.WithLabelValues("coordinator")), 2},
 		{"conf changes skipped", testutil.ToFloat64(m.ConfChangesSkipped.WithLabelValues()), 1},
+		{"replicas stopped, disk_full (space returned)", testutil.ToFloat64(m.ReplicasStopped.WithLabelValues("disk_full")), 0},
+		{"replicas stopped, damaged", testutil.ToFloat64(m.ReplicasStopped.WithLabelValues("damaged")), 1},
+		{"replicas reopened", testutil.ToFloat64(m.ReplicasReopened.WithLabelValues()), 5},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
+	}
+}
+
+// /readyz names each stopped replica of the node, why, and what the node
+// does meanwhile; replicas not in the list (the controller's, one being
+// reopened) are counted in one more line; a running replica adds nothing.
+func TestStoppedDetail(t *testing.T) {
+	st := engine.ClusterStatus{
+		Replicas: []engine.ReplicaStatus{
+			{Topic: "orders", Partition: 0},
+			{Topic: "orders", Partition: 1, Err: "raft replica stopped: no space left on device", StopReason: engine.StopDiskFull},
+			{Topic: "orders", Partition: 2, Err: "raft replica stopped: corruption", StopReason: engine.StopDamaged},
+		},
+		StoppedNow: map[string]int{engine.StopDiskFull: 2, engine.StopDamaged: 1, engine.StopOther: 0},
+	}
+	got := stoppedDetail(st)
+	if len(got) != 3 {
+		t.Fatalf("stoppedDetail: %q, want 3 lines", got)
+	}
+	for i, want := range [][]string{
+		{"replica orders/1 stopped (disk_full)", "once space returns it catches up by itself", "publishes to the partition's leader and reads from its other replicas", "no space left"},
+		{"replica orders/2 stopped (damaged)", "until it is repaired"},
+		{"3 replicas of this node stopped, 1 of them the controller's or being reopened"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("line %d %q lacks %q", i, got[i], w)
+			}
+		}
+	}
+	if got := stoppedDetail(engine.ClusterStatus{Replicas: st.Replicas[:1], StoppedNow: map[string]int{}}); len(got) != 0 {
+		t.Fatalf("running replicas: %q, want no line", got)
 	}
 }

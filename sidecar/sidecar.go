@@ -294,21 +294,46 @@ func stopGRPC(s *grpc.Server, grace time.Duration) {
 }
 
 // readyDetail lists what /readyz reports beyond ready: quarantined
-// partitions. They do not make the node unready: readiness gates the whole
-// pod (the app with it), while the other partitions serve; alert on
-// spool_partition_quarantined instead.
+// partitions and stopped replicas. They do not make the node unready:
+// readiness gates the whole pod (the app with it), while the other
+// partitions serve — and a stopped replica's partition is served too, from
+// its other replicas; alert on spool_partition_quarantined and
+// spool_replicas_stopped instead.
 func readyDetail(eng engine.Backend) func() []string {
 	return func() []string {
-		q, ok := eng.(engine.Quarantiner)
-		if !ok {
-			return nil // a broker reports its own damage
-		}
 		var out []string
-		for _, q := range q.Quarantined() {
-			out = append(out, "degraded: partition "+q.String()+"; publishes to it fail until it is repaired (docs/operations.md)")
+		if q, ok := eng.(engine.Quarantiner); ok { // a broker reports its own damage
+			for _, q := range q.Quarantined() {
+				out = append(out, "degraded: partition "+q.String()+"; publishes to it fail until it is repaired (docs/operations.md)")
+			}
 		}
-		return out
+		st, _ := clusterStatus(eng)
+		return append(out, stoppedDetail(st)...)
 	}
+}
+
+// stoppedDetail is a /readyz line per replica of this node that is
+// stopped, saying why and what this node does meanwhile.
+func stoppedDetail(st engine.ClusterStatus) []string {
+	var out []string
+	for _, r := range st.Replicas {
+		if r.Err == "" {
+			continue
+		}
+		then := "until the node restarts"
+		switch r.StopReason {
+		case engine.StopDiskFull:
+			then = "opened again every few seconds: once space returns it catches up by itself"
+		case engine.StopDamaged:
+			then = "until it is repaired"
+		}
+		out = append(out, fmt.Sprintf("degraded: replica %s/%d stopped (%s), %s; meanwhile this node publishes to the partition's leader and reads from its other replicas (docs/operations.md, \"A full disk\"): %s",
+			r.Topic, r.Partition, r.StopReason, then, r.Err))
+	}
+	if n := st.StoppedNow[engine.StopDiskFull] + st.StoppedNow[engine.StopDamaged] + st.StoppedNow[engine.StopOther]; n > len(out) {
+		out = append(out, fmt.Sprintf("degraded: %d replicas of this node stopped, %d of them the controller's or being reopened (spool_replicas_stopped)", n, n-len(out)))
+	}
+	return out
 }
 
 func logOptions(cfg *config.Config) engine.LogOptions {

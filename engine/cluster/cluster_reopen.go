@@ -12,23 +12,15 @@ import (
 	"github.com/spoolmq/spool/engine/raft"
 )
 
-// Why a replica of this node stopped (engine.ReplicaStatus.StopReason, the
-// reason label of spool_replicas_stopped).
+// The reasons a replica of this node stops (engine.ReplicaStatus.StopReason).
 const (
-	// StopDiskFull: a write found no space (ENOSPC). The replica is opened
-	// again from disk every ClusterConfig.ReopenStoppedEvery until it runs:
-	// once space returns it catches up from the leader by itself.
-	StopDiskFull = "disk_full"
-	// StopDamaged: its log failed a check (corruption, quarantine). It
-	// stays stopped: it must not vote or lead until repaired
-	// (docs/operations.md).
-	StopDamaged = "damaged"
-	// StopOther: any other storage error (EIO, a failed fsync). It stays
-	// stopped until the node restarts: the disk may be failing.
-	StopOther = "other"
+	StopDiskFull = engine.StopDiskFull
+	StopDamaged  = engine.StopDamaged
+	StopOther    = engine.StopOther
 )
 
-// stopReason classifies the error a replica stopped with.
+// stopReason classifies the error a replica stopped with: disk_full
+// replicas are reopened (reopenStopped), the others stay stopped.
 func stopReason(err error) string {
 	var ce *log.CorruptionError
 	switch {

@@ -82,6 +82,17 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	out.Proposals = map[string]uint64{"ok": hs.ProposalsOK, "lost": hs.ProposalsLost, "unknown": hs.ProposalsUnknown, "not_leader": hs.ProposalsNotLeader, "refused": hs.ProposalsRefused}
 	out.InboxDropped, out.ReplicasStopped = hs.InboxDropped, hs.ReplicasStopped
 	out.ReplicasReopened = c.replicasReopened.Load()
+	out.StoppedNow = map[string]int{StopDiskFull: 0, StopDamaged: 0, StopOther: 0}
+	for _, g := range c.host.Groups() {
+		if st, ok := c.host.Status(g); ok && st.Err != nil {
+			out.StoppedNow[stopReason(st.Err)]++
+		}
+	}
+	for g, e := range stops {
+		if _, ok := c.host.Status(g); !ok && e.detached {
+			out.StoppedNow[e.reason]++
+		}
+	}
 	out.MoveCopiesDelayed, out.MoveCopyWaitingBytes = hs.CatchUpDelayed, hs.CatchUpWaitingBytes
 	out.ProducersEvicted = c.producersEvicted.Load()
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed+hs.Malformed

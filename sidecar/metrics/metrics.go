@@ -96,6 +96,8 @@ type Metrics struct {
 	PartitionLeader     *prometheus.GaugeVec   // topic, partition
 	ReplicaLogRecords   *prometheus.GaugeVec   // topic, partition
 	ReplicaStopped      *prometheus.GaugeVec   // topic, partition
+	ReplicasStopped     *prometheus.GaugeVec   // reason
+	ReplicasReopened    *prometheus.CounterVec // (none)
 	RaftProposals       *prometheus.CounterVec // outcome
 	RaftMessages        *prometheus.CounterVec // direction
 	RaftMessagesDropped *prometheus.CounterVec // reason
@@ -208,7 +210,9 @@ func New() *Metrics {
 	m.UnderReplicated = gauge("cluster_partitions_under_replicated", "Partitions of the cluster with a replica on a node marked down and no move under way that replaces it (no node to put it on).")
 	m.PartitionLeader = gauge("partition_leader", "For each partition this node holds a replica of: 1 if it leads the partition's raft group, else 0. Every partition should have exactly one 1 across the cluster.", "topic", "partition")
 	m.ReplicaLogRecords = gauge("replica_log_records", "For each partition this node holds a replica of: the committed records its log holds (committed end minus log start). Retention bounds it for topics; for the consumer groups' topic __groups, checkpoints do (about cluster groups checkpoint records per partition).", "topic", "partition")
-	m.ReplicaStopped = gauge("replica_stopped", "1 for a replica stopped by a storage error (it neither votes nor leads until the node restarts it).", "topic", "partition")
+	m.ReplicaStopped = gauge("replica_stopped", "1 for a replica stopped by a storage error: it neither votes nor leads, and this node reads the partition from its other replicas (docs/operations.md, \"A full disk\").", "topic", "partition")
+	m.ReplicasStopped = gauge("replicas_stopped", "This node's replicas stopped now (the controller's included), by reason: disk_full (opened again every cluster reopen interval, catches up by itself once space returns), damaged (until repaired), other (until the node restarts).", "reason")
+	m.ReplicasReopened = counter("replicas_reopened_total", "Replicas stopped by a full disk that this node opened again from disk (every 2 s while the disk stays full; once space returns the replica runs and catches up).")
 	m.RaftProposals = counter("raft_proposals_total", "Raft proposals made on this node, by outcome: ok (committed), lost (not stored: retried), unknown (may be stored), not_leader, refused.", "outcome")
 	m.RaftMessages = counter("raft_messages_total", "Raft messages exchanged with peers, by direction: sent, received.", "direction")
 	m.RaftMessagesDropped = counter("raft_messages_dropped_total", "Raft messages not sent or not taken, by reason: queue_full, too_large, no_peer, unsent, inbox_full, malformed (raft sends again).", "reason")
