@@ -231,6 +231,7 @@ func clusterConfig(cfg *config.Config) (cluster.ClusterConfig, error) {
 		ProduceTimeout:     cl.ProduceTimeout,
 		DeadNodeTimeout:    cl.DeadNodeTimeout,
 		MoveBytesPerSecond: cl.MoveBytesPerSecond,
+		ReopenStoppedEvery: cl.ReopenStoppedEvery,
 		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile, PeerURIPrefix: cl.TLS.PeerURIPrefix},
 		StorageOff:         cl.Storage == config.StorageOff,
 	}, nil

@@ -138,6 +138,10 @@ type ClusterConfig struct {
 	// leader streams to a partition's new replica), per node. Default
 	// 32 MiB/s, 1 MiB/s to 10 GiB/s.
 	MoveBytesPerSecond int64 `yaml:"move_bytes_per_second"`
+	// ReopenStoppedEvery is how often a replica stopped by a full disk is
+	// opened again from disk; once space returns it runs and catches up
+	// by itself. Default 2s, 100ms to 1m.
+	ReopenStoppedEvery time.Duration `yaml:"reopen_stopped_every"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
 	// Required outside node.dev unless Insecure is set (docs/security.md).
 	TLS ClusterTLSConfig `yaml:"tls"`

@@ -57,6 +57,9 @@ const (
 	// node.drain_timeout + cluster.leave_timeout.
 	DefaultLeaveTimeout       = 60 * time.Second
 	DefaultMoveBytesPerSecond = 32 << 20
+	// DefaultReopenStoppedEvery: cluster.reopen_stopped_every (the
+	// engine's cluster.DefaultReopenStoppedEvery).
+	DefaultReopenStoppedEvery = 2 * time.Second
 	// MaxReplicationFactor is the most replicas a partition may have: what
 	// the engine allows (internal/limits).
 	MaxReplicationFactor = limits.MaxReplicationFactor
@@ -182,6 +185,7 @@ func (c *Config) ApplyDefaults() {
 		setDur(&c.Cluster.ProduceTimeout, DefaultProduceTimeout)
 		setDur(&c.Cluster.DeadNodeTimeout, DefaultDeadNodeTimeout)
 		setDur(&c.Cluster.LeaveTimeout, DefaultLeaveTimeout)
+		setDur(&c.Cluster.ReopenStoppedEvery, DefaultReopenStoppedEvery)
 		if c.Cluster.MoveBytesPerSecond == 0 {
 			c.Cluster.MoveBytesPerSecond = DefaultMoveBytesPerSecond
 		}

@@ -557,6 +557,9 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.MoveBytesPerSecond < 1<<20 || cl.MoveBytesPerSecond > 10<<30 {
 		v.add("cluster.move_bytes_per_second", fmt.Sprint(cl.MoveBytesPerSecond), "between 1048576 (1 MiB/s) and 10737418240 (10 GiB/s) (default 33554432: 32 MiB/s)")
 	}
+	if cl.ReopenStoppedEvery < 100*time.Millisecond || cl.ReopenStoppedEvery > time.Minute {
+		v.add("cluster.reopen_stopped_every", cl.ReopenStoppedEvery.String(), "between 100ms and 1m (default 2s)")
+	}
 	if cl.DeadNodeTimeout < 10*time.Second {
 		v.add("cluster.dead_node_timeout", cl.DeadNodeTimeout.String(), "at least 10s (default 5m: longer than a restart or a rolling update, so that they never move data)")
 	}
