@@ -234,6 +234,17 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 			if st, _ := full.n.ClusterStatus(); st.ReplicasReopened == 0 {
 				t.Fatalf("ReplicasReopened %d, want the reopen counted", st.ReplicasReopened)
 			}
+			// Every replica of the node runs again: the controller's and
+			// the consumer groups' topic's too, if they stopped.
+			awaitCond(t, 2*DefaultReopenStoppedEvery+2*time.Second, "no replica of the full node stopped", func() error {
+				st, _ := full.n.ClusterStatus()
+				for reason, n := range st.StoppedNow {
+					if n != 0 {
+						return fmt.Errorf("%d replicas stopped (%s)", n, reason)
+					}
+				}
+				return nil
+			})
 		})
 	}
 }
