@@ -41,6 +41,9 @@ func (c *storageOff) whyNotReady() error {
 // status: a storage-off node holds no replica of any group.
 func (c *storageOff) status(uint64) (raft.GroupStatus, bool) { return raft.GroupStatus{}, false }
 
+// replicaStopped: a storage-off node holds no replica.
+func (c *storageOff) replicaStopped(uint64) bool { return false }
+
 // proposeWith is never reached (status never finds a leader here): it
 // answers that this node leads nothing.
 func (c *storageOff) proposeWith(group uint64, _ []byte, _ raft.ProposeOptions, done func(raft.Proposed, error)) {

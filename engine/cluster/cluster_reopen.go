@@ -130,6 +130,15 @@ func (s *stoppedReplicas) gone(group uint64) {
 	}
 }
 
+// detached: group's replica was removed by a reopen that could not add it
+// again.
+func (s *stoppedReplicas) detached(group uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[group]
+	return ok && e.detached
+}
+
 // episodes lists the groups with an episode, and whether each is detached.
 func (s *stoppedReplicas) episodes() map[uint64]stopEpisode {
 	s.mu.Lock()
@@ -139,6 +148,15 @@ func (s *stoppedReplicas) episodes() map[uint64]stopEpisode {
 		out[g] = *e
 	}
 	return out
+}
+
+// replicaStopped: group's replica stopped, or a reopen removed it from the
+// host and could not add it again.
+func (c *member) replicaStopped(group uint64) bool {
+	if st, ok := c.status(group); ok {
+		return st.Err != nil
+	}
+	return c.stops.detached(group)
 }
 
 // onStop is the host's OnStop: the stop is logged once per episode, and the

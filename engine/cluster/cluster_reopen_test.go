@@ -61,13 +61,16 @@ func TestStoppedReplicas(t *testing.T) {
 	}
 	s.reopened(1, fmt.Errorf("open: %w", syscall.ENOSPC)) // detached
 	s.gone(1)
-	if _, ok := s.episodes()[1]; !ok {
+	if _, ok := s.episodes()[1]; !ok || !s.detached(1) {
 		t.Fatal("a detached replica was forgotten")
 	}
 	if due := s.due(t0.Add(2 * every)); !slices.Equal(due, []uint64{1}) {
 		t.Fatalf("a detached replica is not reopened again: %v", due)
 	}
 	s.reopened(1, nil)
+	if s.detached(1) {
+		t.Fatal("a replica added again is still detached")
+	}
 	if s.stopped(1, full, t0.Add(2*every)) {
 		t.Fatal("a stop right after a reopen (still full) is logged again")
 	}

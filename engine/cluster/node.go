@@ -223,8 +223,7 @@ func (n *Node) readsRemote(part *partition) bool {
 	if part.X.raftGroup == 0 {
 		return false
 	}
-	st, ok := n.status(part.X.raftGroup)
-	return !ok || st.Err != nil || part.Committed.Load() < part.X.remoteEnd.Load()
+	return n.role.replicaStopped(part.X.raftGroup) || part.Committed.Load() < part.X.remoteEnd.Load()
 }
 
 // noteRemoteEnd takes a committed end another replica reported: the

@@ -23,6 +23,9 @@ type role interface {
 	// status is raft's status of a group this node holds a replica of
 	// (false: none here; always, on a storage-off node).
 	status(group uint64) (raft.GroupStatus, bool)
+	// replicaStopped: this node's replica of group stopped on a storage
+	// error and has not run since (never, on a storage-off node).
+	replicaStopped(group uint64) bool
 	// proposeWith proposes data in a group whose leader status found here.
 	proposeWith(group uint64, data []byte, opts raft.ProposeOptions, done func(raft.Proposed, error))
 	// readIndex confirms with a quorum that this node still leads group
