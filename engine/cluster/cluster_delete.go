@@ -128,7 +128,7 @@ func (c *member) deleteTopicData(t meta.Topic) {
 		running := c.opened[mp.Group]
 		delete(c.opened, mp.Group)
 		c.mu.Unlock()
-		_ = c.host.Remove(mp.Group) // not running here: nothing to stop
+		_ = c.detach(mp.Group) // not running here: nothing to stop
 		dir := c.groupDir(mp.Group)
 		if _, err := c.fs.ReadDir(dir); !running && errors.Is(err, fs.ErrNotExist) {
 			// No replica of this group here (or deleted already). The log

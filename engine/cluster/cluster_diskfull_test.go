@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,14 +127,16 @@ func replicaOf(cn *clusterNode) (engine.ReplicaStatus, bool) {
 }
 
 // TestClusterDiskFullReplicaReopens (defect 16): one node's disk fills —
-// the partition's leader's, or a follower's. Its replica stops (disk_full)
-// while publishes through the other nodes go on; the node logs the stop
-// once however many reopens fail meanwhile. Once space returns its
-// replica runs again and catches up with the leader's committed end, with
-// the same records, within ReopenStoppedEvery + 2 s, without a restart;
-// the recovery is logged once.
+// the partition's leader's, or a follower's; in the last case opening the
+// replica's files fails too while the disk is full (a reopen then leaves
+// it out of the host until the next). Its replica stops (disk_full) while
+// publishes through the other nodes go on; the node logs the stop once
+// however many reopens fail or stop again meanwhile. Once space returns
+// its replica runs again and catches up with the leader's committed end,
+// with the same records, within ReopenStoppedEvery + 2 s, without a
+// restart; the recovery is logged once.
 func TestClusterDiskFullReplicaReopens(t *testing.T) {
-	for _, role := range []string{"leader", "follower"} {
+	for _, role := range []string{"leader", "follower", "follower, opening fails"} {
 		t.Run(role, func(t *testing.T) {
 			tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.fs, cn.logs = log.NewMemFS(), &logLines{} })
 			if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
@@ -152,7 +155,7 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 				return nil
 			})
 			full := tc.leaderOf("orders", 0)
-			if role == "follower" {
+			if role != "leader" {
 				for _, cn := range tc.nodes {
 					if cn != full {
 						full = cn
@@ -167,6 +170,16 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 				}
 			}
 			fill(full)
+			if role == "follower, opening fails" {
+				part, _ := full.n.partition("orders", 0)
+				dir := full.n.groupDir(part.X.raftGroup)
+				full.fs.SetFault(func(op, name string) error {
+					if op == "open" && strings.HasPrefix(name, dir) {
+						return syscall.ENOSPC
+					}
+					return nil
+				})
+			}
 			// Publishes through the others go on; the full node's replica
 			// stops at its first write.
 			sent := 0
@@ -190,10 +203,20 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 			if r, _ := replicaOf(full); r.StopReason != StopDiskFull {
 				t.Fatalf("the full node's replica while still full: err %q, reason %q; want stopped, disk_full", r.Err, r.StopReason)
 			}
+			if role == "follower, opening fails" { // the reopens failed: out of the host, still tracked
+				part, _ := full.n.partition("orders", 0)
+				if _, ok := full.n.asMember().host.Status(part.X.raftGroup); ok || !full.n.asMember().replicaStopped(part.X.raftGroup) {
+					t.Fatalf("after failed reopens: on the host %v, stopped %v; want off the host and stopped", ok, full.n.asMember().replicaStopped(part.X.raftGroup))
+				}
+			}
 			if n := full.logs.matching("a replica on this node stopped", "replica=orders-0"); n != 1 {
 				t.Fatalf("the full node logged the stop of orders-0 %d times, want once", n)
 			}
+			if n := full.logs.matching("orders"); n != 1 {
+				t.Fatalf("the full node logged %d lines about orders while full, want the stop's only: %q", n, full.logs.lines)
+			}
 			full.fs.SetCapacity(0)
+			full.fs.SetFault(nil)
 			freed := time.Now()
 			leader := tc.leaderOf("orders", 0)
 			var caughtUp time.Duration
@@ -340,5 +363,44 @@ func TestClusterDiskFullReadsFromReplicas(t *testing.T) {
 	part, _ := full.n.partition("orders", 0)
 	if _, err := (&nodeService{c: full.n.asMember()}).Fetch(context.Background(), &clusterv1.FetchRequest{Topic: "orders", Partition: 0, Offset: 0, MaxBytes: 1 << 20}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a peer's fetch from the stopped replica (local end %d): %v, want Unavailable", part.Committed.Load(), err)
+	}
+}
+
+// TestClusterDiskFullGivenUpReplicaNotReopened: a stopped replica the node
+// then gives up (placement stops it: a move, a deletion) is not brought
+// back by the reopens, though space returns.
+func TestClusterDiskFullGivenUpReplicaNotReopened(t *testing.T) {
+	tc := diskFullCluster(t)
+	full := tc.leaderOf("orders", 0)
+	var other *clusterNode
+	for _, cn := range tc.nodes {
+		if cn != full {
+			other = cn
+			break
+		}
+	}
+	fill(full)
+	awaitCond(t, 10*time.Second, "the full node's replica stopped", func() error {
+		_, _ = produce(other.n, "orders", 0, "while-full")
+		if r, _ := replicaOf(full); r.Err == "" {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+	m := full.n.asMember()
+	part, _ := full.n.partition("orders", 0)
+	m.stopReplica(part)
+	full.fs.SetCapacity(0)
+	reopened := m.replicasReopened.Load()
+	// Two reopen intervals: a reopen of the given-up replica would have run.
+	deadline := time.Now().Add(2*DefaultReopenStoppedEvery + 500*time.Millisecond)
+	for time.Now().Before(deadline) {
+		if _, ok := m.host.Status(part.X.raftGroup); ok {
+			t.Fatal("the given-up replica was added to the host again")
+		}
+		time.Sleep(50 * time.Millisecond) // sleep-ok: watching that something does not happen for a while
+	}
+	if n := m.replicasReopened.Load(); n != reopened || m.stops.has(part.X.raftGroup) {
+		t.Fatalf("reopens %d (before %d), episode kept %v; want none and no episode", n, reopened, m.stops.has(part.X.raftGroup))
 	}
 }

@@ -130,6 +130,22 @@ func (s *stoppedReplicas) gone(group uint64) {
 	}
 }
 
+// has: group has an episode.
+func (s *stoppedReplicas) has(group uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[group]
+	return ok
+}
+
+// forget ends group's episode unlogged, detached or not: the node gave the
+// replica up.
+func (s *stoppedReplicas) forget(group uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, group)
+}
+
 // detached: group's replica was removed by a reopen that could not add it
 // again.
 func (s *stoppedReplicas) detached(group uint64) bool {
@@ -196,7 +212,10 @@ func (c *member) reopenStopped(now time.Time) {
 		}
 	}
 	for _, g := range c.stops.due(now) {
-		err := c.reopen(g)
+		done, err := c.reopen(g)
+		if !done {
+			continue
+		}
 		c.stops.reopened(g, err)
 		if err == nil {
 			c.replicasReopened.Add(1)
@@ -205,27 +224,44 @@ func (c *member) reopenStopped(now time.Time) {
 }
 
 // reopen removes group's stopped replica from the host and opens it again
-// from disk, as at start (openController, openReplica).
-func (c *member) reopen(group uint64) error {
+// from disk, as at start (openController, openReplica) — unless the node
+// gave it up meanwhile (detach ended its episode). done: a reopen was
+// tried; err: why it did not add the replica again.
+func (c *member) reopen(group uint64) (done bool, err error) {
+	c.reopenMu.Lock()
+	defer c.reopenMu.Unlock()
+	if !c.stops.has(group) {
+		return false, nil
+	}
 	var part *partition
 	if group != controllerGroup {
-		if part = c.partOfGroup(group); part == nil {
-			c.stops.gone(group)
-			return nil
+		if part = c.partOfGroup(group); part == nil { // its topic is gone
+			c.stops.forget(group)
+			return false, nil
 		}
 	}
 	if _, ok := c.host.Status(group); ok {
 		if err := c.host.Remove(group); err != nil {
-			return err
+			return true, err
 		}
 	}
 	if part == nil {
-		return c.openController()
+		return true, c.openController()
 	}
 	c.mu.Lock()
 	delete(c.opened, group)
 	c.mu.Unlock()
-	return c.openReplica(part, false)
+	return true, c.addReplica(part, false)
+}
+
+// detach removes group's replica from the host for good (placement stopped
+// or dropped it, its topic was deleted): its episode ends, and no reopen
+// under way or to come adds it again (reopenMu).
+func (c *member) detach(group uint64) error {
+	c.reopenMu.Lock()
+	defer c.reopenMu.Unlock()
+	c.stops.forget(group)
+	return c.host.Remove(group)
 }
 
 // partOfGroup is this node's partition value whose replica is group (nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,10 @@ type member struct {
 	// that added a replica again.
 	stops            *stoppedReplicas
 	replicasReopened atomic.Uint64
+	// reopenMu orders a reopen (remove, then add again) with the removals
+	// that are for good (detach: placement, deletion), so that a reopen
+	// never brings back a replica the node was told to give up.
+	reopenMu sync.Mutex
 
 	gate pauseGate // fault injection in tests (pause.go); open otherwise
 
@@ -448,7 +453,7 @@ func (c *member) dropReplica(part *partition) {
 
 // stopReplica stops this node's replica of a partition and keeps its data.
 func (c *member) stopReplica(part *partition) {
-	if err := c.host.Remove(part.X.raftGroup); err != nil {
+	if err := c.detach(part.X.raftGroup); err != nil {
 		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
 	}
 	// Forgotten only once stopped: the stray chore skips groups still
@@ -458,8 +463,29 @@ func (c *member) stopReplica(part *partition) {
 	c.mu.Unlock()
 }
 
-// openReplica starts this node's replica of a partition (once).
+// openReplica starts this node's replica of a partition (once), and logs
+// why not.
 func (c *member) openReplica(part *partition, bootstrap bool) error {
+	err := c.addReplica(part, bootstrap)
+	var owner *logOwnerError
+	switch {
+	case errors.As(err, &owner):
+		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", owner.err)
+	case err != nil:
+		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
+	}
+	return err
+}
+
+// logOwnerError: checkLogOwner refused to open a replica.
+type logOwnerError struct{ err error }
+
+func (e *logOwnerError) Error() string { return e.err.Error() }
+func (e *logOwnerError) Unwrap() error { return e.err }
+
+// addReplica is openReplica without the log lines (a reopen that fails on
+// a full disk says nothing: its stop was logged).
+func (c *member) addReplica(part *partition, bootstrap bool) error {
 	c.mu.Lock()
 	done := c.opened[part.X.raftGroup]
 	c.opened[part.X.raftGroup] = true
@@ -471,8 +497,7 @@ func (c *member) openReplica(part *partition, bootstrap bool) error {
 		c.mu.Lock()
 		delete(c.opened, part.X.raftGroup) // the next reconcile looks again
 		c.mu.Unlock()
-		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
-		return err
+		return &logOwnerError{err}
 	}
 	c.tab.Mu.RLock()
 	spec := part.Topic.Spec
@@ -503,7 +528,6 @@ func (c *member) openReplica(part *partition, bootstrap bool) error {
 		c.mu.Lock()
 		delete(c.opened, part.X.raftGroup) // the next reconcile tries again
 		c.mu.Unlock()
-		c.logger.Error("spool cluster: cannot open a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
 		return err
 	}
 	if st, ok := c.host.Status(part.X.raftGroup); ok {
