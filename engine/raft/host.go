@@ -827,20 +827,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	for range min(box.ticks, maxTicksPerVisit) {
 		r.Tick()
 	}
-	for _, m := range box.msgs {
-		if r.Err() != nil {
-			g.noteLeader(m)
-			continue
-		}
-		if err := r.Step(m); err != nil && r.Err() == nil {
-			if errors.Is(err, ErrMalformedMessage) {
-				h.c.malformed.Add(1)
-				h.logMalformed(g.id, m, err)
-				continue
-			}
-			h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
-		}
-	}
+	h.step(g, box.msgs)
 	for _, node := range box.unreachable {
 		r.ReportUnreachable(node)
 	}
@@ -889,18 +876,7 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	g.track.expire(now)
 	g.track.expireReads(now)
 	h.c.confSkipped.Add(r.confSkipped - confSkipped)
-	if err := r.Err(); err != nil && !g.stopSeen {
-		g.stopSeen = true
-		h.c.stopped.Add(1)
-		switch {
-		case ctx.Err() != nil:
-		case h.cfg.OnStop != nil:
-			h.cfg.OnStop(g.id, err)
-		default:
-			h.cfg.Logger.Error("raft replica stopped; remove and add it again to reopen it from disk", "group", g.id, "err", err)
-		}
-		g.track.failAll(fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
-	}
+	h.noteStop(ctx, g)
 	g.refresh()
 	busy = busy || r.p.LastIndex() != lastBefore || r.CommitIndex() != appliedBefore || g.track.pending() > 0
 	g.mu.Lock()
@@ -936,6 +912,45 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	more := !g.box.empty()
 	g.mu.Unlock()
 	return g.track.take(), more || (r.Err() == nil && r.HasReady())
+}
+
+// step feeds a visit's received messages to g's replica; once it has
+// stopped, they only say who leads (noteLeader).
+func (h *Host) step(g *hostGroup, msgs []raftpb.Message) {
+	r := g.r
+	for _, m := range msgs {
+		if r.Err() != nil {
+			g.noteLeader(m)
+			continue
+		}
+		if err := r.Step(m); err != nil && r.Err() == nil {
+			if errors.Is(err, ErrMalformedMessage) {
+				h.c.malformed.Add(1)
+				h.logMalformed(g.id, m, err)
+				continue
+			}
+			h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
+		}
+	}
+}
+
+// noteStop, once g's replica has stopped: counts it, tells the owner
+// (OnStop) or logs it, and fails its pending proposals as unknown.
+func (h *Host) noteStop(ctx context.Context, g *hostGroup) {
+	err := g.r.Err()
+	if err == nil || g.stopSeen {
+		return
+	}
+	g.stopSeen = true
+	h.c.stopped.Add(1)
+	switch {
+	case ctx.Err() != nil:
+	case h.cfg.OnStop != nil:
+		h.cfg.OnStop(g.id, err)
+	default:
+		h.cfg.Logger.Error("raft replica stopped; remove and add it again to reopen it from disk", "group", g.id, "err", err)
+	}
+	g.track.failAll(fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
 }
 
 // propose hands p to the replica if it leads.
