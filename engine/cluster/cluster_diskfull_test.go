@@ -200,8 +200,12 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 				}
 				sent++
 			}
-			if r, _ := replicaOf(full); r.StopReason != StopDiskFull {
-				t.Fatalf("the full node's replica while still full: err %q, reason %q; want stopped, disk_full", r.Err, r.StopReason)
+			// Reopened while full, the replica may run for a moment before
+			// its next write stops it (what the log's cut tail freed may
+			// even take a few appends): its episode stays open.
+			if part, _ := full.n.partition("orders", 0); !full.n.asMember().stops.has(part.X.raftGroup) {
+				r, _ := replicaOf(full)
+				t.Fatalf("the full node's replica while still full is no longer taken for stopped (status: err %q, reason %q)", r.Err, r.StopReason)
 			}
 			if role == "follower, opening fails" { // the reopens failed: out of the host, still tracked
 				part, _ := full.n.partition("orders", 0)

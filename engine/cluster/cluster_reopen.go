@@ -78,7 +78,9 @@ func (s *stoppedReplicas) stopped(group uint64, err error, now time.Time) (first
 }
 
 // due lists the groups to reopen at now (disk_full, last tried at least
-// every ago), in increasing order, and counts the attempt.
+// every ago), in increasing order, and counts the attempt. A replica that
+// runs again is not reopened (reopen looks), and ends its episode first
+// (running, called before due).
 func (s *stoppedReplicas) due(now time.Time) []uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,13 +109,16 @@ func (s *stoppedReplicas) reopened(group uint64, err error) {
 	}
 }
 
-// running: group's replica runs (its status has no error). It ends the
-// episode, returned for the log line (ok: there was one).
-func (s *stoppedReplicas) running(group uint64) (stopEpisode, bool) {
+// running: group's replica runs at now (its status has no error). Once it
+// has run for a whole interval since the last reopen — a replica reopened
+// on a disk still full stops again at its first write, which its leader
+// sends within a few ticks — the episode ends, returned for the log line
+// (ok).
+func (s *stoppedReplicas) running(group uint64, now time.Time) (stopEpisode, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[group]
-	if !ok {
+	if !ok || now.Sub(e.tried) < s.every {
 		return stopEpisode{}, false
 	}
 	delete(s.m, group)
@@ -203,7 +208,7 @@ func (c *member) reopenStopped(now time.Time) {
 		st, ok := c.host.Status(g)
 		switch {
 		case ok && st.Err == nil:
-			if e, ok := c.stops.running(g); ok {
+			if e, ok := c.stops.running(g, now); ok {
 				c.logger.Info("spool cluster: a stopped replica on this node runs again and catches up from the leader",
 					"replica", c.groupName(g), "group", g, "reason", e.reason, "stopped_for", now.Sub(e.since).Round(time.Millisecond), "reopens", e.reopens)
 			}
@@ -232,6 +237,9 @@ func (c *member) reopen(group uint64) (done bool, err error) {
 	defer c.reopenMu.Unlock()
 	if !c.stops.has(group) {
 		return false, nil
+	}
+	if st, ok := c.host.Status(group); ok && st.Err == nil {
+		return false, nil // it runs: reopened, and not stopped again so far
 	}
 	var part *partition
 	if group != controllerGroup {

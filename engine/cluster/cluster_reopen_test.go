@@ -71,21 +71,27 @@ func TestStoppedReplicas(t *testing.T) {
 	if s.detached(1) {
 		t.Fatal("a replica added again is still detached")
 	}
-	if s.stopped(1, full, t0.Add(2*every)) {
+	if _, ok := s.running(1, t0.Add(2*every+every/2)); ok {
+		t.Fatal("a replica running for less than an interval since its reopen ended its episode (a full disk stops it again at its first write)")
+	}
+	if s.stopped(1, full, t0.Add(2*every+every/2)) {
 		t.Fatal("a stop right after a reopen (still full) is logged again")
 	}
-	e, ok := s.running(1)
-	if !ok || e.reopens != 2 || !e.since.Equal(t0) || e.reason != StopDiskFull {
-		t.Fatalf("the episode ended: %+v %v; want 2 reopens since t0, disk_full", e, ok)
+	if due := s.due(t0.Add(3 * every)); !slices.Equal(due, []uint64{1}) {
+		t.Fatalf("stopped again after its reopen, not reopened again: %v", due)
 	}
-	if _, ok := s.running(1); ok {
+	e, ok := s.running(1, t0.Add(4*every))
+	if !ok || e.reopens != 3 || !e.since.Equal(t0) || e.reason != StopDiskFull {
+		t.Fatalf("the episode ended: %+v %v; want 3 reopens since t0, disk_full", e, ok)
+	}
+	if _, ok := s.running(1, t0.Add(5*every)); ok {
 		t.Fatal("an ended episode ends again")
 	}
 	s.gone(2)
 	if len(s.episodes()) != 0 {
 		t.Fatalf("episodes left: %v", s.episodes())
 	}
-	if !s.stopped(1, full, t0.Add(3*every)) {
+	if !s.stopped(1, full, t0.Add(5*every)) {
 		t.Fatal("a stop after the replica ran again does not start a new episode")
 	}
 	if !errors.Is(s.episodes()[1].err, syscall.ENOSPC) {
