@@ -46,10 +46,15 @@ type member struct {
 	// removeStrayReplicas could ask the controller's leader).
 	straysDue bool
 	ccBusy    bool // a controller conf change is in flight
+	// damaged: the groups whose replica here was found damaged, by the
+	// replica id that ran on the damaged copy (cluster_repair.go).
+	damaged map[uint64]uint64
 
 	// Owned by the register loop (the chores): since when the controller
 	// leader has not reached each node (reset when it stops leading).
 	unreached map[uint64]time.Time
+	// repairs: the chores' progress in repairing each damaged replica.
+	repairs map[uint64]*repairing
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
 
@@ -67,7 +72,9 @@ func newMember(n *Node) *member {
 		ctrlSignal: make(chan struct{}, 1),
 		choresWake: make(chan struct{}, 1),
 		opened:     map[uint64]bool{},
+		damaged:    map[uint64]uint64{},
 		unreached:  map[uint64]time.Time{},
+		repairs:    map[uint64]*repairing{},
 	}
 }
 
@@ -213,6 +220,7 @@ func (c *member) register(ctx context.Context) error {
 			c.mu.Unlock()
 		}
 		c.leaderChores()
+		c.repairDamaged(ctx)
 		c.driveMoves(ctx)
 		c.planMoves(ctx)
 		if time.Since(balanced) >= balanceEveryChores*every {
@@ -404,7 +412,7 @@ func (c *member) addPeer(id uint64, addr string) {
 
 // replicaOps are what placing a topic does with this member's replicas.
 func (c *member) replicaOps() replicaOps {
-	return replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica}
+	return replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica, fresh: c.freshData}
 }
 
 // retain gives a running replica its topic's current retention.
@@ -440,7 +448,7 @@ func (c *member) dropReplica(part *partition) {
 
 // stopReplica stops this node's replica of a partition and keeps its data.
 func (c *member) stopReplica(part *partition) {
-	if err := c.host.Remove(part.X.raftGroup); err != nil {
+	if err := c.host.Remove(part.X.raftGroup); err != nil && !errors.Is(err, transport.ErrUnknownGroup) {
 		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
 	}
 	// Forgotten only once stopped: the stray chore skips groups still
@@ -454,10 +462,19 @@ func (c *member) stopReplica(part *partition) {
 func (c *member) openReplica(part *partition, bootstrap bool) error {
 	c.mu.Lock()
 	done := c.opened[part.X.raftGroup]
-	c.opened[part.X.raftGroup] = true
+	bad, isBad := c.damaged[part.X.raftGroup]
+	damaged := isBad && bad == part.X.replica
+	if !done && !damaged {
+		c.opened[part.X.raftGroup] = true
+	}
 	c.mu.Unlock()
 	if done {
 		return nil
+	}
+	if damaged {
+		// Never under the id it ran under on damaged data: the copy may
+		// have lost entries it acknowledged (cluster_repair.go).
+		return fmt.Errorf("the replica of %s/%d (group %d) is damaged here; it reopens once the controller has given the partition a new copy", part.Topic.Name, part.Num, part.X.raftGroup)
 	}
 	if err := c.checkLogOwner(part); err != nil {
 		c.mu.Lock()
