@@ -1,0 +1,79 @@
+package check
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+
+func pub(v string, seq int, off int64) Publish {
+	return Publish{Value: v, Key: "k", Producer: 1, Seq: seq, Acked: true, Partition: 0, Offset: off, Invoked: t0, Done: t0.Add(time.Duration(seq) * time.Millisecond)}
+}
+
+func recs(vs ...string) []Record {
+	out := make([]Record, len(vs))
+	for i, v := range vs {
+		out[i] = Record{Partition: 0, Offset: int64(i), Value: v}
+	}
+	return out
+}
+
+func both(rs []Record) map[int][]Record { return map[int][]Record{1: rs, 2: rs} }
+
+// Each rule passes a clean history and fails one that breaks it, saying so.
+func TestRules(t *testing.T) {
+	a, b, c := pub("a", 0, 0), pub("b", 1, 1), pub("c", 2, 2)
+	unknownA := a
+	unknownA.Unknown = true
+	failedX := Publish{Value: "x", Key: "k", Producer: 1, Seq: 9}
+	cases := []struct {
+		name string
+		h    History
+		want string // "" passes; else a violation containing it
+	}{
+		{"clean", History{Publishes: []Publish{a, b, c}, Logs: both(recs("a", "b", "c"))}, ""},
+		{"lost", History{Publishes: []Publish{a, b, c}, Logs: both(recs("a", "b"))}, "LOST: \"c\""},
+		{"acked offset holds another", History{Publishes: []Publish{a, b, c}, Logs: both(recs("a", "c", "b"))}, "LOST: \"b\" acknowledged at 0/1"},
+		{"replicas differ", History{Publishes: []Publish{a, b}, Logs: map[int][]Record{1: recs("a", "b"), 2: recs("a")}}, "replicas differ"},
+		{"duplicate of a known outcome", History{Publishes: []Publish{a, b}, Logs: both(recs("a", "b", "a"))}, "stored 2 times"},
+		{"duplicate of an unknown outcome", History{Publishes: []Publish{unknownA}, Logs: both(recs("a", "a"))}, ""},
+		{"a failed publish stored", History{Publishes: []Publish{a, failedX}, Logs: both(recs("a", "x"))}, "definitely failed"},
+		{"nobody published it", History{Publishes: []Publish{a}, Logs: both(recs("a", "z"))}, "nobody published"},
+		{"stale copy after a later message", History{Publishes: []Publish{{Value: "a", Key: "k", Producer: 1, Seq: 0, Acked: true, Offset: 0, Unknown: true}, pub("b", 1, 1)}, Logs: both(recs("a", "b", "a"))}, "REORDERED"},
+		{"acked out of order", History{Publishes: []Publish{pub("a", 0, 1), pub("b", 1, 0)}, Logs: both(recs("b", "a"))}, "REORDERED"},
+		{"completed twice", History{Publishes: []Publish{a}, Logs: both(recs("a")),
+			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0}, {Value: "a", Node: 2, Token: 2, At: t0.Add(time.Second)}}}, "COMPLETED TWICE"},
+		{"completed twice across a kill -9", History{Publishes: []Publish{a}, Logs: both(recs("a")),
+			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0}, {Value: "a", Node: 2, Token: 2, At: t0.Add(3 * time.Second)}},
+			Kills:       []Kill{{Node: 1, At: t0.Add(100 * time.Millisecond)}}}, ""},
+		{"completed twice, killed long after", History{Publishes: []Publish{a}, Logs: both(recs("a")),
+			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0}, {Value: "a", Node: 2, Token: 2, At: t0.Add(3 * time.Second)}},
+			Kills:       []Kill{{Node: 1, At: t0.Add(2 * time.Second)}}}, "COMPLETED TWICE"},
+		{"no log read", History{Publishes: []Publish{a}}, "no node's log"},
+	}
+	for _, tc := range cases {
+		r := Check(tc.h)
+		got := strings.Join(r.Violations, "\n")
+		switch {
+		case tc.want == "" && !r.OK():
+			t.Errorf("%s: want no violation, got:\n%s", tc.name, got)
+		case tc.want != "" && !strings.Contains(got, tc.want):
+			t.Errorf("%s: want a violation with %q, got:\n%s", tc.name, tc.want, got)
+		}
+	}
+}
+
+// The figures: acknowledged, lost, duplicated and the longest gap between
+// acknowledgements.
+func TestFigures(t *testing.T) {
+	a := pub("a", 0, 0)
+	a.Unknown = true
+	b, c := pub("b", 1, 2), pub("c", 2, 3)
+	c.Done = b.Done.Add(5 * time.Second)
+	r := Check(History{Publishes: []Publish{a, b, c, pub("d", 3, 9)}, Logs: both(recs("a", "a", "b", "c"))})
+	if r.Acked != 4 || r.Lost != 1 || r.Duplicated != 1 || r.LongestPublishGap < 4900*time.Millisecond {
+		t.Fatalf("got %+v; want 4 acknowledged, 1 lost (d), 1 duplicated (a), a 5 s gap", r)
+	}
+}
