@@ -19,9 +19,12 @@
 //   - per producer and key, the log order is the publish order: every copy
 //     of a message lies before the acknowledged offset of the producer's
 //     next message of that key (a stale copy appended later is a reorder);
-//   - no message completed twice, except by a kill -9 of the sidecar whose
-//     app completed it first, within KillWindow before the kill (what the
-//     ledger does not promise: docs/ledger.md).
+//   - no message completed twice, except one first completed by the app of
+//     a sidecar under a fault (killed, stopped, cut off), during the fault
+//     or within KillWindow before it: that completion could not reach the
+//     ledger (what the ledger does not promise: docs/ledger.md). A sidecar
+//     that goes on delivering after the fault heals, and its app's
+//     completions then, get no such allowance.
 package check
 
 import (
@@ -66,14 +69,15 @@ type Completion struct {
 	At    time.Time
 }
 
-// Kill is a kill -9 of a node's spoold.
-type Kill struct {
-	Node int
-	At   time.Time
+// Fault is a fault of a node's spoold or link, From its start To its heal
+// (a kill -9: to the restart).
+type Fault struct {
+	Node     int
+	From, To time.Time
 }
 
-// KillWindow bounds how long before a kill -9 a message completed by the
-// killed sidecar's app may be completed again (its completion still on its
+// KillWindow bounds how long before a fault a message completed by the
+// faulted sidecar's app may be completed again (its completion still on its
 // way to the ledger; docs/semantics.md states the bound).
 const KillWindow = time.Second
 
@@ -82,7 +86,7 @@ type History struct {
 	Publishes   []Publish
 	Logs        map[int][]Record // by node: its copy, in offset order per partition
 	Completions []Completion
-	Kills       []Kill
+	Faults      []Fault
 }
 
 // Result is what Check found.
@@ -94,8 +98,9 @@ type Result struct {
 	Violations []string
 	// CompletedTwice: messages completed more than once (allowed ones included).
 	CompletedTwice int
-	// LongestPublishGap is the longest time with no publish acknowledged
-	// (between the first and the last acknowledgement).
+	// LongestPublishGap is the longest time a producer (each publishes
+	// through its own sidecar) went without an acknowledgement, between
+	// its first and its last: the unavailability its sidecar showed.
 	LongestPublishGap time.Duration
 }
 
@@ -163,13 +168,13 @@ func Check(h History) Result {
 			r.Duplicated++
 		}
 	}
-	var ackTimes []time.Time
+	ackTimes := map[int][]time.Time{}
 	for _, p := range h.Publishes {
 		if !p.Acked {
 			continue
 		}
 		r.Acked++
-		ackTimes = append(ackTimes, p.Done)
+		ackTimes[p.Producer] = append(ackTimes[p.Producer], p.Done)
 		if v, ok := at[pos{p.Partition, p.Offset}]; !ok || v != p.Value {
 			r.Lost++
 			r.violate("LOST: %q acknowledged at %d/%d, which holds %q", p.Value, p.Partition, p.Offset, v)
@@ -177,9 +182,11 @@ func Check(h History) Result {
 	}
 	r.reorders(h.Publishes, copies)
 	r.completions(h)
-	slices.SortFunc(ackTimes, func(a, b time.Time) int { return a.Compare(b) })
-	for i := 1; i < len(ackTimes); i++ {
-		r.LongestPublishGap = max(r.LongestPublishGap, ackTimes[i].Sub(ackTimes[i-1]))
+	for _, ts := range ackTimes {
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		for i := 1; i < len(ts); i++ {
+			r.LongestPublishGap = max(r.LongestPublishGap, ts[i].Sub(ts[i-1]))
+		}
 	}
 	return r
 }
@@ -225,11 +232,11 @@ func (r *Result) completions(h History) {
 		r.CompletedTwice++
 		slices.SortFunc(cs, func(a, b Completion) int { return a.At.Compare(b.At) })
 		first := cs[0]
-		allowed := len(cs) == 2 && slices.ContainsFunc(h.Kills, func(k Kill) bool {
-			return k.Node == first.Node && !first.At.Before(k.At.Add(-KillWindow)) && cs[1].At.After(k.At) && cs[1].Token > first.Token
+		allowed := len(cs) == 2 && slices.ContainsFunc(h.Faults, func(f Fault) bool {
+			return f.Node == first.Node && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
 		})
 		if !allowed {
-			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), with no kill -9 of node %d just before",
+			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), not during or just before a fault of node %d",
 				v, first.Node, first.At.Format("15:04:05.000"), first.Token, cs[1].Node, cs[1].At.Format("15:04:05.000"), cs[1].Token, first.Node)
 		}
 	}

@@ -35,6 +35,14 @@ func Available() error {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return errors.New("iproute2's ip is not installed")
 	}
+	// Root in a container may still lack CAP_NET_ADMIN: try it.
+	probe := fmt.Sprintf("spool-probe-%d", os.Getpid())
+	if err := ip("netns", "add", probe); err != nil {
+		return fmt.Errorf("cannot create a network namespace: %w", err)
+	}
+	if err := ip("netns", "del", probe); err != nil {
+		return fmt.Errorf("cannot remove the network namespace %s: %w", probe, err)
+	}
 	return nil
 }
 
