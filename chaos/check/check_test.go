@@ -58,6 +58,14 @@ func TestRules(t *testing.T) {
 			Completions: []Completion{{Value: "a", Node: 2, Token: 2, At: t0.Add(3 * time.Second)}, {Value: "a", Node: 1, Token: 1, At: t0.Add(5 * time.Second)}},
 			Faults:      []Fault{{Node: 1, From: t0, To: t0.Add(4 * time.Second)}}}, "COMPLETED TWICE"},
 		{"no log read", History{Publishes: []Publish{a}}, "no node's log"},
+		{"real-time order across producers", History{Publishes: []Publish{
+			{Value: "a", Key: "k1", Producer: 1, Acked: true, Offset: 1, Invoked: t0, Done: t0.Add(time.Millisecond)},
+			{Value: "b", Key: "k2", Producer: 2, Acked: true, Offset: 0, Invoked: t0.Add(2 * time.Millisecond), Done: t0.Add(3 * time.Millisecond)},
+		}, Logs: both(recs("b", "a"))}, "NOT LINEARIZABLE"},
+		{"concurrent publishes in either order", History{Publishes: []Publish{
+			{Value: "a", Key: "k1", Producer: 1, Acked: true, Offset: 1, Invoked: t0, Done: t0.Add(3 * time.Millisecond)},
+			{Value: "b", Key: "k2", Producer: 2, Acked: true, Offset: 0, Invoked: t0.Add(time.Millisecond), Done: t0.Add(2 * time.Millisecond)},
+		}, Logs: both(recs("b", "a"))}, ""},
 	}
 	for _, tc := range cases {
 		r := Check(tc.h)
