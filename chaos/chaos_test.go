@@ -155,7 +155,7 @@ func TestChaos(t *testing.T) {
 			case !res.OK():
 				t.Errorf("%s seed %d broke a rule (replay: SPOOL_CHAOS_FAULTS=%s SPOOL_CHAOS_SEED=%d; history in %s):\n%s", kind, s, kind, s, dir, strings.Join(res.Violations, "\n"))
 			default:
-				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond))
+				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond))
 			}
 		}
 	}

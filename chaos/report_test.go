@@ -19,6 +19,7 @@ type row struct {
 	acked, lost, duplicated int
 	completedTwice          int
 	longestGap              time.Duration
+	longestRecovery         time.Duration
 	worstSeed               uint64
 	violations              []string
 }
@@ -48,6 +49,7 @@ func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
 	r.lost += res.Lost
 	r.duplicated += res.Duplicated
 	r.completedTwice += res.CompletedTwice
+	r.longestRecovery = max(r.longestRecovery, res.LongestRecovery)
 	if res.LongestPublishGap > r.longestGap {
 		r.longestGap, r.worstSeed = res.LongestPublishGap, seed
 	}
@@ -56,7 +58,7 @@ func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
 func (rep *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Fault runs, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between acknowledgements (seed) |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	kinds := make([]string, 0, len(rep.rows))
 	for k := range rep.rows {
 		kinds = append(kinds, k)
@@ -64,7 +66,7 @@ func (rep *report) markdown() string {
 	slices.Sort(kinds)
 	for _, k := range kinds {
 		r := rep.rows[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond))
 	}
 	for _, k := range kinds {
 		if vs := rep.rows[k].violations; len(vs) > 0 {

@@ -109,6 +109,9 @@ type Result struct {
 	// through its own sidecar) went without an acknowledgement, between
 	// its first and its last: the unavailability its sidecar showed.
 	LongestPublishGap time.Duration
+	// LongestRecovery is the longest time from a fault's heal to a
+	// producer's next acknowledgement (every producer, every fault).
+	LongestRecovery time.Duration
 }
 
 // maxViolations caps the lines kept per run.
@@ -192,6 +195,11 @@ func Check(h History) Result {
 	r.completions(h)
 	for _, ts := range ackTimes {
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		for _, f := range h.Faults {
+			if i, _ := slices.BinarySearchFunc(ts, f.To, func(a, b time.Time) int { return a.Compare(b) }); i < len(ts) {
+				r.LongestRecovery = max(r.LongestRecovery, ts[i].Sub(f.To))
+			}
+		}
 		for i := 1; i < len(ts); i++ {
 			r.LongestPublishGap = max(r.LongestPublishGap, ts[i].Sub(ts[i-1]))
 		}

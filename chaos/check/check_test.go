@@ -79,15 +79,16 @@ func TestRules(t *testing.T) {
 	}
 }
 
-// The figures: acknowledged, lost, duplicated and the longest gap between
-// acknowledgements.
+// The figures: acknowledged, lost, duplicated, the longest gap between
+// acknowledgements and from a heal to the next acknowledgement.
 func TestFigures(t *testing.T) {
 	a := pub("a", 0, 0)
 	a.Unknown = true
 	b, c := pub("b", 1, 2), pub("c", 2, 3)
 	c.Done = b.Done.Add(5 * time.Second)
-	r := Check(History{Publishes: []Publish{a, b, c, pub("d", 3, 9)}, Logs: both(recs("a", "a", "b", "c"))})
-	if r.Acked != 4 || r.Lost != 1 || r.Duplicated != 1 || r.LongestPublishGap < 4900*time.Millisecond {
-		t.Fatalf("got %+v; want 4 acknowledged, 1 lost (d), 1 duplicated (a), a 5 s gap", r)
+	healed := b.Done.Add(2 * time.Second)
+	r := Check(History{Publishes: []Publish{a, b, c, pub("d", 3, 9)}, Logs: both(recs("a", "a", "b", "c")), Faults: []Fault{{Node: 1, From: b.Done, To: healed}}})
+	if r.Acked != 4 || r.Lost != 1 || r.Duplicated != 1 || r.LongestPublishGap < 4900*time.Millisecond || r.LongestRecovery != c.Done.Sub(healed) {
+		t.Fatalf("got %+v; want 4 acknowledged, 1 lost (d), 1 duplicated (a), a 5 s gap, 3 s from the heal to c", r)
 	}
 }
