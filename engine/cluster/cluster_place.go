@@ -41,7 +41,7 @@ type replicaOps struct {
 	// this node's replica (id replica) of group, deletes the data there if
 	// it is a damaged copy that the replica must not reuse (a replica of a
 	// new incarnation, after meta.DropDamaged took the damaged one out).
-	fresh func(name string, group, replica uint64)
+	fresh func(topic string, num int32, group, replica uint64)
 }
 
 // placeTopic makes a topic of the controller's state known on this node:
@@ -179,7 +179,7 @@ func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, o
 // newPart is a partition value of a placement; with a log when this node
 // holds a replica (nil if its log cannot be opened: the partition is then
 // served from the other replicas). fresh (may be nil): see replicaOps.
-func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bool, fresh func(name string, group, replica uint64)) *partition {
+func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bool, fresh func(topic string, num int32, group, replica uint64)) *partition {
 	part := table.NewPartition(t, int32(i))
 	part.X.raftGroup = mp.Group
 	part.X.mem.Store(newReplicaSet(mp))
@@ -189,7 +189,7 @@ func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bo
 	name := engine.PartitionName(t.Name, int32(i))
 	rid := transport.ReplicaID(self, mp.Incarnation(self))
 	if fresh != nil {
-		fresh(name, mp.Group, rid)
+		fresh(t.Name, int32(i), mp.Group, rid)
 	}
 	lp, err := n.store.Partition(name)
 	if err == nil {

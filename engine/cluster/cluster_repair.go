@@ -146,7 +146,8 @@ func (c *member) dropping(st *meta.State, part *partition) (ask bool, why string
 // freshData (replicaOps.fresh, under Table.Mu) deletes this node's data
 // of group when it is a damaged copy and replica is a new incarnation: the
 // new replica starts from an empty log and copies the leader's.
-func (c *member) freshData(name string, group, replica uint64) {
+func (c *member) freshData(topic string, num int32, group, replica uint64) {
+	name := engine.PartitionName(topic, num)
 	c.mu.Lock()
 	bad, ok := c.damaged[group]
 	c.mu.Unlock()
@@ -161,4 +162,7 @@ func (c *member) freshData(name string, group, replica uint64) {
 	delete(c.damaged, group)
 	c.mu.Unlock()
 	c.logger.Info("spool cluster: deleted a damaged replica's data; its new copy starts empty and copies the leader's log", "partition", name, "group", group)
+	if h := c.conf.Hooks.PartitionRepaired; h != nil {
+		h(topic, num)
+	}
 }

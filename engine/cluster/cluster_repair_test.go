@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // one partition, and the values acknowledged so far, in offset order.
 type repairCluster struct {
 	*testCluster
-	acked []string
+	repaired atomic.Int32 // PartitionRepaired calls for orders/0, any node
+	acked    []string
 	// retried: values whose publish failed once before it was
 	// acknowledged; the failed attempt's outcome may be unknown, so the
 	// log may hold a second copy of them (and of no other value).
@@ -24,13 +26,22 @@ type repairCluster struct {
 }
 
 func newRepairCluster(t *testing.T) *repairCluster {
-	tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.segBytes = 4 << 10 })
+	rc := &repairCluster{retried: map[string]bool{}}
+	tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) {
+		cn.segBytes = 4 << 10
+		cn.hooks.PartitionRepaired = func(topic string, p int32) {
+			if topic == "orders" && p == 0 {
+				rc.repaired.Add(1)
+			}
+		}
+	})
+	rc.testCluster = tc
 	for _, cn := range tc.nodes {
 		if err := cn.n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return &repairCluster{testCluster: tc, retried: map[string]bool{}}
+	return rc
 }
 
 // publish publishes v through node via (retrying until it is acknowledged).
@@ -104,6 +115,9 @@ func (rc *repairCluster) awaitRepaired(t *testing.T) {
 			if st, ok := cn.n.ClusterStatus(); !ok || st.UnderReplicated != 0 || st.PartitionsMoving != 0 {
 				return fmt.Errorf("node %d: cluster status: %+v (ready %v)", i+1, st, ok)
 			}
+		}
+		if rc.repaired.Load() != 1 {
+			return fmt.Errorf("PartitionRepaired called %d times, want once (the quarantine gauge goes back)", rc.repaired.Load())
 		}
 		return nil
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/internal/table"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/internal/testport"
 )
@@ -34,6 +35,7 @@ type clusterNode struct {
 	deadAfter time.Duration // DeadNodeTimeout; default the engine's
 	ckEvery   int           // GroupsCheckpointRecords; default the engine's
 	expect    int           // BootstrapExpect
+	hooks     table.Hooks   // Hooks
 	// hold, if set, bounds how far the node applies the controller's log
 	// (the next offset it may apply; math.MaxInt64: no bound).
 	hold   *atomic.Int64
@@ -63,6 +65,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes},
 		Logger:  quietLogger(),
+		Hooks:   cn.hooks,
 		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, JoinSecret: []byte(cn.secret), StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
 	})
 	if err != nil {
