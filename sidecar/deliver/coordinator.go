@@ -337,6 +337,7 @@ func (ms *membership) poll(ctx context.Context) {
 	ms.readOK = true
 	for _, x := range ms.subs {
 		v := &assignView{s: x.s, committed: map[int32]engine.Position{}, starts: map[int32]int64{}}
+		_, v.sharedGens = st.(*engine.GroupState)
 		for _, ps := range st.LagInputs(ms.g.cfg.Name) {
 			if ps.Topic == x.s.cfg.Topic && ps.Committed {
 				v.committed[ps.Partition] = engine.Position{Next: ps.Position.Next, Done: ps.Position.Done}

@@ -162,7 +162,14 @@ type sub struct {
 	// joinedGen is the newest generation of the coordinator's views
 	// applied (0: not a member).
 	joinedGen uint64
-	brk       *breaker.Set // nil: no breakers configured
+	// sharedGens: the coordinator's generations are the group's, so a
+	// partition granted to another member after this one was fenced is
+	// granted in a higher generation than any this member held it in
+	// (the coordinator's state machine, embedded and on JetStream). The
+	// ledger claims then carry them. Kafka's views number each member's
+	// own changes: not comparable between members, not carried.
+	sharedGens bool
+	brk        *breaker.Set // nil: no breakers configured
 	// Degradation (cluster, member.go): since when the breakers have held
 	// the deliveries (zero: they do not), whether the member says it is
 	// degraded, and since when it has owned no partition while degraded.
@@ -716,6 +723,10 @@ type candidate struct {
 	d     tracker.Delivery[engine.Record]
 	probe bool   // the one delivery let through a half-open breaker
 	inc   uint64 // the partition's incarnation when it was taken
+	// gen is the partition's ownership generation when it was taken (0
+	// without a coordinator): the ledger claim carries it, so that a lease
+	// of a member fenced since is taken over at once.
+	gen uint64
 	// Set by admit: what the app sees.
 	wire      uint64
 	attempt   int
@@ -762,7 +773,7 @@ func (m *machine) dispatch(now time.Time) {
 							continue
 						}
 					}
-					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe, inc: p.inc})
+					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe, inc: p.inc, gen: s.claimGen(p)})
 					limit--
 					free--
 				}

@@ -41,6 +41,9 @@ type assignView struct {
 	// expired or never joined): every partition stops at once.
 	member     bool
 	generation uint64
+	// sharedGens: generation is the group's, comparable between members
+	// (sub.sharedGens).
+	sharedGens bool
 	owned      []int32 // Revoking ones included
 	revoking   []int32
 	// committed is the group's committed position on every partition of
@@ -79,7 +82,7 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 	if v.generation < s.joinedGen {
 		return // an older read than one already applied
 	}
-	s.joinedGen = v.generation
+	s.joinedGen, s.sharedGens = v.generation, v.sharedGens
 	m.gauge(metricKey{id: metGeneration}, float64(v.generation))
 	m.gauge(metricKey{id: metMembers, l1: s.cfg.Topic}, float64(v.members))
 	for _, p := range s.parts {
@@ -119,6 +122,16 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 			}
 		}
 	}
+}
+
+// claimGen is the generation p's ledger claims carry: the one this
+// member holds it in when generations are the group's, 0 otherwise
+// (docs/ledger.md, "Generations").
+func (s *sub) claimGen(p *part) uint64 {
+	if !s.sharedGens {
+		return 0
+	}
+	return p.gen
 }
 
 // startPart starts delivering a partition from the group's committed position.

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/internal/testredis"
+)
+
+// killSessionTimeout is the group session timeout of
+// TestClusterGroupKilledMemberLeasesTakenOver; killFlowBound is the
+// bound it checks: every message waits at most the session timeout plus
+// 2 s after the kill (or after its publish, if later) for its next
+// delivery.
+const (
+	killSessionTimeout = 3 * time.Second
+	killFlowBound      = killSessionTimeout + 2*time.Second
+)
+
+// A kill -9 of a member with the default visibility_timeout (30 s): the
+// messages its app was handling hold live leases in the ledger, under the
+// generation the member owned their partitions in. The coordinator
+// expires the member after its session timeout and grants its partitions
+// to the others in a newer generation; their claims take those leases
+// over at once (docs/ledger.md, "Generations"), so no key parks behind
+// a dead member's lease and every partition flows again within the
+// session timeout plus 2 s.
+//
+// Measured: for every acknowledged message not completed before the kill
+// and acknowledged at most 10 s after it, the time from the kill (or its
+// acknowledgement, if later) to its first delivery by a surviving sidecar.
+// Before generations in the ledger: the longest such wait was the
+// visibility timeout less the handlers' head start (about 27 s here).
+func TestClusterGroupKilledMemberLeasesTakenOver(t *testing.T) {
+	r := testredis.Start(t)
+	config := fmt.Sprintf(`
+redis:
+  addrs: [%q]
+topics:
+  - name: orders
+    partitions: %d
+subscriptions:
+  - topic: orders
+    group: verify
+    ordering: key
+`, r.Addr(), scalePartitions) // visibility_timeout: the default, 30 s
+	sc := startClusterWith(t, 3, fmt.Sprintf("  produce_timeout: 3s\n  group_session_timeout: %s\n", killSessionTimeout), config)
+	awaitPlaced(t, sc.nodes[0])
+	sa := newScaleApps(t)
+	for i := range 3 {
+		// Handlers of 20 ms: at the kill, the killed sidecar's app holds
+		// about 8 messages (its concurrency) under live leases.
+		sa.start(i, sc.nodes[i], "--delay", "20ms")
+	}
+	l := startLoadWith(t, sc.nodes[:2], scaleKeys, 8*time.Millisecond)
+	sa.awaitSettled([]int{0, 1, 2}, 60*time.Second, "three sidecars share the group")
+	l.awaitMore(2, 100, 30*time.Second, "100 more acknowledged publishes per producer before the kill")
+
+	killed := time.Now()
+	sc.nodes[2].kill()
+	atKill := ledgerStates(t, r, "verify")
+	held := 0
+	for _, st := range atKill {
+		if st == "in_progress" {
+			held++
+		}
+	}
+	t.Logf("at the kill the ledger held %d messages in progress", held)
+	sa.awaitSettled([]int{0, 1}, 60*time.Second, "n3 killed: 2 sidecars share the group")
+	for time.Since(killed) < 12*time.Second {
+		l.awaitMore(2, 20, 30*time.Second, "20 more acknowledged publishes per producer after the kill")
+	}
+	acks, _ := l.finish()
+
+	// Measured: messages neither completed by an app nor started by a
+	// surviving sidecar before the kill (the latter's handlers just go on).
+	firstStart := map[string]time.Time{} // first start by a surviving sidecar after the kill
+	before := map[string]bool{}          // completed, or started by a surviving sidecar, before the kill
+	missing := 0
+	deliveredAll := func() bool {
+		sa.poll()
+		for _, e := range sa.events {
+			switch {
+			case e.at.Before(killed) && (e.kind == "done" || e.node != 2):
+				before[e.id] = true
+			case e.kind == "start" && e.node != 2 && e.at.After(killed):
+				if f, ok := firstStart[e.id]; !ok || e.at.Before(f) {
+					firstStart[e.id] = e.at
+				}
+			}
+		}
+		missing = 0
+		for _, a := range acks {
+			if !before[a.id] && firstStart[a.id].IsZero() {
+				missing++
+			}
+		}
+		return missing == 0
+	}
+	for deadline := time.Now().Add(90 * time.Second); !deliveredAll(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("90 s after the load stopped, %d acknowledged messages not completed before the kill are not delivered by a surviving sidecar", missing)
+		}
+		time.Sleep(50 * time.Millisecond) // sleep-ok: polling interval of a condition wait
+	}
+
+	type wait struct {
+		id        string
+		partition int32
+		d         time.Duration
+	}
+	var waits []wait
+	for _, a := range acks {
+		if before[a.id] || a.at.After(killed.Add(10*time.Second)) {
+			continue
+		}
+		from := killed
+		if a.at.After(from) {
+			from = a.at
+		}
+		waits = append(waits, wait{a.id, a.partition, firstStart[a.id].Sub(from)})
+	}
+	sort.Slice(waits, func(i, j int) bool { return waits[i].d > waits[j].d })
+	perPart := map[int32]time.Duration{}
+	for _, w := range waits {
+		perPart[w.partition] = max(perPart[w.partition], w.d)
+	}
+	t.Logf("%d messages measured; longest wait for a delivery after the kill %v (%s, partition %d); per partition %v",
+		len(waits), waits[0].d.Round(time.Millisecond), waits[0].id, waits[0].partition, roundAll(perPart))
+	over := 0
+	for _, w := range waits {
+		if w.d <= killFlowBound {
+			continue
+		}
+		if over++; over <= 5 {
+			t.Errorf("message %s (partition %d) waited %v after the kill for its next delivery, over the session timeout + 2 s (%v)",
+				w.id, w.partition, w.d.Round(time.Millisecond), killFlowBound)
+		}
+	}
+	if over > 5 {
+		t.Errorf("%d messages in all waited over %v", over, killFlowBound)
+	}
+}
+
+func roundAll(m map[int32]time.Duration) map[int32]time.Duration {
+	out := make(map[int32]time.Duration, len(m))
+	for k, v := range m {
+		out[k] = v.Round(100 * time.Millisecond)
+	}
+	return out
+}
