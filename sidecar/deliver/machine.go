@@ -50,6 +50,10 @@ type machine struct {
 	// expired holds deliveries whose lease ended (and are not yet
 	// redelivered): a late ack for them is still applied.
 	expired map[refKey]sent
+	// fenced holds deliveries outstanding when their partition stopped
+	// because the member was fenced (fence.go): an ack of one still
+	// completes it in the ledger.
+	fenced map[refKey]fencedDelivery
 	// ledgerRetryAt: while the ledger is unavailable under policy pause,
 	// nothing is delivered before this time.
 	ledgerRetryAt time.Time
@@ -169,7 +173,11 @@ type sub struct {
 	// ledger claims then carry them. Kafka's views number each member's
 	// own changes: not comparable between members, not carried.
 	sharedGens bool
-	brk        *breaker.Set // nil: no breakers configured
+	// heardAt is when the last heartbeat (or join) the coordinator took
+	// was sent: the member stops delivering at heardAt + the session
+	// timeout (fence.go).
+	heardAt time.Time
+	brk     *breaker.Set // nil: no breakers configured
 	// Degradation (cluster, member.go): since when the breakers have held
 	// the deliveries (zero: they do not), whether the member says it is
 	// degraded, and since when it has owned no partition while degraded.
@@ -677,6 +685,10 @@ func (m *machine) work(now time.Time) {
 
 // tick advances the trackers' clocks: lease expiries and due retries.
 func (m *machine) tick(now time.Time) {
+	m.selfFence(now)
+	if len(m.fenced) > 0 {
+		m.forgetFenced(now)
+	}
 	for _, s := range m.subs {
 		for _, p := range s.parts {
 			if d, ok := p.tr.NextDeadline(); !ok || d.After(now) {
@@ -927,6 +939,9 @@ func (m *machine) nextWake(now time.Time) time.Time {
 			}
 		}
 		if d, ok := m.healthWake(s); ok && d.Before(w) {
+			w = d
+		}
+		if d, ok := m.fenceWake(s); ok && d.Before(w) {
 			w = d
 		}
 	}
