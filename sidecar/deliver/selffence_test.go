@@ -8,9 +8,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/spoolmq/spool/engine"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
 // cutCoord is the in-process coordinator that this sidecar can be cut off
@@ -165,6 +168,75 @@ func TestExpiredMemberKeepsCompletionsAndAttempts(t *testing.T) {
 		}
 		if res[1].Status != ledger.Granted || res[1].Attempts != 2 {
 			t.Errorf("b's claim of m1 (not completed): %+v, want granted at attempt 2", res[1])
+		}
+	})
+}
+
+// The self-fencing decision, in the machine alone (no goroutines, no
+// clock): for any history of heartbeats the coordinator took (their send
+// times, fed in views) and reads, the machine owns no partition at or
+// after the last heartbeat's send time + the session timeout, wakes up at
+// that instant, and a read that arrives later with an old heartbeat starts
+// nothing; a newer heartbeat starts the partitions again.
+func TestMachineSelfFenceDecision(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		const session = 10 * time.Second
+		cfg := GroupConfig{Name: tGroup, Subscriptions: []Subscription{testSub(tracker.Config{})}, CommitInterval: time.Second,
+			Membership: Membership{SessionTimeout: session, RevokeTimeout: 15 * time.Second}}
+		if err := cfg.validate(); err != nil {
+			rt.Fatal(err)
+		}
+		mc := &machine{cfg: cfg, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: true}
+		s, err := mc.newSub(cfg.Subscriptions[0], 1, make([]int64, 2), nil)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		mc.subs, mc.byTop[tTopic] = []*sub{s}, s
+		now := time.Unix(1_000_000, 0)
+		var heard time.Time // the newest heartbeat send time fed
+		gen := uint64(1)
+		owns := func() bool {
+			for _, p := range s.parts {
+				if p.own != ownNone {
+					return true
+				}
+			}
+			return false
+		}
+		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
+			ev := rapid.IntRange(0, 2).Draw(rt, "event")
+			switch ev {
+			case 0: // time passes
+				now = now.Add(time.Duration(rapid.Int64Range(0, int64(2*session)).Draw(rt, "advance")))
+			case 1: // a read of the group, with the newest heartbeat taken so far
+				lag := time.Duration(rapid.Int64Range(0, int64(2*session)).Draw(rt, "heartbeatAge"))
+				// A member is joined (the read says so) only after a Join
+				// was taken: there is always a first heartbeat.
+				if h := now.Add(-lag); (heard.IsZero() || rapid.Bool().Draw(rt, "newHeartbeat")) && h.After(heard) {
+					heard = h
+				}
+				gen++
+				mc.assigned(now, &assignView{s: s, member: true, generation: gen, sharedGens: true, heardAt: heard,
+					owned: []int32{0, 1}, committed: map[int32]engine.Position{}, starts: map[int32]int64{}})
+			case 2: // the machine's round
+				mc.work(now)
+			}
+			mc.acts = mc.acts[:0]
+			late := !heard.IsZero() && !now.Before(heard.Add(session))
+			if late {
+				if ev == 1 && owns() {
+					rt.Fatalf("a read at %v with a heartbeat sent at %v (%v ago) started the partitions", now, heard, now.Sub(heard))
+				}
+				mc.work(now)
+				if owns() {
+					rt.Fatalf("at %v, %v after the last heartbeat taken was sent, the member still owns a partition", now, now.Sub(heard))
+				}
+			}
+			if owns() {
+				if w := mc.nextWake(now); w.After(heard.Add(session)) {
+					rt.Fatalf("owning partitions with a heartbeat sent at %v, the machine wakes at %v, after the session ends (%v)", heard, w, heard.Add(session))
+				}
+			}
 		}
 	})
 }
