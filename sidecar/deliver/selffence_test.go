@@ -79,7 +79,7 @@ func TestSilentMemberFencesItself(t *testing.T) {
 
 		co.cut.Store(true)
 		ends := co.sessionEnds(t, memberA)
-		time.Sleep(time.Until(ends)) // fake time: to the instant the coordinator may expire a
+		time.Sleep(time.Until(ends)) // sleep-ok: fake time, to the instant the coordinator may expire a
 		synctest.Wait()
 		own := ownNone
 		h.query(func(g *Group, _ time.Time) { own = g.mc.subs[0].parts[0].own })
