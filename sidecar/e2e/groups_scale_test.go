@@ -70,11 +70,12 @@ func newScaleApps(t *testing.T) *scaleApps {
 	return &scaleApps{t: t, dir: t.TempDir(), apps: map[int]*app{}, recent: map[int32][]stamp{}}
 }
 
-// start starts an app consuming group verify through node i.
-func (sa *scaleApps) start(i int, n *node) {
+// start starts an app consuming group verify through node i, with more
+// testapp flags if given.
+func (sa *scaleApps) start(i int, n *node, flags ...string) {
 	sa.t.Helper()
 	rec := filepath.Join(sa.dir, fmt.Sprintf("app-n%d-%d", i+1, len(sa.tails)))
-	sa.apps[i] = startApp(sa.t, n, rec, "--group", "verify", "--topics", "orders", "--concurrency", "8")
+	sa.apps[i] = startApp(sa.t, n, rec, append([]string{"--group", "verify", "--topics", "orders", "--concurrency", "8"}, flags...)...)
 	sa.tails = append(sa.tails, &recordTail{path: rec})
 	sa.nodeOf = append(sa.nodeOf, i)
 }
