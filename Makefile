@@ -101,3 +101,18 @@ demo:
 
 clean:
 	rm -rf $(TOOLS) bin
+
+## chaos: the fault suite over real spoold processes in network namespaces (root, iproute2;
+## chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of each fault kind, CHAOS_SECONDS
+## of faults each (default 20); histories, logs and report.md in CHAOS_OUT (default
+## chaos-out/). Replay one run: SPOOL_CHAOS_FAULTS=<kind> SPOOL_CHAOS_SEED=<seed>. `make test`
+## runs the short form: one 10 s run of kill -9s.
+CHAOS_RUNS ?= 50
+CHAOS_SECONDS ?= 20
+CHAOS_FAULTS ?= kill,pause,isolate
+CHAOS_OUT ?= $(CURDIR)/chaos-out
+.PHONY: chaos
+chaos:
+	@mkdir -p $(CHAOS_OUT)
+	SPOOL_CHAOS_RUNS=$(CHAOS_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=$(CHAOS_FAULTS) SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
+	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/

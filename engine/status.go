@@ -103,9 +103,9 @@ const (
 	// replica again from disk every cluster reopen interval until it runs:
 	// once space returns it catches up from the leader by itself.
 	StopDiskFull = "disk_full"
-	// StopDamaged: its log failed a check (corruption, quarantine). It
-	// stays stopped: it must not vote or lead until repaired
-	// (docs/operations.md).
+	// StopDamaged: its log failed a check (corruption, quarantine). It is
+	// never reopened: it must not vote or lead again; the node has a new
+	// copy built from the other replicas (docs/operations.md).
 	StopDamaged = "damaged"
 	// StopOther: any other storage error (EIO, a failed fsync). It stays
 	// stopped until the node restarts: the disk may be failing.

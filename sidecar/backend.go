@@ -34,6 +34,8 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 		// The engine logs the damage once; operators see it here and in /readyz.
 		hooks := embedded.Hooks{PartitionQuarantined: func(q engine.Quarantine) {
 			m.PartitionQuarantined.WithLabelValues(q.Topic, strconv.Itoa(int(q.Partition))).Set(1)
+		}, PartitionRepaired: func(topic string, partition int32) {
+			m.PartitionQuarantined.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
 		}}
 		if cfg.Cluster.Enabled() {
 			cc, err := clusterConfig(cfg)

@@ -85,7 +85,7 @@ func TestStoppedDetail(t *testing.T) {
 	}
 	for i, want := range [][]string{
 		{"replica orders/1 stopped (disk_full)", "once space returns it catches up by itself", "publishes to the partition's leader and reads from its other replicas", "no space left"},
-		{"replica orders/2 stopped (damaged)", "until it is repaired"},
+		{"replica orders/2 stopped (damaged)", "a new copy is built from its other replicas"},
 		{"3 replicas of this node stopped, 1 of them the controller's or being reopened"},
 	} {
 		for _, w := range want {

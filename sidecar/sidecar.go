@@ -325,7 +325,7 @@ func stoppedDetail(st engine.ClusterStatus) []string {
 		case engine.StopDiskFull:
 			then = "opened again every few seconds: once space returns it catches up by itself"
 		case engine.StopDamaged:
-			then = "until it is repaired"
+			then = "never reopened: a new copy is built from its other replicas"
 		}
 		out = append(out, fmt.Sprintf("degraded: replica %s/%d stopped (%s), %s; meanwhile this node publishes to the partition's leader and reads from its other replicas (docs/operations.md, \"A full disk\"): %s",
 			r.Topic, r.Partition, r.StopReason, then, r.Err))

@@ -37,6 +37,11 @@ type replicaOps struct {
 	drop func(*partition)
 	// stop stops a replica that is opened again (under another id).
 	stop func(*partition)
+	// fresh, called under Table.Mu before a partition's log is opened for
+	// this node's replica (id replica) of group, deletes the data there if
+	// it is a damaged copy that the replica must not reuse (a replica of a
+	// new incarnation, after meta.DropDamaged took the damaged one out).
+	fresh func(topic string, num int32, group, replica uint64)
 }
 
 // placeTopic makes a topic of the controller's state known on this node:
@@ -84,7 +89,7 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 	}
 	if len(mt.Partitions) == len(t.Parts) {
 		for i, mp := range mt.Partitions {
-			toOpen, toStop, toDrop = n.placePartition(t, i, mp, self, toOpen, toStop, toDrop)
+			toOpen, toStop, toDrop = n.placePartition(t, i, mp, self, ops, toOpen, toStop, toDrop)
 		}
 	}
 	n.tab.Mu.Unlock()
@@ -117,8 +122,8 @@ func (n *Node) placeTopic(mt meta.Topic, self uint64, ops replicaOps) {
 // placePartition follows partition i of t to the controller's placement mp
 // (meta.PlanLocal decides; it executes), with n.mu held, and returns the
 // replicas to open, stop and drop once n.mu is released.
-func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, toOpen []opening, toStop, toDrop []*partition) ([]opening, []*partition, []*partition) {
-	newPart := func(local bool) *partition { return n.newPart(t, i, mp, self, local) }
+func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, ops replicaOps, toOpen []opening, toStop, toDrop []*partition) ([]opening, []*partition, []*partition) {
+	newPart := func(local bool) *partition { return n.newPart(t, i, mp, self, local, ops.fresh) }
 	cur, lp := t.Parts[i], t.Learning[int32(i)]
 	if cur.X.raftGroup != 0 {
 		cur.X.mem.Store(newReplicaSet(mp))
@@ -173,15 +178,20 @@ func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, t
 
 // newPart is a partition value of a placement; with a log when this node
 // holds a replica (nil if its log cannot be opened: the partition is then
-// served from the other replicas).
-func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bool) *partition {
+// served from the other replicas). fresh (may be nil): see replicaOps.
+func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bool, fresh func(topic string, num int32, group, replica uint64)) *partition {
 	part := table.NewPartition(t, int32(i))
 	part.X.raftGroup = mp.Group
 	part.X.mem.Store(newReplicaSet(mp))
 	if !local {
 		return part
 	}
-	lp, err := n.store.Partition(engine.PartitionName(t.Name, int32(i)))
+	name := engine.PartitionName(t.Name, int32(i))
+	rid := transport.ReplicaID(self, mp.Incarnation(self))
+	if fresh != nil {
+		fresh(t.Name, int32(i), mp.Group, rid)
+	}
+	lp, err := n.store.Partition(name)
 	if err == nil {
 		err = lp.SetRetention(0, 0) // the group's retention, not the log's
 	}
@@ -190,7 +200,7 @@ func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bo
 		return part
 	}
 	part.Log = lp
-	part.X.replica = transport.ReplicaID(self, mp.Incarnation(self))
+	part.X.replica = rid
 	return part
 }
 

@@ -190,7 +190,7 @@ func (c *member) onStop(group uint64, err error) {
 		case StopDiskFull:
 			what = "it neither votes nor leads, and is opened again every " + c.cfg.ReopenStoppedEvery.String() + " until space returns; then it catches up from the leader"
 		case StopDamaged:
-			what = "its log is damaged: it neither votes nor leads until repaired (docs/operations.md, \"A damaged partition\")"
+			what = "its log is damaged: it is never reopened; a new copy is built from the other replicas (docs/operations.md)"
 		}
 		c.logger.Warn("spool cluster: a replica on this node stopped; the partition runs on its other replicas: "+what,
 			"replica", c.groupName(group), "group", group, "reason", reason, "err", err)

@@ -122,8 +122,8 @@ func moveCounts(st *meta.State) (moving, under int) {
 			switch {
 			case p.Target != nil:
 				moving++
-			case slices.ContainsFunc(p.Replicas, func(id uint64) bool { return down[id] }):
-				under++
+			case len(p.Replicas) < int(t.Spec.ReplicationFactor), slices.ContainsFunc(p.Replicas, func(id uint64) bool { return down[id] }):
+				under++ // a replica down, or a damaged one dropped and not replaced yet
 			}
 		}
 	}

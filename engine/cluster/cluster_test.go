@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/internal/table"
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/internal/testport"
 )
@@ -36,6 +37,7 @@ type clusterNode struct {
 	deadAfter time.Duration // DeadNodeTimeout; default the engine's
 	ckEvery   int           // GroupsCheckpointRecords; default the engine's
 	expect    int           // BootstrapExpect
+	hooks     table.Hooks   // Hooks
 	fs        *log.MemFS    // the node's file system; nil: the real disk
 	logs      *logLines     // the node's log lines, if set (else discarded)
 	// hold, if set, bounds how far the node applies the controller's log
@@ -67,6 +69,7 @@ func (tc *testCluster) start(cn *clusterNode) {
 		DataDir: cn.dir,
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes, FS: cn.fsys()},
 		Logger:  cn.logger(),
+		Hooks:   cn.hooks,
 		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, JoinSecret: []byte(cn.secret), StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
 	})
 	if err != nil {

@@ -47,10 +47,15 @@ type member struct {
 	// removeStrayReplicas could ask the controller's leader).
 	straysDue bool
 	ccBusy    bool // a controller conf change is in flight
+	// damaged: the groups whose replica here was found damaged, by the
+	// replica id that ran on the damaged copy (cluster_repair.go).
+	damaged map[uint64]uint64
 
 	// Owned by the register loop (the chores): since when the controller
 	// leader has not reached each node (reset when it stops leading).
 	unreached map[uint64]time.Time
+	// repairs: the chores' progress in repairing each damaged replica.
+	repairs map[uint64]*repairing
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
 
@@ -78,7 +83,9 @@ func newMember(n *Node) *member {
 		ctrlSignal: make(chan struct{}, 1),
 		choresWake: make(chan struct{}, 1),
 		opened:     map[uint64]bool{},
+		damaged:    map[uint64]uint64{},
 		unreached:  map[uint64]time.Time{},
+		repairs:    map[uint64]*repairing{},
 		stops:      newStoppedReplicas(n.cfg.ReopenStoppedEvery),
 	}
 }
@@ -226,6 +233,7 @@ func (c *member) register(ctx context.Context) error {
 		}
 		c.reopenStopped(time.Now())
 		c.leaderChores()
+		c.repairDamaged(ctx)
 		c.driveMoves(ctx)
 		c.planMoves(ctx)
 		if time.Since(balanced) >= balanceEveryChores*every {
@@ -417,7 +425,7 @@ func (c *member) addPeer(id uint64, addr string) {
 
 // replicaOps are what placing a topic does with this member's replicas.
 func (c *member) replicaOps() replicaOps {
-	return replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica}
+	return replicaOps{open: c.openReplica, retain: c.retain, drop: c.dropReplica, stop: c.stopReplica, fresh: c.freshData}
 }
 
 // retain gives a running replica its topic's current retention.
@@ -453,7 +461,7 @@ func (c *member) dropReplica(part *partition) {
 
 // stopReplica stops this node's replica of a partition and keeps its data.
 func (c *member) stopReplica(part *partition) {
-	if err := c.detach(part.X.raftGroup); err != nil {
+	if err := c.detach(part.X.raftGroup); err != nil && !errors.Is(err, transport.ErrUnknownGroup) {
 		c.logger.Warn("spool cluster: cannot stop a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", err)
 	}
 	// Forgotten only once stopped: the stray chore skips groups still
@@ -469,6 +477,7 @@ func (c *member) openReplica(part *partition, bootstrap bool) error {
 	err := c.addReplica(part, bootstrap)
 	var owner *logOwnerError
 	switch {
+	case errors.Is(err, errDamagedHere): // the repair chore says what happens (cluster_repair.go)
 	case errors.As(err, &owner):
 		c.logger.Warn("spool cluster: not opening a partition's replica", "topic", part.Topic.Name, "partition", part.Num, "group", part.X.raftGroup, "err", owner.err)
 	case err != nil:
@@ -476,6 +485,10 @@ func (c *member) openReplica(part *partition, bootstrap bool) error {
 	}
 	return err
 }
+
+// errDamagedHere: a replica is not opened under the id it ran under on
+// damaged data (cluster_repair.go).
+var errDamagedHere = errors.New("damaged replica")
 
 // logOwnerError: checkLogOwner refused to open a replica.
 type logOwnerError struct{ err error }
@@ -488,10 +501,19 @@ func (e *logOwnerError) Unwrap() error { return e.err }
 func (c *member) addReplica(part *partition, bootstrap bool) error {
 	c.mu.Lock()
 	done := c.opened[part.X.raftGroup]
-	c.opened[part.X.raftGroup] = true
+	bad, isBad := c.damaged[part.X.raftGroup]
+	damaged := isBad && bad == part.X.replica
+	if !done && !damaged {
+		c.opened[part.X.raftGroup] = true
+	}
 	c.mu.Unlock()
 	if done {
 		return nil
+	}
+	if damaged {
+		// Never under the id it ran under on damaged data: the copy may
+		// have lost entries it acknowledged (cluster_repair.go).
+		return fmt.Errorf("%w: the replica of %s/%d (group %d) is damaged here; it reopens once the controller has given the partition a new copy", errDamagedHere, part.Topic.Name, part.Num, part.X.raftGroup)
 	}
 	if err := c.checkLogOwner(part); err != nil {
 		c.mu.Lock()

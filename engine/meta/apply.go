@@ -22,6 +22,21 @@ type Command struct {
 	DecommissionNode *DecommissionNode
 	RemoveNode       *RemoveNode
 	DeleteTopic      *DeleteTopic
+	DropDamaged      *DropDamaged
+}
+
+// DropDamaged takes node Node's replica of the partition of Group out of
+// the group because its data is damaged (its node found corruption and
+// quarantined it): the partition moves to its other replicas (a move with
+// one replica fewer: the damaged one never voted again, so no quorum is
+// lost), after which NextMove gives the partition a new copy on the least
+// loaded node — often the same one, as a new member of the group that
+// copies the leader's log. Refused (ErrInvalid) when the node holds no
+// replica of it, while the partition moves, and when it is the partition's
+// only replica (nothing to copy from: spoold repair, docs/operations.md).
+type DropDamaged struct {
+	Group uint64
+	Node  NodeID
 }
 
 // DeleteTopic removes a topic, pending or placed (a move under way
@@ -169,13 +184,13 @@ func (e *TopicConflictError) Is(target error) bool { return target == ErrTopicCo
 func (c Command) shape() error {
 	n := 0
 	for _, set := range []bool{c.Init != nil, c.AddNode != nil, c.SetNodeAddr != nil, c.CreateTopic != nil, c.AlterTopic != nil,
-		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil, c.DecommissionNode != nil, c.RemoveNode != nil, c.DeleteTopic != nil} {
+		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil, c.DecommissionNode != nil, c.RemoveNode != nil, c.DeleteTopic != nil, c.DropDamaged != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown, DecommissionNode, RemoveNode, DeleteTopic; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown, DecommissionNode, RemoveNode, DeleteTopic, DropDamaged; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -223,6 +238,8 @@ func (s *State) Apply(c Command) Result {
 		return r
 	case c.DeleteTopic != nil:
 		return s.applyDeleteTopic(c.DeleteTopic.Name)
+	case c.DropDamaged != nil:
+		return s.applyDropDamaged(*c.DropDamaged)
 	case c.FinishMove != nil:
 		return s.applyFinishMove(*c.FinishMove)
 	case c.SetNodeDown != nil:
@@ -393,6 +410,25 @@ func (s *State) applyDeleteTopic(name string) Result {
 	delete(s.topics, name)
 	delete(s.byFold, strings.ToLower(name))
 	s.total -= int(t.Spec.Partitions)
+	return Result{}
+}
+
+func (s *State) applyDropDamaged(d DropDamaged) Result {
+	t, i, ok := s.partitionOf(d.Group)
+	if !ok {
+		return Result{Err: fmt.Errorf("%w %d: no placed partition has it", ErrUnknownGroup, d.Group)}
+	}
+	p := &t.Partitions[i]
+	switch {
+	case !slices.Contains(p.Replicas, d.Node):
+		return Result{Err: fmt.Errorf("%w: node %d holds no replica of %s/%d (group %d): nothing to drop", ErrInvalid, d.Node, t.Spec.Name, i, d.Group)}
+	case p.Target != nil:
+		return Result{Err: fmt.Errorf("%w: %s/%d (group %d) is moving: its damaged replica on node %d is dropped once the move ends", ErrInvalid, t.Spec.Name, i, d.Group, d.Node)}
+	case len(p.Replicas) < 2:
+		return Result{Err: fmt.Errorf("%w: node %d holds the only replica of %s/%d (group %d): no copy to rebuild it from; repair it by hand (spoold repair, docs/operations.md)", ErrInvalid, d.Node, t.Spec.Name, i, d.Group)}
+	}
+	p.Target = slices.DeleteFunc(slices.Clone(p.Replicas), func(n NodeID) bool { return n == d.Node })
+	p.Moved = true
 	return Result{}
 }
 

@@ -78,12 +78,14 @@ func (s *State) check() error {
 				return fmt.Errorf("topic %q partition %d: group %d is 0, not below the next group id %d, or another partition's", name, p, part.Group, s.nextGroup)
 			}
 			groups[part.Group] = true
-			if len(part.Replicas) != int(t.Spec.ReplicationFactor) {
-				return fmt.Errorf("topic %q partition %d has %d replicas, not %d", name, p, len(part.Replicas), t.Spec.ReplicationFactor)
+			// Fewer than the replication factor: a damaged replica was
+			// dropped (DropDamaged) and the new copy is not placed yet.
+			if len(part.Replicas) < 1 || len(part.Replicas) > int(t.Spec.ReplicationFactor) {
+				return fmt.Errorf("topic %q partition %d has %d replicas, not 1 to %d", name, p, len(part.Replicas), t.Spec.ReplicationFactor)
 			}
 			// A target equal to the replicas is a move back (a move given up).
-			if part.Target != nil && (len(part.Target) != int(t.Spec.ReplicationFactor) || !part.Moved) {
-				return fmt.Errorf("topic %q partition %d: move target %v is not %d replicas, or the partition is not marked moved", name, p, part.Target, t.Spec.ReplicationFactor)
+			if part.Target != nil && (len(part.Target) < 1 || len(part.Target) > int(t.Spec.ReplicationFactor) || !part.Moved) {
+				return fmt.Errorf("topic %q partition %d: move target %v is not 1 to %d replicas, or the partition is not marked moved", name, p, part.Target, t.Spec.ReplicationFactor)
 			}
 			for n, inc := range part.Incarnations {
 				if inc == 0 || inc > s.lastInc || !slices.Contains(part.Holders(), n) {

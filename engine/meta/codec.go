@@ -56,6 +56,8 @@ func EncodeCommand(c Command) ([]byte, error) {
 		m.Command = &clusterv1.MetaCommand_RemoveNode{RemoveNode: &clusterv1.MetaRemoveNode{NodeId: c.RemoveNode.ID}}
 	case c.DeleteTopic != nil:
 		m.Command = &clusterv1.MetaCommand_DeleteTopic{DeleteTopic: &clusterv1.MetaDeleteTopic{Name: c.DeleteTopic.Name}}
+	case c.DropDamaged != nil:
+		m.Command = &clusterv1.MetaCommand_DropDamagedReplica{DropDamagedReplica: &clusterv1.MetaDropDamagedReplica{GroupId: c.DropDamaged.Group, NodeId: c.DropDamaged.Node}}
 	default:
 		a := c.AlterTopic
 		m.Command = &clusterv1.MetaCommand_AlterTopic{AlterTopic: &clusterv1.MetaAlterTopic{Name: a.Name, RetentionAgeMs: a.RetentionAgeMs, RetentionBytes: a.RetentionBytes}}
@@ -114,6 +116,8 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{RemoveNode: &RemoveNode{ID: x.RemoveNode.GetNodeId()}}, nil
 	case *clusterv1.MetaCommand_DeleteTopic:
 		return Command{DeleteTopic: &DeleteTopic{Name: x.DeleteTopic.GetName()}}, nil
+	case *clusterv1.MetaCommand_DropDamagedReplica:
+		return Command{DropDamaged: &DropDamaged{Group: x.DropDamagedReplica.GetGroupId(), Node: x.DropDamagedReplica.GetNodeId()}}, nil
 	default:
 		return Command{}, fmt.Errorf("%w command: no command set (a command from a newer release this node does not know? upgrade this node)", ErrMalformed)
 	}

@@ -193,6 +193,13 @@ func (c Command) Validate() error {
 		if c.RemoveNode.ID == 0 {
 			return invalid("node id", "0", "a node id (1 up)")
 		}
+	case c.DropDamaged != nil:
+		if c.DropDamaged.Group == 0 {
+			return invalid("group id", "0", "a partition's group (1 up; 0 is the controller)")
+		}
+		if c.DropDamaged.Node == 0 {
+			return invalid("node id", "0", "a node id (1 up)")
+		}
 	case c.DeleteTopic != nil:
 		if IsInternalTopic(c.DeleteTopic.Name) {
 			return &InvalidError{Field: "topic name", Value: c.DeleteTopic.Name, Allowed: "a topic of the cluster's users: internal topics (" + GroupsTopic + ") are the engine's and cannot be deleted"}

@@ -11,7 +11,9 @@ import (
 //
 //  1. Repair. The first partition (by topic name, then number) whose
 //     replicas — its move's target when it is moving — include a node that
-//     is down or leaving (decommissioned) gets that node replaced by the up node with the fewest
+//     is down or leaving (decommissioned), or are fewer than its
+//     replication factor (a damaged replica dropped: DropDamaged), gets
+//     that node replaced, or the missing replica added, by the up node with the fewest
 //     replicas (targets counted), then the fewest preferred leaderships,
 //     then the lowest id, among those not holding it already (and neither
 //     down nor leaving). A moving
@@ -71,18 +73,22 @@ func NextMove(s *State) (MoveReplicas, bool) {
 					keep = append(keep, id)
 				}
 			}
-			if len(keep) == len(cur) {
+			rf := max(len(cur), int(s.topics[name].Spec.ReplicationFactor))
+			if len(keep) == rf {
 				continue
 			}
+			if p.Target != nil && len(cur) < rf && len(keep) == len(cur) {
+				continue // dropping a damaged replica: the new copy comes once that move ends
+			}
 			target := keep
-			for len(target) < len(cur) {
+			for len(target) < rf {
 				id, ok := least(append(slices.Clone(target), cur...))
 				if !ok {
 					break
 				}
 				target = append(target, id)
 			}
-			if len(target) < len(cur) {
+			if len(target) < rf {
 				continue // nowhere to put it: under-replicated until a node returns
 			}
 			return MoveReplicas{Group: p.Group, Replicas: target}, true

@@ -113,6 +113,19 @@ func TestNextMoveModel(t *testing.T) {
 						t.Fatalf("delete topic %q: %v", name, r.Err)
 					}
 				}
+			case 6: // a node finds its replica damaged (DropDamaged)
+				topic := rapid.SampledFrom(s.Topics()).Draw(t, "damaged topic")
+				if topic.Pending() {
+					break
+				}
+				i := rapid.IntRange(0, len(topic.Partitions)-1).Draw(t, "damaged partition")
+				p := topic.Partitions[i]
+				n := rapid.SampledFrom(s.Nodes()).Draw(t, "damaged node").ID
+				ok := slices.Contains(p.Replicas, n) && p.Target == nil && len(p.Replicas) > 1
+				r := apply(Command{DropDamaged: &DropDamaged{Group: p.Group, Node: n}})
+				if ok != (r.Err == nil) || r.Err != nil && !errors.Is(r.Err, ErrInvalid) {
+					t.Fatalf("drop node %d's damaged replica of %s/%d %+v: %v", n, topic.Spec.Name, i, p, r.Err)
+				}
 			}
 			// Some moves finish, some new ones start, before the next event.
 			for range rapid.IntRange(0, 5).Draw(t, "steps") {
@@ -152,6 +165,9 @@ func TestNextMoveModel(t *testing.T) {
 				continue
 			}
 			for i, p := range topic.Partitions {
+				if len(p.Replicas) != int(topic.Spec.ReplicationFactor) {
+					t.Fatalf("%s/%d settled with %d replicas %v, want %d", topic.Spec.Name, i, len(p.Replicas), p.Replicas, topic.Spec.ReplicationFactor)
+				}
 				for _, id := range p.Replicas {
 					if n, _ := s.Node(id); n.Down {
 						t.Fatalf("%s/%d keeps a replica on node %d, which is down, with %d nodes up", topic.Spec.Name, i, id, up)
@@ -181,7 +197,8 @@ func checkMove(t *rapid.T, s *State, m MoveReplicas) {
 }
 
 // checkPinned: a move of a pinned partition is a repair: where it is going
-// names a node down or leaving, which the move replaces.
+// names a node down or leaving, which the move replaces, or is short of
+// the replication factor (a damaged replica dropped), which it fills.
 func checkPinned(t *rapid.T, s *State, m MoveReplicas) {
 	for _, topic := range s.Topics() {
 		for i, p := range topic.Partitions {
@@ -191,6 +208,9 @@ func checkPinned(t *rapid.T, s *State, m MoveReplicas) {
 			cur := p.Replicas
 			if p.Target != nil {
 				cur = p.Target
+			}
+			if len(cur) < int(topic.Spec.ReplicationFactor) {
+				return
 			}
 			for _, id := range cur {
 				if n, _ := s.Node(id); n.Down || n.Leaving {
@@ -413,4 +433,58 @@ func withNodes(n int) *State {
 		s.Apply(Command{AddNode: &AddNode{Addr: fmt.Sprintf("n%d:1", i+1), Token: fmt.Sprintf("t%d", i+1)}})
 	}
 	return s
+}
+
+// A damaged replica is dropped and replaced: DropDamaged moves the
+// partition to its other replicas (refused for a node holding none, while
+// the partition moves, and for its only replica); NextMove leaves it alone
+// while the drop is under way, then gives it a new replica — here on the
+// same node, the least loaded, under a new incarnation, so that the new
+// copy is a new member of the group. The short state encodes and decodes.
+func TestDropDamaged(t *testing.T) {
+	s := withNodes(3)
+	mustApply(t, s, create("a", 1, 3))
+	mustApply(t, s, create("solo", 1, 1))
+	part := func(name string) Partition { tp, _ := s.Topic(name); return tp.Partitions[0] }
+	p := part("a")
+	refused := func(d DropDamaged, why string) {
+		t.Helper()
+		if r := s.Apply(Command{DropDamaged: &d}); !errors.Is(r.Err, ErrInvalid) || !strings.Contains(r.Err.Error(), why) {
+			t.Fatalf("drop %+v: %v, want ErrInvalid saying %q", d, r.Err, why)
+		}
+	}
+	refused(DropDamaged{Group: part("solo").Group, Node: part("solo").Replicas[0]}, "only replica")
+	mustApply(t, s, Command{DropDamaged: &DropDamaged{Group: p.Group, Node: 2}})
+	if got := part("a"); !slices.Equal(got.Target, []NodeID{1, 3}) && !slices.Equal(got.Target, []NodeID{3, 1}) || !got.Moved {
+		t.Fatalf("after dropping node 2: %+v, want a move to nodes 1 and 3", got)
+	}
+	refused(DropDamaged{Group: p.Group, Node: 1}, "is moving")
+	for m, ok := NextMove(s); ok; m, ok = NextMove(s) {
+		if m.Group == p.Group {
+			t.Fatalf("NextMove moves a/0 (%+v) while its damaged replica is dropped", m)
+		}
+		mustApply(t, s, Command{MoveReplicas: &m})
+		mustApply(t, s, Command{FinishMove: &FinishMove{Group: m.Group, Replicas: m.Replicas}})
+	}
+	mustApply(t, s, Command{FinishMove: &FinishMove{Group: p.Group, Replicas: part("a").Target}})
+	refused(DropDamaged{Group: p.Group, Node: 2}, "holds no replica")
+	b, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := DecodeState(b); err != nil || !reflect.DeepEqual(d.Clone(), s.Clone()) {
+		t.Fatalf("the short state decodes as %v (%v)", d, err)
+	}
+	m, ok := NextMove(s)
+	if !ok || m.Group != p.Group || len(m.Replicas) != 3 || !slices.Contains(m.Replicas, 2) {
+		t.Fatalf("NextMove gave %+v %v, want a/0 back to three replicas, node 2 among them", m, ok)
+	}
+	mustApply(t, s, Command{MoveReplicas: &m})
+	if inc := part("a").Incarnation(2); inc == 0 {
+		t.Fatalf("node 2's new replica of a/0 has incarnation 0, the damaged one's")
+	}
+	mustApply(t, s, Command{FinishMove: &FinishMove{Group: p.Group, Replicas: m.Replicas}})
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
 }

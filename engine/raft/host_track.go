@@ -269,6 +269,8 @@ func (t *tracker) appended(ents []raftpb.Entry) {
 			continue // the leader's own empty entry, first of its term
 		case e.Type == raftpb.EntryNormal && isLogStart(e.Data):
 			continue // proposed by the replica itself (retention), not through the Host
+		case isLeaveJoint(e) && (p.kind != kindConfChange || !p.cc.LeaveJoint()):
+			continue // raft's own leave of a joint configuration (AutoLeave)
 		case e.Type == raftpb.EntryNormal && slog.PayloadType(e.Data) == slog.EntryData && p.kind == kindRecords,
 			(e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2) && p.kind == kindConfChange:
 			t.match(p, e.Index)
@@ -285,6 +287,17 @@ func (t *tracker) appended(ents []raftpb.Entry) {
 			t.unmatched = t.unmatched[:0]
 		}
 	}
+}
+
+// isLeaveJoint reports whether e leaves a joint configuration: an empty
+// ConfChangeV2, which raft appends by itself once a joint configuration
+// applies (AutoLeave), and which a Host proposes to leave one explicitly.
+func isLeaveJoint(e raftpb.Entry) bool {
+	if e.Type != raftpb.EntryConfChangeV2 {
+		return false
+	}
+	var cc raftpb.ConfChangeV2
+	return cc.Unmarshal(e.Data) == nil && cc.LeaveJoint()
 }
 
 func (t *tracker) match(p *proposal, index uint64) {

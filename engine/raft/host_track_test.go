@@ -328,3 +328,34 @@ func TestTrackerAtDurableUnknownBase(t *testing.T) {
 		t.Fatalf("early %d", tr.early)
 	}
 }
+
+// TestTrackerSkipsRaftsAutoLeave: once a joint configuration applies, raft
+// itself appends an empty ConfChangeV2 to leave it (AutoLeave). That entry
+// is raft's, not a proposal's: the records proposed around it are matched
+// and commit as usual. (Before: every proposal after it was failed with
+// ErrOutcomeUnknown, "does not match the proposals made in that term" —
+// publishes failing OUTCOME_UNKNOWN while replicas moved onto a joining
+// node.) A leave this Host proposed itself is still matched to it.
+func TestTrackerSkipsRaftsAutoLeave(t *testing.T) {
+	now := time.Unix(0, 0)
+	tr := newTracker()
+	var a, b, c outcome
+	trackRecords(tr, 5, now, &a)
+	trackRecords(tr, 5, now, &b)
+	leave := func(index uint64) raftpb.Entry {
+		return raftpb.Entry{Index: index, Term: 5, Type: raftpb.EntryConfChangeV2} // raft's: ConfChangeV2{} marshals to nothing
+	}
+	tr.ready(readyOf([]raftpb.Entry{recEntry(10, 5), leave(11), recEntry(12, 5)}))
+	p := &proposal{kind: kindConfChange, term: 5, deadline: now.Add(time.Second), cc: raftpb.ConfChangeV2{}, ccDone: func(err error) { c.calls++; c.err = err }}
+	tr.proposed(p)
+	tr.ready(readyOf([]raftpb.Entry{leave(13)}))
+	for _, e := range []raftpb.Entry{recEntry(10, 5), leave(11), recEntry(12, 5), leave(13)} {
+		tr.applied(e, 100)
+	}
+	completeAll(tr)
+	for name, o := range map[string]outcome{"records before the leave": a, "records after it": b, "the Host's own leave": c} {
+		if o.calls != 1 || o.err != nil {
+			t.Errorf("%s: %+v, want committed", name, o)
+		}
+	}
+}

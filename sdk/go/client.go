@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -20,6 +21,28 @@ const DefaultAddr = "127.0.0.1:7070"
 
 // EnvAddr names the environment variable holding the sidecar address.
 const EnvAddr = "SPOOL_ADDR"
+
+// The connection's connect backoff: how soon gRPC tries the sidecar again
+// after a failed connect. gRPC's default grows to 120 s (1 s, ×1.6), which
+// kept an app away from a restarted sidecar for seconds after it was ready;
+// the sidecar is local, so a retry every ConnectBackoffMax costs nothing.
+// With gRPC's ±20 % jitter the retries are at most 600 ms apart, so an app
+// is connected again within 600 ms of its sidecar being ready, and
+// Subscribe resumes at once (docs/sdk-go.md, "Reconnecting"). Replace them
+// with WithGRPCDialOptions(grpc.WithConnectParams(...)).
+const (
+	ConnectBackoffBase = 100 * time.Millisecond
+	ConnectBackoffMax  = 500 * time.Millisecond
+	// MinConnectTimeout bounds one connect attempt (a TLS handshake
+	// beyond loopback included); gRPC's default is 20 s.
+	MinConnectTimeout = 5 * time.Second
+)
+
+// connectParams is the connect backoff above, as gRPC takes it.
+var connectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: ConnectBackoffBase, Multiplier: 1.6, Jitter: 0.2, MaxDelay: ConnectBackoffMax},
+	MinConnectTimeout: MinConnectTimeout,
+}
 
 // Client is a connection to the local Spool sidecar. It is safe for
 // concurrent use; one per process is enough.
@@ -46,7 +69,9 @@ func WithConnectTimeout(d time.Duration) DialOption {
 }
 
 // WithGRPCDialOptions adds gRPC dial options (interceptors, message size
-// limits). The transport stays insecure: the sidecar is local.
+// limits, grpc.WithConnectParams to replace the connect backoff). They come
+// after the SDK's own (plaintext credentials, the sidecar's codec, the
+// connect backoff) and win.
 func WithGRPCDialOptions(opts ...grpc.DialOption) DialOption {
 	return func(c *dialConfig) { c.grpcOpts = append(c.grpcOpts, opts...) }
 }
@@ -70,7 +95,10 @@ func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error)
 	// The sidecar's codec: vtproto's generated code instead of protobuf-go's
 	// reflection for the delivery frames read and the acks and publish
 	// batches written (options given by the caller come after, and win).
-	gopts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpcbuf.ClientCodec()}, cfg.grpcOpts...)
+	gopts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpcbuf.ClientCodec(),
+		grpc.WithConnectParams(connectParams),
+	}, cfg.grpcOpts...)
 	conn, err := grpc.NewClient(addr, gopts...)
 	if err != nil {
 		return nil, fmt.Errorf("spool: dial %q: %w: give host:port or unix:///path/to.sock (or set %s)", addr, err, EnvAddr)
@@ -107,6 +135,33 @@ func (c *Client) waitReady(ctx context.Context) error {
 		}
 		if !c.conn.WaitForStateChange(ctx, s) {
 			return c.unreachable(ctx.Err())
+		}
+	}
+}
+
+// awaitReconnect waits d, or less: until the connection to the sidecar,
+// down when the wait starts, is ready again. The subscriber's backoff paces
+// its attempts at a sidecar that does not answer, and a sidecar that comes
+// back is used as soon as gRPC has connected to it. A connection that is
+// ready already (the sidecar answered and refused) waits the full d, so
+// that attempts never spin.
+func (c *Client) awaitReconnect(ctx context.Context, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	s := c.conn.GetState()
+	if s == connectivity.Ready {
+		<-ctx.Done()
+		return
+	}
+	for {
+		if s == connectivity.Idle {
+			c.conn.Connect() // an idle channel waits for a call to try again
+		}
+		if !c.conn.WaitForStateChange(ctx, s) {
+			return
+		}
+		if s = c.conn.GetState(); s == connectivity.Ready {
+			return
 		}
 	}
 }

@@ -127,7 +127,9 @@ func WithDrainTimeout(d time.Duration) SubscribeOption {
 }
 
 // WithReconnectBackoff sets the reconnect delay: exponential from base up to
-// max, with full jitter (default 100 ms, 5 s).
+// max, with full jitter (default 100 ms, 5 s). It paces attempts at a
+// sidecar that refuses or breaks the stream; a sidecar that was unreachable
+// is used as soon as the connection to it is back, without waiting it out.
 func WithReconnectBackoff(base, max time.Duration) SubscribeOption {
 	return func(c *subscribeConfig) { c.backoff = backoffConfig{base: base, max: max} }
 }

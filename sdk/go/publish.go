@@ -170,7 +170,7 @@ func (c *Client) publishError(topic string, err error) error {
 	case st.Code() == codes.Unavailable:
 		return fmt.Errorf("spool: publish to %q: the sidecar at %s cannot store it now (%s): %w: retry later with the same message ids", topic, c.addr, reason, err)
 	case reason == "OUTCOME_UNKNOWN":
-		return fmt.Errorf("spool: publish to %q: %w (OUTCOME_UNKNOWN: a partition's leader changed before it committed): the message may or may not be stored; retry with the same message ids (consumers dedupe on them): %w", topic, ErrOutcomeUnknown, err)
+		return fmt.Errorf("spool: publish to %q: %w (OUTCOME_UNKNOWN: the sidecar could not learn whether it committed; the sidecar's message below says why): the message may or may not be stored; retry with the same message ids (consumers dedupe on them): %w", topic, ErrOutcomeUnknown, err)
 	case st.Code() == codes.DeadlineExceeded, st.Code() == codes.Canceled:
 		return fmt.Errorf("spool: publish to %q: %w: the message may or may not be stored; retry with the same message ids", topic, err)
 	case reason != "":

@@ -42,7 +42,9 @@ func Subscribe(ctx context.Context, addr, group string, topics []string, h Handl
 //
 // When the stream to the sidecar breaks (a sidecar restart), Subscribe
 // reconnects with exponential backoff and full jitter, forever, logging each
-// attempt at Warn. It returns an error only for an invalid call, a sidecar
+// attempt at Warn; while no sidecar answers, it also reconnects as soon as
+// the connection is back (within 600 ms of the sidecar being ready with the
+// default connect backoff, see ConnectBackoffMax). It returns an error only for an invalid call, a sidecar
 // that refuses the subscription for good (unknown group or topic, bad
 // argument), or handlers that ignored the drain timeout.
 func (c *Client) Subscribe(ctx context.Context, group string, topics []string, h Handler, opts ...SubscribeOption) error {
@@ -148,12 +150,14 @@ func (sub *subscriber) run(ctx context.Context) error {
 		}
 		d := sub.cfg.backoff.next(attempt)
 		attempt++
-		msg := "spool: subscribe stream to the sidecar broke; reconnecting (deliveries in progress will be redelivered)"
-		if sidecarUnreachable(err) {
-			msg = "spool: no sidecar answering; reconnecting (is spoold running? deliveries in progress will be redelivered)"
+		if !sidecarUnreachable(err) {
+			sub.log.Warn("spool: subscribe stream to the sidecar broke; reconnecting (deliveries in progress will be redelivered)", "err", err, "retry_in", d, "attempt", attempt)
+			sleepCtx(ctx, d)
+			continue
 		}
-		sub.log.Warn(msg, "err", err, "retry_in", d, "attempt", attempt)
-		sleepCtx(ctx, d)
+		// Nothing answers: try again after d, or as soon as the sidecar is back.
+		sub.log.Warn("spool: no sidecar answering; reconnecting (is spoold running? deliveries in progress will be redelivered)", "err", err, "retry_in", d, "attempt", attempt)
+		sub.client.awaitReconnect(ctx, d)
 	}
 	return errors.Join(runErr, sub.drain(live))
 }

@@ -339,6 +339,52 @@ func TestSubscribeWithoutSidecarRetriesUntilCancelled(t *testing.T) {
 	}
 }
 
+func TestSubscribeResumesAsSoonAsTheSidecarIsBack(t *testing.T) {
+	// The subscription's own backoff is a minute: once the sidecar is back,
+	// Subscribe must not sleep it out, but resume as soon as the connection
+	// (default connect backoff: retries at most 600 ms apart) is ready.
+	side, err := fakesidecar.Start(fakesidecar.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := side.Addr()
+	side.Stop()
+	c, err := spool.Dial(ctxT(t), addr, spool.WithConnectTimeout(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	logs := newLogRecorder()
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Subscribe(ctx, "billing", nil, func(context.Context, *spool.Message) error { return nil },
+			spool.WithLogger(slog.New(logs)), spool.WithReconnectBackoff(time.Minute, time.Minute))
+	}()
+	logs.await(t, 1, "is spoold running")
+	side, err = fakesidecar.Start(fakesidecar.Config{Addr: addr})
+	if err != nil {
+		t.Fatalf("restarting the twin at %s: %v", addr, err)
+	}
+	defer side.Stop()
+	back := time.Now()
+	side.Enqueue("orders", "after the sidecar came up")
+	if err := side.Await(ctx, func(r fakesidecar.Record) bool { return len(r.Acks) == 1 }); err != nil {
+		t.Fatalf("no ack once the sidecar came up: %v", err)
+	}
+	// 600 ms of connect backoff at most, and the stream's set-up.
+	took := time.Since(back)
+	t.Logf("acked %v after the sidecar came back", took)
+	if took > time.Second {
+		t.Errorf("acked %v after the sidecar came back, want at most 1 s: Subscribe slept out its own backoff", took)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Subscribe = %v, want nil after ctx cancellation", err)
+	}
+}
+
 func TestStaleSettlementIsCounted(t *testing.T) {
 	e := newEnv(t, fakesidecar.Config{})
 	e.side.Enqueue("orders", "m")

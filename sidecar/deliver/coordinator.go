@@ -154,8 +154,12 @@ type memberSub struct {
 	// count and took it without (callCounted); the count is left out until
 	// then.
 	countsOffUntil time.Time
-	lastBeat       time.Time
-	stale          bool // another process took the member over: give up
+	// lastBeat is when the last Join or Heartbeat the coordinator took
+	// was sent: the coordinator's session of the member counts from its
+	// arrival, later, so a deadline counted from here ends first
+	// (assignView.heardAt, fence.go).
+	lastBeat time.Time
+	stale    bool // another process took the member over: give up
 }
 
 func newMembership(g *Group) *membership {
@@ -236,7 +240,8 @@ func (ms *membership) join(ctx context.Context, x *memberSub) {
 		return
 	}
 	topic := engine.GroupTopic{Name: x.s.cfg.Topic, Partitions: x.partitons, Replicas: ms.co.Replicas(x.s.cfg.Topic)}
-	n, err := ms.callCounted(ctx, x, ms.countOf(x, time.Now()), func(n uint32) engine.GroupCommand {
+	sentAt := time.Now()
+	n, err := ms.callCounted(ctx, x, ms.countOf(x, sentAt), func(n uint32) engine.GroupCommand {
 		return engine.GroupCommand{Join: &engine.GroupJoin{Member: x.id, Session: ms.cfg.Session, Node: node, Topics: []engine.GroupTopic{topic},
 			SessionTimeoutMs: ms.cfg.SessionTimeout.Milliseconds(), RevokeTimeoutMs: ms.cfg.RevokeTimeout.Milliseconds(), Consumers: n}}
 	})
@@ -244,7 +249,7 @@ func (ms *membership) join(ctx context.Context, x *memberSub) {
 		ms.log.Warn("joining the group's coordinator failed; retrying", "topic", x.s.cfg.Topic, "member", x.id, "err", err)
 		return
 	}
-	x.joined, x.yielding, x.degrades, x.reported, x.lastBeat = true, false, false, n, time.Now()
+	x.joined, x.yielding, x.degrades, x.reported, x.lastBeat = true, false, false, n, sentAt
 	ms.log.Info("joined the group", "topic", x.s.cfg.Topic, "member", x.id, "session", ms.cfg.Session)
 }
 
@@ -337,6 +342,7 @@ func (ms *membership) poll(ctx context.Context) {
 	ms.readOK = true
 	for _, x := range ms.subs {
 		v := &assignView{s: x.s, committed: map[int32]engine.Position{}, starts: map[int32]int64{}}
+		_, v.sharedGens = st.(*engine.GroupState)
 		for _, ps := range st.LagInputs(ms.g.cfg.Name) {
 			if ps.Topic == x.s.cfg.Topic && ps.Committed {
 				v.committed[ps.Partition] = engine.Position{Next: ps.Position.Next, Done: ps.Position.Done}
@@ -350,7 +356,7 @@ func (ms *membership) poll(ctx context.Context) {
 		}
 		a, ok := st.Assignment(ms.g.cfg.Name, x.id)
 		if x.joined && ok {
-			v.member, v.generation = true, a.Generation
+			v.member, v.generation, v.heardAt = true, a.Generation, x.lastBeat
 			for _, tp := range a.Owned {
 				if tp.Topic == x.s.cfg.Topic {
 					v.owned = append(v.owned, tp.Partition)

@@ -33,6 +33,7 @@
 //	events.go     the loop's events and settlements (settle)
 //	consumer.go   a consumer's credit and outstanding deliveries
 //	member.go     partition ownership in a cluster, degradation
+//	fence.go      self-fencing, and the deliveries of a fenced member
 //	commit.go     positions, commits, offset resets (reset)
 //	deadletter.go dead letters to publish, failed-attempt history
 //	ledger.go     claims and ledger writes to ask for

@@ -42,6 +42,9 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 	var errs []*spoolv1.SettleError
 	for _, a := range req.GetAcks() {
 		ref := a.GetRef()
+		if len(m.fenced) > 0 && m.ackFenced(now, c, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()}, ref.GetFencingToken()) {
+			continue
+		}
 		s, p, o, err := m.settleTarget(c, ref)
 		if err == nil {
 			if err = p.tr.Ack(now, ref.GetOffset(), o.token); err == nil {

@@ -182,3 +182,19 @@ func header(r engine.Record, key string) string {
 	}
 	return ""
 }
+
+// query runs f on the loop and waits for it.
+func (h *harness) query(f func(g *Group, now time.Time)) {
+	h.t.Helper()
+	done := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.g.post(ctx, queryEvent{func(g *Group, now time.Time) { f(g, now); close(done) }}); err != nil {
+		h.t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		h.t.Fatal("query not run")
+	}
+}

@@ -50,6 +50,10 @@ type machine struct {
 	// expired holds deliveries whose lease ended (and are not yet
 	// redelivered): a late ack for them is still applied.
 	expired map[refKey]sent
+	// fenced holds deliveries outstanding when their partition stopped
+	// because the member was fenced (fence.go): an ack of one still
+	// completes it in the ledger.
+	fenced map[refKey]fencedDelivery
 	// ledgerRetryAt: while the ledger is unavailable under policy pause,
 	// nothing is delivered before this time.
 	ledgerRetryAt time.Time
@@ -162,7 +166,18 @@ type sub struct {
 	// joinedGen is the newest generation of the coordinator's views
 	// applied (0: not a member).
 	joinedGen uint64
-	brk       *breaker.Set // nil: no breakers configured
+	// sharedGens: the coordinator's generations are the group's, so a
+	// partition granted to another member after this one was fenced is
+	// granted in a higher generation than any this member held it in
+	// (the coordinator's state machine, embedded and on JetStream). The
+	// ledger claims then carry them. Kafka's views number each member's
+	// own changes: not comparable between members, not carried.
+	sharedGens bool
+	// heardAt is when the last heartbeat (or join) the coordinator took
+	// was sent: the member stops delivering at heardAt + the session
+	// timeout (fence.go).
+	heardAt time.Time
+	brk     *breaker.Set // nil: no breakers configured
 	// Degradation (cluster, member.go): since when the breakers have held
 	// the deliveries (zero: they do not), whether the member says it is
 	// degraded, and since when it has owned no partition while degraded.
@@ -670,6 +685,10 @@ func (m *machine) work(now time.Time) {
 
 // tick advances the trackers' clocks: lease expiries and due retries.
 func (m *machine) tick(now time.Time) {
+	m.selfFence(now)
+	if len(m.fenced) > 0 {
+		m.forgetFenced(now)
+	}
 	for _, s := range m.subs {
 		for _, p := range s.parts {
 			if d, ok := p.tr.NextDeadline(); !ok || d.After(now) {
@@ -716,6 +735,10 @@ type candidate struct {
 	d     tracker.Delivery[engine.Record]
 	probe bool   // the one delivery let through a half-open breaker
 	inc   uint64 // the partition's incarnation when it was taken
+	// gen is the partition's ownership generation when it was taken (0
+	// without a coordinator): the ledger claim carries it, so that a lease
+	// of a member fenced since is taken over at once.
+	gen uint64
 	// Set by admit: what the app sees.
 	wire      uint64
 	attempt   int
@@ -762,7 +785,7 @@ func (m *machine) dispatch(now time.Time) {
 							continue
 						}
 					}
-					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe, inc: p.inc})
+					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe, inc: p.inc, gen: s.claimGen(p)})
 					limit--
 					free--
 				}
@@ -916,6 +939,9 @@ func (m *machine) nextWake(now time.Time) time.Time {
 			}
 		}
 		if d, ok := m.healthWake(s); ok && d.Before(w) {
+			w = d
+		}
+		if d, ok := m.fenceWake(s); ok && d.Before(w) {
 			w = d
 		}
 	}

@@ -41,8 +41,14 @@ type assignView struct {
 	// expired or never joined): every partition stops at once.
 	member     bool
 	generation uint64
-	owned      []int32 // Revoking ones included
-	revoking   []int32
+	// sharedGens: generation is the group's, comparable between members
+	// (sub.sharedGens).
+	sharedGens bool
+	// heardAt: when the last heartbeat or join of the member that the
+	// coordinator took was sent (zero: none yet).
+	heardAt  time.Time
+	owned    []int32 // Revoking ones included
+	revoking []int32
 	// committed is the group's committed position on every partition of
 	// the topic it has one for; starts the log start of every partition.
 	committed map[int32]engine.Position
@@ -79,7 +85,14 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 	if v.generation < s.joinedGen {
 		return // an older read than one already applied
 	}
-	s.joinedGen = v.generation
+	if v.heardAt.After(s.heardAt) {
+		s.heardAt = v.heardAt
+	}
+	if m.silent(now, s) {
+		m.selfFence(now) // a read that works while heartbeats do not: start nothing
+		return
+	}
+	s.joinedGen, s.sharedGens = v.generation, v.sharedGens
 	m.gauge(metricKey{id: metGeneration}, float64(v.generation))
 	m.gauge(metricKey{id: metMembers, l1: s.cfg.Topic}, float64(v.members))
 	for _, p := range s.parts {
@@ -121,6 +134,16 @@ func (m *machine) assigned(now time.Time, v *assignView) {
 	}
 }
 
+// claimGen is the generation p's ledger claims carry: the one this
+// member holds it in when generations are the group's, 0 otherwise
+// (docs/ledger.md, "Generations").
+func (s *sub) claimGen(p *part) uint64 {
+	if !s.sharedGens {
+		return 0
+	}
+	return p.gen
+}
+
 // startPart starts delivering a partition from the group's committed position.
 func (m *machine) startPart(s *sub, p *part, committed engine.Position, start int64, gen uint64) {
 	next := max(committed.Next, start)
@@ -151,15 +174,29 @@ func (p *part) resetTo(tr *tracker.Tracker[engine.Record], next int64, committed
 	p.handing, p.dlPending = false, 0
 }
 
-// stopPart stops a partition at once: its deliveries outstanding at the
-// app are forgotten (their settlements are refused as not in flight), its
-// dead letters waiting are dropped, nothing of it is committed.
+// stopPart stops a partition at once (the member was fenced): its
+// deliveries outstanding at the app are forgotten by the tracker (a nack
+// or extend of one is refused as not in flight; an ack still completes it
+// in the ledger: keepFenced), its dead letters waiting are dropped,
+// nothing of it is committed.
 func (m *machine) stopPart(now time.Time, s *sub, p *part, why string) {
 	m.note(slog.LevelWarn, "partition stopped", "topic", s.cfg.Topic, "partition", p.num, "reason", why, "in_flight", p.tr.InFlight())
 	if p.own != ownNone {
 		m.count(metricKey{id: metPartitionMoves, l1: s.cfg.Topic, l2: "out"}, 1)
 	}
-	m.handBack(now, s, p, false)
+	for _, c := range m.consumers {
+		for k, o := range c.outstanding {
+			if k.topic != s.cfg.Topic || k.part != p.num {
+				continue
+			}
+			delete(c.outstanding, k)
+			if m.cfg.Tracer != nil {
+				m.span(now, s, p, k.offset, o, c, OutcomeHandedBack, "")
+			}
+			m.probeLost(now, s, o)
+			m.keepFenced(now, c, s, k, o)
+		}
+	}
 	kept := m.dlWait[:0]
 	for _, w := range m.dlWait {
 		if w.p != p {

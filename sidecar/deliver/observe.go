@@ -37,6 +37,8 @@ const (
 	metDeadLettered                       // l1: topic, l2: reason
 	metBreakerTransitions                 // l1: topic, l2: downstream, l3: state entered
 	metPartitionMoves                     // l1: topic, l2: direction
+	metSelfFences                         // l1: topic
+	metFencedAcks                         // l1: topic
 	metMemoryPaused                       // seconds
 	// Gauges (the last value set).
 	metConsumers

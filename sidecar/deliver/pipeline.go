@@ -370,7 +370,7 @@ func (pl *pipeline) heldItems() int {
 func (pl *pipeline) claim(ctx context.Context, j *claimJob) {
 	claims := make([]ledger.Claim, len(j.cands))
 	for i, cd := range j.cands {
-		claims[i] = ledger.Claim{ID: string(cd.d.Value.ID), Lease: cd.d.Deadline}
+		claims[i] = ledger.Claim{ID: string(cd.d.Value.ID), Lease: cd.d.Deadline, Generation: cd.gen}
 	}
 	c, cancel := context.WithTimeout(ctx, ledgerTimeout)
 	j.res, j.err = pl.led.Claim(c, pl.group, pl.owner, j.now, j.s.cfg.DedupeTTL, claims)

@@ -100,6 +100,10 @@ func (g *Group) counter(k metricKey) prometheus.Counter {
 		return mt.BreakerTransitions.WithLabelValues(gr, k.l1, k.l2, k.l3)
 	case metPartitionMoves:
 		return mt.GroupPartitionMoves.WithLabelValues(gr, k.l1, k.l2)
+	case metSelfFences:
+		return mt.GroupSelfFences.WithLabelValues(gr, k.l1)
+	case metFencedAcks:
+		return mt.GroupFencedAcks.WithLabelValues(gr, k.l1)
 	case metMemoryPaused:
 		return mt.DeliveryMemoryPaused.WithLabelValues(gr)
 	}

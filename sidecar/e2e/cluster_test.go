@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -36,6 +37,7 @@ type spoolCluster struct {
 	creds *peerCreds // mutual TLS and the join secret, for every node
 	extra string     // more of the cluster section, for every node
 	tail  string     // the rest of every node's config (topics, subscriptions, ...)
+	drain string     // node.drain_timeout ("": 5s)
 }
 
 // clusterTopics is the topic and subscription every node of the tests
@@ -96,8 +98,8 @@ func (sc *spoolCluster) addNode() *node {
 		}
 		join = fmt.Sprintf("  join: [%s]\n", strings.Join(peers, ", "))
 	}
-	cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n%s%s%s",
-		i+1, n.dataDir, n.app, n.admin, peer, sc.creds.yaml, join, sc.extra) + sc.tail
+	cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: %s\ncluster:\n  listen: %q\n%s%s%s",
+		i+1, n.dataDir, n.app, n.admin, cmp.Or(sc.drain, "5s"), peer, sc.creds.yaml, join, sc.extra) + sc.tail
 	if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

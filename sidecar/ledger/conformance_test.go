@@ -106,6 +106,16 @@ func (x h) claim(owner string, now time.Time, leaseFor time.Duration, ids ...str
 	return res
 }
 
+// gen claims id for owner under an ownership generation, lease 30 s.
+func (x h) gen(owner string, gen uint64, now time.Time, id string) ClaimResult {
+	x.t.Helper()
+	res, err := x.s.l.Claim(ctxT(x.t), x.s.group, owner, now, dayTTL, []Claim{{ID: id, Lease: now.Add(30 * time.Second), Generation: gen}})
+	if err != nil {
+		x.t.Fatalf("Claim: %v", err)
+	}
+	return res[0]
+}
+
 func (x h) one(owner string, now time.Time, id string) ClaimResult {
 	x.t.Helper()
 	return x.claim(owner, now, 30*time.Second, id)[0]
@@ -190,6 +200,33 @@ var scenarios = []struct {
 		want(x.t, x.one(ownerB, t0.Add(31*time.Second), "m"), ClaimResult{Status: Busy, Token: 2, Attempts: 2, BusyUntil: t0.Add(60 * time.Second)})
 		x.complete("m", 2)
 		want(x.t, x.one(ownerB, t0.Add(time.Hour), "m"), ClaimResult{Status: Done, Token: 2, Attempts: 2})
+	}},
+	{"a live lease of an older generation is taken over by a newer one", func(x h) {
+		want(x.t, x.gen(ownerA, 3, t0, "m"), ClaimResult{Status: Granted, Token: 1, Attempts: 1})
+		busyA := ClaimResult{Status: Busy, Token: 1, Attempts: 1, BusyUntil: t0.Add(30 * time.Second)}
+		want(x.t, x.gen(ownerB, 3, t0.Add(time.Second), "m"), busyA)
+		want(x.t, x.gen(ownerB, 2, t0.Add(time.Second), "m"), busyA)
+		want(x.t, x.gen(ownerB, 0, t0.Add(time.Second), "m"), busyA)
+		want(x.t, x.gen(ownerB, 4, t0.Add(time.Second), "m"), ClaimResult{Status: Granted, Token: 2, Attempts: 2})
+		x.complete("m", 1) // the fenced holder's late ack: stale
+		// The fenced holder cannot take it back with its old generation.
+		want(x.t, x.gen(ownerA, 3, t0.Add(2*time.Second), "m"), ClaimResult{Status: Busy, Token: 2, Attempts: 2, BusyUntil: t0.Add(31 * time.Second)})
+		// The same owner reclaims its own lease whatever the generation.
+		want(x.t, x.gen(ownerB, 1, t0.Add(2*time.Second), "m"), ClaimResult{Status: Granted, Token: 3, Attempts: 3})
+		x.complete("m", 3)
+		want(x.t, x.gen(ownerA, 9, t0.Add(3*time.Second), "m"), ClaimResult{Status: Done, Token: 3, Attempts: 3})
+	}},
+	{"a lease without a generation is taken over by any generation", func(x h) {
+		x.one(ownerA, t0, "m") // generation 0: a single node, or the previous release
+		want(x.t, x.gen(ownerB, 0, t0.Add(time.Second), "m"), ClaimResult{Status: Busy, Token: 1, Attempts: 1, BusyUntil: t0.Add(30 * time.Second)})
+		want(x.t, x.gen(ownerB, 1, t0.Add(time.Second), "m"), ClaimResult{Status: Granted, Token: 2, Attempts: 2})
+	}},
+	{"a generation survives release and is replaced by the next grant", func(x h) {
+		x.gen(ownerA, 5, t0, "m")
+		x.release(Release{ID: "m", Token: 1, Error: "e"})
+		want(x.t, x.gen(ownerB, 2, t0, "m"), ClaimResult{Status: Granted, Token: 2, Attempts: 2, LastError: "e"})
+		// Now held under generation 2: generation 3 takes it over.
+		want(x.t, x.gen(ownerA, 3, t0.Add(time.Second), "m"), ClaimResult{Status: Granted, Token: 3, Attempts: 3, LastError: "e"})
 	}},
 	{"same owner reclaims a live lease with token+1", func(x h) {
 		x.one(ownerA, t0, "m")
@@ -392,6 +429,7 @@ var scenarios = []struct {
 			"brace group":  first(l.Claim(ctx, "a{b", ownerA, t0, dayTTL, c)),
 			"close brace":  l.Complete(ctx, "a}b", dayTTL, []Finish{{ID: "m", Token: 1}}),
 			"empty owner":  first(l.Claim(ctx, x.s.group, "", t0, dayTTL, c)),
+			"owner with @": first(l.Claim(ctx, x.s.group, "node@1", t0, dayTTL, c)),
 			"empty id":     first(l.Claim(ctx, x.s.group, ownerA, t0, dayTTL, []Claim{{ID: "ok"}, {ID: ""}})),
 			"negative ttl": first(l.Claim(ctx, x.s.group, ownerA, t0, -time.Second, c)),
 			"release id":   l.Release(ctx, x.s.group, dayTTL, []Release{{ID: ""}}),

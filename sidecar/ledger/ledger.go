@@ -44,6 +44,13 @@ func (s Status) String() string {
 type Claim struct {
 	ID    string
 	Lease time.Time // deadline of this delivery
+	// Generation is the claimer's ownership generation of the message's
+	// partition (the group coordinator's generation the member holds it
+	// in; 0: none, as on a single node). A live lease of another owner is
+	// taken over when it was granted under a lower generation: its holder
+	// was fenced (expired, or it gave the partition up) and the partition
+	// reassigned since. At most MaxGeneration.
+	Generation uint64
 }
 
 // ClaimResult answers one Claim.
@@ -112,10 +119,12 @@ func (r ResetResult) String() string {
 // Results come back in the order of the items.
 type Ledger interface {
 	// Claim grants each message to owner unless it is done or dead, or held
-	// by ANOTHER owner under a lease that has not expired (Busy). An expired
-	// lease, or one held by the same owner, is taken over with token+1. An
-	// owner string that differs in any way is another owner: it is taken
-	// over only when its lease expires. spoold passes its node id.
+	// by ANOTHER owner under a lease that has not expired and a generation
+	// not below the claim's (Busy). An expired lease, one held by the same
+	// owner, or one granted under a lower generation than the claim's
+	// (Claim.Generation: its holder was fenced) is taken over with
+	// token+1. An owner string that differs in any way is another owner.
+	// spoold passes its node id.
 	Claim(ctx context.Context, group, owner string, now time.Time, ttl time.Duration, claims []Claim) ([]ClaimResult, error)
 	// Complete: in_progress with this token → done. A stale token, or any
 	// other state, changes nothing.
@@ -147,6 +156,12 @@ const (
 	DefaultKeyPrefix = "spool:l:"
 	// MaxKeyPrefixBytes bounds RedisOptions.KeyPrefix (redis.key_prefix).
 	MaxKeyPrefixBytes = 64
+	// MaxGeneration bounds Claim.Generation: it is stored as at most 15
+	// decimal digits, exact in Lua's numbers (doubles).
+	MaxGeneration = 999_999_999_999_999
+	// GenerationSep separates the owner from its generation in the
+	// entry's owner field ("node-1@7"); owners may not contain it.
+	GenerationSep = "@"
 )
 
 var (
@@ -243,12 +258,15 @@ func checkClaimArgs(group, owner string, ttl time.Duration, claims []Claim) (tim
 	if err := checkGroup(group); err != nil {
 		return 0, err
 	}
-	if owner == "" || strings.ContainsRune(owner, '\n') {
-		return 0, fmt.Errorf("%w: owner %q: must be non-empty, without newlines", ErrInvalid, owner)
+	if owner == "" || strings.ContainsRune(owner, '\n') || strings.Contains(owner, GenerationSep) {
+		return 0, fmt.Errorf("%w: owner %q: must be non-empty, without newlines or %q", ErrInvalid, owner, GenerationSep)
 	}
 	for i := range claims {
 		if err := checkID(claims[i].ID); err != nil {
 			return 0, err
+		}
+		if claims[i].Generation > MaxGeneration {
+			return 0, fmt.Errorf("%w: generation %d over %d", ErrInvalid, claims[i].Generation, uint64(MaxGeneration))
 		}
 	}
 	return ttlOrDefault(ttl)

@@ -33,6 +33,7 @@ type memEntry struct {
 	token    uint64
 	lease    int64 // unix ms
 	owner    string
+	gen      uint64 // ownership generation of the lease (0: none)
 	attempts int
 	err      string
 	expires  time.Time
@@ -137,11 +138,11 @@ func (m *Memory) Claim(ctx context.Context, group, owner string, now time.Time, 
 			r.Status = Done
 		case e.state == stateDead:
 			r.Status = Dead
-		case e.state == stateInProgress && e.owner != owner && e.lease > nowMs:
+		case e.state == stateInProgress && e.owner != owner && e.lease > nowMs && c.Generation <= e.gen:
 			r.Status = Busy
 			r.BusyUntil = time.UnixMilli(e.lease)
 		default:
-			e.state, e.owner, e.lease = stateInProgress, owner, unixMs(c.Lease)
+			e.state, e.owner, e.gen, e.lease = stateInProgress, owner, c.Generation, unixMs(c.Lease)
 			e.token++
 			e.attempts++
 			m.putLocked(key, e, clock, ttl)

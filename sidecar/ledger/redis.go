@@ -189,11 +189,11 @@ func (r *Redis) Claim(ctx context.Context, group, owner string, now time.Time, t
 	for start := 0; start < len(claims); start += MaxBatch {
 		chunk := claims[start:min(start+MaxBatch, len(claims))]
 		keys := make([]string, len(chunk))
-		args := make([]any, 3, 3+len(chunk))
+		args := make([]any, 3, 3+2*len(chunk))
 		args[0], args[1], args[2] = owner, nowMs, ttlMs
 		for i, c := range chunk {
 			keys[i] = keyOf(r.prefix, group, c.ID)
-			args = append(args, strconv.FormatInt(unixMs(c.Lease), 10))
+			args = append(args, strconv.FormatInt(unixMs(c.Lease), 10), strconv.FormatUint(c.Generation, 10))
 		}
 		arr, err := r.run(ctx, "claim", claimScript, keys, args)
 		if err != nil {

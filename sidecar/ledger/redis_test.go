@@ -157,3 +157,45 @@ func TestRedisOneCommandPerClaimAndCompletion(t *testing.T) {
 		}
 	}
 }
+
+// Entries written by the previous release have no generation: they parse
+// as generation 0, and an entry claimed without a generation is written
+// in that same format, so a spoold of the previous release reads what
+// this one writes (docs/ledger.md, "Generations").
+func TestRedisEntriesWithoutGeneration(t *testing.T) {
+	srv := testredis.Start(t)
+	r := newTestRedis(t, srv.Addr())
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = raw.Close() })
+	x := h{t, subject{l: r, group: "g"}}
+	get := func(id string) string {
+		t.Helper()
+		v, err := raw.Get(ctxT(t), Key("g", id)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	lease := t0.Add(30 * time.Second).UnixMilli()
+	old := fmt.Sprintf("in_progress\n4\n%d\n%s\n3\nboom", lease, ownerA)
+	if err := raw.Set(ctxT(t), Key("g", "old"), old, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want(t, x.gen(ownerB, 0, t0, "old"), ClaimResult{Status: Busy, Token: 4, Attempts: 3, LastError: "boom", BusyUntil: t0.Add(30 * time.Second)})
+	want(t, x.gen(ownerB, 1, t0, "old"), ClaimResult{Status: Granted, Token: 5, Attempts: 4, LastError: "boom"})
+	if got, w := get("old"), fmt.Sprintf("in_progress\n5\n%d\n%s@1\n4\nboom", lease, ownerB); got != w {
+		t.Fatalf("entry after a claim under generation 1 = %q, want %q", got, w)
+	}
+	x.gen(ownerA, 0, t0, "new")
+	if got, w := get("new"), fmt.Sprintf("in_progress\n1\n%d\n%s\n1\n", lease, ownerA); got != w {
+		t.Fatalf("entry claimed without a generation = %q, want the previous release's format %q", got, w)
+	}
+	x.gen(ownerA, 7, t0, "new")
+	if got, w := get("new"), fmt.Sprintf("in_progress\n2\n%d\n%s@7\n2\n", lease, ownerA); got != w {
+		t.Fatalf("entry = %q, want %q", got, w)
+	}
+	x.complete("new", 2)
+	if got, w := get("new"), "done\n2\n0\n\n2\n"; got != w {
+		t.Fatalf("done entry = %q, want %q", got, w)
+	}
+}

@@ -71,7 +71,12 @@ local function parse(v)
   if not st or not STATES[st] or not num(tok, 15) or not num(lease, 15) or not num(att, 9) or #err > MAXERR then
     return nil
   end
-  return {state = st, token = tok, lease = lease, owner = own, attempts = att, err = err}
+  -- The owner field is "owner@generation" when the lease was granted
+  -- under an ownership generation, the owner alone otherwise (generation
+  -- 0; every entry of the previous release).
+  local name, gen = string.match(own, '^(.*)@(%d+)$')
+  if not name or #gen > 15 then name, gen = own, '0' end
+  return {state = st, token = tok, lease = lease, owner = own, name = name, gen = tonumber(gen), attempts = att, err = err}
 end
 -- wrongtype re-raises an error reply other than WRONGTYPE (a real failure:
 -- OOM, NOPERM, ...) and tells whether v is a WRONGTYPE error reply.
@@ -94,7 +99,10 @@ end
 `
 
 // claimScript: ARGV[1] owner, ARGV[2] now (unix ms), ARGV[3] ttl (ms),
-// ARGV[3+i] lease deadline for KEYS[i] (unix ms).
+// then per KEYS[i] two values at ARGV[2+2i], ARGV[3+2i]: lease deadline
+// (unix ms), ownership generation (0: none).
+// A live lease of another owner is taken over when it was granted under a
+// lower generation than the claim's (its holder was fenced).
 // Reply: 5 values per key: status (codeGranted..codeGrantedMalformed),
 // token, attempts, busy_until (unix ms, 0 unless busy), last error.
 var claimScript = redis.NewScript(entryLua + `
@@ -103,7 +111,7 @@ local now = tonumber(ARGV[2])
 local ttl = ARGV[3]
 -- claim answers status, token, attempts, busy_until, last error for the
 -- entry e found at key (written by SET NX, which wrote nothing).
-local function claim(key, e, lease)
+local function claim(key, e, lease, gen, field)
   local token = tonumber(e.token)
   local attempts = tonumber(e.attempts)
   if e.state == 'done' then
@@ -112,21 +120,23 @@ local function claim(key, e, lease)
     return 3, token, attempts, 0, e.err
   end
   local until_ms = tonumber(e.lease)
-  if e.state == 'in_progress' and e.owner ~= owner and until_ms > now then
+  if e.state == 'in_progress' and e.name ~= owner and until_ms > now and tonumber(gen) <= e.gen then
     return 4, token, attempts, until_ms, e.err
   end
   token, attempts = token + 1, attempts + 1
-  e.state, e.token, e.lease, e.owner, e.attempts = 'in_progress', string.format('%d', token), lease, owner, string.format('%d', attempts)
+  e.state, e.token, e.lease, e.owner, e.attempts = 'in_progress', string.format('%d', token), lease, field, string.format('%d', attempts)
   redis.call('SET', key, pack(e), 'PX', ttl)
   return 1, token, attempts, 0, e.err
 end
 local out = {}
 local n = 0
 for i = 1, #KEYS do
-  local key, lease = KEYS[i], ARGV[3 + i]
+  local key, lease, gen = KEYS[i], ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local field = owner
+  if gen ~= '0' then field = owner .. '@' .. gen end
   -- A message seen for the first time (the common case) is one command:
   -- SET NX writes its first attempt, GET says there was no entry.
-  local first = 'in_progress\n1\n' .. lease .. '\n' .. owner .. '\n1\n'
+  local first = 'in_progress\n1\n' .. lease .. '\n' .. field .. '\n1\n'
   local old = redis.pcall('SET', key, first, 'NX', 'PX', ttl, 'GET')
   if not old then
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = 1, 1, 1, 0, ''
@@ -134,7 +144,7 @@ for i = 1, #KEYS do
     wrongtype(old)
     local e = parse(old)
     if e then
-      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = claim(key, e, lease)
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = claim(key, e, lease, gen, field)
     else
       -- Malformed: an unknown entry. SET replaces a key of any type.
       redis.call('SET', key, first, 'PX', ttl)

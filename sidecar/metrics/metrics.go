@@ -61,6 +61,8 @@ type Metrics struct {
 	GroupMembers         *prometheus.GaugeVec   // group, topic
 	GroupPartitionsOwned *prometheus.GaugeVec   // group, topic
 	GroupPartitionMoves  *prometheus.CounterVec // group, topic, direction
+	GroupSelfFences      *prometheus.CounterVec // group, topic
+	GroupFencedAcks      *prometheus.CounterVec // group, topic
 	ExpiredUnread        *prometheus.CounterVec // group, topic
 	CommitErrors         *prometheus.CounterVec // group, topic
 
@@ -172,6 +174,8 @@ func New() *Metrics {
 		GroupMembers:          gauge("group_members", "In a cluster: the group's members taking the topic (sidecars whose app consumes it), as the coordinator holds them.", "group", "topic"),
 		GroupPartitionsOwned:  gauge("group_partitions_owned", "In a cluster: the topic's partitions this sidecar's member owns (being revoked included). Summed over the sidecars it is the partition count once the group is settled.", "group", "topic"),
 		GroupPartitionMoves:   counter("group_partition_moves_total", "In a cluster: partitions this sidecar started delivering (direction in) or gave up (out: handed over after a revocation, or stopped at once when fenced).", "group", "topic", "direction"),
+		GroupSelfFences:       counter("group_self_fences_total", "In a cluster: times this sidecar's member stopped its partitions on its own because the group's coordinator took no heartbeat of it for its session timeout (before the coordinator could expire it).", "group", "topic"),
+		GroupFencedAcks:       counter("group_fenced_acks_total", "In a cluster with the ledger: acks of deliveries whose partition had stopped because the member was fenced, written to the ledger under their fencing token (the new owner then finds them done unless it took them over first).", "group", "topic"),
 		MemberDegraded:        gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
 		ExpiredUnread:         counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
 		CommitErrors:          counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),

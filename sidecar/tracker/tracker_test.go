@@ -416,3 +416,28 @@ func TestDeferKeepsAttemptAndParksKey(t *testing.T) {
 		t.Fatalf("due deferral: %+v, want offset 0 at once", got)
 	}
 }
+
+// What a parked key costs the other keys of its partition: they flow past
+// it only within the window, which counts from the lowest unfinished
+// offset (docs/semantics.md, the parked-key row). With the parked message
+// first, window_messages - 1 later records of other keys are delivered and
+// finished; then nothing more is fetched until the parked one finishes.
+func TestParkedKeyHoldsTheWindowAtItsOffset(t *testing.T) {
+	tr := newTracker(t, Config{WindowMessages: 4, MaxInFlight: 4, Backoff: backoff.Config{Base: time.Minute}})
+	must(t, tr.Add(t0, recs("parked", "b", "c", "d")...))
+	ds := tr.Next(t0, 4, nil)
+	must(t, tr.Retry(t0, 0, ds[0].Token, time.Minute, "busy"))
+	for _, d := range ds[1:] {
+		must(t, tr.Ack(t0, d.Offset, d.Token))
+	}
+	if w := tr.Wants(); w != 0 {
+		t.Fatalf("Wants = %d with the parked message at the window's start and 3 finished after it, want 0", w)
+	}
+	tr.Tick(t0.Add(time.Minute), nil)
+	d := tr.Next(t0.Add(time.Minute), 1, nil)[0]
+	must(t, tr.Ack(t0.Add(time.Minute), d.Offset, d.Token))
+	if w := tr.Wants(); w != 4 {
+		t.Fatalf("Wants = %d once the parked message finished, want 4", w)
+	}
+	mustCheck(t, tr)
+}

@@ -21,7 +21,17 @@
 // engine.ErrOutcomeUnknown: the request may have been stored) is tried again
 // only when the call is idempotent (Call.Idempotent: a batch with a producer
 // id, which the leader recognises); otherwise it ends the call with that
-// error. Any other error ends the call as it is. When ctx ends, the call
+// error.
+//
+// An idempotent attempt at another node is given up as soon as this node's
+// replica of the group knows of another leader (checked every tick while
+// the attempt runs): a leader that stands still (SIGSTOP, a long pause)
+// holds the call until ctx ends, while the others elect a new one within
+// an election timeout. The attempt's outcome is then unknown, and the next
+// goes to the new leader, which recognises the batch if the old leader had
+// it replicated. A non-idempotent call keeps waiting: a second copy could
+// be stored. A node without a replica of the group learns of no new
+// leader and keeps waiting too. Any other error ends the call as it is. When ctx ends, the call
 // fails with engine.ErrOutcomeUnknown if an attempt's outcome was unknown,
 // else with engine.ErrNoLeader, each wrapping the last attempt's error.
 package route
@@ -32,6 +42,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -164,7 +175,52 @@ func (r *Router) attempt(ctx context.Context, c Call, attempt int, hint *uint64)
 			return errNoLeaderKnown
 		}
 	}
-	return c.Remote(ctx, leader)
+	if !c.Idempotent || !ok {
+		return c.Remote(ctx, leader)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := r.watchLeader(c.Group, leader, cancel)
+	err := c.Remote(actx, leader)
+	stop()
+	if cause := context.Cause(actx); err != nil && errors.Is(cause, errLeaderMoved) {
+		return fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
+}
+
+// errLeaderMoved: an attempt given up because another node leads now.
+var errLeaderMoved = errors.New("given up: another node leads the group now")
+
+// watchLeader checks every tick, until stop is called, whether this node's
+// replica of group knows a leader other than asked (or leads itself), and
+// then cancels with errLeaderMoved. No goroutine runs between checks.
+func (r *Router) watchLeader(group, asked uint64, cancel context.CancelCauseFunc) (stop func()) {
+	tick := max(r.Tick, time.Millisecond)
+	var mu sync.Mutex // t and stopped
+	var t *time.Timer
+	stopped := false
+	check := func() {
+		leads, known, ok := r.Status(group)
+		if ok && (leads || known != 0 && known != asked) {
+			cancel(errLeaderMoved)
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(tick)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	t = time.AfterFunc(tick, check)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // NeverSent is gRPC's own answer to "did a failed call leave this node?":

@@ -3,8 +3,11 @@ package route
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -208,3 +211,55 @@ func TestClusterCheck(t *testing.T) {
 type idReq string
 
 func (r idReq) GetClusterId() string { return string(r) }
+
+// An idempotent call at a leader that stands still is given up once this
+// node's replica knows another leader, and made again there; a
+// non-idempotent one keeps waiting for its answer (a second copy could be
+// stored), until its context ends.
+func TestDoLeavesAStillLeaderForTheNewOne(t *testing.T) {
+	var mu sync.Mutex
+	v := &view{leader: 2}
+	r := &Router{Self: 1, Tick: time.Millisecond, Status: func(uint64) (bool, uint64, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return v.leads, v.leader, true
+	}}
+	still := make(chan struct{}) // node 2 holds every call until ctx ends
+	remote := func(ctx context.Context, node uint64) error {
+		if node == 2 {
+			close(still)
+			<-ctx.Done()
+			return fmt.Errorf("%w: node 2: %v", engine.ErrOutcomeUnknown, ctx.Err())
+		}
+		return nil
+	}
+	go func() {
+		<-still
+		mu.Lock()
+		v.leader = 3 // the others elected node 3
+		mu.Unlock()
+	}()
+	var asked []uint64
+	err := r.Do(timeout(t, 10*time.Second), Call{Group: 7, Holders: []uint64{1, 2, 3}, Idempotent: true,
+		Remote: func(ctx context.Context, node uint64) error { asked = append(asked, node); return remote(ctx, node) }})
+	if err != nil || !slices.Equal(asked, []uint64{2, 3}) {
+		t.Fatalf("idempotent: asked %v, err %v; want [2 3], nil", asked, err)
+	}
+
+	mu.Lock()
+	v.leader = 2
+	mu.Unlock()
+	still = make(chan struct{})
+	go func() {
+		<-still
+		mu.Lock()
+		v.leader = 3
+		mu.Unlock()
+	}()
+	asked = nil
+	err = r.Do(timeout(t, 300*time.Millisecond), Call{Group: 7, Holders: []uint64{1, 2, 3},
+		Remote: func(ctx context.Context, node uint64) error { asked = append(asked, node); return remote(ctx, node) }})
+	if !errors.Is(err, engine.ErrOutcomeUnknown) || !slices.Equal(asked, []uint64{2}) {
+		t.Fatalf("not idempotent: asked %v, err %v; want [2] and an unknown outcome once ctx ended", asked, err)
+	}
+}

@@ -357,4 +357,8 @@ type Hooks struct {
 	// PartitionQuarantined is called once per partition when it is
 	// quarantined: at open (EnsureTopic) or when a read finds damage.
 	PartitionQuarantined func(engine.Quarantine)
+	// PartitionRepaired is called when a quarantined partition's damaged
+	// data is gone and it serves again (in a cluster: the damaged replica
+	// replaced by a new copy, engine/cluster/cluster_repair.go).
+	PartitionRepaired func(topic string, partition int32)
 }

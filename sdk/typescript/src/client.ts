@@ -1,5 +1,6 @@
 import * as grpc from "@grpc/grpc-js";
 
+import { sleep } from "./backoff";
 import { SidecarUnreachableError, wrapError } from "./errors";
 import { spoolv1, type AdminServiceClient, type PublishMessage } from "./proto";
 import type { PublisherServiceClient } from "./gen/spool/v1/PublisherService";
@@ -100,6 +101,20 @@ export function resolveAddr(addr?: string): string {
 }
 
 /**
+ * The channel's connect backoff: how soon gRPC tries the sidecar again after
+ * a failed connect. gRPC's default grows to 120 s (1 s, x1.6), which kept an
+ * app away from a restarted sidecar for seconds after it was ready; the
+ * sidecar is local, so a retry every 500 ms costs nothing. With gRPC's
+ * +-20 % jitter the retries are at most 600 ms apart, and a subscription
+ * resumes as soon as the channel is ready (docs/sdk-typescript.md,
+ * "Reconnecting"). `channelOptions` with the same keys replace them.
+ */
+export const CONNECT_BACKOFF_OPTIONS: Readonly<grpc.ChannelOptions> = Object.freeze({
+  "grpc.initial_reconnect_backoff_ms": 100,
+  "grpc.max_reconnect_backoff_ms": 500,
+});
+
+/**
  * A connection to the local Spool sidecar (`spoold`). One per process is
  * enough; close it when done. The transport is insecure: the sidecar is local.
  * `addr` is "host:port" or "unix:///path/to.sock"; empty means $SPOOL_ADDR,
@@ -122,7 +137,8 @@ export class Client {
     this.channel = new grpc.Channel(target, grpc.credentials.createInsecure(), {
       "grpc.max_receive_message_length": this.maxReceiveBytes,
       "grpc.max_send_message_length": -1,
-      ...opts.channelOptions,
+      ...CONNECT_BACKOFF_OPTIONS,
+      ...opts.channelOptions, // the caller's come last, and win
     });
     const v1 = spoolv1();
     const o = { channelOverride: this.channel };
@@ -155,6 +171,32 @@ export class Client {
           { code: grpc.status.UNAVAILABLE, cause: err }));
       });
     });
+  }
+
+  /**
+   * @internal Waits ms, or less: until signal aborts or, when the channel is
+   * down, until it is ready again. A subscription's backoff paces its attempts
+   * at a sidecar that does not answer, and one that comes back is used as soon
+   * as gRPC has connected to it. A channel that is ready already (the sidecar
+   * answered) waits the full ms, so that attempts never spin.
+   */
+  awaitReconnect(ms: number, signal: AbortSignal): Promise<void> {
+    if (this.channel.getConnectivityState(false) === grpc.connectivityState.READY) {
+      return sleep(ms, signal).then(() => undefined);
+    }
+    const done = new AbortController();
+    const stop = () => done.abort();
+    signal.addEventListener("abort", stop, { once: true });
+    // A watcher without a deadline holds no timer; one left behind fires at
+    // the channel's next change (or its close) and does nothing.
+    const watch = () => {
+      if (done.signal.aborted) return;
+      const st = this.channel.getConnectivityState(true); // an idle channel connects
+      if (st === grpc.connectivityState.READY) return done.abort();
+      this.channel.watchConnectivityState(st, Infinity, watch);
+    };
+    watch();
+    return sleep(ms, done.signal).then(() => signal.removeEventListener("abort", stop));
   }
 
   /** Closes the connection. Calls in progress fail; subscriptions should have ended first. */

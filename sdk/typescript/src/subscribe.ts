@@ -207,11 +207,14 @@ class Subscriber {
         if (stop.signal.aborted) break;
         const delay = backoffDelay(this.cfg.backoff, attempt, Math.random());
         attempt++;
-        const msg = sidecarUnreachable(err)
+        const unreachable = sidecarUnreachable(err);
+        const msg = unreachable
           ? "spool: no sidecar answering; reconnecting (is spoold running? deliveries in progress will be redelivered)"
           : "spool: subscribe stream to the sidecar broke; reconnecting (deliveries in progress will be redelivered)";
         this.log.warn(msg, { group: this.cfg.group, addr: this.client.addr, err: errorText(err), retry_in_ms: Math.round(delay), attempt });
-        await sleep(delay, stop.signal);
+        // Nothing answered: try again after the delay, or as soon as the sidecar is back.
+        if (unreachable) await this.client.awaitReconnect(delay, stop.signal);
+        else await sleep(delay, stop.signal);
       }
       const drainErr = await this.drain(live);
       if (runErr) throw runErr;

@@ -40,6 +40,7 @@ type MetaCommand struct {
 	//	*MetaCommand_DecommissionNode
 	//	*MetaCommand_RemoveNode
 	//	*MetaCommand_DeleteTopic
+	//	*MetaCommand_DropDamagedReplica
 	Command       isMetaCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -181,6 +182,15 @@ func (x *MetaCommand) GetDeleteTopic() *MetaDeleteTopic {
 	return nil
 }
 
+func (x *MetaCommand) GetDropDamagedReplica() *MetaDropDamagedReplica {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_DropDamagedReplica); ok {
+			return x.DropDamagedReplica
+		}
+	}
+	return nil
+}
+
 type isMetaCommand_Command interface {
 	isMetaCommand_Command()
 }
@@ -243,6 +253,12 @@ type MetaCommand_DeleteTopic struct {
 	DeleteTopic *MetaDeleteTopic `protobuf:"bytes,11,opt,name=delete_topic,json=deleteTopic,proto3,oneof"`
 }
 
+type MetaCommand_DropDamagedReplica struct {
+	// drop_damaged_replica takes a node's damaged replica out of its
+	// partition's group, for the partition to get a new copy.
+	DropDamagedReplica *MetaDropDamagedReplica `protobuf:"bytes,12,opt,name=drop_damaged_replica,json=dropDamagedReplica,proto3,oneof"`
+}
+
 func (*MetaCommand_Init) isMetaCommand_Command() {}
 
 func (*MetaCommand_AddNode) isMetaCommand_Command() {}
@@ -265,6 +281,66 @@ func (*MetaCommand_RemoveNode) isMetaCommand_Command() {}
 
 func (*MetaCommand_DeleteTopic) isMetaCommand_Command() {}
 
+func (*MetaCommand_DropDamagedReplica) isMetaCommand_Command() {}
+
+// MetaDropDamagedReplica takes the replica a node holds of a partition out
+// of the partition's group because its data is damaged (quarantined): the
+// partition moves to its other replicas, after which the controller gives
+// it a new copy, copied from the others.
+type MetaDropDamagedReplica struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group_id is the partition's raft group.
+	GroupId uint64 `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// node_id is the node whose replica is damaged.
+	NodeId        uint64 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaDropDamagedReplica) Reset() {
+	*x = MetaDropDamagedReplica{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaDropDamagedReplica) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaDropDamagedReplica) ProtoMessage() {}
+
+func (x *MetaDropDamagedReplica) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaDropDamagedReplica.ProtoReflect.Descriptor instead.
+func (*MetaDropDamagedReplica) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MetaDropDamagedReplica) GetGroupId() uint64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *MetaDropDamagedReplica) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
 // MetaInit names the cluster. Refused once the cluster has an id.
 type MetaInit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -276,7 +352,7 @@ type MetaInit struct {
 
 func (x *MetaInit) Reset() {
 	*x = MetaInit{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -288,7 +364,7 @@ func (x *MetaInit) String() string {
 func (*MetaInit) ProtoMessage() {}
 
 func (x *MetaInit) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -301,7 +377,7 @@ func (x *MetaInit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaInit.ProtoReflect.Descriptor instead.
 func (*MetaInit) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{1}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MetaInit) GetClusterId() string {
@@ -329,7 +405,7 @@ type MetaAddNode struct {
 
 func (x *MetaAddNode) Reset() {
 	*x = MetaAddNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +417,7 @@ func (x *MetaAddNode) String() string {
 func (*MetaAddNode) ProtoMessage() {}
 
 func (x *MetaAddNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +430,7 @@ func (x *MetaAddNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaAddNode.ProtoReflect.Descriptor instead.
 func (*MetaAddNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{2}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MetaAddNode) GetAddr() string {
@@ -391,7 +467,7 @@ type MetaSetNodeAddr struct {
 
 func (x *MetaSetNodeAddr) Reset() {
 	*x = MetaSetNodeAddr{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +479,7 @@ func (x *MetaSetNodeAddr) String() string {
 func (*MetaSetNodeAddr) ProtoMessage() {}
 
 func (x *MetaSetNodeAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +492,7 @@ func (x *MetaSetNodeAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSetNodeAddr.ProtoReflect.Descriptor instead.
 func (*MetaSetNodeAddr) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{3}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MetaSetNodeAddr) GetNodeId() uint64 {
@@ -453,7 +529,7 @@ type MetaTopicSpec struct {
 
 func (x *MetaTopicSpec) Reset() {
 	*x = MetaTopicSpec{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +541,7 @@ func (x *MetaTopicSpec) String() string {
 func (*MetaTopicSpec) ProtoMessage() {}
 
 func (x *MetaTopicSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +554,7 @@ func (x *MetaTopicSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaTopicSpec.ProtoReflect.Descriptor instead.
 func (*MetaTopicSpec) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{4}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MetaTopicSpec) GetName() string {
@@ -527,7 +603,7 @@ type MetaCreateTopic struct {
 
 func (x *MetaCreateTopic) Reset() {
 	*x = MetaCreateTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +615,7 @@ func (x *MetaCreateTopic) String() string {
 func (*MetaCreateTopic) ProtoMessage() {}
 
 func (x *MetaCreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +628,7 @@ func (x *MetaCreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaCreateTopic.ProtoReflect.Descriptor instead.
 func (*MetaCreateTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{5}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MetaCreateTopic) GetSpec() *MetaTopicSpec {
@@ -577,7 +653,7 @@ type MetaAlterTopic struct {
 
 func (x *MetaAlterTopic) Reset() {
 	*x = MetaAlterTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -589,7 +665,7 @@ func (x *MetaAlterTopic) String() string {
 func (*MetaAlterTopic) ProtoMessage() {}
 
 func (x *MetaAlterTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -602,7 +678,7 @@ func (x *MetaAlterTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaAlterTopic.ProtoReflect.Descriptor instead.
 func (*MetaAlterTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MetaAlterTopic) GetName() string {
@@ -646,7 +722,7 @@ type MetaMoveReplicas struct {
 
 func (x *MetaMoveReplicas) Reset() {
 	*x = MetaMoveReplicas{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +734,7 @@ func (x *MetaMoveReplicas) String() string {
 func (*MetaMoveReplicas) ProtoMessage() {}
 
 func (x *MetaMoveReplicas) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +747,7 @@ func (x *MetaMoveReplicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaMoveReplicas.ProtoReflect.Descriptor instead.
 func (*MetaMoveReplicas) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MetaMoveReplicas) GetGroupId() uint64 {
@@ -710,7 +786,7 @@ type MetaFinishMove struct {
 
 func (x *MetaFinishMove) Reset() {
 	*x = MetaFinishMove{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +798,7 @@ func (x *MetaFinishMove) String() string {
 func (*MetaFinishMove) ProtoMessage() {}
 
 func (x *MetaFinishMove) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +811,7 @@ func (x *MetaFinishMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaFinishMove.ProtoReflect.Descriptor instead.
 func (*MetaFinishMove) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MetaFinishMove) GetGroupId() uint64 {
@@ -766,7 +842,7 @@ type MetaSetNodeDown struct {
 
 func (x *MetaSetNodeDown) Reset() {
 	*x = MetaSetNodeDown{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +854,7 @@ func (x *MetaSetNodeDown) String() string {
 func (*MetaSetNodeDown) ProtoMessage() {}
 
 func (x *MetaSetNodeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +867,7 @@ func (x *MetaSetNodeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSetNodeDown.ProtoReflect.Descriptor instead.
 func (*MetaSetNodeDown) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MetaSetNodeDown) GetNodeId() uint64 {
@@ -820,7 +896,7 @@ type MetaDecommissionNode struct {
 
 func (x *MetaDecommissionNode) Reset() {
 	*x = MetaDecommissionNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +908,7 @@ func (x *MetaDecommissionNode) String() string {
 func (*MetaDecommissionNode) ProtoMessage() {}
 
 func (x *MetaDecommissionNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +921,7 @@ func (x *MetaDecommissionNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaDecommissionNode.ProtoReflect.Descriptor instead.
 func (*MetaDecommissionNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MetaDecommissionNode) GetNodeId() uint64 {
@@ -867,7 +943,7 @@ type MetaRemoveNode struct {
 
 func (x *MetaRemoveNode) Reset() {
 	*x = MetaRemoveNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +955,7 @@ func (x *MetaRemoveNode) String() string {
 func (*MetaRemoveNode) ProtoMessage() {}
 
 func (x *MetaRemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +968,7 @@ func (x *MetaRemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaRemoveNode.ProtoReflect.Descriptor instead.
 func (*MetaRemoveNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{11}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MetaRemoveNode) GetNodeId() uint64 {
@@ -913,7 +989,7 @@ type MetaDeleteTopic struct {
 
 func (x *MetaDeleteTopic) Reset() {
 	*x = MetaDeleteTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1001,7 @@ func (x *MetaDeleteTopic) String() string {
 func (*MetaDeleteTopic) ProtoMessage() {}
 
 func (x *MetaDeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1014,7 @@ func (x *MetaDeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaDeleteTopic.ProtoReflect.Descriptor instead.
 func (*MetaDeleteTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MetaDeleteTopic) GetName() string {
@@ -971,7 +1047,7 @@ type MetaNode struct {
 
 func (x *MetaNode) Reset() {
 	*x = MetaNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1059,7 @@ func (x *MetaNode) String() string {
 func (*MetaNode) ProtoMessage() {}
 
 func (x *MetaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1072,7 @@ func (x *MetaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaNode.ProtoReflect.Descriptor instead.
 func (*MetaNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MetaNode) GetId() uint64 {
@@ -1070,7 +1146,7 @@ type MetaPartition struct {
 
 func (x *MetaPartition) Reset() {
 	*x = MetaPartition{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1158,7 @@ func (x *MetaPartition) String() string {
 func (*MetaPartition) ProtoMessage() {}
 
 func (x *MetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1171,7 @@ func (x *MetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaPartition.ProtoReflect.Descriptor instead.
 func (*MetaPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{14}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MetaPartition) GetGroupId() uint64 {
@@ -1155,7 +1231,7 @@ type MetaTopic struct {
 
 func (x *MetaTopic) Reset() {
 	*x = MetaTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1243,7 @@ func (x *MetaTopic) String() string {
 func (*MetaTopic) ProtoMessage() {}
 
 func (x *MetaTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1256,7 @@ func (x *MetaTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaTopic.ProtoReflect.Descriptor instead.
 func (*MetaTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{15}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MetaTopic) GetSpec() *MetaTopicSpec {
@@ -1219,7 +1295,7 @@ type MetaState struct {
 
 func (x *MetaState) Reset() {
 	*x = MetaState{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1307,7 @@ func (x *MetaState) String() string {
 func (*MetaState) ProtoMessage() {}
 
 func (x *MetaState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1320,7 @@ func (x *MetaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaState.ProtoReflect.Descriptor instead.
 func (*MetaState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{16}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MetaState) GetClusterId() string {
@@ -1293,7 +1369,7 @@ var File_spool_cluster_v1_meta_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\x99\x06\n" +
+	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xf7\x06\n" +
 	"\vMetaCommand\x120\n" +
 	"\x04init\x18\x01 \x01(\v2\x1a.spool.cluster.v1.MetaInitH\x00R\x04init\x12:\n" +
 	"\badd_node\x18\x02 \x01(\v2\x1d.spool.cluster.v1.MetaAddNodeH\x00R\aaddNode\x12G\n" +
@@ -1309,8 +1385,12 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\vremove_node\x18\n" +
 	" \x01(\v2 .spool.cluster.v1.MetaRemoveNodeH\x00R\n" +
 	"removeNode\x12F\n" +
-	"\fdelete_topic\x18\v \x01(\v2!.spool.cluster.v1.MetaDeleteTopicH\x00R\vdeleteTopicB\t\n" +
-	"\acommand\")\n" +
+	"\fdelete_topic\x18\v \x01(\v2!.spool.cluster.v1.MetaDeleteTopicH\x00R\vdeleteTopic\x12\\\n" +
+	"\x14drop_damaged_replica\x18\f \x01(\v2(.spool.cluster.v1.MetaDropDamagedReplicaH\x00R\x12dropDamagedReplicaB\t\n" +
+	"\acommand\"L\n" +
+	"\x16MetaDropDamagedReplica\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\")\n" +
 	"\bMetaInit\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\"S\n" +
@@ -1395,50 +1475,52 @@ func file_spool_cluster_v1_meta_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_meta_proto_rawDescData
 }
 
-var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_spool_cluster_v1_meta_proto_goTypes = []any{
-	(*MetaCommand)(nil),          // 0: spool.cluster.v1.MetaCommand
-	(*MetaInit)(nil),             // 1: spool.cluster.v1.MetaInit
-	(*MetaAddNode)(nil),          // 2: spool.cluster.v1.MetaAddNode
-	(*MetaSetNodeAddr)(nil),      // 3: spool.cluster.v1.MetaSetNodeAddr
-	(*MetaTopicSpec)(nil),        // 4: spool.cluster.v1.MetaTopicSpec
-	(*MetaCreateTopic)(nil),      // 5: spool.cluster.v1.MetaCreateTopic
-	(*MetaAlterTopic)(nil),       // 6: spool.cluster.v1.MetaAlterTopic
-	(*MetaMoveReplicas)(nil),     // 7: spool.cluster.v1.MetaMoveReplicas
-	(*MetaFinishMove)(nil),       // 8: spool.cluster.v1.MetaFinishMove
-	(*MetaSetNodeDown)(nil),      // 9: spool.cluster.v1.MetaSetNodeDown
-	(*MetaDecommissionNode)(nil), // 10: spool.cluster.v1.MetaDecommissionNode
-	(*MetaRemoveNode)(nil),       // 11: spool.cluster.v1.MetaRemoveNode
-	(*MetaDeleteTopic)(nil),      // 12: spool.cluster.v1.MetaDeleteTopic
-	(*MetaNode)(nil),             // 13: spool.cluster.v1.MetaNode
-	(*MetaPartition)(nil),        // 14: spool.cluster.v1.MetaPartition
-	(*MetaTopic)(nil),            // 15: spool.cluster.v1.MetaTopic
-	(*MetaState)(nil),            // 16: spool.cluster.v1.MetaState
-	nil,                          // 17: spool.cluster.v1.MetaPartition.IncarnationsEntry
+	(*MetaCommand)(nil),            // 0: spool.cluster.v1.MetaCommand
+	(*MetaDropDamagedReplica)(nil), // 1: spool.cluster.v1.MetaDropDamagedReplica
+	(*MetaInit)(nil),               // 2: spool.cluster.v1.MetaInit
+	(*MetaAddNode)(nil),            // 3: spool.cluster.v1.MetaAddNode
+	(*MetaSetNodeAddr)(nil),        // 4: spool.cluster.v1.MetaSetNodeAddr
+	(*MetaTopicSpec)(nil),          // 5: spool.cluster.v1.MetaTopicSpec
+	(*MetaCreateTopic)(nil),        // 6: spool.cluster.v1.MetaCreateTopic
+	(*MetaAlterTopic)(nil),         // 7: spool.cluster.v1.MetaAlterTopic
+	(*MetaMoveReplicas)(nil),       // 8: spool.cluster.v1.MetaMoveReplicas
+	(*MetaFinishMove)(nil),         // 9: spool.cluster.v1.MetaFinishMove
+	(*MetaSetNodeDown)(nil),        // 10: spool.cluster.v1.MetaSetNodeDown
+	(*MetaDecommissionNode)(nil),   // 11: spool.cluster.v1.MetaDecommissionNode
+	(*MetaRemoveNode)(nil),         // 12: spool.cluster.v1.MetaRemoveNode
+	(*MetaDeleteTopic)(nil),        // 13: spool.cluster.v1.MetaDeleteTopic
+	(*MetaNode)(nil),               // 14: spool.cluster.v1.MetaNode
+	(*MetaPartition)(nil),          // 15: spool.cluster.v1.MetaPartition
+	(*MetaTopic)(nil),              // 16: spool.cluster.v1.MetaTopic
+	(*MetaState)(nil),              // 17: spool.cluster.v1.MetaState
+	nil,                            // 18: spool.cluster.v1.MetaPartition.IncarnationsEntry
 }
 var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
-	1,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
-	2,  // 1: spool.cluster.v1.MetaCommand.add_node:type_name -> spool.cluster.v1.MetaAddNode
-	3,  // 2: spool.cluster.v1.MetaCommand.set_node_addr:type_name -> spool.cluster.v1.MetaSetNodeAddr
-	5,  // 3: spool.cluster.v1.MetaCommand.create_topic:type_name -> spool.cluster.v1.MetaCreateTopic
-	6,  // 4: spool.cluster.v1.MetaCommand.alter_topic:type_name -> spool.cluster.v1.MetaAlterTopic
-	7,  // 5: spool.cluster.v1.MetaCommand.move_replicas:type_name -> spool.cluster.v1.MetaMoveReplicas
-	8,  // 6: spool.cluster.v1.MetaCommand.finish_move:type_name -> spool.cluster.v1.MetaFinishMove
-	9,  // 7: spool.cluster.v1.MetaCommand.set_node_down:type_name -> spool.cluster.v1.MetaSetNodeDown
-	10, // 8: spool.cluster.v1.MetaCommand.decommission_node:type_name -> spool.cluster.v1.MetaDecommissionNode
-	11, // 9: spool.cluster.v1.MetaCommand.remove_node:type_name -> spool.cluster.v1.MetaRemoveNode
-	12, // 10: spool.cluster.v1.MetaCommand.delete_topic:type_name -> spool.cluster.v1.MetaDeleteTopic
-	4,  // 11: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	17, // 12: spool.cluster.v1.MetaPartition.incarnations:type_name -> spool.cluster.v1.MetaPartition.IncarnationsEntry
-	4,  // 13: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	14, // 14: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
-	13, // 15: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
-	15, // 16: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	2,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
+	3,  // 1: spool.cluster.v1.MetaCommand.add_node:type_name -> spool.cluster.v1.MetaAddNode
+	4,  // 2: spool.cluster.v1.MetaCommand.set_node_addr:type_name -> spool.cluster.v1.MetaSetNodeAddr
+	6,  // 3: spool.cluster.v1.MetaCommand.create_topic:type_name -> spool.cluster.v1.MetaCreateTopic
+	7,  // 4: spool.cluster.v1.MetaCommand.alter_topic:type_name -> spool.cluster.v1.MetaAlterTopic
+	8,  // 5: spool.cluster.v1.MetaCommand.move_replicas:type_name -> spool.cluster.v1.MetaMoveReplicas
+	9,  // 6: spool.cluster.v1.MetaCommand.finish_move:type_name -> spool.cluster.v1.MetaFinishMove
+	10, // 7: spool.cluster.v1.MetaCommand.set_node_down:type_name -> spool.cluster.v1.MetaSetNodeDown
+	11, // 8: spool.cluster.v1.MetaCommand.decommission_node:type_name -> spool.cluster.v1.MetaDecommissionNode
+	12, // 9: spool.cluster.v1.MetaCommand.remove_node:type_name -> spool.cluster.v1.MetaRemoveNode
+	13, // 10: spool.cluster.v1.MetaCommand.delete_topic:type_name -> spool.cluster.v1.MetaDeleteTopic
+	1,  // 11: spool.cluster.v1.MetaCommand.drop_damaged_replica:type_name -> spool.cluster.v1.MetaDropDamagedReplica
+	5,  // 12: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	18, // 13: spool.cluster.v1.MetaPartition.incarnations:type_name -> spool.cluster.v1.MetaPartition.IncarnationsEntry
+	5,  // 14: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	15, // 15: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
+	14, // 16: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
+	16, // 17: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_meta_proto_init() }
@@ -1458,6 +1540,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 		(*MetaCommand_DecommissionNode)(nil),
 		(*MetaCommand_RemoveNode)(nil),
 		(*MetaCommand_DeleteTopic)(nil),
+		(*MetaCommand_DropDamagedReplica)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1465,7 +1548,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_meta_proto_rawDesc), len(file_spool_cluster_v1_meta_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

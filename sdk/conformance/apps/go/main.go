@@ -139,7 +139,6 @@ func consume(ctx context.Context, client *spool.Client, s spec, ev *events) int 
 	var stats spool.Stats
 	opts := []spool.SubscribeOption{
 		spool.WithConcurrency(s.Concurrency), spool.WithPrefetch(s.Prefetch), spool.WithStats(&stats),
-		spool.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond),
 		spool.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))), spool.WithAppVersion("conformance-go"),
 	}
 	if s.DrainTimeoutMs > 0 {

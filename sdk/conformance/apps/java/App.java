@@ -90,7 +90,6 @@ public final class App {
         .concurrency((int) num(spec, "concurrency", 1))
         .prefetch((int) num(spec, "prefetch", 0))
         .drainTimeout(Duration.ofMillis(num(spec, "drain_timeout_ms", 30000)))
-        .reconnectBackoff(Duration.ofMillis(50), Duration.ofMillis(500))
         .appVersion("conformance-java")
         .stats(stats)
         // The app's own hook drains, writes the exit event and exits 0.

@@ -72,7 +72,7 @@ async def consume(client: spool.Client, s: dict[str, Any]) -> int:
         await client.subscribe(
             s["group"], s["topics"], handle,
             concurrency=s["concurrency"], prefetch=s["prefetch"], stats=stats,
-            drain_timeout=s.get("drain_timeout_ms", 30000) / 1000, reconnect_backoff=(0.05, 0.5),
+            drain_timeout=s.get("drain_timeout_ms", 30000) / 1000,
             app_version="conformance-python",
         )
     except spool.SpoolError as e:

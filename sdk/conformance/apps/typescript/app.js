@@ -82,7 +82,7 @@ async function consume(client, s) {
   try {
     await client.subscribe({
       group: s.group, topics: s.topics, handler, concurrency: s.concurrency, prefetch: s.prefetch, stats,
-      drainTimeoutMs: s.drain_timeout_ms || 30000, reconnectBackoff: { baseMs: 50, maxMs: 500 }, appVersion: "conformance-typescript",
+      drainTimeoutMs: s.drain_timeout_ms || 30000, appVersion: "conformance-typescript",
     });
   } catch (e) {
     emit(errorEvent("subscribe_error", e));

@@ -12,6 +12,7 @@ docs/sdk-python.md is the guide; docs/protocol.md the protocol underneath.
 
 from spool._callback import DEFAULT_HANDLER_ADDRESS, HandlerServer, serve_handler
 from spool._client import (
+    CONNECT_BACKOFF_OPTIONS,
     DEFAULT_ADDR,
     DEFAULT_MAX_RECEIVE_BYTES,
     Acks,
@@ -45,6 +46,7 @@ from spool._subscribe import Handler, Stats, subscribe
 __all__ = [
     "Acks",
     "Client",
+    "CONNECT_BACKOFF_OPTIONS",
     "DEFAULT_ADDR",
     "DEFAULT_MAX_RECEIVE_BYTES",
     "DeadLetter",

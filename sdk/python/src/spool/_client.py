@@ -20,13 +20,37 @@ if TYPE_CHECKING:
     from spool._publisher import Publisher
     from spool._subscribe import Handler
 
-__all__ = ["Client", "connect", "Acks", "PublishResult", "OutMessage", "DEFAULT_ADDR", "DEFAULT_MAX_RECEIVE_BYTES"]
+__all__ = [
+    "Client",
+    "connect",
+    "Acks",
+    "PublishResult",
+    "OutMessage",
+    "DEFAULT_ADDR",
+    "DEFAULT_MAX_RECEIVE_BYTES",
+    "CONNECT_BACKOFF_OPTIONS",
+]
 
 DEFAULT_ADDR = "127.0.0.1:7070"
 #: The largest delivery frame a client accepts by default: 64 MiB (the largest
 #: limits.max_message_bytes spoold allows) plus 1 MiB for the other fields.
 DEFAULT_MAX_RECEIVE_BYTES = 65 << 20
 DEFAULT_CONNECT_TIMEOUT = 10.0
+
+# The channel's connect backoff: how soon gRPC tries the sidecar again after
+# a failed connect. gRPC's default grows to 120 s (1 s, x1.6), which kept an
+# app away from a restarted sidecar for seconds after it was ready; the
+# sidecar is local, so a retry every 500 ms costs nothing. With gRPC's +-20 %
+# jitter the retries are at most 600 ms apart, and a subscription resumes as
+# soon as the channel is ready (docs/sdk-python.md, "Reconnecting").
+# ``grpc.min_reconnect_backoff_ms`` is gRPC core's bound on one connect
+# attempt (default 20 s). Client(channel_options=...) with the same keys
+# replaces them.
+CONNECT_BACKOFF_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 5000),
+)
 
 
 def resolve_addr(addr: str | None) -> str:
@@ -108,7 +132,8 @@ class Client:
         self.max_receive_bytes = max_receive_bytes
         # gRPC Python has no per-call receive limit: it is the channel's, and
         # Subscribe states it to the sidecar in Start.max_receive_bytes.
-        opts = [("grpc.max_receive_message_length", max_receive_bytes), *channel_options]
+        # Options given by the caller come last, and win.
+        opts = [("grpc.max_receive_message_length", max_receive_bytes), *CONNECT_BACKOFF_OPTIONS, *channel_options]
         self._channel = grpc.aio.insecure_channel(self.addr, options=opts)
         self._pub = publisher_pb2_grpc.PublisherServiceStub(self._channel)
         self._sub = subscriber_pb2_grpc.SubscriberServiceStub(self._channel)

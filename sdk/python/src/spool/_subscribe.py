@@ -286,10 +286,7 @@ class _Subscriber:
                 else:
                     msg = "spool: subscribe stream to the sidecar at %s broke; reconnecting in %.2fs (deliveries in progress will be redelivered): %s"
                 log.warning(msg, self.client.addr, d, _describe(err))
-                try:
-                    await asyncio.wait_for(asyncio.shield(stop_wait), d)
-                except asyncio.TimeoutError:
-                    pass
+                await self._wait_reconnect(stop_wait, d, unreachable)
         except asyncio.CancelledError:
             # Cancelled rather than stopped: no drain, but leave nothing running.
             if live is not None:
@@ -307,6 +304,25 @@ class _Subscriber:
             raise run_err
         if drain_err is not None:
             raise drain_err
+
+    async def _wait_reconnect(self, stop_wait: asyncio.Task[Any], d: float, unreachable: bool) -> None:
+        """Waits d seconds before the next attempt, or less: until stop, or,
+        when no sidecar answered, until the channel is ready again. The
+        backoff paces attempts at a sidecar that does not answer, and one
+        that comes back is used as soon as gRPC has connected to it. A
+        channel that is ready already (the sidecar answered) waits the full
+        d, so that attempts never spin."""
+        waits: set[asyncio.Future[Any]] = {stop_wait}
+        ready: asyncio.Task[None] | None = None
+        channel = self.client.channel
+        if unreachable and channel.get_state() != grpc.ChannelConnectivity.READY:
+            ready = self.loop.create_task(channel.channel_ready())
+            waits.add(ready)
+        try:
+            await asyncio.wait(waits, timeout=d, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if ready is not None:
+                ready.cancel()
 
     async def _open(self) -> _Session:
         call = self.client._sub.Subscribe()

@@ -18,8 +18,10 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
-import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * A connection to the local Spool sidecar ({@code spoold}). Thread-safe; one
@@ -98,19 +100,9 @@ public final class Client implements AutoCloseable {
 
   /** Waits until the connection is ready, riding out a sidecar that starts a moment later. */
   private void waitReady(Duration timeout) {
-    long deadline = System.nanoTime() + timeout.toNanos();
-    ConnectivityState s = channel.getState(true);
+    ConnectivityState s = ConnectivityState.IDLE;
     try {
-      while (s != ConnectivityState.READY) {
-        long left = deadline - System.nanoTime();
-        if (left <= 0) {
-          break;
-        }
-        CountDownLatch changed = new CountDownLatch(1);
-        channel.notifyWhenStateChanged(s, changed::countDown);
-        changed.await(left, TimeUnit.NANOSECONDS);
-        s = channel.getState(true);
-      }
+      s = awaitReady(System.nanoTime() + timeout.toNanos(), new CompletableFuture<Void>());
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
@@ -118,6 +110,62 @@ public final class Client implements AutoCloseable {
       throw new SidecarUnreachableException("spool: no sidecar answering at " + addr + " (nothing answered within " + timeout.toMillis()
           + " ms): is spoold running there? start it with `spoold --dev`, or point " + ENV_ADDR + " at it",
           Status.Code.UNAVAILABLE, "", null, "", null);
+    }
+  }
+
+  /**
+   * Waits delay, or less: until stop completes or, when the channel is down,
+   * until it is ready again. A subscription's backoff paces its attempts at a
+   * sidecar that does not answer, and one that comes back is used as soon as
+   * the channel has connected to it. A channel that is ready already (the
+   * sidecar answered) waits the full delay, so that attempts never spin.
+   */
+  void awaitReconnect(Duration delay, CompletableFuture<?> stop) throws InterruptedException {
+    long deadline = System.nanoTime() + delay.toNanos();
+    if (channel.getState(false) == ConnectivityState.READY) {
+      try {
+        stop.get(delay.toNanos(), TimeUnit.NANOSECONDS);
+      } catch (TimeoutException | ExecutionException e) {
+        // the delay passed
+      }
+      return;
+    }
+    awaitReady(deadline, stop);
+  }
+
+  /**
+   * Waits until the channel is ready, deadline (System.nanoTime) passes or
+   * stop completes, and returns the channel's state then. grpc-java has no
+   * public setting for the channel's connect backoff (1 s, x1.6, up to
+   * 120 s, which kept an app away from a restarted sidecar for seconds after
+   * it was ready); the documented way to shorten it,
+   * ManagedChannel.resetConnectBackoff(), is called here at most once per
+   * {@link ClientOptions#connectRetry()} while the channel is in
+   * TRANSIENT_FAILURE, so it tries the sidecar that often.
+   */
+  private ConnectivityState awaitReady(long deadline, CompletableFuture<?> stop) throws InterruptedException {
+    long retry = opts.connectRetry().toNanos();
+    long nextReset = System.nanoTime() + retry;
+    while (true) {
+      ConnectivityState s = channel.getState(true); // an idle channel connects
+      long now = System.nanoTime();
+      if (s == ConnectivityState.READY || stop.isDone() || now - deadline >= 0) {
+        return s;
+      }
+      if (s == ConnectivityState.TRANSIENT_FAILURE && now - nextReset >= 0) {
+        channel.resetConnectBackoff();
+        nextReset = now + retry;
+        continue;
+      }
+      CompletableFuture<Void> changed = new CompletableFuture<>();
+      channel.notifyWhenStateChanged(s, () -> changed.complete(null));
+      // Wake at the change, or when the next reset is due (or, connecting, a retry interval on).
+      long wait = Math.min(deadline - now, nextReset - now > 0 ? nextReset - now : retry);
+      try {
+        CompletableFuture.anyOf(changed, stop).get(wait, TimeUnit.NANOSECONDS);
+      } catch (TimeoutException | ExecutionException e) {
+        // look again
+      }
     }
   }
 

@@ -9,13 +9,21 @@ public final class ClientOptions {
   public static final Duration DEFAULT_CONNECT_TIMEOUT = Duration.ofSeconds(10);
   /** How long a publish waits for its answer by default. */
   public static final Duration DEFAULT_PUBLISH_TIMEOUT = Duration.ofSeconds(30);
+  /**
+   * How often the client makes its channel try a sidecar that does not
+   * answer, while it waits for one, by default: 500 ms, so an app is
+   * connected again within about that of its sidecar being ready.
+   */
+  public static final Duration DEFAULT_CONNECT_RETRY = Duration.ofMillis(500);
 
   private final Duration connectTimeout;
   private final Duration publishTimeout;
+  private final Duration connectRetry;
 
   private ClientOptions(Builder b) {
     this.connectTimeout = b.connectTimeout;
     this.publishTimeout = b.publishTimeout;
+    this.connectRetry = b.connectRetry;
   }
 
   public static ClientOptions defaults() {
@@ -28,10 +36,12 @@ public final class ClientOptions {
 
   public Duration connectTimeout() { return connectTimeout; }
   public Duration publishTimeout() { return publishTimeout; }
+  public Duration connectRetry() { return connectRetry; }
 
   public static final class Builder {
     private Duration connectTimeout = DEFAULT_CONNECT_TIMEOUT;
     private Duration publishTimeout = DEFAULT_PUBLISH_TIMEOUT;
+    private Duration connectRetry = DEFAULT_CONNECT_RETRY;
 
     private Builder() {}
 
@@ -49,9 +59,21 @@ public final class ClientOptions {
      */
     public Builder publishTimeout(Duration d) { publishTimeout = Objects.requireNonNull(d); return this; }
 
+    /**
+     * How often the channel tries a sidecar that does not answer while the
+     * client waits for one (connect, a subscription's reconnect): default
+     * 500 ms. grpc-java's own connect backoff grows to 120 s and has no
+     * public setting; the client shortens it with
+     * ManagedChannel.resetConnectBackoff() at this interval.
+     */
+    public Builder connectRetry(Duration d) { connectRetry = Objects.requireNonNull(d); return this; }
+
     public ClientOptions build() {
       if (connectTimeout.isNegative()) {
         throw new IllegalArgumentException("spool: connectTimeout " + connectTimeout + ": use zero (do not wait) or a positive duration");
+      }
+      if (connectRetry.isNegative() || connectRetry.isZero()) {
+        throw new IllegalArgumentException("spool: connectRetry " + connectRetry + ": use a positive duration");
       }
       if (publishTimeout.isNegative()) {
         throw new IllegalArgumentException("spool: publishTimeout " + publishTimeout + ": use zero (no deadline) or a positive duration");

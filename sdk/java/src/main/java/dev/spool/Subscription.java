@@ -252,7 +252,11 @@ public final class Subscription implements AutoCloseable {
             : "spool: subscribe stream to the sidecar broke; reconnecting (deliveries in progress will be redelivered)";
         Log.log(log, Level.WARNING, msg, "group", group, "addr", client.addr(), "err", Settlement.text(err), "retry_in_ms", delay.toMillis(), "attempt", attempt);
         try {
-          stop.get(delay.toNanos(), TimeUnit.NANOSECONDS);
+          if (Errors.sidecarUnreachable(err)) {
+            client.awaitReconnect(delay, stop); // or as soon as the sidecar is back
+          } else {
+            stop.get(delay.toNanos(), TimeUnit.NANOSECONDS);
+          }
         } catch (TimeoutException e) {
           // the backoff passed
         } catch (InterruptedException | ExecutionException e) {

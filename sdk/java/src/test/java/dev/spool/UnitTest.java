@@ -171,6 +171,8 @@ class UnitTest {
     assertThrows(IllegalArgumentException.class, () -> SubscribeOptions.builder().maxReceiveBytes(1024).build());
     assertThrows(IllegalArgumentException.class, () -> PublisherOptions.builder().maxInFlight(0).build());
     assertThrows(IllegalArgumentException.class, () -> IdempotentOptions.builder().table("x; DROP TABLE y").build());
+    assertThrows(IllegalArgumentException.class, () -> ClientOptions.builder().connectRetry(Duration.ZERO).build());
+    assertEquals(Duration.ofMillis(500), ClientOptions.defaults().connectRetry());
     SubscribeOptions d = SubscribeOptions.defaults();
     assertEquals(64, d.concurrency());
     assertEquals(64, d.prefetch());

@@ -1,0 +1,627 @@
+// The fault suite over real spoold processes (issue: verification). Each
+// run starts a 3-node cluster, each spoold in its own network namespace
+// (chaos/netns), a redis-server for the ledger on the bridge, and a
+// workload through the Go SDK: one producer per sidecar publishing unique
+// values with keys, one app per sidecar consuming them in one group. A
+// seeded schedule injects one kind of fault; then every fault heals, the
+// apps catch up, each node's copy of the log is read, and chaos/check
+// judges the history. A run is replayed from its seed.
+//
+//	make chaos                                  # SPOOL_CHAOS_RUNS runs per fault (default 50)
+//	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
+//
+// Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
+// (comma-separated of kill, pause, isolate; default kill: the short form
+// that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
+// from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
+// default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
+// default a temporary directory, printed, kept when a run fails).
+// Without root and iproute2 the suite says why and skips: it creates
+// network namespaces. tc netem (delay, loss) is not used: this machine's
+// kernel lacks it.
+package chaos
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spoolmq/spool/chaos/check"
+	"github.com/spoolmq/spool/chaos/netns"
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	spool "github.com/spoolmq/spool/sdk/go"
+)
+
+// The cluster of a run.
+const (
+	nodes      = 3
+	partitions = 4
+	keys       = 8
+	appPort    = 7101
+	peerPort   = 7102
+	adminPort  = 7103
+	redisPort  = 7104
+	group      = "verify"
+	topic      = "orders"
+)
+
+var spooldBin string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if netns.Available() != nil {
+			return m.Run() // the tests skip, saying why
+		}
+		dir, err := os.MkdirTemp("", "spool-chaos-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		spooldBin = filepath.Join(dir, "spoold")
+		cmd := exec.Command("go", "build", "-o", spooldBin, "github.com/spoolmq/spool/cmd/spoold")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building spoold:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// faults are the kinds of fault a run injects, one kind per run.
+var faults = map[string]func(r *run, i int, hold time.Duration) error{
+	// kill: kill -9 a node's spoold, restart it after hold.
+	"kill": func(r *run, i int, hold time.Duration) error {
+		r.kill(i)
+		if !r.sleep(hold) {
+			return nil
+		}
+		return r.start(i)
+	},
+	// pause: SIGSTOP a node's spoold past the election timeout, then SIGCONT.
+	"pause": func(r *run, i int, hold time.Duration) error {
+		_ = r.procs[i].cmd.Process.Signal(syscall.SIGSTOP)
+		r.sleep(hold)
+		return r.procs[i].cmd.Process.Signal(syscall.SIGCONT)
+	},
+	// isolate: cut a node off from its peers, Redis and its clients at once.
+	"isolate": func(r *run, i int, hold time.Duration) error {
+		if err := r.net.Isolate(i); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return r.net.Heal(i)
+	},
+}
+
+// TestChaos runs SPOOL_CHAOS_RUNS seeded runs of each fault kind and
+// writes the report; any rule broken fails the test, naming the seed.
+func TestChaos(t *testing.T) {
+	if err := netns.Available(); err != nil {
+		t.Skipf("the fault suite needs network namespaces: %v", err)
+	}
+	runs := envInt("SPOOL_CHAOS_RUNS", 1)
+	secs := envInt("SPOOL_CHAOS_SECONDS", 10)
+	seed := uint64(envInt("SPOOL_CHAOS_SEED", int(time.Now().UnixNano()%1e9)))
+	kinds := strings.Split(cmp.Or(os.Getenv("SPOOL_CHAOS_FAULTS"), "kill"), ",")
+	out := os.Getenv("SPOOL_CHAOS_OUT")
+	if out == "" {
+		var err error
+		if out, err = os.MkdirTemp("", "spool-chaos-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if !t.Failed() {
+				os.RemoveAll(out)
+			}
+		})
+	}
+	t.Logf("fault runs: %d per kind of %v, %d s each, first seed %d; histories and logs in %s", runs, kinds, secs, seed, out)
+	var rep report
+	for _, kind := range kinds {
+		if faults[kind] == nil {
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate)", kind)
+		}
+		for k := range runs {
+			s := seed + uint64(k)
+			dir := filepath.Join(out, fmt.Sprintf("%s-%d", kind, s))
+			res, err := oneRun(t, kind, s, time.Duration(secs)*time.Second, dir)
+			rep.add(kind, s, res, err)
+			switch {
+			case err != nil:
+				t.Errorf("%s seed %d: the run failed: %v (replay: SPOOL_CHAOS_FAULTS=%s SPOOL_CHAOS_SEED=%d; in %s)", kind, s, err, kind, s, dir)
+			case !res.OK():
+				t.Errorf("%s seed %d broke a rule (replay: SPOOL_CHAOS_FAULTS=%s SPOOL_CHAOS_SEED=%d; history in %s):\n%s", kind, s, kind, s, dir, strings.Join(res.Violations, "\n"))
+			default:
+				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond))
+			}
+		}
+	}
+	md := rep.markdown()
+	if err := os.WriteFile(filepath.Join(out, "report.md"), []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report (%s):\n%s", filepath.Join(out, "report.md"), md)
+}
+
+// proc is one node's spoold.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// run is one fault run.
+type run struct {
+	t     *testing.T
+	dir   string
+	net   *netns.Net
+	redis *exec.Cmd
+	procs [nodes]*proc
+	stop  chan struct{} // closed when the faulted time ends
+
+	mu    sync.Mutex
+	pubs  []check.Publish
+	comps []check.Completion
+	flts  []check.Fault
+	ops   []op // the history, as recorded
+}
+
+// op is one line of the history (history.jsonl).
+type op struct {
+	At        time.Time `json:"at"`
+	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal
+	Node      int       `json:"node"`
+	Value     string    `json:"value,omitempty"`
+	Partition int32     `json:"partition,omitempty"`
+	Offset    int64     `json:"offset,omitempty"`
+	Token     uint64    `json:"token,omitempty"`
+	Err       string    `json:"err,omitempty"`
+}
+
+func (r *run) record(o op) {
+	o.At = time.Now()
+	r.mu.Lock()
+	r.ops = append(r.ops, o)
+	r.mu.Unlock()
+}
+
+// sleep waits d or until the faulted time ends (false then).
+func (r *run) sleep(d time.Duration) bool {
+	select {
+	case <-time.After(d): // the fault's length, drawn from the seed: not a wait for a condition
+		return true
+	case <-r.stop:
+		return false
+	}
+}
+
+func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir string) (check.Result, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return check.Result{}, err
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x5b001))
+	n, err := netns.New("c"+strconv.Itoa(int(seed%1000)), 100+int(seed%100), nodes)
+	if err != nil {
+		return check.Result{}, err
+	}
+	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{})}
+	defer r.close()
+	if err := r.startRedis(); err != nil {
+		return check.Result{}, err
+	}
+	for i := range nodes {
+		if err := r.start(i); err != nil {
+			return check.Result{}, err
+		}
+	}
+	if err := r.awaitReady(60 * time.Second); err != nil {
+		return check.Result{}, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var work sync.WaitGroup
+	pubCtx, pubStop := context.WithCancel(ctx)
+	for i := range nodes {
+		work.Go(func() { r.produce(pubCtx, i) })
+	}
+	consumers := make([]func(), nodes)
+	for i := range nodes {
+		cctx, ccancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.consume(cctx, i) }()
+		consumers[i] = func() { ccancel(); <-done }
+	}
+	// The faults: one node at a time, 2-5 s apart, each held 3-8 s.
+	faultsDone := make(chan error, 1)
+	go func() {
+		var errs []error
+		for r.sleep(time.Duration(2000+rng.IntN(3000)) * time.Millisecond) {
+			i := rng.IntN(nodes)
+			hold := time.Duration(3000+rng.IntN(5000)) * time.Millisecond
+			r.record(op{Kind: "fault", Node: i, Err: kind + " for " + hold.String()})
+			from := time.Now()
+			errs = append(errs, faults[kind](r, i, hold))
+			r.mu.Lock()
+			r.flts = append(r.flts, check.Fault{Node: i, From: from, To: time.Now()})
+			r.mu.Unlock()
+			r.record(op{Kind: "heal", Node: i})
+		}
+		faultsDone <- errors.Join(errs...)
+	}()
+	time.Sleep(length) // sleep-ok: the faulted time of the run
+	close(r.stop)
+	ferr := <-faultsDone
+	// Heal everything: links up, processes running.
+	ferr = errors.Join(ferr, r.net.HealAll())
+	for i, p := range r.procs {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		select {
+		case <-p.exited:
+			ferr = errors.Join(ferr, r.start(i))
+		default:
+		}
+	}
+	pubStop()
+	work.Wait()
+	if ferr != nil {
+		return check.Result{}, ferr
+	}
+	if err := r.awaitReady(60 * time.Second); err != nil {
+		return check.Result{}, err
+	}
+	logs, err := r.awaitCaughtUp(ctx, 90*time.Second)
+	for _, c := range consumers {
+		c()
+	}
+	if err != nil {
+		return check.Result{}, err
+	}
+	r.mu.Lock()
+	h := check.History{Publishes: r.pubs, Logs: logs, Completions: r.comps, Faults: r.flts}
+	r.mu.Unlock()
+	res := check.Check(h)
+	return res, r.writeHistory(res)
+}
+
+func (r *run) close() {
+	for i := range r.procs {
+		if r.procs[i] != nil {
+			r.kill(i)
+		}
+	}
+	if r.redis != nil {
+		_ = r.redis.Process.Kill()
+		_ = r.redis.Wait()
+	}
+	if err := r.net.Close(); err != nil {
+		r.t.Logf("removing the run's namespaces: %v", err)
+	}
+}
+
+func (r *run) startRedis() error {
+	r.redis = exec.Command("redis-server", "--bind", r.net.Host(), "--port", strconv.Itoa(redisPort), "--save", "", "--appendonly", "no", "--protected-mode", "no")
+	f, err := os.Create(filepath.Join(r.dir, "redis.log"))
+	if err != nil {
+		return err
+	}
+	r.redis.Stdout, r.redis.Stderr = f, f
+	if err := r.redis.Start(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// config is node i's spoold.yaml.
+func (r *run) config(i int) string {
+	join := ""
+	if i > 0 {
+		join = fmt.Sprintf("  join: [\"%s:%d\"]\n", r.net.IP(0), peerPort)
+	}
+	return fmt.Sprintf(`node:
+  id: n%d
+  data_dir: %s
+  app_listen: ["%s:%d"]
+  admin_listen: "%s:%d"
+  drain_timeout: 5s
+# The run's bridge reaches nothing else: plaintext peers, apps, admin and Redis.
+apps:
+  allow_insecure_tcp: true
+admin:
+  insecure_no_auth: true
+guards:
+  insecure_plaintext_remotes: true
+cluster:
+  insecure: true
+  listen: "%s:%d"
+  produce_timeout: 5s
+  group_session_timeout: 3s
+%sredis:
+  addrs: ["%s:%d"]
+topics:
+  - name: %s
+    partitions: %d
+subscriptions:
+  - topic: %s
+    group: %s
+    ordering: key
+    visibility_timeout: 5s
+`, i+1, filepath.Join(r.dir, fmt.Sprintf("n%d", i+1)), r.net.IP(i), appPort, r.net.IP(i), adminPort, r.net.IP(i), peerPort, join, r.net.Host(), redisPort, topic, partitions, topic, group)
+}
+
+// start starts (or restarts) node i's spoold on its data dir.
+func (r *run) start(i int) error {
+	cfg := filepath.Join(r.dir, fmt.Sprintf("n%d.yaml", i+1))
+	if err := os.WriteFile(cfg, []byte(r.config(i)), 0o644); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(r.dir, fmt.Sprintf("n%d.log", i+1)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := r.net.Command(i, spooldBin, "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.exited) }()
+	r.procs[i] = p
+	return nil
+}
+
+// kill kill -9s node i's spoold and waits for it to end.
+func (r *run) kill(i int) {
+	p := r.procs[i]
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// awaitReady waits until every node answers /readyz 200.
+func (r *run) awaitReady(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	hc := http.Client{Timeout: time.Second}
+	for i := range nodes {
+		for {
+			resp, err := hc.Get(fmt.Sprintf("http://%s:%d/readyz", r.net.IP(i), adminPort))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("node %d not ready after %v (%v)", i+1, d, err)
+			}
+			time.Sleep(100 * time.Millisecond) // sleep-ok: polling a process's readiness
+		}
+	}
+	return nil
+}
+
+// definite are the sidecar's reasons for a publish it certainly did not
+// store (docs/errors.md); any other failure's outcome is unknown.
+var definite = []string{"NO_LEADER", "UNKNOWN_TOPIC", "INVALID_ARGUMENT", "MESSAGE_TOO_LARGE", "SHUTTING_DOWN", "NOT_READY"}
+
+// produce publishes r-n<i>-<seq> with keys k0..k7 in turn through node i,
+// each retried with the same id until acknowledged or the run ends.
+func (r *run) produce(ctx context.Context, i int) {
+	c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort))
+	if err != nil {
+		r.t.Errorf("dial node %d: %v", i+1, err)
+		return
+	}
+	defer c.Close()
+	for seq := 0; ctx.Err() == nil; seq++ {
+		p := check.Publish{Value: fmt.Sprintf("n%d-%d", i+1, seq), Key: fmt.Sprintf("k%d", seq%keys), Producer: i, Seq: seq, Invoked: time.Now()}
+		for attempt := 0; ; attempt++ {
+			r.record(op{Kind: "invoke", Node: i, Value: p.Value})
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			res, err := c.Publish(actx, topic, []byte(p.Key), []byte(p.Value), spool.WithID(p.Value))
+			cancel()
+			if err == nil {
+				p.Acked, p.Partition, p.Offset = true, res.Partition, res.Offset
+				r.record(op{Kind: "ok", Node: i, Value: p.Value, Partition: res.Partition, Offset: res.Offset})
+				break
+			}
+			kind := "unknown"
+			if slices.Contains(definite, spool.Reason(err)) {
+				kind = "fail"
+			} else {
+				p.Unknown = true
+			}
+			r.record(op{Kind: kind, Node: i, Value: p.Value, Err: err.Error()})
+			if ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-time.After(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond): // a producer's retry backoff
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		p.Done = time.Now()
+		r.mu.Lock()
+		r.pubs = append(r.pubs, p)
+		r.mu.Unlock()
+	}
+}
+
+// consume runs node i's app: it completes every message, recording it.
+func (r *run) consume(ctx context.Context, i int) {
+	c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort))
+	if err != nil {
+		r.t.Errorf("dial node %d: %v", i+1, err)
+		return
+	}
+	defer c.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	_ = c.Subscribe(ctx, group, []string{topic}, func(_ context.Context, m *spool.Message) error {
+		r.mu.Lock()
+		r.comps = append(r.comps, check.Completion{Value: m.ID, Node: i, Token: m.FencingToken, At: time.Now()})
+		r.mu.Unlock()
+		r.record(op{Kind: "complete", Node: i, Value: m.ID, Partition: m.Partition, Offset: m.Offset, Token: m.FencingToken})
+		return nil
+	}, spool.WithConcurrency(4), spool.WithLogger(quiet), spool.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond))
+}
+
+// awaitCaughtUp waits until every node's copy of every partition ends at
+// the same offset and the apps completed every acknowledged message, then
+// reads each node's copy.
+func (r *run) awaitCaughtUp(ctx context.Context, d time.Duration) (map[int][]check.Record, error) {
+	deadline := time.Now().Add(d)
+	var why error
+	for time.Now().Before(deadline) {
+		logs := map[int][]check.Record{}
+		why = nil
+		for i := range nodes {
+			recs, err := r.readLog(ctx, i)
+			if err != nil {
+				why = fmt.Errorf("node %d: %w", i+1, err)
+				break
+			}
+			logs[i] = recs
+		}
+		if why == nil {
+			why = r.caughtUp(logs)
+		}
+		if why == nil {
+			return logs, nil
+		}
+		time.Sleep(500 * time.Millisecond) // sleep-ok: polling replicas and apps catching up
+	}
+	return nil, fmt.Errorf("not caught up after %v: %w", d, why)
+}
+
+// caughtUp: every copy has the same length per partition and every
+// acknowledged value was completed.
+func (r *run) caughtUp(logs map[int][]check.Record) error {
+	for i := 1; i < nodes; i++ {
+		if len(logs[i]) != len(logs[0]) {
+			return fmt.Errorf("node %d holds %d records, node 1 %d", i+1, len(logs[i]), len(logs[0]))
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	done := map[string]bool{}
+	for _, c := range r.comps {
+		done[c.Value] = true
+	}
+	missing := 0
+	for _, p := range r.pubs {
+		if p.Acked && !done[p.Value] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		return fmt.Errorf("%d acknowledged messages not completed yet", missing)
+	}
+	return nil
+}
+
+// readLog reads node i's copy of the topic (its admin Tail from the
+// earliest offset, up to the ends ListTopics gives).
+func (r *run) readLog(ctx context.Context, i int) ([]check.Record, error) {
+	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(i), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ac := spoolv1.NewAdminServiceClient(conn)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	lt, err := ac.ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	ends := map[int32]int64{}
+	for _, ti := range lt.GetTopics() {
+		if ti.GetName() == topic {
+			for _, p := range ti.GetPartitions() {
+				ends[p.GetPartition()] = p.GetEndOffset()
+			}
+		}
+	}
+	want := 0
+	for _, e := range ends {
+		want += int(e)
+	}
+	byPart := map[int32][]check.Record{}
+	if want > 0 {
+		st, err := ac.Tail(ctx, &spoolv1.TailRequest{Topic: topic, From: &spoolv1.TailRequest_Earliest{Earliest: true}})
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for got < want {
+			ev, err := st.Recv()
+			if err != nil {
+				return nil, fmt.Errorf("tail after %d of %d records: %w", got, want, err)
+			}
+			rec := ev.GetRecord()
+			if rec == nil || rec.GetOffset() >= ends[rec.GetPartition()] {
+				continue
+			}
+			byPart[rec.GetPartition()] = append(byPart[rec.GetPartition()], check.Record{Partition: rec.GetPartition(), Offset: rec.GetOffset(), Value: rec.GetId()})
+			got++
+		}
+	}
+	var out []check.Record
+	for p := range int32(partitions) {
+		out = append(out, byPart[p]...)
+	}
+	return out, nil
+}
+
+// writeHistory keeps the run's history and result in its directory.
+func (r *run) writeHistory(res check.Result) error {
+	f, err := os.Create(filepath.Join(r.dir, "history.jsonl"))
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	r.mu.Lock()
+	for _, o := range r.ops {
+		_ = enc.Encode(o)
+	}
+	r.mu.Unlock()
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	return os.WriteFile(filepath.Join(r.dir, "result.json"), b, 0o644)
+}
+
+func envInt(name string, def int) int {
+	v, err := strconv.Atoi(os.Getenv(name))
+	return cmp.Or(map[bool]int{true: v}[err == nil && v > 0], def)
+}

@@ -1,0 +1,303 @@
+// Package check checks the history of a fault run against what Spool
+// promises (docs/semantics.md): it is pure — a history in, a result out —
+// so that every rule is tested on crafted histories (check_test.go) before
+// it judges a real run (chaos/).
+//
+// What a history holds: every message the workload published (all its
+// attempts folded into one outcome), each node's copy of the topic's log as
+// read after the faults healed, and every completion the consuming apps
+// made. The rules:
+//
+//   - replicas identical: every node's copy of a partition holds the same
+//     records (read after healing, once every replica caught up);
+//   - no acknowledged publish lost: its partition's log holds its value at
+//     the offset its publish returned;
+//   - a value at two offsets only if an attempt of its publish had an
+//     unknown outcome (a retry may store it again);
+//   - no value whose publish definitely failed (every attempt refused,
+//     none acknowledged) is ever stored, and no value nobody published;
+//   - per producer and key, the log order is the publish order: every copy
+//     of a message lies before the acknowledged offset of the producer's
+//     next message of that key (a stale copy appended later is a reorder);
+//   - appends are linearizable: in a partition, a publish acknowledged
+//     before another was invoked has the lower offset (real-time order,
+//     across producers and sidecars). With offsets unique and each
+//     acknowledged offset holding its value (the rules above), this is
+//     what a linearizability checker (porcupine) would establish for an
+//     append-only log whose appends return their offset; it is checked
+//     directly, in O(n log n) per partition;
+//   - no message completed twice, except one first completed by the app of
+//     a sidecar under a fault (killed, stopped, cut off), during the fault
+//     or within KillWindow before it: that completion could not reach the
+//     ledger (what the ledger does not promise: docs/ledger.md). A sidecar
+//     that goes on delivering after the fault heals, and its app's
+//     completions then, get no such allowance.
+package check
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Publish is one message the workload published, all its attempts folded.
+type Publish struct {
+	Value    string // unique in the run; also the message id
+	Key      string
+	Producer int
+	Seq      int // the producer's call order
+	// Acked: an attempt was acknowledged at Partition/Offset.
+	Acked     bool
+	Partition int32
+	Offset    int64
+	// Unknown: an attempt's outcome was unknown (it may be stored).
+	Unknown bool
+	// Invoked and Done bound the publish (first attempt to last answer).
+	Invoked, Done time.Time
+}
+
+// Failed reports whether the publish definitely failed: never acknowledged,
+// no attempt with an unknown outcome.
+func (p Publish) Failed() bool { return !p.Acked && !p.Unknown }
+
+// Record is one record of a node's copy of the log.
+type Record struct {
+	Partition int32
+	Offset    int64
+	Value     string
+}
+
+// Completion is one message completed by a consuming app.
+type Completion struct {
+	Value string
+	Node  int // the sidecar the app consumes through
+	Token uint64
+	At    time.Time
+}
+
+// Fault is a fault of a node's spoold or link, From its start To its heal
+// (a kill -9: to the restart).
+type Fault struct {
+	Node     int
+	From, To time.Time
+}
+
+// KillWindow bounds how long before a fault a message completed by the
+// faulted sidecar's app may be completed again (its completion still on its
+// way to the ledger; docs/semantics.md states the bound).
+const KillWindow = time.Second
+
+// History is one run.
+type History struct {
+	Publishes   []Publish
+	Logs        map[int][]Record // by node: its copy, in offset order per partition
+	Completions []Completion
+	Faults      []Fault
+}
+
+// Result is what Check found.
+type Result struct {
+	Acked      int // publishes acknowledged
+	Lost       int // acknowledged and not at their offset
+	Duplicated int // values stored more than once (their publish's outcome was unknown: allowed)
+	// Violations say what broke each rule, one line each (capped).
+	Violations []string
+	// CompletedTwice: messages completed more than once (allowed ones included).
+	CompletedTwice int
+	// LongestPublishGap is the longest time a producer (each publishes
+	// through its own sidecar) went without an acknowledgement, between
+	// its first and its last: the unavailability its sidecar showed.
+	LongestPublishGap time.Duration
+	// LongestRecovery is the longest time from a fault's heal to a
+	// producer's next acknowledgement (every producer, every fault).
+	LongestRecovery time.Duration
+}
+
+// maxViolations caps the lines kept per run.
+const maxViolations = 50
+
+func (r *Result) violate(format string, args ...any) {
+	if len(r.Violations) < maxViolations {
+		r.Violations = append(r.Violations, fmt.Sprintf(format, args...))
+	} else if len(r.Violations) == maxViolations {
+		r.Violations = append(r.Violations, "... (more)")
+	}
+}
+
+// OK reports whether no rule broke.
+func (r Result) OK() bool { return len(r.Violations) == 0 }
+
+// Check applies every rule to h.
+func Check(h History) Result {
+	var r Result
+	nodes := make([]int, 0, len(h.Logs))
+	for n := range h.Logs {
+		nodes = append(nodes, n)
+	}
+	sort.Ints(nodes)
+	if len(nodes) == 0 {
+		r.violate("no node's log was read")
+		return r
+	}
+	ref := h.Logs[nodes[0]]
+	for _, n := range nodes[1:] {
+		if d := firstDifference(ref, h.Logs[n]); d != "" {
+			r.violate("replicas differ: node %d and node %d: %s", nodes[0], n, d)
+		}
+	}
+	type pos struct {
+		p int32
+		o int64
+	}
+	at := map[pos]string{}
+	copies := map[string][]Record{}
+	for _, rec := range ref {
+		k := pos{rec.Partition, rec.Offset}
+		if v, ok := at[k]; ok {
+			r.violate("partition %d offset %d read twice: %q and %q", rec.Partition, rec.Offset, v, rec.Value)
+			continue
+		}
+		at[k] = rec.Value
+		copies[rec.Value] = append(copies[rec.Value], rec)
+	}
+	pubs := map[string]Publish{}
+	for _, p := range h.Publishes {
+		pubs[p.Value] = p
+	}
+	for v, cs := range copies {
+		p, ok := pubs[v]
+		switch {
+		case !ok:
+			r.violate("%q stored at %d/%d, but nobody published it", v, cs[0].Partition, cs[0].Offset)
+		case p.Failed():
+			r.violate("%q stored at %d/%d, but its publish definitely failed", v, cs[0].Partition, cs[0].Offset)
+		case len(cs) > 1 && !p.Unknown:
+			r.violate("%q stored %d times (%d/%d, %d/%d), but no attempt of its publish had an unknown outcome", v, len(cs), cs[0].Partition, cs[0].Offset, cs[1].Partition, cs[1].Offset)
+		case len(cs) > 1:
+			r.Duplicated++
+		}
+	}
+	ackTimes := map[int][]time.Time{}
+	for _, p := range h.Publishes {
+		if !p.Acked {
+			continue
+		}
+		r.Acked++
+		ackTimes[p.Producer] = append(ackTimes[p.Producer], p.Done)
+		if v, ok := at[pos{p.Partition, p.Offset}]; !ok || v != p.Value {
+			r.Lost++
+			r.violate("LOST: %q acknowledged at %d/%d, which holds %q", p.Value, p.Partition, p.Offset, v)
+		}
+	}
+	r.reorders(h.Publishes, copies)
+	r.realTime(h.Publishes)
+	r.completions(h)
+	for _, ts := range ackTimes {
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		for _, f := range h.Faults {
+			if i, _ := slices.BinarySearchFunc(ts, f.To, func(a, b time.Time) int { return a.Compare(b) }); i < len(ts) {
+				r.LongestRecovery = max(r.LongestRecovery, ts[i].Sub(f.To))
+			}
+		}
+		for i := 1; i < len(ts); i++ {
+			r.LongestPublishGap = max(r.LongestPublishGap, ts[i].Sub(ts[i-1]))
+		}
+	}
+	return r
+}
+
+// reorders: per producer and key, every copy of a message lies before the
+// acknowledged offset of the producer's later messages of that key.
+func (r *Result) reorders(pubs []Publish, copies map[string][]Record) {
+	type pk struct {
+		producer int
+		key      string
+	}
+	by := map[pk][]Publish{}
+	for _, p := range pubs {
+		by[pk{p.Producer, p.Key}] = append(by[pk{p.Producer, p.Key}], p)
+	}
+	for k, ps := range by {
+		slices.SortFunc(ps, func(a, b Publish) int { return a.Seq - b.Seq })
+		// later[i]: the lowest acknowledged offset of ps[i+1:] (and its value).
+		lowest, lowestV := int64(-1), ""
+		for i := len(ps) - 1; i >= 0; i-- {
+			for _, c := range copies[ps[i].Value] {
+				if lowest >= 0 && c.Offset > lowest {
+					r.violate("REORDERED: producer %d key %q: %q at %d/%d, after %q (published later) at offset %d", k.producer, k.key, ps[i].Value, c.Partition, c.Offset, lowestV, lowest)
+				}
+			}
+			if ps[i].Acked && (lowest < 0 || ps[i].Offset < lowest) {
+				lowest, lowestV = ps[i].Offset, ps[i].Value
+			}
+		}
+	}
+}
+
+// realTime: in each partition, a publish acknowledged before another was
+// invoked has the lower offset.
+func (r *Result) realTime(pubs []Publish) {
+	by := map[int32][]Publish{}
+	for _, p := range pubs {
+		if p.Acked {
+			by[p.Partition] = append(by[p.Partition], p)
+		}
+	}
+	for part, ps := range by {
+		done := slices.Clone(ps)
+		slices.SortFunc(done, func(a, b Publish) int { return a.Done.Compare(b.Done) })
+		slices.SortFunc(ps, func(a, b Publish) int { return a.Invoked.Compare(b.Invoked) })
+		// Walk the publishes by invocation; fold in those done before it.
+		var top Publish // the highest offset acknowledged so far
+		seen, j := false, 0
+		for _, p := range ps {
+			for ; j < len(done) && done[j].Done.Before(p.Invoked); j++ {
+				if !seen || done[j].Offset > top.Offset {
+					top, seen = done[j], true
+				}
+			}
+			if seen && top.Offset >= p.Offset {
+				r.violate("NOT LINEARIZABLE: partition %d: %q acknowledged at offset %d at %s, before %q was invoked at %s, which got offset %d",
+					part, top.Value, top.Offset, top.Done.Format("15:04:05.000"), p.Value, p.Invoked.Format("15:04:05.000"), p.Offset)
+			}
+		}
+	}
+}
+
+// completions: a message completed twice only as a fault allows.
+func (r *Result) completions(h History) {
+	by := map[string][]Completion{}
+	for _, c := range h.Completions {
+		by[c.Value] = append(by[c.Value], c)
+	}
+	for v, cs := range by {
+		if len(cs) < 2 {
+			continue
+		}
+		r.CompletedTwice++
+		slices.SortFunc(cs, func(a, b Completion) int { return a.At.Compare(b.At) })
+		first := cs[0]
+		allowed := len(cs) == 2 && slices.ContainsFunc(h.Faults, func(f Fault) bool {
+			return f.Node == first.Node && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
+		})
+		if !allowed {
+			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), not during or just before a fault of node %d",
+				v, first.Node, first.At.Format("15:04:05.000"), first.Token, cs[1].Node, cs[1].At.Format("15:04:05.000"), cs[1].Token, first.Node)
+		}
+	}
+}
+
+// firstDifference describes where two copies of the log first differ ("":
+// they do not).
+func firstDifference(a, b []Record) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("record %d: %d/%d %q vs %d/%d %q", i, a[i].Partition, a[i].Offset, a[i].Value, b[i].Partition, b[i].Offset, b[i].Value)
+		}
+	}
+	if len(a) != len(b) {
+		return fmt.Sprintf("%d records vs %d", len(a), len(b))
+	}
+	return ""
+}

@@ -1,0 +1,80 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spoolmq/spool/chaos/check"
+)
+
+// report sums the runs by fault kind (report.md).
+type report struct {
+	rows map[string]*row
+}
+
+type row struct {
+	runs, failed, broken    int
+	acked, lost, duplicated int
+	completedTwice          int
+	longestGap              time.Duration
+	longestRecovery         time.Duration
+	worstSeed               uint64
+	violations              []string
+}
+
+func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
+	if rep.rows == nil {
+		rep.rows = map[string]*row{}
+	}
+	r := rep.rows[kind]
+	if r == nil {
+		r = &row{}
+		rep.rows[kind] = r
+	}
+	r.runs++
+	switch {
+	case err != nil:
+		r.failed++
+		r.violations = append(r.violations, fmt.Sprintf("seed %d: run failed: %v", seed, err))
+		return
+	case !res.OK():
+		r.broken++
+		for _, v := range res.Violations {
+			r.violations = append(r.violations, fmt.Sprintf("seed %d: %s", seed, v))
+		}
+	}
+	r.acked += res.Acked
+	r.lost += res.Lost
+	r.duplicated += res.Duplicated
+	r.completedTwice += res.CompletedTwice
+	r.longestRecovery = max(r.longestRecovery, res.LongestRecovery)
+	if res.LongestPublishGap > r.longestGap {
+		r.longestGap, r.worstSeed = res.LongestPublishGap, seed
+	}
+}
+
+func (rep *report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Fault runs, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	kinds := make([]string, 0, len(rep.rows))
+	for k := range rep.rows {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	for _, k := range kinds {
+		r := rep.rows[k]
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond))
+	}
+	for _, k := range kinds {
+		if vs := rep.rows[k].violations; len(vs) > 0 {
+			fmt.Fprintf(&b, "\n## %s: what broke\n\n", k)
+			for _, v := range vs[:min(len(vs), 30)] {
+				fmt.Fprintf(&b, "- %s\n", v)
+			}
+		}
+	}
+	return b.String()
+}
