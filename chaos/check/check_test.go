@@ -117,7 +117,9 @@ func probeHistory(faults []Fault, ps ...probeAt) History {
 			Invoked: t0.Add(p.invoked), Done: t0.Add(p.done), Probe: true, Sidecar: p.sidecar})
 		log = append(log, Record{Partition: p.partition, Offset: off, Value: v})
 	}
-	slices.SortFunc(log, func(a, b Record) int { return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset)) })
+	slices.SortFunc(log, func(a, b Record) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
 	h.Logs[0], h.Logs[1] = log, log
 	return h
 }
