@@ -188,7 +188,7 @@ func TestChaos(t *testing.T) {
 		for k := range runs {
 			s := seed + uint64(k)
 			dir := filepath.Join(out, fmt.Sprintf("%s-%d", kind, s))
-			res, err := oneRun(t, kind, s, time.Duration(secs)*time.Second, dir)
+			res, err := oneRun(t, kind, s, time.Duration(secs)*time.Second, dir, nil)
 			rep.add(kind, s, res, err)
 			switch {
 			case err != nil:
@@ -261,7 +261,13 @@ func (r *run) sleep(d time.Duration) bool {
 	}
 }
 
-func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir string) (check.Result, error) {
+// fixedFault replaces a run's seeded schedule by one fault: After the
+// workload starts, held for Hold.
+type fixedFault struct{ After, Hold time.Duration }
+
+// oneRun runs one fault run of kind: the faults on a schedule drawn from
+// seed, or the one fault fixed says (nil: the seeded schedule).
+func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir string, fixed *fixedFault) (check.Result, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return check.Result{}, err
 	}
@@ -310,9 +316,23 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	faultsDone := make(chan error, 1)
 	go func() {
 		var errs []error
-		for r.sleep(time.Duration(2000+rng.IntN(3000)) * time.Millisecond) {
+		wait := func() time.Duration { return time.Duration(2000+rng.IntN(3000)) * time.Millisecond }
+		if fixed != nil {
+			done := false
+			wait = func() time.Duration {
+				if done {
+					return length + time.Hour // no more faults: sleep until the run ends
+				}
+				done = true
+				return fixed.After
+			}
+		}
+		for r.sleep(wait()) {
 			i := rng.IntN(nodes)
 			hold := time.Duration(fk.holdMs[0]+rng.IntN(fk.holdMs[1]-fk.holdMs[0])) * time.Millisecond
+			if fixed != nil {
+				hold = fixed.Hold
+			}
 			if fk.pick != nil {
 				i = fk.pick(r, i)
 			}
