@@ -118,12 +118,40 @@ type GRPC struct {
 	wg     sync.WaitGroup  // every goroutine the transport starts
 }
 
-// grpcConnectParams is the reconnect backoff of the channels to peers:
-// 100 ms growing to at most 1 s between TCP connection attempts (gRPC's
-// default grows to 120 s), each attempt bounded by 5 s.
-var grpcConnectParams = grpc.ConnectParams{
-	Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-	MinConnectTimeout: 5 * time.Second,
+// How every gRPC channel between peers (this transport's lanes and the
+// cluster's forwarding clients, PeerDialOptions) notices a peer gone
+// silent and dials it again: after a network partition heals, a channel
+// must carry calls again within about PeerKeepaliveTimeout plus
+// PeerReconnectMax, not when a TCP connection stuck in retransmission
+// backoff happens to retransmit (the kernel doubles that wait up to two
+// minutes: after a 15 s one-way cut, 7-12 s after the heal).
+const (
+	// PeerKeepaliveTime: a channel that read nothing for this long pings
+	// the peer (the server side permits pings this often).
+	PeerKeepaliveTime = 2 * time.Second
+	// PeerKeepaliveTimeout: a ping unanswered this long, or bytes sent and
+	// not acknowledged by the peer's TCP this long (gRPC sets it as the
+	// socket's TCP_USER_TIMEOUT), closes the connection.
+	PeerKeepaliveTimeout = 2 * time.Second
+	// PeerConnectTimeout bounds one connection attempt (TCP and TLS
+	// handshakes): a SYN lost to a partition is not waited on for the
+	// kernel's own 1, 3, 7 s retries.
+	PeerConnectTimeout = 2 * time.Second
+	// PeerReconnectMax caps the wait between connection attempts (100 ms
+	// growing by 1.6; gRPC's default grows to 120 s).
+	PeerReconnectMax = time.Second
+)
+
+// PeerDialOptions are the keepalive and reconnect settings of every
+// channel to a peer (see PeerKeepaliveTime).
+func PeerDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: PeerKeepaliveTime, Timeout: PeerKeepaliveTimeout, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: PeerReconnectMax},
+			MinConnectTimeout: PeerConnectTimeout,
+		}),
+	}
 }
 
 type peer struct {
@@ -164,8 +192,10 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 		grpc.MaxRecvMsgSize(cfg.Limits.maxFrameBytes()),
 		grpcbuf.ServerOption(),
 		grpcbuf.ServerCodec(),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: PeerKeepaliveTimeout}),
+		// Peers ping every PeerKeepaliveTime (PeerDialOptions): allow it,
+		// with room for timers firing early.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PeerKeepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
 	}, cfg.ServerOptions...)
 	t.server = grpc.NewServer(opts...)
@@ -211,18 +241,15 @@ func (t *GRPC) AddPeer(id uint64, addr string) error {
 		return fmt.Errorf("transport: AddPeer(%d, %q): a peer id must be non-zero and not this node's own (%d)", id, addr, t.cfg.NodeID)
 	}
 	p := &peer{id: id, addr: addr, snaps: newSnapQueue()}
-	dial := append([]grpc.DialOption{
+	// PeerDialOptions: keepalive, and a TCP connection tried again at most
+	// every second (gRPC's own backoff grows to 120 s); the lanes' Backoff
+	// spaces the streams.
+	dial := append(append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(t.cfg.Limits.maxFrameBytes())),
 		grpcbuf.DialOption(),
 		grpcbuf.ClientCodec(),
-		// gRPC's own reconnect backoff grows to 120 s by default: a peer
-		// down for a minute would then be dialed again minutes after it is
-		// back. The channel retries a TCP connection at most every second;
-		// the lanes' Backoff spaces the streams.
-		grpc.WithConnectParams(grpcConnectParams),
-	}, t.cfg.DialOptions...)
+	}, PeerDialOptions()...), t.cfg.DialOptions...)
 	for i := range p.lanes {
 		p.lanes[i] = &lane{q: newQueue(t.cfg.Limits), back: make(chan struct{}, 1)}
 		cc, err := grpc.NewClient(addr, dial...)
