@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -43,7 +44,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/spoolmq/spool/chaos/check"
@@ -564,12 +567,40 @@ const (
 	probeTimeout = 3 * time.Second
 )
 
+// probeLink is how fast a probe's own connection to its sidecar recovers
+// from a cut of the sidecar's link (isolate cuts it; an app next to its
+// sidecar in a pod talks over loopback, which no partition cuts): bytes
+// unacknowledged for probeLink close the connection (TCP_USER_TIMEOUT),
+// and a connection attempt is bounded by it and retried within 200 ms. So
+// the time from a heal to a probe's acknowledgement is the sidecar's, not
+// that of a TCP connection in retransmission backoff between the test and
+// the namespace.
+const probeLink = time.Second
+
+// probeDialOptions are the probes' gRPC dial options (probeLink).
+func probeDialOptions() []grpc.DialOption {
+	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(probeLink.Milliseconds()))
+		})
+		return cmp.Or(err, serr)
+	}}
+	return []grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: probeLink,
+		}),
+	}
+}
+
 // probe publishes through node i to partition p, one message every
 // probeEvery, each once with its own key of p and a deadline of
 // probeTimeout, not waiting for the one before: the time from a heal to
 // its first acknowledgement does not wait for a publish stuck before it.
 func (r *run) probe(ctx context.Context, i int, p int32) {
-	c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort))
+	c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort), spool.WithGRPCDialOptions(probeDialOptions()...))
 	if err != nil {
 		r.t.Errorf("dial node %d: %v", i+1, err)
 		return
