@@ -121,17 +121,21 @@ type GRPC struct {
 // How every gRPC channel between peers (this transport's lanes and the
 // cluster's forwarding clients, PeerDialOptions) notices a peer gone
 // silent and dials it again: after a network partition heals, a channel
-// must carry calls again within about PeerKeepaliveTimeout plus
+// must carry calls again within about PeerConnectTimeout plus
 // PeerReconnectMax, not when a TCP connection stuck in retransmission
-// backoff happens to retransmit (the kernel doubles that wait up to two
-// minutes: after a 15 s one-way cut, 7-12 s after the heal).
+// backoff happens to retransmit (the kernel doubles that wait, up to two
+// minutes: after a 7-14 s one-way cut, 5-12.6 s after the heal).
 const (
 	// PeerKeepaliveTime: a channel that read nothing for this long pings
-	// the peer (the server side permits pings this often).
-	PeerKeepaliveTime = 2 * time.Second
-	// PeerKeepaliveTimeout: a ping unanswered this long, or bytes sent and
-	// not acknowledged by the peer's TCP this long (gRPC sets it as the
-	// socket's TCP_USER_TIMEOUT), closes the connection.
+	// the peer (10 s is the least gRPC allows a client; the server side
+	// permits pings every PeerKeepaliveTime/2). This notices a peer whose
+	// TCP still acknowledges but which answers nothing (a stopped process).
+	PeerKeepaliveTime = 10 * time.Second
+	// PeerKeepaliveTimeout: a ping unanswered this long closes the
+	// connection; so do bytes sent and not acknowledged by the peer's TCP
+	// this long (gRPC sets it as the socket's TCP_USER_TIMEOUT), which is
+	// what notices a partition: its connections die 2 s into it, not
+	// after the kernel's retransmissions.
 	PeerKeepaliveTimeout = 2 * time.Second
 	// PeerConnectTimeout bounds one connection attempt (TCP and TLS
 	// handshakes): a SYN lost to a partition is not waited on for the
@@ -141,6 +145,19 @@ const (
 	// growing by 1.6; gRPC's default grows to 120 s).
 	PeerReconnectMax = time.Second
 )
+
+// PeerServerOptions are the keepalive settings of the server peers dial
+// (this transport's, which serves NodeService too): it permits the pings
+// PeerDialOptions sends, and closes a connection whose bytes the client's
+// TCP has not acknowledged for PeerKeepaliveTimeout.
+func PeerServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: PeerKeepaliveTimeout}),
+		// Peers ping every PeerKeepaliveTime: allow it, with room for
+		// timers firing early.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PeerKeepaliveTime / 2, PermitWithoutStream: true}),
+	}
+}
 
 // PeerDialOptions are the keepalive and reconnect settings of every
 // channel to a peer (see PeerKeepaliveTime).
@@ -192,12 +209,9 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 		grpc.MaxRecvMsgSize(cfg.Limits.maxFrameBytes()),
 		grpcbuf.ServerOption(),
 		grpcbuf.ServerCodec(),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: PeerKeepaliveTimeout}),
-		// Peers ping every PeerKeepaliveTime (PeerDialOptions): allow it,
-		// with room for timers firing early.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PeerKeepaliveTime / 2, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
-	}, cfg.ServerOptions...)
+	}, PeerServerOptions()...)
+	opts = append(opts, cfg.ServerOptions...)
 	t.server = grpc.NewServer(opts...)
 	clusterv1.RegisterPeerServiceServer(t.server, &server{t: t})
 	if cfg.Register != nil {
