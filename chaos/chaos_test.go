@@ -17,8 +17,8 @@
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
 // default a temporary directory, printed, kept when a run fails).
 // Without root and iproute2 the suite says why and skips: it creates
-// network namespaces; without nftables it skips the oneway runs, saying so. tc netem (delay, loss) is not used: this machine's
-// kernel lacks it.
+// network namespaces; without nftables it skips the oneway runs, saying
+// so. tc netem (delay, loss) is not used: this machine's kernel lacks it.
 package chaos
 
 import (
