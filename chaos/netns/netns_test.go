@@ -55,8 +55,13 @@ func TestIsolateAndHeal(t *testing.T) {
 	if err := n.HealAll(); err != nil {
 		t.Fatal(err)
 	}
-	if err := reach(0); err != nil {
-		t.Fatalf("healed node 0 cannot reach the host: %v", err)
+	// A link just set up may take a moment to forward (bridge port, ARP):
+	// await it, bounded.
+	healed := time.Now()
+	for err := reach(0); err != nil; err = reach(0) {
+		if time.Since(healed) > 10*time.Second {
+			t.Fatalf("healed node 0 cannot reach the host after %v: %v", time.Since(healed).Round(time.Millisecond), err)
+		}
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
