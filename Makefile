@@ -109,7 +109,7 @@ clean:
 ## runs the short form: one 10 s run of kill -9s.
 CHAOS_RUNS ?= 50
 CHAOS_SECONDS ?= 20
-CHAOS_FAULTS ?= kill,pause,isolate
+CHAOS_FAULTS ?= kill,pause,isolate,oneway
 CHAOS_OUT ?= $(CURDIR)/chaos-out
 .PHONY: chaos
 chaos:

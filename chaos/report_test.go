@@ -20,6 +20,8 @@ type row struct {
 	completedTwice          int
 	longestGap              time.Duration
 	longestRecovery         time.Duration
+	longestHealPublish      time.Duration
+	healPublishSeed         uint64
 	worstSeed               uint64
 	violations              []string
 }
@@ -50,6 +52,9 @@ func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
 	r.duplicated += res.Duplicated
 	r.completedTwice += res.CompletedTwice
 	r.longestRecovery = max(r.longestRecovery, res.LongestRecovery)
+	if res.LongestHealPublish > r.longestHealPublish {
+		r.longestHealPublish, r.healPublishSeed = res.LongestHealPublish, seed
+	}
 	if res.LongestPublishGap > r.longestGap {
 		r.longestGap, r.worstSeed = res.LongestPublishGap, seed
 	}
@@ -58,7 +63,7 @@ func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
 func (rep *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Fault runs, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement | longest from a heal to a sidecar's first acknowledgement on a partition (seed) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	kinds := make([]string, 0, len(rep.rows))
 	for k := range rep.rows {
 		kinds = append(kinds, k)
@@ -66,7 +71,7 @@ func (rep *report) markdown() string {
 	slices.Sort(kinds)
 	for _, k := range kinds {
 		r := rep.rows[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond))
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v | %v (%d) |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond), r.longestHealPublish.Round(time.Millisecond), r.healPublishSeed)
 	}
 	for _, k := range kinds {
 		if vs := rep.rows[k].violations; len(vs) > 0 {

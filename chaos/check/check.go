@@ -31,7 +31,13 @@
 //     or within KillWindow before it: that completion could not reach the
 //     ledger (what the ledger does not promise: docs/ledger.md). A sidecar
 //     that goes on delivering after the fault heals, and its app's
-//     completions then, get no such allowance.
+//     completions then, get no such allowance;
+//   - after every network heal, each sidecar publishes to every partition
+//     again within HealPublishBound: for each (sidecar, partition), a
+//     probe (Publish.Probe) invoked at or after the heal is acknowledged
+//     by then. A heal followed by another fault before the bound and
+//     before that acknowledgement is not judged (the next fault may be the
+//     cause).
 package check
 
 import (
@@ -55,6 +61,11 @@ type Publish struct {
 	Unknown bool
 	// Invoked and Done bound the publish (first attempt to last answer).
 	Invoked, Done time.Time
+	// Probe: published by a sidecar's probe (one attempt, through sidecar
+	// Sidecar, with a key of Partition), for the publish-after-heal rule.
+	// Probes are left out of the producers' figures.
+	Probe   bool
+	Sidecar int
 }
 
 // Failed reports whether the publish definitely failed: never acknowledged,
@@ -81,7 +92,20 @@ type Completion struct {
 type Fault struct {
 	Node     int
 	From, To time.Time
+	// Network: the fault cut links (isolate, one-way): the
+	// publish-after-heal rule applies from To.
+	Network bool
 }
+
+// ElectionTimeoutMax is the longest a raft follower waits before it
+// campaigns with the default settings (ElectionTicks 10 of 100 ms,
+// randomized up to twice that: 1-2 s).
+const ElectionTimeoutMax = 2 * time.Second
+
+// HealPublishBound is how soon after a network heal every sidecar must
+// publish to every partition again: an election timeout plus 2 s
+// (docs/semantics.md).
+const HealPublishBound = ElectionTimeoutMax + 2*time.Second
 
 // KillWindow bounds how long before a fault a message completed by the
 // faulted sidecar's app may be completed again (its completion still on its
@@ -94,6 +118,9 @@ type History struct {
 	Logs        map[int][]Record // by node: its copy, in offset order per partition
 	Completions []Completion
 	Faults      []Fault
+	// Sidecars and Partitions: the probes must cover sidecars 0..Sidecars-1
+	// and partitions 0..Partitions-1 (0: no probes, the rule is off).
+	Sidecars, Partitions int
 }
 
 // Result is what Check found.
@@ -112,6 +139,13 @@ type Result struct {
 	// LongestRecovery is the longest time from a fault's heal to a
 	// producer's next acknowledgement (every producer, every fault).
 	LongestRecovery time.Duration
+	// LongestHealPublish is the longest time from a heal (every fault
+	// kind; after a kill -9, the restart) to a sidecar's first
+	// acknowledgement on one partition, over every judged (sidecar,
+	// partition, heal); UnjudgedHeals counts the triples left out because
+	// the next fault began first.
+	LongestHealPublish time.Duration
+	UnjudgedHeals      int
 }
 
 // maxViolations caps the lines kept per run.
@@ -184,6 +218,9 @@ func Check(h History) Result {
 			continue
 		}
 		r.Acked++
+		if p.Probe {
+			continue
+		}
 		ackTimes[p.Producer] = append(ackTimes[p.Producer], p.Done)
 		if v, ok := at[pos{p.Partition, p.Offset}]; !ok || v != p.Value {
 			r.Lost++
@@ -193,6 +230,7 @@ func Check(h History) Result {
 	r.reorders(h.Publishes, copies)
 	r.realTime(h.Publishes)
 	r.completions(h)
+	r.healPublish(h)
 	for _, ts := range ackTimes {
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 		for _, f := range h.Faults {
@@ -284,6 +322,56 @@ func (r *Result) completions(h History) {
 		if !allowed {
 			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), not during or just before a fault of node %d",
 				v, first.Node, first.At.Format("15:04:05.000"), first.Token, cs[1].Node, cs[1].At.Format("15:04:05.000"), cs[1].Token, first.Node)
+		}
+	}
+}
+
+// healPublish: after every network heal, each sidecar's probes reach every
+// partition within HealPublishBound.
+func (r *Result) healPublish(h History) {
+	type sp struct {
+		s int
+		p int32
+	}
+	probes := map[sp][]Publish{}
+	for _, p := range h.Publishes {
+		if p.Probe && p.Acked {
+			probes[sp{p.Sidecar, p.Partition}] = append(probes[sp{p.Sidecar, p.Partition}], p)
+		}
+	}
+	for _, f := range h.Faults {
+		// The next fault to begin after this heal (any node).
+		var next time.Time
+		for _, g := range h.Faults {
+			if g.From.After(f.To) && (next.IsZero() || g.From.Before(next)) {
+				next = g.From
+			}
+		}
+		for s := range h.Sidecars {
+			for p := range int32(h.Partitions) {
+				var first time.Time // the earliest ack of a probe invoked at or after the heal
+				for _, pr := range probes[sp{s, p}] {
+					if !pr.Invoked.Before(f.To) && (first.IsZero() || pr.Done.Before(first)) {
+						first = pr.Done
+					}
+				}
+				if !next.IsZero() && next.Before(f.To.Add(HealPublishBound)) && (first.IsZero() || first.After(next)) {
+					r.UnjudgedHeals++
+					continue
+				}
+				if !first.IsZero() {
+					r.LongestHealPublish = max(r.LongestHealPublish, first.Sub(f.To))
+				}
+				switch {
+				case !f.Network:
+				case first.IsZero():
+					r.violate("NO PUBLISH AFTER HEAL: sidecar %d, partition %d: no probe invoked after node %d's heal at %s was acknowledged before the run ended (bound %v)",
+						s, p, f.Node, f.To.Format("15:04:05.000"), HealPublishBound)
+				case first.Sub(f.To) > HealPublishBound:
+					r.violate("SLOW PUBLISH AFTER HEAL: sidecar %d, partition %d: first probe acknowledged %v after node %d's heal at %s (bound %v)",
+						s, p, first.Sub(f.To).Round(time.Millisecond), f.Node, f.To.Format("15:04:05.000"), HealPublishBound)
+				}
+			}
 		}
 	}
 }

@@ -1,6 +1,9 @@
 package check
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +93,72 @@ func TestFigures(t *testing.T) {
 	r := Check(History{Publishes: []Publish{a, b, c, pub("d", 3, 9)}, Logs: both(recs("a", "a", "b", "c")), Faults: []Fault{{Node: 1, From: b.Done, To: healed}}})
 	if r.Acked != 4 || r.Lost != 1 || r.Duplicated != 1 || r.LongestPublishGap < 4900*time.Millisecond || r.LongestRecovery != c.Done.Sub(healed) {
 		t.Fatalf("got %+v; want 4 acknowledged, 1 lost (d), 1 duplicated (a), a 5 s gap, 3 s from the heal to c", r)
+	}
+}
+
+// probes builds a history of acknowledged probes, one per (sidecar,
+// partition, delay after t0): its log holds each at its offset.
+type probeAt struct {
+	sidecar   int
+	partition int32
+	invoked   time.Duration // after t0
+	done      time.Duration
+}
+
+func probeHistory(faults []Fault, ps ...probeAt) History {
+	h := History{Logs: map[int][]Record{}, Faults: faults, Sidecars: 2, Partitions: 2}
+	next := map[int32]int64{}
+	var log []Record
+	for i, p := range ps {
+		v := fmt.Sprintf("probe-%d", i)
+		off := next[p.partition]
+		next[p.partition]++
+		h.Publishes = append(h.Publishes, Publish{Value: v, Key: v, Producer: 100 + i, Acked: true, Partition: p.partition, Offset: off,
+			Invoked: t0.Add(p.invoked), Done: t0.Add(p.done), Probe: true, Sidecar: p.sidecar})
+		log = append(log, Record{Partition: p.partition, Offset: off, Value: v})
+	}
+	slices.SortFunc(log, func(a, b Record) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	h.Logs[0], h.Logs[1] = log, log
+	return h
+}
+
+// After every network heal each sidecar publishes to every partition
+// within HealPublishBound: a crafted history per way to break it.
+func TestHealPublish(t *testing.T) {
+	s := time.Second
+	healed := []Fault{{Node: 0, From: t0, To: t0.Add(10 * s), Network: true}}
+	all := func(done time.Duration) []probeAt { // invoked 1 s before done
+		return []probeAt{{0, 0, done - s, done}, {0, 1, done - s, done}, {1, 0, done - s, done}, {1, 1, done - s, done}}
+	}
+	slowOne := append(all(11*s), probeAt{1, 1, 10 * s, 15 * s})
+	slowOne = slices.Delete(slowOne, 3, 4)
+	cases := []struct {
+		name    string
+		h       History
+		want    string        // "" passes; else a violation containing it
+		longest time.Duration // LongestHealPublish
+		unjudge int
+	}{
+		{"every pair within the bound", probeHistory(healed, all(11*s)...), "", s, 0},
+		{"one pair late", probeHistory(healed, slowOne...), "SLOW PUBLISH AFTER HEAL: sidecar 1, partition 1: first probe acknowledged 5s", 5 * s, 0},
+		{"one pair never", probeHistory(healed, all(11 * s)[:3]...), "NO PUBLISH AFTER HEAL: sidecar 1, partition 1", s, 0},
+		{"only a probe invoked before the heal", probeHistory(healed, append(all(11 * s)[:3], probeAt{1, 1, 9 * s, 10*s + 100*time.Millisecond})...), "NO PUBLISH AFTER HEAL: sidecar 1, partition 1", s, 0},
+		{"a kill -9: figure, no rule", probeHistory([]Fault{{Node: 0, From: t0, To: t0.Add(10 * s)}}, slowOne...), "", 5 * s, 0},
+		{"the next fault first", probeHistory(append(slices.Clone(healed), Fault{Node: 1, From: t0.Add(12 * s), To: t0.Add(20 * s), Network: true}), append(slowOne, all(21*s)...)...), "", s, 1},
+		{"the next fault after the bound", probeHistory(append(slices.Clone(healed), Fault{Node: 1, From: t0.Add(15 * s), To: t0.Add(20 * s), Network: true}), append(slowOne, all(21*s)...)...), "SLOW PUBLISH AFTER HEAL", 5 * s, 0},
+	}
+	for _, tc := range cases {
+		r := Check(tc.h)
+		got := strings.Join(r.Violations, "\n")
+		switch {
+		case tc.want == "" && !r.OK():
+			t.Errorf("%s: want no violation, got:\n%s", tc.name, got)
+		case tc.want != "" && !strings.Contains(got, tc.want):
+			t.Errorf("%s: want a violation with %q, got:\n%s", tc.name, tc.want, got)
+		case r.LongestHealPublish != tc.longest || r.UnjudgedHeals != tc.unjudge:
+			t.Errorf("%s: longest %v, unjudged %d; want %v, %d", tc.name, r.LongestHealPublish, r.UnjudgedHeals, tc.longest, tc.unjudge)
+		}
 	}
 }

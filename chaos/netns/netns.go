@@ -1,9 +1,13 @@
 // Package netns gives each node of a fault run its own Linux network
 // namespace on a bridge the suite creates and removes, so that faults cut
 // real network links: Isolate takes a node's link down (cut off from its
-// peers, Redis and its clients at once), Heal brings it back. It needs
-// root and iproute2 (`ip`); nothing is routed beyond the bridge's subnet,
-// so traffic goes only to loopback and to the addresses of the namespaces.
+// peers, Redis and its clients at once), Heal brings it back; CutFrom
+// makes a one-way cut (node i stops hearing some peers but still sends to
+// them) with an nftables table inside node i's namespace, and Uncut, Heal,
+// HealAll or Close remove it. It needs root and iproute2 (`ip`), and nft
+// for one-way cuts (OneWayAvailable says whether it is there); nothing is
+// routed beyond the bridge's subnet, so traffic goes only to loopback and
+// to the addresses of the namespaces.
 package netns
 
 import (
@@ -25,7 +29,12 @@ type Net struct {
 	subnet string // "10.77.N": the bridge is .1, node i is .(10+i)
 	nodes  int
 	up     []bool // each node's link state as Isolate/Heal left it
+	cut    []bool // node i has a one-way cut (CutFrom) in place
 }
+
+// cutTable is the nftables table CutFrom adds in a node's namespace; the
+// namespace owns it, so removing the namespace removes it too.
+const cutTable = "spool_cut"
 
 // Available says why the suite cannot run here (nil: it can).
 func Available() error {
@@ -46,6 +55,26 @@ func Available() error {
 	return nil
 }
 
+// OneWayAvailable says why one-way cuts cannot be made here (nil: they
+// can): they need nft, and nftables in a network namespace.
+func OneWayAvailable() error {
+	if err := Available(); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return errors.New("one-way cuts need nftables' nft, which is not installed")
+	}
+	probe := fmt.Sprintf("spool-nftprobe-%d", os.Getpid())
+	if err := ip("netns", "add", probe); err != nil {
+		return fmt.Errorf("cannot create a network namespace: %w", err)
+	}
+	defer func() { _ = ip("netns", "del", probe) }()
+	if err := ip("netns", "exec", probe, "nft", "add", "table", "inet", cutTable); err != nil {
+		return fmt.Errorf("nftables does not work in a network namespace: %w", err)
+	}
+	return nil
+}
+
 // New creates the bridge (host address subnet.1/24) and nodes namespaces
 // (node i at subnet.(10+i)), removing first any left by a run with the
 // same id that did not clean up.
@@ -53,7 +82,7 @@ func New(id string, third int, nodes int) (*Net, error) {
 	if len(id) > 6 || nodes < 1 || nodes > 9 || third < 1 || third > 254 {
 		return nil, fmt.Errorf("netns: id %q (at most 6 bytes), %d nodes (1-9), subnet 10.77.%d", id, nodes, third)
 	}
-	n := &Net{id: id, subnet: fmt.Sprintf("10.77.%d", third), nodes: nodes, up: make([]bool, nodes)}
+	n := &Net{id: id, subnet: fmt.Sprintf("10.77.%d", third), nodes: nodes, up: make([]bool, nodes), cut: make([]bool, nodes)}
 	n.remove()
 	steps := [][]string{
 		{"link", "add", n.bridge(), "type", "bridge"},
@@ -111,8 +140,49 @@ func (n *Net) Isolate(i int) error {
 	return nil
 }
 
-// Heal brings node i's link back.
+// CutFrom makes node i stop hearing the given nodes: packets arriving in
+// node i's namespace from their addresses are dropped (an nftables input
+// rule there), while node i's own packets still reach them. Over TCP that
+// is a one-way partition: what node i writes on a connection it already
+// has is delivered, but their answers and acknowledgements are not, and
+// no new connection is made in either direction. Uncut removes it.
+func (n *Net) CutFrom(i int, from []int) error {
+	if i < 0 || i >= n.nodes || len(from) == 0 {
+		return fmt.Errorf("netns: cut node %d (of %d) from %v", i, n.nodes, from)
+	}
+	addrs := make([]string, 0, len(from))
+	for _, j := range from {
+		if j < 0 || j >= n.nodes || j == i {
+			return fmt.Errorf("netns: cut node %d from node %d (of %d)", i, j, n.nodes)
+		}
+		addrs = append(addrs, n.IP(j))
+	}
+	rules := fmt.Sprintf("table inet %s {\n chain input {\n  type filter hook input priority 0; policy accept;\n  ip saddr { %s } drop\n }\n}\n", cutTable, strings.Join(addrs, ", "))
+	_ = n.Uncut(i) // one cut per node: a new one replaces the old
+	if err := run(rules, "ip", "netns", "exec", n.NS(i), "nft", "-f", "-"); err != nil {
+		return err
+	}
+	n.cut[i] = true
+	return nil
+}
+
+// Uncut removes node i's one-way cut, if it has one.
+func (n *Net) Uncut(i int) error {
+	if !n.cut[i] {
+		return nil
+	}
+	if err := ip("netns", "exec", n.NS(i), "nft", "delete", "table", "inet", cutTable); err != nil {
+		return err
+	}
+	n.cut[i] = false
+	return nil
+}
+
+// Heal brings node i's link back and removes its one-way cut.
 func (n *Net) Heal(i int) error {
+	if err := n.Uncut(i); err != nil {
+		return err
+	}
 	if err := ip("link", "set", n.hostLink(i), "up"); err != nil {
 		return err
 	}
@@ -120,11 +190,11 @@ func (n *Net) Heal(i int) error {
 	return nil
 }
 
-// HealAll brings every link back.
+// HealAll brings every link back and removes every one-way cut.
 func (n *Net) HealAll() error {
 	var errs []error
 	for i := range n.nodes {
-		if !n.up[i] {
+		if !n.up[i] || n.cut[i] {
 			errs = append(errs, n.Heal(i))
 		}
 	}
@@ -148,12 +218,17 @@ func (n *Net) remove() error {
 }
 
 // ip runs one ip command, bounded by cmdTimeout.
-func ip(args ...string) error {
+func ip(args ...string) error { return run("", "ip", args...) }
+
+// run runs one command with stdin, bounded by cmdTimeout.
+func run(stdin, name string, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -1,8 +1,13 @@
 package netns
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net"
+	"os"
 	"testing"
+	"time"
 )
 
 // Nodes reach each other and the host through the bridge; an isolated
@@ -50,8 +55,13 @@ func TestIsolateAndHeal(t *testing.T) {
 	if err := n.HealAll(); err != nil {
 		t.Fatal(err)
 	}
-	if err := reach(0); err != nil {
-		t.Fatalf("healed node 0 cannot reach the host: %v", err)
+	// A link just set up may take a moment to forward (bridge port, ARP):
+	// await it, bounded.
+	healed := time.Now()
+	for err := reach(0); err != nil; err = reach(0) {
+		if time.Since(healed) > 10*time.Second {
+			t.Fatalf("healed node 0 cannot reach the host after %v: %v", time.Since(healed).Round(time.Millisecond), err)
+		}
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
@@ -64,4 +74,105 @@ func TestIsolateAndHeal(t *testing.T) {
 func portOf(l net.Listener) string {
 	_, p, _ := net.SplitHostPort(l.Addr().String())
 	return p
+}
+
+// listenEnv makes the test binary, started in a namespace, a UDP listener
+// that prints the first datagram it receives (or nothing within 3 s).
+const listenEnv = "SPOOL_NETNS_TEST_UDP_LISTEN"
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(listenEnv); addr != "" {
+		os.Exit(listenOnce(addr))
+	}
+	os.Exit(m.Run())
+}
+
+func listenOnce(addr string) int {
+	c, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer c.Close()
+	fmt.Println("listening")
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 64)
+	k, _, err := c.ReadFrom(buf)
+	if err == nil {
+		fmt.Print(string(buf[:k]))
+	}
+	return 0
+}
+
+// A one-way cut: node 0, cut from node 1, still reaches node 1, but node 1
+// no longer reaches node 0 (UDP, so that each direction shows alone);
+// node 0 still hears the host; Uncut, and node 1 reaches node 0 again;
+// Heal removes a cut too; Close leaves nothing.
+func TestCutFromAndUncut(t *testing.T) {
+	if err := OneWayAvailable(); err != nil {
+		t.Skipf("one-way cuts not available here: %v", err)
+	}
+	n, err := New("t2", 202, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	// heard reports whether node to received a datagram node from sent.
+	heard := func(from, to int) bool {
+		t.Helper()
+		addr := n.IP(to) + ":7999"
+		l := n.Command(to, os.Args[0])
+		l.Env = append(os.Environ(), listenEnv+"="+addr)
+		out, err := l.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(out)
+		if line, err := r.ReadString('\n'); err != nil || line != "listening\n" {
+			t.Fatalf("listener in node %d: %q %v", to, line, err)
+		}
+		msg := fmt.Sprintf("from-%d", from)
+		if err := n.Command(from, "bash", "-c", "echo -n "+msg+" >/dev/udp/"+n.IP(to)+"/7999").Run(); err != nil {
+			t.Fatalf("send from node %d: %v", from, err)
+		}
+		got, _ := io.ReadAll(r)
+		_ = l.Wait()
+		return string(got) == msg
+	}
+	if !heard(1, 0) || !heard(0, 1) {
+		t.Fatal("nodes do not hear each other before any cut")
+	}
+	if err := n.CutFrom(0, []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	if heard(1, 0) {
+		t.Fatal("node 0 heard node 1 through a cut")
+	}
+	if !heard(0, 1) {
+		t.Fatal("node 1 does not hear node 0: the cut is not one-way")
+	}
+	if err := n.Uncut(0); err != nil {
+		t.Fatal(err)
+	}
+	if !heard(1, 0) {
+		t.Fatal("node 0 does not hear node 1 after Uncut")
+	}
+	if err := n.CutFrom(0, []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.HealAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !heard(1, 0) {
+		t.Fatal("node 0 does not hear node 1 after HealAll")
+	}
+	if err := n.CutFrom(0, []int{0}); err == nil {
+		t.Fatal("a node cut from itself was accepted")
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -118,12 +118,57 @@ type GRPC struct {
 	wg     sync.WaitGroup  // every goroutine the transport starts
 }
 
-// grpcConnectParams is the reconnect backoff of the channels to peers:
-// 100 ms growing to at most 1 s between TCP connection attempts (gRPC's
-// default grows to 120 s), each attempt bounded by 5 s.
-var grpcConnectParams = grpc.ConnectParams{
-	Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
-	MinConnectTimeout: 5 * time.Second,
+// How every gRPC channel between peers (this transport's lanes and the
+// cluster's forwarding clients, PeerDialOptions) notices a peer gone
+// silent and dials it again: after a network partition heals, a channel
+// must carry calls again within about PeerConnectTimeout plus
+// PeerReconnectMax, not when a TCP connection stuck in retransmission
+// backoff happens to retransmit (the kernel doubles that wait, up to two
+// minutes: after a 7-14 s one-way cut, 5-12.6 s after the heal).
+const (
+	// PeerKeepaliveTime: a channel that read nothing for this long pings
+	// the peer (10 s is the least gRPC allows a client; the server side
+	// permits pings every PeerKeepaliveTime/2). This notices a peer whose
+	// TCP still acknowledges but which answers nothing (a stopped process).
+	PeerKeepaliveTime = 10 * time.Second
+	// PeerKeepaliveTimeout: a ping unanswered this long closes the
+	// connection; so do bytes sent and not acknowledged by the peer's TCP
+	// this long (gRPC sets it as the socket's TCP_USER_TIMEOUT), which is
+	// what notices a partition: its connections die 2 s into it, not
+	// after the kernel's retransmissions.
+	PeerKeepaliveTimeout = 2 * time.Second
+	// PeerConnectTimeout bounds one connection attempt (TCP and TLS
+	// handshakes): a SYN lost to a partition is not waited on for the
+	// kernel's own 1, 3, 7 s retries.
+	PeerConnectTimeout = 2 * time.Second
+	// PeerReconnectMax caps the wait between connection attempts (100 ms
+	// growing by 1.6; gRPC's default grows to 120 s).
+	PeerReconnectMax = time.Second
+)
+
+// PeerServerOptions are the keepalive settings of the server peers dial
+// (this transport's, which serves NodeService too): it permits the pings
+// PeerDialOptions sends, and closes a connection whose bytes the client's
+// TCP has not acknowledged for PeerKeepaliveTimeout.
+func PeerServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: PeerKeepaliveTimeout}),
+		// Peers ping every PeerKeepaliveTime: allow it, with room for
+		// timers firing early.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: PeerKeepaliveTime / 2, PermitWithoutStream: true}),
+	}
+}
+
+// PeerDialOptions are the keepalive and reconnect settings of every
+// channel to a peer (see PeerKeepaliveTime).
+func PeerDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: PeerKeepaliveTime, Timeout: PeerKeepaliveTimeout, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: PeerReconnectMax},
+			MinConnectTimeout: PeerConnectTimeout,
+		}),
+	}
 }
 
 type peer struct {
@@ -164,10 +209,9 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 		grpc.MaxRecvMsgSize(cfg.Limits.maxFrameBytes()),
 		grpcbuf.ServerOption(),
 		grpcbuf.ServerCodec(),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WaitForHandlers(true),
-	}, cfg.ServerOptions...)
+	}, PeerServerOptions()...)
+	opts = append(opts, cfg.ServerOptions...)
 	t.server = grpc.NewServer(opts...)
 	clusterv1.RegisterPeerServiceServer(t.server, &server{t: t})
 	if cfg.Register != nil {
@@ -211,18 +255,15 @@ func (t *GRPC) AddPeer(id uint64, addr string) error {
 		return fmt.Errorf("transport: AddPeer(%d, %q): a peer id must be non-zero and not this node's own (%d)", id, addr, t.cfg.NodeID)
 	}
 	p := &peer{id: id, addr: addr, snaps: newSnapQueue()}
-	dial := append([]grpc.DialOption{
+	// PeerDialOptions: keepalive, and a TCP connection tried again at most
+	// every second (gRPC's own backoff grows to 120 s); the lanes' Backoff
+	// spaces the streams.
+	dial := append(append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(t.cfg.Limits.maxFrameBytes())),
 		grpcbuf.DialOption(),
 		grpcbuf.ClientCodec(),
-		// gRPC's own reconnect backoff grows to 120 s by default: a peer
-		// down for a minute would then be dialed again minutes after it is
-		// back. The channel retries a TCP connection at most every second;
-		// the lanes' Backoff spaces the streams.
-		grpc.WithConnectParams(grpcConnectParams),
-	}, t.cfg.DialOptions...)
+	}, PeerDialOptions()...), t.cfg.DialOptions...)
 	for i := range p.lanes {
 		p.lanes[i] = &lane{q: newQueue(t.cfg.Limits), back: make(chan struct{}, 1)}
 		cc, err := grpc.NewClient(addr, dial...)
