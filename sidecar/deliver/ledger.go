@@ -104,6 +104,10 @@ func (m *machine) claim(now time.Time, cands []candidate) {
 // consumers.
 func (m *machine) claimed(now time.Time, j *claimJob) {
 	m.claimsInFlight--
+	// The answer may come after the session ran out (the process stood
+	// still, or the ledger was slow): fence first, so that a stopped
+	// partition's grants go back below instead of to the app.
+	m.selfFence(now)
 	s := j.s
 	s.probePending = false
 	for _, cd := range j.cands {

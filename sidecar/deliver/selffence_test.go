@@ -240,3 +240,75 @@ func TestMachineSelfFenceDecision(t *testing.T) {
 		}
 	})
 }
+
+// A ledger claim answered after the member went silent delivers nothing:
+// the claim was made while the member still owned the partition, but its
+// answer arrives (here, as after a SIGSTOP that outlasted the session,
+// before the machine's own round) once the session has run out. The
+// partition stops first and the grant goes back to the ledger. (Before:
+// claimed sent the grant to the app at once — in a fault run, a sidecar
+// resumed from SIGSTOP delivered a message under token 1 that its new
+// owner had already completed under token 2.)
+func TestClaimAnsweredAfterSilenceDeliversNothing(t *testing.T) {
+	const session = 10 * time.Second
+	led := ledger.NewMemory(nil)
+	cfg := GroupConfig{Name: tGroup, Subscriptions: []Subscription{testSub(tracker.Config{})}, CommitInterval: time.Second,
+		Membership: Membership{SessionTimeout: session, RevokeTimeout: 15 * time.Second}, Ledger: led, Owner: "node-1"}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	mc := &machine{cfg: cfg, byTop: map[string]*sub{}, expired: map[refKey]sent{}, cluster: true}
+	s, err := mc.newSub(cfg.Subscriptions[0], 1, make([]int64, 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.subs, mc.byTop[tTopic] = []*sub{s}, s
+	now := time.Unix(1_000_000, 0)
+	mc.assigned(now, &assignView{s: s, member: true, generation: 1, sharedGens: true, heardAt: now,
+		owned: []int32{0}, committed: map[int32]engine.Position{}, starts: map[int32]int64{}})
+	c := newConsumer("c0", ModeStream, nil, 4)
+	mc.join(c)
+	mc.settle(now, c, &spoolv1.SubscribeRequest{Credit: 4})
+	var claim *claimJob
+	for range 5 {
+		mc.fetches(now)
+		mc.work(now)
+		for _, a := range mc.take(nil) {
+			switch a.kind {
+			case actFetch:
+				if a.offset == 0 {
+					mc.fetched(now, a.s, a.p, 0, []engine.Record{{ID: []byte("m0"), Value: []byte("v"), Offset: 0}}, nil)
+				}
+			case actClaim:
+				claim = a.claim
+			}
+		}
+		if claim != nil {
+			break
+		}
+	}
+	if claim == nil {
+		t.Fatal("no claim emitted for m0")
+	}
+	pl := &pipeline{led: led, group: tGroup, owner: "node-1"}
+	pl.claim(context.Background(), claim)
+	if claim.err != nil || len(claim.res) != 1 || claim.res[0].Status != ledger.Granted {
+		t.Fatalf("claim of m0: %+v (%v)", claim.res, claim.err)
+	}
+	mc.claimed(now.Add(session+time.Second), claim)
+	for _, a := range mc.take(nil) {
+		if a.kind == actSend && a.c == c {
+			t.Fatalf("the grant answered after the session ran out was sent to the app")
+		}
+	}
+	select {
+	case f := <-c.out:
+		if len(f.GetDeliveries()) > 0 {
+			t.Fatalf("the grant answered after the session ran out was delivered: %v", f.GetDeliveries())
+		}
+	default:
+	}
+	if s.parts[0].own != ownNone {
+		t.Fatalf("the partition is still owned after the session ran out")
+	}
+}
