@@ -103,10 +103,10 @@ clean:
 	rm -rf $(TOOLS) bin
 
 ## chaos: the fault suite over real spoold processes in network namespaces (root, iproute2;
-## chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of each fault kind, CHAOS_SECONDS
-## of faults each (default 20); histories, logs and report.md in CHAOS_OUT (default
-## chaos-out/). Replay one run: SPOOL_CHAOS_FAULTS=<kind> SPOOL_CHAOS_SEED=<seed>. `make test`
-## runs the short form: one 10 s run of kill -9s.
+## nftables for the oneway kind; chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of
+## each fault kind, CHAOS_SECONDS of faults each (default 20); histories, logs and report.md in
+## CHAOS_OUT (default chaos-out/). Replay one run: SPOOL_CHAOS_FAULTS=<kind> SPOOL_CHAOS_SEED=<seed>.
+## `make test` runs the short form: one 10 s run of kill -9s and TestPublishAfterOneWayHeal.
 CHAOS_RUNS ?= 50
 CHAOS_SECONDS ?= 20
 CHAOS_FAULTS ?= kill,pause,isolate,oneway
