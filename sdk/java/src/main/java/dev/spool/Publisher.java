@@ -97,6 +97,10 @@ public final class Publisher implements AutoCloseable {
   private final String topic;
   private final PublisherOptions opts;
   private final Semaphore window;
+  // Futures taken a window slot for and not completed yet: a slot is freed
+  // before its future completes (a callback of the future may publish
+  // again), so close waits for this to reach 0 once the window drained.
+  private final java.util.concurrent.atomic.AtomicLong unsettled = new java.util.concurrent.atomic.AtomicLong();
   private final Thread sender;
 
   private final ReentrantLock mu = new ReentrantLock();
@@ -143,6 +147,7 @@ public final class Publisher implements AutoCloseable {
       f.completeExceptionally(new SpoolException("spool: publish to \"" + topic + "\": interrupted while the window was full; the message was not sent", Status.Code.CANCELLED));
       return f;
     }
+    unsettled.incrementAndGet();
     mu.lock();
     try {
       if (!closed) {
@@ -160,10 +165,14 @@ public final class Publisher implements AutoCloseable {
   /** Settles a future and frees its window slot. */
   private void complete(CompletableFuture<PublishResult> f, PublishResult r, Throwable err) {
     window.release();
-    if (err != null) {
-      f.completeExceptionally(err);
-    } else {
-      f.complete(r);
+    try {
+      if (err != null) {
+        f.completeExceptionally(err);
+      } else {
+        f.complete(r);
+      }
+    } finally {
+      unsettled.decrementAndGet();
     }
   }
 
@@ -185,10 +194,16 @@ public final class Publisher implements AutoCloseable {
       mu.unlock();
     }
     boolean drained = false;
+    long deadline = System.nanoTime() + opts.closeTimeout().toNanos();
     try {
       drained = window.tryAcquire(opts.maxInFlight(), opts.closeTimeout().toNanos(), TimeUnit.NANOSECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
+    }
+    // Every slot is free; the last futures may still be completing (their
+    // slot is freed first): close returns once every future is done.
+    while (drained && unsettled.get() > 0 && System.nanoTime() < deadline) {
+      java.util.concurrent.locks.LockSupport.parkNanos(100_000);
     }
     int unconfirmed = drained ? 0 : opts.maxInFlight() - window.availablePermits();
     mu.lock();
