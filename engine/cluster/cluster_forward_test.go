@@ -17,30 +17,7 @@ import (
 // is stored once. (Before: it waited out ProduceTimeout, 5 s here, and
 // failed with OUTCOME_UNKNOWN; in production 8.5 s p50 after a pause.)
 func TestClusterForwardMovesToTheNewLeader(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
-	var leader *clusterNode
-	awaitCond(t, 30*time.Second, "a leader with both followers caught up", func() error {
-		if leader = tc.leaderOf("orders", 0); leader == nil {
-			return errors.New("no leader")
-		}
-		for _, cn := range tc.nodes {
-			if _, end, err := cn.n.Offsets("orders", 0); err != nil || end != 1 {
-				return fmt.Errorf("node at %s: committed end %d (%v)", cn.addr, end, err)
-			}
-		}
-		return nil
-	})
-	var f *clusterNode
-	for _, cn := range tc.nodes {
-		if cn != leader {
-			f = cn
-			break
-		}
-	}
+	tc, leader, f := caughtUpTrio(t)
 	gate := &leader.n.asMember().gate
 	paused := time.Now()
 	gate.pause()
@@ -78,4 +55,33 @@ func TestClusterForwardMovesToTheNewLeader(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// caughtUpTrio is a 3-node cluster with topic orders (one partition) holding
+// one record on every replica, its leader, and a follower.
+func caughtUpTrio(t *testing.T) (tc *testCluster, leader, follower *clusterNode) {
+	t.Helper()
+	tc = newTestCluster(t, 3)
+	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
+	awaitCond(t, 30*time.Second, "a leader with both followers caught up", func() error {
+		if leader = tc.leaderOf("orders", 0); leader == nil {
+			return errors.New("no leader")
+		}
+		for _, cn := range tc.nodes {
+			if _, end, err := cn.n.Offsets("orders", 0); err != nil || end != 1 {
+				return fmt.Errorf("node at %s: committed end %d (%v)", cn.addr, end, err)
+			}
+		}
+		return nil
+	})
+	for _, cn := range tc.nodes {
+		if cn != leader {
+			follower = cn
+			break
+		}
+	}
+	return tc, leader, follower
 }

@@ -150,30 +150,7 @@ func logged(part *partition, id int64, seq int32) error {
 // Whenever X's forward ends, the first A must not be appended after C: the
 // log holds A once, before B.
 func TestClusterPublishOfAGoneCallerNotAppendedLater(t *testing.T) {
-	tc := newTestCluster(t, 3)
-	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
-		t.Fatal(err)
-	}
-	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "first"); return err })
-	var leader *clusterNode
-	awaitCond(t, 30*time.Second, "a leader with both followers caught up", func() error {
-		if leader = tc.leaderOf("orders", 0); leader == nil {
-			return errors.New("no leader")
-		}
-		for _, cn := range tc.nodes {
-			if _, end, err := cn.n.Offsets("orders", 0); err != nil || end != 1 {
-				return fmt.Errorf("node at %s: committed end %d (%v)", cn.addr, end, err)
-			}
-		}
-		return nil
-	})
-	var f *clusterNode
-	for _, cn := range tc.nodes {
-		if cn != leader {
-			f = cn
-			break
-		}
-	}
+	tc, leader, f := caughtUpTrio(t)
 	part, _ := f.n.partition("orders", 0)
 	gate := &leader.n.asMember().gate
 	gate.pause()
