@@ -23,6 +23,7 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -861,8 +862,21 @@ func (r *run) writeHistory(res check.Result) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	if err := writeLinearization(res, filepath.Join(r.dir, "linearization.html")); err != nil {
+		return err
+	}
 	b, _ := json.MarshalIndent(res, "", "  ")
 	return os.WriteFile(filepath.Join(r.dir, "result.json"), b, 0o644)
+}
+
+// writeLinearization keeps porcupine's page of a failed linearizability
+// check (nothing when it passed).
+func writeLinearization(res check.Result, path string) error {
+	var page bytes.Buffer
+	if wrote, err := res.Visualize(&page); err != nil || !wrote {
+		return err
+	}
+	return os.WriteFile(path, page.Bytes(), 0o644)
 }
 
 func envInt(name string, def int) int {
