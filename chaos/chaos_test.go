@@ -11,7 +11,7 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
@@ -106,6 +106,8 @@ type faultKind struct {
 	// network: it cuts links; after its heal every sidecar must publish to
 	// every partition within check.HealPublishBound.
 	network bool
+	// ledger: it faults the ledger, not a node (check.Fault.Ledger).
+	ledger bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -134,6 +136,19 @@ var faults = map[string]faultKind{
 		r.sleep(hold)
 		return r.net.Heal(i)
 	}},
+	// redis: kill -9 the ledger's redis-server, restart it after hold on its
+	// append-only file (appendfsync always: what it acknowledged survives).
+	// Deliveries pause meanwhile (redis_unavailable: pause, the default);
+	// nothing may be lost, and a message may be completed twice only if its
+	// first completion could not reach the ledger (during the outage or just
+	// before it).
+	"redis": {pick: func(*run, int) int { return -1 }, holdMs: [2]int{2000, 6000}, ledger: true,
+		inject: func(r *run, _ int, hold time.Duration) error {
+			_ = r.redis.Process.Kill()
+			_ = r.redis.Wait()
+			r.sleep(hold)
+			return r.startRedis()
+		}},
 	// oneway: the node leading the most partitions stops hearing its peers
 	// (it still sends to them, and hears Redis and its clients) for 10-20 s.
 	"oneway": {needs: netns.OneWayAvailable, pick: (*run).mostLeading, holdMs: [2]int{10000, 20000}, network: true,
@@ -180,7 +195,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway)", kind)
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis)", kind)
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -344,7 +359,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			from := time.Now()
 			errs = append(errs, fk.inject(r, i, hold))
 			r.mu.Lock()
-			r.flts = append(r.flts, check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network})
+			r.flts = append(r.flts, check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger})
 			r.mu.Unlock()
 			r.record(op{Kind: "heal", Node: i})
 		}
@@ -411,8 +426,9 @@ func (r *run) close() {
 }
 
 func (r *run) startRedis() error {
-	r.redis = exec.Command("redis-server", "--bind", r.net.Host(), "--port", strconv.Itoa(redisPort), "--save", "", "--appendonly", "no", "--protected-mode", "no")
-	f, err := os.Create(filepath.Join(r.dir, "redis.log"))
+	r.redis = exec.Command("redis-server", "--bind", r.net.Host(), "--port", strconv.Itoa(redisPort), "--save", "",
+		"--appendonly", "yes", "--appendfsync", "always", "--dir", r.dir, "--protected-mode", "no")
+	f, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}

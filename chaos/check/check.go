@@ -25,9 +25,9 @@
 //     was invoked comes first, across producers and sidecars) in which
 //     their offsets increase;
 //   - no message completed twice, except one first completed by the app of
-//     a sidecar under a fault (killed, stopped, cut off), during the fault
-//     or within KillWindow before it: that completion could not reach the
-//     ledger (what the ledger does not promise: docs/ledger.md). A sidecar
+//     a sidecar under a fault (killed, stopped, cut off), or by any app
+//     while the ledger was down, during the fault or within KillWindow
+//     before it: that completion could not reach the ledger (what the ledger does not promise: docs/ledger.md). A sidecar
 //     that goes on delivering after the fault heals, and its app's
 //     completions then, get no such allowance;
 //   - after every network heal, each sidecar publishes to every partition
@@ -93,6 +93,10 @@ type Fault struct {
 	// Network: the fault cut links (isolate, one-way): the
 	// publish-after-heal rule applies from To.
 	Network bool
+	// Ledger: the ledger (Redis) was down, not a node (Node is then -1):
+	// any app's completion in the fault, or within KillWindow before it,
+	// may not have reached the ledger.
+	Ledger bool
 }
 
 // ElectionTimeoutMax is the longest a raft follower waits before it
@@ -287,7 +291,7 @@ func (r *Result) completions(h History) {
 		slices.SortFunc(cs, func(a, b Completion) int { return a.At.Compare(b.At) })
 		first := cs[0]
 		allowed := len(cs) == 2 && slices.ContainsFunc(h.Faults, func(f Fault) bool {
-			return f.Node == first.Node && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
+			return (f.Node == first.Node || f.Ledger) && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
 		})
 		if !allowed {
 			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), not during or just before a fault of node %d",

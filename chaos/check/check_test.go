@@ -60,6 +60,12 @@ func TestRules(t *testing.T) {
 		{"completed after the heal by the old owner", History{Publishes: []Publish{a}, Logs: both(recs("a")),
 			Completions: []Completion{{Value: "a", Node: 2, Token: 2, At: t0.Add(3 * time.Second)}, {Value: "a", Node: 1, Token: 1, At: t0.Add(5 * time.Second)}},
 			Faults:      []Fault{{Node: 1, From: t0, To: t0.Add(4 * time.Second)}}}, "COMPLETED TWICE"},
+		{"completed while the ledger was down, then again", History{Publishes: []Publish{a}, Logs: both(recs("a")),
+			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0.Add(time.Second)}, {Value: "a", Node: 2, Token: 2, At: t0.Add(5 * time.Second)}},
+			Faults:      []Fault{{Node: -1, Ledger: true, From: t0, To: t0.Add(3 * time.Second)}}}, ""},
+		{"completed twice after the ledger came back", History{Publishes: []Publish{a}, Logs: both(recs("a")),
+			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0.Add(4 * time.Second)}, {Value: "a", Node: 2, Token: 2, At: t0.Add(5 * time.Second)}},
+			Faults:      []Fault{{Node: -1, Ledger: true, From: t0, To: t0.Add(3 * time.Second)}}}, "COMPLETED TWICE"},
 		{"no log read", History{Publishes: []Publish{a}}, "no node's log"},
 		{"real-time order across producers", History{Publishes: []Publish{
 			{Value: "a", Key: "k1", Producer: 1, Acked: true, Offset: 1, Invoked: t0, Done: t0.Add(time.Millisecond)},
