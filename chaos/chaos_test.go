@@ -11,7 +11,7 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway, redis; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
@@ -108,6 +108,8 @@ type faultKind struct {
 	network bool
 	// ledger: it faults the ledger, not a node (check.Fault.Ledger).
 	ledger bool
+	// quorum: it faults node i and the next one at once.
+	quorum bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -135,6 +137,20 @@ var faults = map[string]faultKind{
 		}
 		r.sleep(hold)
 		return r.net.Heal(i)
+	}},
+	// majority: kill -9 two of the three nodes at once (a majority of every
+	// partition's replicas), restart both after hold. While both are down
+	// nothing may be acknowledged (check.Fault.QuorumLost).
+	"majority": {holdMs: [2]int{3000, 8000}, quorum: true, inject: func(r *run, i int, hold time.Duration) error {
+		r.kill(i)
+		r.kill((i + 1) % nodes)
+		r.mu.Lock()
+		r.quorumLost = time.Now()
+		r.mu.Unlock()
+		if !r.sleep(hold) {
+			return nil
+		}
+		return errors.Join(r.start(i), r.start((i+1)%nodes))
 	}},
 	// redis: kill -9 the ledger's redis-server, restart it after hold on its
 	// append-only file (appendfsync always: what it acknowledged survives).
@@ -195,7 +211,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis)", kind)
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority)", kind)
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -249,6 +265,8 @@ type run struct {
 	comps []check.Completion
 	flts  []check.Fault
 	ops   []op // the history, as recorded
+	// quorumLost: when the last kill of a majority fault was done.
+	quorumLost time.Time
 }
 
 // op is one line of the history (history.jsonl).
@@ -359,7 +377,12 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			from := time.Now()
 			errs = append(errs, fk.inject(r, i, hold))
 			r.mu.Lock()
-			r.flts = append(r.flts, check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger})
+			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger}
+			r.flts = append(r.flts, f)
+			if fk.quorum {
+				f.Node, f.QuorumLost = (i+1)%nodes, r.quorumLost
+				r.flts = append(r.flts, f)
+			}
 			r.mu.Unlock()
 			r.record(op{Kind: "heal", Node: i})
 		}

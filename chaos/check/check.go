@@ -24,6 +24,8 @@
 //     order that keeps real time (an append acknowledged before another
 //     was invoked comes first, across producers and sidecars) in which
 //     their offsets increase;
+//   - with a majority of the replicas down (QuorumLost to To), no publish
+//     invoked then is acknowledged before they are back;
 //   - no message completed twice, except one first completed by the app of
 //     a sidecar under a fault (killed, stopped, cut off), or by any app
 //     while the ledger was down, during the fault or within KillWindow
@@ -97,6 +99,10 @@ type Fault struct {
 	// any app's completion in the fault, or within KillWindow before it,
 	// may not have reached the ledger.
 	Ledger bool
+	// QuorumLost: from then until To a majority of every partition's
+	// replicas was down (a two-node kill -9 of three): nothing invoked in
+	// between may be acknowledged before To. Zero: not such a fault.
+	QuorumLost time.Time
 }
 
 // ElectionTimeoutMax is the longest a raft follower waits before it
@@ -231,6 +237,7 @@ func Check(h History) Result {
 			r.violate("LOST: %q acknowledged at %d/%d, which holds %q", p.Value, p.Partition, p.Offset, v)
 		}
 	}
+	r.noQuorum(h)
 	r.reorders(h.Publishes, copies)
 	r.linearizable(h, copies)
 	r.completions(h)
@@ -272,6 +279,22 @@ func (r *Result) reorders(pubs []Publish, copies map[string][]Record) {
 			}
 			if ps[i].Acked && (lowest < 0 || ps[i].Offset < lowest) {
 				lowest, lowestV = ps[i].Offset, ps[i].Value
+			}
+		}
+	}
+}
+
+// noQuorum: nothing invoked after a majority of the replicas went down is
+// acknowledged before they came back.
+func (r *Result) noQuorum(h History) {
+	for _, f := range h.Faults {
+		if f.QuorumLost.IsZero() {
+			continue
+		}
+		for _, p := range h.Publishes {
+			if p.Acked && !p.Invoked.Before(f.QuorumLost) && !p.Done.After(f.To) {
+				r.violate("ACKNOWLEDGED WITHOUT A QUORUM: %q at %d/%d, invoked at %s and acknowledged at %s, while a majority of the replicas was down (%s to %s)",
+					p.Value, p.Partition, p.Offset, p.Invoked.Format("15:04:05.000"), p.Done.Format("15:04:05.000"), f.QuorumLost.Format("15:04:05.000"), f.To.Format("15:04:05.000"))
 			}
 		}
 	}

@@ -66,6 +66,10 @@ func TestRules(t *testing.T) {
 		{"completed twice after the ledger came back", History{Publishes: []Publish{a}, Logs: both(recs("a")),
 			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0.Add(4 * time.Second)}, {Value: "a", Node: 2, Token: 2, At: t0.Add(5 * time.Second)}},
 			Faults:      []Fault{{Node: -1, Ledger: true, From: t0, To: t0.Add(3 * time.Second)}}}, "COMPLETED TWICE"},
+		{"acknowledged while a majority was down", History{Publishes: []Publish{at("a", 0, 0, 1500, 1600)}, Logs: both(recs("a")),
+			Faults: []Fault{{Node: 0, From: t0.Add(time.Second), QuorumLost: t0.Add(1100 * time.Millisecond), To: t0.Add(4 * time.Second)}}}, "ACKNOWLEDGED WITHOUT A QUORUM"},
+		{"invoked before the majority went down", History{Publishes: []Publish{at("a", 0, 0, 1050, 1600)}, Logs: both(recs("a")),
+			Faults: []Fault{{Node: 0, From: t0.Add(time.Second), QuorumLost: t0.Add(1100 * time.Millisecond), To: t0.Add(4 * time.Second)}}}, ""},
 		{"no log read", History{Publishes: []Publish{a}}, "no node's log"},
 		{"real-time order across producers", History{Publishes: []Publish{
 			{Value: "a", Key: "k1", Producer: 1, Acked: true, Offset: 1, Invoked: t0, Done: t0.Add(time.Millisecond)},
