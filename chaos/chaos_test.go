@@ -11,7 +11,7 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway, redis, majority; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
@@ -110,6 +110,11 @@ type faultKind struct {
 	ledger bool
 	// quorum: it faults node i and the next one at once.
 	quorum bool
+	// degraded: the node runs on, degraded (check.Fault.Degraded).
+	degraded bool
+	// disks: each node's data dir is on a file system of its own (a
+	// tmpfs of diskSize), so one can be filled.
+	disks bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -151,6 +156,20 @@ var faults = map[string]faultKind{
 			return nil
 		}
 		return errors.Join(r.start(i), r.start((i+1)%nodes))
+	}},
+	// diskfull: fill the file system of a node's data dir (a tmpfs of its
+	// own, mounted for the run) until writes fail with ENOSPC, free it after
+	// hold. While it is full, every sidecar, that node's own included, must
+	// publish to every partition within check.HealPublishBound of the fill
+	// (check.Fault.Degraded), and once space returns the node's replicas
+	// catch up without a restart (the run's end checks every copy).
+	"diskfull": {disks: true, holdMs: [2]int{3000, 8000}, degraded: true, inject: func(r *run, i int, hold time.Duration) error {
+		filler := filepath.Join(r.disk(i), "filler")
+		if err := fill(filler); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return os.Remove(filler)
 	}},
 	// redis: kill -9 the ledger's redis-server, restart it after hold on its
 	// append-only file (appendfsync always: what it acknowledged survives).
@@ -211,7 +230,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority)", kind)
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull)", kind)
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -267,6 +286,7 @@ type run struct {
 	ops   []op // the history, as recorded
 	// quorumLost: when the last kill of a majority fault was done.
 	quorumLost time.Time
+	mounts     []string // each node's tmpfs (diskfull runs)
 }
 
 // op is one line of the history (history.jsonl).
@@ -315,6 +335,11 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	}
 	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{})}
 	defer r.close()
+	if faults[kind].disks {
+		if err := r.mountDisks(); err != nil {
+			return check.Result{}, err
+		}
+	}
 	if err := r.startRedis(); err != nil {
 		return check.Result{}, err
 	}
@@ -377,7 +402,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			from := time.Now()
 			errs = append(errs, fk.inject(r, i, hold))
 			r.mu.Lock()
-			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger}
+			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded}
 			r.flts = append(r.flts, f)
 			if fk.quorum {
 				f.Node, f.QuorumLost = (i+1)%nodes, r.quorumLost
@@ -446,6 +471,61 @@ func (r *run) close() {
 	if err := r.net.Close(); err != nil {
 		r.t.Logf("removing the run's namespaces: %v", err)
 	}
+	for _, m := range r.mounts {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			r.t.Logf("unmounting %s: %v", m, err)
+		}
+	}
+}
+
+// diskSize is the size of each node's file system in a diskfull run: far
+// more than a run writes, so only the filler fills it.
+const diskSize = "256m"
+
+// disk is node i's data dir's file system: the tmpfs of a diskfull run, the
+// run's directory otherwise.
+func (r *run) disk(i int) string {
+	if len(r.mounts) == 0 {
+		return r.dir
+	}
+	return r.mounts[i]
+}
+
+// dataDir is node i's data dir.
+func (r *run) dataDir(i int) string { return filepath.Join(r.disk(i), fmt.Sprintf("n%d", i+1)) }
+
+// mountDisks gives each node's data dir a tmpfs of its own.
+func (r *run) mountDisks() error {
+	for i := range nodes {
+		m := filepath.Join(r.dir, fmt.Sprintf("disk%d", i+1))
+		if err := os.MkdirAll(m, 0o700); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", m, "tmpfs", 0, "size="+diskSize); err != nil {
+			return fmt.Errorf("the diskfull runs need a tmpfs per node: %w", err)
+		}
+		r.mounts = append(r.mounts, m)
+	}
+	return nil
+}
+
+// fill writes zeros to path until the file system is full (ENOSPC).
+func fill(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for range 1 << 14 { // at most 16 GiB: bounded whatever the file system
+		if _, err := f.Write(buf); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return nil
+			}
+			return err
+		}
+	}
+	return fmt.Errorf("%s: 16 GiB written and the file system is not full", path)
 }
 
 func (r *run) startRedis() error {
@@ -496,7 +576,7 @@ subscriptions:
     group: %s
     ordering: key
     visibility_timeout: 5s
-`, i+1, filepath.Join(r.dir, fmt.Sprintf("n%d", i+1)), r.net.IP(i), appPort, r.net.IP(i), adminPort, r.net.IP(i), peerPort, join, r.net.Host(), redisPort, topic, partitions, topic, group)
+`, i+1, r.dataDir(i), r.net.IP(i), appPort, r.net.IP(i), adminPort, r.net.IP(i), peerPort, join, r.net.Host(), redisPort, topic, partitions, topic, group)
 }
 
 // start starts (or restarts) node i's spoold on its data dir.

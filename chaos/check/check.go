@@ -32,8 +32,9 @@
 //     before it: that completion could not reach the ledger (what the ledger does not promise: docs/ledger.md). A sidecar
 //     that goes on delivering after the fault heals, and its app's
 //     completions then, get no such allowance;
-//   - after every network heal, each sidecar publishes to every partition
-//     again within HealPublishBound: for each (sidecar, partition), a
+//   - after every network heal, and from the start and the end of a
+//     degraded fault (a full disk), each sidecar publishes to every
+//     partition within HealPublishBound: for each (sidecar, partition), a
 //     probe (Publish.Probe) invoked at or after the heal is acknowledged
 //     by then. A heal followed by another fault before the bound and
 //     before that acknowledgement is not judged (the next fault may be the
@@ -44,6 +45,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -103,6 +105,10 @@ type Fault struct {
 	// replicas was down (a two-node kill -9 of three): nothing invoked in
 	// between may be acknowledged before To. Zero: not such a fault.
 	QuorumLost time.Time
+	// Degraded: the node ran on, degraded (its disk full): every sidecar,
+	// its own included, must publish to every partition within
+	// HealPublishBound of the fault's start, and of its end.
+	Degraded bool
 }
 
 // ElectionTimeoutMax is the longest a raft follower waits before it
@@ -323,8 +329,9 @@ func (r *Result) completions(h History) {
 	}
 }
 
-// healPublish: after every network heal, each sidecar's probes reach every
-// partition within HealPublishBound.
+// healPublish: after every network heal, and from the start and the end of
+// every degraded fault, each sidecar's probes reach every partition within
+// HealPublishBound.
 func (r *Result) healPublish(h History) {
 	type sp struct {
 		s int
@@ -337,39 +344,61 @@ func (r *Result) healPublish(h History) {
 		}
 	}
 	for _, f := range h.Faults {
-		// The next fault to begin after this heal (any node).
-		var next time.Time
+		// The instants judged from: the heal (every kind is measured; a
+		// network fault's and a degraded one's are judged), and the start
+		// of a degraded fault (the node runs on, degraded).
+		type from struct {
+			at     time.Time
+			what   string
+			judged bool
+			next   time.Time // the next fault event after at (zero: none)
+		}
+		var next time.Time // the next fault to begin after this heal (any node)
 		for _, g := range h.Faults {
 			if g.From.After(f.To) && (next.IsZero() || g.From.Before(next)) {
 				next = g.From
 			}
 		}
-		for s := range h.Sidecars {
-			for p := range int32(h.Partitions) {
-				var first time.Time // the earliest ack of a probe invoked at or after the heal
-				for _, pr := range probes[sp{s, p}] {
-					if !pr.Invoked.Before(f.To) && (first.IsZero() || pr.Done.Before(first)) {
-						first = pr.Done
-					}
-				}
-				if !next.IsZero() && next.Before(f.To.Add(HealPublishBound)) && (first.IsZero() || first.After(next)) {
-					r.UnjudgedHeals++
-					continue
-				}
-				if !first.IsZero() {
-					r.LongestHealPublish = max(r.LongestHealPublish, first.Sub(f.To))
-				}
-				switch {
-				case !f.Network:
-				case first.IsZero():
-					r.violate("NO PUBLISH AFTER HEAL: sidecar %d, partition %d: no probe invoked after node %d's heal at %s was acknowledged before the run ended (bound %v)",
-						s, p, f.Node, f.To.Format("15:04:05.000"), HealPublishBound)
-				case first.Sub(f.To) > HealPublishBound:
-					r.violate("SLOW PUBLISH AFTER HEAL: sidecar %d, partition %d: first probe acknowledged %v after node %d's heal at %s (bound %v)",
-						s, p, first.Sub(f.To).Round(time.Millisecond), f.Node, f.To.Format("15:04:05.000"), HealPublishBound)
+		froms := []from{{f.To, "heal", f.Network || f.Degraded, next}}
+		if f.Degraded {
+			froms = append(froms, from{f.From, "fault", true, f.To})
+		}
+		for _, fr := range froms {
+			for s := range h.Sidecars {
+				for p := range int32(h.Partitions) {
+					r.publishedAfter(probes[sp{s, p}], s, p, f.Node, fr.at, fr.what, fr.judged, fr.next)
 				}
 			}
 		}
+	}
+}
+
+// publishedAfter judges one (sidecar, partition) from one instant: a probe
+// invoked at or after at must be acknowledged within HealPublishBound. An
+// instant followed by the next fault event within the bound, before that
+// acknowledgement, is not judged.
+func (r *Result) publishedAfter(probes []Publish, s int, p int32, node int, at time.Time, what string, judged bool, next time.Time) {
+	var first time.Time // the earliest ack of a probe invoked at or after at
+	for _, pr := range probes {
+		if !pr.Invoked.Before(at) && (first.IsZero() || pr.Done.Before(first)) {
+			first = pr.Done
+		}
+	}
+	if !next.IsZero() && next.Before(at.Add(HealPublishBound)) && (first.IsZero() || first.After(next)) {
+		r.UnjudgedHeals++
+		return
+	}
+	if !first.IsZero() {
+		r.LongestHealPublish = max(r.LongestHealPublish, first.Sub(at))
+	}
+	switch {
+	case !judged:
+	case first.IsZero():
+		r.violate("NO PUBLISH AFTER %s: sidecar %d, partition %d: no probe invoked after node %d's %s at %s was acknowledged before the run ended (bound %v)",
+			strings.ToUpper(what), s, p, node, what, at.Format("15:04:05.000"), HealPublishBound)
+	case first.Sub(at) > HealPublishBound:
+		r.violate("SLOW PUBLISH AFTER %s: sidecar %d, partition %d: first probe acknowledged %v after node %d's %s at %s (bound %v)",
+			strings.ToUpper(what), s, p, first.Sub(at).Round(time.Millisecond), node, what, at.Format("15:04:05.000"), HealPublishBound)
 	}
 }
 
