@@ -219,6 +219,8 @@ func coordinateError(node uint64, part *partition, code clusterv1.CoordinateErro
 		return fmt.Errorf("%w: node %d: %s", errCoordUnavailable, node, msg)
 	case clusterv1.CoordinateError_COORDINATE_ERROR_INVALID:
 		return fmt.Errorf("%w: node %d: %s", engine.ErrGroupCommandUnreadable, node, msg)
+	case clusterv1.CoordinateError_COORDINATE_ERROR_FAILED:
+		return fmt.Errorf("engine: the coordinator command failed at node %d: %s", node, msg)
 	default:
 		return fmt.Errorf("engine: node %d refused the coordinator request: %s", node, msg)
 	}
