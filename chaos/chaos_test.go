@@ -11,7 +11,7 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
@@ -171,6 +171,21 @@ var faults = map[string]faultKind{
 		r.sleep(hold)
 		return os.Remove(filler)
 	}},
+	// corrupt: kill -9 a node, damage one of its copies of the topic while
+	// it is down — flip a byte, or cut the segment's tail (synced data
+	// gone, as a disk that lied about a flush) — and restart it after hold.
+	// A minority is damaged: nothing acknowledged may be lost, and by the
+	// run's end the damaged copy is repaired (every copy compared).
+	"corrupt": {holdMs: [2]int{1000, 3000}, inject: func(r *run, i int, hold time.Duration) error {
+		r.kill(i)
+		if err := r.damage(i); err != nil {
+			return err
+		}
+		if !r.sleep(hold) {
+			return nil
+		}
+		return r.start(i)
+	}},
 	// redis: kill -9 the ledger's redis-server, restart it after hold on its
 	// append-only file (appendfsync always: what it acknowledged survives).
 	// Deliveries pause meanwhile (redis_unavailable: pause, the default);
@@ -230,7 +245,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull)", kind)
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt)", kind)
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -286,13 +301,14 @@ type run struct {
 	ops   []op // the history, as recorded
 	// quorumLost: when the last kill of a majority fault was done.
 	quorumLost time.Time
-	mounts     []string // each node's tmpfs (diskfull runs)
+	mounts     []string   // each node's tmpfs (diskfull runs)
+	rng        *rand.Rand // what a fault damages (drawn from the seed; the faults' goroutine only)
 }
 
 // op is one line of the history (history.jsonl).
 type op struct {
 	At        time.Time `json:"at"`
-	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal
+	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage
 	Node      int       `json:"node"`
 	Value     string    `json:"value,omitempty"`
 	Partition int32     `json:"partition,omitempty"`
@@ -333,7 +349,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err != nil {
 		return check.Result{}, err
 	}
-	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{})}
+	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
 	if faults[kind].disks {
 		if err := r.mountDisks(); err != nil {
@@ -476,6 +492,45 @@ func (r *run) close() {
 			r.t.Logf("unmounting %s: %v", m, err)
 		}
 	}
+}
+
+// damage flips a byte of, or cuts the tail off, the newest segment of one
+// of node i's copies of the topic's partitions, in its second half (drawn
+// from the run's seed), and records what it did in the history.
+func (r *run) damage(i int) error {
+	p := r.rng.IntN(partitions)
+	dir := filepath.Join(r.dataDir(i), "log", fmt.Sprintf("%s-%d", topic, p))
+	segs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(segs) == 0 {
+		return fmt.Errorf("node %d holds no segment of %s-%d: %v", i+1, topic, p, err)
+	}
+	slices.Sort(segs)
+	seg := segs[len(segs)-1]
+	st, err := os.Stat(seg)
+	if err != nil {
+		return err
+	}
+	if st.Size() < 2 {
+		return nil // nothing written yet
+	}
+	at := st.Size()/2 + r.rng.Int64N(st.Size()-st.Size()/2)
+	if r.rng.IntN(2) == 0 {
+		r.record(op{Kind: "damage", Node: i, Partition: int32(p), Offset: at, Err: fmt.Sprintf("cut %s at byte %d of %d", filepath.Base(seg), at, st.Size())})
+		return os.Truncate(seg, at)
+	}
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, at); err != nil {
+		return err
+	}
+	b[0] ^= byte(1 + r.rng.IntN(255))
+	r.record(op{Kind: "damage", Node: i, Partition: int32(p), Offset: at, Err: fmt.Sprintf("flipped byte %d of %d in %s", at, st.Size(), filepath.Base(seg))})
+	_, err = f.WriteAt(b, at)
+	return err
 }
 
 // diskSize is the size of each node's file system in a diskfull run: far
