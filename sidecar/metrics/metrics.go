@@ -36,6 +36,9 @@ type Metrics struct {
 	// LogSyncs counts the embedded log's syncs (spool_log_syncs_total).
 	LogSyncs *LogSyncs
 
+	// SubscribeRefused: Subscribe streams refused at Start, by reason.
+	SubscribeRefused *prometheus.CounterVec // reason
+
 	Deliveries     *prometheus.CounterVec   // group, topic
 	Settlements    *prometheus.CounterVec   // group, topic, outcome
 	Redeliveries   *prometheus.CounterVec   // group, topic
@@ -153,6 +156,7 @@ func New() *Metrics {
 		AdminTokens:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "admin_tokens", Help: "Tokens loaded from admin.tokens_file (at most 10000)."}),
 		PublishRejected:       counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
 		PublishLatency:        hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
+		SubscribeRefused:      counter("subscribe_refused_total", "Subscribe streams refused at Start before anything was logged, by reason: consumer_name_too_long (start.consumer_name over 256 bytes, deliver.MaxConsumerNameBytes).", "reason"),
 		Deliveries:            counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
 		Settlements:           counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release (the app's acks and nacks), stream_closed (released because the app's stream ended). Lease expiries: spool_lease_expiries_total.", "group", "topic", "outcome"),
 		Redeliveries:          counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
