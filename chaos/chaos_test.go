@@ -11,7 +11,7 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
@@ -53,6 +53,7 @@ import (
 	"github.com/spoolmq/spool/chaos/check"
 	"github.com/spoolmq/spool/chaos/netns"
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/log"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
@@ -84,7 +85,9 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		spooldBin = filepath.Join(dir, "spoold")
-		cmd := exec.Command("go", "build", "-o", spooldBin, "github.com/spoolmq/spool/cmd/spoold")
+		// A test build: the powerloss kind needs its fault mode (off
+		// unless a run sets log.PowerLossEnv).
+		cmd := exec.Command("go", "build", "-tags", "spoolfaults", "-o", spooldBin, "github.com/spoolmq/spool/cmd/spoold")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building spoold:", err)
@@ -112,6 +115,8 @@ type faultKind struct {
 	quorum bool
 	// degraded: the node runs on, degraded (check.Fault.Degraded).
 	degraded bool
+	// powerLoss: every spoold journals its syncs (log.PowerLossEnv).
+	powerLoss bool
 	// disks: each node's data dir is on a file system of its own (a
 	// tmpfs of diskSize), so one can be filled.
 	disks bool
@@ -186,6 +191,38 @@ var faults = map[string]faultKind{
 		}
 		return r.start(i)
 	}},
+	// powerloss: the power of a node goes (every second fault: of every
+	// node at once): kill -9, every file cut back to what was synced
+	// (log.PowerLossFS's journal, log.CutToSynced), restart after hold.
+	// Nothing acknowledged may be lost: a publish is acknowledged once a
+	// quorum synced it.
+	"powerloss": {holdMs: [2]int{1000, 3000}, powerLoss: true, inject: func(r *run, i int, hold time.Duration) error {
+		victims := []int{i}
+		if r.powerLosses++; r.powerLosses%2 == 0 { // every second one: the whole cluster
+			victims = []int{0, 1, 2}
+			r.mu.Lock()
+			r.alsoFaulted = []int{(i + 1) % nodes, (i + 2) % nodes}
+			r.mu.Unlock()
+		}
+		for _, v := range victims {
+			r.kill(v)
+		}
+		for _, v := range victims {
+			cut, err := log.CutToSynced(r.journal(v))
+			if err != nil {
+				return err
+			}
+			r.record(op{Kind: "damage", Node: v, Offset: cut, Err: fmt.Sprintf("power loss: %d bytes not synced cut", cut)})
+		}
+		if !r.sleep(hold) {
+			return nil
+		}
+		var errs []error
+		for _, v := range victims {
+			errs = append(errs, r.start(v))
+		}
+		return errors.Join(errs...)
+	}},
 	// redis: kill -9 the ledger's redis-server, restart it after hold on its
 	// append-only file (appendfsync always: what it acknowledged survives).
 	// Deliveries pause meanwhile (redis_unavailable: pause, the default);
@@ -245,7 +282,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt)", kind)
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss)", kind)
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -300,9 +337,14 @@ type run struct {
 	flts  []check.Fault
 	ops   []op // the history, as recorded
 	// quorumLost: when the last kill of a majority fault was done.
-	quorumLost time.Time
-	mounts     []string   // each node's tmpfs (diskfull runs)
-	rng        *rand.Rand // what a fault damages (drawn from the seed; the faults' goroutine only)
+	quorumLost  time.Time
+	mounts      []string   // each node's tmpfs (diskfull runs)
+	rng         *rand.Rand // what a fault damages (drawn from the seed; the faults' goroutine only)
+	powerLoss   bool       // the spoolds journal their syncs (the powerloss kind)
+	powerLosses int        // how many so far
+	// alsoFaulted: the other nodes the fault under way hit (recorded with
+	// it when it heals).
+	alsoFaulted []int
 }
 
 // op is one line of the history (history.jsonl).
@@ -351,6 +393,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	}
 	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
+	r.powerLoss = faults[kind].powerLoss
 	if faults[kind].disks {
 		if err := r.mountDisks(); err != nil {
 			return check.Result{}, err
@@ -424,6 +467,11 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 				f.Node, f.QuorumLost = (i+1)%nodes, r.quorumLost
 				r.flts = append(r.flts, f)
 			}
+			for _, j := range r.alsoFaulted {
+				f.Node = j
+				r.flts = append(r.flts, f)
+			}
+			r.alsoFaulted = nil
 			r.mu.Unlock()
 			r.record(op{Kind: "heal", Node: i})
 		}
@@ -532,6 +580,9 @@ func (r *run) damage(i int) error {
 	_, err = f.WriteAt(b, at)
 	return err
 }
+
+// journal is node i's power-loss journal (log.PowerLossFS).
+func (r *run) journal(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.powerloss", i+1)) }
 
 // diskSize is the size of each node's file system in a diskfull run: far
 // more than a run writes, so only the filler fills it.
@@ -646,6 +697,9 @@ func (r *run) start(i int) error {
 	}
 	cmd := r.net.Command(i, spooldBin, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if r.powerLoss {
+		cmd.Env = append(os.Environ(), log.PowerLossEnv+"="+r.journal(i))
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return err
