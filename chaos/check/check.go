@@ -160,6 +160,11 @@ type Result struct {
 	// the next fault began first.
 	LongestHealPublish time.Duration
 	UnjudgedHeals      int
+	// LongestToCompletion is the longest time an acknowledged message
+	// waited, from its acknowledgement to its first completion by an app:
+	// the consumers' pause a fault caused (LongestToCompletionValue: which).
+	LongestToCompletion      time.Duration
+	LongestToCompletionValue string
 
 	linearization *linearization // a failed linearizability check (Visualize)
 }
@@ -247,6 +252,7 @@ func Check(h History) Result {
 	r.reorders(h.Publishes, copies)
 	r.linearizable(h, copies)
 	r.completions(h)
+	r.toCompletion(h)
 	r.healPublish(h)
 	for _, ts := range ackTimes {
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
@@ -302,6 +308,22 @@ func (r *Result) noQuorum(h History) {
 				r.violate("ACKNOWLEDGED WITHOUT A QUORUM: %q at %d/%d, invoked at %s and acknowledged at %s, while a majority of the replicas was down (%s to %s)",
 					p.Value, p.Partition, p.Offset, p.Invoked.Format("15:04:05.000"), p.Done.Format("15:04:05.000"), f.QuorumLost.Format("15:04:05.000"), f.To.Format("15:04:05.000"))
 			}
+		}
+	}
+}
+
+// toCompletion finds the longest wait from an acknowledgement to the
+// message's first completion.
+func (r *Result) toCompletion(h History) {
+	first := map[string]time.Time{}
+	for _, c := range h.Completions {
+		if t, ok := first[c.Value]; !ok || c.At.Before(t) {
+			first[c.Value] = c.At
+		}
+	}
+	for _, p := range h.Publishes {
+		if t, ok := first[p.Value]; ok && p.Acked && t.Sub(p.Done) > r.LongestToCompletion {
+			r.LongestToCompletion, r.LongestToCompletionValue = t.Sub(p.Done), p.Value
 		}
 	}
 }

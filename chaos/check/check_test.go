@@ -177,3 +177,17 @@ func TestHealPublish(t *testing.T) {
 		}
 	}
 }
+
+// The consumers' pause: the longest wait from an acknowledgement to the
+// first completion of that message.
+func TestLongestToCompletion(t *testing.T) {
+	a, b := pub("a", 0, 0), pub("b", 1, 1)
+	r := Check(History{Publishes: []Publish{a, b}, Logs: both(recs("a", "b")), Completions: []Completion{
+		{Value: "a", Node: 1, Token: 1, At: a.Done.Add(time.Second)},
+		{Value: "b", Node: 1, Token: 1, At: b.Done.Add(3 * time.Second)},
+		{Value: "b", Node: 2, Token: 2, At: b.Done.Add(9 * time.Second)}, // a second completion: not the wait
+	}})
+	if r.LongestToCompletion != 3*time.Second || r.LongestToCompletionValue != "b" {
+		t.Fatalf("longest to completion %v (%q), want 3s (b)", r.LongestToCompletion, r.LongestToCompletionValue)
+	}
+}
