@@ -37,6 +37,7 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 		}, PartitionRepaired: func(topic string, partition int32) {
 			m.PartitionQuarantined.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
 		}}
+		checkFileLimit(cfg.Guards.MaxOpenFiles, logger)
 		if cfg.Cluster.Enabled() {
 			cc, err := clusterConfig(cfg)
 			if err != nil {
@@ -48,8 +49,8 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 			}
 			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: cc, Hooks: hooks})
 		}
-		checkFileLimit(cfg.Guards.MaxNodePartitions, logger)
-		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks, MaxPartitions: cfg.Guards.MaxNodePartitions})
+		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks,
+			MaxPartitions: cfg.Guards.MaxNodePartitions, MaxOpenFiles: maxOpenFiles(cfg.Guards.MaxOpenFiles)})
 	case config.BackendJetStream:
 		js := cfg.Storage.JetStream
 		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,

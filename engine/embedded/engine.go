@@ -30,7 +30,7 @@ type Config struct {
 	// pass it is refused with engine.ErrPartitionBudget.
 	MaxPartitions int
 	// MaxOpenFiles is the node's open-file budget: the most files its log
-	// keeps open (log.FilesPerSegment per segment; see OpenFileBudget). A
+	// keeps open (log.FilesPerSegment per segment; see OpenFiles). A
 	// new topic whose partitions would pass it is refused with
 	// engine.ErrFileBudget (0: DefaultMaxOpenFiles of the process's
 	// descriptor limit). Segments grow with data until retention deletes

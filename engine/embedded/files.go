@@ -34,8 +34,6 @@ func DefaultMaxOpenFiles(nofile uint64) int {
 	return int(nofile - min(MaxFileReserve, nofile/4))
 }
 
-// OpenFileBudget returns the files the node's log keeps open and its
-// budget (Config.MaxOpenFiles).
-func (n *Node) OpenFileBudget() (open, limit int) {
-	return n.store.OpenFiles(), n.cfg.MaxOpenFiles
-}
+// OpenFiles returns the files the node's log keeps open (log.Store.OpenFiles),
+// which Config.MaxOpenFiles bounds.
+func (n *Node) OpenFiles() int { return n.store.OpenFiles() }

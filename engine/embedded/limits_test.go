@@ -111,13 +111,13 @@ func TestOpenFileBudget(t *testing.T) {
 	}
 	// The lock, and three files (log, offset index, time index) for the
 	// one segment of each of four partitions.
-	if open, limit := n.OpenFileBudget(); open != 13 || limit != 19 {
-		t.Fatalf("OpenFileBudget = %d, %d; want 13, 19", open, limit)
+	if open := n.OpenFiles(); open != 13 {
+		t.Fatalf("OpenFiles = %d, want 13", open)
 	}
 	// orders-0 grows past one segment: its next segment is three more files.
-	for i := 0; n.store.OpenFiles() < 16; i++ {
+	for i := 0; n.OpenFiles() < 16; i++ {
 		if i == 10 {
-			t.Fatalf("10 records of 800 bytes into 1 KiB segments: %d files open", n.store.OpenFiles())
+			t.Fatalf("10 records of 800 bytes into 1 KiB segments: %d files open", n.OpenFiles())
 		}
 		res := make(chan error, 1)
 		n.Produce("orders", 0, []engine.Record{{Value: make([]byte, 800)}}, func(_ int64, err error) { res <- err })
@@ -138,8 +138,8 @@ func TestOpenFileBudget(t *testing.T) {
 	if err := n.EnsureTopic(engine.TopicSpec{Name: "one", Partitions: 1}); err != nil {
 		t.Fatalf("a topic within the budget: %v", err)
 	}
-	if open, limit := n.OpenFileBudget(); open != 19 || limit != 19 {
-		t.Fatalf("OpenFileBudget = %d, %d; want 19, 19", open, limit)
+	if open := n.OpenFiles(); open != 19 {
+		t.Fatalf("OpenFiles = %d, want 19", open)
 	}
 	if err := n.DeleteTopic("orders"); err != nil {
 		t.Fatal(err)
@@ -147,7 +147,20 @@ func TestOpenFileBudget(t *testing.T) {
 	if err := n.EnsureTopic(engine.TopicSpec{Name: "more", Partitions: 2}); err != nil {
 		t.Fatalf("after the files were freed: %v", err)
 	}
-	if open, _ := n.OpenFileBudget(); open != 10 {
+	if open := n.OpenFiles(); open != 10 {
 		t.Fatalf("open files %d after deleting orders and creating more; want 10", open)
+	}
+}
+
+// The default budget leaves a reserve of the descriptor limit for
+// listeners and connections, a quarter of a small limit.
+func TestDefaultMaxOpenFiles(t *testing.T) {
+	for _, c := range []struct {
+		nofile uint64
+		want   int
+	}{{1024, 768}, {4096, 3072}, {65536, 64512}, {1 << 20, 1<<20 - 1024}, {0, MaxOpenFilesCap}, {1 << 62, MaxOpenFilesCap}} {
+		if got := DefaultMaxOpenFiles(c.nofile); got != c.want {
+			t.Errorf("DefaultMaxOpenFiles(%d) = %d, want %d", c.nofile, got, c.want)
+		}
 	}
 }
