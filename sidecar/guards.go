@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/engine/embedded"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
@@ -69,28 +68,6 @@ func (h *fileHighWater) cross(open, limit int) (warn bool) {
 	warn = above && !h.above
 	h.above = above
 	return warn
-}
-
-// maxOpenFiles resolves guards.max_open_files: the setting, or the
-// process's file descriptor limit less a reserve for listeners and
-// connections (embedded.DefaultMaxOpenFiles).
-func maxOpenFiles(setting int) int {
-	if setting > 0 {
-		return setting
-	}
-	return embedded.DefaultMaxOpenFiles(embedded.FileLimit())
-}
-
-// checkFileLimit warns at start when guards.max_open_files is set above
-// what the file descriptor limit leaves for the log: the budget then does
-// not protect the node, and the limit should be raised (or the budget
-// lowered).
-func checkFileLimit(setting int, logger *slog.Logger) {
-	nofile := embedded.FileLimit()
-	if setting > embedded.DefaultMaxOpenFiles(nofile) {
-		logger.Warn("guards.max_open_files is above what the file descriptor limit leaves for the log: a node out of descriptors stops accepting on every port; raise the limit (ulimit -n) or lower guards.max_open_files",
-			"nofile", nofile, "max_open_files", setting, "reserve", embedded.MaxFileReserve)
-	}
 }
 
 // warnPlaintextRemotes logs an INSECURE warning for each address of the
