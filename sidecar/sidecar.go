@@ -231,7 +231,8 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		})
 	}
 	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
-	r.start("partition budget metrics", componentFunc(func(ctx context.Context) error { partitionMetrics(ctx, eng, m); return nil }))
+	fileLimit := maxOpenFiles(cfg.Guards.MaxOpenFiles)
+	r.start("node budget metrics", componentFunc(func(ctx context.Context) error { nodeBudgetMetrics(ctx, eng, fileLimit, m, logger); return nil }))
 	for _, t := range cfg.AllTopics() {
 		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
 		if err := eng.EnsureTopic(spec); err != nil {

@@ -26,6 +26,12 @@ type GuardsConfig struct {
 	// MaxNodePartitions is a single node's partition budget (embedded
 	// storage without a cluster): a topic that would pass it is refused.
 	MaxNodePartitions int `yaml:"max_node_partitions"`
+	// MaxOpenFiles is a node's open-file budget: the most files its log
+	// keeps open (three per segment). On a single node a topic whose new
+	// partitions would pass it is refused; past 80 % spoold warns. 0: the
+	// file descriptor limit less a reserve of 1,024 for listeners and
+	// connections (a quarter of a limit below 4,096), resolved at start.
+	MaxOpenFiles int `yaml:"max_open_files"`
 	// InsecurePlaintextRemotes lets spoold reach the ledger's Redis or the
 	// broker in plaintext at an address beyond loopback (each logged as
 	// INSECURE at start and counted in spool_plaintext_remotes). Off (the
@@ -116,6 +122,11 @@ const (
 	// MaxMaxNodePartitions bounds max_node_partitions (the controller's
 	// MaxTotalPartitions).
 	MaxMaxNodePartitions = 100_000
+	// MinMaxOpenFiles and MaxMaxOpenFiles bound max_open_files: a topic
+	// of one partition needs three files beside the lock; the upper bound
+	// is embedded.MaxOpenFilesCap.
+	MinMaxOpenFiles = 16
+	MaxMaxOpenFiles = 1 << 24
 	// MinGuardReplyBytes and MaxGuardReplyBytes bound both reply limits.
 	MinGuardReplyBytes = 1 << 20
 	MaxGuardReplyBytes = 1 << 30
@@ -146,6 +157,9 @@ func (c *Config) validateGuards(v *validator) {
 			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a reply)")
 	}
 	v.intRange("guards.max_node_partitions", int64(g.MaxNodePartitions), 1, MaxMaxNodePartitions)
+	if g.MaxOpenFiles != 0 {
+		v.intRange("guards.max_open_files", int64(g.MaxOpenFiles), MinMaxOpenFiles, MaxMaxOpenFiles)
+	}
 	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendJetStream && g.NATSMaxFrameBytes < m+64<<10 {
 		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
 			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a frame)")

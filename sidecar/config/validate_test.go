@@ -584,3 +584,22 @@ func TestGuardsKafkaMaxReplyBytes(t *testing.T) {
 		t.Errorf("a reply bound below a message: %v", errs)
 	}
 }
+
+// TestGuardsMaxOpenFiles: 0 leaves the budget to the descriptor limit;
+// a set value is bounded, and one out of range is refused by name.
+func TestGuardsMaxOpenFiles(t *testing.T) {
+	for _, n := range []int{0, MinMaxOpenFiles, 100_000, MaxMaxOpenFiles} {
+		c := valid()
+		c.Guards.MaxOpenFiles = n
+		if err := c.Validate(); err != nil {
+			t.Errorf("max_open_files %d: %v", n, err)
+		}
+	}
+	for _, n := range []int{-1, MinMaxOpenFiles - 1, MaxMaxOpenFiles + 1} {
+		c := valid()
+		c.Guards.MaxOpenFiles = n
+		if errs := fieldErrors(c.Validate()); len(errs) != 1 || errs[0].Field != "guards.max_open_files" {
+			t.Errorf("max_open_files %d: %v", n, errs)
+		}
+	}
+}

@@ -82,6 +82,8 @@ type Metrics struct {
 	NodePartitions      *prometheus.GaugeVec   // (none)
 	PlaintextRemotes    *prometheus.GaugeVec   // peer
 	NodePartitionsLimit *prometheus.GaugeVec   // (none)
+	OpenFiles           prometheus.Gauge
+	OpenFilesLimit      prometheus.Gauge
 	BreakerState        *prometheus.GaugeVec   // group, topic, downstream
 	BreakerTransitions  *prometheus.CounterVec // group, topic, downstream, to
 	Redriven            *prometheus.CounterVec // group, topic
@@ -203,6 +205,8 @@ func New() *Metrics {
 		PlaintextRemotes:    gauge("plaintext_remotes", "Addresses of the ledger's Redis (peer=redis) or the broker (nats, kafka) that spoold reaches without TLS beyond loopback (only with guards.insecure_plaintext_remotes or node.dev: refused at start otherwise; each logged as INSECURE).", "peer"),
 		NodePartitions:      gauge("node_partitions", "Partitions of all topics of a single node (embedded storage without a cluster), against guards.max_node_partitions."),
 		NodePartitionsLimit: gauge("node_partitions_limit", "guards.max_node_partitions: past it a new topic is refused (INVALID_TOPIC_SPEC)."),
+		OpenFiles:           gauge("open_files", "Files the node's log keeps open (three per segment of each partition, and its lock).").WithLabelValues(),
+		OpenFilesLimit:      gauge("open_files_limit", "guards.max_open_files: a topic whose new partitions would take spool_open_files past it is refused on a single node (INVALID_TOPIC_SPEC).").WithLabelValues(),
 		BreakerState:        gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
 		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
 		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),
