@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/internal/grpcbuf"
+	"github.com/spoolmq/spool/internal/wallclock"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
@@ -113,6 +114,9 @@ func emptyDir(dir string) error {
 //  11. the temporary data dir of --dev.
 func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := wallclock.Refuse(); err != nil {
 		return err
 	}
 	logger := opts.Logger
