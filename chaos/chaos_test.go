@@ -11,7 +11,7 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
@@ -54,6 +54,7 @@ import (
 	"github.com/spoolmq/spool/chaos/netns"
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/internal/wallclock"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
@@ -117,6 +118,9 @@ type faultKind struct {
 	degraded bool
 	// powerLoss: every spoold journals its syncs (log.PowerLossEnv).
 	powerLoss bool
+	// clocks: every spoold's clock takes its offset from a file
+	// (wallclock.OffsetEnv).
+	clocks bool
 	// disks: each node's data dir is on a file system of its own (a
 	// tmpfs of diskSize), so one can be filled.
 	disks bool
@@ -223,6 +227,23 @@ var faults = map[string]faultKind{
 		}
 		return errors.Join(errs...)
 	}},
+	// clock: a node's wall clock as others see it (internal/wallclock: its
+	// ledger leases and now, publish times when it leads, coordinator
+	// command times) jumps 30 s ahead or behind (drawn from the seed) for
+	// hold, then back. Leases, publish times and sessions must stay safe:
+	// nothing lost, publish order kept, no message completed twice.
+	"clock": {clocks: true, holdMs: [2]int{5000, 10000}, inject: func(r *run, i int, hold time.Duration) error {
+		off := 30000
+		if r.rng.IntN(2) == 0 {
+			off = -off
+		}
+		r.record(op{Kind: "damage", Node: i, Offset: int64(off), Err: fmt.Sprintf("clock %+d ms", off)})
+		if err := os.WriteFile(r.clockFile(i), []byte(strconv.Itoa(off)), 0o644); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return os.WriteFile(r.clockFile(i), []byte("0"), 0o644)
+	}},
 	// redis: kill -9 the ledger's redis-server, restart it after hold on its
 	// append-only file (appendfsync always: what it acknowledged survives).
 	// Deliveries pause meanwhile (redis_unavailable: pause, the default);
@@ -282,7 +303,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss)", kind)
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock)", kind)
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -342,6 +363,7 @@ type run struct {
 	rng         *rand.Rand // what a fault damages (drawn from the seed; the faults' goroutine only)
 	powerLoss   bool       // the spoolds journal their syncs (the powerloss kind)
 	powerLosses int        // how many so far
+	clocks      bool       // the spoolds\' clocks take offsets (the clock kind)
 	// alsoFaulted: the other nodes the fault under way hit (recorded with
 	// it when it heals).
 	alsoFaulted []int
@@ -393,7 +415,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	}
 	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
-	r.powerLoss = faults[kind].powerLoss
+	r.powerLoss, r.clocks = faults[kind].powerLoss, faults[kind].clocks
 	if faults[kind].disks {
 		if err := r.mountDisks(); err != nil {
 			return check.Result{}, err
@@ -581,6 +603,9 @@ func (r *run) damage(i int) error {
 	return err
 }
 
+// clockFile is node i's clock offset in milliseconds (wallclock.OffsetEnv).
+func (r *run) clockFile(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.clock", i+1)) }
+
 // journal is node i's power-loss journal (log.PowerLossFS).
 func (r *run) journal(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.powerloss", i+1)) }
 
@@ -697,8 +722,11 @@ func (r *run) start(i int) error {
 	}
 	cmd := r.net.Command(i, spooldBin, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if r.powerLoss {
+	switch {
+	case r.powerLoss:
 		cmd.Env = append(os.Environ(), log.PowerLossEnv+"="+r.journal(i))
+	case r.clocks:
+		cmd.Env = append(os.Environ(), wallclock.OffsetEnv+"="+r.clockFile(i))
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
