@@ -42,6 +42,7 @@ from spool._message import Message
 from spool._outcome import DeadLetter, Outcome, Release, Retry, RetryDownstream
 from spool._publisher import Publisher
 from spool._subscribe import Handler, Stats, subscribe
+from spool._version import VERSION
 
 __all__ = [
     "Acks",
@@ -83,4 +84,4 @@ __all__ = [
     "subscribe",
 ]
 
-__version__ = "0.1.0"
+__version__ = VERSION
