@@ -25,7 +25,7 @@ PRODUCER = textwrap.dedent(
 
     async def main() -> None:
         n = int(sys.argv[1])
-        async with await spool.connect() as client:
+        async with spool.connect() as client:
             half = n // 2
             for i in range(half):
                 await client.publish("orders", f"m{i}", key=f"k{i % 3}", id=f"m{i}")
@@ -46,16 +46,14 @@ WORKER = textwrap.dedent(
     async def main() -> None:
         n = int(sys.argv[1])
         seen: set[str] = set()
-        done = asyncio.Event()
-
-        async def handle(m: spool.Message) -> None:
-            print(m.id, m.attempt, flush=True)
-            seen.add(m.id)
-            if len(seen) == n:
-                done.set()
-
-        async with await spool.connect() as client:
-            await client.subscribe("workers", ["orders"], handle, concurrency=4, stop=done, handle_signals=False)
+        async with spool.connect() as client:
+            async with client.subscription("workers", ["orders"], concurrency=4) as sub:
+                async for m in sub:
+                    print(m.id, m.attempt, flush=True)
+                    m.ack()
+                    seen.add(m.id)
+                    if len(seen) == n:
+                        break
         print("worker done", flush=True)
 
     asyncio.run(main())

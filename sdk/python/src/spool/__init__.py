@@ -5,7 +5,7 @@
     async def handle(m: spool.Message) -> None:
         print(m.attempt, m.payload)           # return = ACK; raise = RETRY
 
-    asyncio.run(spool.subscribe("demo-app", ["demo"], handle))
+    asyncio.run(spool.subscribe("demo-app", ["demo"], handle, handle_signals=True))
 
 docs/sdk-python.md is the guide; docs/protocol.md the protocol underneath.
 """
@@ -17,6 +17,7 @@ from spool._client import (
     DEFAULT_MAX_RECEIVE_BYTES,
     Acks,
     Client,
+    Connecting,
     OutMessage,
     PublishResult,
     connect,
@@ -41,12 +42,15 @@ from spool._idempotent import IdempotentStats, idempotent
 from spool._message import Message
 from spool._outcome import DeadLetter, Outcome, Release, Retry, RetryDownstream
 from spool._publisher import Publisher
-from spool._subscribe import Handler, Stats, subscribe
+from spool._options import Handler, Stats, SubscribeOptions
+from spool._subscribe import subscribe
+from spool._subscription import Subscription
 from spool._version import VERSION
 
 __all__ = [
     "Acks",
     "Client",
+    "Connecting",
     "CONNECT_BACKOFF_OPTIONS",
     "DEFAULT_ADDR",
     "DEFAULT_MAX_RECEIVE_BYTES",
@@ -73,6 +77,8 @@ __all__ = [
     "SidecarUnreachableError",
     "SpoolError",
     "Stats",
+    "SubscribeOptions",
+    "Subscription",
     "UnavailableError",
     "UnknownGroupError",
     "UnknownSubscriptionError",

@@ -7,21 +7,23 @@ import enum
 import os
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Mapping, Sequence, Unpack
 
 import grpc
 import grpc.aio
 
 from spool._errors import SidecarUnreachableError, SpoolError, from_rpc_error
+from spool._options import Handler, SubscribeOptions
 from spool._trace import inject
 from spool.v1 import message_pb2, publisher_pb2, publisher_pb2_grpc, subscriber_pb2_grpc
 
 if TYPE_CHECKING:
     from spool._publisher import Publisher
-    from spool._subscribe import Handler
+    from spool._subscription import Subscription
 
 __all__ = [
     "Client",
+    "Connecting",
     "connect",
     "Acks",
     "PublishResult",
@@ -228,24 +230,64 @@ class Client:
 
         return Publisher(self, topic, max_in_flight=max_in_flight, close_timeout=close_timeout)
 
-    async def subscribe(self, group: str, topics: Sequence[str], handler: Handler, **options: Any) -> None:
-        """Consumes ``topics`` as ``group`` until stopped; see :func:`spool.subscribe`."""
+    async def subscribe(
+        self, group: str, topics: Sequence[str], handler: Handler, **options: Unpack[SubscribeOptions]
+    ) -> None:
+        """Consumes ``topics`` as ``group``, calling ``handler`` for each
+        message, until stopped; see :func:`spool.subscribe` and
+        :class:`spool.SubscribeOptions` for the options."""
         from spool._subscribe import run_subscription
 
         await run_subscription(self, group, topics, handler, **options)
 
+    def subscription(self, group: str, topics: Sequence[str], **options: Unpack[SubscribeOptions]) -> Subscription:
+        """The messages of ``topics`` for ``group`` as an async iterator, to
+        settle with ``m.ack()`` / ``m.nack(outcome)``; use it in ``async with``.
+        See :class:`spool.Subscription`."""
+        from spool._subscription import Subscription
 
-async def connect(
+        return Subscription(self, group, topics, options)
+
+
+class Connecting:
+    """What :func:`connect` returns: ``await`` it for a :class:`Client`, or
+    use it directly in ``async with`` (the client is closed at the end)."""
+
+    def __init__(self, addr: str | None, timeout: float, max_receive_bytes: int) -> None:
+        self._args = (addr, timeout, max_receive_bytes)
+        self._client: Client | None = None
+
+    async def _open(self) -> Client:
+        addr, timeout, max_receive_bytes = self._args
+        c = Client(addr, max_receive_bytes=max_receive_bytes)
+        try:
+            await c.wait_ready(timeout)
+        except BaseException:
+            await c.close()
+            raise
+        return c
+
+    def __await__(self) -> Generator[Any, None, Client]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Client:
+        self._client = await self._open()
+        return self._client
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
+def connect(
     addr: str | None = None,
     *,
     timeout: float = DEFAULT_CONNECT_TIMEOUT,
     max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
-) -> Client:
-    """Opens a Client and waits (up to ``timeout`` seconds) until the sidecar answers."""
-    c = Client(addr, max_receive_bytes=max_receive_bytes)
-    try:
-        await c.wait_ready(timeout)
-    except BaseException:
-        await c.close()
-        raise
-    return c
+) -> Connecting:
+    """Opens a Client and waits (up to ``timeout`` seconds) until the sidecar
+    answers: ``async with spool.connect() as client:`` (closed at the end), or
+    ``client = await spool.connect()``."""
+    return Connecting(addr, timeout, max_receive_bytes)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
+    from spool._outcome import Outcome
     from spool.v1 import message_pb2
 
 
@@ -16,7 +17,9 @@ def _time(ms: int) -> datetime | None:
 
 @dataclass(slots=True)
 class Message:
-    """One delivery. It belongs to the handler until the handler returns."""
+    """One delivery. It belongs to the handler until the handler returns; a
+    message from a :class:`spool.Subscription` (``async for``) until
+    :meth:`ack` or :meth:`nack`."""
 
     #: Message id, stable across redeliveries: dedupe on it.
     id: str
@@ -45,6 +48,30 @@ class Message:
     fencing_token: int = 0
     #: Consumer group of the delivery.
     group: str = ""
+    # Set by a Subscription: hands the outcome to the SDK.
+    _settle: Callable[[object], None] | None = field(default=None, repr=False, compare=False)
+
+    def ack(self) -> None:
+        """Done: never delivered to this group again (``async for`` form)."""
+        self._settled(None)
+
+    def nack(self, outcome: Outcome | None = None) -> None:
+        """Not done (``async for`` form): :class:`spool.Retry` by default, or
+        the outcome given (``Retry(after=5)``, ``RetryDownstream(...)``,
+        ``DeadLetter("bad schema")``, ``Release()``)."""
+        from spool._outcome import Outcome, Retry
+
+        if outcome is not None and not isinstance(outcome, Outcome):
+            raise TypeError(f"spool: nack({outcome!r}): pass spool.Retry, RetryDownstream, DeadLetter or Release")
+        self._settled(outcome if outcome is not None else Retry(error="nack"))
+
+    def _settled(self, result: object) -> None:
+        if self._settle is None:
+            raise RuntimeError(
+                "spool: ack()/nack() settle the messages of a Subscription (async for m in sub); "
+                "a handler returns (ACK) or raises an outcome instead"
+            )
+        self._settle(result)
 
     @classmethod
     def from_delivery(cls, d: message_pb2.Delivery) -> Message:

@@ -20,8 +20,7 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence, Union
+from typing import Any, Callable, Sequence
 
 import grpc
 import grpc.aio
@@ -30,15 +29,12 @@ from spool._backoff import Backoff
 from spool._client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_BYTES, Client, connect
 from spool._errors import DrainError, FrameTooLargeError, SpoolError, from_rpc_error, reason_of
 from spool._message import Message
+from spool._options import Handler, Stats
 from spool._outcome import Outcome, Retry, Settlement, exception_text, settlement_for
 from spool._trace import handler_span, handler_tracer, record_outcome
 from spool.v1 import message_pb2, subscriber_pb2
 
 __all__ = ["subscribe", "Handler", "Stats"]
-
-#: A handler takes a Message; it is an async function (or returns an
-#: awaitable), or a plain function run in a thread pool with blocking=True.
-Handler = Callable[[Message], Union[Awaitable[object], object]]
 
 DEFAULT_CONCURRENCY = 64
 DEFAULT_DRAIN_TIMEOUT = 30.0
@@ -63,22 +59,6 @@ PERMANENT_CODES = frozenset(
 log = logging.getLogger("spool")
 
 
-@dataclass
-class Stats:
-    """What a subscription did; read it any time (for example for metrics)."""
-
-    delivered: int = 0  # deliveries received
-    acked: int = 0
-    retried: int = 0  # handler errors included
-    dead_lettered: int = 0
-    released: int = 0  # handed back unstarted (drain), by the handler, or beyond credit
-    dropped: int = 0  # settlements dropped because their stream broke
-    extended: int = 0  # lease extensions sent
-    settle_errors: int = 0  # settlements the sidecar rejected
-    reconnects: int = 0  # streams opened after the first
-    handler_errors: int = 0  # handlers that raised something other than an outcome
-
-
 async def subscribe(
     group: str,
     topics: Sequence[str],
@@ -94,13 +74,14 @@ async def subscribe(
     reconnect_backoff: tuple[float, float] = (0.1, 5.0),
     max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
     stop: asyncio.Event | None = None,
-    handle_signals: bool = True,
+    handle_signals: bool = False,
     stats: Stats | None = None,
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
 ) -> None:
     """Consumes ``topics`` (empty: every topic of the group) as consumer group
-    ``group``, calling ``handler`` for each message, until SIGTERM/SIGINT (with
-    ``handle_signals``) or until ``stop`` is set. It then drains: asks for no
+    ``group``, calling ``handler`` for each message, until ``stop`` is set (or
+    SIGTERM/SIGINT arrives, with ``handle_signals=True``: opt-in, since the
+    process's signals are the application's). It then drains: asks for no
     more messages, hands back those received but not started, waits for
     running handlers (up to ``drain_timeout`` seconds), sends their outcomes
     and returns.
@@ -150,9 +131,13 @@ async def run_subscription(
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
     reconnect_backoff: tuple[float, float] = (0.1, 5.0),
     stop: asyncio.Event | None = None,
-    handle_signals: bool = True,
+    handle_signals: bool = False,
     stats: Stats | None = None,
+    on_drain: Callable[[], None] | None = None,
 ) -> None:
+    """The subscription on ``client``. ``on_drain`` is called when the drain
+    begins, once no more credit is granted (a Subscription releases what it
+    holds then)."""
     if not group:
         raise ValueError("spool: subscribe: group is empty: name the consumer group declared in the sidecar's subscriptions")
     if isinstance(topics, str):
@@ -195,6 +180,7 @@ async def run_subscription(
         drain_timeout=drain_timeout,
         backoff=Backoff(base, mx),
         stats=stats if stats is not None else Stats(),
+        on_drain=on_drain,
     )
     try:
         await sub.run(stop)
@@ -219,8 +205,10 @@ class _Subscriber:
         drain_timeout: float,
         backoff: Backoff,
         stats: Stats,
+        on_drain: Callable[[], None] | None,
     ) -> None:
         self.client = client
+        self.on_drain = on_drain
         self.group = group
         self.topics = topics
         self.handler = handler
@@ -355,6 +343,8 @@ class _Subscriber:
         self.draining = True
         if live is not None:
             live.stop_credit()
+        if self.on_drain is not None:
+            self.on_drain()
         self._release_queued()
         for _ in workers:
             self.work.put_nowait(None)
