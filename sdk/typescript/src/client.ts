@@ -7,6 +7,7 @@ import type { PublisherServiceClient } from "./gen/spool/v1/PublisherService";
 import type { SubscriberServiceClient } from "./gen/spool/v1/SubscriberService";
 import type { PublishResult__Output } from "./gen/spool/v1/PublishResult";
 import { Publisher, type PublisherOptions } from "./publisher";
+import { Subscription, type MessagesOptions } from "./messages";
 import { subscribeWith, type SubscribeOptions } from "./subscribe";
 import { injectTrace } from "./trace";
 
@@ -199,11 +200,19 @@ export class Client {
     return sleep(ms, done.signal).then(() => signal.removeEventListener("abort", stop));
   }
 
-  /** Closes the connection. Calls in progress fail; subscriptions should have ended first. */
-  close(): void {
+  /**
+   * Closes the connection: `await client.close()`, or `await using client =
+   * await Client.connect()`. Calls in progress fail; subscriptions and
+   * publishers should have ended first.
+   */
+  async close(): Promise<void> {
     this.pub.close();
     this.sub.close();
     this.channel.close();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   /**
@@ -248,11 +257,21 @@ export class Client {
   }
 
   /**
-   * Consumes topics as a consumer group until stopped (opts.signal, or SIGTERM /
-   * SIGINT by default), then drains and resolves. See SubscribeOptions.
+   * Consumes topics as a consumer group until stopped (opts.signal, or the
+   * process signals in opts.shutdownSignals), then drains and resolves. See
+   * SubscribeOptions.
    */
   subscribe(opts: SubscribeOptions): Promise<void> {
     return subscribeWith(this, opts);
+  }
+
+  /**
+   * The messages of topics for a consumer group, as an async iterator:
+   * `for await (const m of client.messages({ group, topics })) { ...; m.ack(); }`.
+   * See Subscription.
+   */
+  messages(opts: MessagesOptions): Subscription {
+    return new Subscription(this, opts);
   }
 }
 
@@ -270,6 +289,6 @@ export async function subscribe(opts: SubscribeOptions & { addr?: string }): Pro
   try {
     await c.subscribe(opts);
   } finally {
-    c.close();
+    await c.close();
   }
 }

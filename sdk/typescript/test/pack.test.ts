@@ -27,7 +27,7 @@ const { Client } = require("@spoolmq/spool");
   const client = await Client.connect();
   const p = client.publisher("orders");
   const sent = [];
-  for (let i = 0; i < n; i++) sent.push(await p.publish({ id: "m" + i, key: "k" + (i % 3), payload: "m" + i }));
+  for (let i = 0; i < n; i++) sent.push((await p.publish({ id: "m" + i, key: "k" + (i % 3), payload: "m" + i })).result);
   await Promise.all(sent);
   await p.close();
   await client.close();
@@ -39,13 +39,13 @@ const WORKER_MJS = `
 import { Client } from "@spoolmq/spool";
 const n = Number(process.argv[2]);
 const seen = new Set();
-const stop = new AbortController();
 const client = await Client.connect();
-await client.subscribe({ group: "workers", topics: ["orders"], concurrency: 4, signal: stop.signal, shutdownSignals: [], handler: async (m) => {
+for await (const m of client.messages({ group: "workers", topics: ["orders"], concurrency: 4 })) {
   console.log(m.id, m.attempt);
+  m.ack();
   seen.add(m.id);
-  if (seen.size === n) stop.abort();
-} });
+  if (seen.size === n) break; // ends the subscription: it drains
+}
 await client.close();
 console.log("worker done");
 `;
