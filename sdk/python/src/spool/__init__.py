@@ -21,6 +21,7 @@ from spool._client import (
     OutMessage,
     PublishResult,
     connect,
+    subscribe,
 )
 from spool._errors import (
     DiskFullError,
@@ -42,9 +43,8 @@ from spool._idempotent import IdempotentStats, idempotent
 from spool._message import Message
 from spool._outcome import DeadLetter, Outcome, Release, Retry, RetryDownstream
 from spool._publisher import Publisher
-from spool._options import Handler, Stats, SubscribeOptions
-from spool._subscribe import subscribe
 from spool._subscription import Subscription
+from spool._types import Handler, Stats, SubscribeOptions
 from spool._version import VERSION
 
 __all__ = [

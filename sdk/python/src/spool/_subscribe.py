@@ -26,18 +26,15 @@ import grpc
 import grpc.aio
 
 from spool._backoff import Backoff
-from spool._client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RECEIVE_BYTES, Client, connect
 from spool._errors import DrainError, FrameTooLargeError, SpoolError, from_rpc_error, reason_of
 from spool._message import Message
-from spool._options import Handler, Stats
+from spool._types import DEFAULT_CONCURRENCY, DEFAULT_DRAIN_TIMEOUT, Handler, Sidecar, Stats
 from spool._outcome import Outcome, Retry, Settlement, exception_text, settlement_for
 from spool._trace import handler_span, handler_tracer, record_outcome
 from spool.v1 import message_pb2, subscriber_pb2
 
-__all__ = ["subscribe", "Handler", "Stats"]
+__all__ = ["run_subscription"]
 
-DEFAULT_CONCURRENCY = 64
-DEFAULT_DRAIN_TIMEOUT = 30.0
 CLOSE_STREAM_TIMEOUT = 5.0  # wait for the sidecar to end the stream after the half-close
 ABANDON_GRACE = 1.0  # wait for handlers after cancelling them at the drain timeout
 MIN_EXTEND_EVERY = 0.005
@@ -59,66 +56,8 @@ PERMANENT_CODES = frozenset(
 log = logging.getLogger("spool")
 
 
-async def subscribe(
-    group: str,
-    topics: Sequence[str],
-    handler: Handler,
-    *,
-    addr: str | None = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    prefetch: int | None = None,
-    blocking: bool = False,
-    consumer_name: str = "",
-    app_version: str = "",
-    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
-    reconnect_backoff: tuple[float, float] = (0.1, 5.0),
-    max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
-    stop: asyncio.Event | None = None,
-    handle_signals: bool = False,
-    stats: Stats | None = None,
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-) -> None:
-    """Consumes ``topics`` (empty: every topic of the group) as consumer group
-    ``group``, calling ``handler`` for each message, until ``stop`` is set (or
-    SIGTERM/SIGINT arrives, with ``handle_signals=True``: opt-in, since the
-    process's signals are the application's). It then drains: asks for no
-    more messages, hands back those received but not started, waits for
-    running handlers (up to ``drain_timeout`` seconds), sends their outcomes
-    and returns.
-
-    Returning normally acks; raise (or return) :class:`Retry`,
-    :class:`RetryDownstream`, :class:`DeadLetter` or :class:`Release` for
-    the other outcomes; any other exception retries with its text.
-
-    When the stream breaks, it reconnects with exponential backoff and full
-    jitter, forever. It raises only for an invalid call, a subscription the
-    sidecar refuses for good (unknown group or topic), a delivery frame above
-    the receive limit, or handlers that ignored the drain timeout.
-    """
-    client = await connect(addr, timeout=connect_timeout, max_receive_bytes=max_receive_bytes)
-    try:
-        await run_subscription(
-            client,
-            group,
-            topics,
-            handler,
-            concurrency=concurrency,
-            prefetch=prefetch,
-            blocking=blocking,
-            consumer_name=consumer_name,
-            app_version=app_version,
-            drain_timeout=drain_timeout,
-            reconnect_backoff=reconnect_backoff,
-            stop=stop,
-            handle_signals=handle_signals,
-            stats=stats,
-        )
-    finally:
-        await client.close()
-
-
 async def run_subscription(
-    client: Client,
+    client: Sidecar,
     group: str,
     topics: Sequence[str],
     handler: Handler,
@@ -192,7 +131,7 @@ async def run_subscription(
 class _Subscriber:
     def __init__(
         self,
-        client: Client,
+        client: Sidecar,
         group: str,
         topics: list[str],
         handler: Handler,

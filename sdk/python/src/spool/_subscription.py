@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from spool._message import Message
-from spool._options import SubscribeOptions
 from spool._outcome import Release
 from spool._subscribe import run_subscription
+from spool._types import Sidecar, SubscribeOptions
 
-if TYPE_CHECKING:
-    from spool._client import Client
 
 __all__ = ["Subscription"]
 
@@ -44,7 +42,7 @@ class Subscription:
     settled are released, running settlements are sent.
     """
 
-    def __init__(self, client: Client, group: str, topics: Sequence[str], options: SubscribeOptions) -> None:
+    def __init__(self, client: Sidecar, group: str, topics: Sequence[str], options: SubscribeOptions) -> None:
         if options.get("blocking"):
             raise TypeError("spool: subscription: blocking=True is for handlers; the async for loop runs in your task")
         self._client = client
@@ -61,7 +59,7 @@ class Subscription:
         self._stop_wait: asyncio.Task[bool] | None = None
 
     async def __aenter__(self) -> Subscription:
-        opts = {**self._options, "stop": self._stop}
+        opts: SubscribeOptions = {**self._options, "stop": self._stop}
         self._task = asyncio.get_running_loop().create_task(
             run_subscription(self._client, self._group, self._topics, self._handle, on_drain=self._on_drain, **opts)
         )
