@@ -6,7 +6,7 @@
 // extended until it is settled), reconnects and the drain are the same. What
 // the application has not settled when it leaves the loop is released:
 // delivered again, no attempt counted.
-import type { Client } from "./client";
+import type { Sidecar } from "./types";
 import type { Message } from "./message";
 import { DeadLetter, Release, Retry, RetryDownstream } from "./outcome";
 import { subscribeWith, type SubscribeOptions } from "./subscribe";
@@ -53,7 +53,7 @@ export class Subscription implements AsyncIterableIterator<ReceivedMessage>, Asy
   private readonly stop = new AbortController();
   private readonly run: Promise<void>;
 
-  constructor(client: Client, opts: MessagesOptions) {
+  constructor(client: Sidecar, opts: MessagesOptions) {
     const external = opts.signal;
     if (external?.aborted) this.stop.abort();
     else external?.addEventListener("abort", () => this.stop.abort(), { once: true });

@@ -1,8 +1,7 @@
 // Publisher: pipelined publishes to one topic over a PublishStream.
 import { status as Status, type ClientDuplexStream } from "@grpc/grpc-js";
 
-import type { Client, OutMessage, PublishResult, Acks } from "./client";
-import { acksProto, resultOf, toPublishMessage } from "./client";
+import { acksProto, resultOf, toPublishMessage, type Acks, type OutMessage, type PublishResult, type Sidecar } from "./types";
 import { SpoolError, makeError, wrapError } from "./errors";
 import type { PublishMessage } from "./proto";
 import type { PublishStreamRequest } from "./gen/spool/v1/PublishStreamRequest";
@@ -65,7 +64,7 @@ export class Publisher {
   private scheduled = false;
   private waiters: (() => void)[] = [];
 
-  constructor(private readonly client: Client, readonly topic: string, opts: PublisherOptions = {}) {
+  constructor(private readonly client: Sidecar, readonly topic: string, opts: PublisherOptions = {}) {
     this.maxInFlight = Math.max(1, Math.floor(opts.maxInFlight ?? 1024));
     this.closeTimeoutMs = Math.max(0, opts.closeTimeoutMs ?? 30_000);
   }

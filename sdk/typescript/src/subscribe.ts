@@ -10,7 +10,7 @@ import { status as Status, type ClientDuplexStream } from "@grpc/grpc-js";
 import type { TracerProvider } from "@opentelemetry/api";
 
 import { backoffDelay, sleep, type Backoff } from "./backoff";
-import type { Client } from "./client";
+import type { Sidecar } from "./types";
 import { SpoolError, frameTooLarge, grpcCode, sidecarUnreachable, wrapError } from "./errors";
 import { consoleLogger, type Logger } from "./log";
 import { messageOf, type Message } from "./message";
@@ -143,7 +143,7 @@ export function permanent(err: unknown): boolean {
 }
 
 /** The subscription on client; onDrain is called when its drain begins (no more credit granted). */
-export function subscribeWith(client: Client, opts: SubscribeOptions, onDrain?: () => void): Promise<void> {
+export function subscribeWith(client: Sidecar, opts: SubscribeOptions, onDrain?: () => void): Promise<void> {
   const cfg = validate(opts, onDrain);
   return new Subscriber(client, cfg).run(opts.signal);
 }
@@ -164,7 +164,7 @@ class Subscriber {
   private readonly log: Logger;
   readonly stats: Stats;
 
-  constructor(readonly client: Client, readonly cfg: Config) {
+  constructor(readonly client: Sidecar, readonly cfg: Config) {
     this.log = cfg.logger;
     this.stats = cfg.stats;
   }
