@@ -346,7 +346,15 @@ class _Subscriber:
         s.running.add(task)
         self.running.add(task)
         try:
-            await asyncio.wait((task,))
+            # Awaited directly (asyncio.wait cost a future and two callbacks
+            # per message): a cancellation of the handler's task alone (the
+            # stream broke, the drain timeout) is its outcome, not the
+            # worker's; one of the worker itself goes on up.
+            await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if not task.cancelled() or (me is not None and me.cancelling()):
+                raise
         finally:
             keeper.cancel()
             s.running.discard(task)
