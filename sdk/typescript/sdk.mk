@@ -6,11 +6,11 @@
 TS_SDK := $(CURDIR)/sdk/typescript
 
 .PHONY: build-sdk-typescript test-sdk-typescript
-## build-sdk-typescript: node_modules from the lockfile and the SDK's dist/.
+## build-sdk-typescript: node_modules from the lockfile and the SDK's dist/
+## (npm ci runs the package's `prepare`, which builds).
 build-sdk-typescript:
 	@command -v node >/dev/null && node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 20 ? 1 : 0)' || { echo "$@: the TypeScript SDK needs Node 20 or later and npm"; exit 1; }
 	cd $(TS_SDK) && npm ci --no-audit --no-fund --loglevel=error
-	cd $(TS_SDK) && npm run --silent build
 
 test-sdk-typescript: build-sdk-typescript
 	cd $(TS_SDK) && npm run --silent build:test

@@ -216,6 +216,35 @@ async def test_reconnect_after_spoold_restarts(start_spoold: Any, redis: Any) ->
         assert stats.reconnects >= 1
 
 
+async def test_a_handler_cancelled_by_a_broken_stream_leaves_its_worker_running(start_spoold: Any) -> None:
+    """Handlers run in the worker's task: the cancellation of one whose lease
+    is lost must end the handler, not the worker (one worker here: had it
+    ended, nothing after the restart would be handled)."""
+    s = start_spoold(orders_config())
+    [stuck] = await publish_n(s.addr, 1)
+    started = asyncio.Event()
+    cancelled: list[str] = []
+    done: set[str] = set()
+
+    async def handle(m: spool.Message) -> None:
+        if m.id == stuck and not cancelled:
+            started.set()
+            try:
+                await asyncio.Event().wait()  # until the SDK cancels it
+            except asyncio.CancelledError:
+                cancelled.append(m.id)
+                raise
+        done.add(m.id)
+
+    async with running(s.addr, handle, concurrency=1, prefetch=0, reconnect_backoff=(0.05, 0.5)) as stats:
+        await asyncio.wait_for(started.wait(), 20)
+        await asyncio.to_thread(s.restart)
+        await eventually(lambda: cancelled == [stuck], 20, "the running handler cancelled when the stream broke")
+        after = await publish_n(s.addr, 3, key=lambda i: f"after{i}")
+        await eventually(lambda: done >= {stuck, *after}, 30, "the same worker handling messages after the restart")
+        assert stats.reconnects >= 1
+
+
 async def test_subscription_refused_for_good(start_spoold: Any) -> None:
     s = start_spoold(orders_config())
 

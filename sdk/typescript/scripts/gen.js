@@ -10,6 +10,19 @@ const root = path.resolve(__dirname, "..");
 const repoProto = path.resolve(root, "../../proto/spool/v1");
 const pkgProto = path.join(root, "proto/spool/v1");
 
+// The package's version is the repository's VERSION (the one version of
+// every Spool artifact): a build from a checkout refuses a package.json that
+// says otherwise. (npm reads the version from package.json only.)
+const versionFile = path.resolve(root, "../../VERSION");
+if (fs.existsSync(versionFile)) {
+  const want = fs.readFileSync(versionFile, "utf8").trim();
+  const have = require(path.join(root, "package.json")).version;
+  if (have !== want) {
+    console.error(`gen: package.json has version ${have}, the repository's VERSION is ${want}: set "version": "${want}" in sdk/typescript/package.json (and npm install to update the lockfile)`);
+    process.exit(1);
+  }
+}
+
 // A clean dist: nothing left from an earlier build goes into the package.
 fs.rmSync(path.join(root, "dist"), { recursive: true, force: true });
 

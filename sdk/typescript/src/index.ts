@@ -3,6 +3,8 @@ export type { Acks, Bytes, ClientOptions, ConnectOptions, OutMessage, PublishOpt
 export { Stats } from "./subscribe";
 export type { Handler, SubscribeOptions } from "./subscribe";
 export type { Message } from "./message";
+export { Subscription } from "./messages";
+export type { MessagesOptions, ReceivedMessage } from "./messages";
 export { Retry, RetryDownstream, DeadLetter, Release, MAX_ERROR_TEXT_BYTES } from "./outcome";
 export {
   SpoolError, InvalidRequestError, NotFoundError, FailedPreconditionError, UnavailableError, SidecarUnreachableError,
@@ -11,7 +13,7 @@ export {
 export type { KnownReason } from "./errors";
 export type { Logger } from "./log";
 export { Publisher } from "./publisher";
-export type { PublisherOptions } from "./publisher";
+export type { PublisherOptions, Published } from "./publisher";
 export { idempotent, IdempotentStats, DEFAULT_IDEMPOTENT_TABLE, createTableSQL } from "./idempotent";
 export type { IdempotentOptions, TxHandler, PgPoolLike, PgClientLike, PgClientOf } from "./idempotent";
 export { serveHandler, HandlerServer, DEFAULT_HANDLER_ADDRESS } from "./callback";

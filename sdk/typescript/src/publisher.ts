@@ -1,15 +1,14 @@
 // Publisher: pipelined publishes to one topic over a PublishStream.
 import { status as Status, type ClientDuplexStream } from "@grpc/grpc-js";
 
-import type { Client, OutMessage, PublishResult, Acks } from "./client";
-import { acksProto, resultOf, toPublishMessage } from "./client";
+import { acksProto, resultOf, toPublishMessage, type Acks, type OutMessage, type PublishResult, type Sidecar } from "./types";
 import { SpoolError, makeError, wrapError } from "./errors";
 import type { PublishMessage } from "./proto";
 import type { PublishStreamRequest } from "./gen/spool/v1/PublishStreamRequest";
 import type { PublishStreamResponse__Output } from "./gen/spool/v1/PublishStreamResponse";
 
 export interface PublisherOptions {
-  /** Messages published and not yet confirmed, queued ones included (default 1024); see capacity(). */
+  /** Messages published and not yet confirmed, queued ones included (default 1024): publish waits while this many are pending. */
   maxInFlight?: number;
   /** How long close() waits for unconfirmed messages (default 30 s). */
   closeTimeoutMs?: number;
@@ -31,12 +30,24 @@ interface Stream {
   broken: boolean;
 }
 
+/** A message taken by Publisher.publish. */
+export interface Published {
+  /**
+   * Resolves once the message is durable, rejects with a SpoolError
+   * otherwise. Await it or attach a handler: a rejection nobody handles does
+   * not end the process (the Publisher handles it), but is then unseen.
+   */
+  readonly result: Promise<PublishResult>;
+}
+
 /**
- * Pipelines publishes to one topic: publish() returns a promise at once, and
- * messages queued meanwhile are sent together in one request (at most 1,000
- * messages or 1 MiB). At most maxInFlight messages are on the wire; the rest
- * wait in the Publisher. To bound memory, `await publisher.capacity()` before
- * publishing in a loop.
+ * Pipelines publishes to one topic:
+ *
+ *     const { result } = await p.publish(msg); // waits only while maxInFlight are pending
+ *
+ * Messages queued meanwhile are sent together in one request (at most 1,000
+ * messages or 1 MiB), so a loop that awaits each publish (not each result)
+ * keeps up to maxInFlight on the wire, and memory bounded.
  *
  * If the stream breaks, the unconfirmed messages fail (they may or may not be
  * stored: publish them again with the same id) and the next publish opens a
@@ -53,7 +64,7 @@ export class Publisher {
   private scheduled = false;
   private waiters: (() => void)[] = [];
 
-  constructor(private readonly client: Client, readonly topic: string, opts: PublisherOptions = {}) {
+  constructor(private readonly client: Sidecar, readonly topic: string, opts: PublisherOptions = {}) {
     this.maxInFlight = Math.max(1, Math.floor(opts.maxInFlight ?? 1024));
     this.closeTimeoutMs = Math.max(0, opts.closeTimeoutMs ?? 30_000);
   }
@@ -69,14 +80,26 @@ export class Publisher {
     return new Promise((r) => this.waiters.push(r));
   }
 
-  /** Queues a message; resolves once it is durable, rejects with a SpoolError otherwise. */
-  publish(msg: OutMessage, opts: { acks?: Acks } = {}): Promise<PublishResult> {
-    return new Promise((resolve, reject) => {
-      if (!this.topic) return reject(new TypeError("spool: publisher: topic is empty: name the topic to publish to"));
-      if (this.closed) return reject(new SpoolError(`spool: publish to "${this.topic}": publisher closed`, { code: Status.CANCELLED }));
-      this.queue.push({ m: toPublishMessage(msg), acks: opts.acks, resolve, reject });
-      this.schedule();
+  /**
+   * Waits while maxInFlight messages are pending, then queues the message and
+   * resolves with its `result`, which resolves once the message is durable.
+   * Rejects at once for an invalid call or a closed publisher.
+   */
+  async publish(msg: OutMessage, opts: { acks?: Acks } = {}): Promise<Published> {
+    if (!this.topic) throw new TypeError("spool: publisher: topic is empty: name the topic to publish to");
+    const m = toPublishMessage(msg);
+    while (this.pending >= this.maxInFlight && !this.closed) await this.capacity();
+    if (this.closed) throw new SpoolError(`spool: publish to "${this.topic}": publisher closed`, { code: Status.CANCELLED });
+    const result = new Promise<PublishResult>((resolve, reject) => {
+      this.queue.push({ m, acks: opts.acks, resolve, reject });
     });
+    result.catch(() => {}); // handled here too: an unawaited failure must not end the process
+    this.schedule();
+    return { result };
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   /**

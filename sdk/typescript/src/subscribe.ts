@@ -10,7 +10,7 @@ import { status as Status, type ClientDuplexStream } from "@grpc/grpc-js";
 import type { TracerProvider } from "@opentelemetry/api";
 
 import { backoffDelay, sleep, type Backoff } from "./backoff";
-import type { Client } from "./client";
+import type { Sidecar } from "./types";
 import { SpoolError, frameTooLarge, grpcCode, sidecarUnreachable, wrapError } from "./errors";
 import { consoleLogger, type Logger } from "./log";
 import { messageOf, type Message } from "./message";
@@ -61,8 +61,9 @@ export interface SubscribeOptions {
   /** Stops the subscription: it drains, then subscribe resolves. */
   signal?: AbortSignal;
   /**
-   * Process signals that stop the subscription (default ["SIGTERM", "SIGINT"]);
-   * [] leaves signals to the application. Listeners are removed when subscribe ends.
+   * Process signals that stop the subscription, e.g. ["SIGTERM", "SIGINT"]
+   * (default none: signals are the application's; stop it with `signal`).
+   * Listeners are removed when subscribe ends.
    */
   shutdownSignals?: NodeJS.Signals[];
   logger?: Logger;
@@ -95,9 +96,11 @@ interface Config {
   logger: Logger;
   stats: Stats;
   tracer: HandlerTracer;
+  /** Called when the drain begins, once no more credit is granted. */
+  onDrain: (() => void) | undefined;
 }
 
-function validate(o: SubscribeOptions): Config {
+function validate(o: SubscribeOptions, onDrain?: () => void): Config {
   if (!o || !o.group) throw new TypeError("spool: subscribe: group is empty: name the consumer group declared in the sidecar's subscriptions");
   if (typeof o.handler !== "function") throw new TypeError("spool: subscribe: handler is not a function: pass async (message, signal) => { ... }");
   const concurrency = o.concurrency ?? 64;
@@ -115,8 +118,8 @@ function validate(o: SubscribeOptions): Config {
   return {
     group: o.group, topics: o.topics ?? [], handler: o.handler, concurrency, prefetch,
     consumerName: o.consumerName ?? "", appVersion: o.appVersion ?? "", drainTimeoutMs, backoff,
-    shutdownSignals: o.shutdownSignals ?? ["SIGTERM", "SIGINT"],
-    logger: o.logger ?? consoleLogger, stats: o.stats ?? new Stats(), tracer: new HandlerTracer(o.tracerProvider),
+    shutdownSignals: o.shutdownSignals ?? [],
+    logger: o.logger ?? consoleLogger, stats: o.stats ?? new Stats(), tracer: new HandlerTracer(o.tracerProvider), onDrain,
   };
 }
 
@@ -139,8 +142,9 @@ export function permanent(err: unknown): boolean {
   }
 }
 
-export function subscribeWith(client: Client, opts: SubscribeOptions): Promise<void> {
-  const cfg = validate(opts);
+/** The subscription on client; onDrain is called when its drain begins (no more credit granted). */
+export function subscribeWith(client: Sidecar, opts: SubscribeOptions, onDrain?: () => void): Promise<void> {
+  const cfg = validate(opts, onDrain);
   return new Subscriber(client, cfg).run(opts.signal);
 }
 
@@ -160,7 +164,7 @@ class Subscriber {
   private readonly log: Logger;
   readonly stats: Stats;
 
-  constructor(readonly client: Client, readonly cfg: Config) {
+  constructor(readonly client: Sidecar, readonly cfg: Config) {
     this.log = cfg.logger;
     this.stats = cfg.stats;
   }
@@ -229,6 +233,7 @@ class Subscriber {
   private async drain(live: Session | undefined): Promise<Error | undefined> {
     this.draining = true;
     live?.stopCredit();
+    this.cfg.onDrain?.();
     this.releaseQueued();
     let err: Error | undefined;
     if (!(await this.waitIdle(this.cfg.drainTimeoutMs))) {

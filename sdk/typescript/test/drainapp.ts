@@ -1,6 +1,6 @@
 // A consumer process for the drain test: records "start <id> <attempt>" when
 // a handler begins and "done <id>" just before it returns (and the SDK acks).
-// It stops on SIGTERM (the SDK's default) and records "exit" after the drain.
+// It stops on SIGTERM (shutdownSignals) and records "exit" after the drain.
 import * as fs from "node:fs";
 
 import { Client } from "@spoolmq/spool";
@@ -14,6 +14,7 @@ async function main(): Promise<void> {
     topics: ["orders"],
     concurrency: 4,
     prefetch: 8,
+    shutdownSignals: ["SIGTERM"],
     handler: async (m) => {
       rec(`start ${m.id} ${m.attempt}`);
       await new Promise((r) => setTimeout(r, Number(holdMs)));
@@ -21,7 +22,7 @@ async function main(): Promise<void> {
     },
   });
   rec("exit");
-  c.close();
+  await c.close();
 }
 
 main().catch((e: unknown) => {

@@ -88,7 +88,7 @@ subscriptions:
       await c.publish("orders", { key: "k", payload: "own-case", headers: ownCase });
       await c.publishBatch("orders", [{ key: "k", payload: "batch" }, { key: "k", payload: "hop" }, { key: "k", payload: "poison" }]);
       const p = c.publisher("orders");
-      await p.publish({ key: "k", payload: "piped" });
+      await (await p.publish({ key: "k", payload: "piped" })).result;
       await p.close();
       span.end();
     });

@@ -73,7 +73,7 @@ async def consume(client: spool.Client, s: dict[str, Any]) -> int:
             s["group"], s["topics"], handle,
             concurrency=s["concurrency"], prefetch=s["prefetch"], stats=stats,
             drain_timeout=s.get("drain_timeout_ms", 30000) / 1000,
-            app_version="conformance-python",
+            app_version="conformance-python", handle_signals=True,
         )
     except spool.SpoolError as e:
         emit(error_event("subscribe_error", e))
@@ -97,7 +97,7 @@ async def publish(client: spool.Client, s: dict[str, Any]) -> None:
 
 async def main() -> int:
     s = json.loads(sys.argv[1])
-    async with await spool.connect(s["addr"]) as client:
+    async with spool.connect(s["addr"]) as client:
         if s["mode"] == "consume":
             return await consume(client, s)
         await publish(client, s)

@@ -83,6 +83,7 @@ async function consume(client, s) {
     await client.subscribe({
       group: s.group, topics: s.topics, handler, concurrency: s.concurrency, prefetch: s.prefetch, stats,
       drainTimeoutMs: s.drain_timeout_ms || 30000, appVersion: "conformance-typescript",
+      shutdownSignals: ["SIGTERM", "SIGINT"],
     });
   } catch (e) {
     emit(errorEvent("subscribe_error", e));

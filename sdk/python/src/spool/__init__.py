@@ -5,7 +5,7 @@
     async def handle(m: spool.Message) -> None:
         print(m.attempt, m.payload)           # return = ACK; raise = RETRY
 
-    asyncio.run(spool.subscribe("demo-app", ["demo"], handle))
+    asyncio.run(spool.subscribe("demo-app", ["demo"], handle, handle_signals=True))
 
 docs/sdk-python.md is the guide; docs/protocol.md the protocol underneath.
 """
@@ -17,9 +17,11 @@ from spool._client import (
     DEFAULT_MAX_RECEIVE_BYTES,
     Acks,
     Client,
+    Connecting,
     OutMessage,
     PublishResult,
     connect,
+    subscribe,
 )
 from spool._errors import (
     DiskFullError,
@@ -41,11 +43,14 @@ from spool._idempotent import IdempotentStats, idempotent
 from spool._message import Message
 from spool._outcome import DeadLetter, Outcome, Release, Retry, RetryDownstream
 from spool._publisher import Publisher
-from spool._subscribe import Handler, Stats, subscribe
+from spool._subscription import Subscription
+from spool._types import Handler, Stats, SubscribeOptions
+from spool._version import VERSION
 
 __all__ = [
     "Acks",
     "Client",
+    "Connecting",
     "CONNECT_BACKOFF_OPTIONS",
     "DEFAULT_ADDR",
     "DEFAULT_MAX_RECEIVE_BYTES",
@@ -72,6 +77,8 @@ __all__ = [
     "SidecarUnreachableError",
     "SpoolError",
     "Stats",
+    "SubscribeOptions",
+    "Subscription",
     "UnavailableError",
     "UnknownGroupError",
     "UnknownSubscriptionError",
@@ -83,4 +90,4 @@ __all__ = [
     "subscribe",
 ]
 
-__version__ = "0.1.0"
+__version__ = VERSION

@@ -23,7 +23,7 @@ import grpc.aio
 
 from spool._message import Message
 from spool._outcome import Outcome, exception_text, settlement_for
-from spool._subscribe import Handler
+from spool._types import Handler
 from spool._trace import handler_span, handler_tracer, record_outcome
 from spool.v1 import handler_pb2, handler_pb2_grpc, message_pb2
 

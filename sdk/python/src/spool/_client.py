@@ -3,26 +3,40 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import os
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Generator, Iterable, Mapping, Sequence, Unpack
 
 import grpc
 import grpc.aio
 
 from spool._errors import SidecarUnreachableError, SpoolError, from_rpc_error
+from spool._publisher import Publisher
+from spool._subscribe import run_subscription
+from spool._subscription import Subscription
 from spool._trace import inject
+from spool._types import (
+    DEFAULT_ADDR,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_MAX_RECEIVE_BYTES,
+    Acks,
+    Bytes,
+    Handler,
+    OutMessage,
+    PublishResult,
+    Stats,
+    SubscribeOptions,
+    acks_proto,
+)
 from spool.v1 import message_pb2, publisher_pb2, publisher_pb2_grpc, subscriber_pb2_grpc
-
-if TYPE_CHECKING:
-    from spool._publisher import Publisher
-    from spool._subscribe import Handler
 
 __all__ = [
     "Client",
+    "Connecting",
     "connect",
+    "subscribe",
     "Acks",
     "PublishResult",
     "OutMessage",
@@ -30,12 +44,6 @@ __all__ = [
     "DEFAULT_MAX_RECEIVE_BYTES",
     "CONNECT_BACKOFF_OPTIONS",
 ]
-
-DEFAULT_ADDR = "127.0.0.1:7070"
-#: The largest delivery frame a client accepts by default: 64 MiB (the largest
-#: limits.max_message_bytes spoold allows) plus 1 MiB for the other fields.
-DEFAULT_MAX_RECEIVE_BYTES = 65 << 20
-DEFAULT_CONNECT_TIMEOUT = 10.0
 
 # The channel's connect backoff: how soon gRPC tries the sidecar again after
 # a failed connect. gRPC's default grows to 120 s (1 s, x1.6), which kept an
@@ -56,56 +64,6 @@ CONNECT_BACKOFF_OPTIONS: tuple[tuple[str, int], ...] = (
 def resolve_addr(addr: str | None) -> str:
     """An empty address means $SPOOL_ADDR, else 127.0.0.1:7070."""
     return addr or os.environ.get("SPOOL_ADDR") or DEFAULT_ADDR
-
-
-class Acks(enum.IntEnum):
-    """When a publish returns (docs/semantics.md, "Replication")."""
-
-    #: Once committed on a quorum of the partition's replicas (the default).
-    ALL = publisher_pb2.ACKS_ALL
-    #: Once on the partition leader's disk: faster, and lossy in a cluster.
-    LEADER = publisher_pb2.ACKS_LEADER
-
-
-@dataclass(frozen=True, slots=True)
-class PublishResult:
-    """Where a published message was stored (it is durable)."""
-
-    id: str
-    partition: int
-    offset: int
-
-
-Bytes = bytes | bytearray | memoryview | str
-
-
-def to_bytes(b: Bytes | None) -> bytes:
-    if b is None:
-        return b""
-    if isinstance(b, str):
-        return b.encode("utf-8")
-    return bytes(b)
-
-
-@dataclass(slots=True)
-class OutMessage:
-    """One message of a batch. ``id`` is optional (the sidecar generates one);
-    set it to make a retried publish deduplicable."""
-
-    payload: Bytes
-    key: Bytes | None = None
-    id: str = ""
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    def proto(self) -> message_pb2.PublishMessage:
-        return message_pb2.PublishMessage(
-            id=self.id, key=to_bytes(self.key), payload=to_bytes(self.payload), headers=dict(self.headers)
-        )
-
-
-def acks_proto(acks: Acks) -> Any:
-    # ALL goes as UNSPECIFIED: the same, and what a sidecar older than the field expects.
-    return publisher_pb2.ACKS_LEADER if acks == Acks.LEADER else publisher_pb2.ACKS_UNSPECIFIED
 
 
 class Client:
@@ -224,28 +182,120 @@ class Client:
 
     def publisher(self, topic: str, *, max_in_flight: int = 1024, close_timeout: float = 30.0) -> Publisher:
         """A pipelined publisher to ``topic`` over one PublishStream."""
-        from spool._publisher import Publisher
-
         return Publisher(self, topic, max_in_flight=max_in_flight, close_timeout=close_timeout)
 
-    async def subscribe(self, group: str, topics: Sequence[str], handler: Handler, **options: Any) -> None:
-        """Consumes ``topics`` as ``group`` until stopped; see :func:`spool.subscribe`."""
-        from spool._subscribe import run_subscription
-
+    async def subscribe(
+        self, group: str, topics: Sequence[str], handler: Handler, **options: Unpack[SubscribeOptions]
+    ) -> None:
+        """Consumes ``topics`` as ``group``, calling ``handler`` for each
+        message, until stopped; see :func:`spool.subscribe` and
+        :class:`spool.SubscribeOptions` for the options."""
         await run_subscription(self, group, topics, handler, **options)
 
+    def subscription(self, group: str, topics: Sequence[str], **options: Unpack[SubscribeOptions]) -> Subscription:
+        """The messages of ``topics`` for ``group`` as an async iterator, to
+        settle with ``m.ack()`` / ``m.nack(outcome)``; use it in ``async with``.
+        See :class:`spool.Subscription`."""
+        return Subscription(self, group, topics, options)
 
-async def connect(
+
+class Connecting:
+    """What :func:`connect` returns: ``await`` it for a :class:`Client`, or
+    use it directly in ``async with`` (the client is closed at the end)."""
+
+    def __init__(self, addr: str | None, timeout: float, max_receive_bytes: int) -> None:
+        self._args = (addr, timeout, max_receive_bytes)
+        self._client: Client | None = None
+
+    async def _open(self) -> Client:
+        addr, timeout, max_receive_bytes = self._args
+        c = Client(addr, max_receive_bytes=max_receive_bytes)
+        try:
+            await c.wait_ready(timeout)
+        except BaseException:
+            await c.close()
+            raise
+        return c
+
+    def __await__(self) -> Generator[Any, None, Client]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Client:
+        self._client = await self._open()
+        return self._client
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
+def connect(
     addr: str | None = None,
     *,
     timeout: float = DEFAULT_CONNECT_TIMEOUT,
     max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
-) -> Client:
-    """Opens a Client and waits (up to ``timeout`` seconds) until the sidecar answers."""
-    c = Client(addr, max_receive_bytes=max_receive_bytes)
+) -> Connecting:
+    """Opens a Client and waits (up to ``timeout`` seconds) until the sidecar
+    answers: ``async with spool.connect() as client:`` (closed at the end), or
+    ``client = await spool.connect()``."""
+    return Connecting(addr, timeout, max_receive_bytes)
+
+
+async def subscribe(
+    group: str,
+    topics: Sequence[str],
+    handler: Handler,
+    *,
+    addr: str | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    prefetch: int | None = None,
+    blocking: bool = False,
+    consumer_name: str = "",
+    app_version: str = "",
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT,
+    reconnect_backoff: tuple[float, float] = (0.1, 5.0),
+    max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
+    stop: asyncio.Event | None = None,
+    handle_signals: bool = False,
+    stats: Stats | None = None,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+) -> None:
+    """Consumes ``topics`` (empty: every topic of the group) as consumer group
+    ``group``, calling ``handler`` for each message, until ``stop`` is set (or
+    SIGTERM/SIGINT arrives, with ``handle_signals=True``: opt-in, since the
+    process's signals are the application's). It then drains: asks for no
+    more messages, hands back those received but not started, waits for
+    running handlers (up to ``drain_timeout`` seconds), sends their outcomes
+    and returns.
+
+    Returning normally acks; raise (or return) :class:`Retry`,
+    :class:`RetryDownstream`, :class:`DeadLetter` or :class:`Release` for
+    the other outcomes; any other exception retries with its text.
+
+    When the stream breaks, it reconnects with exponential backoff and full
+    jitter, forever. It raises only for an invalid call, a subscription the
+    sidecar refuses for good (unknown group or topic), a delivery frame above
+    the receive limit, or handlers that ignored the drain timeout.
+    """
+    client = await connect(addr, timeout=connect_timeout, max_receive_bytes=max_receive_bytes)
     try:
-        await c.wait_ready(timeout)
-    except BaseException:
-        await c.close()
-        raise
-    return c
+        await run_subscription(
+            client,
+            group,
+            topics,
+            handler,
+            concurrency=concurrency,
+            prefetch=prefetch,
+            blocking=blocking,
+            consumer_name=consumer_name,
+            app_version=app_version,
+            drain_timeout=drain_timeout,
+            reconnect_backoff=reconnect_backoff,
+            stop=stop,
+            handle_signals=handle_signals,
+            stats=stats,
+        )
+    finally:
+        await client.close()

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import grpc
 import grpc.aio
 
-from spool._client import Acks, Bytes, OutMessage, PublishResult, acks_proto
 from spool._errors import SpoolError, from_inband, from_rpc_error
 from spool._trace import inject
+from spool._types import Acks, Bytes, OutMessage, PublishResult, Sidecar, acks_proto
 from spool.v1 import message_pb2, publisher_pb2
 
-if TYPE_CHECKING:
-    from spool._client import Client
 
 __all__ = ["Publisher"]
 
@@ -44,7 +42,7 @@ class Publisher:
     new stream. Close it (or use ``async with``) when done.
     """
 
-    def __init__(self, client: Client, topic: str, *, max_in_flight: int = 1024, close_timeout: float = 30.0) -> None:
+    def __init__(self, client: Sidecar, topic: str, *, max_in_flight: int = 1024, close_timeout: float = 30.0) -> None:
         if not topic:
             raise ValueError("spool: publisher: topic is empty: name the topic to publish to")
         self._client = client

@@ -17,7 +17,7 @@ async def main() -> None:
         await asyncio.sleep(delay)  # the work
         out.write(f"done {m.id} {m.attempt}\n")
 
-    await spool.subscribe("workers", ["orders"], handle, addr=addr, concurrency=4, prefetch=4, drain_timeout=10)
+    await spool.subscribe("workers", ["orders"], handle, addr=addr, concurrency=4, prefetch=4, drain_timeout=10, handle_signals=True)
     out.write("exit\n")
 
 

@@ -1,0 +1,141 @@
+"""The types shared by the client, the publisher and the subscription: what a
+publish takes and returns, the handler, the subscription's options and
+counters, the defaults, and the connection the publisher and the subscription
+are given (Sidecar). The client is on top: it imports the publisher and the
+subscription, which import this module and never the client."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, Protocol, TypedDict, Union
+
+import grpc.aio
+
+from spool._message import Message
+from spool.v1 import message_pb2, publisher_pb2
+
+__all__ = ["Handler", "Stats", "SubscribeOptions", "Acks", "PublishResult", "OutMessage", "Sidecar"]
+
+DEFAULT_ADDR = "127.0.0.1:7070"
+#: The largest delivery frame a client accepts by default: 64 MiB (the largest
+#: limits.max_message_bytes spoold allows) plus 1 MiB for the other fields.
+DEFAULT_MAX_RECEIVE_BYTES = 65 << 20
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_CONCURRENCY = 64
+DEFAULT_DRAIN_TIMEOUT = 30.0
+
+
+
+class Sidecar(Protocol):
+    """What the publisher and the subscription use of a Client."""
+
+    addr: str
+    max_receive_bytes: int
+
+    @property
+    def channel(self) -> grpc.aio.Channel: ...
+
+    @property
+    def _pub(self) -> Any: ...
+
+    @property
+    def _sub(self) -> Any: ...
+
+
+class Acks(enum.IntEnum):
+    """When a publish returns (docs/semantics.md, "Replication")."""
+
+    #: Once committed on a quorum of the partition's replicas (the default).
+    ALL = publisher_pb2.ACKS_ALL
+    #: Once on the partition leader's disk: faster, and lossy in a cluster.
+    LEADER = publisher_pb2.ACKS_LEADER
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where a published message was stored (it is durable)."""
+
+    id: str
+    partition: int
+    offset: int
+
+
+Bytes = bytes | bytearray | memoryview | str
+
+
+def to_bytes(b: Bytes | None) -> bytes:
+    if b is None:
+        return b""
+    if isinstance(b, str):
+        return b.encode("utf-8")
+    return bytes(b)
+
+
+@dataclass(slots=True)
+class OutMessage:
+    """One message of a batch. ``id`` is optional (the sidecar generates one);
+    set it to make a retried publish deduplicable."""
+
+    payload: Bytes
+    key: Bytes | None = None
+    id: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def proto(self) -> message_pb2.PublishMessage:
+        return message_pb2.PublishMessage(
+            id=self.id, key=to_bytes(self.key), payload=to_bytes(self.payload), headers=dict(self.headers)
+        )
+
+
+def acks_proto(acks: Acks) -> Any:
+    # ALL goes as UNSPECIFIED: the same, and what a sidecar older than the field expects.
+    return publisher_pb2.ACKS_LEADER if acks == Acks.LEADER else publisher_pb2.ACKS_UNSPECIFIED
+
+
+#: A handler takes a Message; it is an async function (or returns an
+#: awaitable), or a plain function run in a thread pool with blocking=True.
+Handler = Callable[[Message], Union[Awaitable[object], object]]
+
+
+@dataclass
+class Stats:
+    """What a subscription did; read it any time (for example for metrics)."""
+
+    delivered: int = 0  # deliveries received
+    acked: int = 0
+    retried: int = 0  # handler errors included
+    dead_lettered: int = 0
+    released: int = 0  # handed back unstarted (drain), by the handler, or beyond credit
+    dropped: int = 0  # settlements dropped because their stream broke
+    extended: int = 0  # lease extensions sent
+    settle_errors: int = 0  # settlements the sidecar rejected
+    reconnects: int = 0  # streams opened after the first
+    handler_errors: int = 0  # handlers that raised something other than an outcome
+
+
+class SubscribeOptions(TypedDict, total=False):
+    """The keyword options of ``Client.subscribe`` and ``Client.subscription``
+    (docs/sdk-python.md, "Subscribe options")."""
+
+    #: Handlers running at once (default 64).
+    concurrency: int
+    #: Deliveries received ahead, beyond those running (default = concurrency).
+    prefetch: int | None
+    #: Run a plain function in a thread pool of ``concurrency`` threads.
+    blocking: bool
+    #: Name in the sidecar's logs and metrics, e.g. the pod name.
+    consumer_name: str
+    #: Recorded in dead-letter entries.
+    app_version: str
+    #: Seconds the drain waits for running handlers (default 30).
+    drain_timeout: float
+    #: Reconnect delay in seconds (base, max), exponential with full jitter.
+    reconnect_backoff: tuple[float, float]
+    #: Setting it drains and returns.
+    stop: asyncio.Event | None
+    #: Drain on SIGTERM/SIGINT (default False; only from the main thread).
+    handle_signals: bool
+    #: Counters to read.
+    stats: Stats | None
