@@ -3,7 +3,11 @@
 # openjdk-17-jdk-headless and maven when they are missing); Maven keeps what
 # it fetches in its local repository (~/.m2), so later runs work offline
 # (mvn -o). The build generates the gRPC stubs from proto/spool/v1; the tests
-# run a spoold built from this repository, redis-server and PostgreSQL.
+# run a spoold built from this repository, redis-server and PostgreSQL. Then
+# sdk/installtest's TestJavaInstall installs the release jar (`mvn -f sdk/java
+# install`) into a scratch local repository and runs a consumer project with
+# docs/sdk-java.md's pom against spoold, its worker on the Temurin JDK 21+ at
+# SPOOL_JAVA21_HOME (default /usr/lib/jvm/temurin-25-jdk-amd64) for virtual threads.
 JAVA_SDK := $(CURDIR)/sdk/java
 MVN ?= mvn
 
@@ -22,5 +26,6 @@ test-sdk-java: deps java-toolchain
 	@mkdir -p $(JAVA_SDK)/target
 	$(GO) build -o $(JAVA_SDK)/target/spoold ./cmd/spoold
 	cd $(JAVA_SDK) && $(MVN) -B -ntp test -Dspoold.bin=$(JAVA_SDK)/target/spoold -Dspool.test.requirePg=true
+	SPOOL_INSTALL_LANGS=java $(GO) test -count=1 -timeout=10m -run 'TestJavaInstall' -v ./sdk/installtest/
 
 SDK_TESTS += test-sdk-java

@@ -19,6 +19,15 @@ import org.junit.jupiter.api.Test;
 
 /** The pure parts: outcomes, text limits, backoff, lease plans, the outbox, error reading, options. */
 class UnitTest {
+  /** The artifact's version (pom.xml) is the repository's VERSION, the one version of Spool. */
+  @Test
+  void versionIsTheRepositorysVERSION() throws Exception {
+    String version =
+        java.nio.file.Files.readString(java.nio.file.Path.of(System.getProperty("spool.repo"), "VERSION")).strip();
+    assertEquals(version, System.getProperty("spool.version"),
+        "sdk/java/pom.xml's <version> must be the repository's VERSION");
+  }
+
   @Test
   void settlementOfEachResult() {
     assertEquals(Settlement.ACK, Settlement.of(null));
