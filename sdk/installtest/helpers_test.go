@@ -65,7 +65,10 @@ func run(t *testing.T, timeout time.Duration, dir string, env []string, name str
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	began := time.Now()
+	err := cmd.Run()
+	t.Logf("%s %s: %.1f s", filepath.Base(name), strings.Join(args, " "), time.Since(began).Seconds())
+	if err != nil {
 		t.Fatalf("%s %s (in %s): %v\nstdout:\n%s\nstderr:\n%s", name, strings.Join(args, " "), dir, err, tail(stdout.String(), 40), tail(stderr.String(), 40))
 	}
 	return stdout.String()

@@ -12,7 +12,9 @@ import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.RejectedExecutionException;
@@ -61,6 +63,9 @@ public final class Subscription implements AutoCloseable {
   private final Thread hook;
   private final CompletableFuture<Void> stop = new CompletableFuture<>();
   private final CompletableFuture<Void> done = new CompletableFuture<>();
+  // Threads that returned from awaitTermination when the subscription ended:
+  // a JVM shutdown waits for them (drainAtShutdown).
+  private final Set<Thread> awaiters = ConcurrentHashMap.newKeySet();
 
   private final ReentrantLock mu = new ReentrantLock();
   private final Condition idle = mu.newCondition();
@@ -140,22 +145,37 @@ public final class Subscription implements AutoCloseable {
    * UNKNOWN_GROUP).
    */
   public void awaitTermination() throws InterruptedException {
-    try {
-      done.get();
-    } catch (ExecutionException e) {
-      throw rethrown(e);
-    }
+    awaitTermination(null);
   }
 
-  /** {@link #awaitTermination()} for at most timeout; false if it still runs then. */
+  /**
+   * {@link #awaitTermination()} for at most timeout; false if it still runs
+   * then. On a JVM shutdown (SIGTERM) the calling thread's code after it
+   * runs before the JVM halts: the SDK's shutdown hook waits, after the
+   * drain, for this thread to end, up to {@link
+   * SubscribeOptions.Builder#shutdownGrace} (5 s).
+   */
   public boolean awaitTermination(Duration timeout) throws InterruptedException {
+    Thread me = Thread.currentThread();
+    awaiters.add(me);
+    boolean ended = false;
     try {
-      done.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+      if (timeout == null) {
+        done.get();
+      } else {
+        done.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+      }
+      ended = true;
       return true;
     } catch (TimeoutException e) {
       return false;
     } catch (ExecutionException e) {
+      ended = true;
       throw rethrown(e);
+    } finally {
+      if (!ended) {
+        awaiters.remove(me);
+      }
     }
   }
 
@@ -184,6 +204,24 @@ public final class Subscription implements AutoCloseable {
       done.get();
     } catch (InterruptedException | ExecutionException e) {
       // logged by the runner; the JVM is exiting
+    }
+    // The JVM halts as soon as its shutdown hooks return. The threads that
+    // awaitTermination released are running the app's code after it (main's
+    // cleanup): wait for them to end, up to the grace. main's thread ends
+    // when main returns (the launcher detaches it before destroying the VM).
+    long deadline = System.nanoTime() + cfg.shutdownGrace().toNanos();
+    for (Thread t : awaiters) {
+      long left = deadline - System.nanoTime();
+      if (left <= 0) {
+        Log.log(log, Level.WARNING, "spool: shutdown: code after awaitTermination still runs after the grace; the JVM halts now",
+            "group", group, "thread", t.getName(), "grace_ms", cfg.shutdownGrace().toMillis());
+        return;
+      }
+      try {
+        t.join(TimeUnit.NANOSECONDS.toMillis(left), (int) (left % 1_000_000));
+      } catch (InterruptedException e) {
+        return;
+      }
     }
   }
 
@@ -282,11 +320,24 @@ public final class Subscription implements AutoCloseable {
         }
       }
       SpoolException err = runErr != null ? runErr : drainErr;
+      runOnDrained();
       if (err != null) {
         done.completeExceptionally(err);
       } else {
         done.complete(null);
       }
+    }
+  }
+
+  private void runOnDrained() {
+    Runnable cb = cfg.onDrained();
+    if (cb == null) {
+      return;
+    }
+    try {
+      cb.run();
+    } catch (RuntimeException | Error e) {
+      Log.log(log, Level.ERROR, "spool: the onDrained callback threw", e, "group", group);
     }
   }
 
