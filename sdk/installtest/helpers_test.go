@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -112,14 +111,6 @@ func (p *process) wait(t *testing.T, timeout time.Duration) string {
 		t.Fatalf("%s exited with code %d; output:\n%s", p.cmd.Path, code, tail(p.out.String(), 40))
 	}
 	return p.out.String()
-}
-
-// signal sends sig to the process.
-func (p *process) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // spoold is a sidecar built from this repository, with topic "orders" (two
