@@ -12,9 +12,7 @@ import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Set;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.RejectedExecutionException;
@@ -63,9 +61,7 @@ public final class Subscription implements AutoCloseable {
   private final Thread hook;
   private final CompletableFuture<Void> stop = new CompletableFuture<>();
   private final CompletableFuture<Void> done = new CompletableFuture<>();
-  // Threads that returned from awaitTermination when the subscription ended:
-  // a JVM shutdown waits for them (drainAtShutdown).
-  private final Set<Thread> awaiters = ConcurrentHashMap.newKeySet();
+  private final Awaiters awaiters = new Awaiters();
 
   private final ReentrantLock mu = new ReentrantLock();
   private final Condition idle = mu.newCondition();
@@ -156,8 +152,7 @@ public final class Subscription implements AutoCloseable {
    * SubscribeOptions.Builder#shutdownGrace} (5 s).
    */
   public boolean awaitTermination(Duration timeout) throws InterruptedException {
-    Thread me = Thread.currentThread();
-    awaiters.add(me);
+    Thread me = awaiters.enter();
     boolean ended = false;
     try {
       if (timeout == null) {
@@ -174,7 +169,7 @@ public final class Subscription implements AutoCloseable {
       throw rethrown(e);
     } finally {
       if (!ended) {
-        awaiters.remove(me);
+        awaiters.leave(me);
       }
     }
   }
@@ -205,24 +200,7 @@ public final class Subscription implements AutoCloseable {
     } catch (InterruptedException | ExecutionException e) {
       // logged by the runner; the JVM is exiting
     }
-    // The JVM halts as soon as its shutdown hooks return. The threads that
-    // awaitTermination released are running the app's code after it (main's
-    // cleanup): wait for them to end, up to the grace. main's thread ends
-    // when main returns (the launcher detaches it before destroying the VM).
-    long deadline = System.nanoTime() + cfg.shutdownGrace().toNanos();
-    for (Thread t : awaiters) {
-      long left = deadline - System.nanoTime();
-      if (left <= 0) {
-        Log.log(log, Level.WARNING, "spool: shutdown: code after awaitTermination still runs after the grace; the JVM halts now",
-            "group", group, "thread", t.getName(), "grace_ms", cfg.shutdownGrace().toMillis());
-        return;
-      }
-      try {
-        t.join(TimeUnit.NANOSECONDS.toMillis(left), (int) (left % 1_000_000));
-      } catch (InterruptedException e) {
-        return;
-      }
-    }
+    awaiters.awaitAtShutdown(cfg.shutdownGrace(), log, "subscription " + group);
   }
 
   // ---- the runner: streams, reconnects, drain ----

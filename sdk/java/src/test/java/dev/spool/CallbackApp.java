@@ -1,0 +1,26 @@
+package dev.spool;
+
+import java.io.FileOutputStream;
+import java.io.OutputStreamWriter;
+import java.io.Writer;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * A callback-mode app for CallbackTest's SIGTERM test: serves HandlerService,
+ * records "ready", waits in awaitTermination (SIGTERM: the SDK's shutdown hook
+ * closes the server), then does its own cleanup and records it. Arguments:
+ * address, record file.
+ */
+public final class CallbackApp {
+  public static void main(String[] args) throws Exception {
+    try (Writer out = new OutputStreamWriter(new FileOutputStream(args[1], true), StandardCharsets.UTF_8);
+        HandlerServer server = HandlerServer.start(args[0], m -> {})) {
+      out.write("ready\n");
+      out.flush();
+      server.awaitTermination();
+      Thread.sleep(500); // sleep-ok: the cleanup's work
+      out.write("cleanup after-await\n");
+      out.flush();
+    }
+  }
+}
