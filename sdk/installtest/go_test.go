@@ -54,14 +54,9 @@ func TestGoInstall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.MkdirAll(filepath.Join(app, filepath.Dir(f)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(app, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(app, f), string(b))
 	}
-	goEnv := []string{"GOWORK=off", "GOFLAGS=-mod=mod"}
+	goEnv := []string{"GOWORK=off"} // the app's own module, not a workspace around it
 	// docs/sdk-go.md, "Install", from a checkout.
 	run(t, time.Minute, app, goEnv, "go", "mod", "init", "example.com/shop")
 	run(t, time.Minute, app, goEnv, "go", "mod", "edit",
