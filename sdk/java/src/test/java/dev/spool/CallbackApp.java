@@ -14,7 +14,9 @@ import java.nio.charset.StandardCharsets;
 public final class CallbackApp {
   public static void main(String[] args) throws Exception {
     try (Writer out = new OutputStreamWriter(new FileOutputStream(args[1], true), StandardCharsets.UTF_8);
-        HandlerServer server = HandlerServer.start(args[0], m -> {})) {
+        // A grace far above the test's 30 s wait for the exit: the hook must see main end, not time out.
+        HandlerServer server = HandlerServer.start(args[0], m -> {},
+            HandlerServerOptions.builder().shutdownGrace(java.time.Duration.ofMinutes(2)).build())) {
       out.write("ready\n");
       out.flush();
       server.awaitTermination();

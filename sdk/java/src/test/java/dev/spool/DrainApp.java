@@ -25,6 +25,8 @@ public final class DrainApp {
         Thread.sleep(workMs); // sleep-ok: the work
         line(out, "done " + m.id() + " " + m.attempt());
       }, SubscribeOptions.builder().concurrency(4).prefetch(4).drainTimeout(Duration.ofSeconds(10))
+          // Far above the test's 30 s wait for the exit: the hook must see main end, not time out.
+          .shutdownGrace(Duration.ofMinutes(2))
           .onDrained(() -> {
             try {
               line(out, "cleanup on-drained 0");
