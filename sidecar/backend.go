@@ -76,9 +76,10 @@ func openKafka(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (eng
 	k := cfg.Storage.Kafka
 	kc := kafka.Config{Brokers: k.Brokers, Prefix: k.Prefix, CreateTopics: k.CreateTopics, ReplicationFactor: k.ReplicationFactor,
 		PublishTimeout: k.PublishTimeout, ClientID: "spoold-" + cfg.Node.ID, Logger: logger,
+		MaxReplyBytes: int32(cfg.Guards.KafkaMaxReplyBytes),
 		Hooks: kafka.Hooks{PositionsTruncated: func(group, topic string, _ int32, dropped int) {
 			m.KafkaPositionsTruncated.WithLabelValues(group, topic).Add(float64(dropped))
-		}}}
+		}, ReplyRefused: func() { m.RemoteRefused.WithLabelValues("kafka").Inc() }}}
 	if k.TLS {
 		kc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if k.TLSCAFile != "" {

@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -123,3 +125,51 @@ func TestCredentialsNeverLogged(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestKafkaHugeReplyRefused: guards.kafka_max_reply_bytes reaches the Kafka
+// backend: a broker answering with a frame that declares 64 MiB (under
+// franz-go's own 100 MiB, over the 8 MiB set here) fails the start with an
+// error naming the setting, and spool_remote_replies_refused_total{peer=kafka}
+// counts it.
+func TestKafkaHugeReplyRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Whatever the request, a reply declaring 64 MiB.
+			_, _ = c.Write([]byte{0x04, 0, 0, 0, 0, 0, 0, 1})
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	cfg := &config.Config{}
+	cfg.Node.ID = "n1"
+	cfg.Storage.Backend = config.BackendKafka
+	cfg.Storage.Kafka.Brokers = []string{ln.Addr().String()}
+	cfg.Guards.KafkaMaxReplyBytes = 8 << 20
+	cfg.ApplyDefaults()
+	m := metrics.New()
+	eng, err := openBackend(cfg, "", m, slog.New(slog.DiscardHandler))
+	if err == nil {
+		eng.Close()
+		t.Fatal("the Kafka backend opened against a broker that answers nothing else")
+	}
+	if !strings.Contains(err.Error(), "guards.kafka_max_reply_bytes") {
+		t.Errorf("%v; want an error naming guards.kafka_max_reply_bytes", err)
+	}
+	if got := testutil.ToFloat64(m.RemoteRefused.WithLabelValues("kafka")); got < 1 {
+		t.Errorf("spool_remote_replies_refused_total{peer=kafka} = %v, want at least 1", got)
+	}
+}

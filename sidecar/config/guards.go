@@ -17,6 +17,9 @@ type GuardsConfig struct {
 	// message, its headers and payload, or a control line): more closes
 	// the connection.
 	NATSMaxFrameBytes int64 `yaml:"nats_max_frame_bytes"`
+	// KafkaMaxReplyBytes bounds one reply of a Kafka broker: a reply
+	// declaring more closes its connection before it is allocated.
+	KafkaMaxReplyBytes int64 `yaml:"kafka_max_reply_bytes"`
 	// KafkaSASLPlainWithoutTLS lets kafka.sasl_mechanism plain send the
 	// password in clear text (no kafka.tls).
 	KafkaSASLPlainWithoutTLS bool `yaml:"insecure_kafka_sasl_plain_without_tls"`
@@ -103,6 +106,10 @@ const (
 	// DefaultNATSMaxFrameBytes is NATS's own largest max_payload (64 MiB)
 	// plus room for a message's subject, reply and headers.
 	DefaultNATSMaxFrameBytes = 64<<20 + 1<<20
+	// DefaultKafkaMaxReplyBytes is franz-go's own bound, above the largest
+	// reply Spool asks for (a fetch of at most 64 MiB, or half the bound,
+	// plus one record batch).
+	DefaultKafkaMaxReplyBytes = 100 << 20
 	// DefaultMaxNodePartitions: each partition holds three open files per
 	// segment, so 4,096 partitions of one segment take 12,288 descriptors.
 	DefaultMaxNodePartitions = 4096
@@ -121,6 +128,9 @@ func (g *GuardsConfig) applyDefaults() {
 	if g.NATSMaxFrameBytes == 0 {
 		g.NATSMaxFrameBytes = DefaultNATSMaxFrameBytes
 	}
+	if g.KafkaMaxReplyBytes == 0 {
+		g.KafkaMaxReplyBytes = DefaultKafkaMaxReplyBytes
+	}
 	if g.MaxNodePartitions == 0 {
 		g.MaxNodePartitions = DefaultMaxNodePartitions
 	}
@@ -130,6 +140,11 @@ func (c *Config) validateGuards(v *validator) {
 	g := c.Guards
 	v.intRange("guards.redis_max_reply_bytes", g.RedisMaxReplyBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
 	v.intRange("guards.nats_max_frame_bytes", g.NATSMaxFrameBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	v.intRange("guards.kafka_max_reply_bytes", g.KafkaMaxReplyBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendKafka && g.KafkaMaxReplyBytes >= MinGuardReplyBytes && g.KafkaMaxReplyBytes < m+64<<10 {
+		v.add("guards.kafka_max_reply_bytes", strconv.FormatInt(g.KafkaMaxReplyBytes, 10),
+			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a reply)")
+	}
 	v.intRange("guards.max_node_partitions", int64(g.MaxNodePartitions), 1, MaxMaxNodePartitions)
 	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendJetStream && g.NATSMaxFrameBytes < m+64<<10 {
 		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
