@@ -8,14 +8,19 @@ export PATH := $(BIN):$(PATH)
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # The generator of the fast marshal/unmarshal methods (*_vtproto.pb.go) that
-# internal/grpcbuf's codec uses. The same version as the vtprotobuf module in
-# go.mod (grpc requires this commit after v0.6.0; v0.6.0's generator drops a
+# proto/grpcbuf's codec uses. The same version as the vtprotobuf module in
+# proto/go.mod (grpc requires this commit after v0.6.0; v0.6.0's generator drops a
 # oneof's empty message where protobuf-go writes it).
 PROTOC_GEN_GO_VTPROTO_VERSION := v0.6.1-0.20240319094008-0393e58bdf10
 BUF_VERSION := 1.75.0
 STATICCHECK_VERSION := v0.8.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout=15m
+
+# The Go modules built, vetted and linted here: the server (.), the generated
+# API and its codec (proto), the Go SDK (sdk/go). deploy/check is tested by
+# `make test` on its own. docs/architecture.md, "Modules", says why three.
+GO_MODULES := . proto sdk/go
 
 # Every proto package whose Go code is generated and committed.
 PROTO_GEN_DIRS := proto/spool/v1 proto/spool/cluster/v1
@@ -25,7 +30,7 @@ PROTO_GEN_DIRS := proto/spool/v1 proto/spool/cluster/v1
 all: build
 
 build:
-	$(GO) build ./...
+	@for m in $(GO_MODULES); do echo "go build ($$m)"; (cd $$m && $(GO) build ./...) || exit 1; done
 
 ## tools: pinned code generators and buf, installed under .tools/ (not on the system).
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf
@@ -53,29 +58,30 @@ gen: tools
 deps:
 	@./scripts/ensure-deps.sh
 
-## test: every test, Go with -race, then deploy/'s checks (a module of its own: Helm,
-## Prometheus and Kubernetes types stay out of the main module), then each SDK's. Installs what a fresh machine lacks.
-test: deps
-	$(GO) build ./...
+## test: every test, Go with -race (the server's module, then the generated API's), then
+## deploy/'s checks (a module of its own: Helm, Prometheus and Kubernetes types stay out of the
+## main module), then each SDK's (the Go SDK's module in test-sdk-go). Installs what a fresh machine lacks.
+test: deps build
 	$(GO) test $(GO_TEST_FLAGS) ./...
+	cd proto && $(GO) test $(GO_TEST_FLAGS) ./...
 	cd deploy/check && $(GO) test -count=1 -timeout=10m ./...
 	@$(MAKE) --no-print-directory test-sdks
 
-# Each SDK in another language has sdk/<lang>/sdk.mk: it defines a
+# Each SDK has sdk/<lang>/sdk.mk: it defines a
 # test-sdk-<lang> target (installing its toolchain's packages under the build
 # tree) and adds it to SDK_TESTS.
 SDK_TESTS :=
 -include sdk/*/sdk.mk
 
-## test-sdks: the tests of the SDKs in other languages.
+## test-sdks: the tests of every SDK, each installed from its artifact into a scratch project too.
 .PHONY: test-sdks
 test-sdks: $(SDK_TESTS)
 
 ## lint: gofmt, go vet, staticcheck, buf lint, buf breaking, stale generated code, banned patterns, functions over 120 lines.
 lint: tools
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@for m in $(GO_MODULES); do echo "go vet, staticcheck ($$m)"; \
+	  (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...) || exit 1; done
 	buf lint
 	@./scripts/buf-breaking.sh
 	@tmp=$$(mktemp -d); cp -r proto $$tmp/; \
@@ -86,7 +92,7 @@ lint: tools
 
 ## bench: the Go benchmarks (figures go to docs/benchmarks.md).
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem ./...
+	@for m in $(GO_MODULES); do (cd $$m && $(GO) test -run='^$$' -bench=. -benchmem ./...) || exit 1; done
 
 ## fuzz: every Go fuzz target, one after another, each for FUZZTIME (default 30s) with one
 ## worker; FUZZ=regexp narrows it to some targets. A crasher lands in the target's testdata/fuzz:

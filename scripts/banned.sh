@@ -54,6 +54,16 @@ fi
 if (cd sidecar/deliver && grep -n -H -E 'client_golang/prometheus|"github.com/spoolmq/spool/sidecar/metrics"|\bslog\.(Debug|Info|Warn|Error|Log|New|Default)\b|\.log\.(Debug|Info|Warn|Error|Log)\(' -- "${deliver_machine[@]}") | grep -v -E '^[^:]+:[0-9]+:[[:space:]]*//'; then
   echo "banned: logging or metrics in a machine file of sidecar/deliver: record it with m.note, m.count or m.gauge (observe.go); the driver publishes it"; fail=1
 fi
+# The Go SDK and the generated API are modules of their own so that an app's
+# module graph holds only what a client needs: never the server's module, its
+# consensus, broker, Redis or metrics libraries (sdk/installtest checks the same
+# from an app's module built against the SDK).
+server_deps='^(github\.com/spoolmq/spool|go\.etcd\.io/raft/v3|github\.com/twmb/franz-go|github\.com/nats-io/nats\.go|github\.com/redis/go-redis/v9|github\.com/prometheus/client_golang)( |$)'
+for m in proto sdk/go; do
+  if (cd "$m" && go list -m all) | grep -E "$server_deps"; then
+    echo "banned: the module $m requires the server or a server-only library (above): a client must not pull them"; fail=1
+  fi
+done
 # No function over 120 lines outside tests and generated code, but those
 # scripts/funclen-allow.txt lists with a reason (and it lists only those).
 if ! go run ./scripts/funclen; then

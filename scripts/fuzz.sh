@@ -19,7 +19,13 @@ while read -r dir; do
   for name in $(git grep -h -o -E '^func Fuzz[A-Za-z0-9_]+' -- ":(glob)$dir/*_test.go" | sed 's/^func //' | sort -u); do
     [[ $name =~ $only ]] || continue
     echo "== ./$dir $name ($fuzztime)"
-    if ! $go test "./$dir" -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" -parallel 1; then
+    # The package's module: the closest directory above it with a go.mod
+    # (proto/ and sdk/go are modules of their own).
+    mod=$dir
+    while [[ $mod != . && ! -f $mod/go.mod ]]; do mod=$(dirname "$mod"); done
+    pkg=./${dir#"$mod"}; pkg=${pkg/#.\/\//./}
+    [[ $mod == . ]] && pkg=./$dir
+    if ! (cd "$mod" && $go test "$pkg" -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimize" -parallel 1); then
       failed+=("./$dir $name")
     fi
   done

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
-	"github.com/spoolmq/spool/internal/grpcbuf"
 	"github.com/spoolmq/spool/internal/wallclock"
+	"github.com/spoolmq/spool/proto/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"

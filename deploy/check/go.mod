@@ -2,7 +2,13 @@ module github.com/spoolmq/spool/deploy/check
 
 go 1.26.7
 
-replace github.com/spoolmq/spool => ../..
+// The server and the modules it requires from this repository (proto/,
+// sdk/go: replace directives of a required module do not apply here).
+replace (
+	github.com/spoolmq/spool => ../..
+	github.com/spoolmq/spool/proto => ../../proto
+	github.com/spoolmq/spool/sdk/go => ../../sdk/go
+)
 
 require (
 	github.com/prometheus/client_golang v1.25.0

@@ -24,7 +24,7 @@ import (
 	"github.com/spoolmq/spool/engine/raft"
 	"github.com/spoolmq/spool/engine/transport"
 	"github.com/spoolmq/spool/internal/backoff"
-	"github.com/spoolmq/spool/internal/grpcbuf"
+	"github.com/spoolmq/spool/proto/grpcbuf"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )

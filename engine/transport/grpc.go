@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/spoolmq/spool/internal/grpcbuf"
+	"github.com/spoolmq/spool/proto/grpcbuf"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 

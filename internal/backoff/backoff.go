@@ -2,8 +2,9 @@
 // jitter, as a pure function of the attempt number and a random draw. It is
 // Spool's one backoff formula: the sidecar's redelivery of failed messages
 // (sidecar/tracker), its circuit breakers' open time (sidecar/breaker, the
-// cap alone), the cluster transport's reconnects (engine/transport) and the
-// Go SDK's reconnects (sdk/go) all use it.
+// cap alone) and the cluster transport's reconnects (engine/transport) use
+// it; the Go SDK, a module of its own, has the full-jitter case of it
+// (sdk/go/backoff.go).
 //
 // It owns no clock, no goroutines and no randomness source: the caller passes
 // the random value, so the result replays exactly in tests. It must never

@@ -4,22 +4,29 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
-
-	"github.com/spoolmq/spool/internal/backoff"
 )
 
 // backoffConfig is an exponential backoff with full jitter: attempt n waits a
-// uniformly random time in [0, min(max, base*2^n)). The formula is
-// internal/backoff's, the sidecar's own.
+// uniformly random time in [0, min(max, base*2^n)). It is the full-jitter case
+// of the sidecar's formula (internal/backoff of the server's module, which
+// this module does not depend on).
 type backoffConfig struct {
 	base time.Duration
 	max  time.Duration
 }
 
-// delay is pure: attempt counts from 0, draw is a uniform number in [0, 1).
+// delay is pure: attempt counts from 0, draw is a uniform number in [0, 1)
+// (clamped; NaN counts as 0). The result is never above max, whatever the
+// attempt.
 func (b backoffConfig) delay(attempt int, draw float64) time.Duration {
-	c := backoff.Config{Base: b.base, Max: b.max, Multiplier: 2}
-	return c.Delay(min(attempt, math.MaxInt-1)+1, draw)
+	if !(draw > 0) {
+		draw = 0
+	}
+	limit := b.max
+	if f := float64(b.base) * math.Pow(2, float64(max(attempt, 0))); f < float64(b.max) {
+		limit = time.Duration(f)
+	}
+	return max(0, min(time.Duration(min(draw, 1)*float64(limit)), limit))
 }
 
 // next draws the delay for attempt from the global random source.

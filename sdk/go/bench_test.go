@@ -15,7 +15,7 @@ import (
 // (no-op handler) and acked. Allocations count both sides (twin, gRPC client
 // and server) in one process; msgs/s is what matters.
 //
-//	go test -run '^$' -bench Subscribe -benchtime 300000x ./sdk/go/
+//	go -C sdk/go test -run '^$' -bench Subscribe -benchtime 300000x .
 func BenchmarkSubscribe(b *testing.B) {
 	for _, conc := range []int{64, 256} {
 		b.Run("concurrency="+itoa(conc), func(b *testing.B) {

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/spoolmq/spool/internal/grpcbuf"
+	"github.com/spoolmq/spool/proto/grpcbuf"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 

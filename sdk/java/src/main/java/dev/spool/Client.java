@@ -13,6 +13,8 @@ import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import io.grpc.netty.shaded.io.netty.channel.ChannelOption;
+import io.grpc.stub.ClientCallStreamObserver;
+import io.grpc.stub.ClientResponseObserver;
 import io.opentelemetry.context.Context;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -211,32 +213,110 @@ public final class Client implements AutoCloseable {
 
   /** {@link #publishBatch(String, List)} answered once acks says so. */
   public List<PublishResult> publishBatch(String topic, List<OutMessage> msgs, Acks acks) {
-    if (topic == null || topic.isEmpty()) {
-      throw new IllegalArgumentException("spool: publish: topic is empty: name the topic to publish to");
-    }
     if (msgs.isEmpty()) {
+      checkTopic(topic);
       return List.of();
     }
-    PublishRequest.Builder req = PublishRequest.newBuilder().setTopic(topic).setAcks(acks.proto());
-    Context ctx = Context.current();
-    for (OutMessage m : msgs) {
-      req.addMessages(m.withTraceContext(ctx).toProto());
-    }
+    PublishRequest req = request(topic, msgs, acks);
     PublisherServiceGrpc.PublisherServiceBlockingStub stub = pub;
     if (!opts.publishTimeout().isZero()) {
       stub = stub.withDeadlineAfter(opts.publishTimeout().toNanos(), TimeUnit.NANOSECONDS);
     }
     PublishResponse resp;
     try {
-      resp = stub.publish(req.build());
+      resp = stub.publish(req);
     } catch (StatusRuntimeException e) {
       throw Errors.wrap("spool: publish to \"" + topic + "\"", e, addr, Errors.Op.PUBLISH);
     }
-    if (resp.getResultsCount() != msgs.size()) {
-      throw new SpoolException("spool: publish to \"" + topic + "\": the sidecar answered " + resp.getResultsCount() + " results for " + msgs.size()
+    return results(topic, msgs.size(), resp);
+  }
+
+  /**
+   * {@link #publish(String, OutMessage)} without blocking: the future
+   * completes once the message is durable, or exceptionally with the
+   * {@link SpoolException} {@code publish} would throw. It completes on a
+   * gRPC thread: chain quick steps, or use the {@code *Async} methods with
+   * your executor for blocking ones. Cancelling it cancels the call (the
+   * message may or may not be stored). An empty topic throws at once.
+   */
+  public CompletableFuture<PublishResult> publishAsync(String topic, OutMessage m) {
+    return publishAsync(topic, m, Acks.ALL);
+  }
+
+  /** {@link #publishAsync(String, OutMessage)} answered once acks says so. */
+  public CompletableFuture<PublishResult> publishAsync(String topic, OutMessage m, Acks acks) {
+    return publishBatchAsync(topic, List.of(m), acks).thenApply(rs -> rs.get(0));
+  }
+
+  /** {@link #publishBatch(String, List)} without blocking; see {@link #publishAsync(String, OutMessage)}. */
+  public CompletableFuture<List<PublishResult>> publishBatchAsync(String topic, List<OutMessage> msgs) {
+    return publishBatchAsync(topic, msgs, Acks.ALL);
+  }
+
+  /** {@link #publishBatchAsync(String, List)} answered once acks says so. */
+  public CompletableFuture<List<PublishResult>> publishBatchAsync(String topic, List<OutMessage> msgs, Acks acks) {
+    if (msgs.isEmpty()) {
+      checkTopic(topic);
+      return CompletableFuture.completedFuture(List.of());
+    }
+    PublishRequest req = request(topic, msgs, acks); // the trace context of the calling thread
+    PublisherServiceGrpc.PublisherServiceStub stub = publisherStub();
+    if (!opts.publishTimeout().isZero()) {
+      stub = stub.withDeadlineAfter(opts.publishTimeout().toNanos(), TimeUnit.NANOSECONDS);
+    }
+    CompletableFuture<List<PublishResult>> f = new CompletableFuture<>();
+    stub.publish(req, new ClientResponseObserver<PublishRequest, PublishResponse>() {
+      @Override
+      public void beforeStart(ClientCallStreamObserver<PublishRequest> call) {
+        f.whenComplete((r, e) -> {
+          if (f.isCancelled()) {
+            call.cancel("spool: the publish future was cancelled", null);
+          }
+        });
+      }
+
+      @Override
+      public void onNext(PublishResponse resp) {
+        try {
+          f.complete(results(topic, msgs.size(), resp));
+        } catch (SpoolException e) {
+          f.completeExceptionally(e);
+        }
+      }
+
+      @Override
+      public void onError(Throwable t) {
+        f.completeExceptionally(Errors.wrap("spool: publish to \"" + topic + "\"", t, addr, Errors.Op.PUBLISH));
+      }
+
+      @Override
+      public void onCompleted() {}
+    });
+    return f;
+  }
+
+  private static void checkTopic(String topic) {
+    if (topic == null || topic.isEmpty()) {
+      throw new IllegalArgumentException("spool: publish: topic is empty: name the topic to publish to");
+    }
+  }
+
+  private static PublishRequest request(String topic, List<OutMessage> msgs, Acks acks) {
+    checkTopic(topic);
+    PublishRequest.Builder req = PublishRequest.newBuilder().setTopic(topic).setAcks(acks.proto());
+    Context ctx = Context.current();
+    for (OutMessage m : msgs) {
+      req.addMessages(m.withTraceContext(ctx).toProto());
+    }
+    return req.build();
+  }
+
+  private static List<PublishResult> results(String topic, int n, PublishResponse resp) {
+    if (resp.getResultsCount() != n) {
+      throw new SpoolException("spool: publish to \"" + topic + "\": the sidecar answered " + resp.getResultsCount() + " results for " + n
           + " messages: the sidecar and SDK disagree on the protocol; upgrade them together", Status.Code.INTERNAL);
     }
-    List<PublishResult> out = new ArrayList<>(msgs.size());
+    List<PublishResult> out = new ArrayList<>(n);
     for (dev.spool.v1.PublishResult r : resp.getResultsList()) {
       out.add(PublishResult.of(r));
     }

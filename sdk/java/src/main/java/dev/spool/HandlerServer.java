@@ -64,6 +64,7 @@ public final class HandlerServer implements AutoCloseable {
   private final ExecutorService executor;
   private final HandlerServerOptions opts;
   private final Thread hook;
+  private final Awaiters awaiters = new Awaiters();
   private final ReentrantLock mu = new ReentrantLock();
   private final List<Thread> running = new ArrayList<>(); // guarded by mu
   private boolean closed; // guarded by mu
@@ -89,7 +90,7 @@ public final class HandlerServer implements AutoCloseable {
       Log.log(opts.logger(), Level.WARNING, "spool: the callback server listens beyond loopback without a token: anyone who reaches it can hand it messages", null,
           "address", address);
     }
-    this.hook = opts.drainOnShutdown() ? new Thread(this::close, "spool-callback-drain") : null;
+    this.hook = opts.drainOnShutdown() ? new Thread(this::closeAtShutdown, "spool-callback-drain") : null;
     if (hook != null) {
       Runtime.getRuntime().addShutdownHook(hook);
     }
@@ -224,9 +225,25 @@ public final class HandlerServer implements AutoCloseable {
     }
   }
 
-  /** Waits until the server has stopped (close() or a JVM shutdown). */
+  /**
+   * Waits until the server has stopped (close() or a JVM shutdown). On a JVM
+   * shutdown (SIGTERM) the calling thread's code after it runs before the
+   * JVM halts: the SDK's shutdown hook waits, after closing, for this thread
+   * to end, up to {@link HandlerServerOptions.Builder#shutdownGrace} (5 s).
+   */
   public void awaitTermination() throws InterruptedException {
-    server.awaitTermination();
+    Thread me = awaiters.enter();
+    try {
+      server.awaitTermination();
+    } catch (InterruptedException e) {
+      awaiters.leave(me);
+      throw e;
+    }
+  }
+
+  private void closeAtShutdown() {
+    close();
+    awaiters.awaitAtShutdown(opts.shutdownGrace(), opts.logger(), "callback server");
   }
 
   private final class Impl extends HandlerServiceGrpc.HandlerServiceImplBase {

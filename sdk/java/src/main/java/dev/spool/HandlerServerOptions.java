@@ -9,6 +9,7 @@ public final class HandlerServerOptions {
   private final int concurrency;
   private final Duration drainTimeout;
   private final boolean drainOnShutdown;
+  private final Duration shutdownGrace;
   private final System.Logger logger;
   private final TracerProvider tracerProvider;
   private final String token;
@@ -18,6 +19,7 @@ public final class HandlerServerOptions {
     this.concurrency = b.concurrency;
     this.drainTimeout = b.drainTimeout;
     this.drainOnShutdown = b.drainOnShutdown;
+    this.shutdownGrace = b.shutdownGrace;
     this.logger = b.logger != null ? b.logger : System.getLogger("dev.spool");
     this.tracerProvider = b.tracerProvider;
   }
@@ -33,6 +35,7 @@ public final class HandlerServerOptions {
   public int concurrency() { return concurrency; }
   public Duration drainTimeout() { return drainTimeout; }
   public boolean drainOnShutdown() { return drainOnShutdown; }
+  public Duration shutdownGrace() { return shutdownGrace; }
   public System.Logger logger() { return logger; }
   /** The provider of the handler spans, or null for the global one. */
   public TracerProvider tracerProvider() { return tracerProvider; }
@@ -48,6 +51,7 @@ public final class HandlerServerOptions {
     private int concurrency = SubscribeOptions.DEFAULT_CONCURRENCY;
     private Duration drainTimeout = SubscribeOptions.DEFAULT_DRAIN_TIMEOUT;
     private boolean drainOnShutdown = true;
+    private Duration shutdownGrace = SubscribeOptions.DEFAULT_SHUTDOWN_GRACE;
     private System.Logger logger;
     private TracerProvider tracerProvider;
     private String token;
@@ -80,6 +84,14 @@ public final class HandlerServerOptions {
     /** Whether a JVM shutdown closes the server first (default true). */
     public Builder drainOnShutdown(boolean on) { drainOnShutdown = on; return this; }
 
+    /**
+     * How long a JVM shutdown waits, once the server is closed, for each
+     * thread that was waiting in {@link HandlerServer#awaitTermination()} to
+     * end (default 5 s): the app's code after it runs to its end. Zero: do
+     * not wait.
+     */
+    public Builder shutdownGrace(Duration d) { shutdownGrace = Objects.requireNonNull(d); return this; }
+
     /** Where handler errors go (default System.getLogger("dev.spool")). */
     public Builder logger(System.Logger l) { logger = l; return this; }
 
@@ -92,6 +104,9 @@ public final class HandlerServerOptions {
     public HandlerServerOptions build() {
       if (concurrency < 1 || concurrency > SubscribeOptions.MAX_CONCURRENCY) {
         throw new IllegalArgumentException("spool: concurrency " + concurrency + ": use 1.." + SubscribeOptions.MAX_CONCURRENCY);
+      }
+      if (shutdownGrace.isNegative()) {
+        throw new IllegalArgumentException("spool: shutdownGrace " + shutdownGrace + ": use zero (do not wait) or a positive duration");
       }
       if (drainTimeout.isNegative()) {
         throw new IllegalArgumentException("spool: drainTimeout " + drainTimeout + ": use zero or a positive duration");

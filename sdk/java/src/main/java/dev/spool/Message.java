@@ -1,5 +1,6 @@
 package dev.spool;
 
+import com.google.protobuf.ByteString;
 import dev.spool.v1.Delivery;
 import java.nio.charset.StandardCharsets;
 import java.time.Instant;
@@ -9,15 +10,21 @@ import java.util.Objects;
 /**
  * One delivery handed to a {@link Handler}: the message and what the handler
  * needs to process it safely (attempt, fencing token). Immutable; the byte
- * arrays are the handler's own copies.
+ * arrays are the handler's own copies. From a delivery, the key and payload
+ * are copied out of the received frame on the first call of {@link #key()} or
+ * {@link #payload()} (a handler that never reads them, or reads them as
+ * UTF-8, costs no copy; first calls on two threads at once may each copy).
  */
 public final class Message {
   private final String id;
   private final String topic;
   private final int partition;
   private final long offset;
-  private final byte[] key;
-  private final byte[] payload;
+  // From a delivery: the frame's bytes, copied to key/payload on first use.
+  private final ByteString keyBytes;
+  private final ByteString payloadBytes;
+  private byte[] key;
+  private byte[] payload;
   private final Map<String, String> headers;
   private final Instant publishTime;
   private final Instant firstDeliveryTime;
@@ -34,7 +41,9 @@ public final class Message {
     this.offset = b.offset;
     this.key = b.key;
     this.payload = b.payload;
-    this.headers = Map.copyOf(b.headers);
+    this.keyBytes = b.keyBytes;
+    this.payloadBytes = b.payloadBytes;
+    this.headers = b.headers.isEmpty() ? Map.of() : Map.copyOf(b.headers);
     this.publishTime = b.publishTime;
     this.firstDeliveryTime = b.firstDeliveryTime;
     this.leaseDeadline = b.leaseDeadline;
@@ -50,8 +59,8 @@ public final class Message {
         .topic(d.getTopic())
         .partition(d.getPartition())
         .offset(d.getOffset())
-        .key(d.getKey().toByteArray())
-        .payload(d.getPayload().toByteArray())
+        .keyBytes(d.getKey())
+        .payloadBytes(d.getPayload())
         .headers(d.getHeadersMap())
         .publishTime(Instant.ofEpochMilli(d.getPublishTimeMs()))
         .firstDeliveryTime(Instant.ofEpochMilli(d.getFirstDeliveryTimeMs()))
@@ -85,22 +94,28 @@ public final class Message {
 
   /** The partitioning key as published (empty when none). */
   public byte[] key() {
+    if (key == null) {
+      key = keyBytes.toByteArray();
+    }
     return key;
   }
 
   /** The key decoded as UTF-8. */
   public String keyUtf8() {
-    return new String(key, StandardCharsets.UTF_8);
+    return key == null ? keyBytes.toStringUtf8() : new String(key, StandardCharsets.UTF_8);
   }
 
   /** The message body as published. */
   public byte[] payload() {
+    if (payload == null) {
+      payload = payloadBytes.toByteArray();
+    }
     return payload;
   }
 
   /** The payload decoded as UTF-8. */
   public String payloadUtf8() {
-    return new String(payload, StandardCharsets.UTF_8);
+    return payload == null ? payloadBytes.toStringUtf8() : new String(payload, StandardCharsets.UTF_8);
   }
 
   /** The application headers as published (unmodifiable, maybe empty). */
@@ -170,6 +185,8 @@ public final class Message {
     private long offset;
     private byte[] key = new byte[0];
     private byte[] payload = new byte[0];
+    private ByteString keyBytes;
+    private ByteString payloadBytes;
     private Map<String, String> headers = Map.of();
     private Instant publishTime = Instant.EPOCH;
     private Instant firstDeliveryTime = Instant.EPOCH;
@@ -185,10 +202,16 @@ public final class Message {
     public Builder topic(String v) { topic = Objects.requireNonNull(v); return this; }
     public Builder partition(int v) { partition = v; return this; }
     public Builder offset(long v) { offset = v; return this; }
-    public Builder key(byte[] v) { key = Objects.requireNonNull(v); return this; }
-    public Builder key(String v) { key = v.getBytes(StandardCharsets.UTF_8); return this; }
-    public Builder payload(byte[] v) { payload = Objects.requireNonNull(v); return this; }
-    public Builder payload(String v) { payload = v.getBytes(StandardCharsets.UTF_8); return this; }
+    public Builder key(byte[] v) { key = Objects.requireNonNull(v); keyBytes = null; return this; }
+    public Builder key(String v) { return key(v.getBytes(StandardCharsets.UTF_8)); }
+    public Builder payload(byte[] v) { payload = Objects.requireNonNull(v); payloadBytes = null; return this; }
+    public Builder payload(String v) { return payload(v.getBytes(StandardCharsets.UTF_8)); }
+
+    /** A delivery's key, copied on first use. */
+    Builder keyBytes(ByteString v) { keyBytes = Objects.requireNonNull(v); key = null; return this; }
+
+    /** A delivery's payload, copied on first use. */
+    Builder payloadBytes(ByteString v) { payloadBytes = Objects.requireNonNull(v); payload = null; return this; }
     public Builder headers(Map<String, String> v) { headers = Objects.requireNonNull(v); return this; }
     public Builder publishTime(Instant v) { publishTime = Objects.requireNonNull(v); return this; }
     public Builder firstDeliveryTime(Instant v) { firstDeliveryTime = Objects.requireNonNull(v); return this; }

@@ -27,6 +27,8 @@ public final class SubscribeOptions {
    * sidecar accepted.
    */
   public static final int DEFAULT_MAX_RECEIVE_BYTES = 65 << 20;
+  /** How long a JVM shutdown waits, after the drain, for the code after awaitTermination by default. */
+  public static final Duration DEFAULT_SHUTDOWN_GRACE = Duration.ofSeconds(5);
 
   static final int MAX_CONCURRENCY = 1 << 16;
   static final int MAX_CREDIT = 1 << 20;
@@ -41,6 +43,8 @@ public final class SubscribeOptions {
   private final Backoff backoff;
   private final int maxReceiveBytes;
   private final boolean drainOnShutdown;
+  private final Duration shutdownGrace;
+  private final Runnable onDrained;
   private final System.Logger logger;
   private final TracerProvider tracerProvider;
   private final Stats stats;
@@ -54,6 +58,8 @@ public final class SubscribeOptions {
     this.backoff = new Backoff(b.reconnectBase, b.reconnectMax);
     this.maxReceiveBytes = b.maxReceiveBytes;
     this.drainOnShutdown = b.drainOnShutdown;
+    this.shutdownGrace = b.shutdownGrace;
+    this.onDrained = b.onDrained;
     this.logger = b.logger != null ? b.logger : System.getLogger("dev.spool");
     this.tracerProvider = b.tracerProvider;
     this.stats = b.stats != null ? b.stats : new Stats();
@@ -77,6 +83,9 @@ public final class SubscribeOptions {
   public Duration reconnectMax() { return backoff.max(); }
   public int maxReceiveBytes() { return maxReceiveBytes; }
   public boolean drainOnShutdown() { return drainOnShutdown; }
+  public Duration shutdownGrace() { return shutdownGrace; }
+  /** The callback run once the drain has ended, or null. */
+  public Runnable onDrained() { return onDrained; }
   public System.Logger logger() { return logger; }
   /** The provider of the handler spans, or null for the global one. */
   public TracerProvider tracerProvider() { return tracerProvider; }
@@ -98,6 +107,8 @@ public final class SubscribeOptions {
     private Duration reconnectMax = DEFAULT_RECONNECT_MAX;
     private int maxReceiveBytes = DEFAULT_MAX_RECEIVE_BYTES;
     private boolean drainOnShutdown = true;
+    private Duration shutdownGrace = DEFAULT_SHUTDOWN_GRACE;
+    private Runnable onDrained;
     private System.Logger logger;
     private TracerProvider tracerProvider;
     private Stats stats;
@@ -147,6 +158,27 @@ public final class SubscribeOptions {
      */
     public Builder drainOnShutdown(boolean on) { drainOnShutdown = on; return this; }
 
+    /**
+     * How long a JVM shutdown waits, once the drain has ended, for each thread
+     * that was waiting in {@link Subscription#awaitTermination()} to end
+     * (default 5 s): the JVM halts when its shutdown hooks return, so without
+     * this wait the app's code after awaitTermination (its cleanup) was cut
+     * off. Zero: do not wait. A thread that lives on (a pool's) is waited for
+     * the whole grace; cleanup that runs there belongs in {@link #onDrained}.
+     */
+    public Builder shutdownGrace(Duration d) { shutdownGrace = Objects.requireNonNull(d); return this; }
+
+    /**
+     * Runs once the subscription has ended and its drain is over (after
+     * {@link Subscription#close()}, a JVM shutdown or a refusal), on the
+     * SDK's thread, before close() and awaitTermination() return: the place
+     * for the app's own cleanup (closing a pool, flushing a batch). On a JVM
+     * shutdown it runs inside the SDK's shutdown hook, so the JVM waits for
+     * it; keep it within the pod's termination grace period. An exception it
+     * throws is logged (ERROR) and does not change how the subscription ended.
+     */
+    public Builder onDrained(Runnable callback) { onDrained = callback; return this; }
+
     /** Where reconnects and rejected settlements (WARNING) and handler errors go (default System.getLogger("dev.spool")). */
     public Builder logger(System.Logger l) { logger = l; return this; }
 
@@ -166,6 +198,9 @@ public final class SubscribeOptions {
       int pf = prefetch < 0 ? concurrency : prefetch;
       if ((long) concurrency + pf > MAX_CREDIT) {
         throw new IllegalArgumentException("spool: prefetch " + pf + ": concurrency + prefetch must be at most " + MAX_CREDIT);
+      }
+      if (shutdownGrace.isNegative()) {
+        throw new IllegalArgumentException("spool: shutdownGrace " + shutdownGrace + ": use zero (do not wait) or a positive duration");
       }
       if (drainTimeout.isNegative()) {
         throw new IllegalArgumentException("spool: drainTimeout " + drainTimeout + ": use zero (do not wait) or a positive duration");

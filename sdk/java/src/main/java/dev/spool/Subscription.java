@@ -61,6 +61,7 @@ public final class Subscription implements AutoCloseable {
   private final Thread hook;
   private final CompletableFuture<Void> stop = new CompletableFuture<>();
   private final CompletableFuture<Void> done = new CompletableFuture<>();
+  private final Awaiters awaiters = new Awaiters();
 
   private final ReentrantLock mu = new ReentrantLock();
   private final Condition idle = mu.newCondition();
@@ -140,22 +141,36 @@ public final class Subscription implements AutoCloseable {
    * UNKNOWN_GROUP).
    */
   public void awaitTermination() throws InterruptedException {
-    try {
-      done.get();
-    } catch (ExecutionException e) {
-      throw rethrown(e);
-    }
+    awaitTermination(null);
   }
 
-  /** {@link #awaitTermination()} for at most timeout; false if it still runs then. */
+  /**
+   * {@link #awaitTermination()} for at most timeout; false if it still runs
+   * then. On a JVM shutdown (SIGTERM) the calling thread's code after it
+   * runs before the JVM halts: the SDK's shutdown hook waits, after the
+   * drain, for this thread to end, up to {@link
+   * SubscribeOptions.Builder#shutdownGrace} (5 s).
+   */
   public boolean awaitTermination(Duration timeout) throws InterruptedException {
+    Thread me = awaiters.enter();
+    boolean ended = false;
     try {
-      done.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+      if (timeout == null) {
+        done.get();
+      } else {
+        done.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+      }
+      ended = true;
       return true;
     } catch (TimeoutException e) {
       return false;
     } catch (ExecutionException e) {
+      ended = true;
       throw rethrown(e);
+    } finally {
+      if (!ended) {
+        awaiters.leave(me);
+      }
     }
   }
 
@@ -185,6 +200,7 @@ public final class Subscription implements AutoCloseable {
     } catch (InterruptedException | ExecutionException e) {
       // logged by the runner; the JVM is exiting
     }
+    awaiters.awaitAtShutdown(cfg.shutdownGrace(), log, "subscription " + group);
   }
 
   // ---- the runner: streams, reconnects, drain ----
@@ -282,11 +298,24 @@ public final class Subscription implements AutoCloseable {
         }
       }
       SpoolException err = runErr != null ? runErr : drainErr;
+      runOnDrained();
       if (err != null) {
         done.completeExceptionally(err);
       } else {
         done.complete(null);
       }
+    }
+  }
+
+  private void runOnDrained() {
+    Runnable cb = cfg.onDrained();
+    if (cb == null) {
+      return;
+    }
+    try {
+      cb.run();
+    } catch (RuntimeException | Error e) {
+      Log.log(log, Level.ERROR, "spool: the onDrained callback threw", e, "group", group);
     }
   }
 

@@ -142,4 +142,26 @@ class CallbackTest {
       assertEquals(dev.spool.v1.Outcome.OUTCOME_ACK, handleCall(srv.port(), null).getOutcome());
     }
   }
+
+  /** SIGTERM of a callback-mode app: its code after awaitTermination runs to its end before the JVM halts. */
+  @Test
+  void codeAfterAwaitTerminationRunsOnSigterm() throws Exception {
+    java.nio.file.Path dir = Harness.tmpDir("callback-sigterm");
+    java.nio.file.Path record = dir.resolve("app.rec");
+    List<String> cmd = new ArrayList<>(Harness.java());
+    cmd.addAll(List.of("-cp", Harness.testClasspath(), CallbackApp.class.getName(), "127.0.0.1:" + Harness.freePort(), record.toString()));
+    Process app = new ProcessBuilder(cmd).redirectErrorStream(true)
+        .redirectOutput(ProcessBuilder.Redirect.appendTo(dir.resolve("app.log").toFile())).start();
+    try {
+      Eventually.await("the app serving", Duration.ofSeconds(30),
+          () -> java.nio.file.Files.exists(record) && java.nio.file.Files.readString(record).contains("ready"));
+      app.destroy(); // SIGTERM: the SDK's shutdown hook closes the server
+      assertTrue(app.waitFor(30, TimeUnit.SECONDS), "the app did not exit after SIGTERM");
+      assertEquals(List.of("ready", "cleanup after-await"), java.nio.file.Files.readAllLines(record),
+          "the app's code after awaitTermination did not run to its end on SIGTERM; its log: " + java.nio.file.Files.readString(dir.resolve("app.log")));
+    } finally {
+      app.destroyForcibly();
+      Harness.deleteTree(dir.toFile());
+    }
+  }
 }

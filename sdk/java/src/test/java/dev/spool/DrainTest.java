@@ -144,6 +144,9 @@ class DrainTest {
       assertEquals(started, finished, "half-done at the drain");
       assertTrue(all.containsAll(started) && started.size() < all.size(), "the first app handled everything: the drain was not tested");
       assertFalse(Files.readString(Path.of(first + ".log")).contains("abandon"));
+      // The onDrained callback, then the code after awaitTermination, both to their end.
+      assertEquals(List.of("on-drained", "after-await"), ev.stream().filter(f -> f[0].equals("cleanup")).map(f -> f[1]).collect(Collectors.toList()),
+          "the app's onDrained callback and its code after awaitTermination did not both run to their end on SIGTERM");
 
       Path second = dir.resolve("second.rec");
       Process app2 = startApp(s.app, second);

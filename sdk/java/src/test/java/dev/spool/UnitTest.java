@@ -15,10 +15,39 @@ import io.grpc.protobuf.StatusProto;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import org.junit.jupiter.api.Test;
 
 /** The pure parts: outcomes, text limits, backoff, lease plans, the outbox, error reading, options. */
 class UnitTest {
+  /** A delivery's key and payload are copied out of the frame when first asked for, once. */
+  @Test
+  void messageFromADeliveryCopiesKeyAndPayloadOnFirstUse() {
+    dev.spool.v1.Delivery d = dev.spool.v1.Delivery.newBuilder().setMessageId("m1")
+        .setKey(com.google.protobuf.ByteString.copyFromUtf8("k1")).setPayload(com.google.protobuf.ByteString.copyFromUtf8("héllo")).build();
+    Message m = Message.of(d);
+    assertEquals("héllo", m.payloadUtf8());
+    assertEquals("k1", m.keyUtf8());
+    byte[] p = m.payload();
+    assertEquals("héllo", new String(p, StandardCharsets.UTF_8));
+    assertTrue(p == m.payload(), "payload() copied again");
+    assertEquals("k1", new String(m.key(), StandardCharsets.UTF_8));
+    assertEquals("héllo", m.payloadUtf8());
+    assertEquals(Map.of(), m.headers());
+    Message b = Message.builder().payload("x").build();
+    assertEquals("x", b.payloadUtf8());
+    assertEquals(0, b.key().length);
+  }
+
+  /** The artifact's version (pom.xml) is the repository's VERSION, the one version of Spool. */
+  @Test
+  void versionIsTheRepositorysVERSION() throws Exception {
+    String version =
+        java.nio.file.Files.readString(java.nio.file.Path.of(System.getProperty("spool.repo"), "VERSION")).strip();
+    assertEquals(version, System.getProperty("spool.version"),
+        "sdk/java/pom.xml's <version> must be the repository's VERSION");
+  }
+
   @Test
   void settlementOfEachResult() {
     assertEquals(Settlement.ACK, Settlement.of(null));

@@ -15,7 +15,9 @@
 // those paths, internal to it) — so this pool skips the zeroing.
 //
 // It imports only gRPC and protobuf-go, so that the engine, the sidecar and
-// the SDK may.
+// the SDK may: it lives in the module of the generated code it encodes
+// (github.com/spoolmq/spool/proto), which the server and the Go SDK both
+// require. It is no API for apps: it may change in any release.
 package grpcbuf
 
 import (
