@@ -11,7 +11,7 @@ JAVA_SDK := $(CURDIR)/sdk/java
 MVN ?= mvn
 # A JDK 21+ beside the default 17, for the virtual-thread runs (the machine's
 # Temurin 25; the SDK is compiled for 17 either way).
-JAVA21_HOME ?= /usr/lib/jvm/temurin-25-jdk-amd64
+JAVA21_HOME ?= $(or $(firstword $(wildcard /usr/lib/jvm/temurin-2[1-9]-jdk* /usr/lib/jvm/java-2[1-9]-openjdk*)),/usr/lib/jvm/temurin-25-jdk-amd64)
 
 .PHONY: java-toolchain build-sdk-java test-sdk-java
 java-toolchain:
