@@ -181,6 +181,14 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		apply(func(c *Config) { c.Cluster.Insecure = b })
 		return nil
 	})
+	fs.BoolFunc("cluster-insecure-no-join-secret", "let this member run without a join secret outside --dev: any process the peer port accepts may join (cluster.insecure_no_join_secret)", func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		apply(func(c *Config) { c.Cluster.InsecureNoJoinSecret = b })
+		return nil
+	})
 	str("cluster-join-secret-file", "file holding the secret a node presents to join (cluster.join_secret_file)", func(c *Config, v string) { c.Cluster.JoinSecretFile = v })
 	str("cluster-tls-cert-file", "PEM certificate this node presents to its peers (cluster.tls.cert_file)", func(c *Config, v string) { c.Cluster.TLS.CertFile = v })
 	str("cluster-tls-key-file", "PEM key of --cluster-tls-cert-file (cluster.tls.key_file)", func(c *Config, v string) { c.Cluster.TLS.KeyFile = v })

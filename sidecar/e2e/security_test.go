@@ -132,13 +132,14 @@ func TestClusterRefusesOutsiders(t *testing.T) {
 		t.Fatalf("a certificate of the CA naming another workload: %v, want a refused handshake", err)
 	}
 
-	// A spoold with the cluster's own certificate but no join secret.
+	// A spoold with the cluster's own certificate but no join secret (and
+	// the opt-out that lets it start without one).
 	dir := t.TempDir()
 	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
 	addrs := freeAddrs(t, 3)
 	n.app, n.admin = addrs[0], addrs[1]
 	cfg := fmt.Sprintf("node:\n  id: outsider\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n  join: [%q]\n%s",
-		n.dataDir, n.app, n.admin, addrs[2], sc.seed, sc.creds.section("node", "", "")) + clusterTopics
+		n.dataDir, n.app, n.admin, addrs[2], sc.seed, sc.creds.section("node", "", "")+"  insecure_no_join_secret: true\n") + clusterTopics
 	writeFile(t, n.cfgPath, []byte(cfg))
 	t.Cleanup(n.kill)
 	n.launch()
@@ -147,7 +148,7 @@ func TestClusterRefusesOutsiders(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("a spoold without the join secret is still running: admitted?")
 	}
-	if b, _ := os.ReadFile(n.logPath); !strings.Contains(string(b), "join secret") {
+	if b, _ := os.ReadFile(n.logPath); !strings.Contains(string(b), "the join secret is missing or wrong") {
 		t.Fatalf("the outsider's log does not say why:\n%s", tail(string(b), 20))
 	}
 	if ids, _, _ := clusterMembers(t, sc.nodes[0]); len(ids) != 3 {
