@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,17 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	slog "github.com/spoolmq/spool/engine/log"
-	"github.com/spoolmq/spool/engine/meta"
-	"github.com/spoolmq/spool/engine/raft"
-	"github.com/spoolmq/spool/engine/transport"
+	"github.com/spoolmq/spool/internal/testpeer"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
@@ -75,13 +70,12 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 
 	// Group 0: a DeleteTopic of a declared topic, and a record that is no
 	// controller command.
-	del, err := meta.EncodeCommand(meta.Command{DeleteTopic: &meta.DeleteTopic{Name: "orders"}})
+	del, err := testpeer.DeleteTopicRecord("orders")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, value := range map[string][]byte{"DeleteTopic": del, "undecodable": []byte("not a controller command")} {
-		records := slog.EncodeRecords(nil, slog.BatchHeader{}, []slog.Record{{Value: value}}, time.Now().UnixMilli())
-		resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: clusterID, Group: 0, Records: records})
+	for name, records := range map[string][]byte{"DeleteTopic": del, "undecodable": testpeer.Record([]byte("not a controller command"))} {
+		resp, err := cl.Produce(ctx, &clusterv1.ProduceRequest{ClusterId: clusterID, Group: testpeer.ControllerGroup, Records: records})
 		if err != nil || resp.GetError() != clusterv1.ProduceError_PRODUCE_ERROR_INVALID {
 			t.Fatalf("a %s record to group 0: %v, %v; want PRODUCE_ERROR_INVALID", name, resp, err)
 		}
@@ -91,18 +85,17 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 
 	// The transport: a stream whose Hello claims to be node 1, carrying a
 	// heartbeat of term 1,000,000 and one committing index 999999999.
-	beats := func(claim, to uint64) []transport.Message {
-		return []transport.Message{
-			{Group: 0, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat, From: claim, To: to, Term: 1_000_000}},
-			{Group: 0, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat, From: claim, To: to, Term: 1, Commit: 999_999_999}},
+	beats := func(claim, to uint64) []testpeer.Heartbeat {
+		return []testpeer.Heartbeat{
+			{Group: testpeer.ControllerGroup, From: claim, To: to, Term: 1_000_000},
+			{Group: testpeer.ControllerGroup, From: claim, To: to, Term: 1, Commit: 999_999_999},
 		}
 	}
 	impersonator := attackTransport(t, clusterID, ids[sc.nodes[0]], creds)
 	for _, n := range sc.nodes[1:] {
-		if err := impersonator.AddPeer(ids[n], n.peer); err != nil {
+		if err := impersonator.Send(ids[n], n.peer, beats(ids[sc.nodes[0]], ids[n])...); err != nil {
 			t.Fatal(err)
 		}
-		impersonator.Send(beats(ids[sc.nodes[0]], ids[n]))
 	}
 	for _, n := range sc.nodes[1:] {
 		awaitLogLines(t, n, 1, "spool transport: refused an inbound stream: the peer is not the node it claims to be", "claimed_node=1")
@@ -112,10 +105,9 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 	// ago looks the same to a node that has not applied its admission).
 	stranger := attackTransport(t, clusterID, 9, creds)
 	for _, n := range sc.nodes {
-		if err := stranger.AddPeer(ids[n], n.peer); err != nil {
+		if err := stranger.Send(ids[n], n.peer, beats(9, ids[n])...); err != nil {
 			t.Fatal(err)
 		}
-		stranger.Send(beats(9, ids[n]))
 	}
 	for _, n := range sc.nodes {
 		awaitLogLines(t, n, 1, "spool transport: refused an inbound stream", "claims a node id that is no member's")
@@ -140,7 +132,7 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 	jctx := metadata.AppendToOutgoingContext(ctx, "spool-join-secret", strings.TrimSpace(string(secret)))
 	const rogueAddr = "127.0.0.1:9"
 	for _, n := range sc.nodes {
-		_, err := peerClient(t, n.peer, creds).Join(jctx, &clusterv1.JoinRequest{Addr: rogueAddr, Token: ident.Token, ProtocolVersion: transport.ProtocolVersion})
+		_, err := peerClient(t, n.peer, creds).Join(jctx, &clusterv1.JoinRequest{Addr: rogueAddr, Token: ident.Token, ProtocolVersion: testpeer.ProtocolVersion})
 		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("node 3's join token from another identity, via %s: %v; want PermissionDenied", n.peer, err)
 		}
@@ -193,33 +185,15 @@ func peerClient(t *testing.T, addr string, creds credentials.TransportCredential
 
 // attackTransport is a peer transport that says it is node claim, with
 // creds; it runs until the test ends.
-func attackTransport(t *testing.T, clusterID string, claim uint64, creds credentials.TransportCredentials) *transport.GRPC {
+func attackTransport(t *testing.T, clusterID string, claim uint64, creds credentials.TransportCredentials) *testpeer.Transport {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	tr, err := testpeer.Dial(clusterID, claim, creds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := transport.NewGRPC(transport.GRPCConfig{
-		ClusterID: clusterID, NodeID: claim, Handler: dropAll{}, Listener: l,
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(creds)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = tr.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(tr.Close)
 	return tr
 }
-
-// dropAll takes whatever the attacker's transport receives and drops it.
-type dropAll struct{}
-
-func (dropAll) HandleMessage(transport.Message) error                   { return nil }
-func (dropAll) HandleSnapshot(context.Context, transport.Message) error { return nil }
-func (dropAll) PeerUnreachable(uint64)                                  {}
-func (dropAll) SnapshotDone(uint64, uint64, error)                      {}
 
 // logCount counts the lines of n's log holding every one of parts.
 func logCount(t *testing.T, n *node, parts ...string) int {
@@ -296,10 +270,9 @@ func memberAddrs(t *testing.T, n *node) map[uint64]string {
 // last saved to disk.
 func controllerTerm(t *testing.T, n *node) uint64 {
 	t.Helper()
-	s, st, err := raft.OpenStateStore(slog.OSFS{}, filepath.Join(n.dataDir, "raft", "0"))
+	term, err := testpeer.SavedTerm(n.dataDir, testpeer.ControllerGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	return st.HardState.Term
+	return term
 }
