@@ -122,6 +122,14 @@ func TestClusterRefusesPeerAttacks(t *testing.T) {
 	if s, _ := leader.n.ClusterStatus(); len(s.Members) != 3 {
 		t.Fatalf("members: %+v", s.Members)
 	}
+	// Counted where refused: the writes at the controller's leader, the
+	// joins at the node asked.
+	if s, _ := ctrlLeader.n.ClusterStatus(); s.PeerRefusals["produce"] != 4 {
+		t.Errorf("the controller leader's refusals %v, want 4 produce", s.PeerRefusals)
+	}
+	if s, _ := leader.n.ClusterStatus(); s.PeerRefusals["join"] != 2 {
+		t.Errorf("node 1's refusals %v, want 2 join", s.PeerRefusals)
+	}
 }
 
 // errNoLeaderYet: a condition not met yet.

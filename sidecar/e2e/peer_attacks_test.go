@@ -28,7 +28,8 @@ import (
 // certificate per node and a join secret. The attacker holds what a
 // storage-off sidecar holds: a certificate of the cluster's CA under the
 // nodes' peer_uri_prefix (no member's identity) and the join secret. Each
-// attack is refused, the receiving node logs why, and nothing changes: the
+// attack is refused, the receiving node logs why and counts it
+// (spool_cluster_peer_refusals_total), and nothing changes: the
 // topic keeps its records, the members their addresses, group 0 its term,
 // and every node serves publishes.
 func TestClusterRefusesNonMemberAttacks(t *testing.T) {
@@ -149,6 +150,19 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 			total += logCount(t, n, "spool cluster: refused a join", "addr="+rogueAddr, "the join token is node")
 		}
 		return total >= 3
+	})
+
+	// Each refusal is counted where it was made.
+	refusals := func(n *node, reason string) float64 {
+		return metricValue(t, n, fmt.Sprintf("spool_cluster_peer_refusals_total{reason=%q}", reason))
+	}
+	eventually(t, 10*time.Second, "the refusals in spool_cluster_peer_refusals_total", func() bool {
+		joins := 0.0
+		for _, n := range sc.nodes {
+			joins += refusals(n, "join")
+		}
+		return refusals(victim, "produce") >= 2 && refusals(victim, "identity") >= 1 && // the stranger
+			refusals(sc.nodes[1], "identity") >= 2 && refusals(sc.nodes[2], "identity") >= 2 && joins >= 3
 	})
 
 	// Nothing changed.
