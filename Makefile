@@ -120,7 +120,7 @@ clean:
 ## `make test` runs the short form: one 10 s run of kill -9s and TestPublishAfterOneWayHeal.
 CHAOS_RUNS ?= 50
 CHAOS_SECONDS ?= 20
-CHAOS_FAULTS ?= kill,pause,isolate,oneway
+CHAOS_FAULTS ?= kill,pause,isolate,oneway,redis,majority,diskfull,corrupt,powerloss
 CHAOS_OUT ?= $(CURDIR)/chaos-out
 .PHONY: chaos
 chaos:

@@ -11,7 +11,7 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
@@ -53,6 +53,7 @@ import (
 	"github.com/spoolmq/spool/chaos/check"
 	"github.com/spoolmq/spool/chaos/netns"
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/engine/log"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
@@ -84,7 +85,9 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		spooldBin = filepath.Join(dir, "spoold")
-		cmd := exec.Command("go", "build", "-o", spooldBin, "github.com/spoolmq/spool/cmd/spoold")
+		// A test build: the powerloss kind needs its fault mode (off
+		// unless a run sets log.PowerLossEnv).
+		cmd := exec.Command("go", "build", "-tags", "spoolfaults", "-o", spooldBin, "github.com/spoolmq/spool/cmd/spoold")
 		cmd.Stderr = os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building spoold:", err)
@@ -106,6 +109,17 @@ type faultKind struct {
 	// network: it cuts links; after its heal every sidecar must publish to
 	// every partition within check.HealPublishBound.
 	network bool
+	// ledger: it faults the ledger, not a node (check.Fault.Ledger).
+	ledger bool
+	// quorum: it faults node i and the next one at once.
+	quorum bool
+	// degraded: the node runs on, degraded (check.Fault.Degraded).
+	degraded bool
+	// powerLoss: every spoold journals its syncs (log.PowerLossEnv).
+	powerLoss bool
+	// disks: each node's data dir is on a file system of its own (a
+	// tmpfs of diskSize), so one can be filled.
+	disks bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -134,6 +148,94 @@ var faults = map[string]faultKind{
 		r.sleep(hold)
 		return r.net.Heal(i)
 	}},
+	// majority: kill -9 two of the three nodes at once (a majority of every
+	// partition's replicas), restart both after hold. While both are down
+	// nothing may be acknowledged (check.Fault.QuorumLost).
+	"majority": {holdMs: [2]int{3000, 8000}, quorum: true, inject: func(r *run, i int, hold time.Duration) error {
+		r.kill(i)
+		r.kill((i + 1) % nodes)
+		r.mu.Lock()
+		r.quorumLost = time.Now()
+		r.mu.Unlock()
+		if !r.sleep(hold) {
+			return nil
+		}
+		return errors.Join(r.start(i), r.start((i+1)%nodes))
+	}},
+	// diskfull: fill the file system of a node's data dir (a tmpfs of its
+	// own, mounted for the run) until writes fail with ENOSPC, free it after
+	// hold. While it is full, every sidecar, that node's own included, must
+	// publish to every partition within check.HealPublishBound of the fill
+	// (check.Fault.Degraded), and once space returns the node's replicas
+	// catch up without a restart (the run's end checks every copy).
+	"diskfull": {disks: true, holdMs: [2]int{3000, 8000}, degraded: true, inject: func(r *run, i int, hold time.Duration) error {
+		filler := filepath.Join(r.disk(i), "filler")
+		if err := fill(filler); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return os.Remove(filler)
+	}},
+	// corrupt: kill -9 a node, damage one of its copies of the topic while
+	// it is down — flip a byte, or cut the segment's tail (synced data
+	// gone, as a disk that lied about a flush) — and restart it after hold.
+	// A minority is damaged: nothing acknowledged may be lost, and by the
+	// run's end the damaged copy is repaired (every copy compared).
+	"corrupt": {holdMs: [2]int{1000, 3000}, inject: func(r *run, i int, hold time.Duration) error {
+		r.kill(i)
+		if err := r.damage(i); err != nil {
+			return err
+		}
+		if !r.sleep(hold) {
+			return nil
+		}
+		return r.start(i)
+	}},
+	// powerloss: the power of a node goes (every second fault: of every
+	// node at once): kill -9, every file cut back to what was synced
+	// (log.PowerLossFS's journal, log.CutToSynced), restart after hold.
+	// Nothing acknowledged may be lost: a publish is acknowledged once a
+	// quorum synced it.
+	"powerloss": {holdMs: [2]int{1000, 3000}, powerLoss: true, inject: func(r *run, i int, hold time.Duration) error {
+		victims := []int{i}
+		if r.powerLosses++; r.powerLosses%2 == 0 { // every second one: the whole cluster
+			victims = []int{0, 1, 2}
+			r.mu.Lock()
+			r.alsoFaulted = []int{(i + 1) % nodes, (i + 2) % nodes}
+			r.mu.Unlock()
+		}
+		for _, v := range victims {
+			r.kill(v)
+		}
+		for _, v := range victims {
+			cut, err := log.CutToSynced(r.journal(v))
+			if err != nil {
+				return err
+			}
+			r.record(op{Kind: "damage", Node: v, Offset: cut, Err: fmt.Sprintf("power loss: %d bytes not synced cut", cut)})
+		}
+		if !r.sleep(hold) {
+			return nil
+		}
+		var errs []error
+		for _, v := range victims {
+			errs = append(errs, r.start(v))
+		}
+		return errors.Join(errs...)
+	}},
+	// redis: kill -9 the ledger's redis-server, restart it after hold on its
+	// append-only file (appendfsync always: what it acknowledged survives).
+	// Deliveries pause meanwhile (redis_unavailable: pause, the default);
+	// nothing may be lost, and a message may be completed twice only if its
+	// first completion could not reach the ledger (during the outage or just
+	// before it).
+	"redis": {pick: func(*run, int) int { return -1 }, holdMs: [2]int{2000, 6000}, ledger: true,
+		inject: func(r *run, _ int, hold time.Duration) error {
+			_ = r.redis.Process.Kill()
+			_ = r.redis.Wait()
+			r.sleep(hold)
+			return r.startRedis()
+		}},
 	// oneway: the node leading the most partitions stops hearing its peers
 	// (it still sends to them, and hears Redis and its clients) for 10-20 s.
 	"oneway": {needs: netns.OneWayAvailable, pick: (*run).mostLeading, holdMs: [2]int{10000, 20000}, network: true,
@@ -180,7 +282,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway)", kind)
+			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss)", kind)
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -200,7 +302,7 @@ func TestChaos(t *testing.T) {
 			case !res.OK():
 				t.Errorf("%s seed %d broke a rule (replay: SPOOL_CHAOS_FAULTS=%s SPOOL_CHAOS_SEED=%d; history in %s):\n%s", kind, s, kind, s, dir, strings.Join(res.Violations, "\n"))
 			default:
-				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first)", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals)
+				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first); longest from an acknowledgement to the first completion %v (%s)", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals, res.LongestToCompletion.Round(time.Millisecond), res.LongestToCompletionValue)
 			}
 		}
 	}
@@ -234,12 +336,21 @@ type run struct {
 	comps []check.Completion
 	flts  []check.Fault
 	ops   []op // the history, as recorded
+	// quorumLost: when the last kill of a majority fault was done.
+	quorumLost  time.Time
+	mounts      []string   // each node's tmpfs (diskfull runs)
+	rng         *rand.Rand // what a fault damages (drawn from the seed; the faults' goroutine only)
+	powerLoss   bool       // the spoolds journal their syncs (the powerloss kind)
+	powerLosses int        // how many so far
+	// alsoFaulted: the other nodes the fault under way hit (recorded with
+	// it when it heals).
+	alsoFaulted []int
 }
 
 // op is one line of the history (history.jsonl).
 type op struct {
 	At        time.Time `json:"at"`
-	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal
+	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage
 	Node      int       `json:"node"`
 	Value     string    `json:"value,omitempty"`
 	Partition int32     `json:"partition,omitempty"`
@@ -280,8 +391,14 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err != nil {
 		return check.Result{}, err
 	}
-	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{})}
+	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
+	r.powerLoss = faults[kind].powerLoss
+	if faults[kind].disks {
+		if err := r.mountDisks(); err != nil {
+			return check.Result{}, err
+		}
+	}
 	if err := r.startRedis(); err != nil {
 		return check.Result{}, err
 	}
@@ -344,7 +461,17 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			from := time.Now()
 			errs = append(errs, fk.inject(r, i, hold))
 			r.mu.Lock()
-			r.flts = append(r.flts, check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network})
+			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded}
+			r.flts = append(r.flts, f)
+			if fk.quorum {
+				f.Node, f.QuorumLost = (i+1)%nodes, r.quorumLost
+				r.flts = append(r.flts, f)
+			}
+			for _, j := range r.alsoFaulted {
+				f.Node = j
+				r.flts = append(r.flts, f)
+			}
+			r.alsoFaulted = nil
 			r.mu.Unlock()
 			r.record(op{Kind: "heal", Node: i})
 		}
@@ -408,11 +535,109 @@ func (r *run) close() {
 	if err := r.net.Close(); err != nil {
 		r.t.Logf("removing the run's namespaces: %v", err)
 	}
+	for _, m := range r.mounts {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			r.t.Logf("unmounting %s: %v", m, err)
+		}
+	}
+}
+
+// damage flips a byte of, or cuts the tail off, the newest segment of one
+// of node i's copies of the topic's partitions, in its second half (drawn
+// from the run's seed), and records what it did in the history.
+func (r *run) damage(i int) error {
+	p := r.rng.IntN(partitions)
+	dir := filepath.Join(r.dataDir(i), "log", fmt.Sprintf("%s-%d", topic, p))
+	segs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	if err != nil || len(segs) == 0 {
+		return fmt.Errorf("node %d holds no segment of %s-%d: %v", i+1, topic, p, err)
+	}
+	slices.Sort(segs)
+	seg := segs[len(segs)-1]
+	st, err := os.Stat(seg)
+	if err != nil {
+		return err
+	}
+	if st.Size() < 2 {
+		return nil // nothing written yet
+	}
+	at := st.Size()/2 + r.rng.Int64N(st.Size()-st.Size()/2)
+	if r.rng.IntN(2) == 0 {
+		r.record(op{Kind: "damage", Node: i, Partition: int32(p), Offset: at, Err: fmt.Sprintf("cut %s at byte %d of %d", filepath.Base(seg), at, st.Size())})
+		return os.Truncate(seg, at)
+	}
+	f, err := os.OpenFile(seg, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, at); err != nil {
+		return err
+	}
+	b[0] ^= byte(1 + r.rng.IntN(255))
+	r.record(op{Kind: "damage", Node: i, Partition: int32(p), Offset: at, Err: fmt.Sprintf("flipped byte %d of %d in %s", at, st.Size(), filepath.Base(seg))})
+	_, err = f.WriteAt(b, at)
+	return err
+}
+
+// journal is node i's power-loss journal (log.PowerLossFS).
+func (r *run) journal(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.powerloss", i+1)) }
+
+// diskSize is the size of each node's file system in a diskfull run: far
+// more than a run writes, so only the filler fills it.
+const diskSize = "256m"
+
+// disk is node i's data dir's file system: the tmpfs of a diskfull run, the
+// run's directory otherwise.
+func (r *run) disk(i int) string {
+	if len(r.mounts) == 0 {
+		return r.dir
+	}
+	return r.mounts[i]
+}
+
+// dataDir is node i's data dir.
+func (r *run) dataDir(i int) string { return filepath.Join(r.disk(i), fmt.Sprintf("n%d", i+1)) }
+
+// mountDisks gives each node's data dir a tmpfs of its own.
+func (r *run) mountDisks() error {
+	for i := range nodes {
+		m := filepath.Join(r.dir, fmt.Sprintf("disk%d", i+1))
+		if err := os.MkdirAll(m, 0o700); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", m, "tmpfs", 0, "size="+diskSize); err != nil {
+			return fmt.Errorf("the diskfull runs need a tmpfs per node: %w", err)
+		}
+		r.mounts = append(r.mounts, m)
+	}
+	return nil
+}
+
+// fill writes zeros to path until the file system is full (ENOSPC).
+func fill(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for range 1 << 14 { // at most 16 GiB: bounded whatever the file system
+		if _, err := f.Write(buf); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return nil
+			}
+			return err
+		}
+	}
+	return fmt.Errorf("%s: 16 GiB written and the file system is not full", path)
 }
 
 func (r *run) startRedis() error {
-	r.redis = exec.Command("redis-server", "--bind", r.net.Host(), "--port", strconv.Itoa(redisPort), "--save", "", "--appendonly", "no", "--protected-mode", "no")
-	f, err := os.Create(filepath.Join(r.dir, "redis.log"))
+	r.redis = exec.Command("redis-server", "--bind", r.net.Host(), "--port", strconv.Itoa(redisPort), "--save", "",
+		"--appendonly", "yes", "--appendfsync", "always", "--dir", r.dir, "--protected-mode", "no")
+	f, err := os.OpenFile(filepath.Join(r.dir, "redis.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
@@ -458,7 +683,7 @@ subscriptions:
     group: %s
     ordering: key
     visibility_timeout: 5s
-`, i+1, filepath.Join(r.dir, fmt.Sprintf("n%d", i+1)), r.net.IP(i), appPort, r.net.IP(i), adminPort, r.net.IP(i), peerPort, join, r.net.Host(), redisPort, topic, partitions, topic, group)
+`, i+1, r.dataDir(i), r.net.IP(i), appPort, r.net.IP(i), adminPort, r.net.IP(i), peerPort, join, r.net.Host(), redisPort, topic, partitions, topic, group)
 }
 
 // start starts (or restarts) node i's spoold on its data dir.
@@ -473,6 +698,9 @@ func (r *run) start(i int) error {
 	}
 	cmd := r.net.Command(i, spooldBin, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if r.powerLoss {
+		cmd.Env = append(os.Environ(), log.PowerLossEnv+"="+r.journal(i))
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return err

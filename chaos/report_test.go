@@ -22,6 +22,8 @@ type row struct {
 	longestRecovery         time.Duration
 	longestHealPublish      time.Duration
 	healPublishSeed         uint64
+	longestToCompletion     time.Duration
+	toCompletionSeed        uint64
 	worstSeed               uint64
 	violations              []string
 }
@@ -55,6 +57,9 @@ func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
 	if res.LongestHealPublish > r.longestHealPublish {
 		r.longestHealPublish, r.healPublishSeed = res.LongestHealPublish, seed
 	}
+	if res.LongestToCompletion > r.longestToCompletion {
+		r.longestToCompletion, r.toCompletionSeed = res.LongestToCompletion, seed
+	}
 	if res.LongestPublishGap > r.longestGap {
 		r.longestGap, r.worstSeed = res.LongestPublishGap, seed
 	}
@@ -63,7 +68,7 @@ func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
 func (rep *report) markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Fault runs, %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement | longest from a heal to a sidecar's first acknowledgement on a partition (seed) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement | longest from a heal to a sidecar's first acknowledgement on a partition (seed) | longest from an acknowledgement to the first completion (seed) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	kinds := make([]string, 0, len(rep.rows))
 	for k := range rep.rows {
 		kinds = append(kinds, k)
@@ -71,7 +76,7 @@ func (rep *report) markdown() string {
 	slices.Sort(kinds)
 	for _, k := range kinds {
 		r := rep.rows[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v | %v (%d) |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond), r.longestHealPublish.Round(time.Millisecond), r.healPublishSeed)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v | %v (%d) | %v (%d) |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond), r.longestHealPublish.Round(time.Millisecond), r.healPublishSeed, r.longestToCompletion.Round(time.Millisecond), r.toCompletionSeed)
 	}
 	for _, k := range kinds {
 		if vs := rep.rows[k].violations; len(vs) > 0 {

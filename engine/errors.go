@@ -40,6 +40,10 @@ var (
 	// partition budget (each partition holds open files; a node out of
 	// file descriptors stops accepting on every port, probes included).
 	ErrPartitionBudget = errors.New("node partition budget reached")
+	// ErrFileBudget: creating the topic would take the files the node's
+	// log keeps open past its budget (a node out of file descriptors
+	// stops accepting on every port, probes included).
+	ErrFileBudget = errors.New("node open-file budget reached")
 )
 
 // NotLeaderError says that another node leads the partition.

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/spoolmq/spool/engine/groups/coord"
+import (
+	"errors"
+
+	"github.com/spoolmq/spool/engine/groups/coord"
+)
 
 // The consumer-group coordinator's types, re-exported for the sidecar
 // (which imports engine only, never its subpackages): the commands
@@ -34,6 +38,10 @@ var (
 	ErrGroupNotRevoking   = coord.ErrNotRevoking
 	ErrGroupTopicConflict = coord.ErrTopicConflict
 	ErrGroupActive        = coord.ErrGroupActive
+	// ErrGroupCommandUnreadable: the coordinator's node could not read the
+	// command (COORDINATE_ERROR_INVALID): a node of another release, which
+	// does not know a field of it.
+	ErrGroupCommandUnreadable = errors.New("engine: the coordinator's node could not read the command")
 )
 
 // Coordinator limits and timeouts the sidecar must respect.

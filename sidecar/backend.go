@@ -37,6 +37,7 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 		}, PartitionRepaired: func(topic string, partition int32) {
 			m.PartitionQuarantined.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
 		}}
+		checkFileLimit(cfg.Guards.MaxOpenFiles, logger)
 		if cfg.Cluster.Enabled() {
 			cc, err := clusterConfig(cfg)
 			if err != nil {
@@ -51,8 +52,8 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 			}
 			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: cc, Hooks: hooks})
 		}
-		checkFileLimit(cfg.Guards.MaxNodePartitions, logger)
-		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks, MaxPartitions: cfg.Guards.MaxNodePartitions})
+		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks,
+			MaxPartitions: cfg.Guards.MaxNodePartitions, MaxOpenFiles: maxOpenFiles(cfg.Guards.MaxOpenFiles)})
 	case config.BackendJetStream:
 		js := cfg.Storage.JetStream
 		b, err := jetstream.Open(jetstream.Config{URLs: js.URLs, Prefix: js.Prefix, Replicas: js.Replicas, CredsFile: js.CredsFile,
@@ -79,9 +80,10 @@ func openKafka(cfg *config.Config, m *metrics.Metrics, logger *slog.Logger) (eng
 	k := cfg.Storage.Kafka
 	kc := kafka.Config{Brokers: k.Brokers, Prefix: k.Prefix, CreateTopics: k.CreateTopics, ReplicationFactor: k.ReplicationFactor,
 		PublishTimeout: k.PublishTimeout, ClientID: "spoold-" + cfg.Node.ID, Logger: logger,
+		MaxReplyBytes: int32(cfg.Guards.KafkaMaxReplyBytes),
 		Hooks: kafka.Hooks{PositionsTruncated: func(group, topic string, _ int32, dropped int) {
 			m.KafkaPositionsTruncated.WithLabelValues(group, topic).Add(float64(dropped))
-		}}}
+		}, ReplyRefused: func() { m.RemoteRefused.WithLabelValues("kafka").Inc() }}}
 	if k.TLS {
 		kc.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if k.TLSCAFile != "" {
@@ -240,4 +242,26 @@ func clusterConfig(cfg *config.Config) (cluster.ClusterConfig, error) {
 		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile, PeerURIPrefix: cl.TLS.PeerURIPrefix},
 		StorageOff:         cl.Storage == config.StorageOff,
 	}, nil
+}
+
+// maxOpenFiles resolves guards.max_open_files: the setting, or the
+// process's file descriptor limit less a reserve for listeners and
+// connections (embedded.DefaultMaxOpenFiles).
+func maxOpenFiles(setting int) int {
+	if setting > 0 {
+		return setting
+	}
+	return embedded.DefaultMaxOpenFiles(embedded.FileLimit())
+}
+
+// checkFileLimit warns at start when guards.max_open_files is set above
+// what the file descriptor limit leaves for the log: the budget then does
+// not protect the node, and the limit should be raised (or the budget
+// lowered).
+func checkFileLimit(setting int, logger *slog.Logger) {
+	nofile := embedded.FileLimit()
+	if setting > embedded.DefaultMaxOpenFiles(nofile) {
+		logger.Warn("guards.max_open_files is above what the file descriptor limit leaves for the log: a node out of descriptors stops accepting on every port; raise the limit (ulimit -n) or lower guards.max_open_files",
+			"nofile", nofile, "max_open_files", setting, "reserve", embedded.MaxFileReserve)
+	}
 }

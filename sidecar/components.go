@@ -23,6 +23,7 @@ import (
 	"github.com/spoolmq/spool/sidecar/apps"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
+	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
 	"github.com/spoolmq/spool/sidecar/tracing"
 )
@@ -213,7 +214,7 @@ func listenAll(cfg *config.Config, appTLS bool) (app []net.Listener, admin, prob
 // app server and decides its subscriptions (publishes:
 // publish.Config.Admit). With appTLS, the app server's listeners beyond
 // loopback serve TLS (listenAll, appCreds).
-func newGRPCServers(cfg *config.Config, logger *slog.Logger, appGate *apps.Gate, appTLS *tls.Config, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog, auth *adminAuth) (*health.Server, *grpc.Server, *grpc.Server) {
+func newGRPCServers(cfg *config.Config, logger *slog.Logger, m *metrics.Metrics, appGate *apps.Gate, appTLS *tls.Config, pub *publish.Server, groups []*deliver.Group, adm *admin, catalog *topicCatalog, auth *adminAuth) (*health.Server, *grpc.Server, *grpc.Server) {
 	healthSrv := health.NewServer()
 	var creds []grpc.ServerOption
 	if appTLS != nil {
@@ -222,7 +223,7 @@ func newGRPCServers(cfg *config.Config, logger *slog.Logger, appGate *apps.Gate,
 	appSrv := newGRPCServer(logger, max(MaxRequestBytes, cfg.Limits.MaxMessageBytes+cfg.Limits.MaxHeaderBytes+64<<10), creds,
 		gate{unary: appGate.UnaryInterceptor, stream: appGate.StreamInterceptor})
 	spoolv1.RegisterPublisherServiceServer(appSrv, pub)
-	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, logger).Authorize(appGate.AdmitSubscribe))
+	spoolv1.RegisterSubscriberServiceServer(appSrv, deliver.NewServer(groups, m, logger).Authorize(appGate.AdmitSubscribe))
 	healthpb.RegisterHealthServer(appSrv, healthSrv)
 
 	adminGRPC := newGRPCServer(logger, MaxRequestBytes, nil, gate{unary: auth.unary, stream: auth.stream})

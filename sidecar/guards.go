@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"log/slog"
-	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool/engine"
@@ -17,19 +16,40 @@ type partitionBudgeter interface {
 	PartitionBudget() (used, limit int)
 }
 
-// partitionMetrics copies a single node's partition use into
-// spool_node_partitions until ctx ends; other engines have nothing to copy.
-func partitionMetrics(ctx context.Context, eng engine.Backend, m *metrics.Metrics) {
-	b, ok := eng.(partitionBudgeter)
-	if !ok {
+// openFileCounter is a node that counts the files its log keeps open
+// (engine/embedded, engine/cluster).
+type openFileCounter interface {
+	OpenFiles() int
+}
+
+// nodeBudgetMetrics copies a node's partition and open-file use into
+// spool_node_partitions and spool_open_files until ctx ends, and warns as
+// the open files cross 80 % of fileLimit (guards.max_open_files); other
+// engines have nothing to copy.
+func nodeBudgetMetrics(ctx context.Context, eng engine.Backend, fileLimit int, m *metrics.Metrics, logger *slog.Logger) {
+	pb, hasParts := eng.(partitionBudgeter)
+	fc, hasFiles := eng.(openFileCounter)
+	if !hasParts && !hasFiles {
 		return
 	}
+	var high fileHighWater
 	t := time.NewTicker(clusterMetricsInterval)
 	defer t.Stop()
 	for {
-		used, limit := b.PartitionBudget()
-		m.NodePartitions.WithLabelValues().Set(float64(used))
-		m.NodePartitionsLimit.WithLabelValues().Set(float64(limit))
+		if hasParts {
+			used, limit := pb.PartitionBudget()
+			m.NodePartitions.WithLabelValues().Set(float64(used))
+			m.NodePartitionsLimit.WithLabelValues().Set(float64(limit))
+		}
+		if hasFiles {
+			open := fc.OpenFiles()
+			m.OpenFiles.Set(float64(open))
+			m.OpenFilesLimit.Set(float64(fileLimit))
+			if high.cross(open, fileLimit) {
+				logger.Warn("the log keeps open more than 80% of guards.max_open_files: segments grow with data until retention deletes them, and a node out of file descriptors stops accepting on every port; shorten retention, grow segment_bytes, delete topics, or raise the file descriptor limit",
+					"open_files", open, "max_open_files", fileLimit)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -38,28 +58,16 @@ func partitionMetrics(ctx context.Context, eng engine.Backend, m *metrics.Metric
 	}
 }
 
-// filesPerPartition is what one partition of one segment holds open (the
-// log, its offset index, its time index); fileReserve is what spoold needs
-// besides (listeners, connections, the groups' store).
-const (
-	filesPerPartition = 3
-	fileReserve       = 1024
-)
+// fileHighWater decides when the open files cross the high-water mark
+// (80 % of the budget): once on the way up, and again only after they
+// fell below it.
+type fileHighWater struct{ above bool }
 
-// checkFileLimit warns at start when the process's file descriptor limit
-// would run out before guards.max_node_partitions does: the budget then
-// does not protect the node, and the limit should be raised (or the budget
-// lowered).
-func checkFileLimit(budget int, logger *slog.Logger) {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return
-	}
-	need := uint64(budget)*filesPerPartition + fileReserve
-	if rl.Cur < need {
-		logger.Warn("the file descriptor limit is below what guards.max_node_partitions needs: a node out of descriptors stops accepting on every port; raise the limit (ulimit -n) or lower guards.max_node_partitions",
-			"nofile", rl.Cur, "max_node_partitions", budget, "needs", need)
-	}
+func (h *fileHighWater) cross(open, limit int) (warn bool) {
+	above := limit > 0 && open*5 >= limit*4
+	warn = above && !h.above
+	h.above = above
+	return warn
 }
 
 // warnPlaintextRemotes logs an INSECURE warning for each address of the

@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -52,7 +54,7 @@ func TestAdminCreateTopicPartitionBudgetAndCase(t *testing.T) {
 	}
 	mctx, mcancel := context.WithCancel(ctx)
 	mcancel()
-	partitionMetrics(mctx, eng, m) // one reading, then ctx has ended
+	nodeBudgetMetrics(mctx, eng, 0, m, slog.New(slog.NewTextHandler(io.Discard, nil))) // one reading, then ctx has ended
 	if used, limit := testutil.ToFloat64(m.NodePartitions), testutil.ToFloat64(m.NodePartitionsLimit); used != 3 || limit != 4 {
 		t.Errorf("spool_node_partitions %v, limit %v; want 3, 4", used, limit)
 	}
@@ -123,3 +125,106 @@ func TestCredentialsNeverLogged(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestKafkaHugeReplyRefused: guards.kafka_max_reply_bytes reaches the Kafka
+// backend: a broker answering with a frame that declares 64 MiB (under
+// franz-go's own 100 MiB, over the 8 MiB set here) fails the start with an
+// error naming the setting, and spool_remote_replies_refused_total{peer=kafka}
+// counts it.
+func TestKafkaHugeReplyRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Whatever the request, a reply declaring 64 MiB.
+			_, _ = c.Write([]byte{0x04, 0, 0, 0, 0, 0, 0, 1})
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	cfg := &config.Config{}
+	cfg.Node.ID = "n1"
+	cfg.Storage.Backend = config.BackendKafka
+	cfg.Storage.Kafka.Brokers = []string{ln.Addr().String()}
+	cfg.Guards.KafkaMaxReplyBytes = 8 << 20
+	cfg.ApplyDefaults()
+	m := metrics.New()
+	eng, err := openBackend(cfg, "", m, slog.New(slog.DiscardHandler))
+	if err == nil {
+		eng.Close()
+		t.Fatal("the Kafka backend opened against a broker that answers nothing else")
+	}
+	if !strings.Contains(err.Error(), "guards.kafka_max_reply_bytes") {
+		t.Errorf("%v; want an error naming guards.kafka_max_reply_bytes", err)
+	}
+	if got := testutil.ToFloat64(m.RemoteRefused.WithLabelValues("kafka")); got < 1 {
+		t.Errorf("spool_remote_replies_refused_total{peer=kafka} = %v, want at least 1", got)
+	}
+}
+
+// TestAdminCreateTopicFileBudget: on a single node, CreateTopic whose
+// partitions would take the files the log keeps open past
+// guards.max_open_files is INVALID_ARGUMENT INVALID_TOPIC_SPEC naming the
+// setting; spool_open_files{,_limit} show the use, and a WARN naming the
+// setting is logged once the files pass 80 % of the budget.
+func TestAdminCreateTopicFileBudget(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := embedded.Open(embedded.Config{DataDir: dir, MaxOpenFiles: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	defer func() { stop(); <-done; _ = eng.Close() }()
+	m := metrics.New()
+	a := newAdmin(&config.Config{}, eng, nil, nil, m)
+	a.catalog = newTopicCatalog(dir, false)
+	// The lock and three files for each partition's segment: 10 of 12.
+	if _, err := a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "audit", Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.CreateTopic(ctx, &spoolv1.CreateTopicRequest{Name: "more", Partitions: 1})
+	if status.Code(err) != codes.InvalidArgument || reasonOf(err) != "INVALID_TOPIC_SPEC" || !strings.Contains(err.Error(), "guards.max_open_files") {
+		t.Errorf("past the budget: %v (reason %q)", err, reasonOf(err))
+	}
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	mctx, mcancel := context.WithCancel(ctx)
+	mcancel()
+	nodeBudgetMetrics(mctx, eng, 12, m, logger) // one reading, then ctx has ended
+	if open, limit := testutil.ToFloat64(m.OpenFiles), testutil.ToFloat64(m.OpenFilesLimit); open != 10 || limit != 12 {
+		t.Errorf("spool_open_files %v, limit %v; want 10, 12", open, limit)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "guards.max_open_files") {
+		t.Errorf("no high-water warning at 10 of 12 files:\n%s", logs.String())
+	}
+}
+
+// TestFileHighWater: the warning comes once as the open files cross 80 %
+// of the budget, and again only after they fell below it.
+func TestFileHighWater(t *testing.T) {
+	var h fileHighWater
+	for i, c := range []struct {
+		open int
+		warn bool
+	}{{10, false}, {79, false}, {80, true}, {95, false}, {80, false}, {79, false}, {85, true}} {
+		if got := h.cross(c.open, 100); got != c.warn {
+			t.Errorf("step %d: %d of 100 files: warn %v, want %v", i, c.open, got, c.warn)
+		}
+	}
+}

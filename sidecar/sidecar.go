@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/internal/grpcbuf"
+	"github.com/spoolmq/spool/internal/wallclock"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
@@ -115,6 +116,9 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	if err := wallclock.Refuse(); err != nil {
+		return err
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -177,7 +181,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog, auth)
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, m, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog, auth)
 	appLs, adminL, probeL, addrs, err := listenAll(cfg, appTLSConfig != nil)
 	if err != nil {
 		return err
@@ -231,7 +235,8 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		})
 	}
 	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
-	r.start("partition budget metrics", componentFunc(func(ctx context.Context) error { partitionMetrics(ctx, eng, m); return nil }))
+	fileLimit := maxOpenFiles(cfg.Guards.MaxOpenFiles)
+	r.start("node budget metrics", componentFunc(func(ctx context.Context) error { nodeBudgetMetrics(ctx, eng, fileLimit, m, logger); return nil }))
 	for _, t := range cfg.AllTopics() {
 		spec := engine.TopicSpec{Name: t.Name, Partitions: int32(t.Partitions), RetentionAge: t.Retention, RetentionBytes: t.RetentionBytes}
 		if err := eng.EnsureTopic(spec); err != nil {

@@ -24,14 +24,17 @@
 //     order that keeps real time (an append acknowledged before another
 //     was invoked comes first, across producers and sidecars) in which
 //     their offsets increase;
+//   - with a majority of the replicas down (QuorumLost to To), no publish
+//     invoked then is acknowledged before they are back;
 //   - no message completed twice, except one first completed by the app of
-//     a sidecar under a fault (killed, stopped, cut off), during the fault
-//     or within KillWindow before it: that completion could not reach the
-//     ledger (what the ledger does not promise: docs/ledger.md). A sidecar
+//     a sidecar under a fault (killed, stopped, cut off), or by any app
+//     while the ledger was down, during the fault or within KillWindow
+//     before it: that completion could not reach the ledger (what the ledger does not promise: docs/ledger.md). A sidecar
 //     that goes on delivering after the fault heals, and its app's
 //     completions then, get no such allowance;
-//   - after every network heal, each sidecar publishes to every partition
-//     again within HealPublishBound: for each (sidecar, partition), a
+//   - after every network heal, and from the start and the end of a
+//     degraded fault (a full disk), each sidecar publishes to every
+//     partition within HealPublishBound: for each (sidecar, partition), a
 //     probe (Publish.Probe) invoked at or after the heal is acknowledged
 //     by then. A heal followed by another fault before the bound and
 //     before that acknowledgement is not judged (the next fault may be the
@@ -42,6 +45,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -93,6 +97,18 @@ type Fault struct {
 	// Network: the fault cut links (isolate, one-way): the
 	// publish-after-heal rule applies from To.
 	Network bool
+	// Ledger: the ledger (Redis) was down, not a node (Node is then -1):
+	// any app's completion in the fault, or within KillWindow before it,
+	// may not have reached the ledger.
+	Ledger bool
+	// QuorumLost: from then until To a majority of every partition's
+	// replicas was down (a two-node kill -9 of three): nothing invoked in
+	// between may be acknowledged before To. Zero: not such a fault.
+	QuorumLost time.Time
+	// Degraded: the node ran on, degraded (its disk full): every sidecar,
+	// its own included, must publish to every partition within
+	// HealPublishBound of the fault's start, and of its end.
+	Degraded bool
 }
 
 // ElectionTimeoutMax is the longest a raft follower waits before it
@@ -144,6 +160,11 @@ type Result struct {
 	// the next fault began first.
 	LongestHealPublish time.Duration
 	UnjudgedHeals      int
+	// LongestToCompletion is the longest time an acknowledged message
+	// waited, from its acknowledgement to its first completion by an app:
+	// the consumers' pause a fault caused (LongestToCompletionValue: which).
+	LongestToCompletion      time.Duration
+	LongestToCompletionValue string
 
 	linearization *linearization // a failed linearizability check (Visualize)
 }
@@ -227,9 +248,11 @@ func Check(h History) Result {
 			r.violate("LOST: %q acknowledged at %d/%d, which holds %q", p.Value, p.Partition, p.Offset, v)
 		}
 	}
+	r.noQuorum(h)
 	r.reorders(h.Publishes, copies)
 	r.linearizable(h, copies)
 	r.completions(h)
+	r.toCompletion(h)
 	r.healPublish(h)
 	for _, ts := range ackTimes {
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
@@ -273,6 +296,38 @@ func (r *Result) reorders(pubs []Publish, copies map[string][]Record) {
 	}
 }
 
+// noQuorum: nothing invoked after a majority of the replicas went down is
+// acknowledged before they came back.
+func (r *Result) noQuorum(h History) {
+	for _, f := range h.Faults {
+		if f.QuorumLost.IsZero() {
+			continue
+		}
+		for _, p := range h.Publishes {
+			if p.Acked && !p.Invoked.Before(f.QuorumLost) && !p.Done.After(f.To) {
+				r.violate("ACKNOWLEDGED WITHOUT A QUORUM: %q at %d/%d, invoked at %s and acknowledged at %s, while a majority of the replicas was down (%s to %s)",
+					p.Value, p.Partition, p.Offset, p.Invoked.Format("15:04:05.000"), p.Done.Format("15:04:05.000"), f.QuorumLost.Format("15:04:05.000"), f.To.Format("15:04:05.000"))
+			}
+		}
+	}
+}
+
+// toCompletion finds the longest wait from an acknowledgement to the
+// message's first completion.
+func (r *Result) toCompletion(h History) {
+	first := map[string]time.Time{}
+	for _, c := range h.Completions {
+		if t, ok := first[c.Value]; !ok || c.At.Before(t) {
+			first[c.Value] = c.At
+		}
+	}
+	for _, p := range h.Publishes {
+		if t, ok := first[p.Value]; ok && p.Acked && t.Sub(p.Done) > r.LongestToCompletion {
+			r.LongestToCompletion, r.LongestToCompletionValue = t.Sub(p.Done), p.Value
+		}
+	}
+}
+
 // completions: a message completed twice only as a fault allows.
 func (r *Result) completions(h History) {
 	by := map[string][]Completion{}
@@ -287,7 +342,7 @@ func (r *Result) completions(h History) {
 		slices.SortFunc(cs, func(a, b Completion) int { return a.At.Compare(b.At) })
 		first := cs[0]
 		allowed := len(cs) == 2 && slices.ContainsFunc(h.Faults, func(f Fault) bool {
-			return f.Node == first.Node && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
+			return (f.Node == first.Node || f.Ledger) && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
 		})
 		if !allowed {
 			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), not during or just before a fault of node %d",
@@ -296,8 +351,9 @@ func (r *Result) completions(h History) {
 	}
 }
 
-// healPublish: after every network heal, each sidecar's probes reach every
-// partition within HealPublishBound.
+// healPublish: after every network heal, and from the start and the end of
+// every degraded fault, each sidecar's probes reach every partition within
+// HealPublishBound.
 func (r *Result) healPublish(h History) {
 	type sp struct {
 		s int
@@ -310,39 +366,61 @@ func (r *Result) healPublish(h History) {
 		}
 	}
 	for _, f := range h.Faults {
-		// The next fault to begin after this heal (any node).
-		var next time.Time
+		// The instants judged from: the heal (every kind is measured; a
+		// network fault's and a degraded one's are judged), and the start
+		// of a degraded fault (the node runs on, degraded).
+		type from struct {
+			at     time.Time
+			what   string
+			judged bool
+			next   time.Time // the next fault event after at (zero: none)
+		}
+		var next time.Time // the next fault to begin after this heal (any node)
 		for _, g := range h.Faults {
 			if g.From.After(f.To) && (next.IsZero() || g.From.Before(next)) {
 				next = g.From
 			}
 		}
-		for s := range h.Sidecars {
-			for p := range int32(h.Partitions) {
-				var first time.Time // the earliest ack of a probe invoked at or after the heal
-				for _, pr := range probes[sp{s, p}] {
-					if !pr.Invoked.Before(f.To) && (first.IsZero() || pr.Done.Before(first)) {
-						first = pr.Done
-					}
-				}
-				if !next.IsZero() && next.Before(f.To.Add(HealPublishBound)) && (first.IsZero() || first.After(next)) {
-					r.UnjudgedHeals++
-					continue
-				}
-				if !first.IsZero() {
-					r.LongestHealPublish = max(r.LongestHealPublish, first.Sub(f.To))
-				}
-				switch {
-				case !f.Network:
-				case first.IsZero():
-					r.violate("NO PUBLISH AFTER HEAL: sidecar %d, partition %d: no probe invoked after node %d's heal at %s was acknowledged before the run ended (bound %v)",
-						s, p, f.Node, f.To.Format("15:04:05.000"), HealPublishBound)
-				case first.Sub(f.To) > HealPublishBound:
-					r.violate("SLOW PUBLISH AFTER HEAL: sidecar %d, partition %d: first probe acknowledged %v after node %d's heal at %s (bound %v)",
-						s, p, first.Sub(f.To).Round(time.Millisecond), f.Node, f.To.Format("15:04:05.000"), HealPublishBound)
+		froms := []from{{f.To, "heal", f.Network || f.Degraded, next}}
+		if f.Degraded {
+			froms = append(froms, from{f.From, "fault", true, f.To})
+		}
+		for _, fr := range froms {
+			for s := range h.Sidecars {
+				for p := range int32(h.Partitions) {
+					r.publishedAfter(probes[sp{s, p}], s, p, f.Node, fr.at, fr.what, fr.judged, fr.next)
 				}
 			}
 		}
+	}
+}
+
+// publishedAfter judges one (sidecar, partition) from one instant: a probe
+// invoked at or after at must be acknowledged within HealPublishBound. An
+// instant followed by the next fault event within the bound, before that
+// acknowledgement, is not judged.
+func (r *Result) publishedAfter(probes []Publish, s int, p int32, node int, at time.Time, what string, judged bool, next time.Time) {
+	var first time.Time // the earliest ack of a probe invoked at or after at
+	for _, pr := range probes {
+		if !pr.Invoked.Before(at) && (first.IsZero() || pr.Done.Before(first)) {
+			first = pr.Done
+		}
+	}
+	if !next.IsZero() && next.Before(at.Add(HealPublishBound)) && (first.IsZero() || first.After(next)) {
+		r.UnjudgedHeals++
+		return
+	}
+	if !first.IsZero() {
+		r.LongestHealPublish = max(r.LongestHealPublish, first.Sub(at))
+	}
+	switch {
+	case !judged:
+	case first.IsZero():
+		r.violate("NO PUBLISH AFTER %s: sidecar %d, partition %d: no probe invoked after node %d's %s at %s was acknowledged before the run ended (bound %v)",
+			strings.ToUpper(what), s, p, node, what, at.Format("15:04:05.000"), HealPublishBound)
+	case first.Sub(at) > HealPublishBound:
+		r.violate("SLOW PUBLISH AFTER %s: sidecar %d, partition %d: first probe acknowledged %v after node %d's %s at %s (bound %v)",
+			strings.ToUpper(what), s, p, first.Sub(at).Round(time.Millisecond), node, what, at.Format("15:04:05.000"), HealPublishBound)
 	}
 }
 

@@ -60,6 +60,16 @@ func TestRules(t *testing.T) {
 		{"completed after the heal by the old owner", History{Publishes: []Publish{a}, Logs: both(recs("a")),
 			Completions: []Completion{{Value: "a", Node: 2, Token: 2, At: t0.Add(3 * time.Second)}, {Value: "a", Node: 1, Token: 1, At: t0.Add(5 * time.Second)}},
 			Faults:      []Fault{{Node: 1, From: t0, To: t0.Add(4 * time.Second)}}}, "COMPLETED TWICE"},
+		{"completed while the ledger was down, then again", History{Publishes: []Publish{a}, Logs: both(recs("a")),
+			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0.Add(time.Second)}, {Value: "a", Node: 2, Token: 2, At: t0.Add(5 * time.Second)}},
+			Faults:      []Fault{{Node: -1, Ledger: true, From: t0, To: t0.Add(3 * time.Second)}}}, ""},
+		{"completed twice after the ledger came back", History{Publishes: []Publish{a}, Logs: both(recs("a")),
+			Completions: []Completion{{Value: "a", Node: 1, Token: 1, At: t0.Add(4 * time.Second)}, {Value: "a", Node: 2, Token: 2, At: t0.Add(5 * time.Second)}},
+			Faults:      []Fault{{Node: -1, Ledger: true, From: t0, To: t0.Add(3 * time.Second)}}}, "COMPLETED TWICE"},
+		{"acknowledged while a majority was down", History{Publishes: []Publish{at("a", 0, 0, 1500, 1600)}, Logs: both(recs("a")),
+			Faults: []Fault{{Node: 0, From: t0.Add(time.Second), QuorumLost: t0.Add(1100 * time.Millisecond), To: t0.Add(4 * time.Second)}}}, "ACKNOWLEDGED WITHOUT A QUORUM"},
+		{"invoked before the majority went down", History{Publishes: []Publish{at("a", 0, 0, 1050, 1600)}, Logs: both(recs("a")),
+			Faults: []Fault{{Node: 0, From: t0.Add(time.Second), QuorumLost: t0.Add(1100 * time.Millisecond), To: t0.Add(4 * time.Second)}}}, ""},
 		{"no log read", History{Publishes: []Publish{a}}, "no node's log"},
 		{"real-time order across producers", History{Publishes: []Publish{
 			{Value: "a", Key: "k1", Producer: 1, Acked: true, Offset: 1, Invoked: t0, Done: t0.Add(time.Millisecond)},
@@ -129,6 +139,7 @@ func probeHistory(faults []Fault, ps ...probeAt) History {
 func TestHealPublish(t *testing.T) {
 	s := time.Second
 	healed := []Fault{{Node: 0, From: t0, To: t0.Add(10 * s), Network: true}}
+	degraded := []Fault{{Node: 0, From: t0, To: t0.Add(10 * s), Degraded: true}}
 	all := func(done time.Duration) []probeAt { // invoked 1 s before done
 		return []probeAt{{0, 0, done - s, done}, {0, 1, done - s, done}, {1, 0, done - s, done}, {1, 1, done - s, done}}
 	}
@@ -147,6 +158,10 @@ func TestHealPublish(t *testing.T) {
 		{"only a probe invoked before the heal", probeHistory(healed, append(all(11 * s)[:3], probeAt{1, 1, 9 * s, 10*s + 100*time.Millisecond})...), "NO PUBLISH AFTER HEAL: sidecar 1, partition 1", s, 0},
 		{"a kill -9: figure, no rule", probeHistory([]Fault{{Node: 0, From: t0, To: t0.Add(10 * s)}}, slowOne...), "", 5 * s, 0},
 		{"the next fault first", probeHistory(append(slices.Clone(healed), Fault{Node: 1, From: t0.Add(12 * s), To: t0.Add(20 * s), Network: true}), append(slowOne, all(21*s)...)...), "", s, 1},
+		// A full disk: judged from its start (the probes at 1 s) and from its
+		// end (those at 11 s).
+		{"a full disk: every pair during and after", probeHistory(degraded, append(all(s), all(11*s)...)...), "", s, 0},
+		{"a full disk: one pair stuck during it", probeHistory(degraded, append(all(s)[:3], all(11*s)...)...), "SLOW PUBLISH AFTER FAULT: sidecar 1, partition 1: first probe acknowledged 11s after node 0's fault", 11 * s, 0},
 		{"the next fault after the bound", probeHistory(append(slices.Clone(healed), Fault{Node: 1, From: t0.Add(15 * s), To: t0.Add(20 * s), Network: true}), append(slowOne, all(21*s)...)...), "SLOW PUBLISH AFTER HEAL", 5 * s, 0},
 	}
 	for _, tc := range cases {
@@ -160,5 +175,19 @@ func TestHealPublish(t *testing.T) {
 		case r.LongestHealPublish != tc.longest || r.UnjudgedHeals != tc.unjudge:
 			t.Errorf("%s: longest %v, unjudged %d; want %v, %d", tc.name, r.LongestHealPublish, r.UnjudgedHeals, tc.longest, tc.unjudge)
 		}
+	}
+}
+
+// The consumers' pause: the longest wait from an acknowledgement to the
+// first completion of that message.
+func TestLongestToCompletion(t *testing.T) {
+	a, b := pub("a", 0, 0), pub("b", 1, 1)
+	r := Check(History{Publishes: []Publish{a, b}, Logs: both(recs("a", "b")), Completions: []Completion{
+		{Value: "a", Node: 1, Token: 1, At: a.Done.Add(time.Second)},
+		{Value: "b", Node: 1, Token: 1, At: b.Done.Add(3 * time.Second)},
+		{Value: "b", Node: 2, Token: 2, At: b.Done.Add(9 * time.Second)}, // a second completion: not the wait
+	}})
+	if r.LongestToCompletion != 3*time.Second || r.LongestToCompletionValue != "b" {
+		t.Fatalf("longest to completion %v (%q), want 3s (b)", r.LongestToCompletion, r.LongestToCompletionValue)
 	}
 }

@@ -33,5 +33,7 @@
 //   - the Prometheus rules parse with Prometheus's own rule parser, and the
 //     rules, the Grafana dashboard and the autoscaling examples query only
 //     metrics spoold registers (sidecar/metrics);
-//   - the Dockerfile builds static binaries and runs them as a non-root user.
+//   - the Dockerfile builds static binaries and runs them as a numeric
+//     non-root user, and every pod that asks for runAsNonRoot names a
+//     numeric runAsUser (the kubelet refuses a name it cannot check).
 package check

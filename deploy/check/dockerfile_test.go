@@ -10,6 +10,9 @@ import (
 // pinned is an image reference with a digest.
 var pinned = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
 
+// numericUser is a USER of a uid, or uid:gid.
+var numericUser = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
+
 // The Dockerfile builds static binaries and every image it ships runs them
 // as a non-root user (hadolint is not packaged in Debian; these are the
 // rules that matter for the sidecar).
@@ -80,8 +83,12 @@ func TestDockerfile(t *testing.T) {
 		if !strings.HasPrefix(s.base, "gcr.io/distroless/static") {
 			t.Errorf("image %s is based on %s: use gcr.io/distroless/static (no shell, no libc)", s.name, s.base)
 		}
-		if s.user == "" || s.user == "root" || s.user == "0" || strings.HasPrefix(s.user, "0:") {
-			t.Errorf("image %s runs as %q: set USER nonroot", s.name, s.user)
+		// A numeric user: the kubelet refuses to start a container with
+		// runAsNonRoot whose image's USER is a name ("image has
+		// non-numeric user ... cannot verify user is non-root") unless the
+		// pod names a numeric runAsUser.
+		if !numericUser.MatchString(s.user) || s.user == "0" || strings.HasPrefix(s.user, "0:") {
+			t.Errorf("image %s runs as %q: set USER 65532:65532 (distroless's nonroot, as numbers: the kubelet cannot check a name against runAsNonRoot)", s.name, s.user)
 		}
 	}
 	if last := stages[len(stages)-1]; last.name != "spoold" {

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -113,6 +114,63 @@ func TestManifestsPodSecurity(t *testing.T) {
 			if a := tmpl.Spec.AutomountServiceAccountToken; a == nil || *a {
 				t.Errorf("%s: automountServiceAccountToken %v, want false", where, a)
 			}
+		}
+	}
+}
+
+// runAsUserSet fails where a container of tmpl must run as non-root
+// (runAsNonRoot, its own or the pod's) and neither it nor the pod names a
+// numeric runAsUser: the kubelet then checks the image's USER, and refuses
+// to start the container when that is a name ("container has runAsNonRoot
+// and image has non-numeric user ... cannot verify user is non-root"), as
+// distroless's "nonroot" was.
+func runAsUserSet(t *testing.T, where string, tmpl *corev1.PodTemplateSpec) {
+	t.Helper()
+	psc := tmpl.Spec.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	for _, c := range slices.Concat(tmpl.Spec.InitContainers, tmpl.Spec.Containers) {
+		nonRoot, user := psc.RunAsNonRoot, psc.RunAsUser
+		if sc := c.SecurityContext; sc != nil {
+			nonRoot, user = cmp.Or(sc.RunAsNonRoot, nonRoot), cmp.Or(sc.RunAsUser, user)
+		}
+		if nonRoot != nil && *nonRoot && user == nil {
+			t.Errorf("%s: container %s has runAsNonRoot and no runAsUser (its own or the pod's): the kubelet refuses to start it when the image's USER is a name; set runAsUser: 65532", where, c.Name)
+		}
+		if user != nil && *user == 0 {
+			t.Errorf("%s: container %s has runAsUser 0", where, c.Name)
+		}
+	}
+}
+
+// Every pod the chart renders (every values file), the manifests' and the
+// injector's own pod name a numeric user wherever they ask for non-root.
+func TestNonRootPodsNameTheirUser(t *testing.T) {
+	for _, vf := range valuesFiles(t) {
+		objs, err := render(t, vf, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for where, tmpl := range podsOf(objs) {
+			runAsUserSet(t, cmpOr(filepath.Base(vf), "defaults")+": "+where, tmpl)
+		}
+	}
+	files, err := filepath.Glob("../kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests (%v)", err)
+	}
+	for _, f := range append(files, "../injector/injector.yaml") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := decodeManifests(f, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for where, tmpl := range podsOf(objs) {
+			runAsUserSet(t, where, tmpl)
 		}
 	}
 }

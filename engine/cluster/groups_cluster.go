@@ -16,6 +16,7 @@ import (
 	"github.com/spoolmq/spool/engine/log"
 	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
+	"github.com/spoolmq/spool/internal/wallclock"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
@@ -400,7 +401,7 @@ func (g *coordinators) propose(ctx context.Context, part *partition, cmd coord.C
 	}
 	cp.propose.RLock()
 	defer cp.propose.RUnlock()
-	cmd.AtMs = time.Now().UnixMilli()
+	cmd.AtMs = wallclock.UnixMilli(time.Now())
 	if err := cmd.Validate(); err != nil {
 		return coord.Result{Err: err}, nil
 	}

@@ -217,6 +217,10 @@ func coordinateError(node uint64, part *partition, code clusterv1.CoordinateErro
 		return fmt.Errorf("%w: at node %d: %s", engine.ErrOutcomeUnknown, node, msg)
 	case clusterv1.CoordinateError_COORDINATE_ERROR_UNAVAILABLE:
 		return fmt.Errorf("%w: node %d: %s", errCoordUnavailable, node, msg)
+	case clusterv1.CoordinateError_COORDINATE_ERROR_INVALID:
+		return fmt.Errorf("%w: node %d: %s", engine.ErrGroupCommandUnreadable, node, msg)
+	case clusterv1.CoordinateError_COORDINATE_ERROR_FAILED:
+		return fmt.Errorf("engine: the coordinator command failed at node %d: %s", node, msg)
 	default:
 		return fmt.Errorf("engine: node %d refused the coordinator request: %s", node, msg)
 	}
@@ -306,7 +310,7 @@ func (s *nodeService) Coordinate(ctx context.Context, req *clusterv1.CoordinateR
 	case errors.Is(err, errCoordUnavailable):
 		return &clusterv1.CoordinateResponse{Error: clusterv1.CoordinateError_COORDINATE_ERROR_UNAVAILABLE, Message: err.Error()}, nil
 	default:
-		return &clusterv1.CoordinateResponse{Error: clusterv1.CoordinateError_COORDINATE_ERROR_INVALID, Message: err.Error()}, nil
+		return &clusterv1.CoordinateResponse{Error: clusterv1.CoordinateError_COORDINATE_ERROR_FAILED, Message: err.Error()}, nil
 	}
 }
 

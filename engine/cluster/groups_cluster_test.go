@@ -40,6 +40,21 @@ func TestRefusalsOnTheWire(t *testing.T) {
 	}
 }
 
+// Only a command the coordinator's node could not read (INVALID: a node of
+// another release) is ErrGroupCommandUnreadable, on which a member sends
+// its command again without the fields an older release does not know; a
+// proposal that failed otherwise (FAILED) is not.
+func TestCoordinateErrorUnreadableOnlyForInvalid(t *testing.T) {
+	part := &partition{}
+	for code := range clusterv1.CoordinateError_name {
+		err := coordinateError(2, part, clusterv1.CoordinateError(code), 0, "msg")
+		want := clusterv1.CoordinateError(code) == clusterv1.CoordinateError_COORDINATE_ERROR_INVALID
+		if got := errors.Is(err, engine.ErrGroupCommandUnreadable); got != want {
+			t.Errorf("%v: unreadable %v, want %v (err %v)", clusterv1.CoordinateError(code), got, want, err)
+		}
+	}
+}
+
 // The group → coordinator partition mapping never changes: a group's state
 // lives in that partition's log.
 func TestCoordinatorPartitionStable(t *testing.T) {

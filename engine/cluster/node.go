@@ -145,6 +145,12 @@ func (n *Node) Close() error { return n.store.Close() }
 // SyncStats counts the syncs the log's append rounds made.
 func (n *Node) SyncStats() engine.SyncStats { return n.store.SyncStats() }
 
+// OpenFiles returns the files the node's log keeps open
+// (log.Store.OpenFiles): the replicas it holds and the controller's log.
+// Nothing here refuses a replica placed past a budget: the controller
+// places them, bounded by meta.MaxTotalPartitions (docs/security.md).
+func (n *Node) OpenFiles() int { return n.store.OpenFiles() }
+
 // DeleteTopic deletes the topic on every node (cluster_delete.go): refused
 // with ErrTopicInUse while a consumer group's member subscribes to it, with
 // ErrDeleteUnsupported for internal topics and on a storage-off node. It

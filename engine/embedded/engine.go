@@ -29,6 +29,14 @@ type Config struct {
 	// all its topics together (0: DefaultMaxPartitions). A topic that would
 	// pass it is refused with engine.ErrPartitionBudget.
 	MaxPartitions int
+	// MaxOpenFiles is the node's open-file budget: the most files its log
+	// keeps open (log.FilesPerSegment per segment; see OpenFiles). A
+	// new topic whose partitions would pass it is refused with
+	// engine.ErrFileBudget (0: DefaultMaxOpenFiles of the process's
+	// descriptor limit). Segments grow with data until retention deletes
+	// them: the budget is checked when partitions are created, not when a
+	// segment is rolled.
+	MaxOpenFiles int
 }
 
 // DefaultMaxPartitions is Config.MaxPartitions's default. A partition
@@ -63,6 +71,9 @@ func Open(cfg Config) (*Node, error) {
 	cfg.Log = opts
 	if cfg.MaxPartitions <= 0 {
 		cfg.MaxPartitions = DefaultMaxPartitions
+	}
+	if cfg.MaxOpenFiles <= 0 {
+		cfg.MaxOpenFiles = DefaultMaxOpenFiles(FileLimit())
 	}
 	return &Node{cfg: cfg, store: st, groups: gs, tab: table.New[struct{}](cfg.DataDir, cfg.Logger, cfg.Hooks.PartitionQuarantined)}, nil
 }
@@ -187,7 +198,7 @@ func (n *Node) ensureTopic(spec engine.TopicSpec) (damaged []*partition, err err
 
 // admitLocked refuses a new topic whose name folds to an open topic's or
 // to one whose partitions are on disk, and one that would pass the
-// partition budget. Called with n.tab.Mu held.
+// partition budget or the open-file budget. Called with n.tab.Mu held.
 func (n *Node) admitLocked(spec engine.TopicSpec) error {
 	for name := range n.tab.Topics {
 		if strings.EqualFold(name, spec.Name) {
@@ -203,6 +214,15 @@ func (n *Node) admitLocked(spec engine.TopicSpec) error {
 	if used+int(spec.Partitions) > n.cfg.MaxPartitions {
 		return fmt.Errorf("engine: topic %q: %w: this node has %d partitions and the topic asks for %d more, past %d (guards.max_node_partitions): create it with fewer partitions, delete topics, or raise the budget with the file descriptor limit",
 			spec.Name, engine.ErrPartitionBudget, used, spec.Partitions, n.cfg.MaxPartitions)
+	}
+	// Partitions already on disk reopen with the segments they grew to:
+	// refusing them would hide their data; the high-water warning
+	// (spool_open_files) reports what they take.
+	fresh := int(spec.Partitions - min(n.storedPartitions(spec.Name), spec.Partitions))
+	open, need := n.store.OpenFiles(), log.FilesPerSegment*fresh
+	if fresh > 0 && open+need > n.cfg.MaxOpenFiles {
+		return fmt.Errorf("engine: topic %q: %w: this node's log keeps %d files open and the topic's %d new partitions need %d more, past %d (guards.max_open_files): create it with fewer partitions, delete topics, shorten retention or grow segment_bytes, or raise the budget with the file descriptor limit",
+			spec.Name, engine.ErrFileBudget, open, fresh, need, n.cfg.MaxOpenFiles)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -86,5 +87,80 @@ func TestPartitionBudgetAndNameCase(t *testing.T) {
 	}
 	if _, limit := n2.PartitionBudget(); limit != DefaultMaxPartitions {
 		t.Fatalf("default budget %d", limit)
+	}
+}
+
+// TestOpenFileBudget: a single node refuses, before creating anything, a
+// topic whose partitions would take the files the log keeps open past
+// its budget (guards.max_open_files), counting the segments its topics
+// have grown to, and admits it again once files are freed.
+func TestOpenFileBudget(t *testing.T) {
+	dir := t.TempDir()
+	o := log.Options{MaintenanceInterval: time.Hour, SegmentBytes: log.MinSegmentBytes, IndexIntervalBytes: 512}
+	n, err := Open(Config{DataDir: dir, Log: o, Logger: quietLogger(), MaxOpenFiles: 19})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	defer func() { cancel(); <-done; _ = n.Close() }()
+
+	if err := n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	// The lock, and three files (log, offset index, time index) for the
+	// one segment of each of four partitions.
+	if open := n.OpenFiles(); open != 13 {
+		t.Fatalf("OpenFiles = %d, want 13", open)
+	}
+	// orders-0 grows past one segment: its next segment is three more files.
+	for i := 0; n.OpenFiles() < 16; i++ {
+		if i == 10 {
+			t.Fatalf("10 records of 800 bytes into 1 KiB segments: %d files open", n.OpenFiles())
+		}
+		res := make(chan error, 1)
+		n.Produce("orders", 0, []engine.Record{{Value: make([]byte, 800)}}, func(_ int64, err error) { res <- err })
+		if err := await(t, res, 10*time.Second, "produce"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Before the growth, two partitions more fitted (13 + 6 = 19).
+	err = n.EnsureTopic(engine.TopicSpec{Name: "more", Partitions: 2})
+	if !errors.Is(err, engine.ErrFileBudget) || !strings.Contains(err.Error(), "guards.max_open_files") {
+		t.Fatalf("past the budget: %v", err)
+	}
+	for _, pn := range n.store.Partitions() {
+		if strings.HasPrefix(pn, "more-") {
+			t.Fatalf("the refused topic left %s on disk", pn)
+		}
+	}
+	if err := n.EnsureTopic(engine.TopicSpec{Name: "one", Partitions: 1}); err != nil {
+		t.Fatalf("a topic within the budget: %v", err)
+	}
+	if open := n.OpenFiles(); open != 19 {
+		t.Fatalf("OpenFiles = %d, want 19", open)
+	}
+	if err := n.DeleteTopic("orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.EnsureTopic(engine.TopicSpec{Name: "more", Partitions: 2}); err != nil {
+		t.Fatalf("after the files were freed: %v", err)
+	}
+	if open := n.OpenFiles(); open != 10 {
+		t.Fatalf("open files %d after deleting orders and creating more; want 10", open)
+	}
+}
+
+// The default budget leaves a reserve of the descriptor limit for
+// listeners and connections, a quarter of a small limit.
+func TestDefaultMaxOpenFiles(t *testing.T) {
+	for _, c := range []struct {
+		nofile uint64
+		want   int
+	}{{1024, 768}, {4096, 3072}, {65536, 64512}, {1 << 20, 1<<20 - 1024}, {0, MaxOpenFilesCap}, {1 << 62, MaxOpenFilesCap}} {
+		if got := DefaultMaxOpenFiles(c.nofile); got != c.want {
+			t.Errorf("DefaultMaxOpenFiles(%d) = %d, want %d", c.nofile, got, c.want)
+		}
 	}
 }

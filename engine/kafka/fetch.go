@@ -73,7 +73,8 @@ func (b *Backend) Fetch(topic string, p int32, offset int64, maxBytes int, dst [
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, requestTimeout)
 	defer cancel()
-	maxBytes = min(max(maxBytes, 1), maxFetchBytes)
+	// A reply is what was asked plus at most one record batch past it.
+	maxBytes = min(max(maxBytes, 1), maxFetchBytes, int(b.cfg.MaxReplyBytes/2))
 	fp, wire, err := b.fetch(ctx, part, offset, max(maxBytes/int(max(part.expand.Load(), 1)), 1))
 	if err != nil {
 		return dst, err
@@ -175,6 +176,9 @@ func retriableFetch(err error) bool {
 func (b *Backend) connErr(part *partition, err error) error {
 	if errors.Is(err, kgo.ErrClientClosed) || b.ctx.Err() != nil {
 		return fmt.Errorf("%w: %s/%d: %w", engine.ErrClosed, part.t.spec.Name, part.num, err)
+	}
+	if replyRefused(err) {
+		return fmt.Errorf("kafka: reading %s/%d: %w", part.t.spec.Name, part.num, b.cfg.replyErr(err))
 	}
 	return fmt.Errorf("kafka: reading %s/%d: %w (is Kafka reachable?)", part.t.spec.Name, part.num, err)
 }

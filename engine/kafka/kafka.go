@@ -47,6 +47,11 @@ type Config struct {
 	// its metadata (default 4096, the broker's offset.metadata.max.bytes
 	// default; positions.go).
 	MetadataMaxBytes int
+	// MaxReplyBytes bounds one reply of a broker (default
+	// DefaultMaxReplyBytes): a reply declaring more closes its connection
+	// before anything is allocated for it, and the call fails or is sent
+	// again on a new connection (guards.kafka_max_reply_bytes).
+	MaxReplyBytes int32
 	// TLS, if set, connects with TLS.
 	TLS *tls.Config
 	// SASL, if set, authenticates with this mechanism.
@@ -66,6 +71,9 @@ type Hooks struct {
 	// metadata; dropped of them were left out (they will be delivered
 	// again after a restart or rebalance).
 	PositionsTruncated func(group, topic string, partition int32, dropped int)
+	// ReplyRefused: a broker's reply declared more than MaxReplyBytes (or
+	// a negative size); its connection was closed.
+	ReplyRefused func()
 }
 
 func (c *Config) validate() error {
@@ -83,6 +91,12 @@ func (c *Config) validate() error {
 	}
 	if c.ClientID == "" {
 		c.ClientID = "spoold"
+	}
+	if c.MaxReplyBytes == 0 {
+		c.MaxReplyBytes = DefaultMaxReplyBytes
+	}
+	if c.MaxReplyBytes < 1<<20 || c.MaxReplyBytes > 1<<30 {
+		return fmt.Errorf("kafka: a broker reply limit of %d bytes: want 1 MiB to 1 GiB (guards.kafka_max_reply_bytes)", c.MaxReplyBytes)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -175,6 +189,12 @@ func (c *Config) connOpts() []kgo.Opt {
 		// delay seeing a topic just created, or a leader that moved.
 		kgo.MetadataMinAge(250 * time.Millisecond),
 		kgo.WithLogger(slogger{c.Logger}),
+		// A reply declaring more is refused before it is allocated; a
+		// consumer's fetch (groups.go: none, the members' fetching is
+		// paused) asks for no more than half of it.
+		kgo.BrokerMaxReadBytes(c.MaxReplyBytes),
+		kgo.FetchMaxBytes(min(50<<20, c.MaxReplyBytes/2)),
+		kgo.WithHooks(replyHook{c.Hooks.ReplyRefused}),
 	}
 	if c.TLS != nil {
 		opts = append(opts, kgo.DialTLSConfig(c.TLS))
@@ -195,7 +215,7 @@ func (b *Backend) loadTopics() error {
 	defer cancel()
 	details, err := b.admin.ListTopics(ctx)
 	if err != nil {
-		return fmt.Errorf("kafka: listing topics at %s: %w (check storage.kafka.brokers, and that Kafka runs)", strings.Join(b.cfg.Brokers, ","), err)
+		return fmt.Errorf("kafka: listing topics at %s: %w (check storage.kafka.brokers, and that Kafka runs)", strings.Join(b.cfg.Brokers, ","), b.cfg.replyErr(err))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

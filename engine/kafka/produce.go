@@ -92,5 +92,5 @@ func (b *Backend) classify(topic string, p int32, err error) error {
 	case errors.Is(err, kgo.ErrClientClosed), errors.Is(err, context.Canceled) && b.ctx.Err() != nil:
 		return fmt.Errorf("%w: %s/%d: %w", engine.ErrClosed, topic, p, err)
 	}
-	return fmt.Errorf("%w: %s/%d: producing to Kafka: %w", engine.ErrOutcomeUnknown, topic, p, err)
+	return fmt.Errorf("%w: %s/%d: producing to Kafka: %w", engine.ErrOutcomeUnknown, topic, p, b.cfg.replyErr(err))
 }

@@ -145,7 +145,11 @@ func (o *Options) validate() error {
 		return fmt.Errorf("spool log: unknown fsync mode %d", o.Fsync)
 	}
 	if o.FS == nil {
-		o.FS = OSFS{}
+		fsys, err := defaultFS()
+		if err != nil {
+			return fmt.Errorf("spool log: %w", err)
+		}
+		o.FS = fsys
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -17,6 +17,7 @@ import (
 	raftracker "go.etcd.io/raft/v3/tracker"
 
 	"github.com/spoolmq/spool/engine/transport"
+	"github.com/spoolmq/spool/internal/wallclock"
 )
 
 // HostConfig configures the Host of one node. Zero fields take the defaults
@@ -967,7 +968,7 @@ func (h *Host) propose(g *hostGroup, p *proposal, now time.Time) {
 	}
 	var err error
 	if p.kind == kindRecords {
-		err = r.ProposeRecords(p.data, now.UnixMilli())
+		err = r.ProposeRecords(p.data, wallclock.UnixMilli(now))
 	} else {
 		err = r.ProposeConfChange(p.cc)
 	}

@@ -1,6 +1,7 @@
 package raft
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,6 +116,7 @@ type Replica struct {
 	done   chan error
 	ents   []slog.Entry
 	failed error
+	lost   lostLog // heartbeats committing past the log (lostEntries)
 
 	// Hooks of the Host's proposal tracker (nil for a bare Replica), called
 	// on the goroutine calling Process: onReady with each Ready's work
@@ -207,6 +209,15 @@ func OpenReplica(cfg ReplicaConfig) (*Replica, error) {
 	}
 	plog := NewPartitionLog(p)
 	storage, err := NewStorage(plog, st, snap)
+	if errors.Is(err, ErrInconsistent) {
+		// The log does not hold what the replica's state says it made
+		// durable (committed entries gone, a log from before a snapshot):
+		// damaged data, which the cluster replaces from the other replicas
+		// once the partition is quarantined (engine/cluster,
+		// cluster_repair.go).
+		p.Quarantine(&slog.CorruptionError{File: p.Name(), Position: -1, Offset: p.NextOffset(), Reason: err.Error()})
+		return fail(fmt.Errorf("%w: raft replica %s: %w", ErrLogCorrupt, p.Name(), err))
+	}
 	if err != nil {
 		return fail(fmt.Errorf("raft replica %s: %w", p.Name(), err))
 	}
@@ -341,9 +352,59 @@ func (r *Replica) Step(m raftpb.Message) error {
 	bs := r.g.BasicStatus()
 	l := local{last: last, term: bs.Term, leads: bs.RaftState == etcdraft.StateLeader, maxBatchBytes: r.cfg.MaxBatchBytes}
 	if err := checkInbound(&m, l); err != nil {
+		if ce := r.lostEntries(&m, l); ce != nil {
+			r.p.Quarantine(ce)
+			return r.stop(fmt.Errorf("%w: partition %s: %w", ErrLogCorrupt, r.p.Name(), ce))
+		}
 		return fmt.Errorf("raft replica %s: %w: a %s from %d at term %d: %w", r.p.Name(), ErrMalformedMessage, m.Type, m.From, m.Term, err)
 	}
+	if m.Type == raftpb.MsgHeartbeat {
+		r.lost = lostLog{}
+	}
 	return r.guard(func() error { return r.g.Step(m) })
+}
+
+// lostLog follows heartbeats that commit past this replica's log.
+type lostLog struct {
+	term  uint64 // their term
+	count int    // how many in a row
+	since int64  // Replica.ticks at the first
+}
+
+// lostLogHeartbeats is how many heartbeats in a row, over at least an
+// election timeout, must commit past the log before the replica takes its
+// log for one that lost entries.
+const lostLogHeartbeats = 5
+
+// lostEntries says whether m, refused by checkInbound, shows that this
+// replica's log lost entries it acknowledged. A leader's heartbeat commits
+// at most what the follower acknowledged having (the minimum of its match
+// and the commit index), and a leader of a later term has had no
+// acknowledgement from it yet. So heartbeats of the replica's term (or a
+// later one) that keep committing past its log, lostLogHeartbeats of them
+// over at least an election timeout, mean entries it had made durable are
+// gone: its segment was cut back (a disk that lied about a flush, a
+// restored backup) while it was down. Raft would panic; refusing them
+// leaves the replica stuck for good, never caught up. The replica then
+// holds damaged data (a CorruptionError to quarantine it with); the
+// cluster replaces the copy (engine/cluster, cluster_repair.go). One such
+// heartbeat, or a burst, is only refused (a forged or damaged message).
+func (r *Replica) lostEntries(m *raftpb.Message, l local) *slog.CorruptionError {
+	if m.Type != raftpb.MsgHeartbeat || m.Commit <= l.last || m.Term < l.term {
+		return nil
+	}
+	if r.lost.count == 0 || r.lost.term != m.Term {
+		r.lost = lostLog{term: m.Term, count: 1, since: r.ticks}
+		return nil
+	}
+	r.lost.count++
+	ticks := int64(cmp.Or(r.cfg.Group.ElectionTicks, DefaultElectionTicks))
+	if r.lost.count < lostLogHeartbeats || r.ticks-r.lost.since < ticks {
+		return nil
+	}
+	return &slog.CorruptionError{File: r.p.Name(), Position: -1, Offset: r.p.NextOffset(),
+		Reason: fmt.Sprintf("the leader (node %d, term %d) has committed index %d for %d ticks, past this replica's log (last index %d): entries it acknowledged are gone (a write lost or cut back while it was down)",
+			m.From, m.Term, m.Commit, r.ticks-r.lost.since, l.last)}
 }
 
 // Campaign starts an election now.

@@ -123,6 +123,10 @@ const (
 	ProbePort      = 7073         // node.probe_listen: probes and /metrics; AdminService stays on 127.0.0.1:7071
 	AddrEnv        = "SPOOL_ADDR" // read by every SDK
 	configFileName = "spool.yaml"
+	// RunAsUser is spoold's user and group in a pod that names none: the
+	// image's (deploy/Dockerfile, USER 65532:65532, distroless's nonroot),
+	// set as numbers so that the kubelet can check runAsNonRoot.
+	RunAsUser = 65532
 )
 
 // DefaultDrainTimeout is spoold's own default (node.drain_timeout).

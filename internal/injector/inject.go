@@ -93,6 +93,7 @@ func Inject(pod *corev1.Pod, d Defaults) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	s.podUser = pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsUser != nil
 	for _, v := range pod.Spec.Volumes {
 		switch v.Name {
 		case SocketVolume, DataVolume, ConfigVolume, TLSVolume, JoinVolume, RedisTLSVolume:
@@ -202,6 +203,10 @@ type settings struct {
 	// defaults', for pods that get Redis addresses.
 	redisTLSSecret, redisServerName string
 	redisInsecure                   bool
+	// podUser: the pod's securityContext names a runAsUser, which spoold
+	// then shares with the app (the socket's mode lets only spoold's user
+	// in); otherwise spoold runs as RunAsUser.
+	podUser bool
 }
 
 func settingsFor(ann map[string]string, d Defaults) (settings, error) {
@@ -398,6 +403,22 @@ func sidecar(s settings) corev1.Container {
 		}
 	}
 	no, yes := false, true
+	// What the "restricted" Pod Security Standard asks of a container,
+	// set on spoold itself so that it holds whatever the pod says. The
+	// user is a number (the kubelet cannot check a name against
+	// runAsNonRoot and refuses to start the container): the pod's, which
+	// the app shares and so can use the socket, or else the image's.
+	sc := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: &no,
+		ReadOnlyRootFilesystem:   &yes,
+		RunAsNonRoot:             &yes,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	if !s.podUser {
+		uid := int64(RunAsUser)
+		sc.RunAsUser, sc.RunAsGroup = &uid, &uid
+	}
 	return corev1.Container{
 		Name:            ContainerName,
 		Image:           s.image,
@@ -413,18 +434,10 @@ func sidecar(s settings) corev1.Container {
 		ReadinessProbe: probe("/readyz", 5, 3),
 		LivenessProbe:  probe("/healthz", 10, 3),
 		Resources:      s.resources,
-		// What the "restricted" Pod Security Standard asks of a container,
-		// set on spoold itself so that it holds whatever the pod says. No
-		// service account token is mounted: spoold never calls the API
+		// No service account token is mounted: spoold never calls the API
 		// (the pod's automountServiceAccountToken is the app's).
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: &no,
-			ReadOnlyRootFilesystem:   &yes,
-			RunAsNonRoot:             &yes,
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
-		VolumeMounts: mounts,
+		SecurityContext: sc,
+		VolumeMounts:    mounts,
 	}
 }
 

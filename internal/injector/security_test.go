@@ -51,6 +51,11 @@ func TestInjectedSidecarIsRestrictedWithoutToken(t *testing.T) {
 		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("spoold's securityContext %+v: want seccomp RuntimeDefault, runAsNonRoot, no escalation, read-only root, drop ALL", sc)
 	}
+	// A numeric user: the image's USER alone would do only if numeric (the
+	// kubelet cannot check a name against runAsNonRoot).
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != RunAsUser || sc.RunAsGroup == nil || *sc.RunAsGroup != RunAsUser {
+		t.Errorf("spoold's securityContext %+v: want runAsUser and runAsGroup %d", sc, RunAsUser)
+	}
 	for _, m := range c.VolumeMounts {
 		if m.Name == token.Name || m.MountPath == token.MountPath {
 			t.Errorf("spoold mounts the service account token (%+v)", m)
@@ -61,6 +66,34 @@ func TestInjectedSidecarIsRestrictedWithoutToken(t *testing.T) {
 	}
 	if !slices.ContainsFunc(got.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == token.Name && m.MountPath == token.MountPath }) {
 		t.Errorf("the app's token mount is gone: %+v", got.Spec.Containers[0].VolumeMounts)
+	}
+}
+
+// A pod that names its own user keeps it for spoold too: the app connects
+// to spoold's socket, whose mode (apps.socket_mode, 0600) lets in only
+// spoold's user, so both run as the pod's.
+func TestInjectedSidecarRunsAsThePodsUser(t *testing.T) {
+	d, err := ParseDefaults([]byte(testDefaults))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid, yes := int64(1000), int64(3000), true
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{RunAsUser: &uid, RunAsGroup: &gid, RunAsNonRoot: &yes},
+		Containers:      []corev1.Container{{Name: "app", Image: "example/app:1"}},
+	}}
+	pod.Name = "app-0"
+	pod.Annotations = map[string]string{AnnotationInject: "true"}
+	res, err := Inject(pod, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(pod)
+	patch, _ := json.Marshal(res.Patch)
+	got := decodePodStrict(t, applyPatch(t, raw, patch))
+	sc := got.Spec.InitContainers[slices.IndexFunc(got.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == ContainerName })].SecurityContext
+	if sc.RunAsUser != nil || sc.RunAsGroup != nil {
+		t.Errorf("spoold's runAsUser %v, runAsGroup %v: want the pod's (%d:%d), which the app shares", sc.RunAsUser, sc.RunAsGroup, uid, gid)
 	}
 }
 

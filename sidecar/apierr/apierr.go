@@ -127,7 +127,7 @@ func Classify(err error) Reason {
 		return BadPartition
 	case errors.Is(err, engine.ErrTopicNameCase):
 		return TopicExists
-	case errors.Is(err, engine.ErrPartitionBudget):
+	case errors.Is(err, engine.ErrPartitionBudget), errors.Is(err, engine.ErrFileBudget):
 		return InvalidTopicSpec
 	case errors.As(err, &notLeader):
 		return NotLeader

@@ -38,7 +38,8 @@ const (
 	StartRequired       Reason = "START_REQUIRED"
 	StartRepeated       Reason = "START_REPEATED"
 	// InvalidTopicSpec: a topic to create or alter with impossible settings
-	// (no partitions, too many, negative retention).
+	// (no partitions, too many, past the node's partition or open-file
+	// budget, negative retention).
 	InvalidTopicSpec Reason = "INVALID_TOPIC_SPEC"
 	// InvalidCursor: a dead-letter cursor spoold did not make, or made for
 	// another subscription.

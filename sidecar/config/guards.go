@@ -17,12 +17,21 @@ type GuardsConfig struct {
 	// message, its headers and payload, or a control line): more closes
 	// the connection.
 	NATSMaxFrameBytes int64 `yaml:"nats_max_frame_bytes"`
+	// KafkaMaxReplyBytes bounds one reply of a Kafka broker: a reply
+	// declaring more closes its connection before it is allocated.
+	KafkaMaxReplyBytes int64 `yaml:"kafka_max_reply_bytes"`
 	// KafkaSASLPlainWithoutTLS lets kafka.sasl_mechanism plain send the
 	// password in clear text (no kafka.tls).
 	KafkaSASLPlainWithoutTLS bool `yaml:"insecure_kafka_sasl_plain_without_tls"`
 	// MaxNodePartitions is a single node's partition budget (embedded
 	// storage without a cluster): a topic that would pass it is refused.
 	MaxNodePartitions int `yaml:"max_node_partitions"`
+	// MaxOpenFiles is a node's open-file budget: the most files its log
+	// keeps open (three per segment). On a single node a topic whose new
+	// partitions would pass it is refused; past 80 % spoold warns. 0: the
+	// file descriptor limit less a reserve of 1,024 for listeners and
+	// connections (a quarter of a limit below 4,096), resolved at start.
+	MaxOpenFiles int `yaml:"max_open_files"`
 	// InsecurePlaintextRemotes lets spoold reach the ledger's Redis or the
 	// broker in plaintext at an address beyond loopback (each logged as
 	// INSECURE at start and counted in spool_plaintext_remotes). Off (the
@@ -103,12 +112,21 @@ const (
 	// DefaultNATSMaxFrameBytes is NATS's own largest max_payload (64 MiB)
 	// plus room for a message's subject, reply and headers.
 	DefaultNATSMaxFrameBytes = 64<<20 + 1<<20
+	// DefaultKafkaMaxReplyBytes is franz-go's own bound, above the largest
+	// reply Spool asks for (a fetch of at most 64 MiB, or half the bound,
+	// plus one record batch).
+	DefaultKafkaMaxReplyBytes = 100 << 20
 	// DefaultMaxNodePartitions: each partition holds three open files per
 	// segment, so 4,096 partitions of one segment take 12,288 descriptors.
 	DefaultMaxNodePartitions = 4096
 	// MaxMaxNodePartitions bounds max_node_partitions (the controller's
 	// MaxTotalPartitions).
 	MaxMaxNodePartitions = 100_000
+	// MinMaxOpenFiles and MaxMaxOpenFiles bound max_open_files: a topic
+	// of one partition needs three files beside the lock; the upper bound
+	// is embedded.MaxOpenFilesCap.
+	MinMaxOpenFiles = 16
+	MaxMaxOpenFiles = 1 << 24
 	// MinGuardReplyBytes and MaxGuardReplyBytes bound both reply limits.
 	MinGuardReplyBytes = 1 << 20
 	MaxGuardReplyBytes = 1 << 30
@@ -121,6 +139,9 @@ func (g *GuardsConfig) applyDefaults() {
 	if g.NATSMaxFrameBytes == 0 {
 		g.NATSMaxFrameBytes = DefaultNATSMaxFrameBytes
 	}
+	if g.KafkaMaxReplyBytes == 0 {
+		g.KafkaMaxReplyBytes = DefaultKafkaMaxReplyBytes
+	}
 	if g.MaxNodePartitions == 0 {
 		g.MaxNodePartitions = DefaultMaxNodePartitions
 	}
@@ -130,7 +151,15 @@ func (c *Config) validateGuards(v *validator) {
 	g := c.Guards
 	v.intRange("guards.redis_max_reply_bytes", g.RedisMaxReplyBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
 	v.intRange("guards.nats_max_frame_bytes", g.NATSMaxFrameBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	v.intRange("guards.kafka_max_reply_bytes", g.KafkaMaxReplyBytes, MinGuardReplyBytes, MaxGuardReplyBytes)
+	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendKafka && g.KafkaMaxReplyBytes >= MinGuardReplyBytes && g.KafkaMaxReplyBytes < m+64<<10 {
+		v.add("guards.kafka_max_reply_bytes", strconv.FormatInt(g.KafkaMaxReplyBytes, 10),
+			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a reply)")
+	}
 	v.intRange("guards.max_node_partitions", int64(g.MaxNodePartitions), 1, MaxMaxNodePartitions)
+	if g.MaxOpenFiles != 0 {
+		v.intRange("guards.max_open_files", int64(g.MaxOpenFiles), MinMaxOpenFiles, MaxMaxOpenFiles)
+	}
 	if m := int64(c.Limits.MaxMessageBytes); c.Storage.Backend == BackendJetStream && g.NATSMaxFrameBytes < m+64<<10 {
 		v.add("guards.nats_max_frame_bytes", strconv.FormatInt(g.NATSMaxFrameBytes, 10),
 			"at least limits.max_message_bytes + 65536 (a message Spool stores must fit in a frame)")

@@ -582,3 +582,42 @@ func TestNATSURLErrorRedacted(t *testing.T) {
 		t.Fatalf("Validate = %v", err)
 	}
 }
+
+// TestGuardsKafkaMaxReplyBytes: the Kafka reply bound has a default, a
+// range, and holds a message Spool stores.
+func TestGuardsKafkaMaxReplyBytes(t *testing.T) {
+	c := kafka()
+	if err := c.Validate(); err != nil || c.Guards.KafkaMaxReplyBytes != DefaultKafkaMaxReplyBytes {
+		t.Fatalf("default: %d, %v; want %d", c.Guards.KafkaMaxReplyBytes, err, DefaultKafkaMaxReplyBytes)
+	}
+	for _, bad := range []int64{10, 2 << 30} {
+		c.Guards.KafkaMaxReplyBytes = bad
+		if errs := fieldErrors(c.Validate()); len(errs) != 1 || errs[0].Field != "guards.kafka_max_reply_bytes" {
+			t.Errorf("%d: errors %v", bad, errs)
+		}
+	}
+	c.Guards.KafkaMaxReplyBytes = 2 << 20
+	c.Limits.MaxMessageBytes = 4 << 20
+	if errs := fieldErrors(c.Validate()); len(errs) != 1 || errs[0].Field != "guards.kafka_max_reply_bytes" || !strings.Contains(errs[0].Error(), "limits.max_message_bytes") {
+		t.Errorf("a reply bound below a message: %v", errs)
+	}
+}
+
+// TestGuardsMaxOpenFiles: 0 leaves the budget to the descriptor limit;
+// a set value is bounded, and one out of range is refused by name.
+func TestGuardsMaxOpenFiles(t *testing.T) {
+	for _, n := range []int{0, MinMaxOpenFiles, 100_000, MaxMaxOpenFiles} {
+		c := valid()
+		c.Guards.MaxOpenFiles = n
+		if err := c.Validate(); err != nil {
+			t.Errorf("max_open_files %d: %v", n, err)
+		}
+	}
+	for _, n := range []int{-1, MinMaxOpenFiles - 1, MaxMaxOpenFiles + 1} {
+		c := valid()
+		c.Guards.MaxOpenFiles = n
+		if errs := fieldErrors(c.Validate()); len(errs) != 1 || errs[0].Field != "guards.max_open_files" {
+			t.Errorf("max_open_files %d: %v", n, errs)
+		}
+	}
+}

@@ -28,6 +28,9 @@ type inProcCoord struct {
 	// old: refuse a Join or Heartbeat carrying a count of apps, as a node
 	// of a release before the count does (it rejects unknown fields).
 	old bool
+	// failCounted: the next this many commands carrying a count of apps
+	// fail as a coordinator that is briefly unavailable answers.
+	failCounted int
 }
 
 func newInProcCoord() *inProcCoord { return &inProcCoord{st: engine.NewGroupState()} }
@@ -36,8 +39,13 @@ func (c *inProcCoord) Coordinate(_ context.Context, cmd engine.GroupCommand) (en
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cmd.AtMs = time.Now().Add(c.skew).UnixMilli()
-	if c.old && (cmd.Join != nil && cmd.Join.Consumers > 0 || cmd.Heartbeat != nil && cmd.Heartbeat.Consumers > 0) {
-		return engine.GroupResult{}, errors.New("engine: node 1 refused the coordinator request: coord: malformed command: unknown field 7")
+	counted := cmd.Join != nil && cmd.Join.Consumers > 0 || cmd.Heartbeat != nil && cmd.Heartbeat.Consumers > 0
+	if c.old && counted {
+		return engine.GroupResult{}, fmt.Errorf("%w: node 1: coord: malformed command: unknown field 7", engine.ErrGroupCommandUnreadable)
+	}
+	if c.failCounted > 0 && counted {
+		c.failCounted--
+		return engine.GroupResult{}, errors.New("engine: coordinator unavailable here: __groups/0 replica stopped (disk full)")
 	}
 	res := c.st.Apply(cmd)
 	switch {
@@ -522,6 +530,45 @@ func TestConsumersCountLeftOutForAnOlderCoordinator(t *testing.T) {
 		await(t, 2*countsOffFor, "the count reported again", func() bool { return count() == 1 })
 		if got := len(co.assignment(memberA).Owned); got != 2 {
 			t.Fatalf("member a owns %d partitions, want 2", got)
+		}
+	})
+}
+
+// A coordinator that fails once while the member reports its count (its
+// replica briefly stopped, a leader change) is not taken for one of an
+// older release: the count stays reported.
+func TestConsumersCountKeptThroughATransientFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := newFakeEngine(map[string]int32{tTopic: 2, tDLQ: 1})
+		co := newInProcCoord()
+		h := startGroup(t, eng, clusterGroup(co, 50*time.Millisecond))
+		h.join(16, 2)
+		count := func() uint32 {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			for _, m := range co.st.Members(tGroup) {
+				if m.ID == memberA {
+					return m.Consumers
+				}
+			}
+			return 99
+		}
+		await(t, 10*time.Second, "the count reported", func() bool { return count() == 1 })
+		co.mu.Lock()
+		co.failCounted = 1
+		co.mu.Unlock()
+		await(t, 10*time.Minute, "the failure answered (the next heartbeat)", func() bool {
+			co.mu.Lock()
+			defer co.mu.Unlock()
+			return co.failCounted == 0
+		})
+		// The heartbeats after the failure, sent again at once and every
+		// third of the session, carry the count.
+		for range 20 {
+			time.Sleep(10 * time.Second) // sleep-ok: virtual time (synctest)
+			if n := count(); n != 1 {
+				t.Fatalf("count of apps after one failed heartbeat: %d, want 1 (taken for a coordinator of an older release)", n)
+			}
 		}
 	})
 }

@@ -288,15 +288,17 @@ func (ms *membership) countOf(x *memberSub, now time.Time) uint32 {
 
 // callCounted sends the Join or Heartbeat that cmd makes with the
 // member's count of apps n, and says which count went through. A
-// coordinator of an older release refuses a command carrying a count (a
-// field it does not know; during a rolling upgrade): a failure that is
-// none of the coordinator's refusals is sent again at once without the
-// count, and if that goes through, the member leaves the count out for
-// countsOffFor. The count is only reported, so leaving it out costs the
-// describe's figure, never the member's partitions.
+// coordinator of an older release cannot read a command carrying a count
+// (a field it does not know; during a rolling upgrade), and says so
+// (engine.ErrGroupCommandUnreadable): the command is sent again at once
+// without the count, and if that goes through, the member leaves the count
+// out for countsOffFor. Any other failure (a coordinator briefly
+// unavailable, a leader change) is retried as it is. The count is only
+// reported, so leaving it out costs the describe's figure, never the
+// member's partitions.
 func (ms *membership) callCounted(ctx context.Context, x *memberSub, n uint32, cmd func(n uint32) engine.GroupCommand) (uint32, error) {
 	_, err := ms.call(ctx, cmd(n))
-	if err == nil || n == 0 || coordRefusal(err) || ctx.Err() != nil {
+	if n == 0 || !errors.Is(err, engine.ErrGroupCommandUnreadable) || ctx.Err() != nil {
 		return n, err
 	}
 	if _, err0 := ms.call(ctx, cmd(0)); err0 != nil {
@@ -306,18 +308,6 @@ func (ms *membership) callCounted(ctx context.Context, x *memberSub, n uint32, c
 	ms.log.Warn("the group's coordinator refused a command carrying this member's count of apps, and took it without (a node of an older release, during an upgrade?): the count is left out for a while, and spool group describe counts none for this member meanwhile",
 		"member", x.id, "err", err)
 	return 0, nil
-}
-
-// coordRefusal: err is one of the coordinator's refusals, which a command
-// without the count would get as well.
-func coordRefusal(err error) bool {
-	for _, r := range []error{engine.ErrGroupFenced, engine.ErrGroupUnknownMember, engine.ErrGroupStaleSession, engine.ErrGroupNotRevoking,
-		engine.ErrGroupTopicConflict, engine.ErrGroupActive} {
-		if errors.Is(err, r) {
-			return true
-		}
-	}
-	return false
 }
 
 // poll reads the group once and hands every subscription's view to the loop.

@@ -12,6 +12,7 @@ import (
 
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/apierr"
+	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
 // Server implements spoolv1.SubscriberServiceServer over the node's groups.
@@ -19,6 +20,7 @@ type Server struct {
 	spoolv1.UnimplementedSubscriberServiceServer
 	groups map[string]*Group
 	log    *slog.Logger
+	met    *metrics.Metrics
 	// authorize, if set, decides whether the caller of ctx may consume
 	// topics as group (sidecar/apps scopes); its error ends the stream.
 	authorize func(ctx context.Context, group string, topics []string) error
@@ -35,12 +37,20 @@ func (s *Server) Authorize(f func(ctx context.Context, group string, topics []st
 // the stream connects and when it ends, and shown by the admin API.
 const MaxConsumerNameBytes = 256
 
-// NewServer returns a Subscribe server for groups.
-func NewServer(groups []*Group, logger *slog.Logger) *Server {
+// RefusedConsumerNameTooLong is the reason of spool_subscribe_refused_total
+// for a name over MaxConsumerNameBytes.
+const RefusedConsumerNameTooLong = "consumer_name_too_long"
+
+// NewServer returns a Subscribe server for groups, counting its refusals
+// in m.
+func NewServer(groups []*Group, m *metrics.Metrics, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{groups: map[string]*Group{}, log: logger}
+	s := &Server{groups: map[string]*Group{}, log: logger, met: m}
+	if m != nil {
+		m.SubscribeRefused.WithLabelValues(RefusedConsumerNameTooLong) // the series exists from the start
+	}
 	for _, g := range groups {
 		s.groups[g.Name()] = g
 	}
@@ -60,6 +70,9 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 		return apierr.ToStatus(apierr.New(apierr.StartRequired, "subscribe: the first frame must carry start{group, topics}: send Start before acks or credit"))
 	}
 	if n := len(st.GetConsumerName()); n > MaxConsumerNameBytes {
+		if s.met != nil {
+			s.met.SubscribeRefused.WithLabelValues(RefusedConsumerNameTooLong).Inc()
+		}
 		return apierr.ToStatus(apierr.New(apierr.InvalidRequest,
 			"subscribe: start.consumer_name is %d bytes, the limit is %d (MaxConsumerNameBytes): name the consumer after its pod or process", n, MaxConsumerNameBytes))
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,7 +25,7 @@ func serve(t *testing.T, h *harness) *grpc.ClientConn {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	spoolv1.RegisterSubscriberServiceServer(srv, NewServer([]*Group{h.g}, slog.New(slog.DiscardHandler)))
+	spoolv1.RegisterSubscriberServiceServer(srv, NewServer([]*Group{h.g}, h.m, slog.New(slog.DiscardHandler)))
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -148,6 +149,13 @@ func TestConsumerNameBounded(t *testing.T) {
 		}
 		if !c.ok && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "consumer_name")) {
 			t.Fatalf("%d bytes: %v, want INVALID_ARGUMENT naming consumer_name", len(c.name), err)
+		}
+		want := 0.0
+		if !c.ok {
+			want = 1
+		}
+		if got := testutil.ToFloat64(h.m.SubscribeRefused.WithLabelValues(RefusedConsumerNameTooLong)); got != want {
+			t.Errorf("after a name of %d bytes: spool_subscribe_refused_total{reason=%q} = %v, want %v", len(c.name), RefusedConsumerNameTooLong, got, want)
 		}
 		cancel()
 	}

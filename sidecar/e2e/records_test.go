@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -261,4 +262,29 @@ func testForeignNATSMessage(t *testing.T, srv *testnats.Server) {
 	}
 	series := `spool_dead_lettered_total{group="workers",reason="undecodable_record",topic="orders"}`
 	eventually(t, 10*time.Second, series+" = 1", func() bool { return metricValue(t, n, series) == 1 })
+	// One warning for the partition, and no error: the foreign message once
+	// made the partition's reads fail every 500 ms, an ERROR line each
+	// (941 in 8 minutes). The reads go on meanwhile (the delivery loop
+	// polls), so a retry loop would have logged by now.
+	eventually(t, 10*time.Second, "spoold logged the partition's reads past the foreign message", func() bool {
+		return metricValue(t, n, `spool_deliveries_total{group="workers",topic="orders"}`) >= float64(len(good))
+	})
+	b, err := os.ReadFile(n.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warns, errs []string
+	for _, line := range strings.Split(string(b), "\n") {
+		forPartition := strings.Contains(line, "spool.orders.0") || strings.Contains(line, "topic=orders") && strings.Contains(line, "partition=0")
+		switch {
+		case strings.Contains(line, "level=ERROR"):
+			errs = append(errs, line)
+		case strings.Contains(line, "level=WARN") && forPartition:
+			warns = append(warns, line)
+		}
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "no Spool record") || len(errs) != 0 {
+		t.Errorf("spoold logged %d WARN lines for the partition and %d ERROR lines; want one warning that it is no Spool record, and no error:\n%s",
+			len(warns), len(errs), strings.Join(append(warns, errs...), "\n"))
+	}
 }

@@ -3,7 +3,6 @@ package ledger
 import (
 	"fmt"
 	"math"
-	"time"
 )
 
 // Decoding of script replies. Replies are untrusted input: every shape or
@@ -77,7 +76,7 @@ func decodeClaims(out []ClaimResult, arr []any, n int, malformed func(i int)) ([
 			r.Status = Dead
 		case codeBusy:
 			r.Status = Busy
-			r.BusyUntil = time.UnixMilli(busy)
+			r.BusyUntil = fromUnixMs(busy)
 		default:
 			return out, fmt.Errorf("%w: claim status %d", ErrBadReply, code)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/spoolmq/spool/internal/wallclock"
 )
 
 // Status is the answer to one claimed message. The zero value is not a
@@ -309,5 +311,8 @@ func checkResetArgs(group string, ids []string) error {
 }
 
 // unixMs is the lease encoding in both implementations (Redis stores it as
-// decimal milliseconds).
-func unixMs(t time.Time) int64 { return t.UnixMilli() }
+// decimal milliseconds): the time as this sidecar's clock tells it to the
+// others (internal/wallclock), and fromUnixMs its inverse.
+func unixMs(t time.Time) int64 { return wallclock.UnixMilli(t) }
+
+func fromUnixMs(ms int64) time.Time { return wallclock.FromUnixMilli(ms) }

@@ -140,7 +140,7 @@ func (m *Memory) Claim(ctx context.Context, group, owner string, now time.Time, 
 			r.Status = Dead
 		case e.state == stateInProgress && e.owner != owner && e.lease > nowMs && c.Generation <= e.gen:
 			r.Status = Busy
-			r.BusyUntil = time.UnixMilli(e.lease)
+			r.BusyUntil = fromUnixMs(e.lease)
 		default:
 			e.state, e.owner, e.gen, e.lease = stateInProgress, owner, c.Generation, unixMs(c.Lease)
 			e.token++

@@ -36,6 +36,9 @@ type Metrics struct {
 	// LogSyncs counts the embedded log's syncs (spool_log_syncs_total).
 	LogSyncs *LogSyncs
 
+	// SubscribeRefused: Subscribe streams refused at Start, by reason.
+	SubscribeRefused *prometheus.CounterVec // reason
+
 	Deliveries     *prometheus.CounterVec   // group, topic
 	Settlements    *prometheus.CounterVec   // group, topic, outcome
 	Redeliveries   *prometheus.CounterVec   // group, topic
@@ -75,10 +78,12 @@ type Metrics struct {
 	LedgerErrors        *prometheus.CounterVec   // op
 	LedgerAvailable     prometheus.Gauge
 	LedgerMalformed     *prometheus.CounterVec // op
-	RemoteRefused       *prometheus.CounterVec // peer (redis, nats)
+	RemoteRefused       *prometheus.CounterVec // peer (redis, nats, kafka)
 	NodePartitions      *prometheus.GaugeVec   // (none)
 	PlaintextRemotes    *prometheus.GaugeVec   // peer
 	NodePartitionsLimit *prometheus.GaugeVec   // (none)
+	OpenFiles           prometheus.Gauge
+	OpenFilesLimit      prometheus.Gauge
 	BreakerState        *prometheus.GaugeVec   // group, topic, downstream
 	BreakerTransitions  *prometheus.CounterVec // group, topic, downstream, to
 	Redriven            *prometheus.CounterVec // group, topic
@@ -154,6 +159,7 @@ func New() *Metrics {
 		AdminTokens:           prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "admin_tokens", Help: "Tokens loaded from admin.tokens_file (at most 10000)."}),
 		PublishRejected:       counter("publish_rejected_total", "Published messages refused, by the reason the producer got (docs/errors.md); topic is __other for topics the node does not have.", "topic", "reason"),
 		PublishLatency:        hist("publish_latency_seconds", "Time from receiving a publish to its messages being durable.", "topic"),
+		SubscribeRefused:      counter("subscribe_refused_total", "Subscribe streams refused at Start before anything was logged, by reason: consumer_name_too_long (start.consumer_name over 256 bytes, deliver.MaxConsumerNameBytes).", "reason"),
 		Deliveries:            counter("deliveries_total", "Deliveries handed to the application (first attempts and redeliveries).", "group", "topic"),
 		Settlements:           counter("settlements_total", "Deliveries settled, by outcome: ack, retry, dead_letter, release (the app's acks and nacks), stream_closed (released because the app's stream ended). Lease expiries: spool_lease_expiries_total.", "group", "topic", "outcome"),
 		Redeliveries:          counter("redeliveries_total", "Deliveries with attempt > 1.", "group", "topic"),
@@ -196,10 +202,12 @@ func New() *Metrics {
 		LedgerErrors:        counter("ledger_errors_total", "Failed ledger calls, by operation (including calls refused by the open breaker toward Redis).", "op"),
 		LedgerAvailable:     prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "spool", Name: "ledger_available", Help: "1 once Redis has answered; 0 after a failed startup ping or while the breaker toward Redis is open, until Redis answers again."}),
 		LedgerMalformed:     counter("ledger_malformed_entries_total", "Entries under the ledger's key prefix not in the ledger's format (or of another Redis type), by the operation that met them: claim overwrote it with a first attempt; complete, release, dead left it alone; reset answered absent. Each affects only its own message.", "op"),
-		RemoteRefused:       counter("remote_replies_refused_total", "Connections to the ledger's Redis (peer=redis) or a NATS server (peer=nats) closed because a reply declared or sent more than guards.redis_max_reply_bytes or guards.nats_max_frame_bytes, or was not the protocol; only the call that met it fails.", "peer"),
+		RemoteRefused:       counter("remote_replies_refused_total", "Connections to the ledger's Redis (peer=redis), a NATS server (peer=nats) or a Kafka broker (peer=kafka) closed because a reply declared or sent more than guards.redis_max_reply_bytes, guards.nats_max_frame_bytes or guards.kafka_max_reply_bytes, or was not the protocol; only the call that met it fails.", "peer"),
 		PlaintextRemotes:    gauge("plaintext_remotes", "Addresses of the ledger's Redis (peer=redis) or the broker (nats, kafka) that spoold reaches without TLS beyond loopback (only with guards.insecure_plaintext_remotes or node.dev: refused at start otherwise; each logged as INSECURE).", "peer"),
 		NodePartitions:      gauge("node_partitions", "Partitions of all topics of a single node (embedded storage without a cluster), against guards.max_node_partitions."),
 		NodePartitionsLimit: gauge("node_partitions_limit", "guards.max_node_partitions: past it a new topic is refused (INVALID_TOPIC_SPEC)."),
+		OpenFiles:           gauge("open_files", "Files the node's log keeps open (three per segment of each partition, and its lock).").WithLabelValues(),
+		OpenFilesLimit:      gauge("open_files_limit", "guards.max_open_files: a topic whose new partitions would take spool_open_files past it is refused on a single node (INVALID_TOPIC_SPEC).").WithLabelValues(),
 		BreakerState:        gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
 		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
 		Redriven:            counter("redriven_total", "Dead-lettered messages redriven back to the group that dead-lettered them.", "group", "topic"),

@@ -34,7 +34,8 @@ const (
 	CoordinateError_COORDINATE_ERROR_LOST CoordinateError = 2
 	// OUTCOME_UNKNOWN: the command may or may not be applied.
 	CoordinateError_COORDINATE_ERROR_OUTCOME_UNKNOWN CoordinateError = 3
-	// INVALID: the request was refused before it was proposed.
+	// INVALID: the request was refused before it was proposed: it does not
+	// decode (a field this node's release does not know) or breaks a rule.
 	CoordinateError_COORDINATE_ERROR_INVALID CoordinateError = 4
 	// UNAVAILABLE: the coordinator cannot take commands now (no replica
 	// here, its log stopped, a new leader still applying its predecessors'
@@ -43,6 +44,10 @@ const (
 	// REFUSED: the command was applied and refused by the state machine
 	// (changed nothing); refusal says which rule.
 	CoordinateError_COORDINATE_ERROR_REFUSED CoordinateError = 6
+	// FAILED: the proposal failed for another reason (its outcome is not
+	// known to be nothing). A node of a release before this value answers
+	// INVALID instead.
+	CoordinateError_COORDINATE_ERROR_FAILED CoordinateError = 7
 )
 
 // Enum value maps for CoordinateError.
@@ -55,6 +60,7 @@ var (
 		4: "COORDINATE_ERROR_INVALID",
 		5: "COORDINATE_ERROR_UNAVAILABLE",
 		6: "COORDINATE_ERROR_REFUSED",
+		7: "COORDINATE_ERROR_FAILED",
 	}
 	CoordinateError_value = map[string]int32{
 		"COORDINATE_ERROR_UNSPECIFIED":     0,
@@ -64,6 +70,7 @@ var (
 		"COORDINATE_ERROR_INVALID":         4,
 		"COORDINATE_ERROR_UNAVAILABLE":     5,
 		"COORDINATE_ERROR_REFUSED":         6,
+		"COORDINATE_ERROR_FAILED":          7,
 	}
 )
 
@@ -1214,7 +1221,7 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\x03R\x03end*\xf3\x01\n" +
+	"\x03end\x18\x03 \x01(\x03R\x03end*\x90\x02\n" +
 	"\x0fCoordinateError\x12 \n" +
 	"\x1cCOORDINATE_ERROR_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bCOORDINATE_ERROR_NOT_LEADER\x10\x01\x12\x19\n" +
@@ -1222,7 +1229,8 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	" COORDINATE_ERROR_OUTCOME_UNKNOWN\x10\x03\x12\x1c\n" +
 	"\x18COORDINATE_ERROR_INVALID\x10\x04\x12 \n" +
 	"\x1cCOORDINATE_ERROR_UNAVAILABLE\x10\x05\x12\x1c\n" +
-	"\x18COORDINATE_ERROR_REFUSED\x10\x06*\xec\x02\n" +
+	"\x18COORDINATE_ERROR_REFUSED\x10\x06\x12\x1b\n" +
+	"\x17COORDINATE_ERROR_FAILED\x10\a*\xec\x02\n" +
 	"\rGroupsRefusal\x12\x1e\n" +
 	"\x1aGROUPS_REFUSAL_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16GROUPS_REFUSAL_INVALID\x10\x01\x12\x18\n" +
