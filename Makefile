@@ -58,14 +58,25 @@ gen: tools
 deps:
 	@./scripts/ensure-deps.sh
 
-## test: every test, Go with -race (the server's module, then the generated API's), then
-## deploy/'s checks (a module of its own: Helm, Prometheus and Kubernetes types stay out of the
-## main module), then each SDK's (the Go SDK's module in test-sdk-go). Installs what a fresh machine lacks.
+## test: every test, Go with -race (the server's module, then the generated API's), then the fuzz
+## targets of the decoders of peer input for PEER_FUZZTIME (2s) each, then deploy/'s checks (a
+## module of its own: Helm, Prometheus and Kubernetes types stay out of the main module), then
+## each SDK's (the Go SDK's module in test-sdk-go). Installs what a fresh machine lacks.
 test: deps build
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	cd proto && $(GO) test $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz-peers
 	cd deploy/check && $(GO) test -count=1 -timeout=10m ./...
 	@$(MAKE) --no-print-directory test-sdks
+
+## fuzz-peers: the fuzz targets of every decoder of what a peer sends (transport frames, Hello,
+## snapshot headers, raft messages into a follower's and a leader's Host, controller and
+## coordinator commands and states), PEER_FUZZTIME each: about 35 s once built (docs/security.md, "Peers").
+PEER_FUZZTIME ?= 2s
+PEER_FUZZ := ^(FuzzDecodeFrame|FuzzHello|FuzzSnapshotHeader|FuzzHostStep|FuzzHostStepLeader|FuzzDecodeCommand|FuzzDecodeState)$$
+.PHONY: fuzz-peers
+fuzz-peers:
+	@FUZZTIME=$(PEER_FUZZTIME) FUZZMINIMIZETIME=1s FUZZ='$(PEER_FUZZ)' GO=$(GO) ./scripts/fuzz.sh
 
 # Each SDK has sdk/<lang>/sdk.mk: it defines a
 # test-sdk-<lang> target (installing its toolchain's packages under the build

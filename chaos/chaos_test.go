@@ -694,6 +694,7 @@ guards:
   insecure_plaintext_remotes: true
 cluster:
   insecure: true
+  insecure_no_join_secret: true
   listen: "%s:%d"
   produce_timeout: 5s
   group_session_timeout: 3s

@@ -58,6 +58,14 @@ type ClusterStatus struct {
 	// log this node skipped because they do not decode or validate (every
 	// node skips them alike), by machine: controller, coordinator.
 	CommandsSkipped map[string]uint64
+	// PeerRefusals counts what this node refused of a peer, by reason:
+	// handshake (a raft stream's Hello of another cluster or protocol, or
+	// not for this node), identity (a raft stream whose certificate is not
+	// the claimed node's, or claims a node id no member has), produce (a
+	// forwarded write into group 0 or an internal topic that is no valid
+	// command or not a member's), join (a join without the secret, or with
+	// another identity's token).
+	PeerRefusals map[string]uint64
 	// ConfChangesSkipped counts the committed raft configuration changes
 	// skipped because raft refuses to apply them (every replica alike).
 	ConfChangesSkipped uint64

@@ -89,8 +89,8 @@ func TestClusterConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := sidecarConfig(sc, node{index: 0, app: "127.0.0.1:1", admin: "127.0.0.1:2", cluster: "127.0.0.1:3", replication: 3}, "/d", "")
-	if !strings.Contains(first, "cluster:\n  listen: \"127.0.0.1:3\"\n  replication_factor: 3\n") || strings.Contains(first, "join") {
-		t.Errorf("first node's config:\n%s\nwant a cluster section without join", first)
+	if !strings.Contains(first, "cluster:\n  listen: \"127.0.0.1:3\"\n  replication_factor: 3\n  insecure_no_join_secret: true\n") || strings.Contains(first, "  join:") {
+		t.Errorf("first node's config:\n%s\nwant a cluster section without a join secret and without join", first)
 	}
 	if !strings.Contains(first, "id: loadtest-1\n") || !strings.Contains(first, "fsync: always") {
 		t.Errorf("first node's config:\n%s\nwant node id loadtest-1 and fsync always", first)

@@ -368,14 +368,15 @@ func TestAdminUnixSocket(t *testing.T) {
 
 // 1,000 half-open connections stayed open on the admin port: each HTTP
 // server now closes a connection that has not sent its request headers
-// within admin.read_header_timeout.
+// within admin.read_header_timeout, 500 of them on each port at once.
 func TestHTTPServersCloseHalfOpenConnections(t *testing.T) {
+	const perPort = 500
 	cfg := adminTestConfig(t)
 	cfg.Admin.ReadHeaderTimeout = 200 * time.Millisecond
 	s := startAdminSidecar(t, cfg)
 	for _, addr := range []string{s.addrs.Admin, s.addrs.Probe} {
 		var conns []net.Conn
-		for i := range 20 {
+		for i := range perPort {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)

@@ -47,6 +47,9 @@ func openBackend(cfg *config.Config, dataDir string, m *metrics.Metrics, logger 
 				logger.Warn("INSECURE: cluster.insecure is set: the peer port takes plaintext from anyone who reaches it, who can read every topic"+
 					" and, without cluster.join_secret_file, join the cluster (docs/security.md, \"Peers\")", "cluster_listen", cfg.Cluster.Listen)
 			}
+			if cfg.Cluster.InsecureNoJoinSecret && cfg.Cluster.JoinSecretFile == "" && !cfg.Node.Dev {
+				logger.Warn("INSECURE: cluster.insecure_no_join_secret is set: any process the peer port accepts can join the cluster and receive replicas of every topic (docs/security.md, \"Peers\")", "cluster_listen", cfg.Cluster.Listen)
+			}
 			return cluster.Open(cluster.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Cluster: cc, Hooks: hooks})
 		}
 		return embedded.Open(embedded.Config{DataDir: dataDir, Log: logOptions(cfg), Logger: logger, Hooks: hooks,

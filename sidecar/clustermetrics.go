@@ -99,6 +99,9 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	for machine, v := range st.CommandsSkipped {
 		m.CommandsSkipped.WithLabelValues(machine).Add(float64(v - prev.CommandsSkipped[machine]))
 	}
+	for reason, v := range st.PeerRefusals {
+		m.PeerRefusals.WithLabelValues(reason).Add(float64(v - prev.PeerRefusals[reason]))
+	}
 	m.ConfChangesSkipped.WithLabelValues().Add(float64(st.ConfChangesSkipped - prev.ConfChangesSkipped))
 	for reason, n := range st.StoppedNow {
 		m.ReplicasStopped.WithLabelValues(reason).Set(float64(n))

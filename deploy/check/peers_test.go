@@ -47,6 +47,9 @@ func checkPeerSecurity(spec *corev1.PodSpec, c *corev1.Container, cfg *config.Co
 		if file == "" {
 			continue
 		}
+		if _, _, ok := csiFileAt(spec, c, file); ok && key != "secret" {
+			continue // cert-manager's csi-driver writes the pod's own (perpod_test.go)
+		}
 		secret, got, ok := secretKeyAt(spec, c, file)
 		if !ok {
 			return fmt.Errorf("spoold reads %s, which is in no Secret volume the container mounts", file)

@@ -380,7 +380,7 @@ func (c *member) start(l net.Listener) (err error) {
 		Handler:     pausable{c.host, &c.gate},
 		Listener:    l,
 		Logger:      c.conf.Logger,
-		Authorize:   c.authorizeStream,
+		Authorize:   c.authorizeRaftStream,
 		DialOptions: []grpc.DialOption{c.dialCreds()},
 		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(
 			func() string { return c.id.ClusterID }, clusterv1.NodeService_Metadata_FullMethodName), c.gate.hold)),

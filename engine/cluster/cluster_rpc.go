@@ -312,6 +312,7 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 	}
 	group := req.GetGroup()
 	if err := c.checkPeerProduce(ctx, group, req); err != nil {
+		c.refusedProduce.Add(1)
 		c.logger.Warn("spool cluster: refused a peer's produce", "group", group, "topic", req.GetTopic(), "err", err)
 		return refuse(clusterv1.ProduceError_PRODUCE_ERROR_INVALID, "%v", err)
 	}
@@ -411,6 +412,7 @@ const maxRemoteFetchBytes = 4 << 20
 func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*clusterv1.JoinResponse, error) {
 	c := s.c
 	if err := c.checkJoinSecret(ctx); err != nil {
+		c.refusedJoin.Add(1)
 		c.logger.Warn("spool cluster: refused a join", "addr", req.GetAddr(), "err", err)
 		return nil, status.Error(codes.PermissionDenied, err.Error())
 	}
@@ -418,6 +420,7 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 	forwarded := len(md.Get(forwardedKey)) > 0
 	who, err := c.joinerIdentity(ctx, forwarded)
 	if err != nil {
+		c.refusedJoin.Add(1)
 		c.logger.Warn("spool cluster: refused a join", "addr", req.GetAddr(), "err", err)
 		return nil, status.Error(codes.PermissionDenied, err.Error())
 	}
@@ -441,6 +444,7 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 	}
 	res, err := c.proposeMeta(ctx, meta.Command{AddNode: &meta.AddNode{Addr: req.GetAddr(), Token: req.GetToken(), Identity: who}})
 	if errors.Is(err, meta.ErrInvalid) {
+		c.refusedJoin.Add(1)
 		c.logger.Warn("spool cluster: refused a join", "addr", req.GetAddr(), "err", err)
 		return nil, status.Errorf(codes.PermissionDenied, "admitting %s: %v", req.GetAddr(), err)
 	}

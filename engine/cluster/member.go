@@ -59,6 +59,9 @@ type member struct {
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
 
+	// Peer requests refused (ClusterStats.PeerRefusals).
+	refusedProduce, refusedJoin atomic.Uint64
+
 	// stops: the replicas stopped by a storage error, and when each is
 	// reopened (cluster_reopen.go); replicasReopened counts the reopens
 	// that added a replica again.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spoolmq/spool/engine/groups/coord"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/transport"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 )
 
@@ -61,6 +62,45 @@ func (c *cluster) authorizeStream(ctx context.Context, node uint64) error {
 	c.mu.Unlock()
 	if known && nd.Identity != "" && nd.Identity != id {
 		return fmt.Errorf("%w: node %d is %s, the peer is %s", errNotThatNode, node, nd.Identity, id)
+	}
+	return nil
+}
+
+// errNotAMember: a peer claims a node id the controller's state does not
+// hold.
+var errNotAMember = errors.New("the peer claims a node id that is no member's")
+
+// authorizeRaftStream is the transport's Authorize: authorizeStream, and a
+// node id this node does not know is refused while this node's controller
+// follows a leader it knows. A certificate with no member's identity (a
+// storage-off node's) would otherwise be taken as any new node id and
+// could raise group 0's term or move a follower's commit index. A node
+// admitted a moment ago is refused until this node applies its admission,
+// which comes from that leader (the new node's transport tries again);
+// a node whose controller has no leader, or one it does not know (it is
+// behind, and the new node may lead now), takes the stream on the
+// certificate alone, as it must hear from that leader to catch up.
+func (c *member) authorizeRaftStream(ctx context.Context, node uint64) error {
+	if err := c.authorizeStream(ctx, node); err != nil {
+		return err
+	}
+	if _, ok, _ := c.peerIdentity(ctx); !ok {
+		return nil
+	}
+	st, _ := c.host.Status(controllerGroup)
+	leader := transport.NodeOf(st.Leader)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, known := c.state.Node(node); known || leader == 0 {
+		return nil
+	}
+	if _, known := c.state.Node(leader); !known {
+		return nil
+	}
+	for _, nd := range c.state.Nodes() {
+		if nd.Identity != "" { // a cluster whose nodes have identities
+			return fmt.Errorf("%w: node %d is unknown here, and this node follows the controller's leader, node %d, which admits nodes", errNotAMember, node, leader)
+		}
 	}
 	return nil
 }

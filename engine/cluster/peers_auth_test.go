@@ -122,6 +122,14 @@ func TestClusterRefusesPeerAttacks(t *testing.T) {
 	if s, _ := leader.n.ClusterStatus(); len(s.Members) != 3 {
 		t.Fatalf("members: %+v", s.Members)
 	}
+	// Counted where refused: the writes at the controller's leader, the
+	// joins at the node asked.
+	if s, _ := ctrlLeader.n.ClusterStatus(); s.PeerRefusals["produce"] != 4 {
+		t.Errorf("the controller leader's refusals %v, want 4 produce", s.PeerRefusals)
+	}
+	if s, _ := leader.n.ClusterStatus(); s.PeerRefusals["join"] != 2 {
+		t.Errorf("node 1's refusals %v, want 2 join", s.PeerRefusals)
+	}
 }
 
 // errNoLeaderYet: a condition not met yet.
@@ -178,7 +186,7 @@ func TestClusterPeerIdentities(t *testing.T) {
 		f.PeerURIPrefix = testIdentity + "/"
 		return f
 	}
-	tc := newTestCluster(t, 2, func(i int, cn *clusterNode) { cn.tls = issue(fmt.Sprintf("node-%d", i)) })
+	tc := newTestCluster(t, 2, func(i int, cn *clusterNode) { cn.tls, cn.logs = issue(fmt.Sprintf("node-%d", i)), &logLines{} })
 	for _, cn := range tc.nodes {
 		awaitCond(t, 20*time.Second, "every node is a member", func() error { return cn.n.awaitReady(time.Second) })
 	}
@@ -189,33 +197,52 @@ func TestClusterPeerIdentities(t *testing.T) {
 		}
 	}
 
-	// An impersonator: a valid certificate, node 1's id.
+	// An impersonator: a valid certificate, node 1's id; then the same
+	// certificate as node 9, which no member is.
 	target := tc.nodes[1]
-	evil := issue("evil")
-	files := mustTLS(t, evil)
-	before := target.n.asMember().tr.Stats()
-	imp, err := transport.NewGRPC(transport.GRPCConfig{
-		ClusterID: target.n.id.ClusterID, NodeID: 1, Handler: nopHandler{}, Listener: listenTCP(t),
-		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(files.clientConfig()))},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ictx, icancel := context.WithCancel(context.Background())
-	defer icancel()
-	go func() { _ = imp.Run(ictx) }()
-	if err := imp.AddPeer(target.n.id.NodeID, target.addr); err != nil {
-		t.Fatal(err)
-	}
-	imp.Send([]transport.Message{{Group: controllerGroup, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat, From: 1, To: target.n.id.NodeID, Term: 1_000_000}}})
-	awaitCond(t, 20*time.Second, "the impersonator is refused", func() error {
-		if target.n.asMember().tr.Stats().Unauthorized == before.Unauthorized {
+	files := mustTLS(t, issue("evil"))
+	awaitCond(t, 20*time.Second, "the target follows the controller's leader", func() error {
+		if s, _ := target.n.asMember().host.Status(controllerGroup); s.Leader == 0 {
 			return errNoLeaderYet
 		}
 		return nil
 	})
-	if s, _ := target.n.asMember().host.Status(controllerGroup); s.Term >= 1_000_000 {
-		t.Fatalf("the impersonator raised group 0's term to %d", s.Term)
+	for _, tcase := range []struct {
+		claim uint64
+		line  []string
+	}{
+		{1, []string{"refused an inbound stream: the peer is not the node it claims to be", "claimed_node=1", "node 1 is " + testIdentity + "/node-0"}},
+		{9, []string{"refused an inbound stream", "claimed_node=9", "claims a node id that is no member's"}},
+	} {
+		before := target.n.asMember().tr.Stats()
+		imp, err := transport.NewGRPC(transport.GRPCConfig{
+			ClusterID: target.n.id.ClusterID, NodeID: tcase.claim, Handler: nopHandler{}, Listener: listenTCP(t),
+			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(files.clientConfig()))},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ictx, icancel := context.WithCancel(context.Background())
+		ran := make(chan struct{})
+		go func() { _ = imp.Run(ictx); close(ran) }()
+		if err := imp.AddPeer(target.n.id.NodeID, target.addr); err != nil {
+			t.Fatal(err)
+		}
+		imp.Send([]transport.Message{{Group: controllerGroup, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat, From: tcase.claim, To: target.n.id.NodeID, Term: 1_000_000}}})
+		awaitCond(t, 20*time.Second, "the impersonator is refused", func() error {
+			if target.logs.matching(tcase.line...) == 0 {
+				return fmt.Errorf("node %d claimed: no log line with %q in %q", tcase.claim, tcase.line, target.logs.lines)
+			}
+			return nil
+		})
+		icancel()
+		<-ran
+		if got := target.n.asMember().tr.Stats().Unauthorized; got == before.Unauthorized {
+			t.Fatalf("node %d claimed: refused streams still %d", tcase.claim, got)
+		}
+		if s, _ := target.n.asMember().host.Status(controllerGroup); s.Term >= 1_000_000 {
+			t.Fatalf("node %d claimed: the impersonator raised group 0's term to %d", tcase.claim, s.Term)
+		}
 	}
 
 	// A storage-off node's certificate: valid, no member's identity.

@@ -152,8 +152,14 @@ type ClusterConfig struct {
 	Insecure bool `yaml:"insecure"`
 	// JoinSecretFile holds the secret a node must present to join (the
 	// same file content on every node; 16 to 1024 bytes, one trailing
-	// newline ignored). Read at start. Empty: no join secret.
+	// newline ignored). Read at start. Required of a member outside
+	// node.dev unless InsecureNoJoinSecret; a storage-off node never joins.
 	JoinSecretFile string `yaml:"join_secret_file"`
+	// InsecureNoJoinSecret lets a member (storage on) run without
+	// JoinSecretFile outside node.dev: whoever reaches the peer port with
+	// credentials the nodes accept (any process, without TLS) may then
+	// join and receive replicas. Default false: a member needs the file.
+	InsecureNoJoinSecret bool `yaml:"insecure_no_join_secret"`
 	// Storage "off" makes a sidecar that holds no replicas and is not a
 	// member: it learns the cluster from the nodes in Join and publishes
 	// and reads through them (autoscaled stateless pods). Default "on".

@@ -172,25 +172,7 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 		apply(func(c *Config) { c.Node.Dev = b })
 		return nil
 	})
-	str("cluster-listen", "host:port where peers reach this node; turns clustering on (cluster.listen)", func(c *Config, v string) { c.Cluster.Listen = v })
-	fs.BoolFunc("cluster-insecure", "run the peer port without TLS outside --dev: only where nothing else can reach it (cluster.insecure)", func(v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("must be true or false")
-		}
-		apply(func(c *Config) { c.Cluster.Insecure = b })
-		return nil
-	})
-	str("cluster-join-secret-file", "file holding the secret a node presents to join (cluster.join_secret_file)", func(c *Config, v string) { c.Cluster.JoinSecretFile = v })
-	str("cluster-tls-cert-file", "PEM certificate this node presents to its peers (cluster.tls.cert_file)", func(c *Config, v string) { c.Cluster.TLS.CertFile = v })
-	str("cluster-tls-key-file", "PEM key of --cluster-tls-cert-file (cluster.tls.key_file)", func(c *Config, v string) { c.Cluster.TLS.KeyFile = v })
-	str("cluster-tls-ca-file", "PEM CA the peers' certificates must chain to (cluster.tls.ca_file)", func(c *Config, v string) { c.Cluster.TLS.CAFile = v })
-	str("cluster-tls-peer-uri-prefix", "the certificate identities (URI SANs) of the cluster's nodes (cluster.tls.peer_uri_prefix)", func(c *Config, v string) { c.Cluster.TLS.PeerURIPrefix = v })
-	str("cluster-advertise", "host:port peers dial, when cluster.listen is a wildcard (cluster.advertise)", func(c *Config, v string) { c.Cluster.Advertise = v })
-	list("join", "peer host:port of the cluster to join; repeatable or comma-separated (cluster.join)",
-		func(c *Config) *[]string { return &c.Cluster.Join })
-	str("cluster-storage", "on (a member holding replicas) or off (a client of the members in --join, holding nothing) (cluster.storage)",
-		func(c *Config, v string) { c.Cluster.Storage = v })
+	bindClusterFlags(fs, str, list, apply)
 	str("fsync", "always or interval (storage.fsync); interval can lose acknowledged messages on power loss", func(c *Config, v string) { c.Storage.Fsync = FsyncMode(v) })
 	str("otlp-endpoint", "host:port of an OTLP/gRPC collector: record spans of publishes and deliveries (tracing.otlp_endpoint)", func(c *Config, v string) { c.Tracing.OTLPEndpoint = v })
 	bindRedisTLSFlags(fs, str, apply)
@@ -251,6 +233,38 @@ func bindFlags(fs *flag.FlagSet, apply func(func(*Config))) {
 				c.Subscriptions = append(c.Subscriptions, NewSubscription(topic, group))
 			}
 		})
+		return nil
+	})
+}
+
+// bindClusterFlags registers the cluster section's flags.
+func bindClusterFlags(fs *flag.FlagSet, str func(name, usage string, set func(*Config, string)),
+	list func(name, usage string, field func(*Config) *[]string), apply func(func(*Config))) {
+	str("cluster-listen", "host:port where peers reach this node; turns clustering on (cluster.listen)", func(c *Config, v string) { c.Cluster.Listen = v })
+	boolFlag(fs, apply, "cluster-insecure", "run the peer port without TLS outside --dev: only where nothing else can reach it (cluster.insecure)",
+		func(c *Config, b bool) { c.Cluster.Insecure = b })
+	boolFlag(fs, apply, "cluster-insecure-no-join-secret", "let this member run without a join secret outside --dev: any process the peer port accepts may join (cluster.insecure_no_join_secret)",
+		func(c *Config, b bool) { c.Cluster.InsecureNoJoinSecret = b })
+	str("cluster-join-secret-file", "file holding the secret a node presents to join (cluster.join_secret_file)", func(c *Config, v string) { c.Cluster.JoinSecretFile = v })
+	str("cluster-tls-cert-file", "PEM certificate this node presents to its peers (cluster.tls.cert_file)", func(c *Config, v string) { c.Cluster.TLS.CertFile = v })
+	str("cluster-tls-key-file", "PEM key of --cluster-tls-cert-file (cluster.tls.key_file)", func(c *Config, v string) { c.Cluster.TLS.KeyFile = v })
+	str("cluster-tls-ca-file", "PEM CA the peers' certificates must chain to (cluster.tls.ca_file)", func(c *Config, v string) { c.Cluster.TLS.CAFile = v })
+	str("cluster-tls-peer-uri-prefix", "the certificate identities (URI SANs) of the cluster's nodes (cluster.tls.peer_uri_prefix)", func(c *Config, v string) { c.Cluster.TLS.PeerURIPrefix = v })
+	str("cluster-advertise", "host:port peers dial, when cluster.listen is a wildcard (cluster.advertise)", func(c *Config, v string) { c.Cluster.Advertise = v })
+	list("join", "peer host:port of the cluster to join; repeatable or comma-separated (cluster.join)",
+		func(c *Config) *[]string { return &c.Cluster.Join })
+	str("cluster-storage", "on (a member holding replicas) or off (a client of the members in --join, holding nothing) (cluster.storage)",
+		func(c *Config, v string) { c.Cluster.Storage = v })
+}
+
+// boolFlag registers a flag of true or false (a bare --name is true).
+func boolFlag(fs *flag.FlagSet, apply func(func(*Config)), name, usage string, set func(*Config, bool)) {
+	fs.BoolFunc(name, usage, func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		apply(func(c *Config) { set(c, b) })
 		return nil
 	})
 }

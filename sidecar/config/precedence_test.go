@@ -231,8 +231,8 @@ func TestClusterStorageByEnvAndFlag(t *testing.T) {
 	}{
 		{"env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off", "SPOOL_JOIN": "spool-peers.shop.svc:7072"}, []string{"--cluster-insecure"}, StorageOff},
 		{"flag", nil, []string{"--cluster-storage", "off", "--join", "spool-peers.shop.svc:7072", "--cluster-insecure"}, StorageOff},
-		{"flag over env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off"}, []string{"--cluster-storage=on", "--cluster-listen", "0.0.0.0:7072", "--cluster-advertise", "10.0.0.7:7072", "--cluster-insecure"}, StorageOn},
-		{"empty env is unset", map[string]string{"SPOOL_CLUSTER_STORAGE": ""}, []string{"--cluster-listen", "127.0.0.1:7072", "--cluster-insecure"}, StorageOn},
+		{"flag over env", map[string]string{"SPOOL_CLUSTER_STORAGE": "off"}, []string{"--cluster-storage=on", "--cluster-listen", "0.0.0.0:7072", "--cluster-advertise", "10.0.0.7:7072", "--cluster-insecure", "--cluster-join-secret-file", "/etc/spool/join-secret"}, StorageOn},
+		{"empty env is unset", map[string]string{"SPOOL_CLUSTER_STORAGE": ""}, []string{"--cluster-listen", "127.0.0.1:7072", "--cluster-insecure", "--cluster-insecure-no-join-secret"}, StorageOn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("spoold", flag.ContinueOnError)

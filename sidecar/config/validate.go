@@ -469,7 +469,8 @@ func anyPort(addr string) bool {
 
 // validateClusterSecurity: mutual TLS between the nodes unless the node
 // is a dev one or the operator says the peer port is unreachable to
-// others (cluster.insecure).
+// others (cluster.insecure); a join secret on every member unless dev or
+// cluster.insecure_no_join_secret.
 func (c *Config) validateClusterSecurity(v *validator) {
 	cl := &c.Cluster
 	t := cl.TLS
@@ -481,6 +482,11 @@ func (c *Config) validateClusterSecurity(v *validator) {
 			"set cluster.insecure: true only where nothing else can reach cluster.listen")
 	case t.PeerURIPrefix != "" && t.CertFile == "":
 		v.add("cluster.tls.peer_uri_prefix", t.PeerURIPrefix, "unset unless cluster.tls names the certificate files")
+	}
+	// Every member admits joins; one without the secret admits anyone.
+	if cl.Storage == StorageOn && cl.JoinSecretFile == "" && !cl.InsecureNoJoinSecret && !c.Node.Dev {
+		v.add("cluster.join_secret_file", "none", "a file holding the cluster's join secret, the same on every node (docs/security.md, \"Peers\"); "+
+			"set cluster.insecure_no_join_secret: true only where no process but the cluster's nodes can reach cluster.listen with credentials they accept")
 	}
 }
 

@@ -287,6 +287,7 @@ func TestValidateLeaveOnShutdown(t *testing.T) {
 			c := valid()
 			c.Cluster.Listen = "127.0.0.1:7072"
 			c.Cluster.Insecure = true
+			c.Cluster.JoinSecretFile = "/etc/spool/join-secret"
 			c.Cluster.LeaveOnShutdown = true
 			c.ApplyDefaults()
 			if err := c.Validate(); err != nil {
@@ -396,8 +397,10 @@ func TestStorageBackend(t *testing.T) {
 }
 
 // A cluster node outside dev mode needs mutual TLS between the nodes, or
-// the operator's explicit cluster.insecure; a join secret file (read at
-// start) must hold a secret of a sensible size.
+// the operator's explicit cluster.insecure; a member needs a join secret
+// file, or the explicit cluster.insecure_no_join_secret (a storage-off
+// node never joins); the file (read at start) must hold a secret of a
+// sensible size.
 func TestValidateClusterSecurity(t *testing.T) {
 	dir := t.TempDir()
 	short, good := filepath.Join(dir, "short"), filepath.Join(dir, "good")
@@ -417,15 +420,30 @@ func TestValidateClusterSecurity(t *testing.T) {
 			c.Cluster.Listen, c.Cluster.Storage, c.Cluster.Join = "", StorageOff, []string{"spool-0:7072"}
 		}, "cluster.tls"},
 		{"insecure", func(c *Config) { c.Cluster.Insecure = true }, ""},
-		{"dev", func(c *Config) { c.Node.Dev = true }, ""},
+		{"dev", func(c *Config) { c.Node.Dev, c.Cluster.JoinSecretFile = true, "" }, ""},
 		{"tls", func(c *Config) {
 			c.Cluster.TLS = ClusterTLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca", PeerURIPrefix: "spiffe://td/spool/"}
 		}, ""},
 		{"prefix without tls", func(c *Config) { c.Cluster.Insecure = true; c.Cluster.TLS.PeerURIPrefix = "spiffe://td/" }, "cluster.tls.peer_uri_prefix"},
+		{"tls without join secret", func(c *Config) {
+			c.Cluster.TLS = ClusterTLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca"}
+			c.Cluster.JoinSecretFile = ""
+		}, "cluster.join_secret_file"},
+		{"insecure without join secret", func(c *Config) { c.Cluster.Insecure, c.Cluster.JoinSecretFile = true, "" }, "cluster.join_secret_file"},
+		{"without join secret, the opt-out", func(c *Config) {
+			c.Cluster.TLS = ClusterTLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca"}
+			c.Cluster.JoinSecretFile, c.Cluster.InsecureNoJoinSecret = "", true
+		}, ""},
+		{"storage off without join secret", func(c *Config) {
+			c.Cluster.Listen, c.Cluster.Storage, c.Cluster.Join = "", StorageOff, []string{"spool-0:7072"}
+			c.Cluster.TLS = ClusterTLSConfig{CertFile: "c", KeyFile: "k", CAFile: "ca"}
+			c.Cluster.JoinSecretFile = ""
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid()
 			c.Cluster.Listen = "127.0.0.1:7072"
+			c.Cluster.JoinSecretFile = good
 			tc.mutate(&c)
 			c.ApplyDefaults()
 			err := c.Validate()

@@ -98,12 +98,12 @@ func (sc *spoolCluster) addNode() *node {
 		}
 		join = fmt.Sprintf("  join: [%s]\n", strings.Join(peers, ", "))
 	}
-	cfg := fmt.Sprintf("node:\n  id: n%d\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: %s\ncluster:\n  listen: %q\n%s%s%s",
-		i+1, n.dataDir, n.app, n.admin, cmp.Or(sc.drain, "5s"), peer, sc.creds.yaml, join, sc.extra) + sc.tail
+	name := fmt.Sprintf("n%d", i+1)
+	cfg := fmt.Sprintf("node:\n  id: %s\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: %s\ncluster:\n  listen: %q\n%s%s%s",
+		name, n.dataDir, n.app, n.admin, cmp.Or(sc.drain, "5s"), peer, sc.creds.nodeYAML(t, name), join, sc.extra) + sc.tail
 	if err := os.WriteFile(n.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	name := fmt.Sprintf("n%d", i+1)
 	t.Cleanup(func() {
 		n.kill()
 		if t.Failed() {

@@ -225,7 +225,7 @@ apps:
 	wrong := filepath.Join(dir, "wrong-join-secret")
 	writeFile(t, wrong, []byte(secrets["wrong join secret"]+"\n"))
 	writeFile(t, out.cfgPath, []byte(fmt.Sprintf("node:\n  id: outsider\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n  join: [%q]\n%s",
-		out.dataDir, out.app, out.admin, addrs[2], sc.seed, sc.creds.section("node", wrong))+clusterTopics))
+		out.dataDir, out.app, out.admin, addrs[2], sc.seed, sc.creds.section("node", "", wrong))+clusterTopics))
 	t.Cleanup(out.kill)
 	out.launch()
 	select {

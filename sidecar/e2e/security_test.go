@@ -24,9 +24,15 @@ const peerIdentity = "spiffe://spool.e2e/cluster"
 // CA, one node certificate every node shares, a join secret. yaml is the
 // cluster section's lines that use them.
 type peerCreds struct {
-	dir  string
-	ca   *testpki.CA
-	yaml string
+	dir    string
+	ca     *testpki.CA
+	yaml   string
+	secret string // the join secret file
+	// perNode gives each node a certificate of its own, identity
+	// peerIdentity/<node name>, and the nodes peer_uri_prefix
+	// peerIdentity/ (nodeYAML): a holder of another certificate under the
+	// prefix is a valid peer but no member, as a storage-off sidecar.
+	perNode bool
 }
 
 func newPeerCreds(t *testing.T) *peerCreds {
@@ -37,16 +43,32 @@ func newPeerCreds(t *testing.T) *peerCreds {
 	}
 	pc := &peerCreds{dir: t.TempDir(), ca: ca}
 	pc.issue(t, "node", peerIdentity)
-	writeFile(t, filepath.Join(pc.dir, "join-secret"), []byte("e2e-join-secret-0123456789\n"))
-	pc.yaml = pc.section("node", filepath.Join(pc.dir, "join-secret"))
+	pc.secret = filepath.Join(pc.dir, "join-secret")
+	writeFile(t, pc.secret, []byte("e2e-join-secret-0123456789\n"))
+	pc.yaml = pc.section("node", "", pc.secret)
 	return pc
 }
 
-// section is the cluster section's lines for certificate name and a join
-// secret file (none when empty).
-func (pc *peerCreds) section(name, secretFile string) string {
+// nodeYAML is the cluster section's lines of the node named name: the
+// shared certificate's, or with perNode a certificate of its own.
+func (pc *peerCreds) nodeYAML(t *testing.T, name string) string {
+	t.Helper()
+	if !pc.perNode {
+		return pc.yaml
+	}
+	pc.issue(t, name, peerIdentity+"/"+name)
+	return pc.section(name, peerIdentity+"/", pc.secret)
+}
+
+// section is the cluster section's lines for certificate name, a
+// peer_uri_prefix (the default when empty) and a join secret file (none
+// when empty).
+func (pc *peerCreds) section(name, prefix, secretFile string) string {
 	s := fmt.Sprintf("  tls:\n    cert_file: %s\n    key_file: %s\n    ca_file: %s\n",
 		filepath.Join(pc.dir, name+".crt"), filepath.Join(pc.dir, name+".key"), filepath.Join(pc.dir, name+"-ca.crt"))
+	if prefix != "" {
+		s += fmt.Sprintf("    peer_uri_prefix: %s\n", prefix)
+	}
 	if secretFile != "" {
 		s += fmt.Sprintf("  join_secret_file: %s\n", secretFile)
 	}
@@ -110,13 +132,14 @@ func TestClusterRefusesOutsiders(t *testing.T) {
 		t.Fatalf("a certificate of the CA naming another workload: %v, want a refused handshake", err)
 	}
 
-	// A spoold with the cluster's own certificate but no join secret.
+	// A spoold with the cluster's own certificate but no join secret (and
+	// the opt-out that lets it start without one).
 	dir := t.TempDir()
 	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
 	addrs := freeAddrs(t, 3)
 	n.app, n.admin = addrs[0], addrs[1]
 	cfg := fmt.Sprintf("node:\n  id: outsider\n  data_dir: %s\n  app_listen: [%q]\n  admin_listen: %q\n  drain_timeout: 5s\ncluster:\n  listen: %q\n  join: [%q]\n%s",
-		n.dataDir, n.app, n.admin, addrs[2], sc.seed, sc.creds.section("node", "")) + clusterTopics
+		n.dataDir, n.app, n.admin, addrs[2], sc.seed, sc.creds.section("node", "", "")+"  insecure_no_join_secret: true\n") + clusterTopics
 	writeFile(t, n.cfgPath, []byte(cfg))
 	t.Cleanup(n.kill)
 	n.launch()
@@ -125,7 +148,7 @@ func TestClusterRefusesOutsiders(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("a spoold without the join secret is still running: admitted?")
 	}
-	if b, _ := os.ReadFile(n.logPath); !strings.Contains(string(b), "join secret") {
+	if b, _ := os.ReadFile(n.logPath); !strings.Contains(string(b), "the join secret is missing or wrong") {
 		t.Fatalf("the outsider's log does not say why:\n%s", tail(string(b), 20))
 	}
 	if ids, _, _ := clusterMembers(t, sc.nodes[0]); len(ids) != 3 {

@@ -111,6 +111,7 @@ type Metrics struct {
 	MoveCopiesDelayed   *prometheus.CounterVec // (none)
 	MoveCopyWaiting     *prometheus.GaugeVec   // (none)
 	CommandsSkipped     *prometheus.CounterVec // machine
+	PeerRefusals        *prometheus.CounterVec // reason
 	ConfChangesSkipped  *prometheus.CounterVec // (none)
 	ProducersEvicted    *prometheus.CounterVec // (none)
 
@@ -232,6 +233,7 @@ func New() *Metrics {
 	m.ProducersEvicted = counter("cluster_producers_evicted_total", "Producers (forwarding nodes' partition forwarders) forgotten by this node's partition producer tables, the least recently used first, beyond 4096 per partition: a resent batch of one is no longer recognised as a copy.")
 	m.MoveCopyWaiting = gauge("move_copy_waiting_bytes", "Bytes of entries waiting for cluster.move_bytes_per_second before going to new replicas.")
 	m.CommandsSkipped = counter("cluster_commands_skipped_total", "Records of a replicated state machine's log that this node skipped because they do not decode or validate, by machine: controller (raft group 0), coordinator (the consumer groups' topic __groups). Every node skips them alike; any rise means a hostile peer, damage or a newer release's command.", "machine")
+	m.PeerRefusals = counter("cluster_peer_refusals_total", "What this node refused of a peer, by reason: handshake (a raft stream of another cluster or protocol), identity (a raft stream whose certificate is not the claimed node's, or claims no member's node id), produce (a forwarded write to the controller or an internal topic that is no valid command or not a member's), join (without the join secret, or with another identity's token). Each is also logged.", "reason")
 	m.ConfChangesSkipped = counter("raft_conf_changes_skipped_total", "Committed raft configuration changes skipped because raft refuses to apply them (every replica skips them alike): a hostile or broken leader.")
 	r.MustRegister(m.LedgerAvailable)
 	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.PublishMemoryRefused, m.MemoryLimit, m.LogSyncs, m.AdminTokens)

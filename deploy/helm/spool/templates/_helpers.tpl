@@ -113,6 +113,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and $t.certManager.issuerRef.name (eq (toString .Values.cluster.storage) "off") (not $t.peerURIPrefix) -}}
 {{- fail "cluster.storage \"off\" with cluster.tls.certManager: this release's certificate would name this release, and the storage nodes accept only their own identity; set cluster.tls.secretName to the storage nodes' Secret (<their fullname>-peer-tls), or give both releases a cluster.tls.peerURIPrefix that covers both" -}}
 {{- end -}}
+{{- if and $t.certManager.perPod (not $t.certManager.issuerRef.name) -}}
+{{- fail "cluster.tls.certManager.perPod needs cluster.tls.certManager.issuerRef: the issuer that signs each pod's certificate (through cert-manager's csi-driver)" -}}
+{{- end -}}
 {{- if and $t.peerURIPrefix (not (hasPrefix "spiffe://" $t.peerURIPrefix)) -}}
 {{- fail (printf "cluster.tls.peerURIPrefix %q: must be a spiffe:// URI (spiffe://<trust domain>/...)" $t.peerURIPrefix) -}}
 {{- end -}}
@@ -123,7 +126,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
      cert-manager's for this release, or cluster.tls.secretName; "" with
      cluster.insecure or without a cluster. */}}
 {{- define "spool.peerTLSSecret" -}}
-{{- if .Values.cluster.enabled -}}
+{{- if and .Values.cluster.enabled (not (include "spool.peerTLSPerPod" .)) -}}
 {{- if .Values.cluster.tls.certManager.issuerRef.name -}}
 {{- include "spool.fullname" . }}-peer-tls
 {{- else -}}
@@ -132,7 +135,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- end -}}
 
-{{/* The identity (URI SAN) of the certificate cert-manager issues. */}}
+{{/* "true" when each pod's certificate comes from cert-manager's
+     csi-driver (cluster.tls.certManager.perPod). */}}
+{{- define "spool.peerTLSPerPod" -}}
+{{- if and .Values.cluster.enabled .Values.cluster.tls.certManager.issuerRef.name .Values.cluster.tls.certManager.perPod -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether spoold gets cluster.tls files at /etc/spool-tls: a Secret's
+     or the csi-driver's. */}}
+{{- define "spool.peerTLS" -}}
+{{- if or (include "spool.peerTLSSecret" .) (include "spool.peerTLSPerPod" .) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The identity (URI SAN) of the certificate cert-manager issues; with
+     perPod, what each pod's identity is below. */}}
 {{- define "spool.peerURI" -}}
 {{- printf "spiffe://%s/ns/%s/spool/%s" .Values.cluster.tls.trustDomain .Release.Namespace .Release.Name -}}
 {{- end -}}
@@ -240,9 +256,10 @@ join (the peers of this pod: a list of host:port).
 {{- $_ := set $c "leave_on_shutdown" true -}}
 {{- $_ := set $c "leave_timeout" $v.cluster.leaveTimeout -}}
 {{- end -}}
-{{- if include "spool.peerTLSSecret" .root -}}
+{{- if include "spool.peerTLS" .root -}}
 {{- $t := dict "cert_file" "/etc/spool-tls/tls.crt" "key_file" "/etc/spool-tls/tls.key" "ca_file" "/etc/spool-tls/ca.crt" -}}
-{{- if $v.cluster.tls.peerURIPrefix -}}{{- $_ := set $t "peer_uri_prefix" $v.cluster.tls.peerURIPrefix -}}{{- end -}}
+{{- if $v.cluster.tls.peerURIPrefix -}}{{- $_ := set $t "peer_uri_prefix" $v.cluster.tls.peerURIPrefix -}}
+{{- else if include "spool.peerTLSPerPod" .root -}}{{- $_ := set $t "peer_uri_prefix" (printf "%s/" (include "spool.peerURI" .root)) -}}{{- end -}}
 {{- $_ := set $c "tls" $t -}}
 {{- else if $v.cluster.insecure -}}
 {{- $_ := set $c "insecure" true -}}
@@ -371,7 +388,7 @@ join (the peers of this pod: a list of host:port).
     - {name: spool-config, mountPath: /etc/spool, readOnly: true}
     - {name: spool-socket, mountPath: /run/spool}
     - {name: spool-data, mountPath: /var/lib/spool}
-    {{- if include "spool.peerTLSSecret" .root }}
+    {{- if include "spool.peerTLS" .root }}
     - {name: spool-tls, mountPath: /etc/spool-tls, readOnly: true}
     {{- end }}
     {{- if include "spool.joinSecret" .root }}
