@@ -186,6 +186,15 @@ var faults = map[string]faultKind{
 	// A minority is damaged: nothing acknowledged may be lost, and by the
 	// run's end the damaged copy is repaired (every copy compared).
 	"corrupt": {holdMs: [2]int{1000, 3000}, inject: func(r *run, i int, hold time.Duration) error {
+		// Only a minority is ever damaged: the previous damage must be
+		// repaired first (every partition back on all three nodes, no move
+		// under way). Two of three copies damaged at once leave the
+		// partition's group without a quorum to replace them: it waits for
+		// an operator (docs/operations.md).
+		if err := r.awaitRepaired(30 * time.Second); err != nil {
+			r.record(op{Kind: "skip", Node: i, Err: "no damage: the previous one is not repaired yet: " + err.Error()})
+			return nil
+		}
 		r.kill(i)
 		if err := r.damage(i); err != nil {
 			return err
@@ -372,7 +381,7 @@ type run struct {
 // op is one line of the history (history.jsonl).
 type op struct {
 	At        time.Time `json:"at"`
-	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage
+	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage, skip
 	Node      int       `json:"node"`
 	Value     string    `json:"value,omitempty"`
 	Partition int32     `json:"partition,omitempty"`
@@ -959,6 +968,37 @@ func (r *run) mostLeading(drawn int) int {
 		return best
 	}
 	return drawn
+}
+
+// awaitRepaired waits until every node holds a replica of every partition
+// of the topic, in a group of all three with no move under way: no copy
+// is damaged or being replaced.
+func (r *run) awaitRepaired(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		why := ""
+		for i := range nodes {
+			lt, err := r.listTopics(i)
+			if err != nil {
+				why = fmt.Sprintf("node %d: %v", i+1, err)
+				break
+			}
+			for _, ti := range lt.GetTopics() {
+				for _, p := range ti.GetPartitions() {
+					if ti.GetName() == topic && (len(p.GetReplicas()) != nodes || len(p.GetTarget()) > 0) {
+						why = fmt.Sprintf("node %d: %s/%d has replicas %v, move target %v", i+1, topic, p.GetPartition(), p.GetReplicas(), p.GetTarget())
+					}
+				}
+			}
+		}
+		if why == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not repaired after %v: %s", d, why)
+		}
+		time.Sleep(200 * time.Millisecond) // sleep-ok: polling the cluster's placement
+	}
 }
 
 // listTopics asks node i's AdminService for the topics (2 s bound).
