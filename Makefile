@@ -17,6 +17,14 @@ STATICCHECK_VERSION := v0.8.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout=15m
 
+# The release this tree is (the VERSION file, which internal/buildinfo embeds)
+# and the commit it is built from, linked into every binary built here
+# (spoold version, spool version, spool_build_info). A tree with uncommitted
+# changes gets "-dirty" after the commit. docs/operations.md, "Releases".
+VERSION := $(shell cat VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+GO_LDFLAGS := -X github.com/spoolmq/spool/internal/buildinfo.commit=$(COMMIT)
+
 # The Go modules built, vetted and linted here: the server (.), the generated
 # API and its codec (proto), the Go SDK (sdk/go). deploy/check is tested by
 # `make test` on its own. docs/architecture.md, "Modules", says why three.
@@ -30,7 +38,12 @@ PROTO_GEN_DIRS := proto/spool/v1 proto/spool/cluster/v1
 all: build
 
 build:
-	@for m in $(GO_MODULES); do echo "go build ($$m)"; (cd $$m && $(GO) build ./...) || exit 1; done
+	@for m in $(GO_MODULES); do echo "go build ($$m)"; (cd $$m && $(GO) build -ldflags '$(GO_LDFLAGS)' ./...) || exit 1; done
+
+## bin: spoold, spool and spool-injector for this machine, in bin/, with the version and commit linked in.
+.PHONY: bin
+bin:
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/ ./cmd/spoold ./cmd/spool ./cmd/spool-injector
 
 ## tools: pinned code generators and buf, installed under .tools/ (not on the system).
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf
