@@ -190,7 +190,7 @@ release-bins: $(RELEASE_BINS)
 define release_bin
 $(DIST)/$(2)-$(VERSION)-linux-$(1): release-check
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(1) $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $$@ ./cmd/$(2)
-	GOOS=linux GOARCH=$(1) CGO_ENABLED=0 $(CYCLONEDX_GOMOD) bin -json -version $(VERSION) -output $$@.cdx.json $$@
+	$(CYCLONEDX_GOMOD) bin -json -version $(VERSION) -output $$@.cdx.json $$@
 endef
 $(foreach a,$(RELEASE_ARCHES),$(foreach c,$(RELEASE_CMDS),$(eval $(call release_bin,$(a),$(c)))))
 
