@@ -130,7 +130,7 @@ demo:
 	$(GO) run ./cmd/spool demo
 
 clean:
-	rm -rf $(TOOLS) bin
+	rm -rf $(TOOLS) bin dist
 
 ## chaos: the fault suite over real spoold processes in network namespaces (root, iproute2;
 ## nftables for the oneway kind; chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of
