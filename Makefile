@@ -17,6 +17,14 @@ STATICCHECK_VERSION := v0.8.2
 
 GO_TEST_FLAGS ?= -race -count=1 -timeout=15m
 
+# The release this tree is (the VERSION file, which internal/buildinfo embeds)
+# and the commit it is built from, linked into every binary built here
+# (spoold version, spool version, spool_build_info). A tree with uncommitted
+# changes gets "-dirty" after the commit. docs/operations.md, "Releases".
+VERSION := $(shell cat VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo -dirty)
+GO_LDFLAGS := -X github.com/spoolmq/spool/internal/buildinfo.commit=$(COMMIT)
+
 # The Go modules built, vetted and linted here: the server (.), the generated
 # API and its codec (proto), the Go SDK (sdk/go). deploy/check is tested by
 # `make test` on its own. docs/architecture.md, "Modules", says why three.
@@ -30,7 +38,12 @@ PROTO_GEN_DIRS := proto/spool/v1 proto/spool/cluster/v1
 all: build
 
 build:
-	@for m in $(GO_MODULES); do echo "go build ($$m)"; (cd $$m && $(GO) build ./...) || exit 1; done
+	@for m in $(GO_MODULES); do echo "go build ($$m)"; (cd $$m && $(GO) build -ldflags '$(GO_LDFLAGS)' ./...) || exit 1; done
+
+## bin: spoold, spool and spool-injector for this machine, in bin/, with the version and commit linked in.
+.PHONY: bin
+bin:
+	$(GO) build -ldflags '$(GO_LDFLAGS)' -o bin/ ./cmd/spoold ./cmd/spool ./cmd/spool-injector
 
 ## tools: pinned code generators and buf, installed under .tools/ (not on the system).
 tools: $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-go-vtproto $(BIN)/buf
@@ -117,7 +130,7 @@ demo:
 	$(GO) run ./cmd/spool demo
 
 clean:
-	rm -rf $(TOOLS) bin
+	rm -rf $(TOOLS) bin dist
 
 ## chaos: the fault suite over real spoold processes in network namespaces (root, iproute2;
 ## nftables for the oneway kind; chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of
@@ -133,3 +146,76 @@ chaos:
 	@mkdir -p $(CHAOS_OUT)
 	SPOOL_CHAOS_RUNS=$(CHAOS_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=$(CHAOS_FAULTS) SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
 	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
+
+## release: the artifacts of release $(VERSION) in dist/$(VERSION)/ (docs/operations.md, "Releases"):
+## spoold, spool and spool-injector for linux/amd64 and linux/arm64 (static, -trimpath, version and
+## commit linked in), a CycloneDX SBOM of each, the Python wheel and sdist, the TypeScript tarball,
+## the Java jar and pom, the container images when a docker daemon answers, and SHA256SUMS.
+## Refuses a tree with uncommitted changes, SDK metadata whose version is not VERSION and a
+## CHANGELOG without the release's entry (scripts/release-check.sh); RELEASE_TRY=1 builds an
+## untagged or changed tree anyway, for a try (not to publish). Not part of `make test`
+## (TestReleaseDryRun checks `make -n release` and the linked version there).
+DIST := dist/$(VERSION)
+RELEASE_ARCHES := amd64 arm64
+RELEASE_CMDS := spoold spool spool-injector
+RELEASE_LDFLAGS := -s -w $(GO_LDFLAGS)
+RELEASE_BINS := $(foreach a,$(RELEASE_ARCHES),$(foreach c,$(RELEASE_CMDS),$(DIST)/$(c)-$(VERSION)-linux-$(a)))
+# CycloneDX's own Go-module SBOM generator (OWASP CycloneDX, maintained, a
+# Go module the proxy serves, so `go run` needs no other installer): its `bin`
+# mode reads the module list the Go linker put in each binary, which is
+# exactly what ships, per platform. Pinned like the other tools.
+CYCLONEDX_GOMOD_VERSION := v1.10.0
+CYCLONEDX_GOMOD := $(GO) run github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION)
+# python -m build, pinned, in a venv of its own under .tools/.
+PY_BUILD_VERSION := 1.3.0
+RELEASE_PY := $(TOOLS)/release-py
+PYTHON ?= python3
+MVN ?= mvn
+# The images: ghcr.io/spoolmq/spoold and spool-injector, for RELEASE_ARCHES, as OCI archives.
+IMAGE_REPO ?= ghcr.io/spoolmq
+IMAGE_PLATFORMS := linux/amd64,linux/arm64
+
+.PHONY: release release-check release-bins release-sdks release-image release-sums
+release: release-check release-bins release-sdks release-image release-sums
+	@echo "release $(VERSION) ($(COMMIT)) in $(DIST)/"
+
+release-check:
+	@case "$(COMMIT)" in *-dirty) [ -n "$(RELEASE_TRY)" ] || { echo "release: the tree has uncommitted changes (commit $(COMMIT)): commit them, or RELEASE_TRY=1 for a try"; exit 1; };; esac
+	@RELEASE_TRY=$(RELEASE_TRY) ./scripts/release-check.sh $(VERSION)
+	rm -rf $(DIST) && mkdir -p $(DIST)
+
+release-bins: $(RELEASE_BINS)
+
+# One rule per platform and command: dist/V/spoold-V-linux-amd64 and its SBOM.
+define release_bin
+$(DIST)/$(2)-$(VERSION)-linux-$(1): release-check
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(1) $(GO) build -trimpath -ldflags '$(RELEASE_LDFLAGS)' -o $$@ ./cmd/$(2)
+	$(CYCLONEDX_GOMOD) bin -json -version $(VERSION) -output $$@.cdx.json $$@
+endef
+$(foreach a,$(RELEASE_ARCHES),$(foreach c,$(RELEASE_CMDS),$(eval $(call release_bin,$(a),$(c)))))
+
+release-sdks: release-check
+	@test -x $(RELEASE_PY)/bin/python || $(PYTHON) -m venv $(RELEASE_PY)
+	$(RELEASE_PY)/bin/python -m pip install -q --disable-pip-version-check build==$(PY_BUILD_VERSION)
+	$(RELEASE_PY)/bin/python -m build --outdir $(DIST) sdk/python
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm pack --pack-destination $(CURDIR)/$(DIST)
+	$(MVN) -B -ntp -q -f sdk/java/pom.xml -DskipTests package
+	cp sdk/java/target/spool-$(VERSION).jar $(DIST)/spool-java-$(VERSION).jar
+	cp sdk/java/pom.xml $(DIST)/spool-java-$(VERSION).pom
+
+# The images need a docker daemon with buildx; without one the command is
+# printed and skipped (docs/operations.md, "Releases", has it too).
+IMAGE_BUILD = docker buildx build --platform $(IMAGE_PLATFORMS) -f deploy/Dockerfile --build-arg COMMIT=$(COMMIT)
+release-image: release-check
+	@if docker info >/dev/null 2>&1; then \
+	  set -x; \
+	  $(IMAGE_BUILD) --target spoold -t $(IMAGE_REPO)/spoold:$(VERSION) --output type=oci,dest=$(DIST)/spoold-image-$(VERSION).oci.tar . && \
+	  $(IMAGE_BUILD) --target spool-injector -t $(IMAGE_REPO)/spool-injector:$(VERSION) --output type=oci,dest=$(DIST)/spool-injector-image-$(VERSION).oci.tar . ; \
+	else \
+	  echo "release: no container images: no docker daemon answers here (docker info). Where one does:"; \
+	  echo "  $(IMAGE_BUILD) --target spoold -t $(IMAGE_REPO)/spoold:$(VERSION) --output type=oci,dest=$(DIST)/spoold-image-$(VERSION).oci.tar ."; \
+	  echo "  $(IMAGE_BUILD) --target spool-injector -t $(IMAGE_REPO)/spool-injector:$(VERSION) --output type=oci,dest=$(DIST)/spool-injector-image-$(VERSION).oci.tar ."; \
+	fi
+
+release-sums: release-bins release-sdks release-image
+	cd $(DIST) && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS

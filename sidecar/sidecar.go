@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/engine"
+	"github.com/spoolmq/spool/internal/buildinfo"
 	"github.com/spoolmq/spool/internal/wallclock"
 	"github.com/spoolmq/spool/proto/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/breaker"
@@ -37,8 +38,9 @@ import (
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 
-// Version of spoold, recorded in dead-letter entries and ClusterStatus.
-const Version = "0.1.0-dev"
+// Version of spoold (internal/buildinfo: the repository's VERSION file),
+// recorded in dead-letter entries, ClusterStatus and spans.
+var Version = buildinfo.Version
 
 // Options are the parts of a sidecar that are not configuration.
 type Options struct {

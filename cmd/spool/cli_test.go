@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/spoolmq/spool/internal/buildinfo"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
 
@@ -434,7 +435,7 @@ func TestClusterStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 		t.Fatalf("spool cluster status -o json: %v\n%s", err, r.stdout)
 	}
-	if v.ClusterID != "single-node" || v.NodeID == "" || v.Version == "" || len(v.Nodes) != 1 || v.Nodes[0].ID != v.NodeID || !v.Nodes[0].Reachable {
+	if v.ClusterID != "single-node" || v.NodeID == "" || v.Version != buildinfo.Version || len(v.Nodes) != 1 || v.Nodes[0].ID != v.NodeID || !v.Nodes[0].Reachable {
 		t.Fatalf("a single sidecar's cluster status: %+v", v)
 	}
 	r = s.spool("", false, "cluster", "status")

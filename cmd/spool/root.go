@@ -102,7 +102,7 @@ Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 
 	root.AddCommand(a.topicCommand(), a.groupCommand(), a.clusterCommand(), a.dlqCommand(), a.produceCommand(), a.tailCommand(),
-		a.planCommand(), a.devCommand(), a.demoCommand())
+		a.planCommand(), a.devCommand(), a.demoCommand(), a.versionCommand())
 	return root
 }
 

@@ -3,6 +3,7 @@
 //	spoold --dev                      # temporary data dir, topic "demo", group "demo-app"
 //	spoold --config /etc/spool/spool.yaml
 //	spoold repair --data-dir D --partition orders-3   # truncate a quarantined partition (stopped node)
+//	spoold version [--json]           # release, commit, Go version, protocol and data formats
 //
 // Configuration: docs/configuration.md. Flags override SPOOL_* environment
 // variables, which override the file.
@@ -23,8 +24,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "repair" {
-		os.Exit(repair(os.Args[2:], os.Stdout, os.Stderr))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "repair":
+			os.Exit(repair(os.Args[2:], os.Stdout, os.Stderr))
+		case "version":
+			os.Exit(version(os.Args[2:], os.Stdout, os.Stderr))
+		}
 	}
 	fs := flag.NewFlagSet("spoold", flag.ContinueOnError)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")

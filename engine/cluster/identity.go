@@ -29,7 +29,9 @@ type identity struct {
 }
 
 const (
-	identityVersion  = 1
+	// IdentityVersion is the format of identity.json; internal/buildinfo
+	// reports it.
+	IdentityVersion  = 1
 	identityFile     = "identity.json"
 	maxIdentityBytes = 4096
 )
@@ -56,8 +58,8 @@ func loadIdentity(fsys log.FS, dir string) (id identity, ok bool, err error) {
 	if err := json.Unmarshal(buf[:n], &id); err != nil {
 		return identity{}, false, fmt.Errorf("engine: %s is damaged (%v): restore it from a backup, or remove the data dir and join the node as a new one", path, err)
 	}
-	if id.Version != identityVersion || id.ClusterID == "" || id.NodeID == 0 || id.Token == "" {
-		return identity{}, false, fmt.Errorf("engine: %s holds version %d, cluster %q, node %d, a token of %d bytes: this spoold reads version %d with all fields set; restore the file or remove the data dir and join as a new node", path, id.Version, id.ClusterID, id.NodeID, len(id.Token), identityVersion)
+	if id.Version != IdentityVersion || id.ClusterID == "" || id.NodeID == 0 || id.Token == "" {
+		return identity{}, false, fmt.Errorf("engine: %s holds version %d, cluster %q, node %d, a token of %d bytes: this spoold reads version %d with all fields set; restore the file or remove the data dir and join as a new node", path, id.Version, id.ClusterID, id.NodeID, len(id.Token), IdentityVersion)
 	}
 	return id, true, nil
 }
@@ -67,7 +69,7 @@ func saveIdentity(fsys log.FS, dir string, id identity) error {
 	if err := log.MkdirAllSynced(fsys, dir); err != nil {
 		return fmt.Errorf("engine: create %s: %w", dir, err)
 	}
-	id.Version = identityVersion
+	id.Version = IdentityVersion
 	b, err := json.MarshalIndent(id, "", "  ")
 	if err != nil {
 		return err

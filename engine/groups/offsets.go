@@ -165,16 +165,18 @@ func (s *Store) Forget(topic string) error {
 //
 // Done offsets are stored as deltas from the previous one (the first from Next).
 const (
-	magic   = "SPOF"
-	version = 1
-	hdrLen  = len(magic) + 1 + 4
+	magic = "SPOF"
+	// OffsetsVersion is the format of a group's offsets file;
+	// internal/buildinfo reports it.
+	OffsetsVersion = 1
+	hdrLen         = len(magic) + 1 + 4
 )
 
 // Encode appends the file form of positions to dst, partitions ascending.
 func Encode(dst []byte, positions map[int32]Position) []byte {
 	start := len(dst)
 	dst = append(dst, magic...)
-	dst = append(dst, version, 0, 0, 0, 0)
+	dst = append(dst, OffsetsVersion, 0, 0, 0, 0)
 	parts := make([]int32, 0, len(positions))
 	for p := range positions {
 		parts = append(parts, p)
@@ -202,7 +204,7 @@ func Decode(b []byte) (map[int32]Position, error) {
 	if len(b) < hdrLen || string(b[:len(magic)]) != magic {
 		return nil, fmt.Errorf("%w: bad magic", ErrCorrupt)
 	}
-	if b[len(magic)] != version {
+	if b[len(magic)] != OffsetsVersion {
 		return nil, fmt.Errorf("%w: unknown version %d (written by a newer spoold?)", ErrCorrupt, b[len(magic)])
 	}
 	want := binary.LittleEndian.Uint32(b[len(magic)+1:])

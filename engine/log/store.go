@@ -291,9 +291,9 @@ func (p *Partition) close() error {
 	return errors.Join(errs...)
 }
 
-// formatVersion is the on-disk format this package reads and writes. It is
+// FormatVersion is the on-disk format this package reads and writes. It is
 // recorded in the data dir's FORMAT file and in every batch (batchMagic).
-const formatVersion = batchMagic
+const FormatVersion = batchMagic
 
 const formatFile = "FORMAT"
 
@@ -306,11 +306,11 @@ var ErrFormat = errors.New("spool log: data dir in another on-disk format")
 // a data dir with partition directories and no FORMAT file is format 1.
 func checkFormat(fsys FS, dir string) error {
 	name := filepath.Join(dir, formatFile)
-	want := fmt.Sprintf("spool-log %d\n", formatVersion)
+	want := fmt.Sprintf("spool-log %d\n", FormatVersion)
 	refuse := func(found string) error {
 		return fmt.Errorf("%w: %s holds %s; this spoold reads and writes format %d only (the raft log format). "+
 			"There is no converter: move the data dir aside (or delete it) and start again; docs/storage-format.md, Format versions",
-			ErrFormat, dir, found, formatVersion)
+			ErrFormat, dir, found, FormatVersion)
 	}
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if err == nil {

@@ -24,8 +24,10 @@ const snapshotFileName = "raft.snap"
 const MaxSnapshotDataBytes = 64 << 20
 
 const (
-	snapMagic       = "SPSN"
-	snapVersion     = 1
+	snapMagic = "SPSN"
+	// SnapshotVersion is the format of a snapshot file's header;
+	// internal/buildinfo reports it.
+	SnapshotVersion = 1
 	snapHeaderBytes = 24 // magic 4, version 1, reserved 3, index 8, term 8
 )
 
@@ -69,7 +71,7 @@ func encodeSnapshotMeta(m SnapshotMeta) ([]byte, error) {
 	}
 	b := make([]byte, snapHeaderBytes, snapHeaderBytes+confStateBytes(m.ConfState)+4+len(m.Data)+4)
 	copy(b, snapMagic)
-	b[4] = snapVersion
+	b[4] = SnapshotVersion
 	binary.LittleEndian.PutUint64(b[8:], m.Index)
 	binary.LittleEndian.PutUint64(b[16:], m.Term)
 	b = appendConfState(b, m.ConfState)
@@ -91,8 +93,8 @@ func decodeSnapshotMeta(b []byte) (SnapshotMeta, error) {
 	if string(b[:4]) != snapMagic {
 		return damaged("bad magic %q", b[:4])
 	}
-	if b[4] != snapVersion {
-		return damaged("unknown version %d (this build reads %d)", b[4], snapVersion)
+	if b[4] != SnapshotVersion {
+		return damaged("unknown version %d (this build reads %d)", b[4], SnapshotVersion)
 	}
 	body := b[:len(b)-4]
 	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(b[len(b)-4:]); got != want {

@@ -28,8 +28,10 @@ const (
 )
 
 const (
-	stateMagic        = "SPRS"
-	stateVersion      = 1
+	stateMagic = "SPRS"
+	// StateVersion is the format of the state file (the hard state and
+	// membership of each replica); internal/buildinfo reports it.
+	StateVersion      = 1
 	slotHeaderBytes   = 20 // magic 4, version 1, reserved 3, seq 8, payload length 4
 	slotTrailerBytes  = 4  // CRC32C
 	statePayloadFixed = 41 // term, vote, commit, applied (8 each), the smallest ConfState (9)
@@ -74,7 +76,7 @@ func encodeStateSlot(seq uint64, st State) ([]byte, error) {
 	n := len(p)
 	b := make([]byte, StateSlotBytes)
 	copy(b, stateMagic)
-	b[4] = stateVersion
+	b[4] = StateVersion
 	binary.LittleEndian.PutUint64(b[8:], seq)
 	binary.LittleEndian.PutUint32(b[16:], uint32(n))
 	copy(b[slotHeaderBytes:], p)
@@ -106,8 +108,8 @@ func decodeStateSlot(b []byte) (seq uint64, st State, status slotStatus, err err
 	if string(b[:4]) != stateMagic {
 		return damaged("bad magic %q", b[:4])
 	}
-	if b[4] != stateVersion {
-		return damaged("unknown version %d (this build reads %d)", b[4], stateVersion)
+	if b[4] != StateVersion {
+		return damaged("unknown version %d (this build reads %d)", b[4], StateVersion)
 	}
 	n := int(binary.LittleEndian.Uint32(b[16:]))
 	if n < statePayloadFixed || n > maxStatePayload {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/spoolmq/spool/internal/buildinfo"
 )
 
 // Metrics holds spoold's collectors.
@@ -118,6 +120,9 @@ type Metrics struct {
 	// Admin calls refused (docs/security.md, "Admin").
 	AdminRefused *prometheus.CounterVec // reason
 	AdminTokens  prometheus.Gauge
+
+	// BuildInfo is 1, labelled with this binary's release (internal/buildinfo).
+	BuildInfo *prometheus.GaugeVec // version, commit, go_version
 }
 
 // latencyBuckets span 100 µs to ~100 s.
@@ -235,6 +240,8 @@ func New() *Metrics {
 	m.CommandsSkipped = counter("cluster_commands_skipped_total", "Records of a replicated state machine's log that this node skipped because they do not decode or validate, by machine: controller (raft group 0), coordinator (the consumer groups' topic __groups). Every node skips them alike; any rise means a hostile peer, damage or a newer release's command.", "machine")
 	m.PeerRefusals = counter("cluster_peer_refusals_total", "What this node refused of a peer, by reason: handshake (a raft stream of another cluster or protocol), identity (a raft stream whose certificate is not the claimed node's, or claims no member's node id), produce (a forwarded write to the controller or an internal topic that is no valid command or not a member's), join (without the join secret, or with another identity's token). Each is also logged.", "reason")
 	m.ConfChangesSkipped = counter("raft_conf_changes_skipped_total", "Committed raft configuration changes skipped because raft refuses to apply them (every replica skips them alike): a hostile or broken leader.")
+	m.BuildInfo = gauge("build_info", "1, labelled with this spoold's release: version (the VERSION file), commit and the Go version that built it (spoold version).", "version", "commit", "go_version")
+	m.BuildInfo.WithLabelValues(buildinfo.Version, buildinfo.Commit(), buildinfo.GoVersion()).Set(1)
 	r.MustRegister(m.LedgerAvailable)
 	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.PublishMemoryRefused, m.MemoryLimit, m.LogSyncs, m.AdminTokens)
 	return m

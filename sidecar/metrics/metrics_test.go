@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spoolmq/spool/internal/buildinfo"
 )
 
 // Every metric the code defines is documented in docs/metrics.md, and the
@@ -97,4 +99,28 @@ func TestOutcomeHelpMatchesDocs(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no metric's help lists its outcomes: the check checks nothing")
 	}
+}
+
+// /metrics says which release this spoold is: spool_build_info is 1 with its
+// version, commit and Go version.
+func TestBuildInfo(t *testing.T) {
+	mfs, err := New().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "spool_build_info" {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		want := map[string]string{"version": buildinfo.Version, "commit": buildinfo.Commit(), "go_version": buildinfo.GoVersion()}
+		if len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetGauge().GetValue() != 1 || !reflect.DeepEqual(labels, want) {
+			t.Fatalf("spool_build_info: %v, want one series of 1 labelled %v", mf.GetMetric(), want)
+		}
+		return
+	}
+	t.Fatal("no spool_build_info")
 }
