@@ -894,6 +894,9 @@ func (m *machine) frameUnsent(now time.Time, c *consumer, f *spoolv1.SubscribeRe
 		k := refKey{d.GetTopic(), d.GetPartition(), d.GetOffset()}
 		o, ok := c.outstanding[k]
 		if !ok {
+			if len(c.dups) > 0 && c.duplicateSettled(k, d.GetFencingToken()) {
+				c.credit++ // the copy of a duplicated delivery took one
+			}
 			continue
 		}
 		s, p := m.lookup(k.topic, k.part)
