@@ -47,7 +47,7 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 	}
 	for _, n := range req.GetNacks() {
 		ref := n.GetRef()
-		if len(c.dups) > 0 && c.duplicateSettled(refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()}, ref.GetFencingToken()) {
+		if len(c.dups) > 0 && m.duplicateSettled(c, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()}, ref.GetFencingToken()) {
 			continue
 		}
 		s, p, o, err := m.settleTarget(c, ref)
@@ -139,7 +139,7 @@ func (m *machine) settleAck(now time.Time, c *consumer, ref *spoolv1.DeliveryRef
 	if len(m.fenced) > 0 && m.ackFenced(now, c, k, ref.GetFencingToken()) {
 		return nil
 	}
-	if len(c.dups) > 0 && c.duplicateSettled(k, ref.GetFencingToken()) {
+	if len(c.dups) > 0 && m.duplicateSettled(c, k, ref.GetFencingToken()) {
 		return nil
 	}
 	s, p, o, err := m.settleTarget(c, ref)

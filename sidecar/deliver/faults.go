@@ -120,8 +120,10 @@ func (s *sub) earlyDeadline(now time.Time) (time.Time, bool) {
 }
 
 // injectSendFaults draws the faults of a delivery just added to c's frame:
-// its lease may end early, and it may be sent twice (the copy takes a
-// credit, as any delivery does; without one it is not copied).
+// its lease may end early, and it may be sent twice. The copy takes a
+// credit, as any delivery does, and goes in the same frame (so that a
+// frame that cannot be queued hands back both): without a credit or room
+// in the frame it is not made.
 func (m *machine) injectSendFaults(now time.Time, c *consumer, cd *candidate, d *spoolv1.Delivery) {
 	s := cd.s
 	if dl, ok := s.earlyDeadline(now); ok {
@@ -129,7 +131,8 @@ func (m *machine) injectSendFaults(now time.Time, c *consumer, cd *candidate, d 
 			m.fault(s, faultEarlyLeaseExpiry)
 		}
 	}
-	if c.credit > 0 && s.faults.fires(s.faults.cfg.Duplicate) {
+	room := c.maxFrameBytes == 0 || c.frameBytes+wireBytes(d) <= c.maxFrameBytes
+	if c.credit > 0 && room && s.faults.fires(s.faults.cfg.Duplicate) {
 		c.credit--
 		if c.dups == nil {
 			c.dups = map[refKey]uint64{}
@@ -142,14 +145,19 @@ func (m *machine) injectSendFaults(now time.Time, c *consumer, cd *candidate, d 
 
 // duplicateSettled reports whether a settlement is of the second copy of a
 // duplicated delivery (its first copy was settled already): it is dropped,
-// as the sidecar would drop a copy the network made.
-func (c *consumer) duplicateSettled(k refKey, wire uint64) bool {
+// as the sidecar would drop a copy the network made. A delivery still
+// outstanding, or whose lease expired (a late ack is applied), has had no
+// settlement yet.
+func (m *machine) duplicateSettled(c *consumer, k refKey, wire uint64) bool {
 	w, ok := c.dups[k]
 	if !ok || w != wire {
 		return false
 	}
 	if o, out := c.outstanding[k]; out && o.wire == wire {
-		return false // the first copy's settlement: applied
+		return false
+	}
+	if o, late := m.expired[k]; late && o.wire == wire {
+		return false
 	}
 	delete(c.dups, k)
 	return true

@@ -894,7 +894,7 @@ func (m *machine) frameUnsent(now time.Time, c *consumer, f *spoolv1.SubscribeRe
 		k := refKey{d.GetTopic(), d.GetPartition(), d.GetOffset()}
 		o, ok := c.outstanding[k]
 		if !ok {
-			if len(c.dups) > 0 && c.duplicateSettled(k, d.GetFencingToken()) {
+			if len(c.dups) > 0 && m.duplicateSettled(c, k, d.GetFencingToken()) {
 				c.credit++ // the copy of a duplicated delivery took one
 			}
 			continue
