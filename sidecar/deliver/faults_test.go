@@ -110,3 +110,40 @@ func TestFaultsReplayFromTheirSeed(t *testing.T) {
 		t.Fatal("no faults configured, yet one fired")
 	}
 }
+
+// An early lease expiry ends the lease within its first quarter, whatever
+// deadline the app was told: the message is delivered again, and the
+// attempt counts as any expiry does.
+func TestEarlyLeaseExpiryRedeliversWithinTheFirstQuarter(t *testing.T) {
+	// The first draw of a delivery is its lease's (the other kinds are
+	// off): pick a seed whose first draw fires.
+	seed := uint64(0)
+	for !newFaulter(&Faults{EarlyLeaseExpiry: 0.5, Seed: seed}).fires(0.5) {
+		seed++
+	}
+	synctest.Test(t, func(t *testing.T) {
+		eng := newTestEngine()
+		eng.publish(tTopic, 0, msg("m-1", []byte("x")))
+		sc := testSub(tracker.Config{MaxAttempts: 5, VisibilityTimeout: time.Minute})
+		sc.Tracker.Backoff.Base, sc.Tracker.Backoff.Max = time.Millisecond, time.Millisecond
+		sc.Faults = &Faults{EarlyLeaseExpiry: 0.5, Seed: seed}
+		h := startGroup(t, eng, GroupConfig{Subscriptions: []Subscription{sc}})
+		c := h.join(10, 10)
+		start := time.Now()
+		first := c.deliveries(1, time.Second)[0]
+		if told := time.UnixMilli(first.GetLeaseDeadlineMs()).Sub(start); told < 59*time.Second {
+			t.Fatalf("the app was told a lease of %v, want the full minute", told)
+		}
+		again := c.deliveries(1, 16*time.Second)[0] // not answered: the lease ends early
+		if again.GetOffset() != first.GetOffset() || again.GetAttempt() != 2 {
+			t.Fatalf("redelivered offset %d attempt %d, want offset %d attempt 2", again.GetOffset(), again.GetAttempt(), first.GetOffset())
+		}
+		if took := time.Since(start); took > 15*time.Second+time.Second {
+			t.Fatalf("redelivered after %v, want within the lease's first quarter (15s)", took)
+		}
+		if v := counterValue(t, h.m.FaultsInjected.WithLabelValues(tGroup, tTopic, "early_lease_expiry")); v != 1 {
+			t.Fatalf("spool_faults_injected_total{kind=early_lease_expiry} = %v, want 1", v)
+		}
+		c.send(&spoolv1.SubscribeRequest{Acks: []*spoolv1.Ack{{Ref: refOf(again)}}})
+	})
+}
