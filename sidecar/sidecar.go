@@ -435,6 +435,10 @@ func newGroups(cfg *config.Config, eng engine.Backend, m *metrics.Metrics, led l
 				MaxOpenTimeout:      sc.Breaker.MaxOpenTimeout,
 			},
 		}
+		if f := sc.Faults; f.On() {
+			sub.Faults = &deliver.Faults{Duplicate: f.Duplicate, LoseAck: f.LoseAck, Delay: f.Delay, DelayMax: f.DelayMax,
+				EarlyLeaseExpiry: f.EarlyLeaseExpiry, Seed: f.Seed}
+		}
 		if sc.RedisUnavailable == config.RedisDeliver {
 			sub.RedisPolicy = deliver.PolicyDeliver
 		}

@@ -245,6 +245,10 @@ type NodeConfig struct {
 	// Dev: temporary data dir (made by the caller when DataDir is empty),
 	// in-process ledger when Redis has no addresses.
 	Dev bool `yaml:"dev"`
+	// FaultInjection allows subscriptions[*].faults outside Dev: for a
+	// test installation only (a named test profile). Default false: a
+	// production configuration with faults is refused.
+	FaultInjection bool `yaml:"fault_injection"`
 }
 
 // FsyncMode says when the log is fsynced.
@@ -450,6 +454,28 @@ type SubscriptionConfig struct {
 	DedupeTTL        time.Duration `yaml:"dedupe_ttl"`
 	RedisUnavailable RedisPolicy   `yaml:"redis_unavailable"`
 	Breaker          BreakerConfig `yaml:"breaker"`
+	// Faults makes the subscription deliver as an unreliable network
+	// would, to test a handler's idempotency (docs/semantics.md, "Testing a
+	// handler"). Refused unless node.dev or node.fault_injection.
+	Faults FaultsConfig `yaml:"faults"`
+}
+
+// FaultsConfig is subscriptions[*].faults: the probability of each fault,
+// per delivery (duplicate, delay, early_lease_expiry) or per ack
+// (lose_ack), each between 0 (off, the default) and 0.5, and the seed of
+// the draws (the same seed and the same events inject the same faults).
+type FaultsConfig struct {
+	Duplicate        float64       `yaml:"duplicate"`
+	LoseAck          float64       `yaml:"lose_ack"`
+	Delay            float64       `yaml:"delay"`
+	DelayMax         time.Duration `yaml:"delay_max"`
+	EarlyLeaseExpiry float64       `yaml:"early_lease_expiry"`
+	Seed             uint64        `yaml:"seed"`
+}
+
+// On reports whether any fault is injected.
+func (f FaultsConfig) On() bool {
+	return f.Duplicate != 0 || f.LoseAck != 0 || f.Delay != 0 || f.EarlyLeaseExpiry != 0
 }
 
 // BackoffConfig is the retry backoff of a subscription (full jitter).

@@ -51,8 +51,12 @@ const (
 	// open files, and in a cluster a raft group on every replica; a topic
 	// needing more parallelism is better split. The engine's own internal
 	// topics may have more.
-	MaxPartitions       = 1024
-	MaxMaxAttempts      = 1000
+	MaxPartitions  = 1024
+	MaxMaxAttempts = 1000
+	// MaxFaultProbability bounds each of subscriptions[*].faults: a fault
+	// that always fires would deliver a message forever. The same bound as
+	// deliver.MaxFaultProbability (the delivery machine checks it again).
+	MaxFaultProbability = 0.5
 	MinVisibility       = time.Second
 	MaxVisibility       = 12 * time.Hour
 	MaxMaxInFlight      = 100_000
@@ -331,6 +335,7 @@ func (c *Config) validateSubscriptions(v *validator) {
 			v.add(p+".breaker.failure_ratio", strconv.FormatFloat(br.FailureRatio, 'g', -1, 64), "a ratio above 0 and at most 1")
 		}
 		validateBreakerTrip(v, p, s)
+		c.validateFaults(v, p, s)
 		v.intRange(p+".breaker.min_requests", int64(br.MinRequests), 1, 1_000_000)
 		v.durRange(p+".breaker.window", br.Window, 100*time.Millisecond, time.Hour)
 		v.durRange(p+".breaker.open_timeout", br.OpenTimeout, 100*time.Millisecond, time.Hour)
@@ -342,6 +347,24 @@ func (c *Config) validateSubscriptions(v *validator) {
 			v.add(p+".breaker.max_open_timeout", br.MaxOpenTimeout.String(), fmt.Sprintf("between breaker.open_timeout (%v) and 24h", lo))
 		}
 	}
+}
+
+// validateFaults refuses fault injection outside a development or test
+// installation, and probabilities that would deliver a message forever.
+func (c *Config) validateFaults(v *validator, p string, s *SubscriptionConfig) {
+	f := &s.Faults
+	if f.On() && !c.Node.Dev && !c.Node.FaultInjection {
+		v.add(p+".faults", "set", "off outside a test installation: set node.dev or node.fault_injection to inject faults (never in production)")
+	}
+	for _, x := range []struct {
+		name string
+		v    float64
+	}{{"duplicate", f.Duplicate}, {"lose_ack", f.LoseAck}, {"delay", f.Delay}, {"early_lease_expiry", f.EarlyLeaseExpiry}} {
+		if !(x.v >= 0 && x.v <= MaxFaultProbability) {
+			v.add(p+".faults."+x.name, strconv.FormatFloat(x.v, 'g', -1, 64), fmt.Sprintf("a probability between 0 (off) and %v", MaxFaultProbability))
+		}
+	}
+	v.durRange(p+".faults.delay_max", f.DelayMax, 0, time.Minute)
 }
 
 // validateBreakerTrip holds breaker.consecutive_failures below max_attempts

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -619,5 +620,28 @@ func TestGuardsMaxOpenFiles(t *testing.T) {
 		if errs := fieldErrors(c.Validate()); len(errs) != 1 || errs[0].Field != "guards.max_open_files" {
 			t.Errorf("max_open_files %d: %v", n, errs)
 		}
+	}
+}
+
+// Fault injection is refused outside node.dev and node.fault_injection, so
+// that a production configuration cannot turn it on by mistake.
+func TestFaultsRefusedOutsideATestInstallation(t *testing.T) {
+	base := "node: {data_dir: /d%s}\ntopics: [{name: a}]\nsubscriptions: [{topic: a, group: g, faults: {duplicate: 0.1, lose_ack: 0.05, seed: 7}}]\n"
+	_, err := Parse([]byte(fmt.Sprintf(base, "")))
+	if err == nil || !strings.Contains(err.Error(), "subscriptions[0].faults") || !strings.Contains(err.Error(), "node.fault_injection") {
+		t.Fatalf("faults in a production configuration: err = %v, want a refusal naming subscriptions[0].faults and node.fault_injection", err)
+	}
+	for _, allow := range []string{", dev: true", ", fault_injection: true"} {
+		c, err := Parse([]byte(fmt.Sprintf(base, allow)))
+		if err != nil {
+			t.Fatalf("faults with%s: %v", allow, err)
+		}
+		if f := c.Subscriptions[0].Faults; f.Duplicate != 0.1 || f.LoseAck != 0.05 || f.Seed != 7 {
+			t.Fatalf("faults with%s = %+v", allow, f)
+		}
+	}
+	_, err = Parse([]byte("node: {data_dir: /d, dev: true}\ntopics: [{name: a}]\nsubscriptions: [{topic: a, group: g, faults: {lose_ack: 0.9}}]\n"))
+	if err == nil || !strings.Contains(err.Error(), "subscriptions[0].faults.lose_ack") {
+		t.Fatalf("lose_ack 0.9: err = %v, want it refused", err)
 	}
 }

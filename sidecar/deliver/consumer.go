@@ -25,8 +25,11 @@ type consumer struct {
 	credit      int
 	reserved    int // deliveries taken for this consumer, waiting for the ledger
 	outstanding map[refKey]sent
-	frame       []*spoolv1.Delivery // being built by send
-	frameBytes  int                 // estimated wire size of frame
+	// dups: deliveries sent twice by fault injection (faults.go), by the
+	// wire token of the copies; the second settlement is dropped.
+	dups       map[refKey]uint64
+	frame      []*spoolv1.Delivery // being built by send
+	frameBytes int                 // estimated wire size of frame
 	// maxFrameBytes bounds a delivery frame's size (0: unbounded, for the
 	// callback dispatcher, whose deliveries never cross the wire together).
 	maxFrameBytes int

@@ -42,6 +42,7 @@
 //	spans.go      attempt spans and Tail steps to emit
 //	snapshot.go   progress: what lag and snapshots are measured from
 //	observe.go    counters, gauges and log lines, kept as data
+//	faults.go     fault injection (tests only): duplicates, lost acks, delays, early lease expiries, drawn from a seed
 //
 // The rule, checked by scripts/banned.sh (which lists these files; a new
 // machine file is added there deliberately): a machine file has no `go`

@@ -41,34 +41,15 @@ func (e settleEvent) apply(g *Group, now time.Time) { g.mc.settle(now, e.c, e.re
 func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeRequest) {
 	var errs []*spoolv1.SettleError
 	for _, a := range req.GetAcks() {
-		ref := a.GetRef()
-		if len(m.fenced) > 0 && m.ackFenced(now, c, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()}, ref.GetFencingToken()) {
-			continue
-		}
-		s, p, o, err := m.settleTarget(c, ref)
-		if err == nil {
-			if err = p.tr.Ack(now, ref.GetOffset(), o.token); err == nil {
-				s.stats[statAcks]++
-				if s.traced > 0 {
-					m.trace(now, s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_ACKED, p.num, ref.GetOffset(), o.id, int32(o.attempt), c, "", "")
-				}
-				if m.cfg.Tracer != nil && !o.expired { // a late ack's attempt was recorded when its lease expired
-					m.span(now, s, p, ref.GetOffset(), o, c, OutcomeAck, "")
-				}
-				s.latencies = append(s.latencies, now.Sub(o.at).Seconds())
-				delete(c.outstanding, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()})
-				m.ledgerDone(s, p, ref.GetOffset(), o)
-				if s.brk != nil {
-					m.report(s, s.brk.Success(now, o.probe))
-				}
-			}
-		}
-		if err != nil {
-			errs = append(errs, m.settleError(ref, err))
+		if se := m.settleAck(now, c, a.GetRef()); se != nil {
+			errs = append(errs, se)
 		}
 	}
 	for _, n := range req.GetNacks() {
 		ref := n.GetRef()
+		if len(c.dups) > 0 && m.duplicateSettled(c, refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()}, ref.GetFencingToken()) {
+			continue
+		}
 		s, p, o, err := m.settleTarget(c, ref)
 		if err == nil {
 			off, tok := ref.GetOffset(), o.token
@@ -150,6 +131,41 @@ func (m *machine) settle(now time.Time, c *consumer, req *spoolv1.SubscribeReque
 	if len(errs) > 0 {
 		m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{SettleErrors: errs}})
 	}
+}
+
+// settleAck applies one ack; it returns the error to tell the app, if any.
+func (m *machine) settleAck(now time.Time, c *consumer, ref *spoolv1.DeliveryRef) *spoolv1.SettleError {
+	k := refKey{ref.GetTopic(), ref.GetPartition(), ref.GetOffset()}
+	if len(m.fenced) > 0 && m.ackFenced(now, c, k, ref.GetFencingToken()) {
+		return nil
+	}
+	if len(c.dups) > 0 && m.duplicateSettled(c, k, ref.GetFencingToken()) {
+		return nil
+	}
+	s, p, o, err := m.settleTarget(c, ref)
+	if err != nil {
+		return m.settleError(ref, err)
+	}
+	if s.faults != nil && m.loseAck(now, c, s, p, k, o) {
+		return nil
+	}
+	if err := p.tr.Ack(now, k.offset, o.token); err != nil {
+		return m.settleError(ref, err)
+	}
+	s.stats[statAcks]++
+	if s.traced > 0 {
+		m.trace(now, s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_ACKED, p.num, k.offset, o.id, int32(o.attempt), c, "", "")
+	}
+	if m.cfg.Tracer != nil && !o.expired { // a late ack's attempt was recorded when its lease expired
+		m.span(now, s, p, k.offset, o, c, OutcomeAck, "")
+	}
+	s.latencies = append(s.latencies, now.Sub(o.at).Seconds())
+	delete(c.outstanding, k)
+	m.ledgerDone(s, p, k.offset, o)
+	if s.brk != nil {
+		m.report(s, s.brk.Success(now, o.probe))
+	}
+	return nil
 }
 
 var (

@@ -200,6 +200,8 @@ type sub struct {
 	// metrics: the driver's metric handles for the topic (report.go),
 	// set by Group.newSub; the machine only hands the pointer on.
 	metrics *subMetrics
+	// faults: the subscription's fault injection (faults.go); nil: none.
+	faults *faulter
 }
 
 type part struct {
@@ -271,7 +273,7 @@ type part struct {
 // partition count, the dead-letter topic's partition count, each
 // partition's log start and the committed positions.
 func (m *machine) newSub(sc Subscription, dlqParts int32, starts []int64, pos map[int32]engine.Position) (*sub, error) {
-	s := &sub{cfg: sc, dlqParts: dlqParts}
+	s := &sub{cfg: sc, dlqParts: dlqParts, faults: newFaulter(sc.Faults)}
 	if sc.Breaker != nil {
 		brk, err := breaker.NewSet(*sc.Breaker)
 		if err != nil {
@@ -785,6 +787,11 @@ func (m *machine) dispatch(now time.Time) {
 							continue
 						}
 					}
+					if until, ok := s.delayed(now); ok {
+						_ = p.tr.Defer(now, d.Offset, d.Token, until) // held back uncounted, its key with it
+						m.fault(s, faultDelay)
+						continue
+					}
 					cands = append(cands, candidate{c: c, s: s, p: p, d: *d, probe: probe, inc: p.inc, gen: s.claimGen(p)})
 					limit--
 					free--
@@ -847,13 +854,10 @@ func (m *machine) send(now time.Time, cands []candidate) {
 		if cd.s.traced > 0 {
 			m.trace(now, cd.s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_DELIVERED, cd.p.num, d.GetOffset(), d.GetMessageId(), d.GetAttempt(), c, "", "")
 		}
-		size := wireBytes(d)
-		if c.maxFrameBytes > 0 && len(c.frame) > 0 && c.frameBytes+size > c.maxFrameBytes {
-			m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}})
-			c.frame, c.frameBytes = nil, 0
+		m.frameAdd(c, d)
+		if cd.s.faults != nil {
+			m.injectSendFaults(now, c, cd, d)
 		}
-		c.frame = append(c.frame, d)
-		c.frameBytes += size
 		if cd.probe {
 			m.probeSent(now, cd.s)
 		}
@@ -864,6 +868,18 @@ func (m *machine) send(now time.Time, cands []candidate) {
 			c.frame, c.frameBytes = nil, 0
 		}
 	}
+}
+
+// frameAdd appends d to the frame being built for c, sending the frame
+// first when d would take it past the consumer's frame bytes.
+func (m *machine) frameAdd(c *consumer, d *spoolv1.Delivery) {
+	size := wireBytes(d)
+	if c.maxFrameBytes > 0 && len(c.frame) > 0 && c.frameBytes+size > c.maxFrameBytes {
+		m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}})
+		c.frame, c.frameBytes = nil, 0
+	}
+	c.frame = append(c.frame, d)
+	c.frameBytes += size
 }
 
 // unsentRetry is how long deliveries of a frame that could not be queued
@@ -878,6 +894,9 @@ func (m *machine) frameUnsent(now time.Time, c *consumer, f *spoolv1.SubscribeRe
 		k := refKey{d.GetTopic(), d.GetPartition(), d.GetOffset()}
 		o, ok := c.outstanding[k]
 		if !ok {
+			if len(c.dups) > 0 && m.duplicateSettled(c, k, d.GetFencingToken()) {
+				c.credit++ // the copy of a duplicated delivery took one
+			}
 			continue
 		}
 		s, p := m.lookup(k.topic, k.part)
@@ -988,6 +1007,7 @@ func (m *machine) leave(now time.Time, c *consumer) {
 		}
 	}
 	clear(c.outstanding)
+	clear(c.dups)
 	for i, x := range m.consumers {
 		if x == c {
 			m.consumers = append(m.consumers[:i], m.consumers[i+1:]...)

@@ -30,7 +30,9 @@ import (
 //     handed to the ledger pipeline (the pipeline then keeps that order);
 //   - committed offsets never move backwards;
 //   - at the end (no more failures, every delivery acked) every message
-//     was acked or dead-lettered and the committed offset reaches the end.
+//     was acked or dead-lettered and the committed offset reaches the end;
+//   - all of this with fault injection on too (duplicates, lost acks,
+//     delays: faults.go), which never counts an attempt.
 
 type mConsumer struct {
 	c           *consumer
@@ -85,7 +87,14 @@ func newModelTest(t *rapid.T) *modelTest {
 	tc.MaxInFlight = rapid.IntRange(1, tc.WindowMessages).Draw(t, "maxInFlight")
 	tc.Backoff.Base = time.Second
 	tc.Backoff.Max = 2 * time.Second
-	cfg := GroupConfig{Name: tGroup, Subscriptions: []Subscription{testSub(tc)}, CommitInterval: time.Second,
+	sc := testSub(tc)
+	if rapid.Bool().Draw(t, "faults") {
+		// Fault injection (faults.go), its draws from the machine's own
+		// seeded generator. Early lease expiries are left out: the model
+		// knows leases from the deadlines the app is told.
+		sc.Faults = &Faults{Duplicate: 0.3, LoseAck: 0.3, Delay: 0.3, DelayMax: 2 * time.Second, Seed: rapid.Uint64().Draw(t, "seed")}
+	}
+	cfg := GroupConfig{Name: tGroup, Subscriptions: []Subscription{sc}, CommitInterval: time.Second,
 		DLQMaxInFlight: rapid.IntRange(1, 3).Draw(t, "dlqMaxInFlight"),
 		// The memory budget: smaller than one message, a few messages, or
 		// ample (the model's records are at most ~1 KiB plus the ring).
@@ -384,7 +393,14 @@ func (x *modelTest) settle(outcome int) {
 		req.Nacks = []*spoolv1.Nack{{Ref: ref, Outcome: spoolv1.Outcome_OUTCOME_DEAD_LETTER, Reason: "bad"}}
 		m.counted = x.maxAtt // never delivered again
 	}
+	lost := metricKey{id: metFaultsInjected, l1: tTopic, l2: string(faultLoseAck)}
+	before := x.mc.obs.counts[lost]
 	x.mc.settle(x.now, mcn.c, req)
+	if x.mc.obs.counts[lost] > before {
+		// The ack was lost (fault injection): the message is delivered
+		// again, uncounted, and its release is written to the ledger.
+		m.finished, m.acked = false, false
+	}
 }
 
 func sortKeys(ks []refKey) {

@@ -40,6 +40,7 @@ const (
 	metSelfFences                         // l1: topic
 	metFencedAcks                         // l1: topic
 	metMemoryPaused                       // seconds
+	metFaultsInjected                     // l1: topic, l2: kind
 	// Gauges (the last value set).
 	metConsumers
 	metGeneration

@@ -106,6 +106,8 @@ func (g *Group) counter(k metricKey) prometheus.Counter {
 		return mt.GroupFencedAcks.WithLabelValues(gr, k.l1)
 	case metMemoryPaused:
 		return mt.DeliveryMemoryPaused.WithLabelValues(gr)
+	case metFaultsInjected:
+		return mt.FaultsInjected.WithLabelValues(gr, k.l1, k.l2)
 	}
 	panic("deliver: not a counter: " + strconv.Itoa(int(k.id)))
 }

@@ -52,6 +52,9 @@ type Subscription struct {
 	// Breaker configures the circuit breakers toward the downstreams the app
 	// names in its retries; nil disables them.
 	Breaker *breaker.Config
+	// Faults, when set, injects the faults of an unreliable network into
+	// the subscription's deliveries (faults.go): for tests only.
+	Faults *Faults
 }
 
 // GroupConfig configures a Group.
@@ -145,6 +148,11 @@ func (c *GroupConfig) validate() error {
 		}
 		if err := s.Tracker.Validate(); err != nil {
 			return fmt.Errorf("deliver: group %q topic %q: %w", c.Name, s.Topic, err)
+		}
+		if s.Faults != nil {
+			if err := s.Faults.validate(); err != nil {
+				return fmt.Errorf("deliver: group %q topic %q: %w", c.Name, s.Topic, err)
+			}
 		}
 	}
 	if c.Ledger != nil && c.Owner == "" {

@@ -70,6 +70,7 @@ type Metrics struct {
 	GroupFencedAcks      *prometheus.CounterVec // group, topic
 	ExpiredUnread        *prometheus.CounterVec // group, topic
 	CommitErrors         *prometheus.CounterVec // group, topic
+	FaultsInjected       *prometheus.CounterVec // group, topic, kind
 
 	DedupeHits          *prometheus.CounterVec   // group, topic
 	UndedupedDeliveries *prometheus.CounterVec   // group, topic
@@ -191,6 +192,7 @@ func New() *Metrics {
 		MemberDegraded:        gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
 		ExpiredUnread:         counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
 		CommitErrors:          counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),
+		FaultsInjected:        counter("faults_injected_total", "Faults injected into deliveries by a subscription's faults setting (tests only; docs/semantics.md, \"Testing a handler\"): kind duplicate, lose_ack, delay or early_lease_expiry.", "group", "topic", "kind"),
 
 		DedupeHits:          counter("dedupe_hits_total", "Deliveries the ledger found already done (or dead-lettered) for the group: acked without reaching the app.", "group", "topic"),
 		UndedupedDeliveries: counter("undeduped_deliveries_total", "Deliveries made without a ledger check because the ledger was unavailable (redis_unavailable: deliver).", "group", "topic"),

@@ -84,3 +84,49 @@ async def test_idempotent_handler_with_spoold(start_spoold: Any, db: Path) -> No
     stop.set()
     await asyncio.wait_for(task, 20)
     assert wallet(db) == 100 and stats.duplicates == 2
+
+
+# Two groups on one topic, both under every fault an unreliable network
+# makes (docs/semantics.md, "Testing a handler"); spoold runs with --dev,
+# which allows them.
+FAULTS_CONFIG = """
+topics:
+  - name: orders
+    partitions: 4
+subscriptions:
+""" + "".join(
+    f"""  - topic: orders
+    group: {group}
+    max_attempts: 50
+    visibility_timeout: 1s
+    backoff: {{base: 10ms, max: 50ms, multiplier: 2}}
+    faults: {{duplicate: 0.2, lose_ack: 0.2, delay: 0.2, delay_max: 30ms, early_lease_expiry: 0.05, seed: {seed}}}
+"""
+    for group, seed in (("naive", 1), ("workers", 2))
+)
+
+
+async def test_idempotent_under_fault_injection(start_spoold: Any, db: Path) -> None:
+    s = start_spoold(FAULTS_CONFIG, ["--dev"])
+    n = 60
+    async with await spool.connect(s.addr) as c:
+        for i in range(n):
+            await c.publish("orders", b"1", key="c1", id=f"credit-{i}")
+    seen: dict[str, int] = {}
+
+    async def naive(m: spool.Message) -> None:  # counts its side effects, no idempotency
+        seen[m.id] = seen.get(m.id, 0) + 1
+
+    stats = spool.IdempotentStats()
+    h = spool.idempotent(lambda: sqlite3.connect(db, timeout=5), credit, stats=stats)
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(spool.subscribe(group, ["orders"], handler, addr=s.addr, stop=stop, handle_signals=False))
+        for group, handler in (("naive", naive), ("workers", h))
+    ]
+    await eventually(lambda: stats.processed == n and len(seen) == n, 60, "every message handled by both groups")
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    assert sum(seen.values()) > n, "the faults reached no handler: every message came once"
+    assert stats.duplicates > 0
+    assert wallet(db) == n  # each credit applied exactly once

@@ -115,9 +115,9 @@ export class Node {
     this.logPath = path.join(this.dir, "spoold.log");
   }
 
-  /** spoold --config with this YAML (without the node section), on a fresh data dir. */
-  static async start(config: string): Promise<Node> {
-    const n = new Node((n) => ["--config", path.join(n.dir, "spool.yaml")]);
+  /** spoold --config with this YAML (without the node section), on a fresh data dir, with extra flags (e.g. --dev). */
+  static async start(config: string, extra: string[] = []): Promise<Node> {
+    const n = new Node((n) => ["--config", path.join(n.dir, "spool.yaml"), ...extra]);
     const [app, admin] = await freePorts(2);
     n.app = `127.0.0.1:${app}`;
     n.admin = `127.0.0.1:${admin}`;

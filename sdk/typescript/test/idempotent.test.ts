@@ -134,4 +134,40 @@ subscriptions:
       await n.kill();
     }
   });
+  // docs/semantics.md, "Testing a handler": two groups under every fault an
+  // unreliable network makes (spoold --dev allows them); a handler without
+  // idempotency runs some messages twice, idempotent() applies each once.
+  test("under fault injection: the work commits once per message", async () => {
+    const sub = (group: string, seed: number) => `  - topic: orders
+    group: ${group}
+    max_attempts: 50
+    visibility_timeout: 1s
+    backoff: {base: 10ms, max: 50ms, multiplier: 2}
+    faults: {duplicate: 0.2, lose_ack: 0.2, delay: 0.2, delay_max: 30ms, early_lease_expiry: 0.05, seed: ${seed}}
+`;
+    const n = await Node.start("topics:\n  - name: orders\n    partitions: 4\nsubscriptions:\n" + sub("naive", 1) + sub("billing", 2), ["--dev"]);
+    const c = await Client.connect(n.app);
+    try {
+      const count = 40;
+      for (let i = 0; i < count; i++) await c.publish("orders", { id: `credit-${i}`, key: "carol", payload: "1" });
+      const seen = new Map<string, number>();
+      const stats = new IdempotentStats();
+      const ac = new AbortController();
+      const done = [
+        c.subscribe({ group: "naive", topics: ["orders"], handler: async (m: Message) => { seen.set(m.id, (seen.get(m.id) ?? 0) + 1); }, signal: ac.signal, shutdownSignals: [] }),
+        c.subscribe({ group: "billing", topics: ["orders"], handler: idempotent(pool, async (tx, m) => { await credit(tx, m); }, { stats }), signal: ac.signal, shutdownSignals: [] }),
+      ];
+      await eventually("every message handled by both groups", () => stats.processed === count && seen.size === count, 60_000);
+      ac.abort();
+      await Promise.all(done);
+      let runs = 0;
+      for (const k of seen.values()) runs += k;
+      assert.ok(runs > count, "the faults reached no handler: every message came once");
+      assert.ok(stats.duplicates > 0);
+      assert.equal(await balance("carol"), count);
+    } finally {
+      c.close();
+      await n.kill();
+    }
+  });
 });

@@ -181,6 +181,7 @@ final class Harness {
     final Path logPath = dir.resolve("spoold.log");
     private final String config; // null: --dev
     private final boolean unix;
+    private String nodeExtra = ""; // more settings of the node section (indented YAML lines)
     String app;
     String admin;
     private Process proc;
@@ -199,6 +200,14 @@ final class Harness {
     /** spoold --config with this YAML (without the node section), on a fresh data dir. */
     static Spoold start(String config) {
       Spoold s = new Spoold(config, false);
+      s.startFresh();
+      return s;
+    }
+
+    /** start with more settings of the node section (indented YAML lines, e.g. "  dev: true\n"). */
+    static Spoold start(String config, String nodeExtra) {
+      Spoold s = new Spoold(config, false);
+      s.nodeExtra = nodeExtra;
       s.startFresh();
       return s;
     }
@@ -224,7 +233,7 @@ final class Harness {
       if (config != null) {
         String listen = "\"" + app + "\"" + (unix ? ", \"" + unixAddr() + "\"" : "");
         String node = "node:\n  id: java\n  data_dir: " + dir.resolve("data") + "\n  app_listen: [" + listen + "]\n  admin_listen: \"" + admin
-            + "\"\n  drain_timeout: 5s\n";
+            + "\"\n  drain_timeout: 5s\n" + nodeExtra;
         try {
           Files.writeString(dir.resolve("spool.yaml"), node + config);
         } catch (IOException e) {

@@ -190,4 +190,37 @@ class IdempotentTest {
       assertEquals(1, subStats.retried());
     }
   }
+  /**
+   * docs/semantics.md, "Testing a handler": two groups under every fault an
+   * unreliable network makes (node.dev allows them); a handler without
+   * idempotency runs some messages twice, Idempotent applies each once.
+   */
+  @Test
+  void underFaultInjectionTheWorkCommitsOncePerMessage() throws Exception {
+    StringBuilder config = new StringBuilder("topics:\n  - name: orders\n    partitions: 4\nsubscriptions:\n");
+    for (String group : List.of("naive", "billing")) {
+      config.append("  - topic: orders\n    group: ").append(group).append("\n    max_attempts: 50\n    visibility_timeout: 1s\n")
+          .append("    backoff: {base: 10ms, max: 50ms, multiplier: 2}\n")
+          .append("    faults: {duplicate: 0.2, lose_ack: 0.2, delay: 0.2, delay_max: 30ms, early_lease_expiry: 0.05, seed: ")
+          .append(group.length()).append("}\n");
+    }
+    int count = 40;
+    try (var s = Harness.Spoold.start(config.toString(), "  dev: true\n"); var c = Client.connect(s.app)) {
+      for (int i = 0; i < count; i++) {
+        c.publish("orders", OutMessage.of("1").withId("credit-" + i).withKey("dave"));
+      }
+      var seen = new java.util.concurrent.ConcurrentHashMap<String, Integer>();
+      IdempotentStats stats = new IdempotentStats();
+      Handler naive = m -> seen.merge(m.id(), 1, Integer::sum); // counts its side effects, no idempotency
+      Handler careful = Idempotent.handler(ds, IdempotentTest::credit, IdempotentOptions.builder().stats(stats).build());
+      var opts = SubscribeOptions.builder().drainOnShutdown(false).build();
+      try (var a = c.subscribe("naive", List.of("orders"), naive, opts); var b = c.subscribe("billing", List.of("orders"), careful, opts)) {
+        Eventually.await("every message handled by both groups", () -> stats.processed() == count && seen.size() == count);
+      }
+      int runs = seen.values().stream().mapToInt(Integer::intValue).sum();
+      assertTrue(runs > count, "the faults reached no handler: every message came once");
+      assertTrue(stats.duplicates() > 0);
+      assertEquals(count, balance("dave"));
+    }
+  }
 }
