@@ -70,35 +70,8 @@ func TestReplicaFindsItsLogCutBack(t *testing.T) {
 	defer cancel()
 	c := newWCluster(t, ctx, 12, slog.Options{}, false)
 	defer c.close()
-	l := c.waitLeader(50)
-	if err := c.propose(l, 40); err != nil {
-		t.Fatal(err)
-	}
-	c.converge(50)
-	var f *wnode
-	for _, n := range c.nodes {
-		if n != l {
-			f = n
-		}
-	}
-	before := f.r.Partition().LastIndex()
-	c.stop(f)
-	segs, err := f.fs.ReadDir(wireData + "/" + wirePart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cut := false
-	for _, e := range segs {
-		if name := e.Name(); strings.HasSuffix(name, ".log") {
-			if err := f.fs.Corrupt(wireData+"/"+wirePart+"/"+name, func(b []byte) []byte { return b[:len(b)/2] }); err != nil {
-				t.Fatal(err)
-			}
-			cut = true
-		}
-	}
-	if !cut {
-		t.Fatalf("no segment of %s on node %d", wirePart, f.id)
-	}
+	l, f, before := stoppedFollower(t, c, 40)
+	cutSegments(t, f, func(b []byte) []byte { return b[:len(b)/2] })
 	c.start(f)
 	if after := f.r.Partition().LastIndex(); after >= before {
 		t.Fatalf("the cut log ends at index %d, not before %d", after, before)
@@ -134,29 +107,8 @@ func TestReplicaWithCommittedEntriesGoneIsQuarantined(t *testing.T) {
 	defer cancel()
 	c := newWCluster(t, ctx, 13, slog.Options{}, false)
 	defer c.close()
-	l := c.waitLeader(50)
-	if err := c.propose(l, 10); err != nil {
-		t.Fatal(err)
-	}
-	c.converge(50)
-	var f *wnode
-	for _, n := range c.nodes {
-		if n != l {
-			f = n
-		}
-	}
-	c.stop(f)
-	segs, err := f.fs.ReadDir(wireData + "/" + wirePart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range segs {
-		if name := e.Name(); strings.HasSuffix(name, ".log") {
-			if err := f.fs.Corrupt(wireData+"/"+wirePart+"/"+name, func([]byte) []byte { return nil }); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	_, f, _ := stoppedFollower(t, c, 10)
+	cutSegments(t, f, func([]byte) []byte { return nil })
 	s, err := slog.OpenStore(f.root+wireData, slog.Options{FS: f.fsys, MaintenanceInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -173,5 +125,47 @@ func TestReplicaWithCommittedEntriesGoneIsQuarantined(t *testing.T) {
 	}
 	if !errors.Is(err, ErrLogCorrupt) || p.Quarantined() == nil {
 		t.Fatalf("OpenReplica: %v (quarantined: %v); want ErrLogCorrupt and the partition quarantined", err, p.Quarantined())
+	}
+}
+
+// stoppedFollower has c's leader commit n records, every replica take
+// them, and stops a follower, which it returns with the leader and the
+// follower's last index before it stopped.
+func stoppedFollower(t *testing.T, c *wcluster, n int) (l, f *wnode, last uint64) {
+	t.Helper()
+	l = c.waitLeader(50)
+	if err := c.propose(l, n); err != nil {
+		t.Fatal(err)
+	}
+	c.converge(50)
+	for _, n := range c.nodes {
+		if n != l {
+			f = n
+		}
+	}
+	last = f.r.Partition().LastIndex()
+	c.stop(f)
+	return l, f, last
+}
+
+// cutSegments rewrites every segment of the stopped node f's partition
+// with cut.
+func cutSegments(t *testing.T, f *wnode, cut func([]byte) []byte) {
+	t.Helper()
+	segs, err := f.fs.ReadDir(wireData + "/" + wirePart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	for _, e := range segs {
+		if name := e.Name(); strings.HasSuffix(name, ".log") {
+			if err := f.fs.Corrupt(wireData+"/"+wirePart+"/"+name, cut); err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		}
+	}
+	if !done {
+		t.Fatalf("no segment of %s on node %d", wirePart, f.id)
 	}
 }
