@@ -364,6 +364,8 @@ type run struct {
 	mu    sync.Mutex
 	pubs  []check.Publish
 	comps []check.Completion
+	offs  []check.OffsetsSeen   // what the observer read of offsets
+	coms  []check.CommittedSeen // and of the group's committed offsets
 	flts  []check.Fault
 	ops   []op // the history, as recorded
 	// quorumLost: when the last kill of a majority fault was done.
@@ -463,6 +465,9 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			probing.Go(func() { r.probe(probeCtx, i, p) })
 		}
 	}
+	// The observer: through each sidecar, the partitions' offsets and the
+	// group's committed offsets, as a client reads them.
+	probing.Go(func() { r.observe(probeCtx) })
 	// The faults: one node at a time, 2-5 s apart, each held as its kind says.
 	fk := faults[kind]
 	faultsDone := make(chan error, 1)
@@ -547,7 +552,8 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 		return check.Result{}, err
 	}
 	r.mu.Lock()
-	h := check.History{Publishes: r.pubs, Logs: logs, Completions: r.comps, Faults: r.flts, Sidecars: nodes, Partitions: partitions}
+	h := check.History{Publishes: r.pubs, Logs: logs, Completions: r.comps, Faults: r.flts, Sidecars: nodes, Partitions: partitions,
+		Offsets: r.offs, Committed: r.coms}
 	r.mu.Unlock()
 	res := check.Check(h)
 	return res, r.writeHistory(res)
@@ -939,6 +945,68 @@ func (r *run) awaitProbed(since time.Time, d time.Duration) {
 	}
 }
 
+// observeEvery is how often the observer reads each sidecar's offsets and
+// the group's committed offsets.
+const observeEvery = 250 * time.Millisecond
+
+// observe reads, every observeEvery, through each sidecar, the topic's
+// offsets (ListTopics) and the group's committed offsets (ListGroups), as
+// a client would, for the rules that they never go back (check.
+// OffsetsSeen, check.CommittedSeen). A sidecar that does not answer
+// within a second is skipped that round.
+func (r *run) observe(ctx context.Context) {
+	conns := make([]*grpc.ClientConn, nodes)
+	for i := range nodes {
+		conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(i), adminPort), append(probeDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			r.t.Errorf("observer: node %d: %v", i+1, err)
+			return
+		}
+		defer conn.Close()
+		conns[i] = conn
+	}
+	tick := time.NewTicker(observeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for i, conn := range conns {
+			r.observeOne(ctx, i, spoolv1.NewAdminServiceClient(conn))
+		}
+	}
+}
+
+// observeOne reads sidecar i's offsets and committed offsets once.
+func (r *run) observeOne(ctx context.Context, i int, ac spoolv1.AdminServiceClient) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if lt, err := ac.ListTopics(ctx, &spoolv1.ListTopicsRequest{}); err == nil {
+		at := time.Now()
+		r.mu.Lock()
+		for _, ti := range lt.GetTopics() {
+			for _, p := range ti.GetPartitions() {
+				if ti.GetName() == topic {
+					r.offs = append(r.offs, check.OffsetsSeen{Observer: i, Partition: p.GetPartition(), At: at, Start: p.GetStartOffset(), End: p.GetEndOffset()})
+				}
+			}
+		}
+		r.mu.Unlock()
+	}
+	if lg, err := ac.ListGroups(ctx, &spoolv1.ListGroupsRequest{Group: group}); err == nil {
+		at := time.Now()
+		r.mu.Lock()
+		for _, gi := range lg.GetGroups() {
+			for _, p := range gi.GetPartitions() {
+				r.coms = append(r.coms, check.CommittedSeen{Observer: i, Group: gi.GetGroup(), Partition: p.GetPartition(), At: at, Offset: p.GetCommittedOffset()})
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
 // mostLeading is the node leading the most partitions of the topic, as
 // the first node that answers AdminService.ListTopics sees it (drawn, if
 // none answers).
@@ -1024,7 +1092,7 @@ func (r *run) consume(ctx context.Context, i int) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	_ = c.Subscribe(ctx, group, []string{topic}, func(_ context.Context, m *spool.Message) error {
 		r.mu.Lock()
-		r.comps = append(r.comps, check.Completion{Value: m.ID, Node: i, Token: m.FencingToken, At: time.Now()})
+		r.comps = append(r.comps, check.Completion{Value: m.ID, Node: i, Partition: m.Partition, Token: m.FencingToken, At: time.Now()})
 		r.mu.Unlock()
 		r.record(op{Kind: "complete", Node: i, Value: m.ID, Partition: m.Partition, Offset: m.Offset, Token: m.FencingToken})
 		return nil

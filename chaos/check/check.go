@@ -39,6 +39,11 @@
 //     by then. A heal followed by another fault before the bound and
 //     before that acknowledgement is not judged (the next fault may be the
 //     cause).
+//   - the log start and high watermark of a partition, and a group's
+//     committed offset of it, as a client reads them through one sidecar,
+//     never go back (a committed offset: except by an explicit reset of
+//     the group); progress.go, which also measures each partition's pause
+//     after each fault.
 package check
 
 import (
@@ -83,8 +88,9 @@ type Record struct {
 
 // Completion is one message completed by a consuming app.
 type Completion struct {
-	Value string
-	Node  int // the sidecar the app consumes through
+	Value     string
+	Node      int // the sidecar the app consumes through
+	Partition int32
 	Token uint64
 	At    time.Time
 }
@@ -135,6 +141,12 @@ type History struct {
 	// Sidecars and Partitions: the probes must cover sidecars 0..Sidecars-1
 	// and partitions 0..Partitions-1 (0: no probes, the rule is off).
 	Sidecars, Partitions int
+	// Offsets and Committed: what clients read of the partitions' offsets
+	// and of the groups' committed offsets during the run; Resets: the
+	// explicit resets of committed offsets (progress.go).
+	Offsets   []OffsetsSeen
+	Committed []CommittedSeen
+	Resets    []Reset
 }
 
 // Result is what Check found.
@@ -165,6 +177,11 @@ type Result struct {
 	// the consumers' pause a fault caused (LongestToCompletionValue: which).
 	LongestToCompletion      time.Duration
 	LongestToCompletionValue string
+	// Pauses: per fault and partition, how long it went without an
+	// acknowledged publish and without a completion once the fault began;
+	// LongestPartitionPause is the longest publish pause of them.
+	Pauses                []PartitionPause
+	LongestPartitionPause time.Duration
 
 	linearization *linearization // a failed linearizability check (Visualize)
 }
@@ -254,6 +271,9 @@ func Check(h History) Result {
 	r.completions(h)
 	r.toCompletion(h)
 	r.healPublish(h)
+	r.offsetsNeverBack(h.Offsets)
+	r.committedNeverBack(h.Committed, h.Resets)
+	r.pauses(h)
 	for _, ts := range ackTimes {
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 		for _, f := range h.Faults {
