@@ -11,14 +11,15 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock, flaky, bridge, slowdisk; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
 // default a temporary directory, printed, kept when a run fails).
 // Without root and iproute2 the suite says why and skips: it creates
-// network namespaces; without nftables it skips the oneway runs, saying
-// so. tc netem (delay, loss) is not used: this machine's kernel lacks it.
+// network namespaces; without nftables it skips the oneway, flaky and
+// bridge runs, saying so; without the kernel's sch_netem the flaky runs
+// lose packets but delay none, and the report says "skipped delay".
 package chaos
 
 import (
@@ -31,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -124,6 +126,9 @@ type faultKind struct {
 	// disks: each node's data dir is on a file system of its own (a
 	// tmpfs of diskSize), so one can be filled.
 	disks bool
+	// slowSyncs: every spoold's syncs wait the delay in a file
+	// (log.SlowSyncEnv).
+	slowSyncs bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -284,6 +289,60 @@ var faults = map[string]faultKind{
 		}},
 }
 
+func init() {
+	// flaky: one node's link loses 5-30% of its packets each way (drawn
+	// from the seed; nftables) and, where the kernel has sch_netem, delays
+	// what it sends by 20-100 ms ± a quarter; Redis and its clients are on
+	// that link too. After the heal every sidecar publishes to every
+	// partition within check.HealPublishBound.
+	faults["flaky"] = faultKind{needs: netns.OneWayAvailable, holdMs: [2]int{3000, 8000}, network: true, inject: func(r *run, i int, hold time.Duration) error {
+		loss := 5 + r.rng.IntN(26)
+		what := fmt.Sprintf("%d%% loss", loss)
+		if err := r.net.Flaky(i, loss); err != nil {
+			return err
+		}
+		if r.delays == nil {
+			delay := time.Duration(20+r.rng.IntN(81)) * time.Millisecond
+			if err := r.net.Delay(i, delay, delay/4); err != nil {
+				return err
+			}
+			what += fmt.Sprintf(", %v ± %v delay", delay, delay/4)
+		}
+		r.record(op{Kind: "damage", Node: i, Offset: int64(loss), Err: what})
+		r.sleep(hold)
+		return r.net.Steady(i)
+	}}
+	// bridge: node i and node i+2 stop hearing each other while node i+1
+	// (the bridge) still hears both and both hear it, as do Redis and every
+	// client: raft must keep one leader per term and lose nothing. Both cut
+	// nodes are recorded as faulted.
+	faults["bridge"] = faultKind{needs: netns.OneWayAvailable, holdMs: [2]int{5000, 15000}, network: true, inject: func(r *run, i int, hold time.Duration) error {
+		k := (i + 2) % nodes
+		r.mu.Lock()
+		r.alsoFaulted = []int{k}
+		r.mu.Unlock()
+		r.record(op{Kind: "damage", Node: i, Err: fmt.Sprintf("bridge: n%d and n%d cut from each other, n%d between", i+1, k+1, (i+1)%nodes+1)})
+		if err := errors.Join(r.net.CutFrom(i, []int{k}), r.net.CutFrom(k, []int{i})); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return errors.Join(r.net.Uncut(i), r.net.Uncut(k))
+	}}
+	// slowdisk: one node's fsyncs (files and directories, log and raft
+	// state) each wait 50-500 ms (drawn from the seed) for 5-10 s: a test
+	// build's file layer (log.SlowSyncFS). The quorum of the two others
+	// acknowledges on; nothing may be lost.
+	faults["slowdisk"] = faultKind{slowSyncs: true, holdMs: [2]int{5000, 10000}, inject: func(r *run, i int, hold time.Duration) error {
+		ms := 50 + r.rng.IntN(451)
+		r.record(op{Kind: "damage", Node: i, Offset: int64(ms), Err: fmt.Sprintf("fsyncs slowed by %d ms", ms)})
+		if err := os.WriteFile(r.slowFile(i), []byte(strconv.Itoa(ms)), 0o644); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return os.WriteFile(r.slowFile(i), []byte("0"), 0o644)
+	}}
+}
+
 // TestChaos runs SPOOL_CHAOS_RUNS seeded runs of each fault kind and
 // writes the report; any rule broken fails the test, naming the seed.
 func TestChaos(t *testing.T) {
@@ -312,7 +371,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock)", kind)
+			t.Fatalf("unknown fault %q (known: %s)", kind, strings.Join(slices.Sorted(maps.Keys(faults)), ", "))
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -321,6 +380,12 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		ran++
+		if kind == "flaky" {
+			if err := netns.DelayAvailable(); err != nil {
+				rep.note("flaky: skipped delay: %v", err)
+				t.Logf("flaky: skipped delay: %v", err)
+			}
+		}
 		for k := range runs {
 			s := seed + uint64(k)
 			dir := filepath.Join(out, fmt.Sprintf("%s-%d", kind, s))
@@ -332,7 +397,7 @@ func TestChaos(t *testing.T) {
 			case !res.OK():
 				t.Errorf("%s seed %d broke a rule (replay: SPOOL_CHAOS_FAULTS=%s SPOOL_CHAOS_SEED=%d; history in %s):\n%s", kind, s, kind, s, dir, strings.Join(res.Violations, "\n"))
 			default:
-				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first); longest from an acknowledgement to the first completion %v (%s)", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals, res.LongestToCompletion.Round(time.Millisecond), res.LongestToCompletionValue)
+				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first); longest from an acknowledgement to the first completion %v (%s); %d readings of offsets judged, longest partition pause after a fault %v", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals, res.LongestToCompletion.Round(time.Millisecond), res.LongestToCompletionValue, res.Observed, res.LongestPartitionPause.Round(time.Millisecond))
 			}
 		}
 	}
@@ -374,7 +439,11 @@ type run struct {
 	rng         *rand.Rand // what a fault damages (drawn from the seed; the faults' goroutine only)
 	powerLoss   bool       // the spoolds journal their syncs (the powerloss kind)
 	powerLosses int        // how many so far
-	clocks      bool       // the spoolds\' clocks take offsets (the clock kind)
+	clocks      bool       // the spoolds' clocks take offsets (the clock kind)
+	slowSyncs   bool       // the spoolds' syncs take delays (the slowdisk kind)
+	// delays says why links cannot be delayed here (nil: they can; the
+	// flaky kind delays where it can, loses packets everywhere).
+	delays error
 	// alsoFaulted: the other nodes the fault under way hit (recorded with
 	// it when it heals).
 	alsoFaulted []int
@@ -426,7 +495,10 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	}
 	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
-	r.powerLoss, r.clocks = faults[kind].powerLoss, faults[kind].clocks
+	r.powerLoss, r.clocks, r.slowSyncs = faults[kind].powerLoss, faults[kind].clocks, faults[kind].slowSyncs
+	if kind == "flaky" {
+		r.delays = netns.DelayAvailable()
+	}
 	if faults[kind].disks {
 		if err := r.mountDisks(); err != nil {
 			return check.Result{}, err
@@ -621,6 +693,9 @@ func (r *run) damage(i int) error {
 // clockFile is node i's clock offset in milliseconds (wallclock.OffsetEnv).
 func (r *run) clockFile(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.clock", i+1)) }
 
+// slowFile is node i's sync delay in milliseconds (log.SlowSyncEnv).
+func (r *run) slowFile(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.slowsync", i+1)) }
+
 // journal is node i's power-loss journal (log.PowerLossFS).
 func (r *run) journal(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.powerloss", i+1)) }
 
@@ -738,11 +813,15 @@ func (r *run) start(i int) error {
 	}
 	cmd := r.net.Command(i, spooldBin, "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	switch {
-	case r.powerLoss:
-		cmd.Env = append(os.Environ(), log.PowerLossEnv+"="+r.journal(i))
-	case r.clocks:
-		cmd.Env = append(os.Environ(), wallclock.OffsetEnv+"="+r.clockFile(i))
+	cmd.Env = os.Environ()
+	if r.powerLoss {
+		cmd.Env = append(cmd.Env, log.PowerLossEnv+"="+r.journal(i))
+	}
+	if r.clocks {
+		cmd.Env = append(cmd.Env, wallclock.OffsetEnv+"="+r.clockFile(i))
+	}
+	if r.slowSyncs {
+		cmd.Env = append(cmd.Env, log.SlowSyncEnv+"="+r.slowFile(i))
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

@@ -91,8 +91,8 @@ type Completion struct {
 	Value     string
 	Node      int // the sidecar the app consumes through
 	Partition int32
-	Token uint64
-	At    time.Time
+	Token     uint64
+	At        time.Time
 }
 
 // Fault is a fault of a node's spoold or link, From its start To its heal
@@ -182,6 +182,9 @@ type Result struct {
 	// LongestPartitionPause is the longest publish pause of them.
 	Pauses                []PartitionPause
 	LongestPartitionPause time.Duration
+	// Observed counts the readings of offsets and committed offsets the
+	// never-go-back rules judged.
+	Observed int
 
 	linearization *linearization // a failed linearizability check (Visualize)
 }
@@ -273,6 +276,7 @@ func Check(h History) Result {
 	r.healPublish(h)
 	r.offsetsNeverBack(h.Offsets)
 	r.committedNeverBack(h.Committed, h.Resets)
+	r.Observed = len(h.Offsets) + len(h.Committed)
 	r.pauses(h)
 	for _, ts := range ackTimes {
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
