@@ -63,7 +63,7 @@ import (
 
 // The cluster of a run.
 const (
-	nodes      = 3
+	nodes      = 3 // spoolds of a run (membership: one more), and the topic's replication factor
 	partitions = 4
 	keys       = 8
 	appPort    = 7101
@@ -123,6 +123,9 @@ type faultKind struct {
 	// clocks: every spoold's clock takes its offset from a file
 	// (wallclock.OffsetEnv).
 	clocks bool
+	// extraNode: the run has a fourth spoold (nodes+1; the topic keeps
+	// nodes replicas per partition), so that replicas can move.
+	extraNode bool
 	// disks: each node's data dir is on a file system of its own (a
 	// tmpfs of diskSize), so one can be filled.
 	disks bool
@@ -343,6 +346,147 @@ func init() {
 	}}
 }
 
+func init() {
+	// membership: a fourth spoold, so that replicas can move (the topic
+	// keeps 3 replicas per partition over 4 nodes); each fault kill -9s or
+	// SIGSTOPs a node (drawn) for hold, and while it is down two changes
+	// are made through another node's AdminService.MoveReplicas (what
+	// `spool cluster move` calls): each a replica move (one replica swapped
+	// for the node holding none) or a leadership transfer (the same
+	// replicas, another first: the preferred leader), drawn from the seed.
+	faults["membership"] = faultKind{extraNode: true, holdMs: [2]int{3000, 8000}, inject: func(r *run, i int, hold time.Duration) error {
+		pause := r.rng.IntN(2) == 0
+		if pause {
+			_ = r.procs[i].cmd.Process.Signal(syscall.SIGSTOP)
+		} else {
+			r.kill(i)
+		}
+		r.moveOne(i)
+		ok := r.sleep(hold / 2)
+		if ok {
+			r.moveOne(i)
+			ok = r.sleep(hold - hold/2)
+		}
+		switch {
+		case pause:
+			return r.procs[i].cmd.Process.Signal(syscall.SIGCONT)
+		case !ok:
+			return nil // the run's end restarts it
+		}
+		return r.start(i)
+	}}
+}
+
+// moveOne changes the placement of one partition through the admin API of
+// a node other than down: a replica move or a leadership transfer (drawn
+// from the run's seed, as are the partition and the node asked). The
+// outcome is recorded (kind "move"); a refusal is Spool's answer, not a
+// failure of the run.
+func (r *run) moveOne(down int) {
+	p := int32(r.rng.IntN(partitions))
+	transfer := r.rng.IntN(2) == 0
+	via := (down + 1 + r.rng.IntN(r.n-1)) % r.n
+	pick := r.rng.IntN(nodes)
+	what := "replica move"
+	if transfer {
+		what = "leadership transfer"
+	}
+	from, all, err := r.placement(down, via, p)
+	var to []string
+	if err == nil {
+		to = slices.Clone(from)
+		if transfer {
+			to = append(to[1+pick%(len(to)-1):], to[:1+pick%(len(to)-1)]...)
+		} else if free := slices.DeleteFunc(all, func(id string) bool { return slices.Contains(from, id) }); len(free) > 0 {
+			to[pick%len(to)] = free[0]
+		}
+		err = r.moveReplicas(via, p, to)
+	}
+	r.record(op{Kind: "move", Node: via, Partition: p, Err: fmt.Sprintf("%s of %s/%d from %v to %v: %v", what, topic, p, from, to, cmp.Or[error](err, errors.New("accepted")))})
+}
+
+// logMoves says how many placement changes the run made and how many
+// were refused.
+func (r *run) logMoves() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var made, refused []string
+	for _, o := range r.ops {
+		switch {
+		case o.Kind != "move":
+		case strings.HasSuffix(o.Err, ": accepted"):
+			made = append(made, o.Err)
+		default:
+			refused = append(refused, o.Err)
+		}
+	}
+	r.t.Logf("%d placement changes accepted, %d refused or not made:\n  %s", len(made), len(refused), strings.Join(append(made, refused...), "\n  "))
+}
+
+// placement is partition p's replicas (preferred leader first) and the
+// ids of every node of the cluster, as node via sees them, or (a node lists
+// the replicas of the partitions it holds only) the first other node but
+// down that lists them.
+func (r *run) placement(down, via int, p int32) (replicas, all []string, err error) {
+	for k := range r.n {
+		j := (via + k) % r.n
+		if j == down {
+			continue
+		}
+		if replicas, all, err = r.placementAt(j, p); err == nil {
+			return replicas, all, nil
+		}
+	}
+	return nil, nil, err
+}
+
+// placementAt is placement as node j sees it.
+func (r *run) placementAt(j int, p int32) (replicas, all []string, err error) {
+	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(j), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	ac := spoolv1.NewAdminServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cs, err := ac.ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range cs.GetNodes() {
+		all = append(all, n.GetId())
+	}
+	lt, err := ac.ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ti := range lt.GetTopics() {
+		for _, pi := range ti.GetPartitions() {
+			if ti.GetName() == topic && pi.GetPartition() == p {
+				replicas = pi.GetReplicas()
+			}
+		}
+	}
+	if len(replicas) < 2 {
+		return nil, nil, fmt.Errorf("node %d holds no replica of %s/%d: it does not list the replicas", j+1, topic, p)
+	}
+	return replicas, all, nil
+}
+
+// moveReplicas asks node via to move partition p's replicas to to.
+func (r *run) moveReplicas(via int, p int32, to []string) error {
+	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(via), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = spoolv1.NewAdminServiceClient(conn).MoveReplicas(ctx, &spoolv1.MoveReplicasRequest{Topic: topic, Partition: p, Replicas: to})
+	return err
+}
+
 // TestChaos runs SPOOL_CHAOS_RUNS seeded runs of each fault kind and
 // writes the report; any rule broken fails the test, naming the seed.
 func TestChaos(t *testing.T) {
@@ -423,7 +567,8 @@ type run struct {
 	dir   string
 	net   *netns.Net
 	redis *exec.Cmd
-	procs [nodes]*proc
+	n     int // spoolds: nodes, or nodes+1 (faultKind.extraNode)
+	procs []*proc
 	stop  chan struct{} // closed when the faulted time ends
 
 	mu    sync.Mutex
@@ -452,7 +597,7 @@ type run struct {
 // op is one line of the history (history.jsonl).
 type op struct {
 	At        time.Time `json:"at"`
-	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage, skip
+	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage, skip, move
 	Node      int       `json:"node"`
 	Value     string    `json:"value,omitempty"`
 	Partition int32     `json:"partition,omitempty"`
@@ -489,11 +634,15 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 		return check.Result{}, err
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5b001))
-	n, err := netns.New("c"+strconv.Itoa(int(seed%1000)), 100+int(seed%100), nodes)
+	count := nodes
+	if faults[kind].extraNode {
+		count++
+	}
+	n, err := netns.New("c"+strconv.Itoa(int(seed%1000)), 100+int(seed%100), count)
 	if err != nil {
 		return check.Result{}, err
 	}
-	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
+	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
 	r.powerLoss, r.clocks, r.slowSyncs = faults[kind].powerLoss, faults[kind].clocks, faults[kind].slowSyncs
 	if kind == "flaky" {
@@ -507,7 +656,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err := r.startRedis(); err != nil {
 		return check.Result{}, err
 	}
-	for i := range nodes {
+	for i := range r.n {
 		if err := r.start(i); err != nil {
 			return check.Result{}, err
 		}
@@ -519,11 +668,11 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	defer cancel()
 	var work sync.WaitGroup
 	pubCtx, pubStop := context.WithCancel(ctx)
-	for i := range nodes {
+	for i := range r.n {
 		work.Go(func() { r.produce(pubCtx, i) })
 	}
-	consumers := make([]func(), nodes)
-	for i := range nodes {
+	consumers := make([]func(), r.n)
+	for i := range r.n {
 		cctx, ccancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); r.consume(cctx, i) }()
@@ -532,7 +681,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	// The probes: through each sidecar, to each partition.
 	probeCtx, probeStop := context.WithCancel(ctx)
 	var probing sync.WaitGroup
-	for i := range nodes {
+	for i := range r.n {
 		for p := range int32(partitions) {
 			probing.Go(func() { r.probe(probeCtx, i, p) })
 		}
@@ -557,7 +706,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			}
 		}
 		for r.sleep(wait()) {
-			i := rng.IntN(nodes)
+			i := rng.IntN(r.n)
 			hold := time.Duration(fk.holdMs[0]+rng.IntN(fk.holdMs[1]-fk.holdMs[0])) * time.Millisecond
 			if fixed != nil {
 				hold = fixed.Hold
@@ -624,10 +773,13 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 		return check.Result{}, err
 	}
 	r.mu.Lock()
-	h := check.History{Publishes: r.pubs, Logs: logs, Completions: r.comps, Faults: r.flts, Sidecars: nodes, Partitions: partitions,
+	h := check.History{Publishes: r.pubs, Logs: logs, Completions: r.comps, Faults: r.flts, Sidecars: r.n, Partitions: partitions,
 		Offsets: r.offs, Committed: r.coms}
 	r.mu.Unlock()
 	res := check.Check(h)
+	if faults[kind].extraNode {
+		r.logMoves()
+	}
 	return res, r.writeHistory(res)
 }
 
@@ -844,7 +996,7 @@ func (r *run) kill(i int) {
 func (r *run) awaitReady(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	hc := http.Client{Timeout: time.Second}
-	for i := range nodes {
+	for i := range r.n {
 		for {
 			resp, err := hc.Get(fmt.Sprintf("http://%s:%d/readyz", r.net.IP(i), adminPort))
 			if err == nil {
@@ -1017,7 +1169,7 @@ func (r *run) awaitProbed(since time.Time, d time.Duration) {
 			}
 		}
 		r.mu.Unlock()
-		if len(got) == nodes*partitions {
+		if len(got) == r.n*partitions {
 			return
 		}
 		time.Sleep(100 * time.Millisecond) // sleep-ok: polling the probes' acknowledgements
@@ -1034,8 +1186,8 @@ const observeEvery = 250 * time.Millisecond
 // OffsetsSeen, check.CommittedSeen). A sidecar that does not answer
 // within a second is skipped that round.
 func (r *run) observe(ctx context.Context) {
-	conns := make([]*grpc.ClientConn, nodes)
-	for i := range nodes {
+	conns := make([]*grpc.ClientConn, r.n)
+	for i := range r.n {
 		conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(i), adminPort), append(probeDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		if err != nil {
 			r.t.Errorf("observer: node %d: %v", i+1, err)
@@ -1187,7 +1339,7 @@ func (r *run) awaitCaughtUp(ctx context.Context, d time.Duration) (map[int][]che
 	for time.Now().Before(deadline) {
 		logs := map[int][]check.Record{}
 		why = nil
-		for i := range nodes {
+		for i := range r.n {
 			recs, err := r.readLog(ctx, i)
 			if err != nil {
 				why = fmt.Errorf("node %d: %w", i+1, err)
@@ -1209,7 +1361,7 @@ func (r *run) awaitCaughtUp(ctx context.Context, d time.Duration) (map[int][]che
 // caughtUp: every copy has the same length per partition and every
 // acknowledged value was completed.
 func (r *run) caughtUp(logs map[int][]check.Record) error {
-	for i := 1; i < nodes; i++ {
+	for i := 1; i < r.n; i++ {
 		if len(logs[i]) != len(logs[0]) {
 			return fmt.Errorf("node %d holds %d records, node 1 %d", i+1, len(logs[i]), len(logs[0]))
 		}
