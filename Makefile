@@ -133,13 +133,13 @@ clean:
 	rm -rf $(TOOLS) bin dist
 
 ## chaos: the fault suite over real spoold processes in network namespaces (root, iproute2;
-## nftables for the oneway kind; chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of
+## nftables for the oneway, flaky and bridge kinds; chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of
 ## each fault kind, CHAOS_SECONDS of faults each (default 20); histories, logs and report.md in
 ## CHAOS_OUT (default chaos-out/). Replay one run: SPOOL_CHAOS_FAULTS=<kind> SPOOL_CHAOS_SEED=<seed>.
 ## `make test` runs the short form: one 10 s run of kill -9s and TestPublishAfterOneWayHeal.
 CHAOS_RUNS ?= 50
 CHAOS_SECONDS ?= 20
-CHAOS_FAULTS ?= kill,pause,isolate,oneway,redis,majority,diskfull,corrupt,powerloss,clock
+CHAOS_FAULTS ?= kill,pause,isolate,oneway,redis,majority,diskfull,corrupt,powerloss,clock,flaky,bridge,slowdisk,membership
 CHAOS_OUT ?= $(CURDIR)/chaos-out
 .PHONY: chaos
 chaos:
