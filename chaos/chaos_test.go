@@ -541,7 +541,7 @@ func TestChaos(t *testing.T) {
 			case !res.OK():
 				t.Errorf("%s seed %d broke a rule (replay: SPOOL_CHAOS_FAULTS=%s SPOOL_CHAOS_SEED=%d; history in %s):\n%s", kind, s, kind, s, dir, strings.Join(res.Violations, "\n"))
 			default:
-				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first); longest from an acknowledgement to the first completion %v (%s); %d readings of offsets judged, longest partition pause after a fault %v", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals, res.LongestToCompletion.Round(time.Millisecond), res.LongestToCompletionValue, res.Observed, res.LongestPartitionPause.Round(time.Millisecond))
+				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first); longest from an acknowledgement to the first completion %v (%s); %d readings of offsets judged (%d lower after a restart of their sidecar: %v), longest partition pause after a fault %v", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals, res.LongestToCompletion.Round(time.Millisecond), res.LongestToCompletionValue, res.Observed, res.BackAfterRestart, res.BackAfterRestartExamples, res.LongestPartitionPause.Round(time.Millisecond))
 			}
 		}
 	}
@@ -563,13 +563,14 @@ type proc struct {
 
 // run is one fault run.
 type run struct {
-	t     *testing.T
-	dir   string
-	net   *netns.Net
-	redis *exec.Cmd
-	n     int // spoolds: nodes, or nodes+1 (faultKind.extraNode)
-	procs []*proc
-	stop  chan struct{} // closed when the faulted time ends
+	t      *testing.T
+	dir    string
+	net    *netns.Net
+	redis  *exec.Cmd
+	n      int // spoolds: nodes, or nodes+1 (faultKind.extraNode)
+	procs  []*proc
+	starts []int         // how many times each spoold was started (under mu)
+	stop   chan struct{} // closed when the faulted time ends
 
 	mu    sync.Mutex
 	pubs  []check.Publish
@@ -642,7 +643,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err != nil {
 		return check.Result{}, err
 	}
-	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
+	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), starts: make([]int, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
 	r.powerLoss, r.clocks, r.slowSyncs = faults[kind].powerLoss, faults[kind].clocks, faults[kind].slowSyncs
 	if kind == "flaky" {
@@ -982,6 +983,9 @@ func (r *run) start(i int) error {
 	p := &proc{cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.exited) }()
 	r.procs[i] = p
+	r.mu.Lock()
+	r.starts[i]++
+	r.mu.Unlock()
 	return nil
 }
 
@@ -1210,31 +1214,37 @@ func (r *run) observe(ctx context.Context) {
 	}
 }
 
-// observeOne reads sidecar i's offsets and committed offsets once.
+// observeOne reads sidecar i's offsets and committed offsets once (an
+// answer that a restart of the sidecar may have come before is dropped).
 func (r *run) observeOne(ctx context.Context, i int, ac spoolv1.AdminServiceClient) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if lt, err := ac.ListTopics(ctx, &spoolv1.ListTopicsRequest{}); err == nil {
-		at := time.Now()
-		r.mu.Lock()
+	r.mu.Lock()
+	run := r.starts[i]
+	r.mu.Unlock()
+	lt, lterr := ac.ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+	lg, lgerr := ac.ListGroups(ctx, &spoolv1.ListGroupsRequest{Group: group})
+	at := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.starts[i] != run {
+		return
+	}
+	if lterr == nil {
 		for _, ti := range lt.GetTopics() {
 			for _, p := range ti.GetPartitions() {
 				if ti.GetName() == topic {
-					r.offs = append(r.offs, check.OffsetsSeen{Observer: i, Partition: p.GetPartition(), At: at, Start: p.GetStartOffset(), End: p.GetEndOffset()})
+					r.offs = append(r.offs, check.OffsetsSeen{Observer: i, Run: run, Partition: p.GetPartition(), At: at, Start: p.GetStartOffset(), End: p.GetEndOffset()})
 				}
 			}
 		}
-		r.mu.Unlock()
 	}
-	if lg, err := ac.ListGroups(ctx, &spoolv1.ListGroupsRequest{Group: group}); err == nil {
-		at := time.Now()
-		r.mu.Lock()
+	if lgerr == nil {
 		for _, gi := range lg.GetGroups() {
 			for _, p := range gi.GetPartitions() {
-				r.coms = append(r.coms, check.CommittedSeen{Observer: i, Group: gi.GetGroup(), Partition: p.GetPartition(), At: at, Offset: p.GetCommittedOffset()})
+				r.coms = append(r.coms, check.CommittedSeen{Observer: i, Run: run, Group: gi.GetGroup(), Partition: p.GetPartition(), At: at, Offset: p.GetCommittedOffset()})
 			}
 		}
-		r.mu.Unlock()
 	}
 }
 

@@ -35,6 +35,7 @@ type row struct {
 	longestPause            time.Duration // a partition without an acknowledgement once a fault began
 	longestCompletionPause  time.Duration // and without a completion
 	pauseSeed               uint64
+	backAfterRestart        int // offsets read lower through a sidecar after its restart
 	worstSeed               uint64
 	violations              []string
 }
@@ -67,6 +68,7 @@ func (rep *report) add(kind string, seed uint64, res check.Result, err error) {
 	for _, p := range res.Pauses {
 		r.longestCompletionPause = max(r.longestCompletionPause, p.Completion)
 	}
+	r.backAfterRestart += res.BackAfterRestart
 	r.acked += res.Acked
 	r.lost += res.Lost
 	r.duplicated += res.Duplicated
@@ -110,7 +112,7 @@ func (rep *report) markdown() string {
 	if len(rep.notes) > 0 {
 		b.WriteString("\n")
 	}
-	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement | longest from a heal to a sidecar's first acknowledgement on a partition (seed) | longest from an acknowledgement to the first completion (seed) | longest partition pause after a fault: publish (seed) / completion |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fault | runs | runs that did not finish | runs that broke a rule | acknowledged | lost | duplicated (unknown outcome) | completed twice (kill -9 allows) | longest gap between a producer's acknowledgements (seed) | longest from a heal to a producer's next acknowledgement | longest from a heal to a sidecar's first acknowledgement on a partition (seed) | longest from an acknowledgement to the first completion (seed) | longest partition pause after a fault: publish (seed) / completion | offsets lower after their sidecar's restart |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	kinds := make([]string, 0, len(rep.rows))
 	for k := range rep.rows {
 		kinds = append(kinds, k)
@@ -118,8 +120,8 @@ func (rep *report) markdown() string {
 	slices.Sort(kinds)
 	for _, k := range kinds {
 		r := rep.rows[k]
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v | %v (%d) | %v (%d) | %v (%d) / %v |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond), r.longestHealPublish.Round(time.Millisecond), r.healPublishSeed, r.longestToCompletion.Round(time.Millisecond), r.toCompletionSeed,
-			r.longestPause.Round(time.Millisecond), r.pauseSeed, r.longestCompletionPause.Round(time.Millisecond))
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %v (%d) | %v | %v (%d) | %v (%d) | %v (%d) / %v | %d |\n", k, r.runs, r.failed, r.broken, r.acked, r.lost, r.duplicated, r.completedTwice, r.longestGap.Round(time.Millisecond), r.worstSeed, r.longestRecovery.Round(time.Millisecond), r.longestHealPublish.Round(time.Millisecond), r.healPublishSeed, r.longestToCompletion.Round(time.Millisecond), r.toCompletionSeed,
+			r.longestPause.Round(time.Millisecond), r.pauseSeed, r.longestCompletionPause.Round(time.Millisecond), r.backAfterRestart)
 	}
 	for _, k := range kinds {
 		if vs := rep.rows[k].violations; len(vs) > 0 {

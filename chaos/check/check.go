@@ -183,8 +183,12 @@ type Result struct {
 	Pauses                []PartitionPause
 	LongestPartitionPause time.Duration
 	// Observed counts the readings of offsets and committed offsets the
-	// never-go-back rules judged.
-	Observed int
+	// never-go-back rules judged; BackAfterRestart counts those lower
+	// through a restarted sidecar than before its restart (not judged;
+	// the first few in BackAfterRestartExamples).
+	Observed                 int
+	BackAfterRestart         int
+	BackAfterRestartExamples []string
 
 	linearization *linearization // a failed linearizability check (Visualize)
 }

@@ -2,6 +2,7 @@ package check
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -14,7 +15,10 @@ import (
 // sidecar (AdminService.ListTopics): its log start and its high watermark
 // (the committed end).
 type OffsetsSeen struct {
-	Observer   int // the sidecar asked
+	Observer int // the sidecar asked
+	// Run counts the observer's starts: the rule judges the answers of one
+	// run of the sidecar (a restart is counted apart: BackAfterRestart).
+	Run        int
 	Partition  int32
 	At         time.Time // when the answer came
 	Start, End int64
@@ -24,6 +28,7 @@ type OffsetsSeen struct {
 // client read it through one sidecar (AdminService.ListGroups).
 type CommittedSeen struct {
 	Observer  int
+	Run       int // as in OffsetsSeen
 	Group     string
 	Partition int32
 	At        time.Time
@@ -52,12 +57,16 @@ type PartitionPause struct {
 }
 
 // offsetsNeverBack: per sidecar and partition, in the order the answers
-// came, neither the log start nor the high watermark goes back. A client
-// that keeps asking one sidecar must never see acknowledged data vanish
-// (a high watermark going back) or deleted data reappear (a log start
-// going back). Different sidecars may answer from replicas at different
-// points (a follower's committed end lags the leader's): the rule is per
-// sidecar, as a client reads through its own.
+// came, neither the log start nor the high watermark goes back while the
+// sidecar runs. A client that keeps asking one sidecar must never see
+// acknowledged data vanish (a high watermark going back) or deleted data
+// reappear (a log start going back). Different sidecars may answer from
+// replicas at different points (a follower's committed end lags the
+// leader's): the rule is per sidecar, as a client reads through its own.
+// Across a restart of the sidecar the values are compared too, but
+// counted (BackAfterRestart), not judged: a restarted node answers from
+// what it saved until it hears the controller and the leaders
+// (docs/reliability.md).
 func (r *Result) offsetsNeverBack(seen []OffsetsSeen) {
 	type key struct {
 		obs int
@@ -71,6 +80,13 @@ func (r *Result) offsetsNeverBack(seen []OffsetsSeen) {
 		slices.SortStableFunc(ss, func(a, b OffsetsSeen) int { return a.At.Compare(b.At) })
 		for i := 1; i < len(ss); i++ {
 			prev, cur := ss[i-1], ss[i]
+			if cur.Run != prev.Run {
+				if cur.End < prev.End || cur.Start < prev.Start {
+					r.backAfterRestart(fmt.Sprintf("sidecar %d, partition %d: offsets %d-%d at %s, then %d-%d at %s after its restart",
+						k.obs, k.p, prev.Start, prev.End, prev.At.Format("15:04:05.000"), cur.Start, cur.End, cur.At.Format("15:04:05.000")))
+				}
+				continue
+			}
 			if cur.End < prev.End {
 				r.violate("HIGH WATERMARK WENT BACK: sidecar %d, partition %d: %d at %s, then %d at %s",
 					k.obs, k.p, prev.End, prev.At.Format("15:04:05.000"), cur.End, cur.At.Format("15:04:05.000"))
@@ -84,8 +100,9 @@ func (r *Result) offsetsNeverBack(seen []OffsetsSeen) {
 }
 
 // committedNeverBack: per sidecar, group and partition, in the order the
-// answers came, the committed offset never goes back, unless a reset of
-// the group could have taken effect between the two answers.
+// answers came, the committed offset never goes back while the sidecar
+// runs, unless a reset of the group could have taken effect between the
+// two answers (across a restart: counted, as in offsetsNeverBack).
 func (r *Result) committedNeverBack(seen []CommittedSeen, resets []Reset) {
 	type key struct {
 		obs   int
@@ -104,6 +121,11 @@ func (r *Result) committedNeverBack(seen []CommittedSeen, resets []Reset) {
 			if cur.Offset >= prev.Offset {
 				continue
 			}
+			if cur.Run != prev.Run {
+				r.backAfterRestart(fmt.Sprintf("sidecar %d, group %q, partition %d: committed %d at %s, then %d at %s after its restart",
+					k.obs, k.group, k.p, prev.Offset, prev.At.Format("15:04:05.000"), cur.Offset, cur.At.Format("15:04:05.000")))
+				continue
+			}
 			reset := slices.ContainsFunc(resets, func(rs Reset) bool {
 				return rs.Group == k.group && rs.From.Before(cur.At) && rs.To.After(prev.At)
 			})
@@ -112,6 +134,15 @@ func (r *Result) committedNeverBack(seen []CommittedSeen, resets []Reset) {
 					k.group, k.p, k.obs, prev.Offset, prev.At.Format("15:04:05.000"), cur.Offset, cur.At.Format("15:04:05.000"))
 			}
 		}
+	}
+}
+
+// backAfterRestart counts an offset read lower after the sidecar's
+// restart than before it, keeping the first few.
+func (r *Result) backAfterRestart(what string) {
+	r.BackAfterRestart++
+	if len(r.BackAfterRestartExamples) < 5 {
+		r.BackAfterRestartExamples = append(r.BackAfterRestartExamples, what)
 	}
 }
 

@@ -24,17 +24,20 @@ func TestProgressNeverGoesBack(t *testing.T) {
 		committed []CommittedSeen
 		resets    []Reset
 		want      string // "" passes
+		restarts  int    // BackAfterRestart
 	}{
-		{"offsets move forward", []OffsetsSeen{off(0, 0, 0, 5), off(0, 100*ms, 0, 5), off(0, 200*ms, 2, 9)}, nil, nil, ""},
-		{"a lagging follower is another sidecar", []OffsetsSeen{off(0, 0, 0, 9), off(1, 100*ms, 0, 5)}, nil, nil, ""},
-		{"high watermark back", []OffsetsSeen{off(0, 0, 0, 9), off(0, 100*ms, 0, 5)}, nil, nil, "HIGH WATERMARK WENT BACK: sidecar 0, partition 0: 9 at"},
-		{"high watermark back, answers out of order", []OffsetsSeen{off(0, 100*ms, 0, 5), off(0, 0, 0, 9)}, nil, nil, "HIGH WATERMARK WENT BACK"},
-		{"log start back", []OffsetsSeen{off(0, 0, 3, 9), off(0, 100*ms, 0, 9)}, nil, nil, "LOG START WENT BACK: sidecar 0, partition 0: 3 at"},
-		{"committed moves forward", nil, []CommittedSeen{com(0, 0, 1), com(0, 100*ms, 1), com(0, 200*ms, 4)}, nil, ""},
-		{"committed back", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, nil, "COMMITTED OFFSET WENT BACK: group \"g\", partition 0, through sidecar 0: 4 at"},
-		{"committed back by a reset", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, []Reset{{Group: "g", From: t0.Add(40 * ms), To: t0.Add(60 * ms)}}, ""},
-		{"a reset of another group", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, []Reset{{Group: "h", From: t0.Add(40 * ms), To: t0.Add(60 * ms)}}, "COMMITTED OFFSET WENT BACK"},
-		{"a reset after both reads", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, []Reset{{Group: "g", From: t0.Add(140 * ms), To: t0.Add(160 * ms)}}, "COMMITTED OFFSET WENT BACK"},
+		{"offsets move forward", []OffsetsSeen{off(0, 0, 0, 5), off(0, 100*ms, 0, 5), off(0, 200*ms, 2, 9)}, nil, nil, "", 0},
+		{"a lagging follower is another sidecar", []OffsetsSeen{off(0, 0, 0, 9), off(1, 100*ms, 0, 5)}, nil, nil, "", 0},
+		{"high watermark back", []OffsetsSeen{off(0, 0, 0, 9), off(0, 100*ms, 0, 5)}, nil, nil, "HIGH WATERMARK WENT BACK: sidecar 0, partition 0: 9 at", 0},
+		{"high watermark back, answers out of order", []OffsetsSeen{off(0, 100*ms, 0, 5), off(0, 0, 0, 9)}, nil, nil, "HIGH WATERMARK WENT BACK", 0},
+		{"log start back", []OffsetsSeen{off(0, 0, 3, 9), off(0, 100*ms, 0, 9)}, nil, nil, "LOG START WENT BACK: sidecar 0, partition 0: 3 at", 0},
+		{"committed moves forward", nil, []CommittedSeen{com(0, 0, 1), com(0, 100*ms, 1), com(0, 200*ms, 4)}, nil, "", 0},
+		{"committed back", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, nil, "COMMITTED OFFSET WENT BACK: group \"g\", partition 0, through sidecar 0: 4 at", 0},
+		{"committed back by a reset", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, []Reset{{Group: "g", From: t0.Add(40 * ms), To: t0.Add(60 * ms)}}, "", 0},
+		{"a reset of another group", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, []Reset{{Group: "h", From: t0.Add(40 * ms), To: t0.Add(60 * ms)}}, "COMMITTED OFFSET WENT BACK", 0},
+		{"a reset after both reads", nil, []CommittedSeen{com(0, 0, 4), com(0, 100*ms, 2)}, []Reset{{Group: "g", From: t0.Add(140 * ms), To: t0.Add(160 * ms)}}, "COMMITTED OFFSET WENT BACK", 0},
+		{"back across the sidecar's restart: counted", []OffsetsSeen{off(0, 0, 0, 9), {Observer: 0, Run: 1, At: t0.Add(100 * ms), End: 5}}, []CommittedSeen{com(0, 0, 4), {Observer: 0, Run: 1, Group: "g", At: t0.Add(100 * ms), Offset: 2}}, nil, "", 2},
+		{"back after the restart", []OffsetsSeen{{Observer: 0, Run: 1, At: t0, End: 9}, {Observer: 0, Run: 1, At: t0.Add(100 * ms), End: 5}}, nil, nil, "HIGH WATERMARK WENT BACK", 0},
 	}
 	for _, tc := range cases {
 		h := base
@@ -46,6 +49,8 @@ func TestProgressNeverGoesBack(t *testing.T) {
 			t.Errorf("%s: want no violation, got:\n%s", tc.name, got)
 		case tc.want != "" && !strings.Contains(got, tc.want):
 			t.Errorf("%s: want a violation with %q, got:\n%s", tc.name, tc.want, got)
+		case r.BackAfterRestart != tc.restarts:
+			t.Errorf("%s: %d back after a restart, want %d (%v)", tc.name, r.BackAfterRestart, tc.restarts, r.BackAfterRestartExamples)
 		}
 	}
 }
