@@ -94,7 +94,11 @@ func (rep *report) addPauses(kind string, seed uint64, res check.Result) {
 				rep.pauses = append(rep.pauses, b.String())
 				b.Reset()
 			}
-			fmt.Fprintf(&b, "- %s seed %d, fault %d (node %d):", kind, seed, p.Fault+1, p.Node+1)
+			who := fmt.Sprintf("node %d", p.Node+1)
+			if p.Node < 0 {
+				who = "the ledger"
+			}
+			fmt.Fprintf(&b, "- %s seed %d, fault %d (%s):", kind, seed, p.Fault+1, who)
 		}
 		fmt.Fprintf(&b, " p%d %v / %v", p.Partition, p.Publish.Round(time.Millisecond), p.Completion.Round(time.Millisecond))
 	}
