@@ -348,13 +348,27 @@ func init() {
 
 func init() {
 	// membership: a fourth spoold, so that replicas can move (the topic
-	// keeps 3 replicas per partition over 4 nodes); each fault kill -9s or
+	// keeps 3 replicas per partition over 4 nodes), which joins as the
+	// first fault begins (its app, producer and probes start then); each
+	// fault kill -9s or
 	// SIGSTOPs a node (drawn) for hold, and while it is down two changes
 	// are made through another node's AdminService.MoveReplicas (what
 	// `spool cluster move` calls): each a replica move (one replica swapped
 	// for the node holding none) or a leadership transfer (the same
 	// replicas, another first: the preferred leader), drawn from the seed.
-	faults["membership"] = faultKind{extraNode: true, holdMs: [2]int{3000, 8000}, inject: func(r *run, i int, hold time.Duration) error {
+	faults["membership"] = faultKind{extraNode: true, holdMs: [2]int{3000, 8000}, pick: func(r *run, drawn int) int {
+		if r.procs[drawn] == nil {
+			return drawn % nodes // not joined yet: fault one that runs
+		}
+		return drawn
+	}, inject: func(r *run, i int, hold time.Duration) error {
+		if r.procs[nodes] == nil { // the fourth node joins now, as node i goes down
+			if err := r.start(nodes); err != nil {
+				return err
+			}
+			r.startWork(nodes)
+			r.record(op{Kind: "join", Node: nodes, Err: fmt.Sprintf("n%d joins while n%d goes down", nodes+1, i+1)})
+		}
 		pause := r.rng.IntN(2) == 0
 		if pause {
 			_ = r.procs[i].cmd.Process.Signal(syscall.SIGSTOP)
@@ -569,7 +583,8 @@ type run struct {
 	redis  *exec.Cmd
 	n      int // spoolds: nodes, or nodes+1 (faultKind.extraNode)
 	procs  []*proc
-	starts []int         // how many times each spoold was started (under mu)
+	starts []int // how many times each spoold was started (under mu)
+	wl     *workload
 	stop   chan struct{} // closed when the faulted time ends
 
 	mu    sync.Mutex
@@ -598,7 +613,7 @@ type run struct {
 // op is one line of the history (history.jsonl).
 type op struct {
 	At        time.Time `json:"at"`
-	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage, skip, move
+	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage, skip, move, join
 	Node      int       `json:"node"`
 	Value     string    `json:"value,omitempty"`
 	Partition int32     `json:"partition,omitempty"`
@@ -657,7 +672,8 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err := r.startRedis(); err != nil {
 		return check.Result{}, err
 	}
-	for i := range r.n {
+	// The extra node (membership) joins during the first fault.
+	for i := range nodes {
 		if err := r.start(i); err != nil {
 			return check.Result{}, err
 		}
@@ -667,25 +683,13 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var work sync.WaitGroup
 	pubCtx, pubStop := context.WithCancel(ctx)
-	for i := range r.n {
-		work.Go(func() { r.produce(pubCtx, i) })
-	}
-	consumers := make([]func(), r.n)
-	for i := range r.n {
-		cctx, ccancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); r.consume(cctx, i) }()
-		consumers[i] = func() { ccancel(); <-done }
-	}
-	// The probes: through each sidecar, to each partition.
 	probeCtx, probeStop := context.WithCancel(ctx)
-	var probing sync.WaitGroup
-	for i := range r.n {
-		for p := range int32(partitions) {
-			probing.Go(func() { r.probe(probeCtx, i, p) })
-		}
+	wl := &workload{ctx: ctx, pubCtx: pubCtx, probeCtx: probeCtx}
+	work, probing := &wl.work, &wl.probing
+	r.wl = wl
+	for i := range nodes {
+		r.startWork(i)
 	}
 	// The observer: through each sidecar, the partitions' offsets and the
 	// group's committed offsets, as a client reads them.
@@ -741,6 +745,11 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	// Heal everything: links up, processes running.
 	ferr = errors.Join(ferr, r.net.HealAll())
 	for i, p := range r.procs {
+		if p == nil { // an extra node no fault came to join
+			ferr = errors.Join(ferr, r.start(i))
+			r.startWork(i)
+			continue
+		}
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		select {
 		case <-p.exited:
@@ -767,6 +776,9 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	probeStop()
 	probing.Wait()
 	logs, err := r.awaitCaughtUp(ctx, 90*time.Second)
+	r.mu.Lock()
+	consumers := wl.consumers
+	r.mu.Unlock()
 	for _, c := range consumers {
 		c()
 	}
@@ -782,6 +794,29 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 		r.logMoves()
 	}
 	return res, r.writeHistory(res)
+}
+
+// workload is what runs through the sidecars: each one's producer, app
+// and probes (startWork), stopped by the run's end.
+type workload struct {
+	ctx, pubCtx, probeCtx context.Context
+	work, probing         sync.WaitGroup
+	consumers             []func() // under run.mu
+}
+
+// startWork starts node i's producer, app and probes (once node i runs).
+func (r *run) startWork(i int) {
+	wl := r.wl
+	wl.work.Go(func() { r.produce(wl.pubCtx, i) })
+	cctx, ccancel := context.WithCancel(wl.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.consume(cctx, i) }()
+	r.mu.Lock()
+	wl.consumers = append(wl.consumers, func() { ccancel(); <-done })
+	r.mu.Unlock()
+	for p := range int32(partitions) {
+		wl.probing.Go(func() { r.probe(wl.probeCtx, i, p) })
+	}
 }
 
 func (r *run) close() {
@@ -919,7 +954,10 @@ func (r *run) startRedis() error {
 // config is node i's spoold.yaml.
 func (r *run) config(i int) string {
 	join := ""
-	if i > 0 {
+	switch {
+	case i >= nodes: // the extra node joins through any of the first three (one may be down)
+		join = fmt.Sprintf("  join: [\"%s:%d\", \"%s:%d\", \"%s:%d\"]\n", r.net.IP(0), peerPort, r.net.IP(1), peerPort, r.net.IP(2), peerPort)
+	case i > 0:
 		join = fmt.Sprintf("  join: [\"%s:%d\"]\n", r.net.IP(0), peerPort)
 	}
 	return fmt.Sprintf(`node:
@@ -1001,6 +1039,9 @@ func (r *run) awaitReady(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	hc := http.Client{Timeout: time.Second}
 	for i := range r.n {
+		if r.procs[i] == nil {
+			continue // an extra node not joined yet
+		}
 		for {
 			resp, err := hc.Get(fmt.Sprintf("http://%s:%d/readyz", r.net.IP(i), adminPort))
 			if err == nil {
