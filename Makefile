@@ -147,6 +147,17 @@ chaos:
 	SPOOL_CHAOS_RUNS=$(CHAOS_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=$(CHAOS_FAULTS) SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
 	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
 
+## upgrade-test: rolling upgrades under load from the previous release (the last line of RELEASES,
+## built from the repository's history) to this tree, and rollbacks before finalization, over the
+## fault suite's cluster, workload and checker (chaos/upgrade_test.go; root, iproute2):
+## UPGRADE_RUNS seeded runs (default 10) of each. `make test` runs one of each (TestRollingUpgrade).
+UPGRADE_RUNS ?= 10
+.PHONY: upgrade-test
+upgrade-test:
+	@mkdir -p $(CHAOS_OUT)
+	SPOOL_CHAOS_RUNS=$(UPGRADE_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=upgrade,rollback SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
+	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
+
 ## release: the artifacts of release $(VERSION) in dist/$(VERSION)/ (docs/operations.md, "Releases"):
 ## spoold, spool and spool-injector for linux/amd64 and linux/arm64 (static, -trimpath, version and
 ## commit linked in), a CycloneDX SBOM of each, the Python wheel and sdist, the TypeScript tarball,

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -124,6 +125,12 @@ type faultKind struct {
 	// disks: each node's data dir is on a file system of its own (a
 	// tmpfs of diskSize), so one can be filled.
 	disks bool
+	// previous: every node starts on the previous release's spoold
+	// (RELEASES; upgrade_test.go), which inject replaces.
+	previous bool
+	// graceful: a fault is an operator's restart (SIGTERM, the drain),
+	// which allows no message completed twice (check.Fault.Graceful).
+	graceful bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -312,7 +319,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock)", kind)
+			t.Fatalf("unknown fault %q (known: %s)", kind, strings.Join(slices.Sorted(maps.Keys(faults)), ", "))
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -359,6 +366,9 @@ type run struct {
 	net   *netns.Net
 	redis *exec.Cmd
 	procs [nodes]*proc
+	bins  [nodes]string // each node's spoold: spooldBin, or the previous release's
+	// rolled: the nodes an upgrade run has replaced (upgrade_test.go).
+	rolled [nodes]bool
 	stop  chan struct{} // closed when the faulted time ends
 
 	mu    sync.Mutex
@@ -425,6 +435,14 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
 	r.powerLoss, r.clocks = faults[kind].powerLoss, faults[kind].clocks
+	for i := range nodes {
+		r.bins[i] = spooldBin
+		if faults[kind].previous {
+			if r.bins[i], err = previousSpoold(); err != nil {
+				return check.Result{}, err
+			}
+		}
+	}
 	if faults[kind].disks {
 		if err := r.mountDisks(); err != nil {
 			return check.Result{}, err
@@ -492,7 +510,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			from := time.Now()
 			errs = append(errs, fk.inject(r, i, hold))
 			r.mu.Lock()
-			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded}
+			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded, Graceful: fk.graceful}
 			r.flts = append(r.flts, f)
 			if fk.quorum {
 				f.Node, f.QuorumLost = (i+1)%nodes, r.quorumLost
@@ -730,7 +748,7 @@ func (r *run) start(i int) error {
 	if err != nil {
 		return err
 	}
-	cmd := r.net.Command(i, spooldBin, "--config", cfg)
+	cmd := r.net.Command(i, r.bins[i], "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	switch {
 	case r.powerLoss:
