@@ -369,7 +369,7 @@ type run struct {
 	bins  [nodes]string // each node's spoold: spooldBin, or the previous release's
 	// rolled: the nodes an upgrade run has replaced (upgrade_test.go).
 	rolled [nodes]bool
-	stop  chan struct{} // closed when the faulted time ends
+	stop   chan struct{} // closed when the faulted time ends
 
 	mu    sync.Mutex
 	pubs  []check.Publish
