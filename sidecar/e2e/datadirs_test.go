@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/internal/buildinfo"
+	"github.com/spoolmq/spool/internal/release"
 	"github.com/spoolmq/spool/internal/testrelease"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
@@ -77,6 +79,9 @@ func testDataDir(t *testing.T, version, mode string) {
 		t.Fatal(err)
 	}
 
+	if v, err := release.Stamped(n.dataDir); v != buildinfo.Version || err != nil {
+		t.Fatalf("%s: the data dir's release stamp says %q (%v) after this build opened it, want %s", mode, v, err, buildinfo.Version)
+	}
 	records, err := testrelease.ReadTopic(ctx, n.admin, testrelease.FixtureTopic)
 	if err != nil {
 		t.Fatal(err)
