@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -136,4 +135,3 @@ func readVersion(t *testing.T) string {
 	}
 	return strings.TrimSpace(string(b))
 }
-
