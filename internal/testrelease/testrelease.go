@@ -85,10 +85,17 @@ func Previous() (Release, error) {
 }
 
 // Spoold builds release rel's cmd/spoold with the build tags given (the
-// fault suite runs test builds: "spoolfaults") and returns its path. The
-// binary is kept under the user's cache directory by commit and tags, so
-// only the first call on a machine builds (about a minute on two cores).
+// fault suite runs test builds: "spoolfaults") and returns its path.
 func Spoold(rel Release, tags string) (string, error) {
+	return Build(rel, "./cmd/spoold", "spoold", tags)
+}
+
+// Build builds package pkg (a path in the root module, "./cmd/spoold") of
+// release rel's tree with the build tags given into a binary called name,
+// and returns its path. The binary is kept under the user's cache
+// directory by commit, name and tags, so only the first call on a machine
+// builds (up to a minute on two cores).
+func Build(rel Release, pkg, name, tags string) (string, error) {
 	root, err := Root()
 	if err != nil {
 		return "", err
@@ -97,12 +104,12 @@ func Spoold(rel Release, tags string) (string, error) {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	name := rel.Commit
+	key := rel.Commit
 	if tags != "" {
-		name += "-" + strings.ReplaceAll(tags, ",", "-")
+		key += "-" + strings.ReplaceAll(tags, ",", "-")
 	}
-	dir := filepath.Join(cache, "spool-releases", name)
-	bin := filepath.Join(dir, "spoold")
+	dir := filepath.Join(cache, "spool-releases", key)
+	bin := filepath.Join(dir, name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
@@ -111,7 +118,7 @@ func Spoold(rel Release, tags string) (string, error) {
 	}
 	// One build at a time per release (test binaries of several packages
 	// run at once): the others wait for it and take its binary.
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return "", err
 	}
@@ -150,7 +157,7 @@ func Spoold(rel Release, tags string) (string, error) {
 	tmp := bin + ".part"
 	build := exec.Command("go", "build", "-buildvcs=false", "-tags", tags,
 		"-ldflags", "-X github.com/spoolmq/spool/internal/buildinfo.commit="+rel.Commit,
-		"-o", tmp, "./cmd/spoold")
+		"-o", tmp, pkg)
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("release %s: go build: %v\n%s", rel.Version, err, out)

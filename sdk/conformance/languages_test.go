@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/spoolmq/spool/internal/testrelease"
 )
 
 // bins holds what TestMain builds once.
@@ -81,6 +83,25 @@ var languages = []*language{
 			"MESSAGE_TOO_LARGE": "*status.Status",
 		},
 		prepare: func() ([]string, error) { return []string{bins.goApp}, nil },
+	},
+	{
+		// go-previous: the previous release's Go SDK, in that release's
+		// conformance app (built from its tree: RELEASES), against this
+		// spoold — an app not rebuilt yet when its sidecar is upgraded.
+		name:             "go-previous",
+		releaseInHandler: true,
+		errorTypes: map[string]string{
+			"UNKNOWN_TOPIC":     "*status.Status",
+			"MESSAGE_TOO_LARGE": "*status.Status",
+		},
+		prepare: func() ([]string, error) {
+			rel, err := testrelease.Previous()
+			if err != nil {
+				return nil, err
+			}
+			app, err := testrelease.Build(rel, "./sdk/conformance/apps/go", "conformance-go", "")
+			return []string{app}, err
+		},
 	},
 	{
 		name:             "python",
@@ -178,7 +199,7 @@ func selected(t *testing.T) []*language {
 			}
 		}
 		if !found {
-			t.Fatalf("SPOOL_CONFORMANCE_LANGS: unknown language %q (go, python, typescript, java)", name)
+			t.Fatalf("SPOOL_CONFORMANCE_LANGS: unknown language %q (go, go-previous, python, typescript, java)", name)
 		}
 	}
 	return out
