@@ -96,47 +96,61 @@ func Spoold(rel Release, tags string) (string, error) {
 // directory by commit, name and tags, so only the first call on a machine
 // builds (up to a minute on two cores).
 func Build(rel Release, pkg, name, tags string) (string, error) {
-	root, err := Root()
-	if err != nil {
-		return "", err
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	key := rel.Commit
+	key := name
 	if tags != "" {
 		key += "-" + strings.ReplaceAll(tags, ",", "-")
 	}
-	dir := filepath.Join(cache, "spool-releases", key)
+	dir, unlock, err := cacheDir(rel, key)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	bin := filepath.Join(dir, name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	// One build at a time per release (test binaries of several packages
-	// run at once): the others wait for it and take its binary.
-	lock, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	src, err := Tree(rel)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
+	tmp := bin + ".part"
+	build := exec.Command("go", "build", "-buildvcs=false", "-tags", tags,
+		"-ldflags", "-X github.com/spoolmq/spool/internal/buildinfo.commit="+rel.Commit,
+		"-o", tmp, pkg)
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("release %s: go build %s: %v\n%s", rel.Version, pkg, err, out)
 	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	src, err := os.MkdirTemp(dir, "src-")
+	return bin, os.Rename(tmp, bin)
+}
+
+// Tree returns a directory holding release rel's source tree, taken from
+// this clone's history (git archive of its commit) once and kept under the
+// user's cache directory. Callers may build in it; they must not change
+// its tracked files.
+func Tree(rel Release) (string, error) {
+	dir, unlock, err := cacheDir(rel, "tree")
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(src)
-	// The commit's tree, from this clone's history.
+	defer unlock()
+	tree := filepath.Join(dir, "src")
+	if _, err := os.Stat(filepath.Join(tree, "RELEASES")); err == nil {
+		return tree, nil
+	}
+	tmp := tree + ".part"
+	if err := os.RemoveAll(tmp); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", err
+	}
+	root, err := Root()
+	if err != nil {
+		return "", err
+	}
 	archive := exec.Command("git", "-C", root, "archive", "--format=tar", rel.Commit)
-	untar := exec.Command("tar", "-x", "-C", src)
+	untar := exec.Command("tar", "-x", "-C", tmp)
 	pipe, err := archive.StdoutPipe()
 	if err != nil {
 		return "", err
@@ -154,13 +168,28 @@ func Build(rel Release, pkg, name, tags string) (string, error) {
 	if err := untar.Wait(); err != nil {
 		return "", fmt.Errorf("release %s: untar: %v: %s", rel.Version, err, terr.String())
 	}
-	tmp := bin + ".part"
-	build := exec.Command("go", "build", "-buildvcs=false", "-tags", tags,
-		"-ldflags", "-X github.com/spoolmq/spool/internal/buildinfo.commit="+rel.Commit,
-		"-o", tmp, pkg)
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("release %s: go build: %v\n%s", rel.Version, err, out)
+	return tree, os.Rename(tmp, tree)
+}
+
+// cacheDir returns release rel's cache directory, locked for what key
+// names (one build of a thing at a time: test binaries of several packages
+// run at once; the others wait and take its result).
+func cacheDir(rel Release, key string) (dir string, unlock func(), err error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
 	}
-	return bin, os.Rename(tmp, bin)
+	dir = filepath.Join(cache, "spool-releases", rel.Commit)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, key+".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return "", nil, err
+	}
+	return dir, func() { lock.Close() }, nil
 }
