@@ -76,14 +76,17 @@ func (p *cutProxy) accept() {
 	}
 }
 
-// pipe copies src to dst until either fails; once cut, it reads and drops.
+// pipe copies src to dst until either fails; once cut, it reads and drops,
+// and passes no close on.
 func (c *proxied) pipe(wg *sync.WaitGroup, dst, src net.Conn) {
 	defer wg.Done()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if err != nil {
-			_ = dst.Close()
+			if !c.cut.Load() { // a cut passes no close either
+				_ = dst.Close()
+			}
 			return
 		}
 		if c.cut.Load() {
