@@ -52,7 +52,10 @@ public final class Client implements AutoCloseable {
   private Client(String addr, ClientOptions opts) {
     this.addr = resolveAddr(addr);
     this.opts = Objects.requireNonNull(opts);
-    ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(this.addr, InsecureChannelCredentials.create());
+    ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(this.addr, InsecureChannelCredentials.create())
+        .keepAliveTime(opts.keepAliveTime().toNanos(), TimeUnit.NANOSECONDS)
+        .keepAliveTimeout(opts.keepAliveTimeout().toNanos(), TimeUnit.NANOSECONDS)
+        .keepAliveWithoutCalls(true);
     if (b instanceof NettyChannelBuilder && this.addr.startsWith("unix:")) {
       // grpc-java asks for TCP keepalive on every connection; a unix socket
       // has none, and Netty would warn at each connect.
