@@ -147,6 +147,21 @@ chaos:
 	SPOOL_CHAOS_RUNS=$(CHAOS_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=$(CHAOS_FAULTS) SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
 	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
 
+## upgrade-test: rolling upgrades under load from the previous release (the last line of RELEASES,
+## built from the repository's history) to this tree, and rollbacks before finalization, over the
+## fault suite's cluster, workload and checker (chaos/upgrade_test.go; root, iproute2):
+## UPGRADE_RUNS seeded runs (default 10) of each. Then the previous release's SDKs, all four, each
+## built in that release's tree by its own Makefile, through the conformance matrix against this
+## spoold (sdk/conformance/README.md, "Across releases"; about 4 minutes). `make test` runs one
+## upgrade and one rollback run (TestRollingUpgrade) and the previous Go SDK's conformance.
+UPGRADE_RUNS ?= 10
+.PHONY: upgrade-test
+upgrade-test: build-sdk-python build-sdk-typescript build-sdk-java
+	@mkdir -p $(CHAOS_OUT)
+	SPOOL_CHAOS_RUNS=$(UPGRADE_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=upgrade,rollback SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
+	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
+	SPOOL_CONFORMANCE_LANGS=go-previous,python-previous,typescript-previous,java-previous $(GO) test -count=1 -timeout=20m ./sdk/conformance/
+
 ## release: the artifacts of release $(VERSION) in dist/$(VERSION)/ (docs/operations.md, "Releases"):
 ## spoold, spool and spool-injector for linux/amd64 and linux/arm64 (static, -trimpath, version and
 ## commit linked in), a CycloneDX SBOM of each, the Python wheel and sdist, the TypeScript tarball,

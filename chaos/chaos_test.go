@@ -132,6 +132,12 @@ type faultKind struct {
 	// slowSyncs: every spoold's syncs wait the delay in a file
 	// (log.SlowSyncEnv).
 	slowSyncs bool
+	// previous: every node starts on the previous release's spoold
+	// (RELEASES; upgrade_test.go), which inject replaces.
+	previous bool
+	// graceful: a fault is an operator's restart (SIGTERM, the drain),
+	// which allows no message completed twice (check.Fault.Graceful).
+	graceful bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -577,12 +583,15 @@ type proc struct {
 
 // run is one fault run.
 type run struct {
-	t      *testing.T
-	dir    string
-	net    *netns.Net
-	redis  *exec.Cmd
-	n      int // spoolds: nodes, or nodes+1 (faultKind.extraNode)
-	procs  []*proc
+	t     *testing.T
+	dir   string
+	net   *netns.Net
+	redis *exec.Cmd
+	n     int // spoolds: nodes, or nodes+1 (faultKind.extraNode)
+	procs []*proc
+	bins  []string // each node's spoold: spooldBin, or the previous release's
+	// rolled: the nodes an upgrade run has replaced (upgrade_test.go).
+	rolled []bool
 	starts []int // how many times each spoold was started (under mu)
 	wl     *workload
 	stop   chan struct{} // closed when the faulted time ends
@@ -658,11 +667,19 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err != nil {
 		return check.Result{}, err
 	}
-	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), starts: make([]int, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
+	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), bins: make([]string, count), rolled: make([]bool, count), starts: make([]int, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
 	r.powerLoss, r.clocks, r.slowSyncs = faults[kind].powerLoss, faults[kind].clocks, faults[kind].slowSyncs
 	if kind == "flaky" {
 		r.delays = netns.DelayAvailable()
+	}
+	for i := range count {
+		r.bins[i] = spooldBin
+		if faults[kind].previous {
+			if r.bins[i], err = previousSpoold(); err != nil {
+				return check.Result{}, err
+			}
+		}
 	}
 	if faults[kind].disks {
 		if err := r.mountDisks(); err != nil {
@@ -723,7 +740,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			from := time.Now()
 			errs = append(errs, fk.inject(r, i, hold))
 			r.mu.Lock()
-			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded}
+			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded, Graceful: fk.graceful}
 			r.flts = append(r.flts, f)
 			if fk.quorum {
 				f.Node, f.QuorumLost = (i+1)%nodes, r.quorumLost
@@ -1002,7 +1019,7 @@ func (r *run) start(i int) error {
 	if err != nil {
 		return err
 	}
-	cmd := r.net.Command(i, spooldBin, "--config", cfg)
+	cmd := r.net.Command(i, r.bins[i], "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
 	if r.powerLoss {

@@ -115,6 +115,10 @@ type Fault struct {
 	// its own included, must publish to every partition within
 	// HealPublishBound of the fault's start, and of its end.
 	Degraded bool
+	// Graceful: an operator's restart of the node (SIGTERM: the sidecar
+	// drains, hands its partitions and leaderships over, then stops), as in
+	// a rolling upgrade: it allows no message completed twice.
+	Graceful bool
 }
 
 // ElectionTimeoutMax is the longest a raft follower waits before it
@@ -370,7 +374,7 @@ func (r *Result) completions(h History) {
 		slices.SortFunc(cs, func(a, b Completion) int { return a.At.Compare(b.At) })
 		first := cs[0]
 		allowed := len(cs) == 2 && slices.ContainsFunc(h.Faults, func(f Fault) bool {
-			return (f.Node == first.Node || f.Ledger) && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
+			return !f.Graceful && (f.Node == first.Node || f.Ledger) && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
 		})
 		if !allowed {
 			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), not during or just before a fault of node %d",
