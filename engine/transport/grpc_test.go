@@ -485,3 +485,22 @@ func freeAddr(t *testing.T) string {
 	}
 	return addr
 }
+
+// Each node keeps what its peers advertised in their Hellos, from the
+// streams it dials and from those it serves; a node that advertises
+// nothing (a 0.1.0 node sends no such fields) is kept as zeros, and the
+// handshake still succeeds.
+func TestGRPCKeepsWhatPeersAdvertise(t *testing.T) {
+	adv := map[uint64]Advertised{1: {ClusterVersionMin: 1, ClusterVersionMax: 2, Release: "0.2.0"}, 2: {}}
+	nodes := cluster(t, 2, func(c *GRPCConfig) { c.Advertise = adv[c.NodeID] })
+	for _, n := range nodes {
+		other := 3 - n.id
+		waitFor(t, "the peer's hello", func() bool {
+			s, _ := n.t.Peer(other)
+			return s.Connected && s.Heard != nil
+		})
+		if s, _ := n.t.Peer(other); *s.Heard != adv[other] {
+			t.Fatalf("node %d heard %+v from node %d, want %+v", n.id, *s.Heard, other, adv[other])
+		}
+	}
+}

@@ -38,6 +38,7 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 	if err := stream.Send(&clusterv1.RaftResponse{Hello: t.hello(peer)}); err != nil {
 		return err
 	}
+	t.heardFrom(peer, h)
 	t.peerBack(peer)
 	var (
 		buf    []Message
