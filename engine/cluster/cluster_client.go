@@ -103,6 +103,10 @@ func (c *storageOff) decommission(context.Context, uint64) error {
 	return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrDecommissionRefused)
 }
 
+func (c *storageOff) finalize(context.Context) (engine.ClusterVersionChange, error) {
+	return engine.ClusterVersionChange{}, fmt.Errorf("%w: this sidecar is not a cluster member (storage off): ask a member's admin address", engine.ErrClusterVersion)
+}
+
 func (c *storageOff) deleteTopic(name string) error {
 	return fmt.Errorf("%w: deleting topic %q: this sidecar is not a cluster member (storage off): ask a member's admin address", engine.ErrDeleteUnsupported, name)
 }

@@ -54,6 +54,10 @@ type member struct {
 	// Owned by the register loop (the chores): since when the controller
 	// leader has not reached each node (reset when it stops leading).
 	unreached map[uint64]time.Time
+	// finalizeWant is the cluster version every node has spoken since
+	// finalizeSince (0: none higher), for autoFinalize.
+	finalizeWant  uint32
+	finalizeSince time.Time
 	// repairs: the chores' progress in repairing each damaged replica.
 	repairs map[uint64]*repairing
 
@@ -239,6 +243,7 @@ func (c *member) register(ctx context.Context) error {
 		c.repairDamaged(ctx)
 		c.driveMoves(ctx)
 		c.planMoves(ctx)
+		c.autoFinalize(ctx, time.Now())
 		if time.Since(balanced) >= balanceEveryChores*every {
 			c.balanceLeaders()
 			balanced = time.Now()
@@ -332,7 +337,9 @@ func (c *member) runController(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.ctrlSignal:
-			c.applyController()
+			if err := c.applyController(); errors.Is(err, engine.ErrClusterVersion) {
+				return err // this release cannot follow the cluster: the node stops
+			}
 		}
 	}
 }
@@ -340,12 +347,12 @@ func (c *member) runController(ctx context.Context) error {
 // applyController applies the committed commands not applied yet
 // (controllerMachine). Only the controller loop (and run, before it
 // starts) calls it.
-func (c *member) applyController() {
+func (c *member) applyController() error {
 	end := c.ctrlCommitted()
 	if c.applyBound != nil {
 		end = min(end, c.applyBound())
 	}
-	_ = c.ctrl.CatchUp(end) // a stopped applier logged why; Status reports it
+	return c.ctrl.CatchUp(end) // a stopped applier logged why; Status reports it
 }
 
 // controllerMachine applies group 0's log to the controller's state
@@ -378,6 +385,9 @@ func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Resu
 		if had && res[i].Err == nil {
 			deleted = append(deleted, gone)
 		}
+	}
+	if err := c.checkSpeaks(st); err != nil {
+		return nil, 0, err // nothing of the batch is published: the node stops
 	}
 	for _, t := range deleted { // before placing what the state holds (the name may be created again)
 		c.deleteTopicData(t)

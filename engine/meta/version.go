@@ -197,5 +197,5 @@ func CheckSpeaks(v uint32, r VersionRange) error {
 	if r.Min > v {
 		what = "it is too new: run a release that still speaks version " + fmt.Sprint(v) + " until the cluster is finalized at a version it speaks"
 	}
-	return fmt.Errorf("%w: the cluster is at cluster version %d, and this node's release speaks cluster versions %s: %s (docs/upgrading.md)", ErrVersion, v, r, what)
+	return fmt.Errorf("%w: the cluster is at cluster version %d, and the node's release speaks cluster versions %s: %s (docs/upgrading.md)", ErrVersion, v, r, what)
 }

@@ -142,8 +142,8 @@ func TestCheckSpeaks(t *testing.T) {
 		r    VersionRange
 		want string
 	}{
-		{2, Unadvertised, "the cluster is at cluster version 2, and this node's release speaks cluster versions 1..1: it is too old"},
-		{1, futureOnly, "the cluster is at cluster version 1, and this node's release speaks cluster versions 2..3: it is too new"},
+		{2, Unadvertised, "the cluster is at cluster version 2, and the node's release speaks cluster versions 1..1: it is too old"},
+		{1, futureOnly, "the cluster is at cluster version 1, and the node's release speaks cluster versions 2..3: it is too new"},
 	} {
 		if err := CheckSpeaks(tc.v, tc.r); !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CheckSpeaks(%d, %s): %v, want %q", tc.v, tc.r, err, tc.want)
