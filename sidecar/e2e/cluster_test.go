@@ -39,6 +39,7 @@ type spoolCluster struct {
 	extra string     // more of the cluster section, for every node
 	tail  string     // the rest of every node's config (topics, subscriptions, ...)
 	drain string     // node.drain_timeout ("": 5s)
+	bin   string     // the spoold binary of the next node addNode starts ("": this tree's)
 }
 
 // clusterTopics is the topic and subscription every node of the tests
@@ -82,7 +83,7 @@ func (sc *spoolCluster) addNode() *node {
 	t.Helper()
 	i := len(sc.nodes)
 	dir := t.TempDir()
-	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
+	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log"), bin: sc.bin}
 	addrs := freeAddrs(t, 3)
 	n.app, n.admin = addrs[0], addrs[1]
 	peer := addrs[2]
