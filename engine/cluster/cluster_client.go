@@ -82,10 +82,12 @@ func (c *storageOff) addPeer(uint64, string) {}
 func (c *storageOff) removePeer(uint64)      {}
 func (c *storageOff) replicaOps() replicaOps { return replicaOps{} }
 
-// clusterStatus: the members, nothing of raft.
+// clusterStatus: the members and the cluster version, nothing of raft
+// (nor what the members advertise: a storage-off node has no peer streams).
 func (c *storageOff) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	out.ClusterVersion, out.ClusterVersionAvailable = c.state.ClusterVersion(), c.state.ClusterVersion()
 	for _, nd := range c.state.Nodes() {
 		out.Members = append(out.Members, engine.ClusterMember{ID: nd.ID, Addr: nd.Addr})
 	}
