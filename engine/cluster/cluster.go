@@ -406,6 +406,7 @@ func (c *member) start(l net.Listener) (err error) {
 		Listener:    l,
 		Logger:      c.conf.Logger,
 		Advertise:   c.advertised(),
+		AcceptPeer:  c.acceptPeer,
 		Authorize:   c.authorizeRaftStream,
 		DialOptions: []grpc.DialOption{c.dialCreds()},
 		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(

@@ -271,8 +271,11 @@ func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataReque
 // removedByPeers asks the peers for the cluster's state (the first that
 // answers decides) and reports whether it no longer has this node: a node
 // id below the next one that is not a member was removed. Best effort: no
-// answer (peers down) is not a removal.
-func (c *member) removedByPeers(ctx context.Context) bool {
+// answer (peers down) is not a removal. It also returns an error
+// (engine.ErrClusterVersion) when the cluster is at a version this node's
+// release does not speak: the peers refuse its raft streams
+// (acceptPeer), so its own log would never tell it.
+func (c *member) removedByPeers(ctx context.Context) (bool, error) {
 	for id := range c.peers.all() {
 		if id == c.id.NodeID {
 			continue
@@ -288,11 +291,17 @@ func (c *member) removedByPeers(ctx context.Context) bool {
 			continue
 		}
 		st, err := meta.DecodeState(resp.GetState())
+		if err == nil && st.ClusterID() == c.id.ClusterID {
+			err = meta.CheckSpeaks(st.ClusterVersion(), c.cfg.ClusterVersions)
+		}
+		if errors.Is(err, meta.ErrVersion) {
+			return false, fmt.Errorf("engine: node %d stops (%w): %s", c.id.NodeID, engine.ErrClusterVersion, versionText(err))
+		}
 		if err != nil || st.ClusterID() != c.id.ClusterID {
 			continue
 		}
 		_, known := st.Node(c.id.NodeID)
-		return !known && c.id.NodeID < st.NextNodeID()
+		return !known && c.id.NodeID < st.NextNodeID(), nil
 	}
-	return false
+	return false, nil
 }

@@ -58,6 +58,9 @@ type member struct {
 	// finalizeSince (0: none higher), for autoFinalize.
 	finalizeWant  uint32
 	finalizeSince time.Time
+	// clusterVersion is the applied state's cluster version, for the
+	// transport's AcceptPeer (which must not wait for c.mu).
+	clusterVersion atomic.Uint32
 	// repairs: the chores' progress in repairing each damaged replica.
 	repairs map[uint64]*repairing
 
@@ -173,7 +176,14 @@ func (c *member) register(ctx context.Context) error {
 	}
 	// A node's own log may not show its removal (the entry committed after
 	// it left group 0): its peers' state says.
-	if !c.bootstrap && c.removedByPeers(ctx) {
+	removed := false
+	if !c.bootstrap {
+		var err error
+		if removed, err = c.removedByPeers(ctx); err != nil {
+			return err
+		}
+	}
+	if removed {
 		return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", engine.ErrRemoved, c.id.NodeID, c.id.ClusterID, c.conf.DataDir)
 	}
 	for {
@@ -394,6 +404,7 @@ func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Resu
 	}
 	c.noteRemoval(st)
 	c.reconcile(st)
+	c.clusterVersion.Store(st.ClusterVersion())
 	c.mu.Lock()
 	c.state = st
 	close(c.changed)

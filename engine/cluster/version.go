@@ -36,6 +36,18 @@ func heardRange(a *transport.Advertised) meta.VersionRange {
 	return meta.VersionRange{Min: a.ClusterVersionMin, Max: a.ClusterVersionMax}
 }
 
+// acceptPeer refuses the raft streams of a peer whose release does not
+// speak the cluster's version (transport.GRPCConfig.AcceptPeer): a node
+// rolled back to a release too old after the cluster was finalized — a
+// 0.1.0 node cannot tell by itself — takes no part until it is upgraded.
+func (c *member) acceptPeer(_ uint64, a transport.Advertised) error {
+	if err := meta.CheckSpeaks(max(c.clusterVersion.Load(), 1), heardRange(&a)); err != nil {
+		return errors.New(versionText(err)) // the transport logs the refusal
+
+	}
+	return nil
+}
+
 // speakNow is the range each node of nodes speaks as this node knows it
 // now: its own, and that of each peer whose streams are up (a peer not
 // connected may have been restarted with another release since it said).

@@ -58,6 +58,12 @@ type GRPCConfig struct {
 	// transport carries it and keeps each peer's (PeerStatus.Heard)
 	// without reading it.
 	Advertise Advertised
+	// AcceptPeer, if set, decides from what a peer advertised in its Hello
+	// whether to talk to it, on streams this node dials and serves alike; an
+	// error refuses the stream (ErrPeerRefused, its text sent to the peer).
+	// The transport retries with backoff, so a refusal heals once the
+	// answer changes.
+	AcceptPeer func(peer uint64, a Advertised) error
 
 	protocolVersion uint32 // ProtocolVersion; tests set another to play a peer of another release
 }
@@ -587,7 +593,11 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 		return false, t.handshakeErr(p, err)
 	}
 	h := resp.GetHello()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, p.id, true); e != nil {
+	e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, p.id, true)
+	if e == nil && h.GetFromNode() == p.id {
+		e = t.accept(p.id, h)
+	}
+	if e != nil {
 		e.Addr = p.addr
 		t.c.handshakesRefused.Add(1)
 		return false, e

@@ -27,6 +27,9 @@ import (
 // by both (cluster version 1); a topic placed on all three takes publishes
 // through every node; this release's nodes report the others as speaking
 // cluster version 1 only, and finalizing is refused naming one of them.
+// Then the 0.1.0 nodes are upgraded in place, the cluster is finalized, and
+// a node rolled back to 0.1.0 afterwards is refused by its peers (it cannot
+// tell by itself) and told why, while the other two serve.
 //
 // Building the previous release takes about a minute the first time (the
 // binary is kept under the user's cache directory by commit), so it runs
@@ -73,12 +76,46 @@ func TestClusterMixedWithPreviousRelease(t *testing.T) {
 		t.Fatalf("finalizing a mixed cluster: %v", err)
 	}
 	t.Logf("finalizing a mixed cluster: %v", err)
-	for i, n := range sc.nodes {
-		select {
-		case <-n.exited:
-			t.Fatalf("n%d exited", i+1)
-		default:
+
+	// Upgrade the two 0.1.0 nodes (same data dirs), finalize, then roll n3
+	// back to 0.1.0: the others refuse its raft streams, telling it why.
+	for _, i := range []int{0, 2} {
+		sc.nodes[i].stop()
+		sc.nodes[i].bin = ""
+		sc.nodes[i].start()
+	}
+	eventually(t, 60*time.Second, "every node upgraded, a finalization pending", func() bool {
+		st, err := newNode.adminClient().ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+		return err == nil && st.GetClusterVersion() == 1 && st.GetClusterVersionAvailable() == 2
+	})
+	if _, err := newNode.adminClient().FinalizeClusterVersion(ctx, &spoolv1.FinalizeClusterVersionRequest{}); err != nil {
+		t.Fatalf("finalizing after the upgrade: %v", err)
+	}
+	n3 := sc.nodes[2]
+	n3.stop()
+	n3.bin = old
+	n3.launch()
+	eventually(t, 30*time.Second, "n3, rolled back to 0.1.0 after finalizing, told why its peers refuse it", func() bool {
+		b, _ := os.ReadFile(n3.logPath)
+		return strings.Contains(string(b), "the cluster is at cluster version 2, and the node's release speaks cluster versions 1..1")
+	})
+	eventually(t, 30*time.Second, "n3 reported unreachable", func() bool {
+		st, err := newNode.adminClient().ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+		if err != nil {
+			return false
 		}
+		for _, ni := range st.GetNodes() {
+			if ni.GetAlive() != (ni.GetAddress() != n3.peer) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range sc.nodes[:2] {
+		eventually(t, 30*time.Second, "a publish through an upgraded node", func() bool {
+			_, err := n.publisherClient().Publish(ctx, &spoolv1.PublishRequest{Topic: "orders", Messages: []*spoolv1.PublishMessage{{Key: []byte("k"), Payload: []byte("after")}}})
+			return err == nil
+		})
 	}
 }
 
