@@ -69,7 +69,14 @@ type ClusterAdmin interface {
 	Leave(ctx context.Context) (LeaveReport, error)
 	PlanMove(topic string, partition int32, replicas []uint64) (ReplicaMove, error)
 	MoveReplicas(ctx context.Context, topic string, partition int32, replicas []uint64) (ReplicaMove, error)
+	// FinalizeClusterVersion raises the cluster version to the highest
+	// every node speaks (docs/upgrading.md); ErrClusterVersion when a node
+	// does not speak a higher one or is unreachable.
+	FinalizeClusterVersion(ctx context.Context) (ClusterVersionChange, error)
 }
+
+// ClusterVersionChange is what a finalization did.
+type ClusterVersionChange struct{ Previous, Version uint32 }
 
 // GroupCoordinator shares a consumer group's partitions among the
 // sidecars of the group (docs/groups.md): the coordinator's commands and

@@ -32,6 +32,11 @@ var (
 	// ErrInvalidMove: an operator's replica move that names the wrong
 	// number of nodes (not the replication factor) or a node twice.
 	ErrInvalidMove = errors.New("invalid replica move")
+	// ErrClusterVersion: a cluster version that cannot be had: a
+	// finalization some node does not speak (or nothing to finalize), or
+	// a node whose release does not speak the cluster's version
+	// (docs/upgrading.md).
+	ErrClusterVersion = errors.New("cluster version")
 	// ErrTopicNameCase: a topic whose name differs from an existing one's
 	// only in case. Names become directory names, and case-insensitive
 	// file systems (macOS) would give both the same directory.

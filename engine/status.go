@@ -35,6 +35,11 @@ type ClusterStatus struct {
 	// under way; UnderReplicated those with a replica on a node marked
 	// down that no move replaces (no node to put it on).
 	PartitionsMoving, UnderReplicated int
+	// ClusterVersion is the behaviour every member follows (1 until the
+	// first finalization); ClusterVersionAvailable the highest version
+	// every member speaks now: above ClusterVersion, a finalization is
+	// pending (docs/upgrading.md).
+	ClusterVersion, ClusterVersionAvailable uint32
 
 	Proposals       map[string]uint64 // by outcome: ok, lost, unknown, not_leader, refused
 	InboxDropped    uint64            // raft messages dropped: a group's inbox was full
@@ -83,6 +88,12 @@ type ClusterMember struct {
 	Connected bool // this node's streams to it are up (always true for itself)
 	Down      bool // marked down: unreachable past the dead-node timeout
 	Leaving   bool // decommissioned: its replicas move away, then it is removed
+	// Release is the Spool release the node runs and ClusterVersionMin and
+	// ClusterVersionMax the cluster versions it speaks, as it last said in
+	// the peer handshake (zero while unknown; a 0.1.0 node says no release,
+	// and speaks 1..1).
+	Release                              string
+	ClusterVersionMin, ClusterVersionMax uint32
 }
 
 // ReplicaStatus is this node's replica of one partition.

@@ -4,6 +4,9 @@
 #   - on a branch: its merge base with main (what the branch would change);
 #   - on main itself: main before its last commit or merge (HEAD^1);
 #   - without a main branch: the last tag.
+# The peer protocol (proto/spool/cluster/v1) is checked a second time,
+# against the last release RELEASES names: nodes of that release and of this
+# tree run side by side during a rolling upgrade (docs/upgrading.md).
 # Without the history to find a base (a shallow clone, no main, no tag) it
 # says so and skips: CI clones fully.
 set -euo pipefail
@@ -27,10 +30,29 @@ elif tag=$(git describe --tags --abbrev=0 2>/dev/null); then
   base=$tag
   what="the last tag $tag"
 fi
-[ -n "$base" ] || skip "no main branch, merge base or tag to compare proto/ with"
 command -v buf >/dev/null || { echo "buf breaking: buf is not installed: run 'make tools'"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+
+# The peer protocol against the last release.
+release=$(grep -v '^#' RELEASES | awk 'NF == 2 { v = $1; c = $2 } END { if (c != "") print v " " c }')
+if [ -z "$release" ]; then
+  echo "buf breaking: no release in RELEASES yet: the peer protocol has nothing to stay compatible with"
+elif ! git cat-file -e "${release#* }^{commit}" 2>/dev/null; then
+  echo "buf breaking: skipped for the peer protocol: release ${release% *}'s commit ${release#* } is not in this clone (git fetch --unshallow; CI clones fully)"
+else
+  commit=${release#* }
+  # buf reads the release's protos from this repository's history (its
+  # clone of it goes deep enough to reach the commit).
+  depth=$(( $(git rev-list --count "$commit..HEAD") + 1 ))
+  echo "buf breaking: proto/spool/cluster/v1 (the peer protocol) against release ${release% *} (${commit:0:12})"
+  if ! buf breaking --against ".git#ref=$commit,depth=$depth" --path proto/spool/cluster/v1; then
+    echo "buf breaking: the changes above break the peer protocol of release ${release% *}, whose nodes run beside this tree's during a rolling upgrade: add fields and messages instead (docs/upgrading.md), and keep new behaviour behind the cluster version"
+    exit 1
+  fi
+fi
+
+[ -n "$base" ] || skip "no main branch, merge base or tag to compare proto/ with"
 # The base's buf.yaml and proto/ as files: works in worktrees and clones alike.
 if ! git archive "$base" -- buf.yaml proto | tar -x -C "$tmp" 2>/dev/null; then
   skip "$what has no buf.yaml and proto/ to compare with"

@@ -250,9 +250,11 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 			resp.NodeId = "" // storage off: not a member
 		}
 		for _, m := range cs.Members {
-			resp.Nodes = append(resp.Nodes, &spoolv1.NodeInfo{Id: strconv.FormatUint(m.ID, 10), Address: m.Addr, Alive: m.Connected, Down: m.Down, Leaving: m.Leaving})
+			resp.Nodes = append(resp.Nodes, &spoolv1.NodeInfo{Id: strconv.FormatUint(m.ID, 10), Address: m.Addr, Alive: m.Connected, Down: m.Down, Leaving: m.Leaving,
+				ReleaseVersion: m.Release, ClusterVersionMin: m.ClusterVersionMin, ClusterVersionMax: m.ClusterVersionMax})
 		}
 		resp.PartitionsMoving, resp.PartitionsUnderReplicated = int32(cs.PartitionsMoving), int32(cs.UnderReplicated)
+		resp.ClusterVersion, resp.ClusterVersionAvailable = cs.ClusterVersion, cs.ClusterVersionAvailable
 		return resp, nil
 	}
 	host, _ := os.Hostname()
@@ -266,6 +268,20 @@ func (a *admin) ClusterStatus(context.Context, *spoolv1.ClusterStatusRequest) (*
 		Version:   Version,
 		Nodes:     []*spoolv1.NodeInfo{{Id: a.cfg.Node.ID, Address: host, Alive: true}},
 	}, nil
+}
+
+// FinalizeClusterVersion raises the cluster version to the highest every
+// node speaks (docs/upgrading.md).
+func (a *admin) FinalizeClusterVersion(ctx context.Context, _ *spoolv1.FinalizeClusterVersionRequest) (*spoolv1.FinalizeClusterVersionResponse, error) {
+	cl, err := a.clusterAdmin("finalize the cluster version")
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	ch, err := cl.FinalizeClusterVersion(ctx)
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return &spoolv1.FinalizeClusterVersionResponse{PreviousVersion: ch.Previous, ClusterVersion: ch.Version}, nil
 }
 
 // DecommissionNode asks the cluster to take a node out (its replicas move

@@ -72,20 +72,21 @@ func parseRole(s string) (role, bool) {
 // messages is what read is for; a role that sees no payloads would be a
 // third role.
 var adminMethodRoles = map[string]role{
-	spoolv1.AdminService_ListTopics_FullMethodName:           roleRead,
-	spoolv1.AdminService_ListGroups_FullMethodName:           roleRead,
-	spoolv1.AdminService_PeekDeadLetters_FullMethodName:      roleRead,
-	spoolv1.AdminService_SummarizeDeadLetters_FullMethodName: roleRead,
-	spoolv1.AdminService_ClusterStatus_FullMethodName:        roleRead,
-	spoolv1.AdminService_Tail_FullMethodName:                 roleRead,
-	spoolv1.AdminService_Redrive_FullMethodName:              roleOperate, // also its dry run: one role per method
-	spoolv1.AdminService_ResetOffsets_FullMethodName:         roleOperate,
-	spoolv1.AdminService_DecommissionNode_FullMethodName:     roleOperate,
-	spoolv1.AdminService_MoveReplicas_FullMethodName:         roleOperate,
-	spoolv1.AdminService_CreateTopic_FullMethodName:          roleOperate,
-	spoolv1.AdminService_AlterTopic_FullMethodName:           roleOperate,
-	spoolv1.AdminService_DeleteTopic_FullMethodName:          roleOperate,
-	spoolv1.AdminService_PurgeDeadLetters_FullMethodName:     roleOperate,
+	spoolv1.AdminService_ListTopics_FullMethodName:             roleRead,
+	spoolv1.AdminService_ListGroups_FullMethodName:             roleRead,
+	spoolv1.AdminService_PeekDeadLetters_FullMethodName:        roleRead,
+	spoolv1.AdminService_SummarizeDeadLetters_FullMethodName:   roleRead,
+	spoolv1.AdminService_ClusterStatus_FullMethodName:          roleRead,
+	spoolv1.AdminService_Tail_FullMethodName:                   roleRead,
+	spoolv1.AdminService_Redrive_FullMethodName:                roleOperate, // also its dry run: one role per method
+	spoolv1.AdminService_ResetOffsets_FullMethodName:           roleOperate,
+	spoolv1.AdminService_DecommissionNode_FullMethodName:       roleOperate,
+	spoolv1.AdminService_FinalizeClusterVersion_FullMethodName: roleOperate,
+	spoolv1.AdminService_MoveReplicas_FullMethodName:           roleOperate,
+	spoolv1.AdminService_CreateTopic_FullMethodName:            roleOperate,
+	spoolv1.AdminService_AlterTopic_FullMethodName:             roleOperate,
+	spoolv1.AdminService_DeleteTopic_FullMethodName:            roleOperate,
+	spoolv1.AdminService_PurgeDeadLetters_FullMethodName:       roleOperate,
 }
 
 // methodRole is the role a gRPC method of the admin server needs: health

@@ -1,6 +1,8 @@
 package sidecar
 
 import (
+	"time"
+
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -239,9 +241,19 @@ func clusterConfig(cfg *config.Config) (cluster.ClusterConfig, error) {
 		DeadNodeTimeout:    cl.DeadNodeTimeout,
 		MoveBytesPerSecond: cl.MoveBytesPerSecond,
 		ReopenStoppedEvery: cl.ReopenStoppedEvery,
+		AutoFinalizeAfter:  autoFinalizeAfter(cl),
 		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile, PeerURIPrefix: cl.TLS.PeerURIPrefix},
 		StorageOff:         cl.Storage == config.StorageOff,
 	}, nil
+}
+
+// autoFinalizeAfter is the engine's AutoFinalizeAfter: < 0 when the cluster
+// version is finalized by hand only (cluster.finalize: manual).
+func autoFinalizeAfter(cl config.ClusterConfig) time.Duration {
+	if cl.Finalize == config.FinalizeManual {
+		return -1
+	}
+	return cl.AutoFinalizeAfter
 }
 
 // maxOpenFiles resolves guards.max_open_files: the setting, or the

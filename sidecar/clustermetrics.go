@@ -2,8 +2,11 @@ package sidecar
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/sidecar/metrics"
@@ -47,6 +50,21 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	m.ClusterNodesDown.WithLabelValues().Set(float64(down))
 	m.PartitionsMoving.WithLabelValues().Set(float64(st.PartitionsMoving))
 	m.UnderReplicated.WithLabelValues().Set(float64(st.UnderReplicated))
+	m.ClusterVersion.WithLabelValues().Set(float64(st.ClusterVersion))
+	m.ClusterVersionAvailable.WithLabelValues().Set(float64(st.ClusterVersionAvailable))
+	for _, mb := range prev.Members { // a removed node's series go
+		if !slices.ContainsFunc(st.Members, func(x engine.ClusterMember) bool { return x.ID == mb.ID }) {
+			m.ClusterNodeVersion.DeletePartialMatch(prometheus.Labels{"node": strconv.FormatUint(mb.ID, 10)})
+		}
+	}
+	for _, mb := range st.Members {
+		if mb.ClusterVersionMax == 0 {
+			continue // not heard from yet
+		}
+		id := strconv.FormatUint(mb.ID, 10)
+		m.ClusterNodeVersion.WithLabelValues(id, "min").Set(float64(mb.ClusterVersionMin))
+		m.ClusterNodeVersion.WithLabelValues(id, "max").Set(float64(mb.ClusterVersionMax))
+	}
 	for _, mb := range st.Members {
 		if mb.ID == st.NodeID || st.NodeID == 0 { // a client node keeps no raft streams
 			continue

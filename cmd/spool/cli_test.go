@@ -442,6 +442,12 @@ func TestClusterStatus(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "cluster: single-node") || !strings.Contains(r.stdout, "REACHABLE") {
 		t.Fatalf("spool cluster status (table): exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	if v.ClusterVersion != 0 || v.FinalizationPending || strings.Contains(r.stdout, "cluster version:") {
+		t.Fatalf("a single sidecar reports a cluster version: %+v\n%s", v, r.stdout)
+	}
+	// Finalizing: refused by a single sidecar (it has no cluster version), and not without --yes.
+	s.check("cluster_finalize_single_node", 1, "cluster", "finalize", "--yes")
+	s.check("cluster_finalize_unconfirmed", 2, "cluster", "finalize")
 	// A replica move: refused by a single sidecar, and usage errors.
 	s.check("cluster_move_single_node", 1, "cluster", "move", ordersT, "0", "--to", "1,2,3")
 	s.check("cluster_move_dry_run_single_node", 1, "cluster", "move", ordersT, "0", "--to", "1,2,3", "--dry-run")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -19,24 +20,34 @@ func (a *app) clusterCommand() *cobra.Command {
 			"spool cluster status",
 			"spool cluster status -o json",
 			"spool cluster decommission 3 --yes",
-			"spool cluster move orders 2 --to 2,3,5 --dry-run"),
+			"spool cluster move orders 2 --to 2,3,5 --dry-run",
+			"spool cluster finalize --yes"),
 	}
 	c.AddCommand(a.decommissionCommand())
 	c.AddCommand(a.moveCommand())
-	c.AddCommand(&cobra.Command{
+	c.AddCommand(a.clusterStatusCommand())
+	c.AddCommand(a.finalizeCommand())
+	return c
+}
+
+func (a *app) clusterStatusCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "status",
-		Short: "Show the cluster id, this node and every member with whether this node reaches it",
+		Short: "Show the cluster id, its cluster version, this node and every member with its release and whether this node reaches it",
 		Long: `Shows the cluster id, the id of the node answering (empty for a sidecar with
-storage off, which is not a member), the spoold version, and every member with
-its peer address, whether this node's raft streams to it are up, and whether
-the cluster marked it down (unreachable past cluster.dead_node_timeout: its
-replicas are being re-created on other nodes); and how many partitions are
-moving or under-replicated. A single
-sidecar (no cluster settings) answers with itself only. Each partition's
-leader is in ` + "`spool topic describe`" + `.`,
+storage off, which is not a member), the spoold version, the cluster version
+(the behaviour every node follows) and, when every node speaks a higher one,
+that a finalization is pending; and every member with its peer address,
+whether this node's raft streams to it are up, whether the cluster marked it
+down (unreachable past cluster.dead_node_timeout: its replicas are being
+re-created on other nodes), and the Spool release and cluster versions it
+runs, as it last said ("-" while unknown; a 0.1.0 node says no release and
+speaks cluster version 1 only); and how many partitions are moving or
+under-replicated. A single sidecar (no cluster settings) answers with itself
+only. Each partition's leader is in ` + "`spool topic describe`" + `.`,
 		Example: example(
 			"spool cluster status",
-			"spool cluster status -o yaml"),
+			"spool cluster status -o json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.adminClient()
@@ -49,31 +60,101 @@ leader is in ` + "`spool topic describe`" + `.`,
 			if err != nil {
 				return a.adminErr("cluster status", err)
 			}
-			v := clusterView{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Version: resp.GetVersion(),
-				PartitionsMoving: resp.GetPartitionsMoving(), UnderReplicated: resp.GetPartitionsUnderReplicated()}
-			for _, n := range resp.GetNodes() {
-				v.Nodes = append(v.Nodes, nodeView{ID: n.GetId(), Address: n.GetAddress(), Reachable: n.GetAlive(), Down: n.GetDown(), Leaving: n.GetLeaving()})
+			v := newClusterView(resp)
+			return a.render(v, v.text)
+		},
+	}
+}
+
+func newClusterView(resp *spoolv1.ClusterStatusResponse) clusterView {
+	v := clusterView{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Version: resp.GetVersion(),
+		PartitionsMoving: resp.GetPartitionsMoving(), UnderReplicated: resp.GetPartitionsUnderReplicated(),
+		ClusterVersion: resp.GetClusterVersion(), ClusterVersionAvailable: resp.GetClusterVersionAvailable()}
+	v.FinalizationPending = v.ClusterVersionAvailable > v.ClusterVersion
+	for _, n := range resp.GetNodes() {
+		v.Nodes = append(v.Nodes, nodeView{ID: n.GetId(), Address: n.GetAddress(), Reachable: n.GetAlive(), Down: n.GetDown(), Leaving: n.GetLeaving(),
+			Release: n.GetReleaseVersion(), ClusterVersionMin: n.GetClusterVersionMin(), ClusterVersionMax: n.GetClusterVersionMax()})
+	}
+	return v
+}
+
+func (v clusterView) text(w io.Writer) {
+	fmt.Fprintf(w, "cluster: %s\nnode:    %s\nversion: %s\n", v.ClusterID, v.NodeID, v.Version)
+	if v.ClusterVersion > 0 {
+		fmt.Fprintf(w, "cluster version: %d", v.ClusterVersion)
+		if v.FinalizationPending {
+			fmt.Fprintf(w, " (every node speaks %d: finalization pending, automatic after cluster.auto_finalize_after or spool cluster finalize)", v.ClusterVersionAvailable)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "partitions moving: %d, under-replicated: %d\n\n", v.PartitionsMoving, v.UnderReplicated)
+	tw := newTable(w)
+	row(tw, "NODE", "ADDRESS", "REACHABLE", "STATE", "RELEASE", "CLUSTER VERSIONS")
+	for _, n := range v.Nodes {
+		state := "member"
+		switch {
+		case n.Leaving:
+			state = "leaving"
+		case n.Down:
+			state = "down"
+		}
+		release, versions := cmp.Or(n.Release, "-"), "-"
+		if n.ClusterVersionMax > 0 {
+			versions = fmt.Sprintf("%d..%d", n.ClusterVersionMin, n.ClusterVersionMax)
+		}
+		row(tw, n.ID, n.Address, n.Reachable, state, release, versions)
+	}
+	tw.Flush()
+}
+
+func (a *app) finalizeCommand() *cobra.Command {
+	var yes bool
+	c := &cobra.Command{
+		Use:   "finalize",
+		Short: "Raise the cluster version to the highest every node speaks: no rolling back to an older release after it",
+		Long: `Raises the cluster version to the highest every node's release speaks, which
+turns on the behaviour of that version (docs/upgrading.md). By default the
+cluster does it by itself once every node has spoken the higher version for
+cluster.auto_finalize_after (10 minutes); this does it now, or at all with
+cluster.finalize: manual. After it, a node of a release that does not speak
+the new version can neither join nor start again: roll back before, not
+after. Refused (CLUSTER_VERSION), naming the node, while a node runs a
+release that does not speak a higher version or is unreachable from the
+sidecar asked, and when there is nothing to finalize.`,
+		Example: example(
+			"spool cluster finalize",
+			"spool cluster finalize --yes"),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !yes && !a.stdinTTY {
+				return usageErr("finalize raises the cluster version for good (no rolling back to an older release after it): add --yes to confirm (stdin is not a terminal, so spool cannot ask)")
 			}
+			if !yes && !a.confirm("Raise the cluster version for good (nodes of older releases can no longer join or start)? [y/N] ") {
+				return failed("nothing changed: the finalization was not confirmed")
+			}
+			c, err := a.adminClient()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := a.call(cmd)
+			defer cancel()
+			resp, err := c.FinalizeClusterVersion(ctx, &spoolv1.FinalizeClusterVersionRequest{})
+			if err != nil {
+				return a.adminErr("cluster finalize", err)
+			}
+			v := finalizeView{PreviousVersion: resp.GetPreviousVersion(), ClusterVersion: resp.GetClusterVersion()}
 			return a.render(v, func(w io.Writer) {
-				fmt.Fprintf(w, "cluster: %s\nnode:    %s\nversion: %s\n", v.ClusterID, v.NodeID, v.Version)
-				fmt.Fprintf(w, "partitions moving: %d, under-replicated: %d\n\n", v.PartitionsMoving, v.UnderReplicated)
-				tw := newTable(w)
-				row(tw, "NODE", "ADDRESS", "REACHABLE", "STATE")
-				for _, n := range v.Nodes {
-					state := "member"
-					switch {
-					case n.Leaving:
-						state = "leaving"
-					case n.Down:
-						state = "down"
-					}
-					row(tw, n.ID, n.Address, n.Reachable, state)
-				}
-				tw.Flush()
+				fmt.Fprintf(w, "cluster version %d (was %d): nodes of releases that do not speak it can no longer join or start\n", v.ClusterVersion, v.PreviousVersion)
 			})
 		},
-	})
+	}
+	c.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	return c
+}
+
+type finalizeView struct {
+	PreviousVersion uint32 `json:"previous_version" yaml:"previous_version"`
+	ClusterVersion  uint32 `json:"cluster_version" yaml:"cluster_version"`
 }
 
 type clusterView struct {
@@ -81,6 +162,12 @@ type clusterView struct {
 	NodeID    string     `json:"node_id" yaml:"node_id"`
 	Version   string     `json:"version" yaml:"version"`
 	Nodes     []nodeView `json:"nodes" yaml:"nodes"`
+	// ClusterVersion is the cluster's version (0: a single sidecar, which
+	// has none); ClusterVersionAvailable the highest every node speaks;
+	// FinalizationPending, whether it is above ClusterVersion.
+	ClusterVersion          uint32 `json:"cluster_version" yaml:"cluster_version"`
+	ClusterVersionAvailable uint32 `json:"cluster_version_available" yaml:"cluster_version_available"`
+	FinalizationPending     bool   `json:"finalization_pending" yaml:"finalization_pending"`
 	// PartitionsMoving and UnderReplicated count the cluster's partitions
 	// with a replica move under way, and with a copy on a down node that no
 	// move replaces.
@@ -94,6 +181,11 @@ type nodeView struct {
 	Reachable bool   `json:"reachable" yaml:"reachable"`
 	Down      bool   `json:"down" yaml:"down"`
 	Leaving   bool   `json:"leaving" yaml:"leaving"`
+	// Release and the cluster versions the node speaks, as it last said
+	// ("" and 0 while unknown).
+	Release           string `json:"release" yaml:"release"`
+	ClusterVersionMin uint32 `json:"cluster_version_min" yaml:"cluster_version_min"`
+	ClusterVersionMax uint32 `json:"cluster_version_max" yaml:"cluster_version_max"`
 }
 
 func (a *app) decommissionCommand() *cobra.Command {

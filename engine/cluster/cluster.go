@@ -109,6 +109,16 @@ type ClusterConfig struct {
 	// returns it runs and catches up from the leader without a restart.
 	// Default DefaultReopenStoppedEvery.
 	ReopenStoppedEvery time.Duration
+	// AutoFinalizeAfter is how long every node must have spoken a higher
+	// cluster version before the controller's leader finalizes it
+	// (docs/upgrading.md): long enough to see the upgraded nodes work, and
+	// to roll one back, before the old release is locked out. Default
+	// DefaultAutoFinalizeAfter; < 0: only by hand (FinalizeClusterVersion).
+	AutoFinalizeAfter time.Duration
+	// ClusterVersions is the range of cluster versions this node
+	// advertises. Default meta.Speaks() (this release's); tests set
+	// another to play a node of another release.
+	ClusterVersions meta.VersionRange
 }
 
 // Defaults of ClusterConfig.
@@ -117,6 +127,9 @@ const (
 	DefaultProduceTimeout    = 10 * time.Second
 	DefaultJoinTimeout       = 60 * time.Second
 	DefaultDeadNodeTimeout   = 5 * time.Minute
+	// DefaultAutoFinalizeAfter: a rolling upgrade's last node has run for
+	// ten minutes before the old release can no longer join.
+	DefaultAutoFinalizeAfter = 10 * time.Minute
 	// DefaultReopenStoppedEvery: a replica stopped by a full disk runs
 	// again at most 2 s after space returns; each try reads the replica's
 	// state from disk once (no write while the disk is still full).
@@ -179,6 +192,15 @@ func (c *ClusterConfig) validateTimes() error {
 	}
 	if c.ReopenStoppedEvery == 0 {
 		c.ReopenStoppedEvery = DefaultReopenStoppedEvery
+	}
+	if c.AutoFinalizeAfter == 0 {
+		c.AutoFinalizeAfter = DefaultAutoFinalizeAfter
+	}
+	if c.ClusterVersions == (meta.VersionRange{}) {
+		c.ClusterVersions = meta.Speaks()
+	}
+	if c.ClusterVersions.Min < 1 || c.ClusterVersions.Min > c.ClusterVersions.Max {
+		return fmt.Errorf("engine: cluster versions %s: want min..max with 1 <= min <= max", c.ClusterVersions)
 	}
 	if c.GroupsPartitions == 0 {
 		c.GroupsPartitions = DefaultGroupsPartitions
@@ -300,7 +322,10 @@ func (c *member) run(ctx context.Context) error {
 	}
 	// What this node already knows of the cluster (its committed controller
 	// log) places its replicas before the first election.
-	c.applyController()
+	if err := c.applyController(); errors.Is(err, engine.ErrClusterVersion) {
+		c.fail(err)
+		return err
+	}
 	return c.serve(ctx)
 }
 
@@ -380,6 +405,8 @@ func (c *member) start(l net.Listener) (err error) {
 		Handler:     pausable{c.host, &c.gate},
 		Listener:    l,
 		Logger:      c.conf.Logger,
+		Advertise:   c.advertised(),
+		AcceptPeer:  c.acceptPeer,
 		Authorize:   c.authorizeRaftStream,
 		DialOptions: []grpc.DialOption{c.dialCreds()},
 		ServerOptions: append(c.serverCreds(), grpc.ChainUnaryInterceptor(route.ClusterCheck(

@@ -82,10 +82,12 @@ func (c *storageOff) addPeer(uint64, string) {}
 func (c *storageOff) removePeer(uint64)      {}
 func (c *storageOff) replicaOps() replicaOps { return replicaOps{} }
 
-// clusterStatus: the members, nothing of raft.
+// clusterStatus: the members and the cluster version, nothing of raft
+// (nor what the members advertise: a storage-off node has no peer streams).
 func (c *storageOff) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	out.ClusterVersion, out.ClusterVersionAvailable = c.state.ClusterVersion(), c.state.ClusterVersion()
 	for _, nd := range c.state.Nodes() {
 		out.Members = append(out.Members, engine.ClusterMember{ID: nd.ID, Addr: nd.Addr})
 	}
@@ -101,6 +103,10 @@ func (c *storageOff) leave(context.Context) (engine.LeaveReport, error) {
 
 func (c *storageOff) decommission(context.Context, uint64) error {
 	return fmt.Errorf("%w: this sidecar is not a cluster member (a single node, or storage off): ask a member's admin address", engine.ErrDecommissionRefused)
+}
+
+func (c *storageOff) finalize(context.Context) (engine.ClusterVersionChange, error) {
+	return engine.ClusterVersionChange{}, fmt.Errorf("%w: this sidecar is not a cluster member (storage off): ask a member's admin address", engine.ErrClusterVersion)
 }
 
 func (c *storageOff) deleteTopic(name string) error {
@@ -265,8 +271,11 @@ func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataReque
 // removedByPeers asks the peers for the cluster's state (the first that
 // answers decides) and reports whether it no longer has this node: a node
 // id below the next one that is not a member was removed. Best effort: no
-// answer (peers down) is not a removal.
-func (c *member) removedByPeers(ctx context.Context) bool {
+// answer (peers down) is not a removal. It also returns an error
+// (engine.ErrClusterVersion) when the cluster is at a version this node's
+// release does not speak: the peers refuse its raft streams
+// (acceptPeer), so its own log would never tell it.
+func (c *member) removedByPeers(ctx context.Context) (bool, error) {
 	for id := range c.peers.all() {
 		if id == c.id.NodeID {
 			continue
@@ -282,11 +291,17 @@ func (c *member) removedByPeers(ctx context.Context) bool {
 			continue
 		}
 		st, err := meta.DecodeState(resp.GetState())
+		if err == nil && st.ClusterID() == c.id.ClusterID {
+			err = meta.CheckSpeaks(st.ClusterVersion(), c.cfg.ClusterVersions)
+		}
+		if errors.Is(err, meta.ErrVersion) {
+			return false, fmt.Errorf("engine: node %d stops (%w): %s", c.id.NodeID, engine.ErrClusterVersion, versionText(err))
+		}
 		if err != nil || st.ClusterID() != c.id.ClusterID {
 			continue
 		}
 		_, known := st.Node(c.id.NodeID)
-		return !known && c.id.NodeID < st.NextNodeID()
+		return !known && c.id.NodeID < st.NextNodeID(), nil
 	}
-	return false
+	return false, nil
 }

@@ -442,6 +442,11 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 			return cl.Join(out, req)
 		}
 	}
+	if err := c.admitsVersions(req); err != nil {
+		c.refusedJoin.Add(1)
+		c.logger.Warn("spool cluster: refused a join", "addr", req.GetAddr(), "err", err)
+		return nil, status.Errorf(codes.FailedPrecondition, "admitting %s: %v", req.GetAddr(), err)
+	}
 	res, err := c.proposeMeta(ctx, meta.Command{AddNode: &meta.AddNode{Addr: req.GetAddr(), Token: req.GetToken(), Identity: who}})
 	if errors.Is(err, meta.ErrInvalid) {
 		c.refusedJoin.Add(1)
@@ -453,6 +458,7 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 	}
 	resp := &clusterv1.JoinResponse{ClusterId: c.id.ClusterID, NodeId: res.NodeID}
 	c.mu.Lock()
+	resp.ClusterVersion = c.state.ClusterVersion()
 	for _, nd := range c.state.Nodes() {
 		resp.Nodes = append(resp.Nodes, &clusterv1.NodeAddr{Id: nd.ID, Addr: nd.Addr})
 	}
@@ -498,12 +504,17 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
 			var trailer metadata.MD
 			cctx = metadata.AppendToOutgoingContext(cctx, joinSecretKey, string(c.cfg.JoinSecret))
-			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion}, grpc.Trailer(&trailer))
+			req := &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion,
+				ClusterVersionMin: c.cfg.ClusterVersions.Min, ClusterVersionMax: c.cfg.ClusterVersions.Max}
+			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, req, grpc.Trailer(&trailer))
 			ccancel()
 			_ = conn.Close()
 			if err == nil {
 				if resp.GetNodeId() == 0 || resp.GetClusterId() == "" {
 					return nil, fmt.Errorf("engine: --join %s answered without a node id or cluster id", addr)
+				}
+				if err := meta.CheckSpeaks(max(resp.GetClusterVersion(), 1), c.cfg.ClusterVersions); err != nil {
+					return nil, fmt.Errorf("engine: --join %s admitted this node, but (%w): %s", addr, engine.ErrClusterVersion, versionText(err))
 				}
 				c.id = identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Token: token}
 				if err := saveIdentity(c.fs, c.dir, c.id); err != nil {

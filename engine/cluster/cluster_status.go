@@ -39,9 +39,10 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 		out.ControllerLeader = st.Leader
 	}
 	c.mu.Lock()
-	nodes := c.state.Nodes()
-	out.PartitionsMoving, out.UnderReplicated = moveCounts(c.state)
+	st := c.state.Clone()
 	c.mu.Unlock()
+	nodes := st.Nodes()
+	out.PartitionsMoving, out.UnderReplicated = moveCounts(st)
 	for _, nd := range nodes {
 		m := engine.ClusterMember{ID: nd.ID, Addr: nd.Addr, Connected: nd.ID == c.id.NodeID, Down: nd.Down, Leaving: nd.Leaving}
 		if ps, ok := c.tr.Peer(nd.ID); ok && nd.ID != c.id.NodeID {
@@ -49,6 +50,7 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 		}
 		out.Members = append(out.Members, m)
 	}
+	c.versionStatus(&out, st)
 	stops := c.stops.episodes()
 	c.tab.Mu.RLock()
 	for _, t := range c.tab.Topics {

@@ -16,6 +16,7 @@ import (
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/internal/table"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/internal/testport"
 )
 
@@ -30,16 +31,18 @@ type clusterNode struct {
 	dir, addr string
 	join      []string
 	tls       ClusterTLS
-	secret    string        // JoinSecret
-	client    bool          // StorageOff: storage off
-	segBytes  int64         // log segment size; default the log's
-	joinWait  time.Duration // JoinTimeout; default 20 s
-	deadAfter time.Duration // DeadNodeTimeout; default the engine's
-	ckEvery   int           // GroupsCheckpointRecords; default the engine's
-	expect    int           // BootstrapExpect
-	hooks     table.Hooks   // Hooks
-	fs        *log.MemFS    // the node's file system; nil: the real disk
-	logs      *logLines     // the node's log lines, if set (else discarded)
+	secret    string            // JoinSecret
+	client    bool              // StorageOff: storage off
+	segBytes  int64             // log segment size; default the log's
+	joinWait  time.Duration     // JoinTimeout; default 20 s
+	deadAfter time.Duration     // DeadNodeTimeout; default the engine's
+	ckEvery   int               // GroupsCheckpointRecords; default the engine's
+	expect    int               // BootstrapExpect
+	versions  meta.VersionRange // ClusterVersions; zero: this release's
+	finalize  time.Duration     // AutoFinalizeAfter; default the engine's
+	hooks     table.Hooks       // Hooks
+	fs        *log.MemFS        // the node's file system; nil: the real disk
+	logs      *logLines         // the node's log lines, if set (else discarded)
 	// hold, if set, bounds how far the node applies the controller's log
 	// (the next offset it may apply; math.MaxInt64: no bound).
 	hold   *atomic.Int64
@@ -70,7 +73,8 @@ func (tc *testCluster) start(cn *clusterNode) {
 		Log:     log.Options{MaintenanceInterval: time.Hour, SegmentBytes: cn.segBytes, FS: cn.fsys()},
 		Logger:  cn.logger(),
 		Hooks:   cn.hooks,
-		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, JoinSecret: []byte(cn.secret), StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect},
+		Cluster: ClusterConfig{Listen: cn.addr, Join: cn.join, TickInterval: 20 * time.Millisecond, ProduceTimeout: 5 * time.Second, JoinTimeout: cmp.Or(cn.joinWait, 20*time.Second), TLS: cn.tls, JoinSecret: []byte(cn.secret), StorageOff: cn.client, DeadNodeTimeout: cn.deadAfter, GroupsCheckpointRecords: cn.ckEvery, BootstrapExpect: cn.expect,
+			ClusterVersions: cn.versions, AutoFinalizeAfter: cn.finalize},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -54,6 +54,13 @@ type member struct {
 	// Owned by the register loop (the chores): since when the controller
 	// leader has not reached each node (reset when it stops leading).
 	unreached map[uint64]time.Time
+	// finalizeWant is the cluster version every node has spoken since
+	// finalizeSince (0: none higher), for autoFinalize.
+	finalizeWant  uint32
+	finalizeSince time.Time
+	// clusterVersion is the applied state's cluster version, for the
+	// transport's AcceptPeer (which must not wait for c.mu).
+	clusterVersion atomic.Uint32
 	// repairs: the chores' progress in repairing each damaged replica.
 	repairs map[uint64]*repairing
 
@@ -169,7 +176,14 @@ func (c *member) register(ctx context.Context) error {
 	}
 	// A node's own log may not show its removal (the entry committed after
 	// it left group 0): its peers' state says.
-	if !c.bootstrap && c.removedByPeers(ctx) {
+	removed := false
+	if !c.bootstrap {
+		var err error
+		if removed, err = c.removedByPeers(ctx); err != nil {
+			return err
+		}
+	}
+	if removed {
 		return fmt.Errorf("%w: node %d was removed from cluster %s (decommissioned): it cannot rejoin with this identity; wipe %s and start it again with cluster.join to join as a new node", engine.ErrRemoved, c.id.NodeID, c.id.ClusterID, c.conf.DataDir)
 	}
 	for {
@@ -239,6 +253,7 @@ func (c *member) register(ctx context.Context) error {
 		c.repairDamaged(ctx)
 		c.driveMoves(ctx)
 		c.planMoves(ctx)
+		c.autoFinalize(ctx, time.Now())
 		if time.Since(balanced) >= balanceEveryChores*every {
 			c.balanceLeaders()
 			balanced = time.Now()
@@ -332,7 +347,9 @@ func (c *member) runController(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.ctrlSignal:
-			c.applyController()
+			if err := c.applyController(); errors.Is(err, engine.ErrClusterVersion) {
+				return err // this release cannot follow the cluster: the node stops
+			}
 		}
 	}
 }
@@ -340,12 +357,12 @@ func (c *member) runController(ctx context.Context) error {
 // applyController applies the committed commands not applied yet
 // (controllerMachine). Only the controller loop (and run, before it
 // starts) calls it.
-func (c *member) applyController() {
+func (c *member) applyController() error {
 	end := c.ctrlCommitted()
 	if c.applyBound != nil {
 		end = min(end, c.applyBound())
 	}
-	_ = c.ctrl.CatchUp(end) // a stopped applier logged why; Status reports it
+	return c.ctrl.CatchUp(end) // a stopped applier logged why; Status reports it
 }
 
 // controllerMachine applies group 0's log to the controller's state
@@ -379,11 +396,15 @@ func (m controllerMachine) Apply(entries []rsm.Entry[meta.Command]) ([]meta.Resu
 			deleted = append(deleted, gone)
 		}
 	}
+	if err := c.checkSpeaks(st); err != nil {
+		return nil, 0, err // nothing of the batch is published: the node stops
+	}
 	for _, t := range deleted { // before placing what the state holds (the name may be created again)
 		c.deleteTopicData(t)
 	}
 	c.noteRemoval(st)
 	c.reconcile(st)
+	c.clusterVersion.Store(st.ClusterVersion())
 	c.mu.Lock()
 	c.state = st
 	close(c.changed)

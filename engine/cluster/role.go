@@ -58,6 +58,7 @@ type role interface {
 	leave(ctx context.Context) (engine.LeaveReport, error)
 	decommission(ctx context.Context, id uint64) error
 	deleteTopic(name string) error
+	finalize(ctx context.Context) (engine.ClusterVersionChange, error)
 	operatorReady() error
 }
 

@@ -57,3 +57,8 @@ func (n *Node) DescribeGroup(context.Context, string) (*engine.GroupState, error
 func notClustered() error {
 	return fmt.Errorf("%w: consumer groups across sidecars need a cluster (cluster: in the sidecar's config); this node's groups are its own", ErrNotClustered)
 }
+
+// FinalizeClusterVersion is refused: a single node has no cluster version.
+func (n *Node) FinalizeClusterVersion(context.Context) (engine.ClusterVersionChange, error) {
+	return engine.ClusterVersionChange{}, fmt.Errorf("%w: this sidecar is a single node, not a cluster member: there is no cluster version to finalize", engine.ErrClusterVersion)
+}

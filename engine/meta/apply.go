@@ -23,6 +23,7 @@ type Command struct {
 	RemoveNode       *RemoveNode
 	DeleteTopic      *DeleteTopic
 	DropDamaged      *DropDamaged
+	FinalizeVersion  *FinalizeVersion
 }
 
 // DropDamaged takes node Node's replica of the partition of Group out of
@@ -184,13 +185,13 @@ func (e *TopicConflictError) Is(target error) bool { return target == ErrTopicCo
 func (c Command) shape() error {
 	n := 0
 	for _, set := range []bool{c.Init != nil, c.AddNode != nil, c.SetNodeAddr != nil, c.CreateTopic != nil, c.AlterTopic != nil,
-		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil, c.DecommissionNode != nil, c.RemoveNode != nil, c.DeleteTopic != nil, c.DropDamaged != nil} {
+		c.MoveReplicas != nil, c.FinishMove != nil, c.SetNodeDown != nil, c.DecommissionNode != nil, c.RemoveNode != nil, c.DeleteTopic != nil, c.DropDamaged != nil, c.FinalizeVersion != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown, DecommissionNode, RemoveNode, DeleteTopic, DropDamaged; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
+		return fmt.Errorf("%w: a command sets exactly one of Init, AddNode, SetNodeAddr, CreateTopic, AlterTopic, MoveReplicas, FinishMove, SetNodeDown, DecommissionNode, RemoveNode, DeleteTopic, DropDamaged, FinalizeVersion; this one sets %d (a command from a newer release this node does not know decodes as none: upgrade this node)", ErrInvalid, n)
 	}
 	return nil
 }
@@ -240,6 +241,8 @@ func (s *State) Apply(c Command) Result {
 		return s.applyDeleteTopic(c.DeleteTopic.Name)
 	case c.DropDamaged != nil:
 		return s.applyDropDamaged(*c.DropDamaged)
+	case c.FinalizeVersion != nil:
+		return s.applyFinalize(*c.FinalizeVersion)
 	case c.FinishMove != nil:
 		return s.applyFinishMove(*c.FinishMove)
 	case c.SetNodeDown != nil:

@@ -58,6 +58,12 @@ func EncodeCommand(c Command) ([]byte, error) {
 		m.Command = &clusterv1.MetaCommand_DeleteTopic{DeleteTopic: &clusterv1.MetaDeleteTopic{Name: c.DeleteTopic.Name}}
 	case c.DropDamaged != nil:
 		m.Command = &clusterv1.MetaCommand_DropDamagedReplica{DropDamagedReplica: &clusterv1.MetaDropDamagedReplica{GroupId: c.DropDamaged.Group, NodeId: c.DropDamaged.Node}}
+	case c.FinalizeVersion != nil:
+		f := &clusterv1.MetaFinalizeVersion{Version: c.FinalizeVersion.Version}
+		for _, mv := range c.FinalizeVersion.Members {
+			f.Members = append(f.Members, &clusterv1.MetaMemberVersions{NodeId: mv.Node, Min: mv.Speaks.Min, Max: mv.Speaks.Max})
+		}
+		m.Command = &clusterv1.MetaCommand_FinalizeVersion{FinalizeVersion: f}
 	default:
 		a := c.AlterTopic
 		m.Command = &clusterv1.MetaCommand_AlterTopic{AlterTopic: &clusterv1.MetaAlterTopic{Name: a.Name, RetentionAgeMs: a.RetentionAgeMs, RetentionBytes: a.RetentionBytes}}
@@ -118,15 +124,26 @@ func DecodeCommand(b []byte) (Command, error) {
 		return Command{DeleteTopic: &DeleteTopic{Name: x.DeleteTopic.GetName()}}, nil
 	case *clusterv1.MetaCommand_DropDamagedReplica:
 		return Command{DropDamaged: &DropDamaged{Group: x.DropDamagedReplica.GetGroupId(), Node: x.DropDamagedReplica.GetNodeId()}}, nil
+	case *clusterv1.MetaCommand_FinalizeVersion:
+		f := &FinalizeVersion{Version: x.FinalizeVersion.GetVersion()}
+		for _, mv := range x.FinalizeVersion.GetMembers() {
+			f.Members = append(f.Members, MemberVersions{Node: mv.GetNodeId(), Speaks: VersionRange{Min: mv.GetMin(), Max: mv.GetMax()}})
+		}
+		return Command{FinalizeVersion: f}, nil
 	default:
 		return Command{}, fmt.Errorf("%w command: no command set (a command from a newer release this node does not know? upgrade this node)", ErrMalformed)
 	}
 }
 
 // EncodeState encodes the whole state as a MetaState (meta.proto): nodes by
-// id, topics by name. The same state always encodes to the same bytes.
+// id, topics by name. The same state always encodes to the same bytes. A
+// state at cluster version 1 is written as 0.1.0 wrote it (no version
+// field), so that 0.1.0 nodes read it.
 func EncodeState(s *State) ([]byte, error) {
 	m := &clusterv1.MetaState{ClusterId: s.clusterID, NextNodeId: s.nextNode, NextGroupId: s.nextGroup, LastIncarnation: s.lastInc}
+	if s.Enabled(VersionedState) {
+		m.ClusterVersion = s.ClusterVersion()
+	}
 	for _, n := range s.nodes {
 		m.Nodes = append(m.Nodes, &clusterv1.MetaNode{Id: n.ID, Addr: n.Addr, Token: n.Token, Down: n.Down, Leaving: n.Leaving, Identity: n.Identity})
 	}
@@ -164,8 +181,14 @@ func DecodeState(b []byte) (*State, error) {
 	if len(m.Nodes) > MaxNodes || len(m.Topics) > MaxTopics {
 		return nil, fmt.Errorf("%w state: %d nodes and %d topics, more than %d (MaxNodes) or %d (MaxTopics)", ErrMalformed, len(m.Nodes), len(m.Topics), MaxNodes, MaxTopics)
 	}
+	if v := m.ClusterVersion; v > MaxClusterVersion {
+		return nil, fmt.Errorf("%w state: %w", ErrMalformed, CheckSpeaks(v, Speaks()))
+	}
 	s := NewState()
 	s.clusterID, s.nextNode, s.nextGroup, s.lastInc = m.ClusterId, m.NextNodeId, m.NextGroupId, m.LastIncarnation
+	if m.ClusterVersion > 1 {
+		s.version = m.ClusterVersion
+	}
 	for _, n := range m.Nodes {
 		s.nodes = append(s.nodes, Node{ID: n.GetId(), Addr: n.GetAddr(), Token: n.GetToken(), Down: n.GetDown(), Leaving: n.GetLeaving(), Identity: n.GetIdentity()})
 		s.byToken[n.GetToken()] = n.GetId()

@@ -200,6 +200,8 @@ func (c Command) Validate() error {
 		if c.DropDamaged.Node == 0 {
 			return invalid("node id", "0", "a node id (1 up)")
 		}
+	case c.FinalizeVersion != nil:
+		return c.FinalizeVersion.validate()
 	case c.DeleteTopic != nil:
 		if IsInternalTopic(c.DeleteTopic.Name) {
 			return &InvalidError{Field: "topic name", Value: c.DeleteTopic.Name, Allowed: "a topic of the cluster's users: internal topics (" + GroupsTopic + ") are the engine's and cannot be deleted"}

@@ -148,6 +148,7 @@ type State struct {
 	byFold    map[string]string // lower-case name → name (unique ignoring case)
 	total     int               // partitions of all topics, pending included
 	lastInc   uint32            // the incarnation the last replica a move added got
+	version   uint32            // the cluster version (0: 1, before the first FinalizeVersion)
 }
 
 // NewState returns the state of a cluster before its first command.
@@ -290,6 +291,7 @@ func (s *State) Clone() *State {
 		byFold:    make(map[string]string, len(s.byFold)),
 		total:     s.total,
 		lastInc:   s.lastInc,
+		version:   s.version,
 	}
 	for k, v := range s.byToken {
 		c.byToken[k] = v

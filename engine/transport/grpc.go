@@ -54,6 +54,16 @@ type GRPCConfig struct {
 	DisableHeartbeatCoalescing bool
 	// Logger receives connection events; nil means slog.Default().
 	Logger *slog.Logger
+	// Advertise is what this node says of its release in every Hello; the
+	// transport carries it and keeps each peer's (PeerStatus.Heard)
+	// without reading it.
+	Advertise Advertised
+	// AcceptPeer, if set, decides from what a peer advertised in its Hello
+	// whether to talk to it, on streams this node dials and serves alike; an
+	// error refuses the stream (ErrPeerRefused, its text sent to the peer).
+	// The transport retries with backoff, so a refusal heals once the
+	// answer changes.
+	AcceptPeer func(peer uint64, a Advertised) error
 
 	protocolVersion uint32 // ProtocolVersion; tests set another to play a peer of another release
 }
@@ -178,6 +188,7 @@ type peer struct {
 	snaps  *snapQueue
 	conn   [numLanes]*grpc.ClientConn
 	cancel context.CancelFunc // nil until started
+	heard  atomic.Pointer[Advertised]
 }
 
 type lane struct {
@@ -191,6 +202,28 @@ type lane struct {
 }
 
 type errBox struct{ err error }
+
+// Advertised is what a node says of its release in its Hello: the cluster
+// versions it speaks (engine/meta; both 0 from a 0.1.0 node, which says
+// nothing) and its release's semantic version.
+type Advertised struct {
+	ClusterVersionMin, ClusterVersionMax uint32
+	Release                              string
+}
+
+func advertisedIn(h *clusterv1.Hello) *Advertised {
+	return &Advertised{ClusterVersionMin: h.GetClusterVersionMin(), ClusterVersionMax: h.GetClusterVersionMax(), Release: h.GetReleaseVersion()}
+}
+
+// heardFrom keeps what peer id advertised in the Hello it just sent.
+func (t *GRPC) heardFrom(id uint64, h *clusterv1.Hello) {
+	t.mu.Lock()
+	p, ok := t.peers[id]
+	t.mu.Unlock()
+	if ok {
+		p.heard.Store(advertisedIn(h))
+	}
+}
 
 var _ Transport = (*GRPC)(nil)
 
@@ -229,6 +262,9 @@ type PeerStatus struct {
 	Addr      string
 	Connected bool  // both lanes' streams completed the handshake and are up
 	LastErr   error // the last connection failure (a *HandshakeError for a refusal), nil if none
+	// Heard is what the peer advertised in its last Hello (nil: no
+	// handshake completed yet since this node started).
+	Heard *Advertised
 }
 
 // Peer returns the status of peer id.
@@ -239,7 +275,7 @@ func (t *GRPC) Peer(id uint64) (PeerStatus, bool) {
 	if !ok {
 		return PeerStatus{}, false
 	}
-	s := PeerStatus{ID: id, Addr: p.addr, Connected: true}
+	s := PeerStatus{ID: id, Addr: p.addr, Connected: true, Heard: p.heard.Load()}
 	for _, l := range p.lanes {
 		s.Connected = s.Connected && l.connected.Load()
 		if b := l.lastErr.Load(); b != nil && s.LastErr == nil {
@@ -479,7 +515,9 @@ func (t *GRPC) peerBack(id uint64) {
 }
 
 func (t *GRPC) hello(to uint64) *clusterv1.Hello {
-	return &clusterv1.Hello{ClusterId: t.cfg.ClusterID, FromNode: t.cfg.NodeID, ToNode: to, ProtocolVersion: t.cfg.protocolVersion}
+	a := t.cfg.Advertise
+	return &clusterv1.Hello{ClusterId: t.cfg.ClusterID, FromNode: t.cfg.NodeID, ToNode: to, ProtocolVersion: t.cfg.protocolVersion,
+		ClusterVersionMin: a.ClusterVersionMin, ClusterVersionMax: a.ClusterVersionMax, ReleaseVersion: a.Release}
 }
 
 func (t *GRPC) backoff(attempt int) time.Duration {
@@ -555,7 +593,11 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 		return false, t.handshakeErr(p, err)
 	}
 	h := resp.GetHello()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, p.id, true); e != nil {
+	e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, p.id, true)
+	if e == nil && h.GetFromNode() == p.id {
+		e = t.accept(p.id, h)
+	}
+	if e != nil {
 		e.Addr = p.addr
 		t.c.handshakesRefused.Add(1)
 		return false, e
@@ -564,6 +606,7 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 		t.c.handshakesRefused.Add(1)
 		return false, &HandshakeError{Kind: ErrWrongNode, Local: fmt.Sprint(p.id), Remote: fmt.Sprint(h.GetFromNode()), Peer: p.id, Addr: p.addr}
 	}
+	p.heard.Store(advertisedIn(h))
 	l.connected.Store(true)
 	l.lastErr.Store(nil)
 	t.c.connects.Add(1)

@@ -485,3 +485,65 @@ func freeAddr(t *testing.T) string {
 	}
 	return addr
 }
+
+// Each node keeps what its peers advertised in their Hellos, from the
+// streams it dials and from those it serves; a node that advertises
+// nothing (a 0.1.0 node sends no such fields) is kept as zeros, and the
+// handshake still succeeds.
+func TestGRPCKeepsWhatPeersAdvertise(t *testing.T) {
+	adv := map[uint64]Advertised{1: {ClusterVersionMin: 1, ClusterVersionMax: 2, Release: "0.2.0"}, 2: {}}
+	nodes := cluster(t, 2, func(c *GRPCConfig) { c.Advertise = adv[c.NodeID] })
+	for _, n := range nodes {
+		other := 3 - n.id
+		waitFor(t, "the peer's hello", func() bool {
+			s, _ := n.t.Peer(other)
+			return s.Connected && s.Heard != nil
+		})
+		if s, _ := n.t.Peer(other); *s.Heard != adv[other] {
+			t.Fatalf("node %d heard %+v from node %d, want %+v", n.id, *s.Heard, other, adv[other])
+		}
+	}
+}
+
+// A node whose AcceptPeer refuses what a peer advertised refuses its
+// streams both ways, and the peer is told why; a node it accepts connects.
+func TestGRPCAcceptPeerRefuses(t *testing.T) {
+	tooOld := errors.New("the cluster is at cluster version 2, and the node's release speaks cluster versions 1..1")
+	a := startNode(t, 1, "127.0.0.1:0", func(c *GRPCConfig) {
+		c.Advertise = Advertised{ClusterVersionMin: 1, ClusterVersionMax: 2}
+		c.AcceptPeer = func(peer uint64, adv Advertised) error {
+			if adv.ClusterVersionMax < 2 {
+				return tooOld
+			}
+			return nil
+		}
+	})
+	defer a.stop(t)
+	b := startNode(t, 2, "127.0.0.1:0", nil) // advertises nothing, as 0.1.0
+	defer b.stop(t)
+	if err := b.t.AddPeer(1, a.addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.t.AddPeer(2, b.addr); err != nil {
+		t.Fatal(err)
+	}
+	for _, side := range []struct {
+		n    *node
+		peer uint64
+		want string
+	}{{b, 1, "node 1 at " + a.addr + ": it refuses this node's release: " + tooOld.Error()}, {a, 2, "node 2 at " + b.addr + ": " + tooOld.Error()}} {
+		var err error
+		waitFor(t, "refusal", func() bool {
+			s, _ := side.n.t.Peer(side.peer)
+			err = s.LastErr
+			return errors.Is(err, ErrPeerRefused)
+		})
+		if !strings.Contains(err.Error(), side.want) {
+			t.Fatalf("node %d says %q, want it to contain %q", side.n.id, err, side.want)
+		}
+		t.Logf("node %d says: %v", side.n.id, err)
+	}
+	if s, _ := b.t.Peer(1); s.Connected {
+		t.Fatal("the refused node is connected")
+	}
+}

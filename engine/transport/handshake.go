@@ -18,11 +18,13 @@ import (
 // ErrWrongNode with errors.Is. The transport keeps retrying with backoff,
 // so a fixed configuration heals without a restart.
 type HandshakeError struct {
-	Kind   error  // ErrWrongCluster, ErrProtocolVersion or ErrWrongNode
+	Kind   error  // ErrWrongCluster, ErrProtocolVersion, ErrWrongNode or ErrPeerRefused
 	Local  string // this node's value
 	Remote string // the peer's value
 	Peer   uint64 // the peer's node id as this node knows it
 	Addr   string // the peer's address, when this node dialed it
+	// Why is the refusing node's reason (ErrPeerRefused: AcceptPeer's error).
+	Why string
 }
 
 func (e *HandshakeError) Unwrap() error { return e.Kind }
@@ -46,6 +48,8 @@ func (e *HandshakeError) Error() string {
 		return fmt.Sprintf("peer handshake refused: node %d%s speaks peer protocol version %s, this node speaks version %s: "+
 			"run the same Spool release on every node (upgrade nodes one at a time to a release that speaks both versions)",
 			e.Peer, at, e.Remote, e.Local)
+	case ErrPeerRefused:
+		return fmt.Sprintf("peer handshake refused: node %d%s: %s", e.Peer, at, e.Why)
 	case ErrWrongNode:
 		return fmt.Sprintf("peer handshake refused: the address of node %s%s reaches node %s: "+
 			"the peer address list is stale or wrong; fix it so each node id names the node at that address",
@@ -61,13 +65,15 @@ const (
 	reasonWrongCluster  = "WRONG_CLUSTER"
 	reasonVersion       = "PROTOCOL_VERSION"
 	reasonWrongNode     = "WRONG_NODE"
+	reasonPeerRefused   = "PEER_REFUSED"
+	metadataWhy         = "why"
 	metadataLocal       = "refuser_value"
 	metadataRemote      = "refused_value"
 	metadataRefuserNode = "refuser_node"
 	metadataRefusedNode = "refused_node"
 )
 
-var reasons = map[error]string{ErrWrongCluster: reasonWrongCluster, ErrProtocolVersion: reasonVersion, ErrWrongNode: reasonWrongNode}
+var reasons = map[error]string{ErrWrongCluster: reasonWrongCluster, ErrProtocolVersion: reasonVersion, ErrWrongNode: reasonWrongNode, ErrPeerRefused: reasonPeerRefused}
 
 // checkHello is what both ends check of the other's Hello: same cluster,
 // same protocol version, and (when expectTo) addressed to this node.
@@ -80,6 +86,18 @@ func checkHello(clusterID string, version uint32, local uint64, h *clusterv1.Hel
 		return &HandshakeError{Kind: ErrProtocolVersion, Local: strconv.FormatUint(uint64(version), 10), Remote: strconv.FormatUint(uint64(h.GetProtocolVersion()), 10), Peer: peer}
 	case expectTo && h.GetToNode() != local:
 		return &HandshakeError{Kind: ErrWrongNode, Local: strconv.FormatUint(h.GetToNode(), 10), Remote: strconv.FormatUint(local, 10), Peer: peer}
+	}
+	return nil
+}
+
+// accept asks AcceptPeer (if set) whether to take the peer, given what its
+// Hello advertised; a refusal names the peer and the reason.
+func (t *GRPC) accept(peer uint64, h *clusterv1.Hello) *HandshakeError {
+	if t.cfg.AcceptPeer == nil {
+		return nil
+	}
+	if err := t.cfg.AcceptPeer(peer, *advertisedIn(h)); err != nil {
+		return &HandshakeError{Kind: ErrPeerRefused, Peer: peer, Why: err.Error()}
 	}
 	return nil
 }
@@ -101,6 +119,7 @@ func refusal(e *HandshakeError, local uint64) error {
 		Metadata: map[string]string{
 			metadataLocal: e.Local, metadataRemote: e.Remote,
 			metadataRefuserNode: strconv.FormatUint(local, 10), metadataRefusedNode: strconv.FormatUint(e.Peer, 10),
+			metadataWhy: e.Why,
 		},
 	}); err == nil {
 		st = d
@@ -131,6 +150,8 @@ func refusedBy(err error, peer uint64, addr string) *HandshakeError {
 		case reasonWrongNode:
 			e.Kind = ErrWrongNode
 			e.Local, e.Remote = strconv.FormatUint(peer, 10), md[metadataRefuserNode]
+		case reasonPeerRefused:
+			e.Kind, e.Why = ErrPeerRefused, "it refuses this node's release: "+md[metadataWhy]
 		default:
 			continue
 		}

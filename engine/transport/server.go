@@ -38,6 +38,7 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 	if err := stream.Send(&clusterv1.RaftResponse{Hello: t.hello(peer)}); err != nil {
 		return err
 	}
+	t.heardFrom(peer, h)
 	t.peerBack(peer)
 	var (
 		buf    []Message
@@ -76,7 +77,11 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 // addressed to this node, and (Authorize) from the node it claims to be.
 func (t *GRPC) admit(ctx context.Context, h *clusterv1.Hello) error {
 	peer := h.GetFromNode()
-	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true); e != nil {
+	e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true)
+	if e == nil {
+		e = t.accept(peer, h)
+	}
+	if e != nil {
 		t.c.handshakesRefused.Add(1)
 		t.cfg.Logger.Error("spool transport: refused an inbound stream: "+e.Error(), "peer", peer)
 		return refusal(e, t.cfg.NodeID)

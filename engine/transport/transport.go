@@ -89,9 +89,13 @@ var (
 	ErrWrongCluster    = errors.New("transport: peer belongs to another cluster")
 	ErrProtocolVersion = errors.New("transport: peer speaks another protocol version")
 	ErrWrongNode       = errors.New("transport: peer address reaches another node")
-	ErrSnapshotBusy    = errors.New("transport: a snapshot to this peer is already in flight")
-	ErrSnapshotTooBig  = errors.New("transport: snapshot larger than the limit")
-	ErrAlreadyRunning  = errors.New("transport: Run called twice")
+	// ErrPeerRefused: the node refuses what the peer advertised of its
+	// release (GRPCConfig.AcceptPeer): the cluster's version is one the
+	// peer's release does not speak.
+	ErrPeerRefused    = errors.New("transport: peer's release refused")
+	ErrSnapshotBusy   = errors.New("transport: a snapshot to this peer is already in flight")
+	ErrSnapshotTooBig = errors.New("transport: snapshot larger than the limit")
+	ErrAlreadyRunning = errors.New("transport: Run called twice")
 )
 
 // Defaults of Limits.

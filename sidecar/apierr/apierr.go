@@ -119,6 +119,8 @@ func Classify(err error) Reason {
 		return DecommissionRefused
 	case errors.Is(err, engine.ErrMoveRefused):
 		return MoveRefused
+	case errors.Is(err, engine.ErrClusterVersion):
+		return ClusterVersion
 	case errors.Is(err, engine.ErrUnsupported):
 		return BackendUnsupported
 	case errors.Is(err, engine.ErrInvalidMove):

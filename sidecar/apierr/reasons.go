@@ -79,6 +79,10 @@ const (
 	// named is down or leaving, the topic waits for nodes), or asked of a
 	// sidecar that is not a cluster member.
 	MoveRefused Reason = "MOVE_REFUSED"
+	// ClusterVersion: the cluster version cannot be finalized (a node runs
+	// a release that does not speak a higher one, or is unreachable; or
+	// there is nothing to finalize), or the sidecar asked is not a member.
+	ClusterVersion Reason = "CLUSTER_VERSION"
 	// BackendUnsupported: the storage backend does not offer the operation
 	// (an embedded-cluster operation asked of a sidecar whose messages live
 	// in a broker).
@@ -155,6 +159,8 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.NotFound, fix, "spool cluster status lists the nodes and their ids"}, true
 	case DecommissionRefused, MoveRefused:
 		return entry{codes.FailedPrecondition, fix, ""}, true
+	case ClusterVersion:
+		return entry{codes.FailedPrecondition, fix, "spool cluster status shows each node's release and cluster versions; docs/upgrading.md"}, true
 	case BackendUnsupported:
 		return entry{codes.FailedPrecondition, fix, "docs/backends.md lists what each storage backend offers"}, true
 	case TopicConflict, ConsumersConnected, WrongDeliveryMode, TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported:
@@ -230,7 +236,7 @@ func All() []Reason {
 		InvalidTopicSpec, InvalidCursor, InvalidReplicas,
 		UnknownTopic, UnknownGroup, UnknownSubscription,
 		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
-		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, BackendUnsupported,
+		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, ClusterVersion, BackendUnsupported,
 		OffsetOutOfRange,
 		Unauthenticated, PublishNotAllowed, SubscribeNotAllowed, RateLimited,
 		DiskFull,

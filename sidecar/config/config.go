@@ -142,6 +142,16 @@ type ClusterConfig struct {
 	// opened again from disk; once space returns it runs and catches up
 	// by itself. Default 2s, 100ms to 1m.
 	ReopenStoppedEvery time.Duration `yaml:"reopen_stopped_every"`
+	// Finalize says who raises the cluster version once every node runs a
+	// release that speaks a higher one (docs/upgrading.md): "auto" (the
+	// cluster, AutoFinalizeAfter after the last node was upgraded) or
+	// "manual" (spool cluster finalize only). Default "auto".
+	Finalize string `yaml:"finalize"`
+	// AutoFinalizeAfter is how long every node must have spoken the higher
+	// version before the cluster finalizes it by itself: the time to see
+	// the upgrade work, and to roll a node back, before the previous
+	// release is locked out. Default 10m, 1m to 7 days.
+	AutoFinalizeAfter time.Duration `yaml:"auto_finalize_after"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
 	// Required outside node.dev unless Insecure is set (docs/security.md).
 	TLS ClusterTLSConfig `yaml:"tls"`
@@ -198,6 +208,9 @@ type ClusterTLSConfig struct {
 const (
 	StorageOn  = "on"
 	StorageOff = "off"
+
+	FinalizeAuto   = "auto"
+	FinalizeManual = "manual"
 )
 
 // Enabled reports whether the sidecar runs in a cluster (as a member, or

@@ -60,6 +60,9 @@ const (
 	// DefaultReopenStoppedEvery: cluster.reopen_stopped_every (the
 	// engine's cluster.DefaultReopenStoppedEvery).
 	DefaultReopenStoppedEvery = 2 * time.Second
+	// DefaultAutoFinalizeAfter: cluster.auto_finalize_after (the engine's
+	// cluster.DefaultAutoFinalizeAfter).
+	DefaultAutoFinalizeAfter = 10 * time.Minute
 	// MaxReplicationFactor is the most replicas a partition may have: what
 	// the engine allows (internal/limits).
 	MaxReplicationFactor = limits.MaxReplicationFactor
@@ -186,6 +189,8 @@ func (c *Config) ApplyDefaults() {
 		setDur(&c.Cluster.DeadNodeTimeout, DefaultDeadNodeTimeout)
 		setDur(&c.Cluster.LeaveTimeout, DefaultLeaveTimeout)
 		setDur(&c.Cluster.ReopenStoppedEvery, DefaultReopenStoppedEvery)
+		setString(&c.Cluster.Finalize, FinalizeAuto)
+		setDur(&c.Cluster.AutoFinalizeAfter, DefaultAutoFinalizeAfter)
 		if c.Cluster.MoveBytesPerSecond == 0 {
 			c.Cluster.MoveBytesPerSecond = DefaultMoveBytesPerSecond
 		}

@@ -589,6 +589,12 @@ func (c *Config) validateCluster(v *validator) {
 	if cl.ReopenStoppedEvery < 100*time.Millisecond || cl.ReopenStoppedEvery > time.Minute {
 		v.add("cluster.reopen_stopped_every", cl.ReopenStoppedEvery.String(), "between 100ms and 1m (default 2s)")
 	}
+	if cl.Finalize != FinalizeAuto && cl.Finalize != FinalizeManual {
+		v.add("cluster.finalize", cl.Finalize, "auto or manual (default auto)")
+	}
+	if cl.AutoFinalizeAfter < time.Minute || cl.AutoFinalizeAfter > 7*24*time.Hour {
+		v.add("cluster.auto_finalize_after", cl.AutoFinalizeAfter.String(), "between 1m and 168h (default 10m)")
+	}
 	if cl.DeadNodeTimeout < 10*time.Second {
 		v.add("cluster.dead_node_timeout", cl.DeadNodeTimeout.String(), "at least 10s (default 5m: longer than a restart or a rolling update, so that they never move data)")
 	}

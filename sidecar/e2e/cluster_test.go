@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/spoolmq/spool/internal/buildinfo"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
@@ -38,6 +39,7 @@ type spoolCluster struct {
 	extra string     // more of the cluster section, for every node
 	tail  string     // the rest of every node's config (topics, subscriptions, ...)
 	drain string     // node.drain_timeout ("": 5s)
+	bin   string     // the spoold binary of the next node addNode starts ("": this tree's)
 }
 
 // clusterTopics is the topic and subscription every node of the tests
@@ -81,7 +83,7 @@ func (sc *spoolCluster) addNode() *node {
 	t.Helper()
 	i := len(sc.nodes)
 	dir := t.TempDir()
-	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log")}
+	n := &node{t: t, dataDir: filepath.Join(dir, "data"), cfgPath: filepath.Join(dir, "spool.yaml"), logPath: filepath.Join(dir, "spoold.log"), bin: sc.bin}
 	addrs := freeAddrs(t, 3)
 	n.app, n.admin = addrs[0], addrs[1]
 	peer := addrs[2]
@@ -695,4 +697,47 @@ func TestClusterAdminShowsLeaders(t *testing.T) {
 		}
 		return len(want) > 0
 	})
+}
+
+// TestClusterVersionFinalize: real spoold processes of this release report,
+// for every node, the release and the cluster versions it speaks, and the
+// cluster at version 1 with version 2 available (finalization pending,
+// cluster.finalize auto after 10 minutes); FinalizeClusterVersion on any
+// node raises every node to version 2.
+func TestClusterVersionFinalize(t *testing.T) {
+	sc := startCluster(t, 3, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	clusterStatus := func(n *node) *spoolv1.ClusterStatusResponse {
+		st, err := n.adminClient().ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	for _, n := range sc.nodes {
+		eventually(t, 20*time.Second, "every node's release and cluster versions, a finalization pending", func() bool {
+			st := clusterStatus(n)
+			for _, ni := range st.GetNodes() {
+				if ni.GetReleaseVersion() != buildinfo.Version || ni.GetClusterVersionMin() != 1 || ni.GetClusterVersionMax() != 2 {
+					return false
+				}
+			}
+			return len(st.GetNodes()) == 3 && st.GetClusterVersion() == 1 && st.GetClusterVersionAvailable() == 2
+		})
+	}
+	resp, err := sc.nodes[1].adminClient().FinalizeClusterVersion(ctx, &spoolv1.FinalizeClusterVersionRequest{})
+	if err != nil || resp.GetPreviousVersion() != 1 || resp.GetClusterVersion() != 2 {
+		t.Fatalf("FinalizeClusterVersion: %v, %v", resp, err)
+	}
+	for _, n := range sc.nodes {
+		eventually(t, 20*time.Second, "every node at cluster version 2", func() bool {
+			st := clusterStatus(n)
+			return st.GetClusterVersion() == 2 && st.GetClusterVersionAvailable() == 2
+		})
+	}
+	_, err = sc.nodes[0].adminClient().FinalizeClusterVersion(ctx, &spoolv1.FinalizeClusterVersionRequest{})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "nothing to finalize") {
+		t.Fatalf("finalizing again: %v", err)
+	}
 }

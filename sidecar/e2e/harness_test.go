@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -73,6 +74,7 @@ type node struct {
 	logPath string
 	peer    string // cluster.listen, for cluster nodes
 	gone    bool   // left the cluster for good: not a join address any more
+	bin     string // the spoold binary to run ("": this tree's, bins.spoold)
 }
 
 // startNode writes config (YAML without the node section) and starts spoold
@@ -125,7 +127,7 @@ func (n *node) launch() {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	n.cmd = exec.Command(bins.spoold, "--config", n.cfgPath)
+	n.cmd = exec.Command(cmp.Or(n.bin, bins.spoold), "--config", n.cfgPath)
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)

@@ -99,25 +99,29 @@ type Metrics struct {
 	KafkaPositionsTruncated *prometheus.CounterVec // group, topic
 
 	// A cluster node's replication (docs/replication.md); absent on a single node.
-	ClusterNodes        *prometheus.GaugeVec   // (none)
-	ClusterPeerUp       *prometheus.GaugeVec   // peer
-	ClusterNodesDown    *prometheus.GaugeVec   // (none)
-	PartitionsMoving    *prometheus.GaugeVec   // (none)
-	UnderReplicated     *prometheus.GaugeVec   // (none)
-	PartitionLeader     *prometheus.GaugeVec   // topic, partition
-	ReplicaLogRecords   *prometheus.GaugeVec   // topic, partition
-	ReplicaStopped      *prometheus.GaugeVec   // topic, partition
-	ReplicasStopped     *prometheus.GaugeVec   // reason
-	ReplicasReopened    *prometheus.CounterVec // (none)
-	RaftProposals       *prometheus.CounterVec // outcome
-	RaftMessages        *prometheus.CounterVec // direction
-	RaftMessagesDropped *prometheus.CounterVec // reason
-	MoveCopiesDelayed   *prometheus.CounterVec // (none)
-	MoveCopyWaiting     *prometheus.GaugeVec   // (none)
-	CommandsSkipped     *prometheus.CounterVec // machine
-	PeerRefusals        *prometheus.CounterVec // reason
-	ConfChangesSkipped  *prometheus.CounterVec // (none)
-	ProducersEvicted    *prometheus.CounterVec // (none)
+	ClusterNodes  *prometheus.GaugeVec // (none)
+	ClusterPeerUp *prometheus.GaugeVec // peer
+	// ClusterVersion and ClusterVersionAvailable: the cluster version, and
+	// the highest every node speaks (above it: a finalization pending).
+	ClusterVersion, ClusterVersionAvailable *prometheus.GaugeVec
+	ClusterNodeVersion                      *prometheus.GaugeVec   // node, bound (min, max)
+	ClusterNodesDown                        *prometheus.GaugeVec   // (none)
+	PartitionsMoving                        *prometheus.GaugeVec   // (none)
+	UnderReplicated                         *prometheus.GaugeVec   // (none)
+	PartitionLeader                         *prometheus.GaugeVec   // topic, partition
+	ReplicaLogRecords                       *prometheus.GaugeVec   // topic, partition
+	ReplicaStopped                          *prometheus.GaugeVec   // topic, partition
+	ReplicasStopped                         *prometheus.GaugeVec   // reason
+	ReplicasReopened                        *prometheus.CounterVec // (none)
+	RaftProposals                           *prometheus.CounterVec // outcome
+	RaftMessages                            *prometheus.CounterVec // direction
+	RaftMessagesDropped                     *prometheus.CounterVec // reason
+	MoveCopiesDelayed                       *prometheus.CounterVec // (none)
+	MoveCopyWaiting                         *prometheus.GaugeVec   // (none)
+	CommandsSkipped                         *prometheus.CounterVec // machine
+	PeerRefusals                            *prometheus.CounterVec // reason
+	ConfChangesSkipped                      *prometheus.CounterVec // (none)
+	ProducersEvicted                        *prometheus.CounterVec // (none)
 
 	// Admin calls refused (docs/security.md, "Admin").
 	AdminRefused *prometheus.CounterVec // reason
@@ -227,6 +231,9 @@ func New() *Metrics {
 	}
 	m.ClusterNodes = gauge("cluster_nodes", "Members of the cluster known to this node (its controller state).")
 	m.ClusterPeerUp = gauge("cluster_peer_up", "1 while this node's raft streams to the peer are connected, else 0.", "peer")
+	m.ClusterVersion = gauge("cluster_version", "The cluster version: the behaviour every node follows (1 until the first finalization; docs/upgrading.md).")
+	m.ClusterVersionAvailable = gauge("cluster_version_available", "The highest cluster version every node speaks now; above spool_cluster_version, a finalization is pending (cluster.finalize).")
+	m.ClusterNodeVersion = gauge("cluster_node_version", "The cluster versions each node's release speaks, as it last said (bound: min, max; 1 and 1 for a 0.1.0 node).", "node", "bound")
 	m.ClusterNodesDown = gauge("cluster_nodes_down", "Members the cluster marks down: unreachable past cluster.dead_node_timeout (their replicas move to other nodes).")
 	m.PartitionsMoving = gauge("cluster_partitions_moving", "Partitions of the cluster with a replica move under way (at most 8 start at once).")
 	m.UnderReplicated = gauge("cluster_partitions_under_replicated", "Partitions of the cluster with a replica on a node marked down and no move under way that replaces it (no node to put it on).")

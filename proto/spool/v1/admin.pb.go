@@ -1585,8 +1585,15 @@ type ClusterStatusResponse struct {
 	PartitionsMoving int32 `protobuf:"varint,5,opt,name=partitions_moving,json=partitionsMoving,proto3" json:"partitions_moving,omitempty"`
 	// Partitions with a replica on a node marked down that no move replaces.
 	PartitionsUnderReplicated int32 `protobuf:"varint,6,opt,name=partitions_under_replicated,json=partitionsUnderReplicated,proto3" json:"partitions_under_replicated,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// The cluster version: the behaviour every node follows (1 until the
+	// first finalization).
+	ClusterVersion uint32 `protobuf:"varint,7,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	// The highest cluster version every node speaks: above cluster_version,
+	// a finalization is pending (automatic after
+	// cluster.auto_finalize_after, or spool cluster finalize).
+	ClusterVersionAvailable uint32 `protobuf:"varint,8,opt,name=cluster_version_available,json=clusterVersionAvailable,proto3" json:"cluster_version_available,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
 }
 
 func (x *ClusterStatusResponse) Reset() {
@@ -1661,6 +1668,112 @@ func (x *ClusterStatusResponse) GetPartitionsUnderReplicated() int32 {
 	return 0
 }
 
+func (x *ClusterStatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *ClusterStatusResponse) GetClusterVersionAvailable() uint32 {
+	if x != nil {
+		return x.ClusterVersionAvailable
+	}
+	return 0
+}
+
+// FinalizeClusterVersionRequest has no parameters.
+type FinalizeClusterVersionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinalizeClusterVersionRequest) Reset() {
+	*x = FinalizeClusterVersionRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinalizeClusterVersionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinalizeClusterVersionRequest) ProtoMessage() {}
+
+func (x *FinalizeClusterVersionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinalizeClusterVersionRequest.ProtoReflect.Descriptor instead.
+func (*FinalizeClusterVersionRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+// FinalizeClusterVersionResponse says what the cluster version is now.
+type FinalizeClusterVersionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster version before.
+	PreviousVersion uint32 `protobuf:"varint,1,opt,name=previous_version,json=previousVersion,proto3" json:"previous_version,omitempty"`
+	// The cluster version now.
+	ClusterVersion uint32 `protobuf:"varint,2,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *FinalizeClusterVersionResponse) Reset() {
+	*x = FinalizeClusterVersionResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinalizeClusterVersionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinalizeClusterVersionResponse) ProtoMessage() {}
+
+func (x *FinalizeClusterVersionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinalizeClusterVersionResponse.ProtoReflect.Descriptor instead.
+func (*FinalizeClusterVersionResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *FinalizeClusterVersionResponse) GetPreviousVersion() uint32 {
+	if x != nil {
+		return x.PreviousVersion
+	}
+	return 0
+}
+
+func (x *FinalizeClusterVersionResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
 // DecommissionNodeRequest names the node to take out of the cluster.
 type DecommissionNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1672,7 +1785,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1797,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1810,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() string {
@@ -1716,7 +1829,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1841,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1854,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 // MoveReplicasRequest names a partition and where its replicas go.
@@ -1762,7 +1875,7 @@ type MoveReplicasRequest struct {
 
 func (x *MoveReplicasRequest) Reset() {
 	*x = MoveReplicasRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1887,7 @@ func (x *MoveReplicasRequest) String() string {
 func (*MoveReplicasRequest) ProtoMessage() {}
 
 func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1900,7 @@ func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MoveReplicasRequest) GetTopic() string {
@@ -1838,7 +1951,7 @@ type MoveReplicasResponse struct {
 
 func (x *MoveReplicasResponse) Reset() {
 	*x = MoveReplicasResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1963,7 @@ func (x *MoveReplicasResponse) String() string {
 func (*MoveReplicasResponse) ProtoMessage() {}
 
 func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1976,7 @@ func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MoveReplicasResponse) GetFrom() []string {
@@ -1915,14 +2028,22 @@ type NodeInfo struct {
 	Down bool `protobuf:"varint,4,opt,name=down,proto3" json:"down,omitempty"`
 	// Whether it is leaving (decommissioned): its replicas move away, then it
 	// is removed.
-	Leaving       bool `protobuf:"varint,5,opt,name=leaving,proto3" json:"leaving,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Leaving bool `protobuf:"varint,5,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// The release (semantic version) the node runs, as it last said so in
+	// the peer handshake: "" while unknown, or for a 0.1.0 node, which does
+	// not say.
+	ReleaseVersion string `protobuf:"bytes,6,opt,name=release_version,json=releaseVersion,proto3" json:"release_version,omitempty"`
+	// The cluster versions the node's release speaks, as it last advertised
+	// them; both 0 while unknown (never connected since this node started).
+	ClusterVersionMin uint32 `protobuf:"varint,7,opt,name=cluster_version_min,json=clusterVersionMin,proto3" json:"cluster_version_min,omitempty"`
+	ClusterVersionMax uint32 `protobuf:"varint,8,opt,name=cluster_version_max,json=clusterVersionMax,proto3" json:"cluster_version_max,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2055,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2068,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -1985,6 +2106,27 @@ func (x *NodeInfo) GetLeaving() bool {
 	return false
 }
 
+func (x *NodeInfo) GetReleaseVersion() string {
+	if x != nil {
+		return x.ReleaseVersion
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetClusterVersionMin() uint32 {
+	if x != nil {
+		return x.ClusterVersionMin
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetClusterVersionMax() uint32 {
+	if x != nil {
+		return x.ClusterVersionMax
+	}
+	return 0
+}
+
 // CreateTopicRequest declares a new topic.
 type CreateTopicRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2002,7 +2144,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2156,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2169,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -2069,7 +2211,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2223,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2236,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateTopicResponse) GetTopic() *TopicInfo {
@@ -2119,7 +2261,7 @@ type AlterTopicRequest struct {
 
 func (x *AlterTopicRequest) Reset() {
 	*x = AlterTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2273,7 @@ func (x *AlterTopicRequest) String() string {
 func (*AlterTopicRequest) ProtoMessage() {}
 
 func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2286,7 @@ func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AlterTopicRequest) GetName() string {
@@ -2179,7 +2321,7 @@ type AlterTopicResponse struct {
 
 func (x *AlterTopicResponse) Reset() {
 	*x = AlterTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2333,7 @@ func (x *AlterTopicResponse) String() string {
 func (*AlterTopicResponse) ProtoMessage() {}
 
 func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2346,7 @@ func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AlterTopicResponse) GetTopic() *TopicInfo {
@@ -2225,7 +2367,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2379,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2392,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2269,7 +2411,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2423,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2436,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 // SummarizeDeadLettersRequest selects the dead letters to count.
@@ -2316,7 +2458,7 @@ type SummarizeDeadLettersRequest struct {
 
 func (x *SummarizeDeadLettersRequest) Reset() {
 	*x = SummarizeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2470,7 @@ func (x *SummarizeDeadLettersRequest) String() string {
 func (*SummarizeDeadLettersRequest) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2483,7 @@ func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SummarizeDeadLettersRequest) GetGroup() string {
@@ -2408,7 +2550,7 @@ type SummarizeDeadLettersResponse struct {
 
 func (x *SummarizeDeadLettersResponse) Reset() {
 	*x = SummarizeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2562,7 @@ func (x *SummarizeDeadLettersResponse) String() string {
 func (*SummarizeDeadLettersResponse) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2575,7 @@ func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SummarizeDeadLettersResponse) GetMatched() uint64 {
@@ -2512,7 +2654,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2666,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2679,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReasonCount) GetReason() string {
@@ -2567,7 +2709,7 @@ type KeyCount struct {
 
 func (x *KeyCount) Reset() {
 	*x = KeyCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2721,7 @@ func (x *KeyCount) String() string {
 func (*KeyCount) ProtoMessage() {}
 
 func (x *KeyCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2734,7 @@ func (x *KeyCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyCount.ProtoReflect.Descriptor instead.
 func (*KeyCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeyCount) GetKey() []byte {
@@ -2622,7 +2764,7 @@ type HourCount struct {
 
 func (x *HourCount) Reset() {
 	*x = HourCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2776,7 @@ func (x *HourCount) String() string {
 func (*HourCount) ProtoMessage() {}
 
 func (x *HourCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2789,7 @@ func (x *HourCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HourCount.ProtoReflect.Descriptor instead.
 func (*HourCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HourCount) GetHourStartMs() int64 {
@@ -2683,7 +2825,7 @@ type PurgeDeadLettersRequest struct {
 
 func (x *PurgeDeadLettersRequest) Reset() {
 	*x = PurgeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2837,7 @@ func (x *PurgeDeadLettersRequest) String() string {
 func (*PurgeDeadLettersRequest) ProtoMessage() {}
 
 func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2850,7 @@ func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PurgeDeadLettersRequest) GetGroup() string {
@@ -2752,7 +2894,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +2906,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +2919,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PurgeDeadLettersResponse) GetPurged() uint64 {
@@ -2811,7 +2953,7 @@ type PurgedPartition struct {
 
 func (x *PurgedPartition) Reset() {
 	*x = PurgedPartition{}
-	mi := &file_spool_v1_admin_proto_msgTypes[39]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2965,7 @@ func (x *PurgedPartition) String() string {
 func (*PurgedPartition) ProtoMessage() {}
 
 func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[39]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +2978,7 @@ func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgedPartition.ProtoReflect.Descriptor instead.
 func (*PurgedPartition) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PurgedPartition) GetPartition() int32 {
@@ -2892,7 +3034,7 @@ type TailRequest struct {
 
 func (x *TailRequest) Reset() {
 	*x = TailRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3046,7 @@ func (x *TailRequest) String() string {
 func (*TailRequest) ProtoMessage() {}
 
 func (x *TailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3059,7 @@ func (x *TailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRequest.ProtoReflect.Descriptor instead.
 func (*TailRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TailRequest) GetTopic() string {
@@ -3034,7 +3176,7 @@ type TailResponse struct {
 
 func (x *TailResponse) Reset() {
 	*x = TailResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[41]
+	mi := &file_spool_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3188,7 @@ func (x *TailResponse) String() string {
 func (*TailResponse) ProtoMessage() {}
 
 func (x *TailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[41]
+	mi := &file_spool_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3201,7 @@ func (x *TailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailResponse.ProtoReflect.Descriptor instead.
 func (*TailResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TailResponse) GetEvent() isTailResponse_Event {
@@ -3165,7 +3307,7 @@ type TailDelivery struct {
 
 func (x *TailDelivery) Reset() {
 	*x = TailDelivery{}
-	mi := &file_spool_v1_admin_proto_msgTypes[42]
+	mi := &file_spool_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3319,7 @@ func (x *TailDelivery) String() string {
 func (*TailDelivery) ProtoMessage() {}
 
 func (x *TailDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[42]
+	mi := &file_spool_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3332,7 @@ func (x *TailDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailDelivery.ProtoReflect.Descriptor instead.
 func (*TailDelivery) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TailDelivery) GetKind() TailDeliveryKind {
@@ -3279,7 +3421,7 @@ type TailRecord struct {
 
 func (x *TailRecord) Reset() {
 	*x = TailRecord{}
-	mi := &file_spool_v1_admin_proto_msgTypes[43]
+	mi := &file_spool_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3433,7 @@ func (x *TailRecord) String() string {
 func (*TailRecord) ProtoMessage() {}
 
 func (x *TailRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[43]
+	mi := &file_spool_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3446,7 @@ func (x *TailRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRecord.ProtoReflect.Descriptor instead.
 func (*TailRecord) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TailRecord) GetPartition() int32 {
@@ -3478,7 +3620,7 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2\x16.spool.v1.PartitionLagR\n" +
 	"partitions\"\x16\n" +
-	"\x14ClusterStatusRequest\"\x80\x02\n" +
+	"\x14ClusterStatusRequest\"\xe5\x02\n" +
 	"\x15ClusterStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
@@ -3486,7 +3628,13 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x05nodes\x18\x03 \x03(\v2\x12.spool.v1.NodeInfoR\x05nodes\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\tR\aversion\x12+\n" +
 	"\x11partitions_moving\x18\x05 \x01(\x05R\x10partitionsMoving\x12>\n" +
-	"\x1bpartitions_under_replicated\x18\x06 \x01(\x05R\x19partitionsUnderReplicated\"2\n" +
+	"\x1bpartitions_under_replicated\x18\x06 \x01(\x05R\x19partitionsUnderReplicated\x12'\n" +
+	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\x12:\n" +
+	"\x19cluster_version_available\x18\b \x01(\rR\x17clusterVersionAvailable\"\x1f\n" +
+	"\x1dFinalizeClusterVersionRequest\"t\n" +
+	"\x1eFinalizeClusterVersionResponse\x12)\n" +
+	"\x10previous_version\x18\x01 \x01(\rR\x0fpreviousVersion\x12'\n" +
+	"\x0fcluster_version\x18\x02 \x01(\rR\x0eclusterVersion\"2\n" +
 	"\x17DecommissionNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x1a\n" +
 	"\x18DecommissionNodeResponse\"~\n" +
@@ -3500,13 +3648,16 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x03(\tR\x02to\x12'\n" +
 	"\x0fprevious_target\x18\x03 \x03(\tR\x0epreviousTarget\x12\x14\n" +
 	"\x05group\x18\x04 \x01(\x04R\x05group\x12\x17\n" +
-	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"x\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\"\x81\x02\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05alive\x18\x03 \x01(\bR\x05alive\x12\x12\n" +
 	"\x04down\x18\x04 \x01(\bR\x04down\x12\x18\n" +
-	"\aleaving\x18\x05 \x01(\bR\aleaving\"\x94\x01\n" +
+	"\aleaving\x18\x05 \x01(\bR\aleaving\x12'\n" +
+	"\x0frelease_version\x18\x06 \x01(\tR\x0ereleaseVersion\x12.\n" +
+	"\x13cluster_version_min\x18\a \x01(\rR\x11clusterVersionMin\x12.\n" +
+	"\x13cluster_version_max\x18\b \x01(\rR\x11clusterVersionMax\"\x94\x01\n" +
 	"\x12CreateTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -3617,7 +3768,7 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x18TAIL_DELIVERY_KIND_ACKED\x10\x02\x12\x1c\n" +
 	"\x18TAIL_DELIVERY_KIND_RETRY\x10\x03\x12\"\n" +
 	"\x1eTAIL_DELIVERY_KIND_DEAD_LETTER\x10\x04\x12\x1f\n" +
-	"\x1bTAIL_DELIVERY_KIND_RELEASED\x10\x052\xdf\b\n" +
+	"\x1bTAIL_DELIVERY_KIND_RELEASED\x10\x052\xcc\t\n" +
 	"\fAdminService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.spool.v1.ListTopicsRequest\x1a\x1c.spool.v1.ListTopicsResponse\x12G\n" +
@@ -3628,7 +3779,8 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\fResetOffsets\x12\x1d.spool.v1.ResetOffsetsRequest\x1a\x1e.spool.v1.ResetOffsetsResponse\x12P\n" +
 	"\rClusterStatus\x12\x1e.spool.v1.ClusterStatusRequest\x1a\x1f.spool.v1.ClusterStatusResponse\x12Y\n" +
 	"\x10DecommissionNode\x12!.spool.v1.DecommissionNodeRequest\x1a\".spool.v1.DecommissionNodeResponse\x12M\n" +
-	"\fMoveReplicas\x12\x1d.spool.v1.MoveReplicasRequest\x1a\x1e.spool.v1.MoveReplicasResponse\x12J\n" +
+	"\fMoveReplicas\x12\x1d.spool.v1.MoveReplicasRequest\x1a\x1e.spool.v1.MoveReplicasResponse\x12k\n" +
+	"\x16FinalizeClusterVersion\x12'.spool.v1.FinalizeClusterVersionRequest\x1a(.spool.v1.FinalizeClusterVersionResponse\x12J\n" +
 	"\vCreateTopic\x12\x1c.spool.v1.CreateTopicRequest\x1a\x1d.spool.v1.CreateTopicResponse\x12G\n" +
 	"\n" +
 	"AlterTopic\x12\x1b.spool.v1.AlterTopicRequest\x1a\x1c.spool.v1.AlterTopicResponse\x12J\n" +
@@ -3650,55 +3802,57 @@ func file_spool_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_spool_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_spool_v1_admin_proto_goTypes = []any{
-	(TailDeliveryKind)(0),                // 0: spool.v1.TailDeliveryKind
-	(*ListTopicsRequest)(nil),            // 1: spool.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),           // 2: spool.v1.ListTopicsResponse
-	(*TopicInfo)(nil),                    // 3: spool.v1.TopicInfo
-	(*PartitionInfo)(nil),                // 4: spool.v1.PartitionInfo
-	(*ListGroupsRequest)(nil),            // 5: spool.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),           // 6: spool.v1.ListGroupsResponse
-	(*GroupInfo)(nil),                    // 7: spool.v1.GroupInfo
-	(*BreakerInfo)(nil),                  // 8: spool.v1.BreakerInfo
-	(*PartitionLag)(nil),                 // 9: spool.v1.PartitionLag
-	(*PeekDeadLettersRequest)(nil),       // 10: spool.v1.PeekDeadLettersRequest
-	(*DeadLetterFilter)(nil),             // 11: spool.v1.DeadLetterFilter
-	(*ScanProgress)(nil),                 // 12: spool.v1.ScanProgress
-	(*PeekDeadLettersResponse)(nil),      // 13: spool.v1.PeekDeadLettersResponse
-	(*DeadLetter)(nil),                   // 14: spool.v1.DeadLetter
-	(*Attempt)(nil),                      // 15: spool.v1.Attempt
-	(*RedriveRequest)(nil),               // 16: spool.v1.RedriveRequest
-	(*RedriveResponse)(nil),              // 17: spool.v1.RedriveResponse
-	(*ResetOffsetsRequest)(nil),          // 18: spool.v1.ResetOffsetsRequest
-	(*ResetOffsetsResponse)(nil),         // 19: spool.v1.ResetOffsetsResponse
-	(*ClusterStatusRequest)(nil),         // 20: spool.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),        // 21: spool.v1.ClusterStatusResponse
-	(*DecommissionNodeRequest)(nil),      // 22: spool.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),     // 23: spool.v1.DecommissionNodeResponse
-	(*MoveReplicasRequest)(nil),          // 24: spool.v1.MoveReplicasRequest
-	(*MoveReplicasResponse)(nil),         // 25: spool.v1.MoveReplicasResponse
-	(*NodeInfo)(nil),                     // 26: spool.v1.NodeInfo
-	(*CreateTopicRequest)(nil),           // 27: spool.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),          // 28: spool.v1.CreateTopicResponse
-	(*AlterTopicRequest)(nil),            // 29: spool.v1.AlterTopicRequest
-	(*AlterTopicResponse)(nil),           // 30: spool.v1.AlterTopicResponse
-	(*DeleteTopicRequest)(nil),           // 31: spool.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),          // 32: spool.v1.DeleteTopicResponse
-	(*SummarizeDeadLettersRequest)(nil),  // 33: spool.v1.SummarizeDeadLettersRequest
-	(*SummarizeDeadLettersResponse)(nil), // 34: spool.v1.SummarizeDeadLettersResponse
-	(*ReasonCount)(nil),                  // 35: spool.v1.ReasonCount
-	(*KeyCount)(nil),                     // 36: spool.v1.KeyCount
-	(*HourCount)(nil),                    // 37: spool.v1.HourCount
-	(*PurgeDeadLettersRequest)(nil),      // 38: spool.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),     // 39: spool.v1.PurgeDeadLettersResponse
-	(*PurgedPartition)(nil),              // 40: spool.v1.PurgedPartition
-	(*TailRequest)(nil),                  // 41: spool.v1.TailRequest
-	(*TailResponse)(nil),                 // 42: spool.v1.TailResponse
-	(*TailDelivery)(nil),                 // 43: spool.v1.TailDelivery
-	(*TailRecord)(nil),                   // 44: spool.v1.TailRecord
-	nil,                                  // 45: spool.v1.TailRecord.HeadersEntry
-	(*Delivery)(nil),                     // 46: spool.v1.Delivery
+	(TailDeliveryKind)(0),                  // 0: spool.v1.TailDeliveryKind
+	(*ListTopicsRequest)(nil),              // 1: spool.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),             // 2: spool.v1.ListTopicsResponse
+	(*TopicInfo)(nil),                      // 3: spool.v1.TopicInfo
+	(*PartitionInfo)(nil),                  // 4: spool.v1.PartitionInfo
+	(*ListGroupsRequest)(nil),              // 5: spool.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),             // 6: spool.v1.ListGroupsResponse
+	(*GroupInfo)(nil),                      // 7: spool.v1.GroupInfo
+	(*BreakerInfo)(nil),                    // 8: spool.v1.BreakerInfo
+	(*PartitionLag)(nil),                   // 9: spool.v1.PartitionLag
+	(*PeekDeadLettersRequest)(nil),         // 10: spool.v1.PeekDeadLettersRequest
+	(*DeadLetterFilter)(nil),               // 11: spool.v1.DeadLetterFilter
+	(*ScanProgress)(nil),                   // 12: spool.v1.ScanProgress
+	(*PeekDeadLettersResponse)(nil),        // 13: spool.v1.PeekDeadLettersResponse
+	(*DeadLetter)(nil),                     // 14: spool.v1.DeadLetter
+	(*Attempt)(nil),                        // 15: spool.v1.Attempt
+	(*RedriveRequest)(nil),                 // 16: spool.v1.RedriveRequest
+	(*RedriveResponse)(nil),                // 17: spool.v1.RedriveResponse
+	(*ResetOffsetsRequest)(nil),            // 18: spool.v1.ResetOffsetsRequest
+	(*ResetOffsetsResponse)(nil),           // 19: spool.v1.ResetOffsetsResponse
+	(*ClusterStatusRequest)(nil),           // 20: spool.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),          // 21: spool.v1.ClusterStatusResponse
+	(*FinalizeClusterVersionRequest)(nil),  // 22: spool.v1.FinalizeClusterVersionRequest
+	(*FinalizeClusterVersionResponse)(nil), // 23: spool.v1.FinalizeClusterVersionResponse
+	(*DecommissionNodeRequest)(nil),        // 24: spool.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),       // 25: spool.v1.DecommissionNodeResponse
+	(*MoveReplicasRequest)(nil),            // 26: spool.v1.MoveReplicasRequest
+	(*MoveReplicasResponse)(nil),           // 27: spool.v1.MoveReplicasResponse
+	(*NodeInfo)(nil),                       // 28: spool.v1.NodeInfo
+	(*CreateTopicRequest)(nil),             // 29: spool.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),            // 30: spool.v1.CreateTopicResponse
+	(*AlterTopicRequest)(nil),              // 31: spool.v1.AlterTopicRequest
+	(*AlterTopicResponse)(nil),             // 32: spool.v1.AlterTopicResponse
+	(*DeleteTopicRequest)(nil),             // 33: spool.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),            // 34: spool.v1.DeleteTopicResponse
+	(*SummarizeDeadLettersRequest)(nil),    // 35: spool.v1.SummarizeDeadLettersRequest
+	(*SummarizeDeadLettersResponse)(nil),   // 36: spool.v1.SummarizeDeadLettersResponse
+	(*ReasonCount)(nil),                    // 37: spool.v1.ReasonCount
+	(*KeyCount)(nil),                       // 38: spool.v1.KeyCount
+	(*HourCount)(nil),                      // 39: spool.v1.HourCount
+	(*PurgeDeadLettersRequest)(nil),        // 40: spool.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),       // 41: spool.v1.PurgeDeadLettersResponse
+	(*PurgedPartition)(nil),                // 42: spool.v1.PurgedPartition
+	(*TailRequest)(nil),                    // 43: spool.v1.TailRequest
+	(*TailResponse)(nil),                   // 44: spool.v1.TailResponse
+	(*TailDelivery)(nil),                   // 45: spool.v1.TailDelivery
+	(*TailRecord)(nil),                     // 46: spool.v1.TailRecord
+	nil,                                    // 47: spool.v1.TailRecord.HeadersEntry
+	(*Delivery)(nil),                       // 48: spool.v1.Delivery
 }
 var file_spool_v1_admin_proto_depIdxs = []int32{
 	3,  // 0: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
@@ -3709,57 +3863,59 @@ var file_spool_v1_admin_proto_depIdxs = []int32{
 	11, // 5: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
 	14, // 6: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
 	12, // 7: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	46, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
+	48, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
 	15, // 9: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
 	11, // 10: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
 	14, // 11: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
 	12, // 12: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
 	9,  // 13: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
-	26, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
+	28, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
 	3,  // 15: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
 	3,  // 16: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
 	11, // 17: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	35, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
-	36, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
-	37, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
+	37, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
+	38, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
+	39, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
 	12, // 21: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	40, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
-	44, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
+	42, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
+	46, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
 	9,  // 24: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
 	14, // 25: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
-	43, // 26: spool.v1.TailResponse.delivery:type_name -> spool.v1.TailDelivery
+	45, // 26: spool.v1.TailResponse.delivery:type_name -> spool.v1.TailDelivery
 	0,  // 27: spool.v1.TailDelivery.kind:type_name -> spool.v1.TailDeliveryKind
-	45, // 28: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
+	47, // 28: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
 	1,  // 29: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
 	5,  // 30: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
 	10, // 31: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
 	16, // 32: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
 	18, // 33: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
 	20, // 34: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
-	22, // 35: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
-	24, // 36: spool.v1.AdminService.MoveReplicas:input_type -> spool.v1.MoveReplicasRequest
-	27, // 37: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
-	29, // 38: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
-	31, // 39: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
-	33, // 40: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
-	38, // 41: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
-	41, // 42: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
-	2,  // 43: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
-	6,  // 44: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
-	13, // 45: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
-	17, // 46: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
-	19, // 47: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
-	21, // 48: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
-	23, // 49: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
-	25, // 50: spool.v1.AdminService.MoveReplicas:output_type -> spool.v1.MoveReplicasResponse
-	28, // 51: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
-	30, // 52: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
-	32, // 53: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
-	34, // 54: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
-	39, // 55: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
-	42, // 56: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
-	43, // [43:57] is the sub-list for method output_type
-	29, // [29:43] is the sub-list for method input_type
+	24, // 35: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
+	26, // 36: spool.v1.AdminService.MoveReplicas:input_type -> spool.v1.MoveReplicasRequest
+	22, // 37: spool.v1.AdminService.FinalizeClusterVersion:input_type -> spool.v1.FinalizeClusterVersionRequest
+	29, // 38: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
+	31, // 39: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
+	33, // 40: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
+	35, // 41: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
+	40, // 42: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
+	43, // 43: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
+	2,  // 44: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
+	6,  // 45: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
+	13, // 46: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
+	17, // 47: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
+	19, // 48: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
+	21, // 49: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
+	25, // 50: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
+	27, // 51: spool.v1.AdminService.MoveReplicas:output_type -> spool.v1.MoveReplicasResponse
+	23, // 52: spool.v1.AdminService.FinalizeClusterVersion:output_type -> spool.v1.FinalizeClusterVersionResponse
+	30, // 53: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
+	32, // 54: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
+	34, // 55: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
+	36, // 56: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
+	41, // 57: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
+	44, // 58: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
+	44, // [44:59] is the sub-list for method output_type
+	29, // [29:44] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -3777,14 +3933,14 @@ func file_spool_v1_admin_proto_init() {
 		(*ResetOffsetsRequest_TimeMs)(nil),
 		(*ResetOffsetsRequest_Offset)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[28].OneofWrappers = []any{}
-	file_spool_v1_admin_proto_msgTypes[40].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[30].OneofWrappers = []any{}
+	file_spool_v1_admin_proto_msgTypes[42].OneofWrappers = []any{
 		(*TailRequest_Latest)(nil),
 		(*TailRequest_Earliest)(nil),
 		(*TailRequest_Offset)(nil),
 		(*TailRequest_TimeMs)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[43].OneofWrappers = []any{
 		(*TailResponse_Record)(nil),
 		(*TailResponse_Progress)(nil),
 		(*TailResponse_DeadLetter)(nil),
@@ -3796,7 +3952,7 @@ func file_spool_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_admin_proto_rawDesc), len(file_spool_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

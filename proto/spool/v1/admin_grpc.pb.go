@@ -19,20 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AdminService_ListTopics_FullMethodName           = "/spool.v1.AdminService/ListTopics"
-	AdminService_ListGroups_FullMethodName           = "/spool.v1.AdminService/ListGroups"
-	AdminService_PeekDeadLetters_FullMethodName      = "/spool.v1.AdminService/PeekDeadLetters"
-	AdminService_Redrive_FullMethodName              = "/spool.v1.AdminService/Redrive"
-	AdminService_ResetOffsets_FullMethodName         = "/spool.v1.AdminService/ResetOffsets"
-	AdminService_ClusterStatus_FullMethodName        = "/spool.v1.AdminService/ClusterStatus"
-	AdminService_DecommissionNode_FullMethodName     = "/spool.v1.AdminService/DecommissionNode"
-	AdminService_MoveReplicas_FullMethodName         = "/spool.v1.AdminService/MoveReplicas"
-	AdminService_CreateTopic_FullMethodName          = "/spool.v1.AdminService/CreateTopic"
-	AdminService_AlterTopic_FullMethodName           = "/spool.v1.AdminService/AlterTopic"
-	AdminService_DeleteTopic_FullMethodName          = "/spool.v1.AdminService/DeleteTopic"
-	AdminService_SummarizeDeadLetters_FullMethodName = "/spool.v1.AdminService/SummarizeDeadLetters"
-	AdminService_PurgeDeadLetters_FullMethodName     = "/spool.v1.AdminService/PurgeDeadLetters"
-	AdminService_Tail_FullMethodName                 = "/spool.v1.AdminService/Tail"
+	AdminService_ListTopics_FullMethodName             = "/spool.v1.AdminService/ListTopics"
+	AdminService_ListGroups_FullMethodName             = "/spool.v1.AdminService/ListGroups"
+	AdminService_PeekDeadLetters_FullMethodName        = "/spool.v1.AdminService/PeekDeadLetters"
+	AdminService_Redrive_FullMethodName                = "/spool.v1.AdminService/Redrive"
+	AdminService_ResetOffsets_FullMethodName           = "/spool.v1.AdminService/ResetOffsets"
+	AdminService_ClusterStatus_FullMethodName          = "/spool.v1.AdminService/ClusterStatus"
+	AdminService_DecommissionNode_FullMethodName       = "/spool.v1.AdminService/DecommissionNode"
+	AdminService_MoveReplicas_FullMethodName           = "/spool.v1.AdminService/MoveReplicas"
+	AdminService_FinalizeClusterVersion_FullMethodName = "/spool.v1.AdminService/FinalizeClusterVersion"
+	AdminService_CreateTopic_FullMethodName            = "/spool.v1.AdminService/CreateTopic"
+	AdminService_AlterTopic_FullMethodName             = "/spool.v1.AdminService/AlterTopic"
+	AdminService_DeleteTopic_FullMethodName            = "/spool.v1.AdminService/DeleteTopic"
+	AdminService_SummarizeDeadLetters_FullMethodName   = "/spool.v1.AdminService/SummarizeDeadLetters"
+	AdminService_PurgeDeadLetters_FullMethodName       = "/spool.v1.AdminService/PurgeDeadLetters"
+	AdminService_Tail_FullMethodName                   = "/spool.v1.AdminService/Tail"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -61,6 +62,11 @@ type AdminServiceClient interface {
 	// operator's move; balancing leaves the partition there). Returns once
 	// the move is recorded; ClusterStatus and ListTopics show its progress.
 	MoveReplicas(ctx context.Context, in *MoveReplicasRequest, opts ...grpc.CallOption) (*MoveReplicasResponse, error)
+	// FinalizeClusterVersion raises the cluster version to the highest every
+	// node speaks, turning on the behaviour that needs it (docs/upgrading.md).
+	// Refused (FAILED_PRECONDITION) while a node does not speak it or is not
+	// reachable; after it, a node of an older release can no longer join.
+	FinalizeClusterVersion(ctx context.Context, in *FinalizeClusterVersionRequest, opts ...grpc.CallOption) (*FinalizeClusterVersionResponse, error)
 	// CreateTopic creates a topic (idempotent for the same settings).
 	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error)
 	// AlterTopic changes a topic's retention.
@@ -166,6 +172,16 @@ func (c *adminServiceClient) MoveReplicas(ctx context.Context, in *MoveReplicasR
 	return out, nil
 }
 
+func (c *adminServiceClient) FinalizeClusterVersion(ctx context.Context, in *FinalizeClusterVersionRequest, opts ...grpc.CallOption) (*FinalizeClusterVersionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FinalizeClusterVersionResponse)
+	err := c.cc.Invoke(ctx, AdminService_FinalizeClusterVersion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateTopicResponse)
@@ -261,6 +277,11 @@ type AdminServiceServer interface {
 	// operator's move; balancing leaves the partition there). Returns once
 	// the move is recorded; ClusterStatus and ListTopics show its progress.
 	MoveReplicas(context.Context, *MoveReplicasRequest) (*MoveReplicasResponse, error)
+	// FinalizeClusterVersion raises the cluster version to the highest every
+	// node speaks, turning on the behaviour that needs it (docs/upgrading.md).
+	// Refused (FAILED_PRECONDITION) while a node does not speak it or is not
+	// reachable; after it, a node of an older release can no longer join.
+	FinalizeClusterVersion(context.Context, *FinalizeClusterVersionRequest) (*FinalizeClusterVersionResponse, error)
 	// CreateTopic creates a topic (idempotent for the same settings).
 	CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error)
 	// AlterTopic changes a topic's retention.
@@ -309,6 +330,9 @@ func (UnimplementedAdminServiceServer) DecommissionNode(context.Context, *Decomm
 }
 func (UnimplementedAdminServiceServer) MoveReplicas(context.Context, *MoveReplicasRequest) (*MoveReplicasResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method MoveReplicas not implemented")
+}
+func (UnimplementedAdminServiceServer) FinalizeClusterVersion(context.Context, *FinalizeClusterVersionRequest) (*FinalizeClusterVersionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method FinalizeClusterVersion not implemented")
 }
 func (UnimplementedAdminServiceServer) CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CreateTopic not implemented")
@@ -493,6 +517,24 @@ func _AdminService_MoveReplicas_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_FinalizeClusterVersion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FinalizeClusterVersionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).FinalizeClusterVersion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_FinalizeClusterVersion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).FinalizeClusterVersion(ctx, req.(*FinalizeClusterVersionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_CreateTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateTopicRequest)
 	if err := dec(in); err != nil {
@@ -632,6 +674,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveReplicas",
 			Handler:    _AdminService_MoveReplicas_Handler,
+		},
+		{
+			MethodName: "FinalizeClusterVersion",
+			Handler:    _AdminService_FinalizeClusterVersion_Handler,
 		},
 		{
 			MethodName: "CreateTopic",

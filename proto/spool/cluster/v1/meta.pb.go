@@ -41,6 +41,7 @@ type MetaCommand struct {
 	//	*MetaCommand_RemoveNode
 	//	*MetaCommand_DeleteTopic
 	//	*MetaCommand_DropDamagedReplica
+	//	*MetaCommand_FinalizeVersion
 	Command       isMetaCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -191,6 +192,15 @@ func (x *MetaCommand) GetDropDamagedReplica() *MetaDropDamagedReplica {
 	return nil
 }
 
+func (x *MetaCommand) GetFinalizeVersion() *MetaFinalizeVersion {
+	if x != nil {
+		if x, ok := x.Command.(*MetaCommand_FinalizeVersion); ok {
+			return x.FinalizeVersion
+		}
+	}
+	return nil
+}
+
 type isMetaCommand_Command interface {
 	isMetaCommand_Command()
 }
@@ -259,6 +269,13 @@ type MetaCommand_DropDamagedReplica struct {
 	DropDamagedReplica *MetaDropDamagedReplica `protobuf:"bytes,12,opt,name=drop_damaged_replica,json=dropDamagedReplica,proto3,oneof"`
 }
 
+type MetaCommand_FinalizeVersion struct {
+	// finalize_version raises the cluster version (cluster version 2 and
+	// later: a 0.1.0 node cannot decode it, and it is only proposed once
+	// every member speaks the new version).
+	FinalizeVersion *MetaFinalizeVersion `protobuf:"bytes,13,opt,name=finalize_version,json=finalizeVersion,proto3,oneof"`
+}
+
 func (*MetaCommand_Init) isMetaCommand_Command() {}
 
 func (*MetaCommand_AddNode) isMetaCommand_Command() {}
@@ -283,6 +300,129 @@ func (*MetaCommand_DeleteTopic) isMetaCommand_Command() {}
 
 func (*MetaCommand_DropDamagedReplica) isMetaCommand_Command() {}
 
+func (*MetaCommand_FinalizeVersion) isMetaCommand_Command() {}
+
+// MetaFinalizeVersion raises the cluster version to version; members is
+// every node of the cluster with the cluster versions it advertised when the
+// command was proposed, and each must speak version.
+type MetaFinalizeVersion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the new cluster version, above the current one.
+	Version uint32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// members are the nodes by increasing id.
+	Members       []*MetaMemberVersions `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaFinalizeVersion) Reset() {
+	*x = MetaFinalizeVersion{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaFinalizeVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaFinalizeVersion) ProtoMessage() {}
+
+func (x *MetaFinalizeVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaFinalizeVersion.ProtoReflect.Descriptor instead.
+func (*MetaFinalizeVersion) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *MetaFinalizeVersion) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *MetaFinalizeVersion) GetMembers() []*MetaMemberVersions {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// MetaMemberVersions is the range of cluster versions a node speaks.
+type MetaMemberVersions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_id is the node.
+	NodeId uint64 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// min is the lowest cluster version the node's release speaks.
+	Min uint32 `protobuf:"varint,2,opt,name=min,proto3" json:"min,omitempty"`
+	// max is the highest cluster version the node's release speaks.
+	Max           uint32 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaMemberVersions) Reset() {
+	*x = MetaMemberVersions{}
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaMemberVersions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaMemberVersions) ProtoMessage() {}
+
+func (x *MetaMemberVersions) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaMemberVersions.ProtoReflect.Descriptor instead.
+func (*MetaMemberVersions) Descriptor() ([]byte, []int) {
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MetaMemberVersions) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *MetaMemberVersions) GetMin() uint32 {
+	if x != nil {
+		return x.Min
+	}
+	return 0
+}
+
+func (x *MetaMemberVersions) GetMax() uint32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
 // MetaDropDamagedReplica takes the replica a node holds of a partition out
 // of the partition's group because its data is damaged (quarantined): the
 // partition moves to its other replicas, after which the controller gives
@@ -299,7 +439,7 @@ type MetaDropDamagedReplica struct {
 
 func (x *MetaDropDamagedReplica) Reset() {
 	*x = MetaDropDamagedReplica{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +451,7 @@ func (x *MetaDropDamagedReplica) String() string {
 func (*MetaDropDamagedReplica) ProtoMessage() {}
 
 func (x *MetaDropDamagedReplica) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[1]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +464,7 @@ func (x *MetaDropDamagedReplica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaDropDamagedReplica.ProtoReflect.Descriptor instead.
 func (*MetaDropDamagedReplica) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{1}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MetaDropDamagedReplica) GetGroupId() uint64 {
@@ -352,7 +492,7 @@ type MetaInit struct {
 
 func (x *MetaInit) Reset() {
 	*x = MetaInit{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +504,7 @@ func (x *MetaInit) String() string {
 func (*MetaInit) ProtoMessage() {}
 
 func (x *MetaInit) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[2]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +517,7 @@ func (x *MetaInit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaInit.ProtoReflect.Descriptor instead.
 func (*MetaInit) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{2}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MetaInit) GetClusterId() string {
@@ -405,7 +545,7 @@ type MetaAddNode struct {
 
 func (x *MetaAddNode) Reset() {
 	*x = MetaAddNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -417,7 +557,7 @@ func (x *MetaAddNode) String() string {
 func (*MetaAddNode) ProtoMessage() {}
 
 func (x *MetaAddNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[3]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -430,7 +570,7 @@ func (x *MetaAddNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaAddNode.ProtoReflect.Descriptor instead.
 func (*MetaAddNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{3}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MetaAddNode) GetAddr() string {
@@ -467,7 +607,7 @@ type MetaSetNodeAddr struct {
 
 func (x *MetaSetNodeAddr) Reset() {
 	*x = MetaSetNodeAddr{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +619,7 @@ func (x *MetaSetNodeAddr) String() string {
 func (*MetaSetNodeAddr) ProtoMessage() {}
 
 func (x *MetaSetNodeAddr) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[4]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +632,7 @@ func (x *MetaSetNodeAddr) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSetNodeAddr.ProtoReflect.Descriptor instead.
 func (*MetaSetNodeAddr) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{4}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MetaSetNodeAddr) GetNodeId() uint64 {
@@ -529,7 +669,7 @@ type MetaTopicSpec struct {
 
 func (x *MetaTopicSpec) Reset() {
 	*x = MetaTopicSpec{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +681,7 @@ func (x *MetaTopicSpec) String() string {
 func (*MetaTopicSpec) ProtoMessage() {}
 
 func (x *MetaTopicSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[5]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +694,7 @@ func (x *MetaTopicSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaTopicSpec.ProtoReflect.Descriptor instead.
 func (*MetaTopicSpec) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{5}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MetaTopicSpec) GetName() string {
@@ -603,7 +743,7 @@ type MetaCreateTopic struct {
 
 func (x *MetaCreateTopic) Reset() {
 	*x = MetaCreateTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +755,7 @@ func (x *MetaCreateTopic) String() string {
 func (*MetaCreateTopic) ProtoMessage() {}
 
 func (x *MetaCreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[6]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +768,7 @@ func (x *MetaCreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaCreateTopic.ProtoReflect.Descriptor instead.
 func (*MetaCreateTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MetaCreateTopic) GetSpec() *MetaTopicSpec {
@@ -653,7 +793,7 @@ type MetaAlterTopic struct {
 
 func (x *MetaAlterTopic) Reset() {
 	*x = MetaAlterTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +805,7 @@ func (x *MetaAlterTopic) String() string {
 func (*MetaAlterTopic) ProtoMessage() {}
 
 func (x *MetaAlterTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[7]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +818,7 @@ func (x *MetaAlterTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaAlterTopic.ProtoReflect.Descriptor instead.
 func (*MetaAlterTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MetaAlterTopic) GetName() string {
@@ -722,7 +862,7 @@ type MetaMoveReplicas struct {
 
 func (x *MetaMoveReplicas) Reset() {
 	*x = MetaMoveReplicas{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +874,7 @@ func (x *MetaMoveReplicas) String() string {
 func (*MetaMoveReplicas) ProtoMessage() {}
 
 func (x *MetaMoveReplicas) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[8]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +887,7 @@ func (x *MetaMoveReplicas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaMoveReplicas.ProtoReflect.Descriptor instead.
 func (*MetaMoveReplicas) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MetaMoveReplicas) GetGroupId() uint64 {
@@ -786,7 +926,7 @@ type MetaFinishMove struct {
 
 func (x *MetaFinishMove) Reset() {
 	*x = MetaFinishMove{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +938,7 @@ func (x *MetaFinishMove) String() string {
 func (*MetaFinishMove) ProtoMessage() {}
 
 func (x *MetaFinishMove) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[9]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +951,7 @@ func (x *MetaFinishMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaFinishMove.ProtoReflect.Descriptor instead.
 func (*MetaFinishMove) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MetaFinishMove) GetGroupId() uint64 {
@@ -842,7 +982,7 @@ type MetaSetNodeDown struct {
 
 func (x *MetaSetNodeDown) Reset() {
 	*x = MetaSetNodeDown{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +994,7 @@ func (x *MetaSetNodeDown) String() string {
 func (*MetaSetNodeDown) ProtoMessage() {}
 
 func (x *MetaSetNodeDown) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[10]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1007,7 @@ func (x *MetaSetNodeDown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaSetNodeDown.ProtoReflect.Descriptor instead.
 func (*MetaSetNodeDown) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MetaSetNodeDown) GetNodeId() uint64 {
@@ -896,7 +1036,7 @@ type MetaDecommissionNode struct {
 
 func (x *MetaDecommissionNode) Reset() {
 	*x = MetaDecommissionNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1048,7 @@ func (x *MetaDecommissionNode) String() string {
 func (*MetaDecommissionNode) ProtoMessage() {}
 
 func (x *MetaDecommissionNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[11]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1061,7 @@ func (x *MetaDecommissionNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaDecommissionNode.ProtoReflect.Descriptor instead.
 func (*MetaDecommissionNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{11}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MetaDecommissionNode) GetNodeId() uint64 {
@@ -943,7 +1083,7 @@ type MetaRemoveNode struct {
 
 func (x *MetaRemoveNode) Reset() {
 	*x = MetaRemoveNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1095,7 @@ func (x *MetaRemoveNode) String() string {
 func (*MetaRemoveNode) ProtoMessage() {}
 
 func (x *MetaRemoveNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[12]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1108,7 @@ func (x *MetaRemoveNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaRemoveNode.ProtoReflect.Descriptor instead.
 func (*MetaRemoveNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{12}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MetaRemoveNode) GetNodeId() uint64 {
@@ -989,7 +1129,7 @@ type MetaDeleteTopic struct {
 
 func (x *MetaDeleteTopic) Reset() {
 	*x = MetaDeleteTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1141,7 @@ func (x *MetaDeleteTopic) String() string {
 func (*MetaDeleteTopic) ProtoMessage() {}
 
 func (x *MetaDeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[13]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1154,7 @@ func (x *MetaDeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaDeleteTopic.ProtoReflect.Descriptor instead.
 func (*MetaDeleteTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{13}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MetaDeleteTopic) GetName() string {
@@ -1047,7 +1187,7 @@ type MetaNode struct {
 
 func (x *MetaNode) Reset() {
 	*x = MetaNode{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1199,7 @@ func (x *MetaNode) String() string {
 func (*MetaNode) ProtoMessage() {}
 
 func (x *MetaNode) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[14]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1212,7 @@ func (x *MetaNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaNode.ProtoReflect.Descriptor instead.
 func (*MetaNode) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{14}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MetaNode) GetId() uint64 {
@@ -1146,7 +1286,7 @@ type MetaPartition struct {
 
 func (x *MetaPartition) Reset() {
 	*x = MetaPartition{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1298,7 @@ func (x *MetaPartition) String() string {
 func (*MetaPartition) ProtoMessage() {}
 
 func (x *MetaPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[15]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1311,7 @@ func (x *MetaPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaPartition.ProtoReflect.Descriptor instead.
 func (*MetaPartition) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{15}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MetaPartition) GetGroupId() uint64 {
@@ -1231,7 +1371,7 @@ type MetaTopic struct {
 
 func (x *MetaTopic) Reset() {
 	*x = MetaTopic{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1383,7 @@ func (x *MetaTopic) String() string {
 func (*MetaTopic) ProtoMessage() {}
 
 func (x *MetaTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[16]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1396,7 @@ func (x *MetaTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaTopic.ProtoReflect.Descriptor instead.
 func (*MetaTopic) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{16}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MetaTopic) GetSpec() *MetaTopicSpec {
@@ -1289,13 +1429,17 @@ type MetaState struct {
 	// last_incarnation is the incarnation the last replica a move added got
 	// (0: none yet).
 	LastIncarnation uint32 `protobuf:"varint,6,opt,name=last_incarnation,json=lastIncarnation,proto3" json:"last_incarnation,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// cluster_version is the version of the behaviour every member follows
+	// (engine/meta Feature); 0 (absent) is version 1, which is what 0.1.0
+	// reads: a state at version 1 never carries the field.
+	ClusterVersion uint32 `protobuf:"varint,7,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MetaState) Reset() {
 	*x = MetaState{}
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[17]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1451,7 @@ func (x *MetaState) String() string {
 func (*MetaState) ProtoMessage() {}
 
 func (x *MetaState) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_cluster_v1_meta_proto_msgTypes[17]
+	mi := &file_spool_cluster_v1_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1464,7 @@ func (x *MetaState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaState.ProtoReflect.Descriptor instead.
 func (*MetaState) Descriptor() ([]byte, []int) {
-	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{17}
+	return file_spool_cluster_v1_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MetaState) GetClusterId() string {
@@ -1365,11 +1509,18 @@ func (x *MetaState) GetLastIncarnation() uint32 {
 	return 0
 }
 
+func (x *MetaState) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
 var File_spool_cluster_v1_meta_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xf7\x06\n" +
+	"\x1bspool/cluster/v1/meta.proto\x12\x10spool.cluster.v1\"\xcb\a\n" +
 	"\vMetaCommand\x120\n" +
 	"\x04init\x18\x01 \x01(\v2\x1a.spool.cluster.v1.MetaInitH\x00R\x04init\x12:\n" +
 	"\badd_node\x18\x02 \x01(\v2\x1d.spool.cluster.v1.MetaAddNodeH\x00R\aaddNode\x12G\n" +
@@ -1386,8 +1537,16 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	" \x01(\v2 .spool.cluster.v1.MetaRemoveNodeH\x00R\n" +
 	"removeNode\x12F\n" +
 	"\fdelete_topic\x18\v \x01(\v2!.spool.cluster.v1.MetaDeleteTopicH\x00R\vdeleteTopic\x12\\\n" +
-	"\x14drop_damaged_replica\x18\f \x01(\v2(.spool.cluster.v1.MetaDropDamagedReplicaH\x00R\x12dropDamagedReplicaB\t\n" +
-	"\acommand\"L\n" +
+	"\x14drop_damaged_replica\x18\f \x01(\v2(.spool.cluster.v1.MetaDropDamagedReplicaH\x00R\x12dropDamagedReplica\x12R\n" +
+	"\x10finalize_version\x18\r \x01(\v2%.spool.cluster.v1.MetaFinalizeVersionH\x00R\x0ffinalizeVersionB\t\n" +
+	"\acommand\"o\n" +
+	"\x13MetaFinalizeVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversion\x12>\n" +
+	"\amembers\x18\x02 \x03(\v2$.spool.cluster.v1.MetaMemberVersionsR\amembers\"Q\n" +
+	"\x12MetaMemberVersions\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x10\n" +
+	"\x03min\x18\x02 \x01(\rR\x03min\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\rR\x03max\"L\n" +
 	"\x16MetaDropDamagedReplica\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\")\n" +
@@ -1452,7 +1611,7 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\x04spec\x18\x01 \x01(\v2\x1f.spool.cluster.v1.MetaTopicSpecR\x04spec\x12?\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x1f.spool.cluster.v1.MetaPartitionR\n" +
-	"partitions\"\x82\x02\n" +
+	"partitions\"\xab\x02\n" +
 	"\tMetaState\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12 \n" +
@@ -1461,7 +1620,8 @@ const file_spool_cluster_v1_meta_proto_rawDesc = "" +
 	"\rnext_group_id\x18\x03 \x01(\x04R\vnextGroupId\x120\n" +
 	"\x05nodes\x18\x04 \x03(\v2\x1a.spool.cluster.v1.MetaNodeR\x05nodes\x123\n" +
 	"\x06topics\x18\x05 \x03(\v2\x1b.spool.cluster.v1.MetaTopicR\x06topics\x12)\n" +
-	"\x10last_incarnation\x18\x06 \x01(\rR\x0flastIncarnationB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
+	"\x10last_incarnation\x18\x06 \x01(\rR\x0flastIncarnation\x12'\n" +
+	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersionB;Z9github.com/spoolmq/spool/proto/spool/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_spool_cluster_v1_meta_proto_rawDescOnce sync.Once
@@ -1475,52 +1635,56 @@ func file_spool_cluster_v1_meta_proto_rawDescGZIP() []byte {
 	return file_spool_cluster_v1_meta_proto_rawDescData
 }
 
-var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_spool_cluster_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_spool_cluster_v1_meta_proto_goTypes = []any{
 	(*MetaCommand)(nil),            // 0: spool.cluster.v1.MetaCommand
-	(*MetaDropDamagedReplica)(nil), // 1: spool.cluster.v1.MetaDropDamagedReplica
-	(*MetaInit)(nil),               // 2: spool.cluster.v1.MetaInit
-	(*MetaAddNode)(nil),            // 3: spool.cluster.v1.MetaAddNode
-	(*MetaSetNodeAddr)(nil),        // 4: spool.cluster.v1.MetaSetNodeAddr
-	(*MetaTopicSpec)(nil),          // 5: spool.cluster.v1.MetaTopicSpec
-	(*MetaCreateTopic)(nil),        // 6: spool.cluster.v1.MetaCreateTopic
-	(*MetaAlterTopic)(nil),         // 7: spool.cluster.v1.MetaAlterTopic
-	(*MetaMoveReplicas)(nil),       // 8: spool.cluster.v1.MetaMoveReplicas
-	(*MetaFinishMove)(nil),         // 9: spool.cluster.v1.MetaFinishMove
-	(*MetaSetNodeDown)(nil),        // 10: spool.cluster.v1.MetaSetNodeDown
-	(*MetaDecommissionNode)(nil),   // 11: spool.cluster.v1.MetaDecommissionNode
-	(*MetaRemoveNode)(nil),         // 12: spool.cluster.v1.MetaRemoveNode
-	(*MetaDeleteTopic)(nil),        // 13: spool.cluster.v1.MetaDeleteTopic
-	(*MetaNode)(nil),               // 14: spool.cluster.v1.MetaNode
-	(*MetaPartition)(nil),          // 15: spool.cluster.v1.MetaPartition
-	(*MetaTopic)(nil),              // 16: spool.cluster.v1.MetaTopic
-	(*MetaState)(nil),              // 17: spool.cluster.v1.MetaState
-	nil,                            // 18: spool.cluster.v1.MetaPartition.IncarnationsEntry
+	(*MetaFinalizeVersion)(nil),    // 1: spool.cluster.v1.MetaFinalizeVersion
+	(*MetaMemberVersions)(nil),     // 2: spool.cluster.v1.MetaMemberVersions
+	(*MetaDropDamagedReplica)(nil), // 3: spool.cluster.v1.MetaDropDamagedReplica
+	(*MetaInit)(nil),               // 4: spool.cluster.v1.MetaInit
+	(*MetaAddNode)(nil),            // 5: spool.cluster.v1.MetaAddNode
+	(*MetaSetNodeAddr)(nil),        // 6: spool.cluster.v1.MetaSetNodeAddr
+	(*MetaTopicSpec)(nil),          // 7: spool.cluster.v1.MetaTopicSpec
+	(*MetaCreateTopic)(nil),        // 8: spool.cluster.v1.MetaCreateTopic
+	(*MetaAlterTopic)(nil),         // 9: spool.cluster.v1.MetaAlterTopic
+	(*MetaMoveReplicas)(nil),       // 10: spool.cluster.v1.MetaMoveReplicas
+	(*MetaFinishMove)(nil),         // 11: spool.cluster.v1.MetaFinishMove
+	(*MetaSetNodeDown)(nil),        // 12: spool.cluster.v1.MetaSetNodeDown
+	(*MetaDecommissionNode)(nil),   // 13: spool.cluster.v1.MetaDecommissionNode
+	(*MetaRemoveNode)(nil),         // 14: spool.cluster.v1.MetaRemoveNode
+	(*MetaDeleteTopic)(nil),        // 15: spool.cluster.v1.MetaDeleteTopic
+	(*MetaNode)(nil),               // 16: spool.cluster.v1.MetaNode
+	(*MetaPartition)(nil),          // 17: spool.cluster.v1.MetaPartition
+	(*MetaTopic)(nil),              // 18: spool.cluster.v1.MetaTopic
+	(*MetaState)(nil),              // 19: spool.cluster.v1.MetaState
+	nil,                            // 20: spool.cluster.v1.MetaPartition.IncarnationsEntry
 }
 var file_spool_cluster_v1_meta_proto_depIdxs = []int32{
-	2,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
-	3,  // 1: spool.cluster.v1.MetaCommand.add_node:type_name -> spool.cluster.v1.MetaAddNode
-	4,  // 2: spool.cluster.v1.MetaCommand.set_node_addr:type_name -> spool.cluster.v1.MetaSetNodeAddr
-	6,  // 3: spool.cluster.v1.MetaCommand.create_topic:type_name -> spool.cluster.v1.MetaCreateTopic
-	7,  // 4: spool.cluster.v1.MetaCommand.alter_topic:type_name -> spool.cluster.v1.MetaAlterTopic
-	8,  // 5: spool.cluster.v1.MetaCommand.move_replicas:type_name -> spool.cluster.v1.MetaMoveReplicas
-	9,  // 6: spool.cluster.v1.MetaCommand.finish_move:type_name -> spool.cluster.v1.MetaFinishMove
-	10, // 7: spool.cluster.v1.MetaCommand.set_node_down:type_name -> spool.cluster.v1.MetaSetNodeDown
-	11, // 8: spool.cluster.v1.MetaCommand.decommission_node:type_name -> spool.cluster.v1.MetaDecommissionNode
-	12, // 9: spool.cluster.v1.MetaCommand.remove_node:type_name -> spool.cluster.v1.MetaRemoveNode
-	13, // 10: spool.cluster.v1.MetaCommand.delete_topic:type_name -> spool.cluster.v1.MetaDeleteTopic
-	1,  // 11: spool.cluster.v1.MetaCommand.drop_damaged_replica:type_name -> spool.cluster.v1.MetaDropDamagedReplica
-	5,  // 12: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	18, // 13: spool.cluster.v1.MetaPartition.incarnations:type_name -> spool.cluster.v1.MetaPartition.IncarnationsEntry
-	5,  // 14: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
-	15, // 15: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
-	14, // 16: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
-	16, // 17: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	4,  // 0: spool.cluster.v1.MetaCommand.init:type_name -> spool.cluster.v1.MetaInit
+	5,  // 1: spool.cluster.v1.MetaCommand.add_node:type_name -> spool.cluster.v1.MetaAddNode
+	6,  // 2: spool.cluster.v1.MetaCommand.set_node_addr:type_name -> spool.cluster.v1.MetaSetNodeAddr
+	8,  // 3: spool.cluster.v1.MetaCommand.create_topic:type_name -> spool.cluster.v1.MetaCreateTopic
+	9,  // 4: spool.cluster.v1.MetaCommand.alter_topic:type_name -> spool.cluster.v1.MetaAlterTopic
+	10, // 5: spool.cluster.v1.MetaCommand.move_replicas:type_name -> spool.cluster.v1.MetaMoveReplicas
+	11, // 6: spool.cluster.v1.MetaCommand.finish_move:type_name -> spool.cluster.v1.MetaFinishMove
+	12, // 7: spool.cluster.v1.MetaCommand.set_node_down:type_name -> spool.cluster.v1.MetaSetNodeDown
+	13, // 8: spool.cluster.v1.MetaCommand.decommission_node:type_name -> spool.cluster.v1.MetaDecommissionNode
+	14, // 9: spool.cluster.v1.MetaCommand.remove_node:type_name -> spool.cluster.v1.MetaRemoveNode
+	15, // 10: spool.cluster.v1.MetaCommand.delete_topic:type_name -> spool.cluster.v1.MetaDeleteTopic
+	3,  // 11: spool.cluster.v1.MetaCommand.drop_damaged_replica:type_name -> spool.cluster.v1.MetaDropDamagedReplica
+	1,  // 12: spool.cluster.v1.MetaCommand.finalize_version:type_name -> spool.cluster.v1.MetaFinalizeVersion
+	2,  // 13: spool.cluster.v1.MetaFinalizeVersion.members:type_name -> spool.cluster.v1.MetaMemberVersions
+	7,  // 14: spool.cluster.v1.MetaCreateTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	20, // 15: spool.cluster.v1.MetaPartition.incarnations:type_name -> spool.cluster.v1.MetaPartition.IncarnationsEntry
+	7,  // 16: spool.cluster.v1.MetaTopic.spec:type_name -> spool.cluster.v1.MetaTopicSpec
+	17, // 17: spool.cluster.v1.MetaTopic.partitions:type_name -> spool.cluster.v1.MetaPartition
+	16, // 18: spool.cluster.v1.MetaState.nodes:type_name -> spool.cluster.v1.MetaNode
+	18, // 19: spool.cluster.v1.MetaState.topics:type_name -> spool.cluster.v1.MetaTopic
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_spool_cluster_v1_meta_proto_init() }
@@ -1541,6 +1705,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 		(*MetaCommand_RemoveNode)(nil),
 		(*MetaCommand_DeleteTopic)(nil),
 		(*MetaCommand_DropDamagedReplica)(nil),
+		(*MetaCommand_FinalizeVersion)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1548,7 +1713,7 @@ func file_spool_cluster_v1_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_cluster_v1_meta_proto_rawDesc), len(file_spool_cluster_v1_meta_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -665,8 +665,13 @@ type JoinRequest struct {
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// protocol_version is the cluster protocol the new node speaks.
 	ProtocolVersion uint32 `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// cluster_version_min and cluster_version_max are the cluster versions
+	// the new node's release speaks (both 0: version 1 only, a 0.1.0 node).
+	// A node whose range does not hold the cluster's version is refused.
+	ClusterVersionMin uint32 `protobuf:"varint,4,opt,name=cluster_version_min,json=clusterVersionMin,proto3" json:"cluster_version_min,omitempty"`
+	ClusterVersionMax uint32 `protobuf:"varint,5,opt,name=cluster_version_max,json=clusterVersionMax,proto3" json:"cluster_version_max,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
@@ -716,6 +721,20 @@ func (x *JoinRequest) GetToken() string {
 func (x *JoinRequest) GetProtocolVersion() uint32 {
 	if x != nil {
 		return x.ProtocolVersion
+	}
+	return 0
+}
+
+func (x *JoinRequest) GetClusterVersionMin() uint32 {
+	if x != nil {
+		return x.ClusterVersionMin
+	}
+	return 0
+}
+
+func (x *JoinRequest) GetClusterVersionMax() uint32 {
+	if x != nil {
+		return x.ClusterVersionMax
 	}
 	return 0
 }
@@ -781,9 +800,12 @@ type JoinResponse struct {
 	// node_id is the new node's id, never used before in this cluster.
 	NodeId uint64 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// nodes are the members known when the node was admitted (itself included).
-	Nodes         []*NodeAddr `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Nodes []*NodeAddr `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// cluster_version is the cluster's version when the node was admitted
+	// (0: version 1, from a 0.1.0 node).
+	ClusterVersion uint32 `protobuf:"varint,4,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JoinResponse) Reset() {
@@ -835,6 +857,13 @@ func (x *JoinResponse) GetNodes() []*NodeAddr {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *JoinResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
 }
 
 // ProduceRequest carries one record payload (engine/log EncodeRecords).
@@ -1184,19 +1213,22 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\x10MetadataResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\fR\x05state\"b\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\"\xc2\x01\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12)\n" +
-	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\".\n" +
+	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x12.\n" +
+	"\x13cluster_version_min\x18\x04 \x01(\rR\x11clusterVersionMin\x12.\n" +
+	"\x13cluster_version_max\x18\x05 \x01(\rR\x11clusterVersionMax\".\n" +
 	"\bNodeAddr\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"x\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xa1\x01\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x120\n" +
-	"\x05nodes\x18\x03 \x03(\v2\x1a.spool.cluster.v1.NodeAddrR\x05nodes\"\xb7\x01\n" +
+	"\x05nodes\x18\x03 \x03(\v2\x1a.spool.cluster.v1.NodeAddrR\x05nodes\x12'\n" +
+	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\"\xb7\x01\n" +
 	"\x0eProduceRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +

@@ -388,6 +388,16 @@ func (m *JoinRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ClusterVersionMax != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ClusterVersionMax))
+		i--
+		dAtA[i] = 0x28
+	}
+	if m.ClusterVersionMin != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ClusterVersionMin))
+		i--
+		dAtA[i] = 0x20
+	}
 	if m.ProtocolVersion != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ProtocolVersion))
 		i--
@@ -484,6 +494,11 @@ func (m *JoinResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.ClusterVersion != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ClusterVersion))
+		i--
+		dAtA[i] = 0x20
 	}
 	if len(m.Nodes) > 0 {
 		for iNdEx := len(m.Nodes) - 1; iNdEx >= 0; iNdEx-- {
@@ -901,6 +916,12 @@ func (m *JoinRequest) SizeVT() (n int) {
 	if m.ProtocolVersion != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ProtocolVersion))
 	}
+	if m.ClusterVersionMin != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ClusterVersionMin))
+	}
+	if m.ClusterVersionMax != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ClusterVersionMax))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -940,6 +961,9 @@ func (m *JoinResponse) SizeVT() (n int) {
 			l = e.SizeVT()
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
+	}
+	if m.ClusterVersion != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ClusterVersion))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2023,6 +2047,44 @@ func (m *JoinRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ClusterVersionMin", wireType)
+			}
+			m.ClusterVersionMin = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ClusterVersionMin |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ClusterVersionMax", wireType)
+			}
+			m.ClusterVersionMax = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ClusterVersionMax |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -2261,6 +2323,25 @@ func (m *JoinResponse) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ClusterVersion", wireType)
+			}
+			m.ClusterVersion = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ClusterVersion |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

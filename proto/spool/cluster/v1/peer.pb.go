@@ -34,8 +34,16 @@ type Hello struct {
 	ToNode uint64 `protobuf:"varint,3,opt,name=to_node,json=toNode,proto3" json:"to_node,omitempty"`
 	// protocol_version is the version of this protocol the sender speaks.
 	ProtocolVersion uint32 `protobuf:"varint,4,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// cluster_version_min and cluster_version_max are the cluster versions
+	// (engine/meta) the sender's release speaks. Both 0 (a 0.1.0 node, which
+	// sends neither): version 1 only.
+	ClusterVersionMin uint32 `protobuf:"varint,5,opt,name=cluster_version_min,json=clusterVersionMin,proto3" json:"cluster_version_min,omitempty"`
+	ClusterVersionMax uint32 `protobuf:"varint,6,opt,name=cluster_version_max,json=clusterVersionMax,proto3" json:"cluster_version_max,omitempty"`
+	// release_version is the sender's Spool release (semantic version; empty
+	// from a 0.1.0 node), for operators (spool cluster status).
+	ReleaseVersion string `protobuf:"bytes,7,opt,name=release_version,json=releaseVersion,proto3" json:"release_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -94,6 +102,27 @@ func (x *Hello) GetProtocolVersion() uint32 {
 		return x.ProtocolVersion
 	}
 	return 0
+}
+
+func (x *Hello) GetClusterVersionMin() uint32 {
+	if x != nil {
+		return x.ClusterVersionMin
+	}
+	return 0
+}
+
+func (x *Hello) GetClusterVersionMax() uint32 {
+	if x != nil {
+		return x.ClusterVersionMax
+	}
+	return 0
+}
+
+func (x *Hello) GetReleaseVersion() string {
+	if x != nil {
+		return x.ReleaseVersion
+	}
+	return ""
 }
 
 // GroupMessage is one raft message of one raft group.
@@ -638,13 +667,16 @@ var File_spool_cluster_v1_peer_proto protoreflect.FileDescriptor
 
 const file_spool_cluster_v1_peer_proto_rawDesc = "" +
 	"\n" +
-	"\x1bspool/cluster/v1/peer.proto\x12\x10spool.cluster.v1\"\x87\x01\n" +
+	"\x1bspool/cluster/v1/peer.proto\x12\x10spool.cluster.v1\"\x90\x02\n" +
 	"\x05Hello\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
 	"\tfrom_node\x18\x02 \x01(\x04R\bfromNode\x12\x17\n" +
 	"\ato_node\x18\x03 \x01(\x04R\x06toNode\x12)\n" +
-	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\"C\n" +
+	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\x12.\n" +
+	"\x13cluster_version_min\x18\x05 \x01(\rR\x11clusterVersionMin\x12.\n" +
+	"\x13cluster_version_max\x18\x06 \x01(\rR\x11clusterVersionMax\x12'\n" +
+	"\x0frelease_version\x18\a \x01(\tR\x0ereleaseVersion\"C\n" +
 	"\fGroupMessage\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\x04R\agroupId\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\fR\amessage\"\x9f\x01\n" +

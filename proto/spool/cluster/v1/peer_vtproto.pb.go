@@ -48,6 +48,23 @@ func (m *Hello) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.ReleaseVersion) > 0 {
+		i -= len(m.ReleaseVersion)
+		copy(dAtA[i:], m.ReleaseVersion)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.ReleaseVersion)))
+		i--
+		dAtA[i] = 0x3a
+	}
+	if m.ClusterVersionMax != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ClusterVersionMax))
+		i--
+		dAtA[i] = 0x30
+	}
+	if m.ClusterVersionMin != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ClusterVersionMin))
+		i--
+		dAtA[i] = 0x28
+	}
 	if m.ProtocolVersion != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ProtocolVersion))
 		i--
@@ -641,6 +658,16 @@ func (m *Hello) SizeVT() (n int) {
 	if m.ProtocolVersion != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ProtocolVersion))
 	}
+	if m.ClusterVersionMin != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ClusterVersionMin))
+	}
+	if m.ClusterVersionMax != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ClusterVersionMax))
+	}
+	l = len(m.ReleaseVersion)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -974,6 +1001,76 @@ func (m *Hello) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ClusterVersionMin", wireType)
+			}
+			m.ClusterVersionMin = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ClusterVersionMin |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ClusterVersionMax", wireType)
+			}
+			m.ClusterVersionMax = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ClusterVersionMax |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ReleaseVersion", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ReleaseVersion = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
