@@ -1,9 +1,6 @@
 package meta
 
 import (
-	"bufio"
-	"bytes"
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/spoolmq/spool/internal/testrelease"
 )
 
 // TestPreviousReleaseReadsWhatVersion1Writes proves, with the previous
@@ -109,23 +108,21 @@ func main() {
 }
 `
 
-// previousReleaseDecoder builds a program from the previous release's
-// source (git archive of its commit, into a temporary directory: no
-// worktree) that decodes states and commands with that release's
-// engine/meta, and returns a function that runs it: name → "ok" or the
+// previousReleaseDecoder builds a program against the previous release's
+// engine/meta (internal/testrelease: its commit in RELEASES, taken from
+// this clone's history) that decodes states and commands with that
+// release's rules, and returns a function that runs it: name → "ok" or the
 // error.
 func previousReleaseDecoder(t *testing.T) func(map[string][]byte) map[string]string {
 	t.Helper()
-	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	rel, err := testrelease.Previous()
 	if err != nil {
-		t.Skipf("no git repository here (%v): the previous release cannot be built", err)
+		t.Fatal(err)
 	}
-	root := strings.TrimSpace(string(top))
-	commit := previousRelease(t, filepath.Join(root, "RELEASES"))
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
-		t.Skipf("the previous release's commit %s is not in this clone's history (a shallow clone?): git fetch --unshallow to run this test", commit)
+	bin, err := testrelease.BuildProgram(rel, "meta-decoder", decoderMain)
+	if err != nil {
+		t.Fatal(err)
 	}
-	bin := buildPreviousDecoder(t, root, commit)
 	dir := t.TempDir()
 	return func(inputs map[string][]byte) map[string]string {
 		var names, args []string
@@ -156,46 +153,6 @@ func previousReleaseDecoder(t *testing.T) func(map[string][]byte) map[string]str
 	}
 }
 
-// buildPreviousDecoder builds the decoder program from the release's
-// commit once, kept under the user's cache directory by commit and program
-// text (the build takes seconds; running it again, a fraction of one).
-func buildPreviousDecoder(t *testing.T, root, commit string) string {
-	t.Helper()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = t.TempDir()
-	}
-	bin := filepath.Join(cache, "spool", fmt.Sprintf("meta-decoder-%.12s-%x", commit, sha256.Sum256([]byte(decoderMain))))
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	dir := t.TempDir()
-	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, dir)
-	if out, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", commit, err, out)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "olddecode"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "olddecode", "main.go"), []byte(decoderMain), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, "olddecode.bin")
-	build := exec.Command("go", "build", "-o", tmp, "./olddecode")
-	build.Dir = dir
-	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the previous release's decoder: %v\n%s", err, out)
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, bin); err != nil { // another file system: use it where it is
-		return tmp
-	}
-	return bin
-}
-
 // kind names the command's kind (its field of Command).
 func kind(c Command) string {
 	v := reflect.ValueOf(c)
@@ -205,24 +162,4 @@ func kind(c Command) string {
 		}
 	}
 	return "none"
-}
-
-// previousRelease is the commit of the last release RELEASES names.
-func previousRelease(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	commit := ""
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
-			commit = f[1]
-		}
-	}
-	if commit == "" {
-		t.Fatalf("%s names no release", path)
-	}
-	return commit
 }

@@ -8,6 +8,7 @@ package testrelease
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -122,6 +123,38 @@ func Build(rel Release, pkg, name, tags string) (string, error) {
 		return "", fmt.Errorf("release %s: go build %s: %v\n%s", rel.Version, pkg, err, out)
 	}
 	return bin, os.Rename(tmp, bin)
+}
+
+// BuildProgram builds a program of this repository's tests against
+// release rel's packages (a decoder of that release's formats, say): src is
+// its main.go, placed in the release's tree as package main under a
+// directory of its own, and name names it. The binary is kept by commit,
+// name and a hash of src.
+func BuildProgram(rel Release, name, src string) (string, error) {
+	key := fmt.Sprintf("%s-%x", name, sha256.Sum256([]byte(src)))[:len(name)+17]
+	dir, unlock, err := cacheDir(rel, key)
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, key)
+	if _, err := os.Stat(bin); err == nil {
+		unlock()
+		return bin, nil
+	}
+	tree, err := Tree(rel)
+	if err != nil {
+		unlock()
+		return "", err
+	}
+	pkg := filepath.Join(tree, "spooltest-"+key)
+	if err := os.MkdirAll(pkg, 0o755); err == nil {
+		err = os.WriteFile(filepath.Join(pkg, "main.go"), []byte(src), 0o644)
+	}
+	unlock()
+	if err != nil {
+		return "", err
+	}
+	return Build(rel, "./spooltest-"+key, key, "")
 }
 
 // Tree returns a directory holding release rel's source tree, taken from

@@ -19,6 +19,7 @@ import (
 	"github.com/spoolmq/spool/internal/buildinfo"
 	"github.com/spoolmq/spool/internal/release"
 	"github.com/spoolmq/spool/internal/testrelease"
+	"github.com/spoolmq/spool/internal/testrelease/fixture"
 	spool "github.com/spoolmq/spool/sdk/go"
 )
 
@@ -40,7 +41,7 @@ func TestDataDirsOfEveryRelease(t *testing.T) {
 		t.Fatal("RELEASES names no release")
 	}
 	for _, rel := range rels {
-		for _, mode := range testrelease.Modes {
+		for _, mode := range fixture.Modes {
 			t.Run(rel.Version+"/"+mode, func(t *testing.T) { testDataDir(t, rel.Version, mode) })
 		}
 	}
@@ -52,7 +53,7 @@ func testDataDir(t *testing.T, version, mode string) {
 	if err != nil {
 		t.Fatalf("release %s has no %s fixture (go run ./internal/testrelease/datadirs -release %s): %v", version, mode, version, err)
 	}
-	var exp testrelease.Expect
+	var exp fixture.Expect
 	if err := json.Unmarshal(b, &exp); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func testDataDir(t *testing.T, version, mode string) {
 	}
 	addrs := freeAddrs(t, 3)
 	n.app, n.admin, n.peer = addrs[0], addrs[1], addrs[2]
-	if err := os.WriteFile(n.cfgPath, []byte(testrelease.Config(mode, n.dataDir, n.app, n.admin, n.peer)), 0o644); err != nil {
+	if err := os.WriteFile(n.cfgPath, []byte(fixture.Config(mode, n.dataDir, n.app, n.admin, n.peer)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -75,28 +76,28 @@ func testDataDir(t *testing.T, version, mode string) {
 	})
 	n.start()
 	ctx := context.Background()
-	if err := testrelease.AwaitReady(ctx, n.admin, 30*time.Second); err != nil {
+	if err := fixture.AwaitReady(ctx, n.admin, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 
 	if v, err := release.Stamped(n.dataDir); v != buildinfo.Version || err != nil {
 		t.Fatalf("%s: the data dir's release stamp says %q (%v) after this build opened it, want %s", mode, v, err, buildinfo.Version)
 	}
-	records, err := testrelease.ReadTopic(ctx, n.admin, testrelease.FixtureTopic)
+	records, err := fixture.ReadTopic(ctx, n.admin, fixture.Topic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(records, exp.Records) {
-		t.Fatalf("%s: topic %s holds %v, release %s left %v", mode, testrelease.FixtureTopic, records, version, exp.Records)
+		t.Fatalf("%s: topic %s holds %v, release %s left %v", mode, fixture.Topic, records, version, exp.Records)
 	}
-	trimmed, err := testrelease.ReadTopic(ctx, n.admin, testrelease.FixtureTrimmed)
+	trimmed, err := fixture.ReadTopic(ctx, n.admin, fixture.Trimmed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(trimmed[0], exp.Trimmed) {
-		t.Fatalf("%s: topic %s holds %v, release %s left %v", mode, testrelease.FixtureTrimmed, trimmed[0], version, exp.Trimmed)
+		t.Fatalf("%s: topic %s holds %v, release %s left %v", mode, fixture.Trimmed, trimmed[0], version, exp.Trimmed)
 	}
-	dead, err := testrelease.DeadLetters(ctx, n.admin)
+	dead, err := fixture.DeadLetters(ctx, n.admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func testDataDir(t *testing.T, version, mode string) {
 	// The group resumes at its committed offsets: the pending messages and a
 	// new one, nothing the release's spoold had delivered.
 	c := n.client(ctx)
-	if _, err := c.Publish(ctx, testrelease.FixtureTopic, []byte("k0"), []byte("after the upgrade"), spool.WithID("new-00")); err != nil {
+	if _, err := c.Publish(ctx, fixture.Topic, []byte("k0"), []byte("after the upgrade"), spool.WithID("new-00")); err != nil {
 		t.Fatal(err)
 	}
 	want := append(slices.Clone(exp.Pending), "new-00")
@@ -117,7 +118,7 @@ func testDataDir(t *testing.T, version, mode string) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Subscribe(sctx, testrelease.FixtureGroup, []string{testrelease.FixtureTopic}, func(_ context.Context, m *spool.Message) error {
+		done <- c.Subscribe(sctx, fixture.Group, []string{fixture.Topic}, func(_ context.Context, m *spool.Message) error {
 			mu.Lock()
 			got = append(got, m.ID)
 			mu.Unlock()

@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/spoolmq/spool/internal/testrelease"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 )
 
@@ -31,15 +28,10 @@ import (
 // a node rolled back to 0.1.0 afterwards is refused by its peers (it cannot
 // tell by itself) and told why, while the other two serve.
 //
-// Building the previous release takes about a minute the first time (the
-// binary is kept under the user's cache directory by commit), so it runs
-// only with SPOOL_TEST_PREVIOUS_RELEASE=1:
-//
-//	SPOOL_TEST_PREVIOUS_RELEASE=1 go test ./sidecar/e2e -run TestClusterMixedWithPreviousRelease -count=1
+// The previous release is built once per machine and kept under the user's
+// cache directory by commit (internal/testrelease; shared with the
+// conformance matrix and the upgrade runs).
 func TestClusterMixedWithPreviousRelease(t *testing.T) {
-	if os.Getenv("SPOOL_TEST_PREVIOUS_RELEASE") != "1" {
-		t.Skip("set SPOOL_TEST_PREVIOUS_RELEASE=1 to build the previous release and run a mixed cluster (a minute the first time)")
-	}
 	old := previousSpoold(t)
 	sc := &spoolCluster{t: t, creds: newPeerCreds(t), tail: clusterTopics, bin: old}
 	sc.addNode() // n1: the previous release creates the cluster
@@ -119,67 +111,17 @@ func TestClusterMixedWithPreviousRelease(t *testing.T) {
 	}
 }
 
-// previousSpoold builds spoold from the commit of the last release in
-// RELEASES, once per commit (kept under the user's cache directory).
+// previousSpoold is the previous release's spoold (internal/testrelease:
+// built from the commit RELEASES names, once per machine).
 func previousSpoold(t *testing.T) string {
 	t.Helper()
-	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		t.Skipf("no git repository (%v): the previous release cannot be built", err)
-	}
-	root := strings.TrimSpace(string(top))
-	commit, err := lastRelease(filepath.Join(root, "RELEASES"))
+	rel, err := testrelease.Previous()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
-		t.Skipf("the previous release's commit %s is not in this clone (git fetch --unshallow)", commit)
-	}
-	cache, err := os.UserCacheDir()
+	bin, err := testrelease.Spoold(rel, "")
 	if err != nil {
-		cache = t.TempDir()
-	}
-	bin := filepath.Join(cache, "spool", "spoold-"+commit)
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	src := t.TempDir()
-	archive := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, commit, src)
-	if out, err := archive.CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", commit, err, out)
-	}
-	tmp := filepath.Join(src, "spoold.bin")
-	build := exec.Command("go", "build", "-o", tmp, "-ldflags", "-X github.com/spoolmq/spool/internal/buildinfo.commit="+commit, "./cmd/spoold")
-	build.Dir = src
-	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building spoold %s: %v\n%s", commit, err, out)
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
 		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return tmp
 	}
 	return bin
-}
-
-// lastRelease is the commit of the last "version commit" line of RELEASES.
-func lastRelease(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	commit := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) == 2 && !strings.HasPrefix(fs[0], "#") {
-			commit = fs[1]
-		}
-	}
-	if commit == "" {
-		return "", errors.New(path + " names no release")
-	}
-	return commit, sc.Err()
 }

@@ -1,5 +1,5 @@
 // Command datadirs writes the data-dir fixtures of a release
-// (docs/upgrading.md, "Data dirs"): for each mode in testrelease.Modes, the
+// (docs/upgrading.md, "Data dirs"): for each mode in fixture.Modes, the
 // release's spoold (built from the commit RELEASES names) writes a data dir,
 // which is packed as <out>/<version>/<mode>.tar.gz with <mode>.json, what
 // it holds. Run it once per release, when the release is recorded:
@@ -21,6 +21,7 @@ import (
 
 	"github.com/spoolmq/spool/internal/testport"
 	"github.com/spoolmq/spool/internal/testrelease"
+	"github.com/spoolmq/spool/internal/testrelease/fixture"
 )
 
 func main() {
@@ -59,7 +60,7 @@ func run(version, out string) error {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return err
 	}
-	for _, mode := range testrelease.Modes {
+	for _, mode := range fixture.Modes {
 		tmp, err := os.MkdirTemp("", "spool-fixture-")
 		if err != nil {
 			return err
@@ -74,7 +75,7 @@ func run(version, out string) error {
 			return err
 		}
 		data := filepath.Join(tmp, "data")
-		exp, err := testrelease.WriteFixture(context.Background(), rel.Version, bin, mode, data, filepath.Join(tmp, "spool.yaml"), [3]string(addrs), logf)
+		exp, err := fixture.Write(context.Background(), rel.Version, bin, mode, data, filepath.Join(tmp, "spool.yaml"), [3]string(addrs), logf)
 		logf.Close()
 		if err != nil {
 			log, _ := os.ReadFile(logf.Name())
