@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/spoolmq/spool/chaos/check"
 	"github.com/spoolmq/spool/chaos/netns"
@@ -33,13 +35,18 @@ import (
 // completed twice around it. The runs end by asking each node which release
 // answers.
 //
-//   - upgrade: every node, one at a time, from the previous release to this
-//     tree; later steps move leaders only.
-//   - rollback: two nodes up to this tree, then both back to the previous
-//     release before the cluster is finalized (a downgrade reads the data
-//     dirs the newer release wrote).
+//   - upgrade: a fourth node of this tree joins the cluster of the previous
+//     release, then every node of it, one at a time, is replaced by this
+//     tree's; each step moves a replica or a leader (moveOne, as the
+//     membership kind does: a cluster of mixed releases moves replicas);
+//     then the cluster is finalized (AdminService.FinalizeClusterVersion)
+//     and every node must report the new cluster version. Later steps only
+//     move replicas and leaders.
+//   - rollback: two nodes up to this tree; finalizing must be refused (the
+//     third runs the previous release); then both back to the previous
+//     release (a downgrade reads the data dirs the newer release wrote).
 func init() {
-	faults["upgrade"] = faultKind{previous: true, graceful: true, holdMs: [2]int{1000, 3000},
+	faults["upgrade"] = faultKind{previous: true, graceful: true, extraNode: true, holdMs: [2]int{1000, 3000},
 		inject: func(r *run, i int, hold time.Duration) error {
 			return r.upgradeAll(i, hold)
 		}}
@@ -71,6 +78,19 @@ func previousSpoold() (string, error) {
 // that every node answers as this release. Once every node runs this tree,
 // a step only moves a leader.
 func (r *run) upgradeAll(first int, hold time.Duration) error {
+	first %= nodes
+	if r.procs[nodes] == nil { // a node of this release joins the old cluster
+		r.bins[nodes] = spooldBin
+		if err := r.start(nodes); err != nil {
+			return err
+		}
+		if err := r.awaitReady(60 * time.Second); err != nil {
+			return err
+		}
+		r.startWork(nodes)
+		r.rolled[nodes] = true
+		r.record(op{Kind: "join", Node: nodes, Err: fmt.Sprintf("n%d of this release joins", nodes+1)})
+	}
 	rolled := 0
 	for k := range nodes {
 		i := (first + k) % nodes
@@ -84,11 +104,18 @@ func (r *run) upgradeAll(first int, hold time.Duration) error {
 		rolled++
 	}
 	if rolled == 0 {
-		r.moveLeader(first)
+		r.moveOne(-1)
 		r.sleep(hold)
 		return nil
 	}
-	return r.awaitVersions(buildinfo.Version)
+	if err := r.awaitVersions(buildinfo.Version); err != nil {
+		return err
+	}
+	v, err := r.finalize(first)
+	if err != nil {
+		return fmt.Errorf("finalizing once every node runs this release: %w", err)
+	}
+	return r.awaitClusterVersion(v)
 }
 
 // rollBack replaces two nodes (first and the next) with this tree's spoold,
@@ -96,7 +123,7 @@ func (r *run) upgradeAll(first int, hold time.Duration) error {
 // answers as the previous release. Later steps only move leaders.
 func (r *run) rollBack(first int, hold time.Duration) error {
 	if r.rolled[first] {
-		r.moveLeader(first)
+		r.moveOne(-1)
 		r.sleep(hold)
 		return nil
 	}
@@ -105,6 +132,10 @@ func (r *run) rollBack(first int, hold time.Duration) error {
 		if err := r.step(i, spooldBin, hold); err != nil {
 			return err
 		}
+	}
+	// The third node runs the previous release: no finalization.
+	if v, err := r.finalize(first); status.Code(err) != codes.FailedPrecondition {
+		return fmt.Errorf("finalizing with node %d on release %s: version %d, %v; want FAILED_PRECONDITION", (first+2)%nodes+1, previous.rel.Version, v, err)
 	}
 	for _, i := range two {
 		if err := r.step(i, previous.bin, hold); err != nil {
@@ -123,7 +154,7 @@ func (r *run) rollBack(first int, hold time.Duration) error {
 // node is back (the run's end does not cut it short: a rollout finishes).
 func (r *run) step(i int, bin string, hold time.Duration) error {
 	from := time.Now()
-	r.moveLeader(i)
+	r.moveOne(i)
 	r.record(op{Kind: "damage", Node: i, Err: "replace spoold with " + bin})
 	p := r.procs[i]
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -149,52 +180,47 @@ func (r *run) step(i int, bin string, hold time.Duration) error {
 	return nil
 }
 
-// moveLeader makes another node the preferred leader of a partition drawn
-// from the seed (AdminService.MoveReplicas with the same replicas in
-// another order, through node via's admin port; leader balancing then
-// moves the leadership). A refusal is recorded, not fatal: a move may be
-// under way.
-func (r *run) moveLeader(via int) {
-	lt, err := r.listTopics(via)
-	if err != nil {
-		r.record(op{Kind: "skip", Node: via, Err: "no leader move: " + err.Error()})
-		return
-	}
-	p := int32(r.rng.IntN(partitions))
-	var replicas []string
-	for _, ti := range lt.GetTopics() {
-		for _, pi := range ti.GetPartitions() {
-			if ti.GetName() == topic && pi.GetPartition() == p {
-				replicas = pi.GetReplicas()
-			}
-		}
-	}
-	if len(replicas) < 2 {
-		r.record(op{Kind: "skip", Node: via, Err: fmt.Sprintf("no leader move: partition %d has replicas %v", p, replicas)})
-		return
-	}
-	rotated := append(append([]string{}, replicas[1:]...), replicas[0])
+// finalize asks node via's AdminService to finalize the cluster version
+// and returns the version it is at then.
+func (r *run) finalize(via int) (uint32, error) {
 	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(via), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return
+		return 0, err
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = spoolv1.NewAdminServiceClient(conn).MoveReplicas(ctx, &spoolv1.MoveReplicasRequest{Topic: topic, Partition: p, Replicas: rotated})
-	what := fmt.Sprintf("partition %d's preferred leader %s (replicas %v)", p, rotated[0], rotated)
-	if err != nil {
-		r.record(op{Kind: "skip", Node: via, Partition: p, Err: "leader move refused: " + what + ": " + err.Error()})
-		return
+	resp, err := spoolv1.NewAdminServiceClient(conn).FinalizeClusterVersion(ctx, &spoolv1.FinalizeClusterVersionRequest{})
+	r.record(op{Kind: "damage", Node: via, Offset: int64(resp.GetClusterVersion()), Err: fmt.Sprintf("finalize: %v", err)})
+	return resp.GetClusterVersion(), err
+}
+
+// awaitClusterVersion waits until every node says the cluster is at v.
+func (r *run) awaitClusterVersion(v uint32) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for i := range r.n {
+		for {
+			st, err := r.status(i)
+			if err == nil && st.GetClusterVersion() == v {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("node %d says the cluster version is %d (%v), want %d", i+1, st.GetClusterVersion(), err, v)
+			}
+			time.Sleep(200 * time.Millisecond) // sleep-ok: polling the nodes' view of the controller
+		}
 	}
-	r.record(op{Kind: "damage", Node: via, Partition: p, Err: "leader move: " + what})
+	return nil
 }
 
 // awaitVersions waits until every node's AdminService says it is release
 // version (ClusterStatus answers with the answering spoold's version).
 func (r *run) awaitVersions(version string) error {
 	deadline := time.Now().Add(30 * time.Second)
-	for i := range nodes {
+	for i := range r.n {
+		if r.procs[i] == nil {
+			continue
+		}
 		for {
 			got, err := r.version(i)
 			if err == nil && got == version {
@@ -211,15 +237,20 @@ func (r *run) awaitVersions(version string) error {
 
 // version is the release node i's spoold says it is.
 func (r *run) version(i int) (string, error) {
+	st, err := r.status(i)
+	return st.GetVersion(), err
+}
+
+// status is node i's AdminService.ClusterStatus.
+func (r *run) status(i int) (*spoolv1.ClusterStatusResponse, error) {
 	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(i), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := spoolv1.NewAdminServiceClient(conn).ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
-	return st.GetVersion(), err
+	return spoolv1.NewAdminServiceClient(conn).ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
 }
 
 // TestRollingUpgrade is the short form of `make upgrade-test` that `make
