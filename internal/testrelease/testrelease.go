@@ -147,7 +147,8 @@ func BuildProgram(rel Release, name, src string) (string, error) {
 		return "", err
 	}
 	pkg := filepath.Join(tree, "spooltest-"+key)
-	if err := os.MkdirAll(pkg, 0o755); err == nil {
+	err = os.MkdirAll(pkg, 0o755)
+	if err == nil {
 		err = os.WriteFile(filepath.Join(pkg, "main.go"), []byte(src), 0o644)
 	}
 	unlock()

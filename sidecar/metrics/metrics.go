@@ -229,6 +229,22 @@ func New() *Metrics {
 		KafkaPositionsTruncated: counter("kafka_positions_truncated_total", "Finished offsets left out of a Kafka offset commit because they did not fit in its metadata (storage.backend kafka): they are delivered again after a restart. Growing: many finished offsets above a stuck one; look for a hung handler or a parked key.", "group", "topic"),
 		PartitionQuarantined:    gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),
 	}
+	m.clusterMetrics(counter, gauge)
+	m.BuildInfo = gauge("build_info", "1, labelled with this spoold's release: version (the VERSION file), commit and the Go version that built it (spoold version).", "version", "commit", "go_version")
+	m.BuildInfo.WithLabelValues(buildinfo.Version, buildinfo.Commit(), buildinfo.GoVersion()).Set(1)
+	r.MustRegister(m.LedgerAvailable)
+	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.PublishMemoryRefused, m.MemoryLimit, m.LogSyncs, m.AdminTokens)
+	return m
+}
+
+type (
+	newCounter func(name, help string, labels ...string) *prometheus.CounterVec
+	newGauge   func(name, help string, labels ...string) *prometheus.GaugeVec
+)
+
+// clusterMetrics makes the metrics of a cluster member and of its replicas
+// (with the constructors New registers them through).
+func (m *Metrics) clusterMetrics(counter newCounter, gauge newGauge) {
 	m.ClusterNodes = gauge("cluster_nodes", "Members of the cluster known to this node (its controller state).")
 	m.ClusterPeerUp = gauge("cluster_peer_up", "1 while this node's raft streams to the peer are connected, else 0.", "peer")
 	m.ClusterVersion = gauge("cluster_version", "The cluster version: the behaviour every node follows (1 until the first finalization; docs/upgrading.md).")
@@ -251,11 +267,6 @@ func New() *Metrics {
 	m.CommandsSkipped = counter("cluster_commands_skipped_total", "Records of a replicated state machine's log that this node skipped because they do not decode or validate, by machine: controller (raft group 0), coordinator (the consumer groups' topic __groups). Every node skips them alike; any rise means a hostile peer, damage or a newer release's command.", "machine")
 	m.PeerRefusals = counter("cluster_peer_refusals_total", "What this node refused of a peer, by reason: handshake (a raft stream of another cluster or protocol), identity (a raft stream whose certificate is not the claimed node's, or claims no member's node id), produce (a forwarded write to the controller or an internal topic that is no valid command or not a member's), join (without the join secret, or with another identity's token). Each is also logged.", "reason")
 	m.ConfChangesSkipped = counter("raft_conf_changes_skipped_total", "Committed raft configuration changes skipped because raft refuses to apply them (every replica skips them alike): a hostile or broken leader.")
-	m.BuildInfo = gauge("build_info", "1, labelled with this spoold's release: version (the VERSION file), commit and the Go version that built it (spoold version).", "version", "commit", "go_version")
-	m.BuildInfo.WithLabelValues(buildinfo.Version, buildinfo.Commit(), buildinfo.GoVersion()).Set(1)
-	r.MustRegister(m.LedgerAvailable)
-	r.MustRegister(m.PublishMemory, m.PublishMemoryLimit, m.PublishMemoryWaits, m.PublishMemoryRefused, m.MemoryLimit, m.LogSyncs, m.AdminTokens)
-	return m
 }
 
 // LogSyncs exports the embedded log's sync counts as
