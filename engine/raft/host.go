@@ -199,7 +199,7 @@ type Host struct {
 
 	c struct {
 		readies, ok, lost, unknown, notLeader, refused, inboxDropped, malformed, confSkipped, stopped, hastened atomic.Uint64
-		quiesced                                                                                           atomic.Int64 // groups quiesced now
+		quiesced                                                                                                atomic.Int64 // groups quiesced now
 	}
 }
 
