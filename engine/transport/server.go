@@ -39,6 +39,8 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 		return err
 	}
 	t.peerBack(peer)
+	life := t.live.of(peer)
+	t.live.heard(life)
 	var (
 		buf    []Message
 		warned bool
@@ -56,6 +58,7 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 			return status.Error(codes.InvalidArgument, "a Raft stream carries one Hello, then only Batches")
 		}
 		t.c.framesReceived.Add(1)
+		t.live.heard(life)
 		msgs, bad := decodeBatch(b, peer, t.cfg.NodeID, t.cfg.Limits.MaxMessageBytes, buf)
 		if len(bad) > 0 {
 			t.c.malformed.Add(uint64(len(bad)))
