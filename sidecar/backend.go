@@ -241,6 +241,7 @@ func clusterConfig(cfg *config.Config) (cluster.ClusterConfig, error) {
 		ReopenStoppedEvery: cl.ReopenStoppedEvery,
 		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile, PeerURIPrefix: cl.TLS.PeerURIPrefix},
 		StorageOff:         cl.Storage == config.StorageOff,
+		QuiesceOff:         !cl.QuiesceOn(),
 	}, nil
 }
 

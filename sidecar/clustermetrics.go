@@ -107,4 +107,6 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 		m.ReplicasStopped.WithLabelValues(reason).Set(float64(n))
 	}
 	m.ReplicasReopened.WithLabelValues().Add(float64(st.ReplicasReopened - prev.ReplicasReopened))
+	m.GroupsQuiesced.WithLabelValues().Set(float64(st.GroupsQuiesced))
+	m.PeersDeclaredDead.WithLabelValues().Add(float64(st.PeersDeclaredDead - prev.PeersDeclaredDead))
 }

@@ -55,6 +55,10 @@ type GRPCConfig struct {
 	// Defaults DefaultLivenessInterval and DefaultLivenessTimeout
 	// (liveness.go); the timeout must exceed the interval.
 	LivenessInterval, LivenessTimeout time.Duration
+	// Mute, if set, is fault injection for tests: while it returns true no
+	// liveness frame is sent, as from a stopped process (the caller stops
+	// its raft messages itself).
+	Mute func() bool
 	// DisableHeartbeatCoalescing sends heartbeats as full messages (for
 	// benchmarks and as an escape hatch).
 	DisableHeartbeatCoalescing bool
@@ -622,7 +626,7 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 				return true, sctx.Err()
 			}
 		case <-alive.C:
-			if sent {
+			if sent || (t.cfg.Mute != nil && t.cfg.Mute()) {
 				sent = false
 				continue
 			}

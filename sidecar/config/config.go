@@ -84,6 +84,9 @@ type TracingConfig struct {
 	SampleRatio *float64 `yaml:"sample_ratio"`
 }
 
+// QuiesceOn is Quiesce with its default (on).
+func (c ClusterConfig) QuiesceOn() bool { return c.Quiesce == nil || *c.Quiesce }
+
 // Enabled reports whether spoold exports spans.
 func (t TracingConfig) Enabled() bool { return t.OTLPEndpoint != "" }
 
@@ -142,6 +145,12 @@ type ClusterConfig struct {
 	// opened again from disk; once space returns it runs and catches up
 	// by itself. Default 2s, 100ms to 1m.
 	ReopenStoppedEvery time.Duration `yaml:"reopen_stopped_every"`
+	// Quiesce lets an idle partition's raft group stop ticking and
+	// heartbeating on every replica until something happens to it; nodes
+	// then exchange one liveness heartbeat per pair instead
+	// (docs/replication.md, "Quiet idle groups"). false keeps idle groups
+	// ticking on a slow clock. Default true (nil).
+	Quiesce *bool `yaml:"quiesce"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
 	// Required outside node.dev unless Insecure is set (docs/security.md).
 	TLS ClusterTLSConfig `yaml:"tls"`
