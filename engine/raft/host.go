@@ -185,6 +185,10 @@ type Host struct {
 
 	mu     sync.RWMutex
 	groups map[uint64]*hostGroup // nil value: being added
+	// awake are the groups not quiesced, which Tick visits; the quiesced
+	// ones it sweeps only every quietSweepTicks.
+	awake map[uint64]*hostGroup
+	ticks atomic.Uint64 // Tick calls
 
 	now func() time.Time // the clock of proposal deadlines and the catch-up budget (tests: virtual)
 	thr *throttle        // nil: catch-up copies not paced
@@ -294,7 +298,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, now: time.Now}
+	h := &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, awake: map[uint64]*hostGroup{}, now: time.Now}
 	if cfg.CatchUpBytesPerSecond > 0 {
 		h.thr = newThrottle(cfg.CatchUpBytesPerSecond)
 	}
@@ -345,6 +349,7 @@ func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	g.refresh()
 	h.mu.Lock()
 	h.groups[group] = g
+	h.awake[group] = g
 	h.mu.Unlock()
 	h.sched.enqueue(g)
 	return nil
@@ -358,6 +363,7 @@ func (h *Host) Remove(group uint64) error {
 	g := h.groups[group]
 	if g != nil {
 		delete(h.groups, group)
+		delete(h.awake, group)
 	}
 	h.mu.Unlock()
 	if g == nil {
@@ -608,14 +614,22 @@ func (h *Host) Tick() {
 			h.cfg.Send(msgs)
 		}
 	}
-	every := h.cfg.IdleTickEvery
-	h.each(func(g *hostGroup) bool {
-		if g.quiet {
+	if h.ticks.Add(1)%quietSweepTicks == 0 {
+		h.each(h.groups, func(g *hostGroup) bool {
+			if !g.quiet {
+				return false
+			}
 			if st := g.status.Load(); st == nil || !st.IsLeader {
 				return false // a quiet follower has nothing to do on a clock
 			}
-			g.box.quietTicks++
+			g.box.quietTicks += quietSweepTicks
 			return g.box.quietTicks >= g.r.cfg.RetentionCheckTicks
+		})
+	}
+	every := h.cfg.IdleTickEvery
+	h.each(h.awake, func(g *hostGroup) bool {
+		if g.quiet {
+			return false // quiesced since it was last visited
 		}
 		if g.slow {
 			if g.skipped++; g.skipped < every {
@@ -627,6 +641,11 @@ func (h *Host) Tick() {
 		return true
 	})
 }
+
+// quietSweepTicks: Tick visits the quiesced groups once in this many
+// ticks (their leaders' retention checks), not at every tick: 1,000 quiet
+// groups cost the ticker nothing.
+const quietSweepTicks = 10
 
 // wake puts a slowed group back on the normal clock; the caller holds g.mu.
 func (g *hostGroup) wake() {
@@ -641,12 +660,12 @@ func idleMessage(t raftpb.MessageType) bool {
 	return t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp
 }
 
-// each calls f, with g.mu held, for every group still driven, and
-// schedules those for which it returns true.
-func (h *Host) each(f func(g *hostGroup) bool) {
+// each calls f, with g.mu held, for every group of groups (h.groups or
+// h.awake) still driven, and schedules those for which it returns true.
+func (h *Host) each(groups map[uint64]*hostGroup, f func(g *hostGroup) bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	for _, g := range h.groups {
+	for _, g := range groups {
 		if g == nil {
 			continue
 		}
@@ -768,7 +787,7 @@ func snapIndex(m raftpb.Message) uint64 {
 // PeerUnreachable reports to every group that messages to peer were lost
 // (transport.Handler).
 func (h *Host) PeerUnreachable(peer uint64) {
-	h.each(func(g *hostGroup) bool {
+	h.each(h.groups, func(g *hostGroup) bool {
 		if g.quiet && !g.hasMemberOn(peer) {
 			return false // nothing of it is on that node: it stays quiet
 		}
@@ -927,9 +946,12 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		g.nudge()
 	}
 	g.mu.Lock()
-	g.setQuiet(quiet)
+	changed := g.setQuiet(quiet)
 	g.slowClock(busy, heard, box.ticks)
 	g.mu.Unlock()
+	if changed {
+		h.setAwake(g, !quiet)
+	}
 	box.reset()
 	g.mu.Lock()
 	g.spare = box
@@ -971,10 +993,11 @@ func fromLeader(r *Replica, msgs []raftpb.Message) bool {
 	return false
 }
 
-// setQuiet records whether g is quiesced; the caller holds g.mu.
-func (g *hostGroup) setQuiet(quiet bool) {
+// setQuiet records whether g is quiesced and says whether that changed;
+// the caller holds g.mu.
+func (g *hostGroup) setQuiet(quiet bool) bool {
 	if g.quiet == quiet {
-		return
+		return false
 	}
 	g.quiet = quiet
 	if quiet {
@@ -982,6 +1005,22 @@ func (g *hostGroup) setQuiet(quiet bool) {
 		g.quiesces++
 	} else {
 		g.h.c.quiesced.Add(-1)
+	}
+	return true
+}
+
+// setAwake puts g in the groups Tick visits, or takes it out; g.mu is not
+// held (h.mu comes first).
+func (h *Host) setAwake(g *hostGroup, awake bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.groups[g.id] != g:
+		// removed meanwhile
+	case awake:
+		h.awake[g.id] = g
+	default:
+		delete(h.awake, g.id)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 const (
 	// DefaultLivenessInterval is the longest an outbound stream stays
 	// silent: it then sends an empty batch.
-	DefaultLivenessInterval = 250 * time.Millisecond
+	DefaultLivenessInterval = 500 * time.Millisecond
 	// DefaultLivenessTimeout: a peer not heard from this long is declared
 	// dead (elections in a quiet group whose leader's node is partitioned
 	// away start within this plus an election timeout).
