@@ -369,7 +369,7 @@ func (c *member) start(l net.Listener) (err error) {
 		Quiesce:         !c.cfg.QuiesceOff,
 		NodeLive: func(node uint64) bool {
 			t := tr.Load()
-			return t == nil || t.Live(node)
+			return !c.gate.paused() && (t == nil || t.Live(node))
 		},
 		Logger: c.conf.Logger,
 		// max(0, …): < 0 is "not paced", which the Host spells 0.
@@ -408,6 +408,13 @@ func (c *member) start(l net.Listener) (err error) {
 		return err
 	}
 	tr.Store(c.tr)
+	c.gate.deaf = func() {
+		for id := range c.peers.all() {
+			if id != c.id.NodeID {
+				c.host.PeerUnreachable(id)
+			}
+		}
+	}
 	for id, addr := range c.peers.all() {
 		if id != c.id.NodeID {
 			_ = c.tr.AddPeer(id, addr)
