@@ -32,7 +32,7 @@ type liveness struct {
 	timeout time.Duration
 	now     func() time.Time
 
-	mu    sync.Mutex
+	mu    sync.RWMutex // read on every Live (raft's status reads), written when a peer appears
 	peers map[uint64]*peerLife
 }
 
@@ -62,9 +62,9 @@ func (l *liveness) heard(p *peerLife) { p.heard.Store(l.now().UnixNano()) }
 
 // live says whether peer was heard from within the timeout.
 func (l *liveness) live(peer uint64) bool {
-	l.mu.Lock()
+	l.mu.RLock()
 	p := l.peers[peer]
-	l.mu.Unlock()
+	l.mu.RUnlock()
 	return p != nil && l.now().UnixNano()-p.heard.Load() < int64(l.timeout)
 }
 
