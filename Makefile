@@ -133,19 +133,34 @@ clean:
 	rm -rf $(TOOLS) bin dist
 
 ## chaos: the fault suite over real spoold processes in network namespaces (root, iproute2;
-## nftables for the oneway kind; chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of
+## nftables for the oneway, flaky and bridge kinds; chaos/chaos_test.go): CHAOS_RUNS seeded runs (default 50) of
 ## each fault kind, CHAOS_SECONDS of faults each (default 20); histories, logs and report.md in
 ## CHAOS_OUT (default chaos-out/). Replay one run: SPOOL_CHAOS_FAULTS=<kind> SPOOL_CHAOS_SEED=<seed>.
 ## `make test` runs the short form: one 10 s run of kill -9s and TestPublishAfterOneWayHeal.
 CHAOS_RUNS ?= 50
 CHAOS_SECONDS ?= 20
-CHAOS_FAULTS ?= kill,pause,isolate,oneway,redis,majority,diskfull,corrupt,powerloss,clock
+CHAOS_FAULTS ?= kill,pause,isolate,oneway,redis,majority,diskfull,corrupt,powerloss,clock,flaky,bridge,slowdisk,membership
 CHAOS_OUT ?= $(CURDIR)/chaos-out
 .PHONY: chaos
 chaos:
 	@mkdir -p $(CHAOS_OUT)
 	SPOOL_CHAOS_RUNS=$(CHAOS_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=$(CHAOS_FAULTS) SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
 	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
+
+## upgrade-test: rolling upgrades under load from the previous release (the last line of RELEASES,
+## built from the repository's history) to this tree, and rollbacks before finalization, over the
+## fault suite's cluster, workload and checker (chaos/upgrade_test.go; root, iproute2):
+## UPGRADE_RUNS seeded runs (default 10) of each. Then the previous release's SDKs, all four, each
+## built in that release's tree by its own Makefile, through the conformance matrix against this
+## spoold (sdk/conformance/README.md, "Across releases"; about 4 minutes). `make test` runs one
+## upgrade and one rollback run (TestRollingUpgrade) and the previous Go SDK's conformance.
+UPGRADE_RUNS ?= 10
+.PHONY: upgrade-test
+upgrade-test: build-sdk-python build-sdk-typescript build-sdk-java
+	@mkdir -p $(CHAOS_OUT)
+	SPOOL_CHAOS_RUNS=$(UPGRADE_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=upgrade,rollback SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
+	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
+	SPOOL_CONFORMANCE_LANGS=go-previous,python-previous,typescript-previous,java-previous $(GO) test -count=1 -timeout=20m ./sdk/conformance/
 
 ## release: the artifacts of release $(VERSION) in dist/$(VERSION)/ (docs/operations.md, "Releases"):
 ## spoold, spool and spool-injector for linux/amd64 and linux/arm64 (static, -trimpath, version and

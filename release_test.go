@@ -8,9 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spoolmq/spool/internal/release"
 )
 
 // `make release` is not run by `make test` (it cross-builds six binaries
@@ -110,10 +111,10 @@ func TestReleasesFile(t *testing.T) {
 			t.Fatalf("RELEASES:%d: %q is not \"<version> <40-hex commit>\"", n, text)
 		}
 		v := m[1]
-		if prev != "" && compareVersions(prev, v) >= 0 {
+		if prev != "" && release.Compare(prev, v) >= 0 {
 			t.Errorf("RELEASES:%d: %s after %s: oldest first, each once", n, v, prev)
 		}
-		if compareVersions(v, version) > 0 {
+		if release.Compare(v, version) > 0 {
 			t.Errorf("RELEASES:%d: %s is newer than VERSION %s", n, m[1], version)
 		}
 		if !regexp.MustCompile(`(?m)^## \[` + regexp.QuoteMeta(m[1]) + `\] - \d{4}-\d{2}-\d{2}$`).Match(changelog) {
@@ -133,28 +134,4 @@ func readVersion(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// compareVersions compares two versions MAJOR.MINOR.PATCH[-pre] by their
-// numbers (a pre-release of a version sorts before it: 0.2.0-dev < 0.2.0).
-func compareVersions(a, b string) int {
-	na, pa, _ := strings.Cut(a, "-")
-	nb, pb, _ := strings.Cut(b, "-")
-	xa, xb := strings.Split(na, "."), strings.Split(nb, ".")
-	for i := range 3 {
-		ia, _ := strconv.Atoi(xa[i])
-		ib, _ := strconv.Atoi(xb[i])
-		if ia != ib {
-			return ia - ib
-		}
-	}
-	switch {
-	case pa == pb:
-		return 0
-	case pa == "":
-		return 1
-	case pb == "":
-		return -1
-	}
-	return strings.Compare(pa, pb)
 }

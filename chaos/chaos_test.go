@@ -11,14 +11,15 @@
 //	SPOOL_CHAOS_SEED=42 SPOOL_CHAOS_FAULTS=isolate go test ./chaos/ -run TestChaos -v
 //
 // Environment: SPOOL_CHAOS_RUNS (runs per fault, default 1), SPOOL_CHAOS_FAULTS
-// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock; default kill: the short form
+// (comma-separated of kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock, flaky, bridge, slowdisk; default kill: the short form
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
 // default a temporary directory, printed, kept when a run fails).
 // Without root and iproute2 the suite says why and skips: it creates
-// network namespaces; without nftables it skips the oneway runs, saying
-// so. tc netem (delay, loss) is not used: this machine's kernel lacks it.
+// network namespaces; without nftables it skips the oneway, flaky and
+// bridge runs, saying so; without the kernel's sch_netem the flaky runs
+// lose packets but delay none, and the report says "skipped delay".
 package chaos
 
 import (
@@ -31,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -61,7 +63,7 @@ import (
 
 // The cluster of a run.
 const (
-	nodes      = 3
+	nodes      = 3 // spoolds of a run (membership: one more), and the topic's replication factor
 	partitions = 4
 	keys       = 8
 	appPort    = 7101
@@ -121,9 +123,21 @@ type faultKind struct {
 	// clocks: every spoold's clock takes its offset from a file
 	// (wallclock.OffsetEnv).
 	clocks bool
+	// extraNode: the run has a fourth spoold (nodes+1; the topic keeps
+	// nodes replicas per partition), so that replicas can move.
+	extraNode bool
 	// disks: each node's data dir is on a file system of its own (a
 	// tmpfs of diskSize), so one can be filled.
 	disks bool
+	// slowSyncs: every spoold's syncs wait the delay in a file
+	// (log.SlowSyncEnv).
+	slowSyncs bool
+	// previous: every node starts on the previous release's spoold
+	// (RELEASES; upgrade_test.go), which inject replaces.
+	previous bool
+	// graceful: a fault is an operator's restart (SIGTERM, the drain),
+	// which allows no message completed twice (check.Fault.Graceful).
+	graceful bool
 	// inject faults node i for hold (or until the run's faulted time ends)
 	// and heals it.
 	inject func(r *run, i int, hold time.Duration) error
@@ -284,6 +298,215 @@ var faults = map[string]faultKind{
 		}},
 }
 
+func init() {
+	// flaky: one node's link loses 5-30% of its packets each way (drawn
+	// from the seed; nftables) and, where the kernel has sch_netem, delays
+	// what it sends by 20-100 ms ± a quarter; Redis and its clients are on
+	// that link too. After the heal every sidecar publishes to every
+	// partition within check.HealPublishBound.
+	faults["flaky"] = faultKind{needs: netns.OneWayAvailable, holdMs: [2]int{3000, 8000}, network: true, inject: func(r *run, i int, hold time.Duration) error {
+		loss := 5 + r.rng.IntN(26)
+		what := fmt.Sprintf("%d%% loss", loss)
+		if err := r.net.Flaky(i, loss); err != nil {
+			return err
+		}
+		if r.delays == nil {
+			delay := time.Duration(20+r.rng.IntN(81)) * time.Millisecond
+			if err := r.net.Delay(i, delay, delay/4); err != nil {
+				return err
+			}
+			what += fmt.Sprintf(", %v ± %v delay", delay, delay/4)
+		}
+		r.record(op{Kind: "damage", Node: i, Offset: int64(loss), Err: what})
+		r.sleep(hold)
+		return r.net.Steady(i)
+	}}
+	// bridge: node i and node i+2 stop hearing each other while node i+1
+	// (the bridge) still hears both and both hear it, as do Redis and every
+	// client: raft must keep one leader per term and lose nothing. Both cut
+	// nodes are recorded as faulted.
+	faults["bridge"] = faultKind{needs: netns.OneWayAvailable, holdMs: [2]int{5000, 15000}, network: true, inject: func(r *run, i int, hold time.Duration) error {
+		k := (i + 2) % nodes
+		r.mu.Lock()
+		r.alsoFaulted = []int{k}
+		r.mu.Unlock()
+		r.record(op{Kind: "damage", Node: i, Err: fmt.Sprintf("bridge: n%d and n%d cut from each other, n%d between", i+1, k+1, (i+1)%nodes+1)})
+		if err := errors.Join(r.net.CutFrom(i, []int{k}), r.net.CutFrom(k, []int{i})); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return errors.Join(r.net.Uncut(i), r.net.Uncut(k))
+	}}
+	// slowdisk: one node's fsyncs (files and directories, log and raft
+	// state) each wait 50-500 ms (drawn from the seed) for 5-10 s: a test
+	// build's file layer (log.SlowSyncFS). The quorum of the two others
+	// acknowledges on; nothing may be lost.
+	faults["slowdisk"] = faultKind{slowSyncs: true, holdMs: [2]int{5000, 10000}, inject: func(r *run, i int, hold time.Duration) error {
+		ms := 50 + r.rng.IntN(451)
+		r.record(op{Kind: "damage", Node: i, Offset: int64(ms), Err: fmt.Sprintf("fsyncs slowed by %d ms", ms)})
+		if err := os.WriteFile(r.slowFile(i), []byte(strconv.Itoa(ms)), 0o644); err != nil {
+			return err
+		}
+		r.sleep(hold)
+		return os.WriteFile(r.slowFile(i), []byte("0"), 0o644)
+	}}
+}
+
+func init() {
+	// membership: a fourth spoold, so that replicas can move (the topic
+	// keeps 3 replicas per partition over 4 nodes), which joins as the
+	// first fault begins (its app, producer and probes start then); each
+	// fault kill -9s or
+	// SIGSTOPs a node (drawn) for hold, and while it is down two changes
+	// are made through another node's AdminService.MoveReplicas (what
+	// `spool cluster move` calls): each a replica move (one replica swapped
+	// for the node holding none) or a leadership transfer (the same
+	// replicas, another first: the preferred leader), drawn from the seed.
+	faults["membership"] = faultKind{extraNode: true, holdMs: [2]int{3000, 8000}, pick: func(r *run, drawn int) int {
+		if r.procs[drawn] == nil {
+			return drawn % nodes // not joined yet: fault one that runs
+		}
+		return drawn
+	}, inject: func(r *run, i int, hold time.Duration) error {
+		if r.procs[nodes] == nil { // the fourth node joins now, as node i goes down
+			if err := r.start(nodes); err != nil {
+				return err
+			}
+			r.startWork(nodes)
+			r.record(op{Kind: "join", Node: nodes, Err: fmt.Sprintf("n%d joins while n%d goes down", nodes+1, i+1)})
+		}
+		pause := r.rng.IntN(2) == 0
+		if pause {
+			_ = r.procs[i].cmd.Process.Signal(syscall.SIGSTOP)
+		} else {
+			r.kill(i)
+		}
+		r.moveOne(i)
+		ok := r.sleep(hold / 2)
+		if ok {
+			r.moveOne(i)
+			ok = r.sleep(hold - hold/2)
+		}
+		switch {
+		case pause:
+			return r.procs[i].cmd.Process.Signal(syscall.SIGCONT)
+		case !ok:
+			return nil // the run's end restarts it
+		}
+		return r.start(i)
+	}}
+}
+
+// moveOne changes the placement of one partition through the admin API of
+// a node other than down: a replica move or a leadership transfer (drawn
+// from the run's seed, as are the partition and the node asked). The
+// outcome is recorded (kind "move"); a refusal is Spool's answer, not a
+// failure of the run.
+func (r *run) moveOne(down int) {
+	p := int32(r.rng.IntN(partitions))
+	transfer := r.rng.IntN(2) == 0
+	via := (down + 1 + r.rng.IntN(r.n-1)) % r.n
+	pick := r.rng.IntN(nodes)
+	what := "replica move"
+	if transfer {
+		what = "leadership transfer"
+	}
+	from, all, err := r.placement(down, via, p)
+	var to []string
+	if err == nil {
+		to = slices.Clone(from)
+		if transfer {
+			to = append(to[1+pick%(len(to)-1):], to[:1+pick%(len(to)-1)]...)
+		} else if free := slices.DeleteFunc(all, func(id string) bool { return slices.Contains(from, id) }); len(free) > 0 {
+			to[pick%len(to)] = free[0]
+		}
+		err = r.moveReplicas(via, p, to)
+	}
+	r.record(op{Kind: "move", Node: via, Partition: p, Err: fmt.Sprintf("%s of %s/%d from %v to %v: %v", what, topic, p, from, to, cmp.Or[error](err, errors.New("accepted")))})
+}
+
+// logMoves says how many placement changes the run made and how many
+// were refused.
+func (r *run) logMoves() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var made, refused []string
+	for _, o := range r.ops {
+		switch {
+		case o.Kind != "move":
+		case strings.HasSuffix(o.Err, ": accepted"):
+			made = append(made, o.Err)
+		default:
+			refused = append(refused, o.Err)
+		}
+	}
+	r.t.Logf("%d placement changes accepted, %d refused or not made:\n  %s", len(made), len(refused), strings.Join(append(made, refused...), "\n  "))
+}
+
+// placement is partition p's replicas (preferred leader first) and the
+// ids of every node of the cluster, as node via sees them, or (a node lists
+// the replicas of the partitions it holds only) the first other node but
+// down that lists them.
+func (r *run) placement(down, via int, p int32) (replicas, all []string, err error) {
+	for k := range r.n {
+		j := (via + k) % r.n
+		if j == down {
+			continue
+		}
+		if replicas, all, err = r.placementAt(j, p); err == nil {
+			return replicas, all, nil
+		}
+	}
+	return nil, nil, err
+}
+
+// placementAt is placement as node j sees it.
+func (r *run) placementAt(j int, p int32) (replicas, all []string, err error) {
+	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(j), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	ac := spoolv1.NewAdminServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cs, err := ac.ClusterStatus(ctx, &spoolv1.ClusterStatusRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range cs.GetNodes() {
+		all = append(all, n.GetId())
+	}
+	lt, err := ac.ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ti := range lt.GetTopics() {
+		for _, pi := range ti.GetPartitions() {
+			if ti.GetName() == topic && pi.GetPartition() == p {
+				replicas = pi.GetReplicas()
+			}
+		}
+	}
+	if len(replicas) < 2 {
+		return nil, nil, fmt.Errorf("node %d holds no replica of %s/%d: it does not list the replicas", j+1, topic, p)
+	}
+	return replicas, all, nil
+}
+
+// moveReplicas asks node via to move partition p's replicas to to.
+func (r *run) moveReplicas(via int, p int32, to []string) error {
+	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(via), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = spoolv1.NewAdminServiceClient(conn).MoveReplicas(ctx, &spoolv1.MoveReplicasRequest{Topic: topic, Partition: p, Replicas: to})
+	return err
+}
+
 // TestChaos runs SPOOL_CHAOS_RUNS seeded runs of each fault kind and
 // writes the report; any rule broken fails the test, naming the seed.
 func TestChaos(t *testing.T) {
@@ -312,7 +535,7 @@ func TestChaos(t *testing.T) {
 	for _, kind := range kinds {
 		fk, ok := faults[kind]
 		if !ok {
-			t.Fatalf("unknown fault %q (known: kill, pause, isolate, oneway, redis, majority, diskfull, corrupt, powerloss, clock)", kind)
+			t.Fatalf("unknown fault %q (known: %s)", kind, strings.Join(slices.Sorted(maps.Keys(faults)), ", "))
 		}
 		if fk.needs != nil {
 			if err := fk.needs(); err != nil {
@@ -321,6 +544,12 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		ran++
+		if kind == "flaky" {
+			if err := netns.DelayAvailable(); err != nil {
+				rep.note("flaky: skipped delay: %v", err)
+				t.Logf("flaky: skipped delay: %v", err)
+			}
+		}
 		for k := range runs {
 			s := seed + uint64(k)
 			dir := filepath.Join(out, fmt.Sprintf("%s-%d", kind, s))
@@ -332,7 +561,7 @@ func TestChaos(t *testing.T) {
 			case !res.OK():
 				t.Errorf("%s seed %d broke a rule (replay: SPOOL_CHAOS_FAULTS=%s SPOOL_CHAOS_SEED=%d; history in %s):\n%s", kind, s, kind, s, dir, strings.Join(res.Violations, "\n"))
 			default:
-				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first); longest from an acknowledgement to the first completion %v (%s)", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals, res.LongestToCompletion.Round(time.Millisecond), res.LongestToCompletionValue)
+				t.Logf("%s seed %d: %d acknowledged, %d duplicated (unknown outcomes), longest publish gap %v, longest from a heal to a producer's next acknowledgement %v, to a sidecar's first on a partition %v (%d not judged: the next fault came first); longest from an acknowledgement to the first completion %v (%s); %d readings of offsets judged (%d lower after a restart of their sidecar: %v), longest partition pause after a fault %v", kind, s, res.Acked, res.Duplicated, res.LongestPublishGap.Round(time.Millisecond), res.LongestRecovery.Round(time.Millisecond), res.LongestHealPublish.Round(time.Millisecond), res.UnjudgedHeals, res.LongestToCompletion.Round(time.Millisecond), res.LongestToCompletionValue, res.Observed, res.BackAfterRestart, res.BackAfterRestartExamples, res.LongestPartitionPause.Round(time.Millisecond))
 			}
 		}
 	}
@@ -358,12 +587,20 @@ type run struct {
 	dir   string
 	net   *netns.Net
 	redis *exec.Cmd
-	procs [nodes]*proc
-	stop  chan struct{} // closed when the faulted time ends
+	n     int // spoolds: nodes, or nodes+1 (faultKind.extraNode)
+	procs []*proc
+	bins  []string // each node's spoold: spooldBin, or the previous release's
+	// rolled: the nodes an upgrade run has replaced (upgrade_test.go).
+	rolled []bool
+	starts []int // how many times each spoold was started (under mu)
+	wl     *workload
+	stop   chan struct{} // closed when the faulted time ends
 
 	mu    sync.Mutex
 	pubs  []check.Publish
 	comps []check.Completion
+	offs  []check.OffsetsSeen   // what the observer read of offsets
+	coms  []check.CommittedSeen // and of the group's committed offsets
 	flts  []check.Fault
 	ops   []op // the history, as recorded
 	// quorumLost: when the last kill of a majority fault was done.
@@ -372,7 +609,11 @@ type run struct {
 	rng         *rand.Rand // what a fault damages (drawn from the seed; the faults' goroutine only)
 	powerLoss   bool       // the spoolds journal their syncs (the powerloss kind)
 	powerLosses int        // how many so far
-	clocks      bool       // the spoolds\' clocks take offsets (the clock kind)
+	clocks      bool       // the spoolds' clocks take offsets (the clock kind)
+	slowSyncs   bool       // the spoolds' syncs take delays (the slowdisk kind)
+	// delays says why links cannot be delayed here (nil: they can; the
+	// flaky kind delays where it can, loses packets everywhere).
+	delays error
 	// alsoFaulted: the other nodes the fault under way hit (recorded with
 	// it when it heals).
 	alsoFaulted []int
@@ -381,7 +622,7 @@ type run struct {
 // op is one line of the history (history.jsonl).
 type op struct {
 	At        time.Time `json:"at"`
-	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage, skip
+	Kind      string    `json:"kind"` // invoke, ok, fail, unknown, complete, fault, heal, damage, skip, move, join
 	Node      int       `json:"node"`
 	Value     string    `json:"value,omitempty"`
 	Partition int32     `json:"partition,omitempty"`
@@ -418,13 +659,28 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 		return check.Result{}, err
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5b001))
-	n, err := netns.New("c"+strconv.Itoa(int(seed%1000)), 100+int(seed%100), nodes)
+	count := nodes
+	if faults[kind].extraNode {
+		count++
+	}
+	n, err := netns.New("c"+strconv.Itoa(int(seed%1000)), 100+int(seed%100), count)
 	if err != nil {
 		return check.Result{}, err
 	}
-	r := &run{t: t, dir: dir, net: n, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
+	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), bins: make([]string, count), rolled: make([]bool, count), starts: make([]int, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
-	r.powerLoss, r.clocks = faults[kind].powerLoss, faults[kind].clocks
+	r.powerLoss, r.clocks, r.slowSyncs = faults[kind].powerLoss, faults[kind].clocks, faults[kind].slowSyncs
+	if kind == "flaky" {
+		r.delays = netns.DelayAvailable()
+	}
+	for i := range count {
+		r.bins[i] = spooldBin
+		if faults[kind].previous {
+			if r.bins[i], err = previousSpoold(); err != nil {
+				return check.Result{}, err
+			}
+		}
+	}
 	if faults[kind].disks {
 		if err := r.mountDisks(); err != nil {
 			return check.Result{}, err
@@ -433,6 +689,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err := r.startRedis(); err != nil {
 		return check.Result{}, err
 	}
+	// The extra node (membership) joins during the first fault.
 	for i := range nodes {
 		if err := r.start(i); err != nil {
 			return check.Result{}, err
@@ -443,26 +700,17 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var work sync.WaitGroup
 	pubCtx, pubStop := context.WithCancel(ctx)
-	for i := range nodes {
-		work.Go(func() { r.produce(pubCtx, i) })
-	}
-	consumers := make([]func(), nodes)
-	for i := range nodes {
-		cctx, ccancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); r.consume(cctx, i) }()
-		consumers[i] = func() { ccancel(); <-done }
-	}
-	// The probes: through each sidecar, to each partition.
 	probeCtx, probeStop := context.WithCancel(ctx)
-	var probing sync.WaitGroup
+	wl := &workload{ctx: ctx, pubCtx: pubCtx, probeCtx: probeCtx}
+	work, probing := &wl.work, &wl.probing
+	r.wl = wl
 	for i := range nodes {
-		for p := range int32(partitions) {
-			probing.Go(func() { r.probe(probeCtx, i, p) })
-		}
+		r.startWork(i)
 	}
+	// The observer: through each sidecar, the partitions' offsets and the
+	// group's committed offsets, as a client reads them.
+	probing.Go(func() { r.observe(probeCtx) })
 	// The faults: one node at a time, 2-5 s apart, each held as its kind says.
 	fk := faults[kind]
 	faultsDone := make(chan error, 1)
@@ -480,7 +728,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			}
 		}
 		for r.sleep(wait()) {
-			i := rng.IntN(nodes)
+			i := rng.IntN(r.n)
 			hold := time.Duration(fk.holdMs[0]+rng.IntN(fk.holdMs[1]-fk.holdMs[0])) * time.Millisecond
 			if fixed != nil {
 				hold = fixed.Hold
@@ -492,7 +740,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 			from := time.Now()
 			errs = append(errs, fk.inject(r, i, hold))
 			r.mu.Lock()
-			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded}
+			f := check.Fault{Node: i, From: from, To: time.Now(), Network: fk.network, Ledger: fk.ledger, Degraded: fk.degraded, Graceful: fk.graceful}
 			r.flts = append(r.flts, f)
 			if fk.quorum {
 				f.Node, f.QuorumLost = (i+1)%nodes, r.quorumLost
@@ -514,6 +762,11 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	// Heal everything: links up, processes running.
 	ferr = errors.Join(ferr, r.net.HealAll())
 	for i, p := range r.procs {
+		if p == nil { // an extra node no fault came to join
+			ferr = errors.Join(ferr, r.start(i))
+			r.startWork(i)
+			continue
+		}
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
 		select {
 		case <-p.exited:
@@ -540,6 +793,9 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	probeStop()
 	probing.Wait()
 	logs, err := r.awaitCaughtUp(ctx, 90*time.Second)
+	r.mu.Lock()
+	consumers := wl.consumers
+	r.mu.Unlock()
 	for _, c := range consumers {
 		c()
 	}
@@ -547,10 +803,37 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 		return check.Result{}, err
 	}
 	r.mu.Lock()
-	h := check.History{Publishes: r.pubs, Logs: logs, Completions: r.comps, Faults: r.flts, Sidecars: nodes, Partitions: partitions}
+	h := check.History{Publishes: r.pubs, Logs: logs, Completions: r.comps, Faults: r.flts, Sidecars: r.n, Partitions: partitions,
+		Offsets: r.offs, Committed: r.coms}
 	r.mu.Unlock()
 	res := check.Check(h)
+	if faults[kind].extraNode {
+		r.logMoves()
+	}
 	return res, r.writeHistory(res)
+}
+
+// workload is what runs through the sidecars: each one's producer, app
+// and probes (startWork), stopped by the run's end.
+type workload struct {
+	ctx, pubCtx, probeCtx context.Context
+	work, probing         sync.WaitGroup
+	consumers             []func() // under run.mu
+}
+
+// startWork starts node i's producer, app and probes (once node i runs).
+func (r *run) startWork(i int) {
+	wl := r.wl
+	wl.work.Go(func() { r.produce(wl.pubCtx, i) })
+	cctx, ccancel := context.WithCancel(wl.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.consume(cctx, i) }()
+	r.mu.Lock()
+	wl.consumers = append(wl.consumers, func() { ccancel(); <-done })
+	r.mu.Unlock()
+	for p := range int32(partitions) {
+		wl.probing.Go(func() { r.probe(wl.probeCtx, i, p) })
+	}
 }
 
 func (r *run) close() {
@@ -614,6 +897,9 @@ func (r *run) damage(i int) error {
 
 // clockFile is node i's clock offset in milliseconds (wallclock.OffsetEnv).
 func (r *run) clockFile(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.clock", i+1)) }
+
+// slowFile is node i's sync delay in milliseconds (log.SlowSyncEnv).
+func (r *run) slowFile(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.slowsync", i+1)) }
 
 // journal is node i's power-loss journal (log.PowerLossFS).
 func (r *run) journal(i int) string { return filepath.Join(r.dir, fmt.Sprintf("n%d.powerloss", i+1)) }
@@ -685,7 +971,10 @@ func (r *run) startRedis() error {
 // config is node i's spoold.yaml.
 func (r *run) config(i int) string {
 	join := ""
-	if i > 0 {
+	switch {
+	case i >= nodes: // the extra node joins through any of the first three (one may be down)
+		join = fmt.Sprintf("  join: [\"%s:%d\", \"%s:%d\", \"%s:%d\"]\n", r.net.IP(0), peerPort, r.net.IP(1), peerPort, r.net.IP(2), peerPort)
+	case i > 0:
 		join = fmt.Sprintf("  join: [\"%s:%d\"]\n", r.net.IP(0), peerPort)
 	}
 	return fmt.Sprintf(`node:
@@ -730,13 +1019,17 @@ func (r *run) start(i int) error {
 	if err != nil {
 		return err
 	}
-	cmd := r.net.Command(i, spooldBin, "--config", cfg)
+	cmd := r.net.Command(i, r.bins[i], "--config", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	switch {
-	case r.powerLoss:
-		cmd.Env = append(os.Environ(), log.PowerLossEnv+"="+r.journal(i))
-	case r.clocks:
-		cmd.Env = append(os.Environ(), wallclock.OffsetEnv+"="+r.clockFile(i))
+	cmd.Env = os.Environ()
+	if r.powerLoss {
+		cmd.Env = append(cmd.Env, log.PowerLossEnv+"="+r.journal(i))
+	}
+	if r.clocks {
+		cmd.Env = append(cmd.Env, wallclock.OffsetEnv+"="+r.clockFile(i))
+	}
+	if r.slowSyncs {
+		cmd.Env = append(cmd.Env, log.SlowSyncEnv+"="+r.slowFile(i))
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -745,6 +1038,9 @@ func (r *run) start(i int) error {
 	p := &proc{cmd: cmd, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.exited) }()
 	r.procs[i] = p
+	r.mu.Lock()
+	r.starts[i]++
+	r.mu.Unlock()
 	return nil
 }
 
@@ -759,7 +1055,10 @@ func (r *run) kill(i int) {
 func (r *run) awaitReady(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	hc := http.Client{Timeout: time.Second}
-	for i := range nodes {
+	for i := range r.n {
+		if r.procs[i] == nil {
+			continue // an extra node not joined yet
+		}
 		for {
 			resp, err := hc.Get(fmt.Sprintf("http://%s:%d/readyz", r.net.IP(i), adminPort))
 			if err == nil {
@@ -932,10 +1231,78 @@ func (r *run) awaitProbed(since time.Time, d time.Duration) {
 			}
 		}
 		r.mu.Unlock()
-		if len(got) == nodes*partitions {
+		if len(got) == r.n*partitions {
 			return
 		}
 		time.Sleep(100 * time.Millisecond) // sleep-ok: polling the probes' acknowledgements
+	}
+}
+
+// observeEvery is how often the observer reads each sidecar's offsets and
+// the group's committed offsets.
+const observeEvery = 250 * time.Millisecond
+
+// observe reads, every observeEvery, through each sidecar, the topic's
+// offsets (ListTopics) and the group's committed offsets (ListGroups), as
+// a client would, for the rules that they never go back (check.
+// OffsetsSeen, check.CommittedSeen). A sidecar that does not answer
+// within a second is skipped that round.
+func (r *run) observe(ctx context.Context) {
+	conns := make([]*grpc.ClientConn, r.n)
+	for i := range r.n {
+		conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(i), adminPort), append(probeDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+		if err != nil {
+			r.t.Errorf("observer: node %d: %v", i+1, err)
+			return
+		}
+		defer conn.Close()
+		conns[i] = conn
+	}
+	tick := time.NewTicker(observeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for i, conn := range conns {
+			r.observeOne(ctx, i, spoolv1.NewAdminServiceClient(conn))
+		}
+	}
+}
+
+// observeOne reads sidecar i's offsets and committed offsets once (an
+// answer that a restart of the sidecar may have come before is dropped).
+func (r *run) observeOne(ctx context.Context, i int, ac spoolv1.AdminServiceClient) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r.mu.Lock()
+	run := r.starts[i]
+	r.mu.Unlock()
+	lt, lterr := ac.ListTopics(ctx, &spoolv1.ListTopicsRequest{})
+	lg, lgerr := ac.ListGroups(ctx, &spoolv1.ListGroupsRequest{Group: group})
+	at := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.starts[i] != run {
+		return
+	}
+	if lterr == nil {
+		for _, ti := range lt.GetTopics() {
+			for _, p := range ti.GetPartitions() {
+				if ti.GetName() == topic {
+					r.offs = append(r.offs, check.OffsetsSeen{Observer: i, Run: run, Partition: p.GetPartition(), At: at, Start: p.GetStartOffset(), End: p.GetEndOffset()})
+				}
+			}
+		}
+	}
+	if lgerr == nil {
+		for _, gi := range lg.GetGroups() {
+			for _, p := range gi.GetPartitions() {
+				r.coms = append(r.coms, check.CommittedSeen{Observer: i, Run: run, Group: gi.GetGroup(), Partition: p.GetPartition(), At: at, Offset: p.GetCommittedOffset()})
+			}
+		}
 	}
 }
 
@@ -1024,7 +1391,7 @@ func (r *run) consume(ctx context.Context, i int) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	_ = c.Subscribe(ctx, group, []string{topic}, func(_ context.Context, m *spool.Message) error {
 		r.mu.Lock()
-		r.comps = append(r.comps, check.Completion{Value: m.ID, Node: i, Token: m.FencingToken, At: time.Now()})
+		r.comps = append(r.comps, check.Completion{Value: m.ID, Node: i, Partition: m.Partition, Token: m.FencingToken, At: time.Now()})
 		r.mu.Unlock()
 		r.record(op{Kind: "complete", Node: i, Value: m.ID, Partition: m.Partition, Offset: m.Offset, Token: m.FencingToken})
 		return nil
@@ -1040,7 +1407,7 @@ func (r *run) awaitCaughtUp(ctx context.Context, d time.Duration) (map[int][]che
 	for time.Now().Before(deadline) {
 		logs := map[int][]check.Record{}
 		why = nil
-		for i := range nodes {
+		for i := range r.n {
 			recs, err := r.readLog(ctx, i)
 			if err != nil {
 				why = fmt.Errorf("node %d: %w", i+1, err)
@@ -1062,7 +1429,7 @@ func (r *run) awaitCaughtUp(ctx context.Context, d time.Duration) (map[int][]che
 // caughtUp: every copy has the same length per partition and every
 // acknowledged value was completed.
 func (r *run) caughtUp(logs map[int][]check.Record) error {
-	for i := 1; i < nodes; i++ {
+	for i := 1; i < r.n; i++ {
 		if len(logs[i]) != len(logs[0]) {
 			return fmt.Errorf("node %d holds %d records, node 1 %d", i+1, len(logs[i]), len(logs[0]))
 		}

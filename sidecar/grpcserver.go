@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/spoolmq/spool/proto/grpcbuf"
@@ -26,6 +28,21 @@ import (
 // messages, or a frame of settlements. It grows with limits.max_message_bytes
 // so that one largest message always fits.
 const MaxRequestBytes = 32 << 20
+
+// Keepalive of the app and admin servers. The SDKs ping spoold after
+// 10 s without a frame (their KeepaliveTime), with or without a call in
+// progress; gRPC's default policy (at most one ping per 5 min, none
+// without a call) would answer them with GOAWAY too_many_pings, so spoold
+// permits a ping every KeepaliveMinTime, idle or not. spoold pings its
+// clients too, after KeepaliveTime without a frame, and closes a
+// connection whose ping is not answered within KeepaliveTimeout: the
+// deliveries a cut-off app's stream held then go back at once (uncounted),
+// not when their leases end.
+const (
+	KeepaliveMinTime = 5 * time.Second
+	KeepaliveTime    = 10 * time.Second
+	KeepaliveTimeout = 3 * time.Second
+)
 
 // newGRPCServer returns a server with Spool's interceptors: panic recovery
 // (a panic becomes INTERNAL and a log line, never a crash), structured
@@ -63,6 +80,8 @@ func newGRPCServer(logger *slog.Logger, maxRecvBytes int, extra []grpc.ServerOpt
 		unary, stream = append(unary, g.unary), append(stream, g.stream)
 	}
 	s := grpc.NewServer(append([]grpc.ServerOption{
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
 		grpc.MaxRecvMsgSize(maxRecvBytes),
 		grpcbuf.ServerOption(),
 		grpcbuf.UTF8ServerCodec(bad),

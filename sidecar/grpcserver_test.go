@@ -21,6 +21,7 @@ import (
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/embedded"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	spool "github.com/spoolmq/spool/sdk/go"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
@@ -263,4 +264,18 @@ func serveAdmin(t *testing.T) *grpc.ClientConn {
 		_ = eng.Close()
 	})
 	return conn
+}
+
+// spoold's keepalive enforcement permits the Go SDK's pings (gRPC's
+// default policy, one ping per 5 minutes and none without a call, would
+// answer them with GOAWAY too_many_pings and cut the app off), and spoold
+// pings no more often than it lets its clients ping. The Python,
+// TypeScript and Java SDKs ping every 10 s too (their sdk guides).
+func TestKeepalivePolicyPermitsTheSDKsPings(t *testing.T) {
+	if KeepaliveMinTime > spool.KeepaliveTime {
+		t.Fatalf("spoold refuses pings more often than every %v; the Go SDK pings every %v", KeepaliveMinTime, spool.KeepaliveTime)
+	}
+	if KeepaliveTime < KeepaliveMinTime {
+		t.Fatalf("spoold pings every %v, more often than the %v it permits its clients", KeepaliveTime, KeepaliveMinTime)
+	}
 }

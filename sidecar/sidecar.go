@@ -18,6 +18,7 @@ import (
 
 	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/internal/buildinfo"
+	"github.com/spoolmq/spool/internal/release"
 	"github.com/spoolmq/spool/internal/wallclock"
 	"github.com/spoolmq/spool/proto/grpcbuf"
 	"github.com/spoolmq/spool/sidecar/breaker"
@@ -156,6 +157,9 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	eng, catalog, err := startEngine(r, cfg, dataDir, m, logger)
 	if err != nil {
+		return release.ExplainOpen(err, dataDir)
+	}
+	if err := stampDataDir(cfg, dataDir, logger); err != nil {
 		return err
 	}
 

@@ -39,6 +39,11 @@
 //     by then. A heal followed by another fault before the bound and
 //     before that acknowledgement is not judged (the next fault may be the
 //     cause).
+//   - the log start and high watermark of a partition, and a group's
+//     committed offset of it, as a client reads them through one sidecar,
+//     never go back (a committed offset: except by an explicit reset of
+//     the group); progress.go, which also measures each partition's pause
+//     after each fault.
 package check
 
 import (
@@ -83,10 +88,11 @@ type Record struct {
 
 // Completion is one message completed by a consuming app.
 type Completion struct {
-	Value string
-	Node  int // the sidecar the app consumes through
-	Token uint64
-	At    time.Time
+	Value     string
+	Node      int // the sidecar the app consumes through
+	Partition int32
+	Token     uint64
+	At        time.Time
 }
 
 // Fault is a fault of a node's spoold or link, From its start To its heal
@@ -109,6 +115,10 @@ type Fault struct {
 	// its own included, must publish to every partition within
 	// HealPublishBound of the fault's start, and of its end.
 	Degraded bool
+	// Graceful: an operator's restart of the node (SIGTERM: the sidecar
+	// drains, hands its partitions and leaderships over, then stops), as in
+	// a rolling upgrade: it allows no message completed twice.
+	Graceful bool
 }
 
 // ElectionTimeoutMax is the longest a raft follower waits before it
@@ -135,6 +145,12 @@ type History struct {
 	// Sidecars and Partitions: the probes must cover sidecars 0..Sidecars-1
 	// and partitions 0..Partitions-1 (0: no probes, the rule is off).
 	Sidecars, Partitions int
+	// Offsets and Committed: what clients read of the partitions' offsets
+	// and of the groups' committed offsets during the run; Resets: the
+	// explicit resets of committed offsets (progress.go).
+	Offsets   []OffsetsSeen
+	Committed []CommittedSeen
+	Resets    []Reset
 }
 
 // Result is what Check found.
@@ -165,6 +181,18 @@ type Result struct {
 	// the consumers' pause a fault caused (LongestToCompletionValue: which).
 	LongestToCompletion      time.Duration
 	LongestToCompletionValue string
+	// Pauses: per fault and partition, how long it went without an
+	// acknowledged publish and without a completion once the fault began;
+	// LongestPartitionPause is the longest publish pause of them.
+	Pauses                []PartitionPause
+	LongestPartitionPause time.Duration
+	// Observed counts the readings of offsets and committed offsets the
+	// never-go-back rules judged; BackAfterRestart counts those lower
+	// through a restarted sidecar than before its restart (not judged;
+	// the first few in BackAfterRestartExamples).
+	Observed                 int
+	BackAfterRestart         int
+	BackAfterRestartExamples []string
 
 	linearization *linearization // a failed linearizability check (Visualize)
 }
@@ -254,6 +282,10 @@ func Check(h History) Result {
 	r.completions(h)
 	r.toCompletion(h)
 	r.healPublish(h)
+	r.offsetsNeverBack(h.Offsets)
+	r.committedNeverBack(h.Committed, h.Resets)
+	r.Observed = len(h.Offsets) + len(h.Committed)
+	r.pauses(h)
 	for _, ts := range ackTimes {
 		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
 		for _, f := range h.Faults {
@@ -342,7 +374,7 @@ func (r *Result) completions(h History) {
 		slices.SortFunc(cs, func(a, b Completion) int { return a.At.Compare(b.At) })
 		first := cs[0]
 		allowed := len(cs) == 2 && slices.ContainsFunc(h.Faults, func(f Fault) bool {
-			return (f.Node == first.Node || f.Ledger) && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
+			return !f.Graceful && (f.Node == first.Node || f.Ledger) && !first.At.Before(f.From.Add(-KillWindow)) && !first.At.After(f.To) && cs[1].At.After(f.From) && cs[1].Token > first.Token
 		})
 		if !allowed {
 			r.violate("COMPLETED TWICE: %q by node %d's app at %s (token %d), then node %d's at %s (token %d), not during or just before a fault of node %d",

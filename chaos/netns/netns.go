@@ -4,8 +4,11 @@
 // peers, Redis and its clients at once), Heal brings it back; CutFrom
 // makes a one-way cut (node i stops hearing some peers but still sends to
 // them) with an nftables table inside node i's namespace, and Uncut, Heal,
-// HealAll or Close remove it. It needs root and iproute2 (`ip`), and nft
-// for one-way cuts (OneWayAvailable says whether it is there); nothing is
+// HealAll or Close remove it; Flaky drops a share of a node's packets at
+// random (nftables), Delay delays them (tc netem), Steady removes both.
+// It needs root and iproute2 (`ip`), nft for one-way cuts and loss
+// (OneWayAvailable says whether it is there), and the kernel's sch_netem
+// for delays (DelayAvailable); nothing is
 // routed beyond the bridge's subnet, so traffic goes only to loopback and
 // to the addresses of the namespaces.
 package netns
@@ -30,11 +33,16 @@ type Net struct {
 	nodes  int
 	up     []bool // each node's link state as Isolate/Heal left it
 	cut    []bool // node i has a one-way cut (CutFrom) in place
+	flaky  []bool // node i's link loses packets (Flaky)
+	slow   []bool // node i's link delays packets (Delay)
 }
 
 // cutTable is the nftables table CutFrom adds in a node's namespace; the
 // namespace owns it, so removing the namespace removes it too.
 const cutTable = "spool_cut"
+
+// flakyTable is the nftables table Flaky adds in a node's namespace.
+const flakyTable = "spool_flaky"
 
 // Available says why the suite cannot run here (nil: it can).
 func Available() error {
@@ -82,7 +90,7 @@ func New(id string, third int, nodes int) (*Net, error) {
 	if len(id) > 6 || nodes < 1 || nodes > 9 || third < 1 || third > 254 {
 		return nil, fmt.Errorf("netns: id %q (at most 6 bytes), %d nodes (1-9), subnet 10.77.%d", id, nodes, third)
 	}
-	n := &Net{id: id, subnet: fmt.Sprintf("10.77.%d", third), nodes: nodes, up: make([]bool, nodes), cut: make([]bool, nodes)}
+	n := &Net{id: id, subnet: fmt.Sprintf("10.77.%d", third), nodes: nodes, up: make([]bool, nodes), cut: make([]bool, nodes), flaky: make([]bool, nodes), slow: make([]bool, nodes)}
 	n.remove()
 	steps := [][]string{
 		{"link", "add", n.bridge(), "type", "bridge"},
@@ -178,9 +186,89 @@ func (n *Net) Uncut(i int) error {
 	return nil
 }
 
-// Heal brings node i's link back and removes its one-way cut.
+// Flaky makes node i's link lose lossPct percent of the packets it sends
+// and of those it receives, each drawn at random (an nftables table in its
+// namespace: numgen random mod 100 < lossPct drop; loopback is spared).
+// Steady, Heal, HealAll or Close remove it.
+func (n *Net) Flaky(i, lossPct int) error {
+	if i < 0 || i >= n.nodes || lossPct < 1 || lossPct > 99 {
+		return fmt.Errorf("netns: %d%% loss on node %d (of %d): want 1-99%%", lossPct, i, n.nodes)
+	}
+	rules := fmt.Sprintf(`table inet %s {
+ chain input { type filter hook input priority 0; policy accept; iifname "lo" accept; numgen random mod 100 < %d drop; }
+ chain output { type filter hook output priority 0; policy accept; oifname "lo" accept; numgen random mod 100 < %d drop; }
+}
+`, flakyTable, lossPct, lossPct)
+	_ = n.Steady(i) // one loss rate per node: a new one replaces the old
+	if err := run(rules, "ip", "netns", "exec", n.NS(i), "nft", "-f", "-"); err != nil {
+		return err
+	}
+	n.flaky[i] = true
+	return nil
+}
+
+// DelayAvailable says why Delay cannot be used here (nil: it can): it
+// needs tc and the kernel's sch_netem, which some kernels lack.
+func DelayAvailable() error {
+	if err := Available(); err != nil {
+		return err
+	}
+	if _, err := exec.LookPath("tc"); err != nil {
+		return errors.New("delays need iproute2's tc, which is not installed")
+	}
+	probe := fmt.Sprintf("spool-tcprobe-%d", os.Getpid())
+	if err := ip("netns", "add", probe); err != nil {
+		return fmt.Errorf("cannot create a network namespace: %w", err)
+	}
+	defer func() { _ = ip("netns", "del", probe) }()
+	if err := ip("netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"); err != nil {
+		return fmt.Errorf("no sch_netem: %w", err)
+	}
+	return nil
+}
+
+// Delay makes node i's link delay what it sends by delay ± jitter (tc
+// netem on its side of the link). Steady, Heal, HealAll or Close remove it.
+func (n *Net) Delay(i int, delay, jitter time.Duration) error {
+	if i < 0 || i >= n.nodes || delay <= 0 || jitter < 0 || jitter > delay {
+		return fmt.Errorf("netns: delay %v ± %v on node %d (of %d)", delay, jitter, i, n.nodes)
+	}
+	verb := "add"
+	if n.slow[i] {
+		verb = "change"
+	}
+	if err := ip("netns", "exec", n.NS(i), "tc", "qdisc", verb, "dev", n.nsLink(i), "root", "netem",
+		"delay", fmt.Sprintf("%dms", delay.Milliseconds()), fmt.Sprintf("%dms", jitter.Milliseconds())); err != nil {
+		return err
+	}
+	n.slow[i] = true
+	return nil
+}
+
+// Steady removes node i's packet loss (Flaky) and delay (Delay), if any.
+func (n *Net) Steady(i int) error {
+	var errs []error
+	if n.flaky[i] {
+		if err := ip("netns", "exec", n.NS(i), "nft", "delete", "table", "inet", flakyTable); err != nil {
+			errs = append(errs, err)
+		} else {
+			n.flaky[i] = false
+		}
+	}
+	if n.slow[i] {
+		if err := ip("netns", "exec", n.NS(i), "tc", "qdisc", "del", "dev", n.nsLink(i), "root"); err != nil {
+			errs = append(errs, err)
+		} else {
+			n.slow[i] = false
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Heal brings node i's link back and removes its one-way cut, its loss
+// and its delay.
 func (n *Net) Heal(i int) error {
-	if err := n.Uncut(i); err != nil {
+	if err := errors.Join(n.Uncut(i), n.Steady(i)); err != nil {
 		return err
 	}
 	if err := ip("link", "set", n.hostLink(i), "up"); err != nil {
@@ -194,7 +282,7 @@ func (n *Net) Heal(i int) error {
 func (n *Net) HealAll() error {
 	var errs []error
 	for i := range n.nodes {
-		if !n.up[i] || n.cut[i] {
+		if !n.up[i] || n.cut[i] || n.flaky[i] || n.slow[i] {
 			errs = append(errs, n.Heal(i))
 		}
 	}

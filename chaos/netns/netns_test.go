@@ -117,31 +117,7 @@ func TestCutFromAndUncut(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	// heard reports whether node to received a datagram node from sent.
-	heard := func(from, to int) bool {
-		t.Helper()
-		addr := n.IP(to) + ":7999"
-		l := n.Command(to, os.Args[0])
-		l.Env = append(os.Environ(), listenEnv+"="+addr)
-		out, err := l.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Start(); err != nil {
-			t.Fatal(err)
-		}
-		r := bufio.NewReader(out)
-		if line, err := r.ReadString('\n'); err != nil || line != "listening\n" {
-			t.Fatalf("listener in node %d: %q %v", to, line, err)
-		}
-		msg := fmt.Sprintf("from-%d", from)
-		if err := n.Command(from, "bash", "-c", "echo -n "+msg+" >/dev/udp/"+n.IP(to)+"/7999").Run(); err != nil {
-			t.Fatalf("send from node %d: %v", from, err)
-		}
-		got, _ := io.ReadAll(r)
-		_ = l.Wait()
-		return string(got) == msg
-	}
+	heard := func(from, to int) bool { t.Helper(); return heardUDP(t, n, from, to) }
 	if !heard(1, 0) || !heard(0, 1) {
 		t.Fatal("nodes do not hear each other before any cut")
 	}
@@ -174,5 +150,74 @@ func TestCutFromAndUncut(t *testing.T) {
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// heardUDP reports whether node to received a datagram node from sent.
+func heardUDP(t *testing.T, n *Net, from, to int) bool {
+	t.Helper()
+	addr := n.IP(to) + ":7999"
+	l := n.Command(to, os.Args[0])
+	l.Env = append(os.Environ(), listenEnv+"="+addr)
+	out, err := l.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(out)
+	if line, err := r.ReadString('\n'); err != nil || line != "listening\n" {
+		t.Fatalf("listener in node %d: %q %v", to, line, err)
+	}
+	msg := fmt.Sprintf("from-%d", from)
+	if err := n.Command(from, "bash", "-c", "echo -n "+msg+" >/dev/udp/"+n.IP(to)+"/7999").Run(); err != nil {
+		t.Fatalf("send from node %d: %v", from, err)
+	}
+	got, _ := io.ReadAll(r)
+	_ = l.Wait()
+	return string(got) == msg
+}
+
+// A flaky link: at 99% loss on node 0's link, of two datagrams each way at
+// least one is lost (all four arrive with a chance of 1e-8); Steady, and
+// they arrive again. A delay where the kernel has sch_netem, else it says
+// why it is skipped.
+func TestFlakyAndSteady(t *testing.T) {
+	if err := OneWayAvailable(); err != nil {
+		t.Skipf("nftables not available here: %v", err)
+	}
+	n, err := New("t3", 203, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.Flaky(0, 99); err != nil {
+		t.Fatal(err)
+	}
+	if heardUDP(t, n, 1, 0) && heardUDP(t, n, 0, 1) && heardUDP(t, n, 1, 0) && heardUDP(t, n, 0, 1) {
+		t.Fatal("at 99% loss on node 0's link, four datagrams in a row got through")
+	}
+	if err := n.Flaky(0, 100); err == nil {
+		t.Fatal("a loss of 100% was accepted (that is Isolate)")
+	}
+	if err := n.Steady(0); err != nil {
+		t.Fatal(err)
+	}
+	if !heardUDP(t, n, 1, 0) || !heardUDP(t, n, 0, 1) {
+		t.Fatal("nodes do not hear each other after Steady")
+	}
+	if err := DelayAvailable(); err != nil {
+		t.Logf("skipped delay: %v", err)
+	} else {
+		if err := n.Delay(0, 50*time.Millisecond, 10*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.HealAll(); err != nil {
+			t.Fatal(err)
+		}
+		if n.slow[0] {
+			t.Fatal("HealAll left node 0's delay")
+		}
 	}
 }

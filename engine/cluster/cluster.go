@@ -490,7 +490,7 @@ func (c *member) serve(ctx context.Context) error {
 
 // newRouter is the router of this node's calls to raft groups' leaders.
 func (c *cluster) newRouter() *route.Router {
-	return &route.Router{Self: c.id.NodeID, Tick: c.cfg.TickInterval, Status: func(group uint64) (bool, uint64, bool) {
+	return &route.Router{Self: c.id.NodeID, Tick: c.cfg.TickInterval, ElectionTicks: raft.DefaultElectionTicks, Status: func(group uint64) (bool, uint64, bool) {
 		st, ok := c.status(group)
 		return st.IsLeader, st.Leader, ok
 	}}

@@ -57,6 +57,57 @@ func TestClusterForwardMovesToTheNewLeader(t *testing.T) {
 	})
 }
 
+// TestClusterForwardWithoutReplicaMovesToTheNewLeader: the same from a
+// node that holds no replica of the partition (storage off, as in a
+// cluster larger than the replication factor), which learns of no new
+// leader from a replica of its own: its attempt at the paused leader is
+// given up after the longest an election can take, and the next goes to a
+// holder, which names the new leader. Acknowledged within an election
+// timeout plus 2 s of the pause, stored once. (Before: it waited out
+// ProduceTimeout, 5 s here.)
+func TestClusterForwardWithoutReplicaMovesToTheNewLeader(t *testing.T) {
+	tc, leader, _ := caughtUpTrio(t)
+	client := &clusterNode{dir: t.TempDir(), join: []string{tc.nodes[0].addr}, client: true}
+	tc.start(client)
+	t.Cleanup(func() { tc.stop(client) })
+	awaitCond(t, 30*time.Second, "a publish through the storage-off node", func() error { _, err := produce(client.n, "orders", 0, "W"); return err })
+	gate := &leader.n.asMember().gate
+	paused := time.Now()
+	gate.pause()
+	defer gate.resume()
+	r := <-produceAsync(client.n, "orders", 0, "X", engine.ProduceOptions{})
+	took := time.Since(paused)
+	if r.err != nil {
+		t.Fatalf("X forwarded by a node without a replica while the leader was paused: %v after %v; want it acknowledged by the new leader", r.err, took)
+	}
+	if !gate.paused() {
+		t.Fatal("the gate opened before X's answer")
+	}
+	if bound := 400*time.Millisecond + 2*time.Second; took > bound {
+		t.Fatalf("X acknowledged %v after the pause, want within %v", took, bound)
+	}
+	t.Logf("X acknowledged at offset %d, %v after the leader paused", r.base, took.Round(time.Millisecond))
+	gate.resume()
+	awaitCond(t, 30*time.Second, "X once on every replica", func() error {
+		for _, cn := range tc.nodes {
+			recs, err := readAll(cn.n, "orders", 0)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for _, rec := range recs {
+				if string(rec.Value) == "X" {
+					n++
+				}
+			}
+			if len(recs) != 3 || n != 1 {
+				return fmt.Errorf("node at %s holds %d records, X %d times", cn.addr, len(recs), n)
+			}
+		}
+		return nil
+	})
+}
+
 // caughtUpTrio is a 3-node cluster with topic orders (one partition) holding
 // one record on every replica, its leader, and a follower.
 func caughtUpTrio(t *testing.T) (tc *testCluster, leader, follower *clusterNode) {

@@ -264,14 +264,19 @@ func (n *Node) Watch(topics []string, ch chan<- struct{}) (cancel func(), err er
 	return n.tab.Watch(topics, ch)
 }
 
-// Offsets returns a partition's log start and committed end.
+// Offsets returns a partition's log start and committed end. Without a
+// replica here they come from one that has it, and the committed end is
+// never less than one reported before: the replica that answers may lag
+// (just restarted, or cut off from its leader), and what was committed
+// stays committed.
 func (n *Node) Offsets(topicName string, p int32) (start, end int64, err error) {
 	part, err := n.partition(topicName, p)
 	if err != nil {
 		return 0, 0, err
 	}
 	if part.Log == nil {
-		return n.offsetsRemote(part)
+		start, end, err := n.offsetsRemote(part)
+		return start, max(end, part.Committed.Load()), err
 	}
 	return part.Log.StartOffset(), max(part.Committed.Load(), part.X.remoteEnd.Load()), nil
 }

@@ -11,19 +11,29 @@ import (
 // the environment turns on.
 const FaultsBuilt = true
 
-var powerLoss struct {
+var faultFS struct {
 	once sync.Once
 	fs   FS
 	err  error
 }
 
-// defaultFS is the OS's FS, journaled for a power loss (PowerLossFS) when
-// PowerLossEnv names a journal; every store of the process shares it.
+// defaultFS is the OS's FS with the fault modes the environment turns on:
+// syncs slowed (SlowSyncFS) when SlowSyncEnv names a delay file, journaled
+// for a power loss (PowerLossFS) when PowerLossEnv names a journal. Every
+// store of the process shares it.
 func defaultFS() (FS, error) {
-	path := os.Getenv(PowerLossEnv)
-	if path == "" {
+	if os.Getenv(SlowSyncEnv) == "" && os.Getenv(PowerLossEnv) == "" {
 		return OSFS{}, nil
 	}
-	powerLoss.once.Do(func() { powerLoss.fs, powerLoss.err = NewPowerLossFS(OSFS{}, path) })
-	return powerLoss.fs, powerLoss.err
+	faultFS.once.Do(func() {
+		var fsys FS = OSFS{}
+		if path := os.Getenv(SlowSyncEnv); path != "" {
+			fsys = NewSlowSyncFS(fsys, path)
+		}
+		if path := os.Getenv(PowerLossEnv); path != "" {
+			fsys, faultFS.err = NewPowerLossFS(fsys, path)
+		}
+		faultFS.fs = fsys
+	})
+	return faultFS.fs, faultFS.err
 }

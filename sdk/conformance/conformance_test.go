@@ -190,7 +190,7 @@ func testDeadLetter(t *testing.T, l *language, redis *testredis.Server) {
 		t.Errorf("failing message's last attempt error %q, want the handler's (fail attempt 2)", d.GetAttempts()[1].GetError())
 	}
 	for _, d := range entries {
-		if want := "conformance-" + l.name; d.GetAppVersion() != want {
+		if want := "conformance-" + strings.TrimSuffix(l.name, "-previous"); d.GetAppVersion() != want {
 			t.Errorf("DLQ entry of %s: app version %q, want %q", d.GetMessage().GetMessageId(), d.GetAppVersion(), want)
 		}
 	}

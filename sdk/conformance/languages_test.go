@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/spoolmq/spool/internal/testrelease"
 )
 
 // bins holds what TestMain builds once.
@@ -30,9 +32,13 @@ type language struct {
 	releaseInHandler bool
 	// errorTypes: the typed error each bad input surfaces as, by reason.
 	errorTypes map[string]string
-	// prepare checks the toolchain and the SDK's build once and returns
-	// the command prefix that runs the app with its spec as last argument.
-	prepare func() ([]string, error)
+	// prepare checks the toolchain and the SDK's build in the tree at root
+	// (this repository, or a release's: previous) once and returns the
+	// command prefix that runs the app with its spec as last argument.
+	prepare func(root string) ([]string, error)
+	// previous: the language runs the previous release's SDK and app
+	// (RELEASES), built in that release's tree.
+	previous bool
 
 	once   sync.Once
 	prefix []string
@@ -50,7 +56,17 @@ func (l *language) command(spec string) *exec.Cmd {
 // every subtest of the language, saying what to run.
 func (l *language) ready(t *testing.T) {
 	t.Helper()
-	l.once.Do(func() { l.prefix, l.err = l.prepare() })
+	l.once.Do(func() {
+		root := repo
+		if l.previous {
+			// Go's app is built from the release's tree by prepare; the
+			// others run on the SDKs that tree's Makefile builds.
+			if root, l.err = previousTree(l.name != "go-previous"); l.err != nil {
+				return
+			}
+		}
+		l.prefix, l.err = l.prepare(root)
+	})
 	if l.err != nil {
 		t.Fatalf("%s conformance app cannot run: %v", l.name, l.err)
 	}
@@ -80,7 +96,17 @@ var languages = []*language{
 			"UNKNOWN_TOPIC":     "*status.Status",
 			"MESSAGE_TOO_LARGE": "*status.Status",
 		},
-		prepare: func() ([]string, error) { return []string{bins.goApp}, nil },
+		prepare: func(root string) ([]string, error) {
+			if root == repo {
+				return []string{bins.goApp}, nil
+			}
+			rel, err := testrelease.Previous()
+			if err != nil {
+				return nil, err
+			}
+			app, err := testrelease.Build(rel, "./sdk/conformance/apps/go", "conformance-go", "")
+			return []string{app}, err
+		},
 	},
 	{
 		name:             "python",
@@ -89,15 +115,18 @@ var languages = []*language{
 			"UNKNOWN_TOPIC":     "UnknownTopicError",
 			"MESSAGE_TOO_LARGE": "MessageTooLargeError",
 		},
-		prepare: func() ([]string, error) {
-			py := envOr("SPOOL_CONFORMANCE_PYTHON", filepath.Join(repo, "sdk/python/.venv/bin/python"))
+		prepare: func(root string) ([]string, error) {
+			py := filepath.Join(root, "sdk/python/.venv/bin/python")
+			if root == repo {
+				py = envOr("SPOOL_CONFORMANCE_PYTHON", py)
+			}
 			if err := exists(py, "the Python SDK's venv", buildHint); err != nil {
 				return nil, err
 			}
 			if out, err := exec.Command(py, "-c", "import spool").CombinedOutput(); err != nil {
 				return nil, fmt.Errorf("%s cannot import spool (%v: %s): %s", py, err, strings.TrimSpace(string(out)), buildHint)
 			}
-			return []string{py, filepath.Join(repo, "sdk/conformance/apps/python/app.py")}, nil
+			return []string{py, filepath.Join(root, "sdk/conformance/apps/python/app.py")}, nil
 		},
 	},
 	{
@@ -107,15 +136,15 @@ var languages = []*language{
 			"UNKNOWN_TOPIC":     "NotFoundError",
 			"MESSAGE_TOO_LARGE": "InvalidRequestError",
 		},
-		prepare: func() ([]string, error) {
+		prepare: func(root string) ([]string, error) {
 			node, err := exec.LookPath("node")
 			if err != nil {
 				return nil, fmt.Errorf("node is not on PATH: the TypeScript SDK needs Node 20 or later")
 			}
-			if err := exists(filepath.Join(repo, "sdk/typescript/dist/index.js"), "the TypeScript SDK's build", buildHint); err != nil {
+			if err := exists(filepath.Join(root, "sdk/typescript/dist/index.js"), "the TypeScript SDK's build", buildHint); err != nil {
 				return nil, err
 			}
-			return []string{node, filepath.Join(repo, "sdk/conformance/apps/typescript/app.js")}, nil
+			return []string{node, filepath.Join(root, "sdk/conformance/apps/typescript/app.js")}, nil
 		},
 	},
 	{
@@ -132,13 +161,13 @@ var languages = []*language{
 // prepareJava compiles the Java app against the SDK's classes and the
 // runtime classpath that `make test-sdk-conformance` writes
 // (sdk/java/target/classpath.txt, from mvn dependency:build-classpath).
-func prepareJava() ([]string, error) {
+func prepareJava(root string) ([]string, error) {
 	javac, err := exec.LookPath("javac")
 	if err != nil {
 		return nil, fmt.Errorf("javac is not on PATH: the Java SDK needs a JDK 17 or later (make deps installs one)")
 	}
-	classes := filepath.Join(repo, "sdk/java/target/classes")
-	cpFile := filepath.Join(repo, "sdk/java/target/classpath.txt")
+	classes := filepath.Join(root, "sdk/java/target/classes")
+	cpFile := filepath.Join(root, "sdk/java/target/classpath.txt")
 	for path, what := range map[string]string{classes: "the Java SDK's classes", cpFile: "the Java SDK's runtime classpath"} {
 		if err := exists(path, what, buildHint); err != nil {
 			return nil, err
@@ -150,7 +179,10 @@ func prepareJava() ([]string, error) {
 	}
 	cp := classes + string(os.PathListSeparator) + strings.TrimSpace(string(deps))
 	out := filepath.Join(bins.dir, "java")
-	cmd := exec.Command(javac, "-d", out, "-cp", cp, filepath.Join(repo, "sdk/conformance/apps/java/App.java"))
+	if root != repo {
+		out += "-previous"
+	}
+	cmd := exec.Command(javac, "-d", out, "-cp", cp, filepath.Join(root, "sdk/conformance/apps/java/App.java"))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("compiling the Java app: %v:\n%s", err, b)
 	}
@@ -170,16 +202,62 @@ func selected(t *testing.T) []*language {
 	}
 	var out []*language
 	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
 		found := false
 		for _, l := range languages {
-			if l.name == strings.TrimSpace(name) {
+			if l.name == name {
 				out = append(out, l)
+				found = true
+			}
+			// <lang>-previous: the previous release's SDK (previousOf).
+			if l.name+"-previous" == name {
+				out = append(out, previousOf(l))
 				found = true
 			}
 		}
 		if !found {
-			t.Fatalf("SPOOL_CONFORMANCE_LANGS: unknown language %q (go, python, typescript, java)", name)
+			t.Fatalf("SPOOL_CONFORMANCE_LANGS: unknown language %q (go, python, typescript, java, each also as <lang>-previous)", name)
 		}
 	}
 	return out
+}
+
+// previousOf is language l running the previous release's SDK and app.
+func previousOf(l *language) *language {
+	return &language{name: l.name + "-previous", releaseInHandler: l.releaseInHandler, errorTypes: l.errorTypes, prepare: l.prepare, previous: true}
+}
+
+var prevTree struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// previousTree is the previous release's source tree, with (sdks) its
+// SDKs built by that tree's own Makefile (its build-sdk-* targets), once.
+func previousTree(sdks bool) (string, error) {
+	if !sdks {
+		rel, err := testrelease.Previous()
+		if err != nil {
+			return "", err
+		}
+		return testrelease.Tree(rel)
+	}
+	prevTree.once.Do(func() {
+		rel, err := testrelease.Previous()
+		if err != nil {
+			prevTree.err = err
+			return
+		}
+		if prevTree.dir, err = testrelease.Tree(rel); err != nil {
+			prevTree.err = err
+			return
+		}
+		cmd := exec.Command("make", "--no-print-directory", "build-sdk-python", "build-sdk-typescript", "build-sdk-java")
+		cmd.Dir = prevTree.dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			prevTree.err = fmt.Errorf("building release %s's SDKs in %s: %v\n%s", rel.Version, prevTree.dir, err, out)
+		}
+	})
+	return prevTree.dir, prevTree.err
 }

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/spoolmq/spool/internal/testrelease"
 )
 
 func TestMain(m *testing.M) {
@@ -27,6 +29,20 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "building", pkg, ":", err)
 			os.Exit(1)
 		}
+	}
+	// SPOOL_CONFORMANCE_SPOOLD=previous: every SDK against the previous
+	// release's spoold (RELEASES), as an app whose sidecar is not upgraded
+	// yet meets a newer SDK.
+	if os.Getenv("SPOOL_CONFORMANCE_SPOOLD") == "previous" {
+		rel, err := testrelease.Previous()
+		if err == nil {
+			bins.spoold, err = testrelease.Spoold(rel, "")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "the previous release's spoold:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(os.Stderr, "conformance against spoold %s (%s)\n", rel.Version, bins.spoold)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

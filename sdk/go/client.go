@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/spoolmq/spool/proto/grpcbuf"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -37,6 +38,24 @@ const (
 	// beyond loopback included); gRPC's default is 20 s.
 	MinConnectTimeout = 5 * time.Second
 )
+
+// The connection's keepalive: after KeepaliveTime without a frame from the
+// sidecar, gRPC pings it, and a ping not answered within KeepaliveTimeout
+// (or written data the peer has not acknowledged for that long: gRPC sets
+// TCP_USER_TIMEOUT to it) closes the connection, so that an app whose
+// connection to spoold crosses a network notices a cut within
+// KeepaliveTime+KeepaliveTimeout (13 s) rather than waiting out TCP's
+// retransmissions, and Subscribe reconnects. Pings are sent with no call
+// in progress too (a publish-only app). KeepaliveTime is gRPC-go's minimum;
+// spoold permits pings every 5 s (its keepalive enforcement policy).
+// Replace them with WithGRPCDialOptions(grpc.WithKeepaliveParams(...)).
+const (
+	KeepaliveTime    = 10 * time.Second
+	KeepaliveTimeout = 3 * time.Second
+)
+
+// keepaliveParams is the keepalive above, as gRPC takes it.
+var keepaliveParams = keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true}
 
 // connectParams is the connect backoff above, as gRPC takes it.
 var connectParams = grpc.ConnectParams{
@@ -69,9 +88,10 @@ func WithConnectTimeout(d time.Duration) DialOption {
 }
 
 // WithGRPCDialOptions adds gRPC dial options (interceptors, message size
-// limits, grpc.WithConnectParams to replace the connect backoff). They come
-// after the SDK's own (plaintext credentials, the sidecar's codec, the
-// connect backoff) and win.
+// limits, grpc.WithConnectParams to replace the connect backoff,
+// grpc.WithKeepaliveParams the keepalive). They come after the SDK's own
+// (plaintext credentials, the sidecar's codec, the connect backoff, the
+// keepalive) and win.
 func WithGRPCDialOptions(opts ...grpc.DialOption) DialOption {
 	return func(c *dialConfig) { c.grpcOpts = append(c.grpcOpts, opts...) }
 }
@@ -97,7 +117,7 @@ func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error)
 	// batches written (options given by the caller come after, and win).
 	gopts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpcbuf.ClientCodec(),
-		grpc.WithConnectParams(connectParams),
+		grpc.WithConnectParams(connectParams), grpc.WithKeepaliveParams(keepaliveParams),
 	}, cfg.grpcOpts...)
 	conn, err := grpc.NewClient(addr, gopts...)
 	if err != nil {

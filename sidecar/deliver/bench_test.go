@@ -85,7 +85,8 @@ func benchAckAll(b *testing.B, cfg GroupConfig, eng Engine) {
 	for acked := 0; acked < b.N; {
 		var f *spoolv1.SubscribeResponse
 		select {
-		case f = <-c.out:
+		case q := <-c.out:
+			f = q.f
 		case <-timeout.C:
 			b.Fatalf("%d of %d acked after a minute", acked, b.N)
 		}

@@ -45,7 +45,12 @@ func (g *Group) runCallbacks(stop <-chan struct{}) {
 	}
 	for {
 		select {
-		case f := <-c.out:
+		case q := <-c.out:
+			f := q.f
+			if q.fenced(time.Now()) {
+				_ = g.post(ctx, droppedEvent{c, f})
+				continue
+			}
 			for _, d := range f.GetDeliveries() {
 				wg.Add(1)
 				go func() { // owned: awaited by wg before runCallbacks returns

@@ -30,6 +30,7 @@ type consumer struct {
 	dups       map[refKey]uint64
 	frame      []*spoolv1.Delivery // being built by send
 	frameBytes int                 // estimated wire size of frame
+	frameFence time.Time           // earliest fenceAt of frame's deliveries (zero: none)
 	// maxFrameBytes bounds a delivery frame's size (0: unbounded, for the
 	// callback dispatcher, whose deliveries never cross the wire together).
 	maxFrameBytes int

@@ -24,7 +24,7 @@ type leaveEvent struct{ c *consumer }
 // consumer: its sender has stopped, so they never reached the app.
 func (e leaveEvent) apply(g *Group, now time.Time) {
 	for len(e.c.out) > 0 {
-		g.mc.frameUnsent(now, e.c, <-e.c.out)
+		g.mc.frameUnsent(now, e.c, (<-e.c.out).f)
 	}
 	g.mc.leave(now, e.c)
 }

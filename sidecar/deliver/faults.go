@@ -138,7 +138,7 @@ func (m *machine) injectSendFaults(now time.Time, c *consumer, cd *candidate, d 
 			c.dups = map[refKey]uint64{}
 		}
 		c.dups[refKey{s.cfg.Topic, cd.p.num, cd.d.Offset}] = cd.wire
-		m.frameAdd(c, d)
+		m.frameAdd(c, s, d)
 		m.fault(s, faultDuplicate)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/ledger"
 )
 
@@ -70,6 +71,44 @@ func (m *machine) fenceWake(s *sub) (time.Time, bool) {
 	}
 	return s.heardAt.Add(m.cfg.Membership.SessionTimeout), true
 }
+
+// fenceAt is when s's member fences itself unless a heartbeat is taken
+// first: the deadline a delivery frame of s carries to the consumer's
+// sender (queued.fenceAt). Only in a cluster, once the member was heard.
+func (m *machine) fenceAt(s *sub) (time.Time, bool) {
+	if !m.cluster || s.heardAt.IsZero() {
+		return time.Time{}, false
+	}
+	return s.heardAt.Add(m.cfg.Membership.SessionTimeout), true
+}
+
+// frameDropped answers a delivery frame that its sender dropped because
+// the frame's member had fenced itself by the time it would have left
+// (queued.fenced). The app never had its deliveries: their credit returns,
+// and no ack of them will come. Those the machine still counts outstanding
+// (it has not noticed the silence yet, or a heartbeat was taken since the
+// frame was queued) go back uncounted, as an unsent frame's do; those kept
+// after the partition stopped (keepFenced) are forgotten, their ledger
+// entries left to the new owner's claim.
+func (m *machine) frameDropped(now time.Time, c *consumer, f *spoolv1.SubscribeResponse) {
+	for _, d := range f.GetDeliveries() {
+		k := refKey{d.GetTopic(), d.GetPartition(), d.GetOffset()}
+		m.count(metricKey{id: metFencedDrops, l1: k.topic}, 1)
+		if fd, ok := m.fenced[k]; ok && fd.c == c && fd.o.wire == d.GetFencingToken() {
+			delete(m.fenced, k)
+			c.credit++
+		}
+	}
+	m.frameUnsent(now, c, f)
+}
+
+// droppedEvent: a delivery frame the consumer's sender dropped, fenced.
+type droppedEvent struct {
+	c *consumer
+	f *spoolv1.SubscribeResponse
+}
+
+func (e droppedEvent) apply(g *Group, now time.Time) { g.mc.frameDropped(now, e.c, e.f) }
 
 // keepFenced takes over the delivery o of s, outstanding at c when its
 // partition stopped: see the package comment above.

@@ -341,7 +341,7 @@ func (d *driver) do(now time.Time, a *action) {
 		recs, err := g.eng.Fetch(a.s.cfg.Topic, a.p.num, a.offset, a.maxBytes, nil)
 		mc.fetched(now, a.s, a.p, a.offset, recs, err)
 	case actSend:
-		if !a.c.send(a.frame) {
+		if !a.c.send(a.frame, a.fenceAt) {
 			mc.frameUnsent(now, a.c, a.frame)
 		}
 	case actClaim:

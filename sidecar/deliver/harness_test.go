@@ -118,8 +118,8 @@ func (tc *tconsumer) send(req *spoolv1.SubscribeRequest) {
 // frame waits up to d for the next frame; nil if none came.
 func (tc *tconsumer) frame(d time.Duration) *spoolv1.SubscribeResponse {
 	select {
-	case f := <-tc.c.out:
-		return f
+	case q := <-tc.c.out:
+		return q.f
 	case <-time.After(d):
 		return nil
 	}

@@ -128,10 +128,13 @@ type action struct {
 	maxBytes int
 	c        *consumer
 	frame    *spoolv1.SubscribeResponse
-	claim    *claimJob
-	writes   ledgerOps
-	dl       *dlqJob
-	pos      map[int32]engine.Position
+	// fenceAt: of an actSend of deliveries in a cluster, when their
+	// member fences itself (queued.fenceAt).
+	fenceAt time.Time
+	claim   *claimJob
+	writes  ledgerOps
+	dl      *dlqJob
+	pos     map[int32]engine.Position
 	// In a cluster, an actCommit carries each partition's generation, and
 	// may carry revoked partitions to hand over after the commit.
 	gens      map[int32]uint64
@@ -854,7 +857,7 @@ func (m *machine) send(now time.Time, cands []candidate) {
 		if cd.s.traced > 0 {
 			m.trace(now, cd.s, spoolv1.TailDeliveryKind_TAIL_DELIVERY_KIND_DELIVERED, cd.p.num, d.GetOffset(), d.GetMessageId(), d.GetAttempt(), c, "", "")
 		}
-		m.frameAdd(c, d)
+		m.frameAdd(c, cd.s, d)
 		if cd.s.faults != nil {
 			m.injectSendFaults(now, c, cd, d)
 		}
@@ -864,22 +867,31 @@ func (m *machine) send(now time.Time, cands []candidate) {
 	}
 	for _, c := range m.consumers {
 		if len(c.frame) > 0 {
-			m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}})
-			c.frame, c.frameBytes = nil, 0
+			m.flushFrame(c)
 		}
 	}
 }
 
-// frameAdd appends d to the frame being built for c, sending the frame
-// first when d would take it past the consumer's frame bytes.
-func (m *machine) frameAdd(c *consumer, d *spoolv1.Delivery) {
+// frameAdd appends d, a delivery of s, to the frame being built for c,
+// sending the frame first when d would take it past the consumer's frame
+// bytes.
+func (m *machine) frameAdd(c *consumer, s *sub, d *spoolv1.Delivery) {
 	size := wireBytes(d)
 	if c.maxFrameBytes > 0 && len(c.frame) > 0 && c.frameBytes+size > c.maxFrameBytes {
-		m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}})
-		c.frame, c.frameBytes = nil, 0
+		m.flushFrame(c)
 	}
 	c.frame = append(c.frame, d)
 	c.frameBytes += size
+	if at, ok := m.fenceAt(s); ok && (c.frameFence.IsZero() || at.Before(c.frameFence)) {
+		c.frameFence = at
+	}
+}
+
+// flushFrame sends the frame built for c, with the earliest time at which
+// the member of one of its deliveries fences itself.
+func (m *machine) flushFrame(c *consumer) {
+	m.emit(action{kind: actSend, c: c, frame: &spoolv1.SubscribeResponse{Deliveries: c.frame}, fenceAt: c.frameFence})
+	c.frame, c.frameBytes, c.frameFence = nil, 0, time.Time{}
 }
 
 // unsentRetry is how long deliveries of a frame that could not be queued

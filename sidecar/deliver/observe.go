@@ -39,6 +39,7 @@ const (
 	metPartitionMoves                     // l1: topic, l2: direction
 	metSelfFences                         // l1: topic
 	metFencedAcks                         // l1: topic
+	metFencedDrops                        // l1: topic
 	metMemoryPaused                       // seconds
 	metFaultsInjected                     // l1: topic, l2: kind
 	// Gauges (the last value set).

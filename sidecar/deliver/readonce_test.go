@@ -118,7 +118,8 @@ func ackAll(tb testing.TB, c *consumer, post func(event), n int) int64 {
 	for len(seen) < n {
 		var f *spoolv1.SubscribeResponse
 		select {
-		case f = <-c.out:
+		case q := <-c.out:
+			f = q.f
 		case <-timeout.C:
 			tb.Fatalf("%d of %d messages delivered after a minute", len(seen), n)
 		}

@@ -93,8 +93,8 @@ func TestReadAnsweredWhileDraining(t *testing.T) {
 	}
 	for {
 		select {
-		case f := <-c.c.out:
-			if len(f.GetDeliveries()) > 0 {
+		case q := <-c.c.out:
+			if f := q.f; len(f.GetDeliveries()) > 0 {
 				t.Fatalf("delivered %v after the drain began", f.GetDeliveries())
 			}
 			continue

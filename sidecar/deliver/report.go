@@ -104,6 +104,8 @@ func (g *Group) counter(k metricKey) prometheus.Counter {
 		return mt.GroupSelfFences.WithLabelValues(gr, k.l1)
 	case metFencedAcks:
 		return mt.GroupFencedAcks.WithLabelValues(gr, k.l1)
+	case metFencedDrops:
+		return mt.GroupFencedDrops.WithLabelValues(gr, k.l1)
 	case metMemoryPaused:
 		return mt.DeliveryMemoryPaused.WithLabelValues(gr)
 	case metFaultsInjected:

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/grpc"
 	"pgregory.net/rapid"
 
 	"github.com/spoolmq/spool/engine"
@@ -241,16 +242,12 @@ func TestMachineSelfFenceDecision(t *testing.T) {
 	})
 }
 
-// A ledger claim answered after the member went silent delivers nothing:
-// the claim was made while the member still owned the partition, but its
-// answer arrives (here, as after a SIGSTOP that outlasted the session,
-// before the machine's own round) once the session has run out. The
-// partition stops first and the grant goes back to the ledger. (Before:
-// claimed sent the grant to the app at once — in a fault run, a sidecar
-// resumed from SIGSTOP delivered a message under token 1 that its new
-// owner had already completed under token 2.)
-func TestClaimAnsweredAfterSilenceDeliversNothing(t *testing.T) {
-	const session = 10 * time.Second
+// silentSetup returns a cluster member's machine that owns partition 0 of
+// its subscription, heard by the coordinator at now with session timeout
+// session, with a stream consumer c granted 4 credits, and m0's ledger
+// claim answered (granted) but not yet applied.
+func silentSetup(t *testing.T, now time.Time, session time.Duration) (*machine, *sub, *consumer, *claimJob) {
+	t.Helper()
 	led := ledger.NewMemory(nil)
 	cfg := GroupConfig{Name: tGroup, Subscriptions: []Subscription{testSub(tracker.Config{})}, CommitInterval: time.Second,
 		Membership: Membership{SessionTimeout: session, RevokeTimeout: 15 * time.Second}, Ledger: led, Owner: "node-1"}
@@ -263,7 +260,6 @@ func TestClaimAnsweredAfterSilenceDeliversNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	mc.subs, mc.byTop[tTopic] = []*sub{s}, s
-	now := time.Unix(1_000_000, 0)
 	mc.assigned(now, &assignView{s: s, member: true, generation: 1, sharedGens: true, heardAt: now,
 		owned: []int32{0}, committed: map[int32]engine.Position{}, starts: map[int32]int64{}})
 	c := newConsumer("c0", ModeStream, nil, 4)
@@ -295,6 +291,21 @@ func TestClaimAnsweredAfterSilenceDeliversNothing(t *testing.T) {
 	if claim.err != nil || len(claim.res) != 1 || claim.res[0].Status != ledger.Granted {
 		t.Fatalf("claim of m0: %+v (%v)", claim.res, claim.err)
 	}
+	return mc, s, c, claim
+}
+
+// A ledger claim answered after the member went silent delivers nothing:
+// the claim was made while the member still owned the partition, but its
+// answer arrives (here, as after a SIGSTOP that outlasted the session,
+// before the machine's own round) once the session has run out. The
+// partition stops first and the grant goes back to the ledger. (Before:
+// claimed sent the grant to the app at once — in a fault run, a sidecar
+// resumed from SIGSTOP delivered a message under token 1 that its new
+// owner had already completed under token 2.)
+func TestClaimAnsweredAfterSilenceDeliversNothing(t *testing.T) {
+	const session = 10 * time.Second
+	now := time.Unix(1_000_000, 0)
+	mc, s, c, claim := silentSetup(t, now, session)
 	mc.claimed(now.Add(session+time.Second), claim)
 	for _, a := range mc.take(nil) {
 		if a.kind == actSend && a.c == c {
@@ -302,13 +313,109 @@ func TestClaimAnsweredAfterSilenceDeliversNothing(t *testing.T) {
 		}
 	}
 	select {
-	case f := <-c.out:
-		if len(f.GetDeliveries()) > 0 {
-			t.Fatalf("the grant answered after the session ran out was delivered: %v", f.GetDeliveries())
+	case q := <-c.out:
+		if len(q.f.GetDeliveries()) > 0 {
+			t.Fatalf("the grant answered after the session ran out was delivered: %v", q.f.GetDeliveries())
 		}
 	default:
 	}
 	if s.parts[0].own != ownNone {
 		t.Fatalf("the partition is still owned after the session ran out")
+	}
+}
+
+// recStream is the send side of an app's Subscribe stream, recording.
+type recStream struct {
+	grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse]
+	sent chan *spoolv1.SubscribeResponse
+}
+
+func (r *recStream) Send(f *spoolv1.SubscribeResponse) error {
+	r.sent <- f
+	return nil
+}
+
+// sendQueued runs c's stream sender (sendFrames) with clock until it has
+// sent or dropped the frame queued for c; it returns which.
+func sendQueued(t *testing.T, c *consumer, clock time.Time) (sent, dropped *spoolv1.SubscribeResponse) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &recStream{sent: make(chan *spoolv1.SubscribeResponse, 1)}
+	drops := make(chan *spoolv1.SubscribeResponse, 1)
+	done := make(chan struct{})
+	go func() { // owned: awaited below
+		defer close(done)
+		sendFrames(ctx, st, c.out, func() time.Time { return clock }, func(f *spoolv1.SubscribeResponse) { drops <- f })
+	}()
+	defer func() { cancel(); <-done }()
+	select {
+	case sent = <-st.sent:
+	case dropped = <-drops:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's sender neither sent nor dropped the queued frame")
+	}
+	return sent, dropped
+}
+
+// A delivery frame queued for the app's stream while the member still
+// owned its partition does not leave once the member has fenced itself
+// (a SIGSTOP past the session timeout, then SIGCONT): the sender drops it
+// whether it runs before the group's loop has noticed the silence or
+// after, and the machine takes the delivery back (its credit returns).
+// Before: the sender sent what was queued, whatever the time — a sidecar
+// resumed after its session timeout handed the app deliveries whose
+// fencing token the new owner had already superseded.
+func TestFrameQueuedBeforeFencingNeverLeaves(t *testing.T) {
+	const session = 10 * time.Second
+	for _, tc := range []struct {
+		name        string
+		after       time.Duration // from the last heartbeat taken to the sender's turn
+		loopFirst   bool          // the group's loop runs (and self-fences) before the sender
+		wantDropped bool
+	}{
+		{name: "within the session", after: session - time.Millisecond},
+		{name: "past the session, loop not yet run", after: session + time.Second, wantDropped: true},
+		{name: "past the session, partition already stopped", after: session + time.Second, loopFirst: true, wantDropped: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(1_000_000, 0)
+			mc, s, c, claim := silentSetup(t, now, session)
+			mc.claimed(now, claim)
+			queued := 0
+			for _, a := range mc.take(nil) {
+				if a.kind == actSend && a.c == c && len(a.frame.GetDeliveries()) > 0 {
+					if !c.send(a.frame, a.fenceAt) { // as the driver does
+						t.Fatal("frame not queued")
+					}
+					queued++
+				}
+			}
+			if queued != 1 {
+				t.Fatalf("%d delivery frames queued for the app, want 1", queued)
+			}
+			later := now.Add(tc.after)
+			if tc.loopFirst {
+				mc.work(later)
+				mc.take(nil)
+			}
+			sent, dropped := sendQueued(t, c, later)
+			if !tc.wantDropped {
+				if sent == nil {
+					t.Fatalf("a frame within the session was dropped")
+				}
+				return
+			}
+			if sent != nil {
+				t.Fatalf("%v after the last heartbeat taken (session %v), the frame queued before left: %v", tc.after, session, sent.GetDeliveries())
+			}
+			mc.frameDropped(later, c, dropped)
+			mc.work(later)
+			if c.credit != 4 || len(c.outstanding) != 0 || len(mc.fenced) != 0 {
+				t.Fatalf("after the drop: credit %d (want 4), outstanding %d, kept fenced %d (want 0, 0)", c.credit, len(c.outstanding), len(mc.fenced))
+			}
+			if s.parts[0].own != ownNone {
+				t.Fatalf("the partition is still owned after the session ran out")
+			}
+		})
 	}
 }

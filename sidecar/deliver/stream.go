@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -107,7 +108,9 @@ func (s *Server) Subscribe(stream grpc.BidiStreamingServer[spoolv1.SubscribeRequ
 	sendCtx, stopSend := context.WithCancel(ctx)
 	sendDone := make(chan *spoolv1.SubscribeResponse, 1)
 	go func() { // owned by this call: stopped and awaited below
-		sendDone <- sendFrames(sendCtx, stream, c.out)
+		sendDone <- sendFrames(sendCtx, stream, c.out, time.Now, func(f *spoolv1.SubscribeResponse) {
+			_ = g.post(ctx, droppedEvent{c, f}) // if ctx has ended, leave takes the deliveries back
+		})
 	}()
 	defer func() {
 		stopSend()
@@ -142,13 +145,20 @@ func unavailable(err error) error {
 
 // sendFrames sends the consumer's frames until ctx ends or a send fails;
 // it returns the frame that failed (nil if none did). A failed send ends
-// the stream (gRPC ends a stream whose message it cannot encode).
-func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse], out <-chan *spoolv1.SubscribeResponse) *spoolv1.SubscribeResponse {
+// the stream (gRPC ends a stream whose message it cannot encode). A frame
+// whose member has fenced itself by the time it is taken (by clock) is
+// given to dropped instead of sent (queued.fenced).
+func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.SubscribeRequest, spoolv1.SubscribeResponse], out <-chan queued,
+	clock func() time.Time, dropped func(*spoolv1.SubscribeResponse)) *spoolv1.SubscribeResponse {
 	for {
 		select {
-		case f := <-out:
-			if err := stream.Send(f); err != nil {
-				return f
+		case q := <-out:
+			if q.fenced(clock()) {
+				dropped(q.f)
+				continue
+			}
+			if err := stream.Send(q.f); err != nil {
+				return q.f
 			}
 		case <-ctx.Done():
 			return nil
@@ -166,7 +176,7 @@ func (s *Server) unsent(g *Group, c *consumer, failed *spoolv1.SubscribeResponse
 		frames = append(frames, failed)
 	}
 	for len(c.out) > 0 {
-		frames = append(frames, <-c.out)
+		frames = append(frames, (<-c.out).f)
 	}
 	if len(frames) == 0 {
 		return

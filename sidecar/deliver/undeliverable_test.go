@@ -29,11 +29,11 @@ func TestUnsendableDeliveryChargesNoOther(t *testing.T) {
 	// Frames as the sender would hold them: "b" broken (a string the
 	// sidecar should never have built), sent with "c"; "d" queued behind;
 	// "e" queued after the sender stopped, before the consumer left.
-	var failed, queued, late []*spoolv1.Delivery
+	var failed, behind, late []*spoolv1.Delivery
 	for _, d := range ds {
 		switch d.GetOffset() {
 		case 3:
-			queued = append(queued, d)
+			behind = append(behind, d)
 		case 4:
 			late = append(late, d)
 		default:
@@ -45,10 +45,10 @@ func TestUnsendableDeliveryChargesNoOther(t *testing.T) {
 			d.MessageId = "b\xff\xfe"
 		}
 	}
-	tc.c.out <- &spoolv1.SubscribeResponse{Deliveries: queued}
+	tc.c.out <- queued{f: &spoolv1.SubscribeResponse{Deliveries: behind}}
 	srv := &Server{log: slog.New(slog.DiscardHandler)}
 	srv.unsent(h.g, tc.c, &spoolv1.SubscribeResponse{Deliveries: failed})
-	tc.c.out <- &spoolv1.SubscribeResponse{Deliveries: late}
+	tc.c.out <- queued{f: &spoolv1.SubscribeResponse{Deliveries: late}}
 	if err := h.g.post(context.Background(), leaveEvent{tc.c}); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestQueuedFramesChargeNothingWhenStreamEnds(t *testing.T) {
 	// "a" reached the app; "b" is still queued when the stream ends.
 	for _, d := range ds {
 		if d.GetOffset() == 1 {
-			tc.c.out <- &spoolv1.SubscribeResponse{Deliveries: []*spoolv1.Delivery{d}}
+			tc.c.out <- queued{f: &spoolv1.SubscribeResponse{Deliveries: []*spoolv1.Delivery{d}}}
 		}
 	}
 	if err := h.g.post(context.Background(), leaveEvent{tc.c}); err != nil {

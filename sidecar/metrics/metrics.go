@@ -68,6 +68,7 @@ type Metrics struct {
 	GroupPartitionMoves  *prometheus.CounterVec // group, topic, direction
 	GroupSelfFences      *prometheus.CounterVec // group, topic
 	GroupFencedAcks      *prometheus.CounterVec // group, topic
+	GroupFencedDrops     *prometheus.CounterVec // group, topic
 	ExpiredUnread        *prometheus.CounterVec // group, topic
 	CommitErrors         *prometheus.CounterVec // group, topic
 	FaultsInjected       *prometheus.CounterVec // group, topic, kind
@@ -191,6 +192,7 @@ func New() *Metrics {
 		GroupPartitionMoves:   counter("group_partition_moves_total", "In a cluster: partitions this sidecar started delivering (direction in) or gave up (out: handed over after a revocation, or stopped at once when fenced).", "group", "topic", "direction"),
 		GroupSelfFences:       counter("group_self_fences_total", "In a cluster: times this sidecar's member stopped its partitions on its own because the group's coordinator took no heartbeat of it for its session timeout (before the coordinator could expire it).", "group", "topic"),
 		GroupFencedAcks:       counter("group_fenced_acks_total", "In a cluster with the ledger: acks of deliveries whose partition had stopped because the member was fenced, written to the ledger under their fencing token (the new owner then finds them done unless it took them over first).", "group", "topic"),
+		GroupFencedDrops:      counter("group_fenced_drops_total", "In a cluster: deliveries queued for an app's stream (or the callback dispatcher) that were dropped instead of sent because their member had fenced itself by then (a pause past the session timeout); they never reach the app.", "group", "topic"),
 		MemberDegraded:        gauge("group_member_degraded", "In a cluster: 1 while this sidecar's member of the group for the topic says it is degraded (its breakers have held deliveries past cluster.group_degrade_after), so the coordinator gives its partitions to healthy members.", "group", "topic"),
 		ExpiredUnread:         counter("expired_unread_total", "Messages deleted by retention before the group finished them (lag exceeded retention).", "group", "topic"),
 		CommitErrors:          counter("commit_errors_total", "Failed writes of committed offsets (retried at the next commit).", "group", "topic"),

@@ -29,14 +29,21 @@
 // holds the call until ctx ends, while the others elect a new one within
 // an election timeout. The attempt's outcome is then unknown, and the next
 // goes to the new leader, which recognises the batch if the old leader had
-// it replicated. A non-idempotent call keeps waiting: a second copy could
-// be stored. A node without a replica of the group learns of no new
-// leader and keeps waiting too. Any other error ends the call as it is. When ctx ends, the call
-// fails with engine.ErrOutcomeUnknown if an attempt's outcome was unknown,
-// else with engine.ErrNoLeader, each wrapping the last attempt's error.
+// it replicated. A node without a replica of the group (storage off, or a
+// cluster larger than the replication factor) learns of no new leader: it
+// gives the attempt up once it has waited the longest election timeout
+// (Router.Patience), by when the holders have campaigned, and asks a
+// holder again, which names the new leader (or the same one, which is
+// then asked again: a leader merely slow answers the copy with the first
+// one's outcome). A non-idempotent call keeps waiting: a second copy could
+// be stored. Any other error ends the call as it is. When ctx ends, the
+// call fails with engine.ErrOutcomeUnknown if an attempt's outcome was
+// unknown, else with engine.ErrNoLeader, each wrapping the last attempt's
+// error.
 package route
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,6 +80,17 @@ type Router struct {
 	// Tick is raft's tick: attempts back off from half a tick, doubling up
 	// to four ticks (Backoff).
 	Tick time.Duration
+	// ElectionTicks is raft's election timeout in ticks (0: raft's
+	// default): a follower campaigns after ElectionTicks to twice that.
+	ElectionTicks int
+}
+
+// Patience is how long an idempotent attempt at another node waits when
+// this node has no replica of the group to say whether a new leader was
+// elected: the longest election timeout, twice ElectionTicks ticks (2 s
+// with the defaults).
+func (r *Router) Patience() time.Duration {
+	return 2 * time.Duration(cmp.Or(r.ElectionTicks, raft.DefaultElectionTicks)) * max(r.Tick, time.Millisecond)
 }
 
 // Call is one call to run at a group's leader.
@@ -175,7 +193,7 @@ func (r *Router) attempt(ctx context.Context, c Call, attempt int, hint *uint64)
 			return errNoLeaderKnown
 		}
 	}
-	if !c.Idempotent || !ok {
+	if !c.Idempotent {
 		return c.Remote(ctx, leader)
 	}
 	actx, cancel := context.WithCancelCause(ctx)
@@ -183,20 +201,30 @@ func (r *Router) attempt(ctx context.Context, c Call, attempt int, hint *uint64)
 	stop := r.watchLeader(c.Group, leader, cancel)
 	err := c.Remote(actx, leader)
 	stop()
-	if cause := context.Cause(actx); err != nil && errors.Is(cause, errLeaderMoved) {
+	if cause := context.Cause(actx); err != nil && errors.Is(cause, errGivenUp) {
 		return fmt.Errorf("%w (%w)", err, cause)
 	}
 	return err
 }
 
-// errLeaderMoved: an attempt given up because another node leads now.
-var errLeaderMoved = errors.New("given up: another node leads the group now")
+// errGivenUp: an attempt at another node given up by watchLeader.
+var errGivenUp = errors.New("given up")
+
+// errLeaderMoved: given up because another node leads now; errLeaderSilent:
+// given up without a replica here to tell, after Patience.
+var (
+	errLeaderMoved  = fmt.Errorf("%w: another node leads the group now", errGivenUp)
+	errLeaderSilent = fmt.Errorf("%w: no answer within the longest election timeout, and no replica here to learn of a new leader: asking a holder", errGivenUp)
+)
 
 // watchLeader checks every tick, until stop is called, whether this node's
 // replica of group knows a leader other than asked (or leads itself), and
-// then cancels with errLeaderMoved. No goroutine runs between checks.
+// then cancels with errLeaderMoved; without a replica here, it cancels with
+// errLeaderSilent once Patience has passed. No goroutine runs between
+// checks.
 func (r *Router) watchLeader(group, asked uint64, cancel context.CancelCauseFunc) (stop func()) {
 	tick := max(r.Tick, time.Millisecond)
+	giveUp := time.Now().Add(r.Patience())
 	var mu sync.Mutex // t and stopped
 	var t *time.Timer
 	stopped := false
@@ -204,6 +232,10 @@ func (r *Router) watchLeader(group, asked uint64, cancel context.CancelCauseFunc
 		leads, known, ok := r.Status(group)
 		if ok && (leads || known != 0 && known != asked) {
 			cancel(errLeaderMoved)
+			return
+		}
+		if !ok && !time.Now().Before(giveUp) {
+			cancel(errLeaderSilent)
 			return
 		}
 		mu.Lock()

@@ -37,6 +37,21 @@ export const CONNECT_BACKOFF_OPTIONS: Readonly<grpc.ChannelOptions> = Object.fre
 });
 
 /**
+ * The channel's keepalive: after 10 s without a frame from the sidecar gRPC
+ * pings it, and closes the connection when the ping is not answered within
+ * 3 s, with or without a call in progress: an app whose connection to spoold
+ * crosses a network notices a cut within 13 s instead of waiting out TCP's
+ * retransmissions, and a subscription reconnects (docs/sdk-typescript.md,
+ * "Noticing a cut connection"). spoold permits pings every 5 s.
+ * `channelOptions` with the same keys replace them.
+ */
+export const KEEPALIVE_OPTIONS: Readonly<grpc.ChannelOptions> = Object.freeze({
+  "grpc.keepalive_time_ms": 10_000,
+  "grpc.keepalive_timeout_ms": 3_000,
+  "grpc.keepalive_permit_without_calls": 1,
+});
+
+/**
  * A connection to the local Spool sidecar (`spoold`). One per process is
  * enough; close it when done. The transport is insecure: the sidecar is local.
  * `addr` is "host:port" or "unix:///path/to.sock"; empty means $SPOOL_ADDR,
@@ -60,6 +75,7 @@ export class Client implements Sidecar {
       "grpc.max_receive_message_length": this.maxReceiveBytes,
       "grpc.max_send_message_length": -1,
       ...CONNECT_BACKOFF_OPTIONS,
+      ...KEEPALIVE_OPTIONS,
       ...opts.channelOptions, // the caller's come last, and win
     });
     const v1 = spoolv1();

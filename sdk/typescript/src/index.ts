@@ -1,4 +1,4 @@
-export { Client, adminClient, subscribe, DEFAULT_ADDR, ENV_ADDR, DEFAULT_MAX_RECEIVE_BYTES, CONNECT_BACKOFF_OPTIONS } from "./client";
+export { Client, adminClient, subscribe, DEFAULT_ADDR, ENV_ADDR, DEFAULT_MAX_RECEIVE_BYTES, CONNECT_BACKOFF_OPTIONS, KEEPALIVE_OPTIONS } from "./client";
 export type { Acks, Bytes, ClientOptions, ConnectOptions, OutMessage, PublishOptions, PublishResult } from "./client";
 export { Stats } from "./subscribe";
 export type { Handler, SubscribeOptions } from "./subscribe";

@@ -13,6 +13,7 @@ docs/sdk-python.md is the guide; docs/protocol.md the protocol underneath.
 from spool._callback import DEFAULT_HANDLER_ADDRESS, HandlerServer, serve_handler
 from spool._client import (
     CONNECT_BACKOFF_OPTIONS,
+    KEEPALIVE_OPTIONS,
     DEFAULT_ADDR,
     DEFAULT_MAX_RECEIVE_BYTES,
     Acks,
@@ -52,6 +53,7 @@ __all__ = [
     "Client",
     "Connecting",
     "CONNECT_BACKOFF_OPTIONS",
+    "KEEPALIVE_OPTIONS",
     "DEFAULT_ADDR",
     "DEFAULT_MAX_RECEIVE_BYTES",
     "DeadLetter",

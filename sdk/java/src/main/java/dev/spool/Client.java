@@ -24,6 +24,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * A connection to the local Spool sidecar ({@code spoold}). Thread-safe; one
@@ -48,11 +49,16 @@ public final class Client implements AutoCloseable {
   final ManagedChannel channel;
   private final ClientOptions opts;
   private final PublisherServiceGrpc.PublisherServiceBlockingStub pub;
+  // When cutBackoffShort may reset the connect backoff next (System.nanoTime).
+  private final AtomicLong nextBackoffReset = new AtomicLong(System.nanoTime());
 
   private Client(String addr, ClientOptions opts) {
     this.addr = resolveAddr(addr);
     this.opts = Objects.requireNonNull(opts);
-    ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(this.addr, InsecureChannelCredentials.create());
+    ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(this.addr, InsecureChannelCredentials.create())
+        .keepAliveTime(opts.keepAliveTime().toNanos(), TimeUnit.NANOSECONDS)
+        .keepAliveTimeout(opts.keepAliveTimeout().toNanos(), TimeUnit.NANOSECONDS)
+        .keepAliveWithoutCalls(true);
     if (b instanceof NettyChannelBuilder && this.addr.startsWith("unix:")) {
       // grpc-java asks for TCP keepalive on every connection; a unix socket
       // has none, and Netty would warn at each connect.
@@ -147,21 +153,19 @@ public final class Client implements AutoCloseable {
    */
   private ConnectivityState awaitReady(long deadline, CompletableFuture<?> stop) throws InterruptedException {
     long retry = opts.connectRetry().toNanos();
-    long nextReset = System.nanoTime() + retry;
     while (true) {
       ConnectivityState s = channel.getState(true); // an idle channel connects
       long now = System.nanoTime();
       if (s == ConnectivityState.READY || stop.isDone() || now - deadline >= 0) {
         return s;
       }
-      if (s == ConnectivityState.TRANSIENT_FAILURE && now - nextReset >= 0) {
-        channel.resetConnectBackoff();
-        nextReset = now + retry;
+      if (cutBackoffShort(s, now)) {
         continue;
       }
       CompletableFuture<Void> changed = new CompletableFuture<>();
       channel.notifyWhenStateChanged(s, () -> changed.complete(null));
       // Wake at the change, or when the next reset is due (or, connecting, a retry interval on).
+      long nextReset = nextBackoffReset.get();
       long wait = Math.min(deadline - now, nextReset - now > 0 ? nextReset - now : retry);
       try {
         CompletableFuture.anyOf(changed, stop).get(wait, TimeUnit.NANOSECONDS);
@@ -169,6 +173,34 @@ public final class Client implements AutoCloseable {
         // look again
       }
     }
+  }
+
+  /**
+   * Cuts grpc-java's connect backoff short (ManagedChannel.resetConnectBackoff)
+   * when the channel, in state s at now (System.nanoTime), is in
+   * TRANSIENT_FAILURE and the last reset was at least {@link
+   * ClientOptions#connectRetry()} ago; reports whether it did. The one place
+   * that does: while the client waits for its sidecar (awaitReady) and when a
+   * publish fails (publishFailed).
+   */
+  private boolean cutBackoffShort(ConnectivityState s, long now) {
+    long next = nextBackoffReset.get();
+    if (s != ConnectivityState.TRANSIENT_FAILURE || now - next < 0 || !nextBackoffReset.compareAndSet(next, now + opts.connectRetry().toNanos())) {
+      return false;
+    }
+    channel.resetConnectBackoff();
+    return true;
+  }
+
+  /**
+   * Called when a publish failed: an app that only publishes has no
+   * subscription waiting for its sidecar (awaitReconnect), so its failed
+   * publishes cut the connect backoff short instead, and its next publish
+   * after the sidecar is back finds the channel connected (within about
+   * connectRetry) rather than waiting out grpc-java's growing backoff.
+   */
+  void publishFailed() {
+    cutBackoffShort(channel.getState(false), System.nanoTime());
   }
 
   /** The sidecar address this client uses. */
@@ -226,6 +258,7 @@ public final class Client implements AutoCloseable {
     try {
       resp = stub.publish(req);
     } catch (StatusRuntimeException e) {
+      publishFailed();
       throw Errors.wrap("spool: publish to \"" + topic + "\"", e, addr, Errors.Op.PUBLISH);
     }
     return results(topic, msgs.size(), resp);
@@ -286,6 +319,7 @@ public final class Client implements AutoCloseable {
 
       @Override
       public void onError(Throwable t) {
+        publishFailed();
         f.completeExceptionally(Errors.wrap("spool: publish to \"" + topic + "\"", t, addr, Errors.Op.PUBLISH));
       }
 

@@ -15,15 +15,30 @@ public final class ClientOptions {
    * connected again within about that of its sidecar being ready.
    */
   public static final Duration DEFAULT_CONNECT_RETRY = Duration.ofMillis(500);
+  /**
+   * After how long without a frame from the sidecar the channel pings it, by
+   * default: 10 s (grpc-java's minimum). spoold permits pings every 5 s.
+   */
+  public static final Duration DEFAULT_KEEPALIVE_TIME = Duration.ofSeconds(10);
+  /**
+   * How long a ping may go unanswered before the channel closes the
+   * connection, by default: 3 s. A cut connection is noticed within
+   * DEFAULT_KEEPALIVE_TIME plus this.
+   */
+  public static final Duration DEFAULT_KEEPALIVE_TIMEOUT = Duration.ofSeconds(3);
 
   private final Duration connectTimeout;
   private final Duration publishTimeout;
   private final Duration connectRetry;
+  private final Duration keepAliveTime;
+  private final Duration keepAliveTimeout;
 
   private ClientOptions(Builder b) {
     this.connectTimeout = b.connectTimeout;
     this.publishTimeout = b.publishTimeout;
     this.connectRetry = b.connectRetry;
+    this.keepAliveTime = b.keepAliveTime;
+    this.keepAliveTimeout = b.keepAliveTimeout;
   }
 
   public static ClientOptions defaults() {
@@ -37,11 +52,15 @@ public final class ClientOptions {
   public Duration connectTimeout() { return connectTimeout; }
   public Duration publishTimeout() { return publishTimeout; }
   public Duration connectRetry() { return connectRetry; }
+  public Duration keepAliveTime() { return keepAliveTime; }
+  public Duration keepAliveTimeout() { return keepAliveTimeout; }
 
   public static final class Builder {
     private Duration connectTimeout = DEFAULT_CONNECT_TIMEOUT;
     private Duration publishTimeout = DEFAULT_PUBLISH_TIMEOUT;
     private Duration connectRetry = DEFAULT_CONNECT_RETRY;
+    private Duration keepAliveTime = DEFAULT_KEEPALIVE_TIME;
+    private Duration keepAliveTimeout = DEFAULT_KEEPALIVE_TIMEOUT;
 
     private Builder() {}
 
@@ -68,12 +87,27 @@ public final class ClientOptions {
      */
     public Builder connectRetry(Duration d) { connectRetry = Objects.requireNonNull(d); return this; }
 
+    /**
+     * After how long without a frame from the sidecar the channel pings it
+     * (default 10 s; grpc-java uses at least 10 s), with or without a call
+     * in progress: an app whose connection to spoold crosses a network
+     * notices a cut within keepAliveTime plus keepAliveTimeout instead of
+     * waiting out TCP's retransmissions. spoold permits pings every 5 s.
+     */
+    public Builder keepAliveTime(Duration d) { keepAliveTime = Objects.requireNonNull(d); return this; }
+
+    /** How long a ping may go unanswered before the connection is closed (default 3 s). */
+    public Builder keepAliveTimeout(Duration d) { keepAliveTimeout = Objects.requireNonNull(d); return this; }
+
     public ClientOptions build() {
       if (connectTimeout.isNegative()) {
         throw new IllegalArgumentException("spool: connectTimeout " + connectTimeout + ": use zero (do not wait) or a positive duration");
       }
       if (connectRetry.isNegative() || connectRetry.isZero()) {
         throw new IllegalArgumentException("spool: connectRetry " + connectRetry + ": use a positive duration");
+      }
+      if (keepAliveTime.isNegative() || keepAliveTime.isZero() || keepAliveTimeout.isNegative() || keepAliveTimeout.isZero()) {
+        throw new IllegalArgumentException("spool: keepAliveTime " + keepAliveTime + ", keepAliveTimeout " + keepAliveTimeout + ": use positive durations");
       }
       if (publishTimeout.isNegative()) {
         throw new IllegalArgumentException("spool: publishTimeout " + publishTimeout + ": use zero (no deadline) or a positive duration");

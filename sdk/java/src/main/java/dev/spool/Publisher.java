@@ -84,6 +84,7 @@ public final class Publisher implements AutoCloseable {
 
     @Override
     public void onError(Throwable t) {
+      client.publishFailed();
       breakStream(this, t);
     }
 
@@ -292,6 +293,7 @@ public final class Publisher implements AutoCloseable {
       try {
         client.publisherStub().publishStream(st);
       } catch (RuntimeException e) {
+        client.publishFailed();
         SpoolException err = Errors.wrap("spool: publish to \"" + topic + "\"", e, client.addr(), Errors.Op.PUBLISH);
         for (Item it : batch) {
           complete(it.f, null, err);

@@ -311,6 +311,11 @@ final class Harness {
       run();
     }
 
+    /** Starts spoold again after {@link #stop()}, on the same addresses and data, and waits until it is ready. */
+    void startAgain() {
+      run();
+    }
+
     AdminServiceGrpc.AdminServiceBlockingStub admin() {
       if (adminChannel == null) {
         adminChannel = Grpc.newChannelBuilder(admin, InsecureChannelCredentials.create()).build();

@@ -144,6 +144,40 @@ class PublishTest {
     }
   }
 
+  /**
+   * A publish-only app (no subscription waits for its sidecar) is connected
+   * again within 1 s of the sidecar being ready after 6.5 s down, as a
+   * subscription is (SubscribeTest, the conformance's reconnect cell): its
+   * failed publishes cut grpc-java's growing connect backoff short.
+   */
+  @Test
+  void aPublishOnlyAppReconnectsWithinASecondOfItsSidecar() {
+    try (var s = Harness.Spoold.start(Harness.ordersConfig("10s", 5, null));
+        var c = Client.connect(s.app, ClientOptions.builder().publishTimeout(Duration.ofSeconds(2)).build())) {
+      c.publish("orders", OutMessage.of("x").withId("before"));
+      s.stop();
+      long downUntil = System.nanoTime() + Duration.ofMillis(6500).toNanos();
+      Eventually.await("6.5 s of publishes failing while spoold is down", Duration.ofSeconds(30), () -> {
+        try {
+          c.publish("orders", OutMessage.of("x").withId("down"));
+        } catch (SpoolException e) {
+          return System.nanoTime() - downUntil >= 0;
+        }
+        throw new AssertionError("a publish succeeded while spoold was down");
+      });
+      s.startAgain();
+      long ready = System.nanoTime();
+      Eventually.await("a publish after spoold is ready again", () -> {
+        c.publish("orders", OutMessage.of("x").withId("after")); // a failure is retried
+        return true;
+      });
+      Duration took = Duration.ofNanos(System.nanoTime() - ready);
+      System.out.printf("published %d ms after spoold was ready again%n", took.toMillis());
+      assertTrue(took.compareTo(Duration.ofSeconds(1)) <= 0, "the first publish succeeded " + took.toMillis()
+          + " ms after spoold was ready again, want within 1 s: grpc-java's connect backoff kept the publish-only app away");
+    }
+  }
+
   @Test
   void publisherCloseIsBoundedWhenTheSidecarIsGone() throws Exception {
     var s = Harness.Spoold.start(Harness.ordersConfig("10s", 5, null));

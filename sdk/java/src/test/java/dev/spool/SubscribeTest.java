@@ -291,6 +291,30 @@ class SubscribeTest {
     }
   }
 
+  /**
+   * Through a proxy that stops forwarding without closing, the channel's
+   * keepalive (a ping after 10 s without a frame, 3 s for its answer) closes
+   * the dead connection and the subscription reconnects within 13 s of the
+   * cut (before: nothing noticed it).
+   */
+  @Test
+  void aCutConnectionIsNoticedWithinTheKeepalive() throws Exception {
+    try (var s = Harness.Spoold.start(Harness.ordersConfig("10s", 5, null)); var proxy = CutProxy.start(s.app);
+        var c = Client.connect(proxy.addr()); var direct = Client.connect(s.app)) {
+      Set<String> handled = ConcurrentHashMap.newKeySet();
+      Stats stats = new Stats();
+      try (var sub = c.subscribe("workers", List.of("orders"), m -> handled.add(m.id()), opts().stats(stats).build())) {
+        direct.publish("orders", OutMessage.of("x").withId("before"));
+        Eventually.await("the message published before the cut handled", () -> handled.contains("before"));
+        long cut = System.nanoTime();
+        proxy.cut();
+        Duration bound = ClientOptions.DEFAULT_KEEPALIVE_TIME.plus(ClientOptions.DEFAULT_KEEPALIVE_TIMEOUT).plusSeconds(2);
+        Eventually.await("the subscription reconnected after the cut", bound, () -> stats.reconnects() >= 1);
+        System.out.printf("reconnected %.1f s after the cut%n", (System.nanoTime() - cut) / 1e9);
+      }
+    }
+  }
+
   @Test
   void unknownGroupIsRefusedForGood() throws Exception {
     try (var s = Harness.Spoold.start(Harness.ordersConfig("10s", 5, null)); var c = Client.connect(s.app)) {
