@@ -59,6 +59,8 @@ type ClusterStatus struct {
 	MessagesReceived     uint64            // raft messages received from peers
 	Dropped              map[string]uint64 // raft messages not sent, by reason: queue_full, too_large, no_peer, unsent
 	Malformed            uint64            // received messages refused as malformed
+	GroupsQuiesced       int               // raft groups quiesced now (cluster.quiesce)
+	PeersDeclaredDead    uint64            // times node-level liveness declared a peer's node dead
 	// CommandsSkipped counts the records of a replicated state machine's
 	// log this node skipped because they do not decode or validate (every
 	// node skips them alike), by machine: controller, coordinator.

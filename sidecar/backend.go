@@ -244,6 +244,7 @@ func clusterConfig(cfg *config.Config) (cluster.ClusterConfig, error) {
 		AutoFinalizeAfter:  autoFinalizeAfter(cl),
 		TLS:                cluster.ClusterTLS{CertFile: cl.TLS.CertFile, KeyFile: cl.TLS.KeyFile, CAFile: cl.TLS.CAFile, PeerURIPrefix: cl.TLS.PeerURIPrefix},
 		StorageOff:         cl.Storage == config.StorageOff,
+		QuiesceOff:         !cl.QuiesceOn(),
 	}, nil
 }
 

@@ -77,18 +77,30 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 	}
 	// A replica moved away from this node is no longer reported: its
 	// series go (a stale 1 would count a second leader).
-	held := map[[2]string]bool{}
-	for _, r := range st.Replicas {
-		held[[2]string{r.Topic, strconv.Itoa(int(r.Partition))}] = true
+	type replicaKey struct {
+		topic     string
+		partition int32
 	}
+	held := make(map[replicaKey]bool, len(st.Replicas))
+	for _, r := range st.Replicas {
+		held[replicaKey{r.Topic, r.Partition}] = true
+	}
+	before := make(map[replicaKey]engine.ReplicaStatus, len(prev.Replicas))
 	for _, r := range prev.Replicas {
-		if k := [2]string{r.Topic, strconv.Itoa(int(r.Partition))}; !held[k] {
-			m.PartitionLeader.DeleteLabelValues(k[0], k[1])
-			m.ReplicaLogRecords.DeleteLabelValues(k[0], k[1])
-			m.ReplicaStopped.DeleteLabelValues(k[0], k[1])
+		k := replicaKey{r.Topic, r.Partition}
+		before[k] = r
+		if !held[k] {
+			p := strconv.Itoa(int(r.Partition))
+			m.PartitionLeader.DeleteLabelValues(r.Topic, p)
+			m.ReplicaLogRecords.DeleteLabelValues(r.Topic, p)
+			m.ReplicaStopped.DeleteLabelValues(r.Topic, p)
 		}
 	}
 	for _, r := range st.Replicas {
+		if b, ok := before[replicaKey{r.Topic, r.Partition}]; ok && b.IsLeader == r.IsLeader && b.Err == r.Err &&
+			b.CommittedEnd == r.CommittedEnd && b.StartOffset == r.StartOffset {
+			continue // unchanged: an idle node's thousand replicas cost no label lookups
+		}
 		p := strconv.Itoa(int(r.Partition))
 		lead, stopped := 0.0, 0.0
 		if r.IsLeader {
@@ -125,4 +137,6 @@ func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {
 		m.ReplicasStopped.WithLabelValues(reason).Set(float64(n))
 	}
 	m.ReplicasReopened.WithLabelValues().Add(float64(st.ReplicasReopened - prev.ReplicasReopened))
+	m.GroupsQuiesced.WithLabelValues().Set(float64(st.GroupsQuiesced))
+	m.PeersDeclaredDead.WithLabelValues().Add(float64(st.PeersDeclaredDead - prev.PeersDeclaredDead))
 }

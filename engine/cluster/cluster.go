@@ -119,6 +119,11 @@ type ClusterConfig struct {
 	// advertises. Default meta.Speaks() (this release's); tests set
 	// another to play a node of another release.
 	ClusterVersions meta.VersionRange
+	// QuiesceOff keeps idle raft groups ticking (on a slow clock, one tick
+	// in idleTickEvery) instead of quiescing them (cluster.quiesce: false;
+	// docs/replication.md, "Quiet idle groups"). Default false: idle groups
+	// quiesce, and node-level liveness wakes them.
+	QuiesceOff bool
 }
 
 // Defaults of ClusterConfig.
@@ -371,6 +376,7 @@ func (c *member) start(l net.Listener) (err error) {
 		}
 	}()
 	c.router = c.newRouter()
+	var tr atomic.Pointer[transport.GRPC] // set once the transport exists
 	c.host, err = raft.NewHost(raft.HostConfig{
 		NodeID: c.id.NodeID,
 		Send: func(msgs []transport.Message) {
@@ -380,8 +386,14 @@ func (c *member) start(l net.Listener) (err error) {
 		},
 		TickInterval:    c.cfg.TickInterval,
 		ProposalTimeout: c.cfg.ProduceTimeout,
-		IdleTickEvery:   idleTickEvery,
-		Logger:          c.conf.Logger,
+		IdleTickEvery:   idleTickEvery, // until quiescence is on (meta.Quiesce)
+		Quiesce:         !c.cfg.QuiesceOff,
+		QuiesceAllowed:  func() bool { return meta.Quiesce.At(c.clusterVersion.Load()) },
+		NodeLive: func(node uint64) bool {
+			t := tr.Load()
+			return !c.gate.paused() && (t == nil || t.Live(node))
+		},
+		Logger: c.conf.Logger,
 		// max(0, …): < 0 is "not paced", which the Host spells 0.
 		CatchUpBytesPerSecond: max(0, c.cfg.MoveBytesPerSecond),
 		OnStop:                c.onStop,
@@ -403,6 +415,7 @@ func (c *member) start(l net.Listener) (err error) {
 		ClusterID:   c.id.ClusterID,
 		NodeID:      c.id.NodeID,
 		Handler:     pausable{c.host, &c.gate},
+		Mute:        c.gate.paused,
 		Listener:    l,
 		Logger:      c.conf.Logger,
 		Advertise:   c.advertised(),
@@ -417,6 +430,14 @@ func (c *member) start(l net.Listener) (err error) {
 	})
 	if err != nil {
 		return err
+	}
+	tr.Store(c.tr)
+	c.gate.deaf = func() {
+		for id := range c.peers.all() {
+			if id != c.id.NodeID {
+				c.host.PeerUnreachable(id)
+			}
+		}
 	}
 	for id, addr := range c.peers.all() {
 		if id != c.id.NodeID {
@@ -500,8 +521,8 @@ func (c *cluster) newRouter() *route.Router {
 }
 
 // idleTickEvery slows the raft clock of idle groups tenfold (Host's
-// IdleTickEvery): 1,000 idle partitions cost a node a tenth of the ticks
-// and heartbeats. A dead leader's followers still elect at the normal pace
+// IdleTickEvery) when quiescence is off (ClusterConfig.QuiesceOff):
+// 1,000 idle partitions cost a node a tenth of the ticks and heartbeats. A dead leader's followers still elect at the normal pace
 // (its connection failing wakes them); behind a network partition that
 // leaves connections open, an idle group elects after 10–20 s instead of
 // 1–2 s.

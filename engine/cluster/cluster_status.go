@@ -100,6 +100,7 @@ func (c *member) clusterStatus(out engine.ClusterStatus) engine.ClusterStatus {
 	out.MessagesSent, out.MessagesReceived, out.Malformed = ts.MessagesSent, ts.MessagesReceived, ts.Malformed+hs.Malformed
 	out.Dropped = map[string]uint64{"queue_full": ts.DroppedQueueFull, "too_large": ts.DroppedTooLarge, "no_peer": ts.DroppedNoPeer, "unsent": ts.DroppedUnsent}
 	out.ConfChangesSkipped = hs.ConfChangesSkipped
+	out.GroupsQuiesced, out.PeersDeclaredDead = hs.GroupsQuiesced, ts.PeersDeclaredDead
 	out.PeerRefusals = map[string]uint64{"handshake": ts.HandshakesRefused, "identity": ts.Unauthorized,
 		"produce": c.refusedProduce.Load(), "join": c.refusedJoin.Load()}
 	out.CommandsSkipped = map[string]uint64{}

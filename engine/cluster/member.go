@@ -224,6 +224,9 @@ func (c *member) register(ctx context.Context) error {
 			return fmt.Errorf("the new cluster gave this node id %d, want %d: remove %s and start again", res.NodeID, c.id.NodeID, c.dir)
 		}
 	}
+	if c.bootstrap {
+		c.finalizeAtBirth(ctx)
+	}
 	c.mu.Lock()
 	select {
 	case <-c.ready:

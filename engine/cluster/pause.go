@@ -18,12 +18,20 @@ import (
 type pauseGate struct {
 	stopped atomic.Pointer[chan struct{}] // non-nil: paused; closed on resume
 	held    atomic.Int64                  // NodeService calls held, ever
+	// deaf, set by the member, tells its raft host that no peer is heard
+	// any more (each is declared dead): a stopped process's quiet groups
+	// claim nothing after the pause, as the old ticking ones did once
+	// their leader lost its quorum.
+	deaf func()
 }
 
 // pause stops the member; resume lets it go on.
 func (g *pauseGate) pause() {
 	ch := make(chan struct{})
 	g.stopped.Store(&ch)
+	if g.deaf != nil {
+		g.deaf()
+	}
 }
 
 func (g *pauseGate) resume() {

@@ -128,6 +128,29 @@ func (c *member) autoFinalize(ctx context.Context, now time.Time) {
 	c.finalizeSince, c.finalizeWant = time.Time{}, 0
 }
 
+// finalizeAtBirth raises a new cluster, whose only node is this one, to
+// the highest cluster version this release speaks, as CockroachDB's new
+// clusters start at their binary's version: there is no older node to wait
+// for, and the release's gated behaviour (quiescence) is on from the start.
+// Not with finalization by hand (AutoFinalizeAfter < 0): the operator
+// decides. A failure is logged; autoFinalize tries again later.
+func (c *member) finalizeAtBirth(ctx context.Context) {
+	if c.cfg.AutoFinalizeAfter < 0 {
+		return
+	}
+	f, prev, err := c.planFinalize()
+	if err == nil {
+		_, err = c.proposeMeta(ctx, meta.Command{FinalizeVersion: &f})
+	}
+	if err != nil {
+		if !errors.Is(err, meta.ErrVersion) { // ErrVersion: nothing above the cluster's version
+			c.logger.Warn("spool cluster: raising the new cluster to this release's cluster version failed; the controller retries after cluster.auto_finalize_after", "err", err)
+		}
+		return
+	}
+	c.logger.Info("spool cluster: a new cluster starts at this release's cluster version", "from", prev, "to", f.Version)
+}
+
 // admitsVersions checks, at the node that admits a joining one, that the
 // joining node's release speaks the cluster's version (a 0.1.0 node says
 // nothing: version 1 only).

@@ -150,7 +150,20 @@ func TestClusterVersionFinalizeByHand(t *testing.T) {
 // every node has spoken the higher version for that long; a node of a
 // release too new for the cluster's version is refused when it joins.
 func TestClusterVersionFinalizesByItself(t *testing.T) {
-	tc := newTestCluster(t, 3, func(i int, cn *clusterNode) { cn.finalize = 300 * time.Millisecond })
+	tc := newTestCluster(t, 3, func(i int, cn *clusterNode) {
+		cn.finalize = 300 * time.Millisecond
+		if i == 0 {
+			cn.versions = release010 // the cluster is born at version 1
+		}
+	})
+	for _, cn := range tc.nodes {
+		awaitVersions(t, cn.n, 1, 1)
+	}
+	// Its founder is upgraded: every node speaks 2, and the cluster
+	// finalizes by itself after AutoFinalizeAfter.
+	tc.stop(tc.nodes[0])
+	tc.nodes[0].versions = meta.VersionRange{}
+	tc.start(tc.nodes[0])
 	for _, cn := range tc.nodes {
 		st := awaitVersions(t, cn.n, 2, 2)
 		for _, m := range st.Members {
@@ -166,5 +179,53 @@ func TestClusterVersionFinalizesByItself(t *testing.T) {
 	future.n = nil
 	if err == nil || !strings.Contains(err.Error(), "cluster versions 3..4") || !strings.Contains(err.Error(), "too new") {
 		t.Fatalf("a node too new for the cluster joining: %v", err)
+	}
+}
+
+// Quiescence is a feature of cluster version 2 (meta.Quiesce): a node of
+// 0.1.0 neither knows the quiesce heartbeat nor stops ticking, so a leader
+// of this release that quiesced a group with such a follower would leave
+// it campaigning. Until the cluster is finalized no group quiesces; once
+// it is, idle groups do.
+func TestClusterQuiescesOnlyOnceFinalized(t *testing.T) {
+	tc := newTestCluster(t, 3, func(_ int, cn *clusterNode) { cn.finalize = -1 })
+	for _, cn := range tc.nodes {
+		awaitVersions(t, cn.n, 1, 2)
+	}
+	// Idle long enough for every group to quiesce (it does at its first
+	// idle tick: docs/replication.md): five of the longest election
+	// timeouts of the test clusters' 20 ms ticks. The cluster stays at
+	// version 1.
+	idle := 5 * 20 * 20 * time.Millisecond
+	deadline := time.Now().Add(idle)
+	for time.Now().Before(deadline) {
+		for i, cn := range tc.nodes {
+			if st, err := statusOf(cn.n); err == nil && st.GroupsQuiesced > 0 {
+				t.Fatalf("node %d quiesced %d groups at cluster version %d", i+1, st.GroupsQuiesced, st.ClusterVersion)
+			}
+		}
+		time.Sleep(idle / 20) // sleep-ok: sampling a state that must not change
+	}
+	if _, err := tc.nodes[0].n.FinalizeClusterVersion(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, cn := range tc.nodes {
+		awaitCond(t, 20*time.Second, fmt.Sprintf("node %d quiesces its idle groups", i+1), func() error {
+			st, err := statusOf(cn.n)
+			if err == nil && st.GroupsQuiesced == 0 {
+				err = fmt.Errorf("no group quiesced at cluster version %d", st.ClusterVersion)
+			}
+			return err
+		})
+	}
+}
+
+// A new cluster starts at the highest cluster version its founding node's
+// release speaks (finalization by itself, the default): nothing older is
+// there to wait for, so its gated behaviour is on from the start.
+func TestClusterBornAtItsReleasesVersion(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	for _, cn := range tc.nodes {
+		awaitVersions(t, cn.n, meta.MaxClusterVersion, meta.MaxClusterVersion)
 	}
 }

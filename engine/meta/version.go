@@ -61,14 +61,24 @@ var (
 	// node refuses both as malformed, so neither is written before every
 	// member speaks version 2.
 	VersionedState = Feature{Name: "versioned-state", Since: 2}
+	// Quiesce: an idle partition's leader quiesces its group (a heartbeat
+	// marked quiesce/1, engine/raft). A 0.1.0 follower takes it for a
+	// plain heartbeat and keeps ticking, so it would campaign in a group
+	// whose leader went quiet: no leader quiesces before every member
+	// speaks version 2. (A follower of this release always understands
+	// the heartbeat: reading the new thing is allowed.)
+	Quiesce = Feature{Name: "quiesce", Since: 2}
 )
+
+// At reports whether cluster version v turns f on.
+func (f Feature) At(v uint32) bool { return v >= f.Since }
 
 // ClusterVersion is the cluster's version: 1 until the first FinalizeVersion.
 func (s *State) ClusterVersion() uint32 { return max(s.version, 1) }
 
 // Enabled reports whether the cluster's version turns feature f on. It is
 // the one gate new behaviour consults.
-func (s *State) Enabled(f Feature) bool { return s.ClusterVersion() >= f.Since }
+func (s *State) Enabled(f Feature) bool { return f.At(s.ClusterVersion()) }
 
 // FinalizeVersion raises the cluster version to Version. Members lists
 // every node of the cluster, by increasing id, with the range it

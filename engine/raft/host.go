@@ -55,6 +55,22 @@ type HostConfig struct {
 	// IdleAfterTicks is the idle time, in ticks, before a group slows down
 	// (default DefaultIdleAfterTicks).
 	IdleAfterTicks int
+	// Quiesce lets a group with nothing to do stop ticking on every
+	// replica (quiesce.go): its leader sends one quiesce message to its
+	// followers instead of heartbeats, and anything for the group, or the
+	// loss of a member's node (PeerUnreachable, NodeLive), wakes it. While
+	// QuiesceAllowed says no, leaders do not quiesce and idle groups keep
+	// the slow clock (IdleTickEvery); a follower always understands a
+	// quiesce message.
+	Quiesce bool
+	// QuiesceAllowed says whether leaders may quiesce now (the cluster's
+	// version turns the feature on: meta.Quiesce). Nil: always.
+	QuiesceAllowed func() bool
+	// NodeLive says whether a peer's node is live (node-level liveness,
+	// the transport's Live): a group quiesces only while every member's
+	// node is, and a node whose liveness to a group's leader's node is
+	// lost names no leader for it (Status). Nil: every node is live.
+	NodeLive func(node uint64) bool
 	// CatchUpBytesPerSecond paces the copies replica moves make: the
 	// appends this node, as a leader, sends to the learners of groups being
 	// reconfigured share one budget of this many bytes of entries per
@@ -152,6 +168,7 @@ type HostStats struct {
 	ConfChangesSkipped uint64 // committed configuration changes raft refuses, skipped by every replica alike
 	ReplicasStopped    uint64 // replicas that stopped with an error
 	ElectionsHastened  uint64 // followers whose election clock jumped: their leader's connection failed
+	GroupsQuiesced     int    // groups quiesced now (HostConfig.Quiesce)
 	// CatchUpDelayed counts the appends to moving learners that waited for
 	// the catch-up budget (CatchUpBytesPerSecond); CatchUpWaitingBytes is
 	// the entry bytes waiting now.
@@ -170,6 +187,10 @@ type Host struct {
 
 	mu     sync.RWMutex
 	groups map[uint64]*hostGroup // nil value: being added
+	// awake are the groups not quiesced, which Tick visits; the quiesced
+	// ones it sweeps only every quietSweepTicks.
+	awake map[uint64]*hostGroup
+	ticks atomic.Uint64 // Tick calls
 
 	now func() time.Time // the clock of proposal deadlines and the catch-up budget (tests: virtual)
 	thr *throttle        // nil: catch-up copies not paced
@@ -184,6 +205,7 @@ type Host struct {
 
 	c struct {
 		readies, ok, lost, unknown, notLeader, refused, inboxDropped, malformed, confSkipped, stopped, hastened atomic.Uint64
+		quiesced                                                                                                atomic.Int64 // groups quiesced now
 	}
 }
 
@@ -208,6 +230,14 @@ type hostGroup struct {
 	skipped    int  // ticks withheld since the last one delivered
 	wakes      int  // times it left the slow clock (tests read it)
 
+	// Quiescence (HostConfig.Quiesce, quiesce.go); guarded by mu, written
+	// on the group's worker.
+	quiet    bool // quiesced: no tick until something wakes it
+	quiesces int  // times it quiesced (tests read it)
+	// dropAnswer: while its worker processes the Ready of a visit that
+	// left it quiet, the answers to quiesce heartbeats are not sent.
+	dropAnswer bool
+
 	// Owned by the worker holding the group (or, once dead, by finalize).
 	track    *tracker
 	stopSeen bool
@@ -228,6 +258,7 @@ type hostGroup struct {
 // mailbox is what arrived for a group since its last visit.
 type mailbox struct {
 	ticks       int
+	quietTicks  int // ticks while quiesced: they pace only retention checks
 	msgs        []raftpb.Message
 	props       []*proposal
 	unreachable []uint64
@@ -269,7 +300,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	h := &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, now: time.Now}
+	h := &Host{cfg: cfg, sched: newScheduler(), groups: map[uint64]*hostGroup{}, awake: map[uint64]*hostGroup{}, now: time.Now}
 	if cfg.CatchUpBytesPerSecond > 0 {
 		h.thr = newThrottle(cfg.CatchUpBytesPerSecond)
 	}
@@ -320,6 +351,7 @@ func (h *Host) Add(group uint64, cfg ReplicaConfig) error {
 	g.refresh()
 	h.mu.Lock()
 	h.groups[group] = g
+	h.awake[group] = g
 	h.mu.Unlock()
 	h.sched.enqueue(g)
 	return nil
@@ -333,6 +365,7 @@ func (h *Host) Remove(group uint64) error {
 	g := h.groups[group]
 	if g != nil {
 		delete(h.groups, group)
+		delete(h.awake, group)
 	}
 	h.mu.Unlock()
 	if g == nil {
@@ -351,6 +384,7 @@ func (h *Host) finalize(g *hostGroup, why string) {
 		return
 	}
 	g.closed, g.finalized = true, true
+	g.setQuiet(false)
 	box := g.box
 	g.box = mailbox{}
 	g.mu.Unlock()
@@ -554,6 +588,9 @@ func (h *Host) Status(group uint64) (GroupStatus, bool) {
 	}
 	st := *g.status.Load()
 	st.Voters, st.Learners = slices.Clone(st.Voters), slices.Clone(st.Learners)
+	if st.Leader != 0 && !h.live(st.Leader) {
+		st.Leader, st.IsLeader = 0, false // this node lost liveness to the leader's node: it claims no leader
+	}
 	return st, true
 }
 
@@ -579,8 +616,23 @@ func (h *Host) Tick() {
 			h.cfg.Send(msgs)
 		}
 	}
+	if h.ticks.Add(1)%quietSweepTicks == 0 {
+		h.each(h.groups, func(g *hostGroup) bool {
+			if !g.quiet {
+				return false
+			}
+			if st := g.status.Load(); st == nil || !st.IsLeader {
+				return false // a quiet follower has nothing to do on a clock
+			}
+			g.box.quietTicks += quietSweepTicks
+			return g.box.quietTicks >= g.r.cfg.RetentionCheckTicks
+		})
+	}
 	every := h.cfg.IdleTickEvery
-	h.each(func(g *hostGroup) bool {
+	h.each(h.awake, func(g *hostGroup) bool {
+		if g.quiet {
+			return false // quiesced since it was last visited
+		}
 		if g.slow {
 			if g.skipped++; g.skipped < every {
 				return false // no visit at all: the point of slowing down
@@ -591,6 +643,16 @@ func (h *Host) Tick() {
 		return true
 	})
 }
+
+// quiesceOn says whether leaders quiesce idle groups now.
+func (h *Host) quiesceOn() bool {
+	return h.cfg.Quiesce && (h.cfg.QuiesceAllowed == nil || h.cfg.QuiesceAllowed())
+}
+
+// quietSweepTicks: Tick visits the quiesced groups once in this many
+// ticks (their leaders' retention checks), not at every tick: 1,000 quiet
+// groups cost the ticker nothing.
+const quietSweepTicks = 10
 
 // wake puts a slowed group back on the normal clock; the caller holds g.mu.
 func (g *hostGroup) wake() {
@@ -605,12 +667,12 @@ func idleMessage(t raftpb.MessageType) bool {
 	return t == raftpb.MsgHeartbeat || t == raftpb.MsgHeartbeatResp
 }
 
-// each calls f, with g.mu held, for every group still driven, and
-// schedules those for which it returns true.
-func (h *Host) each(f func(g *hostGroup) bool) {
+// each calls f, with g.mu held, for every group of groups (h.groups or
+// h.awake) still driven, and schedules those for which it returns true.
+func (h *Host) each(groups map[uint64]*hostGroup, f func(g *hostGroup) bool) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	for _, g := range h.groups {
+	for _, g := range groups {
 		if g == nil {
 			continue
 		}
@@ -639,6 +701,7 @@ func (h *Host) Stats() HostStats {
 		ProposalsNotLeader: h.c.notLeader.Load(), ProposalsRefused: h.c.refused.Load(),
 		InboxDropped: h.c.inboxDropped.Load(), Malformed: h.c.malformed.Load(), ReplicasStopped: h.c.stopped.Load(),
 		ElectionsHastened: h.c.hastened.Load(), ConfChangesSkipped: h.c.confSkipped.Load(),
+		GroupsQuiesced: int(h.c.quiesced.Load()),
 	}
 	if h.thr != nil {
 		st.CatchUpDelayed, st.CatchUpWaitingBytes = h.thr.stats()
@@ -731,7 +794,10 @@ func snapIndex(m raftpb.Message) uint64 {
 // PeerUnreachable reports to every group that messages to peer were lost
 // (transport.Handler).
 func (h *Host) PeerUnreachable(peer uint64) {
-	h.each(func(g *hostGroup) bool {
+	h.each(h.groups, func(g *hostGroup) bool {
+		if g.quiet && !g.hasMemberOn(peer) {
+			return false // nothing of it is on that node: it stays quiet
+		}
 		g.wake() // a slowed follower of a dead leader must elect at the normal pace
 		if !slices.Contains(g.box.unreachable, peer) {
 			g.box.unreachable = append(g.box.unreachable, peer)
@@ -815,20 +881,19 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	g.mu.Lock()
 	box := g.box
 	g.box, g.spare = g.spare, mailbox{}
+	wasQuiet := g.quiet
 	g.mu.Unlock()
 	r, now := g.r, h.now()
-	busy := len(box.props) > 0 || box.campaign || len(box.transfers) > 0 || len(box.snaps) > 0 ||
+	work := len(box.props) > 0 || box.campaign || len(box.transfers) > 0 || len(box.snaps) > 0 ||
 		len(box.unreachable) > 0 || box.retention != nil || box.retainFrom != 0 || box.prefer != 0 || box.reconfigure != nil
-	heard := false
+	busy, heard := work, false
 	for _, m := range box.msgs {
 		busy = busy || !idleMessage(m.Type)
 		heard = heard || idleMessage(m.Type)
 	}
 	lastBefore, appliedBefore, confSkipped := r.p.LastIndex(), r.CommitIndex(), r.confSkipped
-	for range min(box.ticks, maxTicksPerVisit) {
-		r.Tick()
-	}
-	h.step(g, box.msgs)
+	quiet := h.tick(g, box, wasQuiet, busy)
+	quiet = h.step(g, box.msgs, quiet && !work)
 	for _, node := range box.unreachable {
 		r.ReportUnreachable(node)
 	}
@@ -872,41 +937,28 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	}
 	if r.Err() == nil && r.HasReady() {
 		h.c.readies.Add(1)
+		g.dropAnswer = quiet
 		_ = r.Process(ctx, g.send)
+		g.dropAnswer = false
 	}
 	g.track.expire(now)
 	g.track.expireReads(now)
 	h.c.confSkipped.Add(r.confSkipped - confSkipped)
 	h.noteStop(ctx, g)
 	g.refresh()
-	busy = busy || r.p.LastIndex() != lastBefore || r.CommitIndex() != appliedBefore || g.track.pending() > 0
-	g.mu.Lock()
-	if every := h.cfg.IdleTickEvery; every > 1 {
-		if heard {
-			g.sinceHeard = 0
-		} else {
-			g.sinceHeard += box.ticks
-		}
-		st := g.status.Load()
-		switch {
-		case busy, st == nil, st.Leader == 0:
-			g.wake()
-		case g.sinceHeard > 2*DefaultHeartbeatTicks:
-			// A group that stops hearing heartbeats (a leader gone without
-			// its connection failing, or a leader on the normal clock while
-			// this follower is slowed) must not idle: its election timer
-			// runs at the normal pace again.
-			g.wake()
-		case !g.slow:
-			g.idleTicks += box.ticks
-			after := h.cfg.IdleAfterTicks
-			if st.IsLeader {
-				after *= 2 // followers slow down first
-			}
-			g.slow = g.idleTicks >= after
-		}
+	grew := r.p.LastIndex() != lastBefore || g.track.pending() > 0
+	busy = busy || grew || r.CommitIndex() != appliedBefore
+	quiet = quiet && !grew && r.Err() == nil
+	if wasQuiet && !quiet && !fromLeader(r, box.msgs) {
+		g.nudge()
 	}
+	g.mu.Lock()
+	changed := g.setQuiet(quiet)
+	g.slowClock(busy, heard, box.ticks)
 	g.mu.Unlock()
+	if changed {
+		h.setAwake(g, !quiet)
+	}
 	box.reset()
 	g.mu.Lock()
 	g.spare = box
@@ -915,23 +967,134 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 	return g.track.take(), more || (r.Err() == nil && r.HasReady())
 }
 
-// step feeds a visit's received messages to g's replica; once it has
-// stopped, they only say who leads (noteLeader).
-func (h *Host) step(g *hostGroup, msgs []raftpb.Message) {
+// tick gives g's replica the visit's ticks and says whether g is quiet
+// after them. A quiet group takes no raft tick (its quiet ticks pace only
+// its retention checks); a leader with nothing to do quiesces instead of
+// ticking (leaderQuiesce), as CockroachDB's does.
+func (h *Host) tick(g *hostGroup, box mailbox, quiet, busy bool) bool {
 	r := g.r
+	if quiet {
+		r.tickQuiet(box.quietTicks)
+		return true
+	}
+	if h.quiesceOn() && box.ticks > 0 && !busy && r.Err() == nil && r.BasicStatus().RaftState == etcdraft.StateLeader {
+		if v := h.leaderView(g, false); leaderQuiesce(v) == "" {
+			g.quiesce(v, r.BasicStatus().Term)
+			return true
+		}
+	}
+	for range min(box.ticks, maxTicksPerVisit) {
+		r.Tick()
+	}
+	return false
+}
+
+// fromLeader says whether msgs hold one from the replica's leader.
+func fromLeader(r *Replica, msgs []raftpb.Message) bool {
+	lead := r.BasicStatus().Lead
 	for _, m := range msgs {
-		if r.Err() != nil {
-			g.noteLeader(m)
-			continue
+		if lead != 0 && m.From == lead {
+			return true
 		}
-		if err := r.Step(m); err != nil && r.Err() == nil {
-			if errors.Is(err, ErrMalformedMessage) {
-				h.c.malformed.Add(1)
-				h.logMalformed(g.id, m, err)
-				continue
-			}
-			h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
+	}
+	return false
+}
+
+// setQuiet records whether g is quiesced and says whether that changed;
+// the caller holds g.mu.
+func (g *hostGroup) setQuiet(quiet bool) bool {
+	if g.quiet == quiet {
+		return false
+	}
+	g.quiet = quiet
+	if quiet {
+		g.h.c.quiesced.Add(1)
+		g.quiesces++
+	} else {
+		g.h.c.quiesced.Add(-1)
+	}
+	return true
+}
+
+// setAwake puts g in the groups Tick visits, or takes it out; g.mu is not
+// held (h.mu comes first).
+func (h *Host) setAwake(g *hostGroup, awake bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.groups[g.id] != g:
+		// removed meanwhile
+	case awake:
+		h.awake[g.id] = g
+	default:
+		delete(h.awake, g.id)
+	}
+}
+
+// slowClock keeps the slow clock of an idle group (IdleTickEvery); the
+// caller holds g.mu.
+func (g *hostGroup) slowClock(busy, heard bool, ticks int) {
+	every := g.h.cfg.IdleTickEvery
+	if every <= 1 {
+		return
+	}
+	if g.h.quiesceOn() { // quiescence replaces the slow clock
+		g.wake()
+		return
+	}
+	if heard {
+		g.sinceHeard = 0
+	} else {
+		g.sinceHeard += ticks
+	}
+	st := g.status.Load()
+	switch {
+	case busy, st == nil, st.Leader == 0:
+		g.wake()
+	case g.sinceHeard > 2*DefaultHeartbeatTicks:
+		// A group that stops hearing heartbeats (a leader gone without
+		// its connection failing, or a leader on the normal clock while
+		// this follower is slowed) must not idle: its election timer
+		// runs at the normal pace again.
+		g.wake()
+	case !g.slow:
+		g.idleTicks += ticks
+		after := g.h.cfg.IdleAfterTicks
+		if st.IsLeader {
+			after *= 2 // followers slow down first
 		}
+		g.slow = g.idleTicks >= after
+	}
+}
+
+// step feeds a visit's received messages to g's replica and says whether
+// the group is quiet after them (quiesceStep; without quiescence, never).
+func (h *Host) step(g *hostGroup, msgs []raftpb.Message, quiet bool) bool {
+	for _, m := range msgs {
+		if h.cfg.Quiesce {
+			quiet = h.quiesceStep(g, m, quiet)
+		} else {
+			h.stepOne(g, m)
+		}
+	}
+	return quiet
+}
+
+// stepOne feeds one received message to g's replica; once it has stopped,
+// messages only say who leads (noteLeader).
+func (h *Host) stepOne(g *hostGroup, m raftpb.Message) {
+	r := g.r
+	if r.Err() != nil {
+		g.noteLeader(m)
+		return
+	}
+	if err := r.Step(m); err != nil && r.Err() == nil {
+		if errors.Is(err, ErrMalformedMessage) {
+			h.c.malformed.Add(1)
+			h.logMalformed(g.id, m, err)
+			return
+		}
+		h.cfg.Logger.Debug("raft message refused", "group", g.id, "type", m.Type.String(), "from", m.From, "err", err)
 	}
 }
 
@@ -1005,9 +1168,12 @@ func (h *Host) readIndex(g *hostGroup, reads []*proposal, now time.Time) {
 }
 
 func (g *hostGroup) send(msgs []raftpb.Message) {
-	out := make([]transport.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = transport.Message{Group: g.id, Msg: m}
+	out := make([]transport.Message, 0, len(msgs))
+	for _, m := range msgs {
+		if g.dropAnswer && m.Type == raftpb.MsgHeartbeatResp {
+			continue // the answer to a quiesce heartbeat agreed to
+		}
+		out = append(out, transport.Message{Group: g.id, Msg: m})
 	}
 	if t := g.h.thr; t != nil {
 		if at := g.reconfiguredAt.Load(); at != 0 {

@@ -49,6 +49,9 @@ type hcluster struct {
 	hcfg   HostConfig
 	// tweak, if set, adjusts each replica's config before it is added.
 	tweak func(*ReplicaConfig)
+	// liveness, if set, gives every host a NodeLive that follows the
+	// faults the test makes (setLive, host_quiesce_test.go).
+	liveness *liveness
 
 	dbg     []string
 	mu      sync.Mutex
@@ -73,6 +76,9 @@ const hclusterEpochMs = 1_700_000_000_000
 func newHCluster(t tb, seed uint64, groups int, hcfg HostConfig) *hcluster {
 	c := &hcluster{t: t, net: transport.NewNetwork(seed), groups: groups, props: map[string]*hprop{}, hcfg: hcfg,
 		opts: slog.Options{SegmentBytes: 64 << 10, IndexIntervalBytes: 1024}}
+	if hcfg.Quiesce {
+		c.liveness = newLiveness()
+	}
 	for i := uint64(1); i <= 3; i++ {
 		n := &hostNode{id: i, fs: slog.NewMemFS()}
 		c.nodes = append(c.nodes, n)
@@ -105,6 +111,10 @@ func (c *hcluster) start(n *hostNode) {
 	hc.NodeID = n.id
 	hc.TickInterval = -1
 	hc.Send = func(msgs []transport.Message) { n.ep.Send(msgs) }
+	if l := c.liveness; l != nil {
+		self := n.id
+		hc.NodeLive = func(node uint64) bool { return l.live(self, node) }
+	}
 	h, err := NewHost(hc)
 	if err != nil {
 		c.t.Fatalf("NewHost: %v", err)

@@ -339,6 +339,22 @@ func (r *Replica) Tick() {
 	}
 }
 
+// tickQuiet advances the clock of a quiesced replica by n ticks without
+// ticking raft: only its retention checks keep their pace (a quiet
+// leader's partition still gives up what retention lets go, which wakes
+// the group with the proposal).
+func (r *Replica) tickQuiet(n int) {
+	for range n {
+		if r.failed != nil {
+			return
+		}
+		r.ticks++
+		if r.ticks%int64(r.cfg.RetentionCheckTicks) == 0 {
+			r.checkRetention()
+		}
+	}
+}
+
 // Step feeds a message from a peer. An error about the message (say, from
 // an unknown peer) leaves the replica running; ErrReplicaStopped does not.
 // A message no honest replica sends, that raft would panic on or this

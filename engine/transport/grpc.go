@@ -49,6 +49,16 @@ type GRPCConfig struct {
 	// Register, if set, registers more services on the transport's gRPC
 	// server (engine's NodeService), so that a node has one cluster port.
 	Register func(*grpc.Server)
+	// LivenessInterval is the longest an outbound stream stays silent (it
+	// then sends an empty batch); LivenessTimeout, how long a peer may stay
+	// silent before it is declared dead (Handler.PeerUnreachable, Live).
+	// Defaults DefaultLivenessInterval and DefaultLivenessTimeout
+	// (liveness.go); the timeout must exceed the interval.
+	LivenessInterval, LivenessTimeout time.Duration
+	// Mute, if set, is fault injection for tests: while it returns true no
+	// liveness frame is sent, as from a stopped process (the caller stops
+	// its raft messages itself).
+	Mute func() bool
 	// DisableHeartbeatCoalescing sends heartbeats as full messages (for
 	// benchmarks and as an escape hatch).
 	DisableHeartbeatCoalescing bool
@@ -88,6 +98,15 @@ func (c *GRPCConfig) validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.LivenessInterval == 0 {
+		c.LivenessInterval = DefaultLivenessInterval
+	}
+	if c.LivenessTimeout == 0 {
+		c.LivenessTimeout = DefaultLivenessTimeout
+	}
+	if c.LivenessInterval < 0 || c.LivenessTimeout <= c.LivenessInterval {
+		return fmt.Errorf("transport: LivenessInterval %v, LivenessTimeout %v: need 0 < interval < timeout", c.LivenessInterval, c.LivenessTimeout)
+	}
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
@@ -117,6 +136,7 @@ type GRPC struct {
 	c      counters
 	server *grpc.Server
 	enc    encoder
+	live   *liveness
 
 	started atomic.Bool
 	rndMu   sync.Mutex
@@ -236,6 +256,7 @@ func NewGRPC(cfg GRPCConfig) (*GRPC, error) {
 		cfg:   cfg,
 		peers: make(map[uint64]*peer),
 		enc:   encoder{maxBatchBytes: cfg.Limits.MaxBatchBytes, coalesce: !cfg.DisableHeartbeatCoalescing},
+		live:  newLiveness(cfg.LivenessTimeout),
 		rnd:   rand.New(rand.NewPCG(cfg.NodeID, uint64(time.Now().UnixNano()))),
 	}
 	opts := append([]grpc.ServerOption{
@@ -337,6 +358,7 @@ func (t *GRPC) RemovePeer(id uint64) {
 	p := t.peers[id]
 	delete(t.peers, id)
 	t.mu.Unlock()
+	t.live.forget(id)
 	if p != nil {
 		t.stopPeer(p)
 	}
@@ -389,6 +411,7 @@ func (t *GRPC) Run(ctx context.Context) error {
 	defer cancel()
 	serveErr := make(chan error, 1)
 	t.goFunc(func() { serveErr <- t.server.Serve(t.cfg.Listener) })
+	t.goFunc(func() { t.watchLiveness(ctx.Done()) })
 	t.mu.Lock()
 	t.runCtx = ctx
 	for _, p := range t.peers {
@@ -631,7 +654,12 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 		cancel()
 	}()
 	var buf []Message
+	alive := time.NewTicker(t.cfg.LivenessInterval)
+	defer alive.Stop()
+	sent := false // since the last liveness tick
 	for {
+		var frames []*clusterv1.Batch
+		var st frameStats
 		select {
 		case <-sctx.Done():
 			select {
@@ -640,11 +668,18 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 			default:
 				return true, sctx.Err()
 			}
+		case <-alive.C:
+			if sent || (t.cfg.Mute != nil && t.cfg.Mute()) {
+				sent = false
+				continue
+			}
+			frames = []*clusterv1.Batch{{}} // an empty batch: this node lives (liveness.go)
 		case <-l.q.signal:
+			buf = l.q.drain(buf)
+			frames, st = t.enc.encode(buf)
+			clear(buf)
 		}
-		buf = l.q.drain(buf)
-		frames, st := t.enc.encode(buf)
-		clear(buf)
+		sent = true
 		for _, f := range frames {
 			req := &clusterv1.RaftRequest{Frame: &clusterv1.RaftRequest_Batch{Batch: f}}
 			n := proto.Size(req)

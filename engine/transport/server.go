@@ -40,6 +40,8 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 	}
 	t.heardFrom(peer, h)
 	t.peerBack(peer)
+	life := t.live.of(peer)
+	t.live.heard(life)
 	var (
 		buf    []Message
 		warned bool
@@ -57,6 +59,7 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 			return status.Error(codes.InvalidArgument, "a Raft stream carries one Hello, then only Batches")
 		}
 		t.c.framesReceived.Add(1)
+		t.live.heard(life)
 		msgs, bad := decodeBatch(b, peer, t.cfg.NodeID, t.cfg.Limits.MaxMessageBytes, buf)
 		if len(bad) > 0 {
 			t.c.malformed.Add(uint64(len(bad)))
@@ -77,22 +80,25 @@ func (s *server) Raft(stream clusterv1.PeerService_RaftServer) error {
 // addressed to this node, and (Authorize) from the node it claims to be.
 func (t *GRPC) admit(ctx context.Context, h *clusterv1.Hello) error {
 	peer := h.GetFromNode()
-	e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true)
-	if e == nil {
-		e = t.accept(peer, h)
-	}
-	if e != nil {
+	refuse := func(e *HandshakeError) error {
 		t.c.handshakesRefused.Add(1)
 		t.cfg.Logger.Error("spool transport: refused an inbound stream: "+e.Error(), "peer", peer)
 		return refusal(e, t.cfg.NodeID)
 	}
-	if t.cfg.Authorize == nil {
-		return nil
+	if e := checkHello(t.cfg.ClusterID, t.cfg.protocolVersion, t.cfg.NodeID, h, peer, true); e != nil {
+		return refuse(e)
 	}
-	if err := t.cfg.Authorize(ctx, peer); err != nil {
-		t.c.unauthorized.Add(1)
-		t.cfg.Logger.Error("spool transport: refused an inbound stream: the peer is not the node it claims to be", "claimed_node", peer, "err", err)
-		return status.Errorf(codes.PermissionDenied, "this node does not take the stream as node %d: %v", peer, err)
+	// Who the peer is before what its release may do: a stream that is not
+	// the node it claims learns nothing of the cluster's version.
+	if t.cfg.Authorize != nil {
+		if err := t.cfg.Authorize(ctx, peer); err != nil {
+			t.c.unauthorized.Add(1)
+			t.cfg.Logger.Error("spool transport: refused an inbound stream: the peer is not the node it claims to be", "claimed_node", peer, "err", err)
+			return status.Errorf(codes.PermissionDenied, "this node does not take the stream as node %d: %v", peer, err)
+		}
+	}
+	if e := t.accept(peer, h); e != nil {
+		return refuse(e)
 	}
 	return nil
 }

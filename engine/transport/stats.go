@@ -20,6 +20,7 @@ type Stats struct {
 	HandshakesRefused   uint64 // by this node (inbound) or by the peer (outbound)
 	Unauthorized        uint64 // inbound streams whose peer is not the node it claims (GRPCConfig.Authorize)
 	Connects            uint64 // outbound streams that completed the handshake
+	PeersDeclaredDead   uint64 // peers found silent for LivenessTimeout (liveness.go)
 	SnapshotsSent       uint64
 	SnapshotsFailed     uint64
 	SnapshotsReceived   uint64
@@ -34,7 +35,7 @@ type counters struct {
 	droppedQueueFull, droppedTooLarge, droppedNoPeer, droppedUnsent                atomic.Uint64
 	messagesReceived, framesReceived, malformed, unknownGroup, handlerErrors       atomic.Uint64
 	handshakesRefused, connects, snapshotsSent, snapshotsFailed, snapshotsReceived atomic.Uint64
-	unauthorized                                                                   atomic.Uint64
+	unauthorized, peersDeclaredDead                                                atomic.Uint64
 	faultDropped, faultDuplicated, faultCut                                        atomic.Uint64
 }
 
@@ -48,7 +49,8 @@ func (c *counters) stats() Stats {
 		Malformed:    c.malformed.Load(),
 		UnknownGroup: c.unknownGroup.Load(), HandlerErrors: c.handlerErrors.Load(),
 		HandshakesRefused: c.handshakesRefused.Load(), Unauthorized: c.unauthorized.Load(), Connects: c.connects.Load(),
-		SnapshotsSent: c.snapshotsSent.Load(), SnapshotsFailed: c.snapshotsFailed.Load(),
+		PeersDeclaredDead: c.peersDeclaredDead.Load(),
+		SnapshotsSent:     c.snapshotsSent.Load(), SnapshotsFailed: c.snapshotsFailed.Load(),
 		SnapshotsReceived: c.snapshotsReceived.Load(),
 		FaultDropped:      c.faultDropped.Load(), FaultDuplicated: c.faultDuplicated.Load(), FaultCut: c.faultCut.Load(),
 	}

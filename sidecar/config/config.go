@@ -84,6 +84,9 @@ type TracingConfig struct {
 	SampleRatio *float64 `yaml:"sample_ratio"`
 }
 
+// QuiesceOn is Quiesce with its default (on).
+func (c ClusterConfig) QuiesceOn() bool { return c.Quiesce == nil || *c.Quiesce }
+
 // Enabled reports whether spoold exports spans.
 func (t TracingConfig) Enabled() bool { return t.OTLPEndpoint != "" }
 
@@ -152,6 +155,12 @@ type ClusterConfig struct {
 	// the upgrade work, and to roll a node back, before the previous
 	// release is locked out. Default 10m, 1m to 7 days.
 	AutoFinalizeAfter time.Duration `yaml:"auto_finalize_after"`
+	// Quiesce lets an idle partition's raft group stop ticking and
+	// heartbeating on every replica until something happens to it; nodes
+	// then exchange one liveness heartbeat per pair instead
+	// (docs/replication.md, "Quiet idle groups"). false keeps idle groups
+	// ticking on a slow clock. Default true (nil).
+	Quiesce *bool `yaml:"quiesce"`
 	// TLS is mutual TLS between the nodes: set all three files or none.
 	// Required outside node.dev unless Insecure is set (docs/security.md).
 	TLS ClusterTLSConfig `yaml:"tls"`

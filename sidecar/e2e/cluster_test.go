@@ -701,11 +701,12 @@ func TestClusterAdminShowsLeaders(t *testing.T) {
 
 // TestClusterVersionFinalize: real spoold processes of this release report,
 // for every node, the release and the cluster versions it speaks, and the
-// cluster at version 1 with version 2 available (finalization pending,
-// cluster.finalize auto after 10 minutes); FinalizeClusterVersion on any
-// node raises every node to version 2.
+// cluster at version 1 with version 2 available (finalization pending:
+// with cluster.finalize manual a new cluster is born at version 1, not at
+// its release's); FinalizeClusterVersion on any node raises every node to
+// version 2.
 func TestClusterVersionFinalize(t *testing.T) {
-	sc := startCluster(t, 3, "")
+	sc := startCluster(t, 3, "  finalize: manual\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	clusterStatus := func(n *node) *spoolv1.ClusterStatusResponse {

@@ -122,6 +122,8 @@ type Metrics struct {
 	PeerRefusals                            *prometheus.CounterVec // reason
 	ConfChangesSkipped                      *prometheus.CounterVec // (none)
 	ProducersEvicted                        *prometheus.CounterVec // (none)
+	GroupsQuiesced                          *prometheus.GaugeVec   // (none)
+	PeersDeclaredDead                       *prometheus.CounterVec // (none)
 
 	// Admin calls refused (docs/security.md, "Admin").
 	AdminRefused *prometheus.CounterVec // reason
@@ -267,6 +269,8 @@ func (m *Metrics) clusterMetrics(counter newCounter, gauge newGauge) {
 	m.CommandsSkipped = counter("cluster_commands_skipped_total", "Records of a replicated state machine's log that this node skipped because they do not decode or validate, by machine: controller (raft group 0), coordinator (the consumer groups' topic __groups). Every node skips them alike; any rise means a hostile peer, damage or a newer release's command.", "machine")
 	m.PeerRefusals = counter("cluster_peer_refusals_total", "What this node refused of a peer, by reason: handshake (a raft stream of another cluster or protocol), identity (a raft stream whose certificate is not the claimed node's, or claims no member's node id), produce (a forwarded write to the controller or an internal topic that is no valid command or not a member's), join (without the join secret, or with another identity's token). Each is also logged.", "reason")
 	m.ConfChangesSkipped = counter("raft_conf_changes_skipped_total", "Committed raft configuration changes skipped because raft refuses to apply them (every replica skips them alike): a hostile or broken leader.")
+	m.GroupsQuiesced = gauge("raft_groups_quiesced", "This node's raft groups quiesced now: idle, they take no tick and send no heartbeat until something happens to them (cluster.quiesce).")
+	m.PeersDeclaredDead = counter("cluster_peers_declared_dead_total", "Times node-level liveness declared a peer's node dead: nothing heard from it for 2 s (its quiet groups wake; the followers of its groups elect).")
 }
 
 // LogSyncs exports the embedded log's sync counts as
