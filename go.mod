@@ -14,8 +14,8 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/spf13/cobra v1.10.2
-	github.com/spoolmq/spool/proto v0.1.0
-	github.com/spoolmq/spool/sdk/go v0.1.0
+	github.com/spoolmq/spool/proto v0.2.0
+	github.com/spoolmq/spool/sdk/go v0.2.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/glebarez/go-sqlite v1.23.0
-	github.com/spoolmq/spool/proto v0.1.0
+	github.com/spoolmq/spool/proto v0.2.0
 	go.opentelemetry.io/otel v1.45.0
 	go.opentelemetry.io/otel/sdk v1.45.0
 	go.opentelemetry.io/otel/trace v1.45.0

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/internal/testpeer"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -119,7 +120,9 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 	}
 
 	// The join token node 3 was admitted with (its identity file), sent
-	// with the join secret and another address, to every node.
+	// with the join secret and another address, to every node, by a
+	// joiner of this release (its cluster versions: an older release's is
+	// refused for that first).
 	var ident struct {
 		Token string `json:"token"`
 	}
@@ -137,7 +140,8 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 	jctx := metadata.AppendToOutgoingContext(ctx, "spool-join-secret", strings.TrimSpace(string(secret)))
 	const rogueAddr = "127.0.0.1:9"
 	for _, n := range sc.nodes {
-		_, err := peerClient(t, n.peer, creds).Join(jctx, &clusterv1.JoinRequest{Addr: rogueAddr, Token: ident.Token, ProtocolVersion: testpeer.ProtocolVersion})
+		_, err := peerClient(t, n.peer, creds).Join(jctx, &clusterv1.JoinRequest{Addr: rogueAddr, Token: ident.Token, ProtocolVersion: testpeer.ProtocolVersion,
+			ClusterVersionMin: meta.MinClusterVersion, ClusterVersionMax: meta.MaxClusterVersion})
 		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("node 3's join token from another identity, via %s: %v; want PermissionDenied", n.peer, err)
 		}
