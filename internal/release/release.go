@@ -15,6 +15,7 @@ import (
 	"github.com/spoolmq/spool/engine/cluster"
 	"github.com/spoolmq/spool/engine/groups"
 	"github.com/spoolmq/spool/engine/log"
+	"github.com/spoolmq/spool/engine/meta"
 	"github.com/spoolmq/spool/engine/raft"
 	"github.com/spoolmq/spool/engine/transport"
 	"github.com/spoolmq/spool/internal/buildinfo"
@@ -41,6 +42,12 @@ func Formats() []Format {
 		{"identity", cluster.IdentityVersion, "the node's identity.json"},
 		{"group-offsets", groups.OffsetsVersion, "a consumer group's offsets file"},
 	}
+}
+
+// ClusterVersions is the range of cluster versions this release speaks
+// (engine/meta; docs/upgrading.md).
+func ClusterVersions() (lowest, highest uint32) {
+	return meta.MinClusterVersion, meta.MaxClusterVersion
 }
 
 // Info is what `version --json` prints.

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/spoolmq/spool/engine/meta"
+	"github.com/spoolmq/spool/internal/release"
 	"github.com/spoolmq/spool/internal/testpeer"
 	clusterv1 "github.com/spoolmq/spool/proto/spool/cluster/v1"
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
@@ -139,9 +139,10 @@ func TestClusterRefusesNonMemberAttacks(t *testing.T) {
 	}
 	jctx := metadata.AppendToOutgoingContext(ctx, "spool-join-secret", strings.TrimSpace(string(secret)))
 	const rogueAddr = "127.0.0.1:9"
+	lowest, highest := release.ClusterVersions()
 	for _, n := range sc.nodes {
 		_, err := peerClient(t, n.peer, creds).Join(jctx, &clusterv1.JoinRequest{Addr: rogueAddr, Token: ident.Token, ProtocolVersion: testpeer.ProtocolVersion,
-			ClusterVersionMin: meta.MinClusterVersion, ClusterVersionMax: meta.MaxClusterVersion})
+			ClusterVersionMin: lowest, ClusterVersionMax: highest})
 		if status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("node 3's join token from another identity, via %s: %v; want PermissionDenied", n.peer, err)
 		}
