@@ -217,7 +217,7 @@ func TestClusterDiskFullReplicaReopens(t *testing.T) {
 				t.Fatalf("the full node logged the stop of orders-0 %d times, want once", n)
 			}
 			if n := full.logs.matching("orders"); n != 1 {
-				t.Fatalf("the full node logged %d lines about orders while full, want the stop's only: %q", n, full.logs.lines)
+				t.Fatalf("the full node logged %d lines about orders while full, want the stop's only: %q", n, full.logs.all())
 			}
 			full.fs.SetCapacity(0)
 			full.fs.SetFault(nil)

@@ -130,6 +130,13 @@ func (l *logLines) WithAttrs(as []slog.Attr) slog.Handler {
 func (l *logLines) WithGroup(string) slog.Handler { return l }
 
 // matching counts the lines containing every one of subs.
+// all is a copy of the lines logged so far.
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
+}
+
 func (l *logLines) matching(subs ...string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

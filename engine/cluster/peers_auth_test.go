@@ -231,7 +231,7 @@ func TestClusterPeerIdentities(t *testing.T) {
 		imp.Send([]transport.Message{{Group: controllerGroup, Msg: raftpb.Message{Type: raftpb.MsgHeartbeat, From: tcase.claim, To: target.n.id.NodeID, Term: 1_000_000}}})
 		awaitCond(t, 20*time.Second, "the impersonator is refused", func() error {
 			if target.logs.matching(tcase.line...) == 0 {
-				return fmt.Errorf("node %d claimed: no log line with %q in %q", tcase.claim, tcase.line, target.logs.lines)
+				return fmt.Errorf("node %d claimed: no log line with %q in %q", tcase.claim, tcase.line, target.logs.all())
 			}
 			return nil
 		})
