@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"context"
 	"slices"
 	"strconv"
 	"time"
@@ -12,31 +11,27 @@ import (
 	"github.com/spoolmq/spool/sidecar/metrics"
 )
 
-// clusterMetricsInterval is how often a cluster node's replication metrics
-// are refreshed from the engine.
+// clusterMetricsInterval is how often a node's partition and open-file
+// budgets are copied into their metrics.
 const clusterMetricsInterval = 2 * time.Second
 
-// clusterMetrics copies the engine's cluster status into the metrics until
-// ctx ends. Counters advance by the change of the engine's totals.
-func clusterMetrics(ctx context.Context, eng engine.Backend, m *metrics.Metrics) {
-	var prev engine.ClusterStatus
-	t := time.NewTicker(clusterMetricsInterval)
-	defer t.Stop()
-	for {
-		st, ok := clusterStatus(eng)
-		if !ok {
-			return
-		}
-		if st.Ready {
-			updateClusterMetrics(m, prev, st)
-			prev = st
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// clusterMetrics has the engine's cluster status copied into the metrics
+// when they are scraped (metrics.OnScrape): a thousand idle replicas cost
+// nothing between scrapes. Counters advance by the change of the engine's
+// totals since the previous scrape.
+func clusterMetrics(eng engine.Backend, m *metrics.Metrics) {
+	if _, ok := clusterStatus(eng); !ok {
+		return
 	}
+	var prev engine.ClusterStatus
+	m.Cluster.Refresh(func() { // OnScrape runs one refresh at a time
+		st, ok := clusterStatus(eng)
+		if !ok || !st.Ready {
+			return
+		}
+		updateClusterMetrics(m, prev, st)
+		prev = st
+	})
 }
 
 func updateClusterMetrics(m *metrics.Metrics, prev, st engine.ClusterStatus) {

@@ -194,7 +194,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	}
 	rd := &readiness{eng: eng, groups: groups, requireApp: cfg.Node.ReadyRequiresApp}
 
-	r.start("cluster metrics", componentFunc(func(ctx context.Context) error { clusterMetrics(ctx, eng, m); return nil }))
+	clusterMetrics(eng, m)
 	startAdminServers(r, cfg, m, auth, healthSrv, adminGRPC, rd, readyDetail(eng), adminL, probeL)
 	r.start("app server", appServer{srv: appSrv, ls: appLs, grace: 2 * time.Second, fail: r.fail})
 	stopped := false // told to stop (SIGTERM), not failing

@@ -124,6 +124,10 @@ type Metrics struct {
 	ProducersEvicted                        *prometheus.CounterVec // (none)
 	GroupsQuiesced                          *prometheus.GaugeVec   // (none)
 	PeersDeclaredDead                       *prometheus.CounterVec // (none)
+	// Cluster holds the cluster metrics above and brings them up to date
+	// when they are scraped (Refresh), not on a timer: an idle node that
+	// nobody scrapes spends nothing on its replicas' series.
+	Cluster *OnScrape
 
 	// Admin calls refused (docs/security.md, "Admin").
 	AdminRefused *prometheus.CounterVec // reason
@@ -231,7 +235,9 @@ func New() *Metrics {
 		KafkaPositionsTruncated: counter("kafka_positions_truncated_total", "Finished offsets left out of a Kafka offset commit because they did not fit in its metadata (storage.backend kafka): they are delivered again after a restart. Growing: many finished offsets above a stuck one; look for a hung handler or a parked key.", "group", "topic"),
 		PartitionQuarantined:    gauge("partition_quarantined", "1 for a partition quarantined because its data is damaged: it serves only the records before the damage and refuses publishes until repaired (docs/operations.md).", "topic", "partition"),
 	}
-	m.clusterMetrics(counter, gauge)
+	m.Cluster = &OnScrape{}
+	m.clusterMetrics(m.Cluster.counter, m.Cluster.gauge)
+	r.MustRegister(m.Cluster)
 	m.BuildInfo = gauge("build_info", "1, labelled with this spoold's release: version (the VERSION file), commit and the Go version that built it (spoold version).", "version", "commit", "go_version")
 	m.BuildInfo.WithLabelValues(buildinfo.Version, buildinfo.Commit(), buildinfo.GoVersion()).Set(1)
 	r.MustRegister(m.LedgerAvailable)
@@ -271,6 +277,53 @@ func (m *Metrics) clusterMetrics(counter newCounter, gauge newGauge) {
 	m.ConfChangesSkipped = counter("raft_conf_changes_skipped_total", "Committed raft configuration changes skipped because raft refuses to apply them (every replica skips them alike): a hostile or broken leader.")
 	m.GroupsQuiesced = gauge("raft_groups_quiesced", "This node's raft groups quiesced now: idle, they take no tick and send no heartbeat until something happens to them (cluster.quiesce).")
 	m.PeersDeclaredDead = counter("cluster_peers_declared_dead_total", "Times node-level liveness declared a peer's node dead: nothing heard from it for 2 s (its quiet groups wake; the followers of its groups elect).")
+}
+
+// OnScrape is a collector of metrics brought up to date when they are
+// scraped: Collect runs the refresh set by Refresh (one at a time), then
+// collects the metrics made through it.
+type OnScrape struct {
+	mu      sync.Mutex
+	refresh func()
+	cs      []prometheus.Collector
+}
+
+func (o *OnScrape) counter(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "spool", Name: name, Help: help}, labels)
+	o.cs = append(o.cs, c)
+	return c
+}
+
+func (o *OnScrape) gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "spool", Name: name, Help: help}, labels)
+	o.cs = append(o.cs, g)
+	return g
+}
+
+// Refresh sets what brings the metrics up to date before a scrape reads them.
+func (o *OnScrape) Refresh(refresh func()) {
+	o.mu.Lock()
+	o.refresh = refresh
+	o.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (o *OnScrape) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range o.cs {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (o *OnScrape) Collect(ch chan<- prometheus.Metric) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.refresh != nil {
+		o.refresh()
+	}
+	for _, c := range o.cs {
+		c.Collect(ch)
+	}
 }
 
 // LogSyncs exports the embedded log's sync counts as
