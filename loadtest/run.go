@@ -446,6 +446,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profile profileSpec
 	case "idle":
 		close(ps.done)
 		smp.reset()
+		prof.startCPU()
 		if start, err = mark(pp); err != nil {
 			return nil, err
 		}
@@ -457,6 +458,7 @@ func run(ctx context.Context, bin, tmp string, sc *Scenario, profile profileSpec
 		if end, err = mark(pp); err != nil {
 			return nil, err
 		}
+		errs = append(errs, prof.finish()...)
 		measuredPeak = smp.snapshot()
 		lat = new(histogram)
 		r.IdleS = round(end.t.Sub(start.t).Seconds(), 3)

@@ -237,41 +237,56 @@ func (c *member) register(ctx context.Context) error {
 	every := max(c.cfg.TickInterval*10, 100*time.Millisecond)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	balanced := time.Now()
 	c.mu.Lock()
 	c.straysDue = true // replicas a move took away while this node was down
 	c.mu.Unlock()
+	plan := choresPlan{every: every, balanceEvery: balanceEveryChores * every, balanced: time.Now()}
+	woken := false
 	for {
-		c.mu.Lock()
-		due := c.straysDue
-		c.straysDue = false
-		c.mu.Unlock()
-		if due && !c.removeStrayReplicas(ctx) {
-			c.mu.Lock()
-			c.straysDue = true // no leader to ask: the next round tries again
-			c.mu.Unlock()
+		in, now := c.choresInputs(), time.Now()
+		if plan.due(in, now, woken) {
+			balance := plan.balance(in, now)
+			handBack := c.choresRound(ctx, balance)
+			plan.ran(in, now, balance, c.choresPending(handBack))
 		}
-		c.reopenStopped(time.Now())
-		c.leaderChores()
-		c.repairDamaged(ctx)
-		c.driveMoves(ctx)
-		c.planMoves(ctx)
-		c.autoFinalize(ctx, time.Now())
-		if time.Since(balanced) >= balanceEveryChores*every {
-			c.balanceLeaders()
-			balanced = time.Now()
-		}
+		woken = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		case <-c.choresWake: // a controller membership step applied: take the next at once
+			woken = true
 		}
 	}
 }
 
-// balanceEveryChores: leadership is rebalanced every this many chores
-// rounds (every 5 s with the default tick).
+// choresRound runs the chores once; balance: leaderships are balanced too.
+// handBack: some were asked to go back to their preferred nodes.
+func (c *member) choresRound(ctx context.Context, balance bool) (handBack bool) {
+	c.mu.Lock()
+	due := c.straysDue
+	c.straysDue = false
+	c.mu.Unlock()
+	if due && !c.removeStrayReplicas(ctx) {
+		c.mu.Lock()
+		c.straysDue = true // no leader to ask: the next round tries again
+		c.mu.Unlock()
+	}
+	c.reopenStopped(time.Now())
+	c.leaderChores()
+	c.repairDamaged(ctx)
+	c.driveMoves(ctx)
+	c.planMoves(ctx)
+	c.autoFinalize(ctx, time.Now())
+	if balance {
+		handBack = c.balanceLeaders()
+	}
+	return handBack
+}
+
+// balanceEveryChores: leadership is rebalanced at most every this many
+// chores intervals (every 5 s with the default tick), after a change of
+// leaders or memberships.
 const balanceEveryChores = 5
 
 // balanceLeaders asks each group this node leads, and whose preferred
@@ -279,7 +294,7 @@ const balanceEveryChores = 5
 // leadership back once that node has caught up: after a restart the
 // preferred leader finds its groups led elsewhere, and one node would end
 // up leading everything.
-func (c *member) balanceLeaders() {
+func (c *member) balanceLeaders() (asked bool) {
 	c.tab.Mu.RLock()
 	var parts []*partition
 	for _, t := range c.tab.Topics {
@@ -296,9 +311,11 @@ func (c *member) balanceLeaders() {
 		if st, ok := c.host.Status(p.X.raftGroup); ok && st.IsLeader {
 			if to, ok := c.nextLeader(st, p.X.replicas(), false, 0); ok {
 				_ = c.host.PreferLeader(p.X.raftGroup, to)
+				asked = true
 			}
 		}
 	}
+	return asked
 }
 
 // leaderChores: while this node leads the controller, move group 0's

@@ -169,6 +169,11 @@ type HostStats struct {
 	ReplicasStopped    uint64 // replicas that stopped with an error
 	ElectionsHastened  uint64 // followers whose election clock jumped: their leader's connection failed
 	GroupsQuiesced     int    // groups quiesced now (HostConfig.Quiesce)
+	// RoleChanges counts the changes of a group's leader, leadership,
+	// membership or stop, and groups added or removed — not commit
+	// progress: a caller whose decisions read only those (the cluster's
+	// chores) need not look again while it stays the same.
+	RoleChanges uint64
 	// CatchUpDelayed counts the appends to moving learners that waited for
 	// the catch-up budget (CatchUpBytesPerSecond); CatchUpWaitingBytes is
 	// the entry bytes waiting now.
@@ -204,8 +209,8 @@ type Host struct {
 	malformedLoggedAt, malformedUnlogged atomic.Int64
 
 	c struct {
-		readies, ok, lost, unknown, notLeader, refused, inboxDropped, malformed, confSkipped, stopped, hastened atomic.Uint64
-		quiesced                                                                                                atomic.Int64 // groups quiesced now
+		readies, ok, lost, unknown, notLeader, refused, inboxDropped, malformed, confSkipped, stopped, hastened, roles atomic.Uint64
+		quiesced                                                                                                       atomic.Int64 // groups quiesced now
 	}
 }
 
@@ -371,6 +376,7 @@ func (h *Host) Remove(group uint64) error {
 	if g == nil {
 		return fmt.Errorf("raft host: remove group %d: %w", group, transport.ErrUnknownGroup)
 	}
+	h.c.roles.Add(1)
 	h.sched.kill(g)
 	h.finalize(g, "the replica was removed")
 	return g.r.Close()
@@ -701,7 +707,7 @@ func (h *Host) Stats() HostStats {
 		ProposalsNotLeader: h.c.notLeader.Load(), ProposalsRefused: h.c.refused.Load(),
 		InboxDropped: h.c.inboxDropped.Load(), Malformed: h.c.malformed.Load(), ReplicasStopped: h.c.stopped.Load(),
 		ElectionsHastened: h.c.hastened.Load(), ConfChangesSkipped: h.c.confSkipped.Load(),
-		GroupsQuiesced: int(h.c.quiesced.Load()),
+		GroupsQuiesced: int(h.c.quiesced.Load()), RoleChanges: h.c.roles.Load(),
 	}
 	if h.thr != nil {
 		st.CatchUpDelayed, st.CatchUpWaitingBytes = h.thr.stats()
@@ -1233,6 +1239,10 @@ func (g *hostGroup) refresh() {
 		}
 	} else {
 		st.Voters, st.Learners = slices.Clone(cs.Voters), slices.Clone(cs.Learners)
+	}
+	if prev == nil || st.Leader != prev.Leader || st.IsLeader != prev.IsLeader || st.Err != prev.Err || st.Joint != prev.Joint ||
+		!slices.Equal(st.Voters, prev.Voters) || !slices.Equal(st.Learners, prev.Learners) {
+		g.h.c.roles.Add(1)
 	}
 	g.status.Store(&st)
 }

@@ -367,3 +367,52 @@ func others(node uint64) []uint64 {
 	}
 	return out
 }
+
+// RoleChanges moves with a group's leadership and not with its commits:
+// proposals that commit leave it alone, a leadership transfer moves it.
+func TestHostRoleChanges(t *testing.T) {
+	c := newHCluster(t, 7, 2, HostConfig{TickInterval: -1})
+	defer c.close()
+	c.awaitLeaders(100)
+	c.converge(50)
+	roles := func() (sum uint64) {
+		for _, n := range c.nodes {
+			sum += n.host.Stats().RoleChanges
+		}
+		return sum
+	}
+	before := roles()
+	if before == 0 {
+		t.Fatal("RoleChanges 0 after the groups were added and elected leaders")
+	}
+	lead := c.leader(1)
+	for range 5 {
+		c.propose(lead, 1)
+	}
+	c.awaitProposals(100)
+	if got := roles(); got != before {
+		t.Fatalf("RoleChanges went from %d to %d with only commits", before, got)
+	}
+	var to uint64
+	for _, n := range c.nodes {
+		if n != lead {
+			to = n.id
+			break
+		}
+	}
+	if err := lead.host.PreferLeader(1, to); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if l := c.leader(1); l != nil && l.id == to {
+			break
+		}
+		c.round()
+	}
+	if l := c.leader(1); l == nil || l.id != to {
+		t.Fatalf("leadership of group 1 did not move to node %d", to)
+	}
+	if got := roles(); got <= before {
+		t.Fatalf("RoleChanges %d after a leadership transfer, want more than %d", got, before)
+	}
+}

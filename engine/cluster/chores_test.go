@@ -1,0 +1,97 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/engine/meta"
+)
+
+// When a round of chores runs: the first at once; then only on a change of
+// the state, the roles or the peers, a wake, or a deadline the last round
+// left — an idle node's rounds stop.
+func TestChoresPlanDue(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	every := time.Second
+	st, st2 := &meta.State{}, &meta.State{}
+	in := choresInputs{state: st, roles: 7, peers: " 2 3/2"}
+	settled := func() choresPlan {
+		p := choresPlan{every: every, balanceEvery: 5 * every, balanced: t0}
+		p.ran(in, t0, true, choresPending{})
+		return p
+	}
+	cases := []struct {
+		name  string
+		plan  func() choresPlan
+		in    choresInputs
+		at    time.Duration // after t0
+		woken bool
+		want  bool
+	}{
+		{"first round", func() choresPlan { return choresPlan{every: every} }, in, 0, false, true},
+		{"idle: nothing changed", settled, in, time.Hour, false, false},
+		{"woken", settled, in, time.Second, true, true},
+		{"state applied", settled, choresInputs{state: st2, roles: 7, peers: in.peers}, time.Second, false, true},
+		{"a leader changed", settled, choresInputs{state: st, roles: 8, peers: in.peers}, time.Second, false, true},
+		{"a peer lost", settled, choresInputs{state: st, roles: 7, peers: " 2/2"}, time.Second, false, true},
+		{"a peer reconnected", settled, choresInputs{state: st, roles: 7, peers: " 2 3/3"}, time.Second, false, true},
+		{"work pending, before the next interval", func() choresPlan {
+			p := settled()
+			p.ran(in, t0, false, choresPending{work: true})
+			return p
+		}, in, every / 2, false, false},
+		{"work pending, at the next interval", func() choresPlan {
+			p := settled()
+			p.ran(in, t0, false, choresPending{work: true})
+			return p
+		}, in, every, false, true},
+		{"finalization waiting", func() choresPlan {
+			p := settled()
+			p.ran(in, t0, false, choresPending{finalizeAt: t0.Add(time.Minute)})
+			return p
+		}, in, time.Minute - time.Millisecond, false, false},
+		{"finalization due", func() choresPlan {
+			p := settled()
+			p.ran(in, t0, false, choresPending{finalizeAt: t0.Add(time.Minute)})
+			return p
+		}, in, time.Minute, false, true},
+		{"hand-back asked: balance again", func() choresPlan {
+			p := settled()
+			p.ran(in, t0, true, choresPending{handBack: true})
+			return p
+		}, in, 5 * every, false, true},
+		{"roles changed since the last balance", func() choresPlan {
+			p := settled()
+			p.ran(choresInputs{state: st, roles: 9, peers: in.peers}, t0.Add(time.Second), false, choresPending{})
+			return p
+		}, choresInputs{state: st, roles: 9, peers: in.peers}, 5 * every, false, true},
+	}
+	for _, c := range cases {
+		p := c.plan()
+		if got := p.due(c.in, t0.Add(c.at), c.woken); got != c.want {
+			t.Errorf("%s: due = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// Leaderships are balanced after the roles changed or a hand-back was
+// asked, and never more often than balanceEvery.
+func TestChoresPlanBalance(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	in := choresInputs{roles: 3}
+	p := choresPlan{every: time.Second, balanceEvery: 5 * time.Second, balanced: t0}
+	if p.balance(in, t0.Add(time.Second)) {
+		t.Fatal("balanced 1 s after the last")
+	}
+	if !p.balance(in, t0.Add(5*time.Second)) {
+		t.Fatal("roles changed and 5 s passed: not balanced")
+	}
+	p.ran(in, t0.Add(5*time.Second), true, choresPending{})
+	if p.balance(in, t0.Add(time.Hour)) {
+		t.Fatal("balanced again with nothing changed")
+	}
+	p.ran(in, t0.Add(time.Hour), true, choresPending{handBack: true})
+	if !p.balance(in, t0.Add(time.Hour+5*time.Second)) {
+		t.Fatal("a hand-back was asked: not looked at again")
+	}
+}
