@@ -966,6 +966,9 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		h.setAwake(g, !quiet)
 	}
 	box.reset()
+	if quiet {
+		box = mailbox{} // a quiet group keeps no buffers: a thousand of them would hold ~1.5 KiB each
+	}
 	g.mu.Lock()
 	g.spare = box
 	more := !g.box.empty()
