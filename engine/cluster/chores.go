@@ -23,6 +23,9 @@ type choresInputs struct {
 	state *meta.State // the controller's state: a new value for each batch applied
 	roles uint64      // raft.HostStats.RoleChanges: leaders, memberships, stops, groups added or removed
 	peers string      // the connected peers and the transport's handshakes (their Hello: versions spoken)
+	// quarantines: Node.quarantines, partitions found damaged by a read
+	// (one found by its replica stops it: a role change).
+	quarantines uint64
 }
 
 // choresPending is what a round left to the clock.
@@ -91,7 +94,7 @@ func (p *choresPlan) ran(in choresInputs, now time.Time, balanced bool, pend cho
 // choresInputs reads the inputs now.
 func (c *member) choresInputs() choresInputs {
 	c.mu.Lock()
-	in := choresInputs{state: c.state}
+	in := choresInputs{state: c.state, quarantines: c.quarantines.Load()}
 	c.mu.Unlock()
 	in.roles = c.host.Stats().RoleChanges
 	var b []byte

@@ -34,6 +34,7 @@ func TestChoresPlanDue(t *testing.T) {
 		{"state applied", settled, choresInputs{state: st2, roles: 7, peers: in.peers}, time.Second, false, true},
 		{"a leader changed", settled, choresInputs{state: st, roles: 8, peers: in.peers}, time.Second, false, true},
 		{"a peer lost", settled, choresInputs{state: st, roles: 7, peers: " 2/2"}, time.Second, false, true},
+		{"a partition quarantined by a read", settled, choresInputs{state: st, roles: 7, peers: in.peers, quarantines: 1}, time.Second, false, true},
 		{"a peer reconnected", settled, choresInputs{state: st, roles: 7, peers: " 2 3/3"}, time.Second, false, true},
 		{"work pending, before the next interval", func() choresPlan {
 			p := settled()

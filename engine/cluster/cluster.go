@@ -237,6 +237,9 @@ type Node struct {
 	store  *log.Store
 	groups *groups.Store
 	tab    *table.Table[part]
+	// quarantines counts the partitions quarantined by a read (the table's
+	// hook): the chores look for damaged replicas again (chores.go).
+	quarantines atomic.Uint64
 
 	cfg    ClusterConfig
 	fs     log.FS

@@ -120,7 +120,13 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	cfg.Log = opts
-	n := &Node{conf: cfg, store: st, groups: gs, tab: table.New[part](cfg.DataDir, cfg.Logger, cfg.Hooks.PartitionQuarantined)}
+	n := &Node{conf: cfg, store: st, groups: gs}
+	n.tab = table.New[part](cfg.DataDir, cfg.Logger, func(q engine.Quarantine) {
+		n.quarantines.Add(1)
+		if cfg.Hooks.PartitionQuarantined != nil {
+			cfg.Hooks.PartitionQuarantined(q)
+		}
+	})
 	if err := n.init(cfg.Cluster); err != nil {
 		_ = st.Close()
 		return nil, err
