@@ -986,7 +986,7 @@ func (h *Host) tick(g *hostGroup, box mailbox, quiet, busy bool) bool {
 		r.tickQuiet(box.quietTicks)
 		return true
 	}
-	if h.quiesceOn() && box.ticks > 0 && !busy && r.Err() == nil && r.BasicStatus().RaftState == etcdraft.StateLeader {
+	if box.ticks > 0 && !busy && h.quiesceOn() && r.Err() == nil && r.BasicStatus().RaftState == etcdraft.StateLeader {
 		if v := h.leaderView(g, false); leaderQuiesce(v) == "" {
 			g.quiesce(v, r.BasicStatus().Term)
 			return true

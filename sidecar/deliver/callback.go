@@ -47,7 +47,7 @@ func (g *Group) runCallbacks(stop <-chan struct{}) {
 		select {
 		case q := <-c.out:
 			f := q.f
-			if q.fenced(time.Now()) {
+			if q.fenced(time.Now) {
 				_ = g.post(ctx, droppedEvent{c, f})
 				continue
 			}

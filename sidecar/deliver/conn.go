@@ -29,9 +29,10 @@ type queued struct {
 	fenceAt time.Time
 }
 
-// fenced reports whether q must be dropped rather than sent at now.
-func (q queued) fenced(now time.Time) bool {
-	return !q.fenceAt.IsZero() && !now.Before(q.fenceAt)
+// fenced reports whether q must be dropped rather than sent now (by
+// clock); the clock is read only for a frame that has a fence time.
+func (q queued) fenced(clock func() time.Time) bool {
+	return !q.fenceAt.IsZero() && !clock().Before(q.fenceAt)
 }
 
 // newConsumer returns a consumer with its queue of frames.

@@ -419,3 +419,29 @@ func TestFrameQueuedBeforeFencingNeverLeaves(t *testing.T) {
 		})
 	}
 }
+
+// A frame with no fence time (a member outside a cluster's groups) is sent
+// without reading the clock: the sender's hot path pays for fencing only
+// where fencing exists.
+func TestUnfencedFrameReadsNoClock(t *testing.T) {
+	out := make(chan queued, 1)
+	out <- queued{f: &spoolv1.SubscribeResponse{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &recStream{sent: make(chan *spoolv1.SubscribeResponse, 1)}
+	reads := 0
+	done := make(chan struct{})
+	go func() { // owned: awaited below
+		defer close(done)
+		sendFrames(ctx, st, out, func() time.Time { reads++; return time.Now() }, func(*spoolv1.SubscribeResponse) {})
+	}()
+	select {
+	case <-st.sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the frame was not sent")
+	}
+	cancel()
+	<-done
+	if reads != 0 {
+		t.Fatalf("the sender read the clock %d times for a frame with no fence time", reads)
+	}
+}

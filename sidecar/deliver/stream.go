@@ -153,7 +153,7 @@ func sendFrames(ctx context.Context, stream grpc.BidiStreamingServer[spoolv1.Sub
 	for {
 		select {
 		case q := <-out:
-			if q.fenced(clock()) {
+			if q.fenced(clock) {
 				dropped(q.f)
 				continue
 			}
