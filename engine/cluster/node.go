@@ -151,11 +151,18 @@ func (n *Node) Close() error { return n.store.Close() }
 // SyncStats counts the syncs the log's append rounds made.
 func (n *Node) SyncStats() engine.SyncStats { return n.store.SyncStats() }
 
-// OpenFiles returns the files the node's log keeps open
-// (log.Store.OpenFiles): the replicas it holds and the controller's log.
+// OpenFiles returns the files the node keeps open: its log's
+// (log.Store.OpenFiles: the replicas it holds and the controller's log)
+// and the raft state file of each replica, the controller's included.
 // Nothing here refuses a replica placed past a budget: the controller
 // places them, bounded by meta.MaxTotalPartitions (docs/security.md).
-func (n *Node) OpenFiles() int { return n.store.OpenFiles() }
+func (n *Node) OpenFiles() int {
+	open := n.store.OpenFiles()
+	if m, ok := n.role.(*member); ok && m.started.Load() {
+		open += m.host.Stats().Groups // one raft.StateStore each
+	}
+	return open
+}
 
 // DeleteTopic deletes the topic on every node (cluster_delete.go): refused
 // with ErrTopicInUse while a consumer group's member subscribes to it, with

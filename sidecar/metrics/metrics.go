@@ -225,7 +225,7 @@ func New() *Metrics {
 		PlaintextRemotes:    gauge("plaintext_remotes", "Addresses of the ledger's Redis (peer=redis) or the broker (nats, kafka) that spoold reaches without TLS beyond loopback (only with guards.insecure_plaintext_remotes or node.dev: refused at start otherwise; each logged as INSECURE).", "peer"),
 		NodePartitions:      gauge("node_partitions", "Partitions of all topics of a single node (embedded storage without a cluster), against guards.max_node_partitions."),
 		NodePartitionsLimit: gauge("node_partitions_limit", "guards.max_node_partitions: past it a new topic is refused (INVALID_TOPIC_SPEC)."),
-		OpenFiles:           gauge("open_files", "Files the node's log keeps open (three per segment of each partition, and its lock).").WithLabelValues(),
+		OpenFiles:           gauge("open_files", "Files the node keeps open in its data dir: three per segment of each partition, in a cluster one raft state file per replica, and the lock.").WithLabelValues(),
 		OpenFilesLimit:      gauge("open_files_limit", "guards.max_open_files: a topic whose new partitions would take spool_open_files past it is refused on a single node (INVALID_TOPIC_SPEC).").WithLabelValues(),
 		BreakerState:        gauge("breaker_state", "Circuit breaker state per downstream: 0 closed, 1 half-open, 2 open.", "group", "topic", "downstream"),
 		BreakerTransitions:  counter("breaker_transitions_total", "Circuit breaker transitions, by the state entered.", "group", "topic", "downstream", "to"),
