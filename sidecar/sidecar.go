@@ -109,12 +109,14 @@ func emptyDir(dir string) error {
 //     up: the app's publishes go through this node to the new leaders);
 //  4. the app gRPC server (2 s for unary calls, then streams are cut);
 //  5. the probe server, then the admin gRPC (1 s) and HTTP (2 s) servers;
-//  6. the cluster metrics;
-//  7. the clients of the apps' Handle callbacks;
-//  8. the Redis ledger;
-//  9. the engine, then the backend is closed (the log flushes);
-//  10. tracing: spans of everything above are exported (at most 5 s);
-//  11. the temporary data dir of --dev.
+//  6. the clients of the apps' Handle callbacks;
+//  7. the Redis ledger;
+//  8. the engine, then the backend is closed (the log flushes);
+//  9. tracing: spans of everything above are exported (at most 5 s);
+//  10. the temporary data dir of --dev.
+//
+// The cluster metrics are no component: a scrape computes them
+// (clusterMetrics).
 func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
