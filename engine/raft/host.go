@@ -297,6 +297,25 @@ func (b *mailbox) reset() {
 	*b = mailbox{msgs: b.msgs[:0], props: b.props[:0], unreachable: b.unreachable[:0], snaps: b.snaps[:0], transfers: b.transfers[:0]}
 }
 
+// release drops the buffers of the mailbox's empty lists.
+func (b *mailbox) release() {
+	if len(b.msgs) == 0 {
+		b.msgs = nil
+	}
+	if len(b.props) == 0 {
+		b.props = nil
+	}
+	if len(b.unreachable) == 0 {
+		b.unreachable = nil
+	}
+	if len(b.snaps) == 0 {
+		b.snaps = nil
+	}
+	if len(b.transfers) == 0 {
+		b.transfers = nil
+	}
+}
+
 // ErrHostStopped is returned by Add and Run once Run has returned.
 var ErrHostStopped = errors.New("raft host: stopped")
 
@@ -966,11 +985,12 @@ func (h *Host) process(ctx context.Context, g *hostGroup) ([]*proposal, bool) {
 		h.setAwake(g, !quiet)
 	}
 	box.reset()
-	if quiet {
-		box = mailbox{} // a quiet group keeps no buffers: a thousand of them would hold ~1.5 KiB each
-	}
 	g.mu.Lock()
 	g.spare = box
+	if quiet { // a quiet group keeps no buffers: a thousand of them held ~1.5 MiB
+		g.spare.release()
+		g.box.release()
+	}
 	more := !g.box.empty()
 	g.mu.Unlock()
 	return g.track.take(), more || (r.Err() == nil && r.HasReady())

@@ -190,14 +190,17 @@ func TestHostQuiescence(t *testing.T) {
 	}
 	c.awaitProposals(100)
 	rounds := c.awaitQuiesced(t, 50)
-	for _, n := range c.nodes { // a quiet group keeps no spare mailbox buffers
+	for _, n := range c.nodes { // a quiet group keeps no mailbox buffers
 		for g := uint64(1); g <= groups; g++ {
 			hg := n.host.group(g)
 			hg.mu.Lock()
-			held := cap(hg.spare.msgs) + cap(hg.spare.props) + cap(hg.spare.unreachable)
+			held := 0
+			for _, b := range []*mailbox{&hg.box, &hg.spare} {
+				held += cap(b.msgs) + cap(b.props) + cap(b.unreachable) + cap(b.snaps) + cap(b.transfers)
+			}
 			hg.mu.Unlock()
 			if held != 0 {
-				t.Errorf("node %d, quiet group %d: its spare mailbox holds room for %d messages and proposals", n.id, g, held)
+				t.Errorf("node %d, quiet group %d: its mailboxes hold room for %d messages, proposals and reports", n.id, g, held)
 			}
 		}
 	}
