@@ -673,6 +673,8 @@ func (t *GRPC) session(ctx context.Context, client clusterv1.PeerServiceClient, 
 				sent = false
 				continue
 			}
+			buf = nil // silent for a liveness interval: the buffers of the last burst go
+			l.q.release()
 			frames = []*clusterv1.Batch{{}} // an empty batch: this node lives (liveness.go)
 		case <-l.q.signal:
 			buf = l.q.drain(buf)

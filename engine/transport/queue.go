@@ -51,6 +51,16 @@ func (q *queue) drain(buf []Message) []Message {
 	return out
 }
 
+// release drops the backing array of an empty queue: an idle lane keeps
+// no room for the last burst.
+func (q *queue) release() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.msgs) == 0 {
+		q.msgs = nil
+	}
+}
+
 // clear drops everything queued and returns how many messages that was.
 func (q *queue) clear() int {
 	q.mu.Lock()
