@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/engine/meta"
 )
 
@@ -95,4 +97,42 @@ func TestChoresPlanBalance(t *testing.T) {
 	if !p.balance(in, t0.Add(time.Hour+5*time.Second)) {
 		t.Fatal("a hand-back was asked: not looked at again")
 	}
+}
+
+// An idle cluster's members stop running chores rounds: nothing the
+// rounds read changes (the inputs are stable without traffic), so no
+// round walks the replicas until something happens — and a change (a new
+// topic) runs one again.
+func TestClusterIdleRunsNoChores(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	rounds := func() (sum uint64) {
+		for _, cn := range tc.nodes {
+			sum += cn.n.asMember().choresRounds.Load()
+		}
+		return sum
+	}
+	// The chores interval is 200 ms here (10 ticks of 20 ms): a second
+	// without a round on any node is five intervals skipped.
+	last, since := rounds(), time.Now()
+	awaitCond(t, 30*time.Second, "a second without a chores round on any node", func() error {
+		if r := rounds(); r != last {
+			last, since = r, time.Now()
+		}
+		if d := time.Since(since); d < time.Second {
+			return fmt.Errorf("a round %v ago (%d in all)", d.Round(time.Millisecond), last)
+		}
+		return nil
+	})
+	if err := tc.nodes[1].n.EnsureTopic(engine.TopicSpec{Name: "payments", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 10*time.Second, "a chores round after a topic was created", func() error {
+		if r := rounds(); r == last {
+			return fmt.Errorf("still %d rounds", r)
+		}
+		return nil
+	})
 }

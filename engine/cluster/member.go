@@ -63,6 +63,8 @@ type member struct {
 	clusterVersion atomic.Uint32
 	// repairs: the chores' progress in repairing each damaged replica.
 	repairs map[uint64]*repairing
+	// choresRounds counts the chores rounds run (chores.go; tests read it).
+	choresRounds atomic.Uint64
 
 	removedSeen bool // owned by the controller loop: this node's removal was logged
 
@@ -263,6 +265,7 @@ func (c *member) register(ctx context.Context) error {
 // choresRound runs the chores once; balance: leaderships are balanced too.
 // handBack: some were asked to go back to their preferred nodes.
 func (c *member) choresRound(ctx context.Context, balance bool) (handBack bool) {
+	c.choresRounds.Add(1)
 	c.mu.Lock()
 	due := c.straysDue
 	c.straysDue = false
