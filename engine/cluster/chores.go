@@ -96,7 +96,7 @@ func (c *member) choresInputs() choresInputs {
 	c.mu.Lock()
 	in := choresInputs{state: c.state, quarantines: c.quarantines.Load()}
 	c.mu.Unlock()
-	in.roles = c.host.Stats().RoleChanges
+	in.roles = c.host.RoleChanges()
 	var b []byte
 	for _, nd := range in.state.Nodes() {
 		if ps, ok := c.tr.Peer(nd.ID); ok && ps.Connected {

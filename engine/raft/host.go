@@ -710,6 +710,9 @@ func (h *Host) each(groups map[uint64]*hostGroup, f func(g *hostGroup) bool) {
 	}
 }
 
+// RoleChanges is HostStats.RoleChanges, without the walk Stats makes.
+func (h *Host) RoleChanges() uint64 { return h.c.roles.Load() }
+
 // Stats returns the counters.
 func (h *Host) Stats() HostStats {
 	h.mu.RLock()
