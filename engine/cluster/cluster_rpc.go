@@ -491,45 +491,30 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 		// waits for its deadline.
 		callTimeout = 2 * time.Second
 	}
+	req := &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion,
+		ClusterVersionMin: c.cfg.ClusterVersions.Min, ClusterVersionMax: c.cfg.ClusterVersions.Max}
 	var errs []error
 	for attempt := 0; ; attempt++ {
 		cands, self, rerrs := c.joinCandidates(ctx)
 		errs = append(errs[:0], rerrs...)
-		forming := 0 // candidates that answered that they are joining too
-		for _, addr := range cands {
-			conn, err := grpc.NewClient(addr, c.dialCreds())
-			if err != nil {
-				return nil, fmt.Errorf("engine: --join %s: %w", addr, err)
+		addr, resp, forming, aerrs, err := c.askToJoin(ctx, cands, req, callTimeout)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, aerrs...)
+		if resp != nil {
+			if resp.GetNodeId() == 0 || resp.GetClusterId() == "" {
+				return nil, fmt.Errorf("engine: --join %s answered without a node id or cluster id", addr)
 			}
-			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-			var trailer metadata.MD
-			cctx = metadata.AppendToOutgoingContext(cctx, joinSecretKey, string(c.cfg.JoinSecret))
-			req := &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion,
-				ClusterVersionMin: c.cfg.ClusterVersions.Min, ClusterVersionMax: c.cfg.ClusterVersions.Max}
-			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, req, grpc.Trailer(&trailer))
-			ccancel()
-			_ = conn.Close()
-			if err == nil {
-				if resp.GetNodeId() == 0 || resp.GetClusterId() == "" {
-					return nil, fmt.Errorf("engine: --join %s answered without a node id or cluster id", addr)
-				}
-				if err := meta.CheckSpeaks(max(resp.GetClusterVersion(), 1), c.cfg.ClusterVersions); err != nil {
-					return nil, fmt.Errorf("engine: --join %s admitted this node, but (%w): %s", addr, engine.ErrClusterVersion, versionText(err))
-				}
-				c.id = identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Token: token}
-				if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
-					return nil, err
-				}
-				c.logger.Info("spool cluster: joined", "cluster", c.id.ClusterID, "node", c.id.NodeID, "via", addr)
-				return resp.GetNodes(), nil
+			if err := meta.CheckSpeaks(max(resp.GetClusterVersion(), 1), c.cfg.ClusterVersions); err != nil {
+				return nil, fmt.Errorf("engine: --join %s admitted this node, but (%w): %s", addr, engine.ErrClusterVersion, versionText(err))
 			}
-			if code := status.Code(err); code == codes.FailedPrecondition || code == codes.PermissionDenied {
-				return nil, fmt.Errorf("engine: --join %s refused this node: %s", addr, status.Convert(err).Message())
+			c.id = identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Token: token}
+			if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
+				return nil, err
 			}
-			if len(trailer.Get(formingKey)) > 0 {
-				forming++
-			}
-			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
+			c.logger.Info("spool cluster: joined", "cluster", c.id.ClusterID, "node", c.id.NodeID, "via", addr)
+			return resp.GetNodes(), nil
 		}
 		// Only a positive answer counts: a candidate that cannot be reached
 		// may be a member (a network partition), and creating a cluster
@@ -547,6 +532,55 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// askToJoin asks every candidate at once to admit this node and returns
+// the first admission (with the address that gave it), or, when none
+// admits it, how many answered that they are forming a cluster too and
+// each candidate's error. A candidate that does not answer (a stopped or
+// cut-off node: its call waits for callTimeout) does not hold back the
+// others. Asking several is safe: the controller admits a join token once
+// (meta.AddNode), whoever passes it on. A refusal (the join secret, the
+// identity, the release) ends the join: err.
+func (c *member) askToJoin(ctx context.Context, cands []string, req *clusterv1.JoinRequest, callTimeout time.Duration) (addr string, resp *clusterv1.JoinResponse, forming int, errs []error, err error) {
+	type answer struct {
+		addr    string
+		resp    *clusterv1.JoinResponse
+		forming bool
+		err     error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the calls still waiting once one admitted this node
+	answers := make(chan answer, len(cands))
+	for _, a := range cands {
+		go func() {
+			conn, err := grpc.NewClient(a, c.dialCreds())
+			if err != nil {
+				answers <- answer{addr: a, err: err}
+				return
+			}
+			defer conn.Close()
+			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+			defer ccancel()
+			var trailer metadata.MD
+			cctx = metadata.AppendToOutgoingContext(cctx, joinSecretKey, string(c.cfg.JoinSecret))
+			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, req, grpc.Trailer(&trailer))
+			answers <- answer{addr: a, resp: resp, forming: len(trailer.Get(formingKey)) > 0, err: err}
+		}()
+	}
+	for range cands {
+		an := <-answers
+		switch {
+		case an.err == nil:
+			return an.addr, an.resp, 0, nil, nil
+		case status.Code(an.err) == codes.FailedPrecondition || status.Code(an.err) == codes.PermissionDenied:
+			return "", nil, 0, nil, fmt.Errorf("engine: --join %s refused this node: %s", an.addr, status.Convert(an.err).Message())
+		case an.forming:
+			forming++
+		}
+		errs = append(errs, fmt.Errorf("%s: %v", an.addr, an.err))
+	}
+	return "", nil, forming, errs, nil
 }
 
 // formingKey is the trailer of a joining node's answer to a Join: it is
