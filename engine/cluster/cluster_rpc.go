@@ -467,6 +467,14 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 	return resp, nil
 }
 
+// joinCallTimeout bounds one call of a joining node to one candidate. An
+// admission is one controller command (milliseconds, an election's time
+// when the controller's leader is lost); a call held longer is held by a
+// stopped or cut-off node — the candidate, or the controller's leader it
+// passed the join on to — and the next round asks again, with the same
+// join token, once the members have elected another.
+const joinCallTimeout = 3 * time.Second
+
 // forwardedKey marks a Join passed on by a peer (gRPC metadata).
 const forwardedKey = "spool-forwarded"
 
@@ -485,7 +493,7 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	token := randomID(16)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
-	callTimeout := 10 * time.Second
+	callTimeout := joinCallTimeout
 	if c.cfg.BootstrapExpect > 0 {
 		// Nodes still forming the cluster do not serve yet: a call to one
 		// waits for its deadline.
