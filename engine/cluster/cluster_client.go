@@ -18,10 +18,14 @@ import (
 // Storage-off nodes (ClusterConfig.StorageOff): no raft, no replicas; the
 // controller's state comes from a member's Metadata every
 // metadataInterval, and the committed ends of watched partitions from
-// their replicas every remotePollInterval.
+// their replicas (remoteWaits: one call per partition waiting up to
+// remoteWaitMax for the end to move; the set of partitions is checked
+// every remotePollInterval, and a replica that answers at once without
+// news is asked again after it).
 const (
 	metadataInterval   = time.Second
 	remotePollInterval = 200 * time.Millisecond
+	remoteWaitMax      = 2 * time.Second
 )
 
 // storageOff is the role of a storage-off node (ClusterConfig.StorageOff):
@@ -121,6 +125,8 @@ func (c *storageOff) operatorReady() error {
 // of (clusters larger than the replication factor) and those whose replica
 // here stopped (pollRemote).
 func (c *member) runRemotePoll(ctx context.Context) error {
+	w := newRemoteWaits(c.Node)
+	defer w.stop()
 	t := time.NewTicker(remotePollInterval)
 	defer t.Stop()
 	for {
@@ -128,7 +134,7 @@ func (c *member) runRemotePoll(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			c.pollRemote()
+			w.sync(ctx)
 		}
 	}
 }
@@ -146,6 +152,8 @@ func (c *storageOff) runClient(ctx context.Context) error {
 	defer tick.Stop()
 	poll := time.NewTicker(remotePollInterval)
 	defer poll.Stop()
+	waits := newRemoteWaits(c.Node)
+	defer waits.stop()
 	var lastErr error
 	for {
 		if err := c.refreshMetadata(ctx); err != nil {
@@ -165,7 +173,7 @@ func (c *storageOff) runClient(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-poll.C:
-				c.pollRemote()
+				waits.sync(ctx)
 			case <-tick.C:
 				waiting = false
 			}
@@ -229,27 +237,25 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// pollRemote refreshes the committed end of the partitions of watched
-// topics this node reads from other replicas (it holds no replica of them,
-// or its replica stopped: readsRemote), which signals their watchers when
-// it moved: nothing pushes remote commits to this node.
-func (c *cluster) pollRemote() {
+// remoteParts are the partitions of watched topics this node reads from
+// other replicas (it holds no replica of them, or its replica stopped:
+// readsRemote): nothing pushes their commits to this node, so a waiter
+// (remoteWaits) asks a replica for each.
+func (c *cluster) remoteParts() map[*partition]bool {
 	c.tab.Mu.RLock()
-	var parts []*partition
+	defer c.tab.Mu.RUnlock()
+	parts := map[*partition]bool{}
 	for _, t := range c.tab.Topics {
 		if !t.Watched() {
 			continue
 		}
 		for _, p := range t.Parts {
 			if p.X.raftGroup != 0 && c.readsRemote(p) {
-				parts = append(parts, p)
+				parts[p] = true
 			}
 		}
 	}
-	c.tab.Mu.RUnlock()
-	for _, p := range parts {
-		_, _, _ = c.offsetsRemote(p) // setCommitted signals; failures are retried next poll
-	}
+	return parts
 }
 
 // Metadata answers a storage-off node (or a member checking its strays) with

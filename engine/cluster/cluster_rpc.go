@@ -256,8 +256,14 @@ func (c *cluster) offsetsRemote(part *partition) (int64, int64, error) {
 }
 
 // askReplica calls the other replicas of a partition in turn until one
-// answers.
+// answers, each call bounded by ProduceTimeout.
 func (c *cluster) askReplica(part *partition, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
+	return c.askReplicaWithin(context.Background(), part, c.cfg.ProduceTimeout, call)
+}
+
+// askReplicaWithin is askReplica with each call bounded by timeout and by
+// ctx.
+func (c *cluster) askReplicaWithin(ctx context.Context, part *partition, timeout time.Duration, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
 	if part.X.raftGroup == 0 { // not placed: nothing to read yet
 		return &clusterv1.FetchResponse{}, nil
 	}
@@ -271,8 +277,8 @@ func (c *cluster) askReplica(part *partition, call func(context.Context, cluster
 			errs = append(errs, err)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
-		resp, err := call(ctx, cl)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := call(cctx, cl)
 		cancel()
 		if err == nil {
 			return resp, nil
@@ -373,7 +379,7 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 
 // Fetch reads committed records of a partition this node holds. Offset -1
 // asks for the offsets only.
-func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*clusterv1.FetchResponse, error) {
+func (s *nodeService) Fetch(ctx context.Context, req *clusterv1.FetchRequest) (*clusterv1.FetchResponse, error) {
 	c := s.c
 	part, err := c.partition(req.GetTopic(), req.GetPartition())
 	if err != nil {
@@ -381,6 +387,12 @@ func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*cl
 	}
 	if part.Log == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %d holds no replica of %s/%d", c.id.NodeID, req.GetTopic(), req.GetPartition())
+	}
+	if req.GetOffset() < 0 {
+		c.endReadsServed.Add(1)
+		if w := req.GetMaxWaitMs(); w > 0 {
+			c.awaitEndPast(ctx, part, req.GetWaitPast(), time.Duration(min(w, maxRemoteWaitMs))*time.Millisecond)
+		}
 	}
 	if c.readsRemote(part) { // its end may be behind: the asker goes to the next replica
 		return nil, status.Errorf(codes.Unavailable, "node %d's replica of %s/%d is stopped or catching up after a stop", c.id.NodeID, req.GetTopic(), req.GetPartition())
@@ -406,6 +418,31 @@ func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*cl
 
 // maxRemoteFetchBytes bounds one remote read's answer.
 const maxRemoteFetchBytes = 4 << 20
+
+// maxRemoteWaitMs bounds how long a replica holds a read of a partition's
+// end (FetchRequest.max_wait_ms) before it answers anyway.
+const maxRemoteWaitMs = 10_000
+
+// awaitEndPast returns once part's committed end here passes past, its
+// replica here stops serving reads (the asker goes to another), d has
+// passed, or ctx ends (the asker gave up, or this node stops).
+func (c *member) awaitEndPast(ctx context.Context, part *partition, past int64, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		changed, err := c.tab.Changed(part.Topic.Name)
+		if err != nil || part.Committed.Load() > past || c.readsRemote(part) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
 
 // Join admits a new node: at the controller's leader, AddNode; elsewhere,
 // the request is passed to the leader.

@@ -1039,7 +1039,15 @@ type FetchRequest struct {
 	Offset    int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	// max_bytes bounds the answer (at least one record is returned when any
 	// is there).
-	MaxBytes      int32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// With offset -1 (the log start and committed end only) and max_wait_ms
+	// above 0, the replica answers once its committed end passes wait_past,
+	// or after max_wait_ms (at most 10 000), whichever comes first: a node
+	// that reads the partition remotely learns of a commit as it happens
+	// instead of asking again and again. A release that does not know these
+	// fields answers at once.
+	WaitPast      int64 `protobuf:"varint,6,opt,name=wait_past,json=waitPast,proto3" json:"wait_past,omitempty"`
+	MaxWaitMs     int32 `protobuf:"varint,7,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1105,6 +1113,20 @@ func (x *FetchRequest) GetOffset() int64 {
 func (x *FetchRequest) GetMaxBytes() int32 {
 	if x != nil {
 		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetWaitPast() int64 {
+	if x != nil {
+		return x.WaitPast
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetMaxWaitMs() int32 {
+	if x != nil {
+		return x.MaxWaitMs
 	}
 	return 0
 }
@@ -1242,14 +1264,16 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"baseOffset\x124\n" +
 	"\x05error\x18\x02 \x01(\x0e2\x1e.spool.cluster.v1.ProduceErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x96\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xd3\x01\n" +
 	"\fFetchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1b\n" +
-	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\"M\n" +
+	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\x12\x1b\n" +
+	"\twait_past\x18\x06 \x01(\x03R\bwaitPast\x12\x1e\n" +
+	"\vmax_wait_ms\x18\a \x01(\x05R\tmaxWaitMs\"M\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x10\n" +

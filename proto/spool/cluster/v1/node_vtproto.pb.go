@@ -681,6 +681,16 @@ func (m *FetchRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MaxWaitMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxWaitMs))
+		i--
+		dAtA[i] = 0x38
+	}
+	if m.WaitPast != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.WaitPast))
+		i--
+		dAtA[i] = 0x30
+	}
 	if m.MaxBytes != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxBytes))
 		i--
@@ -1045,6 +1055,12 @@ func (m *FetchRequest) SizeVT() (n int) {
 	}
 	if m.MaxBytes != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxBytes))
+	}
+	if m.WaitPast != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.WaitPast))
+	}
+	if m.MaxWaitMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxWaitMs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2856,6 +2872,44 @@ func (m *FetchRequest) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.MaxBytes |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field WaitPast", wireType)
+			}
+			m.WaitPast = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.WaitPast |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxWaitMs", wireType)
+			}
+			m.MaxWaitMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxWaitMs |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
