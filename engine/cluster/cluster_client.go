@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -33,7 +36,14 @@ const (
 // controller's state from the members (runClient), publishes through the
 // partitions' leaders and reads from their replicas, and refuses the
 // operators' calls that only a member can make.
-type storageOff struct{ *Node }
+type storageOff struct {
+	*Node
+	// stateSum names the controller state this node holds
+	// (MetadataResponse.state_sum): refreshMetadata sends it, and a
+	// member answers unchanged without the state when it is the same.
+	// Owned by runClient's goroutine.
+	stateSum []byte
+}
 
 // run keeps the node's view of the cluster current until ctx ends.
 func (c *storageOff) run(ctx context.Context) error { return c.runClient(ctx) }
@@ -196,11 +206,14 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID})
+		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID, KnownStateSum: c.stateSum})
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
 			continue
+		}
+		if resp.GetUnchanged() && len(c.stateSum) > 0 && bytes.Equal(resp.GetStateSum(), c.stateSum) {
+			return nil // the state this node holds
 		}
 		st, err := meta.DecodeState(resp.GetState())
 		if err != nil {
@@ -222,6 +235,7 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 			c.peers.set(nd.ID, nd.Addr)
 		}
 		c.reconcile(st)
+		c.stateSum = resp.GetStateSum() // empty from a release that does not send it: ask for the whole state
 		c.mu.Lock()
 		c.state = st
 		close(c.changed)
@@ -267,11 +281,41 @@ func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataReque
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "this node has not applied the cluster's committed state yet (%v); ask again, or another member", ctx.Err())
 	}
-	b, err := meta.EncodeState(st.WithoutTokens()) // tokens admit members again
+	b, sum, err := c.served.encoded(st)
 	if err != nil {
 		return nil, err
 	}
-	return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, State: b}, nil
+	if bytes.Equal(req.GetKnownStateSum(), sum) {
+		return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, Unchanged: true, StateSum: sum}, nil
+	}
+	c.metadataStatesServed.Add(1)
+	return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, State: b, StateSum: sum}, nil
+}
+
+// servedState is the encoding of the last controller state a member sent
+// to a node asking for it (Metadata), and its sum: a state is encoded once
+// however many storage-off nodes ask for it.
+type servedState struct {
+	mu  sync.Mutex
+	st  *meta.State // the applied state b encodes (states are replaced, never changed)
+	b   []byte
+	sum []byte
+}
+
+// encoded is st's encoding without join tokens (they admit members
+// again) and its SHA-256.
+func (s *servedState) encoded(st *meta.State) (b, sum []byte, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == st {
+		return s.b, s.sum, nil
+	}
+	if b, err = meta.EncodeState(st.WithoutTokens()); err != nil {
+		return nil, nil, err
+	}
+	h := sha256.Sum256(b)
+	s.st, s.b, s.sum = st, b, h[:]
+	return s.b, s.sum, nil
 }
 
 // removedByPeers asks the peers for the cluster's state (the first that

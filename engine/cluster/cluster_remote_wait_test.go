@@ -66,3 +66,40 @@ func TestClusterStorageOffWaitsForTheEnd(t *testing.T) {
 	}
 	t.Logf("a commit on the members reached the storage-off node's watcher %v after the publish began", time.Since(start).Round(time.Millisecond))
 }
+
+// A storage-off node asks for the controller's state every second, saying
+// which state it holds (MetadataRequest.known_state_sum): a member answers
+// "unchanged" without the state when it is the same, so an idle cluster
+// sends its storage-off sidecars no states; a change still reaches them
+// within the interval. (Before: the whole state every second to each.)
+func TestClusterStorageOffMetadataOnlyWhenChanged(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	client := &clusterNode{dir: t.TempDir(), join: []string{tc.nodes[1].addr}, client: true}
+	tc.nodes = append(tc.nodes, client)
+	tc.start(client)
+	if err := client.n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 4}); err != nil {
+		t.Fatal(err)
+	}
+	sent := func() uint64 {
+		var n uint64
+		for _, cn := range tc.nodes[:3] {
+			n += cn.n.asMember().metadataStatesServed.Load()
+		}
+		return n
+	}
+	awaitCond(t, 10*time.Second, "the storage-off node's state settled", func() error {
+		before := sent()
+		time.Sleep(1500 * time.Millisecond) // sleep-ok: a span longer than the node's metadata interval
+		if n := sent() - before; n > 0 {
+			return fmt.Errorf("%d states sent in 1.5 s", n)
+		}
+		return nil
+	})
+	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "invoices", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 5*time.Second, "the new topic known to the storage-off node", func() error {
+		_, _, err := client.n.Offsets("invoices", 1)
+		return err
+	})
+}

@@ -72,6 +72,11 @@ type member struct {
 	// member answered (FetchRequest with offset -1): what nodes that read
 	// remotely ask of it.
 	endReadsServed atomic.Uint64
+	// served caches the encoding of the state Metadata sends;
+	// metadataStatesServed counts the states it sent (not the unchanged
+	// answers).
+	served               servedState
+	metadataStatesServed atomic.Uint64
 
 	// stops: the replicas stopped by a storage error, and when each is
 	// reopened (cluster_reopen.go); replicasReopened counts the reopens

@@ -559,7 +559,10 @@ func (x *DescribeGroupResponse) GetState() *GroupsState {
 type MetadataRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cluster_id, when set, must be the called node's cluster.
-	ClusterId     string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// known_state_sum is the state_sum of the state the asker holds (empty:
+	// none): when the called node's is the same, it answers unchanged.
+	KnownStateSum []byte `protobuf:"bytes,2,opt,name=known_state_sum,json=knownStateSum,proto3" json:"known_state_sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,12 +604,24 @@ func (x *MetadataRequest) GetClusterId() string {
 	return ""
 }
 
+func (x *MetadataRequest) GetKnownStateSum() []byte {
+	if x != nil {
+		return x.KnownStateSum
+	}
+	return nil
+}
+
 // MetadataResponse carries the controller's state.
 type MetadataResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	// state is engine/meta's EncodeState of the controller's state.
-	State         []byte `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// state is engine/meta's EncodeState of the controller's state; empty
+	// when unchanged.
+	State []byte `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// unchanged: the state is the one known_state_sum names (not sent).
+	Unchanged bool `protobuf:"varint,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// state_sum names the state (SHA-256 of state's bytes).
+	StateSum      []byte `protobuf:"bytes,4,opt,name=state_sum,json=stateSum,proto3" json:"state_sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -651,6 +666,20 @@ func (x *MetadataResponse) GetClusterId() string {
 func (x *MetadataResponse) GetState() []byte {
 	if x != nil {
 		return x.State
+	}
+	return nil
+}
+
+func (x *MetadataResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+func (x *MetadataResponse) GetStateSum() []byte {
+	if x != nil {
+		return x.StateSum
 	}
 	return nil
 }
@@ -1228,14 +1257,17 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\x0e2!.spool.cluster.v1.CoordinateErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x123\n" +
-	"\x05state\x18\x04 \x01(\v2\x1d.spool.cluster.v1.GroupsStateR\x05state\"0\n" +
+	"\x05state\x18\x04 \x01(\v2\x1d.spool.cluster.v1.GroupsStateR\x05state\"X\n" +
 	"\x0fMetadataRequest\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"G\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12&\n" +
+	"\x0fknown_state_sum\x18\x02 \x01(\fR\rknownStateSum\"\x82\x01\n" +
 	"\x10MetadataResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\fR\x05state\"\xc2\x01\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\x12\x1c\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\x12\x1b\n" +
+	"\tstate_sum\x18\x04 \x01(\fR\bstateSum\"\xc2\x01\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12)\n" +
