@@ -21,6 +21,7 @@ import (
 	"github.com/spoolmq/spool/internal/release"
 	"github.com/spoolmq/spool/internal/wallclock"
 	"github.com/spoolmq/spool/proto/grpcbuf"
+	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
@@ -163,7 +164,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 
-	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish})
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish, Retention: scheduleRetention(cfg, eng)})
 	if err != nil {
 		return err
 	}
@@ -257,6 +258,25 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		return nil, nil, err
 	}
 	return eng, catalog, nil
+}
+
+// scheduleRetention answers the publish server's question about scheduled
+// messages (docs/scheduling.md): the embedded log keeps them, until the
+// topic's retention by age; a broker backend refuses them.
+func scheduleRetention(cfg *config.Config, eng engine.Backend) func(topic string) (time.Duration, error) {
+	if cfg.Storage.Broker() {
+		return func(string) (time.Duration, error) {
+			return 0, apierr.New(apierr.BackendUnsupported, "scheduled delivery (deliver_at_ms, deliver_after_ms) is not offered by the %s backend: publish without a delivery time, or use the embedded backend", cfg.Storage.Backend)
+		}
+	}
+	return func(topic string) (time.Duration, error) {
+		for _, t := range eng.Topics() {
+			if t.Name == topic {
+				return t.RetentionAge, nil
+			}
+		}
+		return 0, apierr.New(apierr.UnknownTopic, "topic %q is not known to this sidecar", topic)
+	}
 }
 
 // startAdminServers starts the admin listener's server and, with

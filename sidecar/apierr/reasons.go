@@ -47,6 +47,10 @@ const (
 	// InvalidReplicas: a replica move naming not as many nodes as the
 	// topic's replication factor, or a node twice.
 	InvalidReplicas Reason = "INVALID_REPLICAS"
+	// InvalidSchedule: a publish's delivery time that cannot be kept
+	// (both deliver_at_ms and deliver_after_ms, a negative or too short
+	// delay, a time more than a year ahead; docs/scheduling.md).
+	InvalidSchedule Reason = "INVALID_SCHEDULE"
 
 	// NOT_FOUND: names the configuration does not declare.
 	UnknownTopic        Reason = "UNKNOWN_TOPIC"
@@ -90,6 +94,9 @@ const (
 	// PartitionQuarantined: the partition's log is damaged; it serves what
 	// precedes the damage and takes no appends until repaired.
 	PartitionQuarantined Reason = "PARTITION_QUARANTINED"
+	// SchedulePastRetention: a delivery time the topic's retention would
+	// delete the message before.
+	SchedulePastRetention Reason = "SCHEDULE_PAST_RETENTION"
 
 	// OUT_OF_RANGE.
 	OffsetOutOfRange Reason = "OFFSET_OUT_OF_RANGE"
@@ -149,6 +156,10 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.InvalidArgument, fix, ""}, true
 	case InvalidCursor:
 		return entry{codes.InvalidArgument, fix, "pass the next_cursor of the previous page unchanged, or none to start over"}, true
+	case InvalidSchedule:
+		return entry{codes.InvalidArgument, fix, "docs/scheduling.md gives the horizon of a scheduled message"}, true
+	case SchedulePastRetention:
+		return entry{codes.FailedPrecondition, fix, "schedule the message sooner than the topic's retention, or raise the topic's retention"}, true
 	case InvalidReplicas:
 		return entry{codes.InvalidArgument, fix, "name as many distinct nodes as the topic's replication factor, the preferred leader first"}, true
 	case BadPartition:
@@ -233,9 +244,9 @@ func All() []Reason {
 		InvalidRequest, TopicRequired, InvalidTopicName, NoMessages, BatchTooLarge,
 		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
 		InvalidHeaderName, ReservedHeader, BadPartition, ResetTargetRequired, StartRequired, StartRepeated,
-		InvalidTopicSpec, InvalidCursor, InvalidReplicas,
+		InvalidTopicSpec, InvalidCursor, InvalidReplicas, InvalidSchedule,
 		UnknownTopic, UnknownGroup, UnknownSubscription,
-		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
+		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined, SchedulePastRetention,
 		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, ClusterVersion, BackendUnsupported,
 		OffsetOutOfRange,
 		Unauthenticated, PublishNotAllowed, SubscribeNotAllowed, RateLimited,

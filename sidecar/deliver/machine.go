@@ -11,6 +11,7 @@ import (
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/schedule"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -432,7 +433,7 @@ func (m *machine) fetchPart(now time.Time, s *sub, p *part) {
 	// Refill in large steps (a quarter of the window), unless the tracker is
 	// running dry: a read returns whole log batches, so reading for a
 	// handful of records would decode a batch to hold most of it ahead.
-	dry := p.tr.Pending() == 0
+	dry := p.tr.Pending()-p.tr.Scheduled() == 0 // scheduled messages waiting for their time do not feed the app
 	if want <= 0 || (want < p.tr.Config().WindowMessages/4 && !dry) {
 		m.bud.forget(now, p)
 		return
@@ -572,7 +573,7 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 			p.skipAt++
 			continue
 		}
-		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c})
+		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c, NotBefore: deliverAt(&r)})
 		kept += c
 	}
 	if n == len(p.ahead) {
@@ -596,6 +597,18 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 		p.dropAhead()
 	}
 	m.bud.use(p.heldBytes() - before)
+}
+
+// deliverAt is a scheduled message's delivery time (docs/scheduling.md), or
+// the zero time.
+func deliverAt(r *engine.Record) time.Time {
+	for _, h := range r.Headers {
+		if h.Key == schedule.Header {
+			at, _ := schedule.Parse(h.Value)
+			return at
+		}
+	}
+	return time.Time{}
 }
 
 // minFetchBytes is the smallest read: a few records, to amortize the call.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/metrics"
+	"github.com/spoolmq/spool/sidecar/schedule"
 )
 
 // OtherTopic is the topic label of rejections for a topic the node does not
@@ -58,6 +60,11 @@ type Config struct {
 	// rate (sidecar/apps). ctx is the call's, carrying who the caller is.
 	// Its error is answered like a validation error.
 	Admit func(ctx context.Context, topic string, n, size int) error
+	// Retention, if set, says whether topic may take scheduled messages
+	// (deliver_at_ms, deliver_after_ms) and up to when: its retention by
+	// age (0: kept forever), or an error (a broker backend offers no
+	// scheduled delivery). nil: scheduled publishes are refused.
+	Retention func(topic string) (time.Duration, error)
 }
 
 // Server implements spoolv1.PublisherServiceServer.
@@ -116,17 +123,19 @@ func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spo
 
 // batch is one request in flight.
 type batch struct {
-	s       *Server
-	topic   string
-	known   bool // the engine has the topic: it may be a metric label
-	start   time.Time
-	results []*spoolv1.PublishResult
-	bytes   int
-	pending atomic.Int32
-	mu      sync.Mutex // guards err
-	err     error
-	done    func([]*spoolv1.PublishResult, error)
-	spans   []trace.Span // one per message, with a Tracer only
+	s     *Server
+	topic string
+	known bool // the engine has the topic: it may be a metric label
+	// retention of the topic for scheduled messages, once asked (Config.Retention)
+	retention *time.Duration
+	start     time.Time
+	results   []*spoolv1.PublishResult
+	bytes     int
+	pending   atomic.Int32
+	mu        sync.Mutex // guards err
+	err       error
+	done      func([]*spoolv1.PublishResult, error)
+	spans     []trace.Span // one per message, with a Tracer only
 }
 
 type chunk struct {
@@ -248,11 +257,44 @@ func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error
 			open[p] = c
 			chunks = append(chunks, c)
 		}
-		c.recs = append(c.recs, engine.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: toHeaders(m.GetHeaders())})
+		hdrs := toHeaders(m.GetHeaders())
+		if m.GetDeliverAtMs() != 0 || m.GetDeliverAfterMs() != 0 {
+			h, err := s.scheduleHeader(b, i, m)
+			if err != nil {
+				return nil, err
+			}
+			hdrs = append(hdrs, h)
+		}
+		c.recs = append(c.recs, engine.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: hdrs})
 		c.indexes = append(c.indexes, int32(i))
 		c.size += size
 	}
 	return chunks, nil
+}
+
+// scheduleHeader checks message i's delivery time (sidecar/schedule) and
+// returns the header that carries it in the log.
+func (s *Server) scheduleHeader(b *batch, i int, m *spoolv1.PublishMessage) (engine.Header, error) {
+	if s.cfg.Retention == nil {
+		return engine.Header{}, limitErr(apierr.BackendUnsupported, i, "", "scheduled delivery is not offered here: publish without deliver_at_ms and deliver_after_ms")
+	}
+	if b.retention == nil {
+		r, err := s.cfg.Retention(b.topic)
+		b.retention = &r
+		if err != nil {
+			return engine.Header{}, err
+		}
+	}
+	at, err := schedule.DeliverAt(b.start, m.GetDeliverAtMs(), m.GetDeliverAfterMs(), *b.retention)
+	if err != nil {
+		var e *apierr.Error
+		if errors.As(err, &e) {
+			e.Msg = fmt.Sprintf("message %d: %s", i, e.Msg)
+			e.With("index", strconv.Itoa(i))
+		}
+		return engine.Header{}, err
+	}
+	return engine.Header{Key: schedule.Header, Value: schedule.Format(at)}, nil
 }
 
 func toHeaders(h map[string]string) []engine.Header {

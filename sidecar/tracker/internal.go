@@ -38,6 +38,8 @@ type entry[T any] struct {
 	state          state
 	ordered        bool // member of a lane (key or partition ordering)
 	expired        bool // in stBackoff because its lease expired: a late Ack is accepted
+	scheduled      bool // in stBackoff waiting for Record.NotBefore (never delivered yet)
+	outside        bool // a scheduled message (Record.NotBefore set): in no lane, ever
 }
 
 // ring holds the window's entries in offset order.

@@ -32,6 +32,11 @@ type Record[T any] struct {
 	// headers and the share of a read buffer it keeps alive): HeldBytes
 	// sums it over the window. 0 is allowed (not counted).
 	Bytes int64
+	// NotBefore, when set, makes the record a scheduled message
+	// (docs/scheduling.md): it is not delivered before this time, and it
+	// is outside its key's order (it neither waits for the key's other
+	// messages nor holds them back). A time not after now is due at once.
+	NotBefore time.Time
 }
 
 // Delivery is one message to hand to the app.
@@ -100,6 +105,7 @@ type Tracker[T any] struct {
 	dlq      seqQueue // stDLQueued entries, FIFO
 
 	inFlight, pending, parked, dead, done int
+	scheduled                             int   // entries waiting for their NotBefore
 	recBytes                              int64 // Σ Record.Bytes over the window
 }
 
@@ -187,8 +193,16 @@ func (t *Tracker[T]) add(now time.Time, r *Record[T]) {
 		return
 	}
 	t.pending++
+	e.outside = !r.NotBefore.IsZero()
+	if e.outside && r.NotBefore.After(now) {
+		e.state = stBackoff
+		e.scheduled = true
+		t.scheduled++
+		t.timerPush(seq, r.NotBefore)
+		return
+	}
 	k, ordered := t.laneKey(r.Key)
-	if !ordered {
+	if !ordered || e.outside {
 		t.ready.push(seq)
 		return
 	}
@@ -470,6 +484,10 @@ func (t *Tracker[T]) Tick(now time.Time, dst []Event) []Event {
 		case stBackoff:
 			e.state = stReady
 			e.expired = false
+			if e.scheduled {
+				e.scheduled = false
+				t.scheduled--
+			}
 			if e.ordered {
 				t.parked--
 			}
@@ -581,6 +599,10 @@ func (t *Tracker[T]) Parked() int { return t.parked }
 // Pending returns the number of messages waiting to be delivered (including
 // those waiting for a retry or behind their key).
 func (t *Tracker[T]) Pending() int { return t.pending }
+
+// Scheduled returns the number of scheduled messages waiting for their
+// time (Record.NotBefore); they count in Pending too.
+func (t *Tracker[T]) Scheduled() int { return t.scheduled }
 
 // DeadLetters returns the number of messages handed to the dead-letter
 // output and not yet confirmed.
