@@ -67,8 +67,15 @@ func DeliverAt(now time.Time, atMs, afterMs int64, retention time.Duration) (tim
 	return at, nil
 }
 
-// Format is the Header value of a delivery time.
-func Format(at time.Time) []byte { return strconv.AppendInt(nil, at.UnixMilli(), 10) }
+// Format is the Header value of a delivery time, rounded up to the
+// millisecond (a message is never delivered before its time).
+func Format(at time.Time) []byte {
+	ms := at.UnixMilli()
+	if time.UnixMilli(ms).Before(at) {
+		ms++
+	}
+	return strconv.AppendInt(nil, ms, 10)
+}
 
 // Parse reads a Header value; ok is false for a value no publish wrote
 // (such a record is delivered as unscheduled).

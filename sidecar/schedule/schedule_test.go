@@ -59,6 +59,10 @@ func TestHeaderRoundTrip(t *testing.T) {
 	if got, ok := Parse(Format(at)); !ok || !got.Equal(at) {
 		t.Fatalf("Parse(Format(%v)) = %v, %v", at, got, ok)
 	}
+	late := at.Add(time.Microsecond)
+	if got, _ := Parse(Format(late)); got.Before(late) {
+		t.Fatalf("Parse(Format(%v)) = %v: before the time", late, got)
+	}
 	for _, v := range []string{"", "x", "-5", "0", "12.5"} {
 		if got, ok := Parse([]byte(v)); ok {
 			t.Errorf("Parse(%q) = %v, true; want not ok", v, got)

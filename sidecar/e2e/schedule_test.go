@@ -1,0 +1,210 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
+	spool "github.com/spoolmq/spool/sdk/go"
+)
+
+// scheduleConfig has a topic kept a week (the default retention) and one
+// kept a minute, each with a subscription.
+const scheduleConfig = `
+topics:
+  - name: orders
+    partitions: 2
+  - name: brief
+    partitions: 1
+    retention: 1m
+subscriptions:
+  - topic: orders
+    group: verify
+    visibility_timeout: 10s
+    ordering: key
+`
+
+// arrivals records each delivery's message id and when the app got it.
+type arrivals struct {
+	mu  sync.Mutex
+	ids []string
+	at  []time.Time
+}
+
+func (a *arrivals) add(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ids = append(a.ids, id)
+	a.at = append(a.at, time.Now())
+}
+
+// first returns when id was first delivered.
+func (a *arrivals) first(id string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, x := range a.ids {
+		if x == id {
+			return a.at[i], true
+		}
+	}
+	return time.Time{}, false
+}
+
+// each calls f for every delivery so far.
+func (a *arrivals) each(f func(id string, at time.Time)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, x := range a.ids {
+		f(x, a.at[i])
+	}
+}
+
+// subscribeArrivals runs an app on n that acks everything, one message at a
+// time (so the order it sees is the order the sidecar sent).
+func subscribeArrivals(t *testing.T, n *node, group, topic string) *arrivals {
+	t.Helper()
+	a := &arrivals{}
+	c := n.client(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() {
+		done <- c.Subscribe(ctx, group, []string{topic}, func(_ context.Context, m *spool.Message) error {
+			a.add(m.ID)
+			return nil
+		}, spool.WithConcurrency(1), spool.WithPrefetch(0), spool.WithLogger(quiet), spool.WithReconnectBackoff(50*time.Millisecond, 200*time.Millisecond))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return a
+}
+
+// checkNotEarly fails the test for any delivery of a scheduled id before
+// its time.
+func checkNotEarly(t *testing.T, a *arrivals, due map[string]time.Time) {
+	t.Helper()
+	a.each(func(id string, at time.Time) {
+		if d, ok := due[id]; ok && at.Before(d) {
+			t.Errorf("%s delivered at %s, %v before its time %s", id, at.Format("15:04:05.000"), d.Sub(at), d.Format("15:04:05.000"))
+		}
+	})
+}
+
+// A scheduled message is stored at once and delivered at its time — not
+// before, within a second after — outside its key's order (the key's later
+// message is delivered first), two of one key due at the same time in
+// offset order; one that comes due while its sidecar is down (SIGKILL) is
+// delivered once it is up again.
+func TestScheduledDeliveryAtItsTime(t *testing.T) {
+	n := startNode(t, scheduleConfig)
+	c := n.client(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := []byte("customer-7")
+	at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
+	due := map[string]time.Time{"s1": at, "s2": at}
+	for _, m := range []struct {
+		id   string
+		opts []spool.PublishOption
+	}{
+		{"s1", []spool.PublishOption{spool.WithDeliverAt(at)}},
+		{"n1", nil},
+		{"s2", []spool.PublishOption{spool.WithDeliverAt(at)}},
+	} {
+		if _, err := c.Publish(ctx, "orders", key, []byte(m.id), append(m.opts, spool.WithID(m.id))...); err != nil {
+			t.Fatalf("publish %s: %v", m.id, err)
+		}
+	}
+	sent := time.Now()
+	if _, err := c.Publish(ctx, "orders", key, []byte("s3"), spool.WithID("s3"), spool.WithDeliverAfter(time.Second)); err != nil {
+		t.Fatalf("publish s3: %v", err)
+	}
+	due["s3"] = sent.Add(time.Second)
+
+	a := subscribeArrivals(t, n, "verify", "orders")
+	eventually(t, 10*time.Second, "s1, s2, s3 delivered", func() bool {
+		for id := range due {
+			if _, ok := a.first(id); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	checkNotEarly(t, a, due)
+	n1, _ := a.first("n1")
+	s1, _ := a.first("s1")
+	s2, _ := a.first("s2")
+	if !n1.Before(at) {
+		t.Errorf("n1 (the key's message after scheduled s1) delivered at %s, not before s1's time %s: held back by it", n1.Format("15:04:05.000"), at.Format("15:04:05.000"))
+	}
+	for id, d := range due {
+		if got, _ := a.first(id); got.Sub(d) > time.Second {
+			t.Errorf("%s delivered %v after its time, more than a second", id, got.Sub(d))
+		}
+	}
+	if !s1.Before(s2) {
+		t.Errorf("s1 and s2 (one key, one time) delivered s1 at %s, s2 at %s: want offset order", s1.Format("15:04:05.000"), s2.Format("15:04:05.000"))
+	}
+
+	// Due while the sidecar is down: delivered once it is up, never skipped.
+	sent = time.Now()
+	if _, err := c.Publish(ctx, "orders", key, []byte("s4"), spool.WithID("s4"), spool.WithDeliverAfter(time.Second)); err != nil {
+		t.Fatalf("publish s4: %v", err)
+	}
+	due["s4"] = sent.Add(time.Second)
+	n.kill()
+	eventually(t, 5*time.Second, "s4's time passing while spoold is down", func() bool { return time.Now().After(due["s4"]) })
+	n.start()
+	eventually(t, 10*time.Second, "s4 delivered after the restart", func() bool { _, ok := a.first("s4"); return ok })
+	checkNotEarly(t, a, due)
+}
+
+// Delivery times that cannot be kept are refused with a reason, and
+// nothing of the request is stored.
+func TestScheduledPublishRefusals(t *testing.T) {
+	n := startNode(t, scheduleConfig)
+	pub := n.publisherClient()
+	now := time.Now()
+	year := 365 * 24 * time.Hour
+	for _, tc := range []struct {
+		name   string
+		topic  string
+		m      *spoolv1.PublishMessage
+		code   codes.Code
+		reason string
+		says   string
+	}{
+		{"both", "orders", &spoolv1.PublishMessage{DeliverAtMs: now.Add(time.Minute).UnixMilli(), DeliverAfterMs: 60_000}, codes.InvalidArgument, "INVALID_SCHEDULE", "both set"},
+		{"negative delay", "orders", &spoolv1.PublishMessage{DeliverAfterMs: -5}, codes.InvalidArgument, "INVALID_SCHEDULE", "negative"},
+		{"delay under a second", "orders", &spoolv1.PublishMessage{DeliverAfterMs: 500}, codes.InvalidArgument, "INVALID_SCHEDULE", "1s to 8760h"},
+		{"more than a year ahead", "orders", &spoolv1.PublishMessage{DeliverAtMs: now.Add(year + time.Hour).UnixMilli()}, codes.InvalidArgument, "INVALID_SCHEDULE", "more than the horizon"},
+		{"past the topic's retention", "brief", &spoolv1.PublishMessage{DeliverAfterMs: 120_000}, codes.FailedPrecondition, "SCHEDULE_PAST_RETENTION", "retention of 1m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok := &spoolv1.PublishMessage{Payload: []byte("fine")}
+			_, err := pub.Publish(context.Background(), &spoolv1.PublishRequest{Topic: tc.topic, Messages: []*spoolv1.PublishMessage{ok, tc.m}})
+			st := status.Convert(err)
+			if st.Code() != tc.code || reason(st) != tc.reason || !strings.Contains(st.Message(), tc.says) || !strings.Contains(st.Message(), "message 1") {
+				t.Fatalf("got %v %s %q; want %v %s, naming message 1 and saying %q", st.Code(), reason(st), st.Message(), tc.code, tc.reason, tc.says)
+			}
+		})
+	}
+	topics, err := n.adminClient().ListTopics(context.Background(), &spoolv1.ListTopicsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tp := range topics.GetTopics() {
+		for _, p := range tp.GetPartitions() {
+			if p.GetEndOffset() != 0 {
+				t.Fatalf("topic %s partition %d has %d messages after refused publishes", tp.GetName(), p.GetPartition(), p.GetEndOffset())
+			}
+		}
+	}
+}
