@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 from types import TracebackType
 from typing import Any, Generator, Iterable, Mapping, Sequence, Unpack
@@ -158,6 +159,8 @@ class Client:
         headers: Mapping[str, str] | None = None,
         acks: Acks = Acks.ALL,
         timeout: float | None = None,
+        deliver_at: datetime.datetime | None = None,
+        deliver_after: float | datetime.timedelta | None = None,
     ) -> PublishResult:
         """Appends one message and returns once it is durable. It carries the
         current OpenTelemetry trace context (headers ``traceparent`` and
@@ -165,8 +168,14 @@ class Client:
 
         On an error the message may or may not be stored: publish it again
         with the same ``id``.
+
+        ``deliver_at`` (an aware datetime) or ``deliver_after`` (seconds, or a
+        timedelta) schedule the message (docs/scheduling.md): it is stored now
+        and delivered no sooner than that time, outside its key's order.
         """
-        m = OutMessage(payload=payload, key=key, id=id, headers=inject(headers))
+        m = OutMessage(
+            payload=payload, key=key, id=id, headers=inject(headers), deliver_at=deliver_at, deliver_after=deliver_after
+        )
         return (await self._publish(topic, [m.proto()], acks, timeout))[0]
 
     async def publish_batch(
