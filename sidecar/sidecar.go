@@ -28,6 +28,7 @@ import (
 	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
+	"github.com/spoolmq/spool/sidecar/scheduled"
 	"github.com/spoolmq/spool/sidecar/tracing"
 	"github.com/spoolmq/spool/sidecar/tracker"
 
@@ -164,7 +165,8 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 
-	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish, Retention: scheduleRetention(cfg, eng)})
+	sched := newScheduled(cfg, eng)
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish, Retention: scheduleRetention(cfg, eng), Cancel: sched.cancel()})
 	if err != nil {
 		return err
 	}
@@ -188,7 +190,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, m, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog, auth)
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, m, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m).withScheduled(sched), catalog, auth)
 	appLs, adminL, probeL, addrs, err := listenAll(cfg, appTLSConfig != nil)
 	if err != nil {
 		return err
@@ -258,6 +260,25 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		return nil, nil, err
 	}
 	return eng, catalog, nil
+}
+
+// scheduledServer lists and cancels scheduled messages; nil on a broker
+// backend, which refuses them.
+type scheduledServer struct{ *scheduled.Server }
+
+func newScheduled(cfg *config.Config, eng engine.Backend) *scheduledServer {
+	if cfg.Storage.Broker() {
+		return nil
+	}
+	return &scheduledServer{scheduled.New(eng)}
+}
+
+// cancel is the publish server's Config.Cancel.
+func (s *scheduledServer) cancel() func(context.Context, *spoolv1.CancelScheduledRequest) (*spoolv1.CancelScheduledResponse, error) {
+	if s == nil {
+		return nil
+	}
+	return s.Cancel
 }
 
 // scheduleRetention answers the publish server's question about scheduled

@@ -56,6 +56,10 @@ const (
 	UnknownTopic        Reason = "UNKNOWN_TOPIC"
 	UnknownGroup        Reason = "UNKNOWN_GROUP"
 	UnknownSubscription Reason = "UNKNOWN_SUBSCRIPTION"
+	// UnknownScheduled: CancelScheduled of an id the topic holds no
+	// scheduled message with (never published, removed by retention, or
+	// published without a delivery time).
+	UnknownScheduled Reason = "UNKNOWN_SCHEDULED_MESSAGE"
 
 	// FAILED_PRECONDITION: valid, but not now or not this way.
 	TopicConflict      Reason = "TOPIC_CONFLICT"
@@ -97,6 +101,9 @@ const (
 	// SchedulePastRetention: a delivery time the topic's retention would
 	// delete the message before.
 	SchedulePastRetention Reason = "SCHEDULE_PAST_RETENTION"
+	// ScheduleDue: CancelScheduled of a message whose time has come: it is
+	// being or has been delivered.
+	ScheduleDue Reason = "SCHEDULE_DUE"
 
 	// OUT_OF_RANGE.
 	OffsetOutOfRange Reason = "OFFSET_OUT_OF_RANGE"
@@ -158,6 +165,10 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.InvalidArgument, fix, "pass the next_cursor of the previous page unchanged, or none to start over"}, true
 	case InvalidSchedule:
 		return entry{codes.InvalidArgument, fix, "docs/scheduling.md gives the horizon of a scheduled message"}, true
+	case UnknownScheduled:
+		return entry{codes.NotFound, fix, "spool scheduled list TOPIC shows the scheduled messages not yet due"}, true
+	case ScheduleDue:
+		return entry{codes.FailedPrecondition, fix, "a scheduled message can be cancelled only before its time"}, true
 	case SchedulePastRetention:
 		return entry{codes.FailedPrecondition, fix, "schedule the message sooner than the topic's retention, or raise the topic's retention"}, true
 	case InvalidReplicas:
@@ -245,8 +256,8 @@ func All() []Reason {
 		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
 		InvalidHeaderName, ReservedHeader, BadPartition, ResetTargetRequired, StartRequired, StartRepeated,
 		InvalidTopicSpec, InvalidCursor, InvalidReplicas, InvalidSchedule,
-		UnknownTopic, UnknownGroup, UnknownSubscription,
-		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined, SchedulePastRetention,
+		UnknownTopic, UnknownGroup, UnknownSubscription, UnknownScheduled,
+		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined, SchedulePastRetention, ScheduleDue,
 		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, ClusterVersion, BackendUnsupported,
 		OffsetOutOfRange,
 		Unauthenticated, PublishNotAllowed, SubscribeNotAllowed, RateLimited,

@@ -566,6 +566,15 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 			p.skipAt++
 			continue // finished before the restart
 		}
+		if id, ok := schedule.CancelOf(&r); ok {
+			// A cancel record (docs/scheduling.md) is finished here without
+			// delivery, and so is the scheduled message it names if that
+			// still waits for its time.
+			cancelScheduled(now, p, batch, id)
+			p.skip = slices.Insert(p.skip, p.skipAt, r.Offset)
+			p.skipAt++
+			continue
+		}
 		if !m.admit(&r) {
 			// Not for this group (a message redriven to another group):
 			// finished here without delivery.
@@ -573,7 +582,8 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 			p.skipAt++
 			continue
 		}
-		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c, NotBefore: deliverAt(&r)})
+		at, _ := schedule.Of(&r)
+		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c, NotBefore: at})
 		kept += c
 	}
 	if n == len(p.ahead) {
@@ -599,16 +609,15 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 	m.bud.use(p.heldBytes() - before)
 }
 
-// deliverAt is a scheduled message's delivery time (docs/scheduling.md), or
-// the zero time.
-func deliverAt(r *engine.Record) time.Time {
-	for _, h := range r.Headers {
-		if h.Key == schedule.Header {
-			at, _ := schedule.Parse(h.Value)
-			return at
+// cancelScheduled cancels the scheduled message id of partition p that
+// waits for its time: in the window, or among the records about to join it.
+func cancelScheduled(now time.Time, p *part, batch []tracker.Record[engine.Record], id string) {
+	for i := range batch {
+		if b := &batch[i]; b.NotBefore.After(now) && string(b.Value.ID) == id {
+			b.Cancelled = true
 		}
 	}
-	return time.Time{}
+	p.tr.CancelScheduled(func(v *engine.Record) bool { return string(v.ID) == id }, nil)
 }
 
 // minFetchBytes is the smallest read: a few records, to amortize the call.

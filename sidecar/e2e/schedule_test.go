@@ -271,3 +271,48 @@ func TestClusterScheduledSurviveKills(t *testing.T) {
 	}
 	t.Logf("last scheduled message delivered %v after its time; total %v", last.Sub(at).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
+
+// A scheduled message cancelled before its time is not delivered: one the
+// group holds already (cancelled after the app subscribed) and one whose
+// cancel the group reads together with it (cancelled before). The key's
+// message due just after them is delivered, so their time has passed. A
+// cancel once the time has come is refused with SCHEDULE_DUE.
+func TestScheduledCancelledIsNotDelivered(t *testing.T) {
+	n := startNode(t, scheduleConfig)
+	c := n.client(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := []byte("customer-9")
+	at := time.Now().Add(1500 * time.Millisecond)
+	publish := func(id string, at time.Time) spool.PublishResult {
+		t.Helper()
+		res, err := c.Publish(ctx, "orders", key, []byte(id), spool.WithID(id), spool.WithDeliverAt(at))
+		if err != nil {
+			t.Fatalf("publish %s: %v", id, err)
+		}
+		return res
+	}
+	publish("cancelled-early", at)
+	if err := c.CancelScheduled(ctx, "orders", "cancelled-early", spool.CancelKey(key)); err != nil {
+		t.Fatalf("cancel before subscribing: %v", err)
+	}
+	late := publish("cancelled-late", at)
+	publish("kept", at.Add(100*time.Millisecond))
+	a := subscribeArrivals(t, n, "verify", "orders")
+	eventually(t, 5*time.Second, "the group holding the scheduled messages", func() bool {
+		return metricValue(t, n, `spool_scheduled_messages{group="verify",topic="orders"}`) >= 2
+	})
+	if err := c.CancelScheduled(ctx, "orders", "cancelled-late", spool.CancelAt(late.Partition, late.Offset)); err != nil {
+		t.Fatalf("cancel after subscribing: %v", err)
+	}
+	eventually(t, 10*time.Second, "kept delivered", func() bool { _, ok := a.first("kept"); return ok })
+	for _, id := range []string{"cancelled-early", "cancelled-late"} {
+		if got, ok := a.first(id); ok {
+			t.Errorf("%s delivered at %s although cancelled", id, got.Format("15:04:05.000"))
+		}
+	}
+	err := c.CancelScheduled(ctx, "orders", "kept", spool.CancelKey(key))
+	if spool.Reason(err) != "SCHEDULE_DUE" {
+		t.Fatalf("cancel of a delivered message: %v; want reason SCHEDULE_DUE", err)
+	}
+}

@@ -65,6 +65,9 @@ type Config struct {
 	// age (0: kept forever), or an error (a broker backend offers no
 	// scheduled delivery). nil: scheduled publishes are refused.
 	Retention func(topic string) (time.Duration, error)
+	// Cancel, if set, cancels a scheduled message (sidecar/scheduled);
+	// nil: CancelScheduled is refused (a broker backend).
+	Cancel func(ctx context.Context, req *spoolv1.CancelScheduledRequest) (*spoolv1.CancelScheduledResponse, error)
 }
 
 // Server implements spoolv1.PublisherServiceServer.
@@ -119,6 +122,27 @@ func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spo
 		// The append goes on; its outcome is unknown to this caller.
 		return nil, apierr.ToStatus(fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, ctx.Err()))
 	}
+}
+
+// CancelScheduled cancels a scheduled message before its time
+// (docs/scheduling.md). It is admitted as a publish of one message to the
+// topic (the app's scopes and publish rate).
+func (s *Server) CancelScheduled(ctx context.Context, req *spoolv1.CancelScheduledRequest) (*spoolv1.CancelScheduledResponse, error) {
+	err := checkTopic(req.GetTopic())
+	if err == nil && s.cfg.Admit != nil {
+		err = s.cfg.Admit(ctx, req.GetTopic(), 1, 0)
+	}
+	if err == nil && s.cfg.Cancel == nil {
+		err = apierr.New(apierr.BackendUnsupported, "scheduled delivery is not offered here: there is nothing to cancel")
+	}
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	resp, err := s.cfg.Cancel(ctx, req)
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return resp, nil
 }
 
 // batch is one request in flight.

@@ -1,14 +1,15 @@
 // Package schedule owns the rules of scheduled delivery (docs/scheduling.md):
 // how a publish's deliver_at_ms or deliver_after_ms becomes a delivery time,
-// the horizon it must fall within, and the reserved header that carries the
-// time in the log. It is pure: callers pass the time; it imports nothing of
-// Spool but apierr.
+// the horizon it must fall within, and the reserved headers that carry the
+// time (and a cancel) in the log. It is pure: callers pass the time; it
+// imports nothing of Spool but apierr and the engine's record type.
 package schedule
 
 import (
 	"strconv"
 	"time"
 
+	"github.com/spoolmq/spool/engine"
 	"github.com/spoolmq/spool/sidecar/apierr"
 )
 
@@ -16,6 +17,12 @@ import (
 // Unix milliseconds. Only the publish path sets it (names starting with
 // "spool-" are refused from producers).
 const Header = "spool-deliver-at-ms"
+
+// CancelHeader marks a cancel record: its value is the id of the scheduled
+// message it cancels, in the same partition. A cancel record is never
+// delivered; a group that reads it while the message waits for its time
+// finishes the message without delivering it.
+const CancelHeader = "spool-cancel-scheduled"
 
 // The horizon a delay must fall within, and the farthest delivery time a
 // publish may ask for (from now). The upper bound is also capped by the
@@ -75,6 +82,29 @@ func Format(at time.Time) []byte {
 		ms++
 	}
 	return strconv.AppendInt(nil, ms, 10)
+}
+
+// Of is the delivery time of a record, if it is a scheduled message.
+func Of(r *engine.Record) (time.Time, bool) {
+	if v, ok := header(r, Header); ok {
+		return Parse(v)
+	}
+	return time.Time{}, false
+}
+
+// CancelOf is the id a cancel record cancels, if r is one.
+func CancelOf(r *engine.Record) (string, bool) {
+	v, ok := header(r, CancelHeader)
+	return string(v), ok
+}
+
+func header(r *engine.Record, name string) ([]byte, bool) {
+	for _, h := range r.Headers {
+		if h.Key == name {
+			return h.Value, true
+		}
+	}
+	return nil, false
 }
 
 // Parse reads a Header value; ok is false for a value no publish wrote

@@ -148,3 +148,45 @@ func TestScheduledCount(t *testing.T) {
 	}
 	mustCheck(t, tr)
 }
+
+// A scheduled message cancelled while it waits is finished without
+// delivery (the committed offset passes it); one already due is not
+// touched; a record added as cancelled is finished on arrival.
+func TestScheduledCancel(t *testing.T) {
+	tr := newTracker(t, Config{})
+	must(t, tr.Add(t0,
+		Record[string]{Offset: 0, Key: "a", Value: "s0", NotBefore: t0.Add(time.Hour)},
+		Record[string]{Offset: 1, Key: "a", Value: "s1", NotBefore: t0.Add(time.Second)},
+		Record[string]{Offset: 2, Key: "b", Value: "s0", NotBefore: t0.Add(time.Hour)},
+		Record[string]{Offset: 3, Key: "c", Value: "x", NotBefore: t0.Add(time.Hour), Cancelled: true},
+	))
+	mustCheck(t, tr)
+	now := t0.Add(time.Second)
+	tr.Tick(now, nil)
+	ds := tr.Next(now, 10, nil)
+	if got := offsets(ds); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("delivered %v, want [1]", got)
+	}
+	is := func(v string) func(*string) bool { return func(x *string) bool { return *x == v } }
+	if got := tr.CancelScheduled(is("s1"), nil); len(got) != 0 {
+		t.Fatalf("cancelled %v: offset 1 was already due and delivered", got)
+	}
+	if got := tr.CancelScheduled(is("s0"), nil); !slices.Equal(got, []int64{0, 2}) {
+		t.Fatalf("cancelled %v, want [0 2]", got)
+	}
+	mustCheck(t, tr)
+	if tr.Scheduled() != 0 || tr.Pending() != 0 {
+		t.Fatalf("after cancel: scheduled %d pending %d, want 0 0", tr.Scheduled(), tr.Pending())
+	}
+	if next, done := tr.Committed(nil); next != 1 || !slices.Equal(done, []int64{2, 3}) {
+		t.Fatalf("committed %d %v, want 1 [2 3]", next, done)
+	}
+	must(t, tr.Ack(now, 1, ds[0].Token))
+	if next, _ := tr.Committed(nil); next != 4 {
+		t.Fatalf("committed %d after the ack, want 4", next)
+	}
+	tr.Tick(t0.Add(2*time.Hour), nil)
+	if ds := tr.Next(t0.Add(2*time.Hour), 10, nil); len(ds) != 0 {
+		t.Fatalf("delivered %v after the cancelled messages' time", offsets(ds))
+	}
+}

@@ -37,6 +37,9 @@ type Record[T any] struct {
 	// is outside its key's order (it neither waits for the key's other
 	// messages nor holds them back). A time not after now is due at once.
 	NotBefore time.Time
+	// Cancelled: the record is finished on arrival, never delivered (a
+	// scheduled message whose cancel was read with it).
+	Cancelled bool
 }
 
 // Delivery is one message to hand to the app.
@@ -187,6 +190,10 @@ func (t *Tracker[T]) add(now time.Time, r *Record[T]) {
 		timerIdx:   none,
 	})
 	e := t.win.at(seq)
+	if r.Cancelled {
+		t.complete(seq, e)
+		return
+	}
 	if r.PriorAttempts >= t.cfg.MaxAttempts {
 		e.attempt = int32(r.PriorAttempts)
 		t.toDeadLetter(now, seq, e, ReasonMaxAttempts)
@@ -599,6 +606,29 @@ func (t *Tracker[T]) Parked() int { return t.parked }
 // Pending returns the number of messages waiting to be delivered (including
 // those waiting for a retry or behind their key).
 func (t *Tracker[T]) Pending() int { return t.pending }
+
+// CancelScheduled finishes, without delivering them, the scheduled messages
+// still waiting for their time whose value match accepts, and appends their
+// offsets to dst. A message already due (ready, delivered, retrying) is not
+// touched: its cancel came too late.
+func (t *Tracker[T]) CancelScheduled(match func(v *T) bool, dst []int64) []int64 {
+	var seqs []int64
+	for s := t.win.head; s < t.win.head+int64(t.win.n); s++ {
+		if e := t.win.at(s); e.scheduled && match(&e.value) {
+			seqs = append(seqs, s)
+		}
+	}
+	for _, s := range seqs {
+		e := t.win.at(s)
+		t.timerRemove(s)
+		e.scheduled = false
+		t.scheduled--
+		t.pending--
+		dst = append(dst, e.offset)
+		t.complete(s, e)
+	}
+	return dst
+}
 
 // Scheduled returns the number of scheduled messages waiting for their
 // time (Record.NotBefore); they count in Pending too.
