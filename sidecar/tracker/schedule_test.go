@@ -190,3 +190,27 @@ func TestScheduledCancel(t *testing.T) {
 		t.Fatalf("delivered %v after the cancelled messages' time", offsets(ds))
 	}
 }
+
+// A waiting scheduled message holds the window at its offset, as a parked
+// key does: window_messages − 1 later records are taken, then Wants is 0
+// until it is due and finished.
+func TestScheduledHoldsTheWindowAtItsOffset(t *testing.T) {
+	tr := newTracker(t, Config{WindowMessages: 3, MaxInFlight: 3})
+	must(t, tr.Add(t0, Record[string]{Offset: 0, Key: "a", NotBefore: t0.Add(time.Hour)}, Record[string]{Offset: 1, Key: "b"}, Record[string]{Offset: 2, Key: "c"}))
+	for _, d := range tr.Next(t0, 10, nil) {
+		must(t, tr.Ack(t0, d.Offset, d.Token))
+	}
+	if w := tr.Wants(); w != 0 {
+		t.Fatalf("Wants = %d with offsets 1 and 2 finished behind a waiting offset 0, want 0", w)
+	}
+	later := t0.Add(time.Hour)
+	tr.Tick(later, nil)
+	ds := tr.Next(later, 10, nil)
+	if got := offsets(ds); !slices.Equal(got, []int64{0}) {
+		t.Fatalf("delivered %v at its time, want [0]", got)
+	}
+	must(t, tr.Ack(later, 0, ds[0].Token))
+	if w, _ := tr.Committed(nil); tr.Wants() != 3 || w != 3 {
+		t.Fatalf("after it finished: Wants %d, committed %d; want 3, 3", tr.Wants(), w)
+	}
+}
