@@ -55,29 +55,9 @@ durable.
 				}
 				hdrs[k] = v
 			}
-			var msgs [][]byte
-			switch {
-			case file != "" && len(payloads) > 0:
-				return usageErr("give payloads as arguments or --file, not both")
-			case file != "":
-				b, err := os.ReadFile(file)
-				if err != nil {
-					return usageErr("--file: %v", err)
-				}
-				msgs = [][]byte{b}
-			case len(payloads) > 0:
-				for _, p := range payloads {
-					msgs = append(msgs, []byte(p))
-				}
-			default:
-				sc := bufio.NewScanner(a.stdin)
-				sc.Buffer(make([]byte, 64<<10), 2<<20)
-				for sc.Scan() {
-					msgs = append(msgs, []byte(sc.Text()))
-				}
-				if err := sc.Err(); err != nil {
-					return failed("reading stdin: %v (lines longer than 2 MiB: use --file)", err)
-				}
+			msgs, err := a.producePayloads(file, payloads)
+			if err != nil {
+				return err
 			}
 			if len(msgs) == 0 {
 				return usageErr("nothing to publish: give payloads as arguments, --file, or lines on stdin")
@@ -142,6 +122,36 @@ durable.
 	fl.StringVar(&file, "file", "", "publish this file's content as one message")
 	sched.bind(c)
 	return c
+}
+
+// producePayloads are the messages to publish: the arguments, the file's
+// content, or stdin's lines.
+func (a *app) producePayloads(file string, payloads []string) ([][]byte, error) {
+	var msgs [][]byte
+	switch {
+	case file != "" && len(payloads) > 0:
+		return nil, usageErr("give payloads as arguments or --file, not both")
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, usageErr("--file: %v", err)
+		}
+		msgs = [][]byte{b}
+	case len(payloads) > 0:
+		for _, p := range payloads {
+			msgs = append(msgs, []byte(p))
+		}
+	default:
+		sc := bufio.NewScanner(a.stdin)
+		sc.Buffer(make([]byte, 64<<10), 2<<20)
+		for sc.Scan() {
+			msgs = append(msgs, []byte(sc.Text()))
+		}
+		if err := sc.Err(); err != nil {
+			return nil, failed("reading stdin: %v (lines longer than 2 MiB: use --file)", err)
+		}
+	}
+	return msgs, nil
 }
 
 type publishedView struct {
