@@ -137,6 +137,12 @@ async def test_scheduled_publish_is_delivered_at_its_time(start_spoold: Any) -> 
         assert ei.value.reason == "INVALID_SCHEDULE"
         with pytest.raises(ValueError, match="no time zone"):
             await c.publish("orders", b"x", deliver_at=datetime.datetime.now())
+        gone = await c.publish("orders", b"gone", key="k", id="gone", deliver_after=60)
+        await c.cancel_scheduled("orders", "gone", at=gone)
+        await c.cancel_scheduled("orders", "gone", key="k")  # twice is fine
+        with pytest.raises(spool.NotFoundError) as nf:
+            await c.cancel_scheduled("orders", "never-published")
+        assert nf.value.reason == "UNKNOWN_SCHEDULED_MESSAGE"
 
     got: dict[str, float] = {}
 
@@ -148,6 +154,7 @@ async def test_scheduled_publish_is_delivered_at_its_time(start_spoold: Any) -> 
     from harness import eventually
 
     await eventually(lambda: "later" in got, 20, "the scheduled message delivered")
+    assert "gone" not in got
     stop.set()
     await asyncio.wait_for(task, 20)
     assert got["later"] >= sent + 1.0, f"delivered {sent + 1.0 - got['later']:.3f}s early"

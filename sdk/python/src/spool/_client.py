@@ -30,6 +30,7 @@ from spool._types import (
     Stats,
     SubscribeOptions,
     acks_proto,
+    to_bytes,
 )
 from spool.v1 import message_pb2, publisher_pb2, publisher_pb2_grpc, subscriber_pb2_grpc
 
@@ -214,6 +215,30 @@ class Client:
                 "messages: the sidecar and SDK disagree on the protocol; upgrade them together"
             )
         return [PublishResult(r.id, r.partition, r.offset) for r in resp.results]
+
+    async def cancel_scheduled(
+        self,
+        topic: str,
+        id: str,
+        *,
+        at: PublishResult | None = None,
+        key: Bytes | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Cancels the scheduled message ``id`` of ``topic`` before its time
+        (docs/scheduling.md): a group that reads the cancel before the message
+        is due does not deliver it. ``at`` (the message's PublishResult) lets
+        the sidecar read that one record; ``key`` narrows its search to the
+        key's partition; without either it searches the whole topic. Raises
+        NotFoundError (UNKNOWN_SCHEDULED_MESSAGE) or FailedPreconditionError
+        (SCHEDULE_DUE). Cancelling twice is not an error."""
+        req = publisher_pb2.CancelScheduledRequest(topic=topic, id=id, key=to_bytes(key))
+        if at is not None:
+            req.partition, req.offset = at.partition, at.offset
+        try:
+            await self._pub.CancelScheduled(req, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e, f"cancel scheduled {id!r} of {topic!r}", self.addr) from None
 
     def publisher(self, topic: str, *, max_in_flight: int = 1024, close_timeout: float = 30.0) -> Publisher:
         """A pipelined publisher to ``topic`` over one PublishStream."""
