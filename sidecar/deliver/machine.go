@@ -617,7 +617,7 @@ func cancelScheduled(now time.Time, p *part, batch []tracker.Record[engine.Recor
 			b.Cancelled = true
 		}
 	}
-	p.tr.CancelScheduled(func(v *engine.Record) bool { return string(v.ID) == id }, nil)
+	p.tr.CancelScheduled(now, func(v *engine.Record) bool { return string(v.ID) == id }, nil)
 }
 
 // minFetchBytes is the smallest read: a few records, to amortize the call.

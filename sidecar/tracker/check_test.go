@@ -51,9 +51,12 @@ func (t *Tracker[T]) checkInternal() error {
 		if want := e.state == stInFlight || e.state == stBackoff || e.state == stDLWait; want != hasTimer {
 			return fmt.Errorf("offset %d state %d: has timer %v", e.offset, e.state, hasTimer)
 		}
+		if e.held && (e.state != stReady || !e.ordered) {
+			return fmt.Errorf("offset %d held in state %d (ordered %v)", e.offset, e.state, e.ordered)
+		}
 		if e.scheduled {
 			scheduled++
-			if e.state != stBackoff || !e.outside {
+			if e.state != stBackoff || !(e.outside || e.ordered) {
 				return fmt.Errorf("offset %d scheduled in state %d (outside %v)", e.offset, e.state, e.outside)
 			}
 		}
@@ -64,6 +67,9 @@ func (t *Tracker[T]) checkInternal() error {
 			k, ordered := t.laneKey(e.key)
 			if ordered && !e.outside {
 				if _, ok := head[k]; !ok {
+					if e.held {
+						return fmt.Errorf("offset %d heads lane %q but is held", e.offset, k)
+					}
 					head[k] = s
 					l, ok := t.lanes[k]
 					if !ok || l.head != s {

@@ -32,8 +32,9 @@ type mMsg struct {
 	expired        bool
 	dlFailures     int
 	firstSightDL   bool
-	outside        bool // a scheduled message: in no lane
-	waiting        bool // a scheduled message waiting for its time
+	outside        bool      // a scheduled message outside its key's order: in no lane
+	waiting        bool      // a scheduled message waiting for its time
+	holdUntil      time.Time // a scheduled message in its key's order, not yet heading its lane
 }
 
 type model struct {
@@ -260,6 +261,7 @@ func (s *machine) pickToken(t *rapid.T, off int64) uint64 {
 
 func (s *machine) check(t *rapid.T) {
 	tr, m := s.tr, s.m
+	m.holdHeads() // the lanes the last action moved on (the tracker does it as they move)
 	if err := tr.checkInternal(); err != nil {
 		t.Fatalf("internal: %v", err)
 	}
@@ -351,6 +353,7 @@ func (s *machine) add(t *rapid.T) {
 		if rapid.IntRange(0, 3).Draw(t, "scheduled") == 0 {
 			recs[i].NotBefore = m.now.Add(time.Duration(rapid.Int64Range(-int64(time.Second), int64(10*time.Second)).Draw(t, "notBefore")))
 			recs[i].Cancelled = rapid.IntRange(0, 9).Draw(t, "cancelled") == 0
+			recs[i].InKeyOrder = rapid.Bool().Draw(t, "inKeyOrder")
 		}
 		off++
 	}
@@ -372,7 +375,9 @@ func (s *machine) add(t *rapid.T) {
 		return
 	}
 	for _, r := range recs {
-		x := &mMsg{off: r.Offset, key: r.Key, st: stReady, attempt: r.PriorAttempts + 1, lastError: r.LastError, bytes: r.Bytes, outside: !r.NotBefore.IsZero()}
+		_, ordered := m.laneKey(r.Key)
+		x := &mMsg{off: r.Offset, key: r.Key, st: stReady, attempt: r.PriorAttempts + 1, lastError: r.LastError, bytes: r.Bytes,
+			outside: !r.NotBefore.IsZero() && !(r.InKeyOrder && ordered)}
 		m.msgs = append(m.msgs, x)
 		switch {
 		case r.Cancelled:
@@ -383,8 +388,24 @@ func (s *machine) add(t *rapid.T) {
 			m.toDL(x, ReasonMaxAttempts)
 		case x.outside && r.NotBefore.After(m.now):
 			x.st, x.waiting, x.due = stBackoff, true, r.NotBefore
+		case !r.NotBefore.IsZero() && r.NotBefore.After(m.now):
+			x.holdUntil = r.NotBefore
 		}
 		m.nextOffset = r.Offset + 1
+	}
+	m.holdHeads()
+}
+
+// holdHeads: a scheduled message kept in its key's order that now heads
+// its lane waits for its time there (or is ready, its time past).
+func (m *model) holdHeads() {
+	for _, x := range m.msgs {
+		if !x.holdUntil.IsZero() && x.st == stReady && !m.blocked(x) {
+			if x.holdUntil.After(m.now) {
+				x.st, x.waiting, x.due = stBackoff, true, x.holdUntil
+			}
+			x.holdUntil = time.Time{}
+		}
 	}
 }
 
@@ -627,12 +648,13 @@ func (s *machine) answerDeadLetter(t *rapid.T) {
 // its time, untouched otherwise.
 func (s *machine) cancelScheduled(t *rapid.T) {
 	off := s.pickOffset(t)
-	got := s.tr.CancelScheduled(func(v *string) bool { return *v == fmt.Sprint("v", off) }, nil)
+	got := s.tr.CancelScheduled(s.m.now, func(v *string) bool { return *v == fmt.Sprint("v", off) }, nil)
 	var want []int64
-	if x := s.m.find(off); x != nil && x.waiting {
-		x.st, x.waiting = stDone, false
+	if x := s.m.find(off); x != nil && (x.waiting || !x.holdUntil.IsZero() && x.st == stReady) {
+		x.st, x.waiting, x.holdUntil = stDone, false, time.Time{}
 		want = append(want, off)
 	}
+	s.m.holdHeads()
 	if !slices.Equal(got, want) {
 		t.Fatalf("CancelScheduled(offset %d) = %v, model %v", off, got, want)
 	}

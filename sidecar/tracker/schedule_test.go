@@ -89,6 +89,18 @@ func TestScheduledDelivery(t *testing.T) {
 			wantNext: 1,
 		},
 		{
+			name: "in its key's order when asked: waits for the key, then for its time, holding the key",
+			recs: []Record[string]{
+				{Offset: 0, Key: "a"},
+				{Offset: 1, Key: "a", NotBefore: at(time.Second), InKeyOrder: true},
+				{Offset: 2, Key: "a"},
+				{Offset: 3, Key: "b"},
+			},
+			ackFirst: true,
+			steps:    []step{{0, []int64{0, 3}}, {0, nil}, {time.Second, []int64{1}}, {time.Second, []int64{2}}},
+			wantNext: 4,
+		},
+		{
 			name:     "partition ordering: outside it too",
 			ordering: OrderPartition,
 			recs: []Record[string]{
@@ -168,10 +180,10 @@ func TestScheduledCancel(t *testing.T) {
 		t.Fatalf("delivered %v, want [1]", got)
 	}
 	is := func(v string) func(*string) bool { return func(x *string) bool { return *x == v } }
-	if got := tr.CancelScheduled(is("s1"), nil); len(got) != 0 {
+	if got := tr.CancelScheduled(now, is("s1"), nil); len(got) != 0 {
 		t.Fatalf("cancelled %v: offset 1 was already due and delivered", got)
 	}
-	if got := tr.CancelScheduled(is("s0"), nil); !slices.Equal(got, []int64{0, 2}) {
+	if got := tr.CancelScheduled(now, is("s0"), nil); !slices.Equal(got, []int64{0, 2}) {
 		t.Fatalf("cancelled %v, want [0 2]", got)
 	}
 	mustCheck(t, tr)
