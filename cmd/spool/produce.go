@@ -75,7 +75,7 @@ durable.
 				n := min(len(msgs), produceBatch)
 				req := &spoolv1.PublishRequest{Topic: topic}
 				for _, p := range msgs[:n] {
-					m := &spoolv1.PublishMessage{Id: id, Payload: p, Headers: hdrs, DeliverAtMs: atMs, DeliverAfterMs: afterMs}
+					m := &spoolv1.PublishMessage{Id: id, Payload: p, Headers: hdrs, DeliverAtMs: atMs, DeliverAfterMs: afterMs, DeliverInKeyOrder: sched.inKeyOrder}
 					if key != "" {
 						m.Key = []byte(key)
 					}

@@ -179,13 +179,15 @@ partition, from the start of the log. Refused once the message is due
 
 // scheduleFlags are produce's --deliver-at and --deliver-after.
 type scheduleFlags struct {
-	at    string
-	after time.Duration
+	at         string
+	after      time.Duration
+	inKeyOrder bool
 }
 
 func (f *scheduleFlags) bind(c *cobra.Command) {
 	c.Flags().StringVar(&f.at, "deliver-at", "", "deliver no sooner than this time, RFC 3339 with its zone (2027-03-01T09:00:00Z); docs/scheduling.md")
 	c.Flags().DurationVar(&f.after, "deliver-after", 0, "deliver no sooner than this long after spoold receives the message (1s..8760h)")
+	c.Flags().BoolVar(&f.inKeyOrder, "deliver-in-key-order", false, "keep the scheduled message in its key's order: the key's later messages wait for it")
 }
 
 // fields are the publish's deliver_at_ms and deliver_after_ms.

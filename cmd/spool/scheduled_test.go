@@ -83,6 +83,7 @@ func TestScheduled(t *testing.T) {
 		{[]string{"scheduled", "cancel", ordersT, "r2", "--partition", "0"}, exitUsage, "go together"},
 		{[]string{"produce", ordersT, "x", "--deliver-at", "2031-03-01T09:00:00"}, exitUsage, "without its zone"},
 		{[]string{"produce", ordersT, "x", "--deliver-after", "500ms"}, exitFailed, "INVALID_SCHEDULE"},
+		{[]string{"produce", ordersT, "x", "--deliver-in-key-order"}, exitFailed, "without a delivery time"},
 		{[]string{"scheduled", "list", ordersT, "--cursor", "9:0"}, exitFailed, "INVALID_CURSOR"},
 	} {
 		r := s.spool("", false, tc.args...)

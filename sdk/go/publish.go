@@ -120,6 +120,15 @@ func WithDeliverAfter(d time.Duration) PublishOption {
 	return func(o *outgoing) { o.m.DeliverAfterMs = d.Milliseconds() }
 }
 
+// WithDeliverInKeyOrder keeps a scheduled message (WithDeliverAt,
+// WithDeliverAfter) in its key's order: it waits for the key's earlier
+// messages, and the key's later messages wait for it until it is delivered
+// and finished (docs/scheduling.md). Without a delivery time the publish is
+// refused (INVALID_SCHEDULE).
+func WithDeliverInKeyOrder() PublishOption {
+	return func(o *outgoing) { o.m.DeliverInKeyOrder = true }
+}
+
 // unixMs is t in Unix milliseconds; 0 for the zero time.
 func unixMs(t time.Time) int64 {
 	if t.IsZero() {

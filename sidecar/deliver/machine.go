@@ -583,7 +583,7 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 			continue
 		}
 		at, _ := schedule.Of(&r)
-		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c, NotBefore: at})
+		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c, NotBefore: at, InKeyOrder: !at.IsZero() && schedule.InKeyOrder(&r)})
 		kept += c
 	}
 	if n == len(p.ahead) {

@@ -128,6 +128,15 @@ func TestScheduledDeliveryAtItsTime(t *testing.T) {
 		t.Fatalf("publish s3: %v", err)
 	}
 	due["s3"] = sent.Add(time.Second)
+	// In its key's order, as asked: the key's later message waits for it.
+	other := []byte("customer-8")
+	if _, err := c.Publish(ctx, "orders", other, []byte("o1"), spool.WithID("o1"), spool.WithDeliverAt(at), spool.WithDeliverInKeyOrder()); err != nil {
+		t.Fatalf("publish o1: %v", err)
+	}
+	if _, err := c.Publish(ctx, "orders", other, []byte("o2"), spool.WithID("o2")); err != nil {
+		t.Fatalf("publish o2: %v", err)
+	}
+	due["o1"], due["o2"] = at, at
 
 	a := subscribeArrivals(t, n, "verify", "orders")
 	eventually(t, 10*time.Second, "s1, s2, s3 delivered", func() bool {
@@ -149,6 +158,10 @@ func TestScheduledDeliveryAtItsTime(t *testing.T) {
 		if got, _ := a.first(id); got.Sub(d) > time.Second {
 			t.Errorf("%s delivered %v after its time, more than a second", id, got.Sub(d))
 		}
+	}
+	o1, _ := a.first("o1")
+	if o2, _ := a.first("o2"); o2.Before(o1) {
+		t.Errorf("o2 delivered at %s before o1 (%s), which was published before it in its key's order", o2.Format("15:04:05.000"), o1.Format("15:04:05.000"))
 	}
 	if !s1.Before(s2) {
 		t.Errorf("s1 and s2 (one key, one time) delivered s1 at %s, s2 at %s: want offset order", s1.Format("15:04:05.000"), s2.Format("15:04:05.000"))
@@ -186,6 +199,7 @@ func TestScheduledPublishRefusals(t *testing.T) {
 		{"negative delay", "orders", &spoolv1.PublishMessage{DeliverAfterMs: -5}, codes.InvalidArgument, "INVALID_SCHEDULE", "negative"},
 		{"delay under a second", "orders", &spoolv1.PublishMessage{DeliverAfterMs: 500}, codes.InvalidArgument, "INVALID_SCHEDULE", "1s to 8760h"},
 		{"more than a year ahead", "orders", &spoolv1.PublishMessage{DeliverAtMs: now.Add(year + time.Hour).UnixMilli()}, codes.InvalidArgument, "INVALID_SCHEDULE", "more than the horizon"},
+		{"key order without a time", "orders", &spoolv1.PublishMessage{DeliverInKeyOrder: true}, codes.InvalidArgument, "INVALID_SCHEDULE", "without a delivery time"},
 		{"past the topic's retention", "brief", &spoolv1.PublishMessage{DeliverAfterMs: 120_000}, codes.FailedPrecondition, "SCHEDULE_PAST_RETENTION", "retention of 1m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

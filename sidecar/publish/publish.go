@@ -282,12 +282,12 @@ func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error
 			chunks = append(chunks, c)
 		}
 		hdrs := toHeaders(m.GetHeaders())
-		if m.GetDeliverAtMs() != 0 || m.GetDeliverAfterMs() != 0 {
-			h, err := s.scheduleHeader(b, i, m)
+		if m.GetDeliverAtMs() != 0 || m.GetDeliverAfterMs() != 0 || m.GetDeliverInKeyOrder() {
+			h, err := s.scheduleHeaders(b, i, m)
 			if err != nil {
 				return nil, err
 			}
-			hdrs = append(hdrs, h)
+			hdrs = append(hdrs, h...)
 		}
 		c.recs = append(c.recs, engine.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: hdrs})
 		c.indexes = append(c.indexes, int32(i))
@@ -296,29 +296,36 @@ func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error
 	return chunks, nil
 }
 
-// scheduleHeader checks message i's delivery time (sidecar/schedule) and
-// returns the header that carries it in the log.
-func (s *Server) scheduleHeader(b *batch, i int, m *spoolv1.PublishMessage) (engine.Header, error) {
+// scheduleHeaders checks message i's delivery time (sidecar/schedule) and
+// returns the headers that carry it in the log.
+func (s *Server) scheduleHeaders(b *batch, i int, m *spoolv1.PublishMessage) ([]engine.Header, error) {
 	if s.cfg.Retention == nil {
-		return engine.Header{}, limitErr(apierr.BackendUnsupported, i, "", "scheduled delivery is not offered here: publish without deliver_at_ms and deliver_after_ms")
+		return nil, limitErr(apierr.BackendUnsupported, i, "", "scheduled delivery is not offered here: publish without deliver_at_ms and deliver_after_ms")
 	}
 	if b.retention == nil {
 		r, err := s.cfg.Retention(b.topic)
 		b.retention = &r
 		if err != nil {
-			return engine.Header{}, err
+			return nil, err
 		}
 	}
 	at, err := schedule.DeliverAt(b.start, m.GetDeliverAtMs(), m.GetDeliverAfterMs(), *b.retention)
+	if err == nil && at.IsZero() {
+		err = apierr.New(apierr.InvalidSchedule, "deliver_in_key_order without a delivery time: set deliver_at_ms or deliver_after_ms too, or leave it unset")
+	}
 	if err != nil {
 		var e *apierr.Error
 		if errors.As(err, &e) {
 			e.Msg = fmt.Sprintf("message %d: %s", i, e.Msg)
 			e.With("index", strconv.Itoa(i))
 		}
-		return engine.Header{}, err
+		return nil, err
 	}
-	return engine.Header{Key: schedule.Header, Value: schedule.Format(at)}, nil
+	hs := []engine.Header{{Key: schedule.Header, Value: schedule.Format(at)}}
+	if m.GetDeliverInKeyOrder() {
+		hs = append(hs, engine.Header{Key: schedule.KeyOrderHeader, Value: []byte("1")})
+	}
+	return hs, nil
 }
 
 func toHeaders(h map[string]string) []engine.Header {

@@ -18,6 +18,10 @@ import (
 // "spool-" are refused from producers).
 const Header = "spool-deliver-at-ms"
 
+// KeyOrderHeader marks a scheduled message that keeps its key's order
+// (PublishMessage.deliver_in_key_order); its value is "1".
+const KeyOrderHeader = "spool-deliver-in-key-order"
+
 // CancelHeader marks a cancel record: its value is the id of the scheduled
 // message it cancels, in the same partition. A cancel record is never
 // delivered; a group that reads it while the message waits for its time
@@ -90,6 +94,12 @@ func Of(r *engine.Record) (time.Time, bool) {
 		return Parse(v)
 	}
 	return time.Time{}, false
+}
+
+// InKeyOrder reports whether a scheduled record keeps its key's order.
+func InKeyOrder(r *engine.Record) bool {
+	_, ok := header(r, KeyOrderHeader)
+	return ok
 }
 
 // CancelOf is the id a cancel record cancels, if r is one.

@@ -121,8 +121,13 @@ type PublishMessage struct {
 	// publish, milliseconds: 1,000 (a second) to 31,536,000,000 (365 days).
 	// 0 or unset: no delay.
 	DeliverAfterMs int64 `protobuf:"varint,7,opt,name=deliver_after_ms,json=deliverAfterMs,proto3" json:"deliver_after_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Keep this scheduled message in its key's order (ordering: key or
+	// partition): it waits for the key's earlier messages, and the key's later
+	// messages wait for it, until it is delivered and finished. Only with
+	// deliver_at_ms or deliver_after_ms.
+	DeliverInKeyOrder bool `protobuf:"varint,8,opt,name=deliver_in_key_order,json=deliverInKeyOrder,proto3" json:"deliver_in_key_order,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PublishMessage) Reset() {
@@ -202,6 +207,13 @@ func (x *PublishMessage) GetDeliverAfterMs() int64 {
 		return x.DeliverAfterMs
 	}
 	return 0
+}
+
+func (x *PublishMessage) GetDeliverInKeyOrder() bool {
+	if x != nil {
+		return x.DeliverInKeyOrder
+	}
+	return false
 }
 
 // PublishResult says where a published message was stored.
@@ -513,7 +525,7 @@ var File_spool_v1_message_proto protoreflect.FileDescriptor
 
 const file_spool_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x16spool/v1/message.proto\x12\bspool.v1\"\xc8\x02\n" +
+	"\x16spool/v1/message.proto\x12\bspool.v1\"\xf9\x02\n" +
 	"\x0ePublishMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
@@ -521,7 +533,8 @@ const file_spool_v1_message_proto_rawDesc = "" +
 	"\aheaders\x18\x04 \x03(\v2%.spool.v1.PublishMessage.HeadersEntryR\aheaders\x12!\n" +
 	"\tpartition\x18\x05 \x01(\x05H\x00R\tpartition\x88\x01\x01\x12\"\n" +
 	"\rdeliver_at_ms\x18\x06 \x01(\x03R\vdeliverAtMs\x12(\n" +
-	"\x10deliver_after_ms\x18\a \x01(\x03R\x0edeliverAfterMs\x1a:\n" +
+	"\x10deliver_after_ms\x18\a \x01(\x03R\x0edeliverAfterMs\x12/\n" +
+	"\x14deliver_in_key_order\x18\b \x01(\bR\x11deliverInKeyOrder\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +

@@ -48,6 +48,16 @@ func (m *PublishMessage) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.DeliverInKeyOrder {
+		i--
+		if m.DeliverInKeyOrder {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x40
+	}
 	if m.DeliverAfterMs != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.DeliverAfterMs))
 		i--
@@ -374,6 +384,9 @@ func (m *PublishMessage) SizeVT() (n int) {
 	}
 	if m.DeliverAfterMs != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.DeliverAfterMs))
+	}
+	if m.DeliverInKeyOrder {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -799,6 +812,26 @@ func (m *PublishMessage) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DeliverInKeyOrder", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DeliverInKeyOrder = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
