@@ -135,6 +135,9 @@ async def test_scheduled_publish_is_delivered_at_its_time(start_spoold: Any) -> 
         with pytest.raises(spool.InvalidArgumentError) as ei:
             await c.publish("orders", b"x", deliver_at=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=400))
         assert ei.value.reason == "INVALID_SCHEDULE"
+        with pytest.raises(spool.InvalidArgumentError, match="without a delivery time"):
+            await c.publish("orders", b"x", deliver_in_key_order=True)
+        await c.publish("orders", b"kept", key="k2", id="kept", deliver_after=1.0, deliver_in_key_order=True)
         with pytest.raises(ValueError, match="no time zone"):
             await c.publish("orders", b"x", deliver_at=datetime.datetime.now())
         gone = await c.publish("orders", b"gone", key="k", id="gone", deliver_after=60)
@@ -153,7 +156,7 @@ async def test_scheduled_publish_is_delivered_at_its_time(start_spoold: Any) -> 
     task = asyncio.create_task(spool.subscribe("workers", ["orders"], handle, addr=s.addr, stop=stop, handle_signals=False))
     from harness import eventually
 
-    await eventually(lambda: "later" in got, 20, "the scheduled message delivered")
+    await eventually(lambda: "later" in got and "kept" in got, 20, "the scheduled messages delivered")
     assert "gone" not in got
     stop.set()
     await asyncio.wait_for(task, 20)

@@ -60,6 +60,8 @@ export interface OutMessage {
   deliverAt?: Date;
   /** Scheduled delivery this many milliseconds after the sidecar receives the publish (1,000 to 31,536,000,000). Set at most one of the two. */
   deliverAfterMs?: number;
+  /** Keep the scheduled message in its key's order: the key's later messages wait for it. Only with deliverAt or deliverAfterMs. */
+  deliverInKeyOrder?: boolean;
 }
 
 /** Where a published message was stored, once it is durable. */
@@ -114,6 +116,7 @@ export function toPublishMessage(m: OutMessage): PublishMessage & { key: Buffer;
     headers: injectTrace(m.headers) ?? {},
     deliverAtMs: scheduleMs("deliverAt", m.deliverAt === undefined ? undefined : m.deliverAt.getTime()),
     deliverAfterMs: scheduleMs("deliverAfterMs", m.deliverAfterMs),
+    deliverInKeyOrder: m.deliverInKeyOrder ?? false,
   };
 }
 

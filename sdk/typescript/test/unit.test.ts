@@ -95,5 +95,7 @@ test("a scheduled message carries its time or delay to the sidecar", () => {
   const plain = types.toPublishMessage({ payload: "x" });
   assert.equal(plain.deliverAtMs, "0");
   assert.equal(plain.deliverAfterMs, "0");
+  assert.equal(plain.deliverInKeyOrder, false);
+  assert.equal(types.toPublishMessage({ payload: "x", deliverAfterMs: 1000, deliverInKeyOrder: true }).deliverInKeyOrder, true);
   assert.throws(() => types.toPublishMessage({ payload: "x", deliverAt: new Date("not a date") }), /deliverAt is not a valid time/);
 });

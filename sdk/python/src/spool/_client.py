@@ -162,6 +162,7 @@ class Client:
         timeout: float | None = None,
         deliver_at: datetime.datetime | None = None,
         deliver_after: float | datetime.timedelta | None = None,
+        deliver_in_key_order: bool = False,
     ) -> PublishResult:
         """Appends one message and returns once it is durable. It carries the
         current OpenTelemetry trace context (headers ``traceparent`` and
@@ -172,10 +173,17 @@ class Client:
 
         ``deliver_at`` (an aware datetime) or ``deliver_after`` (seconds, or a
         timedelta) schedule the message (docs/scheduling.md): it is stored now
-        and delivered no sooner than that time, outside its key's order.
+        and delivered no sooner than that time, outside its key's order unless
+        ``deliver_in_key_order`` keeps it there.
         """
         m = OutMessage(
-            payload=payload, key=key, id=id, headers=inject(headers), deliver_at=deliver_at, deliver_after=deliver_after
+            payload=payload,
+            key=key,
+            id=id,
+            headers=inject(headers),
+            deliver_at=deliver_at,
+            deliver_after=deliver_after,
+            deliver_in_key_order=deliver_in_key_order,
         )
         return (await self._publish(topic, [m.proto()], acks, timeout))[0]
 

@@ -89,6 +89,9 @@ class OutMessage:
     #: the publish (1 s to 365 days). Set at most one.
     deliver_at: datetime.datetime | None = None
     deliver_after: float | datetime.timedelta | None = None
+    #: Keep the scheduled message in its key's order: the key's later
+    #: messages wait for it. Only with deliver_at or deliver_after.
+    deliver_in_key_order: bool = False
 
     def proto(self) -> message_pb2.PublishMessage:
         at_ms, after_ms = schedule_ms(self.deliver_at, self.deliver_after)
@@ -99,6 +102,7 @@ class OutMessage:
             headers=dict(self.headers),
             deliver_at_ms=at_ms,
             deliver_after_ms=after_ms,
+            deliver_in_key_order=self.deliver_in_key_order,
         )
 
 

@@ -22,18 +22,21 @@ public final class OutMessage {
   private final Map<String, String> headers;
   private final long deliverAtMs;
   private final long deliverAfterMs;
+  private final boolean deliverInKeyOrder;
 
   private OutMessage(String id, byte[] key, byte[] payload, Map<String, String> headers) {
-    this(id, key, payload, headers, 0, 0);
+    this(id, key, payload, headers, 0, 0, false);
   }
 
-  private OutMessage(String id, byte[] key, byte[] payload, Map<String, String> headers, long deliverAtMs, long deliverAfterMs) {
+  private OutMessage(String id, byte[] key, byte[] payload, Map<String, String> headers, long deliverAtMs, long deliverAfterMs,
+      boolean deliverInKeyOrder) {
     this.id = id;
     this.key = key;
     this.payload = payload;
     this.headers = headers;
     this.deliverAtMs = deliverAtMs;
     this.deliverAfterMs = deliverAfterMs;
+    this.deliverInKeyOrder = deliverInKeyOrder;
   }
 
   /** A message with this payload (copied). */
@@ -52,31 +55,31 @@ public final class OutMessage {
    * same id again.
    */
   public OutMessage withId(String id) {
-    return new OutMessage(Objects.requireNonNull(id), key, payload, headers, deliverAtMs, deliverAfterMs);
+    return new OutMessage(Objects.requireNonNull(id), key, payload, headers, deliverAtMs, deliverAfterMs, deliverInKeyOrder);
   }
 
   /** The partitioning key: same key, same partition, delivered in publish order. */
   public OutMessage withKey(byte[] key) {
-    return new OutMessage(id, key.clone(), payload, headers, deliverAtMs, deliverAfterMs);
+    return new OutMessage(id, key.clone(), payload, headers, deliverAtMs, deliverAfterMs, deliverInKeyOrder);
   }
 
   /** The partitioning key, encoded as UTF-8. */
   public OutMessage withKey(String key) {
-    return new OutMessage(id, key.getBytes(StandardCharsets.UTF_8), payload, headers, deliverAtMs, deliverAfterMs);
+    return new OutMessage(id, key.getBytes(StandardCharsets.UTF_8), payload, headers, deliverAtMs, deliverAfterMs, deliverInKeyOrder);
   }
 
   /** Adds one application header (names starting with "spool-" are reserved). */
   public OutMessage withHeader(String name, String value) {
     Map<String, String> h = new LinkedHashMap<>(headers);
     h.put(Objects.requireNonNull(name), Objects.requireNonNull(value));
-    return new OutMessage(id, key, payload, Map.copyOf(h), deliverAtMs, deliverAfterMs);
+    return new OutMessage(id, key, payload, Map.copyOf(h), deliverAtMs, deliverAfterMs, deliverInKeyOrder);
   }
 
   /** Adds application headers. */
   public OutMessage withHeaders(Map<String, String> more) {
     Map<String, String> h = new LinkedHashMap<>(headers);
     h.putAll(more);
-    return new OutMessage(id, key, payload, Map.copyOf(h), deliverAtMs, deliverAfterMs);
+    return new OutMessage(id, key, payload, Map.copyOf(h), deliverAtMs, deliverAfterMs, deliverInKeyOrder);
   }
 
   /**
@@ -86,7 +89,7 @@ public final class OutMessage {
    * message is outside its key's order. Replaces a {@link #withDeliverAfter} delay.
    */
   public OutMessage withDeliverAt(java.time.Instant at) {
-    return new OutMessage(id, key, payload, headers, at.toEpochMilli(), 0);
+    return new OutMessage(id, key, payload, headers, at.toEpochMilli(), 0, deliverInKeyOrder);
   }
 
   /**
@@ -94,7 +97,15 @@ public final class OutMessage {
    * as {@link #withDeliverAt} does. Replaces a {@link #withDeliverAt} time.
    */
   public OutMessage withDeliverAfter(java.time.Duration delay) {
-    return new OutMessage(id, key, payload, headers, 0, delay.toMillis());
+    return new OutMessage(id, key, payload, headers, 0, delay.toMillis(), deliverInKeyOrder);
+  }
+
+  /**
+   * Keeps the scheduled message in its key's order: the key's later messages wait for it until it
+   * is delivered and finished. Only with {@link #withDeliverAt} or {@link #withDeliverAfter}.
+   */
+  public OutMessage withDeliverInKeyOrder() {
+    return new OutMessage(id, key, payload, headers, deliverAtMs, deliverAfterMs, true);
   }
 
   public String id() {
@@ -123,7 +134,7 @@ public final class OutMessage {
    */
   OutMessage withTraceContext(io.opentelemetry.context.Context ctx) {
     Map<String, String> h = Tracing.inject(headers, ctx);
-    return h == headers ? this : new OutMessage(id, key, payload, h, deliverAtMs, deliverAfterMs);
+    return h == headers ? this : new OutMessage(id, key, payload, h, deliverAtMs, deliverAfterMs, deliverInKeyOrder);
   }
 
   PublishMessage toProto() {
@@ -134,6 +145,7 @@ public final class OutMessage {
         .putAllHeaders(headers)
         .setDeliverAtMs(deliverAtMs)
         .setDeliverAfterMs(deliverAfterMs)
+        .setDeliverInKeyOrder(deliverInKeyOrder)
         .build();
   }
 }

@@ -251,5 +251,6 @@ class UnitTest {
     assertEquals(90_000, p.getDeliverAfterMs());
     p = OutMessage.of("x").toProto();
     assertEquals(0, p.getDeliverAtMs() + p.getDeliverAfterMs());
+    assertTrue(OutMessage.of("x").withDeliverInKeyOrder().withDeliverAfter(Duration.ofSeconds(5)).withKey("k").toProto().getDeliverInKeyOrder());
   }
 }
