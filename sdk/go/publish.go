@@ -107,9 +107,9 @@ func WithHeader(key, value string) PublishOption {
 // now, like any other, and delivered no sooner than t. A t in the past is
 // delivered at once; one more than a year ahead, or past the topic's
 // retention, is refused (INVALID_SCHEDULE, SCHEDULE_PAST_RETENTION). A
-// scheduled message is outside its key's order: it neither waits for the
-// key's earlier messages nor holds back its later ones. The zero time
-// schedules nothing.
+// scheduled message is outside its key's order unless
+// WithDeliverInKeyOrder: it neither waits for the key's earlier messages
+// nor holds back its later ones. The zero time schedules nothing.
 func WithDeliverAt(t time.Time) PublishOption {
 	return func(o *outgoing) { o.m.DeliverAtMs = unixMs(t) }
 }

@@ -114,8 +114,9 @@ type PublishMessage struct {
 	// any other, and delivered no sooner than this time, Unix milliseconds
 	// (UTC). 0 or unset: deliver at once. A time in the past is delivered at
 	// once; one more than a year ahead, or past the topic's retention, is
-	// refused. A scheduled message is outside its key's order. Set at most one
-	// of deliver_at_ms and deliver_after_ms.
+	// refused. A scheduled message is outside its key's order unless
+	// deliver_in_key_order is set. Set at most one of deliver_at_ms and
+	// deliver_after_ms.
 	DeliverAtMs int64 `protobuf:"varint,6,opt,name=deliver_at_ms,json=deliverAtMs,proto3" json:"deliver_at_ms,omitempty"`
 	// Scheduled delivery as a delay from when the sidecar receives the
 	// publish, milliseconds: 1,000 (a second) to 31,536,000,000 (365 days).

@@ -53,7 +53,8 @@ export interface OutMessage {
   headers?: Record<string, string>;
   /**
    * Scheduled delivery (docs/scheduling.md): the message is stored now and
-   * delivered no sooner than this time, outside its key's order. A time in
+   * delivered no sooner than this time, outside its key's order (unless
+   * deliverInKeyOrder). A time in
    * the past is delivered at once; more than a year ahead, or past the
    * topic's retention, is refused (INVALID_SCHEDULE, SCHEDULE_PAST_RETENTION).
    */

@@ -86,7 +86,8 @@ public final class OutMessage {
    * Schedules the message (docs/scheduling.md): it is stored now, like any other, and delivered no
    * sooner than {@code at}. A time in the past is delivered at once; one more than a year ahead, or
    * past the topic's retention, is refused (INVALID_SCHEDULE, SCHEDULE_PAST_RETENTION). A scheduled
-   * message is outside its key's order. Replaces a {@link #withDeliverAfter} delay.
+   * message is outside its key's order unless {@link #withDeliverInKeyOrder}. Replaces a
+   * {@link #withDeliverAfter} delay.
    */
   public OutMessage withDeliverAt(java.time.Instant at) {
     return new OutMessage(id, key, payload, headers, at.toEpochMilli(), 0, deliverInKeyOrder);
