@@ -384,7 +384,7 @@ func TestPublishScheduled(t *testing.T) {
 	if _, err := e.client.Publish(ctx, "orders", nil, []byte("a"), spool.WithDeliverAt(at)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client.Publish(ctx, "orders", nil, []byte("b"), spool.WithDeliverAfter(90*time.Second)); err != nil {
+	if _, err := e.client.Publish(ctx, "orders", nil, []byte("b"), spool.WithDeliverAfter(90*time.Second), spool.WithDeliverInKeyOrder()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.client.Publish(ctx, "orders", nil, []byte("c"), spool.WithDeliverAt(time.Time{})); err != nil {
@@ -401,5 +401,10 @@ func TestPublishScheduled(t *testing.T) {
 	want := []sched{{at.UnixMilli(), 0}, {0, 90_000}, {0, 0}, {at.UnixMilli(), 0}, {0, 2000}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("published (deliver_at_ms, deliver_after_ms) = %v, want %v", got, want)
+	}
+	for i, p := range e.side.Record().Published {
+		if p.GetDeliverInKeyOrder() != (i == 1) {
+			t.Fatalf("message %d: deliver_in_key_order = %v", i, p.GetDeliverInKeyOrder())
+		}
 	}
 }
