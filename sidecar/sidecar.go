@@ -21,12 +21,14 @@ import (
 	"github.com/spoolmq/spool/internal/release"
 	"github.com/spoolmq/spool/internal/wallclock"
 	"github.com/spoolmq/spool/proto/grpcbuf"
+	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
+	"github.com/spoolmq/spool/sidecar/scheduled"
 	"github.com/spoolmq/spool/sidecar/tracing"
 	"github.com/spoolmq/spool/sidecar/tracker"
 
@@ -163,7 +165,8 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 
-	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish})
+	sched := newScheduled(cfg, eng)
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish, Retention: scheduleRetention(cfg, eng), Cancel: sched.cancel()})
 	if err != nil {
 		return err
 	}
@@ -187,7 +190,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, m, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog, auth)
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, m, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m).withScheduled(sched), catalog, auth)
 	appLs, adminL, probeL, addrs, err := listenAll(cfg, appTLSConfig != nil)
 	if err != nil {
 		return err
@@ -257,6 +260,44 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		return nil, nil, err
 	}
 	return eng, catalog, nil
+}
+
+// scheduledServer lists and cancels scheduled messages; nil on a broker
+// backend, which refuses them.
+type scheduledServer struct{ *scheduled.Server }
+
+func newScheduled(cfg *config.Config, eng engine.Backend) *scheduledServer {
+	if cfg.Storage.Broker() {
+		return nil
+	}
+	return &scheduledServer{scheduled.New(eng)}
+}
+
+// cancel is the publish server's Config.Cancel.
+func (s *scheduledServer) cancel() func(context.Context, *spoolv1.CancelScheduledRequest) (*spoolv1.CancelScheduledResponse, error) {
+	if s == nil {
+		return nil
+	}
+	return s.Cancel
+}
+
+// scheduleRetention answers the publish server's question about scheduled
+// messages (docs/scheduling.md): the embedded log keeps them, until the
+// topic's retention by age; a broker backend refuses them.
+func scheduleRetention(cfg *config.Config, eng engine.Backend) func(topic string) (time.Duration, error) {
+	if cfg.Storage.Broker() {
+		return func(string) (time.Duration, error) {
+			return 0, apierr.New(apierr.BackendUnsupported, "scheduled delivery (deliver_at_ms, deliver_after_ms) is not offered by the %s backend: publish without a delivery time, or use the embedded backend", cfg.Storage.Backend)
+		}
+	}
+	return func(topic string) (time.Duration, error) {
+		for _, t := range eng.Topics() {
+			if t.Name == topic {
+				return t.RetentionAge, nil
+			}
+		}
+		return 0, apierr.New(apierr.UnknownTopic, "topic %q is not known to this sidecar", topic)
+	}
 }
 
 // startAdminServers starts the admin listener's server and, with

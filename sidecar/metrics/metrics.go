@@ -51,6 +51,8 @@ type Metrics struct {
 	InFlight       *prometheus.GaugeVec     // group, topic
 	ParkedKeys     *prometheus.GaugeVec     // group, topic
 	WindowMessages *prometheus.GaugeVec     // group, topic
+	// Scheduled messages fetched and waiting for their time (docs/scheduling.md).
+	ScheduledMessages *prometheus.GaugeVec // group, topic
 	// The delivery memory budget (delivery.memory_bytes), per group's share.
 	DeliveryMemory       *prometheus.GaugeVec   // group
 	DeliveryMemoryLimit  *prometheus.GaugeVec   // group
@@ -183,6 +185,7 @@ func New() *Metrics {
 		InFlight:              gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
 		ParkedKeys:            gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
 		WindowMessages:        gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
+		ScheduledMessages:     gauge("scheduled_messages", "Scheduled messages fetched and waiting for their delivery time; they count in window_messages and hold the committed offset.", "group", "topic"),
 		DeliveryMemory:        gauge("delivery_memory_bytes", "Bytes the group holds for delivery: fetched-but-unfinished records (at the app too), the windows' rings, dead letters being published; bounded by its share of delivery.memory_bytes.", "group"),
 		DeliveryMemoryLimit:   gauge("delivery_memory_limit_bytes", "The group's share of delivery.memory_bytes.", "group"),
 		DeliveryMemoryPaused:  counter("delivery_memory_paused_seconds_total", "Time some partition of the group waited to fetch because the group's memory budget was full.", "group"),
