@@ -216,7 +216,11 @@ func (s *Store) round() []*request {
 		}
 	}()
 	if s.opts.Fsync == FsyncAlways {
-		s.syncRound(dirty)
+		if s.j != nil {
+			s.journalRound(dirty)
+		} else {
+			s.syncRound(dirty)
+		}
 		for _, d := range dirty {
 			d.p.syncErr = nil
 		}
@@ -364,6 +368,20 @@ func syncParallel(dirty []dirtySeg) int {
 			todo = append(todo, d)
 		}
 	}
+	return syncTodo(todo)
+}
+
+// syncEach fdatasyncs every listed segment, as syncParallel does, setting
+// each one's err; it returns the number synced.
+func syncEach(segs []dirtySeg) int {
+	todo := make([]*dirtySeg, len(segs))
+	for i := range segs {
+		todo[i] = &segs[i]
+	}
+	return syncTodo(todo)
+}
+
+func syncTodo(todo []*dirtySeg) int {
 	if len(todo) <= 1 {
 		if len(todo) == 1 {
 			todo[0].err = todo[0].seg.log.Sync()
@@ -431,6 +449,10 @@ func (p *Partition) add(r *request) {
 	}
 	if ce := p.quarantine.Load(); ce != nil {
 		r.err = p.quarantineError(ce)
+		return
+	}
+	if j := p.s.j; j != nil && j.failed != nil {
+		r.err = j.failed
 		return
 	}
 	o := &p.s.opts
@@ -524,7 +546,8 @@ func (p *Partition) flush() {
 		rn.bufs, rn.reqs = rn.bufs[:0], rn.reqs[:0]
 	}()
 	seg := rn.seg
-	if _, err := seg.log.WriteAtv(rn.bufs, seg.size); err != nil {
+	at := seg.size
+	if _, err := seg.log.WriteAtv(rn.bufs, at); err != nil {
 		err = ioError("write", seg.path, err)
 		for _, r := range rn.reqs {
 			r.err = err
@@ -538,6 +561,9 @@ func (p *Partition) flush() {
 			p.takeBack(rn.before, err)
 		}
 		return
+	}
+	if p.s.j != nil {
+		p.s.journalRun(p, rn, at)
 	}
 	p.publish(rn)
 	if !seg.dirty {
@@ -717,8 +743,8 @@ func (p *Partition) roll() error {
 		return nil
 	}
 	fsys := p.s.opts.FS
-	if old.synced < old.size || old.dirty {
-		old.dirty = false
+	if old.synced < old.size || old.dirty || old.behind {
+		old.dirty, old.behind = false, false
 		if err := old.log.Sync(); err != nil {
 			err = p.syncFailed(old, err)
 			p.cutWritten(old.nextIndex, err)
@@ -783,6 +809,9 @@ func (p *Partition) maintain() error {
 	}
 	if i == 0 {
 		return nil
+	}
+	if err := p.s.checkpoint(); err != nil {
+		return err
 	}
 	newStart := p.segs[i].base
 	prev := p.segs[i].firstIndex - 1
