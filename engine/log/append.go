@@ -313,16 +313,29 @@ type syncCounts struct {
 
 // SyncStats are the syncs append rounds made (FsyncAlways).
 type SyncStats struct {
-	// Files counts fdatasyncs of segment files; FileSystem, syncs of the
-	// whole file system (Options.SyncFileSystem), each standing for two or
-	// more files; Fallbacks, file-system syncs that failed and were
-	// followed by one fdatasync per file.
+	// Files counts fdatasyncs of segment files (by rounds, or by journal
+	// checkpoints); FileSystem, syncs of the whole file system
+	// (Options.SyncFileSystem), each standing for two or more files;
+	// Fallbacks, file-system syncs that failed and were followed by one
+	// fdatasync per file.
 	Files, FileSystem, Fallbacks uint64
+	// The journal's (Options.Journal): Journal counts its fdatasyncs (one
+	// per round that wrote), JournalBytes the bytes appended to it,
+	// Checkpoints the checkpoints that synced the segments behind it and
+	// cut it, Replayed the records replayed when the store was opened.
+	Journal, JournalBytes, Checkpoints, Replayed uint64
+	// JournalLag is the journal's size now: bytes whose segments are not
+	// synced yet, which a power loss would replay.
+	JournalLag int64
 }
 
 // SyncStats returns the counts so far.
 func (s *Store) SyncStats() SyncStats {
-	return SyncStats{Files: s.syncs.files.Load(), FileSystem: s.syncs.fileSystem.Load(), Fallbacks: s.syncs.fallbacks.Load()}
+	return SyncStats{
+		Files: s.syncs.files.Load(), FileSystem: s.syncs.fileSystem.Load(), Fallbacks: s.syncs.fallbacks.Load(),
+		Journal: s.jstats.syncs.Load(), JournalBytes: s.jstats.bytes.Load(), Checkpoints: s.jstats.checkpoints.Load(),
+		Replayed: s.jstats.replayed.Load(), JournalLag: int64(s.jstats.lag.Load()),
+	}
 }
 
 // syncRound makes a round's dirty segments durable: with a file-system

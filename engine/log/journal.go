@@ -76,17 +76,6 @@ type journal struct {
 	failed error
 }
 
-// JournalStats are the journal's counts (Store.JournalStats).
-type JournalStats struct {
-	Syncs       uint64 // fdatasyncs of the journal (one per round that wrote)
-	Bytes       uint64 // bytes appended to the journal
-	Checkpoints uint64 // checkpoints that synced segments and cut the journal
-	Replayed    uint64 // records replayed when the store was opened
-	// Lag is the journal's size now: the bytes whose segments are not
-	// yet synced, which a crash would replay.
-	Lag int64
-}
-
 type journalCounts struct {
 	syncs, bytes, checkpoints, replayed, lag atomic.Uint64
 }
@@ -381,12 +370,4 @@ func (s *Store) closeJournal() error {
 		return ioError("directory sync", s.dir, err)
 	}
 	return stampFormat(fsys, s.dir, FormatVersion)
-}
-
-// JournalStats returns the journal's counts so far (zero without one).
-func (s *Store) JournalStats() JournalStats {
-	return JournalStats{
-		Syncs: s.jstats.syncs.Load(), Bytes: s.jstats.bytes.Load(), Checkpoints: s.jstats.checkpoints.Load(),
-		Replayed: s.jstats.replayed.Load(), Lag: int64(s.jstats.lag.Load()),
-	}
 }

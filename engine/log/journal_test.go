@@ -51,8 +51,8 @@ func TestJournalOneSyncPerRound(t *testing.T) {
 	if st := s.SyncStats(); st.Files != 0 {
 		t.Fatalf("%d segment fdatasyncs in the round", st.Files)
 	}
-	if st := s.JournalStats(); st.Syncs != 1 || st.Lag == 0 || st.Checkpoints != 0 {
-		t.Fatalf("JournalStats %+v", st)
+	if st := s.SyncStats(); st.Journal != 1 || st.JournalLag == 0 || st.Checkpoints != 0 {
+		t.Fatalf("SyncStats %+v", st)
 	}
 	fsys.Crash()
 	s, err = OpenStore("/data", journalOptions(fsys))
@@ -60,7 +60,7 @@ func TestJournalOneSyncPerRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if st := s.JournalStats(); st.Replayed != parts {
+	if st := s.SyncStats(); st.Replayed != parts {
 		t.Fatalf("replayed %d records, want %d", st.Replayed, parts)
 	}
 	for i := range parts {
