@@ -757,12 +757,14 @@ func (p *Partition) roll() error {
 	}
 	fsys := p.s.opts.FS
 	if old.synced < old.size || old.dirty || old.behind {
-		old.dirty, old.behind = false, false
+		old.dirty = false
 		if err := old.log.Sync(); err != nil {
+			// behind stays: the journal still holds what the file may lack.
 			err = p.syncFailed(old, err)
 			p.cutWritten(old.nextIndex, err)
 			return err
 		}
+		old.behind = false
 		p.synced(old)
 	}
 	if err := old.writeIndexes(fsys); err != nil {

@@ -421,3 +421,92 @@ func journalCheck(t *testing.T, fsys *MemFS, o Options, cut int, names []string,
 		}
 	}
 }
+
+// TestJournalQuarantineAndRepair: damage before the tail of a partition
+// whose last appends are in the journal only (a power loss after them) is
+// still corruption once the journal is replayed: the open fails with a
+// CorruptionError, opens quarantined with QuarantineCorrupt, and Repair
+// cuts the partition at the damage.
+func TestJournalQuarantineAndRepair(t *testing.T) {
+	fsys := NewMemFS()
+	o := journalOptions(fsys)
+	o.SegmentBytes = 1 << 10
+	h := openHarness(t, "/data", o)
+	p := h.part("p")
+	var want []Record
+	add := func(n int) {
+		for range n {
+			r := Record{Offset: int64(len(want)), Timestamp: 1_700_000_000_000 + int64(len(want)), Value: fmt.Appendf(nil, "value-%03d", len(want))}
+			if _, err := p.Append(context.Background(), []Record{r}); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, r)
+		}
+	}
+	add(30)
+	h.s.roundMu.Lock()
+	err := h.s.checkpoint()
+	h.s.unlockRound(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add(10) // in the journal only
+	h.stop()
+	fsys.Crash()
+	h.s = nil
+	fsys.Corrupt("/data/p/"+segmentName(0, ".log"), func(b []byte) []byte {
+		b[BatchHeaderSize+4] ^= 0x10 // inside the first batch's records
+		return b
+	})
+	s, err := OpenStore("/data", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.SyncStats(); st.Replayed == 0 {
+		t.Fatal("nothing replayed: the test's appends were not in the journal only")
+	}
+	var ce *CorruptionError
+	if _, err := s.Partition("p"); !errors.As(err, &ce) {
+		t.Fatalf("open of the damaged partition: %v, want a CorruptionError", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkQuarantineAndRepair(t, fsys, o, want)
+}
+
+// TestJournalFailedRollKeepsSegmentBehind: a roll whose fdatasync of the
+// old segment fails leaves that segment's acknowledged bytes in the
+// journal's care: the next checkpoint syncs the segment before it cuts the
+// journal, and a power loss after it keeps every acknowledged append. (It
+// lost them when the roll forgot, before its sync, that the segment was
+// behind the journal.)
+func TestJournalFailedRollKeepsSegmentBehind(t *testing.T) {
+	fsys := NewMemFS()
+	h := openHarness(t, "/data", journalOptions(fsys))
+	p := h.part("p")
+	appendN(t, p, 5) // durable in the journal only
+	fsys.SetFault(func(op, name string) error {
+		if op == "sync" && strings.HasSuffix(name, ".log") {
+			return syscall.EIO
+		}
+		return nil
+	})
+	if err := p.Roll(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Roll with a failing fdatasync: %v", err)
+	}
+	fsys.SetFault(nil)
+	h.s.roundMu.Lock()
+	err := h.s.checkpoint()
+	h.s.unlockRound(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	fsys.Crash()
+	h.s = nil
+	h.start()
+	if n := h.part("p").NextOffset(); n != 5 {
+		t.Fatalf("after a failed roll, a checkpoint and a power loss: next %d, want 5", n)
+	}
+}
