@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -508,5 +510,74 @@ func TestJournalFailedRollKeepsSegmentBehind(t *testing.T) {
 	h.start()
 	if n := h.part("p").NextOffset(); n != 5 {
 		t.Fatalf("after a failed roll, a checkpoint and a power loss: next %d, want 5", n)
+	}
+}
+
+// TestJournalPowerLossOnTheOS: on the real file system, appends to many
+// partitions acknowledged through the journal survive a power loss
+// (PowerLossFS's record of syncs, every file cut back to its last synced
+// size: the segments lose what they were written, the journal keeps it),
+// and a store opened without the journal replays it.
+func TestJournalPowerLossOnTheOS(t *testing.T) {
+	dir := t.TempDir()
+	syncs := filepath.Join(dir, "syncs")
+	fsys, err := NewPowerLossFS(OSFS{}, syncs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	s, err := OpenStore(data, Options{FS: fsys, Journal: true, JournalCheckpointInterval: time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+	const parts, each = 16, 20
+	var wg sync.WaitGroup
+	for i := range parts {
+		p, err := s.Partition(fmt.Sprintf("p-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for k := range each {
+				if _, err := p.Append(ctx, []Record{{Value: fmt.Appendf(nil, "%d/%d", i, k)}}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	<-ran
+	s.lock.Close() // the process is gone: its lock with it
+	cut, err := CutToSynced(syncs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cut == 0 {
+		t.Fatal("the power loss cut nothing: the segments were synced, the journal was not tested")
+	}
+	s, err = OpenStore(data, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range parts {
+		p, err := s.Partition(fmt.Sprintf("p-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := p.Read(0, 1<<20, p.NextOffset(), nil)
+		if err != nil || len(recs) != each {
+			t.Fatalf("p-%d after the power loss: %d records, %v; want %d", i, len(recs), err, each)
+		}
+		for k, r := range recs {
+			if string(r.Value) != fmt.Sprintf("%d/%d", i, k) {
+				t.Fatalf("p-%d offset %d: %q", i, k, r.Value)
+			}
+		}
 	}
 }
