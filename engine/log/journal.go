@@ -117,7 +117,7 @@ func (s *Store) openJournal() error {
 	if f, err = fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode); err != nil {
 		return notWritable(s.dir, err)
 	}
-	if err := f.Truncate(0); err == nil {
+	if err = f.Truncate(0); err == nil {
 		err = f.Sync()
 	}
 	if err == nil {
