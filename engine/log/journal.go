@@ -56,9 +56,8 @@ import (
 const JournalFormatVersion = 3
 
 const (
-	journalFile      = "journal"
-	journalHeader    = 4 + 4 + 2 + 8 + 8
-	maxJournalRecord = maxBatchLength + journalHeader + MaxNameBytes
+	journalFile   = "journal"
+	journalHeader = 4 + 4 + 2 + 8 + 8
 )
 
 // journal is the store's journal file. Owned by Store.roundMu's holder.
@@ -155,7 +154,9 @@ func (s *Store) replay(f File, path string) error {
 		}
 		le := binary.LittleEndian
 		length := int64(le.Uint32(hb))
-		if length < journalHeader || length > maxJournalRecord || pos+length > fi.Size() {
+		// A record holds a whole run, which no batch limit bounds: its
+		// length is bounded by the file (what is read is never more).
+		if length < journalHeader || pos+length > fi.Size() {
 			break // torn tail
 		}
 		rec, err := w.get(pos, int(length))
