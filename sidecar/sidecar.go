@@ -238,9 +238,10 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		return nil, nil, err
 	}
 	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
-		m.LogSyncs.Read(func() (files, fileSystem, fallbacks uint64) {
+		m.LogSyncs.Read(func() metrics.LogSyncCounts {
 			st := ss.SyncStats()
-			return st.Files, st.FileSystem, st.Fallbacks
+			return metrics.LogSyncCounts{Files: st.Files, FileSystem: st.FileSystem, Fallbacks: st.Fallbacks,
+				Journal: st.Journal, JournalBytes: st.JournalBytes, Checkpoints: st.Checkpoints, JournalLag: st.JournalLag}
 		})
 	}
 	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
@@ -395,6 +396,8 @@ func logOptions(cfg *config.Config) engine.LogOptions {
 		IndexIntervalBytes: int(cfg.Storage.IndexIntervalBytes),
 		FsyncInterval:      cfg.Storage.FsyncInterval,
 		SyncFileSystem:     cfg.Storage.Sync == config.SyncFileSystem,
+		Journal:            cfg.Storage.Sync == config.SyncJournal,
+		JournalBytes:       cfg.Storage.JournalBytes,
 		// Limits come from the config in one place: every message that
 		// limits.max_message_bytes allows, and its dead letter, fits a batch.
 		MaxBatchBytes: engine.MaxBatchBytesFor(cfg.Limits.MaxMessageBytes, cfg.Limits.MaxIDBytes, cfg.Limits.MaxHeaders),
