@@ -292,6 +292,11 @@ func scheduleRetention(cfg *config.Config, eng engine.Backend) func(topic string
 		}
 	}
 	return func(topic string) (time.Duration, error) {
+		if g, ok := eng.(engine.FeatureGate); ok {
+			if err := g.RequireFeature(engine.FeatureScheduledDelivery); err != nil {
+				return 0, err // CLUSTER_VERSION: an older member would deliver the message at once
+			}
+		}
 		for _, t := range eng.Topics() {
 			if t.Name == topic {
 				return t.RetentionAge, nil

@@ -89,7 +89,9 @@ const (
 	MoveRefused Reason = "MOVE_REFUSED"
 	// ClusterVersion: the cluster version cannot be finalized (a node runs
 	// a release that does not speak a higher one, or is unreachable; or
-	// there is nothing to finalize), or the sidecar asked is not a member.
+	// there is nothing to finalize), or the sidecar asked is not a member;
+	// or what was asked needs a cluster version the cluster is not
+	// finalized at yet (scheduled delivery).
 	ClusterVersion Reason = "CLUSTER_VERSION"
 	// BackendUnsupported: the storage backend does not offer the operation
 	// (an embedded-cluster operation asked of a sidecar whose messages live
