@@ -15,7 +15,9 @@
 // that `make test` runs), SPOOL_CHAOS_SEED (the first run's seed; default
 // from the clock, printed), SPOOL_CHAOS_SECONDS (faulted time per run,
 // default 10), SPOOL_CHAOS_OUT (where histories, logs and report.md go;
-// default a temporary directory, printed, kept when a run fails).
+// default a temporary directory, printed, kept when a run fails),
+// SPOOL_CHAOS_STORAGE_SYNC (every node's storage.sync: files, filesystem
+// or journal; default spoold's).
 // Without root and iproute2 the suite says why and skips: it creates
 // network namespaces; without nftables it skips the oneway, flaky and
 // bridge runs, saying so; without the kernel's sch_netem the flaky runs
@@ -983,7 +985,7 @@ func (r *run) config(i int) string {
   app_listen: ["%s:%d"]
   admin_listen: "%s:%d"
   drain_timeout: 5s
-# The run's bridge reaches nothing else: plaintext peers, apps, admin and Redis.
+`+storageSync()+`# The run's bridge reaches nothing else: plaintext peers, apps, admin and Redis.
 apps:
   allow_insecure_tcp: true
 admin:
@@ -1007,6 +1009,15 @@ subscriptions:
     ordering: key
     visibility_timeout: 5s
 `, i+1, r.dataDir(i), r.net.IP(i), appPort, r.net.IP(i), adminPort, r.net.IP(i), peerPort, join, r.net.Host(), redisPort, topic, partitions, topic, group)
+}
+
+// storageSync is the storage section that SPOOL_CHAOS_STORAGE_SYNC asks
+// for (files, filesystem or journal: storage.sync), or none (the default).
+func storageSync() string {
+	if v := os.Getenv("SPOOL_CHAOS_STORAGE_SYNC"); v != "" {
+		return "storage:\n  sync: " + v + "\n"
+	}
+	return ""
 }
 
 // start starts (or restarts) node i's spoold on its data dir.

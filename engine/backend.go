@@ -75,6 +75,18 @@ type ClusterAdmin interface {
 	FinalizeClusterVersion(ctx context.Context) (ClusterVersionChange, error)
 }
 
+// FeatureGate is implemented by backends whose behaviour a cluster version
+// gates (the embedded cluster, docs/upgrading.md): RequireFeature returns
+// nil when the feature is on, else an error wrapping ErrClusterVersion
+// that says what to do. A backend without it has every feature it offers.
+type FeatureGate interface {
+	RequireFeature(name string) error
+}
+
+// FeatureScheduledDelivery names scheduled delivery (FeatureGate): on once
+// the cluster is finalized at cluster version 2.
+const FeatureScheduledDelivery = "scheduled-delivery"
+
 // ClusterVersionChange is what a finalization did.
 type ClusterVersionChange struct{ Previous, Version uint32 }
 

@@ -41,10 +41,30 @@ type admin struct {
 	// tailPoll is how often Tail looks for the group's progress and, in a
 	// cluster, for appends to partitions led elsewhere.
 	tailPoll time.Duration
+	sched    *scheduledServer // nil on a broker backend
 }
 
 func newAdmin(cfg *config.Config, eng engine.Backend, groups []*deliver.Group, l ledger.Ledger, m *metrics.Metrics) *admin {
 	return &admin{cfg: cfg, eng: eng, groups: groups, ledger: l, m: m, catalog: &topicCatalog{}, tailPoll: DefaultTailPoll}
+}
+
+// withScheduled sets what ListScheduled reads with (nil: refused).
+func (a *admin) withScheduled(s *scheduledServer) *admin {
+	a.sched = s
+	return a
+}
+
+// ListScheduled lists a topic's scheduled messages not yet due
+// (sidecar/scheduled).
+func (a *admin) ListScheduled(ctx context.Context, req *spoolv1.ListScheduledRequest) (*spoolv1.ListScheduledResponse, error) {
+	if a.sched == nil {
+		return nil, apierr.ToStatus(apierr.New(apierr.BackendUnsupported, "list scheduled: the %s backend offers no scheduled delivery", a.cfg.Storage.Backend))
+	}
+	resp, err := a.sched.List(ctx, req)
+	if err != nil {
+		return nil, apierr.ToStatus(fmt.Errorf("list scheduled of topic %q: %w", req.GetTopic(), err))
+	}
+	return resp, nil
 }
 
 func (a *admin) ListTopics(context.Context, *spoolv1.ListTopicsRequest) (*spoolv1.ListTopicsResponse, error) {

@@ -78,6 +78,7 @@ var adminMethodRoles = map[string]role{
 	spoolv1.AdminService_SummarizeDeadLetters_FullMethodName:   roleRead,
 	spoolv1.AdminService_ClusterStatus_FullMethodName:          roleRead,
 	spoolv1.AdminService_Tail_FullMethodName:                   roleRead,
+	spoolv1.AdminService_ListScheduled_FullMethodName:          roleRead,
 	spoolv1.AdminService_Redrive_FullMethodName:                roleOperate, // also its dry run: one role per method
 	spoolv1.AdminService_ResetOffsets_FullMethodName:           roleOperate,
 	spoolv1.AdminService_DecommissionNode_FullMethodName:       roleOperate,

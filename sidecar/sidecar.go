@@ -21,12 +21,14 @@ import (
 	"github.com/spoolmq/spool/internal/release"
 	"github.com/spoolmq/spool/internal/wallclock"
 	"github.com/spoolmq/spool/proto/grpcbuf"
+	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/config"
 	"github.com/spoolmq/spool/sidecar/deliver"
 	"github.com/spoolmq/spool/sidecar/ledger"
 	"github.com/spoolmq/spool/sidecar/metrics"
 	"github.com/spoolmq/spool/sidecar/publish"
+	"github.com/spoolmq/spool/sidecar/scheduled"
 	"github.com/spoolmq/spool/sidecar/tracing"
 	"github.com/spoolmq/spool/sidecar/tracker"
 
@@ -165,7 +167,8 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 		return err
 	}
 
-	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish})
+	sched := newScheduled(cfg, eng)
+	pub, err := publish.New(publish.Config{Engine: eng, Limits: limits(cfg), Metrics: m, Logger: logger, Tracer: tracer, MemoryBytes: cfg.Publish.MemoryBytes, Admit: gate.AdmitPublish, Retention: scheduleRetention(cfg, eng), Cancel: sched.cancel()})
 	if err != nil {
 		return err
 	}
@@ -189,7 +192,7 @@ func run(ctx context.Context, cfg *config.Config, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, m, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m), catalog, auth)
+	healthSrv, appSrv, adminGRPC := newGRPCServers(cfg, logger, m, gate, appTLSConfig, pub, groups, newAdmin(cfg, eng, groups, led, m).withScheduled(sched), catalog, auth)
 	appLs, adminL, probeL, addrs, err := listenAll(cfg, appTLSConfig != nil)
 	if err != nil {
 		return err
@@ -237,9 +240,10 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		return nil, nil, err
 	}
 	if ss, ok := eng.(interface{ SyncStats() engine.SyncStats }); ok {
-		m.LogSyncs.Read(func() (files, fileSystem, fallbacks uint64) {
+		m.LogSyncs.Read(func() metrics.LogSyncCounts {
 			st := ss.SyncStats()
-			return st.Files, st.FileSystem, st.Fallbacks
+			return metrics.LogSyncCounts{Files: st.Files, FileSystem: st.FileSystem, Fallbacks: st.Fallbacks,
+				Journal: st.Journal, JournalBytes: st.JournalBytes, Checkpoints: st.Checkpoints, JournalLag: st.JournalLag}
 		})
 	}
 	r.start("engine", engineComponent{eng: eng, backend: cfg.Storage.Backend, log: logger})
@@ -259,6 +263,49 @@ func startEngine(r *runner, cfg *config.Config, dataDir string, m *metrics.Metri
 		return nil, nil, err
 	}
 	return eng, catalog, nil
+}
+
+// scheduledServer lists and cancels scheduled messages; nil on a broker
+// backend, which refuses them.
+type scheduledServer struct{ *scheduled.Server }
+
+func newScheduled(cfg *config.Config, eng engine.Backend) *scheduledServer {
+	if cfg.Storage.Broker() {
+		return nil
+	}
+	return &scheduledServer{scheduled.New(eng)}
+}
+
+// cancel is the publish server's Config.Cancel.
+func (s *scheduledServer) cancel() func(context.Context, *spoolv1.CancelScheduledRequest) (*spoolv1.CancelScheduledResponse, error) {
+	if s == nil {
+		return nil
+	}
+	return s.Cancel
+}
+
+// scheduleRetention answers the publish server's question about scheduled
+// messages (docs/scheduling.md): the embedded log keeps them, until the
+// topic's retention by age; a broker backend refuses them.
+func scheduleRetention(cfg *config.Config, eng engine.Backend) func(topic string) (time.Duration, error) {
+	if cfg.Storage.Broker() {
+		return func(string) (time.Duration, error) {
+			return 0, apierr.New(apierr.BackendUnsupported, "scheduled delivery (deliver_at_ms, deliver_after_ms) is not offered by the %s backend: publish without a delivery time, or use the embedded backend", cfg.Storage.Backend)
+		}
+	}
+	return func(topic string) (time.Duration, error) {
+		if g, ok := eng.(engine.FeatureGate); ok {
+			if err := g.RequireFeature(engine.FeatureScheduledDelivery); err != nil {
+				return 0, err // CLUSTER_VERSION: an older member would deliver the message at once
+			}
+		}
+		for _, t := range eng.Topics() {
+			if t.Name == topic {
+				return t.RetentionAge, nil
+			}
+		}
+		return 0, apierr.New(apierr.UnknownTopic, "topic %q is not known to this sidecar", topic)
+	}
 }
 
 // startAdminServers starts the admin listener's server and, with
@@ -356,6 +403,8 @@ func logOptions(cfg *config.Config) engine.LogOptions {
 		IndexIntervalBytes: int(cfg.Storage.IndexIntervalBytes),
 		FsyncInterval:      cfg.Storage.FsyncInterval,
 		SyncFileSystem:     cfg.Storage.Sync == config.SyncFileSystem,
+		Journal:            cfg.Storage.Sync == config.SyncJournal,
+		JournalBytes:       cfg.Storage.JournalBytes,
 		// Limits come from the config in one place: every message that
 		// limits.max_message_bytes allows, and its dead letter, fits a batch.
 		MaxBatchBytes: engine.MaxBatchBytesFor(cfg.Limits.MaxMessageBytes, cfg.Limits.MaxIDBytes, cfg.Limits.MaxHeaders),

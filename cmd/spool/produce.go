@@ -20,6 +20,7 @@ const produceBatch = 500
 func (a *app) produceCommand() *cobra.Command {
 	var addr, key, id, file string
 	var headers []string
+	var sched scheduleFlags
 	c := &cobra.Command{
 		Use:   "produce TOPIC [PAYLOAD...]",
 		Short: "Publish messages: from arguments, a file, or stdin lines",
@@ -32,7 +33,8 @@ durable.
   spool produce T < F        one message per line of stdin
 
 --key and --header apply to every message; --id only to a single message
-(consumers dedupe by id, so re-running with the same --id is safe).`,
+(consumers dedupe by id, so re-running with the same --id is safe).
+--deliver-at or --deliver-after schedule every message (docs/scheduling.md).`,
 		Example: example(
 			`spool produce order-placed '{"order":42}' --key order-42 --header source=cli`,
 			`spool produce order-placed --file order.json --id order-42-placed`,
@@ -41,6 +43,10 @@ durable.
 		ValidArgsFunction: a.completeTopics,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			topic, payloads := args[0], args[1:]
+			atMs, afterMs, err := sched.fields()
+			if err != nil {
+				return err
+			}
 			hdrs := map[string]string{}
 			for _, h := range headers {
 				k, v, ok := strings.Cut(h, "=")
@@ -49,29 +55,9 @@ durable.
 				}
 				hdrs[k] = v
 			}
-			var msgs [][]byte
-			switch {
-			case file != "" && len(payloads) > 0:
-				return usageErr("give payloads as arguments or --file, not both")
-			case file != "":
-				b, err := os.ReadFile(file)
-				if err != nil {
-					return usageErr("--file: %v", err)
-				}
-				msgs = [][]byte{b}
-			case len(payloads) > 0:
-				for _, p := range payloads {
-					msgs = append(msgs, []byte(p))
-				}
-			default:
-				sc := bufio.NewScanner(a.stdin)
-				sc.Buffer(make([]byte, 64<<10), 2<<20)
-				for sc.Scan() {
-					msgs = append(msgs, []byte(sc.Text()))
-				}
-				if err := sc.Err(); err != nil {
-					return failed("reading stdin: %v (lines longer than 2 MiB: use --file)", err)
-				}
+			msgs, err := a.producePayloads(file, payloads)
+			if err != nil {
+				return err
 			}
 			if len(msgs) == 0 {
 				return usageErr("nothing to publish: give payloads as arguments, --file, or lines on stdin")
@@ -89,7 +75,7 @@ durable.
 				n := min(len(msgs), produceBatch)
 				req := &spoolv1.PublishRequest{Topic: topic}
 				for _, p := range msgs[:n] {
-					m := &spoolv1.PublishMessage{Id: id, Payload: p, Headers: hdrs}
+					m := &spoolv1.PublishMessage{Id: id, Payload: p, Headers: hdrs, DeliverAtMs: atMs, DeliverAfterMs: afterMs, DeliverInKeyOrder: sched.inKeyOrder}
 					if key != "" {
 						m.Key = []byte(key)
 					}
@@ -134,7 +120,38 @@ durable.
 	fl.StringArrayVar(&headers, "header", nil, "header name=value; repeatable")
 	fl.StringVar(&id, "id", "", "message id, for a single message (default: one chosen by spoold)")
 	fl.StringVar(&file, "file", "", "publish this file's content as one message")
+	sched.bind(c)
 	return c
+}
+
+// producePayloads are the messages to publish: the arguments, the file's
+// content, or stdin's lines.
+func (a *app) producePayloads(file string, payloads []string) ([][]byte, error) {
+	var msgs [][]byte
+	switch {
+	case file != "" && len(payloads) > 0:
+		return nil, usageErr("give payloads as arguments or --file, not both")
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, usageErr("--file: %v", err)
+		}
+		msgs = [][]byte{b}
+	case len(payloads) > 0:
+		for _, p := range payloads {
+			msgs = append(msgs, []byte(p))
+		}
+	default:
+		sc := bufio.NewScanner(a.stdin)
+		sc.Buffer(make([]byte, 64<<10), 2<<20)
+		for sc.Scan() {
+			msgs = append(msgs, []byte(sc.Text()))
+		}
+		if err := sc.Err(); err != nil {
+			return nil, failed("reading stdin: %v (lines longer than 2 MiB: use --file)", err)
+		}
+	}
+	return msgs, nil
 }
 
 type publishedView struct {

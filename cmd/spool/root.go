@@ -101,7 +101,7 @@ Exit codes: 0 done, 1 the operation failed or was refused, 2 usage error,
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "how long to wait for the sidecar to answer a call")
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 
-	root.AddCommand(a.topicCommand(), a.groupCommand(), a.clusterCommand(), a.dlqCommand(), a.produceCommand(), a.tailCommand(),
+	root.AddCommand(a.topicCommand(), a.groupCommand(), a.clusterCommand(), a.dlqCommand(), a.produceCommand(), a.scheduledCommand(), a.tailCommand(),
 		a.planCommand(), a.devCommand(), a.demoCommand(), a.versionCommand())
 	return root
 }

@@ -400,6 +400,51 @@ func TestChartBootstrapsOnInstallOnly(t *testing.T) {
 	}
 }
 
+// cluster.finalize and cluster.autoFinalizeAfter reach every node's
+// spool.yaml: auto after 10 minutes by default, or what the values say
+// (docs/upgrading.md).
+func TestChartFinalizeSettings(t *testing.T) {
+	manual := filepath.Join(t.TempDir(), "values.yaml")
+	if err := writeFile(manual, "cluster: {finalize: manual, autoFinalizeAfter: 2h}"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		files    []string
+		finalize string
+		after    time.Duration
+	}{
+		{[]string{defaultsFile(t)}, config.FinalizeAuto, 10 * time.Minute},
+		{[]string{defaultsFile(t), manual}, config.FinalizeManual, 2 * time.Hour},
+	} {
+		objs, err := renderWith(t, renderOpts{install: true}, c.files...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sts *appsv1.StatefulSet
+		cms := map[string]*corev1.ConfigMap{}
+		for _, o := range objs {
+			switch w := o.obj.(type) {
+			case *appsv1.StatefulSet:
+				sts = w
+			case *corev1.ConfigMap:
+				cms[w.Name] = w
+			}
+		}
+		if sts == nil {
+			t.Fatal("no StatefulSet rendered")
+		}
+		for i := range 3 {
+			cfg, err := resolveSpoold(t, &sts.Spec.Template.Spec, cms, fmt.Sprintf("orders-spool-%d", i), i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Cluster.Finalize != c.finalize || cfg.Cluster.AutoFinalizeAfter != c.after {
+				t.Errorf("pod %d: cluster.finalize %q auto_finalize_after %v, want %q %v", i, cfg.Cluster.Finalize, cfg.Cluster.AutoFinalizeAfter, c.finalize, c.after)
+			}
+		}
+	}
+}
+
 // Values that cannot work fail the render with what to change.
 func TestChartRefusesNonsense(t *testing.T) {
 	for _, c := range []struct{ values, says string }{
@@ -413,6 +458,8 @@ func TestChartRefusesNonsense(t *testing.T) {
 		{"cluster: {storage: off}", "must be \"on\" or \"off\" (quoted"},
 		{"cluster: {storage: \"off\"}", "use mode deployment for storage-off"},
 		{"autoscaling: {enabled: true}", "needs mode deployment"},
+		{"cluster: {finalize: later}", "cluster.finalize \"later\": must be auto or manual"},
+		{"cluster: {autoFinalizeAfter: 30s}", "cluster.autoFinalizeAfter 30s: must be between 1m and 168h"},
 	} {
 		f := filepath.Join(t.TempDir(), "values.yaml")
 		if err := writeFile(f, c.values); err != nil {

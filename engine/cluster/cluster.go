@@ -297,7 +297,7 @@ func (c *cluster) init(cfg ClusterConfig) error {
 		}
 	}
 	if cfg.StorageOff {
-		c.role = &storageOff{c}
+		c.role = &storageOff{Node: c}
 		return nil // not a member: no identity
 	}
 	m := newMember(c)

@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,10 +21,14 @@ import (
 // Storage-off nodes (ClusterConfig.StorageOff): no raft, no replicas; the
 // controller's state comes from a member's Metadata every
 // metadataInterval, and the committed ends of watched partitions from
-// their replicas every remotePollInterval.
+// their replicas (remoteWaits: one call per partition waiting up to
+// remoteWaitMax for the end to move; the set of partitions is checked
+// every remotePollInterval, and a replica that answers at once without
+// news is asked again after it).
 const (
 	metadataInterval   = time.Second
 	remotePollInterval = 200 * time.Millisecond
+	remoteWaitMax      = 2 * time.Second
 )
 
 // storageOff is the role of a storage-off node (ClusterConfig.StorageOff):
@@ -29,7 +36,14 @@ const (
 // controller's state from the members (runClient), publishes through the
 // partitions' leaders and reads from their replicas, and refuses the
 // operators' calls that only a member can make.
-type storageOff struct{ *Node }
+type storageOff struct {
+	*Node
+	// stateSum names the controller state this node holds
+	// (MetadataResponse.state_sum): refreshMetadata sends it, and a
+	// member answers unchanged without the state when it is the same.
+	// Owned by runClient's goroutine.
+	stateSum []byte
+}
 
 // run keeps the node's view of the cluster current until ctx ends.
 func (c *storageOff) run(ctx context.Context) error { return c.runClient(ctx) }
@@ -121,6 +135,8 @@ func (c *storageOff) operatorReady() error {
 // of (clusters larger than the replication factor) and those whose replica
 // here stopped (pollRemote).
 func (c *member) runRemotePoll(ctx context.Context) error {
+	w := newRemoteWaits(c.Node)
+	defer w.stop()
 	t := time.NewTicker(remotePollInterval)
 	defer t.Stop()
 	for {
@@ -128,7 +144,7 @@ func (c *member) runRemotePoll(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			c.pollRemote()
+			w.sync(ctx)
 		}
 	}
 }
@@ -146,6 +162,8 @@ func (c *storageOff) runClient(ctx context.Context) error {
 	defer tick.Stop()
 	poll := time.NewTicker(remotePollInterval)
 	defer poll.Stop()
+	waits := newRemoteWaits(c.Node)
+	defer waits.stop()
 	var lastErr error
 	for {
 		if err := c.refreshMetadata(ctx); err != nil {
@@ -165,7 +183,7 @@ func (c *storageOff) runClient(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-poll.C:
-				c.pollRemote()
+				waits.sync(ctx)
 			case <-tick.C:
 				waiting = false
 			}
@@ -188,11 +206,14 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID})
+		resp, err := cl.Metadata(cctx, &clusterv1.MetadataRequest{ClusterId: c.id.ClusterID, KnownStateSum: c.stateSum})
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
 			continue
+		}
+		if resp.GetUnchanged() && len(c.stateSum) > 0 && bytes.Equal(resp.GetStateSum(), c.stateSum) {
+			return nil // the state this node holds
 		}
 		st, err := meta.DecodeState(resp.GetState())
 		if err != nil {
@@ -214,6 +235,7 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 			c.peers.set(nd.ID, nd.Addr)
 		}
 		c.reconcile(st)
+		c.stateSum = resp.GetStateSum() // empty from a release that does not send it: ask for the whole state
 		c.mu.Lock()
 		c.state = st
 		close(c.changed)
@@ -229,27 +251,25 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// pollRemote refreshes the committed end of the partitions of watched
-// topics this node reads from other replicas (it holds no replica of them,
-// or its replica stopped: readsRemote), which signals their watchers when
-// it moved: nothing pushes remote commits to this node.
-func (c *cluster) pollRemote() {
+// remoteParts are the partitions of watched topics this node reads from
+// other replicas (it holds no replica of them, or its replica stopped:
+// readsRemote): nothing pushes their commits to this node, so a waiter
+// (remoteWaits) asks a replica for each.
+func (c *cluster) remoteParts() map[*partition]bool {
 	c.tab.Mu.RLock()
-	var parts []*partition
+	defer c.tab.Mu.RUnlock()
+	parts := map[*partition]bool{}
 	for _, t := range c.tab.Topics {
 		if !t.Watched() {
 			continue
 		}
 		for _, p := range t.Parts {
 			if p.X.raftGroup != 0 && c.readsRemote(p) {
-				parts = append(parts, p)
+				parts[p] = true
 			}
 		}
 	}
-	c.tab.Mu.RUnlock()
-	for _, p := range parts {
-		_, _, _ = c.offsetsRemote(p) // setCommitted signals; failures are retried next poll
-	}
+	return parts
 }
 
 // Metadata answers a storage-off node (or a member checking its strays) with
@@ -261,11 +281,41 @@ func (s *nodeService) Metadata(ctx context.Context, req *clusterv1.MetadataReque
 	if !ok {
 		return nil, status.Errorf(codes.Unavailable, "this node has not applied the cluster's committed state yet (%v); ask again, or another member", ctx.Err())
 	}
-	b, err := meta.EncodeState(st.WithoutTokens()) // tokens admit members again
+	b, sum, err := c.served.encoded(st)
 	if err != nil {
 		return nil, err
 	}
-	return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, State: b}, nil
+	if bytes.Equal(req.GetKnownStateSum(), sum) {
+		return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, Unchanged: true, StateSum: sum}, nil
+	}
+	c.metadataStatesServed.Add(1)
+	return &clusterv1.MetadataResponse{ClusterId: c.id.ClusterID, State: b, StateSum: sum}, nil
+}
+
+// servedState is the encoding of the last controller state a member sent
+// to a node asking for it (Metadata), and its sum: a state is encoded once
+// however many storage-off nodes ask for it.
+type servedState struct {
+	mu  sync.Mutex
+	st  *meta.State // the applied state b encodes (states are replaced, never changed)
+	b   []byte
+	sum []byte
+}
+
+// encoded is st's encoding without join tokens (they admit members
+// again) and its SHA-256.
+func (s *servedState) encoded(st *meta.State) (b, sum []byte, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == st {
+		return s.b, s.sum, nil
+	}
+	if b, err = meta.EncodeState(st.WithoutTokens()); err != nil {
+		return nil, nil, err
+	}
+	h := sha256.Sum256(b)
+	s.st, s.b, s.sum = st, b, h[:]
+	return s.b, s.sum, nil
 }
 
 // removedByPeers asks the peers for the cluster's state (the first that

@@ -256,8 +256,14 @@ func (c *cluster) offsetsRemote(part *partition) (int64, int64, error) {
 }
 
 // askReplica calls the other replicas of a partition in turn until one
-// answers.
+// answers, each call bounded by ProduceTimeout.
 func (c *cluster) askReplica(part *partition, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
+	return c.askReplicaWithin(context.Background(), part, c.cfg.ProduceTimeout, call)
+}
+
+// askReplicaWithin is askReplica with each call bounded by timeout and by
+// ctx.
+func (c *cluster) askReplicaWithin(ctx context.Context, part *partition, timeout time.Duration, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
 	if part.X.raftGroup == 0 { // not placed: nothing to read yet
 		return &clusterv1.FetchResponse{}, nil
 	}
@@ -271,8 +277,8 @@ func (c *cluster) askReplica(part *partition, call func(context.Context, cluster
 			errs = append(errs, err)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProduceTimeout)
-		resp, err := call(ctx, cl)
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := call(cctx, cl)
 		cancel()
 		if err == nil {
 			return resp, nil
@@ -373,7 +379,7 @@ func (s *nodeService) Produce(ctx context.Context, req *clusterv1.ProduceRequest
 
 // Fetch reads committed records of a partition this node holds. Offset -1
 // asks for the offsets only.
-func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*clusterv1.FetchResponse, error) {
+func (s *nodeService) Fetch(ctx context.Context, req *clusterv1.FetchRequest) (*clusterv1.FetchResponse, error) {
 	c := s.c
 	part, err := c.partition(req.GetTopic(), req.GetPartition())
 	if err != nil {
@@ -381,6 +387,12 @@ func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*cl
 	}
 	if part.Log == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %d holds no replica of %s/%d", c.id.NodeID, req.GetTopic(), req.GetPartition())
+	}
+	if req.GetOffset() < 0 {
+		c.endReadsServed.Add(1)
+		if w := req.GetMaxWaitMs(); w > 0 {
+			c.awaitEndPast(ctx, part, req.GetWaitPast(), time.Duration(min(w, maxRemoteWaitMs))*time.Millisecond)
+		}
 	}
 	if c.readsRemote(part) { // its end may be behind: the asker goes to the next replica
 		return nil, status.Errorf(codes.Unavailable, "node %d's replica of %s/%d is stopped or catching up after a stop", c.id.NodeID, req.GetTopic(), req.GetPartition())
@@ -406,6 +418,31 @@ func (s *nodeService) Fetch(_ context.Context, req *clusterv1.FetchRequest) (*cl
 
 // maxRemoteFetchBytes bounds one remote read's answer.
 const maxRemoteFetchBytes = 4 << 20
+
+// maxRemoteWaitMs bounds how long a replica holds a read of a partition's
+// end (FetchRequest.max_wait_ms) before it answers anyway.
+const maxRemoteWaitMs = 10_000
+
+// awaitEndPast returns once part's committed end here passes past, its
+// replica here stops serving reads (the asker goes to another), d has
+// passed, or ctx ends (the asker gave up, or this node stops).
+func (c *member) awaitEndPast(ctx context.Context, part *partition, past int64, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		changed, err := c.tab.Changed(part.Topic.Name)
+		if err != nil || part.Committed.Load() > past || c.readsRemote(part) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
 
 // Join admits a new node: at the controller's leader, AddNode; elsewhere,
 // the request is passed to the leader.
@@ -467,6 +504,14 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 	return resp, nil
 }
 
+// joinCallTimeout bounds one call of a joining node to one candidate. An
+// admission is one controller command (milliseconds, an election's time
+// when the controller's leader is lost); a call held longer is held by a
+// stopped or cut-off node — the candidate, or the controller's leader it
+// passed the join on to — and the next round asks again, with the same
+// join token, once the members have elected another.
+const joinCallTimeout = 3 * time.Second
+
 // forwardedKey marks a Join passed on by a peer (gRPC metadata).
 const forwardedKey = "spool-forwarded"
 
@@ -485,51 +530,36 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	token := randomID(16)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
-	callTimeout := 10 * time.Second
+	callTimeout := joinCallTimeout
 	if c.cfg.BootstrapExpect > 0 {
 		// Nodes still forming the cluster do not serve yet: a call to one
 		// waits for its deadline.
 		callTimeout = 2 * time.Second
 	}
+	req := &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion,
+		ClusterVersionMin: c.cfg.ClusterVersions.Min, ClusterVersionMax: c.cfg.ClusterVersions.Max}
 	var errs []error
 	for attempt := 0; ; attempt++ {
 		cands, self, rerrs := c.joinCandidates(ctx)
 		errs = append(errs[:0], rerrs...)
-		forming := 0 // candidates that answered that they are joining too
-		for _, addr := range cands {
-			conn, err := grpc.NewClient(addr, c.dialCreds())
-			if err != nil {
-				return nil, fmt.Errorf("engine: --join %s: %w", addr, err)
+		addr, resp, forming, aerrs, err := c.askToJoin(ctx, cands, req, callTimeout)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, aerrs...)
+		if resp != nil {
+			if resp.GetNodeId() == 0 || resp.GetClusterId() == "" {
+				return nil, fmt.Errorf("engine: --join %s answered without a node id or cluster id", addr)
 			}
-			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
-			var trailer metadata.MD
-			cctx = metadata.AppendToOutgoingContext(cctx, joinSecretKey, string(c.cfg.JoinSecret))
-			req := &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion,
-				ClusterVersionMin: c.cfg.ClusterVersions.Min, ClusterVersionMax: c.cfg.ClusterVersions.Max}
-			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, req, grpc.Trailer(&trailer))
-			ccancel()
-			_ = conn.Close()
-			if err == nil {
-				if resp.GetNodeId() == 0 || resp.GetClusterId() == "" {
-					return nil, fmt.Errorf("engine: --join %s answered without a node id or cluster id", addr)
-				}
-				if err := meta.CheckSpeaks(max(resp.GetClusterVersion(), 1), c.cfg.ClusterVersions); err != nil {
-					return nil, fmt.Errorf("engine: --join %s admitted this node, but (%w): %s", addr, engine.ErrClusterVersion, versionText(err))
-				}
-				c.id = identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Token: token}
-				if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
-					return nil, err
-				}
-				c.logger.Info("spool cluster: joined", "cluster", c.id.ClusterID, "node", c.id.NodeID, "via", addr)
-				return resp.GetNodes(), nil
+			if err := meta.CheckSpeaks(max(resp.GetClusterVersion(), 1), c.cfg.ClusterVersions); err != nil {
+				return nil, fmt.Errorf("engine: --join %s admitted this node, but (%w): %s", addr, engine.ErrClusterVersion, versionText(err))
 			}
-			if code := status.Code(err); code == codes.FailedPrecondition || code == codes.PermissionDenied {
-				return nil, fmt.Errorf("engine: --join %s refused this node: %s", addr, status.Convert(err).Message())
+			c.id = identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Token: token}
+			if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
+				return nil, err
 			}
-			if len(trailer.Get(formingKey)) > 0 {
-				forming++
-			}
-			errs = append(errs, fmt.Errorf("%s: %v", addr, err))
+			c.logger.Info("spool cluster: joined", "cluster", c.id.ClusterID, "node", c.id.NodeID, "via", addr)
+			return resp.GetNodes(), nil
 		}
 		// Only a positive answer counts: a candidate that cannot be reached
 		// may be a member (a network partition), and creating a cluster
@@ -547,6 +577,55 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// askToJoin asks every candidate at once to admit this node and returns
+// the first admission (with the address that gave it), or, when none
+// admits it, how many answered that they are forming a cluster too and
+// each candidate's error. A candidate that does not answer (a stopped or
+// cut-off node: its call waits for callTimeout) does not hold back the
+// others. Asking several is safe: the controller admits a join token once
+// (meta.AddNode), whoever passes it on. A refusal (the join secret, the
+// identity, the release) ends the join: err.
+func (c *member) askToJoin(ctx context.Context, cands []string, req *clusterv1.JoinRequest, callTimeout time.Duration) (addr string, resp *clusterv1.JoinResponse, forming int, errs []error, err error) {
+	type answer struct {
+		addr    string
+		resp    *clusterv1.JoinResponse
+		forming bool
+		err     error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the calls still waiting once one admitted this node
+	answers := make(chan answer, len(cands))
+	for _, a := range cands {
+		go func() {
+			conn, err := grpc.NewClient(a, c.dialCreds())
+			if err != nil {
+				answers <- answer{addr: a, err: err}
+				return
+			}
+			defer conn.Close()
+			cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+			defer ccancel()
+			var trailer metadata.MD
+			cctx = metadata.AppendToOutgoingContext(cctx, joinSecretKey, string(c.cfg.JoinSecret))
+			resp, err := clusterv1.NewNodeServiceClient(conn).Join(cctx, req, grpc.Trailer(&trailer))
+			answers <- answer{addr: a, resp: resp, forming: len(trailer.Get(formingKey)) > 0, err: err}
+		}()
+	}
+	for range cands {
+		an := <-answers
+		switch {
+		case an.err == nil:
+			return an.addr, an.resp, 0, nil, nil
+		case status.Code(an.err) == codes.FailedPrecondition || status.Code(an.err) == codes.PermissionDenied:
+			return "", nil, 0, nil, fmt.Errorf("engine: --join %s refused this node: %s", an.addr, status.Convert(an.err).Message())
+		case an.forming:
+			forming++
+		}
+		errs = append(errs, fmt.Errorf("%s: %v", an.addr, an.err))
+	}
+	return "", nil, forming, errs, nil
 }
 
 // formingKey is the trailer of a joining node's answer to a Join: it is

@@ -70,6 +70,15 @@ type member struct {
 
 	// Peer requests refused (ClusterStats.PeerRefusals).
 	refusedProduce, refusedJoin atomic.Uint64
+	// endReadsServed counts the reads of a partition's committed end this
+	// member answered (FetchRequest with offset -1): what nodes that read
+	// remotely ask of it.
+	endReadsServed atomic.Uint64
+	// served caches the encoding of the state Metadata sends;
+	// metadataStatesServed counts the states it sent (not the unchanged
+	// answers).
+	served               servedState
+	metadataStatesServed atomic.Uint64
 
 	// stops: the replicas stopped by a storage error, and when each is
 	// reopened (cluster_reopen.go); replicasReopened counts the reopens

@@ -208,3 +208,20 @@ func (c *member) versionStatus(out *engine.ClusterStatus, st *meta.State) {
 func versionText(err error) string {
 	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), meta.ErrVersion.Error()+": "), "meta: ")
 }
+
+// RequireFeature (engine.FeatureGate) returns nil when the cluster's
+// version turns the feature called name on, else why not and what to do.
+func (n *Node) RequireFeature(name string) error {
+	f, ok := meta.FeatureNamed(name)
+	if !ok {
+		return fmt.Errorf("engine: no feature is called %q", name)
+	}
+	n.mu.Lock()
+	v := n.state.ClusterVersion()
+	n.mu.Unlock()
+	if f.At(v) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s needs cluster version %d and the cluster is at %d: once every node runs a release that speaks %d, finalize (spool cluster finalize; docs/upgrading.md)",
+		engine.ErrClusterVersion, f.Name, f.Since, v, f.Since)
+}

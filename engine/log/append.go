@@ -216,7 +216,11 @@ func (s *Store) round() []*request {
 		}
 	}()
 	if s.opts.Fsync == FsyncAlways {
-		s.syncRound(dirty)
+		if s.j != nil {
+			s.journalRound(dirty)
+		} else {
+			s.syncRound(dirty)
+		}
 		for _, d := range dirty {
 			d.p.syncErr = nil
 		}
@@ -309,16 +313,29 @@ type syncCounts struct {
 
 // SyncStats are the syncs append rounds made (FsyncAlways).
 type SyncStats struct {
-	// Files counts fdatasyncs of segment files; FileSystem, syncs of the
-	// whole file system (Options.SyncFileSystem), each standing for two or
-	// more files; Fallbacks, file-system syncs that failed and were
-	// followed by one fdatasync per file.
+	// Files counts fdatasyncs of segment files (by rounds, or by journal
+	// checkpoints); FileSystem, syncs of the whole file system
+	// (Options.SyncFileSystem), each standing for two or more files;
+	// Fallbacks, file-system syncs that failed and were followed by one
+	// fdatasync per file.
 	Files, FileSystem, Fallbacks uint64
+	// The journal's (Options.Journal): Journal counts its fdatasyncs (one
+	// per round that wrote), JournalBytes the bytes appended to it,
+	// Checkpoints the checkpoints that synced the segments behind it and
+	// cut it, Replayed the records replayed when the store was opened.
+	Journal, JournalBytes, Checkpoints, Replayed uint64
+	// JournalLag is the journal's size now: bytes whose segments are not
+	// synced yet, which a power loss would replay.
+	JournalLag int64
 }
 
 // SyncStats returns the counts so far.
 func (s *Store) SyncStats() SyncStats {
-	return SyncStats{Files: s.syncs.files.Load(), FileSystem: s.syncs.fileSystem.Load(), Fallbacks: s.syncs.fallbacks.Load()}
+	return SyncStats{
+		Files: s.syncs.files.Load(), FileSystem: s.syncs.fileSystem.Load(), Fallbacks: s.syncs.fallbacks.Load(),
+		Journal: s.jstats.syncs.Load(), JournalBytes: s.jstats.bytes.Load(), Checkpoints: s.jstats.checkpoints.Load(),
+		Replayed: s.jstats.replayed.Load(), JournalLag: int64(s.jstats.lag.Load()),
+	}
 }
 
 // syncRound makes a round's dirty segments durable: with a file-system
@@ -364,6 +381,20 @@ func syncParallel(dirty []dirtySeg) int {
 			todo = append(todo, d)
 		}
 	}
+	return syncTodo(todo)
+}
+
+// syncEach fdatasyncs every listed segment, as syncParallel does, setting
+// each one's err; it returns the number synced.
+func syncEach(segs []dirtySeg) int {
+	todo := make([]*dirtySeg, len(segs))
+	for i := range segs {
+		todo[i] = &segs[i]
+	}
+	return syncTodo(todo)
+}
+
+func syncTodo(todo []*dirtySeg) int {
 	if len(todo) <= 1 {
 		if len(todo) == 1 {
 			todo[0].err = todo[0].seg.log.Sync()
@@ -431,6 +462,10 @@ func (p *Partition) add(r *request) {
 	}
 	if ce := p.quarantine.Load(); ce != nil {
 		r.err = p.quarantineError(ce)
+		return
+	}
+	if j := p.s.j; j != nil && j.failed != nil {
+		r.err = j.failed
 		return
 	}
 	o := &p.s.opts
@@ -524,7 +559,8 @@ func (p *Partition) flush() {
 		rn.bufs, rn.reqs = rn.bufs[:0], rn.reqs[:0]
 	}()
 	seg := rn.seg
-	if _, err := seg.log.WriteAtv(rn.bufs, seg.size); err != nil {
+	at := seg.size
+	if _, err := seg.log.WriteAtv(rn.bufs, at); err != nil {
 		err = ioError("write", seg.path, err)
 		for _, r := range rn.reqs {
 			r.err = err
@@ -538,6 +574,9 @@ func (p *Partition) flush() {
 			p.takeBack(rn.before, err)
 		}
 		return
+	}
+	if p.s.j != nil {
+		p.s.journalRun(p, rn, at)
 	}
 	p.publish(rn)
 	if !seg.dirty {
@@ -717,13 +756,15 @@ func (p *Partition) roll() error {
 		return nil
 	}
 	fsys := p.s.opts.FS
-	if old.synced < old.size || old.dirty {
+	if old.synced < old.size || old.dirty || old.behind {
 		old.dirty = false
 		if err := old.log.Sync(); err != nil {
+			// behind stays: the journal still holds what the file may lack.
 			err = p.syncFailed(old, err)
 			p.cutWritten(old.nextIndex, err)
 			return err
 		}
+		old.behind = false
 		p.synced(old)
 	}
 	if err := old.writeIndexes(fsys); err != nil {
@@ -783,6 +824,9 @@ func (p *Partition) maintain() error {
 	}
 	if i == 0 {
 		return nil
+	}
+	if err := p.s.checkpoint(); err != nil {
+		return err
 	}
 	newStart := p.segs[i].base
 	prev := p.segs[i].firstIndex - 1

@@ -320,19 +320,31 @@ func BenchmarkEncodeRecords(b *testing.B) {
 
 // BenchmarkAppendRound is a steady keyed load as the publish path makes it:
 // each op is one append round of 64 requests of 1 or 2 records of 1 KiB
-// spread over 8 partitions (8 requests per partition), on the real file
-// system: with FsyncAlways, and with FsyncInterval (no sync in the round:
+// spread over 8 partitions (8 requests per partition) or over 64, on the
+// real file system: with FsyncAlways, with the node journal
+// (Options.Journal: one fdatasync per round, the segments synced at
+// checkpoints, counted in), and with FsyncInterval (no sync in the round:
 // the cost of the writes alone). It reports the write syscalls (pwrite,
 // pwritev: syscw of /proc/self/io) and fdatasyncs per round.
 func BenchmarkAppendRound(b *testing.B) {
-	for _, mode := range []FsyncMode{FsyncAlways, FsyncInterval} {
-		b.Run("fsync="+mode.String(), func(b *testing.B) {
-			s, err := OpenStore(b.TempDir(), Options{Fsync: mode})
+	for _, c := range []struct {
+		name  string
+		o     Options
+		parts int
+	}{
+		{"fsync=always", Options{}, 8},
+		{"fsync=always/partitions=64", Options{}, 64},
+		{"sync=journal", Options{Journal: true}, 8},
+		{"sync=journal/partitions=64", Options{Journal: true}, 64},
+		{"fsync=interval", Options{Fsync: FsyncInterval}, 8},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s, err := OpenStore(b.TempDir(), c.o)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			parts := make([]*Partition, 8)
+			parts := make([]*Partition, c.parts)
 			for i := range parts {
 				parts[i], _ = s.Partition(fmt.Sprintf("bench-%d", i))
 			}
@@ -352,7 +364,7 @@ func BenchmarkAppendRound(b *testing.B) {
 				s.unlockRound(s.round())
 			}
 			round() // create the segments' first pages
-			writes, syncs := procWrites(), s.SyncStats().Files
+			writes, syncs := procWrites(), s.SyncStats().Files+s.SyncStats().Journal
 			b.SetBytes(requests * 3 / 2 * benchValue)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -364,7 +376,7 @@ func BenchmarkAppendRound(b *testing.B) {
 				b.Fatalf("%d appends failed", failed.Load())
 			}
 			b.ReportMetric(float64(procWrites()-writes)/float64(b.N), "writes/round")
-			b.ReportMetric(float64(s.SyncStats().Files-syncs)/float64(b.N), "fdatasyncs/round")
+			b.ReportMetric(float64(s.SyncStats().Files+s.SyncStats().Journal-syncs)/float64(b.N), "fdatasyncs/round")
 		})
 	}
 }

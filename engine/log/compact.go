@@ -151,6 +151,9 @@ func (p *Partition) CompactTo(index uint64, offset int64) error {
 	for i+1 < len(p.segs) && p.segs[i+1].firstIndex <= index && p.segs[i+1].base <= offset {
 		i++
 	}
+	if err := p.s.checkpoint(); err != nil {
+		return err
+	}
 	newStart := max(offset, p.start)
 	prev := p.segs[i].firstIndex - 1
 	prevTerm := p.termAt(prev)
@@ -211,12 +214,18 @@ func (p *Partition) ResetTo(index, term uint64, offset int64) error {
 	if ce := p.quarantine.Load(); ce != nil {
 		return p.quarantineError(ce)
 	}
+	p.mu.RLock()
+	closed := p.closed
+	p.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if err := p.s.checkpoint(); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	p.clearReadHints()
 	defer p.mu.Unlock()
-	if p.closed {
-		return ErrClosed
-	}
 	o := &p.s.opts
 	fsys := o.FS
 	fail := func(op, file string, err error) error {

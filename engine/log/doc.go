@@ -13,8 +13,10 @@
 // docs/storage-format.md; the lock order is in LOCKS.md.
 //
 // Durability: with FsyncAlways (the default) Append returns only after the
-// batch is fdatasynced; with FsyncInterval it returns after write(2) and
-// acknowledged data can be lost on power loss.
+// batch is fdatasynced — in its segment, or, with Options.Journal, in the
+// data dir's node journal, which a round syncs once for every partition
+// and the segments are synced behind (journal.go); with FsyncInterval it
+// returns after write(2) and acknowledged data can be lost on power loss.
 //
 // This package must never import Redis, Prometheus, gRPC, the sidecar or any
 // other Spool package: it sits at the bottom of engine/, and engine/raft

@@ -495,6 +495,11 @@ func (p *Partition) truncateAfter(index uint64, floor bool) error {
 	if index < p.prevIndex {
 		return fmt.Errorf("%w: %s: truncate after %d, the log starts after %d", ErrCompacted, p.name, index, p.prevIndex)
 	}
+	// The journal must not span a cut: replayed, it would bring the cut
+	// entries back.
+	if err := p.s.checkpoint(); err != nil {
+		return err
+	}
 	cut, err := p.findCut(index)
 	if err != nil {
 		return err

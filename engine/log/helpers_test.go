@@ -11,14 +11,21 @@ import (
 	"time"
 )
 
-// forEachOption runs f once per storage option combination: fsync mode ×
-// segment size (small/large) × index interval (small/large).
+// forEachOption runs f once per storage option combination: fsync mode
+// (always, always with the journal, interval) × segment size
+// (small/large) × index interval (small/large).
 func forEachOption(t *testing.T, f func(t *testing.T, o Options)) {
 	t.Helper()
-	for _, mode := range []FsyncMode{FsyncAlways, FsyncInterval} {
+	for _, mode := range []string{"always", "journal", "interval"} {
 		for _, seg := range []int64{2 << 10, 64 << 20} {
 			for _, idx := range []int{64, 1 << 10} {
-				o := Options{Fsync: mode, SegmentBytes: seg, IndexIntervalBytes: idx, FsyncInterval: 5 * time.Millisecond, Logger: quietLogger()}
+				o := Options{SegmentBytes: seg, IndexIntervalBytes: idx, FsyncInterval: 5 * time.Millisecond, Logger: quietLogger()}
+				switch mode {
+				case "journal":
+					o.Journal = true
+				case "interval":
+					o.Fsync = FsyncInterval
+				}
 				t.Run(fmt.Sprintf("fsync=%s/seg=%d/idx=%d", mode, seg, idx), func(t *testing.T) { f(t, o) })
 			}
 		}

@@ -27,6 +27,7 @@ type MemFS struct {
 	locks    map[string]bool
 	capacity int64 // total bytes allowed across files; 0 = unlimited
 	fault    func(op, name string) error
+	nsyncs   int // file syncs that succeeded
 }
 
 type memNode struct {
@@ -343,6 +344,7 @@ func (f *memFile) Sync() error {
 		return err
 	}
 	f.n.synced = append(f.n.synced[:0], f.n.data...)
+	f.fs.nsyncs++
 	return nil
 }
 

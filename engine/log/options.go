@@ -57,6 +57,8 @@ const (
 	DefaultMaxPendingBytes     = 32 << 20
 	DefaultMaintenanceInterval = time.Second
 	DefaultMaxReadBytes        = 16 << 20
+	DefaultJournalBytes        = 64 << 20
+	DefaultJournalCheckpoint   = 2 * time.Second
 
 	MinSegmentBytes = 1 << 10
 	MaxSegmentBytes = 1 << 30 // index positions are uint32
@@ -96,9 +98,20 @@ type Options struct {
 	// (OSFS on Linux ≥ 5.8); a failed sync falls back to one fdatasync per
 	// file, which names the file that failed.
 	SyncFileSystem bool
-	FS             FS           // file-system layer; nil = the real OS
-	Logger         *slog.Logger // nil = slog.Default()
-	Now            func() time.Time
+	// Journal: with FsyncAlways, a round makes its appends durable with
+	// one fdatasync of the data dir's journal instead of one per dirty
+	// segment, and syncs the segments behind, at checkpoints (journal.go).
+	// An append is still acknowledged only once it is on disk. Not with
+	// SyncFileSystem; ignored with FsyncInterval.
+	Journal bool
+	// JournalBytes: a checkpoint runs when the journal passes this size
+	// (default 64 MiB); JournalCheckpointInterval: at least this often
+	// while the journal holds anything (default 2s).
+	JournalBytes              int64
+	JournalCheckpointInterval time.Duration
+	FS                        FS           // file-system layer; nil = the real OS
+	Logger                    *slog.Logger // nil = slog.Default()
+	Now                       func() time.Time
 }
 
 // validate fills defaults and rejects nonsense once.
@@ -130,8 +143,15 @@ func (o *Options) validate() error {
 	if o.MaintenanceInterval == 0 {
 		o.MaintenanceInterval = DefaultMaintenanceInterval
 	}
+	if o.JournalBytes == 0 {
+		o.JournalBytes = DefaultJournalBytes
+	}
+	if o.JournalCheckpointInterval == 0 {
+		o.JournalCheckpointInterval = DefaultJournalCheckpoint
+	}
 	switch {
-	case o.SegmentAge < 0, o.RetentionAge < 0, o.RetentionBytes < 0, o.FsyncInterval < 0, o.MaintenanceInterval < 0:
+	case o.SegmentAge < 0, o.RetentionAge < 0, o.RetentionBytes < 0, o.FsyncInterval < 0, o.MaintenanceInterval < 0,
+		o.JournalBytes < 0, o.JournalCheckpointInterval < 0:
 		return errors.New("spool log: negative durations or sizes in Options")
 	case o.IndexIntervalBytes < 0 || int64(o.IndexIntervalBytes) > o.SegmentBytes:
 		return fmt.Errorf("spool log: IndexIntervalBytes %d outside [1, SegmentBytes]", o.IndexIntervalBytes)
@@ -143,6 +163,8 @@ func (o *Options) validate() error {
 		return errors.New("spool log: MaxReadBytes must be positive")
 	case o.Fsync != FsyncAlways && o.Fsync != FsyncInterval:
 		return fmt.Errorf("spool log: unknown fsync mode %d", o.Fsync)
+	case o.Journal && o.SyncFileSystem:
+		return errors.New("spool log: Journal and SyncFileSystem are two ways of syncing a round: choose one")
 	}
 	if o.FS == nil {
 		fsys, err := defaultFS()

@@ -239,6 +239,12 @@ func (m *raftMachine) Round(t *rapid.T) {
 		return plan[len(plan)-1].Term
 	}
 	failOp := rapid.SampledFrom([]string{"write", "sync"}).Draw(t, "failOp")
+	if m.s.j != nil {
+		// With the journal a round syncs no segment; a failed segment sync
+		// at a checkpoint fails the store (TestJournalFailures), which
+		// this model does not follow.
+		failOp = "write"
+	}
 	fail := rapid.IntRange(0, 3).Draw(t, "fail") // 0: none; else the n-th such call of the round
 	var calls int
 	var cutAt uint64 // the failed fdatasync's: where the store said the log was durable
@@ -647,24 +653,36 @@ func (m *raftMachine) Check(t *rapid.T) {
 // partition failed by a truncation's fdatasync, crashes that lose what was
 // not fsynced, and reopens; over both fsync modes, several segment sizes
 // and index intervals, with and without FastOpen.
-func TestRaftLogModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		m := &raftMachine{fsys: NewMemFS(), clock: newFakeClock()}
-		m.o = Options{
-			FS:                 m.fsys,
-			Now:                m.clock.Now,
-			Logger:             quietLogger(),
-			Fsync:              FsyncMode(rapid.IntRange(0, 1).Draw(t, "fsync")),
-			FsyncInterval:      time.Hour, // interval syncs happen only at rolls, truncations and Close
-			SegmentBytes:       int64(rapid.SampledFrom([]int{1 << 10, 4 << 10, 1 << 20}).Draw(t, "segBytes")),
-			IndexIntervalBytes: rapid.SampledFrom([]int{1, 100, 1 << 10}).Draw(t, "indexBytes"),
-			FastOpen:           rapid.Bool().Draw(t, "fastOpen"),
-		}
-		m.open(t)
-		defer func() {
-			m.stopRun()
-			m.s.Close()
-		}()
-		t.Repeat(rapid.StateMachineActions(m))
-	})
+func TestRaftLogModel(t *testing.T) { rapid.Check(t, func(t *rapid.T) { raftLogModel(t, false) }) }
+
+// TestRaftLogModelJournal is TestRaftLogModel with the node journal
+// (Options.Journal): rounds sync the journal, checkpoints (by size, before
+// every truncation, at Close) sync the segments, crashes replay it.
+func TestRaftLogModelJournal(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) { raftLogModel(t, true) })
+}
+
+func raftLogModel(t *rapid.T, journal bool) {
+	m := &raftMachine{fsys: NewMemFS(), clock: newFakeClock()}
+	m.o = Options{
+		FS:                 m.fsys,
+		Now:                m.clock.Now,
+		Logger:             quietLogger(),
+		Fsync:              FsyncMode(rapid.IntRange(0, 1).Draw(t, "fsync")),
+		FsyncInterval:      time.Hour, // interval syncs happen only at rolls, truncations and Close
+		SegmentBytes:       int64(rapid.SampledFrom([]int{1 << 10, 4 << 10, 1 << 20}).Draw(t, "segBytes")),
+		IndexIntervalBytes: rapid.SampledFrom([]int{1, 100, 1 << 10}).Draw(t, "indexBytes"),
+		FastOpen:           rapid.Bool().Draw(t, "fastOpen"),
+		Journal:            journal,
+	}
+	if journal {
+		m.o.Fsync = FsyncAlways
+		m.o.JournalBytes = int64(rapid.SampledFrom([]int{1 << 10, 64 << 20}).Draw(t, "journalBytes"))
+	}
+	m.open(t)
+	defer func() {
+		m.stopRun()
+		m.s.Close()
+	}()
+	t.Repeat(rapid.StateMachineActions(m))
 }

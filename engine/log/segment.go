@@ -51,6 +51,7 @@ type segment struct {
 	sinceIdx   int          // bytes written since the last index entry
 	created    time.Time    // when the first batch was written, for age rolls
 	dirty      bool         // written in the current round and not yet synced
+	behind     bool         // bytes past the last fdatasync are durable in the journal only
 }
 
 func segmentName(base int64, ext string) string { return fmt.Sprintf("%020d%s", base, ext) }

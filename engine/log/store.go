@@ -48,6 +48,10 @@ type Store struct {
 	// nil: file by file. Used under roundMu.
 	fsSync FSSync
 	syncs  syncCounts
+	// j is the node's journal (Options.Journal), nil without it; used
+	// under roundMu (journal.go).
+	j      *journal
+	jstats journalCounts
 
 	wake    chan struct{} // cap 1: there is pending work
 	closing chan struct{} // closed by Close
@@ -99,11 +103,19 @@ func OpenStore(dir string, opts Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{
+	s := &Store{
 		dir: dir, opts: opts, lock: lock, fsSync: fsSync,
 		parts: map[string]*Partition{},
 		space: make(chan struct{}), wake: make(chan struct{}, 1), closing: make(chan struct{}),
-	}, nil
+	}
+	if err := s.openJournal(); err != nil {
+		if fsSync != nil {
+			fsSync.Close()
+		}
+		lock.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 func notWritable(dir string, err error) error {
@@ -174,6 +186,9 @@ func (s *Store) OpenFiles() int {
 	if s.fsSync != nil {
 		n++
 	}
+	if s.j != nil {
+		n++
+	}
 	for _, p := range s.partitions() {
 		p.mu.RLock()
 		if !p.closed {
@@ -208,6 +223,12 @@ func (s *Store) Run(ctx context.Context) error {
 	}
 	maint := time.NewTicker(s.opts.MaintenanceInterval)
 	defer maint.Stop()
+	var checkpointC <-chan time.Time
+	if s.j != nil {
+		t := time.NewTicker(s.opts.JournalCheckpointInterval)
+		defer t.Stop()
+		checkpointC = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -221,6 +242,12 @@ func (s *Store) Run(ctx context.Context) error {
 			s.roundMu.Lock()
 			for _, p := range s.partitions() {
 				_ = p.syncDirty() // a failure is logged by syncFailed; the appends it drops were never promised durable
+			}
+			s.unlockRound(nil)
+		case <-checkpointC:
+			s.roundMu.Lock()
+			if s.opts.Now().Sub(s.j.last) >= s.opts.JournalCheckpointInterval {
+				_ = s.checkpoint() // a failure is logged, and fails the later appends
 			}
 			s.unlockRound(nil)
 		case <-maint.C:
@@ -258,7 +285,7 @@ func (s *Store) Close() error {
 
 	s.roundMu.Lock()
 	batch := s.round()
-	var errs []error
+	errs := []error{s.closeJournal()}
 	for _, p := range s.partitions() {
 		errs = append(errs, p.close())
 	}
@@ -306,18 +333,18 @@ var ErrFormat = errors.New("spool log: data dir in another on-disk format")
 // a data dir with partition directories and no FORMAT file is format 1.
 func checkFormat(fsys FS, dir string) error {
 	name := filepath.Join(dir, formatFile)
-	want := fmt.Sprintf("spool-log %d\n", FormatVersion)
+	want := formatLine(FormatVersion)
 	refuse := func(found string) error {
-		return fmt.Errorf("%w: %s holds %s; this spoold reads and writes format %d only (the raft log format). "+
+		return fmt.Errorf("%w: %s holds %s; this spoold reads format %d (the raft log format) and %d (the same with a node journal that may hold entries). "+
 			"There is no converter: move the data dir aside (or delete it) and start again; docs/storage-format.md, Format versions",
-			ErrFormat, dir, found, FormatVersion)
+			ErrFormat, dir, found, FormatVersion, JournalFormatVersion)
 	}
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if err == nil {
 		var b [64]byte
 		n, _ := f.ReadAt(b[:], 0)
 		f.Close()
-		if got := string(b[:n]); got != want {
+		if got := string(b[:n]); got != want && got != formatLine(JournalFormatVersion) {
 			return refuse(fmt.Sprintf("a FORMAT file saying %q", got))
 		}
 		return nil
@@ -332,6 +359,27 @@ func checkFormat(fsys FS, dir string) error {
 	for _, e := range ents {
 		if e.IsDir() && checkName(e.Name()) == nil {
 			return refuse(fmt.Sprintf("partitions (%s, ...) without a FORMAT file: format 1", e.Name()))
+		}
+	}
+	if err := WriteFileAtomic(fsys, name, []byte(want)); err != nil {
+		return notWritable(dir, err)
+	}
+	return nil
+}
+
+func formatLine(v int) string { return fmt.Sprintf("spool-log %d\n", v) }
+
+// stampFormat records format v in the data dir's FORMAT file, if it says
+// another.
+func stampFormat(fsys FS, dir string, v int) error {
+	name := filepath.Join(dir, formatFile)
+	want := formatLine(v)
+	if f, err := fsys.OpenFile(name, os.O_RDONLY, 0); err == nil {
+		var b [64]byte
+		n, _ := f.ReadAt(b[:], 0)
+		f.Close()
+		if string(b[:n]) == want {
+			return nil
 		}
 	}
 	if err := WriteFileAtomic(fsys, name, []byte(want)); err != nil {
@@ -360,7 +408,9 @@ func (s *Store) Drop(name string) error {
 	if ok {
 		s.roundMu.Lock()
 		batch := s.round()
-		err = p.close()
+		// The journal must not hold frames of a partition whose files go:
+		// a partition of the same name made later would get them.
+		err = errors.Join(s.checkpoint(), p.close())
 		s.unlockRound(batch)
 	}
 	dir := filepath.Join(s.dir, name)

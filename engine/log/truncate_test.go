@@ -403,9 +403,9 @@ func TestOldFormatRefused(t *testing.T) {
 		t.Fatalf("reopen after a crash: %v", err)
 	}
 	s.Close()
-	fsys.Corrupt("/v2/FORMAT", func([]byte) []byte { return []byte("spool-log 3\n") })
+	fsys.Corrupt("/v2/FORMAT", func([]byte) []byte { return []byte("spool-log 4\n") })
 	if _, err := OpenStore("/v2", Options{FS: fsys}); !errors.Is(err, ErrFormat) {
-		t.Fatalf("format 3: %v", err)
+		t.Fatalf("format 4: %v", err)
 	}
 }
 

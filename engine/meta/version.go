@@ -68,7 +68,26 @@ var (
 	// speaks version 2. (A follower of this release always understands
 	// the heartbeat: reading the new thing is allowed.)
 	Quiesce = Feature{Name: "quiesce", Since: 2}
+	// ScheduledDelivery: a publish may carry a delivery time (the record
+	// header spool-deliver-at-ms, docs/scheduling.md). A 0.1.0 sidecar
+	// does not know the header and delivers such a message at once, so
+	// no sidecar takes a scheduled publish before every member speaks
+	// version 2.
+	ScheduledDelivery = Feature{Name: "scheduled-delivery", Since: 2}
 )
+
+// features are the features by name (FeatureNamed).
+var features = []Feature{VersionedState, Quiesce, ScheduledDelivery}
+
+// FeatureNamed is the feature called name.
+func FeatureNamed(name string) (Feature, bool) {
+	for _, f := range features {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return Feature{}, false
+}
 
 // At reports whether cluster version v turns f on.
 func (f Feature) At(v uint32) bool { return v >= f.Since }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,6 +28,10 @@ type OutMessage struct {
 	Key     []byte
 	Payload []byte
 	Headers map[string]string
+	// DeliverAt and DeliverAfter schedule the message (WithDeliverAt,
+	// WithDeliverAfter); set at most one.
+	DeliverAt    time.Time
+	DeliverAfter time.Duration
 }
 
 // PublishOption sets optional fields of a published message, or how it is
@@ -98,6 +103,40 @@ func WithHeader(key, value string) PublishOption {
 	}
 }
 
+// WithDeliverAt schedules the message (docs/scheduling.md): it is stored
+// now, like any other, and delivered no sooner than t. A t in the past is
+// delivered at once; one more than a year ahead, or past the topic's
+// retention, is refused (INVALID_SCHEDULE, SCHEDULE_PAST_RETENTION). A
+// scheduled message is outside its key's order unless
+// WithDeliverInKeyOrder: it neither waits for the key's earlier messages
+// nor holds back its later ones. The zero time schedules nothing.
+func WithDeliverAt(t time.Time) PublishOption {
+	return func(o *outgoing) { o.m.DeliverAtMs = unixMs(t) }
+}
+
+// WithDeliverAfter schedules the message d from when the sidecar receives
+// the publish (1 s to 365 days; docs/scheduling.md), as WithDeliverAt does.
+func WithDeliverAfter(d time.Duration) PublishOption {
+	return func(o *outgoing) { o.m.DeliverAfterMs = d.Milliseconds() }
+}
+
+// WithDeliverInKeyOrder keeps a scheduled message (WithDeliverAt,
+// WithDeliverAfter) in its key's order: it waits for the key's earlier
+// messages, and the key's later messages wait for it until it is delivered
+// and finished (docs/scheduling.md). Without a delivery time the publish is
+// refused (INVALID_SCHEDULE).
+func WithDeliverInKeyOrder() PublishOption {
+	return func(o *outgoing) { o.m.DeliverInKeyOrder = true }
+}
+
+// unixMs is t in Unix milliseconds; 0 for the zero time.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
 func buildMessage(key, payload []byte, opts []PublishOption) outgoing {
 	o := outgoing{m: &spoolv1.PublishMessage{Key: key, Payload: payload}}
 	for _, f := range opts {
@@ -133,7 +172,8 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []OutMessa
 	}
 	pms := make([]*spoolv1.PublishMessage, len(msgs))
 	for i := range msgs {
-		pms[i] = &spoolv1.PublishMessage{Id: msgs[i].ID, Key: msgs[i].Key, Payload: msgs[i].Payload, Headers: injectTrace(ctx, msgs[i].Headers)}
+		pms[i] = &spoolv1.PublishMessage{Id: msgs[i].ID, Key: msgs[i].Key, Payload: msgs[i].Payload, Headers: injectTrace(ctx, msgs[i].Headers),
+			DeliverAtMs: unixMs(msgs[i].DeliverAt), DeliverAfterMs: msgs[i].DeliverAfter.Milliseconds()}
 	}
 	return c.publish(ctx, topic, AcksAll, pms)
 }

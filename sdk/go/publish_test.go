@@ -376,3 +376,35 @@ func TestReasonOfAnError(t *testing.T) {
 		t.Fatalf("Reason of a plain error = %q, want empty", got)
 	}
 }
+
+func TestPublishScheduled(t *testing.T) {
+	e := newEnv(t, fakesidecar.Config{})
+	ctx := ctxT(t)
+	at := time.Date(2030, 1, 2, 3, 4, 5, 6e6, time.UTC)
+	if _, err := e.client.Publish(ctx, "orders", nil, []byte("a"), spool.WithDeliverAt(at)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Publish(ctx, "orders", nil, []byte("b"), spool.WithDeliverAfter(90*time.Second), spool.WithDeliverInKeyOrder()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.Publish(ctx, "orders", nil, []byte("c"), spool.WithDeliverAt(time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.PublishBatch(ctx, "orders", []spool.OutMessage{{Payload: []byte("d"), DeliverAt: at}, {Payload: []byte("e"), DeliverAfter: 2 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	type sched struct{ at, after int64 }
+	var got []sched
+	for _, p := range e.side.Record().Published {
+		got = append(got, sched{p.GetDeliverAtMs(), p.GetDeliverAfterMs()})
+	}
+	want := []sched{{at.UnixMilli(), 0}, {0, 90_000}, {0, 0}, {at.UnixMilli(), 0}, {0, 2000}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("published (deliver_at_ms, deliver_after_ms) = %v, want %v", got, want)
+	}
+	for i, p := range e.side.Record().Published {
+		if p.GetDeliverInKeyOrder() != (i == 1) {
+			t.Fatalf("message %d: deliver_in_key_order = %v", i, p.GetDeliverInKeyOrder())
+		}
+	}
+}

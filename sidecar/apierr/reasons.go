@@ -47,11 +47,19 @@ const (
 	// InvalidReplicas: a replica move naming not as many nodes as the
 	// topic's replication factor, or a node twice.
 	InvalidReplicas Reason = "INVALID_REPLICAS"
+	// InvalidSchedule: a publish's delivery time that cannot be kept
+	// (both deliver_at_ms and deliver_after_ms, a negative or too short
+	// delay, a time more than a year ahead; docs/scheduling.md).
+	InvalidSchedule Reason = "INVALID_SCHEDULE"
 
 	// NOT_FOUND: names the configuration does not declare.
 	UnknownTopic        Reason = "UNKNOWN_TOPIC"
 	UnknownGroup        Reason = "UNKNOWN_GROUP"
 	UnknownSubscription Reason = "UNKNOWN_SUBSCRIPTION"
+	// UnknownScheduled: CancelScheduled of an id the topic holds no
+	// scheduled message with (never published, removed by retention, or
+	// published without a delivery time).
+	UnknownScheduled Reason = "UNKNOWN_SCHEDULED_MESSAGE"
 
 	// FAILED_PRECONDITION: valid, but not now or not this way.
 	TopicConflict      Reason = "TOPIC_CONFLICT"
@@ -81,7 +89,9 @@ const (
 	MoveRefused Reason = "MOVE_REFUSED"
 	// ClusterVersion: the cluster version cannot be finalized (a node runs
 	// a release that does not speak a higher one, or is unreachable; or
-	// there is nothing to finalize), or the sidecar asked is not a member.
+	// there is nothing to finalize), or the sidecar asked is not a member;
+	// or what was asked needs a cluster version the cluster is not
+	// finalized at yet (scheduled delivery).
 	ClusterVersion Reason = "CLUSTER_VERSION"
 	// BackendUnsupported: the storage backend does not offer the operation
 	// (an embedded-cluster operation asked of a sidecar whose messages live
@@ -90,6 +100,12 @@ const (
 	// PartitionQuarantined: the partition's log is damaged; it serves what
 	// precedes the damage and takes no appends until repaired.
 	PartitionQuarantined Reason = "PARTITION_QUARANTINED"
+	// SchedulePastRetention: a delivery time the topic's retention would
+	// delete the message before.
+	SchedulePastRetention Reason = "SCHEDULE_PAST_RETENTION"
+	// ScheduleDue: CancelScheduled of a message whose time has come: it is
+	// being or has been delivered.
+	ScheduleDue Reason = "SCHEDULE_DUE"
 
 	// OUT_OF_RANGE.
 	OffsetOutOfRange Reason = "OFFSET_OUT_OF_RANGE"
@@ -149,6 +165,14 @@ func lookup(r Reason) (entry, bool) {
 		return entry{codes.InvalidArgument, fix, ""}, true
 	case InvalidCursor:
 		return entry{codes.InvalidArgument, fix, "pass the next_cursor of the previous page unchanged, or none to start over"}, true
+	case InvalidSchedule:
+		return entry{codes.InvalidArgument, fix, "docs/scheduling.md gives the horizon of a scheduled message"}, true
+	case UnknownScheduled:
+		return entry{codes.NotFound, fix, "spool scheduled list TOPIC shows the scheduled messages not yet due"}, true
+	case ScheduleDue:
+		return entry{codes.FailedPrecondition, fix, "a scheduled message can be cancelled only before its time"}, true
+	case SchedulePastRetention:
+		return entry{codes.FailedPrecondition, fix, "schedule the message sooner than the topic's retention, or raise the topic's retention"}, true
 	case InvalidReplicas:
 		return entry{codes.InvalidArgument, fix, "name as many distinct nodes as the topic's replication factor, the preferred leader first"}, true
 	case BadPartition:
@@ -233,9 +257,9 @@ func All() []Reason {
 		InvalidRequest, TopicRequired, InvalidTopicName, NoMessages, BatchTooLarge,
 		MessageTooLarge, KeyTooLarge, IDTooLarge, TooManyHeaders, HeadersTooLarge,
 		InvalidHeaderName, ReservedHeader, BadPartition, ResetTargetRequired, StartRequired, StartRepeated,
-		InvalidTopicSpec, InvalidCursor, InvalidReplicas,
-		UnknownTopic, UnknownGroup, UnknownSubscription,
-		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined,
+		InvalidTopicSpec, InvalidCursor, InvalidReplicas, InvalidSchedule,
+		UnknownTopic, UnknownGroup, UnknownSubscription, UnknownScheduled,
+		TopicConflict, ConsumersConnected, WrongDeliveryMode, PartitionQuarantined, SchedulePastRetention, ScheduleDue,
 		TopicExists, TopicDeclared, TopicInUse, TopicDeleteUnsupported, UnknownNode, DecommissionRefused, MoveRefused, ClusterVersion, BackendUnsupported,
 		OffsetOutOfRange,
 		Unauthenticated, PublishNotAllowed, SubscribeNotAllowed, RateLimited,

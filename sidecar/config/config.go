@@ -297,10 +297,15 @@ type StorageConfig struct {
 	SegmentAge         time.Duration `yaml:"segment_age"`
 	IndexIntervalBytes int64         `yaml:"index_interval_bytes"`
 	// Sync is how an fsync: always round makes its files durable: files
-	// (default: one fdatasync per dirty segment file) or filesystem (one
+	// (default: one fdatasync per dirty segment file), filesystem (one
 	// syncfs of the data dir's file system when two or more are dirty;
-	// for a volume of spoold's own).
+	// for a volume of spoold's own) or journal (one fdatasync of the data
+	// dir's node journal, the segments synced behind it at checkpoints;
+	// docs/storage-format.md, "The node journal").
 	Sync string `yaml:"sync"`
+	// JournalBytes: with sync journal, a checkpoint syncs the segments and
+	// cuts the journal once it passes this size (default 64 MiB).
+	JournalBytes int64 `yaml:"journal_bytes"`
 	// JetStream configures backend jetstream.
 	JetStream JetStreamConfig `yaml:"jetstream"`
 	// Kafka configures backend kafka.
@@ -311,6 +316,10 @@ type StorageConfig struct {
 const (
 	SyncFiles      = "files"
 	SyncFileSystem = "filesystem"
+	SyncJournal    = "journal"
+
+	// DefaultJournalBytes is storage.journal_bytes' default.
+	DefaultJournalBytes = 64 << 20
 )
 
 // Storage backends.

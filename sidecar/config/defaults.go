@@ -158,6 +158,9 @@ func (c *Config) ApplyDefaults() {
 	s := &c.Storage
 	setString(&s.Backend, BackendEmbedded)
 	setString(&s.Sync, SyncFiles)
+	if s.JournalBytes == 0 {
+		s.JournalBytes = DefaultJournalBytes
+	}
 	if s.Backend == BackendJetStream {
 		setString(&s.JetStream.Prefix, DefaultJetStreamPrefix)
 		setInt(&s.JetStream.Replicas, 1)

@@ -208,10 +208,11 @@ func (c *Config) validateStorage(v *validator) {
 	}
 	v.enum("storage.fsync", string(s.Fsync), string(FsyncAlways), string(FsyncInterval))
 	v.durRange("storage.fsync_interval", s.FsyncInterval, time.Millisecond, 10*time.Second)
-	v.enum("storage.sync", s.Sync, SyncFiles, SyncFileSystem)
-	if s.Sync == SyncFileSystem && s.Fsync == FsyncInterval {
-		v.add("storage.sync", s.Sync, "files with storage.fsync interval (filesystem changes how fsync: always rounds sync; with interval there are none)")
+	v.enum("storage.sync", s.Sync, SyncFiles, SyncFileSystem, SyncJournal)
+	if s.Sync != SyncFiles && s.Fsync == FsyncInterval {
+		v.add("storage.sync", s.Sync, "files with storage.fsync interval ("+s.Sync+" changes how fsync: always rounds sync; with interval there are none)")
 	}
+	v.intRange("storage.journal_bytes", s.JournalBytes, 1<<20, 1<<30)
 	v.intRange("storage.segment_bytes", s.SegmentBytes, MinSegmentBytes, MaxSegmentBytes)
 	v.durRange("storage.segment_age", s.SegmentAge, time.Minute, math.MaxInt64)
 	v.intRange("storage.index_interval_bytes", s.IndexIntervalBytes, 64, 1<<20)

@@ -11,6 +11,7 @@ import (
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/breaker"
 	"github.com/spoolmq/spool/sidecar/ledger"
+	"github.com/spoolmq/spool/sidecar/schedule"
 	"github.com/spoolmq/spool/sidecar/tracker"
 )
 
@@ -432,7 +433,7 @@ func (m *machine) fetchPart(now time.Time, s *sub, p *part) {
 	// Refill in large steps (a quarter of the window), unless the tracker is
 	// running dry: a read returns whole log batches, so reading for a
 	// handful of records would decode a batch to hold most of it ahead.
-	dry := p.tr.Pending() == 0
+	dry := p.tr.Pending()-p.tr.Scheduled() == 0 // scheduled messages waiting for their time do not feed the app
 	if want <= 0 || (want < p.tr.Config().WindowMessages/4 && !dry) {
 		m.bud.forget(now, p)
 		return
@@ -565,6 +566,15 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 			p.skipAt++
 			continue // finished before the restart
 		}
+		if id, ok := schedule.CancelOf(&r); ok {
+			// A cancel record (docs/scheduling.md) is finished here without
+			// delivery, and so is the scheduled message it names if that
+			// still waits for its time.
+			cancelScheduled(now, p, batch, id)
+			p.skip = slices.Insert(p.skip, p.skipAt, r.Offset)
+			p.skipAt++
+			continue
+		}
 		if !m.admit(&r) {
 			// Not for this group (a message redriven to another group):
 			// finished here without delivery.
@@ -572,7 +582,8 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 			p.skipAt++
 			continue
 		}
-		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c})
+		at, _ := schedule.Of(&r)
+		batch = append(batch, tracker.Record[engine.Record]{Offset: r.Offset, Key: string(r.Key), Value: r, Bytes: c, NotBefore: at, InKeyOrder: !at.IsZero() && schedule.InKeyOrder(&r)})
 		kept += c
 	}
 	if n == len(p.ahead) {
@@ -596,6 +607,17 @@ func (m *machine) fill(now time.Time, s *sub, p *part) {
 		p.dropAhead()
 	}
 	m.bud.use(p.heldBytes() - before)
+}
+
+// cancelScheduled cancels the scheduled message id of partition p that
+// waits for its time: in the window, or among the records about to join it.
+func cancelScheduled(now time.Time, p *part, batch []tracker.Record[engine.Record], id string) {
+	for i := range batch {
+		if b := &batch[i]; b.NotBefore.After(now) && string(b.Value.ID) == id {
+			b.Cancelled = true
+		}
+	}
+	p.tr.CancelScheduled(now, func(v *engine.Record) bool { return string(v.ID) == id }, nil)
 }
 
 // minFetchBytes is the smallest read: a few records, to amortize the call.

@@ -114,15 +114,17 @@ func (g *Group) runLagProber(rounds *mailbox[[]partProgress], stop <-chan struct
 // parked and window per topic, and the consumers (actGauges, on the loop).
 func (g *Group) refreshGauges() {
 	for _, s := range g.mc.subs {
-		inflight, parked, window := 0, 0, 0
+		inflight, parked, window, scheduled := 0, 0, 0, 0
 		for _, p := range s.parts {
 			inflight += p.tr.InFlight()
 			parked += p.tr.Parked()
 			window += p.tr.Pending() + p.tr.InFlight()
+			scheduled += p.tr.Scheduled()
 		}
 		s.metrics.inFlight.Set(float64(inflight))
 		s.metrics.parked.Set(float64(parked))
 		s.metrics.window.Set(float64(window))
+		s.metrics.scheduled.Set(float64(scheduled))
 	}
 	g.met.Consumers.WithLabelValues(g.cfg.Name).Set(float64(len(g.mc.consumers)))
 }

@@ -19,6 +19,7 @@ type subMetrics struct {
 	stats                    [numStats]prometheus.Counter
 	handleLatency            prometheus.Observer
 	inFlight, parked, window prometheus.Gauge
+	scheduled                prometheus.Gauge
 	ledgerDropped            prometheus.Counter
 	lagMsgs, lagSecs         []prometheus.Gauge // by partition
 }
@@ -29,6 +30,7 @@ func newSubMetrics(mt *metrics.Metrics, group, topic string, parts int) *subMetr
 		inFlight:      mt.InFlight.WithLabelValues(group, topic),
 		parked:        mt.ParkedKeys.WithLabelValues(group, topic),
 		window:        mt.WindowMessages.WithLabelValues(group, topic),
+		scheduled:     mt.ScheduledMessages.WithLabelValues(group, topic),
 		ledgerDropped: mt.LedgerDropped.WithLabelValues(group, topic),
 	}
 	sm.stats = [numStats]prometheus.Counter{

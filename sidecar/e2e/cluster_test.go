@@ -703,8 +703,8 @@ func TestClusterAdminShowsLeaders(t *testing.T) {
 // for every node, the release and the cluster versions it speaks, and the
 // cluster at version 1 with version 2 available (finalization pending:
 // with cluster.finalize manual a new cluster is born at version 1, not at
-// its release's); FinalizeClusterVersion on any node raises every node to
-// version 2.
+// its release's); a scheduled publish is refused until FinalizeClusterVersion
+// on any node raises every node to version 2.
 func TestClusterVersionFinalize(t *testing.T) {
 	sc := startCluster(t, 3, "  finalize: manual\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -727,6 +727,16 @@ func TestClusterVersionFinalize(t *testing.T) {
 			return len(st.GetNodes()) == 3 && st.GetClusterVersion() == 1 && st.GetClusterVersionAvailable() == 2
 		})
 	}
+	// Scheduled delivery is gated (meta.ScheduledDelivery): a member of
+	// 0.1.0 would deliver a scheduled message at once.
+	scheduled := func() error {
+		_, err := sc.nodes[0].publisherClient().Publish(ctx, &spoolv1.PublishRequest{Topic: "orders",
+			Messages: []*spoolv1.PublishMessage{{Payload: []byte("later"), DeliverAfterMs: 60_000}}})
+		return err
+	}
+	if err := scheduled(); status.Code(err) != codes.FailedPrecondition || reason(status.Convert(err)) != "CLUSTER_VERSION" || !strings.Contains(err.Error(), "needs cluster version 2") {
+		t.Fatalf("a scheduled publish at cluster version 1: %v; want FAILED_PRECONDITION CLUSTER_VERSION saying it needs cluster version 2", err)
+	}
 	resp, err := sc.nodes[1].adminClient().FinalizeClusterVersion(ctx, &spoolv1.FinalizeClusterVersionRequest{})
 	if err != nil || resp.GetPreviousVersion() != 1 || resp.GetClusterVersion() != 2 {
 		t.Fatalf("FinalizeClusterVersion: %v, %v", resp, err)
@@ -736,6 +746,9 @@ func TestClusterVersionFinalize(t *testing.T) {
 			st := clusterStatus(n)
 			return st.GetClusterVersion() == 2 && st.GetClusterVersionAvailable() == 2
 		})
+	}
+	if err := scheduled(); err != nil {
+		t.Fatalf("a scheduled publish once finalized: %v", err)
 	}
 	_, err = sc.nodes[0].adminClient().FinalizeClusterVersion(ctx, &spoolv1.FinalizeClusterVersionRequest{})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "nothing to finalize") {

@@ -51,6 +51,8 @@ type Metrics struct {
 	InFlight       *prometheus.GaugeVec     // group, topic
 	ParkedKeys     *prometheus.GaugeVec     // group, topic
 	WindowMessages *prometheus.GaugeVec     // group, topic
+	// Scheduled messages fetched and waiting for their time (docs/scheduling.md).
+	ScheduledMessages *prometheus.GaugeVec // group, topic
 	// The delivery memory budget (delivery.memory_bytes), per group's share.
 	DeliveryMemory       *prometheus.GaugeVec   // group
 	DeliveryMemoryLimit  *prometheus.GaugeVec   // group
@@ -187,6 +189,7 @@ func New() *Metrics {
 		InFlight:              gauge("in_flight", "Deliveries outstanding at the application.", "group", "topic"),
 		ParkedKeys:            gauge("parked_keys", "Keys whose next message waits for a retry of an earlier one (ordering=key).", "group", "topic"),
 		WindowMessages:        gauge("window_messages", "Messages fetched and not yet finished (bounded by window_messages).", "group", "topic"),
+		ScheduledMessages:     gauge("scheduled_messages", "Scheduled messages fetched and waiting for their delivery time; they count in window_messages and hold the committed offset.", "group", "topic"),
 		DeliveryMemory:        gauge("delivery_memory_bytes", "Bytes the group holds for delivery: fetched-but-unfinished records (at the app too), the windows' rings, dead letters being published; bounded by its share of delivery.memory_bytes.", "group"),
 		DeliveryMemoryLimit:   gauge("delivery_memory_limit_bytes", "The group's share of delivery.memory_bytes.", "group"),
 		DeliveryMemoryPaused:  counter("delivery_memory_paused_seconds_total", "Time some partition of the group waited to fetch because the group's memory budget was full.", "group"),
@@ -328,30 +331,52 @@ func (o *OnScrape) Collect(ch chan<- prometheus.Metric) {
 
 // LogSyncs exports the embedded log's sync counts as
 // spool_log_syncs_total{kind}: files (fdatasyncs of segment files),
-// filesystem (syncs of the whole file system, storage.sync filesystem) and
-// fallback (file-system syncs that failed and were redone file by file).
+// filesystem (syncs of the whole file system, storage.sync filesystem),
+// fallback (file-system syncs that failed and were redone file by file)
+// and journal (fdatasyncs of the node journal, storage.sync journal); and
+// the journal's spool_log_journal_bytes_total,
+// spool_log_journal_checkpoints_total and spool_log_journal_lag_bytes.
 // It reports nothing until Read is set (a broker backend never sets it).
 type LogSyncs struct {
-	desc *prometheus.Desc
-	mu   sync.Mutex
-	read func() (files, fileSystem, fallbacks uint64)
+	desc, jBytes, jCheckpoints, jLag *prometheus.Desc
+	mu                               sync.Mutex
+	read                             func() LogSyncCounts
+}
+
+// LogSyncCounts are what LogSyncs exports.
+type LogSyncCounts struct {
+	Files, FileSystem, Fallbacks, Journal, JournalBytes, Checkpoints uint64
+	JournalLag                                                       int64
 }
 
 func newLogSyncs() *LogSyncs {
-	return &LogSyncs{desc: prometheus.NewDesc("spool_log_syncs_total",
-		"Syncs made by the log's fsync: always rounds, by kind: files (one fdatasync per segment file), filesystem (one syncfs for several files, storage.sync filesystem), fallback (a syncfs that failed and was redone file by file).",
-		[]string{"kind"}, nil)}
+	return &LogSyncs{
+		desc: prometheus.NewDesc("spool_log_syncs_total",
+			"Syncs made by the log's fsync: always rounds, by kind: files (one fdatasync per segment file; with storage.sync journal, at checkpoints), filesystem (one syncfs for several files, storage.sync filesystem), fallback (a syncfs that failed and was redone file by file), journal (one fdatasync of the node journal per round, storage.sync journal).",
+			[]string{"kind"}, nil),
+		jBytes: prometheus.NewDesc("spool_log_journal_bytes_total",
+			"Bytes appended to the node journal (storage.sync journal): every message's frames a second time.", nil, nil),
+		jCheckpoints: prometheus.NewDesc("spool_log_journal_checkpoints_total",
+			"Journal checkpoints: the segments written behind the journal synced, and the journal cut (storage.sync journal).", nil, nil),
+		jLag: prometheus.NewDesc("spool_log_journal_lag_bytes",
+			"The node journal's size: bytes whose segments are not synced yet, replayed after a power loss (at most about storage.journal_bytes).", nil, nil),
+	}
 }
 
 // Read sets where the counts come from.
-func (l *LogSyncs) Read(read func() (files, fileSystem, fallbacks uint64)) {
+func (l *LogSyncs) Read(read func() LogSyncCounts) {
 	l.mu.Lock()
 	l.read = read
 	l.mu.Unlock()
 }
 
 // Describe implements prometheus.Collector.
-func (l *LogSyncs) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+func (l *LogSyncs) Describe(ch chan<- *prometheus.Desc) {
+	ch <- l.desc
+	ch <- l.jBytes
+	ch <- l.jCheckpoints
+	ch <- l.jLag
+}
 
 // Collect implements prometheus.Collector.
 func (l *LogSyncs) Collect(ch chan<- prometheus.Metric) {
@@ -361,8 +386,12 @@ func (l *LogSyncs) Collect(ch chan<- prometheus.Metric) {
 	if read == nil {
 		return
 	}
-	files, fileSystem, fallbacks := read()
-	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(files), "files")
-	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(fileSystem), "filesystem")
-	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(fallbacks), "fallback")
+	c := read()
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(c.Files), "files")
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(c.FileSystem), "filesystem")
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(c.Fallbacks), "fallback")
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.CounterValue, float64(c.Journal), "journal")
+	ch <- prometheus.MustNewConstMetric(l.jBytes, prometheus.CounterValue, float64(c.JournalBytes))
+	ch <- prometheus.MustNewConstMetric(l.jCheckpoints, prometheus.CounterValue, float64(c.Checkpoints))
+	ch <- prometheus.MustNewConstMetric(l.jLag, prometheus.GaugeValue, float64(c.JournalLag))
 }

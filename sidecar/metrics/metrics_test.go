@@ -24,10 +24,12 @@ func TestDocsListEveryMetric(t *testing.T) {
 		if !ok || v.Type().Field(i).Name == "Registry" || v.Type().Field(i).Name == "Cluster" { // Cluster: the fields it holds
 			continue
 		}
-		ch := make(chan *prometheus.Desc, 1)
+		ch := make(chan *prometheus.Desc, 16) // a collector may describe several (LogSyncs)
 		c.Describe(ch)
-		name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch((<-ch).String())
-		code = append(code, name[1])
+		close(ch)
+		for d := range ch {
+			code = append(code, regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())[1])
+		}
 	}
 	b, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
@@ -95,12 +97,15 @@ func TestOutcomeHelpMatchesDocs(t *testing.T) {
 		if !ok || v.Type().Field(i).Name == "Registry" || v.Type().Field(i).Name == "Cluster" { // Cluster: the fields it holds
 			continue
 		}
-		ch := make(chan *prometheus.Desc, 1)
+		ch := make(chan *prometheus.Desc, 16)
 		c.Describe(ch)
-		d := (<-ch).String()
-		name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d)
-		help := regexp.MustCompile(`help: "([^"]*)"`).FindStringSubmatch(d)
-		helps[name[1]] = help[1]
+		close(ch)
+		for desc := range ch {
+			d := desc.String()
+			name := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d)
+			help := regexp.MustCompile(`help: "([^"]*)"`).FindStringSubmatch(d)
+			helps[name[1]] = help[1]
+		}
 	}
 	checked := 0
 	for name, help := range helps {

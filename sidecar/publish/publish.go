@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	spoolv1 "github.com/spoolmq/spool/proto/spool/v1"
 	"github.com/spoolmq/spool/sidecar/apierr"
 	"github.com/spoolmq/spool/sidecar/metrics"
+	"github.com/spoolmq/spool/sidecar/schedule"
 )
 
 // OtherTopic is the topic label of rejections for a topic the node does not
@@ -58,6 +60,14 @@ type Config struct {
 	// rate (sidecar/apps). ctx is the call's, carrying who the caller is.
 	// Its error is answered like a validation error.
 	Admit func(ctx context.Context, topic string, n, size int) error
+	// Retention, if set, says whether topic may take scheduled messages
+	// (deliver_at_ms, deliver_after_ms) and up to when: its retention by
+	// age (0: kept forever), or an error (a broker backend offers no
+	// scheduled delivery). nil: scheduled publishes are refused.
+	Retention func(topic string) (time.Duration, error)
+	// Cancel, if set, cancels a scheduled message (sidecar/scheduled);
+	// nil: CancelScheduled is refused (a broker backend).
+	Cancel func(ctx context.Context, req *spoolv1.CancelScheduledRequest) (*spoolv1.CancelScheduledResponse, error)
 }
 
 // Server implements spoolv1.PublisherServiceServer.
@@ -114,19 +124,42 @@ func (s *Server) Publish(ctx context.Context, req *spoolv1.PublishRequest) (*spo
 	}
 }
 
+// CancelScheduled cancels a scheduled message before its time
+// (docs/scheduling.md). It is admitted as a publish of one message to the
+// topic (the app's scopes and publish rate).
+func (s *Server) CancelScheduled(ctx context.Context, req *spoolv1.CancelScheduledRequest) (*spoolv1.CancelScheduledResponse, error) {
+	err := checkTopic(req.GetTopic())
+	if err == nil && s.cfg.Admit != nil {
+		err = s.cfg.Admit(ctx, req.GetTopic(), 1, 0)
+	}
+	if err == nil && s.cfg.Cancel == nil {
+		err = apierr.New(apierr.BackendUnsupported, "scheduled delivery is not offered here: there is nothing to cancel")
+	}
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	resp, err := s.cfg.Cancel(ctx, req)
+	if err != nil {
+		return nil, apierr.ToStatus(err)
+	}
+	return resp, nil
+}
+
 // batch is one request in flight.
 type batch struct {
-	s       *Server
-	topic   string
-	known   bool // the engine has the topic: it may be a metric label
-	start   time.Time
-	results []*spoolv1.PublishResult
-	bytes   int
-	pending atomic.Int32
-	mu      sync.Mutex // guards err
-	err     error
-	done    func([]*spoolv1.PublishResult, error)
-	spans   []trace.Span // one per message, with a Tracer only
+	s     *Server
+	topic string
+	known bool // the engine has the topic: it may be a metric label
+	// retention of the topic for scheduled messages, once asked (Config.Retention)
+	retention *time.Duration
+	start     time.Time
+	results   []*spoolv1.PublishResult
+	bytes     int
+	pending   atomic.Int32
+	mu        sync.Mutex // guards err
+	err       error
+	done      func([]*spoolv1.PublishResult, error)
+	spans     []trace.Span // one per message, with a Tracer only
 }
 
 type chunk struct {
@@ -248,11 +281,51 @@ func (s *Server) plan(b *batch, msgs []*spoolv1.PublishMessage) ([]*chunk, error
 			open[p] = c
 			chunks = append(chunks, c)
 		}
-		c.recs = append(c.recs, engine.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: toHeaders(m.GetHeaders())})
+		hdrs := toHeaders(m.GetHeaders())
+		if m.GetDeliverAtMs() != 0 || m.GetDeliverAfterMs() != 0 || m.GetDeliverInKeyOrder() {
+			h, err := s.scheduleHeaders(b, i, m)
+			if err != nil {
+				return nil, err
+			}
+			hdrs = append(hdrs, h...)
+		}
+		c.recs = append(c.recs, engine.Record{ID: []byte(id), Key: m.GetKey(), Value: m.GetPayload(), Headers: hdrs})
 		c.indexes = append(c.indexes, int32(i))
 		c.size += size
 	}
 	return chunks, nil
+}
+
+// scheduleHeaders checks message i's delivery time (sidecar/schedule) and
+// returns the headers that carry it in the log.
+func (s *Server) scheduleHeaders(b *batch, i int, m *spoolv1.PublishMessage) ([]engine.Header, error) {
+	if s.cfg.Retention == nil {
+		return nil, limitErr(apierr.BackendUnsupported, i, "", "scheduled delivery is not offered here: publish without deliver_at_ms and deliver_after_ms")
+	}
+	if b.retention == nil {
+		r, err := s.cfg.Retention(b.topic)
+		b.retention = &r
+		if err != nil {
+			return nil, err
+		}
+	}
+	at, err := schedule.DeliverAt(b.start, m.GetDeliverAtMs(), m.GetDeliverAfterMs(), *b.retention)
+	if err == nil && at.IsZero() {
+		err = apierr.New(apierr.InvalidSchedule, "deliver_in_key_order without a delivery time: set deliver_at_ms or deliver_after_ms too, or leave it unset")
+	}
+	if err != nil {
+		var e *apierr.Error
+		if errors.As(err, &e) {
+			e.Msg = fmt.Sprintf("message %d: %s", i, e.Msg)
+			e.With("index", strconv.Itoa(i))
+		}
+		return nil, err
+	}
+	hs := []engine.Header{{Key: schedule.Header, Value: schedule.Format(at)}}
+	if m.GetDeliverInKeyOrder() {
+		hs = append(hs, engine.Header{Key: schedule.KeyOrderHeader, Value: []byte("1")})
+	}
+	return hs, nil
 }
 
 func toHeaders(h map[string]string) []engine.Header {

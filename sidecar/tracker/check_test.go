@@ -8,7 +8,7 @@ import (
 // checkInternal verifies the tracker's internal bookkeeping against a full
 // scan of its window: counters, heaps, heap indexes, lanes.
 func (t *Tracker[T]) checkInternal() error {
-	var inFlight, pending, parked, dead, done, timed, dlQueued int
+	var inFlight, pending, parked, dead, done, timed, dlQueued, scheduled int
 	var wantReady []int64
 	head := map[string]int64{}
 	prevOff := int64(-1)
@@ -51,13 +51,25 @@ func (t *Tracker[T]) checkInternal() error {
 		if want := e.state == stInFlight || e.state == stBackoff || e.state == stDLWait; want != hasTimer {
 			return fmt.Errorf("offset %d state %d: has timer %v", e.offset, e.state, hasTimer)
 		}
-		if e.ordered != (e.state <= stBackoff && t.isOrdered(e.key)) {
+		if e.held && (e.state != stReady || !e.ordered) {
+			return fmt.Errorf("offset %d held in state %d (ordered %v)", e.offset, e.state, e.ordered)
+		}
+		if e.scheduled {
+			scheduled++
+			if e.state != stBackoff || !(e.outside || e.ordered) {
+				return fmt.Errorf("offset %d scheduled in state %d (outside %v)", e.offset, e.state, e.outside)
+			}
+		}
+		if e.ordered != (e.state <= stBackoff && t.isOrdered(e.key) && !e.outside) {
 			return fmt.Errorf("offset %d state %d: ordered flag %v", e.offset, e.state, e.ordered)
 		}
 		if e.state <= stBackoff {
 			k, ordered := t.laneKey(e.key)
-			if ordered {
+			if ordered && !e.outside {
 				if _, ok := head[k]; !ok {
+					if e.held {
+						return fmt.Errorf("offset %d heads lane %q but is held", e.offset, k)
+					}
 					head[k] = s
 					l, ok := t.lanes[k]
 					if !ok || l.head != s {
@@ -110,6 +122,8 @@ func (t *Tracker[T]) checkInternal() error {
 	case inFlight != t.inFlight, pending != t.pending, parked != t.parked, dead != t.dead, done != t.done:
 		return fmt.Errorf("counters inFlight %d/%d pending %d/%d parked %d/%d dead %d/%d done %d/%d",
 			t.inFlight, inFlight, t.pending, pending, t.parked, parked, t.dead, dead, t.done, done)
+	case scheduled != t.scheduled:
+		return fmt.Errorf("%d scheduled, want %d", t.scheduled, scheduled)
 	case dlQueued != t.dlq.n:
 		return fmt.Errorf("dead-letter queue %d, want %d", t.dlq.n, dlQueued)
 	case t.win.n > 0 && t.win.at(t.win.head).state == stDone:

@@ -38,6 +38,9 @@ type entry[T any] struct {
 	state          state
 	ordered        bool // member of a lane (key or partition ordering)
 	expired        bool // in stBackoff because its lease expired: a late Ack is accepted
+	scheduled      bool // in stBackoff waiting for Record.NotBefore (never delivered yet)
+	outside        bool // a scheduled message (Record.NotBefore set) outside its key's order: in no lane, ever
+	held           bool // a scheduled message kept in its key's order, in its lane behind the key's earlier messages, not yet due when added (deadline: its time)
 }
 
 // ring holds the window's entries in offset order.

@@ -32,6 +32,9 @@ type mMsg struct {
 	expired        bool
 	dlFailures     int
 	firstSightDL   bool
+	outside        bool      // a scheduled message outside its key's order: in no lane
+	waiting        bool      // a scheduled message waiting for its time
+	holdUntil      time.Time // a scheduled message in its key's order, not yet heading its lane
 }
 
 type model struct {
@@ -121,7 +124,7 @@ func (m *model) pending() int {
 	return m.count(func(x *mMsg) bool { return x.st == stReady || x.st == stBackoff })
 }
 func (m *model) parked() int {
-	return m.count(func(x *mMsg) bool { _, o := m.laneKey(x.key); return o && x.st == stBackoff })
+	return m.count(func(x *mMsg) bool { _, o := m.laneKey(x.key); return o && !x.outside && x.st == stBackoff })
 }
 func (m *model) dead() int {
 	return m.count(func(x *mMsg) bool { return x.st >= stDLQueued && x.st <= stDLWait })
@@ -137,14 +140,14 @@ func (m *model) wants() int {
 // blocked: an earlier message of the same lane is still being delivered.
 func (m *model) blocked(x *mMsg) bool {
 	k, ordered := m.laneKey(x.key)
-	if !ordered {
+	if !ordered || x.outside {
 		return false
 	}
 	for _, y := range m.msgs {
 		if y == x {
 			return false
 		}
-		if k2, _ := m.laneKey(y.key); k2 == k && y.st <= stBackoff {
+		if k2, _ := m.laneKey(y.key); k2 == k && y.st <= stBackoff && !y.outside {
 			return true
 		}
 	}
@@ -258,6 +261,7 @@ func (s *machine) pickToken(t *rapid.T, off int64) uint64 {
 
 func (s *machine) check(t *rapid.T) {
 	tr, m := s.tr, s.m
+	m.holdHeads() // the lanes the last action moved on (the tracker does it as they move)
 	if err := tr.checkInternal(); err != nil {
 		t.Fatalf("internal: %v", err)
 	}
@@ -271,6 +275,7 @@ func (s *machine) check(t *rapid.T) {
 		{"DeadLetters", tr.DeadLetters(), m.dead()},
 		{"Window", tr.Window(), m.windowLen()},
 		{"Wants", tr.Wants(), m.wants()},
+		{"Scheduled", tr.Scheduled(), m.count(func(x *mMsg) bool { return x.waiting })},
 	} {
 		if c.got != c.want {
 			t.Fatalf("%s = %d, model %d", c.name, c.got, c.want)
@@ -301,7 +306,7 @@ func (s *machine) check(t *rapid.T) {
 	// Ordering: at most one in flight per lane.
 	inLane := map[string]int64{}
 	for _, x := range m.msgs {
-		if k, ordered := m.laneKey(x.key); ordered && x.st == stInFlight {
+		if k, ordered := m.laneKey(x.key); ordered && !x.outside && x.st == stInFlight {
 			if o, dup := inLane[k]; dup {
 				t.Fatalf("offsets %d and %d of lane %q both in flight", o, x.off, k)
 			}
@@ -345,6 +350,11 @@ func (s *machine) add(t *rapid.T) {
 			PriorAttempts: prior, LastError: "prior", Value: fmt.Sprint("v", off),
 			Bytes: rapid.Int64Range(0, 1<<20).Draw(t, "bytes"),
 		}
+		if rapid.IntRange(0, 3).Draw(t, "scheduled") == 0 {
+			recs[i].NotBefore = m.now.Add(time.Duration(rapid.Int64Range(-int64(time.Second), int64(10*time.Second)).Draw(t, "notBefore")))
+			recs[i].Cancelled = rapid.IntRange(0, 9).Draw(t, "cancelled") == 0
+			recs[i].InKeyOrder = rapid.Bool().Draw(t, "inKeyOrder")
+		}
 		off++
 	}
 	if rapid.IntRange(0, 19).Draw(t, "badOrder") == 0 && m.nextOffset > 0 {
@@ -365,14 +375,37 @@ func (s *machine) add(t *rapid.T) {
 		return
 	}
 	for _, r := range recs {
-		x := &mMsg{off: r.Offset, key: r.Key, st: stReady, attempt: r.PriorAttempts + 1, lastError: r.LastError, bytes: r.Bytes}
+		_, ordered := m.laneKey(r.Key)
+		x := &mMsg{off: r.Offset, key: r.Key, st: stReady, attempt: r.PriorAttempts + 1, lastError: r.LastError, bytes: r.Bytes,
+			outside: !r.NotBefore.IsZero() && !(r.InKeyOrder && ordered)}
 		m.msgs = append(m.msgs, x)
-		if r.PriorAttempts >= m.cfg.MaxAttempts {
+		switch {
+		case r.Cancelled:
+			x.st, x.attempt = stDone, 0 // finished on arrival, never attempted
+		case r.PriorAttempts >= m.cfg.MaxAttempts:
 			x.attempt = r.PriorAttempts
 			x.firstSightDL = true
 			m.toDL(x, ReasonMaxAttempts)
+		case x.outside && r.NotBefore.After(m.now):
+			x.st, x.waiting, x.due = stBackoff, true, r.NotBefore
+		case !r.NotBefore.IsZero() && r.NotBefore.After(m.now):
+			x.holdUntil = r.NotBefore
 		}
 		m.nextOffset = r.Offset + 1
+	}
+	m.holdHeads()
+}
+
+// holdHeads: a scheduled message kept in its key's order that now heads
+// its lane waits for its time there (or is ready, its time past).
+func (m *model) holdHeads() {
+	for _, x := range m.msgs {
+		if !x.holdUntil.IsZero() && x.st == stReady && !m.blocked(x) {
+			if x.holdUntil.After(m.now) {
+				x.st, x.waiting, x.due = stBackoff, true, x.holdUntil
+			}
+			x.holdUntil = time.Time{}
+		}
 	}
 }
 
@@ -413,7 +446,7 @@ func (s *machine) next(t *rapid.T) {
 	for _, d := range got {
 		k, ordered := m.laneKey(d.Key)
 		for _, y := range m.msgs {
-			if k2, _ := m.laneKey(y.key); ordered && k2 == k && y.off < d.Offset && y.st <= stBackoff {
+			if k2, _ := m.laneKey(y.key); ordered && k2 == k && y.off < d.Offset && y.st <= stBackoff && !y.outside && !m.find(d.Offset).outside {
 				t.Fatalf("delivered offset %d of lane %q before offset %d (state %d)", d.Offset, k, y.off, y.st)
 			}
 		}
@@ -549,6 +582,7 @@ func (s *machine) tick(t *rapid.T) {
 		case stBackoff:
 			x.st = stReady
 			x.expired = false
+			x.waiting = false
 		case stDLWait:
 			x.st = stDLQueued
 			m.dlq = append(m.dlq, x)
@@ -608,6 +642,22 @@ func (s *machine) answerDeadLetter(t *rapid.T) {
 	x.dlFailures++
 	x.st = stDLWait
 	x.due = s.m.now.Add(s.m.cfg.Backoff.Delay(x.dlFailures, s.m.r))
+}
+
+// cancelScheduled cancels one message by its value: done if it waits for
+// its time, untouched otherwise.
+func (s *machine) cancelScheduled(t *rapid.T) {
+	off := s.pickOffset(t)
+	got := s.tr.CancelScheduled(s.m.now, func(v *string) bool { return *v == fmt.Sprint("v", off) }, nil)
+	var want []int64
+	if x := s.m.find(off); x != nil && (x.waiting || !x.holdUntil.IsZero() && x.st == stReady) {
+		x.st, x.waiting, x.holdUntil = stDone, false, time.Time{}
+		want = append(want, off)
+	}
+	s.m.holdHeads()
+	if !slices.Equal(got, want) {
+		t.Fatalf("CancelScheduled(offset %d) = %v, model %v", off, got, want)
+	}
 }
 
 func (s *machine) pause(t *rapid.T) {
@@ -674,6 +724,7 @@ func TestModel(t *testing.T) {
 					"takeDeadLetters":  s.takeDeadLetters,
 					"answerDeadLetter": s.answerDeadLetter,
 					"pause":            s.pause,
+					"cancelScheduled":  s.cancelScheduled,
 				})
 			})
 		})

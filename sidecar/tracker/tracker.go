@@ -32,6 +32,20 @@ type Record[T any] struct {
 	// headers and the share of a read buffer it keeps alive): HeldBytes
 	// sums it over the window. 0 is allowed (not counted).
 	Bytes int64
+	// NotBefore, when set, makes the record a scheduled message
+	// (docs/scheduling.md): it is not delivered before this time, and it
+	// is outside its key's order (it neither waits for the key's other
+	// messages nor holds them back). A time not after now is due at once.
+	NotBefore time.Time
+	// InKeyOrder keeps a scheduled message (NotBefore set) in its key's
+	// order, as the publisher asked: it waits for the key's earlier
+	// messages, and when it heads its key before its time the key is
+	// parked until then. Without a lane (ordering none, no key) it only
+	// waits for its time.
+	InKeyOrder bool
+	// Cancelled: the record is finished on arrival, never delivered (a
+	// scheduled message whose cancel was read with it).
+	Cancelled bool
 }
 
 // Delivery is one message to hand to the app.
@@ -100,6 +114,7 @@ type Tracker[T any] struct {
 	dlq      seqQueue // stDLQueued entries, FIFO
 
 	inFlight, pending, parked, dead, done int
+	scheduled                             int   // entries waiting for their NotBefore
 	recBytes                              int64 // Σ Record.Bytes over the window
 }
 
@@ -181,6 +196,10 @@ func (t *Tracker[T]) add(now time.Time, r *Record[T]) {
 		timerIdx:   none,
 	})
 	e := t.win.at(seq)
+	if r.Cancelled {
+		t.complete(seq, e)
+		return
+	}
 	if r.PriorAttempts >= t.cfg.MaxAttempts {
 		e.attempt = int32(r.PriorAttempts)
 		t.toDeadLetter(now, seq, e, ReasonMaxAttempts)
@@ -188,7 +207,16 @@ func (t *Tracker[T]) add(now time.Time, r *Record[T]) {
 	}
 	t.pending++
 	k, ordered := t.laneKey(r.Key)
-	if !ordered {
+	sched := !r.NotBefore.IsZero()
+	e.outside = sched && !(r.InKeyOrder && ordered)
+	if sched && r.NotBefore.After(now) {
+		if e.outside {
+			t.wait(seq, e, r.NotBefore)
+			return
+		}
+		e.held, e.deadline = true, r.NotBefore
+	}
+	if !ordered || e.outside {
 		t.ready.push(seq)
 		return
 	}
@@ -200,6 +228,31 @@ func (t *Tracker[T]) add(now time.Time, r *Record[T]) {
 		return
 	}
 	t.lanes[k] = lane{seq, seq}
+	t.toHead(now, seq, e)
+}
+
+// wait holds a scheduled message until at: no attempt, and its key (if it
+// is in one) parked meanwhile.
+func (t *Tracker[T]) wait(seq int64, e *entry[T], at time.Time) {
+	e.state = stBackoff
+	e.scheduled = true
+	t.scheduled++
+	if e.ordered {
+		t.parked++
+	}
+	t.timerPush(seq, at)
+}
+
+// toHead makes an entry that now heads its lane deliverable, or makes it
+// wait for its time (a scheduled message kept in its key's order).
+func (t *Tracker[T]) toHead(now time.Time, seq int64, e *entry[T]) {
+	if e.held {
+		e.held = false
+		if e.deadline.After(now) {
+			t.wait(seq, e, e.deadline)
+			return
+		}
+	}
 	t.ready.push(seq)
 }
 
@@ -286,7 +339,7 @@ func (t *Tracker[T]) Ack(now time.Time, offset int64, token uint64) error {
 	default:
 		return fmt.Errorf("tracker: ack offset %d token %d: %w", offset, token, ErrNotInFlight)
 	}
-	t.leaveLane(seq, e)
+	t.leaveLane(now, seq, e)
 	t.complete(seq, e)
 	return nil
 }
@@ -404,7 +457,7 @@ func (t *Tracker[T]) fail(now time.Time, seq int64, e *entry[T], after time.Dura
 // toDeadLetter queues an entry (not in flight, not pending) for the
 // dead-letter output and lets its lane move on.
 func (t *Tracker[T]) toDeadLetter(now time.Time, seq int64, e *entry[T], reason string) {
-	t.leaveLane(seq, e)
+	t.leaveLane(now, seq, e)
 	e.state = stDLQueued
 	e.reason = reason
 	e.deadLettered = now
@@ -414,7 +467,7 @@ func (t *Tracker[T]) toDeadLetter(now time.Time, seq int64, e *entry[T], reason 
 
 // leaveLane removes the head of a lane; the next message, if any, becomes
 // deliverable.
-func (t *Tracker[T]) leaveLane(seq int64, e *entry[T]) {
+func (t *Tracker[T]) leaveLane(now time.Time, seq int64, e *entry[T]) {
 	if !e.ordered {
 		return
 	}
@@ -427,7 +480,7 @@ func (t *Tracker[T]) leaveLane(seq int64, e *entry[T]) {
 	}
 	l.head = e.nextInLane
 	t.lanes[k] = l
-	t.ready.push(l.head)
+	t.toHead(now, l.head, t.win.at(l.head))
 }
 
 // complete marks an entry done and slides the window past done entries.
@@ -470,6 +523,10 @@ func (t *Tracker[T]) Tick(now time.Time, dst []Event) []Event {
 		case stBackoff:
 			e.state = stReady
 			e.expired = false
+			if e.scheduled {
+				e.scheduled = false
+				t.scheduled--
+			}
 			if e.ordered {
 				t.parked--
 			}
@@ -581,6 +638,60 @@ func (t *Tracker[T]) Parked() int { return t.parked }
 // Pending returns the number of messages waiting to be delivered (including
 // those waiting for a retry or behind their key).
 func (t *Tracker[T]) Pending() int { return t.pending }
+
+// CancelScheduled finishes, without delivering them, the scheduled messages
+// still waiting for their time whose value match accepts (also those kept
+// in their key's order and waiting behind the key's earlier messages), and
+// appends their offsets to dst. A message already due (ready, delivered,
+// retrying) is not touched: its cancel came too late.
+func (t *Tracker[T]) CancelScheduled(now time.Time, match func(v *T) bool, dst []int64) []int64 {
+	var seqs []int64
+	for s := t.win.head; s < t.win.head+int64(t.win.n); s++ {
+		if e := t.win.at(s); (e.scheduled || e.held) && match(&e.value) {
+			seqs = append(seqs, s)
+		}
+	}
+	for _, s := range seqs {
+		e := t.win.at(s)
+		if e.scheduled { // waiting for its time, heading its lane if in one
+			t.timerRemove(s)
+			e.scheduled = false
+			t.scheduled--
+			if e.ordered {
+				t.parked--
+			}
+			t.leaveLane(now, s, e)
+		} else { // in its lane behind the key's earlier messages
+			e.held = false
+			t.unlink(s, e)
+		}
+		t.pending--
+		dst = append(dst, e.offset)
+		t.complete(s, e)
+	}
+	return dst
+}
+
+// unlink takes a lane member that does not head its lane out of the lane.
+func (t *Tracker[T]) unlink(seq int64, e *entry[T]) {
+	e.ordered = false
+	k, _ := t.laneKey(e.key)
+	l := t.lanes[k]
+	prev := l.head
+	for t.win.at(prev).nextInLane != seq {
+		prev = t.win.at(prev).nextInLane
+	}
+	t.win.at(prev).nextInLane = e.nextInLane
+	if l.tail == seq {
+		l.tail = prev
+		t.lanes[k] = l
+	}
+	e.nextInLane = none
+}
+
+// Scheduled returns the number of scheduled messages waiting for their
+// time (Record.NotBefore); they count in Pending too.
+func (t *Tracker[T]) Scheduled() int { return t.scheduled }
 
 // DeadLetters returns the number of messages handed to the dead-letter
 // output and not yet confirmed.

@@ -86,6 +86,225 @@ func (TailDeliveryKind) EnumDescriptor() ([]byte, []int) {
 	return file_spool_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// ListScheduledRequest asks for a page of a topic's scheduled messages.
+type ListScheduledRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// At most this many messages (default 100, at most 1,000).
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Where to go on: the next_cursor of the previous page; empty to start.
+	Cursor        string `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScheduledRequest) Reset() {
+	*x = ListScheduledRequest{}
+	mi := &file_spool_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScheduledRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScheduledRequest) ProtoMessage() {}
+
+func (x *ListScheduledRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScheduledRequest.ProtoReflect.Descriptor instead.
+func (*ListScheduledRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListScheduledRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ListScheduledRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListScheduledRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+// ListScheduledResponse is one page.
+type ListScheduledResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Scheduled messages not yet due, by partition and offset.
+	Messages []*ScheduledMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Cursor of the next page; empty when the topic has been read to its end.
+	NextCursor    string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListScheduledResponse) Reset() {
+	*x = ListScheduledResponse{}
+	mi := &file_spool_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListScheduledResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListScheduledResponse) ProtoMessage() {}
+
+func (x *ListScheduledResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListScheduledResponse.ProtoReflect.Descriptor instead.
+func (*ListScheduledResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListScheduledResponse) GetMessages() []*ScheduledMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *ListScheduledResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+// ScheduledMessage is one scheduled message waiting for its time.
+type ScheduledMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Message id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Partition and offset of the message.
+	Partition int32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Offset of the message in its partition.
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Partitioning key.
+	Key []byte `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	// When it is due, Unix milliseconds.
+	DeliverAtMs int64 `protobuf:"varint,5,opt,name=deliver_at_ms,json=deliverAtMs,proto3" json:"deliver_at_ms,omitempty"`
+	// When it was published, Unix milliseconds.
+	PublishTimeMs int64 `protobuf:"varint,6,opt,name=publish_time_ms,json=publishTimeMs,proto3" json:"publish_time_ms,omitempty"`
+	// Size of its payload in bytes.
+	PayloadBytes  uint32 `protobuf:"varint,7,opt,name=payload_bytes,json=payloadBytes,proto3" json:"payload_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduledMessage) Reset() {
+	*x = ScheduledMessage{}
+	mi := &file_spool_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduledMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduledMessage) ProtoMessage() {}
+
+func (x *ScheduledMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduledMessage.ProtoReflect.Descriptor instead.
+func (*ScheduledMessage) Descriptor() ([]byte, []int) {
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ScheduledMessage) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ScheduledMessage) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ScheduledMessage) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ScheduledMessage) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ScheduledMessage) GetDeliverAtMs() int64 {
+	if x != nil {
+		return x.DeliverAtMs
+	}
+	return 0
+}
+
+func (x *ScheduledMessage) GetPublishTimeMs() int64 {
+	if x != nil {
+		return x.PublishTimeMs
+	}
+	return 0
+}
+
+func (x *ScheduledMessage) GetPayloadBytes() uint32 {
+	if x != nil {
+		return x.PayloadBytes
+	}
+	return 0
+}
+
 // ListTopicsRequest has no parameters.
 type ListTopicsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -95,7 +314,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[0]
+	mi := &file_spool_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +326,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[0]
+	mi := &file_spool_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +339,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 // ListTopicsResponse lists topics.
@@ -134,7 +353,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[1]
+	mi := &file_spool_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +365,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[1]
+	mi := &file_spool_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +378,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicInfo {
@@ -186,7 +405,7 @@ type TopicInfo struct {
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[2]
+	mi := &file_spool_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +417,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[2]
+	mi := &file_spool_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +430,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TopicInfo) GetName() string {
@@ -264,7 +483,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[3]
+	mi := &file_spool_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +495,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[3]
+	mi := &file_spool_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +508,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PartitionInfo) GetPartition() int32 {
@@ -345,7 +564,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[4]
+	mi := &file_spool_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +576,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[4]
+	mi := &file_spool_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +589,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListGroupsRequest) GetGroup() string {
@@ -391,7 +610,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[5]
+	mi := &file_spool_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +622,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[5]
+	mi := &file_spool_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +635,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*GroupInfo {
@@ -448,7 +667,7 @@ type GroupInfo struct {
 
 func (x *GroupInfo) Reset() {
 	*x = GroupInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[6]
+	mi := &file_spool_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +679,7 @@ func (x *GroupInfo) String() string {
 func (*GroupInfo) ProtoMessage() {}
 
 func (x *GroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[6]
+	mi := &file_spool_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +692,7 @@ func (x *GroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
 func (*GroupInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GroupInfo) GetGroup() string {
@@ -531,7 +750,7 @@ type BreakerInfo struct {
 
 func (x *BreakerInfo) Reset() {
 	*x = BreakerInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[7]
+	mi := &file_spool_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +762,7 @@ func (x *BreakerInfo) String() string {
 func (*BreakerInfo) ProtoMessage() {}
 
 func (x *BreakerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[7]
+	mi := &file_spool_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +775,7 @@ func (x *BreakerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerInfo.ProtoReflect.Descriptor instead.
 func (*BreakerInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BreakerInfo) GetDownstream() string {
@@ -595,7 +814,7 @@ type PartitionLag struct {
 
 func (x *PartitionLag) Reset() {
 	*x = PartitionLag{}
-	mi := &file_spool_v1_admin_proto_msgTypes[8]
+	mi := &file_spool_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +826,7 @@ func (x *PartitionLag) String() string {
 func (*PartitionLag) ProtoMessage() {}
 
 func (x *PartitionLag) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[8]
+	mi := &file_spool_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +839,7 @@ func (x *PartitionLag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLag.ProtoReflect.Descriptor instead.
 func (*PartitionLag) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PartitionLag) GetPartition() int32 {
@@ -684,7 +903,7 @@ type PeekDeadLettersRequest struct {
 
 func (x *PeekDeadLettersRequest) Reset() {
 	*x = PeekDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[9]
+	mi := &file_spool_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +915,7 @@ func (x *PeekDeadLettersRequest) String() string {
 func (*PeekDeadLettersRequest) ProtoMessage() {}
 
 func (x *PeekDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[9]
+	mi := &file_spool_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +928,7 @@ func (x *PeekDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PeekDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PeekDeadLettersRequest) GetGroup() string {
@@ -768,7 +987,7 @@ type DeadLetterFilter struct {
 
 func (x *DeadLetterFilter) Reset() {
 	*x = DeadLetterFilter{}
-	mi := &file_spool_v1_admin_proto_msgTypes[10]
+	mi := &file_spool_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +999,7 @@ func (x *DeadLetterFilter) String() string {
 func (*DeadLetterFilter) ProtoMessage() {}
 
 func (x *DeadLetterFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[10]
+	mi := &file_spool_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +1012,7 @@ func (x *DeadLetterFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetterFilter.ProtoReflect.Descriptor instead.
 func (*DeadLetterFilter) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeadLetterFilter) GetFromTimeMs() int64 {
@@ -853,7 +1072,7 @@ type ScanProgress struct {
 
 func (x *ScanProgress) Reset() {
 	*x = ScanProgress{}
-	mi := &file_spool_v1_admin_proto_msgTypes[11]
+	mi := &file_spool_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1084,7 @@ func (x *ScanProgress) String() string {
 func (*ScanProgress) ProtoMessage() {}
 
 func (x *ScanProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[11]
+	mi := &file_spool_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1097,7 @@ func (x *ScanProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanProgress.ProtoReflect.Descriptor instead.
 func (*ScanProgress) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ScanProgress) GetRead() int64 {
@@ -912,7 +1131,7 @@ type PeekDeadLettersResponse struct {
 
 func (x *PeekDeadLettersResponse) Reset() {
 	*x = PeekDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[12]
+	mi := &file_spool_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1143,7 @@ func (x *PeekDeadLettersResponse) String() string {
 func (*PeekDeadLettersResponse) ProtoMessage() {}
 
 func (x *PeekDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[12]
+	mi := &file_spool_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1156,7 @@ func (x *PeekDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeekDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PeekDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PeekDeadLettersResponse) GetEntries() []*DeadLetter {
@@ -988,7 +1207,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_spool_v1_admin_proto_msgTypes[13]
+	mi := &file_spool_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1219,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[13]
+	mi := &file_spool_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1232,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeadLetter) GetMessage() *Delivery {
@@ -1087,7 +1306,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_spool_v1_admin_proto_msgTypes[14]
+	mi := &file_spool_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1318,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[14]
+	mi := &file_spool_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1331,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Attempt) GetAttempt() int32 {
@@ -1160,7 +1379,7 @@ type RedriveRequest struct {
 
 func (x *RedriveRequest) Reset() {
 	*x = RedriveRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[15]
+	mi := &file_spool_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1391,7 @@ func (x *RedriveRequest) String() string {
 func (*RedriveRequest) ProtoMessage() {}
 
 func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[15]
+	mi := &file_spool_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1404,7 @@ func (x *RedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveRequest.ProtoReflect.Descriptor instead.
 func (*RedriveRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RedriveRequest) GetGroup() string {
@@ -1259,7 +1478,7 @@ type RedriveResponse struct {
 
 func (x *RedriveResponse) Reset() {
 	*x = RedriveResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[16]
+	mi := &file_spool_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1490,7 @@ func (x *RedriveResponse) String() string {
 func (*RedriveResponse) ProtoMessage() {}
 
 func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[16]
+	mi := &file_spool_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1503,7 @@ func (x *RedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveResponse.ProtoReflect.Descriptor instead.
 func (*RedriveResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RedriveResponse) GetMatched() uint64 {
@@ -1356,7 +1575,7 @@ type ResetOffsetsRequest struct {
 
 func (x *ResetOffsetsRequest) Reset() {
 	*x = ResetOffsetsRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[17]
+	mi := &file_spool_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1587,7 @@ func (x *ResetOffsetsRequest) String() string {
 func (*ResetOffsetsRequest) ProtoMessage() {}
 
 func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[17]
+	mi := &file_spool_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1600,7 @@ func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResetOffsetsRequest) GetGroup() string {
@@ -1498,7 +1717,7 @@ type ResetOffsetsResponse struct {
 
 func (x *ResetOffsetsResponse) Reset() {
 	*x = ResetOffsetsResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[18]
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1729,7 @@ func (x *ResetOffsetsResponse) String() string {
 func (*ResetOffsetsResponse) ProtoMessage() {}
 
 func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[18]
+	mi := &file_spool_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1742,7 @@ func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResetOffsetsResponse) GetPartitions() []*PartitionLag {
@@ -1542,7 +1761,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[19]
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1773,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[19]
+	mi := &file_spool_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1786,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 // ClusterStatusResponse describes the cluster.
@@ -1598,7 +1817,7 @@ type ClusterStatusResponse struct {
 
 func (x *ClusterStatusResponse) Reset() {
 	*x = ClusterStatusResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[20]
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1829,7 @@ func (x *ClusterStatusResponse) String() string {
 func (*ClusterStatusResponse) ProtoMessage() {}
 
 func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[20]
+	mi := &file_spool_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1842,7 @@ func (x *ClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*ClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClusterStatusResponse) GetClusterId() string {
@@ -1691,7 +1910,7 @@ type FinalizeClusterVersionRequest struct {
 
 func (x *FinalizeClusterVersionRequest) Reset() {
 	*x = FinalizeClusterVersionRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1922,7 @@ func (x *FinalizeClusterVersionRequest) String() string {
 func (*FinalizeClusterVersionRequest) ProtoMessage() {}
 
 func (x *FinalizeClusterVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[21]
+	mi := &file_spool_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1935,7 @@ func (x *FinalizeClusterVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeClusterVersionRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeClusterVersionRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 // FinalizeClusterVersionResponse says what the cluster version is now.
@@ -1732,7 +1951,7 @@ type FinalizeClusterVersionResponse struct {
 
 func (x *FinalizeClusterVersionResponse) Reset() {
 	*x = FinalizeClusterVersionResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1963,7 @@ func (x *FinalizeClusterVersionResponse) String() string {
 func (*FinalizeClusterVersionResponse) ProtoMessage() {}
 
 func (x *FinalizeClusterVersionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[22]
+	mi := &file_spool_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1976,7 @@ func (x *FinalizeClusterVersionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeClusterVersionResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeClusterVersionResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FinalizeClusterVersionResponse) GetPreviousVersion() uint32 {
@@ -1785,7 +2004,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2016,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[23]
+	mi := &file_spool_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2029,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() string {
@@ -1829,7 +2048,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2060,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[24]
+	mi := &file_spool_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2073,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 // MoveReplicasRequest names a partition and where its replicas go.
@@ -1875,7 +2094,7 @@ type MoveReplicasRequest struct {
 
 func (x *MoveReplicasRequest) Reset() {
 	*x = MoveReplicasRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2106,7 @@ func (x *MoveReplicasRequest) String() string {
 func (*MoveReplicasRequest) ProtoMessage() {}
 
 func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[25]
+	mi := &file_spool_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2119,7 @@ func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MoveReplicasRequest) GetTopic() string {
@@ -1951,7 +2170,7 @@ type MoveReplicasResponse struct {
 
 func (x *MoveReplicasResponse) Reset() {
 	*x = MoveReplicasResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2182,7 @@ func (x *MoveReplicasResponse) String() string {
 func (*MoveReplicasResponse) ProtoMessage() {}
 
 func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[26]
+	mi := &file_spool_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2195,7 @@ func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MoveReplicasResponse) GetFrom() []string {
@@ -2043,7 +2262,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2274,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[27]
+	mi := &file_spool_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2287,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -2144,7 +2363,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2375,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[28]
+	mi := &file_spool_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2388,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateTopicRequest) GetName() string {
@@ -2211,7 +2430,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2442,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[29]
+	mi := &file_spool_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2455,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateTopicResponse) GetTopic() *TopicInfo {
@@ -2261,7 +2480,7 @@ type AlterTopicRequest struct {
 
 func (x *AlterTopicRequest) Reset() {
 	*x = AlterTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2492,7 @@ func (x *AlterTopicRequest) String() string {
 func (*AlterTopicRequest) ProtoMessage() {}
 
 func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[30]
+	mi := &file_spool_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2505,7 @@ func (x *AlterTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AlterTopicRequest) GetName() string {
@@ -2321,7 +2540,7 @@ type AlterTopicResponse struct {
 
 func (x *AlterTopicResponse) Reset() {
 	*x = AlterTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2552,7 @@ func (x *AlterTopicResponse) String() string {
 func (*AlterTopicResponse) ProtoMessage() {}
 
 func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[31]
+	mi := &file_spool_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2565,7 @@ func (x *AlterTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AlterTopicResponse) GetTopic() *TopicInfo {
@@ -2367,7 +2586,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2598,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[32]
+	mi := &file_spool_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2611,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2411,7 +2630,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2642,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[33]
+	mi := &file_spool_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2655,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 // SummarizeDeadLettersRequest selects the dead letters to count.
@@ -2458,7 +2677,7 @@ type SummarizeDeadLettersRequest struct {
 
 func (x *SummarizeDeadLettersRequest) Reset() {
 	*x = SummarizeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2689,7 @@ func (x *SummarizeDeadLettersRequest) String() string {
 func (*SummarizeDeadLettersRequest) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[34]
+	mi := &file_spool_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2702,7 @@ func (x *SummarizeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SummarizeDeadLettersRequest) GetGroup() string {
@@ -2550,7 +2769,7 @@ type SummarizeDeadLettersResponse struct {
 
 func (x *SummarizeDeadLettersResponse) Reset() {
 	*x = SummarizeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2781,7 @@ func (x *SummarizeDeadLettersResponse) String() string {
 func (*SummarizeDeadLettersResponse) ProtoMessage() {}
 
 func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[35]
+	mi := &file_spool_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2794,7 @@ func (x *SummarizeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*SummarizeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SummarizeDeadLettersResponse) GetMatched() uint64 {
@@ -2654,7 +2873,7 @@ type ReasonCount struct {
 
 func (x *ReasonCount) Reset() {
 	*x = ReasonCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2885,7 @@ func (x *ReasonCount) String() string {
 func (*ReasonCount) ProtoMessage() {}
 
 func (x *ReasonCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[36]
+	mi := &file_spool_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2898,7 @@ func (x *ReasonCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReasonCount.ProtoReflect.Descriptor instead.
 func (*ReasonCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReasonCount) GetReason() string {
@@ -2709,7 +2928,7 @@ type KeyCount struct {
 
 func (x *KeyCount) Reset() {
 	*x = KeyCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2940,7 @@ func (x *KeyCount) String() string {
 func (*KeyCount) ProtoMessage() {}
 
 func (x *KeyCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[37]
+	mi := &file_spool_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2953,7 @@ func (x *KeyCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyCount.ProtoReflect.Descriptor instead.
 func (*KeyCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KeyCount) GetKey() []byte {
@@ -2764,7 +2983,7 @@ type HourCount struct {
 
 func (x *HourCount) Reset() {
 	*x = HourCount{}
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +2995,7 @@ func (x *HourCount) String() string {
 func (*HourCount) ProtoMessage() {}
 
 func (x *HourCount) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[38]
+	mi := &file_spool_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +3008,7 @@ func (x *HourCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HourCount.ProtoReflect.Descriptor instead.
 func (*HourCount) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HourCount) GetHourStartMs() int64 {
@@ -2825,7 +3044,7 @@ type PurgeDeadLettersRequest struct {
 
 func (x *PurgeDeadLettersRequest) Reset() {
 	*x = PurgeDeadLettersRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[39]
+	mi := &file_spool_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3056,7 @@ func (x *PurgeDeadLettersRequest) String() string {
 func (*PurgeDeadLettersRequest) ProtoMessage() {}
 
 func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[39]
+	mi := &file_spool_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3069,7 @@ func (x *PurgeDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PurgeDeadLettersRequest) GetGroup() string {
@@ -2894,7 +3113,7 @@ type PurgeDeadLettersResponse struct {
 
 func (x *PurgeDeadLettersResponse) Reset() {
 	*x = PurgeDeadLettersResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +3125,7 @@ func (x *PurgeDeadLettersResponse) String() string {
 func (*PurgeDeadLettersResponse) ProtoMessage() {}
 
 func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[40]
+	mi := &file_spool_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +3138,7 @@ func (x *PurgeDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*PurgeDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PurgeDeadLettersResponse) GetPurged() uint64 {
@@ -2953,7 +3172,7 @@ type PurgedPartition struct {
 
 func (x *PurgedPartition) Reset() {
 	*x = PurgedPartition{}
-	mi := &file_spool_v1_admin_proto_msgTypes[41]
+	mi := &file_spool_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3184,7 @@ func (x *PurgedPartition) String() string {
 func (*PurgedPartition) ProtoMessage() {}
 
 func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[41]
+	mi := &file_spool_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3197,7 @@ func (x *PurgedPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgedPartition.ProtoReflect.Descriptor instead.
 func (*PurgedPartition) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PurgedPartition) GetPartition() int32 {
@@ -3034,7 +3253,7 @@ type TailRequest struct {
 
 func (x *TailRequest) Reset() {
 	*x = TailRequest{}
-	mi := &file_spool_v1_admin_proto_msgTypes[42]
+	mi := &file_spool_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3265,7 @@ func (x *TailRequest) String() string {
 func (*TailRequest) ProtoMessage() {}
 
 func (x *TailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[42]
+	mi := &file_spool_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3278,7 @@ func (x *TailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRequest.ProtoReflect.Descriptor instead.
 func (*TailRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TailRequest) GetTopic() string {
@@ -3176,7 +3395,7 @@ type TailResponse struct {
 
 func (x *TailResponse) Reset() {
 	*x = TailResponse{}
-	mi := &file_spool_v1_admin_proto_msgTypes[43]
+	mi := &file_spool_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3407,7 @@ func (x *TailResponse) String() string {
 func (*TailResponse) ProtoMessage() {}
 
 func (x *TailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[43]
+	mi := &file_spool_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3420,7 @@ func (x *TailResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailResponse.ProtoReflect.Descriptor instead.
 func (*TailResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TailResponse) GetEvent() isTailResponse_Event {
@@ -3307,7 +3526,7 @@ type TailDelivery struct {
 
 func (x *TailDelivery) Reset() {
 	*x = TailDelivery{}
-	mi := &file_spool_v1_admin_proto_msgTypes[44]
+	mi := &file_spool_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3319,7 +3538,7 @@ func (x *TailDelivery) String() string {
 func (*TailDelivery) ProtoMessage() {}
 
 func (x *TailDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[44]
+	mi := &file_spool_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3332,7 +3551,7 @@ func (x *TailDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailDelivery.ProtoReflect.Descriptor instead.
 func (*TailDelivery) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TailDelivery) GetKind() TailDeliveryKind {
@@ -3421,7 +3640,7 @@ type TailRecord struct {
 
 func (x *TailRecord) Reset() {
 	*x = TailRecord{}
-	mi := &file_spool_v1_admin_proto_msgTypes[45]
+	mi := &file_spool_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3652,7 @@ func (x *TailRecord) String() string {
 func (*TailRecord) ProtoMessage() {}
 
 func (x *TailRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_admin_proto_msgTypes[45]
+	mi := &file_spool_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3665,7 @@ func (x *TailRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TailRecord.ProtoReflect.Descriptor instead.
 func (*TailRecord) Descriptor() ([]byte, []int) {
-	return file_spool_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_spool_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *TailRecord) GetPartition() int32 {
@@ -3502,7 +3721,23 @@ var File_spool_v1_admin_proto protoreflect.FileDescriptor
 
 const file_spool_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14spool/v1/admin.proto\x12\bspool.v1\x1a\x16spool/v1/message.proto\"\x13\n" +
+	"\x14spool/v1/admin.proto\x12\bspool.v1\x1a\x16spool/v1/message.proto\"Z\n" +
+	"\x14ListScheduledRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06cursor\x18\x03 \x01(\tR\x06cursor\"p\n" +
+	"\x15ListScheduledResponse\x126\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1a.spool.v1.ScheduledMessageR\bmessages\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\"\xdb\x01\n" +
+	"\x10ScheduledMessage\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\fR\x03key\x12\"\n" +
+	"\rdeliver_at_ms\x18\x05 \x01(\x03R\vdeliverAtMs\x12&\n" +
+	"\x0fpublish_time_ms\x18\x06 \x01(\x03R\rpublishTimeMs\x12#\n" +
+	"\rpayload_bytes\x18\a \x01(\rR\fpayloadBytes\"\x13\n" +
 	"\x11ListTopicsRequest\"A\n" +
 	"\x12ListTopicsResponse\x12+\n" +
 	"\x06topics\x18\x01 \x03(\v2\x13.spool.v1.TopicInfoR\x06topics\"\xa4\x01\n" +
@@ -3768,7 +4003,8 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\x18TAIL_DELIVERY_KIND_ACKED\x10\x02\x12\x1c\n" +
 	"\x18TAIL_DELIVERY_KIND_RETRY\x10\x03\x12\"\n" +
 	"\x1eTAIL_DELIVERY_KIND_DEAD_LETTER\x10\x04\x12\x1f\n" +
-	"\x1bTAIL_DELIVERY_KIND_RELEASED\x10\x052\xcc\t\n" +
+	"\x1bTAIL_DELIVERY_KIND_RELEASED\x10\x052\x9e\n" +
+	"\n" +
 	"\fAdminService\x12G\n" +
 	"\n" +
 	"ListTopics\x12\x1b.spool.v1.ListTopicsRequest\x1a\x1c.spool.v1.ListTopicsResponse\x12G\n" +
@@ -3787,7 +4023,8 @@ const file_spool_v1_admin_proto_rawDesc = "" +
 	"\vDeleteTopic\x12\x1c.spool.v1.DeleteTopicRequest\x1a\x1d.spool.v1.DeleteTopicResponse\x12e\n" +
 	"\x14SummarizeDeadLetters\x12%.spool.v1.SummarizeDeadLettersRequest\x1a&.spool.v1.SummarizeDeadLettersResponse\x12Y\n" +
 	"\x10PurgeDeadLetters\x12!.spool.v1.PurgeDeadLettersRequest\x1a\".spool.v1.PurgeDeadLettersResponse\x127\n" +
-	"\x04Tail\x12\x15.spool.v1.TailRequest\x1a\x16.spool.v1.TailResponse0\x01B1Z/github.com/spoolmq/spool/proto/spool/v1;spoolv1b\x06proto3"
+	"\x04Tail\x12\x15.spool.v1.TailRequest\x1a\x16.spool.v1.TailResponse0\x01\x12P\n" +
+	"\rListScheduled\x12\x1e.spool.v1.ListScheduledRequest\x1a\x1f.spool.v1.ListScheduledResponseB1Z/github.com/spoolmq/spool/proto/spool/v1;spoolv1b\x06proto3"
 
 var (
 	file_spool_v1_admin_proto_rawDescOnce sync.Once
@@ -3802,123 +4039,129 @@ func file_spool_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_spool_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_spool_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_spool_v1_admin_proto_goTypes = []any{
 	(TailDeliveryKind)(0),                  // 0: spool.v1.TailDeliveryKind
-	(*ListTopicsRequest)(nil),              // 1: spool.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),             // 2: spool.v1.ListTopicsResponse
-	(*TopicInfo)(nil),                      // 3: spool.v1.TopicInfo
-	(*PartitionInfo)(nil),                  // 4: spool.v1.PartitionInfo
-	(*ListGroupsRequest)(nil),              // 5: spool.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),             // 6: spool.v1.ListGroupsResponse
-	(*GroupInfo)(nil),                      // 7: spool.v1.GroupInfo
-	(*BreakerInfo)(nil),                    // 8: spool.v1.BreakerInfo
-	(*PartitionLag)(nil),                   // 9: spool.v1.PartitionLag
-	(*PeekDeadLettersRequest)(nil),         // 10: spool.v1.PeekDeadLettersRequest
-	(*DeadLetterFilter)(nil),               // 11: spool.v1.DeadLetterFilter
-	(*ScanProgress)(nil),                   // 12: spool.v1.ScanProgress
-	(*PeekDeadLettersResponse)(nil),        // 13: spool.v1.PeekDeadLettersResponse
-	(*DeadLetter)(nil),                     // 14: spool.v1.DeadLetter
-	(*Attempt)(nil),                        // 15: spool.v1.Attempt
-	(*RedriveRequest)(nil),                 // 16: spool.v1.RedriveRequest
-	(*RedriveResponse)(nil),                // 17: spool.v1.RedriveResponse
-	(*ResetOffsetsRequest)(nil),            // 18: spool.v1.ResetOffsetsRequest
-	(*ResetOffsetsResponse)(nil),           // 19: spool.v1.ResetOffsetsResponse
-	(*ClusterStatusRequest)(nil),           // 20: spool.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),          // 21: spool.v1.ClusterStatusResponse
-	(*FinalizeClusterVersionRequest)(nil),  // 22: spool.v1.FinalizeClusterVersionRequest
-	(*FinalizeClusterVersionResponse)(nil), // 23: spool.v1.FinalizeClusterVersionResponse
-	(*DecommissionNodeRequest)(nil),        // 24: spool.v1.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),       // 25: spool.v1.DecommissionNodeResponse
-	(*MoveReplicasRequest)(nil),            // 26: spool.v1.MoveReplicasRequest
-	(*MoveReplicasResponse)(nil),           // 27: spool.v1.MoveReplicasResponse
-	(*NodeInfo)(nil),                       // 28: spool.v1.NodeInfo
-	(*CreateTopicRequest)(nil),             // 29: spool.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),            // 30: spool.v1.CreateTopicResponse
-	(*AlterTopicRequest)(nil),              // 31: spool.v1.AlterTopicRequest
-	(*AlterTopicResponse)(nil),             // 32: spool.v1.AlterTopicResponse
-	(*DeleteTopicRequest)(nil),             // 33: spool.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),            // 34: spool.v1.DeleteTopicResponse
-	(*SummarizeDeadLettersRequest)(nil),    // 35: spool.v1.SummarizeDeadLettersRequest
-	(*SummarizeDeadLettersResponse)(nil),   // 36: spool.v1.SummarizeDeadLettersResponse
-	(*ReasonCount)(nil),                    // 37: spool.v1.ReasonCount
-	(*KeyCount)(nil),                       // 38: spool.v1.KeyCount
-	(*HourCount)(nil),                      // 39: spool.v1.HourCount
-	(*PurgeDeadLettersRequest)(nil),        // 40: spool.v1.PurgeDeadLettersRequest
-	(*PurgeDeadLettersResponse)(nil),       // 41: spool.v1.PurgeDeadLettersResponse
-	(*PurgedPartition)(nil),                // 42: spool.v1.PurgedPartition
-	(*TailRequest)(nil),                    // 43: spool.v1.TailRequest
-	(*TailResponse)(nil),                   // 44: spool.v1.TailResponse
-	(*TailDelivery)(nil),                   // 45: spool.v1.TailDelivery
-	(*TailRecord)(nil),                     // 46: spool.v1.TailRecord
-	nil,                                    // 47: spool.v1.TailRecord.HeadersEntry
-	(*Delivery)(nil),                       // 48: spool.v1.Delivery
+	(*ListScheduledRequest)(nil),           // 1: spool.v1.ListScheduledRequest
+	(*ListScheduledResponse)(nil),          // 2: spool.v1.ListScheduledResponse
+	(*ScheduledMessage)(nil),               // 3: spool.v1.ScheduledMessage
+	(*ListTopicsRequest)(nil),              // 4: spool.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),             // 5: spool.v1.ListTopicsResponse
+	(*TopicInfo)(nil),                      // 6: spool.v1.TopicInfo
+	(*PartitionInfo)(nil),                  // 7: spool.v1.PartitionInfo
+	(*ListGroupsRequest)(nil),              // 8: spool.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),             // 9: spool.v1.ListGroupsResponse
+	(*GroupInfo)(nil),                      // 10: spool.v1.GroupInfo
+	(*BreakerInfo)(nil),                    // 11: spool.v1.BreakerInfo
+	(*PartitionLag)(nil),                   // 12: spool.v1.PartitionLag
+	(*PeekDeadLettersRequest)(nil),         // 13: spool.v1.PeekDeadLettersRequest
+	(*DeadLetterFilter)(nil),               // 14: spool.v1.DeadLetterFilter
+	(*ScanProgress)(nil),                   // 15: spool.v1.ScanProgress
+	(*PeekDeadLettersResponse)(nil),        // 16: spool.v1.PeekDeadLettersResponse
+	(*DeadLetter)(nil),                     // 17: spool.v1.DeadLetter
+	(*Attempt)(nil),                        // 18: spool.v1.Attempt
+	(*RedriveRequest)(nil),                 // 19: spool.v1.RedriveRequest
+	(*RedriveResponse)(nil),                // 20: spool.v1.RedriveResponse
+	(*ResetOffsetsRequest)(nil),            // 21: spool.v1.ResetOffsetsRequest
+	(*ResetOffsetsResponse)(nil),           // 22: spool.v1.ResetOffsetsResponse
+	(*ClusterStatusRequest)(nil),           // 23: spool.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),          // 24: spool.v1.ClusterStatusResponse
+	(*FinalizeClusterVersionRequest)(nil),  // 25: spool.v1.FinalizeClusterVersionRequest
+	(*FinalizeClusterVersionResponse)(nil), // 26: spool.v1.FinalizeClusterVersionResponse
+	(*DecommissionNodeRequest)(nil),        // 27: spool.v1.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),       // 28: spool.v1.DecommissionNodeResponse
+	(*MoveReplicasRequest)(nil),            // 29: spool.v1.MoveReplicasRequest
+	(*MoveReplicasResponse)(nil),           // 30: spool.v1.MoveReplicasResponse
+	(*NodeInfo)(nil),                       // 31: spool.v1.NodeInfo
+	(*CreateTopicRequest)(nil),             // 32: spool.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),            // 33: spool.v1.CreateTopicResponse
+	(*AlterTopicRequest)(nil),              // 34: spool.v1.AlterTopicRequest
+	(*AlterTopicResponse)(nil),             // 35: spool.v1.AlterTopicResponse
+	(*DeleteTopicRequest)(nil),             // 36: spool.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),            // 37: spool.v1.DeleteTopicResponse
+	(*SummarizeDeadLettersRequest)(nil),    // 38: spool.v1.SummarizeDeadLettersRequest
+	(*SummarizeDeadLettersResponse)(nil),   // 39: spool.v1.SummarizeDeadLettersResponse
+	(*ReasonCount)(nil),                    // 40: spool.v1.ReasonCount
+	(*KeyCount)(nil),                       // 41: spool.v1.KeyCount
+	(*HourCount)(nil),                      // 42: spool.v1.HourCount
+	(*PurgeDeadLettersRequest)(nil),        // 43: spool.v1.PurgeDeadLettersRequest
+	(*PurgeDeadLettersResponse)(nil),       // 44: spool.v1.PurgeDeadLettersResponse
+	(*PurgedPartition)(nil),                // 45: spool.v1.PurgedPartition
+	(*TailRequest)(nil),                    // 46: spool.v1.TailRequest
+	(*TailResponse)(nil),                   // 47: spool.v1.TailResponse
+	(*TailDelivery)(nil),                   // 48: spool.v1.TailDelivery
+	(*TailRecord)(nil),                     // 49: spool.v1.TailRecord
+	nil,                                    // 50: spool.v1.TailRecord.HeadersEntry
+	(*Delivery)(nil),                       // 51: spool.v1.Delivery
 }
 var file_spool_v1_admin_proto_depIdxs = []int32{
-	3,  // 0: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
-	4,  // 1: spool.v1.TopicInfo.partitions:type_name -> spool.v1.PartitionInfo
-	7,  // 2: spool.v1.ListGroupsResponse.groups:type_name -> spool.v1.GroupInfo
-	9,  // 3: spool.v1.GroupInfo.partitions:type_name -> spool.v1.PartitionLag
-	8,  // 4: spool.v1.GroupInfo.breakers:type_name -> spool.v1.BreakerInfo
-	11, // 5: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	14, // 6: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
-	12, // 7: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	48, // 8: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
-	15, // 9: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
-	11, // 10: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	14, // 11: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
-	12, // 12: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
-	9,  // 13: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
-	28, // 14: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
-	3,  // 15: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
-	3,  // 16: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
-	11, // 17: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
-	37, // 18: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
-	38, // 19: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
-	39, // 20: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
-	12, // 21: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
-	42, // 22: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
-	46, // 23: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
-	9,  // 24: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
-	14, // 25: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
-	45, // 26: spool.v1.TailResponse.delivery:type_name -> spool.v1.TailDelivery
-	0,  // 27: spool.v1.TailDelivery.kind:type_name -> spool.v1.TailDeliveryKind
-	47, // 28: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
-	1,  // 29: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
-	5,  // 30: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
-	10, // 31: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
-	16, // 32: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
-	18, // 33: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
-	20, // 34: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
-	24, // 35: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
-	26, // 36: spool.v1.AdminService.MoveReplicas:input_type -> spool.v1.MoveReplicasRequest
-	22, // 37: spool.v1.AdminService.FinalizeClusterVersion:input_type -> spool.v1.FinalizeClusterVersionRequest
-	29, // 38: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
-	31, // 39: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
-	33, // 40: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
-	35, // 41: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
-	40, // 42: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
-	43, // 43: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
-	2,  // 44: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
-	6,  // 45: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
-	13, // 46: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
-	17, // 47: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
-	19, // 48: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
-	21, // 49: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
-	25, // 50: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
-	27, // 51: spool.v1.AdminService.MoveReplicas:output_type -> spool.v1.MoveReplicasResponse
-	23, // 52: spool.v1.AdminService.FinalizeClusterVersion:output_type -> spool.v1.FinalizeClusterVersionResponse
-	30, // 53: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
-	32, // 54: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
-	34, // 55: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
-	36, // 56: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
-	41, // 57: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
-	44, // 58: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
-	44, // [44:59] is the sub-list for method output_type
-	29, // [29:44] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	3,  // 0: spool.v1.ListScheduledResponse.messages:type_name -> spool.v1.ScheduledMessage
+	6,  // 1: spool.v1.ListTopicsResponse.topics:type_name -> spool.v1.TopicInfo
+	7,  // 2: spool.v1.TopicInfo.partitions:type_name -> spool.v1.PartitionInfo
+	10, // 3: spool.v1.ListGroupsResponse.groups:type_name -> spool.v1.GroupInfo
+	12, // 4: spool.v1.GroupInfo.partitions:type_name -> spool.v1.PartitionLag
+	11, // 5: spool.v1.GroupInfo.breakers:type_name -> spool.v1.BreakerInfo
+	14, // 6: spool.v1.PeekDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	17, // 7: spool.v1.PeekDeadLettersResponse.entries:type_name -> spool.v1.DeadLetter
+	15, // 8: spool.v1.PeekDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
+	51, // 9: spool.v1.DeadLetter.message:type_name -> spool.v1.Delivery
+	18, // 10: spool.v1.DeadLetter.attempts:type_name -> spool.v1.Attempt
+	14, // 11: spool.v1.RedriveRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	17, // 12: spool.v1.RedriveResponse.sample:type_name -> spool.v1.DeadLetter
+	15, // 13: spool.v1.RedriveResponse.progress:type_name -> spool.v1.ScanProgress
+	12, // 14: spool.v1.ResetOffsetsResponse.partitions:type_name -> spool.v1.PartitionLag
+	31, // 15: spool.v1.ClusterStatusResponse.nodes:type_name -> spool.v1.NodeInfo
+	6,  // 16: spool.v1.CreateTopicResponse.topic:type_name -> spool.v1.TopicInfo
+	6,  // 17: spool.v1.AlterTopicResponse.topic:type_name -> spool.v1.TopicInfo
+	14, // 18: spool.v1.SummarizeDeadLettersRequest.filter:type_name -> spool.v1.DeadLetterFilter
+	40, // 19: spool.v1.SummarizeDeadLettersResponse.by_reason:type_name -> spool.v1.ReasonCount
+	41, // 20: spool.v1.SummarizeDeadLettersResponse.by_key:type_name -> spool.v1.KeyCount
+	42, // 21: spool.v1.SummarizeDeadLettersResponse.by_hour:type_name -> spool.v1.HourCount
+	15, // 22: spool.v1.SummarizeDeadLettersResponse.progress:type_name -> spool.v1.ScanProgress
+	45, // 23: spool.v1.PurgeDeadLettersResponse.partitions:type_name -> spool.v1.PurgedPartition
+	49, // 24: spool.v1.TailResponse.record:type_name -> spool.v1.TailRecord
+	12, // 25: spool.v1.TailResponse.progress:type_name -> spool.v1.PartitionLag
+	17, // 26: spool.v1.TailResponse.dead_letter:type_name -> spool.v1.DeadLetter
+	48, // 27: spool.v1.TailResponse.delivery:type_name -> spool.v1.TailDelivery
+	0,  // 28: spool.v1.TailDelivery.kind:type_name -> spool.v1.TailDeliveryKind
+	50, // 29: spool.v1.TailRecord.headers:type_name -> spool.v1.TailRecord.HeadersEntry
+	4,  // 30: spool.v1.AdminService.ListTopics:input_type -> spool.v1.ListTopicsRequest
+	8,  // 31: spool.v1.AdminService.ListGroups:input_type -> spool.v1.ListGroupsRequest
+	13, // 32: spool.v1.AdminService.PeekDeadLetters:input_type -> spool.v1.PeekDeadLettersRequest
+	19, // 33: spool.v1.AdminService.Redrive:input_type -> spool.v1.RedriveRequest
+	21, // 34: spool.v1.AdminService.ResetOffsets:input_type -> spool.v1.ResetOffsetsRequest
+	23, // 35: spool.v1.AdminService.ClusterStatus:input_type -> spool.v1.ClusterStatusRequest
+	27, // 36: spool.v1.AdminService.DecommissionNode:input_type -> spool.v1.DecommissionNodeRequest
+	29, // 37: spool.v1.AdminService.MoveReplicas:input_type -> spool.v1.MoveReplicasRequest
+	25, // 38: spool.v1.AdminService.FinalizeClusterVersion:input_type -> spool.v1.FinalizeClusterVersionRequest
+	32, // 39: spool.v1.AdminService.CreateTopic:input_type -> spool.v1.CreateTopicRequest
+	34, // 40: spool.v1.AdminService.AlterTopic:input_type -> spool.v1.AlterTopicRequest
+	36, // 41: spool.v1.AdminService.DeleteTopic:input_type -> spool.v1.DeleteTopicRequest
+	38, // 42: spool.v1.AdminService.SummarizeDeadLetters:input_type -> spool.v1.SummarizeDeadLettersRequest
+	43, // 43: spool.v1.AdminService.PurgeDeadLetters:input_type -> spool.v1.PurgeDeadLettersRequest
+	46, // 44: spool.v1.AdminService.Tail:input_type -> spool.v1.TailRequest
+	1,  // 45: spool.v1.AdminService.ListScheduled:input_type -> spool.v1.ListScheduledRequest
+	5,  // 46: spool.v1.AdminService.ListTopics:output_type -> spool.v1.ListTopicsResponse
+	9,  // 47: spool.v1.AdminService.ListGroups:output_type -> spool.v1.ListGroupsResponse
+	16, // 48: spool.v1.AdminService.PeekDeadLetters:output_type -> spool.v1.PeekDeadLettersResponse
+	20, // 49: spool.v1.AdminService.Redrive:output_type -> spool.v1.RedriveResponse
+	22, // 50: spool.v1.AdminService.ResetOffsets:output_type -> spool.v1.ResetOffsetsResponse
+	24, // 51: spool.v1.AdminService.ClusterStatus:output_type -> spool.v1.ClusterStatusResponse
+	28, // 52: spool.v1.AdminService.DecommissionNode:output_type -> spool.v1.DecommissionNodeResponse
+	30, // 53: spool.v1.AdminService.MoveReplicas:output_type -> spool.v1.MoveReplicasResponse
+	26, // 54: spool.v1.AdminService.FinalizeClusterVersion:output_type -> spool.v1.FinalizeClusterVersionResponse
+	33, // 55: spool.v1.AdminService.CreateTopic:output_type -> spool.v1.CreateTopicResponse
+	35, // 56: spool.v1.AdminService.AlterTopic:output_type -> spool.v1.AlterTopicResponse
+	37, // 57: spool.v1.AdminService.DeleteTopic:output_type -> spool.v1.DeleteTopicResponse
+	39, // 58: spool.v1.AdminService.SummarizeDeadLetters:output_type -> spool.v1.SummarizeDeadLettersResponse
+	44, // 59: spool.v1.AdminService.PurgeDeadLetters:output_type -> spool.v1.PurgeDeadLettersResponse
+	47, // 60: spool.v1.AdminService.Tail:output_type -> spool.v1.TailResponse
+	2,  // 61: spool.v1.AdminService.ListScheduled:output_type -> spool.v1.ListScheduledResponse
+	46, // [46:62] is the sub-list for method output_type
+	30, // [30:46] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_spool_v1_admin_proto_init() }
@@ -3927,20 +4170,20 @@ func file_spool_v1_admin_proto_init() {
 		return
 	}
 	file_spool_v1_message_proto_init()
-	file_spool_v1_admin_proto_msgTypes[17].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[20].OneofWrappers = []any{
 		(*ResetOffsetsRequest_Earliest)(nil),
 		(*ResetOffsetsRequest_Latest)(nil),
 		(*ResetOffsetsRequest_TimeMs)(nil),
 		(*ResetOffsetsRequest_Offset)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[30].OneofWrappers = []any{}
-	file_spool_v1_admin_proto_msgTypes[42].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[33].OneofWrappers = []any{}
+	file_spool_v1_admin_proto_msgTypes[45].OneofWrappers = []any{
 		(*TailRequest_Latest)(nil),
 		(*TailRequest_Earliest)(nil),
 		(*TailRequest_Offset)(nil),
 		(*TailRequest_TimeMs)(nil),
 	}
-	file_spool_v1_admin_proto_msgTypes[43].OneofWrappers = []any{
+	file_spool_v1_admin_proto_msgTypes[46].OneofWrappers = []any{
 		(*TailResponse_Record)(nil),
 		(*TailResponse_Progress)(nil),
 		(*TailResponse_DeadLetter)(nil),
@@ -3952,7 +4195,7 @@ func file_spool_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_admin_proto_rawDesc), len(file_spool_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	AdminService_SummarizeDeadLetters_FullMethodName   = "/spool.v1.AdminService/SummarizeDeadLetters"
 	AdminService_PurgeDeadLetters_FullMethodName       = "/spool.v1.AdminService/PurgeDeadLetters"
 	AdminService_Tail_FullMethodName                   = "/spool.v1.AdminService/Tail"
+	AdminService_ListScheduled_FullMethodName          = "/spool.v1.AdminService/ListScheduled"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -82,6 +83,10 @@ type AdminServiceClient interface {
 	// Tail streams the messages appended to a topic and, for a group, its
 	// progress and dead letters, as they happen.
 	Tail(ctx context.Context, in *TailRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[TailResponse], error)
+	// ListScheduled lists a topic's scheduled messages that are not yet due,
+	// partition by partition in offset order, a page per call
+	// (docs/scheduling.md).
+	ListScheduled(ctx context.Context, in *ListScheduledRequest, opts ...grpc.CallOption) (*ListScheduledResponse, error)
 }
 
 type adminServiceClient struct {
@@ -251,6 +256,16 @@ func (c *adminServiceClient) Tail(ctx context.Context, in *TailRequest, opts ...
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_TailClient = grpc.ServerStreamingClient[TailResponse]
 
+func (c *adminServiceClient) ListScheduled(ctx context.Context, in *ListScheduledRequest, opts ...grpc.CallOption) (*ListScheduledResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListScheduledResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListScheduled_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -297,6 +312,10 @@ type AdminServiceServer interface {
 	// Tail streams the messages appended to a topic and, for a group, its
 	// progress and dead letters, as they happen.
 	Tail(*TailRequest, grpc.ServerStreamingServer[TailResponse]) error
+	// ListScheduled lists a topic's scheduled messages that are not yet due,
+	// partition by partition in offset order, a page per call
+	// (docs/scheduling.md).
+	ListScheduled(context.Context, *ListScheduledRequest) (*ListScheduledResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -351,6 +370,9 @@ func (UnimplementedAdminServiceServer) PurgeDeadLetters(context.Context, *PurgeD
 }
 func (UnimplementedAdminServiceServer) Tail(*TailRequest, grpc.ServerStreamingServer[TailResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method Tail not implemented")
+}
+func (UnimplementedAdminServiceServer) ListScheduled(context.Context, *ListScheduledRequest) (*ListScheduledResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListScheduled not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -636,6 +658,24 @@ func _AdminService_Tail_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AdminService_TailServer = grpc.ServerStreamingServer[TailResponse]
 
+func _AdminService_ListScheduled_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListScheduledRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListScheduled(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListScheduled_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListScheduled(ctx, req.(*ListScheduledRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -698,6 +738,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeDeadLetters",
 			Handler:    _AdminService_PurgeDeadLetters_Handler,
+		},
+		{
+			MethodName: "ListScheduled",
+			Handler:    _AdminService_ListScheduled_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

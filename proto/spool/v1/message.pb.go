@@ -109,9 +109,26 @@ type PublishMessage struct {
 	// Explicit partition, for tools that must address one partition (redrive,
 	// replay). -1 or unset with a key: the sidecar hashes the key. Applications
 	// should leave it unset.
-	Partition     *int32 `protobuf:"varint,5,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Partition *int32 `protobuf:"varint,5,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
+	// Scheduled delivery (docs/scheduling.md): the message is stored now, like
+	// any other, and delivered no sooner than this time, Unix milliseconds
+	// (UTC). 0 or unset: deliver at once. A time in the past is delivered at
+	// once; one more than a year ahead, or past the topic's retention, is
+	// refused. A scheduled message is outside its key's order unless
+	// deliver_in_key_order is set. Set at most one of deliver_at_ms and
+	// deliver_after_ms.
+	DeliverAtMs int64 `protobuf:"varint,6,opt,name=deliver_at_ms,json=deliverAtMs,proto3" json:"deliver_at_ms,omitempty"`
+	// Scheduled delivery as a delay from when the sidecar receives the
+	// publish, milliseconds: 1,000 (a second) to 31,536,000,000 (365 days).
+	// 0 or unset: no delay.
+	DeliverAfterMs int64 `protobuf:"varint,7,opt,name=deliver_after_ms,json=deliverAfterMs,proto3" json:"deliver_after_ms,omitempty"`
+	// Keep this scheduled message in its key's order (ordering: key or
+	// partition): it waits for the key's earlier messages, and the key's later
+	// messages wait for it, until it is delivered and finished. Only with
+	// deliver_at_ms or deliver_after_ms.
+	DeliverInKeyOrder bool `protobuf:"varint,8,opt,name=deliver_in_key_order,json=deliverInKeyOrder,proto3" json:"deliver_in_key_order,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PublishMessage) Reset() {
@@ -177,6 +194,27 @@ func (x *PublishMessage) GetPartition() int32 {
 		return *x.Partition
 	}
 	return 0
+}
+
+func (x *PublishMessage) GetDeliverAtMs() int64 {
+	if x != nil {
+		return x.DeliverAtMs
+	}
+	return 0
+}
+
+func (x *PublishMessage) GetDeliverAfterMs() int64 {
+	if x != nil {
+		return x.DeliverAfterMs
+	}
+	return 0
+}
+
+func (x *PublishMessage) GetDeliverInKeyOrder() bool {
+	if x != nil {
+		return x.DeliverInKeyOrder
+	}
+	return false
 }
 
 // PublishResult says where a published message was stored.
@@ -488,13 +526,16 @@ var File_spool_v1_message_proto protoreflect.FileDescriptor
 
 const file_spool_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x16spool/v1/message.proto\x12\bspool.v1\"\xfa\x01\n" +
+	"\x16spool/v1/message.proto\x12\bspool.v1\"\xf9\x02\n" +
 	"\x0ePublishMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12?\n" +
 	"\aheaders\x18\x04 \x03(\v2%.spool.v1.PublishMessage.HeadersEntryR\aheaders\x12!\n" +
-	"\tpartition\x18\x05 \x01(\x05H\x00R\tpartition\x88\x01\x01\x1a:\n" +
+	"\tpartition\x18\x05 \x01(\x05H\x00R\tpartition\x88\x01\x01\x12\"\n" +
+	"\rdeliver_at_ms\x18\x06 \x01(\x03R\vdeliverAtMs\x12(\n" +
+	"\x10deliver_after_ms\x18\a \x01(\x03R\x0edeliverAfterMs\x12/\n" +
+	"\x14deliver_in_key_order\x18\b \x01(\bR\x11deliverInKeyOrder\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +

@@ -48,6 +48,26 @@ func (m *PublishMessage) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.DeliverInKeyOrder {
+		i--
+		if m.DeliverInKeyOrder {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x40
+	}
+	if m.DeliverAfterMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.DeliverAfterMs))
+		i--
+		dAtA[i] = 0x38
+	}
+	if m.DeliverAtMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.DeliverAtMs))
+		i--
+		dAtA[i] = 0x30
+	}
 	if m.Partition != nil {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(*m.Partition))
 		i--
@@ -358,6 +378,15 @@ func (m *PublishMessage) SizeVT() (n int) {
 	}
 	if m.Partition != nil {
 		n += 1 + protohelpers.SizeOfVarint(uint64(*m.Partition))
+	}
+	if m.DeliverAtMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.DeliverAtMs))
+	}
+	if m.DeliverAfterMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.DeliverAfterMs))
+	}
+	if m.DeliverInKeyOrder {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -745,6 +774,64 @@ func (m *PublishMessage) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.Partition = &v
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DeliverAtMs", wireType)
+			}
+			m.DeliverAtMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.DeliverAtMs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DeliverAfterMs", wireType)
+			}
+			m.DeliverAfterMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.DeliverAfterMs |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field DeliverInKeyOrder", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.DeliverInKeyOrder = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

@@ -80,6 +80,155 @@ func (Acks) EnumDescriptor() ([]byte, []int) {
 	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{0}
 }
 
+// CancelScheduledRequest names a scheduled message.
+type CancelScheduledRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic the message was published to.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// The message id.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Where the message is, as its publish returned (partition and offset
+	// together): the sidecar reads that one record. Without them, key narrows
+	// the search to the key's partition; without either, every partition of
+	// the topic is read from its start.
+	Partition *int32 `protobuf:"varint,3,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
+	// Offset of the message in partition.
+	Offset *int64 `protobuf:"varint,4,opt,name=offset,proto3,oneof" json:"offset,omitempty"`
+	// The message's key, to search only its partition.
+	Key           []byte `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScheduledRequest) Reset() {
+	*x = CancelScheduledRequest{}
+	mi := &file_spool_v1_publisher_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduledRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduledRequest) ProtoMessage() {}
+
+func (x *CancelScheduledRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_publisher_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduledRequest.ProtoReflect.Descriptor instead.
+func (*CancelScheduledRequest) Descriptor() ([]byte, []int) {
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CancelScheduledRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *CancelScheduledRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *CancelScheduledRequest) GetPartition() int32 {
+	if x != nil && x.Partition != nil {
+		return *x.Partition
+	}
+	return 0
+}
+
+func (x *CancelScheduledRequest) GetOffset() int64 {
+	if x != nil && x.Offset != nil {
+		return *x.Offset
+	}
+	return 0
+}
+
+func (x *CancelScheduledRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+// CancelScheduledResponse says which message was cancelled.
+type CancelScheduledResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Partition of the message.
+	Partition int32 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Offset of the message.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The delivery time it had, Unix milliseconds.
+	DeliverAtMs   int64 `protobuf:"varint,3,opt,name=deliver_at_ms,json=deliverAtMs,proto3" json:"deliver_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelScheduledResponse) Reset() {
+	*x = CancelScheduledResponse{}
+	mi := &file_spool_v1_publisher_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelScheduledResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelScheduledResponse) ProtoMessage() {}
+
+func (x *CancelScheduledResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_spool_v1_publisher_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelScheduledResponse.ProtoReflect.Descriptor instead.
+func (*CancelScheduledResponse) Descriptor() ([]byte, []int) {
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CancelScheduledResponse) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *CancelScheduledResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *CancelScheduledResponse) GetDeliverAtMs() int64 {
+	if x != nil {
+		return x.DeliverAtMs
+	}
+	return 0
+}
+
 // PublishRequest carries messages for one topic.
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -95,7 +244,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_spool_v1_publisher_proto_msgTypes[0]
+	mi := &file_spool_v1_publisher_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -107,7 +256,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_publisher_proto_msgTypes[0]
+	mi := &file_spool_v1_publisher_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -120,7 +269,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{0}
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PublishRequest) GetTopic() string {
@@ -155,7 +304,7 @@ type PublishResponse struct {
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_spool_v1_publisher_proto_msgTypes[1]
+	mi := &file_spool_v1_publisher_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -167,7 +316,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_publisher_proto_msgTypes[1]
+	mi := &file_spool_v1_publisher_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -180,7 +329,7 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{1}
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PublishResponse) GetResults() []*PublishResult {
@@ -207,7 +356,7 @@ type PublishStreamRequest struct {
 
 func (x *PublishStreamRequest) Reset() {
 	*x = PublishStreamRequest{}
-	mi := &file_spool_v1_publisher_proto_msgTypes[2]
+	mi := &file_spool_v1_publisher_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +368,7 @@ func (x *PublishStreamRequest) String() string {
 func (*PublishStreamRequest) ProtoMessage() {}
 
 func (x *PublishStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_publisher_proto_msgTypes[2]
+	mi := &file_spool_v1_publisher_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +381,7 @@ func (x *PublishStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishStreamRequest.ProtoReflect.Descriptor instead.
 func (*PublishStreamRequest) Descriptor() ([]byte, []int) {
-	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{2}
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PublishStreamRequest) GetSequence() uint64 {
@@ -278,7 +427,7 @@ type PublishStreamResponse struct {
 
 func (x *PublishStreamResponse) Reset() {
 	*x = PublishStreamResponse{}
-	mi := &file_spool_v1_publisher_proto_msgTypes[3]
+	mi := &file_spool_v1_publisher_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +439,7 @@ func (x *PublishStreamResponse) String() string {
 func (*PublishStreamResponse) ProtoMessage() {}
 
 func (x *PublishStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_publisher_proto_msgTypes[3]
+	mi := &file_spool_v1_publisher_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +452,7 @@ func (x *PublishStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishStreamResponse.ProtoReflect.Descriptor instead.
 func (*PublishStreamResponse) Descriptor() ([]byte, []int) {
-	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{3}
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PublishStreamResponse) GetSequence() uint64 {
@@ -342,7 +491,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_spool_v1_publisher_proto_msgTypes[4]
+	mi := &file_spool_v1_publisher_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +503,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_spool_v1_publisher_proto_msgTypes[4]
+	mi := &file_spool_v1_publisher_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +516,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{4}
+	return file_spool_v1_publisher_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Error) GetCode() int32 {
@@ -395,7 +544,20 @@ var File_spool_v1_publisher_proto protoreflect.FileDescriptor
 
 const file_spool_v1_publisher_proto_rawDesc = "" +
 	"\n" +
-	"\x18spool/v1/publisher.proto\x12\bspool.v1\x1a\x16spool/v1/message.proto\"\x80\x01\n" +
+	"\x18spool/v1/publisher.proto\x12\bspool.v1\x1a\x16spool/v1/message.proto\"\xa9\x01\n" +
+	"\x16CancelScheduledRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12!\n" +
+	"\tpartition\x18\x03 \x01(\x05H\x00R\tpartition\x88\x01\x01\x12\x1b\n" +
+	"\x06offset\x18\x04 \x01(\x03H\x01R\x06offset\x88\x01\x01\x12\x10\n" +
+	"\x03key\x18\x05 \x01(\fR\x03keyB\f\n" +
+	"\n" +
+	"_partitionB\t\n" +
+	"\a_offset\"s\n" +
+	"\x17CancelScheduledResponse\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\"\n" +
+	"\rdeliver_at_ms\x18\x03 \x01(\x03R\vdeliverAtMs\"\x80\x01\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x124\n" +
 	"\bmessages\x18\x02 \x03(\v2\x18.spool.v1.PublishMessageR\bmessages\x12\"\n" +
@@ -418,10 +580,11 @@ const file_spool_v1_publisher_proto_rawDesc = "" +
 	"\x04Acks\x12\x14\n" +
 	"\x10ACKS_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bACKS_ALL\x10\x01\x12\x0f\n" +
-	"\vACKS_LEADER\x10\x022\xa8\x01\n" +
+	"\vACKS_LEADER\x10\x022\x80\x02\n" +
 	"\x10PublisherService\x12>\n" +
 	"\aPublish\x12\x18.spool.v1.PublishRequest\x1a\x19.spool.v1.PublishResponse\x12T\n" +
-	"\rPublishStream\x12\x1e.spool.v1.PublishStreamRequest\x1a\x1f.spool.v1.PublishStreamResponse(\x010\x01B1Z/github.com/spoolmq/spool/proto/spool/v1;spoolv1b\x06proto3"
+	"\rPublishStream\x12\x1e.spool.v1.PublishStreamRequest\x1a\x1f.spool.v1.PublishStreamResponse(\x010\x01\x12V\n" +
+	"\x0fCancelScheduled\x12 .spool.v1.CancelScheduledRequest\x1a!.spool.v1.CancelScheduledResponseB1Z/github.com/spoolmq/spool/proto/spool/v1;spoolv1b\x06proto3"
 
 var (
 	file_spool_v1_publisher_proto_rawDescOnce sync.Once
@@ -436,34 +599,38 @@ func file_spool_v1_publisher_proto_rawDescGZIP() []byte {
 }
 
 var file_spool_v1_publisher_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_spool_v1_publisher_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_spool_v1_publisher_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_spool_v1_publisher_proto_goTypes = []any{
-	(Acks)(0),                     // 0: spool.v1.Acks
-	(*PublishRequest)(nil),        // 1: spool.v1.PublishRequest
-	(*PublishResponse)(nil),       // 2: spool.v1.PublishResponse
-	(*PublishStreamRequest)(nil),  // 3: spool.v1.PublishStreamRequest
-	(*PublishStreamResponse)(nil), // 4: spool.v1.PublishStreamResponse
-	(*Error)(nil),                 // 5: spool.v1.Error
-	(*PublishMessage)(nil),        // 6: spool.v1.PublishMessage
-	(*PublishResult)(nil),         // 7: spool.v1.PublishResult
+	(Acks)(0),                       // 0: spool.v1.Acks
+	(*CancelScheduledRequest)(nil),  // 1: spool.v1.CancelScheduledRequest
+	(*CancelScheduledResponse)(nil), // 2: spool.v1.CancelScheduledResponse
+	(*PublishRequest)(nil),          // 3: spool.v1.PublishRequest
+	(*PublishResponse)(nil),         // 4: spool.v1.PublishResponse
+	(*PublishStreamRequest)(nil),    // 5: spool.v1.PublishStreamRequest
+	(*PublishStreamResponse)(nil),   // 6: spool.v1.PublishStreamResponse
+	(*Error)(nil),                   // 7: spool.v1.Error
+	(*PublishMessage)(nil),          // 8: spool.v1.PublishMessage
+	(*PublishResult)(nil),           // 9: spool.v1.PublishResult
 }
 var file_spool_v1_publisher_proto_depIdxs = []int32{
-	6, // 0: spool.v1.PublishRequest.messages:type_name -> spool.v1.PublishMessage
-	0, // 1: spool.v1.PublishRequest.acks:type_name -> spool.v1.Acks
-	7, // 2: spool.v1.PublishResponse.results:type_name -> spool.v1.PublishResult
-	6, // 3: spool.v1.PublishStreamRequest.messages:type_name -> spool.v1.PublishMessage
-	0, // 4: spool.v1.PublishStreamRequest.acks:type_name -> spool.v1.Acks
-	7, // 5: spool.v1.PublishStreamResponse.results:type_name -> spool.v1.PublishResult
-	5, // 6: spool.v1.PublishStreamResponse.error:type_name -> spool.v1.Error
-	1, // 7: spool.v1.PublisherService.Publish:input_type -> spool.v1.PublishRequest
-	3, // 8: spool.v1.PublisherService.PublishStream:input_type -> spool.v1.PublishStreamRequest
-	2, // 9: spool.v1.PublisherService.Publish:output_type -> spool.v1.PublishResponse
-	4, // 10: spool.v1.PublisherService.PublishStream:output_type -> spool.v1.PublishStreamResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	8,  // 0: spool.v1.PublishRequest.messages:type_name -> spool.v1.PublishMessage
+	0,  // 1: spool.v1.PublishRequest.acks:type_name -> spool.v1.Acks
+	9,  // 2: spool.v1.PublishResponse.results:type_name -> spool.v1.PublishResult
+	8,  // 3: spool.v1.PublishStreamRequest.messages:type_name -> spool.v1.PublishMessage
+	0,  // 4: spool.v1.PublishStreamRequest.acks:type_name -> spool.v1.Acks
+	9,  // 5: spool.v1.PublishStreamResponse.results:type_name -> spool.v1.PublishResult
+	7,  // 6: spool.v1.PublishStreamResponse.error:type_name -> spool.v1.Error
+	3,  // 7: spool.v1.PublisherService.Publish:input_type -> spool.v1.PublishRequest
+	5,  // 8: spool.v1.PublisherService.PublishStream:input_type -> spool.v1.PublishStreamRequest
+	1,  // 9: spool.v1.PublisherService.CancelScheduled:input_type -> spool.v1.CancelScheduledRequest
+	4,  // 10: spool.v1.PublisherService.Publish:output_type -> spool.v1.PublishResponse
+	6,  // 11: spool.v1.PublisherService.PublishStream:output_type -> spool.v1.PublishStreamResponse
+	2,  // 12: spool.v1.PublisherService.CancelScheduled:output_type -> spool.v1.CancelScheduledResponse
+	10, // [10:13] is the sub-list for method output_type
+	7,  // [7:10] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_spool_v1_publisher_proto_init() }
@@ -472,13 +639,14 @@ func file_spool_v1_publisher_proto_init() {
 		return
 	}
 	file_spool_v1_message_proto_init()
+	file_spool_v1_publisher_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_spool_v1_publisher_proto_rawDesc), len(file_spool_v1_publisher_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	PublisherService_Publish_FullMethodName       = "/spool.v1.PublisherService/Publish"
-	PublisherService_PublishStream_FullMethodName = "/spool.v1.PublisherService/PublishStream"
+	PublisherService_Publish_FullMethodName         = "/spool.v1.PublisherService/Publish"
+	PublisherService_PublishStream_FullMethodName   = "/spool.v1.PublisherService/PublishStream"
+	PublisherService_CancelScheduled_FullMethodName = "/spool.v1.PublisherService/CancelScheduled"
 )
 
 // PublisherServiceClient is the client API for PublisherService service.
@@ -40,6 +41,11 @@ type PublisherServiceClient interface {
 	// requests without waiting; the sidecar answers each, in any order, quoting
 	// its sequence number.
 	PublishStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PublishStreamRequest, PublishStreamResponse], error)
+	// CancelScheduled cancels a scheduled message (deliver_at_ms,
+	// deliver_after_ms) before its time: a group that reads the cancel before
+	// the message is due does not deliver it (docs/scheduling.md). Cancelling
+	// twice is not an error.
+	CancelScheduled(ctx context.Context, in *CancelScheduledRequest, opts ...grpc.CallOption) (*CancelScheduledResponse, error)
 }
 
 type publisherServiceClient struct {
@@ -73,6 +79,16 @@ func (c *publisherServiceClient) PublishStream(ctx context.Context, opts ...grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PublisherService_PublishStreamClient = grpc.BidiStreamingClient[PublishStreamRequest, PublishStreamResponse]
 
+func (c *publisherServiceClient) CancelScheduled(ctx context.Context, in *CancelScheduledRequest, opts ...grpc.CallOption) (*CancelScheduledResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelScheduledResponse)
+	err := c.cc.Invoke(ctx, PublisherService_CancelScheduled_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PublisherServiceServer is the server API for PublisherService service.
 // All implementations must embed UnimplementedPublisherServiceServer
 // for forward compatibility.
@@ -90,6 +106,11 @@ type PublisherServiceServer interface {
 	// requests without waiting; the sidecar answers each, in any order, quoting
 	// its sequence number.
 	PublishStream(grpc.BidiStreamingServer[PublishStreamRequest, PublishStreamResponse]) error
+	// CancelScheduled cancels a scheduled message (deliver_at_ms,
+	// deliver_after_ms) before its time: a group that reads the cancel before
+	// the message is due does not deliver it (docs/scheduling.md). Cancelling
+	// twice is not an error.
+	CancelScheduled(context.Context, *CancelScheduledRequest) (*CancelScheduledResponse, error)
 	mustEmbedUnimplementedPublisherServiceServer()
 }
 
@@ -105,6 +126,9 @@ func (UnimplementedPublisherServiceServer) Publish(context.Context, *PublishRequ
 }
 func (UnimplementedPublisherServiceServer) PublishStream(grpc.BidiStreamingServer[PublishStreamRequest, PublishStreamResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method PublishStream not implemented")
+}
+func (UnimplementedPublisherServiceServer) CancelScheduled(context.Context, *CancelScheduledRequest) (*CancelScheduledResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CancelScheduled not implemented")
 }
 func (UnimplementedPublisherServiceServer) mustEmbedUnimplementedPublisherServiceServer() {}
 func (UnimplementedPublisherServiceServer) testEmbeddedByValue()                          {}
@@ -152,6 +176,24 @@ func _PublisherService_PublishStream_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type PublisherService_PublishStreamServer = grpc.BidiStreamingServer[PublishStreamRequest, PublishStreamResponse]
 
+func _PublisherService_CancelScheduled_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelScheduledRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PublisherServiceServer).CancelScheduled(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PublisherService_CancelScheduled_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PublisherServiceServer).CancelScheduled(ctx, req.(*CancelScheduledRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PublisherService_ServiceDesc is the grpc.ServiceDesc for PublisherService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -162,6 +204,10 @@ var PublisherService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Publish",
 			Handler:    _PublisherService_Publish_Handler,
+		},
+		{
+			MethodName: "CancelScheduled",
+			Handler:    _PublisherService_CancelScheduled_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

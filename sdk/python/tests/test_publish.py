@@ -119,3 +119,45 @@ async def test_publisher_survives_a_sidecar_restart(start_spoold: Any) -> None:
             raise AssertionError("publisher did not recover after the restart")
         assert r.id == "a"
         await p.close()
+
+
+async def test_scheduled_publish_is_delivered_at_its_time(start_spoold: Any) -> None:
+    """deliver_after and deliver_at reach the sidecar (docs/scheduling.md):
+    the message waits for its time; times the sidecar cannot keep are typed
+    errors; a naive datetime is refused before anything is sent."""
+    import datetime
+    import time
+
+    s = start_spoold(orders_config())
+    async with await spool.connect(s.addr) as c:
+        sent = time.time()
+        await c.publish("orders", b"later", key="k", id="later", deliver_after=1.0)
+        with pytest.raises(spool.InvalidArgumentError) as ei:
+            await c.publish("orders", b"x", deliver_at=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=400))
+        assert ei.value.reason == "INVALID_SCHEDULE"
+        with pytest.raises(spool.InvalidArgumentError, match="without a delivery time"):
+            await c.publish("orders", b"x", deliver_in_key_order=True)
+        await c.publish("orders", b"kept", key="k2", id="kept", deliver_after=1.0, deliver_in_key_order=True)
+        with pytest.raises(ValueError, match="no time zone"):
+            await c.publish("orders", b"x", deliver_at=datetime.datetime.now())
+        gone = await c.publish("orders", b"gone", key="k", id="gone", deliver_after=60)
+        await c.cancel_scheduled("orders", "gone", at=gone)
+        await c.cancel_scheduled("orders", "gone", key="k")  # twice is fine
+        with pytest.raises(spool.NotFoundError) as nf:
+            await c.cancel_scheduled("orders", "never-published")
+        assert nf.value.reason == "UNKNOWN_SCHEDULED_MESSAGE"
+
+    got: dict[str, float] = {}
+
+    async def handle(m: spool.Message) -> None:
+        got[m.id] = time.time()
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(spool.subscribe("workers", ["orders"], handle, addr=s.addr, stop=stop, handle_signals=False))
+    from harness import eventually
+
+    await eventually(lambda: "later" in got and "kept" in got, 20, "the scheduled messages delivered")
+    assert "gone" not in got
+    stop.set()
+    await asyncio.wait_for(task, 20)
+    assert got["later"] >= sent + 1.0, f"delivered {sent + 1.0 - got['later']:.3f}s early"

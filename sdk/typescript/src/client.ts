@@ -153,6 +153,30 @@ export class Client implements Sidecar {
   }
 
   /**
+   * Cancels the scheduled message id of topic before its time
+   * (docs/scheduling.md): a group that reads the cancel before the message is
+   * due does not deliver it. `at` (the message's PublishResult) lets the
+   * sidecar read that one record; `key` narrows its search to the key's
+   * partition; without either it searches the whole topic. Rejects with
+   * reason UNKNOWN_SCHEDULED_MESSAGE or SCHEDULE_DUE; cancelling twice is not
+   * an error.
+   */
+  async cancelScheduled(topic: string, id: string, opts: { at?: PublishResult; key?: string | Uint8Array; timeoutMs?: number } = {}): Promise<void> {
+    const req = {
+      topic, id,
+      key: typeof opts.key === "string" ? Buffer.from(opts.key, "utf8") : Buffer.from(opts.key ?? []),
+      ...(opts.at ? { partition: opts.at.partition, offset: String(opts.at.offset) } : {}),
+    };
+    const callOpts: grpc.CallOptions = {};
+    if (opts.timeoutMs !== undefined) callOpts.deadline = Date.now() + opts.timeoutMs;
+    await new Promise<void>((resolve, reject) => {
+      this.pub.cancelScheduled(req, callOpts, (err) => (err ? reject(err) : resolve()));
+    }).catch((err: unknown) => {
+      throw wrapError(`spool: cancel scheduled "${id}" of "${topic}"`, err, this.addr);
+    });
+  }
+
+  /**
    * Appends one message to topic; resolves once it is durable. On an error the
    * message may or may not be stored: publish it again with the same id.
    */

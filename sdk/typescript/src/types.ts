@@ -51,6 +51,18 @@ export interface OutMessage {
    * copy, unless a `traceparent` is already there.
    */
   headers?: Record<string, string>;
+  /**
+   * Scheduled delivery (docs/scheduling.md): the message is stored now and
+   * delivered no sooner than this time, outside its key's order (unless
+   * deliverInKeyOrder). A time in
+   * the past is delivered at once; more than a year ahead, or past the
+   * topic's retention, is refused (INVALID_SCHEDULE, SCHEDULE_PAST_RETENTION).
+   */
+  deliverAt?: Date;
+  /** Scheduled delivery this many milliseconds after the sidecar receives the publish (1,000 to 31,536,000,000). Set at most one of the two. */
+  deliverAfterMs?: number;
+  /** Keep the scheduled message in its key's order: the key's later messages wait for it. Only with deliverAt or deliverAfterMs. */
+  deliverInKeyOrder?: boolean;
 }
 
 /** Where a published message was stored, once it is durable. */
@@ -98,7 +110,22 @@ function bytes(b: Bytes | undefined): Buffer {
  * that the active context is the caller's.
  */
 export function toPublishMessage(m: OutMessage): PublishMessage & { key: Buffer; payload: Buffer } {
-  return { id: m.id ?? "", key: bytes(m.key), payload: bytes(m.payload), headers: injectTrace(m.headers) ?? {} };
+  return {
+    id: m.id ?? "",
+    key: bytes(m.key),
+    payload: bytes(m.payload),
+    headers: injectTrace(m.headers) ?? {},
+    deliverAtMs: scheduleMs("deliverAt", m.deliverAt === undefined ? undefined : m.deliverAt.getTime()),
+    deliverAfterMs: scheduleMs("deliverAfterMs", m.deliverAfterMs),
+    deliverInKeyOrder: m.deliverInKeyOrder ?? false,
+  };
+}
+
+/** A scheduled delivery's wire value (whole milliseconds, rounded up: never early); 0 when unset. */
+function scheduleMs(name: string, ms: number | undefined): string {
+  if (ms === undefined) return "0";
+  if (!Number.isFinite(ms)) throw new TypeError(`spool: publish: ${name} is not a valid time or delay: pass a Date or a number of milliseconds`);
+  return String(Math.ceil(ms));
 }
 
 export function resultOf(r: PublishResult__Output): PublishResult {

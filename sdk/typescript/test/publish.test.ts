@@ -97,4 +97,16 @@ subscriptions:
     assert.ok(err instanceof SidecarUnreachableError, `got ${String(err)}`);
     assert.match(err.message, /is spoold running there\?/);
   });
+
+  test("a scheduled message waits, and can be cancelled before its time", async () => {
+    const gone = await c.publish("orders", { id: "ts-gone", key: "k", payload: "x", deliverAfterMs: 60_000 });
+    await c.cancelScheduled("orders", "ts-gone", { at: gone });
+    await c.cancelScheduled("orders", "ts-gone", { key: "k" }); // twice is fine
+    const unknown = await c.cancelScheduled("orders", "never-published").then(() => undefined, (e: unknown) => e);
+    assert.ok(unknown instanceof NotFoundError, `got ${String(unknown)}`);
+    assert.equal(unknown.reason, Reason.UNKNOWN_SCHEDULED_MESSAGE);
+    const far = await c.publish("orders", { payload: "x", deliverAt: new Date(Date.now() + 400 * 86_400_000) }).then(() => undefined, (e: unknown) => e);
+    assert.ok(far instanceof SpoolError, `got ${String(far)}`);
+    assert.equal(far.reason, Reason.INVALID_SCHEDULE);
+  });
 });

@@ -86,3 +86,16 @@ test("a settlement drops the queued extensions of its delivery", () => {
   assert.deepEqual(subscribe.withoutExtensionsOf(queued, { ...a, offset: 1, fencingToken: 7 }), [{ ref: b, extendByMs: 0 }]);
   assert.equal(subscribe.withoutExtensionsOf(queued, { ...a, fencingToken: "9" }).length, 2, "another attempt of the message keeps its extension");
 });
+
+test("a scheduled message carries its time or delay to the sidecar", () => {
+  const types = require(path.join(PROTO_DIR, "..", "dist", "types.js")) as typeof import("../dist/types"); // eslint-disable-line @typescript-eslint/no-require-imports
+  const at = new Date(1_900_000_000_123);
+  assert.equal(types.toPublishMessage({ payload: "x", deliverAt: at }).deliverAtMs, "1900000000123");
+  assert.equal(types.toPublishMessage({ payload: "x", deliverAfterMs: 1500.2 }).deliverAfterMs, "1501");
+  const plain = types.toPublishMessage({ payload: "x" });
+  assert.equal(plain.deliverAtMs, "0");
+  assert.equal(plain.deliverAfterMs, "0");
+  assert.equal(plain.deliverInKeyOrder, false);
+  assert.equal(types.toPublishMessage({ payload: "x", deliverAfterMs: 1000, deliverInKeyOrder: true }).deliverInKeyOrder, true);
+  assert.throws(() => types.toPublishMessage({ payload: "x", deliverAt: new Date("not a date") }), /deliverAt is not a valid time/);
+});

@@ -32,6 +32,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not (has .Values.cluster.bootstrap (list "auto" "always" "never")) -}}
 {{- fail (printf "cluster.bootstrap %q: must be auto, always or never" .Values.cluster.bootstrap) -}}
 {{- end -}}
+{{- if not (has .Values.cluster.finalize (list "auto" "manual")) -}}
+{{- fail (printf "cluster.finalize %q: must be auto or manual" (toString .Values.cluster.finalize)) -}}
+{{- end -}}
+{{- $fin := int (include "spool.seconds" .Values.cluster.autoFinalizeAfter) -}}
+{{- if or (lt $fin 60) (gt $fin 604800) -}}
+{{- fail (printf "cluster.autoFinalizeAfter %s: must be between 1m and 168h" (toString .Values.cluster.autoFinalizeAfter)) -}}
+{{- end -}}
 {{- if and .Values.cluster.enabled (eq .Values.mode "statefulset") (eq (toString .Values.cluster.storage) "off") -}}
 {{- fail "mode statefulset with cluster.storage \"off\": the volumes would hold nothing; use mode deployment for storage-off sidecars" -}}
 {{- end -}}
@@ -244,7 +251,7 @@ join (the peers of this pod: a list of host:port).
 {{- $cfg := dict "node" $node -}}
 {{- if $v.spoold.admin.tokensSecret -}}{{- $_ := set $cfg "admin" (dict "tokens_file" "/etc/spool-admin/tokens") -}}{{- end -}}
 {{- if $v.cluster.enabled -}}
-{{- $c := dict "replication_factor" $v.cluster.replicationFactor "dead_node_timeout" $v.cluster.deadNodeTimeout -}}
+{{- $c := dict "replication_factor" $v.cluster.replicationFactor "dead_node_timeout" $v.cluster.deadNodeTimeout "finalize" $v.cluster.finalize "auto_finalize_after" $v.cluster.autoFinalizeAfter -}}
 {{- if eq (toString $v.cluster.storage) "off" -}}
 {{- $_ := set $c "storage" "off" -}}
 {{- else -}}

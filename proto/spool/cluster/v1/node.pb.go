@@ -559,7 +559,10 @@ func (x *DescribeGroupResponse) GetState() *GroupsState {
 type MetadataRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// cluster_id, when set, must be the called node's cluster.
-	ClusterId     string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// known_state_sum is the state_sum of the state the asker holds (empty:
+	// none): when the called node's is the same, it answers unchanged.
+	KnownStateSum []byte `protobuf:"bytes,2,opt,name=known_state_sum,json=knownStateSum,proto3" json:"known_state_sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -601,12 +604,24 @@ func (x *MetadataRequest) GetClusterId() string {
 	return ""
 }
 
+func (x *MetadataRequest) GetKnownStateSum() []byte {
+	if x != nil {
+		return x.KnownStateSum
+	}
+	return nil
+}
+
 // MetadataResponse carries the controller's state.
 type MetadataResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	// state is engine/meta's EncodeState of the controller's state.
-	State         []byte `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// state is engine/meta's EncodeState of the controller's state; empty
+	// when unchanged.
+	State []byte `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// unchanged: the state is the one known_state_sum names (not sent).
+	Unchanged bool `protobuf:"varint,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// state_sum names the state (SHA-256 of state's bytes).
+	StateSum      []byte `protobuf:"bytes,4,opt,name=state_sum,json=stateSum,proto3" json:"state_sum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -651,6 +666,20 @@ func (x *MetadataResponse) GetClusterId() string {
 func (x *MetadataResponse) GetState() []byte {
 	if x != nil {
 		return x.State
+	}
+	return nil
+}
+
+func (x *MetadataResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+func (x *MetadataResponse) GetStateSum() []byte {
+	if x != nil {
+		return x.StateSum
 	}
 	return nil
 }
@@ -1039,7 +1068,15 @@ type FetchRequest struct {
 	Offset    int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	// max_bytes bounds the answer (at least one record is returned when any
 	// is there).
-	MaxBytes      int32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// With offset -1 (the log start and committed end only) and max_wait_ms
+	// above 0, the replica answers once its committed end passes wait_past,
+	// or after max_wait_ms (at most 10 000), whichever comes first: a node
+	// that reads the partition remotely learns of a commit as it happens
+	// instead of asking again and again. A release that does not know these
+	// fields answers at once.
+	WaitPast      int64 `protobuf:"varint,6,opt,name=wait_past,json=waitPast,proto3" json:"wait_past,omitempty"`
+	MaxWaitMs     int32 `protobuf:"varint,7,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1105,6 +1142,20 @@ func (x *FetchRequest) GetOffset() int64 {
 func (x *FetchRequest) GetMaxBytes() int32 {
 	if x != nil {
 		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetWaitPast() int64 {
+	if x != nil {
+		return x.WaitPast
+	}
+	return 0
+}
+
+func (x *FetchRequest) GetMaxWaitMs() int32 {
+	if x != nil {
+		return x.MaxWaitMs
 	}
 	return 0
 }
@@ -1206,14 +1257,17 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\x0e2!.spool.cluster.v1.CoordinateErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\x04R\x06leader\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x123\n" +
-	"\x05state\x18\x04 \x01(\v2\x1d.spool.cluster.v1.GroupsStateR\x05state\"0\n" +
+	"\x05state\x18\x04 \x01(\v2\x1d.spool.cluster.v1.GroupsStateR\x05state\"X\n" +
 	"\x0fMetadataRequest\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x01 \x01(\tR\tclusterId\"G\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12&\n" +
+	"\x0fknown_state_sum\x18\x02 \x01(\fR\rknownStateSum\"\x82\x01\n" +
 	"\x10MetadataResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\fR\x05state\"\xc2\x01\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\x12\x1c\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\x12\x1b\n" +
+	"\tstate_sum\x18\x04 \x01(\fR\bstateSum\"\xc2\x01\n" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\tR\x05token\x12)\n" +
@@ -1242,14 +1296,16 @@ const file_spool_cluster_v1_node_proto_rawDesc = "" +
 	"baseOffset\x124\n" +
 	"\x05error\x18\x02 \x01(\x0e2\x1e.spool.cluster.v1.ProduceErrorR\x05error\x12\x16\n" +
 	"\x06leader\x18\x03 \x01(\x04R\x06leader\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\x96\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xd3\x01\n" +
 	"\fFetchRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1b\n" +
-	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\"M\n" +
+	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\x12\x1b\n" +
+	"\twait_past\x18\x06 \x01(\x03R\bwaitPast\x12\x1e\n" +
+	"\vmax_wait_ms\x18\a \x01(\x05R\tmaxWaitMs\"M\n" +
 	"\rFetchResponse\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x10\n" +

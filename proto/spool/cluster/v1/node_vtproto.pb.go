@@ -301,6 +301,13 @@ func (m *MetadataRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.KnownStateSum) > 0 {
+		i -= len(m.KnownStateSum)
+		copy(dAtA[i:], m.KnownStateSum)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.KnownStateSum)))
+		i--
+		dAtA[i] = 0x12
+	}
 	if len(m.ClusterId) > 0 {
 		i -= len(m.ClusterId)
 		copy(dAtA[i:], m.ClusterId)
@@ -340,6 +347,23 @@ func (m *MetadataResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.StateSum) > 0 {
+		i -= len(m.StateSum)
+		copy(dAtA[i:], m.StateSum)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.StateSum)))
+		i--
+		dAtA[i] = 0x22
+	}
+	if m.Unchanged {
+		i--
+		if m.Unchanged {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x18
 	}
 	if len(m.State) > 0 {
 		i -= len(m.State)
@@ -681,6 +705,16 @@ func (m *FetchRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.MaxWaitMs != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxWaitMs))
+		i--
+		dAtA[i] = 0x38
+	}
+	if m.WaitPast != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.WaitPast))
+		i--
+		dAtA[i] = 0x30
+	}
 	if m.MaxBytes != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.MaxBytes))
 		i--
@@ -877,6 +911,10 @@ func (m *MetadataRequest) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	l = len(m.KnownStateSum)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -892,6 +930,13 @@ func (m *MetadataResponse) SizeVT() (n int) {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	l = len(m.State)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.Unchanged {
+		n += 2
+	}
+	l = len(m.StateSum)
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
@@ -1045,6 +1090,12 @@ func (m *FetchRequest) SizeVT() (n int) {
 	}
 	if m.MaxBytes != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxBytes))
+	}
+	if m.WaitPast != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.WaitPast))
+	}
+	if m.MaxWaitMs != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.MaxWaitMs))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1796,6 +1847,40 @@ func (m *MetadataRequest) UnmarshalVT(dAtA []byte) error {
 			}
 			m.ClusterId = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field KnownStateSum", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.KnownStateSum = append(m.KnownStateSum[:0], dAtA[iNdEx:postIndex]...)
+			if m.KnownStateSum == nil {
+				m.KnownStateSum = []byte{}
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -1911,6 +1996,60 @@ func (m *MetadataResponse) UnmarshalVT(dAtA []byte) error {
 			m.State = append(m.State[:0], dAtA[iNdEx:postIndex]...)
 			if m.State == nil {
 				m.State = []byte{}
+			}
+			iNdEx = postIndex
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Unchanged", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.Unchanged = bool(v != 0)
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field StateSum", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.StateSum = append(m.StateSum[:0], dAtA[iNdEx:postIndex]...)
+			if m.StateSum == nil {
+				m.StateSum = []byte{}
 			}
 			iNdEx = postIndex
 		default:
@@ -2856,6 +2995,44 @@ func (m *FetchRequest) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.MaxBytes |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field WaitPast", wireType)
+			}
+			m.WaitPast = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.WaitPast |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxWaitMs", wireType)
+			}
+			m.MaxWaitMs = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.MaxWaitMs |= int32(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 from types import TracebackType
 from typing import Any, Generator, Iterable, Mapping, Sequence, Unpack
@@ -29,6 +30,7 @@ from spool._types import (
     Stats,
     SubscribeOptions,
     acks_proto,
+    to_bytes,
 )
 from spool.v1 import message_pb2, publisher_pb2, publisher_pb2_grpc, subscriber_pb2_grpc
 
@@ -158,6 +160,9 @@ class Client:
         headers: Mapping[str, str] | None = None,
         acks: Acks = Acks.ALL,
         timeout: float | None = None,
+        deliver_at: datetime.datetime | None = None,
+        deliver_after: float | datetime.timedelta | None = None,
+        deliver_in_key_order: bool = False,
     ) -> PublishResult:
         """Appends one message and returns once it is durable. It carries the
         current OpenTelemetry trace context (headers ``traceparent`` and
@@ -165,8 +170,21 @@ class Client:
 
         On an error the message may or may not be stored: publish it again
         with the same ``id``.
+
+        ``deliver_at`` (an aware datetime) or ``deliver_after`` (seconds, or a
+        timedelta) schedule the message (docs/scheduling.md): it is stored now
+        and delivered no sooner than that time, outside its key's order unless
+        ``deliver_in_key_order`` keeps it there.
         """
-        m = OutMessage(payload=payload, key=key, id=id, headers=inject(headers))
+        m = OutMessage(
+            payload=payload,
+            key=key,
+            id=id,
+            headers=inject(headers),
+            deliver_at=deliver_at,
+            deliver_after=deliver_after,
+            deliver_in_key_order=deliver_in_key_order,
+        )
         return (await self._publish(topic, [m.proto()], acks, timeout))[0]
 
     async def publish_batch(
@@ -205,6 +223,30 @@ class Client:
                 "messages: the sidecar and SDK disagree on the protocol; upgrade them together"
             )
         return [PublishResult(r.id, r.partition, r.offset) for r in resp.results]
+
+    async def cancel_scheduled(
+        self,
+        topic: str,
+        id: str,
+        *,
+        at: PublishResult | None = None,
+        key: Bytes | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Cancels the scheduled message ``id`` of ``topic`` before its time
+        (docs/scheduling.md): a group that reads the cancel before the message
+        is due does not deliver it. ``at`` (the message's PublishResult) lets
+        the sidecar read that one record; ``key`` narrows its search to the
+        key's partition; without either it searches the whole topic. Raises
+        NotFoundError (UNKNOWN_SCHEDULED_MESSAGE) or FailedPreconditionError
+        (SCHEDULE_DUE). Cancelling twice is not an error."""
+        req = publisher_pb2.CancelScheduledRequest(topic=topic, id=id, key=to_bytes(key))
+        if at is not None:
+            req.partition, req.offset = at.partition, at.offset
+        try:
+            await self._pub.CancelScheduled(req, timeout=timeout)
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e, f"cancel scheduled {id!r} of {topic!r}", self.addr) from None
 
     def publisher(self, topic: str, *, max_in_flight: int = 1024, close_timeout: float = 30.0) -> Publisher:
         """A pipelined publisher to ``topic`` over one PublishStream."""

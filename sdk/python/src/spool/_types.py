@@ -7,7 +7,9 @@ subscription, which import this module and never the client."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Protocol, TypedDict, Union
 
@@ -82,11 +84,46 @@ class OutMessage:
     key: Bytes | None = None
     id: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Scheduled delivery (docs/scheduling.md): delivered no sooner than this
+    #: time (timezone-aware), or this many seconds after the sidecar receives
+    #: the publish (1 s to 365 days). Set at most one.
+    deliver_at: datetime.datetime | None = None
+    deliver_after: float | datetime.timedelta | None = None
+    #: Keep the scheduled message in its key's order: the key's later
+    #: messages wait for it. Only with deliver_at or deliver_after.
+    deliver_in_key_order: bool = False
 
     def proto(self) -> message_pb2.PublishMessage:
+        at_ms, after_ms = schedule_ms(self.deliver_at, self.deliver_after)
         return message_pb2.PublishMessage(
-            id=self.id, key=to_bytes(self.key), payload=to_bytes(self.payload), headers=dict(self.headers)
+            id=self.id,
+            key=to_bytes(self.key),
+            payload=to_bytes(self.payload),
+            headers=dict(self.headers),
+            deliver_at_ms=at_ms,
+            deliver_after_ms=after_ms,
+            deliver_in_key_order=self.deliver_in_key_order,
         )
+
+
+def schedule_ms(
+    deliver_at: datetime.datetime | None, deliver_after: float | datetime.timedelta | None
+) -> tuple[int, int]:
+    """The publish's deliver_at_ms and deliver_after_ms. A naive datetime is
+    refused: its time zone would be a guess. The sidecar checks the rest (the
+    horizon, the topic's retention) and answers INVALID_SCHEDULE or
+    SCHEDULE_PAST_RETENTION."""
+    at_ms = after_ms = 0
+    if deliver_at is not None:
+        if deliver_at.tzinfo is None or deliver_at.utcoffset() is None:
+            raise ValueError(
+                "deliver_at has no time zone: pass an aware datetime, for example datetime.now(timezone.utc) + timedelta(hours=1)"
+            )
+        at_ms = math.ceil(deliver_at.timestamp() * 1000)
+    if deliver_after is not None:
+        secs = deliver_after.total_seconds() if isinstance(deliver_after, datetime.timedelta) else float(deliver_after)
+        after_ms = math.ceil(secs * 1000)
+    return at_ms, after_ms
 
 
 def acks_proto(acks: Acks) -> Any:

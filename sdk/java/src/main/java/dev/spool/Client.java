@@ -265,6 +265,38 @@ public final class Client implements AutoCloseable {
   }
 
   /**
+   * Cancels the scheduled message {@code at} (its publish's result) before its time
+   * (docs/scheduling.md): a group that reads the cancel before the message is due does not
+   * deliver it. Throws a {@link SpoolException} with reason {@link Reason#UNKNOWN_SCHEDULED_MESSAGE}
+   * or {@link Reason#SCHEDULE_DUE}. Cancelling twice is not an error.
+   */
+  public void cancelScheduled(String topic, PublishResult at) {
+    cancelScheduled(topic, dev.spool.v1.CancelScheduledRequest.newBuilder()
+        .setTopic(topic).setId(at.id()).setPartition(at.partition()).setOffset(at.offset()).build());
+  }
+
+  /**
+   * Cancels the scheduled message {@code id} of topic, searched for in every partition of the
+   * topic (see {@link #cancelScheduled(String, PublishResult)}, which reads one record).
+   */
+  public void cancelScheduled(String topic, String id) {
+    cancelScheduled(topic, dev.spool.v1.CancelScheduledRequest.newBuilder().setTopic(topic).setId(id).build());
+  }
+
+  private void cancelScheduled(String topic, dev.spool.v1.CancelScheduledRequest req) {
+    checkTopic(topic);
+    PublisherServiceGrpc.PublisherServiceBlockingStub stub = pub;
+    if (!opts.publishTimeout().isZero()) {
+      stub = stub.withDeadlineAfter(opts.publishTimeout().toNanos(), TimeUnit.NANOSECONDS);
+    }
+    try {
+      stub.cancelScheduled(req);
+    } catch (StatusRuntimeException e) {
+      throw Errors.wrap("spool: cancel scheduled \"" + req.getId() + "\" of \"" + topic + "\"", e, addr, Errors.Op.CALL);
+    }
+  }
+
+  /**
    * {@link #publish(String, OutMessage)} without blocking: the future
    * completes once the message is durable, or exceptionally with the
    * {@link SpoolException} {@code publish} would throw. It completes on a

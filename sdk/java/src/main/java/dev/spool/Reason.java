@@ -31,6 +31,11 @@ public final class Reason {
   public static final String UNKNOWN_SUBSCRIPTION = "UNKNOWN_SUBSCRIPTION";
   public static final String WRONG_DELIVERY_MODE = "WRONG_DELIVERY_MODE";
   public static final String PARTITION_QUARANTINED = "PARTITION_QUARANTINED";
+  public static final String BACKEND_UNSUPPORTED = "BACKEND_UNSUPPORTED";
+  public static final String INVALID_SCHEDULE = "INVALID_SCHEDULE";
+  public static final String SCHEDULE_PAST_RETENTION = "SCHEDULE_PAST_RETENTION";
+  public static final String UNKNOWN_SCHEDULED_MESSAGE = "UNKNOWN_SCHEDULED_MESSAGE";
+  public static final String SCHEDULE_DUE = "SCHEDULE_DUE";
   public static final String DISK_FULL = "DISK_FULL";
   public static final String SHUTTING_DOWN = "SHUTTING_DOWN";
   public static final String NOT_LEADER = "NOT_LEADER";

@@ -45,6 +45,31 @@ class PublishTest {
     }
   }
 
+  /** A scheduled message waits for its time; one cancelled before it is never delivered. */
+  @Test
+  void scheduledMessagesWaitAndCanBeCancelled() {
+    try (var s = Harness.Spoold.start(Harness.ordersConfig("10s", 5, null)); var c = Client.connect(s.app)) {
+      long sent = System.currentTimeMillis();
+      c.publish("orders", OutMessage.of("later").withId("later").withKey("k").withDeliverAfter(Duration.ofSeconds(1)));
+      PublishResult gone = c.publish("orders", OutMessage.of("gone").withId("gone").withKey("k").withDeliverAfter(Duration.ofSeconds(1)));
+      c.cancelScheduled("orders", gone);
+      c.cancelScheduled("orders", "gone"); // twice is fine
+      NotFoundException nf = assertThrows(NotFoundException.class, () -> c.cancelScheduled("orders", "never-published"));
+      assertEquals(Reason.UNKNOWN_SCHEDULED_MESSAGE, nf.reason());
+      InvalidRequestException far = assertThrows(InvalidRequestException.class,
+          () -> c.publish("orders", OutMessage.of("x").withDeliverAt(java.time.Instant.now().plus(Duration.ofDays(400)))));
+      assertEquals(Reason.INVALID_SCHEDULE, far.reason());
+
+      Map<String, Long> got = new ConcurrentHashMap<>();
+      try (var sub = c.subscribe("workers", List.of("orders"), m -> got.put(m.id(), System.currentTimeMillis()),
+          SubscribeOptions.builder().drainOnShutdown(false).build())) {
+        Eventually.await("the scheduled message delivered", () -> got.containsKey("later"));
+      }
+      assertTrue(got.get("later") >= sent + 1000, "delivered " + (sent + 1000 - got.get("later")) + " ms early");
+      assertFalse(got.containsKey("gone"), "a cancelled message was delivered");
+    }
+  }
+
   @Test
   void refusalsAreTypedWithTheSidecarsReason() {
     try (var s = Harness.Spoold.start(Harness.ordersConfig("10s", 5, null)); var c = Client.connect(s.app)) {

@@ -238,4 +238,19 @@ class UnitTest {
     assertTrue(Dialect.MYSQL.insertSql("t").startsWith("INSERT IGNORE INTO t "));
     assertTrue(Dialect.POSTGRES.insertSql("t").endsWith("ON CONFLICT (consumer_group, message_id) DO NOTHING"));
   }
+
+  /** A scheduled message carries its delivery time or delay to the sidecar; other options keep it. */
+  @Test
+  void scheduledMessageCarriesItsTime() {
+    java.time.Instant at = java.time.Instant.ofEpochMilli(1_900_000_000_123L);
+    dev.spool.v1.PublishMessage p = OutMessage.of("x").withDeliverAt(at).withKey("k").withId("i").withHeader("a", "1").toProto();
+    assertEquals(1_900_000_000_123L, p.getDeliverAtMs());
+    assertEquals(0, p.getDeliverAfterMs());
+    p = OutMessage.of("x").withDeliverAt(at).withDeliverAfter(Duration.ofSeconds(90)).toProto();
+    assertEquals(0, p.getDeliverAtMs());
+    assertEquals(90_000, p.getDeliverAfterMs());
+    p = OutMessage.of("x").toProto();
+    assertEquals(0, p.getDeliverAtMs() + p.getDeliverAfterMs());
+    assertTrue(OutMessage.of("x").withDeliverInKeyOrder().withDeliverAfter(Duration.ofSeconds(5)).withKey("k").toProto().getDeliverInKeyOrder());
+  }
 }
