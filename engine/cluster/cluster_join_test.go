@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -59,5 +61,62 @@ func TestClusterJoinPastAnUnresponsiveCandidate(t *testing.T) {
 	t.Logf("joined in %v with a silent first join address", time.Since(start).Round(time.Millisecond))
 	if id := cn.n.asMember().id.NodeID; id != 2 {
 		t.Fatalf("the new node got id %d, want 2 (admitted once)", id)
+	}
+}
+
+// A node joins while the controller's leader stands still (SIGSTOP, here
+// the pause gate): the other members pass its join on to the paused leader
+// and hold it, but each call is short and asked again with the same join
+// token, so once they elect a new leader the node is admitted — within
+// the election and a round, not when the paused node resumes. (Before: the
+// call waited 10 s, and the chaos suite's fourth node joined only after the
+// stopped first node resumed.)
+func TestClusterJoinWhileTheControllersLeaderIsPaused(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	var leader *clusterNode
+	// Three voters of the controller's group, as every member sees it: a
+	// new cluster promotes its learners one at a time, and with two voters
+	// of which one stands still no election can succeed (raft's quorum).
+	awaitCond(t, 20*time.Second, "a controller leader and three voters", func() error {
+		leader = nil
+		for _, cn := range tc.nodes {
+			if err := cn.n.awaitReady(100 * time.Millisecond); err != nil {
+				return err
+			}
+			s, ok := cn.n.asMember().host.Status(controllerGroup)
+			if !ok || len(s.Voters) != 3 || s.Joint || len(s.Learners) > 0 {
+				return fmt.Errorf("controller group on %s: voters %v, learners %v", cn.addr, s.Voters, s.Learners)
+			}
+			if s.IsLeader {
+				leader = cn
+			}
+		}
+		if leader == nil {
+			return errors.New("no controller leader yet")
+		}
+		return nil
+	})
+	gate := &leader.n.asMember().gate
+	gate.pause()
+	defer gate.resume()
+	join := []string{leader.addr}
+	for _, cn := range tc.nodes {
+		if cn != leader {
+			join = append(join, cn.addr)
+		}
+	}
+	cn := &clusterNode{dir: t.TempDir(), addr: freeTCPAddr(t), join: join}
+	tc.nodes = append(tc.nodes, cn)
+	start := time.Now()
+	tc.start(cn)
+	// The tests' election timeout is 10–20 ticks of 20 ms; a join call is
+	// bounded by joinCallTimeout (3 s), then the next round asks again.
+	awaitCond(t, 8*time.Second, "the new node a member", func() error { return cn.n.awaitReady(100 * time.Millisecond) })
+	if !gate.paused() {
+		t.Fatal("the gate opened before the node joined")
+	}
+	t.Logf("joined in %v with the controller's leader paused", time.Since(start).Round(time.Millisecond))
+	if id := cn.n.asMember().id.NodeID; id != 4 {
+		t.Fatalf("the new node got id %d, want 4 (admitted once)", id)
 	}
 }
