@@ -153,9 +153,18 @@ func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, o
 	}
 	if plan.StopServing || plan.DropServing || plan.OpenServing || cur.X.raftGroup == 0 {
 		// A new partition value: served from this node's copy when
-		// one opens, from the other replicas otherwise.
+		// one opens, from the other replicas otherwise. The committed
+		// end reported so far is not reported less. A copy that opens
+		// counts as committed only what raft says of its own log (the
+		// end read from the others may lie past it: the coordinator's
+		// applier would read records this log does not hold yet); it
+		// reads from the others until it holds that end (readsRemote).
 		part := newPart(plan.OpenServing)
-		if cur.X.raftGroup != 0 {
+		switch {
+		case cur.X.raftGroup == 0:
+		case part.Log != nil:
+			noteRemoteEnd(part, max(cur.Committed.Load(), cur.X.remoteEnd.Load()))
+		default:
 			part.Committed.Store(cur.Committed.Load())
 		}
 		t.Parts[i] = part
