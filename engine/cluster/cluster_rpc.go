@@ -258,8 +258,11 @@ func (c *cluster) offsetsRemote(part *partition) (int64, int64, error) {
 // askReplica calls the other replicas of a partition in turn until one
 // answers.
 func (c *cluster) askReplica(part *partition, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
-	if part.X.raftGroup == 0 { // not placed: nothing to read yet
-		return &clusterv1.FetchResponse{}, nil
+	if part.X.raftGroup == 0 {
+		if !c.role.placementKnown() {
+			return nil, fmt.Errorf("%w: %s/%d: this node has not read the partition's placement since it started (its controller state is behind the leader's)", engine.ErrOffsetsUnknown, part.Topic.Name, part.Num)
+		}
+		return &clusterv1.FetchResponse{}, nil // not placed: nothing to read yet
 	}
 	var errs []error
 	for _, node := range part.X.holders() {
