@@ -117,3 +117,92 @@ func TestClusterReplicaOpenedAfterRemoteReadsKeepsItsOwnEnd(t *testing.T) {
 		return nil
 	})
 }
+
+// The same for a learner promoted to serve: a node that read the
+// partition's committed end from the others (its state still held the old
+// placement) and then applies the end of the move that made its learner a
+// voter reports no less than before, however far its copy lags. Found by
+// the fault suite (chaos, membership kind with leaves, seed 3113): a node
+// paused during a move resumed and reported 3,154, then 2,906. Before the
+// fix: 1 after 11.
+func TestClusterPromotedLearnerKeepsTheReportedEnd(t *testing.T) {
+	tc := newTestCluster(t, 4, func(_ int, cn *clusterNode) { // no bound until one is set
+		cn.hold = &atomic.Int64{}
+		cn.hold.Store(math.MaxInt64)
+	})
+	if err := tc.nodes[0].n.EnsureTopic(engine.TopicSpec{Name: "orders", Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 30*time.Second, "a first publish", func() error { _, err := produce(tc.nodes[0].n, "orders", 0, "v0"); return err })
+	byID := map[uint64]*clusterNode{}
+	for _, cn := range tc.nodes {
+		cs, _ := cn.n.ClusterStatus()
+		byID[cs.NodeID] = cn
+	}
+	var x *clusterNode
+	var xid uint64
+	var replicas []uint64
+	awaitCond(t, 30*time.Second, "a node without a replica", func() error {
+		topic, _ := controllerState(tc.nodes[0].n).Topic("orders")
+		replicas = topic.Partitions[0].Replicas
+		for id, cn := range byID {
+			if !slices.Contains(replicas, id) {
+				x, xid = cn, id
+				return nil
+			}
+		}
+		return fmt.Errorf("replicas %v", replicas)
+	})
+	to := append(slices.Clone(replicas[:2]), xid)
+	xm, hold := x.n.asMember(), x.hold
+	if _, err := tc.nodes[0].n.MoveReplicas(context.Background(), "orders", 0, to); err != nil {
+		t.Fatal(err)
+	}
+	awaitCond(t, 30*time.Second, "node x learning the partition", func() error {
+		if !hasCopy(x.n, "orders", 0) {
+			return fmt.Errorf("no copy yet")
+		}
+		hold.Store(xm.ctrl.Applied()) // the move's end is not applied here
+		return nil
+	})
+	awaitCond(t, 30*time.Second, "the move ended (as the others see it)", func() error {
+		topic, _ := controllerState(tc.nodes[0].n).Topic("orders")
+		if p := topic.Partitions[0]; p.Target != nil || !slices.Equal(p.Replicas, to) {
+			return fmt.Errorf("replicas %v, target %v", p.Replicas, p.Target)
+		}
+		return nil
+	})
+	xm.gate.pause() // its copy stands still
+	defer xm.gate.resume()
+	for i := 1; i <= 10; i++ {
+		if _, err := produce(byID[to[0]].n, "orders", 0, fmt.Sprintf("v%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitCond(t, 30*time.Second, "node x reading the committed end 11 from the others", func() error {
+		if _, end, err := x.n.Offsets("orders", 0); err != nil || end != 11 {
+			return fmt.Errorf("end %d (%v)", end, err)
+		}
+		return nil
+	})
+	hold.Store(math.MaxInt64)
+	xm.signalController()
+	awaitCond(t, 30*time.Second, "node x serving its promoted copy", func() error {
+		part, err := x.n.partition("orders", 0)
+		if err != nil || part.Log == nil {
+			return fmt.Errorf("not promoted yet (%v)", err)
+		}
+		return nil
+	})
+	if _, end, err := x.n.Offsets("orders", 0); err != nil || end < 11 {
+		t.Fatalf("node x reports the committed end %d (%v) after its learner was promoted, reported 11 before", end, err)
+	}
+	xm.gate.resume()
+	awaitCond(t, 30*time.Second, "node x serving every record", func() error {
+		recs, err := readAll(x.n, "orders", 0)
+		if err != nil || len(recs) != 11 {
+			return fmt.Errorf("%d records (%v)", len(recs), err)
+		}
+		return nil
+	})
+}
