@@ -477,6 +477,18 @@ const forwardedKey = "spool-forwarded"
 // from 250 ms, doubling up to 2 s, each wait at least half its cap.
 var joinBackoff = backoff.Config{Base: 250 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2, Jitter: 0.5}
 
+// A joining node's call to one candidate waits joinCallFirst in its first
+// round, twice that in each next one, up to joinCallMax: a candidate that
+// holds calls without answering (a paused process, a member still passing
+// joins on to a leader that is gone) must not keep the others from being
+// asked for 10 s, and an admission that is merely slow still gets its time
+// in later rounds (a retried join carries the same token: it is admitted
+// once).
+const (
+	joinCallFirst = 2 * time.Second
+	joinCallMax   = 10 * time.Second
+)
+
 // errCreateCluster: join found no cluster among the candidates, and this
 // node is the one to create it (ClusterConfig.BootstrapExpect).
 var errCreateCluster = errors.New("create the cluster")
@@ -488,16 +500,20 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	token := randomID(16)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
-	callTimeout := 10 * time.Second
-	if c.cfg.BootstrapExpect > 0 {
-		// Nodes still forming the cluster do not serve yet: a call to one
-		// waits for its deadline.
-		callTimeout = 2 * time.Second
-	}
 	var errs []error
 	for attempt := 0; ; attempt++ {
+		callTimeout := min(joinCallFirst<<min(attempt, 8), joinCallMax)
+		if c.cfg.BootstrapExpect > 0 {
+			// Nodes still forming the cluster do not serve yet: a call to one
+			// waits for its deadline.
+			callTimeout = joinCallFirst
+		}
 		cands, self, rerrs := c.joinCandidates(ctx)
 		errs = append(errs[:0], rerrs...)
+		if len(cands) > 1 { // each round starts with another candidate
+			k := attempt % len(cands)
+			cands = append(cands[k:len(cands):len(cands)], cands[:k]...)
+		}
 		forming := 0 // candidates that answered that they are joining too
 		for _, addr := range cands {
 			conn, err := grpc.NewClient(addr, c.dialCreds())
