@@ -10,8 +10,8 @@ import (
 // leader — is paused (it holds calls without answering) joins once the
 // others elected a new leader, not after its call to the paused one timed
 // out at 10 s. Found by the fault suite (chaos, membership, seed 3114): a
-// fourth node started as the node it would join through first went down
-// joined 9.4 s later. Before the fix: 10.2 s.
+// fourth node started as the node it would join through first was paused
+// (SIGSTOP) joined 9.4 s later. Before the fix: 10.2 s.
 func TestClusterJoinWhileTheControllerLeaderIsDown(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	var leader *clusterNode
