@@ -364,13 +364,19 @@ func init() {
 	// `spool cluster move` calls): each a replica move (one replica swapped
 	// for the node holding none) or a leadership transfer (the same
 	// replicas, another first: the preferred leader), drawn from the seed.
+	// In one fault in two after the fourth node joined, the first change
+	// is a leave instead: another node is decommissioned through a third
+	// (AdminService.DecommissionNode); once node i is back it must be
+	// removed within DecommissionBound, and is then wiped and started
+	// again as a new node (rejoin).
 	faults["membership"] = faultKind{extraNode: true, holdMs: [2]int{3000, 8000}, pick: func(r *run, drawn int) int {
 		if r.procs[drawn] == nil {
 			return drawn % nodes // not joined yet: fault one that runs
 		}
 		return drawn
 	}, inject: func(r *run, i int, hold time.Duration) error {
-		if r.procs[nodes] == nil { // the fourth node joins now, as node i goes down
+		joining := r.procs[nodes] == nil
+		if joining { // the fourth node joins now, as node i goes down
 			if err := r.start(nodes); err != nil {
 				return err
 			}
@@ -383,20 +389,127 @@ func init() {
 		} else {
 			r.kill(i)
 		}
-		r.moveOne(i)
+		// A leave (one fault in two, once the fourth node is a member):
+		// another node is decommissioned through a third while node i is
+		// down.
+		leaver, leaveFrom := -1, time.Now()
+		if r.rng.IntN(2) == 0 && !joining {
+			leaver = r.leave(i)
+		} else {
+			r.moveOne(i)
+		}
 		ok := r.sleep(hold / 2)
 		if ok {
 			r.moveOne(i)
 			ok = r.sleep(hold - hold/2)
 		}
+		var err error
 		switch {
 		case pause:
-			return r.procs[i].cmd.Process.Signal(syscall.SIGCONT)
-		case !ok:
+			err = r.procs[i].cmd.Process.Signal(syscall.SIGCONT)
+		case !ok && leaver < 0:
 			return nil // the run's end restarts it
+		default:
+			err = r.start(i)
 		}
-		return r.start(i)
+		if err != nil || leaver < 0 {
+			return err
+		}
+		return r.rejoin(leaver, leaveFrom)
 	}}
+}
+
+// DecommissionBound is how long a decommission may take once the faults
+// around it heal (docs/operations.md, "Taking a node out for good"): its
+// replicas' moves, then its removal.
+const DecommissionBound = 30 * time.Second
+
+// leave decommissions a node other than down through a third node's
+// AdminService.DecommissionNode (what `spool cluster decommission` calls),
+// both drawn from the run's seed, and returns the node's index, or -1 when
+// the decommission was not accepted (recorded as a refusal, as a move's
+// is).
+func (r *run) leave(down int) int {
+	j := (down + 1 + r.rng.IntN(r.n-1)) % r.n
+	var others []int
+	for k := range r.n {
+		if k != down && k != j {
+			others = append(others, k)
+		}
+	}
+	via := others[r.rng.IntN(len(others))]
+	st, err := r.status(j)
+	if err == nil {
+		err = r.decommission(via, st.GetNodeId())
+	}
+	r.record(op{Kind: "move", Node: via, Err: fmt.Sprintf("leave of n%d (id %s) through n%d while n%d is down: %v", j+1, st.GetNodeId(), via+1, down+1, cmp.Or[error](err, errors.New("accepted")))})
+	if err != nil {
+		return -1
+	}
+	return j
+}
+
+// decommission asks node via to decommission the node with id.
+func (r *run) decommission(via int, id string) error {
+	conn, err := grpc.NewClient(fmt.Sprintf("passthrough:///%s:%d", r.net.IP(via), adminPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = spoolv1.NewAdminServiceClient(conn).DecommissionNode(ctx, &spoolv1.DecommissionNodeRequest{NodeId: id})
+	return err
+}
+
+// rejoin waits until node j, decommissioned, is removed (DecommissionBound,
+// from now: the fault around it healed), then stops it (SIGTERM), wipes its
+// data dir and starts it again: it joins as a new node, through any other.
+// From from to its readiness it is a graceful fault of node j.
+func (r *run) rejoin(j int, from time.Time) error {
+	id := ""
+	if st, err := r.status(j); err == nil {
+		id = st.GetNodeId()
+	}
+	healed := time.Now()
+	deadline := healed.Add(DecommissionBound)
+	for {
+		k := (j + 1) % r.n
+		st, err := r.status(k)
+		member := err != nil
+		for _, nd := range st.GetNodes() {
+			member = member || nd.GetId() == id
+		}
+		if !member {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %d (id %s) still a cluster member %v after its decommission and the faults healed (as node %d sees it: %v; its log: n%d.log)", j+1, id, DecommissionBound, k+1, cmp.Or[any](err, st), j+1)
+		}
+		time.Sleep(200 * time.Millisecond) // sleep-ok: polling the cluster's membership
+	}
+	r.record(op{Kind: "move", Node: j, Err: fmt.Sprintf("leave of n%d (id %s): removed %v after its decommission, %v after the fault healed; stopped, wiped, started again as a new node", j+1, id, time.Since(from).Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))})
+	p := r.procs[j]
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("node %d did not stop within 30 s of SIGTERM", j+1)
+	}
+	if err := os.RemoveAll(r.dataDir(j)); err != nil {
+		return err
+	}
+	r.rejoined[j] = true
+	if err := r.start(j); err != nil {
+		return err
+	}
+	if err := r.awaitReady(60 * time.Second); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.flts = append(r.flts, check.Fault{Node: j, From: from, To: time.Now(), Graceful: true})
+	r.mu.Unlock()
+	return nil
 }
 
 // moveOne changes the placement of one partition through the admin API of
@@ -427,8 +540,8 @@ func (r *run) moveOne(down int) {
 	r.record(op{Kind: "move", Node: via, Partition: p, Err: fmt.Sprintf("%s of %s/%d from %v to %v: %v", what, topic, p, from, to, cmp.Or[error](err, errors.New("accepted")))})
 }
 
-// logMoves says how many placement changes the run made and how many
-// were refused.
+// logMoves says how many placement changes (moves, transfers, leaves and
+// their ends) the run made and how many were refused.
 func (r *run) logMoves() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -436,7 +549,7 @@ func (r *run) logMoves() {
 	for _, o := range r.ops {
 		switch {
 		case o.Kind != "move":
-		case strings.HasSuffix(o.Err, ": accepted"):
+		case strings.HasSuffix(o.Err, ": accepted"), strings.Contains(o.Err, "): removed "):
 			made = append(made, o.Err)
 		default:
 			refused = append(refused, o.Err)
@@ -594,9 +707,12 @@ type run struct {
 	bins  []string // each node's spoold: spooldBin, or the previous release's
 	// rolled: the nodes an upgrade run has replaced (upgrade_test.go).
 	rolled []bool
-	starts []int // how many times each spoold was started (under mu)
-	wl     *workload
-	stop   chan struct{} // closed when the faulted time ends
+	// rejoined: the nodes a leave removed and started again on a wiped
+	// data dir (they join through any other node).
+	rejoined []bool
+	starts   []int // how many times each spoold was started (under mu)
+	wl       *workload
+	stop     chan struct{} // closed when the faulted time ends
 
 	mu    sync.Mutex
 	pubs  []check.Publish
@@ -669,7 +785,7 @@ func oneRun(t *testing.T, kind string, seed uint64, length time.Duration, dir st
 	if err != nil {
 		return check.Result{}, err
 	}
-	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), bins: make([]string, count), rolled: make([]bool, count), starts: make([]int, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
+	r := &run{t: t, dir: dir, net: n, n: count, procs: make([]*proc, count), bins: make([]string, count), rolled: make([]bool, count), rejoined: make([]bool, count), starts: make([]int, count), stop: make(chan struct{}), rng: rand.New(rand.NewPCG(seed, 0xda4a6e))}
 	defer r.close()
 	r.powerLoss, r.clocks, r.slowSyncs = faults[kind].powerLoss, faults[kind].clocks, faults[kind].slowSyncs
 	if kind == "flaky" {
@@ -976,6 +1092,14 @@ func (r *run) config(i int) string {
 	switch {
 	case i >= nodes: // the extra node joins through any of the first three (one may be down)
 		join = fmt.Sprintf("  join: [\"%s:%d\", \"%s:%d\", \"%s:%d\"]\n", r.net.IP(0), peerPort, r.net.IP(1), peerPort, r.net.IP(2), peerPort)
+	case r.rejoined[i]: // a decommissioned node, wiped: through any other
+		var addrs []string
+		for k := range r.n {
+			if k != i {
+				addrs = append(addrs, fmt.Sprintf("\"%s:%d\"", r.net.IP(k), peerPort))
+			}
+		}
+		join = fmt.Sprintf("  join: [%s]\n", strings.Join(addrs, ", "))
 	case i > 0:
 		join = fmt.Sprintf("  join: [\"%s:%d\"]\n", r.net.IP(0), peerPort)
 	}
@@ -1094,10 +1218,9 @@ var definite = []string{"NO_LEADER", "UNKNOWN_TOPIC", "INVALID_ARGUMENT", "MESSA
 // produce publishes r-n<i>-<seq> with keys k0..k7 in turn through node i,
 // each retried with the same id until acknowledged or the run ends.
 func (r *run) produce(ctx context.Context, i int) {
-	c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort))
+	c, err := r.dial(ctx, i)
 	if err != nil {
-		r.t.Errorf("dial node %d: %v", i+1, err)
-		return
+		return // the run ended first
 	}
 	defer c.Close()
 	for seq := 0; ctx.Err() == nil; seq++ {
@@ -1177,9 +1300,8 @@ func probeDialOptions() []grpc.DialOption {
 // probeTimeout, not waiting for the one before: the time from a heal to
 // its first acknowledgement does not wait for a publish stuck before it.
 func (r *run) probe(ctx context.Context, i int, p int32) {
-	c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort), spool.WithGRPCDialOptions(probeDialOptions()...))
+	c, err := r.dial(ctx, i, spool.WithGRPCDialOptions(probeDialOptions()...))
 	if err != nil {
-		r.t.Errorf("dial node %d: %v", i+1, err)
 		return
 	}
 	defer c.Close()
@@ -1391,11 +1513,24 @@ func (r *run) listTopics(i int) (*spoolv1.ListTopicsResponse, error) {
 	return spoolv1.NewAdminServiceClient(conn).ListTopics(ctx, &spoolv1.ListTopicsRequest{})
 }
 
+// dial connects a client to node i's sidecar, as an app does: again and
+// again until it answers or ctx ends (a node joining while the node it
+// joins through is down may take longer than one Dial waits). Each failed
+// try is logged; none fails the run.
+func (r *run) dial(ctx context.Context, i int, opts ...spool.DialOption) (*spool.Client, error) {
+	for {
+		c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort), opts...)
+		if err == nil || ctx.Err() != nil {
+			return c, err
+		}
+		r.t.Logf("dial node %d: %v; dialling again", i+1, err)
+	}
+}
+
 // consume runs node i's app: it completes every message, recording it.
 func (r *run) consume(ctx context.Context, i int) {
-	c, err := spool.Dial(ctx, fmt.Sprintf("%s:%d", r.net.IP(i), appPort))
+	c, err := r.dial(ctx, i)
 	if err != nil {
-		r.t.Errorf("dial node %d: %v", i+1, err)
 		return
 	}
 	defer c.Close()

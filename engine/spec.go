@@ -69,6 +69,12 @@ var ErrTopicInUse = errors.New("topic in use")
 // than its replication factor).
 var ErrNotPlaced = errors.New("engine: topic not placed yet")
 
+// ErrOffsetsUnknown: this node cannot tell a partition's offsets yet — it
+// restarted and has not read the cluster's placement of the partition up
+// to what the controller's leader holds. Retry in a moment: reporting what
+// it held before would let offsets go back.
+var ErrOffsetsUnknown = errors.New("engine: offsets not known yet")
+
 // ErrNoLeader: no leader of the partition could be found or reached in time.
 
 var ErrNoLeader = errors.New("engine: no leader")

@@ -151,6 +151,9 @@ type History struct {
 	Offsets   []OffsetsSeen
 	Committed []CommittedSeen
 	Resets    []Reset
+	// GroupOps: commits and reads of groups' committed offsets at their
+	// coordinators (linearize_groups.go).
+	GroupOps []GroupOp
 }
 
 // Result is what Check found.
@@ -279,6 +282,7 @@ func Check(h History) Result {
 	r.noQuorum(h)
 	r.reorders(h.Publishes, copies)
 	r.linearizable(h, copies)
+	r.groupCommitsLinearizable(h.GroupOps)
 	r.completions(h)
 	r.toCompletion(h)
 	r.healPublish(h)

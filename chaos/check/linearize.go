@@ -141,13 +141,14 @@ func (r *Result) linearizable(h History, copies map[string][]Record) {
 		return
 	}
 	r.violate("NOT LINEARIZABLE: the appends of some partition have no order that keeps real time and gives increasing offsets (porcupine: %s; linearization.html shows it)", res)
-	r.linearization = &linearization{ops: ops, info: info}
+	r.linearization = &linearization{model: logModel, ops: ops, info: info}
 }
 
 // linearization is a failed check's evidence, for Visualize.
 type linearization struct {
-	ops  []porcupine.Operation
-	info porcupine.LinearizationInfo
+	model porcupine.Model
+	ops   []porcupine.Operation
+	info  porcupine.LinearizationInfo
 }
 
 // Visualize writes porcupine's page of a failed linearizability check (an
@@ -158,5 +159,5 @@ func (r Result) Visualize(w io.Writer) (bool, error) {
 	if r.linearization == nil {
 		return false, nil
 	}
-	return true, porcupine.Visualize(logModel, r.linearization.info, w)
+	return true, porcupine.Visualize(r.linearization.model, r.linearization.info, w)
 }

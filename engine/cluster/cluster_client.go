@@ -58,6 +58,8 @@ func (c *storageOff) status(uint64) (raft.GroupStatus, bool) { return raft.Group
 // replicaStopped: a storage-off node holds no replica.
 func (c *storageOff) replicaStopped(uint64) bool { return false }
 
+func (c *storageOff) placementKnown() bool { return true }
+
 // proposeWith is never reached (status never finds a leader here): it
 // answers that this node leads nothing.
 func (c *storageOff) proposeWith(group uint64, _ []byte, _ raft.ProposeOptions, done func(raft.Proposed, error)) {

@@ -155,15 +155,14 @@ func (n *Node) placePartition(t *topic, i int, mp meta.Partition, self uint64, o
 		// A new partition value: served from this node's copy when
 		// one opens, from the other replicas otherwise.
 		part := newPart(plan.OpenServing)
-		if cur.X.raftGroup != 0 {
-			part.Committed.Store(cur.Committed.Load())
-		}
+		keepReportedEnd(cur, part)
 		t.Parts[i] = part
 		if part.Log != nil {
 			toOpen = append(toOpen, opening{part, plan.Bootstrap})
 		}
 	}
 	if plan.Promote {
+		keepReportedEnd(t.Parts[i], lp)
 		t.Parts[i] = lp
 		delete(t.Learning, int32(i))
 	}
@@ -208,4 +207,18 @@ func (n *Node) newPart(t *topic, i int, mp meta.Partition, self uint64, local bo
 type opening struct {
 	part      *partition
 	bootstrap bool
+}
+
+// keepReportedEnd: next, the partition value that replaces cur (a copy
+// opened here, a learner promoted, the other replicas read instead),
+// reports no less a committed end than cur did. A copy counts as committed
+// only what raft says of its own log — the end read from the others may
+// lie past it, and the coordinator's applier would read records the log
+// does not hold yet — so that end becomes its remote end, from which it
+// reads until its own log holds it (readsRemote); a value without a copy
+// takes it as its committed end.
+func keepReportedEnd(cur, next *partition) {
+	if cur.X.raftGroup != 0 {
+		noteRemoteEnd(next, max(cur.Committed.Load(), cur.X.remoteEnd.Load()))
+	}
 }

@@ -264,8 +264,11 @@ func (c *cluster) askReplica(part *partition, call func(context.Context, cluster
 // askReplicaWithin is askReplica with each call bounded by timeout and by
 // ctx.
 func (c *cluster) askReplicaWithin(ctx context.Context, part *partition, timeout time.Duration, call func(context.Context, clusterv1.NodeServiceClient) (*clusterv1.FetchResponse, error)) (*clusterv1.FetchResponse, error) {
-	if part.X.raftGroup == 0 { // not placed: nothing to read yet
-		return &clusterv1.FetchResponse{}, nil
+	if part.X.raftGroup == 0 {
+		if !c.role.placementKnown() {
+			return nil, fmt.Errorf("%w: %s/%d: this node has not read the partition's placement since it started (its controller state is behind the leader's)", engine.ErrOffsetsUnknown, part.Topic.Name, part.Num)
+		}
+		return &clusterv1.FetchResponse{}, nil // not placed: nothing to read yet
 	}
 	var errs []error
 	for _, node := range part.X.holders() {
@@ -504,20 +507,24 @@ func (s *nodeService) Join(ctx context.Context, req *clusterv1.JoinRequest) (*cl
 	return resp, nil
 }
 
-// joinCallTimeout bounds one call of a joining node to one candidate. An
-// admission is one controller command (milliseconds, an election's time
-// when the controller's leader is lost); a call held longer is held by a
-// stopped or cut-off node — the candidate, or the controller's leader it
-// passed the join on to — and the next round asks again, with the same
-// join token, once the members have elected another.
-const joinCallTimeout = 3 * time.Second
-
 // forwardedKey marks a Join passed on by a peer (gRPC metadata).
 const forwardedKey = "spool-forwarded"
 
 // joinBackoff spaces a joining node's rounds of asking the peers in Join:
 // from 250 ms, doubling up to 2 s, each wait at least half its cap.
 var joinBackoff = backoff.Config{Base: 250 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2, Jitter: 0.5}
+
+// A joining node's call to a candidate (every candidate is asked at once,
+// askToJoin) waits joinCallFirst in its first round, twice that in each
+// next one, up to joinCallMax: a member passing a join on to a
+// controller's leader that stands still holds the call, and the next
+// round asks again once the members have elected another; an admission
+// that is merely slow still gets its time in later rounds (a retried join
+// carries the same token: it is admitted once).
+const (
+	joinCallFirst = 2 * time.Second
+	joinCallMax   = 10 * time.Second
+)
 
 // errCreateCluster: join found no cluster among the candidates, and this
 // node is the one to create it (ClusterConfig.BootstrapExpect).
@@ -530,16 +537,16 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 	token := randomID(16)
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.JoinTimeout)
 	defer cancel()
-	callTimeout := joinCallTimeout
-	if c.cfg.BootstrapExpect > 0 {
-		// Nodes still forming the cluster do not serve yet: a call to one
-		// waits for its deadline.
-		callTimeout = 2 * time.Second
-	}
 	req := &clusterv1.JoinRequest{Addr: c.cfg.Advertise, Token: token, ProtocolVersion: transport.ProtocolVersion,
 		ClusterVersionMin: c.cfg.ClusterVersions.Min, ClusterVersionMax: c.cfg.ClusterVersions.Max}
 	var errs []error
 	for attempt := 0; ; attempt++ {
+		callTimeout := min(joinCallFirst<<min(attempt, 8), joinCallMax)
+		if c.cfg.BootstrapExpect > 0 {
+			// Nodes still forming the cluster do not serve yet: a call to one
+			// waits for its deadline.
+			callTimeout = joinCallFirst
+		}
 		cands, self, rerrs := c.joinCandidates(ctx)
 		errs = append(errs[:0], rerrs...)
 		addr, resp, forming, aerrs, err := c.askToJoin(ctx, cands, req, callTimeout)

@@ -36,6 +36,8 @@ type member struct {
 	ctrlSignal chan struct{} // cap 1: group 0's committed end moved
 	choresWake chan struct{} // cap 1: run the chores now (a controller membership step applied)
 	ctrlEnd    atomic.Int64  // group 0's committed end, from OnCommitted
+	// placementSeen: placementKnown held once (it stays so).
+	placementSeen atomic.Bool
 
 	// ctrl applies group 0's log to the state.
 	ctrl *rsm.Applier[meta.Command, meta.Result]
@@ -459,6 +461,23 @@ const maxRecentResults = 4096
 // itself: the host's status is refreshed only after the Process that
 // called it, so a wake-up reading the status could miss the last commit.
 func (c *member) ctrlCommitted() int64 { return c.ctrlEnd.Load() }
+
+// placementKnown: this node applied the controller's log up to its
+// committed end with a leader known — raft learns the leader and its
+// commit index from the same message, so a restarted node's state is then
+// as new as the leader's was, not the commit index it saved. Once true it
+// stays true: later commands move placements, which placeTopic follows.
+func (c *member) placementKnown() bool {
+	if c.placementSeen.Load() {
+		return true
+	}
+	st, ok := c.host.Status(controllerGroup)
+	if !ok || st.Leader == 0 || c.ctrl.Applied() < c.ctrlCommitted() {
+		return false
+	}
+	c.placementSeen.Store(true)
+	return true
+}
 
 // noteRemoval logs, once, that st no longer has this member: it was
 // removed from the cluster (decommissioned).

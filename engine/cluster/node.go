@@ -53,8 +53,10 @@ type part struct {
 	fwd       forwarder     // records on their way to the leader (cluster_forward.go)
 	producers producerTable // the last batch of each producer (cluster_dedupe.go)
 	// remoteEnd is the highest committed end the other replicas reported
-	// while this node's replica was stopped: reads go to them until the
-	// local replica has caught up past it (readsRemote).
+	// while this node's replica was stopped, or before this copy served
+	// here (keepReportedEnd: the partition was read from the others, or
+	// from a learner's copy): reads go to them until the local replica has
+	// caught up past it (readsRemote).
 	remoteEnd atomic.Int64
 }
 

@@ -26,6 +26,11 @@ type role interface {
 	// replicaStopped: this node's replica of group stopped on a storage
 	// error and has not run since (never, on a storage-off node).
 	replicaStopped(group uint64) bool
+	// placementKnown: this node's controller state is as new as what it
+	// has heard of the controller's leader since it started (a storage-off
+	// node's state comes from the leader: always). Until then a partition
+	// it has no placement of may have one it has not read yet.
+	placementKnown() bool
 	// proposeWith proposes data in a group whose leader status found here.
 	proposeWith(group uint64, data []byte, opts raft.ProposeOptions, done func(raft.Proposed, error))
 	// readIndex confirms with a quorum that this node still leads group

@@ -133,7 +133,7 @@ func Classify(err error) Reason {
 		return InvalidTopicSpec
 	case errors.As(err, &notLeader):
 		return NotLeader
-	case errors.Is(err, engine.ErrNoLeader):
+	case errors.Is(err, engine.ErrNoLeader), errors.Is(err, engine.ErrOffsetsUnknown):
 		return NoLeader
 	case errors.Is(err, engine.ErrNotPlaced):
 		return TopicNotPlaced
@@ -180,7 +180,7 @@ func Status(err error) *status.Status {
 	var md map[string]string
 	if errors.As(err, &e) {
 		md = maps.Clone(e.Metadata)
-	} else if hint := lookupHint(r); hint != "" {
+	} else if hint := hintOf(err, r); hint != "" {
 		// Engine and ledger errors say what happened; add what to do.
 		msg += ": " + hint
 	}
@@ -189,6 +189,15 @@ func Status(err error) *status.Status {
 		st = withInfo
 	}
 	return st
+}
+
+// hintOf is what to do about err of reason r: the reason's hint, but for
+// the few errors of a reason whose cause needs another remedy.
+func hintOf(err error, r Reason) string {
+	if errors.Is(err, engine.ErrOffsetsUnknown) {
+		return "this spoold started moments ago and has not read the cluster's state yet: retry in a second"
+	}
+	return lookupHint(r)
 }
 
 // ToStatus is Status(err).Err(): nil for nil.

@@ -34,6 +34,7 @@ func TestStatusMapsEveryError(t *testing.T) {
 		{"unknown partition", fmt.Errorf("%w 9 of topic %q", engine.ErrUnknownPartition, "t"), codes.InvalidArgument, BadPartition},
 		{"topic conflict", &engine.TopicConflictError{Topic: "t", Stored: 4, Declared: 2}, codes.FailedPrecondition, TopicConflict},
 		{"closed", fmt.Errorf("topic %q partition 0: %w", "t", fmt.Errorf("%w: log closed", engine.ErrClosed)), codes.Unavailable, ShuttingDown},
+		{"offsets not known yet", fmt.Errorf("%w: t/0: not read yet", engine.ErrOffsetsUnknown), codes.Unavailable, NoLeader},
 		{"batch too large", fmt.Errorf("%w: 1 records encode to 5000000 bytes", engine.ErrBatchTooLarge), codes.InvalidArgument, MessageTooLarge},
 		{"disk full", fmt.Errorf("topic %q partition 1: %w", "t", diskFull), codes.ResourceExhausted, DiskFull},
 		{"disk full while closing", fmt.Errorf("%w: %w", engine.ErrClosed, diskFull), codes.ResourceExhausted, DiskFull},
@@ -82,6 +83,7 @@ func TestStatusSaysWhatToDo(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: log closed", engine.ErrClosed), "retry against the restarted sidecar"},
 		{fmt.Errorf("%w", engine.ErrOutcomeUnknown), "retry with the same message ids"},
+		{fmt.Errorf("%w: t/0: not read yet", engine.ErrOffsetsUnknown), "retry in a second"},
 		{&os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}, "free disk space"},
 		{errors.New("boom"), "see spoold's log"},
 	} {
