@@ -67,6 +67,10 @@ func TestClusterReplicaOpenedAfterRemoteReadsKeepsItsOwnEnd(t *testing.T) {
 		}
 		return nil
 	})
+	// The controller's log with the move committed, as a member knows it:
+	// node x, restarted, must know that much is committed before the
+	// others stand still (else it can apply nothing more).
+	moved := byID[to[0]].n.asMember().ctrlCommitted()
 	tc.stop(x)
 	other := byID[to[0]]
 	for i := 1; i <= 10; i++ {
@@ -80,6 +84,12 @@ func TestClusterReplicaOpenedAfterRemoteReadsKeepsItsOwnEnd(t *testing.T) {
 	awaitCond(t, 30*time.Second, "node x reading the committed end 11 from the others", func() error {
 		if _, end, err := x.n.Offsets("orders", 0); err != nil || end != 11 {
 			return fmt.Errorf("end %d (%v)", end, err)
+		}
+		return nil
+	})
+	awaitCond(t, 30*time.Second, "node x knowing the move committed", func() error {
+		if c := x.n.asMember().ctrlCommitted(); c < moved {
+			return fmt.Errorf("controller log committed to %d, the move at %d", c, moved)
 		}
 		return nil
 	})
