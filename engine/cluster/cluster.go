@@ -311,7 +311,9 @@ func (c *member) createCluster() error {
 		return fmt.Errorf("engine: %s holds partitions written without a cluster: a cluster node starts from an empty data dir (or run without cluster settings)", c.conf.DataDir)
 	}
 	c.bootstrap = true
+	c.mu.Lock() // awaitReady may be reading it
 	c.id = identity{ClusterID: randomID(8), NodeID: 1, Token: randomID(16)}
+	c.mu.Unlock()
 	return saveIdentity(c.fs, c.dir, c.id)
 }
 
@@ -639,7 +641,10 @@ func (c *cluster) awaitReady(d time.Duration) error {
 		defer c.mu.Unlock()
 		return c.readyErr
 	case <-t.C:
-		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", c.id.NodeID, c.id.ClusterID, d, c.role.whyNotReady())
+		c.mu.Lock() // a join may be writing the identity
+		id := c.id
+		c.mu.Unlock()
+		return fmt.Errorf("engine: node %d is not a working member of cluster %s after %v: %w", id.NodeID, id.ClusterID, d, c.role.whyNotReady())
 	}
 }
 

@@ -227,7 +227,9 @@ func (c *storageOff) refreshMetadata(ctx context.Context) error {
 			continue
 		}
 		if c.id.ClusterID == "" {
+			c.mu.Lock() // awaitReady may be reading it
 			c.id.ClusterID = st.ClusterID()
+			c.mu.Unlock()
 		}
 		if st.ClusterID() != c.id.ClusterID {
 			errs = append(errs, fmt.Errorf("%s belongs to cluster %s, this node to %s", addr, st.ClusterID(), c.id.ClusterID))

@@ -561,7 +561,9 @@ func (c *member) join(ctx context.Context) ([]*clusterv1.NodeAddr, error) {
 			if err := meta.CheckSpeaks(max(resp.GetClusterVersion(), 1), c.cfg.ClusterVersions); err != nil {
 				return nil, fmt.Errorf("engine: --join %s admitted this node, but (%w): %s", addr, engine.ErrClusterVersion, versionText(err))
 			}
+			c.mu.Lock() // awaitReady may be reading it
 			c.id = identity{ClusterID: resp.GetClusterId(), NodeID: resp.GetNodeId(), Token: token}
+			c.mu.Unlock()
 			if err := saveIdentity(c.fs, c.dir, c.id); err != nil {
 				return nil, err
 			}
