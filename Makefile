@@ -152,8 +152,9 @@ chaos:
 ## fault suite's cluster, workload and checker (chaos/upgrade_test.go; root, iproute2):
 ## UPGRADE_RUNS seeded runs (default 10) of each. Then the previous release's SDKs, all four, each
 ## built in that release's tree by its own Makefile, through the conformance matrix against this
-## spoold (sdk/conformance/README.md, "Across releases"; about 4 minutes). `make test` runs one
-## upgrade and one rollback run (TestRollingUpgrade) and the previous Go SDK's conformance.
+## spoold, and this tree's four SDKs against the previous spoold (sdk/conformance/README.md,
+## "Across releases"; about 6 minutes). `make test` runs one upgrade and one rollback run
+## (TestRollingUpgrade) and the previous Go SDK's conformance.
 UPGRADE_RUNS ?= 10
 .PHONY: upgrade-test
 upgrade-test: build-sdk-python build-sdk-typescript build-sdk-java
@@ -161,6 +162,7 @@ upgrade-test: build-sdk-python build-sdk-typescript build-sdk-java
 	SPOOL_CHAOS_RUNS=$(UPGRADE_RUNS) SPOOL_CHAOS_SECONDS=$(CHAOS_SECONDS) SPOOL_CHAOS_FAULTS=upgrade,rollback SPOOL_CHAOS_OUT=$(CHAOS_OUT) \
 	  $(GO) test -count=1 -timeout=0 -run TestChaos -v ./chaos/
 	SPOOL_CONFORMANCE_LANGS=go-previous,python-previous,typescript-previous,java-previous $(GO) test -count=1 -timeout=20m ./sdk/conformance/
+	SPOOL_CONFORMANCE_SPOOLD=previous SPOOL_CONFORMANCE_LANGS=$(CONFORMANCE_LANGS) $(GO) test -count=1 -timeout=15m ./sdk/conformance/
 
 ## release: the artifacts of release $(VERSION) in dist/$(VERSION)/ (docs/operations.md, "Releases"):
 ## spoold, spool and spool-injector for linux/amd64 and linux/arm64 (static, -trimpath, version and
