@@ -264,13 +264,18 @@ type part struct {
 	// are recognised). coordPos is the group's committed position as the
 	// coordinator last showed it (lag, the admin API). dlPending counts
 	// its dead letters taken from the tracker and not yet answered.
-	own       ownState
-	gen       uint64
-	revokeBy  time.Time
-	handing   bool
-	inc       uint64
-	coordPos  engine.Position
-	dlPending int
+	own      ownState
+	gen      uint64
+	revokeBy time.Time
+	handing  bool
+	// handoverAt: after a handover that failed or was answered "not
+	// revoking" while this member's view still says revoking, the next
+	// attempt waits until then (handoverRetry) instead of following at
+	// once, again and again, until the next view arrives.
+	handoverAt time.Time
+	inc        uint64
+	coordPos   engine.Position
+	dlPending  int
 }
 
 // newSub builds a subscription's state from what the engine reported:
@@ -981,6 +986,9 @@ func (m *machine) nextWake(now time.Time) time.Time {
 			}
 			if p.own == ownRevoking && !p.handing && p.revokeBy.Before(w) {
 				w = p.revokeBy
+			}
+			if p.own == ownRevoking && !p.handing && p.handoverAt.After(now) && p.handoverAt.Before(w) {
+				w = p.handoverAt
 			}
 			if p.retryAt.After(now) && p.retryAt.Before(w) {
 				w = p.retryAt

@@ -269,7 +269,7 @@ func (m *machine) revocations(now time.Time) {
 		}
 		var a action
 		for _, p := range s.parts {
-			if p.own != ownRevoking || p.handing {
+			if p.own != ownRevoking || p.handing || now.Before(p.handoverAt) {
 				continue
 			}
 			busy := p.tr.InFlight() > 0 || p.tr.DeadLetters() > 0 || p.dlPending > 0
@@ -326,12 +326,17 @@ func (m *machine) committedCluster(now time.Time, j *commitJob) {
 		}
 	}
 	for _, h := range j.handovers {
-		m.handedOver(s, h)
+		m.handedOver(now, s, h)
 	}
 }
 
+// handoverRetry is how long a revoked partition waits before it is handed
+// over again after an attempt that failed or was answered "not revoking"
+// (the coordinator's next view is on its way): a membership poll's time.
+const handoverRetry = 200 * time.Millisecond
+
 // handedOver applies the answer to one handover (RevokeDone).
-func (m *machine) handedOver(s *sub, h *handover) {
+func (m *machine) handedOver(now time.Time, s *sub, h *handover) {
 	if h.p.inc != h.inc {
 		return // stopped since
 	}
@@ -347,12 +352,13 @@ func (m *machine) handedOver(s *sub, h *handover) {
 		p.own, p.gen = ownNone, 0
 		m.countOwned(s)
 	case errors.Is(h.err, engine.ErrGroupNotRevoking):
-		// The revocation was withdrawn (or already done): follow the next view.
-		p.handing = false
+		// The revocation was withdrawn (or already done): follow the next
+		// view; until it comes, do not ask again at once.
+		p.handing, p.handoverAt = false, now.Add(handoverRetry)
 	default:
 		// Not known to be done: try again (a retried RevokeDone that was
 		// applied is refused as not revoking, handled above).
-		p.handing = false
+		p.handing, p.handoverAt = false, now.Add(handoverRetry)
 		m.note(slog.LevelError, "handing a revoked partition over failed; retrying", "topic", s.cfg.Topic, "partition", p.num, "err", h.err)
 	}
 }
